@@ -1,0 +1,176 @@
+"""A model's resolved architecture: dimensions, layer kinds and the exact tensor inventory.
+
+Everything the formulas need is derived here once per model (and cached by the caller): the
+parameter tensors of every layer kind with their shapes and how tensor parallelism splits them,
+the layers' attention kind (full, sliding window, latent) and MLP kind (dense, mixture of experts).
+
+Parameter counts are exact: they are the sums of the tensors that the family's ``transformers``
+modelling code creates (``modeling_<family>.py``), and a test checks every preset against the
+parameter count of its published checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal
+
+__all__ = [
+    "MLA",
+    "Arch",
+    "AttentionKind",
+    "LayerType",
+    "MoE",
+    "Role",
+    "Split",
+    "TensorGroup",
+]
+
+
+class Role(StrEnum):
+    """What a parameter tensor is, which decides whether a quantization scheme touches it."""
+
+    LINEAR = "linear"
+    """A dense projection of a decoder/encoder layer (attention or MLP)."""
+    EXPERT = "expert"
+    """A projection inside a routed expert."""
+    ROUTER = "router"
+    """The MoE gate that scores experts (kept in high precision by every scheme here)."""
+    EMBEDDING = "embedding"
+    """Token, position or token-type embedding table."""
+    LM_HEAD = "lm_head"
+    """The output projection to the vocabulary (absent when tied to the embedding)."""
+    NORM = "norm"
+    """Normalization weights (and LayerNorm biases)."""
+    BIAS = "bias"
+    """A projection's bias vector."""
+    VISION = "vision"
+    """Vision tower and projector of a multimodal checkpoint (not quantized here)."""
+
+
+class Split(StrEnum):
+    """How tensor parallelism of degree t divides a tensor across devices."""
+
+    COLUMN = "column"
+    """Output features divided by t (Megatron ColumnParallelLinear)."""
+    ROW = "row"
+    """Input features divided by t (RowParallelLinear)."""
+    KV_COLUMN = "kv_column"
+    """Key/value heads divided by t, or replicated one head per device when t > kv heads."""
+    VOCAB = "vocab"
+    """Vocabulary rows divided by t (VocabParallelEmbedding)."""
+    REPLICATED = "replicated"
+    """A full copy on every device (norms, low-rank MLA projections, routers)."""
+
+
+class AttentionKind(StrEnum):
+    FULL = "full"
+    SLIDING = "sliding"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorGroup:
+    """``count`` parameter tensors of shape ``(rows, cols)`` (``cols == 1`` for vectors)."""
+
+    name: str
+    rows: int
+    cols: int
+    role: Role
+    split: Split
+    count: int = 1
+
+    @property
+    def num_params(self) -> int:
+        return self.rows * self.cols * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class LayerType:
+    """One kind of transformer layer; a model is a sequence of runs of these."""
+
+    attention: AttentionKind
+    window: int | None
+    moe: bool
+    tensors: tuple[TensorGroup, ...]
+
+    @property
+    def num_params(self) -> int:
+        return sum(t.num_params for t in self.tensors)
+
+
+@dataclass(frozen=True, slots=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2 §2.1): the KV cache holds the compressed latent."""
+
+    kv_lora_rank: int
+    q_lora_rank: int | None
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class MoE:
+    num_experts: int
+    experts_per_token: int
+    expert_intermediate_size: int
+    shared_intermediate_size: int
+    """Total intermediate width of the always-on shared expert(s); 0 when there are none."""
+
+
+@dataclass(frozen=True, slots=True)
+class Arch:
+    model_type: str
+    kind: Literal["decoder", "encoder"]
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_positions: int
+    mlp: Literal["gated", "dense"]
+    norm: Literal["rmsnorm", "layernorm"]
+    tie_word_embeddings: bool
+    qk_norm: bool
+    sandwich_norms: bool
+    """Gemma 2/3: extra norms after attention and around the MLP (4 per layer)."""
+    layer_runs: tuple[tuple[LayerType, int], ...]
+    embeddings: tuple[TensorGroup, ...]
+    head: tuple[TensorGroup, ...]
+    """Final norm, the LM head (when untied), BERT's pooler."""
+    extras: tuple[TensorGroup, ...] = ()
+    """Loaded with the model but outside the text stack (Gemma 3's vision tower)."""
+    mla: MLA | None = None
+    moe: MoE | None = None
+    checkpoint_only_params: int = 0
+    """Parameters in the published checkpoint that inference stacks do not load by default
+    (DeepSeek-V3's multi-token-prediction layer)."""
+    _num_params: int = field(default=0, compare=False)
+
+    def __post_init__(self) -> None:
+        total = sum(layer.num_params * n for layer, n in self.layer_runs)
+        total += sum(t.num_params for t in (*self.embeddings, *self.head, *self.extras))
+        object.__setattr__(self, "_num_params", total)
+
+    @property
+    def num_params(self) -> int:
+        """Parameters that the model loads (all layers, embeddings, head, extras)."""
+        return self._num_params
+
+    @property
+    def checkpoint_num_params(self) -> int:
+        return self._num_params + self.checkpoint_only_params
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def layers(self) -> tuple[LayerType, ...]:
+        """Expanded layer list; only for small models and tests (runs stay compact elsewhere)."""
+        return tuple(layer for layer, n in self.layer_runs for _ in range(n))

@@ -1,0 +1,62 @@
+"""Numeric formats: their storage size and the vocabulary used on the wire."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = [
+    "COMPUTE_DTYPES",
+    "ComputeDType",
+    "KVCacheDType",
+    "WeightDType",
+    "bits_of",
+    "bytes_of",
+    "native_dtype_name",
+]
+
+WeightDType = Literal["fp32", "fp16", "bf16", "fp8"]
+ComputeDType = Literal["fp32", "fp16", "bf16"]
+KVCacheDType = Literal["auto", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
+COMPUTE_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
+
+_BITS: dict[str, int] = {
+    "fp32": 32,
+    "tf32": 32,  # stored as fp32; tf32 is a tensor-core math mode
+    "fp16": 16,
+    "bf16": 16,
+    "fp8": 8,
+    "fp8_e4m3": 8,
+    "fp8_e5m2": 8,
+    "int8": 8,
+    "uint8": 8,
+    "int32": 32,
+    "int4": 4,
+    "nf4": 4,
+    "fp4": 4,
+}
+
+# Which entry of a GPU's `native_dtypes` a dtype needs to run on tensor/matrix cores.
+_NATIVE_NAME: dict[str, str] = {
+    "fp32": "fp32",
+    "fp16": "fp16",
+    "bf16": "bf16",
+    "fp8": "fp8_e4m3",
+    "fp8_e4m3": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2",
+}
+
+
+def bits_of(dtype: str) -> int:
+    return _BITS[dtype]
+
+
+def bytes_of(dtype: str) -> int:
+    """Whole bytes per element; only for formats of 8 bits or more."""
+    bits = _BITS[dtype]
+    if bits % 8:
+        raise ValueError(f"{dtype} is sub-byte ({bits} bits): use a packing formula")
+    return bits // 8
+
+
+def native_dtype_name(dtype: str) -> str | None:
+    return _NATIVE_NAME.get(dtype)

@@ -1,0 +1,593 @@
+"""The analytic tier: workload in, component-wise budget per device out.
+
+``device_totals`` is the numeric core (integers only, no strings) that the fit solver calls many
+times; ``estimate`` adds each line's formula, inputs and source for the answer. Both share the
+same component functions, so an explained number and a solved number cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from .activations import inference_working_set, training_saved
+from .arch import Arch
+from .catalog import GPU, gpu
+from .components import Component
+from .dtypes import bytes_of, native_dtype_name
+from .errors import InvalidWorkload
+from .host import disk_budget, host_budget
+from .overheads import ALLOCATOR_FRAGMENTATION_FRACTION, Overheads, device_overheads
+from .resolve import model_name, resolve_model
+from .result import (
+    Budget,
+    DeviceBudget,
+    DeviceSummary,
+    Line,
+    Part,
+    Phase,
+    WorkloadSummary,
+)
+from .spec import (
+    CatalogDevice,
+    CustomDevice,
+    DeviceRef,
+    GenericWorkload,
+    Headroom,
+    InferenceWorkload,
+    QLoRA,
+    TrainingWorkload,
+    Workload,
+)
+from .statics import StageStatic, stage_statics, training_plan
+from .units import ceil_div
+
+__all__ = ["DeviceContext", "StageNumbers", "device_totals", "estimate", "resolve_device"]
+
+C = Component
+ORDER: tuple[Component, ...] = tuple(Component)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceContext:
+    name: str
+    id: str | None
+    memory_total_bytes: int
+    architecture: str
+    vendor: str
+    native_dtypes: frozenset[str]
+    overheads: Overheads
+
+
+_DEFAULT_OVERHEADS = device_overheads(None, "nvidia", None)
+
+
+def resolve_device(ref: DeviceRef | GPU | None) -> DeviceContext | None:
+    match ref:
+        case None:
+            return None
+        case CatalogDevice():
+            return _catalog_context(gpu(ref.id))
+        case GPU():
+            return _catalog_context(ref)
+        case CustomDevice():
+            return DeviceContext(ref.name, None, ref.memory_total_bytes, ref.architecture,
+                                 "nvidia", frozenset(ref.native_dtypes), _DEFAULT_OVERHEADS)
+    raise TypeError(ref)
+
+
+_CONTEXTS: dict[str, DeviceContext] = {}
+
+
+def _catalog_context(g: GPU) -> DeviceContext:
+    ctx = _CONTEXTS.get(g.id)
+    if ctx is None:
+        ctx = DeviceContext(g.name, g.id, g.memory_total_bytes, g.architecture, g.vendor,
+                            frozenset(g.native_dtypes),
+                            device_overheads(g.compute_capability, g.vendor, g.gfx_target))
+        _CONTEXTS[g.id] = ctx
+    return ctx
+
+
+@dataclass(frozen=True, slots=True)
+class StageNumbers:
+    """Component bytes of one stage's device at its peak phase, and every phase's total."""
+
+    stage: int | None
+    num_devices: int
+    peak_phase: str
+    values: dict[Component, int]
+    parts: dict[Component, tuple[tuple[str, int], ...]]
+    phases: tuple[tuple[str, int], ...]
+
+
+# ------------------------------------------------------------------------ shared pieces ----
+
+
+def _effective_precision(w: InferenceWorkload | TrainingWorkload) -> Any:
+    if isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA):
+        return msgspec.structs.replace(w.precision, quantization=w.method.base_quantization)
+    return w.precision
+
+
+def _statics(w: InferenceWorkload | TrainingWorkload, arch: Arch) -> tuple[StageStatic, ...]:
+    plan = training_plan(w) if isinstance(w, TrainingWorkload) else None
+    return stage_statics(arch, _effective_precision(w), w.parallelism, plan)
+
+
+def _kv_bytes_per_elem(w: InferenceWorkload) -> int:
+    kv = w.precision.kv_cache
+    return bytes_of(w.precision.compute if kv == "auto" else kv)
+
+
+def _kv_bytes(st: StageStatic, sequences: int, context: int, elem_bytes: int) -> int:
+    per_sequence = st.kv_full_elems * context
+    for window, elems in st.kv_sliding:
+        per_sequence += elems * min(context, window)
+    return per_sequence * sequences * elem_bytes
+
+
+def _inference_activations(st: StageStatic, arch: Arch, *, sequences: int, query: int,
+                           keys: int, e: int, attention: str) -> int:
+    return max((inference_working_set(layer, arch, st.dims, sequences=sequences,
+                                      query_tokens=query, key_tokens=keys, e=e,
+                                      attention=attention)
+                for layer, _ in st.layer_kinds), default=0)
+
+
+def _inference_logits(st: StageStatic, arch: Arch, rows: int, e: int) -> int:
+    """LM-head output in the compute dtype on this device's vocabulary slice, plus the fp32
+    copy of the full vocabulary that sampling takes (vLLM gathers logits on the first rank)."""
+    if not st.stage.last or arch.kind != "decoder":
+        return 0
+    return rows * (st.dims.vocab * e + st.dims.vocab_full * 4)
+
+
+def _overhead_values(ov: Overheads, instances: int) -> tuple[int, int]:
+    return ov.cuda_context_bytes * instances, ov.workspace_bytes * instances
+
+
+def _allocator(rounding: int, transient: int) -> int:
+    return rounding + ceil_div(int(transient * ALLOCATOR_FRAGMENTATION_FRACTION * 1000), 1000)
+
+
+def _pick_peak(phases: list[tuple[str, dict[Component, int]]]) -> tuple[str, dict[Component, int]]:
+    best = phases[0]
+    best_total = sum(best[1].values())
+    for name, values in phases[1:]:
+        total = sum(values.values())
+        if total > best_total:
+            best, best_total = (name, values), total
+    return best
+
+
+def _finish(stage: int | None, num_devices: int, phases: list[tuple[str, dict[Component, int]]],
+            parts: dict[Component, tuple[tuple[str, int], ...]]) -> StageNumbers:
+    name, values = _pick_peak(phases)
+    return StageNumbers(stage, num_devices, name, values, parts,
+                        tuple((n, sum(v.values())) for n, v in phases))
+
+
+# ------------------------------------------------------------------------------ inference --
+
+
+def _inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
+                     ) -> StageNumbers:
+    e = bytes_of(w.precision.compute)
+    n_seq = w.num_sequences
+    kv = _kv_bytes(st, n_seq, w.context_tokens, _kv_bytes_per_elem(w)) if (
+        arch.kind == "decoder") else 0
+    context, workspace = _overhead_values(ov, w.instances)
+    persistent = {
+        C.WEIGHTS: st.weights_bytes * w.instances,
+        C.QUANTIZATION_METADATA: st.metadata_bytes * w.instances,
+        C.KV_CACHE: kv * w.instances,
+        C.CUDA_CONTEXT: context,
+        C.RUNTIME_WORKSPACE: workspace,
+        C.COMMUNICATION_BUFFERS: st.comm_bytes * w.instances,
+    }
+    chunk = w.prefill_chunk_tokens
+    if chunk is not None and chunk < w.prompt_tokens * n_seq:
+        pre_seq, pre_query = 1, min(chunk, w.prompt_tokens)
+    else:
+        pre_seq, pre_query = n_seq, w.prompt_tokens
+    phases: list[tuple[str, dict[Component, int]]] = []
+    label = "prefill" if arch.kind == "decoder" else "forward"
+    acts = _inference_activations(st, arch, sequences=pre_seq, query=pre_query,
+                                  keys=w.prompt_tokens, e=e, attention=w.attention)
+    rows = pre_seq * pre_query if w.logits == "all" else pre_seq
+    logits = _inference_logits(st, arch, rows, e)
+    phases.append((label, _with_transient(persistent, acts, logits, st, w.instances)))
+    if arch.kind == "decoder" and w.generated_tokens > 0:
+        acts = _inference_activations(st, arch, sequences=n_seq, query=1,
+                                      keys=w.context_tokens, e=e, attention=w.attention)
+        logits = _inference_logits(st, arch, n_seq, e)
+        phases.append(("decode", _with_transient(persistent, acts, logits, st, w.instances)))
+    return _finish(st.stage.index, w.parallelism.tensor * w.parallelism.data, phases,
+                   {C.COMMUNICATION_BUFFERS: st.comm_parts})
+
+
+def _with_transient(persistent: dict[Component, int], acts: int, logits: int, st: StageStatic,
+                    instances: int) -> dict[Component, int]:
+    values = dict(persistent)
+    values[C.ACTIVATIONS] = acts * instances
+    values[C.LOGITS] = logits * instances
+    values[C.ALLOCATOR_OVERHEAD] = _allocator(st.weights_rounding_bytes * instances,
+                                              (acts + logits) * instances)
+    return values
+
+
+# ------------------------------------------------------------------------------- training --
+
+
+def _in_flight(w: TrainingWorkload, stage: int) -> tuple[int, float]:
+    """Micro-batches whose activations a pipeline stage holds at once, and the interleaving
+    factor (Narayanan et al. 2021 §2.2; Korthikanti et al. 2022 §4.2.3)."""
+    par = w.parallelism
+    p, m = par.pipeline, w.gradient_accumulation_steps
+    if p == 1:
+        return 1, 1.0
+    if par.pipeline_schedule == "gpipe":
+        return m, 1.0
+    count = min(p - stage, m)
+    if par.pipeline_schedule == "interleaved_1f1b":
+        return count, 1.0 + (p - 1) / (p * par.virtual_stages)
+    return count, 1.0
+
+
+def training_activations(w: TrainingWorkload, arch: Arch, st: StageStatic
+                         ) -> tuple[int, int, list[tuple[str, int]]]:
+    """(all saved activations of the stage, one layer's saved activations, itemized parts)."""
+    e = bytes_of(w.precision.compute)
+    par = w.parallelism
+    s, b = w.sequence_length, w.micro_batch_size
+    ckpt = w.checkpointing
+    per_layer_total = 0
+    one_layer = 0
+    items: dict[str, int] = {}
+    for layer, n in st.layer_kinds:
+        saved = training_saved(layer, arch, st.dims, seq=s, batch=b, e=e, attention=w.attention,
+                               dropout=w.dropout, sequence_parallel=par.sequence_parallel,
+                               drop_scores=ckpt == "selective")
+        layer_bytes = sum(saved.values())
+        one_layer = max(one_layer, sum(training_saved(
+            layer, arch, st.dims, seq=s, batch=b, e=e, attention=w.attention, dropout=w.dropout,
+            sequence_parallel=par.sequence_parallel, drop_scores=False).values()))
+        if ckpt == "full":
+            kept = ceil_div(s * b * arch.hidden_size * e,
+                            par.tensor if par.sequence_parallel else 1)
+            per_layer_total += kept * n
+            items["layer inputs (full recomputation)"] = (
+                items.get("layer inputs (full recomputation)", 0) + kept * n)
+        else:
+            per_layer_total += layer_bytes * n
+            for k, v in saved.items():
+                items[k] = items.get(k, 0) + v * n
+    count, factor = _in_flight(w, st.stage.index)
+    total = int(per_layer_total * count * factor)
+    parts = [(k, int(v * count * factor)) for k, v in items.items() if v]
+    if ckpt == "full":
+        total += one_layer  # the layer being recomputed during backward
+        parts.append(("one layer recomputed in backward", one_layer))
+    if st.stage.last and arch.kind in ("decoder", "encoder"):
+        head_inputs = 2 * s * b * arch.hidden_size * e  # final norm input, LM head input
+        total += head_inputs
+        parts.append(("final norm and LM-head inputs", head_inputs))
+    if st.stage.first and w.dropout:
+        mask = s * b * arch.hidden_size
+        total += mask
+        parts.append(("embedding dropout mask", mask))
+    if count > 1 or factor != 1.0:
+        parts.append((f"x {count} micro-batches in flight" + (
+            f" x {factor:.4f} interleaving" if factor != 1.0 else ""), 0))
+    return total, one_layer, parts
+
+
+def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads
+                    ) -> StageNumbers:
+    e = bytes_of(w.precision.compute)
+    tokens = w.sequence_length * w.micro_batch_size
+    acts, one_layer, act_parts = training_activations(w, arch, st)
+    logits = tokens * st.dims.vocab * (e + 4 + 4) if st.stage.last else 0
+    dlogits = tokens * st.dims.vocab * (4 + e) if st.stage.last else 0
+    context, workspace = _overhead_values(ov, w.instances)
+    extra_ws: list[tuple[str, int]] = [("cuBLAS/cuBLASLt workspace", workspace)]
+    if isinstance(w.method, QLoRA):
+        dequant = st.largest_linear_params * e * w.instances
+        extra_ws.append(("4-bit dequantized weight (largest projection)", dequant))
+        workspace += dequant
+    if w.mixed_precision == "autocast":
+        cast = (st.num_params if w.method.__class__.__name__ == "FullFineTune" else 0) * e
+        if cast:
+            extra_ws.append(("autocast low-precision weight cache", cast * w.instances))
+            workspace += cast * w.instances
+    k = w.instances
+    grads_live = st.gradient_bytes if (w.gradient_accumulation_steps > 1) else 0
+    base = {
+        C.WEIGHTS: st.weights_bytes * k,
+        C.QUANTIZATION_METADATA: st.metadata_bytes * k,
+        C.ADAPTERS: st.adapter_bytes * k,
+        C.OPTIMIZER_STATE: st.optimizer_bytes * k,
+        C.MASTER_WEIGHTS: st.master_bytes * k,
+        C.CUDA_CONTEXT: context,
+        C.RUNTIME_WORKSPACE: workspace,
+        C.COMMUNICATION_BUFFERS: st.comm_bytes * k,
+    }
+    rounding = st.weights_rounding_bytes * k
+
+    def phase(grads: int, a: int, lg: int) -> dict[Component, int]:
+        v = dict(base)
+        v[C.GRADIENTS] = grads * k
+        v[C.ACTIVATIONS] = a * k
+        v[C.LOGITS] = lg * k
+        v[C.ALLOCATOR_OVERHEAD] = _allocator(rounding, (a + lg) * k)
+        return v
+
+    phases = [
+        ("forward", phase(grads_live, acts, logits)),
+        ("backward_start", phase(grads_live, acts, logits + dlogits)),
+        ("backward_end", phase(st.gradient_bytes, one_layer, 0)),
+    ]
+    parts = {
+        C.ACTIVATIONS: tuple(act_parts),
+        C.COMMUNICATION_BUFFERS: st.comm_parts,
+        C.RUNTIME_WORKSPACE: tuple(extra_ws),
+    }
+    if st.stage.last:
+        parts[C.LOGITS] = (("lm_head output", tokens * st.dims.vocab * e),
+                           ("fp32 upcast for the loss", tokens * st.dims.vocab * 4),
+                           ("log-softmax saved by cross-entropy", tokens * st.dims.vocab * 4),
+                           ("logit gradients at backward start (fp32 + compute dtype)", dlogits))
+    par = w.parallelism
+    return _finish(st.stage.index, par.tensor * par.data, phases, parts)
+
+
+# -------------------------------------------------------------------------------- generic --
+
+
+def _generic(w: GenericWorkload, ov: Overheads) -> StageNumbers:
+    k = w.instances
+    assets = sum(i.bytes for i in w.assets)
+    per_item = sum(i.bytes for i in w.per_item) * w.batch_size
+    caches = sum(c.bytes_per_unit * c.units for c in w.caches)
+    workspaces = sum(i.bytes for i in w.workspaces)
+    context = ov.cuda_context_bytes * k if w.uses_cuda_context else 0
+    values = {c: 0 for c in ORDER}
+    values[C.WEIGHTS] = assets * k
+    values[C.ACTIVATIONS] = per_item * k
+    values[C.KV_CACHE] = caches * k
+    values[C.RUNTIME_WORKSPACE] = workspaces * k
+    values[C.CUDA_CONTEXT] = context
+    values[C.ALLOCATOR_OVERHEAD] = _allocator(0, per_item * k)
+    values.pop(C.HEADROOM)
+    parts = {
+        C.WEIGHTS: tuple((i.name, i.bytes) for i in w.assets),
+        C.ACTIVATIONS: tuple((i.name, i.bytes * w.batch_size) for i in w.per_item),
+        C.KV_CACHE: tuple((c.name, c.bytes_per_unit * c.units) for c in w.caches),
+        C.RUNTIME_WORKSPACE: tuple((i.name, i.bytes) for i in w.workspaces),
+    }
+    return _finish(None, 1, [("steady", values)], parts)
+
+
+# ------------------------------------------------------------------------ numeric core -----
+
+
+def workload_stages(w: Workload, ov: Overheads, field: str = "workloads[0]"
+                    ) -> tuple[StageNumbers, ...]:
+    """Per pipeline stage of one workload: its peak-phase component bytes (headroom excluded)."""
+    if isinstance(w, GenericWorkload):
+        return (_generic(w, ov),)
+    arch = resolve_model(w.model, f"{field}.model")
+    try:
+        statics = _statics(w, arch)
+    except InvalidWorkload as exc:
+        raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
+    if isinstance(w, InferenceWorkload):
+        return tuple(_inference_stage(w, arch, st, ov) for st in statics)
+    return tuple(_training_stage(w, arch, st, ov) for st in statics)
+
+
+def _headroom(subtotal: int, headroom: Headroom) -> int:
+    return max(ceil_div(int(subtotal * headroom.fraction * 1_000_000), 1_000_000),
+               headroom.min_bytes)
+
+
+def device_totals(workloads: tuple[Workload, ...], device: DeviceContext | None,
+                  headroom: Headroom) -> int:
+    """Total bytes of the most loaded device, headroom included: the solver's objective."""
+    ov = device.overheads if device else _DEFAULT_OVERHEADS
+    subtotal = 0
+    for i, w in enumerate(workloads):
+        subtotal += max(sum(s.values.values()) for s in workload_stages(w, ov, f"workloads[{i}]"))
+    return subtotal + _headroom(subtotal, headroom)
+
+
+# ------------------------------------------------------------------------- explanations ----
+
+_FORMULAS: dict[Component, tuple[str, str]] = {
+    C.WEIGHTS: ("sum over tensors on the device of rows x cols x bytes(dtype); quantized "
+                "layers count their packed payload",
+                "tensor inventory of transformers modeling_<family>.py; sharding per Megatron-LM "
+                "(Shoeybi et al. 2019 §3) and vLLM"),
+    C.QUANTIZATION_METADATA: ("sum over quantized tensors of scales + zero points + group "
+                              "indices + codes",
+                              "AutoGPTQ QuantLinear, AutoAWQ WQLinear_GEMM, bitsandbytes "
+                              "functional.quantize_4bit / Int8Params, compressed-tensors fp8"),
+    C.ADAPTERS: ("r x (in + out) x bytes(adapter) per adapted projection",
+                 "Hu et al. 2021 (LoRA) §4.1; PEFT LoraLayer"),
+    C.KV_CACHE: ("sequences x bytes(kv) x [sum_full_layers 2*kv_heads*head_dim x context + "
+                 "sum_sliding_layers 2*kv_heads*head_dim x min(context, window)]; MLA: "
+                 "(kv_lora_rank + qk_rope_head_dim) per layer",
+                 "Pope et al. 2022 §2; DeepSeek-V2 §2.1.2 (MLA); vLLM kv_cache_interface.py"),
+    C.ACTIVATIONS: ("training: tensors saved for backward per layer x layers x micro-batches "
+                    "in flight; inference: residual + max(attention, MLP) working set of one "
+                    "forward pass",
+                    "Korthikanti et al. 2022 §4 (Table 2); Dao et al. 2022 §3 (flash attention)"),
+    C.LOGITS: ("rows x vocab_per_device x bytes (training: + fp32 copy + fp32 log-softmax)",
+               "transformers ForCausalLMLoss (logits.float()); torch cross_entropy"),
+    C.GRADIENTS: ("trainable params x bytes(grad) (/ data-parallel size with ZeRO >= 2)",
+                  "Rajbhandari et al. 2020 (ZeRO) §3, §5"),
+    C.OPTIMIZER_STATE: ("per trainable tensor: Adam 2 x numel x bytes(state); 8-bit Adam "
+                        "2 x numel + absmax per 256 (fp32 below 4096 elements); SGD momentum "
+                        "numel; Adafactor rows + cols (/ data-parallel size with ZeRO >= 1)",
+                        "Loshchilov & Hutter 2019; Dettmers et al. 2022 (8-bit optimizers); "
+                        "Shazeer & Stern 2018; ZeRO §5"),
+    C.MASTER_WEIGHTS: ("trainable params x 4 when parameters are low precision (/ data-parallel "
+                       "size with ZeRO >= 1)", "Micikevicius et al. 2018 §3.1; ZeRO §3"),
+    C.CUDA_CONTEXT: ("one context per process", "see source"),
+    C.RUNTIME_WORKSPACE: ("cuBLAS + cuBLASLt workspace per process (+ QLoRA dequantization "
+                          "buffer, autocast weight cache)", "see source"),
+    C.COMMUNICATION_BUFFERS: ("NCCL communicators of the layout + DDP/ZeRO buckets",
+                              "NVIDIA/nccl#964; torch DDP docs; DeepSpeed ZeRO config"),
+    C.ALLOCATOR_OVERHEAD: ("512-byte rounding of every weight tensor + 5% of transient bytes",
+                           "c10/cuda/CUDACachingAllocator.cpp (kMinBlockSize = 512); "
+                           "fragmentation fraction is an assumption until calibrated"),
+    C.HEADROOM: ("max(ceil(fraction x device subtotal), min_bytes)", "requested by the caller"),
+}
+
+
+def _line(component: Component, value: int, inputs: dict[str, Any],
+          parts: tuple[tuple[str, int], ...], ov: Overheads) -> Line:
+    formula, source = _FORMULAS[component]
+    if component is C.CUDA_CONTEXT:
+        source = ov.cuda_context_source
+    elif component is C.RUNTIME_WORKSPACE:
+        source = ov.workspace_source
+    return Line(component=component, bytes=value, formula=formula, inputs=inputs, source=source,
+                parts=tuple(Part(name=n, bytes=b) for n, b in parts))
+
+
+def _inputs(w: Workload, arch: Arch | None) -> dict[str, Any]:
+    if isinstance(w, GenericWorkload):
+        return {"batch_size": w.batch_size, "instances": w.instances}
+    par = w.parallelism
+    common: dict[str, Any] = {
+        "tensor_parallel": par.tensor, "pipeline_parallel": par.pipeline,
+        "data_parallel": par.data, "weights_dtype": w.precision.weights,
+        "compute_dtype": w.precision.compute, "instances": w.instances,
+    }
+    if arch is not None:
+        common.update(num_layers=arch.num_layers, hidden_size=arch.hidden_size,
+                      num_kv_heads=arch.num_kv_heads, head_dim=arch.head_dim)
+    if isinstance(w, InferenceWorkload):
+        common.update(sequences=w.num_sequences, context_tokens=w.context_tokens,
+                      prompt_tokens=w.prompt_tokens, attention=w.attention,
+                      kv_cache_dtype=w.precision.kv_cache)
+    else:
+        common.update(micro_batch_size=w.micro_batch_size, sequence_length=w.sequence_length,
+                      checkpointing=w.checkpointing, zero_stage=par.zero_stage,
+                      optimizer=w.optimizer.__struct_config__.tag,
+                      mixed_precision=w.mixed_precision)
+    return common
+
+
+def _warnings(w: Workload, arch: Arch | None, device: DeviceContext | None) -> list[str]:
+    out: list[str] = []
+    if isinstance(w, GenericWorkload) or arch is None:
+        return out
+    if isinstance(w, InferenceWorkload):
+        if arch.kind == "encoder" and w.generated_tokens:
+            out.append("encoder models do not generate: generated_tokens is ignored")
+        if arch.kind == "decoder" and w.context_tokens > arch.max_positions:
+            out.append(f"context {w.context_tokens} exceeds the model's max_position_embeddings "
+                       f"{arch.max_positions}")
+    elif w.sequence_length > arch.max_positions:
+        out.append(f"sequence_length {w.sequence_length} exceeds the model's "
+                   f"max_position_embeddings {arch.max_positions}")
+    if device is not None:
+        for dtype in {w.precision.compute, w.precision.weights}:
+            native = native_dtype_name(dtype)
+            if native and native not in device.native_dtypes:
+                out.append(f"{device.name} has no native {dtype} support: kernels fall back or "
+                           f"fail")
+    return out
+
+
+def _summary(w: Workload, arch: Arch | None) -> WorkloadSummary:
+    if isinstance(w, GenericWorkload):
+        return WorkloadSummary(name=w.name or "generic", kind="generic", devices_per_instance=1,
+                               instances=w.instances)
+    assert arch is not None
+    kind = "inference" if isinstance(w, InferenceWorkload) else "training"
+    return WorkloadSummary(name=w.name or model_name(w.model), kind=kind,
+                           model_type=arch.model_type, num_params=arch.num_params,
+                           num_layers=arch.num_layers,
+                           devices_per_instance=w.parallelism.devices, instances=w.instances)
+
+
+def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
+                   values: dict[Component, int], parts: dict[Component, Any],
+                   phases: tuple[tuple[str, int], ...], inputs: dict[str, Any],
+                   headroom: Headroom, ov: Overheads) -> DeviceBudget:
+    subtotal = sum(values.values())
+    room = _headroom(subtotal, headroom)
+    lines = []
+    for c in ORDER:
+        if c is C.HEADROOM:
+            lines.append(_line(c, room, {"fraction": headroom.fraction,
+                                         "min_bytes": headroom.min_bytes,
+                                         "subtotal_bytes": subtotal}, (), ov))
+        else:
+            lines.append(_line(c, values.get(c, 0), inputs, parts.get(c, ()), ov))
+    return DeviceBudget(label=label, pipeline_stage=stage, num_devices=num_devices,
+                        peak_phase=peak, lines=tuple(lines), total_bytes=subtotal + room,
+                        phases=tuple(Phase(name=n, total_bytes=t + _headroom(t, headroom))
+                                     for n, t in phases))
+
+
+def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
+             headroom: Headroom | None = None) -> Budget:
+    """The full answer for co-located workloads on one device type."""
+    headroom = headroom or Headroom()
+    ctx = resolve_device(device)
+    ov = ctx.overheads if ctx else _DEFAULT_OVERHEADS
+    archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model,
+             f"workloads[{i}].model") for i, w in enumerate(workloads)]
+    per_workload = [workload_stages(w, ov, f"workloads[{i}]") for i, w in enumerate(workloads)]
+    warnings: list[str] = []
+    for w, arch in zip(workloads, archs, strict=True):
+        warnings += _warnings(w, arch, ctx)
+    devices: list[DeviceBudget] = []
+    if len(workloads) == 1:
+        w, arch = workloads[0], archs[0]
+        inputs = _inputs(w, arch)
+        for s in per_workload[0]:
+            label = "every device" if s.stage is None or len(per_workload[0]) == 1 else (
+                f"pipeline stage {s.stage}")
+            devices.append(_device_budget(label, s.stage, s.num_devices, s.peak_phase, s.values,
+                                          s.parts, s.phases, inputs, headroom, ov))
+    else:
+        # Co-located: the most loaded stage of each workload shares one device.
+        values: dict[Component, int] = {}
+        parts: dict[Component, list[tuple[str, int]]] = {}
+        peaks = []
+        for w, stages_, arch in zip(workloads, per_workload, archs, strict=True):
+            top = max(stages_, key=lambda s: sum(s.values.values()))
+            name = _summary(w, arch).name
+            peaks.append(f"{name}: {top.peak_phase}")
+            for c, v in top.values.items():
+                values[c] = values.get(c, 0) + v
+                parts.setdefault(c, []).append((name, v))
+        devices.append(_device_budget(
+            "co-located (most loaded stage of each workload)", None, 1, "; ".join(peaks), values,
+            {c: tuple(p) for c, p in parts.items()}, (("co-located peak", sum(values.values())),),
+            {"workloads": len(workloads)}, headroom, ov))
+    most = max(range(len(devices)), key=lambda i: devices[i].total_bytes)
+    summary_device = None
+    if ctx is not None:
+        summary_device = DeviceSummary(name=ctx.name, id=ctx.id,
+                                       memory_total_bytes=ctx.memory_total_bytes,
+                                       architecture=ctx.architecture)
+    pairs = list(zip(workloads, archs, per_workload, strict=True))
+    return Budget(
+        workloads=tuple(_summary(w, a) for w, a in zip(workloads, archs, strict=True)),
+        device=summary_device,
+        devices=tuple(devices),
+        most_loaded=most,
+        total_bytes=devices[most].total_bytes,
+        host_ram=host_budget(pairs),
+        disk=disk_budget(pairs),
+        warnings=tuple(warnings),
+    )

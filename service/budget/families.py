@@ -1,0 +1,385 @@
+"""From a Hugging Face ``config.json`` (or explicit dimensions) to a resolved ``Arch``.
+
+Each family follows its ``transformers`` modelling code (``modeling_<model_type>.py``): which
+tensors a layer creates, which have biases, which layers use a sliding window or experts. The
+tensor inventories below are the only place these facts live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .arch import MLA, Arch, AttentionKind, LayerType, MoE, Role, Split, TensorGroup
+from .errors import InvalidWorkload
+from .hf_config import FAMILY_DEFAULTS, GEMMA3_VISION_DEFAULTS, HFConfig, HFVisionConfig
+
+__all__ = ["arch_from_hf_config", "compress_runs", "gated_mlp", "linear", "norm"]
+
+T = TensorGroup
+
+
+def linear(name: str, out_features: int, in_features: int, split: Split, *, role: Role = Role.LINEAR,
+         bias: bool = False, count: int = 1) -> list[TensorGroup]:
+    """A linear layer's weight (and bias). A row-parallel bias is replicated (added after the
+    all-reduce); a column-parallel bias is split with the output features."""
+    groups = [T(name, out_features, in_features, role, split, count)]
+    if bias:
+        bias_split = Split.REPLICATED if split is Split.ROW else split
+        groups.append(T(f"{name}.bias", out_features, 1, Role.BIAS, bias_split, count))
+    return groups
+
+
+def norm(name: str, width: int, *, layernorm: bool) -> list[TensorGroup]:
+    groups = [T(name, width, 1, Role.NORM, Split.REPLICATED)]
+    if layernorm:
+        groups.append(T(f"{name}.bias", width, 1, Role.NORM, Split.REPLICATED))
+    return groups
+
+
+def compress_runs(layers: Sequence[LayerType]) -> tuple[tuple[LayerType, int], ...]:
+    """Run-length encode a layer list, keeping order (so pipeline stages can be cut from it)."""
+    runs: list[list[Any]] = []
+    for layer in layers:
+        if runs and runs[-1][0] == layer:
+            runs[-1][1] += 1
+        else:
+            runs.append([layer, 1])
+    return tuple((layer, n) for layer, n in runs)
+
+
+class _Cfg:
+    """Config values with the family's transformers defaults filled in."""
+
+    def __init__(self, config: Any, defaults: dict[str, Any]) -> None:
+        self._config = config
+        self._defaults = defaults
+
+    def get(self, key: str, fallback: Any = None) -> Any:
+        value = getattr(self._config, key, None)
+        if value is None:
+            value = self._defaults.get(key)
+        return fallback if value is None else value
+
+    def require(self, key: str) -> Any:
+        value = self.get(key)
+        if value is None:
+            raise InvalidWorkload(f"config.{key}", "is required for this model_type")
+        return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoder families with RMSNorm and gated MLPs (Llama and descendants, Gemma, Qwen, DeepSeek).
+# ---------------------------------------------------------------------------------------------
+
+_QKV_BIAS_FAMILIES = frozenset({"qwen2", "qwen2_moe"})  # Qwen2Attention: q/k/v bias, o_proj none
+_QK_NORM_FAMILIES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
+_SANDWICH_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text"})
+
+
+def _layer_attention_kinds(model_type: str, c: _Cfg, num_layers: int) -> list[int | None]:
+    """Per layer: the sliding window size, or None for full attention."""
+    layer_types = c.get("layer_types")
+    window = c.get("sliding_window")
+    if layer_types is not None:
+        if len(layer_types) != num_layers:
+            raise InvalidWorkload(
+                "config.layer_types",
+                f"has {len(layer_types)} entries; num_hidden_layers is {num_layers}",
+            )
+        return [window if kind == "sliding_attention" else None for kind in layer_types]
+    if model_type in ("mistral", "mixtral", "phi3"):
+        return [window] * num_layers  # applied to every layer when set
+    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+        if not c.get("use_sliding_window", False) or window is None:
+            return [None] * num_layers
+        first = c.get("max_window_layers", 0)
+        return [window if i >= first else None for i in range(num_layers)]
+    if model_type == "gemma2":
+        return [window if i % 2 == 0 else None for i in range(num_layers)]
+    if model_type in ("gemma3", "gemma3_text"):
+        pattern = c.get("sliding_window_pattern", 6)
+        return [window if (i + 1) % pattern else None for i in range(num_layers)]
+    return [None] * num_layers
+
+
+def _moe_layer_flags(model_type: str, c: _Cfg, num_layers: int) -> tuple[list[bool], MoE | None]:
+    if model_type == "mixtral":
+        experts = c.require("num_local_experts")
+        moe = MoE(experts, c.require("num_experts_per_tok"), c.require("intermediate_size"), 0)
+        return [True] * num_layers, moe
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        experts = c.get("num_experts", 0)
+        if not experts:
+            return [False] * num_layers, None
+        step = c.get("decoder_sparse_step", 1)
+        only_mlp = set(c.get("mlp_only_layers", ()))
+        flags = [i not in only_mlp and (i + 1) % step == 0 for i in range(num_layers)]
+        shared = c.get("shared_expert_intermediate_size", 0) if model_type == "qwen2_moe" else 0
+        moe = MoE(experts, c.require("num_experts_per_tok"), c.require("moe_intermediate_size"),
+                  shared)
+        return flags, moe
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        experts = c.get("n_routed_experts")
+        if not experts:
+            return [False] * num_layers, None
+        first_dense = c.get("first_k_dense_replace", 0)
+        freq = c.get("moe_layer_freq", 1)
+        flags = [i >= first_dense and i % freq == 0 for i in range(num_layers)]
+        expert_width = c.require("moe_intermediate_size")
+        shared = c.get("n_shared_experts", 0) * expert_width
+        return flags, MoE(experts, c.require("num_experts_per_tok"), expert_width, shared)
+    return [False] * num_layers, None
+
+
+def _attention_tensors(model_type: str, c: _Cfg, h: int, a: int, kv: int, d: int,
+                       mla: MLA | None) -> list[TensorGroup]:
+    if mla is not None:
+        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        groups: list[TensorGroup] = []
+        if mla.q_lora_rank:
+            groups += linear("q_a_proj", mla.q_lora_rank, h, Split.REPLICATED)
+            groups += norm("q_a_layernorm", mla.q_lora_rank, layernorm=False)
+            groups += linear("q_b_proj", a * qk_head, mla.q_lora_rank, Split.COLUMN)
+        else:
+            groups += linear("q_proj", a * qk_head, h, Split.COLUMN)
+        groups += linear("kv_a_proj_with_mqa", mla.kv_lora_rank + mla.qk_rope_head_dim, h,
+                       Split.REPLICATED)
+        groups += norm("kv_a_layernorm", mla.kv_lora_rank, layernorm=False)
+        groups += linear("kv_b_proj", a * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank,
+                       Split.COLUMN)
+        groups += linear("o_proj", h, a * mla.v_head_dim, Split.ROW)
+        return groups
+    attention_bias = bool(c.get("attention_bias", False))
+    qkv_bias = attention_bias or model_type in _QKV_BIAS_FAMILIES
+    groups = []
+    groups += linear("q_proj", a * d, h, Split.COLUMN, bias=qkv_bias)
+    groups += linear("k_proj", kv * d, h, Split.KV_COLUMN, bias=qkv_bias)
+    groups += linear("v_proj", kv * d, h, Split.KV_COLUMN, bias=qkv_bias)
+    groups += linear("o_proj", h, a * d, Split.ROW, bias=attention_bias)
+    if model_type in _QK_NORM_FAMILIES:
+        groups += norm("q_norm", d, layernorm=False)
+        groups += norm("k_norm", d, layernorm=False)
+    return groups
+
+
+def gated_mlp(prefix: str, h: int, f: int, *, bias: bool = False, role: Role = Role.LINEAR,
+               count: int = 1) -> list[TensorGroup]:
+    return [
+        *linear(f"{prefix}gate_proj", f, h, Split.COLUMN, bias=bias, role=role, count=count),
+        *linear(f"{prefix}up_proj", f, h, Split.COLUMN, bias=bias, role=role, count=count),
+        *linear(f"{prefix}down_proj", h, f, Split.ROW, bias=bias, role=role, count=count),
+    ]
+
+
+def _moe_tensors(model_type: str, c: _Cfg, h: int, moe: MoE) -> list[TensorGroup]:
+    groups = [T("router", moe.num_experts, h, Role.ROUTER, Split.REPLICATED)]
+    if model_type == "deepseek_v3" and c.get("topk_method") == "noaux_tc":
+        # DeepseekV3TopkRouter.e_score_correction_bias: one fp32 bias per expert.
+        groups.append(T("router.e_score_correction_bias", moe.num_experts, 1, Role.ROUTER,
+                        Split.REPLICATED))
+    groups += gated_mlp("experts.", h, moe.expert_intermediate_size, role=Role.EXPERT,
+                         count=moe.num_experts)
+    if moe.shared_intermediate_size:
+        groups += gated_mlp("shared_experts.", h, moe.shared_intermediate_size)
+        if model_type == "qwen2_moe":
+            groups.append(T("shared_expert_gate", 1, h, Role.ROUTER, Split.REPLICATED))
+    return groups
+
+
+def _mla_from(c: _Cfg) -> MLA:
+    return MLA(
+        kv_lora_rank=c.require("kv_lora_rank"),
+        q_lora_rank=c.get("q_lora_rank"),
+        qk_nope_head_dim=c.require("qk_nope_head_dim"),
+        qk_rope_head_dim=c.require("qk_rope_head_dim"),
+        v_head_dim=c.require("v_head_dim"),
+    )
+
+
+def _vision_tensors(vision: HFVisionConfig | None, text_hidden: int) -> list[TensorGroup]:
+    """Gemma 3's SigLIP tower (``modeling_siglip.py``) and ``Gemma3MultiModalProjector``."""
+    vc = _Cfg(vision, GEMMA3_VISION_DEFAULTS)
+    hv, fv = vc.get("hidden_size"), vc.get("intermediate_size")
+    patch, channels = vc.get("patch_size"), vc.get("num_channels")
+    num_patches = (vc.get("image_size") // patch) ** 2
+    layers = vc.get("num_hidden_layers")
+    per_layer = [
+        *norm("layer_norm1", hv, layernorm=True),
+        *(g for n in ("q_proj", "k_proj", "v_proj", "out_proj")
+          for g in linear(n, hv, hv, Split.REPLICATED, role=Role.VISION, bias=True)),
+        *norm("layer_norm2", hv, layernorm=True),
+        *linear("fc1", fv, hv, Split.REPLICATED, role=Role.VISION, bias=True),
+        *linear("fc2", hv, fv, Split.REPLICATED, role=Role.VISION, bias=True),
+    ]
+    groups = [
+        T("vision.patch_embedding", hv, channels * patch * patch, Role.VISION, Split.REPLICATED),
+        T("vision.patch_embedding.bias", hv, 1, Role.VISION, Split.REPLICATED),
+        T("vision.position_embedding", num_patches, hv, Role.VISION, Split.REPLICATED),
+        *(T(f"vision.layers.{g.name}", g.rows, g.cols, Role.VISION, Split.REPLICATED,
+            g.count * layers) for g in per_layer),
+        *(T(f"vision.{g.name}", g.rows, g.cols, Role.VISION, Split.REPLICATED)
+          for g in norm("post_layernorm", hv, layernorm=True)),
+        T("multi_modal_projector.mm_input_projection_weight", hv, text_hidden, Role.VISION,
+          Split.REPLICATED),
+        T("multi_modal_projector.mm_soft_emb_norm", hv, 1, Role.VISION, Split.REPLICATED),
+    ]
+    if vc.get("vision_use_head"):
+        raise InvalidWorkload("config.vision_config.vision_use_head", "true is not supported")
+    return groups
+
+
+def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
+    h = c.require("hidden_size")
+    L = c.require("num_hidden_layers")
+    a = c.require("num_attention_heads")
+    kv = c.get("num_key_value_heads", a)
+    d = c.get("head_dim", h // a)
+    V = c.require("vocab_size")
+    f = c.require("intermediate_size")
+    tie = bool(c.get("tie_word_embeddings", False))
+    mla = _mla_from(c) if model_type in ("deepseek_v2", "deepseek_v3") else None
+    if mla is not None:
+        d = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        kv = a
+    if a % kv:
+        raise InvalidWorkload("config.num_key_value_heads",
+                              f"must divide num_attention_heads ({a}); got {kv}")
+    mlp_bias = bool(c.get("mlp_bias", False))
+    windows = _layer_attention_kinds(model_type, c, L)
+    moe_flags, moe = _moe_layer_flags(model_type, c, L)
+    attention = _attention_tensors(model_type, c, h, a, kv, d, mla)
+    norms = 4 if model_type in _SANDWICH_FAMILIES else 2
+    norm_groups = [T("layernorms", h, 1, Role.NORM, Split.REPLICATED, norms)]
+    dense_mlp = gated_mlp("", h, f, bias=mlp_bias)
+    moe_mlp = _moe_tensors(model_type, c, h, moe) if moe else []
+    cache: dict[tuple[int | None, bool], LayerType] = {}
+    layers = []
+    for window, is_moe in zip(windows, moe_flags, strict=True):
+        key = (window, is_moe)
+        if key not in cache:
+            cache[key] = LayerType(
+                attention=AttentionKind.SLIDING if window else AttentionKind.FULL,
+                window=window,
+                moe=is_moe,
+                tensors=tuple(norm_groups + attention + (moe_mlp if is_moe else dense_mlp)),
+            )
+        layers.append(cache[key])
+    head = [T("norm", h, 1, Role.NORM, Split.REPLICATED)]
+    if not tie:
+        head.append(T("lm_head", V, h, Role.LM_HEAD, Split.VOCAB))
+    checkpoint_only = 0
+    if model_type == "deepseek_v3" and c.get("num_nextn_predict_layers", 0):
+        # The hub checkpoint stores the multi-token-prediction module (DeepSeek-V3 report §2.2):
+        # enorm, hnorm, eh_proj (h x 2h), its own embed_tokens and shared_head (norm + head),
+        # and one full MoE decoder layer. transformers and vLLM (without speculative decoding)
+        # do not load it.
+        mtp_layer = LayerType(AttentionKind.FULL, None, True,
+                              tuple(norm_groups + attention + moe_mlp))
+        per_mtp = mtp_layer.num_params + 2 * h + 2 * h * h + V * h + h + V * h
+        checkpoint_only = per_mtp * c.get("num_nextn_predict_layers")
+    return Arch(
+        model_type=model_type,
+        kind="decoder",
+        hidden_size=h,
+        num_layers=L,
+        num_heads=a,
+        num_kv_heads=kv,
+        head_dim=d,
+        intermediate_size=f,
+        vocab_size=V,
+        max_positions=c.get("max_position_embeddings", 1 << 40),
+        mlp="gated",
+        norm="rmsnorm",
+        tie_word_embeddings=tie,
+        qk_norm=model_type in _QK_NORM_FAMILIES,
+        sandwich_norms=norms == 4,
+        layer_runs=compress_runs(layers),
+        embeddings=(T("embed_tokens", V, h, Role.EMBEDDING, Split.VOCAB),),
+        head=tuple(head),
+        extras=tuple(extras),
+        mla=mla,
+        moe=moe,
+        checkpoint_only_params=checkpoint_only,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-2 and BERT: LayerNorm, learned positions, GELU MLP with biases.
+# ---------------------------------------------------------------------------------------------
+
+
+def _gpt2(c: _Cfg) -> Arch:
+    h, L, a = c.require("n_embd"), c.require("n_layer"), c.require("n_head")
+    f = c.get("n_inner") or 4 * h
+    V, P = c.require("vocab_size"), c.require("n_positions")
+    layer = LayerType(AttentionKind.FULL, None, False, tuple([
+        *norm("ln_1", h, layernorm=True),
+        *linear("attn.c_attn", 3 * h, h, Split.COLUMN, bias=True),
+        *linear("attn.c_proj", h, h, Split.ROW, bias=True),
+        *norm("ln_2", h, layernorm=True),
+        *linear("mlp.c_fc", f, h, Split.COLUMN, bias=True),
+        *linear("mlp.c_proj", h, f, Split.ROW, bias=True),
+    ]))
+    return Arch(
+        model_type="gpt2", kind="decoder", hidden_size=h, num_layers=L, num_heads=a,
+        num_kv_heads=a, head_dim=h // a, intermediate_size=f, vocab_size=V, max_positions=P,
+        mlp="dense", norm="layernorm", tie_word_embeddings=True, qk_norm=False,
+        sandwich_norms=False, layer_runs=((layer, L),),
+        embeddings=(T("wte", V, h, Role.EMBEDDING, Split.VOCAB),
+                    T("wpe", P, h, Role.EMBEDDING, Split.REPLICATED)),
+        head=tuple(norm("ln_f", h, layernorm=True)),
+    )
+
+
+def _bert(c: _Cfg) -> Arch:
+    h, L, a = c.require("hidden_size"), c.require("num_hidden_layers"), c.require(
+        "num_attention_heads")
+    f, V = c.require("intermediate_size"), c.require("vocab_size")
+    P, types = c.require("max_position_embeddings"), c.get("type_vocab_size", 2)
+    layer = LayerType(AttentionKind.FULL, None, False, tuple([
+        *linear("attention.self.query", h, h, Split.COLUMN, bias=True),
+        *linear("attention.self.key", h, h, Split.KV_COLUMN, bias=True),
+        *linear("attention.self.value", h, h, Split.KV_COLUMN, bias=True),
+        *linear("attention.output.dense", h, h, Split.ROW, bias=True),
+        *norm("attention.output.LayerNorm", h, layernorm=True),
+        *linear("intermediate.dense", f, h, Split.COLUMN, bias=True),
+        *linear("output.dense", h, f, Split.ROW, bias=True),
+        *norm("output.LayerNorm", h, layernorm=True),
+    ]))
+    # BertModel with its pooler (what AutoModel loads). The pre-training heads of the hub
+    # checkpoint (BertForPreTraining: MLM transform + decoder bias, NSP classifier) are counted
+    # as checkpoint-only parameters: transform dense h*h+h, LayerNorm 2h, decoder bias V
+    # (decoder weight tied to word embeddings), seq_relationship 2h+2.
+    mlm_nsp_heads = (h * h + h) + 2 * h + V + (2 * h + 2)
+    return Arch(
+        model_type="bert", kind="encoder", hidden_size=h, num_layers=L, num_heads=a,
+        num_kv_heads=a, head_dim=h // a, intermediate_size=f, vocab_size=V, max_positions=P,
+        mlp="dense", norm="layernorm", tie_word_embeddings=True, qk_norm=False,
+        sandwich_norms=False, layer_runs=((layer, L),),
+        embeddings=(T("word_embeddings", V, h, Role.EMBEDDING, Split.VOCAB),
+                    T("position_embeddings", P, h, Role.EMBEDDING, Split.REPLICATED),
+                    T("token_type_embeddings", types, h, Role.EMBEDDING, Split.REPLICATED),
+                    *norm("embeddings.LayerNorm", h, layernorm=True)),
+        head=tuple(linear("pooler.dense", h, h, Split.REPLICATED, bias=True)),
+        checkpoint_only_params=mlm_nsp_heads,
+    )
+
+
+_BUILDERS: dict[str, Callable[[HFConfig], Arch]] = {}
+
+
+def arch_from_hf_config(config: HFConfig) -> Arch:
+    """Resolve a ``config.json``; Gemma 3's multimodal wrapper resolves its ``text_config`` and
+    adds the vision tower that ``Gemma3ForConditionalGeneration`` loads."""
+    model_type = config.model_type
+    if model_type == "gpt2":
+        return _gpt2(_Cfg(config, FAMILY_DEFAULTS["gpt2"]))
+    if model_type == "bert":
+        return _bert(_Cfg(config, FAMILY_DEFAULTS["bert"]))
+    if model_type == "gemma3":
+        text = config.text_config
+        c = _Cfg(text, FAMILY_DEFAULTS["gemma3_text"])
+        extras = _vision_tensors(config.vision_config, c.require("hidden_size"))
+        return _decoder("gemma3", c, extras=extras)
+    return _decoder(model_type, _Cfg(config, FAMILY_DEFAULTS[model_type]), extras=[])

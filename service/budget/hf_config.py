@@ -1,0 +1,265 @@
+"""The subset of a Hugging Face ``config.json`` that decides memory, as a wire type.
+
+Unknown keys are ignored on purpose: real ``config.json`` files carry dozens of keys
+(rope scaling, token ids, generation defaults) that do not change a byte of memory, and a caller
+must be able to paste the file as published. The JSON schema says so (no
+``additionalProperties: false`` here, unlike every other request object).
+
+Missing keys take the defaults of the family's ``transformers`` configuration class, exactly as
+``AutoConfig`` would fill them (see ``FAMILY_DEFAULTS``): Gemma 3 checkpoints, for example, publish
+a sparse ``text_config`` and rely on ``Gemma3TextConfig``'s defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+__all__ = [
+    "DECODER_MODEL_TYPES",
+    "FAMILY_DEFAULTS",
+    "ENCODER_MODEL_TYPES",
+    "HFConfig",
+    "HFTextConfig",
+    "HFVisionConfig",
+    "ModelType",
+]
+
+ModelType = Literal[
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "phi3",
+    "granite",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt2",
+    "bert",
+]
+DECODER_MODEL_TYPES: frozenset[str] = frozenset(
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "phi3",
+        "granite",
+        "deepseek_v2",
+        "deepseek_v3",
+        "gpt2",
+    }
+)
+ENCODER_MODEL_TYPES: frozenset[str] = frozenset({"bert"})
+
+Dim = Annotated[int, Meta(ge=1, le=1 << 24, description="A model dimension (1 .. 2^24).")]
+Count = Annotated[int, Meta(ge=0, le=1 << 20, description="A count (0 .. 2^20).")]
+LayerCount = Annotated[int, Meta(ge=1, le=1_000_000, description="Number of layers (1 .. 10^6).")]
+Vocab = Annotated[int, Meta(ge=1, le=1 << 26, description="Vocabulary size (1 .. 2^26).")]
+Positions = Annotated[int, Meta(ge=1, le=1 << 40, description="Positions (1 .. 2^40).")]
+
+
+class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Fields shared by a top-level config and Gemma 3's nested ``text_config``."""
+
+    architectures: tuple[str, ...] | None = None
+    hidden_size: Dim | None = None
+    intermediate_size: Dim | None = None
+    num_hidden_layers: LayerCount | None = None
+    num_attention_heads: Dim | None = None
+    num_key_value_heads: Dim | None = None
+    head_dim: Dim | None = None
+    vocab_size: Vocab | None = None
+    max_position_embeddings: Positions | None = None
+    tie_word_embeddings: bool | None = None
+    torch_dtype: str | None = None
+    attention_bias: bool | None = None
+    mlp_bias: bool | None = None
+    # Sliding-window attention (Mistral, Qwen2, Phi-3, Gemma 2/3).
+    sliding_window: Positions | None = None
+    use_sliding_window: bool | None = None
+    max_window_layers: Count | None = None
+    sliding_window_pattern: Dim | None = None
+    layer_types: tuple[str, ...] | None = None
+    # Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek).
+    num_local_experts: Count | None = None
+    num_experts: Count | None = None
+    num_experts_per_tok: Count | None = None
+    moe_intermediate_size: Dim | None = None
+    shared_expert_intermediate_size: Count | None = None
+    decoder_sparse_step: Dim | None = None
+    mlp_only_layers: tuple[Annotated[int, Meta(ge=0)], ...] | None = None
+    n_routed_experts: Count | None = None
+    n_shared_experts: Count | None = None
+    first_k_dense_replace: Count | None = None
+    moe_layer_freq: Dim | None = None
+    topk_method: str | None = None
+    # Multi-head latent attention (DeepSeek-V2/V3).
+    kv_lora_rank: Dim | None = None
+    q_lora_rank: Dim | None = None
+    qk_nope_head_dim: Dim | None = None
+    qk_rope_head_dim: Dim | None = None
+    v_head_dim: Dim | None = None
+    num_nextn_predict_layers: Count | None = None
+    # GPT-2 names its dimensions differently.
+    n_embd: Dim | None = None
+    n_layer: LayerCount | None = None
+    n_head: Dim | None = None
+    n_inner: Dim | None = None
+    n_positions: Positions | None = None
+    # BERT.
+    type_vocab_size: Count | None = None
+
+
+class HFTextConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
+    """Gemma 3's nested ``text_config`` (model_type ``gemma3_text``)."""
+
+    model_type: Literal["gemma3_text"] = "gemma3_text"
+
+
+class HFVisionConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Gemma 3's SigLIP ``vision_config``: its parameters are loaded beside the language model."""
+
+    model_type: str | None = None
+    hidden_size: Dim | None = None
+    intermediate_size: Dim | None = None
+    num_hidden_layers: LayerCount | None = None
+    num_attention_heads: Dim | None = None
+    image_size: Dim | None = None
+    patch_size: Dim | None = None
+    num_channels: Dim | None = None
+    vision_use_head: bool | None = None
+
+
+class HFConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
+    """A Hugging Face ``config.json`` as published; keys that do not affect memory are ignored."""
+
+    model_type: Annotated[
+        ModelType,
+        Meta(description="The family. Any other value is answered 422 naming it."),
+    ]
+    text_config: HFTextConfig | None = None
+    vision_config: HFVisionConfig | None = None
+
+
+# Defaults of the transformers configuration classes (``configuration_<family>.py``) for the keys
+# that change memory, applied when a config omits them -- as ``AutoConfig`` does.
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, max_position_embeddings=2048, tie_word_embeddings=False,
+        attention_bias=False, mlp_bias=False,
+    ),
+    "granite": dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, max_position_embeddings=2048, tie_word_embeddings=False,
+        attention_bias=False, mlp_bias=False,
+    ),
+    "mistral": dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096 * 32,
+        tie_word_embeddings=False, sliding_window=4096,
+    ),
+    "mixtral": dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096 * 32,
+        tie_word_embeddings=False, num_local_experts=8, num_experts_per_tok=2,
+    ),
+    "qwen2": dict(
+        vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=32768,
+        tie_word_embeddings=False, use_sliding_window=False, sliding_window=4096,
+        max_window_layers=28,
+    ),
+    "qwen2_moe": dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+        num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=32768,
+        tie_word_embeddings=False, use_sliding_window=False, sliding_window=4096,
+        max_window_layers=28, decoder_sparse_step=1, moe_intermediate_size=1408,
+        shared_expert_intermediate_size=5632, num_experts_per_tok=4, num_experts=60,
+        mlp_only_layers=(),
+    ),
+    "qwen3": dict(
+        vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, head_dim=128,
+        max_position_embeddings=32768, tie_word_embeddings=False, attention_bias=False,
+        use_sliding_window=False, sliding_window=4096, max_window_layers=28,
+    ),
+    "qwen3_moe": dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
+        num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        max_position_embeddings=32768, tie_word_embeddings=False, attention_bias=False,
+        use_sliding_window=False, sliding_window=4096, max_window_layers=28,
+        decoder_sparse_step=1, moe_intermediate_size=768, num_experts_per_tok=8,
+        num_experts=128, mlp_only_layers=(),
+    ),
+    "gemma": dict(
+        vocab_size=256000, hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=16, head_dim=256,
+        max_position_embeddings=8192, tie_word_embeddings=True, attention_bias=False,
+    ),
+    "gemma2": dict(
+        vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+        max_position_embeddings=8192, tie_word_embeddings=True, attention_bias=False,
+        sliding_window=4096,
+    ),
+    "gemma3_text": dict(
+        vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+        max_position_embeddings=131072, tie_word_embeddings=True, attention_bias=False,
+        sliding_window=4096, sliding_window_pattern=6,
+    ),
+    "phi3": dict(
+        vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+        num_attention_heads=32, max_position_embeddings=4096, tie_word_embeddings=False,
+    ),
+    "deepseek_v2": dict(
+        vocab_size=102400, hidden_size=4096, intermediate_size=11008, num_hidden_layers=30,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=2048,
+        tie_word_embeddings=False, attention_bias=False, moe_intermediate_size=1407,
+        n_shared_experts=None, n_routed_experts=None, num_experts_per_tok=None,
+        first_k_dense_replace=0, moe_layer_freq=1, kv_lora_rank=512, q_lora_rank=1536,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+    ),
+    "deepseek_v3": dict(
+        vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=61,
+        num_attention_heads=128, num_key_value_heads=128, max_position_embeddings=4096,
+        tie_word_embeddings=False, attention_bias=False, moe_intermediate_size=2048,
+        n_shared_experts=1, n_routed_experts=256, num_experts_per_tok=8,
+        first_k_dense_replace=3, moe_layer_freq=1, kv_lora_rank=512, q_lora_rank=1536,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, num_nextn_predict_layers=1,
+    ),
+    "gpt2": dict(
+        vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
+        tie_word_embeddings=True,
+    ),
+    "bert": dict(
+        vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2,
+    ),
+}
+# Gemma 3's multimodal wrapper takes its language defaults from Gemma3TextConfig.
+FAMILY_DEFAULTS["gemma3"] = FAMILY_DEFAULTS["gemma3_text"]
+
+# SiglipVisionConfig as Gemma3Config instantiates it when vision_config is sparse.
+GEMMA3_VISION_DEFAULTS: dict[str, Any] = dict(
+    hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
+    image_size=896, patch_size=14, num_channels=3, vision_use_head=False,
+)

@@ -1,0 +1,141 @@
+"""The rest of the machine: host RAM and disk for the workloads of a budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .arch import Arch
+from .catalog import preset
+from .dtypes import bytes_of
+from .result import DiskBudget, HostBudget, Item
+from .spec import (
+    AWQ,
+    FP8,
+    GPTQ,
+    GenericWorkload,
+    InferenceWorkload,
+    Parallelism,
+    PresetModel,
+    TrainingWorkload,
+    Workload,
+)
+from .units import GiB
+
+__all__ = ["checkpoint_file_bytes", "disk_budget", "host_budget"]
+
+# A host carries up to this many workload processes (one per GPU of an 8-GPU server).
+GPUS_PER_HOST = 8
+# transformers PreTrainedModel.save_pretrained(max_shard_size="5GB"): the largest shard a
+# process reads at once when loading (safetensors, device_map on the GPU).
+MAX_SHARD_BYTES = 5 * 10**9
+# Resident memory of one Python process with torch and the CUDA libraries loaded: an assumption
+# (typical 1.5-3 GiB) until calibrated by probes.
+PROCESS_RSS_BYTES = 2 * GiB
+
+_DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def _prequantized(w: InferenceWorkload | TrainingWorkload) -> bool:
+    q = w.precision.quantization
+    return w.precision.weights == "fp8" or isinstance(q, GPTQ | AWQ | FP8)
+
+
+def checkpoint_file_bytes(w: InferenceWorkload | TrainingWorkload, arch: Arch) -> int:
+    """Bytes of the model files to download: a pre-quantized checkpoint (GPTQ, AWQ, fp8) is as
+    large as its quantized tensors; otherwise the published checkpoint (bitsandbytes quantizes
+    while loading), exactly its safetensors total when the preset records it."""
+    if _prequantized(w):
+        from .statics import stage_statics  # a whole-model (unsharded) inventory
+
+        whole = stage_statics(arch, w.precision, Parallelism(), None)
+        return sum(s.weights_bytes + s.metadata_bytes for s in whole)
+    if isinstance(w.model, PresetModel):
+        facts = preset(w.model.id).checkpoint
+        if facts.total_size_bytes:
+            return facts.total_size_bytes
+        dtype = _DTYPE_NAMES.get(facts.stored_dtype or "", "bf16")
+        return arch.checkpoint_num_params * bytes_of(dtype)
+    return arch.checkpoint_num_params * bytes_of(
+        w.precision.weights if w.precision.weights != "fp8" else "bf16")
+
+
+def _local_processes(w: Workload) -> int:
+    devices = 1 if isinstance(w, GenericWorkload) else w.parallelism.devices
+    return min(devices * w.instances, GPUS_PER_HOST) if devices * w.instances else 1
+
+
+def host_budget(pairs: list[tuple[Workload, Arch | None, Any]]) -> HostBudget:
+    items: list[Item] = []
+    processes = 0
+    for w, arch, stages in pairs:
+        n = _local_processes(w)
+        processes += n
+        name = getattr(w, "name", None) or (arch.model_type if arch else "generic")
+        items.append(Item(item=f"{name}: process runtime", bytes=n * PROCESS_RSS_BYTES,
+                          formula=f"{n} processes x {PROCESS_RSS_BYTES} B",
+                          source="assumption: torch + CUDA libraries resident set; calibrate"))
+        if isinstance(w, GenericWorkload) or arch is None:
+            continue
+        files = checkpoint_file_bytes(w, arch)
+        load = min(files, MAX_SHARD_BYTES) * n
+        items.append(Item(item=f"{name}: weight loading peak", bytes=load,
+                          formula=f"{n} processes x min(model files, 5 GB shard)",
+                          source="transformers save_pretrained max_shard_size='5GB'; "
+                                 "safetensors loads one shard at a time"))
+        if isinstance(w, TrainingWorkload):
+            from .estimate import _statics  # same cached statics as the device budget
+
+            statics = _statics(w, arch)
+            worst = max(statics, key=lambda s: s.host_optimizer_bytes + s.host_master_bytes
+                        + s.host_param_bytes)
+            offload = worst.host_optimizer_bytes + worst.host_master_bytes
+            if offload:
+                items.append(Item(item=f"{name}: offloaded optimizer state + master weights "
+                                  "(pinned)", bytes=offload * n,
+                                  formula=f"{n} ranks x per-rank partition",
+                                  source="Ren et al. 2021 (ZeRO-Offload) §4"))
+            if worst.host_param_bytes:
+                items.append(Item(item=f"{name}: offloaded parameters (pinned)",
+                                  bytes=worst.host_param_bytes * n,
+                                  formula=f"{n} ranks x per-rank partition",
+                                  source="Rajbhandari et al. 2021 (ZeRO-Infinity) §5"))
+    return HostBudget(num_processes=processes, items=tuple(items),
+                      total_bytes=sum(i.bytes for i in items))
+
+
+def disk_budget(pairs: list[tuple[Workload, Arch | None, Any]]) -> DiskBudget:
+    items: list[Item] = []
+    for w, arch, _ in pairs:
+        name = getattr(w, "name", None) or (arch.model_type if arch else "generic")
+        if isinstance(w, GenericWorkload) or arch is None:
+            assets = sum(a.bytes for a in w.assets) if isinstance(w, GenericWorkload) else 0
+            items.append(Item(item=f"{name}: asset files", bytes=assets, formula="sum of assets",
+                              source="caller"))
+            continue
+        files = checkpoint_file_bytes(w, arch)
+        items.append(Item(item=f"{name}: model files", bytes=files,
+                          formula="checkpoint bytes (quantized size for pre-quantized formats)",
+                          source="preset checkpoint facts (safetensors index) or params x dtype"))
+        items.append(Item(item=f"{name}: temporary conversion space", bytes=files,
+                          formula="one more copy of the model files (format conversion or "
+                          "merging writes a full copy before replacing)", source="convention"))
+        items.append(Item(item=f"{name}: spare copy for updates", bytes=files,
+                          formula="one copy of the model files (blue/green update)",
+                          source="convention"))
+        if isinstance(w, TrainingWorkload):
+            from .statics import stage_statics, training_plan
+
+            plan = training_plan(w)
+            if plan.method == "full":
+                weight_bytes = bytes_of(w.precision.weights if w.precision.weights != "fp8"
+                                        else "bf16")
+                state = arch.num_params * (weight_bytes + 4 + 8)
+                formula = "params x (weight bytes + 4 fp32 master + 8 Adam moments)"
+            else:
+                whole = stage_statics(arch, w.precision, Parallelism(), plan)
+                adapters = sum(s.adapter_params for s in whole)
+                state = adapters * (plan.adapter_bytes + 8)
+                formula = "adapter params x (adapter bytes + 8 Adam moments)"
+            items.append(Item(item=f"{name}: training checkpoint", bytes=state, formula=formula,
+                              source="ZeRO §3 model states (16 bytes per parameter)"))
+    return DiskBudget(items=tuple(items), total_bytes=sum(i.bytes for i in items))

@@ -1,0 +1,98 @@
+"""Runtime overheads that only real hardware fixes exactly: built-in defaults with their sources.
+
+These are the numbers that calibration (probe measurements) is meant to replace; until then each
+one names the public measurement or source line it comes from and its conditions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .units import MiB
+
+__all__ = [
+    "ALLOCATOR_FRAGMENTATION_FRACTION",
+    "CUBLASLT_WORKSPACE_BYTES",
+    "CUDA_CONTEXT_BYTES",
+    "DDP_BUCKET_NOTE",
+    "KMIN_BLOCK_BYTES",
+    "NCCL_GROUP_BYTES",
+    "NCCL_PAIR_BYTES",
+    "Overheads",
+    "ZERO_PREFETCH_BUCKET_ELEMENTS",
+    "ZERO_REDUCE_BUCKET_ELEMENTS",
+    "cublas_workspace_bytes",
+    "device_overheads",
+]
+
+# Device memory of a PyTorch process's CUDA context with lazy module loading (the default since
+# torch 1.13, pytorch/pytorch#86509): 426 MiB on an RTX 6000 Ada, torch 2.10.0+cu130, measured by
+# nvidia-smi per process before any tensor (unslothai/unsloth-zoo#1053). Other public points:
+# 256 MiB RTX 3090 torch 2.7.1 (invoke-ai/InvokeAI#9413); "around 400MB if CUDA >= 11.7 is used
+# and lazy module loading enabled" (pytorch/pytorch#109888). It grows with the SM count and with
+# kernels loaded as ops first run; eager module loading costs 0.7-1.7 GB (pytorch/pytorch#55277).
+CUDA_CONTEXT_BYTES = 426 * MiB
+CUDA_CONTEXT_SOURCE = ("measured: 426 MiB, RTX 6000 Ada, torch 2.10 (lazy loading), "
+                       "unslothai/unsloth-zoo#1053; ~400 MB per pytorch/pytorch#109888")
+
+# aten/src/ATen/cuda/CublasHandlePool.cpp: default workspace ":4096:2:16:8" = 8,519,680 B, and
+# 32 MiB (4096 * 8 * 1024) on compute capability 9.x/10.x/12.x; one per (handle, stream).
+CUBLAS_WORKSPACE_DEFAULT_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
+CUBLAS_WORKSPACE_LARGE_BYTES = 4096 * 8 * 1024
+# aten/src/ATen/cuda/CUDABlas.cpp: cuBLASLt workspace 1024 KiB ("default size in KiB according
+# to #73328"), a separate persistent block per handle+stream in torch 2.8/2.9 (#156495).
+CUBLASLT_WORKSPACE_BYTES = 1024 * 1024
+CUBLAS_SOURCE = "pytorch aten/src/ATen/cuda/CublasHandlePool.cpp (getChosenWorkspaceSize)"
+
+# c10/cuda/CUDACachingAllocator.cpp: "all sizes are rounded to at least 512 bytes".
+KMIN_BLOCK_BYTES = 512
+# Fragmentation of transient (activation, logits) memory in the caching allocator: an assumption
+# until calibrated by probes (reserved - allocated); 5% of transient bytes.
+ALLOCATOR_FRAGMENTATION_FRACTION = 0.05
+
+# NCCL device memory per communicator, 4x A100 NVLink, PyTorch, 4 MB all-reduce: 544 MB for a
+# 2-rank group, 688 MB for a larger group (NVIDIA/nccl#964). Buffers scale with channels x peers
+# (NCCL_BUFFSIZE default 4 MiB per channel and peer, src/init.cc).
+NCCL_PAIR_BYTES = 544 * 10**6
+NCCL_GROUP_BYTES = 688 * 10**6
+NCCL_SOURCE = "measured: 544 MB (2 ranks) / 688 MB (>2 ranks) per communicator, NVIDIA/nccl#964"
+
+# DeepSpeed deepspeed/runtime/zero/config.py defaults (elements, not bytes).
+ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
+ZERO_ALLGATHER_BUCKET_ELEMENTS = 500_000_000
+ZERO_PREFETCH_BUCKET_ELEMENTS = 50_000_000
+ZERO_SOURCE = "DeepSpeed runtime/zero/config.py: reduce_bucket_size 5e8, prefetch_bucket_size 5e7"
+DDP_BUCKET_NOTE = ("torch DistributedDataParallel(gradient_as_bucket_view=False), the default: "
+                   "\"the saved memory size will be equal to the total gradients size\"")
+
+
+def cublas_workspace_bytes(compute_capability: str | None, vendor: str = "nvidia") -> int:
+    """cuBLAS workspace of one handle/stream. ROCm (hipBLAS) uses 32 MiB, 128 MiB on gfx94x."""
+    if vendor == "amd":
+        return 32 * MiB
+    if compute_capability is None:
+        return CUBLAS_WORKSPACE_LARGE_BYTES  # unknown device: the larger default
+    major = int(compute_capability.split(".")[0])
+    return CUBLAS_WORKSPACE_LARGE_BYTES if major in (9, 10, 11, 12) else (
+        CUBLAS_WORKSPACE_DEFAULT_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class Overheads:
+    """Per-process device overheads for one device type."""
+
+    cuda_context_bytes: int
+    cuda_context_source: str
+    workspace_bytes: int
+    workspace_source: str
+
+
+def device_overheads(compute_capability: str | None, vendor: str, gfx_target: str | None
+                     ) -> Overheads:
+    if vendor == "amd":
+        ws = 128 * MiB if (gfx_target or "").startswith(("gfx94", "gfx95")) else 32 * MiB
+        src = "pytorch CublasHandlePool.cpp: hipBLAS 32 MiB, 128 MiB for gfx94x/gfx95x"
+    else:
+        ws = cublas_workspace_bytes(compute_capability) + CUBLASLT_WORKSPACE_BYTES
+        src = f"{CUBLAS_SOURCE} + cuBLASLt 1 MiB (CUDABlas.cpp)"
+    return Overheads(CUDA_CONTEXT_BYTES, CUDA_CONTEXT_SOURCE, ws, src)

@@ -1,0 +1,120 @@
+"""Model sources to architectures, cached: a model is resolved once per process, not per request."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .arch import Arch, AttentionKind, LayerType, MoE, Role, Split, TensorGroup
+from .catalog import preset_arch
+from .errors import InvalidWorkload
+from .families import arch_from_hf_config, gated_mlp, linear, norm
+from .hf_config import HFConfig
+from .spec import DimensionsModel, HFConfigModel, ModelSource, PresetModel
+
+__all__ = ["model_name", "resolve_model"]
+
+
+def resolve_model(source: ModelSource, field: str = "model") -> Arch:
+    match source:
+        case PresetModel():
+            return preset_arch(source.id)
+        case HFConfigModel():
+            return _from_config(source.config, field)
+        case DimensionsModel():
+            return _from_dimensions(source)
+
+
+def model_name(source: ModelSource) -> str:
+    match source:
+        case PresetModel():
+            return source.id
+        case HFConfigModel():
+            return source.name or source.config.model_type
+        case DimensionsModel():
+            return source.name or "custom"
+
+
+@lru_cache(maxsize=512)
+def _from_config(config: HFConfig, field: str) -> Arch:
+    try:
+        return arch_from_hf_config(config)
+    except InvalidWorkload as exc:
+        raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
+
+
+@lru_cache(maxsize=512)
+def _from_dimensions(d: DimensionsModel) -> Arch:
+    h, L, a = d.hidden_size, d.num_layers, d.num_attention_heads
+    kv = d.num_key_value_heads or a
+    hd = d.head_dim or h // a
+    f, V = d.intermediate_size, d.vocab_size
+    layernorm = d.norm == "layernorm"
+    attention = [
+        *linear("q_proj", a * hd, h, Split.COLUMN, bias=d.attention_bias),
+        *linear("k_proj", kv * hd, h, Split.KV_COLUMN, bias=d.attention_bias),
+        *linear("v_proj", kv * hd, h, Split.KV_COLUMN, bias=d.attention_bias),
+        *linear("o_proj", h, a * hd, Split.ROW, bias=d.attention_bias),
+    ]
+    norms = [g for name in ("input_layernorm", "post_attention_layernorm")
+             for g in norm(name, h, layernorm=layernorm)]
+    if d.mlp == "gated":
+        dense = gated_mlp("", h, f, bias=d.mlp_bias)
+    else:
+        dense = [*linear("fc1", f, h, Split.COLUMN, bias=d.mlp_bias),
+                 *linear("fc2", h, f, Split.ROW, bias=d.mlp_bias)]
+    moe = None
+    moe_mlp: list[TensorGroup] = []
+    if d.moe is not None:
+        m = d.moe
+        moe = MoE(m.num_experts, m.experts_per_token, m.expert_intermediate_size,
+                  m.shared_intermediate_size)
+        moe_mlp = [TensorGroup("router", m.num_experts, h, Role.ROUTER, Split.REPLICATED),
+                   *gated_mlp("experts.", h, m.expert_intermediate_size, role=Role.EXPERT,
+                               count=m.num_experts)]
+        if m.shared_intermediate_size:
+            moe_mlp += gated_mlp("shared_experts.", h, m.shared_intermediate_size)
+    num_dense = d.moe.num_dense_layers if d.moe else L
+    sliding_from = L - d.num_sliding_window_layers  # the last layers slide
+    # Build runs directly (a layer list of 10^6 entries would cost time for nothing).
+    runs: list[tuple[LayerType, int]] = []
+    boundaries = sorted({0, min(num_dense, L), max(sliding_from, 0), L})
+    for lo, hi in zip(boundaries, boundaries[1:], strict=False):
+        if lo >= hi:
+            continue
+        is_moe = moe is not None and lo >= num_dense
+        sliding = lo >= sliding_from and d.num_sliding_window_layers > 0
+        layer = LayerType(
+            attention=AttentionKind.SLIDING if sliding else AttentionKind.FULL,
+            window=d.sliding_window if sliding else None,
+            moe=is_moe,
+            tensors=tuple(norms + attention + (moe_mlp if is_moe else dense)),
+        )
+        runs.append((layer, hi - lo))
+    embeddings = [TensorGroup("embed_tokens", V, h, Role.EMBEDDING, Split.VOCAB)]
+    if d.learned_position_embeddings:
+        embeddings.append(TensorGroup("position_embeddings", d.max_position_embeddings, h,
+                                      Role.EMBEDDING, Split.REPLICATED))
+    head = list(norm("norm", h, layernorm=layernorm))
+    if not d.tie_word_embeddings and d.kind == "decoder":
+        head.append(TensorGroup("lm_head", V, h, Role.LM_HEAD, Split.VOCAB))
+    return Arch(
+        model_type="dimensions",
+        kind=d.kind,
+        hidden_size=h,
+        num_layers=L,
+        num_heads=a,
+        num_kv_heads=kv,
+        head_dim=hd,
+        intermediate_size=f,
+        vocab_size=V,
+        max_positions=d.max_position_embeddings,
+        mlp=d.mlp,
+        norm=d.norm,
+        tie_word_embeddings=d.tie_word_embeddings,
+        qk_norm=False,
+        sandwich_norms=False,
+        layer_runs=tuple(runs),
+        embeddings=tuple(embeddings),
+        head=tuple(head),
+        moe=moe,
+    )

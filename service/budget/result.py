@@ -1,0 +1,114 @@
+"""The answer: a component-wise budget per device, plus host RAM and disk. Wire types."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from .components import Component
+
+__all__ = [
+    "Budget",
+    "DeviceBudget",
+    "DeviceSummary",
+    "DiskBudget",
+    "HostBudget",
+    "Item",
+    "Line",
+    "Part",
+    "Phase",
+    "WorkloadSummary",
+]
+
+InputValue = int | float | str | bool | None
+
+
+class _Out(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+class Part(_Out, kw_only=True):
+    name: str
+    bytes: int
+
+
+class Line(_Out, kw_only=True):
+    """One component on one device: bytes, the formula in symbols, its inputs, its source."""
+
+    component: Component
+    bytes: int
+    formula: str
+    inputs: dict[str, InputValue]
+    source: str
+    parts: tuple[Part, ...] = ()
+
+
+class Phase(_Out, kw_only=True):
+    """Device total at one moment of the workload (e.g. prefill, decode; forward, backward)."""
+
+    name: str
+    total_bytes: int
+
+
+class DeviceBudget(_Out, kw_only=True):
+    label: str
+    pipeline_stage: int | None
+    num_devices: int
+    """How many devices carry this budget (tensor x data replicas of the stage)."""
+    peak_phase: str
+    lines: tuple[Line, ...]
+    """Exactly one line per component, in vocabulary order, at the peak phase."""
+    total_bytes: int
+    phases: tuple[Phase, ...]
+
+
+class Item(_Out, kw_only=True):
+    item: str
+    bytes: int
+    formula: str
+    source: str
+
+
+class HostBudget(_Out, kw_only=True):
+    """Host RAM of one host (up to ``num_processes`` workload processes on it)."""
+
+    num_processes: int
+    items: tuple[Item, ...]
+    total_bytes: int
+
+
+class DiskBudget(_Out, kw_only=True):
+    items: tuple[Item, ...]
+    total_bytes: int
+
+
+class WorkloadSummary(_Out, kw_only=True):
+    name: str
+    kind: Literal["inference", "training", "generic"]
+    model_type: str | None = None
+    num_params: int | None = None
+    num_layers: int | None = None
+    devices_per_instance: int
+    instances: int
+
+
+class DeviceSummary(_Out, kw_only=True):
+    name: str
+    id: str | None = None
+    memory_total_bytes: int
+    architecture: str
+
+
+class Budget(_Out, kw_only=True):
+    method: Literal["analytic"] = "analytic"
+    workloads: tuple[WorkloadSummary, ...]
+    device: DeviceSummary | None
+    devices: tuple[DeviceBudget, ...]
+    most_loaded: int
+    """Index into ``devices`` of the device with the largest total."""
+    total_bytes: int
+    """Total of the most loaded device, headroom included."""
+    host_ram: HostBudget
+    disk: DiskBudget
+    warnings: tuple[str, ...] = ()

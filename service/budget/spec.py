@@ -1,0 +1,467 @@
+"""The workload: what a caller asks about. Wire types (msgspec Structs) with their constraints.
+
+Every object but an inline ``config.json`` forbids unknown fields (a misspelt ``batch_szie`` must
+not be silently ignored by a tool whose answer decides a purchase); the published JSON schema
+says ``additionalProperties: false`` for each of them. Cross-field checks run in
+``__post_init__`` so that they fail while decoding, with the field's path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+from .catalog import GPUId, ModelId
+from .dtypes import ComputeDType, KVCacheDType, WeightDType
+from .hf_config import HFConfig
+
+__all__ = [
+    "AWQ",
+    "GPTQ",
+    "SGD",
+    "Adafactor",
+    "AdamW",
+    "AdamW8bit",
+    "BitsAndBytes4bit",
+    "CatalogDevice",
+    "CustomDevice",
+    "DeviceRef",
+    "DimensionsModel",
+    "FP8",
+    "FullFineTune",
+    "GenericWorkload",
+    "HFConfigModel",
+    "Headroom",
+    "InferenceWorkload",
+    "Int8",
+    "LoRA",
+    "ModelSource",
+    "MoESpec",
+    "Parallelism",
+    "PresetModel",
+    "Precision",
+    "QLoRA",
+    "Quantization",
+    "SizedItem",
+    "TrainingWorkload",
+    "Workload",
+]
+
+# Limits: generous enough for any real workload, small enough that an absurd request is refused
+# with the range instead of computed for minutes.
+MAX_TOKENS = 1 << 40
+Tokens = Annotated[int, Meta(ge=1, le=MAX_TOKENS, description="Tokens (1 .. 2^40).")]
+TokensOrZero = Annotated[int, Meta(ge=0, le=MAX_TOKENS, description="Tokens (0 .. 2^40).")]
+Batch = Annotated[int, Meta(ge=1, le=1 << 24, description="A batch or request count (1 .. 2^24).")]
+Degree = Annotated[int, Meta(ge=1, le=1 << 16, description="A parallel degree (1 .. 65536).")]
+Bytes = Annotated[int, Meta(ge=0, le=1 << 62, description="Bytes (0 .. 2^62).")]
+Fraction = Annotated[float, Meta(ge=0.0, le=0.9, description="A fraction (0 .. 0.9).")]
+Name = Annotated[str, Meta(min_length=1, max_length=128)]
+Dim = Annotated[int, Meta(ge=1, le=1 << 24, description="A model dimension (1 .. 2^24).")]
+
+
+class _Wire(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+# ------------------------------------------------------------------------------------ model --
+
+
+class PresetModel(_Wire, tag="preset", tag_field="source", kw_only=True):
+    """A model from the preset catalog (``GET /v1/models``)."""
+
+    id: Annotated[ModelId, Meta(description="Preset id, e.g. `llama-3.1-8b`.")]
+
+
+class HFConfigModel(_Wire, tag="hf_config", tag_field="source", kw_only=True):
+    """An inline Hugging Face ``config.json``, pasted as published."""
+
+    config: HFConfig
+    name: Name | None = None
+
+
+class MoESpec(_Wire, kw_only=True):
+    """Mixture-of-experts MLPs."""
+
+    num_experts: Annotated[int, Meta(ge=1, le=1 << 16, description="Routed experts per layer.")]
+    experts_per_token: Annotated[int, Meta(ge=1, le=1 << 16, description="Top-k routing.")]
+    expert_intermediate_size: Dim
+    shared_intermediate_size: Annotated[
+        int, Meta(ge=0, le=1 << 24, description="Total width of always-on shared experts.")
+    ] = 0
+    num_dense_layers: Annotated[
+        int, Meta(ge=0, le=1_000_000, description="Leading layers with a dense MLP instead.")
+    ] = 0
+
+    def __post_init__(self) -> None:
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(
+                f"experts_per_token ({self.experts_per_token}) must be <= num_experts "
+                f"({self.num_experts})"
+            )
+
+
+class DimensionsModel(_Wire, tag="dimensions", tag_field="source", kw_only=True):
+    """A transformer given by its dimensions (for a model with no preset or config)."""
+
+    name: Name | None = None
+    kind: Literal["decoder", "encoder"] = "decoder"
+    hidden_size: Dim
+    num_layers: Annotated[int, Meta(ge=1, le=1_000_000, description="Layers (1 .. 10^6).")]
+    num_attention_heads: Dim
+    num_key_value_heads: Annotated[
+        int, Meta(ge=1, le=1 << 24, description="KV heads (GQA/MQA); default: heads.")
+    ] | None = None
+    head_dim: Annotated[int, Meta(ge=1, le=1 << 24, description="Default: hidden / heads.")
+                        ] | None = None
+    intermediate_size: Dim
+    vocab_size: Annotated[int, Meta(ge=1, le=1 << 26, description="Vocabulary (1 .. 2^26).")]
+    max_position_embeddings: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] = 1 << 40
+    mlp: Annotated[
+        Literal["gated", "dense"],
+        Meta(description="`gated`: SwiGLU/GeGLU, 3 matrices; `dense`: GELU, 2 matrices."),
+    ] = "gated"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    learned_position_embeddings: Annotated[
+        bool, Meta(description="A learned position table (GPT-2/BERT style).")
+    ] = False
+    sliding_window: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None
+    num_sliding_window_layers: Annotated[
+        int, Meta(ge=0, le=1_000_000, description="How many layers use the sliding window.")
+    ] = 0
+    moe: MoESpec | None = None
+
+    def __post_init__(self) -> None:
+        kv = self.num_key_value_heads or self.num_attention_heads
+        if self.num_attention_heads % kv:
+            raise ValueError(
+                f"num_key_value_heads ({kv}) must divide num_attention_heads "
+                f"({self.num_attention_heads})"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads "
+                             "unless head_dim is given")
+        if self.num_sliding_window_layers > self.num_layers:
+            raise ValueError("num_sliding_window_layers must be <= num_layers")
+        if self.num_sliding_window_layers and self.sliding_window is None:
+            raise ValueError("num_sliding_window_layers needs sliding_window")
+        if self.moe is not None and self.moe.num_dense_layers > self.num_layers:
+            raise ValueError("moe.num_dense_layers must be <= num_layers")
+
+
+ModelSource = PresetModel | HFConfigModel | DimensionsModel
+
+# ----------------------------------------------------------------------------- quantization --
+
+
+class _QuantBase(_Wire, kw_only=True):
+    quantize_embeddings: Annotated[
+        bool, Meta(description="Quantize the token embedding too (most schemes keep it).")
+    ] = False
+    quantize_lm_head: Annotated[
+        bool, Meta(description="Quantize the LM head too (most schemes keep it).")
+    ] = False
+
+
+class Int8(_QuantBase, tag="int8", tag_field="scheme", kw_only=True):
+    """8-bit integer weights with one scale per output channel (bitsandbytes LLM.int8 keeps an
+    fp32 ``SCB`` per row; w8a16 checkpoints keep fp16/bf16 scales)."""
+
+    scale_dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+
+
+class FP8(_QuantBase, tag="fp8", tag_field="scheme", kw_only=True):
+    """fp8 (e4m3) weights with fp32 scales per tensor, per output channel, or per 2-D block
+    (DeepSeek-V3's 128x128 ``weight_scale_inv``)."""
+
+    granularity: Literal["tensor", "channel", "block"] = "tensor"
+    block_size: Annotated[int, Meta(ge=1, le=1 << 16)] = 128
+
+
+class GPTQ(_QuantBase, tag="gptq", tag_field="scheme", kw_only=True):
+    """GPTQ packed integers: ``qweight`` int32 (in*bits/32, out), ``qzeros`` int32
+    (groups, out*bits/32), ``scales`` fp16 (groups, out), ``g_idx`` int32 (in,)."""
+
+    bits: Literal[2, 3, 4, 8] = 4
+    group_size: Annotated[
+        int, Meta(ge=-1, le=1 << 16, description="Input features per group; -1: one group.")
+    ] = 128
+
+    def __post_init__(self) -> None:
+        if self.group_size == 0:
+            raise ValueError("group_size must be -1 or >= 1")
+
+
+class AWQ(_QuantBase, tag="awq", tag_field="scheme", kw_only=True):
+    """AWQ GEMM layout: ``qweight`` int32 (in, out*bits/32), ``qzeros`` int32
+    (groups, out*bits/32), ``scales`` fp16 (groups, out)."""
+
+    bits: Literal[4] = 4
+    group_size: Annotated[int, Meta(ge=-1, le=1 << 16)] = 128
+
+    def __post_init__(self) -> None:
+        if self.group_size == 0:
+            raise ValueError("group_size must be -1 or >= 1")
+
+
+class BitsAndBytes4bit(_QuantBase, tag="bnb_4bit", tag_field="scheme", kw_only=True):
+    """bitsandbytes NF4/FP4: two values per byte, an fp32 absmax per block; with double
+    quantization the absmax is itself quantized to uint8 with fp32 second-level scales."""
+
+    quant_type: Literal["nf4", "fp4"] = "nf4"
+    block_size: Literal[32, 64, 128, 256, 512, 1024, 2048, 4096] = 64
+    double_quant: bool = False
+
+
+Quantization = Int8 | FP8 | GPTQ | AWQ | BitsAndBytes4bit
+
+
+class Precision(_Wire, kw_only=True):
+    weights: Annotated[
+        WeightDType,
+        Meta(description="Storage dtype of unquantized weights. `fp8` stores the linear layers "
+             "in fp8 with per-tensor scales (as `quantization: {scheme: fp8}`)."),
+    ] = "bf16"
+    compute: Annotated[ComputeDType, Meta(description="Activation/compute dtype.")] = "bf16"
+    kv_cache: Annotated[KVCacheDType, Meta(description="`auto`: the compute dtype.")] = "auto"
+    quantization: Quantization | None = None
+
+    def __post_init__(self) -> None:
+        if self.weights == "fp8" and self.quantization is not None:
+            raise ValueError("weights 'fp8' already implies fp8 quantization; "
+                             "set weights to the dtype of the unquantized layers instead")
+
+
+# ------------------------------------------------------------------------------ parallelism --
+
+
+class Parallelism(_Wire, kw_only=True):
+    """How the workload is laid out across devices. GPUs never pool memory: budgets are per
+    device."""
+
+    tensor: Degree = 1
+    sequence_parallel: Annotated[
+        bool, Meta(description="Megatron sequence parallelism (training activations / tensor).")
+    ] = False
+    pipeline: Degree = 1
+    pipeline_schedule: Literal["1f1b", "gpipe", "interleaved_1f1b"] = "1f1b"
+    virtual_stages: Annotated[
+        int, Meta(ge=1, le=1024, description="Model chunks per device (interleaved 1F1B).")
+    ] = 1
+    expert: Annotated[
+        int, Meta(ge=1, le=1 << 16, description="Expert parallelism: routed experts sharded.")
+    ] = 1
+    data: Degree = 1
+    zero_stage: Annotated[
+        Literal[0, 1, 2, 3],
+        Meta(description="ZeRO stage over the data-parallel group (FSDP FULL_SHARD = 3, "
+             "SHARD_GRAD_OP = 2)."),
+    ] = 0
+    offload_optimizer: Annotated[
+        bool, Meta(description="Optimizer states and master weights in host RAM (ZeRO-Offload).")
+    ] = False
+    offload_parameters: Annotated[
+        bool, Meta(description="Parameters in host RAM (ZeRO-Infinity; needs zero_stage 3).")
+    ] = False
+
+    def __post_init__(self) -> None:
+        if self.offload_parameters and self.zero_stage != 3:
+            raise ValueError("offload_parameters needs zero_stage 3")
+        if self.virtual_stages > 1 and self.pipeline_schedule != "interleaved_1f1b":
+            raise ValueError("virtual_stages > 1 needs pipeline_schedule 'interleaved_1f1b'")
+
+    @property
+    def devices(self) -> int:
+        return self.tensor * self.pipeline * self.data
+
+
+# -------------------------------------------------------------------------------- workloads --
+
+Attention = Annotated[
+    Literal["sdpa", "flash", "eager"],
+    Meta(description="`eager` materializes the attention scores (s^2 per head); `flash` and "
+         "`sdpa` (memory-efficient kernels) keep O(s) state."),
+]
+
+
+class _ModelWorkload(_Wire, kw_only=True):
+    name: Name | None = None
+    model: ModelSource
+    precision: Precision = Precision()
+    parallelism: Parallelism = Parallelism()
+    instances: Annotated[
+        int, Meta(ge=1, le=256, description="Identical co-located instances (each its own "
+                  "process and CUDA context).")
+    ] = 1
+
+
+class InferenceWorkload(_ModelWorkload, tag="inference", tag_field="kind", kw_only=True):
+    """Autoregressive generation (or an encoder forward pass)."""
+
+    batch_size: Annotated[Batch, Meta(description="Sequences per request.")] = 1
+    prompt_tokens: Tokens = 1024
+    generated_tokens: TokensOrZero = 256
+    concurrent_requests: Annotated[Batch, Meta(description="Requests in flight at once.")] = 1
+    attention: Attention = "sdpa"
+    logits: Annotated[
+        Literal["last", "all"], Meta(description="Keep logits for the last position or all.")
+    ] = "last"
+    prefill_chunk_tokens: Annotated[
+        int, Meta(ge=1, le=MAX_TOKENS, description="Chunked prefill: tokens per forward pass "
+                  "(default: whole prompts of all sequences at once).")
+    ] | None = None
+
+    @property
+    def num_sequences(self) -> int:
+        return self.batch_size * self.concurrent_requests
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.generated_tokens
+
+
+class AdamW(_Wire, tag="adamw", tag_field="name", kw_only=True):
+    """Adam/AdamW: two moments per trainable parameter."""
+
+
+class AdamW8bit(_Wire, tag="adamw_8bit", tag_field="name", kw_only=True):
+    """bitsandbytes 8-bit AdamW: blockwise-quantized uint8 moments."""
+
+
+class SGD(_Wire, tag="sgd", tag_field="name", kw_only=True):
+    momentum: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.9
+
+
+class Adafactor(_Wire, tag="adafactor", tag_field="name", kw_only=True):
+    """Adafactor (Shazeer & Stern 2018): factored second moment for matrices."""
+
+    beta1: Annotated[float | None, Meta(description="First moment when set (default none).")] = (
+        None
+    )
+
+
+Optimizer = AdamW | AdamW8bit | SGD | Adafactor
+
+
+class FullFineTune(_Wire, tag="full", tag_field="kind", kw_only=True):
+    """Every parameter is trainable."""
+
+
+LoRATarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                     "down_proj"]
+
+
+class LoRA(_Wire, tag="lora", tag_field="kind", kw_only=True):
+    """Frozen base, low-rank adapters (Hu et al. 2021) on the named projections."""
+
+    rank: Annotated[int, Meta(ge=1, le=1 << 16)] = 16
+    target_modules: Annotated[
+        tuple[LoRATarget, ...], Meta(min_length=1, description="Projections that get adapters.")
+    ] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    adapter_dtype: Annotated[
+        Literal["fp32", "bf16", "fp16"],
+        Meta(description="PEFT keeps adapters in fp32 by default (autocast_adapter_dtype)."),
+    ] = "fp32"
+
+
+class QLoRA(LoRA, tag="qlora", tag_field="kind", kw_only=True):
+    """LoRA on a base quantized to 4-bit with bitsandbytes (Dettmers et al. 2023): the base
+    quantization defaults to NF4 with double quantization."""
+
+    base_quantization: BitsAndBytes4bit = BitsAndBytes4bit(double_quant=True)
+
+
+Method = FullFineTune | LoRA | QLoRA
+
+
+class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", kw_only=True):
+    """One optimizer step: forward, backward and update, per micro-batch."""
+
+    micro_batch_size: Batch = 1
+    sequence_length: Tokens = 2048
+    gradient_accumulation_steps: Annotated[int, Meta(ge=1, le=1 << 20)] = 1
+    optimizer: Optimizer = AdamW()
+    mixed_precision: Annotated[
+        Literal["master_fp32", "autocast", "pure"],
+        Meta(description="`master_fp32`: low-precision params and grads, fp32 master weights "
+             "and optimizer states (Megatron/DeepSpeed). `autocast`: fp32 params, grads and "
+             "states, low-precision compute (torch.autocast). `pure`: everything in the "
+             "weight dtype."),
+    ] = "master_fp32"
+    checkpointing: Annotated[
+        Literal["none", "selective", "full"],
+        Meta(description="Activation recomputation (Korthikanti et al. 2022)."),
+    ] = "none"
+    method: Method = FullFineTune()
+    attention: Attention = "flash"
+    dropout: Annotated[bool, Meta(description="Dropout layers keep 1-byte masks.")] = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.method, QLoRA) and self.precision.quantization is not None:
+            raise ValueError("QLoRA sets the base quantization itself (method.base_quantization);"
+                             " leave precision.quantization empty")
+
+
+class SizedItem(_Wire, kw_only=True):
+    name: Name
+    bytes: Bytes
+
+
+class CacheItem(_Wire, kw_only=True):
+    name: Name
+    bytes_per_unit: Bytes
+    units: Annotated[int, Meta(ge=0, le=1 << 40)]
+
+
+class GenericWorkload(_Wire, tag="generic", tag_field="kind", kw_only=True):
+    """Any other GPU workload (rendering, image processing, an unsupported model), described by
+    its memory: persistent assets, working memory per item x batch, caches and workspaces."""
+
+    name: Name | None = None
+    assets: tuple[SizedItem, ...] = ()
+    per_item: tuple[SizedItem, ...] = ()
+    batch_size: Batch = 1
+    caches: tuple[CacheItem, ...] = ()
+    workspaces: tuple[SizedItem, ...] = ()
+    uses_cuda_context: Annotated[
+        bool, Meta(description="Counts a CUDA context for the process.")
+    ] = True
+    instances: Annotated[int, Meta(ge=1, le=256)] = 1
+
+
+Workload = InferenceWorkload | TrainingWorkload | GenericWorkload
+
+# --------------------------------------------------------------------------------- devices --
+
+
+class CatalogDevice(_Wire, tag="catalog", tag_field="source", kw_only=True):
+    id: Annotated[GPUId, Meta(description="GPU id from `GET /v1/gpus`.")]
+
+
+class CustomDevice(_Wire, tag="custom", tag_field="source", kw_only=True):
+    """A device that is not in the catalog."""
+
+    name: Name = "custom"
+    memory_total_bytes: Annotated[int, Meta(ge=1, le=1 << 50)]
+    native_dtypes: tuple[
+        Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4",
+                "fp6", "fp4"], ...
+    ] = ("fp32", "fp16", "bf16")
+    architecture: Name = "unknown"
+
+
+DeviceRef = CatalogDevice | CustomDevice
+
+
+class Headroom(_Wire, kw_only=True):
+    """Safety margin kept free on top of the estimate."""
+
+    fraction: Annotated[
+        Fraction, Meta(description="Of the device subtotal (default 5%).")
+    ] = 0.05
+    min_bytes: Bytes = 0
