@@ -118,8 +118,11 @@ class MoE:
     """Total intermediate width of the always-on shared expert(s); 0 when there are none."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Arch:
+    """Compared and hashed by identity: architectures are resolved once and cached, and the
+    statics cache keys on them on every request."""
+
     model_type: str
     kind: Literal["decoder", "encoder"]
     hidden_size: int

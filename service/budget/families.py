@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from msgspec import UNSET
+
 from .arch import MLA, Arch, AttentionKind, LayerType, MoE, Role, Split, TensorGroup
 from .errors import InvalidWorkload
 from .hf_config import FAMILY_DEFAULTS, GEMMA3_VISION_DEFAULTS, HFConfig, HFVisionConfig
@@ -56,8 +58,8 @@ class _Cfg:
         self._defaults = defaults
 
     def get(self, key: str, fallback: Any = None) -> Any:
-        value = getattr(self._config, key, None)
-        if value is None:
+        value = getattr(self._config, key, UNSET)
+        if value is UNSET:
             value = self._defaults.get(key)
         return fallback if value is None else value
 

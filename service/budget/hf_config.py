@@ -5,6 +5,11 @@ Unknown keys are ignored on purpose: real ``config.json`` files carry dozens of 
 must be able to paste the file as published. The JSON schema says so (no
 ``additionalProperties: false`` here, unlike every other request object).
 
+A key that is absent and a key that is ``null`` differ, as in ``transformers``: absent keys
+(``UNSET``) take the defaults below, an explicit ``null`` stays null (DeepSeek-V2-Lite's
+``"q_lora_rank": null`` means a plain ``q_proj``; Mistral v0.3's ``"sliding_window": null`` means
+no sliding window).
+
 Missing keys take the defaults of the family's ``transformers`` configuration class, exactly as
 ``AutoConfig`` would fill them (see ``FAMILY_DEFAULTS``): Gemma 3 checkpoints, for example, publish
 a sparse ``text_config`` and rely on ``Gemma3TextConfig``'s defaults.
@@ -15,7 +20,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 __all__ = [
     "DECODER_MODEL_TYPES",
@@ -78,53 +83,53 @@ Positions = Annotated[int, Meta(ge=1, le=1 << 40, description="Positions (1 .. 2
 class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Fields shared by a top-level config and Gemma 3's nested ``text_config``."""
 
-    architectures: tuple[str, ...] | None = None
-    hidden_size: Dim | None = None
-    intermediate_size: Dim | None = None
-    num_hidden_layers: LayerCount | None = None
-    num_attention_heads: Dim | None = None
-    num_key_value_heads: Dim | None = None
-    head_dim: Dim | None = None
-    vocab_size: Vocab | None = None
-    max_position_embeddings: Positions | None = None
-    tie_word_embeddings: bool | None = None
-    torch_dtype: str | None = None
-    attention_bias: bool | None = None
-    mlp_bias: bool | None = None
+    architectures: tuple[str, ...] | None | UnsetType = UNSET
+    hidden_size: Dim | None | UnsetType = UNSET
+    intermediate_size: Dim | None | UnsetType = UNSET
+    num_hidden_layers: LayerCount | None | UnsetType = UNSET
+    num_attention_heads: Dim | None | UnsetType = UNSET
+    num_key_value_heads: Dim | None | UnsetType = UNSET
+    head_dim: Dim | None | UnsetType = UNSET
+    vocab_size: Vocab | None | UnsetType = UNSET
+    max_position_embeddings: Positions | None | UnsetType = UNSET
+    tie_word_embeddings: bool | None | UnsetType = UNSET
+    torch_dtype: str | None | UnsetType = UNSET
+    attention_bias: bool | None | UnsetType = UNSET
+    mlp_bias: bool | None | UnsetType = UNSET
     # Sliding-window attention (Mistral, Qwen2, Phi-3, Gemma 2/3).
-    sliding_window: Positions | None = None
-    use_sliding_window: bool | None = None
-    max_window_layers: Count | None = None
-    sliding_window_pattern: Dim | None = None
-    layer_types: tuple[str, ...] | None = None
+    sliding_window: Positions | None | UnsetType = UNSET
+    use_sliding_window: bool | None | UnsetType = UNSET
+    max_window_layers: Count | None | UnsetType = UNSET
+    sliding_window_pattern: Dim | None | UnsetType = UNSET
+    layer_types: tuple[str, ...] | None | UnsetType = UNSET
     # Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek).
-    num_local_experts: Count | None = None
-    num_experts: Count | None = None
-    num_experts_per_tok: Count | None = None
-    moe_intermediate_size: Dim | None = None
-    shared_expert_intermediate_size: Count | None = None
-    decoder_sparse_step: Dim | None = None
-    mlp_only_layers: tuple[Annotated[int, Meta(ge=0)], ...] | None = None
-    n_routed_experts: Count | None = None
-    n_shared_experts: Count | None = None
-    first_k_dense_replace: Count | None = None
-    moe_layer_freq: Dim | None = None
-    topk_method: str | None = None
+    num_local_experts: Count | None | UnsetType = UNSET
+    num_experts: Count | None | UnsetType = UNSET
+    num_experts_per_tok: Count | None | UnsetType = UNSET
+    moe_intermediate_size: Dim | None | UnsetType = UNSET
+    shared_expert_intermediate_size: Count | None | UnsetType = UNSET
+    decoder_sparse_step: Dim | None | UnsetType = UNSET
+    mlp_only_layers: tuple[Annotated[int, Meta(ge=0)], ...] | None | UnsetType = UNSET
+    n_routed_experts: Count | None | UnsetType = UNSET
+    n_shared_experts: Count | None | UnsetType = UNSET
+    first_k_dense_replace: Count | None | UnsetType = UNSET
+    moe_layer_freq: Dim | None | UnsetType = UNSET
+    topk_method: str | None | UnsetType = UNSET
     # Multi-head latent attention (DeepSeek-V2/V3).
-    kv_lora_rank: Dim | None = None
-    q_lora_rank: Dim | None = None
-    qk_nope_head_dim: Dim | None = None
-    qk_rope_head_dim: Dim | None = None
-    v_head_dim: Dim | None = None
-    num_nextn_predict_layers: Count | None = None
+    kv_lora_rank: Dim | None | UnsetType = UNSET
+    q_lora_rank: Dim | None | UnsetType = UNSET
+    qk_nope_head_dim: Dim | None | UnsetType = UNSET
+    qk_rope_head_dim: Dim | None | UnsetType = UNSET
+    v_head_dim: Dim | None | UnsetType = UNSET
+    num_nextn_predict_layers: Count | None | UnsetType = UNSET
     # GPT-2 names its dimensions differently.
-    n_embd: Dim | None = None
-    n_layer: LayerCount | None = None
-    n_head: Dim | None = None
-    n_inner: Dim | None = None
-    n_positions: Positions | None = None
+    n_embd: Dim | None | UnsetType = UNSET
+    n_layer: LayerCount | None | UnsetType = UNSET
+    n_head: Dim | None | UnsetType = UNSET
+    n_inner: Dim | None | UnsetType = UNSET
+    n_positions: Positions | None | UnsetType = UNSET
     # BERT.
-    type_vocab_size: Count | None = None
+    type_vocab_size: Count | None | UnsetType = UNSET
 
 
 class HFTextConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
@@ -136,15 +141,15 @@ class HFTextConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
 class HFVisionConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Gemma 3's SigLIP ``vision_config``: its parameters are loaded beside the language model."""
 
-    model_type: str | None = None
-    hidden_size: Dim | None = None
-    intermediate_size: Dim | None = None
-    num_hidden_layers: LayerCount | None = None
-    num_attention_heads: Dim | None = None
-    image_size: Dim | None = None
-    patch_size: Dim | None = None
-    num_channels: Dim | None = None
-    vision_use_head: bool | None = None
+    model_type: str | None | UnsetType = UNSET
+    hidden_size: Dim | None | UnsetType = UNSET
+    intermediate_size: Dim | None | UnsetType = UNSET
+    num_hidden_layers: LayerCount | None | UnsetType = UNSET
+    num_attention_heads: Dim | None | UnsetType = UNSET
+    image_size: Dim | None | UnsetType = UNSET
+    patch_size: Dim | None | UnsetType = UNSET
+    num_channels: Dim | None | UnsetType = UNSET
+    vision_use_head: bool | None | UnsetType = UNSET
 
 
 class HFConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
@@ -154,8 +159,8 @@ class HFConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
         ModelType,
         Meta(description="The family. Any other value is answered 422 naming it."),
     ]
-    text_config: HFTextConfig | None = None
-    vision_config: HFVisionConfig | None = None
+    text_config: HFTextConfig | None | UnsetType = UNSET
+    vision_config: HFVisionConfig | None | UnsetType = UNSET
 
 
 # Defaults of the transformers configuration classes (``configuration_<family>.py``) for the keys

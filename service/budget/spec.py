@@ -25,6 +25,7 @@ __all__ = [
     "AdamW",
     "AdamW8bit",
     "BitsAndBytes4bit",
+    "BudgetRequest",
     "CatalogDevice",
     "CustomDevice",
     "DeviceRef",
@@ -465,3 +466,15 @@ class Headroom(_Wire, kw_only=True):
         Fraction, Meta(description="Of the device subtotal (default 5%).")
     ] = 0.05
     min_bytes: Bytes = 0
+
+
+class BudgetRequest(_Wire, kw_only=True):
+    """Co-located workloads on one device type; each workload keeps its own parallel layout."""
+
+    workloads: Annotated[tuple[Workload, ...], Meta(min_length=1, max_length=16)]
+    device: Annotated[
+        DeviceRef | None,
+        Meta(description="The device type; it fixes the CUDA context and workspace defaults "
+             "and dtype warnings. Default: none (generic defaults)."),
+    ] = None
+    headroom: Headroom = Headroom()

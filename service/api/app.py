@@ -1,0 +1,181 @@
+"""The calculation service: a Litestar app built in a factory. Handlers are thin: decode (by
+Litestar, into the core's msgspec types) -> pure call -> encode."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Annotated
+
+import msgspec
+from litestar import Litestar, Response, get, post
+from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.plugins import ScalarRenderPlugin
+from litestar.openapi.spec import Contact, Server
+from litestar.params import Body
+from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+
+from service.budget.catalog import GPU, ModelPreset, gpu, gpus, preset, preset_arch, presets
+from service.budget.estimate import estimate
+from service.budget.fit import FitRequest, FitResponse, fit
+from service.budget.result import Budget
+from service.budget.spec import BudgetRequest
+
+from .openapi import patch_openapi
+from .problems import Problem, exception_handlers
+
+__all__ = ["Settings", "create_app"]
+
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 1 << 20
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return cls(
+            host=os.environ.get("VRAMBUDGET_HOST", cls.host),
+            port=int(os.environ.get("VRAMBUDGET_PORT", cls.port)),
+            max_body_bytes=int(os.environ.get("VRAMBUDGET_MAX_BODY_BYTES", cls.max_body_bytes)),
+        )
+
+
+class ModelSummary(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    display_name: str
+    hf_repo: str
+    model_type: str
+    num_params: int
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    max_position_embeddings: int
+    kv_cache_bytes_per_token_bf16: int
+    """K+V bytes per token over all layers in bf16 (full-attention layers; sliding layers cap at
+    their window)."""
+
+
+class ModelDetail(msgspec.Struct, frozen=True, kw_only=True):
+    summary: ModelSummary
+    preset: ModelPreset
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    status: str
+
+
+class Ready(msgspec.Struct, frozen=True, kw_only=True):
+    status: str
+    num_gpus: int
+    num_models: int
+
+
+_PROBLEMS = {
+    status: ResponseSpec(data_container=Problem, description=text,
+                         media_type="application/problem+json")
+    for status, text in {
+        400: "Malformed JSON",
+        404: "A named preset or GPU does not exist",
+        413: "Request body larger than the configured limit",
+        422: "Invalid request: the field path and the allowed range are named",
+    }.items()
+}
+
+
+def _summary(model_id: str) -> ModelSummary:
+    p = preset(model_id)
+    a = preset_arch(model_id)
+    if a.mla is not None:
+        kv_per_layer = a.mla.kv_lora_rank + a.mla.qk_rope_head_dim
+    else:
+        kv_per_layer = 2 * a.num_kv_heads * a.head_dim
+    return ModelSummary(
+        id=p.id, display_name=p.display_name, hf_repo=p.hf_repo, model_type=a.model_type,
+        num_params=a.num_params, num_layers=a.num_layers, hidden_size=a.hidden_size,
+        num_attention_heads=a.num_heads, num_key_value_heads=a.num_kv_heads,
+        max_position_embeddings=a.max_positions,
+        kv_cache_bytes_per_token_bf16=kv_per_layer * a.num_layers * 2 if a.kind == "decoder"
+        else 0,
+    )
+
+
+@post("/v1/budgets", status_code=200, tags=["budgets"], summary="Budget a workload",
+      responses=_PROBLEMS)
+async def create_budget(data: Annotated[BudgetRequest, Body()]) -> Budget:
+    """Component-wise memory budget per device (one line per component at the peak phase),
+    plus host RAM and disk, for co-located workloads on one device type."""
+    return estimate(data.workloads, data.device, data.headroom)
+
+
+@post("/v1/fits", status_code=200, tags=["fits"], summary="Check fits against GPUs",
+      responses=_PROBLEMS)
+async def create_fit(data: Annotated[FitRequest, Body()]) -> FitResponse:
+    """Fit checks of a workload against catalog (or custom) GPUs and device counts, with the
+    largest batch, context and concurrency that fit and the smallest device count per GPU."""
+    return fit(data)
+
+
+@get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog")
+async def list_gpus() -> list[GPU]:
+    return list(gpus().values())
+
+
+@get("/v1/gpus/{gpu_id:str}", tags=["catalog"], summary="One GPU", responses={404: _PROBLEMS[404]})
+async def get_gpu(gpu_id: str) -> GPU:
+    return gpu(gpu_id)
+
+
+@get("/v1/models", tags=["catalog"], summary="List the model presets")
+async def list_models() -> list[ModelSummary]:
+    return [_summary(i) for i in presets()]
+
+
+@get("/v1/models/{model_id:str}", tags=["catalog"], summary="One model preset",
+     responses={404: _PROBLEMS[404]})
+async def get_model(model_id: str) -> ModelDetail:
+    return ModelDetail(summary=_summary(model_id), preset=preset(model_id))
+
+
+@get("/healthz", tags=["ops"], summary="Liveness")
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+@get("/readyz", tags=["ops"], summary="Readiness: catalogs loaded")
+async def readyz() -> Response[Ready]:
+    n_gpus, n_models = len(gpus()), len(presets())
+    ok = n_gpus > 0 and n_models > 0
+    return Response(Ready(status="ready" if ok else "not ready", num_gpus=n_gpus,
+                          num_models=n_models), status_code=200 if ok else 503)
+
+
+def create_app(settings: Settings | None = None) -> Litestar:
+    settings = settings or Settings()
+    prometheus = PrometheusConfig(app_name="vrambudget", prefix="vrambudget",
+                                  group_path=True, exclude=["/metrics"])
+    app = Litestar(
+        route_handlers=[create_budget, create_fit, list_gpus, get_gpu, list_models, get_model,
+                        healthz, readyz, PrometheusController],
+        middleware=[prometheus.middleware],
+        exception_handlers=exception_handlers,
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=OpenAPIConfig(
+            title="vrambudget calculation service",
+            version=VERSION,
+            description="Will this GPU workload fit, and where does every byte go? "
+                        "All quantities are integer bytes.",
+            contact=Contact(name="vrambudget"),
+            servers=[Server(url="/")],
+            path="/schema",
+            render_plugins=[ScalarRenderPlugin()],
+        ),
+        on_startup=[patch_openapi],
+        debug=False,
+    )
+    return app
+

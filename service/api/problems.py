@@ -1,0 +1,163 @@
+"""The one place where errors become RFC 9457 problem+json responses."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+from service.budget.errors import BudgetError, InvalidWorkload, UnknownGPU, UnknownModel
+
+__all__ = ["PROBLEM_MEDIA_TYPE", "Problem", "ProblemError", "exception_handlers"]
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+class ProblemError(msgspec.Struct, frozen=True, kw_only=True):
+    field: str
+    """JSON path of the offending field, e.g. ``$.workloads[0].batch_size``."""
+    message: str
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """RFC 9457 problem details."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: tuple[ProblemError, ...] = ()
+
+
+def _problem(request: Request[Any, Any, Any], status: int, title: str, detail: str,
+             errors: tuple[ProblemError, ...] = (), type_: str = "about:blank") -> Response[Any]:
+    body = Problem(type=type_, title=title, status=status, detail=detail,
+                   instance=request.url.path, errors=errors)
+    return Response(content=msgspec.json.encode(body), status_code=status,
+                    media_type=PROBLEM_MEDIA_TYPE)
+
+
+_PATH = re.compile(r" - at `(?P<path>[^`]+)`$")
+
+
+def _split(message: str) -> tuple[str, str]:
+    match = _PATH.search(message)
+    if match:
+        return match.group("path"), message[: match.start()]
+    return "$", message
+
+
+_PATH_TOKEN = re.compile(r"\.(\w+)|\[(\d+)\]")
+
+
+def _allowed_values(root: Any, path: str) -> list[Any] | None:
+    """Walk a JSON path through msgspec type info to the enum/literal it names."""
+    from msgspec import inspect as mi
+
+    def strip(t: Any) -> list[Any]:
+        if isinstance(t, mi.UnionType):
+            return [x for u in t.types for x in strip(u)]
+        if isinstance(t, mi.Metadata):
+            return strip(t.type)
+        return [t]
+
+    def walk(types: list[Any], tokens: list[tuple[str, str]]) -> list[Any] | None:
+        if not tokens:
+            for t in types:
+                if isinstance(t, mi.LiteralType):
+                    return list(t.values)
+                if isinstance(t, mi.EnumType):
+                    return [m.value for m in t.cls]
+            return None
+        (name, index), rest = tokens[0], tokens[1:]
+        nxt: list[Any] = []
+        for t in types:
+            if name and isinstance(t, mi.StructType):
+                nxt += [x for f in t.fields if f.encode_name == name for x in strip(f.type)]
+            elif index and isinstance(t, mi.ListType | mi.VarTupleType):
+                nxt += strip(t.item_type)
+        return walk(nxt, rest) if nxt else None
+
+    tokens = [(m.group(1) or "", m.group(2) or "") for m in _PATH_TOKEN.finditer(path[1:])]
+    try:
+        return walk(strip(mi.type_info(root)), tokens)
+    except (AttributeError, TypeError):  # a hint only; never fail the error response itself
+        return None
+
+
+def _request_type(path: str) -> Any:
+    from service.budget.fit import FitRequest
+    from service.budget.spec import BudgetRequest
+
+    return {"/v1/budgets": BudgetRequest, "/v1/fits": FitRequest}.get(path)
+
+
+def _validation(request: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+    errors: list[ProblemError] = []
+    extra = exc.extra if isinstance(exc.extra, list) else []
+    for item in extra:
+        if isinstance(item, dict):
+            message = str(item.get("message", ""))
+            path, text = _split(message)
+            key = item.get("key")
+            if path == "$" and key:
+                path = f"$.{key}"
+            text = text or message
+            root = _request_type(request.url.path)
+            if text.startswith("Invalid enum value") and root is not None:
+                allowed = _allowed_values(root, path)
+                if allowed:
+                    text += "; allowed: " + ", ".join(repr(v) for v in allowed)
+            errors.append(ProblemError(field=path, message=text))
+    detail = "; ".join(f"{e.field}: {e.message}" for e in errors) or str(exc.detail)
+    return _problem(request, 422, "Invalid request", detail, tuple(errors),
+                    "https://vrambudget.dev/problems/validation")
+
+
+def _budget_error(request: Request[Any, Any, Any], exc: BudgetError) -> Response[Any]:
+    match exc:
+        case InvalidWorkload():
+            field = exc.field if exc.field.startswith("$") else f"$.{exc.field}"
+            return _problem(request, 422, "Workload cannot be realised", f"{field}: {exc.message}",
+                            (ProblemError(field=field, message=exc.message),),
+                            "https://vrambudget.dev/problems/invalid-workload")
+        case UnknownModel() | UnknownGPU():
+            return _problem(request, 404, "Not found", str(exc))
+    return _problem(request, 422, "Invalid request", str(exc))
+
+
+def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    return _problem(request, exc.status_code, _title(exc.status_code), str(exc.detail))
+
+
+def _internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    return _problem(request, HTTP_500_INTERNAL_SERVER_ERROR, "Internal error",
+                    "the server failed to compute this answer; the error has been logged")
+
+
+def _title(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def _not_found(request: Request[Any, Any, Any], exc: NotFoundException) -> Response[Any]:
+    return _problem(request, 404, "Not found", str(exc.detail))
+
+
+exception_handlers: dict[Any, Any] = {
+    ValidationException: _validation,
+    BudgetError: _budget_error,
+    NotFoundException: _not_found,
+    HTTPException: _http,
+    Exception: _internal,
+}
+

@@ -1,0 +1,356 @@
+"""Fit checks against GPUs, and solved maxima (largest batch, context, concurrency that fit;
+smallest device count per GPU type).
+
+Every solved maximum is tight by construction: the search keeps a bracket ``f(lo) <= capacity <
+f(hi)`` of the monotone objective (the most loaded device's total, headroom included) and stops
+when ``hi == lo + 1``. Steps interpolate inside the bracket (budgets are nearly linear in batch
+and concurrency, quadratic at worst in context) and fall back to bisection when interpolation
+stalls, so a search costs a handful of evaluations; evaluations are shared between GPUs whose
+overheads are equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+from .catalog import GPU, GPUId, gpu, gpus
+from .components import Component
+from .errors import InvalidWorkload
+from .estimate import DeviceContext, device_totals, resolve_device, workload_stages
+from .layout import check_layout
+from .resolve import resolve_model
+from .spec import (
+    MAX_TOKENS,
+    CustomDevice,
+    GenericWorkload,
+    Headroom,
+    InferenceWorkload,
+    Parallelism,
+    TrainingWorkload,
+    Workload,
+)
+
+__all__ = ["FitRequest", "FitResponse", "GPUFit", "LayoutFit", "Maxima", "fit", "max_fitting"]
+
+Variable = Literal["batch", "context", "concurrency", "device_count"]
+GPUS_PER_NODE = 8
+
+
+class FitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One workload (plus co-located ones) against many GPUs and device counts."""
+
+    workloads: Annotated[tuple[Workload, ...], Meta(min_length=1, max_length=16)]
+    gpus: Annotated[
+        tuple[GPUId, ...] | None, Meta(description="Catalog ids; default: the whole catalog.")
+    ] = None
+    custom_gpus: Annotated[tuple[CustomDevice, ...], Meta(max_length=64)] = ()
+    device_counts: Annotated[
+        tuple[Annotated[int, Meta(ge=1, le=4096)], ...],
+        Meta(min_length=1, max_length=16, description="Devices per replica to check. The first "
+             "workload is laid out on them: inference as tensor parallel within 8-GPU nodes and "
+             "pipeline parallel across; training as data parallel over its tensor x pipeline "
+             "layout."),
+    ] = (1,)
+    headroom: Headroom = Headroom()
+    solve: Annotated[tuple[Variable, ...], Meta(description="Maxima to solve.")] = (
+        "batch", "context", "concurrency", "device_count")
+    max_device_count: Annotated[int, Meta(ge=1, le=4096)] = 64
+
+
+class Maxima(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Largest values that still fit (0: not even 1 fits; null: not solved / not applicable).
+    ``*_limited`` says the value hit the request limit or the model's context length."""
+
+    batch_size: int | None = None
+    context_tokens: int | None = None
+    context_limited_by_model: bool = False
+    concurrent_requests: int | None = None
+
+
+class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):
+    device_count: int
+    tensor: int
+    pipeline: int
+    data: int
+    fits: bool
+    total_bytes: int
+    capacity_bytes: int
+    free_bytes: int
+    free_percent: float
+    limiting_component: Component
+    warnings: tuple[str, ...] = ()
+    maxima: Maxima
+
+
+class GPUFit(msgspec.Struct, frozen=True, kw_only=True):
+    gpu_id: str | None
+    name: str
+    memory_total_bytes: int
+    layouts: tuple[LayoutFit, ...]
+    min_device_count: int | None
+    """Smallest device count (up to max_device_count) at which the workload fits; null if none."""
+
+
+class FitResponse(msgspec.Struct, frozen=True, kw_only=True):
+    gpus: tuple[GPUFit, ...]
+
+
+# ---------------------------------------------------------------------------- the search --
+
+
+def max_fitting(f: Callable[[int], int], capacity: int, limit: int,
+                known: dict[int, int] | None = None) -> int:
+    """Largest x in [1, limit] with f(x) <= capacity for a non-decreasing f; 0 if f(1) does not
+    fit. ``known`` memoizes f between calls (it is filled in)."""
+    memo = known if known is not None else {}
+
+    def at(x: int) -> int:
+        v = memo.get(x)
+        if v is None:
+            v = memo[x] = f(x)
+        return v
+
+    if at(1) > capacity:
+        return 0
+    lo, flo = 1, at(1)
+    hi, fhi = 0, 0
+    for x, v in memo.items():  # start from what other searches already learned
+        if v <= capacity and x > lo:
+            lo, flo = x, v
+        elif v > capacity and (hi == 0 or x < hi):
+            hi, fhi = x, v
+    if hi and hi <= lo:
+        hi = 0
+    prev_x, prev_f = lo, flo
+    while hi == 0:  # extrapolate until the bracket closes
+        if lo >= limit:
+            return limit
+        if prev_x != lo and at(lo) > prev_f:
+            slope = (flo - prev_f) / (lo - prev_x)
+        else:
+            slope = max(flo - at(max(lo - 1, 1)), 0) if lo > 1 else 0.0
+            if not slope:
+                slope = max(at(min(lo + 1, limit)) - flo, 1) if lo < limit else 1
+        guess = lo + int((capacity - flo) / slope) + 1
+        guess = min(max(guess, lo + 1, 2 * lo if guess <= lo else 0), limit)
+        v = at(guess)
+        prev_x, prev_f = lo, flo
+        if v <= capacity:
+            lo, flo = guess, v
+        else:
+            hi, fhi = guess, v
+    bisect = False
+    while hi - lo > 1:
+        if bisect or fhi == flo:
+            g = (lo + hi) // 2
+        else:
+            g = lo + int((capacity - flo) * (hi - lo) / (fhi - flo))
+            g = min(max(g, lo + 1), hi - 1)
+        width = hi - lo
+        v = at(g)
+        if v <= capacity:
+            lo, flo = g, v
+        else:
+            hi, fhi = g, v
+        bisect = (hi - lo) * 2 > width  # interpolation did not halve the bracket: bisect next
+    return lo
+
+
+# ------------------------------------------------------------------------------ layouts ---
+
+
+def _divisors_desc(n: int, cap: int) -> list[int]:
+    return [d for d in range(min(n, cap), 0, -1) if n % d == 0]
+
+
+def layout_for(w: Workload, n: int) -> Parallelism | None:
+    """The first workload's parallelism on ``n`` devices, or None when n cannot be realised."""
+    if isinstance(w, GenericWorkload):
+        return Parallelism() if n == 1 else None
+    arch = resolve_model(w.model)
+    par = w.parallelism
+    if isinstance(w, TrainingWorkload):
+        per_replica = par.tensor * par.pipeline
+        if n % per_replica:
+            return None
+        candidate = msgspec.structs.replace(par, data=n // per_replica)
+        return candidate
+    for t in _divisors_desc(n, GPUS_PER_NODE):
+        p = n // t
+        candidate = msgspec.structs.replace(par, tensor=t, pipeline=p, data=1,
+                                            virtual_stages=1, pipeline_schedule="1f1b")
+        try:
+            check_layout(arch, candidate)
+        except InvalidWorkload:
+            continue
+        if par.expert > 1 and arch.moe and arch.moe.num_experts % par.expert:
+            continue
+        return candidate
+    return None
+
+
+def _with(w: Workload, **changes: object) -> Workload:
+    return msgspec.structs.replace(w, **changes)
+
+
+def _variable_setter(w: Workload, variable: Variable) -> tuple[Callable[[int], Workload], int,
+                                                                 int | None] | None:
+    """(make workload for x, request limit, model limit) or None if the variable does not apply."""
+    match variable, w:
+        case "batch", InferenceWorkload():
+            return (lambda x: _with(w, batch_size=x)), 1 << 24, None
+        case "batch", TrainingWorkload():
+            return (lambda x: _with(w, micro_batch_size=x)), 1 << 24, None
+        case "batch", GenericWorkload():
+            return (lambda x: _with(w, batch_size=x)), 1 << 24, None
+        case "concurrency", InferenceWorkload():
+            return (lambda x: _with(w, concurrent_requests=x)), 1 << 24, None
+        case "context", InferenceWorkload():
+            arch = resolve_model(w.model)
+            model_cap = arch.max_positions - w.generated_tokens if arch.kind == "decoder" else (
+                arch.max_positions)
+            return (lambda x: _with(w, prompt_tokens=x)), MAX_TOKENS, max(model_cap, 0)
+        case "context", TrainingWorkload():
+            arch = resolve_model(w.model)
+            return (lambda x: _with(w, sequence_length=x)), MAX_TOKENS, arch.max_positions
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    gpu_id: str | None
+    name: str
+    capacity: int
+    context: DeviceContext
+
+
+def _targets(req: FitRequest) -> list[_Target]:
+    chosen: list[GPU] = [gpu(i) for i in req.gpus] if req.gpus is not None else list(
+        gpus().values())
+    out = []
+    for g in chosen:
+        ctx = resolve_device(g)
+        assert ctx is not None
+        out.append(_Target(g.id, g.name, g.memory_total_bytes, ctx))
+    for c in req.custom_gpus:
+        ctx = resolve_device(c)
+        assert ctx is not None
+        out.append(_Target(None, c.name, c.memory_total_bytes, ctx))
+    return out
+
+
+def _limiting(workloads: tuple[Workload, ...], ctx: DeviceContext) -> Component:
+    values: dict[Component, int] = {}
+    for i, w in enumerate(workloads):
+        top = max(workload_stages(w, ctx.overheads, f"workloads[{i}]"),
+                  key=lambda s: sum(s.values.values()))
+        for c, v in top.values.items():
+            values[c] = values.get(c, 0) + v
+    return max(values, key=lambda c: values[c])
+
+
+def _overhead_key(ctx: DeviceContext) -> tuple[int, int]:
+    return ctx.overheads.cuda_context_bytes, ctx.overheads.workspace_bytes
+
+
+def fit(req: FitRequest) -> FitResponse:
+    primary, rest = req.workloads[0], req.workloads[1:]
+    targets = _targets(req)
+    layouts: dict[int, Parallelism | None] = {n: layout_for(primary, n) for n in
+                                              sorted(set(req.device_counts))}
+    # Objective memo per (device count, overheads, variable): x -> total bytes.
+    memos: dict[tuple[int, tuple[int, int], str], dict[int, int]] = {}
+    totals: dict[tuple[int, tuple[int, int]], int] = {}
+
+    def placed(n: int) -> Workload | None:
+        par = layouts.get(n) if n in layouts else layout_for(primary, n)
+        if par is None:
+            return None
+        return primary if isinstance(primary, GenericWorkload) else _with(primary,
+                                                                          parallelism=par)
+
+    def total(w0: Workload, ctx: DeviceContext) -> int:
+        return device_totals((w0, *rest), ctx, req.headroom)
+
+    results = []
+    for target in targets:
+        key = _overhead_key(target.context)
+        layout_fits = []
+        for n in req.device_counts:
+            w0 = placed(n)
+            if w0 is None:
+                continue
+            tkey = (n, key)
+            if tkey not in totals:
+                totals[tkey] = total(w0, target.context)
+            t = totals[tkey]
+            fits = t <= target.capacity
+            maxima: dict[str, object] = {}
+            for variable in req.solve:
+                if variable == "device_count":
+                    continue
+                setter = _variable_setter(w0, variable)
+                if setter is None:
+                    continue
+                make, limit, model_limit = setter
+                bound = min(limit, model_limit) if model_limit is not None else limit
+                memo = memos.setdefault((n, key, variable), {})
+                best = max_fitting(lambda x, make=make: total(make(x), target.context),
+                                   target.capacity, max(bound, 1), memo) if bound >= 1 else 0
+                if variable == "batch":
+                    maxima["batch_size"] = best
+                elif variable == "concurrency":
+                    maxima["concurrent_requests"] = best
+                else:
+                    extra = w0.generated_tokens if isinstance(w0, InferenceWorkload) else 0
+                    maxima["context_tokens"] = best + extra if best else 0
+                    if model_limit is not None and best >= model_limit:
+                        maxima["context_limited_by_model"] = True
+            warnings = _fit_warnings(w0, target, n)
+            par = w0.parallelism if not isinstance(w0, GenericWorkload) else Parallelism()
+            free = target.capacity - t
+            layout_fits.append(LayoutFit(
+                device_count=n, tensor=par.tensor, pipeline=par.pipeline, data=par.data,
+                fits=fits, total_bytes=t, capacity_bytes=target.capacity, free_bytes=free,
+                free_percent=round(100.0 * free / target.capacity, 3),
+                limiting_component=_limiting((w0, *rest), target.context),
+                warnings=tuple(warnings), maxima=Maxima(**maxima)))  # type: ignore[arg-type]
+        min_count = None
+        if "device_count" in req.solve:
+            for n in _count_candidates(req.max_device_count):
+                w0 = placed(n)
+                if w0 is None:
+                    continue
+                tkey = (n, key)
+                if tkey not in totals:
+                    totals[tkey] = total(w0, target.context)
+                if totals[tkey] <= target.capacity:
+                    min_count = n
+                    break
+        results.append(GPUFit(gpu_id=target.gpu_id, name=target.name,
+                              memory_total_bytes=target.capacity, layouts=tuple(layout_fits),
+                              min_device_count=min_count))
+    return FitResponse(gpus=tuple(results))
+
+
+def _count_candidates(limit: int) -> list[int]:
+    small = [n for n in (1, 2, 3, 4, 5, 6, 7, 8) if n <= limit]
+    return small + list(range(16, limit + 1, 8))
+
+
+def _fit_warnings(w: Workload, target: _Target, n: int) -> list[str]:
+    warnings: list[str] = []
+    if isinstance(w, GenericWorkload):
+        return warnings
+    from .dtypes import native_dtype_name
+
+    for dtype in sorted({w.precision.compute, w.precision.weights}):
+        native = native_dtype_name(dtype)
+        if native and native not in target.context.native_dtypes:
+            warnings.append(f"{target.name} has no native {dtype} support")
+    return warnings

@@ -1,0 +1,149 @@
+"""``vrambudget``: serve the API, or print a budget as a table on the terminal.
+
+    vrambudget serve [--host 127.0.0.1] [--port 8000]
+    vrambudget estimate --model llama-3.1-8b --batch 4 --prompt 2048 --generate 512 --gpu h100-sxm5-80gb
+    vrambudget estimate --file workload.json        # a BudgetRequest or a single workload
+    vrambudget openapi > openapi/service.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import msgspec
+
+__all__ = ["main"]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.api.app import Settings, create_app
+
+    settings = Settings.from_env()
+    host = args.host or settings.host
+    port = args.port or settings.port
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level,
+                access_log=False)
+    return 0
+
+
+def _request_from_args(args: argparse.Namespace) -> object:
+    from service.budget.spec import BudgetRequest, Workload
+
+    if args.file:
+        raw = sys.stdin.buffer.read() if args.file == "-" else open(args.file, "rb").read()
+        data = json.loads(raw)
+        if isinstance(data, dict) and "workloads" in data:
+            return msgspec.convert(data, BudgetRequest)
+        return BudgetRequest(workloads=(msgspec.convert(data, Workload),))
+    if not args.model:
+        raise SystemExit("estimate: give --model PRESET or --file FILE")
+    workload: dict[str, object] = {
+        "kind": args.kind,
+        "model": {"source": "preset", "id": args.model},
+        "precision": {"weights": args.weights, "compute": args.compute},
+        "parallelism": {"tensor": args.tp, "pipeline": args.pp, "data": args.dp,
+                        "zero_stage": args.zero},
+    }
+    if args.quant:
+        workload["precision"]["quantization"] = {"scheme": args.quant}  # type: ignore[index]
+    if args.kind == "inference":
+        workload.update(batch_size=args.batch, prompt_tokens=args.prompt,
+                        generated_tokens=args.generate, concurrent_requests=args.concurrency)
+    else:
+        workload.update(micro_batch_size=args.batch, sequence_length=args.prompt,
+                        checkpointing=args.checkpointing)
+    request: dict[str, object] = {"workloads": [workload]}
+    if args.gpu:
+        request["device"] = {"source": "catalog", "id": args.gpu}
+    return msgspec.convert(request, BudgetRequest)
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from service.budget.errors import BudgetError
+    from service.budget.estimate import estimate
+    from service.budget.units import format_bytes
+
+    try:
+        req = _request_from_args(args)
+        budget = estimate(req.workloads, req.device, req.headroom)  # type: ignore[attr-defined]
+    except (msgspec.ValidationError, BudgetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(budget).decode()) + "\n")
+        return 0
+    for w in budget.workloads:
+        params = f"{w.num_params:,} params" if w.num_params else ""
+        print(f"{w.name} ({w.kind}) {params}, {w.devices_per_instance} device(s) x "
+              f"{w.instances} instance(s)")
+    for i, d in enumerate(budget.devices):
+        mark = "  <- most loaded" if i == budget.most_loaded and len(budget.devices) > 1 else ""
+        print(f"\n{d.label} (x{d.num_devices}), peak at {d.peak_phase}{mark}")
+        print(f"  {'component':<24}{'bytes':>20}{'':>4}{'GiB':>10}")
+        for line in d.lines:
+            print(f"  {line.component.value:<24}{line.bytes:>20,}{'':>4}"
+                  f"{line.bytes / 2**30:>10.3f}")
+        print(f"  {'total':<24}{d.total_bytes:>20,}{'':>4}{d.total_bytes / 2**30:>10.3f}")
+        print("  phases: " + ", ".join(f"{p.name} {format_bytes(p.total_bytes)}"
+                                        for p in d.phases))
+    if budget.device:
+        free = budget.device.memory_total_bytes - budget.total_bytes
+        verdict = "fits" if free >= 0 else "does NOT fit"
+        print(f"\n{budget.device.name}: {format_bytes(budget.device.memory_total_bytes)} "
+              f"-> {verdict} ({format_bytes(abs(free))} {'free' if free >= 0 else 'short'})")
+    print(f"\nhost RAM per host: {format_bytes(budget.host_ram.total_bytes)}; "
+          f"disk: {format_bytes(budget.disk.total_bytes)}")
+    for warning in budget.warnings:
+        print(f"warning: {warning}")
+    return 0
+
+
+def _openapi(_: argparse.Namespace) -> int:
+    from service.api.app import create_app
+    from service.api.openapi import openapi_document
+
+    sys.stdout.write(json.dumps(openapi_document(create_app()), indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vrambudget", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the calculation service")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=_serve)
+    est = sub.add_parser("estimate", help="print a budget table")
+    est.add_argument("--file", help="JSON workload or BudgetRequest ('-' for stdin)")
+    est.add_argument("--model", help="preset id (see GET /v1/models)")
+    est.add_argument("--kind", choices=["inference", "training"], default="inference")
+    est.add_argument("--batch", type=int, default=1)
+    est.add_argument("--prompt", type=int, default=1024, help="prompt (or sequence) tokens")
+    est.add_argument("--generate", type=int, default=256)
+    est.add_argument("--concurrency", type=int, default=1)
+    est.add_argument("--weights", default="bf16")
+    est.add_argument("--compute", default="bf16")
+    est.add_argument("--quant", choices=["int8", "fp8", "gptq", "awq", "bnb_4bit"])
+    est.add_argument("--checkpointing", choices=["none", "selective", "full"], default="none")
+    est.add_argument("--tp", type=int, default=1)
+    est.add_argument("--pp", type=int, default=1)
+    est.add_argument("--dp", type=int, default=1)
+    est.add_argument("--zero", type=int, default=0)
+    est.add_argument("--gpu", help="catalog GPU id (see GET /v1/gpus)")
+    est.add_argument("--json", action="store_true", help="print the JSON budget")
+    est.set_defaults(func=_estimate)
+    oa = sub.add_parser("openapi", help="print the OpenAPI document")
+    oa.set_defaults(func=_openapi)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
