@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Any, TypeVar
 
 import msgspec
-from litestar import Litestar, Response, get, post
+from litestar import Litestar, Request, Response, get, post
+from litestar.exceptions import ClientException, ValidationException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.openapi.spec import Contact, Server
-from litestar.params import Body
+from litestar.params import FromPath
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
 from service.budget.catalog import GPU, ModelPreset, gpu, gpus, preset, preset_arch, presets
@@ -87,6 +88,38 @@ _PROBLEMS = {
 }
 
 
+T = TypeVar("T")
+
+
+def decode_body(body: bytes, type_: type[T]) -> T:
+    """Strict msgspec decoding of a request body: exactly what the published schema says (no
+    coercion of 0 to false or "1" to 1, unlike Litestar's lenient signature model)."""
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except msgspec.ValidationError as exc:
+        if "got `float`" in str(exc):
+            # JSON Schema counts 2.0 as an integer; msgspec does not. Retry with integral
+            # floats made ints (only on this error path, so valid requests pay nothing).
+            try:
+                return msgspec.convert(_integral(msgspec.json.decode(body)), type_)
+            except msgspec.ValidationError as again:
+                exc = again
+        raise ValidationException(detail="invalid request", extra=[{"message": str(exc)}]
+                                  ) from None
+    except msgspec.DecodeError as exc:
+        raise ClientException(detail=f"JSON is malformed: {exc}") from None
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
 def _summary(model_id: str) -> ModelSummary:
     p = preset(model_id)
     a = preset_arch(model_id)
@@ -106,18 +139,19 @@ def _summary(model_id: str) -> ModelSummary:
 
 @post("/v1/budgets", status_code=200, tags=["budgets"], summary="Budget a workload",
       responses=_PROBLEMS)
-async def create_budget(data: Annotated[BudgetRequest, Body()]) -> Budget:
+async def create_budget(request: Request[Any, Any, Any]) -> Budget:
     """Component-wise memory budget per device (one line per component at the peak phase),
     plus host RAM and disk, for co-located workloads on one device type."""
+    data = decode_body(await request.body(), BudgetRequest)
     return estimate(data.workloads, data.device, data.headroom)
 
 
 @post("/v1/fits", status_code=200, tags=["fits"], summary="Check fits against GPUs",
       responses=_PROBLEMS)
-async def create_fit(data: Annotated[FitRequest, Body()]) -> FitResponse:
+async def create_fit(request: Request[Any, Any, Any]) -> FitResponse:
     """Fit checks of a workload against catalog (or custom) GPUs and device counts, with the
     largest batch, context and concurrency that fit and the smallest device count per GPU."""
-    return fit(data)
+    return fit(decode_body(await request.body(), FitRequest))
 
 
 @get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog")
@@ -126,7 +160,7 @@ async def list_gpus() -> list[GPU]:
 
 
 @get("/v1/gpus/{gpu_id:str}", tags=["catalog"], summary="One GPU", responses={404: _PROBLEMS[404]})
-async def get_gpu(gpu_id: str) -> GPU:
+async def get_gpu(gpu_id: FromPath[str]) -> GPU:
     return gpu(gpu_id)
 
 
@@ -137,7 +171,7 @@ async def list_models() -> list[ModelSummary]:
 
 @get("/v1/models/{model_id:str}", tags=["catalog"], summary="One model preset",
      responses={404: _PROBLEMS[404]})
-async def get_model(model_id: str) -> ModelDetail:
+async def get_model(model_id: FromPath[str]) -> ModelDetail:
     return ModelDetail(summary=_summary(model_id), preset=preset(model_id))
 
 

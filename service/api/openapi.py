@@ -14,7 +14,7 @@ from litestar._openapi.plugin import OpenAPIPlugin
 from service.budget.catalog import GPU, ModelPreset
 from service.budget.fit import FitRequest, FitResponse
 from service.budget.result import Budget
-from service.budget.spec import BudgetRequest
+from service.budget.spec import SCHEMA_RULES, BudgetRequest
 
 from .problems import Problem
 
@@ -58,6 +58,19 @@ def patch_openapi(app: Litestar) -> None:
                 # for malformed JSON and 422 for invalid values, both problem+json.
                 responses["400"] = {"description": "Malformed JSON", "content": {
                     "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+    bodies = {"/v1/budgets": "BudgetRequest", "/v1/fits": "FitRequest"}
+    for path, name in bodies.items():  # the handlers decode the raw body strictly themselves
+        document["paths"][path]["post"]["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+        }
+    metrics = document["paths"].get("/metrics", {}).get("get")
+    if metrics:
+        metrics["responses"]["200"]["content"] = {
+            "text/plain": {"schema": {"type": "string"},
+                           "x-format": "Prometheus text exposition format 0.0.4"}}
+    for name, rules in SCHEMA_RULES.items():
+        components[name] = {**components[name], "allOf": rules}
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     schemas.update(components)
     used: set[str] = set()

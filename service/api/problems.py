@@ -35,11 +35,12 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 def _problem(request: Request[Any, Any, Any], status: int, title: str, detail: str,
-             errors: tuple[ProblemError, ...] = (), type_: str = "about:blank") -> Response[Any]:
+             errors: tuple[ProblemError, ...] = (), type_: str = "about:blank",
+             headers: dict[str, str] | None = None) -> Response[Any]:
     body = Problem(type=type_, title=title, status=status, detail=detail,
                    instance=request.url.path, errors=errors)
     return Response(content=msgspec.json.encode(body), status_code=status,
-                    media_type=PROBLEM_MEDIA_TYPE)
+                    media_type=PROBLEM_MEDIA_TYPE, headers=headers)
 
 
 _PATH = re.compile(r" - at `(?P<path>[^`]+)`$")
@@ -132,7 +133,9 @@ def _budget_error(request: Request[Any, Any, Any], exc: BudgetError) -> Response
 
 
 def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
-    return _problem(request, exc.status_code, _title(exc.status_code), str(exc.detail))
+    # Keep the exception's headers (405 carries ``Allow``, RFC 9110 §15.5.6).
+    return _problem(request, exc.status_code, _title(exc.status_code), str(exc.detail),
+                    headers=dict(exc.headers or {}))
 
 
 def _internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

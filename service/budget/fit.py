@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from .catalog import GPU, GPUId, gpu, gpus
+from .catalog import GPU, gpus
 from .components import Component
 from .errors import InvalidWorkload
 from .estimate import DeviceContext, device_totals, resolve_device, workload_stages
@@ -26,7 +26,7 @@ from .layout import check_layout
 from .resolve import resolve_model
 from .spec import (
     MAX_TOKENS,
-    CustomDevice,
+    DeviceRef,
     GenericWorkload,
     Headroom,
     InferenceWorkload,
@@ -45,10 +45,11 @@ class FitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """One workload (plus co-located ones) against many GPUs and device counts."""
 
     workloads: Annotated[tuple[Workload, ...], Meta(min_length=1, max_length=16)]
-    gpus: Annotated[
-        tuple[GPUId, ...] | None, Meta(description="Catalog ids; default: the whole catalog.")
-    ] = None
-    custom_gpus: Annotated[tuple[CustomDevice, ...], Meta(max_length=64)] = ()
+    devices: Annotated[
+        tuple[DeviceRef, ...],
+        Meta(max_length=256, description="Catalog GPUs and custom devices to check; default "
+             "(null): the whole catalog."),
+    ] | None = None
     device_counts: Annotated[
         tuple[Annotated[int, Meta(ge=1, le=4096)], ...],
         Meta(min_length=1, max_length=16, description="Devices per replica to check. The first "
@@ -230,17 +231,13 @@ class _Target:
 
 
 def _targets(req: FitRequest) -> list[_Target]:
-    chosen: list[GPU] = [gpu(i) for i in req.gpus] if req.gpus is not None else list(
-        gpus().values())
+    refs: tuple[DeviceRef | GPU, ...] = (tuple(gpus().values()) if req.devices is None
+                                         else req.devices)
     out = []
-    for g in chosen:
-        ctx = resolve_device(g)
+    for ref in refs:
+        ctx = resolve_device(ref)
         assert ctx is not None
-        out.append(_Target(g.id, g.name, g.memory_total_bytes, ctx))
-    for c in req.custom_gpus:
-        ctx = resolve_device(c)
-        assert ctx is not None
-        out.append(_Target(None, c.name, c.memory_total_bytes, ctx))
+        out.append(_Target(ctx.id, ctx.name, ctx.memory_total_bytes, ctx))
     return out
 
 

@@ -21,7 +21,10 @@ def resolve_model(source: ModelSource, field: str = "model") -> Arch:
         case HFConfigModel():
             return _from_config(source.config, field)
         case DimensionsModel():
-            return _from_dimensions(source)
+            try:
+                return _from_dimensions(source)
+            except InvalidWorkload as exc:
+                raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
 
 
 def model_name(source: ModelSource) -> str:
@@ -46,6 +49,22 @@ def _from_config(config: HFConfig, field: str) -> Arch:
 def _from_dimensions(d: DimensionsModel) -> Arch:
     h, L, a = d.hidden_size, d.num_layers, d.num_attention_heads
     kv = d.num_key_value_heads or a
+    if a % kv:
+        raise InvalidWorkload("num_key_value_heads",
+                              f"{kv} must divide num_attention_heads ({a})")
+    if d.head_dim is None and h % a:
+        raise InvalidWorkload("hidden_size", f"{h} is not a multiple of num_attention_heads "
+                              f"({a}); give head_dim")
+    if d.num_sliding_window_layers > L:
+        raise InvalidWorkload("num_sliding_window_layers", f"must be <= num_layers ({L})")
+    if d.num_sliding_window_layers and d.sliding_window is None:
+        raise InvalidWorkload("sliding_window", "is required with num_sliding_window_layers")
+    if d.moe is not None:
+        if d.moe.experts_per_token > d.moe.num_experts:
+            raise InvalidWorkload("moe.experts_per_token",
+                                  f"must be <= num_experts ({d.moe.num_experts})")
+        if d.moe.num_dense_layers > L:
+            raise InvalidWorkload("moe.num_dense_layers", f"must be <= num_layers ({L})")
     hd = d.head_dim or h // a
     f, V = d.intermediate_size, d.vocab_size
     layernorm = d.norm == "layernorm"

@@ -1,5 +1,11 @@
 """The workload: what a caller asks about. Wire types (msgspec Structs) with their constraints.
 
+Checks between fields that JSON Schema can state run in ``__post_init__`` (so they fail while
+decoding, with the field's path) and are published in the schema too (``SCHEMA_RULES``): a
+schema-valid request never fails validation. Checks that depend on the model (a tensor-parallel
+degree that must divide its heads) are semantic: ``InvalidWorkload``, a documented 422 of type
+``invalid-workload``.
+
 Every object but an inline ``config.json`` forbids unknown fields (a misspelt ``batch_szie`` must
 not be silently ignored by a tool whose answer decides a purchase); the published JSON schema
 says ``additionalProperties: false`` for each of them. Cross-field checks run in
@@ -96,12 +102,6 @@ class MoESpec(_Wire, kw_only=True):
         int, Meta(ge=0, le=1_000_000, description="Leading layers with a dense MLP instead.")
     ] = 0
 
-    def __post_init__(self) -> None:
-        if self.experts_per_token > self.num_experts:
-            raise ValueError(
-                f"experts_per_token ({self.experts_per_token}) must be <= num_experts "
-                f"({self.num_experts})"
-            )
 
 
 class DimensionsModel(_Wire, tag="dimensions", tag_field="source", kw_only=True):
@@ -136,23 +136,6 @@ class DimensionsModel(_Wire, tag="dimensions", tag_field="source", kw_only=True)
         int, Meta(ge=0, le=1_000_000, description="How many layers use the sliding window.")
     ] = 0
     moe: MoESpec | None = None
-
-    def __post_init__(self) -> None:
-        kv = self.num_key_value_heads or self.num_attention_heads
-        if self.num_attention_heads % kv:
-            raise ValueError(
-                f"num_key_value_heads ({kv}) must divide num_attention_heads "
-                f"({self.num_attention_heads})"
-            )
-        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
-            raise ValueError("hidden_size must be a multiple of num_attention_heads "
-                             "unless head_dim is given")
-        if self.num_sliding_window_layers > self.num_layers:
-            raise ValueError("num_sliding_window_layers must be <= num_layers")
-        if self.num_sliding_window_layers and self.sliding_window is None:
-            raise ValueError("num_sliding_window_layers needs sliding_window")
-        if self.moe is not None and self.moe.num_dense_layers > self.num_layers:
-            raise ValueError("moe.num_dense_layers must be <= num_layers")
 
 
 ModelSource = PresetModel | HFConfigModel | DimensionsModel
@@ -371,10 +354,17 @@ class LoRA(_Wire, tag="lora", tag_field="kind", kw_only=True):
 
 
 class QLoRA(LoRA, tag="qlora", tag_field="kind", kw_only=True):
-    """LoRA on a base quantized to 4-bit with bitsandbytes (Dettmers et al. 2023): the base
-    quantization defaults to NF4 with double quantization."""
+    """LoRA on a base quantized to 4-bit with bitsandbytes (Dettmers et al. 2023): NF4 with
+    double quantization by default."""
 
-    base_quantization: BitsAndBytes4bit = BitsAndBytes4bit(double_quant=True)
+    quant_type: Literal["nf4", "fp4"] = "nf4"
+    block_size: Literal[32, 64, 128, 256, 512, 1024, 2048, 4096] = 64
+    double_quant: bool = True
+
+    @property
+    def base_quantization(self) -> BitsAndBytes4bit:
+        return BitsAndBytes4bit(quant_type=self.quant_type, block_size=self.block_size,
+                                double_quant=self.double_quant)
 
 
 Method = FullFineTune | LoRA | QLoRA
@@ -404,7 +394,7 @@ class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", kw_only
 
     def __post_init__(self) -> None:
         if isinstance(self.method, QLoRA) and self.precision.quantization is not None:
-            raise ValueError("QLoRA sets the base quantization itself (method.base_quantization);"
+            raise ValueError("QLoRA sets the base quantization itself (method.quant_type, ...);"
                              " leave precision.quantization empty")
 
 
@@ -478,3 +468,28 @@ class BudgetRequest(_Wire, kw_only=True):
              "and dtype warnings. Default: none (generic defaults)."),
     ] = None
     headroom: Headroom = Headroom()
+
+
+# The cross-field checks above, as JSON Schema (merged into the published components).
+SCHEMA_RULES: dict[str, list[dict[str, object]]] = {
+    "Parallelism": [
+        {"if": {"properties": {"offload_parameters": {"const": True}},
+                "required": ["offload_parameters"]},
+         "then": {"properties": {"zero_stage": {"const": 3}}, "required": ["zero_stage"]}},
+        {"if": {"properties": {"virtual_stages": {"minimum": 2}}, "required": ["virtual_stages"]},
+         "then": {"properties": {"pipeline_schedule": {"const": "interleaved_1f1b"}},
+                  "required": ["pipeline_schedule"]}},
+    ],
+    "GPTQ": [{"properties": {"group_size": {"not": {"const": 0}}}}],
+    "AWQ": [{"properties": {"group_size": {"not": {"const": 0}}}}],
+    "Precision": [
+        {"if": {"properties": {"weights": {"const": "fp8"}}, "required": ["weights"]},
+         "then": {"properties": {"quantization": {"type": "null"}}}},
+    ],
+    "TrainingWorkload": [
+        {"if": {"properties": {"method": {"properties": {"kind": {"const": "qlora"}},
+                                          "required": ["kind"]}}, "required": ["method"]},
+         "then": {"properties": {"precision": {"properties": {"quantization": {
+             "type": "null"}}}}}},
+    ],
+}

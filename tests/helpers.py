@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from service.budget.spec import Workload
+
+
+def workload(**fields: object) -> Workload:
+    """Decode a workload exactly as the API would (defaults, tags and checks included)."""
+    return msgspec.convert(fields, Workload)
+
+
+@pytest.fixture
+def make_workload():
+    return workload

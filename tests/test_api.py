@@ -1,0 +1,140 @@
+"""HTTP behaviour through Litestar's test client: answers, problem+json errors, limits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from litestar.testing import TestClient
+
+from service.api.app import Settings, create_app
+from service.api.openapi import openapi_document
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = {"source": "preset", "id": "llama-3.1-8b"}
+
+
+@pytest.fixture(scope="module")
+def client():
+    with TestClient(create_app(Settings(max_body_bytes=256 * 1024))) as c:
+        yield c
+
+
+def post_budget(client, **workload):
+    body = {"workloads": [{"kind": "inference", "model": LLAMA, **workload}]}
+    return client.post("/v1/budgets", json=body)
+
+
+def test_budget_has_every_component_once(client):
+    r = post_budget(client)
+    assert r.status_code == 200
+    device = r.json()["devices"][0]
+    names = [line["component"] for line in device["lines"]]
+    assert names == ["weights", "quantization_metadata", "adapters", "kv_cache", "activations",
+                     "logits", "gradients", "optimizer_state", "master_weights", "cuda_context",
+                     "runtime_workspace", "communication_buffers", "allocator_overhead",
+                     "headroom"]
+    assert all(isinstance(line["bytes"], int) and line["source"] for line in device["lines"])
+    assert device["total_bytes"] == sum(line["bytes"] for line in device["lines"])
+
+
+@pytest.mark.parametrize(
+    ("workload", "field", "text"),
+    [
+        ({"batch_size": 0}, "$.workloads[0].batch_size", "Expected `int` >= 1"),
+        ({"prompt_tokens": 10**15}, "$.workloads[0].prompt_tokens",
+         "Expected `int` <= 1099511627776"),
+        ({"batch_szie": 2}, "$.workloads[0]", "unknown field `batch_szie`"),
+        ({"attention": "fast"}, "$.workloads[0].attention",
+         "Invalid enum value 'fast'; allowed: 'eager', 'flash', 'sdpa'"),
+        ({"parallelism": {"tensor": 3}}, "$.workloads[0].parallelism.tensor",
+         "3 must divide the model's 32 attention heads"),
+        ({"parallelism": {"offload_parameters": True}}, "$.workloads[0].parallelism",
+         "offload_parameters needs zero_stage 3"),
+    ],
+)
+def test_bad_input_is_422_problem_with_field_and_range(client, workload, field, text):
+    r = post_budget(client, **workload)
+    assert r.status_code == 422
+    assert r.headers["content-type"].startswith("application/problem+json")
+    problem = r.json()
+    assert problem["status"] == 422
+    assert any(e["field"] == field and text in e["message"] for e in problem["errors"]), problem
+
+
+def test_unsupported_model_type_is_named(client):
+    body = {"workloads": [{"kind": "inference", "model": {
+        "source": "hf_config", "config": {"model_type": "falcon", "hidden_size": 4096}}}]}
+    r = client.post("/v1/budgets", json=body)
+    assert r.status_code == 422
+    error = r.json()["errors"][0]
+    assert error["field"] == "$.workloads[0].model.config.model_type"
+    assert "'falcon'" in error["message"] and "'llama'" in error["message"]
+
+
+def test_inline_config_equals_preset(client):
+    preset = client.get("/v1/models/llama-3.1-8b").json()["preset"]["config"]
+    inline = post_budget(client, model={"source": "hf_config", "config": preset}).json()
+    from_preset = post_budget(client).json()
+    assert inline["devices"] == from_preset["devices"]
+
+
+def test_huge_but_valid_values_give_exact_numbers(client):
+    body = {"workloads": [{"kind": "inference", "model": {
+        "source": "dimensions", "hidden_size": 4096, "num_layers": 1_000_000,
+        "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000},
+        "prompt_tokens": 2**40, "generated_tokens": 0, "batch_size": 2**24}]}
+    r = client.post("/v1/budgets", json=body)
+    assert r.status_code == 200
+    kv = next(line["bytes"] for line in r.json()["devices"][0]["lines"]
+              if line["component"] == "kv_cache")
+    assert kv == 1_000_000 * 2 * 32 * 128 * 2 * 2**40 * 2**24
+
+
+def test_malformed_json_and_oversized_body(client):
+    r = client.post("/v1/budgets", content=b"{nope", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.headers["content-type"].startswith("application/problem")
+    r = client.post("/v1/budgets", content=b" " * (300 * 1024),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_catalog_endpoints(client):
+    gpus = client.get("/v1/gpus").json()
+    assert len(gpus) >= 25
+    one = client.get(f"/v1/gpus/{gpus[0]['id']}").json()
+    assert one == gpus[0]
+    assert client.get("/v1/gpus/nope").status_code == 404
+    models = client.get("/v1/models").json()
+    assert len(models) >= 30
+    llama = next(m for m in models if m["id"] == "llama-3.1-8b")
+    assert llama["kv_cache_bytes_per_token_bf16"] == 131_072
+    assert client.get("/v1/models/nope").status_code == 404
+
+
+def test_fits_whole_catalog(client):
+    body = {"workloads": [{"kind": "inference", "model": LLAMA}], "device_counts": [1, 2]}
+    r = client.post("/v1/fits", json=body)
+    assert r.status_code == 200
+    gpus = r.json()["gpus"]
+    assert len(gpus) == len(client.get("/v1/gpus").json())
+    for g in gpus:
+        for layout in g["layouts"]:
+            assert layout["fits"] == (layout["total_bytes"] <= layout["capacity_bytes"])
+            assert layout["free_bytes"] == layout["capacity_bytes"] - layout["total_bytes"]
+
+
+def test_ops_endpoints(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").status_code == 200
+    post_budget(client)
+    metrics = client.get("/metrics").text
+    assert "vrambudget_requests_total" in metrics
+    assert client.get("/schema").status_code == 200
+
+
+def test_committed_openapi_matches_the_app():
+    committed = json.loads((ROOT / "openapi" / "service.json").read_text())
+    generated = json.loads(json.dumps(openapi_document(create_app())))
+    assert committed == generated, "run: .venv/bin/vrambudget openapi > openapi/service.json"

@@ -1,0 +1,39 @@
+"""Imports point down only: the analytic core needs the standard library and msgspec alone, and
+torch appears nowhere in the service's analytic path."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STDLIB = set(sys.stdlib_module_names)
+
+
+def imported(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_budget_core_imports_stdlib_and_msgspec_only():
+    for path in (ROOT / "service" / "budget").rglob("*.py"):
+        extra = imported(path) - STDLIB - {"msgspec"}
+        assert not extra, f"{path.relative_to(ROOT)} imports {sorted(extra)}"
+
+
+def test_api_does_not_import_torch_or_below():
+    for path in list((ROOT / "service" / "api").rglob("*.py")) + [ROOT / "service" / "cli.py"]:
+        assert "torch" not in imported(path), path
+
+
+def test_service_starts_without_torch():
+    code = ("import sys; import service.api.app as a; a.create_app(); "
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
