@@ -133,9 +133,8 @@ def inference_working_set(layer: LayerType, arch: Arch, dd: DeviceDims, *, seque
     MLP: gate, up and activation outputs, or fc1 and GELU outputs)."""
     T = sequences * query_tokens
     resid = 2 * T * dd.h * e
-    heads = dd.heads
-    attn = T * (heads * dd.qk_head_dim + dd.kv_heads * (dd.qk_head_dim + dd.v_head_dim)
-                + heads * dd.v_head_dim) * e
+    heads, qk, v = dd.heads, dd.qk_head_dim, dd.v_head_dim
+    attn = T * (heads * (qk + v) + dd.kv_heads * (qk + v)) * e
     keys = min(key_tokens, layer.window) if layer.window else key_tokens
     if attention == "eager":
         attn += 2 * sequences * heads * query_tokens * keys * e

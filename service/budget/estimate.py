@@ -149,8 +149,12 @@ def _overhead_values(ov: Overheads, instances: int) -> tuple[int, int]:
     return ov.cuda_context_bytes * instances, ov.workspace_bytes * instances
 
 
+_FRAG_PPM = round(ALLOCATOR_FRAGMENTATION_FRACTION * 1_000_000)
+
+
 def _allocator(rounding: int, transient: int) -> int:
-    return rounding + ceil_div(int(transient * ALLOCATOR_FRAGMENTATION_FRACTION * 1000), 1000)
+    # Integer arithmetic: exact for any size (floats would round above 2^53 bytes).
+    return rounding + -(-transient * _FRAG_PPM // 1_000_000)
 
 
 def _pick_peak(phases: list[tuple[str, dict[Component, int]]]) -> tuple[str, dict[Component, int]]:
@@ -390,8 +394,8 @@ def workload_stages(w: Workload, ov: Overheads, field: str = "workloads[0]"
 
 
 def _headroom(subtotal: int, headroom: Headroom) -> int:
-    return max(ceil_div(int(subtotal * headroom.fraction * 1_000_000), 1_000_000),
-               headroom.min_bytes)
+    ppm = round(headroom.fraction * 1_000_000)  # the fraction to a millionth, then exact ints
+    return max(-(-subtotal * ppm // 1_000_000), headroom.min_bytes)
 
 
 def device_totals(workloads: tuple[Workload, ...], device: DeviceContext | None,
@@ -455,8 +459,10 @@ def _line(component: Component, value: int, inputs: dict[str, Any],
         source = ov.cuda_context_source
     elif component is C.RUNTIME_WORKSPACE:
         source = ov.workspace_source
-    return Line(component=component, bytes=value, formula=formula, inputs=inputs, source=source,
-                parts=tuple(Part(name=n, bytes=b) for n, b in parts))
+    if not parts:
+        return Line(component, value, formula, inputs, source)
+    return Line(component, value, formula, inputs, source,
+                tuple([Part(name=n, bytes=b) for n, b in parts]))
 
 
 def _inputs(w: Workload, arch: Arch | None) -> dict[str, Any]:
@@ -580,7 +586,7 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
         summary_device = DeviceSummary(name=ctx.name, id=ctx.id,
                                        memory_total_bytes=ctx.memory_total_bytes,
                                        architecture=ctx.architecture)
-    pairs = list(zip(workloads, archs, per_workload, strict=True))
+    pairs = tuple(zip(workloads, archs, strict=True))
     return Budget(
         workloads=tuple(_summary(w, a) for w, a in zip(workloads, archs, strict=True)),
         device=summary_device,

@@ -64,10 +64,50 @@ def _local_processes(w: Workload) -> int:
     return min(devices * w.instances, GPUS_PER_HOST) if devices * w.instances else 1
 
 
-def host_budget(pairs: list[tuple[Workload, Arch | None, Any]]) -> HostBudget:
+def _persistent_key(w: Workload) -> Any:
+    """What host RAM and disk depend on: not batch, context or concurrency. Budgets that differ
+    only in those share one cached answer."""
+    if isinstance(w, GenericWorkload):
+        return w
+    return (type(w), w.name, w.model, w.precision, w.parallelism, w.instances,
+            getattr(w, "method", None), getattr(w, "optimizer", None),
+            getattr(w, "mixed_precision", None))
+
+
+def host_budget(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget:
+    return _host_budget(tuple(_persistent_key(w) for w, _ in pairs), pairs)
+
+
+def disk_budget(pairs: tuple[tuple[Workload, Arch | None], ...]) -> DiskBudget:
+    return _disk_budget(tuple(_persistent_key(w) for w, _ in pairs), pairs)
+
+
+def _host_budget(key: Any, pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget:
+    hit = _HOST_CACHE.get(key)
+    if hit is None:
+        hit = _HOST_CACHE[key] = _compute_host(pairs)
+        if len(_HOST_CACHE) > 1024:
+            _HOST_CACHE.pop(next(iter(_HOST_CACHE)))
+    return hit
+
+
+def _disk_budget(key: Any, pairs: tuple[tuple[Workload, Arch | None], ...]) -> DiskBudget:
+    hit = _DISK_CACHE.get(key)
+    if hit is None:
+        hit = _DISK_CACHE[key] = _compute_disk(pairs)
+        if len(_DISK_CACHE) > 1024:
+            _DISK_CACHE.pop(next(iter(_DISK_CACHE)))
+    return hit
+
+
+_HOST_CACHE: dict[Any, HostBudget] = {}
+_DISK_CACHE: dict[Any, DiskBudget] = {}
+
+
+def _compute_host(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget:
     items: list[Item] = []
     processes = 0
-    for w, arch, stages in pairs:
+    for w, arch in pairs:
         n = _local_processes(w)
         processes += n
         name = getattr(w, "name", None) or (arch.model_type if arch else "generic")
@@ -103,9 +143,9 @@ def host_budget(pairs: list[tuple[Workload, Arch | None, Any]]) -> HostBudget:
                       total_bytes=sum(i.bytes for i in items))
 
 
-def disk_budget(pairs: list[tuple[Workload, Arch | None, Any]]) -> DiskBudget:
+def _compute_disk(pairs: tuple[tuple[Workload, Arch | None], ...]) -> DiskBudget:
     items: list[Item] = []
-    for w, arch, _ in pairs:
+    for w, arch in pairs:
         name = getattr(w, "name", None) or (arch.model_type if arch else "generic")
         if isinstance(w, GenericWorkload) or arch is None:
             assets = sum(a.bytes for a in w.assets) if isinstance(w, GenericWorkload) else 0

@@ -33,7 +33,7 @@ class Part(_Out, kw_only=True):
     bytes: int
 
 
-class Line(_Out, kw_only=True):
+class Line(msgspec.Struct, frozen=True):
     """One component on one device: bytes, the formula in symbols, its inputs, its source."""
 
     component: Component
