@@ -131,10 +131,13 @@ def _kv_bytes(st: StageStatic, sequences: int, context: int, elem_bytes: int) ->
 
 def _inference_activations(st: StageStatic, arch: Arch, *, sequences: int, query: int,
                            keys: int, e: int, attention: str) -> int:
-    return max((inference_working_set(layer, arch, st.dims, sequences=sequences,
-                                      query_tokens=query, key_tokens=keys, e=e,
-                                      attention=attention)
-                for layer, _ in st.layer_kinds), default=0)
+    """The largest working set over the stage's layer kinds (layers run one at a time)."""
+    peak = 0
+    for layer, _ in st.layer_kinds:
+        peak = max(peak, inference_working_set(layer, arch, st.dims, sequences=sequences,
+                                               query_tokens=query, key_tokens=keys, e=e,
+                                               attention=attention))
+    return peak
 
 
 def _inference_logits(st: StageStatic, arch: Arch, rows: int, e: int) -> int:
@@ -157,21 +160,15 @@ def _allocator(rounding: int, transient: int) -> int:
     return rounding + -(-transient * _FRAG_PPM // 1_000_000)
 
 
-def _pick_peak(phases: list[tuple[str, dict[Component, int]]]) -> tuple[str, dict[Component, int]]:
-    best = phases[0]
-    best_total = sum(best[1].values())
-    for name, values in phases[1:]:
-        total = sum(values.values())
-        if total > best_total:
-            best, best_total = (name, values), total
-    return best
-
-
 def _finish(stage: int | None, num_devices: int, phases: list[tuple[str, dict[Component, int]]],
             parts: dict[Component, tuple[tuple[str, int], ...]]) -> StageNumbers:
-    name, values = _pick_peak(phases)
-    return StageNumbers(stage, num_devices, name, values, parts,
-                        tuple((n, sum(v.values())) for n, v in phases))
+    """The peak phase is the one with the largest device total (the first on a tie)."""
+    totals = tuple([(n, sum(v.values())) for n, v in phases])
+    best = 0
+    for i in range(1, len(totals)):
+        if totals[i][1] > totals[best][1]:
+            best = i
+    return StageNumbers(stage, num_devices, phases[best][0], phases[best][1], parts, totals)
 
 
 # ------------------------------------------------------------------------------ inference --
@@ -378,19 +375,19 @@ def _generic(w: GenericWorkload, ov: Overheads) -> StageNumbers:
 # ------------------------------------------------------------------------ numeric core -----
 
 
-def workload_stages(w: Workload, ov: Overheads, field: str = "workloads[0]"
-                    ) -> tuple[StageNumbers, ...]:
-    """Per pipeline stage of one workload: its peak-phase component bytes (headroom excluded)."""
+def workload_stages(w: Workload, ov: Overheads, index: int = 0) -> tuple[StageNumbers, ...]:
+    """Per pipeline stage of one workload: its peak-phase component bytes (headroom excluded).
+    Errors name the field as ``workloads[index].<path>``."""
     if isinstance(w, GenericWorkload):
         return (_generic(w, ov),)
-    arch = resolve_model(w.model, f"{field}.model")
     try:
+        arch = resolve_model(w.model)
         statics = _statics(w, arch)
     except InvalidWorkload as exc:
-        raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
+        raise InvalidWorkload(f"workloads[{index}].{exc.field}", exc.message) from None
     if isinstance(w, InferenceWorkload):
-        return tuple(_inference_stage(w, arch, st, ov) for st in statics)
-    return tuple(_training_stage(w, arch, st, ov) for st in statics)
+        return tuple([_inference_stage(w, arch, st, ov) for st in statics])
+    return tuple([_training_stage(w, arch, st, ov) for st in statics])
 
 
 def _headroom(subtotal: int, headroom: Headroom) -> int:
@@ -404,7 +401,7 @@ def device_totals(workloads: tuple[Workload, ...], device: DeviceContext | None,
     ov = device.overheads if device else _DEFAULT_OVERHEADS
     subtotal = 0
     for i, w in enumerate(workloads):
-        subtotal += max(sum(s.values.values()) for s in workload_stages(w, ov, f"workloads[{i}]"))
+        subtotal += max(sum(s.values.values()) for s in workload_stages(w, ov, i))
     return subtotal + _headroom(subtotal, headroom)
 
 
@@ -450,19 +447,6 @@ _FORMULAS: dict[Component, tuple[str, str]] = {
                            "fragmentation fraction is an assumption until calibrated"),
     C.HEADROOM: ("max(ceil(fraction x device subtotal), min_bytes)", "requested by the caller"),
 }
-
-
-def _line(component: Component, value: int, inputs: dict[str, Any],
-          parts: tuple[tuple[str, int], ...], ov: Overheads) -> Line:
-    formula, source = _FORMULAS[component]
-    if component is C.CUDA_CONTEXT:
-        source = ov.cuda_context_source
-    elif component is C.RUNTIME_WORKSPACE:
-        source = ov.workspace_source
-    if not parts:
-        return Line(component, value, formula, inputs, source)
-    return Line(component, value, formula, inputs, source,
-                tuple([Part(name=n, bytes=b) for n, b in parts]))
 
 
 def _inputs(w: Workload, arch: Arch | None) -> dict[str, Any]:
@@ -523,6 +507,26 @@ def _summary(w: Workload, arch: Arch | None) -> WorkloadSummary:
                            devices_per_instance=w.parallelism.devices, instances=w.instances)
 
 
+def _sources(ov: Overheads) -> tuple[tuple[Component, str, str], ...]:
+    """(component, formula, source) in vocabulary order for one device type (cached)."""
+    key = (ov.cuda_context_source, ov.workspace_source)
+    hit = _SOURCES.get(key)
+    if hit is None:
+        rows = []
+        for c in ORDER:
+            formula, source = _FORMULAS[c]
+            if c is C.CUDA_CONTEXT:
+                source = ov.cuda_context_source
+            elif c is C.RUNTIME_WORKSPACE:
+                source = ov.workspace_source
+            rows.append((c, formula, source))
+        hit = _SOURCES[key] = tuple(rows)
+    return hit
+
+
+_SOURCES: dict[tuple[str, str], tuple[tuple[Component, str, str], ...]] = {}
+
+
 def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
                    values: dict[Component, int], parts: dict[Component, Any],
                    phases: tuple[tuple[str, int], ...], inputs: dict[str, Any],
@@ -530,17 +534,23 @@ def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
     subtotal = sum(values.values())
     room = _headroom(subtotal, headroom)
     lines = []
-    for c in ORDER:
+    get, get_parts = values.get, parts.get
+    for c, formula, source in _sources(ov):
         if c is C.HEADROOM:
-            lines.append(_line(c, room, {"fraction": headroom.fraction,
-                                         "min_bytes": headroom.min_bytes,
-                                         "subtotal_bytes": subtotal}, (), ov))
+            lines.append(Line(c, room, formula, {"fraction": headroom.fraction,
+                                                 "min_bytes": headroom.min_bytes,
+                                                 "subtotal_bytes": subtotal}, source))
+            continue
+        p = get_parts(c)
+        if p:
+            lines.append(Line(c, get(c, 0), formula, inputs, source,
+                              tuple([Part(name=n, bytes=b) for n, b in p])))
         else:
-            lines.append(_line(c, values.get(c, 0), inputs, parts.get(c, ()), ov))
+            lines.append(Line(c, get(c, 0), formula, inputs, source))
     return DeviceBudget(label=label, pipeline_stage=stage, num_devices=num_devices,
                         peak_phase=peak, lines=tuple(lines), total_bytes=subtotal + room,
-                        phases=tuple(Phase(name=n, total_bytes=t + _headroom(t, headroom))
-                                     for n, t in phases))
+                        phases=tuple([Phase(name=n, total_bytes=t + _headroom(t, headroom))
+                                      for n, t in phases]))
 
 
 def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
@@ -549,9 +559,9 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
     headroom = headroom or Headroom()
     ctx = resolve_device(device)
     ov = ctx.overheads if ctx else _DEFAULT_OVERHEADS
-    archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model,
-             f"workloads[{i}].model") for i, w in enumerate(workloads)]
-    per_workload = [workload_stages(w, ov, f"workloads[{i}]") for i, w in enumerate(workloads)]
+    per_workload = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
+    archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model)
+             for w in workloads]
     warnings: list[str] = []
     for w, arch in zip(workloads, archs, strict=True):
         warnings += _warnings(w, arch, ctx)

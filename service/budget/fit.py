@@ -244,7 +244,7 @@ def _targets(req: FitRequest) -> list[_Target]:
 def _limiting(workloads: tuple[Workload, ...], ctx: DeviceContext) -> Component:
     values: dict[Component, int] = {}
     for i, w in enumerate(workloads):
-        top = max(workload_stages(w, ctx.overheads, f"workloads[{i}]"),
+        top = max(workload_stages(w, ctx.overheads, i),
                   key=lambda s: sum(s.values.values()))
         for c, v in top.values.items():
             values[c] = values.get(c, 0) + v

@@ -14,17 +14,18 @@ from .spec import DimensionsModel, HFConfigModel, ModelSource, PresetModel
 __all__ = ["model_name", "resolve_model"]
 
 
-def resolve_model(source: ModelSource, field: str = "model") -> Arch:
+def resolve_model(source: ModelSource) -> Arch:
+    """Errors name fields relative to the workload (``model.config.hidden_size``)."""
     match source:
         case PresetModel():
             return preset_arch(source.id)
         case HFConfigModel():
-            return _from_config(source.config, field)
+            return _from_config(source.config)
         case DimensionsModel():
             try:
                 return _from_dimensions(source)
             except InvalidWorkload as exc:
-                raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
+                raise InvalidWorkload(f"model.{exc.field}", exc.message) from None
 
 
 def model_name(source: ModelSource) -> str:
@@ -38,11 +39,11 @@ def model_name(source: ModelSource) -> str:
 
 
 @lru_cache(maxsize=512)
-def _from_config(config: HFConfig, field: str) -> Arch:
+def _from_config(config: HFConfig) -> Arch:
     try:
         return arch_from_hf_config(config)
     except InvalidWorkload as exc:
-        raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
+        raise InvalidWorkload(f"model.{exc.field}", exc.message) from None
 
 
 @lru_cache(maxsize=512)
