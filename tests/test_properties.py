@@ -128,3 +128,22 @@ def test_max_fitting_on_monotone_polynomials(a, b, c, cap, limit):
     else:
         assert f(got) <= cap
         assert got == limit or f(got + 1) > cap
+
+
+@PROFILE
+@given(model=st.sampled_from(MODELS), batch=st.integers(1, 64), prompt=st.integers(1, 8192),
+       gen=st.integers(0, 2048), tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2]),
+       attention=st.sampled_from(["sdpa", "eager"]), logits=st.sampled_from(["last", "all"]),
+       instances=st.integers(1, 3))
+def test_solver_objective_equals_the_explained_budget(model, batch, prompt, gen, tp, pp,
+                                                      attention, logits, instances):
+    """The fit solver's numeric fast path and the explained budget are the same number."""
+    w = workload(kind="inference", model={"source": "preset", "id": model}, batch_size=batch,
+                 prompt_tokens=prompt, generated_tokens=gen, attention=attention,
+                 logits=logits, instances=instances,
+                 parallelism={"tensor": tp, "pipeline": pp})
+    try:
+        budget = estimate((w,))
+    except ValueError:
+        return
+    assert device_totals((w,), None, Headroom()) == budget.total_bytes

@@ -44,7 +44,17 @@ from .spec import (
 from .statics import StageStatic, stage_statics, training_plan
 from .units import ceil_div
 
-__all__ = ["DeviceContext", "StageNumbers", "device_totals", "estimate", "resolve_device"]
+__all__ = [
+    "DeviceContext",
+    "StageNumbers",
+    "device_totals",
+    "estimate",
+    "headroom_bytes",
+    "inference_total",
+    "resolve_device",
+    "statics_for",
+    "workload_stages",
+]
 
 C = Component
 ORDER: tuple[Component, ...] = tuple(Component)
@@ -112,7 +122,7 @@ def _effective_precision(w: InferenceWorkload | TrainingWorkload) -> Any:
     return w.precision
 
 
-def _statics(w: InferenceWorkload | TrainingWorkload, arch: Arch) -> tuple[StageStatic, ...]:
+def statics_for(w: InferenceWorkload | TrainingWorkload, arch: Arch) -> tuple[StageStatic, ...]:
     plan = training_plan(w) if isinstance(w, TrainingWorkload) else None
     return stage_statics(arch, _effective_precision(w), w.parallelism, plan)
 
@@ -148,7 +158,7 @@ def _inference_logits(st: StageStatic, arch: Arch, rows: int, e: int) -> int:
     return rows * (st.dims.vocab * e + st.dims.vocab_full * 4)
 
 
-def _overhead_values(ov: Overheads, instances: int) -> tuple[int, int]:
+def _overhead_values(ov: Overheads, instances: int) -> tuple[int, int]:  # training, generic
     return ov.cuda_context_bytes * instances, ov.workspace_bytes * instances
 
 
@@ -174,50 +184,61 @@ def _finish(stage: int | None, num_devices: int, phases: list[tuple[str, dict[Co
 # ------------------------------------------------------------------------------ inference --
 
 
-def _inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
-                     ) -> StageNumbers:
+def _inference_terms(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
+                     ) -> tuple[dict[Component, int], list[tuple[str, int, int]]]:
+    """Persistent bytes by component, and per phase (name, activations, logits): the one place
+    the inference formulas are combined, used both for the explained budget and the solver."""
     e = bytes_of(w.precision.compute)
     n_seq = w.num_sequences
+    k = w.instances
     kv = _kv_bytes(st, n_seq, w.context_tokens, _kv_bytes_per_elem(w)) if (
         arch.kind == "decoder") else 0
-    context, workspace = _overhead_values(ov, w.instances)
     persistent = {
-        C.WEIGHTS: st.weights_bytes * w.instances,
-        C.QUANTIZATION_METADATA: st.metadata_bytes * w.instances,
-        C.KV_CACHE: kv * w.instances,
-        C.CUDA_CONTEXT: context,
-        C.RUNTIME_WORKSPACE: workspace,
-        C.COMMUNICATION_BUFFERS: st.comm_bytes * w.instances,
+        C.WEIGHTS: st.weights_bytes * k,
+        C.QUANTIZATION_METADATA: st.metadata_bytes * k,
+        C.KV_CACHE: kv * k,
+        C.CUDA_CONTEXT: ov.cuda_context_bytes * k,
+        C.RUNTIME_WORKSPACE: ov.workspace_bytes * k,
+        C.COMMUNICATION_BUFFERS: st.comm_bytes * k,
     }
     chunk = w.prefill_chunk_tokens
     if chunk is not None and chunk < w.prompt_tokens * n_seq:
         pre_seq, pre_query = 1, min(chunk, w.prompt_tokens)
     else:
         pre_seq, pre_query = n_seq, w.prompt_tokens
-    phases: list[tuple[str, dict[Component, int]]] = []
-    label = "prefill" if arch.kind == "decoder" else "forward"
     acts = _inference_activations(st, arch, sequences=pre_seq, query=pre_query,
                                   keys=w.prompt_tokens, e=e, attention=w.attention)
     rows = pre_seq * pre_query if w.logits == "all" else pre_seq
-    logits = _inference_logits(st, arch, rows, e)
-    phases.append((label, _with_transient(persistent, acts, logits, st, w.instances)))
+    phases = [("prefill" if arch.kind == "decoder" else "forward", acts * k,
+               _inference_logits(st, arch, rows, e) * k)]
     if arch.kind == "decoder" and w.generated_tokens > 0:
         acts = _inference_activations(st, arch, sequences=n_seq, query=1,
                                       keys=w.context_tokens, e=e, attention=w.attention)
-        logits = _inference_logits(st, arch, n_seq, e)
-        phases.append(("decode", _with_transient(persistent, acts, logits, st, w.instances)))
+        phases.append(("decode", acts * k, _inference_logits(st, arch, n_seq, e) * k))
+    return persistent, phases
+
+
+def _inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
+                     ) -> StageNumbers:
+    persistent, terms = _inference_terms(w, arch, st, ov)
+    rounding = st.weights_rounding_bytes * w.instances
+    phases = []
+    for name, acts, logits in terms:
+        values = dict(persistent)
+        values[C.ACTIVATIONS] = acts
+        values[C.LOGITS] = logits
+        values[C.ALLOCATOR_OVERHEAD] = _allocator(rounding, acts + logits)
+        phases.append((name, values))
     return _finish(st.stage.index, w.parallelism.tensor * w.parallelism.data, phases,
                    {C.COMMUNICATION_BUFFERS: st.comm_parts})
 
 
-def _with_transient(persistent: dict[Component, int], acts: int, logits: int, st: StageStatic,
-                    instances: int) -> dict[Component, int]:
-    values = dict(persistent)
-    values[C.ACTIVATIONS] = acts * instances
-    values[C.LOGITS] = logits * instances
-    values[C.ALLOCATOR_OVERHEAD] = _allocator(st.weights_rounding_bytes * instances,
-                                              (acts + logits) * instances)
-    return values
+def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> int:
+    """The peak-phase total of ``_inference_stage`` without building its dictionaries."""
+    persistent, terms = _inference_terms(w, arch, st, ov)
+    rounding = st.weights_rounding_bytes * w.instances
+    base = sum(persistent.values())
+    return base + max(a + lg + _allocator(rounding, a + lg) for _, a, lg in terms)
 
 
 # ------------------------------------------------------------------------------- training --
@@ -382,7 +403,7 @@ def workload_stages(w: Workload, ov: Overheads, index: int = 0) -> tuple[StageNu
         return (_generic(w, ov),)
     try:
         arch = resolve_model(w.model)
-        statics = _statics(w, arch)
+        statics = statics_for(w, arch)
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"workloads[{index}].{exc.field}", exc.message) from None
     if isinstance(w, InferenceWorkload):
@@ -390,7 +411,7 @@ def workload_stages(w: Workload, ov: Overheads, index: int = 0) -> tuple[StageNu
     return tuple([_training_stage(w, arch, st, ov) for st in statics])
 
 
-def _headroom(subtotal: int, headroom: Headroom) -> int:
+def headroom_bytes(subtotal: int, headroom: Headroom) -> int:
     ppm = round(headroom.fraction * 1_000_000)  # the fraction to a millionth, then exact ints
     return max(-(-subtotal * ppm // 1_000_000), headroom.min_bytes)
 
@@ -401,8 +422,16 @@ def device_totals(workloads: tuple[Workload, ...], device: DeviceContext | None,
     ov = device.overheads if device else _DEFAULT_OVERHEADS
     subtotal = 0
     for i, w in enumerate(workloads):
-        subtotal += max(sum(s.values.values()) for s in workload_stages(w, ov, i))
-    return subtotal + _headroom(subtotal, headroom)
+        if isinstance(w, InferenceWorkload):  # the solver's hot path
+            try:
+                arch = resolve_model(w.model)
+                statics = statics_for(w, arch)
+            except InvalidWorkload as exc:
+                raise InvalidWorkload(f"workloads[{i}].{exc.field}", exc.message) from None
+            subtotal += max(inference_total(w, arch, st, ov) for st in statics)
+        else:
+            subtotal += max(sum(s.values.values()) for s in workload_stages(w, ov, i))
+    return subtotal + headroom_bytes(subtotal, headroom)
 
 
 # ------------------------------------------------------------------------- explanations ----
@@ -532,7 +561,7 @@ def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
                    phases: tuple[tuple[str, int], ...], inputs: dict[str, Any],
                    headroom: Headroom, ov: Overheads) -> DeviceBudget:
     subtotal = sum(values.values())
-    room = _headroom(subtotal, headroom)
+    room = headroom_bytes(subtotal, headroom)
     lines = []
     get, get_parts = values.get, parts.get
     for c, formula, source in _sources(ov):
@@ -549,7 +578,7 @@ def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
             lines.append(Line(c, get(c, 0), formula, inputs, source))
     return DeviceBudget(label=label, pipeline_stage=stage, num_devices=num_devices,
                         peak_phase=peak, lines=tuple(lines), total_bytes=subtotal + room,
-                        phases=tuple([Phase(name=n, total_bytes=t + _headroom(t, headroom))
+                        phases=tuple([Phase(name=n, total_bytes=t + headroom_bytes(t, headroom))
                                       for n, t in phases]))
 
 

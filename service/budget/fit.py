@@ -15,13 +15,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
+import bisect
+
 import msgspec
 from msgspec import Meta
 
 from .catalog import GPU, gpus
 from .components import Component
 from .errors import InvalidWorkload
-from .estimate import DeviceContext, device_totals, resolve_device, workload_stages
+from .estimate import (
+    DeviceContext,
+    device_totals,
+    headroom_bytes,
+    inference_total,
+    resolve_device,
+    statics_for,
+    workload_stages,
+)
 from .layout import check_layout
 from .resolve import resolve_model
 from .spec import (
@@ -35,7 +45,8 @@ from .spec import (
     Workload,
 )
 
-__all__ = ["FitRequest", "FitResponse", "GPUFit", "LayoutFit", "Maxima", "fit", "max_fitting"]
+__all__ = ["FitRequest", "FitResponse", "GPUFit", "LayoutFit", "Maxima", "Memo", "fit",
+           "max_fitting"]
 
 Variable = Literal["batch", "context", "concurrency", "device_count"]
 GPUS_PER_NODE = 8
@@ -104,50 +115,72 @@ class FitResponse(msgspec.Struct, frozen=True, kw_only=True):
 # ---------------------------------------------------------------------------- the search --
 
 
+class Memo:
+    """Evaluations of one monotone objective, kept sorted so a new search starts from the
+    tightest bracket that earlier searches (other GPUs' capacities) already established."""
+
+    __slots__ = ("xs", "values")
+
+    def __init__(self) -> None:
+        self.xs: list[int] = []
+        self.values: dict[int, int] = {}
+
+    def get(self, x: int, f: Callable[[int], int]) -> int:
+        v = self.values.get(x)
+        if v is None:
+            v = self.values[x] = f(x)
+            bisect.insort(self.xs, x)
+        return v
+
+    def bracket(self, capacity: int) -> tuple[int, int]:
+        """(largest known x that fits, smallest known x that does not; 0 if none)."""
+        xs, values = self.xs, self.values
+        lo_i, hi_i = 0, len(xs)
+        while lo_i < hi_i:  # first index whose value exceeds capacity (values rise with x)
+            mid = (lo_i + hi_i) // 2
+            if values[xs[mid]] <= capacity:
+                lo_i = mid + 1
+            else:
+                hi_i = mid
+        lo = xs[lo_i - 1] if lo_i > 0 else 0
+        hi = xs[lo_i] if lo_i < len(xs) else 0
+        return lo, hi
+
+
 def max_fitting(f: Callable[[int], int], capacity: int, limit: int,
-                known: dict[int, int] | None = None) -> int:
+                known: Memo | None = None) -> int:
     """Largest x in [1, limit] with f(x) <= capacity for a non-decreasing f; 0 if f(1) does not
-    fit. ``known`` memoizes f between calls (it is filled in)."""
-    memo = known if known is not None else {}
+    fit. ``known`` memoizes f between searches of the same objective."""
+    memo = known if known is not None else Memo()
 
     def at(x: int) -> int:
-        v = memo.get(x)
-        if v is None:
-            v = memo[x] = f(x)
-        return v
+        return memo.get(x, f)
 
     if at(1) > capacity:
         return 0
-    lo, flo = 1, at(1)
-    hi, fhi = 0, 0
-    for x, v in memo.items():  # start from what other searches already learned
-        if v <= capacity and x > lo:
-            lo, flo = x, v
-        elif v > capacity and (hi == 0 or x < hi):
-            hi, fhi = x, v
-    if hi and hi <= lo:
-        hi = 0
+    lo, hi = memo.bracket(capacity)
+    flo = at(lo)
+    fhi = at(hi) if hi else 0
     prev_x, prev_f = lo, flo
     while hi == 0:  # extrapolate until the bracket closes
         if lo >= limit:
             return limit
-        if prev_x != lo and at(lo) > prev_f:
+        if prev_x != lo and flo > prev_f:
             slope = (flo - prev_f) / (lo - prev_x)
         else:
-            slope = max(flo - at(max(lo - 1, 1)), 0) if lo > 1 else 0.0
-            if not slope:
-                slope = max(at(min(lo + 1, limit)) - flo, 1) if lo < limit else 1
+            nxt = min(lo + 1, limit)
+            slope = max(at(nxt) - flo, 1) if nxt > lo else 1
         guess = lo + int((capacity - flo) / slope) + 1
-        guess = min(max(guess, lo + 1, 2 * lo if guess <= lo else 0), limit)
+        guess = min(max(guess, lo + 1), limit)
         v = at(guess)
         prev_x, prev_f = lo, flo
         if v <= capacity:
             lo, flo = guess, v
         else:
             hi, fhi = guess, v
-    bisect = False
+    bisect_next = False
     while hi - lo > 1:
-        if bisect or fhi == flo:
+        if bisect_next or fhi == flo:
             g = (lo + hi) // 2
         else:
             g = lo + int((capacity - flo) * (hi - lo) / (fhi - flo))
@@ -158,7 +191,7 @@ def max_fitting(f: Callable[[int], int], capacity: int, limit: int,
             lo, flo = g, v
         else:
             hi, fhi = g, v
-        bisect = (hi - lo) * 2 > width  # interpolation did not halve the bracket: bisect next
+        bisect_next = (hi - lo) * 2 > width  # interpolation did not halve the bracket
     return lo
 
 
@@ -261,7 +294,7 @@ def fit(req: FitRequest) -> FitResponse:
     layouts: dict[int, Parallelism | None] = {n: layout_for(primary, n) for n in
                                               sorted(set(req.device_counts))}
     # Objective memo per (device count, overheads, variable): x -> total bytes.
-    memos: dict[tuple[int, tuple[int, int], str], dict[int, int]] = {}
+    memos: dict[tuple[int, tuple[int, int], str], Memo] = {}
     totals: dict[tuple[int, tuple[int, int]], int] = {}
 
     def placed(n: int) -> Workload | None:
@@ -271,9 +304,35 @@ def fit(req: FitRequest) -> FitResponse:
         return primary if isinstance(primary, GenericWorkload) else _with(primary,
                                                                           parallelism=par)
 
+    rest_subtotals: dict[tuple[int, int], int] = {}
+
     def total(w0: Workload, ctx: DeviceContext) -> int:
         return device_totals((w0, *rest), ctx, req.headroom)
 
+    def objective(make: Callable[[int], Workload], w0: Workload, ctx: DeviceContext
+                  ) -> Callable[[int], int]:
+        """f(x) for the solver: only the primary workload varies, so the co-located ones are
+        summed once, and an inference workload skips building its explained budget."""
+        if not isinstance(w0, InferenceWorkload):
+            return lambda x: total(make(x), ctx)
+        okey = _overhead_key(ctx)
+        if okey not in rest_subtotals:
+            rest_subtotals[okey] = sum(
+                max(sum(s.values.values()) for s in workload_stages(w, ctx.overheads, i + 1))
+                for i, w in enumerate(rest))
+        base = rest_subtotals[okey]
+        arch = resolve_model(w0.model)
+        statics = statics_for(w0, arch)
+        ov, headroom = ctx.overheads, req.headroom
+
+        def f(x: int) -> int:
+            w = make(x)
+            sub = base + max(inference_total(w, arch, st, ov) for st in statics)  # type: ignore[arg-type]
+            return sub + headroom_bytes(sub, headroom)
+
+        return f
+
+    limiting: dict[tuple[int, tuple[int, int]], Component] = {}
     results = []
     for target in targets:
         key = _overhead_key(target.context)
@@ -296,9 +355,9 @@ def fit(req: FitRequest) -> FitResponse:
                     continue
                 make, limit, model_limit = setter
                 bound = min(limit, model_limit) if model_limit is not None else limit
-                memo = memos.setdefault((n, key, variable), {})
-                best = max_fitting(lambda x, make=make: total(make(x), target.context),
-                                   target.capacity, max(bound, 1), memo) if bound >= 1 else 0
+                memo = memos.get((n, key, variable)) or memos.setdefault((n, key, variable), Memo())
+                best = max_fitting(objective(make, w0, target.context), target.capacity,
+                                   max(bound, 1), memo) if bound >= 1 else 0
                 if variable == "batch":
                     maxima["batch_size"] = best
                 elif variable == "concurrency":
@@ -315,7 +374,8 @@ def fit(req: FitRequest) -> FitResponse:
                 device_count=n, tensor=par.tensor, pipeline=par.pipeline, data=par.data,
                 fits=fits, total_bytes=t, capacity_bytes=target.capacity, free_bytes=free,
                 free_percent=round(100.0 * free / target.capacity, 3),
-                limiting_component=_limiting((w0, *rest), target.context),
+                limiting_component=limiting[tkey] if tkey in limiting else limiting.setdefault(
+                    tkey, _limiting((w0, *rest), target.context)),
                 warnings=tuple(warnings), maxima=Maxima(**maxima)))  # type: ignore[arg-type]
         min_count = None
         if "device_count" in req.solve:
