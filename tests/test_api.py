@@ -138,3 +138,22 @@ def test_committed_openapi_matches_the_app():
     committed = json.loads((ROOT / "openapi" / "service.json").read_text())
     generated = json.loads(json.dumps(openapi_document(create_app())))
     assert committed == generated, "run: .venv/bin/vrambudget openapi > openapi/service.json"
+
+
+def test_answer_cache_is_bounded_and_exact():
+    from service.api.app import AnswerCache
+
+    cache = AnswerCache(2)
+    cache.put(("budgets", b"a"), b"1")
+    cache.put(("budgets", b"b"), b"2")
+    assert cache.get(("budgets", b"a")) == b"1"  # refreshes a
+    cache.put(("budgets", b"c"), b"3")
+    assert cache.get(("budgets", b"b")) is None  # least recently used went
+    assert cache.get(("fits", b"a")) is None  # endpoints never share answers
+
+
+def test_repeated_request_same_answer_and_errors_not_cached(client):
+    first = post_budget(client, batch_size=7).content
+    assert post_budget(client, batch_size=7).content == first
+    assert post_budget(client, batch_size=0).status_code == 422
+    assert post_budget(client, batch_size=0).status_code == 422

@@ -23,3 +23,11 @@ def test_estimate_json_file(tmp_path, capsys):
 def test_estimate_error_is_clear(capsys):
     assert main(["estimate", "--model", "llama-2-7b", "--batch", "0"]) == 2
     assert "batch_size" in capsys.readouterr().err
+
+
+def test_settings_from_env(monkeypatch):
+    from service.api.app import Settings
+
+    assert Settings.from_env() == Settings()
+    monkeypatch.setenv("VRAMBUDGET_PORT", "9001")
+    assert Settings.from_env().port == 9001

@@ -10,7 +10,7 @@ import pytest
 from service.budget.activations import device_dims, training_saved
 from service.budget.catalog import preset_arch
 from service.budget.components import Component
-from service.budget.estimate import estimate
+from service.budget.estimate import estimate, statics_for, training_activations
 from service.budget.quantization import tensor_storage
 from service.budget.resolve import resolve_model
 from service.budget.spec import GPTQ, AWQ, BitsAndBytes4bit, DimensionsModel, FP8, Int8
@@ -147,10 +147,10 @@ def test_full_recompute_keeps_2sbh_per_layer():
                  "norm": "layernorm"}, precision={"weights": "fp16", "compute": "fp16"},
                  sequence_length=2048, micro_batch_size=1, checkpointing="full",
                  attention="eager", dropout=True)
-    device = estimate((w,)).devices[0]
-    parts = {p.name: p.bytes for line in device.lines if line.component == C.ACTIVATIONS
-             for p in line.parts}
-    assert parts["layer inputs (full recomputation)"] == 48 * 2 * 2048 * 6144
+    arch = resolve_model(w.model)
+    (st,) = statics_for(w, arch)
+    _, _, parts = training_activations(w, arch, st)
+    assert dict(parts)["layer inputs (full recomputation)"] == 48 * 2 * 2048 * 6144
 
 
 def test_gptq_awq_bnb_fp8_int8_storage_of_a_4096_square():

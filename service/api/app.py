@@ -4,6 +4,7 @@ Litestar, into the core's msgspec types) -> pure call -> encode."""
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,10 +39,12 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
+        default = cls()
         return cls(
-            host=os.environ.get("VRAMBUDGET_HOST", cls.host),
-            port=int(os.environ.get("VRAMBUDGET_PORT", cls.port)),
-            max_body_bytes=int(os.environ.get("VRAMBUDGET_MAX_BODY_BYTES", cls.max_body_bytes)),
+            host=os.environ.get("VRAMBUDGET_HOST", default.host),
+            port=int(os.environ.get("VRAMBUDGET_PORT", default.port)),
+            max_body_bytes=int(os.environ.get("VRAMBUDGET_MAX_BODY_BYTES",
+                                              default.max_body_bytes)),
         )
 
 
@@ -89,6 +92,33 @@ _PROBLEMS = {
 
 
 T = TypeVar("T")
+_ENCODER = msgspec.json.Encoder()
+
+
+class AnswerCache:
+    """Encoded answers by exact request body. The answer is a pure function of the body (the
+    catalogs are fixed at start-up), so a repeated request -- a catalog page calling on every
+    view -- is served without decoding or computing. Bounded LRU; errors are never cached."""
+
+    def __init__(self, max_entries: int) -> None:
+        self._entries: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
+        self._max = max_entries
+
+    def get(self, key: tuple[str, bytes]) -> bytes | None:
+        hit = self._entries.get(key)
+        if hit is not None:
+            self._entries.move_to_end(key)
+        return hit
+
+    def put(self, key: tuple[str, bytes], value: bytes) -> bytes:
+        if self._max:
+            self._entries[key] = value
+            if len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+        return value
+
+
+_ANSWERS = AnswerCache(int(os.environ.get("VRAMBUDGET_ANSWER_CACHE_ENTRIES", "4096")))
 
 
 def decode_body(body: bytes, type_: type[T]) -> T:
@@ -139,19 +169,30 @@ def _summary(model_id: str) -> ModelSummary:
 
 @post("/v1/budgets", status_code=200, tags=["budgets"], summary="Budget a workload",
       responses=_PROBLEMS)
-async def create_budget(request: Request[Any, Any, Any]) -> Budget:
+async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     """Component-wise memory budget per device (one line per component at the peak phase),
     plus host RAM and disk, for co-located workloads on one device type."""
-    data = decode_body(await request.body(), BudgetRequest)
-    return estimate(data.workloads, data.device, data.headroom)
+    body = await request.body()
+    cached = _ANSWERS.get(("budgets", body))
+    if cached is None:
+        data = decode_body(body, BudgetRequest)
+        cached = _ANSWERS.put(("budgets", body),
+                              _ENCODER.encode(estimate(data.workloads, data.device,
+                                                       data.headroom)))
+    return Response(content=cached, media_type="application/json")
 
 
 @post("/v1/fits", status_code=200, tags=["fits"], summary="Check fits against GPUs",
       responses=_PROBLEMS)
-async def create_fit(request: Request[Any, Any, Any]) -> FitResponse:
+async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     """Fit checks of a workload against catalog (or custom) GPUs and device counts, with the
     largest batch, context and concurrency that fit and the smallest device count per GPU."""
-    return fit(decode_body(await request.body(), FitRequest))
+    body = await request.body()
+    cached = _ANSWERS.get(("fits", body))
+    if cached is None:
+        cached = _ANSWERS.put(("fits", body),
+                              _ENCODER.encode(fit(decode_body(body, FitRequest))))
+    return Response(content=cached, media_type="application/json")
 
 
 @get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog")

@@ -134,7 +134,9 @@ def inference_working_set(layer: LayerType, arch: Arch, dd: DeviceDims, *, seque
     T = sequences * query_tokens
     resid = 2 * T * dd.h * e
     heads, qk, v = dd.heads, dd.qk_head_dim, dd.v_head_dim
-    attn = T * (heads * (qk + v) + dd.kv_heads * (qk + v)) * e
+    # Eager attention repeats K/V per query head (transformers repeat_kv), as in training.
+    kv_live = heads if attention == "eager" else dd.kv_heads
+    attn = T * (heads * (qk + v) + kv_live * (qk + v)) * e
     keys = min(key_tokens, layer.window) if layer.window else key_tokens
     if attention == "eager":
         attn += 2 * sequences * heads * query_tokens * keys * e

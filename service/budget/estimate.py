@@ -37,6 +37,7 @@ from .spec import (
     GenericWorkload,
     Headroom,
     InferenceWorkload,
+    FullFineTune,
     QLoRA,
     TrainingWorkload,
     Workload,
@@ -203,7 +204,12 @@ def _inference_terms(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
     }
     chunk = w.prefill_chunk_tokens
     if chunk is not None and chunk < w.prompt_tokens * n_seq:
-        pre_seq, pre_query = 1, min(chunk, w.prompt_tokens)
+        # A chunk holds whole prompts when they fit in it, else a slice of one prompt (whose
+        # queries attend to the whole prompt at its last chunk).
+        if chunk >= w.prompt_tokens:
+            pre_seq, pre_query = chunk // w.prompt_tokens, w.prompt_tokens
+        else:
+            pre_seq, pre_query = 1, chunk
     else:
         pre_seq, pre_query = n_seq, w.prompt_tokens
     acts = _inference_activations(st, arch, sequences=pre_seq, query=pre_query,
@@ -293,7 +299,7 @@ def training_activations(w: TrainingWorkload, arch: Arch, st: StageStatic
     if ckpt == "full":
         total += one_layer  # the layer being recomputed during backward
         parts.append(("one layer recomputed in backward", one_layer))
-    if st.stage.last and arch.kind in ("decoder", "encoder"):
+    if st.stage.last and arch.kind == "decoder":
         head_inputs = 2 * s * b * arch.hidden_size * e  # final norm input, LM head input
         total += head_inputs
         parts.append(("final norm and LM-head inputs", head_inputs))
@@ -312,8 +318,9 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
     e = bytes_of(w.precision.compute)
     tokens = w.sequence_length * w.micro_batch_size
     acts, one_layer, act_parts = training_activations(w, arch, st)
-    logits = tokens * st.dims.vocab * (e + 4 + 4) if st.stage.last else 0
-    dlogits = tokens * st.dims.vocab * (4 + e) if st.stage.last else 0
+    has_head = st.stage.last and arch.kind == "decoder"  # encoders here have no LM head
+    logits = tokens * st.dims.vocab * (e + 4 + 4) if has_head else 0
+    dlogits = tokens * st.dims.vocab * (4 + e) if has_head else 0
     context, workspace = _overhead_values(ov, w.instances)
     extra_ws: list[tuple[str, int]] = [("cuBLAS/cuBLASLt workspace", workspace)]
     if isinstance(w.method, QLoRA):
@@ -321,7 +328,7 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
         extra_ws.append(("4-bit dequantized weight (largest projection)", dequant))
         workspace += dequant
     if w.mixed_precision == "autocast":
-        cast = (st.num_params if w.method.__class__.__name__ == "FullFineTune" else 0) * e
+        cast = (st.num_params if isinstance(w.method, FullFineTune) else 0) * e
         if cast:
             extra_ws.append(("autocast low-precision weight cache", cast * w.instances))
             workspace += cast * w.instances
@@ -357,13 +364,20 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
         C.COMMUNICATION_BUFFERS: st.comm_parts,
         C.RUNTIME_WORKSPACE: tuple(extra_ws),
     }
-    if st.stage.last:
-        parts[C.LOGITS] = (("lm_head output", tokens * st.dims.vocab * e),
-                           ("fp32 upcast for the loss", tokens * st.dims.vocab * 4),
-                           ("log-softmax saved by cross-entropy", tokens * st.dims.vocab * 4),
-                           ("logit gradients at backward start (fp32 + compute dtype)", dlogits))
     par = w.parallelism
-    return _finish(st.stage.index, par.tensor * par.data, phases, parts)
+    numbers = _finish(st.stage.index, par.tensor * par.data, phases, parts)
+    # Parts describe the peak phase only.
+    if numbers.peak_phase == "backward_end":
+        parts[C.ACTIVATIONS] = (("one layer's saved tensors (last gradients)", one_layer),)
+    elif has_head:
+        logit_parts = [("lm_head output", tokens * st.dims.vocab * e),
+                       ("fp32 upcast for the loss", tokens * st.dims.vocab * 4),
+                       ("log-softmax saved by cross-entropy", tokens * st.dims.vocab * 4)]
+        if numbers.peak_phase == "backward_start":
+            logit_parts.append(("logit gradients at backward start (fp32 + compute dtype)",
+                                dlogits))
+        parts[C.LOGITS] = tuple(logit_parts)
+    return numbers
 
 
 # -------------------------------------------------------------------------------- generic --
@@ -478,14 +492,69 @@ _FORMULAS: dict[Component, tuple[str, str]] = {
 }
 
 
+_PAR = ("tensor_parallel", "pipeline_parallel", "data_parallel")
+_INPUT_NAMES: dict[str, dict[Component, tuple[str, ...]]] = {
+    "inference": {
+        C.WEIGHTS: ("weights_dtype", "quantization", "num_layers", "hidden_size", *_PAR[:2],
+                    "instances"),
+        C.QUANTIZATION_METADATA: ("quantization", *_PAR[:2], "instances"),
+        C.KV_CACHE: ("sequences", "context_tokens", "num_layers", "num_kv_heads", "head_dim",
+                     "kv_cache_dtype", "tensor_parallel", "instances"),
+        C.ACTIVATIONS: ("sequences", "prompt_tokens", "context_tokens", "attention",
+                        "hidden_size", "compute_dtype", "tensor_parallel", "instances"),
+        C.LOGITS: ("sequences", "prompt_tokens", "logits", "compute_dtype", "tensor_parallel"),
+        C.CUDA_CONTEXT: ("instances",),
+        C.RUNTIME_WORKSPACE: ("instances",),
+        C.COMMUNICATION_BUFFERS: _PAR[:2],
+        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction",),
+    },
+    "training": {
+        C.WEIGHTS: ("weights_dtype", "quantization", "num_layers", "hidden_size", *_PAR,
+                    "zero_stage"),
+        C.QUANTIZATION_METADATA: ("quantization", *_PAR),
+        C.ADAPTERS: ("method",),
+        C.ACTIVATIONS: ("micro_batch_size", "sequence_length", "checkpointing", "attention",
+                        "hidden_size", "num_layers", "compute_dtype", "tensor_parallel",
+                        "pipeline_parallel"),
+        C.LOGITS: ("micro_batch_size", "sequence_length", "compute_dtype", "tensor_parallel"),
+        C.GRADIENTS: ("method", "mixed_precision", "zero_stage", "data_parallel"),
+        C.OPTIMIZER_STATE: ("optimizer", "mixed_precision", "zero_stage", "data_parallel"),
+        C.MASTER_WEIGHTS: ("mixed_precision", "zero_stage", "data_parallel"),
+        C.CUDA_CONTEXT: ("instances",),
+        C.RUNTIME_WORKSPACE: ("instances", "method", "mixed_precision"),
+        C.COMMUNICATION_BUFFERS: (*_PAR, "zero_stage"),
+        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction",),
+    },
+    "generic": {
+        C.WEIGHTS: ("instances",),
+        C.ACTIVATIONS: ("batch_size", "instances"),
+        C.KV_CACHE: ("instances",),
+        C.RUNTIME_WORKSPACE: ("instances",),
+        C.CUDA_CONTEXT: ("instances",),
+        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction",),
+    },
+}
+for _names in _INPUT_NAMES.values():
+    _names[C.HEADROOM] = ("headroom_fraction", "headroom_min_bytes", "subtotal_bytes")
+del _names
+
+
+def _kind(w: Workload) -> str:
+    return w.__struct_config__.tag  # type: ignore[return-value]
+
+
 def _inputs(w: Workload, arch: Arch | None) -> dict[str, Any]:
     if isinstance(w, GenericWorkload):
-        return {"batch_size": w.batch_size, "instances": w.instances}
+        return {"batch_size": w.batch_size, "instances": w.instances,
+                "fragmentation_fraction": ALLOCATOR_FRAGMENTATION_FRACTION}
     par = w.parallelism
+    q = _effective_precision(w).quantization
     common: dict[str, Any] = {
         "tensor_parallel": par.tensor, "pipeline_parallel": par.pipeline,
         "data_parallel": par.data, "weights_dtype": w.precision.weights,
         "compute_dtype": w.precision.compute, "instances": w.instances,
+        "quantization": q.__struct_config__.tag if q is not None else None,
+        "fragmentation_fraction": ALLOCATOR_FRAGMENTATION_FRACTION,
     }
     if arch is not None:
         common.update(num_layers=arch.num_layers, hidden_size=arch.hidden_size,
@@ -493,12 +562,13 @@ def _inputs(w: Workload, arch: Arch | None) -> dict[str, Any]:
     if isinstance(w, InferenceWorkload):
         common.update(sequences=w.num_sequences, context_tokens=w.context_tokens,
                       prompt_tokens=w.prompt_tokens, attention=w.attention,
-                      kv_cache_dtype=w.precision.kv_cache)
+                      kv_cache_dtype=w.precision.kv_cache, logits=w.logits)
     else:
         common.update(micro_batch_size=w.micro_batch_size, sequence_length=w.sequence_length,
                       checkpointing=w.checkpointing, zero_stage=par.zero_stage,
                       optimizer=w.optimizer.__struct_config__.tag,
-                      mixed_precision=w.mixed_precision)
+                      mixed_precision=w.mixed_precision, attention=w.attention,
+                      method=w.method.__struct_config__.tag)
     return common
 
 
@@ -512,9 +582,14 @@ def _warnings(w: Workload, arch: Arch | None, device: DeviceContext | None) -> l
         if arch.kind == "decoder" and w.context_tokens > arch.max_positions:
             out.append(f"context {w.context_tokens} exceeds the model's max_position_embeddings "
                        f"{arch.max_positions}")
-    elif w.sequence_length > arch.max_positions:
-        out.append(f"sequence_length {w.sequence_length} exceeds the model's "
-                   f"max_position_embeddings {arch.max_positions}")
+    else:
+        if w.sequence_length > arch.max_positions:
+            out.append(f"sequence_length {w.sequence_length} exceeds the model's "
+                       f"max_position_embeddings {arch.max_positions}")
+        if not isinstance(w.method, FullFineTune) and not any(
+                st.adapter_params for st in statics_for(w, arch)):
+            out.append("no LoRA target module matches this model's projections: "
+                       "adapters, gradients and optimizer state are 0")
     if device is not None:
         for dtype in {w.precision.compute, w.precision.weights}:
             native = native_dtype_name(dtype)
@@ -559,25 +634,25 @@ _SOURCES: dict[tuple[str, str], tuple[tuple[Component, str, str], ...]] = {}
 def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
                    values: dict[Component, int], parts: dict[Component, Any],
                    phases: tuple[tuple[str, int], ...], inputs: dict[str, Any],
-                   headroom: Headroom, ov: Overheads) -> DeviceBudget:
+                   names: dict[Component, tuple[str, ...]], headroom: Headroom,
+                   ov: Overheads) -> DeviceBudget:
     subtotal = sum(values.values())
     room = headroom_bytes(subtotal, headroom)
+    inputs = {**inputs, "headroom_fraction": headroom.fraction,
+              "headroom_min_bytes": headroom.min_bytes, "subtotal_bytes": subtotal}
     lines = []
-    get, get_parts = values.get, parts.get
+    get, get_parts, get_names = values.get, parts.get, names.get
     for c, formula, source in _sources(ov):
-        if c is C.HEADROOM:
-            lines.append(Line(c, room, formula, {"fraction": headroom.fraction,
-                                                 "min_bytes": headroom.min_bytes,
-                                                 "subtotal_bytes": subtotal}, source))
-            continue
+        value = room if c is C.HEADROOM else get(c, 0)
         p = get_parts(c)
         if p:
-            lines.append(Line(c, get(c, 0), formula, inputs, source,
+            lines.append(Line(c, value, formula, get_names(c, ()), source,
                               tuple([Part(name=n, bytes=b) for n, b in p])))
         else:
-            lines.append(Line(c, get(c, 0), formula, inputs, source))
+            lines.append(Line(c, value, formula, get_names(c, ()), source))
     return DeviceBudget(label=label, pipeline_stage=stage, num_devices=num_devices,
                         peak_phase=peak, lines=tuple(lines), total_bytes=subtotal + room,
+                        inputs=inputs,
                         phases=tuple([Phase(name=n, total_bytes=t + headroom_bytes(t, headroom))
                                       for n, t in phases]))
 
@@ -602,7 +677,8 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
             label = "every device" if s.stage is None or len(per_workload[0]) == 1 else (
                 f"pipeline stage {s.stage}")
             devices.append(_device_budget(label, s.stage, s.num_devices, s.peak_phase, s.values,
-                                          s.parts, s.phases, inputs, headroom, ov))
+                                          s.parts, s.phases, inputs, _INPUT_NAMES[_kind(w)],
+                                          headroom, ov))
     else:
         # Co-located: the most loaded stage of each workload shares one device.
         values: dict[Component, int] = {}
@@ -618,7 +694,7 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
         devices.append(_device_budget(
             "co-located (most loaded stage of each workload)", None, 1, "; ".join(peaks), values,
             {c: tuple(p) for c, p in parts.items()}, (("co-located peak", sum(values.values())),),
-            {"workloads": len(workloads)}, headroom, ov))
+            {"workloads": len(workloads)}, {}, headroom, ov))
     most = max(range(len(devices)), key=lambda i: devices[i].total_bytes)
     summary_device = None
     if ctx is not None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from .arch import Arch
 from .catalog import preset
+from .resolve import model_name
 from .dtypes import bytes_of
 from .result import DiskBudget, HostBudget, Item
 from .spec import (
@@ -59,6 +60,12 @@ def checkpoint_file_bytes(w: InferenceWorkload | TrainingWorkload, arch: Arch) -
         w.precision.weights if w.precision.weights != "fp8" else "bf16")
 
 
+def _name(w: Workload) -> str:
+    if isinstance(w, GenericWorkload):
+        return w.name or "generic"
+    return w.name or model_name(w.model)
+
+
 def _local_processes(w: Workload) -> int:
     devices = 1 if isinstance(w, GenericWorkload) else w.parallelism.devices
     return min(devices * w.instances, GPUS_PER_HOST) if devices * w.instances else 1
@@ -110,7 +117,7 @@ def _compute_host(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget
     for w, arch in pairs:
         n = _local_processes(w)
         processes += n
-        name = getattr(w, "name", None) or (arch.model_type if arch else "generic")
+        name = _name(w)
         items.append(Item(item=f"{name}: process runtime", bytes=n * PROCESS_RSS_BYTES,
                           formula=f"{n} processes x {PROCESS_RSS_BYTES} B",
                           source="assumption: torch + CUDA libraries resident set; calibrate"))
@@ -146,7 +153,7 @@ def _compute_host(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget
 def _compute_disk(pairs: tuple[tuple[Workload, Arch | None], ...]) -> DiskBudget:
     items: list[Item] = []
     for w, arch in pairs:
-        name = getattr(w, "name", None) or (arch.model_type if arch else "generic")
+        name = _name(w)
         if isinstance(w, GenericWorkload) or arch is None:
             assets = sum(a.bytes for a in w.assets) if isinstance(w, GenericWorkload) else 0
             items.append(Item(item=f"{name}: asset files", bytes=assets, formula="sum of assets",
@@ -166,16 +173,13 @@ def _compute_disk(pairs: tuple[tuple[Workload, Arch | None], ...]) -> DiskBudget
             from .statics import stage_statics, training_plan
 
             plan = training_plan(w)
+            whole = stage_statics(arch, w.precision, Parallelism(), plan)  # unsharded
             if plan.method == "full":
-                weight_bytes = bytes_of(w.precision.weights if w.precision.weights != "fp8"
-                                        else "bf16")
-                state = arch.num_params * (weight_bytes + 4 + 8)
-                formula = "params x (weight bytes + 4 fp32 master + 8 Adam moments)"
+                state = sum(s.weights_bytes + s.master_bytes + s.optimizer_bytes for s in whole)
+                formula = "weights + master weights + optimizer state of the whole model"
             else:
-                whole = stage_statics(arch, w.precision, Parallelism(), plan)
-                adapters = sum(s.adapter_params for s in whole)
-                state = adapters * (plan.adapter_bytes + 8)
-                formula = "adapter params x (adapter bytes + 8 Adam moments)"
+                state = sum(s.adapter_bytes + s.master_bytes + s.optimizer_bytes for s in whole)
+                formula = "adapters + their master weights and optimizer state"
             items.append(Item(item=f"{name}: training checkpoint", bytes=state, formula=formula,
-                              source="ZeRO §3 model states (16 bytes per parameter)"))
+                              source="resumable checkpoint = model states (ZeRO §3)"))
     return DiskBudget(items=tuple(items), total_bytes=sum(i.bytes for i in items))

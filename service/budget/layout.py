@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .arch import Arch, LayerType, Split, TensorGroup
+from .arch import Arch, LayerType, Role, Split, TensorGroup
 from .errors import InvalidWorkload
 from .spec import Parallelism
 from .units import ceil_div
@@ -71,7 +71,7 @@ def kv_heads_per_device(arch: Arch, t: int) -> int:
 def per_device_shape(group: TensorGroup, arch: Arch, t: int, ep: int) -> tuple[int, int, int]:
     """(rows, cols, count) of the slice of ``group`` that one device of the layout holds."""
     rows, cols, count = group.rows, group.cols, group.count
-    if count > 1 and ep > 1:  # routed experts: whole experts per device, no TP split
+    if group.role is Role.EXPERT and ep > 1:  # routed experts: whole experts, no TP split
         return rows, cols, count // ep
     match group.split:
         case Split.COLUMN:

@@ -36,7 +36,8 @@ CUDA_CONTEXT_SOURCE = ("measured: 426 MiB, RTX 6000 Ada, torch 2.10 (lazy loadin
                        "unslothai/unsloth-zoo#1053; ~400 MB per pytorch/pytorch#109888")
 
 # aten/src/ATen/cuda/CublasHandlePool.cpp: default workspace ":4096:2:16:8" = 8,519,680 B, and
-# 32 MiB (4096 * 8 * 1024) on compute capability 9.x/10.x/12.x; one per (handle, stream).
+# 32 MiB (4096 * 8 * 1024) on compute capability 9.x/10.x/11.x/12.x (torch main: Hopper and
+# Blackwell); one per (handle, stream).
 CUBLAS_WORKSPACE_DEFAULT_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
 CUBLAS_WORKSPACE_LARGE_BYTES = 4096 * 8 * 1024
 # aten/src/ATen/cuda/CUDABlas.cpp: cuBLASLt workspace 1024 KiB ("default size in KiB according

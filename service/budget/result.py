@@ -39,7 +39,8 @@ class Line(msgspec.Struct, frozen=True):
     component: Component
     bytes: int
     formula: str
-    inputs: dict[str, InputValue]
+    inputs: tuple[str, ...]
+    """Names of the device's ``inputs`` that this line's formula uses."""
     source: str
     parts: tuple[Part, ...] = ()
 
@@ -60,6 +61,8 @@ class DeviceBudget(_Out, kw_only=True):
     lines: tuple[Line, ...]
     """Exactly one line per component, in vocabulary order, at the peak phase."""
     total_bytes: int
+    inputs: dict[str, InputValue]
+    """Values of the workload inputs the lines' formulas name (listed once per device)."""
     phases: tuple[Phase, ...]
 
 

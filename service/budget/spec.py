@@ -336,8 +336,11 @@ class FullFineTune(_Wire, tag="full", tag_field="kind", kw_only=True):
     """Every parameter is trainable."""
 
 
+# Projection names as the families' modelling code calls them (Llama-style, MLA, GPT-2, BERT,
+# explicit-dimension dense MLPs).
 LoRATarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                     "down_proj"]
+                     "down_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj",
+                     "c_attn", "c_proj", "c_fc", "query", "key", "value", "dense", "fc1", "fc2"]
 
 
 class LoRA(_Wire, tag="lora", tag_field="kind", kw_only=True):
@@ -393,6 +396,9 @@ class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", kw_only
     dropout: Annotated[bool, Meta(description="Dropout layers keep 1-byte masks.")] = False
 
     def __post_init__(self) -> None:
+        if self.mixed_precision == "autocast" and self.precision.weights != "fp32":
+            raise ValueError("mixed_precision 'autocast' keeps fp32 parameters: set "
+                             "precision.weights to 'fp32'")
         if isinstance(self.method, QLoRA) and self.precision.quantization is not None:
             raise ValueError("QLoRA sets the base quantization itself (method.quant_type, ...);"
                              " leave precision.quantization empty")
@@ -487,6 +493,11 @@ SCHEMA_RULES: dict[str, list[dict[str, object]]] = {
          "then": {"properties": {"quantization": {"type": "null"}}}},
     ],
     "TrainingWorkload": [
+        {"if": {"properties": {"mixed_precision": {"const": "autocast"}},
+                "required": ["mixed_precision"]},
+         "then": {"properties": {"precision": {"properties": {"weights": {"const": "fp32"}},
+                                               "required": ["weights"]}},
+                  "required": ["precision"]}},
         {"if": {"properties": {"method": {"properties": {"kind": {"const": "qlora"}},
                                           "required": ["kind"]}}, "required": ["method"]},
          "then": {"properties": {"precision": {"properties": {"quantization": {
