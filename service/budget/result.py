@@ -33,7 +33,7 @@ class Part(_Out, kw_only=True):
     bytes: int
 
 
-class Line(msgspec.Struct, frozen=True):
+class Line(msgspec.Struct, frozen=True, omit_defaults=True):
     """One component on one device: bytes, the formula in symbols, its inputs, its source."""
 
     component: Component
