@@ -157,3 +157,15 @@ def test_repeated_request_same_answer_and_errors_not_cached(client):
     assert post_budget(client, batch_size=7).content == first
     assert post_budget(client, batch_size=0).status_code == 422
     assert post_budget(client, batch_size=0).status_code == 422
+
+
+def test_fit_reports_models_too_large_for_any_layout(client):
+    body = {"workloads": [{"kind": "inference", "model": {"source": "preset",
+                                                          "id": "deepseek-v3"}}],
+            "devices": [{"source": "catalog", "id": "t4-16gb"}], "max_device_count": 8}
+    gpu = client.post("/v1/fits", json=body).json()["gpus"][0]
+    assert gpu["min_device_count"] is None
+    assert "does not fit on any layout of up to 8 devices" in gpu["warnings"][0]
+    layout = gpu["layouts"][0]
+    assert not layout["fits"] and layout["limiting_component"] == "weights"
+    assert layout["maxima"]["batch_size"] == 0

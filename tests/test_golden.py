@@ -13,7 +13,7 @@ from service.budget.components import Component
 from service.budget.estimate import estimate, statics_for, training_activations
 from service.budget.quantization import tensor_storage
 from service.budget.resolve import resolve_model
-from service.budget.spec import GPTQ, AWQ, BitsAndBytes4bit, DimensionsModel, FP8, Int8
+from service.budget.spec import AWQ, FP8, GPTQ, BitsAndBytes4bit, DimensionsModel, Int8
 
 from .helpers import workload
 

@@ -11,11 +11,10 @@ overheads are equal.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Literal
-
-import bisect
 
 import msgspec
 from msgspec import Meta
@@ -106,6 +105,7 @@ class GPUFit(msgspec.Struct, frozen=True, kw_only=True):
     layouts: tuple[LayoutFit, ...]
     min_device_count: int | None
     """Smallest device count (up to max_device_count) at which the workload fits; null if none."""
+    warnings: tuple[str, ...] = ()
 
 
 class FitResponse(msgspec.Struct, frozen=True, kw_only=True):
@@ -389,9 +389,13 @@ def fit(req: FitRequest) -> FitResponse:
                 if totals[tkey] <= target.capacity:
                     min_count = n
                     break
+        gpu_warnings: tuple[str, ...] = ()
+        if "device_count" in req.solve and min_count is None:
+            gpu_warnings = (f"does not fit on any layout of up to {req.max_device_count} "
+                            f"devices of {target.name}",)
         results.append(GPUFit(gpu_id=target.gpu_id, name=target.name,
                               memory_total_bytes=target.capacity, layouts=tuple(layout_fits),
-                              min_device_count=min_count))
+                              min_device_count=min_count, warnings=gpu_warnings))
     return FitResponse(gpus=tuple(results))
 
 

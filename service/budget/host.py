@@ -6,8 +6,8 @@ from typing import Any
 
 from .arch import Arch
 from .catalog import preset
-from .resolve import model_name
 from .dtypes import bytes_of
+from .resolve import model_name
 from .result import DiskBudget, HostBudget, Item
 from .spec import (
     AWQ,
