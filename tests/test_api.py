@@ -169,3 +169,15 @@ def test_fit_reports_models_too_large_for_any_layout(client):
     layout = gpu["layouts"][0]
     assert not layout["fits"] and layout["limiting_component"] == "weights"
     assert layout["maxima"]["batch_size"] == 0
+
+
+def test_dtype_the_device_cannot_run_natively_is_warned(client):
+    r = post_budget(client, precision={"weights": "bf16"})
+    assert r.json()["warnings"] == []
+    body = {"workloads": [{"kind": "inference", "model": LLAMA}],
+            "device": {"source": "catalog", "id": "v100-sxm2-32gb"}}
+    warnings = client.post("/v1/budgets", json=body).json()["warnings"]
+    assert any("no native bf16 support" in w for w in warnings)
+    fit_body = {"workloads": body["workloads"], "devices": [body["device"]]}
+    layout = client.post("/v1/fits", json=fit_body).json()["gpus"][0]["layouts"][0]
+    assert any("no native bf16 support" in w for w in layout["warnings"])

@@ -49,6 +49,7 @@ __all__ = [
     "DeviceContext",
     "StageNumbers",
     "device_totals",
+    "dtype_warnings",
     "estimate",
     "headroom_bytes",
     "inference_total",
@@ -591,11 +592,17 @@ def _warnings(w: Workload, arch: Arch | None, device: DeviceContext | None) -> l
             out.append("no LoRA target module matches this model's projections: "
                        "adapters, gradients and optimizer state are 0")
     if device is not None:
-        for dtype in {w.precision.compute, w.precision.weights}:
-            native = native_dtype_name(dtype)
-            if native and native not in device.native_dtypes:
-                out.append(f"{device.name} has no native {dtype} support: kernels fall back or "
-                           f"fail")
+        out += dtype_warnings(w, device)
+    return out
+
+
+def dtype_warnings(w: InferenceWorkload | TrainingWorkload, device: DeviceContext) -> list[str]:
+    """Weights or compute dtypes the device has no native (tensor-core) support for."""
+    out = []
+    for dtype in sorted({w.precision.compute, w.precision.weights}):
+        native = native_dtype_name(dtype)
+        if native and native not in device.native_dtypes:
+            out.append(f"{device.name} has no native {dtype} support: kernels fall back or fail")
     return out
 
 

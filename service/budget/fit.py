@@ -25,6 +25,7 @@ from .errors import InvalidWorkload
 from .estimate import (
     DeviceContext,
     device_totals,
+    dtype_warnings,
     headroom_bytes,
     inference_total,
     resolve_device,
@@ -333,6 +334,14 @@ def fit(req: FitRequest) -> FitResponse:
         return f
 
     limiting: dict[tuple[int, tuple[int, int]], Component] = {}
+
+    def total_on(n: int, w0: Workload, ctx: DeviceContext) -> int:
+        """The placed workload's total on n devices of this overhead class (memoized)."""
+        tkey = (n, _overhead_key(ctx))
+        if tkey not in totals:
+            totals[tkey] = total(w0, ctx)
+        return totals[tkey]
+
     results = []
     for target in targets:
         key = _overhead_key(target.context)
@@ -342,9 +351,7 @@ def fit(req: FitRequest) -> FitResponse:
             if w0 is None:
                 continue
             tkey = (n, key)
-            if tkey not in totals:
-                totals[tkey] = total(w0, target.context)
-            t = totals[tkey]
+            t = total_on(n, w0, target.context)
             fits = t <= target.capacity
             maxima: dict[str, object] = {}
             for variable in req.solve:
@@ -381,12 +388,7 @@ def fit(req: FitRequest) -> FitResponse:
         if "device_count" in req.solve:
             for n in _count_candidates(req.max_device_count):
                 w0 = placed(n)
-                if w0 is None:
-                    continue
-                tkey = (n, key)
-                if tkey not in totals:
-                    totals[tkey] = total(w0, target.context)
-                if totals[tkey] <= target.capacity:
+                if w0 is not None and total_on(n, w0, target.context) <= target.capacity:
                     min_count = n
                     break
         gpu_warnings: tuple[str, ...] = ()
@@ -405,13 +407,6 @@ def _count_candidates(limit: int) -> list[int]:
 
 
 def _fit_warnings(w: Workload, target: _Target, n: int) -> list[str]:
-    warnings: list[str] = []
     if isinstance(w, GenericWorkload):
-        return warnings
-    from .dtypes import native_dtype_name
-
-    for dtype in sorted({w.precision.compute, w.precision.weights}):
-        native = native_dtype_name(dtype)
-        if native and native not in target.context.native_dtypes:
-            warnings.append(f"{target.name} has no native {dtype} support")
-    return warnings
+        return []
+    return dtype_warnings(w, target.context)

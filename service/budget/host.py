@@ -82,28 +82,25 @@ def _persistent_key(w: Workload) -> Any:
 
 
 def host_budget(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget:
-    return _host_budget(tuple(_persistent_key(w) for w, _ in pairs), pairs)
+    key = tuple(_persistent_key(w) for w, _ in pairs)
+    return _cached(_HOST_CACHE, key, lambda: _compute_host(pairs))
 
 
 def disk_budget(pairs: tuple[tuple[Workload, Arch | None], ...]) -> DiskBudget:
-    return _disk_budget(tuple(_persistent_key(w) for w, _ in pairs), pairs)
+    key = tuple(_persistent_key(w) for w, _ in pairs)
+    return _cached(_DISK_CACHE, key, lambda: _compute_disk(pairs))
 
 
-def _host_budget(key: Any, pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget:
-    hit = _HOST_CACHE.get(key)
+_CACHE_ENTRIES = 1024
+
+
+def _cached(cache: dict[Any, Any], key: Any, compute: Any) -> Any:
+    """A bounded memo (oldest entry out first) for answers that do not depend on batch."""
+    hit = cache.get(key)
     if hit is None:
-        hit = _HOST_CACHE[key] = _compute_host(pairs)
-        if len(_HOST_CACHE) > 1024:
-            _HOST_CACHE.pop(next(iter(_HOST_CACHE)))
-    return hit
-
-
-def _disk_budget(key: Any, pairs: tuple[tuple[Workload, Arch | None], ...]) -> DiskBudget:
-    hit = _DISK_CACHE.get(key)
-    if hit is None:
-        hit = _DISK_CACHE[key] = _compute_disk(pairs)
-        if len(_DISK_CACHE) > 1024:
-            _DISK_CACHE.pop(next(iter(_DISK_CACHE)))
+        hit = cache[key] = compute()
+        if len(cache) > _CACHE_ENTRIES:
+            cache.pop(next(iter(cache)))
     return hit
 
 
