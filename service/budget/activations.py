@@ -126,7 +126,7 @@ def training_saved(layer: LayerType, arch: Arch, dd: DeviceDims, *, seq: int, ba
     return items
 
 
-def inference_working_set(layer: LayerType, arch: Arch, dd: DeviceDims, *, sequences: int,
+def inference_working_set(layer: LayerType, arch: Arch, dd: DeviceDims, sequences: int,
                           query_tokens: int, key_tokens: int, e: int, attention: str) -> int:
     """Peak live bytes of one no-grad layer forward: residual + normalized input, plus the larger
     sublayer (attention: Q, K, V, output, and the s_q x s_kv scores and probabilities when eager;

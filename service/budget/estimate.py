@@ -18,7 +18,7 @@ from .catalog import GPU, gpu
 from .components import Component
 from .dtypes import bytes_of, native_dtype_name
 from .errors import InvalidWorkload
-from .host import disk_budget, host_budget
+from .host import cached, host_and_disk, persistent_key
 from .overheads import ALLOCATOR_FRAGMENTATION_FRACTION, Overheads, device_overheads
 from .resolve import model_name, resolve_model
 from .result import (
@@ -146,9 +146,9 @@ def _inference_activations(st: StageStatic, arch: Arch, *, sequences: int, query
     """The largest working set over the stage's layer kinds (layers run one at a time)."""
     peak = 0
     for layer, _ in st.layer_kinds:
-        peak = max(peak, inference_working_set(layer, arch, st.dims, sequences=sequences,
-                                               query_tokens=query, key_tokens=keys, e=e,
-                                               attention=attention))
+        ws = inference_working_set(layer, arch, st.dims, sequences, query, keys, e, attention)
+        if ws > peak:
+            peak = ws
     return peak
 
 
@@ -664,6 +664,10 @@ def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
                                       for n, t in phases]))
 
 
+# Parts of the answer that do not depend on batch, context or concurrency, by workload key.
+_PERSISTENT: dict[Any, Any] = {}
+
+
 def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
              headroom: Headroom | None = None) -> Budget:
     """The full answer for co-located workloads on one device type."""
@@ -709,13 +713,16 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
                                        memory_total_bytes=ctx.memory_total_bytes,
                                        architecture=ctx.architecture)
     pairs = tuple(zip(workloads, archs, strict=True))
+    summaries, host_ram, disk = cached(
+        _PERSISTENT, tuple([persistent_key(w) for w in workloads]),
+        lambda: (tuple(_summary(w, a) for w, a in pairs), *host_and_disk(pairs)))
     return Budget(
-        workloads=tuple(_summary(w, a) for w, a in zip(workloads, archs, strict=True)),
+        workloads=summaries,
         device=summary_device,
         devices=tuple(devices),
         most_loaded=most,
         total_bytes=devices[most].total_bytes,
-        host_ram=host_budget(pairs),
-        disk=disk_budget(pairs),
+        host_ram=host_ram,
+        disk=disk,
         warnings=tuple(warnings),
     )

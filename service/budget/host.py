@@ -22,7 +22,7 @@ from .spec import (
 )
 from .units import GiB
 
-__all__ = ["checkpoint_file_bytes", "disk_budget", "host_budget"]
+__all__ = ["cached", "checkpoint_file_bytes", "host_and_disk", "persistent_key"]
 
 # A host carries up to this many workload processes (one per GPU of an 8-GPU server).
 GPUS_PER_HOST = 8
@@ -71,7 +71,7 @@ def _local_processes(w: Workload) -> int:
     return min(devices * w.instances, GPUS_PER_HOST) if devices * w.instances else 1
 
 
-def _persistent_key(w: Workload) -> Any:
+def persistent_key(w: Workload) -> Any:
     """What host RAM and disk depend on: not batch, context or concurrency. Budgets that differ
     only in those share one cached answer."""
     if isinstance(w, GenericWorkload):
@@ -81,20 +81,17 @@ def _persistent_key(w: Workload) -> Any:
             getattr(w, "mixed_precision", None))
 
 
-def host_budget(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget:
-    key = tuple(_persistent_key(w) for w, _ in pairs)
-    return _cached(_HOST_CACHE, key, lambda: _compute_host(pairs))
+def host_and_disk(pairs: tuple[tuple[Workload, Arch | None], ...]
+                  ) -> tuple[HostBudget, DiskBudget]:
+    """Host RAM and disk of co-located workloads."""
+    return _compute_host(pairs), _compute_disk(pairs)
 
-
-def disk_budget(pairs: tuple[tuple[Workload, Arch | None], ...]) -> DiskBudget:
-    key = tuple(_persistent_key(w) for w, _ in pairs)
-    return _cached(_DISK_CACHE, key, lambda: _compute_disk(pairs))
 
 
 _CACHE_ENTRIES = 1024
 
 
-def _cached(cache: dict[Any, Any], key: Any, compute: Any) -> Any:
+def cached(cache: dict[Any, Any], key: Any, compute: Any) -> Any:
     """A bounded memo (oldest entry out first) for answers that do not depend on batch."""
     hit = cache.get(key)
     if hit is None:
@@ -104,8 +101,6 @@ def _cached(cache: dict[Any, Any], key: Any, compute: Any) -> Any:
     return hit
 
 
-_HOST_CACHE: dict[Any, HostBudget] = {}
-_DISK_CACHE: dict[Any, DiskBudget] = {}
 
 
 def _compute_host(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget:
