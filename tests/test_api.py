@@ -42,9 +42,11 @@ def test_budget_has_every_component_once(client):
 @pytest.mark.parametrize(
     ("workload", "field", "text"),
     [
-        ({"batch_size": 0}, "$.workloads[0].batch_size", "Expected `int` >= 1"),
+        ({"batch_size": 0}, "$.workloads[0].batch_size",
+         "Expected `int` >= 1; allowed range: 1 .. 16777216"),
         ({"prompt_tokens": 10**15}, "$.workloads[0].prompt_tokens",
-         "Expected `int` <= 1099511627776"),
+         "Expected `int` <= 1099511627776; allowed range: 1 .. 1099511627776"),
+        ({"batch_size": "4"}, "$.workloads[0].batch_size", "Expected `int`, got `str`"),
         ({"batch_szie": 2}, "$.workloads[0]", "unknown field `batch_szie`"),
         ({"attention": "fast"}, "$.workloads[0].attention",
          "Invalid enum value 'fast'; allowed: 'eager', 'flash', 'sdpa'"),

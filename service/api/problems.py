@@ -56,8 +56,9 @@ def _split(message: str) -> tuple[str, str]:
 _PATH_TOKEN = re.compile(r"\.(\w+)|\[(\d+)\]")
 
 
-def _allowed_values(root: Any, path: str) -> list[Any] | None:
-    """Walk a JSON path through msgspec type info to the enum/literal it names."""
+def _allowed(root: Any, path: str) -> str | None:
+    """What the field at a JSON path accepts, read from the msgspec type (the same source the
+    schema is generated from): the enum values, or the numeric / length range."""
     from msgspec import inspect as mi
 
     def strip(t: Any) -> list[Any]:
@@ -67,14 +68,28 @@ def _allowed_values(root: Any, path: str) -> list[Any] | None:
             return strip(t.type)
         return [t]
 
-    def walk(types: list[Any], tokens: list[tuple[str, str]]) -> list[Any] | None:
+    def describe(types: list[Any]) -> str | None:
+        for t in types:
+            if isinstance(t, mi.LiteralType):
+                return "allowed: " + ", ".join(repr(v) for v in t.values)
+            if isinstance(t, mi.EnumType):
+                return "allowed: " + ", ".join(repr(m.value) for m in t.cls)
+        for t in types:
+            if isinstance(t, mi.IntType | mi.FloatType):
+                lo = t.ge if t.ge is not None else t.gt
+                hi = t.le if t.le is not None else t.lt
+                if lo is not None or hi is not None:
+                    return f"allowed range: {lo if lo is not None else '-inf'} .. " \
+                           f"{hi if hi is not None else 'inf'}"
+            if isinstance(t, mi.StrType | mi.VarTupleType | mi.ListType):
+                lo, hi = t.min_length, t.max_length
+                if lo is not None or hi is not None:
+                    return f"allowed length: {lo or 0} .. {hi if hi is not None else 'any'}"
+        return None
+
+    def walk(types: list[Any], tokens: list[tuple[str, str]]) -> str | None:
         if not tokens:
-            for t in types:
-                if isinstance(t, mi.LiteralType):
-                    return list(t.values)
-                if isinstance(t, mi.EnumType):
-                    return [m.value for m in t.cls]
-            return None
+            return describe(types)
         (name, index), rest = tokens[0], tokens[1:]
         nxt: list[Any] = []
         for t in types:
@@ -110,10 +125,10 @@ def _validation(request: Request[Any, Any, Any], exc: ValidationException) -> Re
                 path = f"$.{key}"
             text = text or message
             root = _request_type(request.url.path)
-            if text.startswith("Invalid enum value") and root is not None:
-                allowed = _allowed_values(root, path)
-                if allowed:
-                    text += "; allowed: " + ", ".join(repr(v) for v in allowed)
+            if root is not None and (text.startswith(("Invalid enum value", "Expected"))):
+                allowed = _allowed(root, path)
+                if allowed and allowed not in text:
+                    text += f"; {allowed}"
             errors.append(ProblemError(field=path, message=text))
     detail = "; ".join(f"{e.field}: {e.message}" for e in errors) or str(exc.detail)
     return _problem(request, 422, "Invalid request", detail, tuple(errors),
