@@ -636,6 +636,19 @@ def _sources(ov: Overheads) -> tuple[tuple[Component, str, str], ...]:
 
 
 _SOURCES: dict[tuple[str, str], tuple[tuple[Component, str, str], ...]] = {}
+_NO_NAMES: dict[Component, tuple[str, ...]] = {}  # co-located lines name no single workload
+_ROWS: dict[tuple[str, str, int], tuple[tuple[Component, str, str, tuple[str, ...]], ...]] = {}
+
+
+def _rows(ov: Overheads, names: dict[Component, tuple[str, ...]]
+          ) -> tuple[tuple[Component, str, str, tuple[str, ...]], ...]:
+    """(component, formula, source, input names) per line, for one device type and workload
+    kind (``names`` is one of the module-level ``_INPUT_NAMES`` tables, so its id is stable)."""
+    key = (ov.cuda_context_source, ov.workspace_source, id(names))
+    hit = _ROWS.get(key)
+    if hit is None:
+        hit = _ROWS[key] = tuple((c, f, src, names.get(c, ())) for c, f, src in _sources(ov))
+    return hit
 
 
 def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
@@ -648,15 +661,15 @@ def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
     inputs = {**inputs, "headroom_fraction": headroom.fraction,
               "headroom_min_bytes": headroom.min_bytes, "subtotal_bytes": subtotal}
     lines = []
-    get, get_parts, get_names = values.get, parts.get, names.get
-    for c, formula, source in _sources(ov):
+    get = values.get
+    for c, formula, source, used in _rows(ov, names):
         value = room if c is C.HEADROOM else get(c, 0)
-        p = get_parts(c)
+        p = parts.get(c) if parts else None
         if p:
-            lines.append(Line(c, value, formula, get_names(c, ()), source,
+            lines.append(Line(c, value, formula, used, source,
                               tuple([Part(name=n, bytes=b) for n, b in p])))
         else:
-            lines.append(Line(c, value, formula, get_names(c, ()), source))
+            lines.append(Line(c, value, formula, used, source))
     return DeviceBudget(label=label, pipeline_stage=stage, num_devices=num_devices,
                         peak_phase=peak, lines=tuple(lines), total_bytes=subtotal + room,
                         inputs=inputs,
@@ -705,7 +718,7 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
         devices.append(_device_budget(
             "co-located (most loaded stage of each workload)", None, 1, "; ".join(peaks), values,
             {c: tuple(p) for c, p in parts.items()}, (("co-located peak", sum(values.values())),),
-            {"workloads": len(workloads)}, {}, headroom, ov))
+            {"workloads": len(workloads)}, _NO_NAMES, headroom, ov))
     most = max(range(len(devices)), key=lambda i: devices[i].total_bytes)
     summary_device = None
     if ctx is not None:
