@@ -55,12 +55,17 @@ GPUS_PER_NODE = 8
 class FitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One workload (plus co-located ones) against many GPUs and device counts."""
 
-    workloads: Annotated[tuple[Workload, ...], Meta(min_length=1, max_length=16)]
+    workloads: Annotated[
+        tuple[Workload, ...],
+        Meta(min_length=1, max_length=16, description="The workload to fit first (the one laid "
+             "out on device_counts and solved for), then up to 15 co-located ones that keep "
+             "their own layouts."),
+    ]
     devices: Annotated[
-        tuple[DeviceRef, ...],
-        Meta(max_length=256, description="Catalog GPUs and custom devices to check; default "
+        Annotated[tuple[DeviceRef, ...], Meta(max_length=256)] | None,
+        Meta(description="Catalog GPUs and custom devices to check (at most 256); default "
              "(null): the whole catalog."),
-    ] | None = None
+    ] = None
     device_counts: Annotated[
         tuple[Annotated[int, Meta(ge=1, le=4096)], ...],
         Meta(min_length=1, max_length=16, description="Devices per replica to check. The first "
@@ -68,10 +73,15 @@ class FitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
              "pipeline parallel across; training as data parallel over its tensor x pipeline "
              "layout."),
     ] = (1,)
-    headroom: Headroom = Headroom()
+    headroom: Annotated[
+        Headroom, Meta(description="Safety margin added to each device's subtotal.")
+    ] = Headroom()
     solve: Annotated[tuple[Variable, ...], Meta(description="Maxima to solve.")] = (
         "batch", "context", "concurrency", "device_count")
-    max_device_count: Annotated[int, Meta(ge=1, le=4096)] = 64
+    max_device_count: Annotated[
+        int, Meta(ge=1, le=4096, description="Largest device count tried when solving "
+                  "`device_count` (1 .. 8, then multiples of 8).")
+    ] = 64
 
 
 class Maxima(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -83,73 +83,238 @@ Positions = Annotated[int, Meta(ge=1, le=1 << 40, description="Positions (1 .. 2
 class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Fields shared by a top-level config and Gemma 3's nested ``text_config``."""
 
-    architectures: tuple[str, ...] | None | UnsetType = UNSET
-    hidden_size: Dim | None | UnsetType = UNSET
-    intermediate_size: Dim | None | UnsetType = UNSET
-    num_hidden_layers: LayerCount | None | UnsetType = UNSET
-    num_attention_heads: Dim | None | UnsetType = UNSET
-    num_key_value_heads: Dim | None | UnsetType = UNSET
-    head_dim: Dim | None | UnsetType = UNSET
-    vocab_size: Vocab | None | UnsetType = UNSET
-    max_position_embeddings: Positions | None | UnsetType = UNSET
-    tie_word_embeddings: bool | None | UnsetType = UNSET
-    torch_dtype: str | None | UnsetType = UNSET
-    attention_bias: bool | None | UnsetType = UNSET
-    mlp_bias: bool | None | UnsetType = UNSET
+    architectures: Annotated[
+        tuple[str, ...] | None | UnsetType,
+        Meta(description="Model classes the checkpoint was saved from; accepted, not used."),
+    ] = UNSET
+    hidden_size: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Model width (d_model), elements."),
+    ] = UNSET
+    intermediate_size: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Width of the dense MLP, elements (Mixtral: of each expert)."),
+    ] = UNSET
+    num_hidden_layers: Annotated[
+        LayerCount | None | UnsetType,
+        Meta(description="Decoder (or encoder) layers."),
+    ] = UNSET
+    num_attention_heads: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Query heads per layer."),
+    ] = UNSET
+    num_key_value_heads: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="KV heads (GQA/MQA); must divide the query heads. Absent: the family's "
+             "default; null or no default: as many as query heads."),
+    ] = UNSET
+    head_dim: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Width of one attention head, elements. Absent: the family's default; "
+             "null or no default: hidden_size / num_attention_heads."),
+    ] = UNSET
+    vocab_size: Annotated[
+        Vocab | None | UnsetType,
+        Meta(description="Vocabulary size: rows of the token embedding and the LM head."),
+    ] = UNSET
+    max_position_embeddings: Annotated[
+        Positions | None | UnsetType,
+        Meta(description="Longest context the model supports, tokens (BERT: rows of the learned "
+             "position table)."),
+    ] = UNSET
+    tie_word_embeddings: Annotated[
+        bool | None | UnsetType,
+        Meta(description="The LM head shares the token embedding (no separate lm_head)."),
+    ] = UNSET
+    torch_dtype: Annotated[
+        str | None | UnsetType,
+        Meta(description="The checkpoint's dtype; accepted, not used (precision.weights decides)."),
+    ] = UNSET
+    attention_bias: Annotated[
+        bool | None | UnsetType,
+        Meta(description="q/k/v/o projections have biases (Qwen2 always has q/k/v biases)."),
+    ] = UNSET
+    mlp_bias: Annotated[
+        bool | None | UnsetType,
+        Meta(description="MLP projections have biases."),
+    ] = UNSET
     # Sliding-window attention (Mistral, Qwen2, Phi-3, Gemma 2/3).
-    sliding_window: Positions | None | UnsetType = UNSET
-    use_sliding_window: bool | None | UnsetType = UNSET
-    max_window_layers: Count | None | UnsetType = UNSET
-    sliding_window_pattern: Dim | None | UnsetType = UNSET
-    layer_types: tuple[str, ...] | None | UnsetType = UNSET
+    sliding_window: Annotated[
+        Positions | None | UnsetType,
+        Meta(description="Window of the sliding-window layers, tokens (their KV cache holds at "
+             "most this many); null: no sliding window."),
+    ] = UNSET
+    use_sliding_window: Annotated[
+        bool | None | UnsetType,
+        Meta(description="Qwen2/Qwen3: enable the sliding window (default false)."),
+    ] = UNSET
+    max_window_layers: Annotated[
+        Count | None | UnsetType,
+        Meta(description="Qwen2/Qwen3: layers below this index use full attention; the rest "
+             "slide."),
+    ] = UNSET
+    sliding_window_pattern: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Gemma 3: every n-th layer is global, the others slide (default 6)."),
+    ] = UNSET
+    layer_types: Annotated[
+        tuple[str, ...] | None | UnsetType,
+        Meta(description="Attention type per layer (`sliding_attention` or full); overrides the "
+             "family's rule and must have num_hidden_layers entries."),
+    ] = UNSET
     # Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek).
-    num_local_experts: Count | None | UnsetType = UNSET
-    num_experts: Count | None | UnsetType = UNSET
-    num_experts_per_tok: Count | None | UnsetType = UNSET
-    moe_intermediate_size: Dim | None | UnsetType = UNSET
-    shared_expert_intermediate_size: Count | None | UnsetType = UNSET
-    decoder_sparse_step: Dim | None | UnsetType = UNSET
-    mlp_only_layers: tuple[Annotated[int, Meta(ge=0)], ...] | None | UnsetType = UNSET
-    n_routed_experts: Count | None | UnsetType = UNSET
-    n_shared_experts: Count | None | UnsetType = UNSET
-    first_k_dense_replace: Count | None | UnsetType = UNSET
-    moe_layer_freq: Dim | None | UnsetType = UNSET
-    topk_method: str | None | UnsetType = UNSET
+    num_local_experts: Annotated[
+        Count | None | UnsetType,
+        Meta(description="Mixtral: routed experts per layer."),
+    ] = UNSET
+    num_experts: Annotated[
+        Count | None | UnsetType,
+        Meta(description="Qwen2-MoE/Qwen3-MoE: routed experts per layer; 0: a dense model."),
+    ] = UNSET
+    num_experts_per_tok: Annotated[
+        Count | None | UnsetType,
+        Meta(description="Experts each token is routed to (top-k)."),
+    ] = UNSET
+    moe_intermediate_size: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="MLP width of each routed expert, elements."),
+    ] = UNSET
+    shared_expert_intermediate_size: Annotated[
+        Count | None | UnsetType,
+        Meta(description="Qwen2-MoE: width of the always-on shared expert, elements."),
+    ] = UNSET
+    decoder_sparse_step: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Qwen2-MoE/Qwen3-MoE: every n-th layer is a MoE layer (default 1)."),
+    ] = UNSET
+    mlp_only_layers: Annotated[
+        tuple[Annotated[int, Meta(ge=0)], ...] | None | UnsetType,
+        Meta(description="Qwen2-MoE/Qwen3-MoE: indices of layers with a dense MLP instead of "
+             "experts."),
+    ] = UNSET
+    n_routed_experts: Annotated[
+        Count | None | UnsetType,
+        Meta(description="DeepSeek: routed experts per MoE layer; null: a dense model."),
+    ] = UNSET
+    n_shared_experts: Annotated[
+        Count | None | UnsetType,
+        Meta(description="DeepSeek: shared experts, each moe_intermediate_size wide."),
+    ] = UNSET
+    first_k_dense_replace: Annotated[
+        Count | None | UnsetType,
+        Meta(description="DeepSeek: the first k layers have a dense MLP."),
+    ] = UNSET
+    moe_layer_freq: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="DeepSeek: past the dense layers, those whose index is a multiple of "
+             "n are MoE layers (default 1)."),
+    ] = UNSET
+    topk_method: Annotated[
+        str | None | UnsetType,
+        Meta(description="DeepSeek-V3: `noaux_tc` adds an fp32 router correction bias per expert."),
+    ] = UNSET
     # Multi-head latent attention (DeepSeek-V2/V3).
-    kv_lora_rank: Dim | None | UnsetType = UNSET
-    q_lora_rank: Dim | None | UnsetType = UNSET
-    qk_nope_head_dim: Dim | None | UnsetType = UNSET
-    qk_rope_head_dim: Dim | None | UnsetType = UNSET
-    v_head_dim: Dim | None | UnsetType = UNSET
-    num_nextn_predict_layers: Count | None | UnsetType = UNSET
+    kv_lora_rank: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="DeepSeek MLA: rank of the compressed KV (cached per token with the rope "
+             "part)."),
+    ] = UNSET
+    q_lora_rank: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="DeepSeek MLA: rank of the compressed query; null: a plain q_proj."),
+    ] = UNSET
+    qk_nope_head_dim: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="DeepSeek MLA: per-head query/key width without rotary embedding."),
+    ] = UNSET
+    qk_rope_head_dim: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="DeepSeek MLA: per-head query/key width with rotary embedding."),
+    ] = UNSET
+    v_head_dim: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="DeepSeek MLA: per-head value width."),
+    ] = UNSET
+    num_nextn_predict_layers: Annotated[
+        Count | None | UnsetType,
+        Meta(description="DeepSeek-V3: multi-token-prediction layers stored in the checkpoint (on "
+             "disk only, not loaded)."),
+    ] = UNSET
     # GPT-2 names its dimensions differently.
-    n_embd: Dim | None | UnsetType = UNSET
-    n_layer: LayerCount | None | UnsetType = UNSET
-    n_head: Dim | None | UnsetType = UNSET
-    n_inner: Dim | None | UnsetType = UNSET
-    n_positions: Positions | None | UnsetType = UNSET
+    n_embd: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="GPT-2: model width, elements."),
+    ] = UNSET
+    n_layer: Annotated[
+        LayerCount | None | UnsetType,
+        Meta(description="GPT-2: layers."),
+    ] = UNSET
+    n_head: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="GPT-2: attention heads."),
+    ] = UNSET
+    n_inner: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="GPT-2: MLP width, elements; null: 4 x n_embd."),
+    ] = UNSET
+    n_positions: Annotated[
+        Positions | None | UnsetType,
+        Meta(description="GPT-2: longest context, tokens (rows of the learned position table)."),
+    ] = UNSET
     # BERT.
-    type_vocab_size: Count | None | UnsetType = UNSET
+    type_vocab_size: Annotated[
+        Count | None | UnsetType,
+        Meta(description="BERT: rows of the token-type embedding (default 2)."),
+    ] = UNSET
 
 
 class HFTextConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
     """Gemma 3's nested ``text_config`` (model_type ``gemma3_text``)."""
 
-    model_type: Literal["gemma3_text"] = "gemma3_text"
+    model_type: Annotated[
+        Literal["gemma3_text"], Meta(description="Always `gemma3_text` (the default).")
+    ] = "gemma3_text"
 
 
 class HFVisionConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Gemma 3's SigLIP ``vision_config``: its parameters are loaded beside the language model."""
 
-    model_type: str | None | UnsetType = UNSET
-    hidden_size: Dim | None | UnsetType = UNSET
-    intermediate_size: Dim | None | UnsetType = UNSET
-    num_hidden_layers: LayerCount | None | UnsetType = UNSET
-    num_attention_heads: Dim | None | UnsetType = UNSET
-    image_size: Dim | None | UnsetType = UNSET
-    patch_size: Dim | None | UnsetType = UNSET
-    num_channels: Dim | None | UnsetType = UNSET
-    vision_use_head: bool | None | UnsetType = UNSET
+    model_type: Annotated[
+        str | None | UnsetType,
+        Meta(description="The vision tower's type (`siglip_vision_model`); accepted, not checked."),
+    ] = UNSET
+    hidden_size: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Vision tower width, elements."),
+    ] = UNSET
+    intermediate_size: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Vision tower MLP width, elements."),
+    ] = UNSET
+    num_hidden_layers: Annotated[
+        LayerCount | None | UnsetType,
+        Meta(description="Vision tower layers."),
+    ] = UNSET
+    num_attention_heads: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Vision tower attention heads."),
+    ] = UNSET
+    image_size: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Input image side, pixels (sets the patch count and position table)."),
+    ] = UNSET
+    patch_size: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Patch side, pixels."),
+    ] = UNSET
+    num_channels: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Input image channels."),
+    ] = UNSET
+    vision_use_head: Annotated[
+        bool | None | UnsetType,
+        Meta(description="A pooling head on the vision tower; true is refused (not supported)."),
+    ] = UNSET
 
 
 class HFConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
@@ -159,8 +324,16 @@ class HFConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
         ModelType,
         Meta(description="The family. Any other value is answered 422 naming it."),
     ]
-    text_config: HFTextConfig | None | UnsetType = UNSET
-    vision_config: HFVisionConfig | None | UnsetType = UNSET
+    text_config: Annotated[
+        HFTextConfig | None | UnsetType,
+        Meta(description="Gemma 3 (model_type `gemma3`): the language model's config; its "
+             "missing keys take Gemma3TextConfig's defaults. Ignored by other families."),
+    ] = UNSET
+    vision_config: Annotated[
+        HFVisionConfig | None | UnsetType,
+        Meta(description="Gemma 3 (model_type `gemma3`): the SigLIP vision tower loaded beside "
+             "the language model; missing keys take SiglipVisionConfig's defaults."),
+    ] = UNSET
 
 
 # Defaults of the transformers configuration classes (``configuration_<family>.py``) for the keys

@@ -85,8 +85,10 @@ class PresetModel(_Wire, tag="preset", tag_field="source", kw_only=True):
 class HFConfigModel(_Wire, tag="hf_config", tag_field="source", kw_only=True):
     """An inline Hugging Face ``config.json``, pasted as published."""
 
-    config: HFConfig
-    name: Name | None = None
+    config: Annotated[HFConfig, Meta(description="The model's `config.json` as published.")]
+    name: Annotated[
+        Name | None, Meta(description="Label in the answer; default: the config's model_type.")
+    ] = None
 
 
 class MoESpec(_Wire, kw_only=True):
@@ -94,7 +96,9 @@ class MoESpec(_Wire, kw_only=True):
 
     num_experts: Annotated[int, Meta(ge=1, le=1 << 16, description="Routed experts per layer.")]
     experts_per_token: Annotated[int, Meta(ge=1, le=1 << 16, description="Top-k routing.")]
-    expert_intermediate_size: Dim
+    expert_intermediate_size: Annotated[
+        Dim, Meta(description="MLP width of each routed expert (gated, 3 matrices), elements.")
+    ]
     shared_intermediate_size: Annotated[
         int, Meta(ge=0, le=1 << 24, description="Total width of always-on shared experts.")
     ] = 0
@@ -107,35 +111,67 @@ class MoESpec(_Wire, kw_only=True):
 class DimensionsModel(_Wire, tag="dimensions", tag_field="source", kw_only=True):
     """A transformer given by its dimensions (for a model with no preset or config)."""
 
-    name: Name | None = None
-    kind: Literal["decoder", "encoder"] = "decoder"
-    hidden_size: Dim
+    name: Annotated[
+        Name | None, Meta(description="Label in the answer; default: `custom`.")
+    ] = None
+    kind: Annotated[
+        Literal["decoder", "encoder"],
+        Meta(description="`decoder`: generates tokens, has an LM head and a KV cache; "
+             "`encoder`: one forward pass, no LM head."),
+    ] = "decoder"
+    hidden_size: Annotated[Dim, Meta(description="Model width (d_model), elements.")]
     num_layers: Annotated[int, Meta(ge=1, le=1_000_000, description="Layers (1 .. 10^6).")]
-    num_attention_heads: Dim
+    num_attention_heads: Annotated[Dim, Meta(description="Query heads per layer.")]
     num_key_value_heads: Annotated[
-        int, Meta(ge=1, le=1 << 24, description="KV heads (GQA/MQA); default: heads.")
-    ] | None = None
-    head_dim: Annotated[int, Meta(ge=1, le=1 << 24, description="Default: hidden / heads.")
-                        ] | None = None
-    intermediate_size: Dim
+        Annotated[int, Meta(ge=1, le=1 << 24)] | None,
+        Meta(description="KV heads (GQA/MQA); must divide the query heads. Default (null): "
+             "as many as query heads."),
+    ] = None
+    head_dim: Annotated[
+        Annotated[int, Meta(ge=1, le=1 << 24)] | None,
+        Meta(description="Width of one attention head, elements. Default (null): "
+             "hidden_size / num_attention_heads."),
+    ] = None
+    intermediate_size: Annotated[
+        Dim, Meta(description="Width of the dense MLP, elements (also the dense layers of a "
+                  "MoE model).")
+    ]
     vocab_size: Annotated[int, Meta(ge=1, le=1 << 26, description="Vocabulary (1 .. 2^26).")]
-    max_position_embeddings: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] = 1 << 40
+    max_position_embeddings: Annotated[
+        int, Meta(ge=1, le=MAX_TOKENS, description="Longest context the model supports, tokens: "
+                  "longer requests warn, fits stop there; rows of a learned position table. "
+                  "Default: 2^40 (no limit).")
+    ] = 1 << 40
     mlp: Annotated[
         Literal["gated", "dense"],
         Meta(description="`gated`: SwiGLU/GeGLU, 3 matrices; `dense`: GELU, 2 matrices."),
     ] = "gated"
-    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
-    tie_word_embeddings: bool = False
-    attention_bias: bool = False
-    mlp_bias: bool = False
+    norm: Annotated[
+        Literal["rmsnorm", "layernorm"],
+        Meta(description="`rmsnorm`: a weight per norm; `layernorm`: a weight and a bias."),
+    ] = "rmsnorm"
+    tie_word_embeddings: Annotated[
+        bool, Meta(description="The LM head shares the token embedding (no separate lm_head).")
+    ] = False
+    attention_bias: Annotated[
+        bool, Meta(description="q/k/v/o projections have biases.")
+    ] = False
+    mlp_bias: Annotated[bool, Meta(description="MLP projections have biases.")] = False
     learned_position_embeddings: Annotated[
         bool, Meta(description="A learned position table (GPT-2/BERT style).")
     ] = False
-    sliding_window: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None
+    sliding_window: Annotated[
+        Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None,
+        Meta(description="Window of the sliding-window layers, tokens (their KV cache holds at "
+             "most this many). Required with num_sliding_window_layers; default: none."),
+    ] = None
     num_sliding_window_layers: Annotated[
-        int, Meta(ge=0, le=1_000_000, description="How many layers use the sliding window.")
+        int, Meta(ge=0, le=1_000_000, description="How many layers use the sliding window "
+                  "(the last ones); 0: none.")
     ] = 0
-    moe: MoESpec | None = None
+    moe: Annotated[
+        MoESpec | None, Meta(description="Mixture-of-experts MLPs; default (null): dense MLPs.")
+    ] = None
 
 
 ModelSource = PresetModel | HFConfigModel | DimensionsModel
@@ -156,22 +192,32 @@ class Int8(_QuantBase, tag="int8", tag_field="scheme", kw_only=True):
     """8-bit integer weights with one scale per output channel (bitsandbytes LLM.int8 keeps an
     fp32 ``SCB`` per row; w8a16 checkpoints keep fp16/bf16 scales)."""
 
-    scale_dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    scale_dtype: Annotated[
+        Literal["fp32", "fp16", "bf16"],
+        Meta(description="Dtype of the per-output-channel scales (4 or 2 bytes per row)."),
+    ] = "fp32"
 
 
 class FP8(_QuantBase, tag="fp8", tag_field="scheme", kw_only=True):
     """fp8 (e4m3) weights with fp32 scales per tensor, per output channel, or per 2-D block
     (DeepSeek-V3's 128x128 ``weight_scale_inv``)."""
 
-    granularity: Literal["tensor", "channel", "block"] = "tensor"
-    block_size: Annotated[int, Meta(ge=1, le=1 << 16)] = 128
+    granularity: Annotated[
+        Literal["tensor", "channel", "block"],
+        Meta(description="One fp32 scale per tensor, per output channel, or per "
+             "block_size x block_size block."),
+    ] = "tensor"
+    block_size: Annotated[
+        int, Meta(ge=1, le=1 << 16, description="Side of a square scale block, elements (only "
+                  "with granularity `block`).")
+    ] = 128
 
 
 class GPTQ(_QuantBase, tag="gptq", tag_field="scheme", kw_only=True):
     """GPTQ packed integers: ``qweight`` int32 (in*bits/32, out), ``qzeros`` int32
     (groups, out*bits/32), ``scales`` fp16 (groups, out), ``g_idx`` int32 (in,)."""
 
-    bits: Literal[2, 3, 4, 8] = 4
+    bits: Annotated[Literal[2, 3, 4, 8], Meta(description="Bits per weight.")] = 4
     group_size: Annotated[
         int, Meta(ge=-1, le=1 << 16, description="Input features per group; -1: one group.")
     ] = 128
@@ -185,8 +231,11 @@ class AWQ(_QuantBase, tag="awq", tag_field="scheme", kw_only=True):
     """AWQ GEMM layout: ``qweight`` int32 (in, out*bits/32), ``qzeros`` int32
     (groups, out*bits/32), ``scales`` fp16 (groups, out)."""
 
-    bits: Literal[4] = 4
-    group_size: Annotated[int, Meta(ge=-1, le=1 << 16)] = 128
+    bits: Annotated[Literal[4], Meta(description="Bits per weight (AWQ GEMM: 4 only).")] = 4
+    group_size: Annotated[
+        int, Meta(ge=-1, le=1 << 16, description="Input features per group (one zero and one "
+                  "scale per group and output feature); -1: one group.")
+    ] = 128
 
     def __post_init__(self) -> None:
         if self.group_size == 0:
@@ -197,9 +246,18 @@ class BitsAndBytes4bit(_QuantBase, tag="bnb_4bit", tag_field="scheme", kw_only=T
     """bitsandbytes NF4/FP4: two values per byte, an fp32 absmax per block; with double
     quantization the absmax is itself quantized to uint8 with fp32 second-level scales."""
 
-    quant_type: Literal["nf4", "fp4"] = "nf4"
-    block_size: Literal[32, 64, 128, 256, 512, 1024, 2048, 4096] = 64
-    double_quant: bool = False
+    quant_type: Annotated[
+        Literal["nf4", "fp4"],
+        Meta(description="4-bit code; both store the same bytes."),
+    ] = "nf4"
+    block_size: Annotated[
+        Literal[32, 64, 128, 256, 512, 1024, 2048, 4096],
+        Meta(description="Elements per absmax block."),
+    ] = 64
+    double_quant: Annotated[
+        bool, Meta(description="Quantize the absmax values to uint8 (nested blocks of 256 with "
+                   "fp32 scales) instead of keeping them fp32.")
+    ] = False
 
 
 Quantization = Int8 | FP8 | GPTQ | AWQ | BitsAndBytes4bit
@@ -213,7 +271,11 @@ class Precision(_Wire, kw_only=True):
     ] = "bf16"
     compute: Annotated[ComputeDType, Meta(description="Activation/compute dtype.")] = "bf16"
     kv_cache: Annotated[KVCacheDType, Meta(description="`auto`: the compute dtype.")] = "auto"
-    quantization: Quantization | None = None
+    quantization: Annotated[
+        Quantization | None,
+        Meta(description="Quantization of the linear layers (and expert MLPs); default (null): "
+             "none, all weights stored in `weights`."),
+    ] = None
 
     def __post_init__(self) -> None:
         if self.weights == "fp8" and self.quantization is not None:
@@ -228,19 +290,30 @@ class Parallelism(_Wire, kw_only=True):
     """How the workload is laid out across devices. GPUs never pool memory: budgets are per
     device."""
 
-    tensor: Degree = 1
+    tensor: Annotated[
+        Degree, Meta(description="Tensor-parallel degree: devices each layer is split over.")
+    ] = 1
     sequence_parallel: Annotated[
         bool, Meta(description="Megatron sequence parallelism (training activations / tensor).")
     ] = False
-    pipeline: Degree = 1
-    pipeline_schedule: Literal["1f1b", "gpipe", "interleaved_1f1b"] = "1f1b"
+    pipeline: Annotated[
+        Degree, Meta(description="Pipeline-parallel degree: stages the layers are cut into.")
+    ] = 1
+    pipeline_schedule: Annotated[
+        Literal["1f1b", "gpipe", "interleaved_1f1b"],
+        Meta(description="Training schedule, which sets the micro-batches whose activations a "
+             "stage holds: `gpipe` all of them, `1f1b` up to the stages after it, "
+             "`interleaved_1f1b` as 1f1b plus the interleaving overhead."),
+    ] = "1f1b"
     virtual_stages: Annotated[
         int, Meta(ge=1, le=1024, description="Model chunks per device (interleaved 1F1B).")
     ] = 1
     expert: Annotated[
         int, Meta(ge=1, le=1 << 16, description="Expert parallelism: routed experts sharded.")
     ] = 1
-    data: Degree = 1
+    data: Annotated[
+        Degree, Meta(description="Data-parallel degree: model replicas (ZeRO shards over them).")
+    ] = 1
     zero_stage: Annotated[
         Literal[0, 1, 2, 3],
         Meta(description="ZeRO stage over the data-parallel group (FSDP FULL_SHARD = 3, "
@@ -274,10 +347,19 @@ Attention = Annotated[
 
 
 class _ModelWorkload(_Wire, kw_only=True):
-    name: Name | None = None
-    model: ModelSource
-    precision: Precision = Precision()
-    parallelism: Parallelism = Parallelism()
+    name: Annotated[
+        Name | None, Meta(description="Label in the answer; default: the model's name.")
+    ] = None
+    model: Annotated[
+        ModelSource,
+        Meta(description="The model: a preset id, an inline `config.json`, or its dimensions."),
+    ]
+    precision: Annotated[
+        Precision, Meta(description="Dtypes of weights, compute and KV cache; quantization.")
+    ] = Precision()
+    parallelism: Annotated[
+        Parallelism, Meta(description="Layout across devices; default: a single device.")
+    ] = Parallelism()
     instances: Annotated[
         int, Meta(ge=1, le=256, description="Identical co-located instances (each its own "
                   "process and CUDA context).")
@@ -288,17 +370,22 @@ class InferenceWorkload(_ModelWorkload, tag="inference", tag_field="kind", kw_on
     """Autoregressive generation (or an encoder forward pass)."""
 
     batch_size: Annotated[Batch, Meta(description="Sequences per request.")] = 1
-    prompt_tokens: Tokens = 1024
-    generated_tokens: TokensOrZero = 256
+    prompt_tokens: Annotated[Tokens, Meta(description="Prompt length per sequence, tokens.")] = (
+        1024)
+    generated_tokens: Annotated[
+        TokensOrZero, Meta(description="Tokens generated per sequence (the KV cache holds "
+                           "prompt + generated); 0: prefill only.")
+    ] = 256
     concurrent_requests: Annotated[Batch, Meta(description="Requests in flight at once.")] = 1
     attention: Attention = "sdpa"
     logits: Annotated[
         Literal["last", "all"], Meta(description="Keep logits for the last position or all.")
     ] = "last"
     prefill_chunk_tokens: Annotated[
-        int, Meta(ge=1, le=MAX_TOKENS, description="Chunked prefill: tokens per forward pass "
-                  "(default: whole prompts of all sequences at once).")
-    ] | None = None
+        Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None,
+        Meta(description="Chunked prefill: tokens per forward pass "
+             "(default: whole prompts of all sequences at once)."),
+    ] = None
 
     @property
     def num_sequences(self) -> int:
@@ -318,7 +405,10 @@ class AdamW8bit(_Wire, tag="adamw_8bit", tag_field="name", kw_only=True):
 
 
 class SGD(_Wire, tag="sgd", tag_field="name", kw_only=True):
-    momentum: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.9
+    momentum: Annotated[
+        float, Meta(ge=0.0, le=1.0, description="Momentum factor; > 0 keeps one momentum buffer "
+                    "per trainable parameter, 0 keeps no state.")
+    ] = 0.9
 
 
 class Adafactor(_Wire, tag="adafactor", tag_field="name", kw_only=True):
@@ -346,7 +436,10 @@ LoRATarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_pr
 class LoRA(_Wire, tag="lora", tag_field="kind", kw_only=True):
     """Frozen base, low-rank adapters (Hu et al. 2021) on the named projections."""
 
-    rank: Annotated[int, Meta(ge=1, le=1 << 16)] = 16
+    rank: Annotated[
+        int, Meta(ge=1, le=1 << 16, description="Adapter rank r: A (r x in) and B (out x r) per "
+                  "targeted projection.")
+    ] = 16
     target_modules: Annotated[
         tuple[LoRATarget, ...], Meta(min_length=1, description="Projections that get adapters.")
     ] = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -360,9 +453,18 @@ class QLoRA(LoRA, tag="qlora", tag_field="kind", kw_only=True):
     """LoRA on a base quantized to 4-bit with bitsandbytes (Dettmers et al. 2023): NF4 with
     double quantization by default."""
 
-    quant_type: Literal["nf4", "fp4"] = "nf4"
-    block_size: Literal[32, 64, 128, 256, 512, 1024, 2048, 4096] = 64
-    double_quant: bool = True
+    quant_type: Annotated[
+        Literal["nf4", "fp4"],
+        Meta(description="4-bit code of the frozen base; both store the same bytes."),
+    ] = "nf4"
+    block_size: Annotated[
+        Literal[32, 64, 128, 256, 512, 1024, 2048, 4096],
+        Meta(description="Elements per absmax block of the base weights."),
+    ] = 64
+    double_quant: Annotated[
+        bool, Meta(description="Quantize the absmax values to uint8 (nested blocks of 256 with "
+                   "fp32 scales); false: fp32 absmax.")
+    ] = True
 
     @property
     def base_quantization(self) -> BitsAndBytes4bit:
@@ -376,10 +478,18 @@ Method = FullFineTune | LoRA | QLoRA
 class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", kw_only=True):
     """One optimizer step: forward, backward and update, per micro-batch."""
 
-    micro_batch_size: Batch = 1
-    sequence_length: Tokens = 2048
-    gradient_accumulation_steps: Annotated[int, Meta(ge=1, le=1 << 20)] = 1
-    optimizer: Optimizer = AdamW()
+    micro_batch_size: Annotated[
+        Batch, Meta(description="Sequences per micro-batch (per data-parallel replica).")
+    ] = 1
+    sequence_length: Annotated[Tokens, Meta(description="Tokens per training sequence.")] = 2048
+    gradient_accumulation_steps: Annotated[
+        int, Meta(ge=1, le=1 << 20, description="Micro-batches per optimizer step; > 1 keeps "
+                  "the gradients live between them, and bounds the micro-batches a pipeline "
+                  "stage holds.")
+    ] = 1
+    optimizer: Annotated[
+        Optimizer, Meta(description="Optimizer; it sets the optimizer-state bytes.")
+    ] = AdamW()
     mixed_precision: Annotated[
         Literal["master_fp32", "autocast", "pure"],
         Meta(description="`master_fp32`: low-precision params and grads, fp32 master weights "
@@ -391,7 +501,9 @@ class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", kw_only
         Literal["none", "selective", "full"],
         Meta(description="Activation recomputation (Korthikanti et al. 2022)."),
     ] = "none"
-    method: Method = FullFineTune()
+    method: Annotated[
+        Method, Meta(description="What is trained: every parameter, or LoRA/QLoRA adapters.")
+    ] = FullFineTune()
     attention: Attention = "flash"
     dropout: Annotated[bool, Meta(description="Dropout layers keep 1-byte masks.")] = False
 
@@ -405,30 +517,53 @@ class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", kw_only
 
 
 class SizedItem(_Wire, kw_only=True):
-    name: Name
-    bytes: Bytes
+    name: Annotated[Name, Meta(description="Label of the item in the answer's breakdown.")]
+    bytes: Annotated[Bytes, Meta(description="Device memory of the item, bytes.")]
 
 
 class CacheItem(_Wire, kw_only=True):
-    name: Name
-    bytes_per_unit: Bytes
-    units: Annotated[int, Meta(ge=0, le=1 << 40)]
+    name: Annotated[Name, Meta(description="Label of the cache in the answer's breakdown.")]
+    bytes_per_unit: Annotated[Bytes, Meta(description="Bytes per cached unit.")]
+    units: Annotated[
+        int, Meta(ge=0, le=1 << 40, description="Units held; the cache takes "
+                  "bytes_per_unit x units bytes.")
+    ]
 
 
 class GenericWorkload(_Wire, tag="generic", tag_field="kind", kw_only=True):
     """Any other GPU workload (rendering, image processing, an unsupported model), described by
     its memory: persistent assets, working memory per item x batch, caches and workspaces."""
 
-    name: Name | None = None
-    assets: tuple[SizedItem, ...] = ()
-    per_item: tuple[SizedItem, ...] = ()
-    batch_size: Batch = 1
-    caches: tuple[CacheItem, ...] = ()
-    workspaces: tuple[SizedItem, ...] = ()
+    name: Annotated[
+        Name | None, Meta(description="Label in the answer; default: `generic`.")
+    ] = None
+    assets: Annotated[
+        tuple[SizedItem, ...],
+        Meta(description="Persistent buffers (models, textures), counted once per instance; "
+             "reported as weights."),
+    ] = ()
+    per_item: Annotated[
+        tuple[SizedItem, ...],
+        Meta(description="Working memory of one item, multiplied by batch_size; reported as "
+             "activations."),
+    ] = ()
+    batch_size: Annotated[
+        Batch, Meta(description="Items processed at once (multiplies per_item).")
+    ] = 1
+    caches: Annotated[
+        tuple[CacheItem, ...], Meta(description="Caches of bytes_per_unit x units; reported as "
+                                    "KV cache.")
+    ] = ()
+    workspaces: Annotated[
+        tuple[SizedItem, ...], Meta(description="Scratch buffers; reported as runtime workspace.")
+    ] = ()
     uses_cuda_context: Annotated[
         bool, Meta(description="Counts a CUDA context for the process.")
     ] = True
-    instances: Annotated[int, Meta(ge=1, le=256)] = 1
+    instances: Annotated[
+        int, Meta(ge=1, le=256, description="Identical co-located instances; every component "
+                  "is multiplied by it.")
+    ] = 1
 
 
 Workload = InferenceWorkload | TrainingWorkload | GenericWorkload
@@ -443,13 +578,23 @@ class CatalogDevice(_Wire, tag="catalog", tag_field="source", kw_only=True):
 class CustomDevice(_Wire, tag="custom", tag_field="source", kw_only=True):
     """A device that is not in the catalog."""
 
-    name: Name = "custom"
-    memory_total_bytes: Annotated[int, Meta(ge=1, le=1 << 50)]
-    native_dtypes: tuple[
-        Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4",
-                "fp6", "fp4"], ...
+    name: Annotated[Name, Meta(description="Label of the device in the answer and warnings.")] = (
+        "custom")
+    memory_total_bytes: Annotated[
+        int, Meta(ge=1, le=1 << 50, description="Device memory capacity, bytes.")
+    ]
+    native_dtypes: Annotated[
+        tuple[
+            Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4",
+                    "fp6", "fp4"], ...
+        ],
+        Meta(description="Dtypes with native (tensor-core) support; weights or compute in any "
+             "other dtype get a warning."),
     ] = ("fp32", "fp16", "bf16")
-    architecture: Name = "unknown"
+    architecture: Annotated[
+        Name, Meta(description="Architecture name, reported in the answer only (overheads use "
+                   "generic defaults).")
+    ] = "unknown"
 
 
 DeviceRef = CatalogDevice | CustomDevice
@@ -461,19 +606,28 @@ class Headroom(_Wire, kw_only=True):
     fraction: Annotated[
         Fraction, Meta(description="Of the device subtotal (default 5%).")
     ] = 0.05
-    min_bytes: Bytes = 0
+    min_bytes: Annotated[
+        Bytes, Meta(description="Floor of the headroom, bytes: max(fraction x subtotal, "
+                    "min_bytes).")
+    ] = 0
 
 
 class BudgetRequest(_Wire, kw_only=True):
     """Co-located workloads on one device type; each workload keeps its own parallel layout."""
 
-    workloads: Annotated[tuple[Workload, ...], Meta(min_length=1, max_length=16)]
+    workloads: Annotated[
+        tuple[Workload, ...],
+        Meta(min_length=1, max_length=16, description="Workloads sharing each device (1 .. 16); "
+             "with several, the most loaded stage of each is summed on one device."),
+    ]
     device: Annotated[
         DeviceRef | None,
         Meta(description="The device type; it fixes the CUDA context and workspace defaults "
              "and dtype warnings. Default: none (generic defaults)."),
     ] = None
-    headroom: Headroom = Headroom()
+    headroom: Annotated[
+        Headroom, Meta(description="Safety margin added to each device's subtotal.")
+    ] = Headroom()
 
 
 # The cross-field checks above, as JSON Schema (merged into the published components).
