@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import msgspec
@@ -266,22 +265,14 @@ def _variable_setter(w: Workload, variable: Variable) -> tuple[Callable[[int], W
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class _Target:
-    gpu_id: str | None
-    name: str
-    capacity: int
-    context: DeviceContext
-
-
-def _targets(req: FitRequest) -> list[_Target]:
+def _targets(req: FitRequest) -> list[DeviceContext]:
     refs: tuple[DeviceRef | GPU, ...] = (tuple(gpus().values()) if req.devices is None
                                          else req.devices)
     out = []
     for ref in refs:
         ctx = resolve_device(ref)
         assert ctx is not None
-        out.append(_Target(ctx.id, ctx.name, ctx.memory_total_bytes, ctx))
+        out.append(ctx)
     return out
 
 
@@ -354,15 +345,15 @@ def fit(req: FitRequest) -> FitResponse:
 
     results = []
     for target in targets:
-        key = _overhead_key(target.context)
+        key = _overhead_key(target)
         layout_fits = []
         for n in req.device_counts:
             w0 = placed(n)
             if w0 is None:
                 continue
             tkey = (n, key)
-            t = total_on(n, w0, target.context)
-            fits = t <= target.capacity
+            t = total_on(n, w0, target)
+            fits = t <= target.memory_total_bytes
             maxima: dict[str, object] = {}
             for variable in req.solve:
                 if variable == "device_count":
@@ -373,7 +364,7 @@ def fit(req: FitRequest) -> FitResponse:
                 make, limit, model_limit = setter
                 bound = min(limit, model_limit) if model_limit is not None else limit
                 memo = memos.get((n, key, variable)) or memos.setdefault((n, key, variable), Memo())
-                best = max_fitting(objective(make, w0, target.context), target.capacity,
+                best = max_fitting(objective(make, w0, target), target.memory_total_bytes,
                                    max(bound, 1), memo) if bound >= 1 else 0
                 if variable == "batch":
                     maxima["batch_size"] = best
@@ -386,27 +377,28 @@ def fit(req: FitRequest) -> FitResponse:
                         maxima["context_limited_by_model"] = True
             warnings = _fit_warnings(w0, target, n)
             par = w0.parallelism if not isinstance(w0, GenericWorkload) else Parallelism()
-            free = target.capacity - t
+            free = target.memory_total_bytes - t
             layout_fits.append(LayoutFit(
                 device_count=n, tensor=par.tensor, pipeline=par.pipeline, data=par.data,
-                fits=fits, total_bytes=t, capacity_bytes=target.capacity, free_bytes=free,
-                free_percent=round(100.0 * free / target.capacity, 3),
+                fits=fits, total_bytes=t, capacity_bytes=target.memory_total_bytes, free_bytes=free,
+                free_percent=round(100.0 * free / target.memory_total_bytes, 3),
                 limiting_component=limiting[tkey] if tkey in limiting else limiting.setdefault(
-                    tkey, _limiting((w0, *rest), target.context)),
+                    tkey, _limiting((w0, *rest), target)),
                 warnings=tuple(warnings), maxima=Maxima(**maxima)))  # type: ignore[arg-type]
         min_count = None
         if "device_count" in req.solve:
             for n in _count_candidates(req.max_device_count):
                 w0 = placed(n)
-                if w0 is not None and total_on(n, w0, target.context) <= target.capacity:
+                if w0 is not None and total_on(n, w0, target) <= target.memory_total_bytes:
                     min_count = n
                     break
         gpu_warnings: tuple[str, ...] = ()
         if "device_count" in req.solve and min_count is None:
             gpu_warnings = (f"does not fit on any layout of up to {req.max_device_count} "
                             f"devices of {target.name}",)
-        results.append(GPUFit(gpu_id=target.gpu_id, name=target.name,
-                              memory_total_bytes=target.capacity, layouts=tuple(layout_fits),
+        results.append(GPUFit(gpu_id=target.id, name=target.name,
+                              memory_total_bytes=target.memory_total_bytes,
+                              layouts=tuple(layout_fits),
                               min_device_count=min_count, warnings=gpu_warnings))
     return FitResponse(gpus=tuple(results))
 
@@ -416,7 +408,7 @@ def _count_candidates(limit: int) -> list[int]:
     return small + list(range(16, limit + 1, 8))
 
 
-def _fit_warnings(w: Workload, target: _Target, n: int) -> list[str]:
+def _fit_warnings(w: Workload, target: DeviceContext, n: int) -> list[str]:
     if isinstance(w, GenericWorkload):
         return []
-    return dtype_warnings(w, target.context)
+    return dtype_warnings(w, target)
