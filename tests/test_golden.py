@@ -184,3 +184,23 @@ def test_tensor_parallel_splits_heads_and_replicates_norms():
     tp2 = lines(estimate((infer("llama-3.1-8b", parallelism={"tensor": 2}),)))[C.WEIGHTS]
     norms = (32 * 2 + 1) * 4096 * 2  # RMSNorm weights, replicated, bf16
     assert tp2 == (base - norms) // 2 + norms
+
+
+def test_zero3_shards_a_frozen_lora_base():
+    # ZeRO-3 / FSDP FULL_SHARD partition every parameter, trainable or not: bf16 Llama-2-70B
+    # base over 8 ranks = 68,976,648,192 x 2 / 8 bytes per device.
+    w = train("llama-2-70b", method={"kind": "lora"}, parallelism={"data": 8, "zero_stage": 3})
+    assert lines(estimate((w,)))[C.WEIGHTS] == 68_976_648_192 * 2 // 8
+
+
+def test_expert_parallel_needs_devices_that_exist():
+    from service.budget.errors import InvalidWorkload
+
+    with pytest.raises(InvalidWorkload, match="must divide tensor x data"):
+        estimate((infer("mixtral-8x7b", parallelism={"expert": 8}),))
+    # EP 2 within TP 2: each device holds 4 of the 8 experts of every layer, whole.
+    one = lines(estimate((infer("mixtral-8x7b", parallelism={"tensor": 2, "expert": 2}),)))
+    full = lines(estimate((infer("mixtral-8x7b"),)))
+    experts = 32 * 8 * 3 * 4096 * 14336 * 2  # routed expert weights, bf16
+    assert one[C.WEIGHTS] == (full[C.WEIGHTS] - experts) // 2 + experts // 2 + (
+        32 * 2 + 1) * 4096 * 2 // 2 + 32 * 8 * 4096 * 2 // 2

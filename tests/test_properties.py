@@ -147,3 +147,42 @@ def test_solver_objective_equals_the_explained_budget(model, batch, prompt, gen,
     except ValueError:
         return
     assert device_totals((w,), None, Headroom()) == budget.total_bytes
+
+
+@PROFILE
+@given(model=st.sampled_from(MODELS), batch=st.integers(1, 16), prompt=st.integers(1, 6000),
+       chunk=st.integers(1, 16384), conc=st.integers(1, 4),
+       attention=st.sampled_from(["sdpa", "eager"]), logits=st.sampled_from(["last", "all"]))
+def test_chunked_prefill_grows_with_prompt_batch_and_concurrency(model, batch, prompt, chunk,
+                                                                 conc, attention, logits):
+    def w(**changes):
+        fields = dict(kind="inference", model={"source": "preset", "id": model},
+                      batch_size=batch, prompt_tokens=prompt, generated_tokens=0,
+                      concurrent_requests=conc, attention=attention, logits=logits,
+                      prefill_chunk_tokens=chunk)
+        fields.update(changes)
+        return workload(**fields)
+
+    base = total(w())
+    assert total(w(prompt_tokens=prompt + 1)) >= base
+    assert total(w(batch_size=batch + 1)) >= base
+    assert total(w(concurrent_requests=conc + 1)) >= base
+
+
+@PROFILE
+@given(model=st.sampled_from(MODELS), kind=st.sampled_from(["inference", "training"]),
+       instances=st.integers(1, 3), tp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2]),
+       ckpt=st.sampled_from(["none", "selective", "full"]), zero=st.sampled_from([0, 1, 3]))
+def test_parts_add_up_to_their_line(model, kind, instances, tp, dp, ckpt, zero):
+    fields = dict(kind=kind, model={"source": "preset", "id": model}, instances=instances,
+                  parallelism={"tensor": tp, "data": dp, "zero_stage": zero})
+    if kind == "training":
+        fields.update(checkpointing=ckpt, sequence_length=512)
+    try:
+        budget = estimate((workload(**fields),))
+    except ValueError:
+        return
+    for device in budget.devices:
+        for line in device.lines:
+            if line.parts:
+                assert sum(p.bytes for p in line.parts) == line.bytes, line.component

@@ -30,7 +30,8 @@ def schema_valid_requests_pass_validation(ctx, response, case):
 
 
 @schema.parametrize()
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck),
+          derandomize=True)  # reproducible in CI; rare generator dead ends seen with random seeds
 def test_api_conforms(case):
     case.call_and_validate(excluded_checks=[positive_data_acceptance],
                            checks=[schema_valid_requests_pass_validation])

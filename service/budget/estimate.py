@@ -172,6 +172,11 @@ def _allocator(rounding: int, transient: int) -> int:
     return rounding + -(-transient * _FRAG_PPM // 1_000_000)
 
 
+def _times(parts: Any, k: int) -> tuple[tuple[str, int], ...]:
+    """Parts of ``k`` identical instances (lines are per device, all instances included)."""
+    return tuple(parts) if k == 1 else tuple((name, b * k) for name, b in parts)
+
+
 def _finish(stage: int | None, num_devices: int, phases: list[tuple[str, dict[Component, int]]],
             parts: dict[Component, tuple[tuple[str, int], ...]]) -> StageNumbers:
     """The peak phase is the one with the largest device total (the first on a tie)."""
@@ -204,18 +209,18 @@ def _inference_terms(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
         C.COMMUNICATION_BUFFERS: st.comm_bytes * k,
     }
     chunk = w.prefill_chunk_tokens
-    if chunk is not None and chunk < w.prompt_tokens * n_seq:
-        # A chunk holds whole prompts when they fit in it, else a slice of one prompt (whose
-        # queries attend to the whole prompt at its last chunk).
-        if chunk >= w.prompt_tokens:
-            pre_seq, pre_query = chunk // w.prompt_tokens, w.prompt_tokens
-        else:
-            pre_seq, pre_query = 1, chunk
+    prompt_total = w.prompt_tokens * n_seq
+    if chunk is not None and chunk < prompt_total:
+        # Chunked prefill (vLLM): every step carries `chunk` tokens, packing whole and partial
+        # prompts; a query may attend to its whole prompt (the last chunk of a prompt). Logits
+        # of the last position: at most one per sequence in the step.
+        acts = _inference_activations(st, arch, sequences=1, query=chunk,
+                                      keys=w.prompt_tokens, e=e, attention=w.attention)
+        rows = chunk if w.logits == "all" else min(n_seq, chunk)
     else:
-        pre_seq, pre_query = n_seq, w.prompt_tokens
-    acts = _inference_activations(st, arch, sequences=pre_seq, query=pre_query,
-                                  keys=w.prompt_tokens, e=e, attention=w.attention)
-    rows = pre_seq * pre_query if w.logits == "all" else pre_seq
+        acts = _inference_activations(st, arch, sequences=n_seq, query=w.prompt_tokens,
+                                      keys=w.prompt_tokens, e=e, attention=w.attention)
+        rows = prompt_total if w.logits == "all" else n_seq
     phases = [("prefill" if arch.kind == "decoder" else "forward", acts * k,
                _inference_logits(st, arch, rows, e) * k)]
     if arch.kind == "decoder" and w.generated_tokens > 0:
@@ -237,7 +242,7 @@ def _inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
         values[C.ALLOCATOR_OVERHEAD] = _allocator(rounding, acts + logits)
         phases.append((name, values))
     return _finish(st.stage.index, w.parallelism.tensor * w.parallelism.data, phases,
-                   {C.COMMUNICATION_BUFFERS: st.comm_parts})
+                   {C.COMMUNICATION_BUFFERS: _times(st.comm_parts, w.instances)})
 
 
 def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> int:
@@ -261,7 +266,7 @@ def _in_flight(w: TrainingWorkload, stage: int) -> tuple[int, float]:
     if par.pipeline_schedule == "gpipe":
         return m, 1.0
     count = min(p - stage, m)
-    if par.pipeline_schedule == "interleaved_1f1b":
+    if par.pipeline_schedule == "interleaved_1f1b" and par.virtual_stages > 1:
         return count, 1.0 + (p - 1) / (p * par.virtual_stages)
     return count, 1.0
 
@@ -361,15 +366,15 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
         ("backward_end", phase(st.gradient_bytes, one_layer, 0)),
     ]
     parts = {
-        C.ACTIVATIONS: tuple(act_parts),
-        C.COMMUNICATION_BUFFERS: st.comm_parts,
+        C.ACTIVATIONS: _times(act_parts, k),
+        C.COMMUNICATION_BUFFERS: _times(st.comm_parts, k),
         C.RUNTIME_WORKSPACE: tuple(extra_ws),
     }
     par = w.parallelism
     numbers = _finish(st.stage.index, par.tensor * par.data, phases, parts)
     # Parts describe the peak phase only.
     if numbers.peak_phase == "backward_end":
-        parts[C.ACTIVATIONS] = (("one layer's saved tensors (last gradients)", one_layer),)
+        parts[C.ACTIVATIONS] = (("one layer's saved tensors (last gradients)", one_layer * k),)
     elif has_head:
         logit_parts = [("lm_head output", tokens * st.dims.vocab * e),
                        ("fp32 upcast for the loss", tokens * st.dims.vocab * 4),
@@ -377,7 +382,7 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
         if numbers.peak_phase == "backward_start":
             logit_parts.append(("logit gradients at backward start (fp32 + compute dtype)",
                                 dlogits))
-        parts[C.LOGITS] = tuple(logit_parts)
+        parts[C.LOGITS] = _times(logit_parts, k)
     return numbers
 
 

@@ -12,6 +12,7 @@ overheads are equal.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable
 from typing import Annotated, Literal
 
@@ -227,12 +228,11 @@ def layout_for(w: Workload, n: int) -> Parallelism | None:
     for t in _divisors_desc(n, GPUS_PER_NODE):
         p = n // t
         candidate = msgspec.structs.replace(par, tensor=t, pipeline=p, data=1,
-                                            virtual_stages=1, pipeline_schedule="1f1b")
+                                            virtual_stages=1, pipeline_schedule="1f1b",
+                                            expert=math.gcd(par.expert, t))
         try:
             check_layout(arch, candidate)
         except InvalidWorkload:
-            continue
-        if par.expert > 1 and arch.moe and arch.moe.num_experts % par.expert:
             continue
         return candidate
     return None

@@ -61,6 +61,12 @@ def check_layout(arch: Arch, par: Parallelism, field: str = "parallelism") -> No
                 f"{field}.expert",
                 f"{par.expert} must divide the {arch.moe.num_experts} routed experts",
             )
+        if (par.tensor * par.data) % par.expert:
+            # Experts are spread over ranks that exist: the tensor x data group (vLLM EP).
+            raise InvalidWorkload(
+                f"{field}.expert",
+                f"{par.expert} must divide tensor x data = {par.tensor * par.data} devices",
+            )
 
 
 def kv_heads_per_device(arch: Arch, t: int) -> int:

@@ -329,6 +329,8 @@ class Parallelism(_Wire, kw_only=True):
     def __post_init__(self) -> None:
         if self.offload_parameters and self.zero_stage != 3:
             raise ValueError("offload_parameters needs zero_stage 3")
+        if self.offload_optimizer and self.zero_stage == 0:
+            raise ValueError("offload_optimizer needs zero_stage >= 1 (ZeRO-Offload)")
         if self.virtual_stages > 1 and self.pipeline_schedule != "interleaved_1f1b":
             raise ValueError("virtual_stages > 1 needs pipeline_schedule 'interleaved_1f1b'")
 
@@ -633,6 +635,9 @@ class BudgetRequest(_Wire, kw_only=True):
 # The cross-field checks above, as JSON Schema (merged into the published components).
 SCHEMA_RULES: dict[str, list[dict[str, object]]] = {
     "Parallelism": [
+        {"if": {"properties": {"offload_optimizer": {"const": True}},
+                "required": ["offload_optimizer"]},
+         "then": {"properties": {"zero_stage": {"minimum": 1}}, "required": ["zero_stage"]}},
         {"if": {"properties": {"offload_parameters": {"const": True}},
                 "required": ["offload_parameters"]},
          "then": {"properties": {"zero_stage": {"const": 3}}, "required": ["zero_stage"]}},

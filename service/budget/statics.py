@@ -244,7 +244,7 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
                 optimizer, master = ceil_div(optimizer, dp), ceil_div(master, dp)
             if zero >= 2:
                 gradient = ceil_div(gradient, dp)
-            if zero >= 3 and plan.method == "full":
+            if zero >= 3:  # ZeRO-3 / FSDP FULL_SHARD shard frozen parameters too
                 weights, meta = ceil_div(weights, dp), ceil_div(meta, dp)
             if par.offload_optimizer:
                 host_opt, host_master, optimizer, master = optimizer, master, 0, 0
