@@ -54,6 +54,8 @@ def test_budget_has_every_component_once(client):
          "3 must divide the model's 32 attention heads"),
         ({"parallelism": {"offload_parameters": True}}, "$.workloads[0].parallelism",
          "offload_parameters needs zero_stage 3"),
+        ({"parallelism": {"offload_optimizer": True}}, "$.workloads[0].parallelism",
+         "offload_optimizer needs zero_stage >= 1"),
     ],
 )
 def test_bad_input_is_422_problem_with_field_and_range(client, workload, field, text):

@@ -204,3 +204,15 @@ def test_expert_parallel_needs_devices_that_exist():
     experts = 32 * 8 * 3 * 4096 * 14336 * 2  # routed expert weights, bf16
     assert one[C.WEIGHTS] == (full[C.WEIGHTS] - experts) // 2 + experts // 2 + (
         32 * 2 + 1) * 4096 * 2 // 2 + 32 * 8 * 4096 * 2 // 2
+
+
+def test_interleaving_with_one_chunk_is_plain_1f1b():
+    def stage0(schedule, v):
+        w = train("llama-2-13b", gradient_accumulation_steps=8,
+                  parallelism={"pipeline": 4, "pipeline_schedule": schedule,
+                               "virtual_stages": v})
+        return lines(estimate((w,)), 0)[C.ACTIVATIONS]
+
+    assert stage0("interleaved_1f1b", 1) == stage0("1f1b", 1)
+    # Narayanan et al. 2021: 1 + (p - 1) / (p v) more in-flight activation memory, v = 2.
+    assert stage0("interleaved_1f1b", 2) > stage0("1f1b", 1)
