@@ -185,3 +185,20 @@ def test_dtype_the_device_cannot_run_natively_is_warned(client):
     fit_body = {"workloads": body["workloads"], "devices": [body["device"]]}
     layout = client.post("/v1/fits", json=fit_body).json()["gpus"][0]["layouts"][0]
     assert any("no native bf16 support" in w for w in layout["warnings"])
+
+
+def test_colocated_parts_name_each_workload_that_holds_bytes(client):
+    body = {"workloads": [
+        {"kind": "inference", "model": LLAMA, "name": "chat"},
+        {"kind": "inference", "model": {"source": "preset", "id": "bert-base-uncased"},
+         "name": "embedder", "generated_tokens": 0},
+        {"kind": "generic", "name": "renderer", "assets": [{"name": "textures", "bytes": 10**9}]},
+    ]}
+    device = client.post("/v1/budgets", json=body).json()["devices"][0]
+    by_component = {line["component"]: line for line in device["lines"]}
+    weights = by_component["weights"]
+    assert [p["name"] for p in weights["parts"]] == ["chat", "embedder", "renderer"]
+    assert sum(p["bytes"] for p in weights["parts"]) == weights["bytes"]
+    assert "parts" not in by_component["gradients"]  # nobody trains here
+    contexts = by_component["cuda_context"]["parts"]
+    assert len(contexts) == 3  # each workload is its own process with its own context

@@ -719,7 +719,8 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
             peaks.append(f"{name}: {top.peak_phase}")
             for c, v in top.values.items():
                 values[c] = values.get(c, 0) + v
-                parts.setdefault(c, []).append((name, v))
+                if v:  # a part per workload that holds bytes of this component
+                    parts.setdefault(c, []).append((name, v))
         devices.append(_device_budget(
             "co-located (most loaded stage of each workload)", None, 1, "; ".join(peaks), values,
             {c: tuple(p) for c, p in parts.items()}, (("co-located peak", sum(values.values())),),
