@@ -37,3 +37,10 @@ def test_service_starts_without_torch():
     code = ("import sys; import service.api.app as a; a.create_app(); "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_every_component_is_documented():
+    from service.budget.components import Component
+
+    for member in Component:
+        assert member.__doc__ and member.__doc__ != Component.__doc__, member

@@ -165,15 +165,3 @@ class Arch:
     @property
     def checkpoint_num_params(self) -> int:
         return self._num_params + self.checkpoint_only_params
-
-    @property
-    def q_dim(self) -> int:
-        return self.num_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.num_kv_heads * self.head_dim
-
-    def layers(self) -> tuple[LayerType, ...]:
-        """Expanded layer list; only for small models and tests (runs stay compact elsewhere)."""
-        return tuple(layer for layer, n in self.layer_runs for _ in range(n))

@@ -25,10 +25,6 @@ class Component(StrEnum):
     ALLOCATOR_OVERHEAD = "allocator_overhead"
     HEADROOM = "headroom"
 
-    @property
-    def description(self) -> str:
-        return _DESCRIPTIONS[self]
-
 
 _DESCRIPTIONS: dict[Component, str] = {
     Component.WEIGHTS: "Model parameters (or a generic workload's persistent assets) as stored on "

@@ -7,7 +7,7 @@ tensor inventories below are the only place these facts live.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from msgspec import UNSET
@@ -366,9 +366,6 @@ def _bert(c: _Cfg) -> Arch:
         head=tuple(linear("pooler.dense", h, h, Split.REPLICATED, bias=True)),
         checkpoint_only_params=mlm_nsp_heads,
     )
-
-
-_BUILDERS: dict[str, Callable[[HFConfig], Arch]] = {}
 
 
 def arch_from_hf_config(config: HFConfig) -> Arch:

@@ -23,9 +23,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 __all__ = [
-    "DECODER_MODEL_TYPES",
     "FAMILY_DEFAULTS",
-    "ENCODER_MODEL_TYPES",
     "HFConfig",
     "HFTextConfig",
     "HFVisionConfig",
@@ -51,27 +49,6 @@ ModelType = Literal[
     "gpt2",
     "bert",
 ]
-DECODER_MODEL_TYPES: frozenset[str] = frozenset(
-    {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "gemma",
-        "gemma2",
-        "gemma3",
-        "gemma3_text",
-        "phi3",
-        "granite",
-        "deepseek_v2",
-        "deepseek_v3",
-        "gpt2",
-    }
-)
-ENCODER_MODEL_TYPES: frozenset[str] = frozenset({"bert"})
 
 Dim = Annotated[int, Meta(ge=1, le=1 << 24, description="A model dimension (1 .. 2^24).")]
 Count = Annotated[int, Meta(ge=0, le=1 << 20, description="A count (0 .. 2^20).")]

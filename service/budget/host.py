@@ -56,8 +56,7 @@ def checkpoint_file_bytes(w: InferenceWorkload | TrainingWorkload, arch: Arch) -
             return facts.total_size_bytes
         dtype = _DTYPE_NAMES.get(facts.stored_dtype or "", "bf16")
         return arch.checkpoint_num_params * bytes_of(dtype)
-    return arch.checkpoint_num_params * bytes_of(
-        w.precision.weights if w.precision.weights != "fp8" else "bf16")
+    return arch.checkpoint_num_params * bytes_of(w.precision.weights)  # fp8 returned above
 
 
 def _name(w: Workload) -> str:
@@ -68,7 +67,7 @@ def _name(w: Workload) -> str:
 
 def _local_processes(w: Workload) -> int:
     devices = 1 if isinstance(w, GenericWorkload) else w.parallelism.devices
-    return min(devices * w.instances, GPUS_PER_HOST) if devices * w.instances else 1
+    return min(devices * w.instances, GPUS_PER_HOST)
 
 
 def persistent_key(w: Workload) -> Any:
