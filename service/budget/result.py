@@ -18,6 +18,8 @@ __all__ = [
     "Line",
     "Part",
     "Phase",
+    "TracePoint",
+    "TraceSummary",
     "WorkloadSummary",
 ]
 
@@ -103,8 +105,37 @@ class DeviceSummary(_Out, kw_only=True):
     architecture: str
 
 
+class TracePoint(_Out, kw_only=True):
+    """The trace's largest bytes within one phase of one iteration."""
+
+    iteration: int
+    phase: str
+    allocated_bytes: int
+    reserved_bytes: int
+
+
+class TraceSummary(_Out, kw_only=True):
+    """What the allocator replay of a trace saw (``method: trace``), on the most loaded device
+    of the first workload traced."""
+
+    peak_allocated_bytes: int
+    """``torch.cuda.max_memory_allocated()`` the replay predicts (512-byte-rounded blocks)."""
+    peak_reserved_bytes: int
+    """``torch.cuda.max_memory_reserved()`` the replay predicts (cached segments)."""
+    peak_phase: str
+    peak_iteration: int
+    iterations: int
+    expandable_segments: bool
+    num_events: int
+    """Allocations and frees replayed."""
+    timeline: tuple[TracePoint, ...]
+    modelled: tuple[str, ...]
+    """CUDA behaviour that CPU fake tensors lack and the trace adds explicitly."""
+    torch_version: str
+
+
 class Budget(_Out, kw_only=True):
-    method: Literal["analytic"] = "analytic"
+    method: Literal["analytic", "trace"] = "analytic"
     workloads: tuple[WorkloadSummary, ...]
     device: DeviceSummary | None
     devices: tuple[DeviceBudget, ...]
@@ -115,3 +146,4 @@ class Budget(_Out, kw_only=True):
     host_ram: HostBudget
     disk: DiskBudget
     warnings: tuple[str, ...] = ()
+    trace: TraceSummary | None = None

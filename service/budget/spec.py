@@ -52,6 +52,7 @@ __all__ = [
     "QLoRA",
     "Quantization",
     "SizedItem",
+    "TraceOptions",
     "TrainingWorkload",
     "Workload",
 ]
@@ -398,8 +399,18 @@ class InferenceWorkload(_ModelWorkload, tag="inference", tag_field="kind", kw_on
         return self.prompt_tokens + self.generated_tokens
 
 
+Implementation = Annotated[
+    Literal["fused", "foreach", "for_loop"],
+    Meta(description="torch.optim implementation of the step: `fused` (one kernel, no "
+         "temporaries), `foreach` (the default on CUDA: multi-tensor ops with "
+         "parameter-sized temporaries), `for_loop` (one parameter at a time)."),
+]
+
+
 class AdamW(_Wire, tag="adamw", tag_field="name", kw_only=True):
     """Adam/AdamW: two moments per trainable parameter."""
+
+    implementation: Implementation = "foreach"
 
 
 class AdamW8bit(_Wire, tag="adamw_8bit", tag_field="name", kw_only=True):
@@ -419,6 +430,10 @@ class Adafactor(_Wire, tag="adafactor", tag_field="name", kw_only=True):
     beta1: Annotated[float | None, Meta(description="First moment when set (default none).")] = (
         None
     )
+    implementation: Annotated[
+        Literal["foreach", "for_loop"],
+        Meta(description="torch.optim.Adafactor implementation (it has no fused kernel)."),
+    ] = "foreach"
 
 
 Optimizer = AdamW | AdamW8bit | SGD | Adafactor
@@ -614,8 +629,32 @@ class Headroom(_Wire, kw_only=True):
     ] = 0
 
 
+class TraceOptions(_Wire, kw_only=True):
+    """How the trace tier runs the workload (used with ``method: trace``)."""
+
+    iterations: Annotated[
+        int, Meta(ge=2, le=8, description="Training steps (or generation requests) traced, "
+                  "2 .. 8: the first optimizer step creates the optimizer state lazily, so the "
+                  "steady state is only seen from the second.")
+    ] = 2
+    expandable_segments: Annotated[
+        bool, Meta(description="Replay with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+    ] = False
+
+
 class BudgetRequest(_Wire, kw_only=True):
     """Co-located workloads on one device type; each workload keeps its own parallel layout."""
+
+    method: Annotated[
+        Literal["analytic", "trace"],
+        Meta(description="`analytic`: closed-form formulas (microseconds). `trace`: run the "
+             "workload's PyTorch code on fake tensors and replay every allocation through a "
+             "model of the CUDA caching allocator (seconds; inference and training workloads, "
+             "one pipeline stage, no ZeRO)."),
+    ] = "analytic"
+    trace: Annotated[
+        TraceOptions, Meta(description="Options of the trace tier (ignored by `analytic`).")
+    ] = TraceOptions()
 
     workloads: Annotated[
         tuple[Workload, ...],
