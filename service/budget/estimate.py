@@ -352,12 +352,12 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
     }
     rounding = st.weights_rounding_bytes * k
 
-    def phase(grads: int, a: int, lg: int) -> dict[Component, int]:
+    def phase(grads: int, a: int, lg: int, transient: int = 0) -> dict[Component, int]:
         v = dict(base)
         v[C.GRADIENTS] = grads * k
         v[C.ACTIVATIONS] = a * k
         v[C.LOGITS] = lg * k
-        v[C.ALLOCATOR_OVERHEAD] = _allocator(rounding, (a + lg) * k)
+        v[C.ALLOCATOR_OVERHEAD] = _allocator(rounding, (a + lg + transient) * k)
         return v
 
     phases = [
@@ -365,6 +365,17 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
         ("backward_start", phase(grads_live, acts, logits + dlogits)),
         ("backward_end", phase(st.gradient_bytes, one_layer, 0)),
     ]
+    # The optimizer step: gradients (fp32 when stepping fp32 masters; the largest tensor's
+    # low-precision gradient still live while it is upcast) plus the implementation's
+    # temporaries, whichever moment is larger.
+    upcast_grads = st.step_gradient_bytes if st.master_bytes else 0  # allocated for the step
+    step = phase(st.step_gradient_bytes, 0, 0, upcast_grads + max(st.step_upcast_bytes,
+                                                                   st.step_temporary_bytes))
+    if st.step_upcast_bytes >= st.step_temporary_bytes:
+        step[C.GRADIENTS] += st.step_upcast_bytes * k
+    else:
+        step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
+    phases.append(("optimizer_step", step))
     parts = {
         C.ACTIVATIONS: _times(act_parts, k),
         C.COMMUNICATION_BUFFERS: _times(st.comm_parts, k),
@@ -373,7 +384,17 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
     par = w.parallelism
     numbers = _finish(st.stage.index, par.tensor * par.data, phases, parts)
     # Parts describe the peak phase only.
-    if numbers.peak_phase == "backward_end":
+    if numbers.peak_phase == "optimizer_step":
+        parts[C.ACTIVATIONS] = ()
+        extra = step[C.OPTIMIZER_STATE] - base[C.OPTIMIZER_STATE]
+        if extra:
+            parts[C.OPTIMIZER_STATE] = (("moments and statistics", base[C.OPTIMIZER_STATE]),
+                                        ("optimizer step temporaries", extra))
+        if st.step_upcast_bytes >= st.step_temporary_bytes and st.step_upcast_bytes:
+            parts[C.GRADIENTS] = (("fp32 gradients of the masters", st.step_gradient_bytes * k),
+                                  ("low-precision gradient being upcast",
+                                   st.step_upcast_bytes * k))
+    elif numbers.peak_phase == "backward_end":
         parts[C.ACTIVATIONS] = (("one layer's saved tensors (last gradients)", one_layer * k),)
     elif has_head:
         logit_parts = [("lm_head output", tokens * st.dims.vocab * e),

@@ -422,6 +422,7 @@ class SGD(_Wire, tag="sgd", tag_field="name", kw_only=True):
         float, Meta(ge=0.0, le=1.0, description="Momentum factor; > 0 keeps one momentum buffer "
                     "per trainable parameter, 0 keeps no state.")
     ] = 0.9
+    implementation: Implementation = "foreach"
 
 
 class Adafactor(_Wire, tag="adafactor", tag_field="name", kw_only=True):

@@ -93,6 +93,31 @@ class StageStatic:
     """K+V elements per token per sequence over this stage's full-attention layers."""
     kv_sliding: tuple[tuple[int, int], ...]
     """(window, elements per token) over its sliding-window layers."""
+    step_gradient_bytes: int = 0
+    """Gradients during the optimizer step: fp32 when the step runs on fp32 masters."""
+    step_upcast_bytes: int = 0
+    """The low-precision gradient of the largest tensor, live while its fp32 copy is made."""
+    step_temporary_bytes: int = 0
+    """The optimizer implementation's temporaries at its peak (foreach: a state-sized tensor
+    per parameter; for-loop: two of the largest; fused: none)."""
+
+
+def _step_temporaries(opt: AdamW | AdamW8bit | SGD | Adafactor, trainable: int,
+                      largest: int, state_bytes: int) -> int:
+    """torch/optim/adamw.py: ``_multi_tensor_adamw`` allocates ``exp_avg_sq_sqrt =
+    torch._foreach_sqrt(exp_avg_sqs)`` for every parameter at once; ``_single_tensor_adamw``
+    ``exp_avg_sq.sqrt()`` and its quotient for one tensor at a time; the fused kernel none.
+    SGD (momentum buffers updated in place) and bitsandbytes' 8-bit kernels have none; a trace
+    checks each (tests/test_trace_oracle.py)."""
+    match opt:
+        case AdamW(implementation="foreach"):
+            return trainable * state_bytes
+        case AdamW(implementation="for_loop"):
+            return 2 * largest * state_bytes
+        case Adafactor():
+            return 0  # not traced (torch.optim.Adafactor reads tensor values); no estimate
+        case _:
+            return 0
 
 
 def _groups(arch: Arch, stage: Stage, p: int) -> Iterator[tuple[TensorGroup, int]]:
@@ -179,6 +204,7 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
         trainable_shapes: list[tuple[int, int, int]] = []
         adapter_params = 0
         largest_linear = 0
+        largest_trainable = 0
         for g, mult in _groups(arch, stage, par.pipeline):
             rows, cols, count = per_device_shape(g, arch, t, ep)
             n = count * mult
@@ -196,14 +222,19 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
                 largest_linear = max(largest_linear, rows * cols)
             if plan is None:
                 continue
+            # Routed experts are one stacked tensor per projection in the workload code.
+            stacked = count if g.role is Role.EXPERT else 1
             if plan.method == "full":
                 trainable_shapes.append((rows, cols, n))
+                largest_trainable = max(largest_trainable, rows * cols * stacked)
             elif g.name.rsplit(".", 1)[-1] in plan.lora_targets and g.role in (Role.LINEAR,
                                                                                  Role.EXPERT):
                 # lora_A (r x in) and lora_B (out x r) per adapted projection.
                 adapter_params += plan.lora_rank * (rows + cols) * n
                 trainable_shapes.append((plan.lora_rank, cols, n))
                 trainable_shapes.append((rows, plan.lora_rank, n))
+                largest_trainable = max(largest_trainable,
+                                        plan.lora_rank * max(rows, cols) * stacked)
         largest_layer = max((_device_params(layer, arch, t, ep) for layer, _ in stage.layer_runs),
                             default=0)
         kv_full = sum(_kv_elems(arch, layer, t) * n for layer, n in stage.layer_runs
@@ -215,6 +246,7 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
                     sliding[layer.window] = sliding.get(layer.window, 0) + _kv_elems(
                         arch, layer, t) * n
         gradient = optimizer = master = host_opt = host_master = host_params = 0
+        step_gradient = step_upcast = step_temporary = 0
         adapter_bytes = 0
         trainable = 0
         comm_parts: list[tuple[str, int]] = []
@@ -240,14 +272,21 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
             gradient = trainable * grad_bytes
             optimizer = _optimizer_bytes(plan.optimizer, trainable_shapes, state_bytes)
             master = trainable * master_per
+            step_gradient = trainable * (4 if master_per else grad_bytes)
+            step_upcast = largest_trainable * grad_bytes if master_per else 0
+            step_temporary = _step_temporaries(plan.optimizer, trainable, largest_trainable,
+                                               state_bytes)
             if zero >= 1:
                 optimizer, master = ceil_div(optimizer, dp), ceil_div(master, dp)
+                step_temporary = ceil_div(step_temporary, dp)
             if zero >= 2:
                 gradient = ceil_div(gradient, dp)
+                step_gradient = ceil_div(step_gradient, dp)
             if zero >= 3:  # ZeRO-3 / FSDP FULL_SHARD shard frozen parameters too
                 weights, meta = ceil_div(weights, dp), ceil_div(meta, dp)
-            if par.offload_optimizer:
+            if par.offload_optimizer:  # the step runs on the host (ZeRO-Offload)
                 host_opt, host_master, optimizer, master = optimizer, master, 0, 0
+                step_gradient, step_upcast, step_temporary = gradient, 0, 0
             if par.offload_parameters:
                 host_params, weights = weights, 0
             if dp > 1:
@@ -286,5 +325,8 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
             largest_linear_params=largest_linear,
             kv_full_elems=kv_full,
             kv_sliding=tuple(sorted(sliding.items())),
+            step_gradient_bytes=step_gradient,
+            step_upcast_bytes=step_upcast,
+            step_temporary_bytes=step_temporary,
         ))
     return tuple(result)

@@ -1,0 +1,192 @@
+"""The kernels whose memory differs between CPU and CUDA, in two modes.
+
+CPU kernels (what fake tensors on ``cpu`` dispatch to) allocate differently from their CUDA
+counterparts: CPU SDPA saves other buffers than FlashAttention-2, and a norm may save fp32
+copies that the fused CUDA kernel does not. In **emulation** (the trace tier) each function
+here allocates exactly what the CUDA kernel allocates -- outputs, saved tensors, scratch, with
+the source named -- and computes no values (fake tensors have none). In **native** mode (real
+runs: the probe agent on a GPU, the CPU validation) the real torch ops run; the probe's measured
+peak then checks the emulation of each kernel.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "FLASH_HEAD_ROUND",
+    "FLASH_SEQ_ROUND",
+    "dequantized_linear",
+    "emulation",
+    "flash_attention",
+    "fused_norm",
+    "packed_linear",
+]
+
+_EMULATE: ContextVar[bool] = ContextVar("vrambudget_emulate_cuda_kernels", default=False)
+
+
+@contextmanager
+def emulation() -> Iterator[None]:
+    """Within: kernels allocate what their CUDA versions allocate and compute nothing."""
+    token = _EMULATE.set(True)
+    try:
+        yield
+    finally:
+        _EMULATE.reset(token)
+
+# aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp (mha_bwd): seqlen_q_rounded =
+# round_multiple(seqlen_q, 128); head_size_rounded = round_multiple(head_size, 32 if <= 128
+# else 64); dq_accum fp32 (b, s_q_rounded, h, d_rounded); softmax_d fp32 (b, h, s_q_rounded);
+# with GQA/MQA dk_expanded and dv_expanded (b, s_k, h, d) in the input dtype.
+FLASH_SEQ_ROUND = 128
+FLASH_HEAD_ROUND_SMALL, FLASH_HEAD_ROUND = 32, 64
+# mha_fwd returns an rng_state of two uint64 and an unused uint64 scalar (both on the device).
+_RNG_STATE_ELEMS = 2
+# Memory-efficient attention (the SDPA backend for fp32 inputs) pads its log-sum-exp to a
+# multiple of 32 rows (aten/src/ATen/native/transformers/cuda/attention.cu, kAlignLSE).
+MEM_EFFICIENT_LSE_ALIGN = 32
+
+
+def _round(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+class _FlashAttention(torch.autograd.Function):
+    """FlashAttention-2 as PyTorch's SDPA flash backend runs it (native GQA, O(s) memory)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        b, sq, h, _ = q.shape
+        out = torch.empty(b, sq, h, v.shape[-1], dtype=q.dtype, device=q.device)
+        rows = sq if q.dtype != torch.float32 else _round(sq, MEM_EFFICIENT_LSE_ALIGN)
+        lse = torch.empty(b, h, rows, dtype=torch.float32, device=q.device)
+        rng = torch.empty(_RNG_STATE_ELEMS, dtype=torch.int64, device=q.device)
+        ctx.save_for_backward(q, k, v, out, lse, rng)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
+        q, k, v, out, lse, rng = ctx.saved_tensors
+        b, sq, h, d = q.shape
+        sk, hk = k.shape[1], k.shape[2]
+        d_round = _round(d, FLASH_HEAD_ROUND_SMALL if d <= 128 else FLASH_HEAD_ROUND)
+        sq_round = _round(sq, FLASH_SEQ_ROUND)
+        dq = torch.empty_like(q)
+        dk = torch.empty_like(k)
+        dv = torch.empty_like(v)
+        softmax_d = torch.empty(b, h, sq_round, dtype=torch.float32, device=q.device)
+        dq_accum = torch.empty(b, sq_round, h, d_round, dtype=torch.float32, device=q.device)
+        if hk != h:
+            dk_expanded = torch.empty(b, sk, h, d, dtype=k.dtype, device=k.device)
+            dv_expanded = torch.empty(b, sk, h, v.shape[-1], dtype=v.dtype, device=v.device)
+        else:
+            dk_expanded, dv_expanded = dk, dv
+        del softmax_d, dq_accum, dk_expanded, dv_expanded
+        return dq, dk, dv
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
+                    window: int | None = None) -> torch.Tensor:
+    """(b, s_q, h, d) x (b, s_k, h_kv, d) -> (b, s_q, h, d_v); the queries are the last s_q
+    positions (prefill: all of them; decode: one). Native mode runs SDPA (the flash backend on
+    CUDA with half inputs); its sliding window is not applied to the values there (the window
+    changes no allocation of the flash kernel)."""
+    if _EMULATE.get():
+        result: torch.Tensor = _FlashAttention.apply(q, k, v)
+        return result
+    sq, sk = q.shape[1], k.shape[1]
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+        is_causal=causal and sq == sk and sq > 1, enable_gqa=q.shape[2] != k.shape[2])
+    return out.transpose(1, 2)
+
+
+class _FusedNorm(torch.autograd.Function):
+    """A fused RMSNorm / LayerNorm CUDA kernel (``F.layer_norm``; ``F.rms_norm``'s fused kernel;
+    Apex, Liger, TE alike): the output, and saved for backward the input and the fp32 inverse
+    standard deviation per row (plus the mean for LayerNorm); no fp32 copy of the activations.
+    Its backward allocates the input gradient and, for a trainable weight, an fp32 partial
+    reduction before the weight gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                rms: bool) -> torch.Tensor:
+        out = torch.empty_like(x)
+        rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+        if rms:
+            ctx.save_for_backward(x, weight, rstd)
+        else:
+            mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+            ctx.save_for_backward(x, weight, rstd, mean)
+        ctx.has_bias = bias is not None
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        x, weight, *_ = ctx.saved_tensors
+        dx = torch.empty_like(x)
+        dweight = dbias = None
+        if weight.requires_grad:
+            dweight = torch.empty_like(weight)
+            dbias = torch.empty_like(weight) if ctx.has_bias else None
+        return dx, dweight, dbias, None
+
+
+def fused_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, eps: float,
+               rms: bool, offset: float = 0.0) -> torch.Tensor:
+    """RMSNorm (``offset`` 1 for Gemma's ``1 + weight``) or LayerNorm over the last dim."""
+    if _EMULATE.get():
+        result: torch.Tensor = _FusedNorm.apply(x, weight, bias, rms)
+        return result
+    w = weight + offset if offset else weight
+    if rms:
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+    return F.layer_norm(x, (x.shape[-1],), w, bias, eps)
+
+
+class _DequantizedLinear(torch.autograd.Function):  # the same in both modes
+    """bitsandbytes ``MatMul4Bit``: dequantize the 4-bit weight into a compute-dtype scratch
+    (``dequantize_4bit``), multiply, free the scratch; the backward dequantizes again for the
+    input gradient. Saves only the input. The frozen packed weight gets no gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, packed: torch.Tensor, out_features: int,
+                in_features: int, bias: torch.Tensor | None) -> torch.Tensor:
+        weight = torch.empty(out_features, in_features, dtype=x.dtype, device=x.device)
+        y = F.linear(x, weight, bias)
+        del weight
+        ctx.save_for_backward(x, packed)
+        ctx.shape = (out_features, in_features)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        x, _packed = ctx.saved_tensors
+        weight = torch.empty(*ctx.shape, dtype=dy.dtype, device=dy.device)
+        dx = dy @ weight
+        del weight
+        return dx, None, None, None, None
+
+
+def dequantized_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
+                       in_features: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    result: torch.Tensor = _DequantizedLinear.apply(x, packed, out_features, in_features, bias)
+    return result
+
+
+def packed_linear(x: torch.Tensor, out_features: int, bias: torch.Tensor | None = None
+                  ) -> torch.Tensor:
+    """A fused quantized GEMM (GPTQ/AWQ/Marlin, int8, fp8 scaled_mm): reads the packed weight
+    in place and writes only the output (no full-precision copy of the weight). Inference only.
+    Values are zeros: the packed payload is synthetic."""
+    out = x.new_zeros(*x.shape[:-1], out_features)
+    if bias is not None:
+        out += bias
+    return out
