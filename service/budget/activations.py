@@ -21,7 +21,8 @@ from .arch import Arch, LayerType
 from .layout import kv_heads_per_device
 from .units import ceil_div
 
-__all__ = ["DeviceDims", "device_dims", "inference_working_set", "training_saved"]
+__all__ = ["FULL_TRAINING", "DeviceDims", "Trainable", "device_dims", "inference_working_set",
+           "lora_trainable", "training_saved"]
 
 FP32 = 4
 MASK = 1  # dropout masks are kept as bytes (torch bool / uint8)
@@ -47,6 +48,58 @@ class DeviceDims:
     t: int
 
 
+@dataclass(frozen=True, slots=True)
+class Trainable:
+    """Which saved inputs a layer's backward needs when some projections are frozen (LoRA): a
+    frozen linear layer needs only its weight for the input gradient, so its input is saved only
+    if another consumer saves it. PEFT casts each adapted projection's input to the adapter dtype
+    (``LoraLayer._cast_input_dtype``) and saves that copy and lora_A's output."""
+
+    qkv_input: bool = True
+    mlp_input: bool = True
+    mlp_output_input: bool = True
+    """The input of the MLP's output projection (the gated product, or the GELU output)."""
+    attention_output: bool = True
+    """The attention output as the output projection's input (flash saves it regardless)."""
+    lora_bytes_per_token: int = 0
+
+
+FULL_TRAINING = Trainable()
+
+# Projections by the tensor they read (full names of the families' tensor inventories).
+_QKV_CONSUMERS = frozenset({"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa",
+                            "attn.c_attn", "attention.self.query", "attention.self.key",
+                            "attention.self.value"})
+_MLP_IN = frozenset({"gate_proj", "up_proj", "mlp.c_fc", "fc1", "intermediate.dense"})
+_MLP_OUT = frozenset({"down_proj", "mlp.c_proj", "fc2", "output.dense"})
+_ATTN_OUT = frozenset({"o_proj", "attn.c_proj", "attention.output.dense"})
+
+
+def lora_trainable(layer: LayerType, arch: Arch, t: int, targets: tuple[str, ...], rank: int,
+                   adapter_bytes: int, e: int) -> Trainable:
+    """``Trainable`` of one layer kind under LoRA on ``targets`` (dense layers; routed experts
+    are counted as fully saved)."""
+    from .layout import (
+        per_device_shape,  # local: layout imports this module's neighbours
+    )
+
+    adapted = [g for g in layer.tensors if g.name.rsplit(".", 1)[-1] in targets
+               and g.role.value == "linear"]
+    names = {g.name for g in adapted}
+    same = adapter_bytes == e  # the cast is a no-op: the adapter saves the base input itself
+    per_token = 0
+    for g in adapted:
+        _, cols, _ = per_device_shape(g, arch, t, 1)
+        per_token += rank * adapter_bytes + (0 if same else cols * adapter_bytes)
+    return Trainable(
+        qkv_input=same and bool(names & _QKV_CONSUMERS),
+        mlp_input=layer.moe or (same and bool(names & _MLP_IN)),
+        mlp_output_input=layer.moe or (same and bool(names & _MLP_OUT)),
+        attention_output=same and bool(names & _ATTN_OUT),
+        lora_bytes_per_token=per_token,
+    )
+
+
 def device_dims(arch: Arch, t: int, ep: int) -> DeviceDims:
     moe = arch.moe
     v_head = arch.mla.v_head_dim if arch.mla else arch.head_dim
@@ -69,10 +122,15 @@ def device_dims(arch: Arch, t: int, ep: int) -> DeviceDims:
     )
 
 
-def _mlp_saved(layer: LayerType, arch: Arch, dd: DeviceDims, tokens: int, e: int) -> int:
-    """Split (per-device) MLP tensors saved for backward."""
+def _mlp_saved(layer: LayerType, arch: Arch, dd: DeviceDims, tokens: int, e: int,
+               output_input: bool = True) -> int:
+    """Split (per-device) MLP tensors saved for backward: gate, up, activation (and their
+    product, the output projection's input, when that projection is trained); GELU MLPs the
+    first projection's output (and the GELU output)."""
     if not layer.moe:
-        per_token = (4 if arch.mlp == "gated" else 2) * dd.f
+        per_token = (3 if arch.mlp == "gated" else 1) * dd.f
+        if output_input:
+            per_token += dd.f
         return tokens * per_token * e
     routed = ceil_div(tokens * dd.top_k, dd.ep)
     saved = routed * 4 * dd.f_expert * e  # gate, up, act, product of each routed copy
@@ -83,11 +141,14 @@ def _mlp_saved(layer: LayerType, arch: Arch, dd: DeviceDims, tokens: int, e: int
 
 def training_saved(layer: LayerType, arch: Arch, dd: DeviceDims, *, seq: int, batch: int,
                    e: int, attention: str, dropout: bool, sequence_parallel: bool,
-                   drop_scores: bool) -> dict[str, int]:
+                   drop_scores: bool, trainable: Trainable = FULL_TRAINING) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
     ``drop_scores`` is selective recomputation: the s^2 attention-core tensors are recomputed
-    instead of stored (Korthikanti §5).
+    instead of stored (Korthikanti §5). Eager attention follows ``transformers``
+    ``eager_attention_forward``: the softmax runs in fp32 and is cast back, so the fp32
+    probabilities (saved by softmax's backward) and their low-precision copy (saved by the
+    matmul with V) are both kept -- 4 + e bytes per score, not Korthikanti's 2.
     """
     s, b, h = seq, batch, dd.h
     tokens = s * b
@@ -99,25 +160,31 @@ def training_saved(layer: LayerType, arch: Arch, dd: DeviceDims, *, seq: int, ba
     kv_saved = heads if (eager or arch.mla) else dd.kv_heads  # HF eager repeats K/V per q head
     window = layer.window
     keys = min(s, window) if window else s
+    tr = trainable
+    attention_output = tr.attention_output or not eager
     items = {
         "norm inputs": hidden * (4 if arch.sandwich_norms else 2),
-        "qkv input": hidden,
+        "qkv input": hidden if tr.qkv_input else 0,
         "q": tokens * heads * dd.qk_head_dim * e,
         "k": tokens * kv_saved * dd.qk_head_dim * e,
         "v": tokens * kv_saved * dd.v_head_dim * e,
-        "attention output": tokens * heads * dd.v_head_dim * e,
+        "attention output": tokens * heads * dd.v_head_dim * e if attention_output else 0,
         "attention dropout mask": mask,
-        "mlp input": hidden,
-        "mlp intermediates": _mlp_saved(layer, arch, dd, tokens, e),
+        "mlp input": hidden if tr.mlp_input else 0,
+        "mlp intermediates": _mlp_saved(layer, arch, dd, tokens, e, tr.mlp_output_input),
         "mlp dropout mask": mask,
     }
+    if tr.lora_bytes_per_token:
+        items["LoRA inputs in the adapter dtype, lora_A outputs"] = (
+            tokens * tr.lora_bytes_per_token)
     if arch.qk_norm:
         items["qk-norm inputs"] = tokens * (heads + dd.kv_heads) * dd.qk_head_dim * e
     if layer.moe:
         items["router logits"] = tokens * (arch.moe.num_experts if arch.moe else 0) * e
     if eager:
         scores = b * heads * s * keys
-        items["softmax output"] = 0 if drop_scores else scores * e
+        softmax = FP32 + (e if e != FP32 else 0)
+        items["softmax output (fp32 and its cast)"] = 0 if drop_scores else scores * softmax
         if dropout and not drop_scores:
             items["score dropout mask"] = scores * MASK
             items["score dropout output"] = scores * e
@@ -128,18 +195,22 @@ def training_saved(layer: LayerType, arch: Arch, dd: DeviceDims, *, seq: int, ba
 
 def inference_working_set(layer: LayerType, arch: Arch, dd: DeviceDims, sequences: int,
                           query_tokens: int, key_tokens: int, e: int, attention: str) -> int:
-    """Peak live bytes of one no-grad layer forward: residual + normalized input, plus the larger
-    sublayer (attention: Q, K, V, output, and the s_q x s_kv scores and probabilities when eager;
+    """Peak live bytes of one no-grad layer forward: residual in and out, normalized input and
+    sublayer output, plus the larger sublayer (attention: Q, K, V, output, and the s_q x s_kv scores and probabilities when eager;
     MLP: gate, up and activation outputs, or fc1 and GELU outputs)."""
     T = sequences * query_tokens
-    resid = 2 * T * dd.h * e
+    # The residual stream in and out, the normalized input and the sublayer's output are live
+    # around each sublayer (checked against the trace tier, tests/test_trace_oracle.py).
+    resid = 4 * T * dd.h * e
     heads, qk, v = dd.heads, dd.qk_head_dim, dd.v_head_dim
     # Eager attention repeats K/V per query head (transformers repeat_kv), as in training.
     kv_live = heads if attention == "eager" else dd.kv_heads
     attn = T * (heads * (qk + v) + kv_live * (qk + v)) * e
     keys = min(key_tokens, layer.window) if layer.window else key_tokens
     if attention == "eager":
-        attn += 2 * sequences * heads * query_tokens * keys * e
+        # Scores, softmax's fp32 copy of them and its fp32 output (transformers eager path).
+        live = e + FP32 + (FP32 if e != FP32 else 0)
+        attn += sequences * heads * query_tokens * keys * live
     else:
         attn += sequences * heads * query_tokens * FP32
     if layer.moe:

@@ -19,10 +19,10 @@ from .hf_config import HFConfig
 __all__ = [
     "GPU",
     "GPU_IDS",
-    "MIGProfile",
     "MODEL_IDS",
-    "ModelPreset",
     "CheckpointFacts",
+    "MIGProfile",
+    "ModelPreset",
     "gpu",
     "gpus",
     "preset",

@@ -12,14 +12,25 @@ from typing import Any
 
 import msgspec
 
-from .activations import inference_working_set, training_saved
+from .activations import (
+    FULL_TRAINING,
+    inference_working_set,
+    lora_trainable,
+    training_saved,
+)
 from .arch import Arch
 from .catalog import GPU, gpu
 from .components import Component
 from .dtypes import bytes_of, native_dtype_name
 from .errors import InvalidWorkload
 from .host import cached, host_and_disk, persistent_key
-from .overheads import ALLOCATOR_FRAGMENTATION_FRACTION, Overheads, device_overheads
+from .overheads import (
+    ALLOCATOR_FRAGMENTATION_FRACTION,
+    INFERENCE_FRAGMENTATION_FRACTION,
+    TRAINING_FRAGMENTATION_FRACTION,
+    Overheads,
+    device_overheads,
+)
 from .resolve import model_name, resolve_model
 from .result import (
     Budget,
@@ -38,6 +49,7 @@ from .spec import (
     GenericWorkload,
     Headroom,
     InferenceWorkload,
+    LoRA,
     QLoRA,
     TrainingWorkload,
     Workload,
@@ -147,8 +159,7 @@ def _inference_activations(st: StageStatic, arch: Arch, *, sequences: int, query
     peak = 0
     for layer, _ in st.layer_kinds:
         ws = inference_working_set(layer, arch, st.dims, sequences, query, keys, e, attention)
-        if ws > peak:
-            peak = ws
+        peak = max(peak, ws)
     return peak
 
 
@@ -165,11 +176,13 @@ def _overhead_values(ov: Overheads, instances: int) -> tuple[int, int]:  # train
 
 
 _FRAG_PPM = round(ALLOCATOR_FRAGMENTATION_FRACTION * 1_000_000)
+_TRAIN_PPM = round(TRAINING_FRAGMENTATION_FRACTION * 1_000_000)
+_INFER_PPM = round(INFERENCE_FRAGMENTATION_FRACTION * 1_000_000)
 
 
-def _allocator(rounding: int, transient: int) -> int:
+def _allocator(rounding: int, transient: int, ppm: int = _FRAG_PPM) -> int:
     # Integer arithmetic: exact for any size (floats would round above 2^53 bytes).
-    return rounding + -(-transient * _FRAG_PPM // 1_000_000)
+    return rounding + -(-transient * ppm // 1_000_000)
 
 
 def _times(parts: Any, k: int) -> tuple[tuple[str, int], ...]:
@@ -234,12 +247,13 @@ def _inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
                      ) -> StageNumbers:
     persistent, terms = _inference_terms(w, arch, st, ov)
     rounding = st.weights_rounding_bytes * w.instances
+    overhead = _allocator(rounding, max(a + lg for _, a, lg in terms), _INFER_PPM)
     phases = []
     for name, acts, logits in terms:
         values = dict(persistent)
         values[C.ACTIVATIONS] = acts
         values[C.LOGITS] = logits
-        values[C.ALLOCATOR_OVERHEAD] = _allocator(rounding, acts + logits)
+        values[C.ALLOCATOR_OVERHEAD] = overhead
         phases.append((name, values))
     return _finish(st.stage.index, w.parallelism.tensor * w.parallelism.data, phases,
                    {C.COMMUNICATION_BUFFERS: _times(st.comm_parts, w.instances)})
@@ -250,7 +264,8 @@ def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overh
     persistent, terms = _inference_terms(w, arch, st, ov)
     rounding = st.weights_rounding_bytes * w.instances
     base = sum(persistent.values())
-    return base + max(a + lg + _allocator(rounding, a + lg) for _, a, lg in terms)
+    transient = max(a + lg for _, a, lg in terms)
+    return base + transient + _allocator(rounding, transient, _INFER_PPM)
 
 
 # ------------------------------------------------------------------------------- training --
@@ -281,14 +296,19 @@ def training_activations(w: TrainingWorkload, arch: Arch, st: StageStatic
     per_layer_total = 0
     one_layer = 0
     items: dict[str, int] = {}
+    m = w.method
     for layer, n in st.layer_kinds:
+        tr = FULL_TRAINING
+        if isinstance(m, LoRA):
+            tr = lora_trainable(layer, arch, par.tensor, tuple(m.target_modules), m.rank,
+                                bytes_of(m.adapter_dtype), e)
         saved = training_saved(layer, arch, st.dims, seq=s, batch=b, e=e, attention=w.attention,
                                dropout=w.dropout, sequence_parallel=par.sequence_parallel,
-                               drop_scores=ckpt == "selective")
+                               drop_scores=ckpt == "selective", trainable=tr)
         layer_bytes = sum(saved.values())
         one_layer = max(one_layer, sum(training_saved(
             layer, arch, st.dims, seq=s, batch=b, e=e, attention=w.attention, dropout=w.dropout,
-            sequence_parallel=par.sequence_parallel, drop_scores=False).values()))
+            sequence_parallel=par.sequence_parallel, drop_scores=False, trainable=tr).values()))
         if ckpt == "full":
             kept = ceil_div(s * b * arch.hidden_size * e,
                             par.tensor if par.sequence_parallel else 1)
@@ -325,8 +345,12 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
     tokens = w.sequence_length * w.micro_batch_size
     acts, one_layer, act_parts = training_activations(w, arch, st)
     has_head = st.stage.last and arch.kind == "decoder"  # encoders here have no LM head
+    # Forward: the LM-head output, its fp32 copy and the fp32 log-softmax are live together.
+    # Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
+    # input gradient (the forward's low-precision logits and fp32 copy are freed by then: no
+    # backward needs them).
     logits = tokens * st.dims.vocab * (e + 4 + 4) if has_head else 0
-    dlogits = tokens * st.dims.vocab * (4 + e) if has_head else 0
+    logits_bwd = tokens * st.dims.vocab * (4 + 4 + 4) if has_head else 0
     context, workspace = _overhead_values(ov, w.instances)
     extra_ws: list[tuple[str, int]] = [("cuBLAS/cuBLASLt workspace", workspace)]
     if isinstance(w.method, QLoRA):
@@ -352,17 +376,19 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
     }
     rounding = st.weights_rounding_bytes * k
 
+    transients: list[int] = []
+
     def phase(grads: int, a: int, lg: int, transient: int = 0) -> dict[Component, int]:
         v = dict(base)
         v[C.GRADIENTS] = grads * k
         v[C.ACTIVATIONS] = a * k
         v[C.LOGITS] = lg * k
-        v[C.ALLOCATOR_OVERHEAD] = _allocator(rounding, (a + lg + transient) * k)
+        transients.append((a + lg + transient) * k)
         return v
 
     phases = [
         ("forward", phase(grads_live, acts, logits)),
-        ("backward_start", phase(grads_live, acts, logits + dlogits)),
+        ("backward_start", phase(grads_live, acts, logits_bwd)),
         ("backward_end", phase(st.gradient_bytes, one_layer, 0)),
     ]
     # The optimizer step: gradients (fp32 when stepping fp32 masters; the largest tensor's
@@ -376,6 +402,9 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
     else:
         step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
     phases.append(("optimizer_step", step))
+    overhead = _allocator(rounding, max(transients), _TRAIN_PPM)
+    for _, v in phases:
+        v[C.ALLOCATOR_OVERHEAD] = overhead
     parts = {
         C.ACTIVATIONS: _times(act_parts, k),
         C.COMMUNICATION_BUFFERS: _times(st.comm_parts, k),
@@ -397,12 +426,14 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
     elif numbers.peak_phase == "backward_end":
         parts[C.ACTIVATIONS] = (("one layer's saved tensors (last gradients)", one_layer * k),)
     elif has_head:
-        logit_parts = [("lm_head output", tokens * st.dims.vocab * e),
-                       ("fp32 upcast for the loss", tokens * st.dims.vocab * 4),
-                       ("log-softmax saved by cross-entropy", tokens * st.dims.vocab * 4)]
+        v = tokens * st.dims.vocab
         if numbers.peak_phase == "backward_start":
-            logit_parts.append(("logit gradients at backward start (fp32 + compute dtype)",
-                                dlogits))
+            logit_parts = [("log-softmax saved by cross-entropy (fp32)", v * 4),
+                           ("loss gradient (fp32)", v * 4),
+                           ("log-softmax input gradient (fp32)", v * 4)]
+        else:
+            logit_parts = [("lm_head output", v * e), ("fp32 upcast for the loss", v * 4),
+                           ("log-softmax saved by cross-entropy", v * 4)]
         parts[C.LOGITS] = _times(logit_parts, k)
     return numbers
 
@@ -512,9 +543,11 @@ _FORMULAS: dict[Component, tuple[str, str]] = {
                           "buffer, autocast weight cache)", "see source"),
     C.COMMUNICATION_BUFFERS: ("NCCL communicators of the layout + DDP/ZeRO buckets",
                               "NVIDIA/nccl#964; torch DDP docs; DeepSpeed ZeRO config"),
-    C.ALLOCATOR_OVERHEAD: ("512-byte rounding of every weight tensor + 5% of transient bytes",
-                           "c10/cuda/CUDACachingAllocator.cpp (kMinBlockSize = 512); "
-                           "fragmentation fraction is an assumption until calibrated"),
+    C.ALLOCATOR_OVERHEAD: ("512-byte rounding of every weight tensor + fragmentation_fraction x "
+                           "the largest transient bytes (activations, logits, step temporaries)",
+                           "c10/cuda/CUDACachingAllocator.cpp (kMinBlockSize = 512); fraction: "
+                           "median of the trace tier's allocator replay over its oracle grid "
+                           "(docs/ACCURACY.md), until calibrated by probes"),
     C.HEADROOM: ("max(ceil(fraction x device subtotal), min_bytes)", "requested by the caller"),
 }
 
@@ -581,7 +614,8 @@ def _inputs(w: Workload, arch: Arch | None) -> dict[str, Any]:
         "data_parallel": par.data, "weights_dtype": w.precision.weights,
         "compute_dtype": w.precision.compute, "instances": w.instances,
         "quantization": q.__struct_config__.tag if q is not None else None,
-        "fragmentation_fraction": ALLOCATOR_FRAGMENTATION_FRACTION,
+        "fragmentation_fraction": TRAINING_FRAGMENTATION_FRACTION if isinstance(
+            w, TrainingWorkload) else INFERENCE_FRAGMENTATION_FRACTION,
     }
     if arch is not None:
         common.update(num_layers=arch.num_layers, hidden_size=arch.hidden_size,

@@ -130,7 +130,7 @@ class Memo:
     """Evaluations of one monotone objective, kept sorted so a new search starts from the
     tightest bracket that earlier searches (other GPUs' capacities) already established."""
 
-    __slots__ = ("xs", "values")
+    __slots__ = ("values", "xs")
 
     def __init__(self) -> None:
         self.xs: list[int] = []

@@ -121,7 +121,9 @@ def _compute_host(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget
                           source="transformers save_pretrained max_shard_size='5GB'; "
                                  "safetensors loads one shard at a time"))
         if isinstance(w, TrainingWorkload):
-            from .estimate import statics_for  # same cached statics as the device budget
+            from .estimate import (
+                statics_for,  # same cached statics as the device budget
+            )
 
             statics = statics_for(w, arch)
             worst = max(statics, key=lambda s: s.host_optimizer_bytes + s.host_master_bytes

@@ -15,12 +15,14 @@ __all__ = [
     "CUBLASLT_WORKSPACE_BYTES",
     "CUDA_CONTEXT_BYTES",
     "DDP_BUCKET_NOTE",
+    "INFERENCE_FRAGMENTATION_FRACTION",
     "KMIN_BLOCK_BYTES",
     "NCCL_GROUP_BYTES",
     "NCCL_PAIR_BYTES",
-    "Overheads",
+    "TRAINING_FRAGMENTATION_FRACTION",
     "ZERO_PREFETCH_BUCKET_ELEMENTS",
     "ZERO_REDUCE_BUCKET_ELEMENTS",
+    "Overheads",
     "cublas_workspace_bytes",
     "device_overheads",
 ]
@@ -47,9 +49,15 @@ CUBLAS_SOURCE = "pytorch aten/src/ATen/cuda/CublasHandlePool.cpp (getChosenWorks
 
 # c10/cuda/CUDACachingAllocator.cpp: "all sizes are rounded to at least 512 bytes".
 KMIN_BLOCK_BYTES = 512
-# Fragmentation of transient (activation, logits) memory in the caching allocator: an assumption
-# until calibrated by probes (reserved - allocated); 5% of transient bytes.
+# Fragmentation of transient memory in the caching allocator (reserved - allocated), as a
+# fraction of the largest transient bytes of the workload (segments cached at that moment stay
+# reserved). Inference and training: the median over the oracle grid of the trace tier's replay
+# of c10/cuda/CUDACachingAllocator.cpp (bench/trace_accuracy.py, docs/ACCURACY.md; spread
+# 0.07-0.69 training, 0.09-1.2 inference) -- to be replaced by probe calibration. Generic
+# workloads: a 5% assumption.
 ALLOCATOR_FRAGMENTATION_FRACTION = 0.05
+TRAINING_FRAGMENTATION_FRACTION = 0.21
+INFERENCE_FRAGMENTATION_FRACTION = 0.34
 
 # NCCL device memory per communicator, 4x A100 NVLink, PyTorch, 4 MB all-reduce: 544 MB for a
 # 2-rank group, 688 MB for a larger group (NVIDIA/nccl#964). Buffers scale with channels x peers

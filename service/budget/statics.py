@@ -102,6 +102,30 @@ class StageStatic:
     per parameter; for-loop: two of the largest; fused: none)."""
 
 
+def _last_trainable(arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: int) -> int:
+    """Elements of the last trainable tensor in module order (embeddings, layers, head,
+    extras): gradients are upcast to the fp32 masters in that order, each low-precision one
+    freed after its copy, so the peak is all fp32 gradients plus the last low-precision one."""
+    if plan.method == "full":
+        if stage.first and arch.extras:
+            g = arch.extras[-1]
+        elif stage.last:
+            g = arch.head[-1]
+        else:
+            g = stage.layer_runs[-1][0].tensors[-1]
+        rows, cols, count = per_device_shape(g, arch, t, ep)
+        stacked = g.role is Role.EXPERT or (count > 1 and g.role is not Role.NORM)
+        return rows * cols * (count if stacked else 1)
+    layer = stage.layer_runs[-1][0]
+    targeted = [g for g in layer.tensors if g.name.rsplit(".", 1)[-1] in plan.lora_targets
+                and g.role in (Role.LINEAR, Role.EXPERT)]
+    if not targeted:
+        return 0
+    g = targeted[-1]
+    rows, _, count = per_device_shape(g, arch, t, ep)
+    return rows * plan.lora_rank * (count if g.role is Role.EXPERT else 1)
+
+
 def _step_temporaries(opt: AdamW | AdamW8bit | SGD | Adafactor, trainable: int,
                       largest: int, state_bytes: int) -> int:
     """torch/optim/adamw.py: ``_multi_tensor_adamw`` allocates ``exp_avg_sq_sqrt =
@@ -273,7 +297,8 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
             optimizer = _optimizer_bytes(plan.optimizer, trainable_shapes, state_bytes)
             master = trainable * master_per
             step_gradient = trainable * (4 if master_per else grad_bytes)
-            step_upcast = largest_trainable * grad_bytes if master_per else 0
+            step_upcast = _last_trainable(arch, stage, plan, t, ep) * grad_bytes if (
+                master_per) else 0
             step_temporary = _step_temporaries(plan.optimizer, trainable, largest_trainable,
                                                state_bytes)
             if zero >= 1:

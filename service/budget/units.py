@@ -4,7 +4,7 @@ confused. Conversion to floats happens only at the edge (CLI tables, charts)."""
 
 from __future__ import annotations
 
-__all__ = ["GB", "GiB", "KiB", "MB", "MiB", "TiB", "ceil_div", "format_bytes", "round_up"]
+__all__ = ["GB", "MB", "GiB", "KiB", "MiB", "TiB", "ceil_div", "format_bytes", "round_up"]
 
 KiB = 1 << 10
 MiB = 1 << 20

@@ -8,8 +8,6 @@ hardware fixes (CUDA context, NCCL buffers) keeps the analytic tier's cited defa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -25,7 +23,15 @@ from service.budget.estimate import (
 )
 from service.budget.overheads import CUBLASLT_WORKSPACE_BYTES, device_overheads
 from service.budget.resolve import resolve_model
-from service.budget.result import Budget, DeviceBudget, Line, Part, Phase, TracePoint, TraceSummary
+from service.budget.result import (
+    Budget,
+    DeviceBudget,
+    Line,
+    Part,
+    Phase,
+    TracePoint,
+    TraceSummary,
+)
 from service.budget.spec import (
     BudgetRequest,
     GenericWorkload,
@@ -38,7 +44,13 @@ from service.workloads.run import check_traceable, prepare
 from .recorder import Recorder
 from .replay import Replay, replay
 
-__all__ = ["MODELLED", "TracedWorkload", "trace_budget", "trace_workload"]
+__all__ = [
+    "MODELLED",
+    "gemm_workspaces",
+    "trace_budget",
+    "trace_budget_with_replays",
+    "trace_workload",
+]
 
 C = Component
 
@@ -58,15 +70,6 @@ _TRACED = (C.WEIGHTS, C.QUANTIZATION_METADATA, C.ADAPTERS, C.KV_CACHE, C.ACTIVAT
            C.GRADIENTS, C.OPTIMIZER_STATE, C.MASTER_WEIGHTS, C.RUNTIME_WORKSPACE)
 _SOURCE = ("trace tier: torch {version} on fake tensors, every storage recorded by a dispatch "
            "mode, replayed through a model of c10/cuda/CUDACachingAllocator.cpp")
-
-
-@dataclass(frozen=True, slots=True)
-class TracedWorkload:
-    """One workload's replay, for one process on the most loaded device."""
-
-    replay: Replay
-    analytic_stage: int
-    """The analytic stage index whose non-torch overheads apply (the most loaded one)."""
 
 
 def gemm_workspaces(ctx: DeviceContext | None) -> tuple[tuple[str, int], ...]:
@@ -104,6 +107,12 @@ def _line(c: Component, value: int, formula: str, source: str,
 
 def trace_budget(request: BudgetRequest) -> Budget:
     """The answer to a ``method: trace`` request."""
+    return trace_budget_with_replays(request)[0]
+
+
+def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Replay, ...]]:
+    """The answer and each workload's replay (the oracle tests read the component peaks)."""
+    replays: list[Replay] = []
     analytic = estimate(request.workloads, request.device, request.headroom)
     ctx = resolve_device(request.device)
     workspaces = gemm_workspaces(ctx)
@@ -121,6 +130,7 @@ def trace_budget(request: BudgetRequest) -> Budget:
         r = trace_workload(w, iterations=request.trace.iterations,
                            expandable_segments=request.trace.expandable_segments,
                            workspaces=workspaces, field=f"workloads[{i}]")
+        replays.append(r)
         k = w.instances
         traced_total = 0
         for c in _TRACED:
@@ -176,8 +186,9 @@ def trace_budget(request: BudgetRequest) -> Budget:
         phases=tuple(_phase(p, outside_torch, request) for p in (
             summary.timeline if summary and len(request.workloads) == 1 else ())),
     )
-    return msgspec.structs.replace(analytic, method="trace", devices=(device,), most_loaded=0,
-                                   total_bytes=total, trace=summary)
+    budget = msgspec.structs.replace(analytic, method="trace", devices=(device,), most_loaded=0,
+                                     total_bytes=total, trace=summary)
+    return budget, tuple(replays)
 
 
 def _phase(p: TracePoint, outside_torch: int, request: BudgetRequest) -> Phase:

@@ -63,10 +63,8 @@ def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
         if slot is None:
             per_phase[phase] = [allocated, reserved]
         else:
-            if allocated > slot[0]:
-                slot[0] = allocated
-            if reserved > slot[1]:
-                slot[1] = reserved
+            slot[0] = max(slot[0], allocated)
+            slot[1] = max(slot[1], reserved)
     stats = alloc.stats()
     live: dict[int, int] = {}
     for kind, handle, nbytes, _ in trace.events[:best_index + 1]:

@@ -11,9 +11,9 @@ peak then checks the emulation of each kernel.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from collections.abc import Iterator
 from typing import Any
 
 import torch

@@ -52,8 +52,9 @@ def check_traceable(w: InferenceWorkload | TrainingWorkload, field: str) -> None
         unsupported.append((w.prefill_chunk_tokens is not None, "prefill_chunk_tokens",
                             "must be null (chunked prefill is not traced)"))
     else:
-        unsupported.append((isinstance(w.optimizer, Adafactor) and w.optimizer.beta1 is not None,
-                            "optimizer.beta1", "must be null (torch.optim.Adafactor has none)"))
+        unsupported.append((isinstance(w.optimizer, Adafactor), "optimizer.name",
+                            "must not be 'adafactor' (torch.optim.Adafactor reads tensor "
+                            "values, which fake tensors do not have)"))
     for bad, name, message in unsupported:
         if bad:
             raise InvalidWorkload(f"{field}.{name}", f"{message} with method 'trace'")
