@@ -91,16 +91,17 @@ is the outbox row's primary key and stays the same on every retry (receivers ded
 
 
 class ProbeRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One probe as stored. ``request_json`` / ``result_json`` are the JSON texts of the
-    ``request`` / ``result`` columns, kept as text so the store needs no wire types."""
+    """One probe as stored; fields are named after the columns. ``request`` and ``result`` are
+    JSON *text* (what ``create_probe`` / ``transition`` took as ``request_json`` /
+    ``result_json``), so the store needs no wire types."""
 
     id: str
     created_at: float
     updated_at: float
     status: str
     device_key: str
-    request_json: str
-    result_json: str | None
+    request: str
+    result: str | None
     error: str | None
 
 
@@ -165,7 +166,7 @@ _PENDING = "delivered_at IS NULL AND next_attempt_at IS NOT NULL"
 def _probe(row: Any) -> ProbeRow:
     id_, created_at, updated_at, status, device_key, request, result, error = row
     return ProbeRow(id=id_, created_at=created_at, updated_at=updated_at, status=status,
-                    device_key=device_key, request_json=request, result_json=result, error=error)
+                    device_key=device_key, request=request, result=result, error=error)
 
 
 def _outbox(row: Any) -> OutboxRow:
@@ -413,8 +414,8 @@ class Store:
         now: float,
         result_json: str | None,
         callback: Callback | None,
-        *,
         error: str | None = None,
+        *,
         expected: Collection[str] = ACTIVE_STATUSES,
     ) -> bool:
         """Move a probe to a terminal status, store its result, and enqueue its callback, in

@@ -67,7 +67,7 @@ def test_reopening_keeps_data_and_does_not_migrate_again(db: Path) -> None:
         s.create_probe("p1", REQ, "gpu0", T0)
     with Store(db) as s:
         row = s.get_probe("p1")
-        assert row is not None and row.request_json == REQ and row.status == "queued"
+        assert row is not None and row.request == REQ and row.status == "queued"
 
 
 def test_a_newer_schema_is_refused(db: Path) -> None:
@@ -104,7 +104,7 @@ def test_create_and_get(store: Store) -> None:
     assert row is not None
     assert (row.id, row.status, row.device_key, row.created_at, row.updated_at) == (
         "p1", "queued", "GPU-1234", T0, T0)
-    assert row.result_json is None and row.error is None
+    assert row.result is None and row.error is None
     assert store.get_probe("nope") is None
     with pytest.raises(sqlite3.IntegrityError):
         store.create_probe("p1", REQ, "GPU-1234", T0)
@@ -121,12 +121,12 @@ def test_transition_compare_and_set(store: Store) -> None:
                                 expected=ACTIVE_STATUSES)
     row = store.get_probe("p1")
     assert row is not None
-    assert (row.status, row.result_json, row.error, row.updated_at) == (
+    assert (row.status, row.result, row.error, row.updated_at) == (
         "succeeded", '{"peak": 1}', None, T0 + 3)
     # Without expected it is unconditional; None leaves result and error as they were.
     assert store.transition("p1", "failed", T0 + 5, error="boom")
     row = store.get_probe("p1")
-    assert row is not None and (row.status, row.result_json, row.error) == (
+    assert row is not None and (row.status, row.result, row.error) == (
         "failed", '{"peak": 1}', "boom")
     assert not store.transition("missing", "failed", T0)
     assert not store.transition("p1", "failed", T0, expected=set())
@@ -246,7 +246,7 @@ def test_recover_after_a_real_crash(db: Path) -> None:
     with Store(db) as s:
         assert s.recover(10.0) == ["running", "queued"]  # oldest first
         done = s.get_probe("done")
-        assert done is not None and (done.status, done.result_json) == ("succeeded",
+        assert done is not None and (done.status, done.result) == ("succeeded",
                                                                          '{"peak": 7}')
         for pid in ("running", "queued"):
             row = s.get_probe(pid)
@@ -287,7 +287,7 @@ def test_finish_with_callback_writes_both(store: Store) -> None:
     cb = ("https://hooks.example.com/x", '{"status": "succeeded"}', "evt-1")
     assert store.finish_with_callback("p", "succeeded", T0 + 2, '{"peak": 3}', cb)
     row = store.get_probe("p")
-    assert row is not None and (row.status, row.result_json) == ("succeeded", '{"peak": 3}')
+    assert row is not None and (row.status, row.result) == ("succeeded", '{"peak": 3}')
     out = store.get_callback("evt-1")
     assert out is not None
     assert (out.probe_id, out.url, out.payload, out.attempts, out.next_attempt_at,
@@ -302,7 +302,7 @@ def test_finish_that_loses_the_race_enqueues_nothing(store: Store) -> None:
     assert not store.finish_with_callback("p", "succeeded", T0 + 2, "{}", cb)
     assert store.get_callback("evt-1") is None
     row = store.get_probe("p")
-    assert row is not None and row.status == "cancelled" and row.result_json is None
+    assert row is not None and row.status == "cancelled" and row.result is None
 
 
 def test_finish_rolls_back_the_result_when_the_outbox_insert_fails(store: Store) -> None:
@@ -317,7 +317,7 @@ def test_finish_rolls_back_the_result_when_the_outbox_insert_fails(store: Store)
         store.finish_with_callback("b", "oom", T0 + 2, '{"peak": 9}',
                                    ("https://h.example.com", "{}", "dup"))
     row = store.get_probe("b")
-    assert row is not None and (row.status, row.result_json) == ("running", None)
+    assert row is not None and (row.status, row.result) == ("running", None)
     # The store is still usable after the rollback.
     assert store.finish_with_callback("b", "oom", T0 + 3, '{"peak": 9}', None, error="CUDA OOM")
     row = store.get_probe("b")
