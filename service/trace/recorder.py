@@ -52,8 +52,15 @@ class _Mode(TorchDispatchMode):
 class Recorder(Marks):
     """``Marks`` that records; use ``with recorder.recording():`` around the program."""
 
-    def __init__(self, *, gemm_workspaces: tuple[tuple[str, int], ...] = ()) -> None:
+    def __init__(self, *, gemm_workspaces: tuple[tuple[str, int], ...] = (),
+                 limit_bytes: int | None = None) -> None:
         self.trace = Trace()
+        self.limit_bytes = limit_bytes
+        """Raise ``torch.OutOfMemoryError`` when live bytes would exceed this (the CPU path's
+        simulated device capacity)."""
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self._sizes: dict[int, int] = {}
         self._live: dict[int, int] = {}
         self._next = 0
         self._scopes: list[str] = ["activations"]
@@ -80,6 +87,8 @@ class Recorder(Marks):
             h = self._new_handle()
             self._record(h, nbytes, "runtime_workspace")
             self.trace.parts[h] = name
+            self._sizes[h] = nbytes
+            self.live_bytes += nbytes
 
     def _record(self, handle: int, nbytes: int, tag: str) -> None:
         t = self.trace
@@ -94,19 +103,33 @@ class Recorder(Marks):
         if key in self._live:
             return
         handle = self._new_handle()
+        nbytes = storage.nbytes()
         self._live[key] = handle
-        self._record(handle, storage.nbytes(), self._scopes[-1])
+        self._record(handle, nbytes, self._scopes[-1])
         weakref.finalize(storage, self._release, key, handle)
+        self._sizes[handle] = nbytes
+        self.live_bytes += nbytes
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+        if self.limit_bytes is not None and self.live_bytes > self.limit_bytes:
+            raise torch.OutOfMemoryError(
+                f"tracker limit: tried to allocate {nbytes} bytes with {self.live_bytes - nbytes}"
+                f" live of a {self.limit_bytes}-byte limit")
 
     def _release(self, key: int, handle: int) -> None:
         if self._live.get(key) == handle:
             del self._live[key]
+        self.live_bytes -= self._sizes.pop(handle, 0)
         self.trace.events.append((FREE, handle, 0, self._phase_index))
 
     # ----------------------------------------------------------------------------- marks --
 
     def iteration(self, index: int) -> None:
         self._iteration = index
+
+    def reset_peak(self) -> None:
+        """Like ``torch.cuda.reset_peak_memory_stats``: the peak restarts from what is live."""
+        self.peak_bytes = self.live_bytes
 
     def phase(self, name: str) -> None:
         self.trace.phases.append((self._iteration, name))

@@ -255,7 +255,8 @@ class TransformerModel(nn.Module):
     def _rope_tables(self, start: int, s: int, dim: int, device: torch.device
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         e = self.plan.compute_dtype
-        inv = torch.empty(dim // 2, dtype=torch.float32, device=device)
+        steps = torch.arange(0, dim, 2, dtype=torch.float32, device=device)
+        inv = 1.0 / torch.pow(10000.0, steps / dim)  # RoPE base 10000 (values only)
         pos = torch.arange(start, start + s, dtype=torch.float32, device=device)
         freqs = torch.outer(pos, inv)
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -551,13 +552,13 @@ class TransformerModel(nn.Module):
             cap = min(context, layer.window) if layer.window else context
             if self.arch.mla is not None:
                 m = self.arch.mla
-                keys.append(torch.empty(sequences, cap, 1, m.kv_lora_rank + m.qk_rope_head_dim,
+                keys.append(torch.zeros(sequences, cap, 1, m.kv_lora_rank + m.qk_rope_head_dim,
                                         dtype=dtype, device=dev))
                 values.append(None)
                 continue
             shape = (sequences, cap, self.kv_heads, self.arch.head_dim)
-            keys.append(torch.empty(shape, dtype=dtype, device=dev))
-            values.append(torch.empty(shape, dtype=dtype, device=dev))
+            keys.append(torch.zeros(shape, dtype=dtype, device=dev))
+            values.append(torch.zeros(shape, dtype=dtype, device=dev))
         return KVCache(keys, values)
 
 

@@ -26,7 +26,14 @@ from .marks import HOST, Marks
 from .model import BuildPlan, TransformerModel, component_of
 from .optim import build_optimizer, host_state_tensors
 
-__all__ = ["TORCH_DTYPES", "Program", "build_plan", "check_traceable", "prepare"]
+__all__ = [
+    "TORCH_DTYPES",
+    "Program",
+    "build_plan",
+    "check_traceable",
+    "initialize",
+    "prepare",
+]
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -101,6 +108,15 @@ class Program:
     model: TransformerModel
     marks: Marks
     device: torch.device
+    every_decode_step: bool = False
+    """Real runs decode every token; the trace runs the first and the last decode step (the
+    steps between differ only in the attended length)."""
+    last_output: torch.Tensor | None = None
+    """The last logits (inference) or loss (training), for the output sanity check."""
+
+    def outputs_finite(self) -> bool:
+        out = self.last_output
+        return out is None or bool(torch.isfinite(out.float()).all().item())
 
     def run(self, iterations: int) -> None:
         if isinstance(self.workload, InferenceWorkload):
@@ -139,20 +155,24 @@ class Program:
             if self.arch.kind == "encoder":
                 marks.phase("forward")
                 h = model.hidden_states(self._ids(n, w.prompt_tokens))
+                self.last_output = h.detach()[:, :1, :8]
                 del h
                 continue
             marks.phase("prefill")
             h = model.hidden_states(self._ids(n, w.prompt_tokens), cache=cache)
             logits = self._logits(h, w.logits == "all")
+            self.last_output = logits.detach()[..., :8]
             del h, logits
             if w.generated_tokens == 0:
                 continue
             marks.phase("decode")
-            # Decode steps differ only in the attended length: run the first and the last.
             last = w.context_tokens - 1
-            for pos in sorted({w.prompt_tokens, last}):
+            steps = range(w.prompt_tokens, last + 1) if self.every_decode_step else sorted(
+                {w.prompt_tokens, last})
+            for pos in steps:
                 h = model.hidden_states(self._ids(n, 1), start=pos, cache=cache)
                 logits = self._logits(h, False)
+                self.last_output = logits.detach()[..., :8]
                 del h, logits
 
     # -------------------------------------------------------------------------- training --
@@ -194,6 +214,7 @@ class Program:
             for _ in range(micro_batches):
                 marks.phase("forward")
                 loss = self._loss(w)
+                self.last_output = loss.detach()
                 marks.phase("backward")
                 with marks.scope("logits" if self.arch.kind == "decoder" else "activations"):
                     loss.backward()
@@ -227,6 +248,24 @@ class Program:
             opt.zero_grad(set_to_none=True)
             for p in params:
                 p.grad = None
+
+
+@torch.no_grad()
+def initialize(model: TransformerModel, seed: int = 0) -> None:
+    """Real runs: weights drawn N(0, 0.02), norms at one, packed payloads zero -- values that
+    keep a forward pass finite (the trace tier never initializes: fake tensors have no values).
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    for name, p in model.named_parameters():
+        if not p.dtype.is_floating_point:
+            continue
+        if "norm" in name.lower() or name.startswith("ln_") or "__ln_" in name:
+            p.fill_(1.0)
+        else:
+            cpu = torch.empty(p.shape, dtype=torch.float32).normal_(0.0, 0.02, generator=gen)
+            p.copy_(cpu)
+    for _, b in model.named_buffers():
+        b.zero_()
 
 
 def prepare(w: InferenceWorkload | TrainingWorkload, arch: Arch, marks: Marks,
