@@ -155,13 +155,13 @@ class Program:
             if self.arch.kind == "encoder":
                 marks.phase("forward")
                 h = model.hidden_states(self._ids(n, w.prompt_tokens))
-                self.last_output = h.detach()[:, :1, :8]
+                self.last_output = h.detach()[:, :1, :8].clone()
                 del h
                 continue
             marks.phase("prefill")
             h = model.hidden_states(self._ids(n, w.prompt_tokens), cache=cache)
             logits = self._logits(h, w.logits == "all")
-            self.last_output = logits.detach()[..., :8]
+            self.last_output = logits.detach()[..., :8].clone()  # not a view: frees the logits
             del h, logits
             if w.generated_tokens == 0:
                 continue
@@ -172,7 +172,7 @@ class Program:
             for pos in steps:
                 h = model.hidden_states(self._ids(n, 1), start=pos, cache=cache)
                 logits = self._logits(h, False)
-                self.last_output = logits.detach()[..., :8]
+                self.last_output = logits.detach()[..., :8].clone()  # not a view: frees the logits
                 del h, logits
 
     # -------------------------------------------------------------------------- training --
