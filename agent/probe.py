@@ -1,0 +1,302 @@
+"""One probe, run in a fresh spawned child process: build the workload with the shared torch
+builders, warm up, reset the peaks, run the load phase, collect both views.
+
+The agent process itself never imports torch or creates a CUDA context; everything here runs in
+the child. Views are kept apart: PyTorch's allocator counters (``torch.cuda.memory_stats``; on
+a host without CUDA the dispatch-mode tracker of the trace tier, run on real tensors) and NVML's
+device counters. On the CPU path the result says ``device: cpu``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import resource
+import statistics
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import msgspec
+
+from .spec import CustomWorkload, DeviceView, Iteration, ProbeRequest, ProbeResult, TorchView
+
+__all__ = ["UNRELIABLE_OTHERS_BYTES", "ChildOutcome", "child_main", "measure"]
+
+# Other processes changing device memory by more than this during the measurement make the NVML
+# view meaningless for this probe (status unreliable).
+UNRELIABLE_OTHERS_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ChildOutcome:
+    status: str
+    result: ProbeResult | None
+    error: str | None
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def _iterations(latencies: list[float], wall_s: float, errors: int, units: int) -> Iteration:
+    return Iteration(p50_s=statistics.median(latencies) if latencies else 0.0,
+                     p95_s=_percentile(latencies, 0.95), count=len(latencies),
+                     throughput_per_s=units / wall_s if wall_s > 0 else 0.0, errors=errors)
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def _program(req: ProbeRequest, entry_points: dict[str, str], marks: Any, device: Any) -> Any:
+    """The runnable program: the shared builders for a workload spec, or a configured entry
+    point (``module:function(device=..., marks=..., **arguments)`` returning an object with
+    ``run(iterations)``)."""
+    w = req.workload
+    if isinstance(w, CustomWorkload):
+        target = entry_points[w.entry_point]  # checked by the API before the child starts
+        module, _, name = target.partition(":")
+        factory: Callable[..., Any] = getattr(importlib.import_module(module), name)
+        return factory(device=device, marks=marks, **w.arguments)
+    from service.budget.resolve import resolve_model
+    from service.workloads.run import initialize, prepare
+
+    program = prepare(w, resolve_model(w.model), marks, device)
+    program.every_decode_step = True
+    initialize(program.model)
+    return program
+
+
+def _load(req: ProbeRequest, run_one: Callable[[], None]) -> tuple[list[float], float, int]:
+    """The load phase: ``iterations`` (or ``duration_s``) per stream, ``concurrency`` streams.
+    Returns per-iteration latencies, wall time and the error count."""
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    deadline = None if req.duration_s is None else time.perf_counter() + req.duration_s
+
+    def stream() -> None:
+        done = 0
+        while done < req.iterations or (deadline is not None and time.perf_counter() < deadline):
+            t = time.perf_counter()
+            try:
+                run_one()
+            except BaseException as exc:  # noqa: BLE001 -- reported, and OOM re-raised below
+                with lock:
+                    errors.append(exc)
+                return
+            with lock:
+                latencies.append(time.perf_counter() - t)
+            done += 1
+
+    start = time.perf_counter()
+    if req.concurrency == 1:
+        stream()
+    else:
+        threads = [threading.Thread(target=stream) for _ in range(req.concurrency)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    wall = time.perf_counter() - start
+    for exc in errors:
+        if type(exc).__name__ == "OutOfMemoryError":
+            raise exc
+    if errors:
+        raise errors[0]
+    return latencies, wall, 0
+
+
+def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str]) -> ProbeResult:
+    import torch
+
+    from service.trace.recorder import Recorder
+
+    recorder = Recorder(limit_bytes=req.memory_limit_bytes)
+    device = torch.device("cpu")
+    program: Any = None
+    weights = 0
+    units = req.workload.num_sequences if hasattr(req.workload, "num_sequences") else 1
+
+    def run_one() -> None:
+        with recorder.recording():  # dispatch modes are per thread
+            program.run(1)
+
+    state = {"phase": "load"}
+    try:
+        with recorder.recording():
+            program = _program(req, entry_points, recorder, device)
+        weights = recorder.live_bytes
+        state["phase"] = "warm-up"
+        for _ in range(req.warmup_iterations):
+            run_one()
+        recorder.reset_peak()
+        state["phase"] = "load"
+        latencies, wall, errors = _load(req, run_one)
+    except torch.OutOfMemoryError as exc:
+        kv = _component_peak(recorder, "kv_cache")
+        return ProbeResult(
+            device="cpu", device_name="cpu", torch_version=str(torch.__version__),
+            cuda_version=None, driver_version=None,
+            torch=TorchView(allocated_peak_bytes=recorder.peak_bytes, reserved_peak_bytes=None,
+                            num_alloc_retries=None, num_ooms=1, inactive_split_peak_bytes=None,
+                            weights_bytes=weights, kv_cache_bytes=kv),
+            nvml=None, host_peak_rss_bytes=_peak_rss_bytes(),
+            iterations=_iterations([], 0.0, 1, 0), outputs_finite=False,
+            message=f"{state['phase']}: {exc}")
+    kv = _component_peak(recorder, "kv_cache")
+    return ProbeResult(
+        device="cpu", device_name="cpu", torch_version=str(torch.__version__), cuda_version=None,
+        driver_version=None,
+        torch=TorchView(allocated_peak_bytes=recorder.peak_bytes, reserved_peak_bytes=None,
+                        num_alloc_retries=None, num_ooms=0, inactive_split_peak_bytes=None,
+                        weights_bytes=weights, kv_cache_bytes=kv),
+        nvml=None, host_peak_rss_bytes=_peak_rss_bytes(),
+        iterations=_iterations(latencies, wall, errors, units * len(latencies)),
+        outputs_finite=program.outputs_finite() if hasattr(program, "outputs_finite") else True)
+
+
+def _component_peak(recorder: Any, component: str) -> int:
+    """The largest live bytes the tracker attributed to ``component`` during the run."""
+    from service.trace.replay import replay
+
+    return replay(recorder.trace).component_peaks.get(component, 0)
+
+
+def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str]) -> ProbeResult:
+    import torch
+
+    from service.workloads.marks import Marks
+
+    from . import nvml
+
+    inventory = nvml.inventory()
+    handle = index = None
+    if inventory.available:
+        handle, index = nvml.resolve_device(req.device)
+    elif isinstance(req.device, int):
+        index = req.device
+    baseline = nvml.device_used_bytes(handle) if handle is not None else None
+    torch.cuda.set_device(index or 0)
+    torch.cuda.init()
+    torch.cuda.synchronize()
+    context = (nvml.device_used_bytes(handle) - baseline) if handle is not None and (
+        baseline is not None) else 0
+    if req.memory_limit_bytes is not None:
+        total = torch.cuda.get_device_properties(index or 0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, req.memory_limit_bytes / total))
+    device = torch.device("cuda", index or 0)
+    program = _program(req, entry_points, Marks(), device)
+    torch.cuda.synchronize()
+    weights = torch.cuda.memory_allocated()
+    units = req.workload.num_sequences if hasattr(req.workload, "num_sequences") else 1
+    streams: dict[int, Any] = {}
+
+    def run_one() -> None:
+        tid = threading.get_ident()
+        stream = streams.setdefault(tid, torch.cuda.Stream() if req.concurrency > 1 else
+                                    torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            program.run(1)
+        stream.synchronize()
+
+    sampler = None
+    message = None
+    status_oom = False
+    latencies: list[float] = []
+    wall = 0.0
+    try:
+        for _ in range(req.warmup_iterations):
+            run_one()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        if handle is not None:
+            from .sampler import NVMLSampler
+            sampler = NVMLSampler(handle, pid=_own_pid())
+            sampler.start()
+        latencies, wall, _ = _load(req, run_one)
+        torch.cuda.synchronize()
+    except torch.OutOfMemoryError as exc:
+        status_oom = True
+        message = str(exc)[:2000]
+    nv = sampler.stop() if sampler is not None else None
+    stats = torch.cuda.memory_stats()
+    view = DeviceView(
+        baseline_used_bytes=nv.baseline_used_bytes, peak_used_bytes=nv.peak_used_bytes,
+        samples=nv.samples, sample_interval_s=nv.mean_interval_s,
+        max_sample_interval_s=nv.max_interval_s, process_peak_used_bytes=nv.process_peak_bytes,
+        accounting_max_memory_bytes=nvml.accounting_max_memory(handle, _own_pid()),
+        cuda_context_bytes=context, others_changed_bytes=nv.others_changed_bytes,
+    ) if nv is not None else None
+    return ProbeResult(
+        device="cuda", device_name=torch.cuda.get_device_name(index or 0),
+        torch_version=str(torch.__version__), cuda_version=torch.version.cuda,
+        driver_version=inventory.driver_version if inventory.available else None,
+        torch=TorchView(
+            allocated_peak_bytes=stats.get("allocated_bytes.all.peak", 0),
+            reserved_peak_bytes=stats.get("reserved_bytes.all.peak", 0),
+            num_alloc_retries=stats.get("num_alloc_retries", 0),
+            num_ooms=stats.get("num_ooms", 0),
+            inactive_split_peak_bytes=stats.get("inactive_split_bytes.all.peak", 0),
+            weights_bytes=weights, kv_cache_bytes=None),
+        nvml=view, host_peak_rss_bytes=_peak_rss_bytes(),
+        iterations=_iterations(latencies, wall, 1 if status_oom else 0,
+                               units * len(latencies)),
+        outputs_finite=(not status_oom) and (program.outputs_finite() if hasattr(
+            program, "outputs_finite") else True),
+        message=message)
+
+
+def _own_pid() -> int:
+    import os
+    return os.getpid()
+
+
+def measure(req: ProbeRequest, entry_points: dict[str, str]) -> ChildOutcome:
+    """Run the probe in this process (the child) and classify the outcome."""
+    import torch
+
+    result = (_measure_cuda if torch.cuda.is_available() else _measure_cpu)(req, entry_points)
+    if result.message is not None:  # both paths set a message only on out-of-memory
+        return ChildOutcome("oom", result, result.message)
+    if result.nvml is not None and abs(result.nvml.others_changed_bytes) > UNRELIABLE_OTHERS_BYTES:
+        return ChildOutcome("unreliable", result,
+                            f"other processes changed device memory by "
+                            f"{result.nvml.others_changed_bytes} bytes during the measurement")
+    return ChildOutcome("succeeded", result, None)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this child when the agent dies (PR_SET_PDEATHSIG), so a killed agent
+    leaves no probe running on the GPU."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def child_main(request_json: bytes, entry_points: dict[str, str], conn: Connection) -> None:
+    """Entry point of the spawned child: measure, send (status, result JSON, error) back."""
+    _die_with_parent()
+    try:
+        req = msgspec.json.decode(request_json, type=ProbeRequest)
+        outcome = measure(req, entry_points)
+        payload = (outcome.status,
+                   msgspec.json.encode(outcome.result) if outcome.result else None,
+                   outcome.error)
+    except BaseException as exc:  # noqa: BLE001 -- everything becomes a failed result
+        payload = ("failed", None, "".join(traceback.format_exception_only(exc)).strip()[:4000])
+    conn.send(payload)
+    conn.close()

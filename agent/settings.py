@@ -1,0 +1,106 @@
+"""The agent's configuration, from ``VRAMBUDGET_AGENT_*`` environment variables.
+
+Nothing here is taken from a request: tokens, the callback allow-list, the webhook secret and
+the entry points a custom workload may name are the host owner's decisions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["AgentSettings", "AgentSettingsError"]
+
+_ENTRY = re.compile(r"^[A-Za-z0-9_.-]+=[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class AgentSettingsError(ValueError):
+    """A setting the agent cannot run with (the message names the variable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    host: str = "127.0.0.1"
+    port: int = 8100
+    data_dir: Path = Path("./agent-data")
+    """SQLite database of probes, results and the callback outbox."""
+    tokens: tuple[bytes, ...] = ()
+    """Accepted bearer tokens; none configured means every authenticated endpoint answers 401."""
+    callback_allow_list: tuple[str, ...] = ()
+    """Origins or host patterns callbacks may go to; empty: callbacks off."""
+    webhook_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    """HMAC key of the Standard Webhooks signatures (``whsec_...`` or raw)."""
+    entry_points: dict[str, str] = field(default_factory=dict)
+    """name -> ``module:function`` that a custom workload may name."""
+    max_queue: int = 8
+    """Probes waiting per device; beyond, 429 + Retry-After."""
+    retry_after_s: int = 30
+    max_time_limit_s: float = 3600.0
+    max_body_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise AgentSettingsError(f"VRAMBUDGET_AGENT_PORT must be in 0 .. 65535, got "
+                                     f"{self.port}")
+        if not 1 <= self.max_queue <= 10_000:
+            raise AgentSettingsError("VRAMBUDGET_AGENT_MAX_QUEUE must be in 1 .. 10000")
+        if not 1 <= self.max_time_limit_s <= 86_400:
+            raise AgentSettingsError("VRAMBUDGET_AGENT_MAX_TIME_LIMIT_S must be in 1 .. 86400")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> AgentSettings:
+        e = dict(os.environ) if env is None else env
+
+        def get(name: str) -> str | None:
+            value = e.get(f"VRAMBUDGET_AGENT_{name}")
+            return value.strip() if value is not None else None
+
+        tokens: list[bytes] = [t.strip().encode() for t in (get("TOKENS") or "").split(",")
+                               if t.strip()]
+        token_file = get("TOKEN_FILE")
+        if token_file:
+            try:
+                lines = Path(token_file).read_text().splitlines()
+            except OSError as exc:
+                raise AgentSettingsError(f"VRAMBUDGET_AGENT_TOKEN_FILE: {exc}") from None
+            tokens += [line.strip().encode() for line in lines
+                       if line.strip() and not line.startswith("#")]
+        entries: dict[str, str] = {}
+        for item in (get("ENTRY_POINTS") or "").split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if not _ENTRY.match(item):
+                raise AgentSettingsError(f"VRAMBUDGET_AGENT_ENTRY_POINTS: {item!r} is not "
+                                         "name=module:function")
+            name, target = item.split("=", 1)
+            entries[name] = target
+        kwargs: dict[str, object] = {
+            "tokens": tuple(tokens),
+            "entry_points": entries,
+            "callback_allow_list": tuple(x.strip() for x in (get("CALLBACK_ALLOW") or "")
+                                         .split(",") if x.strip()),
+        }
+        if get("HOST"):
+            kwargs["host"] = get("HOST")
+        if get("DATA_DIR"):
+            kwargs["data_dir"] = Path(get("DATA_DIR") or ".")
+        secret = get("WEBHOOK_SECRET")
+        if secret:
+            kwargs["webhook_secret"] = secret.encode()
+        for name, key, kind in (("PORT", "port", int), ("MAX_QUEUE", "max_queue", int),
+                                ("RETRY_AFTER_S", "retry_after_s", int),
+                                ("MAX_TIME_LIMIT_S", "max_time_limit_s", float),
+                                ("MAX_BODY_BYTES", "max_body_bytes", int)):
+            raw = get(name)
+            if raw is None:
+                continue
+            try:
+                kwargs[key] = kind(raw)
+            except ValueError:
+                raise AgentSettingsError(f"VRAMBUDGET_AGENT_{name} must be a number, got "
+                                         f"{raw!r}") from None
+        return cls(**kwargs)  # type: ignore[arg-type]
