@@ -44,3 +44,18 @@ def test_every_component_is_documented():
 
     for member in Component:
         assert member.__doc__ and member.__doc__ != Component.__doc__, member
+
+
+def test_agent_process_never_imports_torch():
+    """The agent creates no CUDA context: torch lives only in the spawned probe children."""
+    code = ("import sys; from agent.api import create_agent_app; "
+            "from agent.settings import AgentSettings; create_agent_app(AgentSettings()); "
+            "assert 'torch' not in sys.modules, 'agent imported torch'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_torch_only_below_workloads_trace_and_probe():
+    allowed = {ROOT / "agent" / "probe.py"}
+    for path in (ROOT / "agent").rglob("*.py"):
+        if path not in allowed:
+            assert "torch" not in imported(path), path
