@@ -225,7 +225,7 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
     row = await asyncio.to_thread(store.get_probe, probe_id)
     request = msgspec.json.decode(row.request, type=ProbeRequest)
     process = ProbeProcess(row.request.encode(), dict(st.settings.entry_points),
-                           request.time_limit_s)
+                           request.time_limit_s, _sampler_factory(st, row.device_key))
     st.running[probe_id] = process
     try:
         await asyncio.to_thread(process.start)
@@ -240,6 +240,16 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
                             result_json, callback, outcome.error)
     if callback is not None:
         st.deliverer.wake()
+
+
+def _sampler_factory(st: AgentState, key: str) -> Any:
+    """NVML sampling of a CUDA probe's load phase, from this process (see runner.py)."""
+    if not key.startswith("cuda:"):
+        return None
+    from .sampler import NVMLSampler
+
+    handle, _ = nvml.resolve_device(int(key.split(":", 1)[1]))
+    return lambda pid: NVMLSampler(handle, pid=pid)
 
 
 def _callback(st: AgentState, probe_id: str, cb: Callback | None, status: str, now: float,

@@ -22,9 +22,16 @@ from typing import Any
 
 import msgspec
 
-from .spec import CustomWorkload, DeviceView, Iteration, ProbeRequest, ProbeResult, TorchView
+from .spec import (
+    CustomWorkload,
+    DeviceView,
+    Iteration,
+    ProbeRequest,
+    ProbeResult,
+    TorchView,
+)
 
-__all__ = ["UNRELIABLE_OTHERS_BYTES", "ChildOutcome", "child_main", "measure"]
+__all__ = ["UNRELIABLE_OTHERS_BYTES", "ChildOutcome", "child_main", "classify", "measure"]
 
 # Other processes changing device memory by more than this during the measurement make the NVML
 # view meaningless for this probe (status unreliable).
@@ -115,7 +122,8 @@ def _load(req: ProbeRequest, run_one: Callable[[], None]) -> tuple[list[float], 
     return latencies, wall, 0
 
 
-def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str]) -> ProbeResult:
+def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
+                 notify: Callable[[tuple[str, Any]], None]) -> ProbeResult:
     import torch
 
     from service.trace.recorder import Recorder
@@ -131,6 +139,7 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str]) -> ProbeResult
             program.run(1)
 
     state = {"phase": "load"}
+    notified = False
     try:
         with recorder.recording():
             program = _program(req, entry_points, recorder, device)
@@ -140,8 +149,13 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str]) -> ProbeResult
             run_one()
         recorder.reset_peak()
         state["phase"] = "load"
+        notify(("load_start", _own_pid()))
+        notified = True
         latencies, wall, errors = _load(req, run_one)
+        notify(("load_end", None))
     except torch.OutOfMemoryError as exc:
+        if notified:
+            notify(("load_end", None))
         kv = _component_peak(recorder, "kv_cache")
         return ProbeResult(
             device="cpu", device_name="cpu", torch_version=str(torch.__version__),
@@ -171,7 +185,8 @@ def _component_peak(recorder: Any, component: str) -> int:
     return replay(recorder.trace).component_peaks.get(component, 0)
 
 
-def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str]) -> ProbeResult:
+def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
+                  notify: Callable[[tuple[str, Any]], None]) -> ProbeResult:
     import torch
 
     from service.workloads.marks import Marks
@@ -208,7 +223,6 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str]) -> ProbeResul
             program.run(1)
         stream.synchronize()
 
-    sampler = None
     message = None
     status_oom = False
     latencies: list[float] = []
@@ -218,24 +232,23 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str]) -> ProbeResul
             run_one()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        if handle is not None:
-            from .sampler import NVMLSampler
-            sampler = NVMLSampler(handle, pid=_own_pid())
-            sampler.start()
+        # The agent (parent) samples NVML during the load phase: a sampler thread in this
+        # process would compete for the GIL with the load threads and miss its 10 ms.
+        notify(("load_start", _own_pid()))
         latencies, wall, _ = _load(req, run_one)
         torch.cuda.synchronize()
     except torch.OutOfMemoryError as exc:
         status_oom = True
         message = str(exc)[:2000]
-    nv = sampler.stop() if sampler is not None else None
+    finally:
+        notify(("load_end", None))
     stats = torch.cuda.memory_stats()
-    view = DeviceView(
-        baseline_used_bytes=nv.baseline_used_bytes, peak_used_bytes=nv.peak_used_bytes,
-        samples=nv.samples, sample_interval_s=nv.mean_interval_s,
-        max_sample_interval_s=nv.max_interval_s, process_peak_used_bytes=nv.process_peak_bytes,
+    view = DeviceView(  # the sampler's fields are filled in by the parent (runner.py)
+        baseline_used_bytes=baseline or 0, peak_used_bytes=0, samples=0, sample_interval_s=0.0,
+        max_sample_interval_s=0.0, process_peak_used_bytes=None,
         accounting_max_memory_bytes=nvml.accounting_max_memory(handle, _own_pid()),
-        cuda_context_bytes=context, others_changed_bytes=nv.others_changed_bytes,
-    ) if nv is not None else None
+        cuda_context_bytes=context, others_changed_bytes=0, others_visible=False,
+    ) if handle is not None else None
     return ProbeResult(
         device="cuda", device_name=torch.cuda.get_device_name(index or 0),
         torch_version=str(torch.__version__), cuda_version=torch.version.cuda,
@@ -260,18 +273,32 @@ def _own_pid() -> int:
     return os.getpid()
 
 
-def measure(req: ProbeRequest, entry_points: dict[str, str]) -> ChildOutcome:
-    """Run the probe in this process (the child) and classify the outcome."""
+def _ignore(message: tuple[str, Any]) -> None:
+    pass
+
+
+def measure(req: ProbeRequest, entry_points: dict[str, str],
+            notify: Callable[[tuple[str, Any]], None] = _ignore) -> ChildOutcome:
+    """Run the probe in this process (the child) and classify the outcome; ``notify`` tells
+    the parent when the load phase starts and ends."""
     import torch
 
-    result = (_measure_cuda if torch.cuda.is_available() else _measure_cpu)(req, entry_points)
+    run = _measure_cuda if torch.cuda.is_available() else _measure_cpu
+    result = run(req, entry_points, notify)
     if result.message is not None:  # both paths set a message only on out-of-memory
         return ChildOutcome("oom", result, result.message)
-    if result.nvml is not None and abs(result.nvml.others_changed_bytes) > UNRELIABLE_OTHERS_BYTES:
-        return ChildOutcome("unreliable", result,
-                            f"other processes changed device memory by "
-                            f"{result.nvml.others_changed_bytes} bytes during the measurement")
     return ChildOutcome("succeeded", result, None)
+
+
+def classify(status: str, result: ProbeResult | None) -> tuple[str, str | None]:
+    """After the parent merged its NVML samples: a measurement during which other processes
+    changed device memory by more than ``UNRELIABLE_OTHERS_BYTES`` is ``unreliable``."""
+    nv = result.nvml if result is not None else None
+    if status == "succeeded" and nv is not None and nv.others_visible and (
+            abs(nv.others_changed_bytes) > UNRELIABLE_OTHERS_BYTES):
+        return "unreliable", (f"other processes changed device memory by "
+                              f"{nv.others_changed_bytes} bytes during the measurement")
+    return status, None
 
 
 def _die_with_parent() -> None:
@@ -292,7 +319,7 @@ def child_main(request_json: bytes, entry_points: dict[str, str], conn: Connecti
     _die_with_parent()
     try:
         req = msgspec.json.decode(request_json, type=ProbeRequest)
-        outcome = measure(req, entry_points)
+        outcome = measure(req, entry_points, conn.send)
         payload = (outcome.status,
                    msgspec.json.encode(outcome.result) if outcome.result else None,
                    outcome.error)

@@ -9,9 +9,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from .probe import child_main
+import msgspec
+
+from .probe import child_main, classify
+from .spec import ProbeResult
 
 __all__ = ["ChildResult", "ProbeProcess"]
 
@@ -30,8 +35,14 @@ class ChildResult:
 class ProbeProcess:
     """One child process running one probe. ``wait()`` blocks (run it in a thread)."""
 
-    def __init__(self, request_json: bytes, entry_points: dict[str, str], time_limit_s: float
-                 ) -> None:
+    def __init__(self, request_json: bytes, entry_points: dict[str, str], time_limit_s: float,
+                 sampler_factory: Callable[[int], Any] | None = None) -> None:
+        """``sampler_factory(pid)`` returns an NVML sampler (``start()``/``stop()``) for the
+        child's load phase; it runs here, in the agent, which does no work of its own, so its
+        polls are not starved by the workload's threads."""
+        self._sampler_factory = sampler_factory
+        self._sampler: Any = None
+        self._samples: Any = None
         ctx = mp.get_context("spawn")
         self._recv, send = ctx.Pipe(duplex=False)
         self._process = ctx.Process(target=child_main, args=(request_json, entry_points, send),
@@ -75,7 +86,11 @@ class ProbeProcess:
                     ready = True
                 if ready:
                     try:
-                        status, result_json, error = self._recv.recv()
+                        message = self._recv.recv()
+                        if len(message) == 2:  # ("load_start", pid) / ("load_end", None)
+                            self._phase(*message)
+                            continue
+                        status, result_json, error = message
                     except (EOFError, OSError):
                         self._process.join(_KILL_GRACE_S)
                         return ChildResult("failed", None, f"probe process exited with code "
@@ -83,6 +98,35 @@ class ProbeProcess:
                     self._process.join(_KILL_GRACE_S)
                     if self._process.is_alive():
                         self._stop()
-                    return ChildResult(status, result_json, error)
+                    return self._merge(status, result_json, error)
         finally:
+            self._end_sampling()
             self._recv.close()
+
+    def _phase(self, name: str, pid: int | None) -> None:
+        if name == "load_start" and self._sampler_factory is not None and pid is not None:
+            self._sampler = self._sampler_factory(pid)
+            self._sampler.start()
+        elif name == "load_end":
+            self._end_sampling()
+
+    def _end_sampling(self) -> None:
+        if self._sampler is not None:
+            self._samples = self._sampler.stop()
+            self._sampler = None
+
+    def _merge(self, status: str, result_json: bytes | None, error: str | None) -> ChildResult:
+        """Put the parent's NVML samples into the child's device view, then classify."""
+        if result_json is None:
+            return ChildResult(status, None, error)
+        result = msgspec.json.decode(result_json, type=ProbeResult)
+        nv, s = result.nvml, self._samples
+        if nv is not None and s is not None:
+            result = msgspec.structs.replace(result, nvml=msgspec.structs.replace(
+                nv, baseline_used_bytes=s.baseline_used_bytes, peak_used_bytes=s.peak_used_bytes,
+                samples=s.samples, sample_interval_s=s.mean_interval_s,
+                max_sample_interval_s=s.max_interval_s,
+                process_peak_used_bytes=s.process_peak_bytes,
+                others_changed_bytes=s.others_changed_bytes, others_visible=s.others_visible))
+        status, why = classify(status, result)
+        return ChildResult(status, msgspec.json.encode(result), why or error)

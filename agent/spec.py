@@ -121,7 +121,10 @@ class DeviceView(_Wire, kw_only=True):
     cuda_context_bytes: int
     """Device used after the CUDA context was created, minus the baseline."""
     others_changed_bytes: int
-    """Memory other processes gained or released during the measurement."""
+    """Largest change of other processes' device memory during the measurement."""
+    others_visible: bool
+    """Whether NVML told this process's memory apart from the others' on every poll (false in
+    a PID namespace: then ``others_changed_bytes`` proves nothing)."""
 
 
 class Iteration(_Wire, kw_only=True):
