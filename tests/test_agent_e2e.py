@@ -59,7 +59,7 @@ class _Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
                 self.send_response(204)
