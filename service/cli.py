@@ -3,6 +3,7 @@
     vrambudget serve [--host 127.0.0.1] [--port 8000]
     vrambudget estimate --model llama-3.1-8b --batch 4 --prompt 2048 --generate 512 --gpu h100-sxm5-80gb
     vrambudget estimate --file workload.json        # a BudgetRequest or a single workload
+    vrambudget estimate --model qwen2.5-0.5b --method trace   # the trace tier, in-process
     vrambudget openapi > openapi/service.json
 """
 
@@ -12,6 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
@@ -21,9 +23,13 @@ __all__ = ["main"]
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from service.api.app import Settings, create_app
+    from service.api.app import Settings, SettingsError, create_app
 
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     host = args.host or settings.host
     port = args.port or settings.port
     uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level,
@@ -58,6 +64,9 @@ def _request_from_args(args: argparse.Namespace) -> object:
         workload.update(micro_batch_size=args.batch, sequence_length=args.prompt,
                         checkpointing=args.checkpointing)
     request: dict[str, object] = {"workloads": [workload]}
+    if args.iterations is not None or args.expandable_segments:
+        request["trace"] = {"iterations": args.iterations or 2,
+                            "expandable_segments": args.expandable_segments}
     if args.gpu:
         request["device"] = {"source": "catalog", "id": args.gpu}
     return msgspec.convert(request, BudgetRequest)
@@ -70,12 +79,20 @@ def _estimate(args: argparse.Namespace) -> int:
 
     try:
         req = _request_from_args(args)
-        budget = estimate(req.workloads, req.device, req.headroom)  # type: ignore[attr-defined]
-    except (msgspec.ValidationError, BudgetError) as exc:
+        if args.method:
+            req = msgspec.structs.replace(req, method=args.method)  # type: ignore[type-var]
+        if req.method == "trace":  # type: ignore[attr-defined]
+            budget = _trace_engine()(req)
+        else:
+            budget = estimate(req.workloads, req.device, req.headroom)  # type: ignore[attr-defined]
+    except (msgspec.ValidationError, BudgetError, _NoTraceTier) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(budget).decode()) + "\n")
+        from service.api.tracing import encode_answer
+
+        # (msgspec.json.encode refuses str subclasses such as torch.__version__)
+        sys.stdout.write(msgspec.json.format(encode_answer(budget).decode()) + "\n")
         return 0
     for w in budget.workloads:
         params = f"{w.num_params:,} params" if w.num_params else ""
@@ -98,9 +115,40 @@ def _estimate(args: argparse.Namespace) -> int:
               f"-> {verdict} ({format_bytes(abs(free))} {'free' if free >= 0 else 'short'})")
     print(f"\nhost RAM per host: {format_bytes(budget.host_ram.total_bytes)}; "
           f"disk: {format_bytes(budget.disk.total_bytes)}")
+    if budget.trace:
+        t = budget.trace
+        print(f"trace: peak allocated {format_bytes(t.peak_allocated_bytes)}, peak reserved "
+              f"{format_bytes(t.peak_reserved_bytes)} at {t.peak_phase} (iteration "
+              f"{t.peak_iteration} of {t.iterations}), {t.num_events:,} allocator events, "
+              f"torch {t.torch_version}")
     for warning in budget.warnings:
         print(f"warning: {warning}")
     return 0
+
+
+class _NoTraceTier(Exception):
+    """The trace tier cannot run in this process (not installed, or a bad entry point)."""
+
+
+def _trace_engine() -> Any:
+    """The trace engine, run in this process (the service runs it in a worker pool): the
+    function named by VRAMBUDGET_TRACE_ENTRY, default service.trace.engine:trace_budget."""
+    import os
+
+    from service.api.tracing import (
+        DEFAULT_ENTRY,
+        ENTRY_PATTERN,
+        INSTALL_HINT,
+        load_entry,
+    )
+
+    entry = os.environ.get("VRAMBUDGET_TRACE_ENTRY", DEFAULT_ENTRY).strip()
+    if not ENTRY_PATTERN.match(entry):
+        raise _NoTraceTier(f"VRAMBUDGET_TRACE_ENTRY must be 'module:function', got {entry!r}")
+    try:
+        return load_entry(entry)
+    except ImportError as exc:
+        raise _NoTraceTier(f"{INSTALL_HINT} ({exc})") from None
 
 
 def _openapi(_: argparse.Namespace) -> int:
@@ -138,6 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     est.add_argument("--zero", type=int, default=0)
     est.add_argument("--gpu", help="catalog GPU id (see GET /v1/gpus)")
     est.add_argument("--json", action="store_true", help="print the JSON budget")
+    est.add_argument("--method", choices=["analytic", "trace"],
+                     help="analytic formulas (default) or the trace tier, run in this process "
+                          "(needs vrambudget[trace]); overrides the method of a --file request")
+    est.add_argument("--iterations", type=int, help="trace: steps traced (2 .. 8, default 2)")
+    est.add_argument("--expandable-segments", action="store_true",
+                     help="trace: replay with expandable_segments:True")
     est.set_defaults(func=_estimate)
     oa = sub.add_parser("openapi", help="print the OpenAPI document")
     oa.set_defaults(func=_openapi)

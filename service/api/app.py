@@ -25,10 +25,26 @@ from service.budget.spec import BudgetRequest
 
 from .openapi import patch_openapi
 from .problems import Problem, exception_handlers
+from .tracing import DEFAULT_ENTRY, ENTRY_PATTERN, TracePool
 
-__all__ = ["Settings", "create_app"]
+__all__ = ["Settings", "SettingsError", "create_app"]
 
 VERSION = "0.1.0"
+
+
+class SettingsError(ValueError):
+    """A setting (usually an environment variable) with a value the service cannot run with."""
+
+
+# field -> (environment variable, smallest, largest) of the numeric settings
+_LIMITS: dict[str, tuple[str, float, float]] = {
+    "port": ("VRAMBUDGET_PORT", 0, 65535),
+    "max_body_bytes": ("VRAMBUDGET_MAX_BODY_BYTES", 1, 1 << 40),
+    "trace_workers": ("VRAMBUDGET_TRACE_WORKERS", 1, 256),
+    "trace_time_limit_s": ("VRAMBUDGET_TRACE_TIME_LIMIT_S", 0.1, 86400),
+    "trace_max_pending": ("VRAMBUDGET_TRACE_MAX_PENDING", 1, 1 << 16),
+    "trace_cache_entries": ("VRAMBUDGET_TRACE_CACHE_ENTRIES", 0, 1 << 24),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +52,47 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     max_body_bytes: int = 1 << 20
+    trace_workers: int = 1
+    """Worker processes running traces (each imports torch: ~1 s to start, some 100s of MiB)."""
+    trace_time_limit_s: float = 60.0
+    """A trace running longer is stopped (its worker killed) and answered 422."""
+    trace_max_pending: int = 4
+    """Distinct traces running or waiting; beyond, 503 + Retry-After."""
+    trace_cache_entries: int = 256
+    """Trace answers kept (LRU by the canonical request hash); 0 disables the cache."""
+    trace_entry: str = DEFAULT_ENTRY
+    """The engine, as ``module:function`` taking a BudgetRequest and returning a Budget."""
+
+    def __post_init__(self) -> None:
+        for name, (env, lo, hi) in _LIMITS.items():
+            value = getattr(self, name)
+            if not lo <= value <= hi:  # NaN fails too
+                raise SettingsError(f"{env} (setting {name}) must be in {lo:g} .. {hi:g}, "
+                                    f"got {value!r}")
+        if not ENTRY_PATTERN.match(self.trace_entry):
+            raise SettingsError(f"VRAMBUDGET_TRACE_ENTRY (setting trace_entry) must be "
+                                f"'module:function', e.g. {DEFAULT_ENTRY!r}; "
+                                f"got {self.trace_entry!r}")
 
     @classmethod
     def from_env(cls) -> Settings:
+        """Settings from ``VRAMBUDGET_*`` environment variables; a bad value raises
+        :class:`SettingsError` naming the variable, so the service refuses to start."""
         default = cls()
-        return cls(
-            host=os.environ.get("VRAMBUDGET_HOST", default.host),
-            port=int(os.environ.get("VRAMBUDGET_PORT", default.port)),
-            max_body_bytes=int(os.environ.get("VRAMBUDGET_MAX_BODY_BYTES",
-                                              default.max_body_bytes)),
-        )
+        values: dict[str, Any] = {}
+        for name in ("host", "port", "max_body_bytes", "trace_workers", "trace_time_limit_s",
+                     "trace_max_pending", "trace_cache_entries", "trace_entry"):
+            env = _LIMITS[name][0] if name in _LIMITS else f"VRAMBUDGET_{name.upper()}"
+            raw = os.environ.get(env)
+            if raw is None:
+                continue
+            kind = type(getattr(default, name))
+            try:
+                values[name] = kind(raw.strip()) if kind is not str else raw.strip()
+            except ValueError:
+                article = "a number" if kind is float else "an integer"
+                raise SettingsError(f"{env} must be {article}, got {raw!r}") from None
+        return cls(**values)
 
 
 class ModelSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,6 +136,25 @@ _PROBLEMS = {
         422: "Invalid request: the field path and the allowed range are named",
     }.items()
 }
+_BUDGET_PROBLEMS = {
+    **_PROBLEMS,
+    422: ResponseSpec(
+        data_container=Problem, media_type="application/problem+json",
+        description="Invalid request: the field path and the allowed range are named "
+                    "(`.../problems/validation`); a workload that cannot be realised "
+                    "(`.../problems/invalid-workload`, also a workload the trace tier does not "
+                    "run); or, with `method: trace`, a trace that ran past the time limit "
+                    "(`.../problems/trace-time-limit`)"),
+    501: ResponseSpec(
+        data_container=Problem, media_type="application/problem+json",
+        description="`method: trace` on a server without the trace tier "
+                    "(`.../problems/trace-unavailable`)"),
+    503: ResponseSpec(
+        data_container=Problem, media_type="application/problem+json",
+        description="`method: trace` only: as many traces as allowed are running or waiting "
+                    "(`.../problems/trace-busy`, with `Retry-After`), or the worker died while "
+                    "tracing, e.g. killed for memory (`.../problems/trace-worker-died`)"),
+}
 
 
 T = TypeVar("T")
@@ -98,7 +164,9 @@ _ENCODER = msgspec.json.Encoder()
 class AnswerCache:
     """Encoded answers by exact request body. The answer is a pure function of the body (the
     catalogs are fixed at start-up), so a repeated request -- a catalog page calling on every
-    view -- is served without decoding or computing. Bounded LRU; errors are never cached."""
+    view -- is served without decoding or computing. Bounded LRU; errors are never cached.
+    Each app also keeps one for trace answers, keyed by the canonical request hash
+    (``("trace", sha256)``, see tracing.py) and sized by ``trace_cache_entries``."""
 
     def __init__(self, max_entries: int) -> None:
         self._entries: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
@@ -168,14 +236,22 @@ def _summary(model_id: str) -> ModelSummary:
 
 
 @post("/v1/budgets", status_code=200, tags=["budgets"], summary="Budget a workload",
-      responses=_PROBLEMS)
+      responses=_BUDGET_PROBLEMS)
 async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     """Component-wise memory budget per device (one line per component at the peak phase),
-    plus host RAM and disk, for co-located workloads on one device type."""
+    plus host RAM and disk, for co-located workloads on one device type.
+
+    `method: analytic` (default) answers in microseconds. `method: trace` runs the workload's
+    PyTorch code on fake tensors in a worker process (seconds, bounded by the server's time
+    limit); its answers are cached by the canonical request, and identical requests in flight
+    share one trace."""
     body = await request.body()
     cached = _ANSWERS.get(("budgets", body))
     if cached is None:
         data = decode_body(body, BudgetRequest)
+        if data.method == "trace":
+            pool: TracePool = request.app.state.trace_pool
+            return Response(content=await pool.answer(data), media_type="application/json")
         cached = _ANSWERS.put(("budgets", body),
                               _ENCODER.encode(estimate(data.workloads, data.device,
                                                        data.headroom)))
@@ -249,8 +325,22 @@ def create_app(settings: Settings | None = None) -> Litestar:
             path="/schema",
             render_plugins=[ScalarRenderPlugin()],
         ),
-        on_startup=[patch_openapi],
+        on_startup=[patch_openapi, _open_trace_pool],
+        on_shutdown=[_close_trace_pool],
         debug=False,
     )
+    # Workers start on the first trace request, not here (see service/api/tracing.py).
+    app.state.trace_pool = TracePool(
+        entry=settings.trace_entry, workers=settings.trace_workers,
+        time_limit_s=settings.trace_time_limit_s, max_pending=settings.trace_max_pending,
+        cache=AnswerCache(settings.trace_cache_entries))
     return app
+
+
+def _open_trace_pool(app: Litestar) -> None:
+    app.state.trace_pool.open()
+
+
+async def _close_trace_pool(app: Litestar) -> None:
+    await app.state.trace_pool.close()
 

@@ -58,6 +58,12 @@ def patch_openapi(app: Litestar) -> None:
                 # for malformed JSON and 422 for invalid values, both problem+json.
                 responses["400"] = {"description": "Malformed JSON", "content": {
                     "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+    busy = document["paths"]["/v1/budgets"]["post"]["responses"].get("503")
+    if busy is not None:  # ResponseSpec cannot declare headers
+        busy["headers"] = {"Retry-After": {
+            "description": "Seconds after which a retry is likely to find a free trace slot "
+                           "(sent with `.../problems/trace-busy`).",
+            "required": False, "schema": {"type": "integer", "minimum": 1}}}
     bodies = {"/v1/budgets": "BudgetRequest", "/v1/fits": "FitRequest"}
     for path, name in bodies.items():  # the handlers decode the raw body strictly themselves
         document["paths"][path]["post"]["requestBody"] = {

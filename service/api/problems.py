@@ -12,6 +12,15 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from service.budget.errors import BudgetError, InvalidWorkload, UnknownGPU, UnknownModel
 
+from .tracing import (
+    TIME_LIMIT_ENV,
+    TraceBusy,
+    TraceError,
+    TraceTimeLimit,
+    TraceUnavailable,
+    TraceWorkerDied,
+)
+
 __all__ = ["PROBLEM_MEDIA_TYPE", "Problem", "ProblemError", "exception_handlers"]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -147,6 +156,45 @@ def _budget_error(request: Request[Any, Any, Any], exc: BudgetError) -> Response
     return _problem(request, 422, "Invalid request", str(exc))
 
 
+_TRACE = "https://vrambudget.dev/problems/"
+
+
+def _trace_error(request: Request[Any, Any, Any], exc: TraceError) -> Response[Any]:
+    match exc:
+        case TraceTimeLimit():
+            return _problem(
+                request, 422, "Trace time limit exceeded",
+                f"the trace did not finish within the {exc.limit_s:g} s limit, so its worker "
+                f"was stopped. Ask with \"method\": \"analytic\" (closed-form, microseconds), "
+                f"trace a smaller workload, or raise the limit with {TIME_LIMIT_ENV}.",
+                type_=_TRACE + "trace-time-limit")
+        case TraceBusy():
+            return _problem(
+                request, 503, "Trace workers busy",
+                f"the trace pool is full: {exc.max_pending} running or waiting, the most "
+                f"VRAMBUDGET_TRACE_MAX_PENDING allows. Retry after {exc.retry_after_s} s, or ask "
+                f"with \"method\": \"analytic\".",
+                type_=_TRACE + "trace-busy", headers={"Retry-After": str(exc.retry_after_s)})
+        case TraceWorkerDied():
+            cause = exc.reason or (f"killed by signal {-exc.exitcode}"
+                                   if exc.exitcode is not None and exc.exitcode < 0
+                                   else f"exit code {exc.exitcode}")
+            return _problem(
+                request, 503, "Trace worker died",
+                f"the trace worker died while tracing this workload ({cause}; a worker killed "
+                f"for memory looks like this). A new worker has taken its place; if this workload "
+                f"itself exhausted the memory, a retry fails the same way: ask with "
+                f"\"method\": \"analytic\" or trace a smaller workload.",
+                type_=_TRACE + "trace-worker-died")
+        case TraceUnavailable(temporary=True):
+            return _problem(request, 503, "Trace tier unavailable", exc.reason,
+                            type_=_TRACE + "trace-unavailable", headers={"Retry-After": "1"})
+        case TraceUnavailable():
+            return _problem(request, 501, "Trace tier not available", exc.reason,
+                            type_=_TRACE + "trace-unavailable")
+    return _internal(request, exc)
+
+
 def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     # Keep the exception's headers (405 carries ``Allow``, RFC 9110 §15.5.6).
     return _problem(request, exc.status_code, _title(exc.status_code), str(exc.detail),
@@ -174,6 +222,7 @@ def _not_found(request: Request[Any, Any, Any], exc: NotFoundException) -> Respo
 exception_handlers: dict[Any, Any] = {
     ValidationException: _validation,
     BudgetError: _budget_error,
+    TraceError: _trace_error,
     NotFoundException: _not_found,
     HTTPException: _http,
     Exception: _internal,
