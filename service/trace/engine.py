@@ -8,6 +8,8 @@ hardware fixes (CUDA context, NCCL buffers) keeps the analytic tier's cited defa
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -92,12 +94,29 @@ def trace_workload(w: InferenceWorkload | TrainingWorkload, *, iterations: int =
         statics_for(w, arch)  # the layout checks of the analytic tier
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
+    _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     with FakeTensorMode(), kernels.emulation(), recorder.recording():
         program = prepare(w, arch, recorder, torch.device("cpu"))
         program.run(iterations)
         del program
     return replay(recorder.trace, expandable_segments=expandable_segments)
+
+
+def _check_positions(w: InferenceWorkload | TrainingWorkload, arch: Any, field: str) -> None:
+    """Learned position embeddings (GPT-2, BERT) have a row per position: a longer sequence
+    cannot run at all."""
+    table = next((g for g in arch.embeddings if g.name in ("wpe", "position_embeddings")), None)
+    if table is None:
+        return
+    if isinstance(w, TrainingWorkload):
+        name, tokens = "sequence_length", w.sequence_length
+    else:
+        name, tokens = "prompt_tokens", w.context_tokens
+    if tokens > table.rows:
+        raise InvalidWorkload(f"{field}.{name}", f"needs {tokens} positions; the model's learned "
+                              f"position embeddings have {table.rows} (prompt + generated "
+                              "tokens must fit)")
 
 
 def _line(c: Component, value: int, formula: str, source: str,
@@ -116,7 +135,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     analytic = estimate(request.workloads, request.device, request.headroom)
     ctx = resolve_device(request.device)
     workspaces = gemm_workspaces(ctx)
-    source = _SOURCE.format(version=torch.__version__)
+    source = _SOURCE.format(version=str(torch.__version__))
     values = {c: 0 for c in Component}
     parts: dict[Component, list[tuple[str, int]]] = {}
     summary: TraceSummary | None = None
@@ -153,7 +172,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 timeline=tuple(TracePoint(iteration=it, phase=ph, allocated_bytes=a,
                                           reserved_bytes=rs) for it, ph, a, rs in r.timeline),
                 modelled=MODELLED,
-                torch_version=torch.__version__,
+                torch_version=str(torch.__version__),
             )
     # Non-torch overheads keep the analytic tier's cited defaults (context per process, NCCL).
     values[C.CUDA_CONTEXT] = analytic_values[C.CUDA_CONTEXT]

@@ -133,7 +133,9 @@ class _Ops:
 
     def weight(self, bank: _Bank, name: str) -> torch.Tensor:
         w: torch.Tensor = getattr(bank, name)
-        if not self.plan.autocast or w.dtype == self.plan.compute_dtype:
+        # Parameters stored in another dtype than the compute dtype (autocast, or e.g. fp32
+        # weights with fp16 compute) are cast at use, once per forward, as torch.autocast does.
+        if w.dtype == self.plan.compute_dtype or not w.is_floating_point():
             return w
         key = id(w)
         cached = self.cast_cache.get(key)
@@ -259,7 +261,7 @@ class TransformerModel(nn.Module):
         inv = 1.0 / torch.pow(10000.0, steps / dim)  # RoPE base 10000 (values only)
         pos = torch.arange(start, start + s, dtype=torch.float32, device=device)
         freqs = torch.outer(pos, inv)
-        emb = torch.cat((freqs, freqs), dim=-1)
+        emb = torch.cat((freqs, freqs), dim=-1)[..., :dim]  # odd head dims: one extra column
         return emb.cos().to(e), emb.sin().to(e)
 
     # ------------------------------------------------------------------------- attention --
