@@ -9,9 +9,8 @@ import msgspec
 from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 
-from service.api.openapi import _refs
+from service.api.openapi import install_components
 from service.api.problems import Problem
-from service.budget.spec import SCHEMA_RULES
 
 __all__ = ["agent_openapi_document"]
 
@@ -62,20 +61,7 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
         metrics["responses"]["200"]["content"] = {
             "text/plain": {"schema": {"type": "string"},
                            "x-format": "Prometheus text exposition format 0.0.4"}}
-    for name, rules in SCHEMA_RULES.items():
-        if name in components:
-            components[name] = {**components[name], "allOf": rules}
-    schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    schemas.update(components)
-    used: set[str] = set()
-    _refs(paths, used)
-    _refs(components, used)
-    for name in list(schemas):
-        if name not in used:
-            del schemas[name]
-    missing = used - set(schemas)
-    if missing:
-        raise RuntimeError(f"OpenAPI references without schemas: {sorted(missing)}")
+    install_components(document, components)
     document["components"]["securitySchemes"] = {"bearer": {
         "type": "http", "scheme": "bearer",
         "description": "A token from VRAMBUDGET_AGENT_TOKENS / VRAMBUDGET_AGENT_TOKEN_FILE."}}
@@ -83,5 +69,4 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
         for operation in item.values():
             if isinstance(operation, dict):
                 operation["security"] = [] if path == "/healthz" else [{"bearer": []}]
-    document["x-schemas-from"] = "msgspec"
     return document

@@ -18,7 +18,7 @@ from service.budget.spec import SCHEMA_RULES, BudgetRequest
 
 from .problems import Problem
 
-__all__ = ["WIRE_TYPES", "openapi_document", "patch_openapi"]
+__all__ = ["WIRE_TYPES", "install_components", "openapi_document", "patch_openapi"]
 
 
 def _wire_types() -> list[Any]:
@@ -41,6 +41,26 @@ def _refs(node: Any, found: set[str]) -> None:
     elif isinstance(node, list):
         for v in node:
             _refs(v, found)
+
+
+def install_components(document: dict[str, Any], components: dict[str, Any]) -> None:
+    """Put msgspec's schemas (with the cross-field rules) into ``document``, drop the ones no
+    path uses, and fail on a reference without a schema. Shared with the agent's document."""
+    for name, rules in SCHEMA_RULES.items():
+        if name in components:
+            components[name] = {**components[name], "allOf": rules}
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas.update(components)
+    used: set[str] = set()
+    _refs(document.get("paths", {}), used)
+    _refs(components, used)
+    for name in list(schemas):
+        if name not in used:
+            del schemas[name]
+    missing = used - set(schemas)
+    if missing:
+        raise RuntimeError(f"OpenAPI references without schemas: {sorted(missing)}")
+    document["x-schemas-from"] = "msgspec"
 
 
 def patch_openapi(app: Litestar) -> None:
@@ -75,20 +95,7 @@ def patch_openapi(app: Litestar) -> None:
         metrics["responses"]["200"]["content"] = {
             "text/plain": {"schema": {"type": "string"},
                            "x-format": "Prometheus text exposition format 0.0.4"}}
-    for name, rules in SCHEMA_RULES.items():
-        components[name] = {**components[name], "allOf": rules}
-    schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    schemas.update(components)
-    used: set[str] = set()
-    _refs(document.get("paths", {}), used)
-    _refs(components, used)
-    for name in list(schemas):
-        if name not in used:
-            del schemas[name]
-    missing = used - set(schemas)
-    if missing:
-        raise RuntimeError(f"OpenAPI references without schemas: {sorted(missing)}")
-    document["x-schemas-from"] = "msgspec"
+    install_components(document, components)
 
 
 def openapi_document(app: Litestar) -> dict[str, Any]:
