@@ -159,6 +159,13 @@ def _openapi(_: argparse.Namespace) -> int:
     return 0
 
 
+def _agent(args: argparse.Namespace) -> int:
+    from agent.__main__ import main as agent_main
+
+    agent_main(["openapi"] if args.action == "openapi" else [])
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="vrambudget", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -195,6 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     est.set_defaults(func=_estimate)
     oa = sub.add_parser("openapi", help="print the OpenAPI document")
     oa.set_defaults(func=_openapi)
+    ag = sub.add_parser("agent", help="run the probe agent (VRAMBUDGET_AGENT_* settings; needs "
+                        "vrambudget[agent]); 'agent openapi' prints its OpenAPI document")
+    ag.add_argument("action", nargs="?", choices=["serve", "openapi"], default="serve")
+    ag.set_defaults(func=_agent)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

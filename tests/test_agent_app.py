@@ -72,3 +72,11 @@ def test_malformed_json_is_400_and_unknown_fields_422(tmp_path: Path) -> None:
         assert r.status_code == 422 and "iterationz" in r.text
         assert client.get("/v1/probes/nope", headers=auth).status_code == 404
         assert client.get("/v1/probes", params={"limit": 0}, headers=auth).status_code == 422
+
+
+def test_cli_prints_the_agent_openapi(capsys: pytest.CaptureFixture[str]) -> None:
+    from service.cli import main
+
+    assert main(["agent", "openapi"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(
+        (ROOT / "openapi" / "agent.json").read_text())
