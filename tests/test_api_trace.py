@@ -10,7 +10,6 @@ import io
 import json
 import os
 import signal
-import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -79,13 +78,10 @@ def test_trace_answer_is_cached_by_canonical_request(client, calls_file):
     # Other trace options are another workload.
     other = client.post("/v1/budgets", json=body("cache", trace={"iterations": 3}))
     assert other.status_code == 200 and calls(calls_file, "cache") == ["cache"] * 2
-    # A hit is answered without a worker: well under 5 ms through the whole ASGI stack.
-    times = []
-    for _ in range(30):
-        t = time.perf_counter()
-        assert client.post("/v1/budgets", json=body("cache")).status_code == 200
-        times.append(time.perf_counter() - t)
-    assert statistics.median(times) < 0.005, times
+    # Hits are answered without a worker (their speed is measured by bench/trace_speed.py).
+    for _ in range(5):
+        assert client.post("/v1/budgets", json=body("cache")).content == first.content
+    assert calls(calls_file, "cache") == ["cache"] * 2
 
 
 def test_identical_requests_in_flight_share_one_trace(client, calls_file):
