@@ -32,13 +32,11 @@ from . import nvml
 from .runner import ProbeProcess
 from .settings import AgentSettings
 from .spec import Callback, CustomWorkload, ProbeRequest, ProbeResource, ProbeResult
-from .store import Store
+from .store import TERMINAL_STATUSES, Store
 from .webhooks import Deliverer, callback_allowed
 
 __all__ = ["create_agent_app"]
 
-_FINISHED = frozenset({"succeeded", "oom", "timeout", "failed", "cancelled", "interrupted",
-                       "unreliable"})
 
 
 class Health(msgspec.Struct, frozen=True, kw_only=True):
@@ -185,7 +183,7 @@ async def cancel(request: Request[Any, Any, Any], probe_id: FromPath[str]) -> Pr
     if row.status == "queued":
         now = time.time()
         request_ = msgspec.json.decode(row.request, type=ProbeRequest)
-        callback = _callback(st, probe_id, request_.callback, "cancelled", now, row, None,
+        callback = _callback(st.settings, probe_id, request_.callback, "cancelled", now, row, None,
                              "cancelled by request")
         done = await asyncio.to_thread(st.store.finish_with_callback, probe_id, "cancelled",
                                        now, None, callback, "cancelled by request",
@@ -197,7 +195,7 @@ async def cancel(request: Request[Any, Any, Any], probe_id: FromPath[str]) -> Pr
         for _ in range(200):  # the worker records the outcome once the child is gone
             await asyncio.sleep(0.05)
             row = await asyncio.to_thread(st.store.get_probe, probe_id)
-            if row is not None and row.status in _FINISHED:
+            if row is not None and row.status in TERMINAL_STATUSES:
                 break
     row = await asyncio.to_thread(st.store.get_probe, probe_id)
     return _resource(row)
@@ -234,7 +232,7 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
         st.running.pop(probe_id, None)
     now = time.time()
     result_json = outcome.result_json.decode() if outcome.result_json else None
-    callback = _callback(st, probe_id, request.callback, outcome.status, now, row, result_json,
+    callback = _callback(st.settings, probe_id, request.callback, outcome.status, now, row, result_json,
                          outcome.error)
     await asyncio.to_thread(store.finish_with_callback, probe_id, outcome.status, now,
                             result_json, callback, outcome.error)
@@ -252,10 +250,11 @@ def _sampler_factory(st: AgentState, key: str) -> Any:
     return lambda pid: NVMLSampler(handle, pid=pid)
 
 
-def _callback(st: AgentState, probe_id: str, cb: Callback | None, status: str, now: float,
+def _callback(settings: AgentSettings, probe_id: str, cb: Callback | None, status: str,
+              now: float,
               row: Any, result_json: str | None, error: str | None
               ) -> tuple[str, str, str] | None:
-    if cb is None or not callback_allowed(cb.url, st.settings.callback_allow_list):
+    if cb is None or not callback_allowed(cb.url, settings.callback_allow_list):
         return None
     resource = ProbeResource(
         id=probe_id, status=status, created_at=row.created_at, updated_at=now,  # type: ignore[arg-type]
@@ -296,11 +295,9 @@ def create_agent_app(settings: AgentSettings | None = None) -> Litestar:
     async def startup(app: Litestar) -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         store = Store(settings.data_dir / "agent.sqlite3")
-        provisional = AgentState(settings=settings, store=store, deliverer=None)  # type: ignore[arg-type]
-
         def interrupted(row: Any) -> tuple[str, str, str] | None:
             request_ = msgspec.json.decode(row.request, type=ProbeRequest)
-            return _callback(provisional, row.id, request_.callback, "interrupted",
+            return _callback(settings, row.id, request_.callback, "interrupted",
                              row.updated_at, row, None, row.error)
 
         store.recover(time.time(), callback_for=interrupted)

@@ -82,9 +82,9 @@ def _program(req: ProbeRequest, entry_points: dict[str, str], marks: Any, device
     return program
 
 
-def _load(req: ProbeRequest, run_one: Callable[[], None]) -> tuple[list[float], float, int]:
+def _load(req: ProbeRequest, run_one: Callable[[], None]) -> tuple[list[float], float]:
     """The load phase: ``iterations`` (or ``duration_s``) per stream, ``concurrency`` streams.
-    Returns per-iteration latencies, wall time and the error count."""
+    Returns per-iteration latencies and wall time; a stream's error is raised."""
     latencies: list[float] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
@@ -119,7 +119,7 @@ def _load(req: ProbeRequest, run_one: Callable[[], None]) -> tuple[list[float], 
             raise exc
     if errors:
         raise errors[0]
-    return latencies, wall, 0
+    return latencies, wall
 
 
 def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
@@ -151,7 +151,7 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
         state["phase"] = "load"
         notify(("load_start", _own_pid()))
         notified = True
-        latencies, wall, errors = _load(req, run_one)
+        latencies, wall = _load(req, run_one)
         notify(("load_end", None))
     except torch.OutOfMemoryError as exc:
         if notified:
@@ -174,7 +174,7 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
                         num_alloc_retries=None, num_ooms=0, inactive_split_peak_bytes=None,
                         weights_bytes=weights, kv_cache_bytes=kv),
         nvml=None, host_peak_rss_bytes=_peak_rss_bytes(),
-        iterations=_iterations(latencies, wall, errors, units * len(latencies)),
+        iterations=_iterations(latencies, wall, 0, units * len(latencies)),
         outputs_finite=program.outputs_finite() if hasattr(program, "outputs_finite") else True)
 
 
@@ -235,7 +235,7 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
         # The agent (parent) samples NVML during the load phase: a sampler thread in this
         # process would compete for the GIL with the load threads and miss its 10 ms.
         notify(("load_start", _own_pid()))
-        latencies, wall, _ = _load(req, run_one)
+        latencies, wall = _load(req, run_one)
         torch.cuda.synchronize()
     except torch.OutOfMemoryError as exc:
         status_oom = True

@@ -16,9 +16,10 @@ its normalized copy plus the larger of the attention or MLP sublayer's live inte
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-from .arch import Arch, LayerType
-from .layout import kv_heads_per_device
+from .arch import Arch, LayerType, Role
+from .layout import kv_heads_per_device, per_device_shape
 from .units import ceil_div
 
 __all__ = ["FULL_TRAINING", "DeviceDims", "Trainable", "device_dims", "inference_working_set",
@@ -75,16 +76,13 @@ _MLP_OUT = frozenset({"down_proj", "mlp.c_proj", "fc2", "output.dense"})
 _ATTN_OUT = frozenset({"o_proj", "attn.c_proj", "attention.output.dense"})
 
 
+@lru_cache(maxsize=4096)
 def lora_trainable(layer: LayerType, arch: Arch, t: int, targets: tuple[str, ...], rank: int,
                    adapter_bytes: int, e: int) -> Trainable:
     """``Trainable`` of one layer kind under LoRA on ``targets`` (dense layers; routed experts
-    are counted as fully saved)."""
-    from .layout import (
-        per_device_shape,  # local: layout imports this module's neighbours
-    )
-
+    are counted as fully saved). Cached: the fit solver asks once per evaluation."""
     adapted = [g for g in layer.tensors if g.name.rsplit(".", 1)[-1] in targets
-               and g.role.value == "linear"]
+               and g.role is Role.LINEAR]
     names = {g.name for g in adapted}
     same = adapter_bytes == e  # the cast is a no-op: the adapter saves the base input itself
     per_token = 0

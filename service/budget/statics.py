@@ -138,9 +138,7 @@ def _step_temporaries(opt: AdamW | AdamW8bit | SGD | Adafactor, trainable: int,
             return trainable * state_bytes
         case AdamW(implementation="for_loop"):
             return 2 * largest * state_bytes
-        case Adafactor():
-            return 0  # not traced (torch.optim.Adafactor reads tensor values); no estimate
-        case _:
+        case _:  # Adafactor: not traced (torch.optim.Adafactor reads tensor values)
             return 0
 
 

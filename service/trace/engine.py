@@ -141,7 +141,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     summary: TraceSummary | None = None
     peaks: list[str] = []
     analytic_device = analytic.devices[analytic.most_loaded]
-    analytic_values = {line.component: line.bytes for line in analytic_device.lines}
+    analytic_lines = {line.component: line for line in analytic_device.lines}
     for i, w in enumerate(request.workloads):
         if isinstance(w, GenericWorkload):
             raise InvalidWorkload(f"workloads[{i}]", "a generic workload has no code to trace: "
@@ -175,14 +175,13 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 torch_version=str(torch.__version__),
             )
     # Non-torch overheads keep the analytic tier's cited defaults (context per process, NCCL).
-    values[C.CUDA_CONTEXT] = analytic_values[C.CUDA_CONTEXT]
-    values[C.COMMUNICATION_BUFFERS] = analytic_values[C.COMMUNICATION_BUFFERS]
+    values[C.CUDA_CONTEXT] = analytic_lines[C.CUDA_CONTEXT].bytes
+    values[C.COMMUNICATION_BUFFERS] = analytic_lines[C.COMMUNICATION_BUFFERS].bytes
     outside_torch = values[C.CUDA_CONTEXT] + values[C.COMMUNICATION_BUFFERS]
     subtotal = sum(values.values())
     room = headroom_bytes(subtotal, request.headroom)
     values[C.HEADROOM] = room
     lines = []
-    by_component = {line.component: line for line in analytic_device.lines}
     for c in Component:
         if c in _TRACED:
             lines.append(_line(c, values[c], "live bytes of the component's storages at the "
@@ -191,7 +190,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
             lines.append(_line(c, values[c], "peak reserved - live bytes at the allocated peak "
                                "(512-byte rounding, segment caching, fragmentation)", source))
         else:
-            a = by_component[c]
+            a = analytic_lines[c]
             lines.append(Line(c, values[c], a.formula, (), a.source, a.parts))
     total = subtotal + room
     device = DeviceBudget(

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from service.workloads.marks import HOST
+
 from .allocator import CachingAllocator
 from .events import ALLOC, Trace
 
 __all__ = ["Replay", "replay"]
 
-HOST = "host"
 _TOP_PARTS = 6
 
 

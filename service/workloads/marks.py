@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the trace replay imports HOST without torch
+    import torch
 
 __all__ = ["HOST", "Marks"]
 

@@ -27,7 +27,7 @@ from torch.utils.checkpoint import checkpoint
 from service.budget.arch import Arch, LayerType, Role, TensorGroup
 from service.budget.layout import kv_heads_per_device, per_device_shape
 from service.budget.quantization import quantized_roles, tensor_storage
-from service.budget.spec import Quantization
+from service.budget.spec import BitsAndBytes4bit, Quantization
 
 from . import kernels
 from .marks import Marks
@@ -170,7 +170,6 @@ class _Ops:
         return (y + z).to(y.dtype)
 
     def _dequantizes(self) -> bool:
-        from service.budget.spec import BitsAndBytes4bit
         return isinstance(self.plan.quantization, BitsAndBytes4bit)
 
     def norm(self, bank: _Bank, name: str, x: torch.Tensor) -> torch.Tensor:
@@ -562,10 +561,6 @@ class TransformerModel(nn.Module):
             keys.append(torch.zeros(shape, dtype=dtype, device=dev))
             values.append(torch.zeros(shape, dtype=dtype, device=dev))
         return KVCache(keys, values)
-
-
-def trainable_parameters(model: TransformerModel) -> list[tuple[str, nn.Parameter]]:
-    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
 
 def component_of(name: str) -> str:

@@ -245,9 +245,7 @@ class Program:
                                   "moments and statistics")
             for q in getattr(opt, "qmaps", ()):
                 marks.tag(q, "optimizer_state", "moments and statistics")
-            opt.zero_grad(set_to_none=True)
-            for p in params:
-                p.grad = None
+            opt.zero_grad(set_to_none=True)  # masters' or params' (the masters took theirs)
 
 
 @torch.no_grad()
