@@ -49,6 +49,7 @@ from .spec import (
     GenericWorkload,
     Headroom,
     InferenceWorkload,
+    LLMServingWorkload,
     LoRA,
     QLoRA,
     TrainingWorkload,
@@ -744,6 +745,10 @@ _PERSISTENT: dict[Any, Any] = {}
 def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
              headroom: Headroom | None = None) -> Budget:
     """The full answer for co-located workloads on one device type."""
+    if any(isinstance(w, LLMServingWorkload) for w in workloads):
+        from .serving.budget import serving_budget  # the engine's own accounting
+
+        return serving_budget(workloads, device)
     headroom = headroom or Headroom()
     ctx = resolve_device(device)
     ov = ctx.overheads if ctx else _DEFAULT_OVERHEADS

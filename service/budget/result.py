@@ -18,6 +18,7 @@ __all__ = [
     "Line",
     "Part",
     "Phase",
+    "ServingSummary",
     "TracePoint",
     "TraceSummary",
     "WorkloadSummary",
@@ -90,7 +91,7 @@ class DiskBudget(_Out, kw_only=True):
 
 class WorkloadSummary(_Out, kw_only=True):
     name: str
-    kind: Literal["inference", "training", "generic"]
+    kind: Literal["inference", "training", "generic", "llm_serving"]
     model_type: str | None = None
     num_params: int | None = None
     num_layers: int | None = None
@@ -134,6 +135,43 @@ class TraceSummary(_Out, kw_only=True):
     torch_version: str
 
 
+class ServingSummary(_Out, kw_only=True):
+    """A serving engine's own numbers for the deployment (``llm_serving`` workloads), per GPU of
+    one engine replica; how each is computed is in docs/COMPONENTS.md (*Serving engines*)."""
+
+    engine: str
+    engine_version: str
+    calibration: str
+    """What the version's accounting subtracts, and where its constants come from."""
+    gpu_memory_utilization: float
+    requested_memory_bytes: int
+    """ceil(total x gpu_memory_utilization): the memory the engine's accounting may use."""
+    available_kv_cache_bytes: int
+    """requested - weights - activation peak - non-torch increase, on the most constrained
+    pipeline stage ("Available KV cache memory")."""
+    kv_cache_pool_bytes: int
+    """The KV tensors allocated on that GPU: num_gpu_blocks x page x layers per group."""
+    num_gpu_blocks: int
+    block_size: int
+    num_kv_cache_groups: int
+    kv_cache_bytes_per_token: int
+    """K+V bytes of one token over the layers of the most loaded stage (windows not applied)."""
+    kv_cache_tokens: int
+    """"GPU KV cache size: N tokens" (block-aligned)."""
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_concurrency: float
+    """"Maximum concurrency for max_model_len tokens per request" of one replica."""
+    data_parallel: int
+    max_concurrency_all_replicas: float
+    would_start: bool
+    reason: str | None = None
+    """Why the engine would refuse to start (null when it starts)."""
+    remedies: tuple[str, ...] = ()
+    """Concrete changes that would make it start (or hold more sequences)."""
+
+
 class Budget(_Out, kw_only=True):
     method: Literal["analytic", "trace"] = "analytic"
     workloads: tuple[WorkloadSummary, ...]
@@ -147,3 +185,4 @@ class Budget(_Out, kw_only=True):
     disk: DiskBudget
     warnings: tuple[str, ...] = ()
     trace: TraceSummary | None = None
+    serving: ServingSummary | None = None

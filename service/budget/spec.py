@@ -22,6 +22,7 @@ from msgspec import Meta
 from .catalog import GPUId, ModelId
 from .dtypes import ComputeDType, KVCacheDType, WeightDType
 from .hf_config import HFConfig
+from .serving.calibration import DEFAULT_ENGINE_VERSION, ENGINE_VERSIONS
 
 __all__ = [
     "AWQ",
@@ -43,6 +44,7 @@ __all__ = [
     "Headroom",
     "InferenceWorkload",
     "Int8",
+    "LLMServingWorkload",
     "LoRA",
     "MoESpec",
     "ModelSource",
@@ -51,6 +53,8 @@ __all__ = [
     "PresetModel",
     "QLoRA",
     "Quantization",
+    "ServingParallelism",
+    "ServingQuantization",
     "SizedItem",
     "TraceOptions",
     "TrainingWorkload",
@@ -584,7 +588,140 @@ class GenericWorkload(_Wire, tag="generic", tag_field="kind", kw_only=True):
     ] = 1
 
 
-Workload = InferenceWorkload | TrainingWorkload | GenericWorkload
+# ------------------------------------------------------------------------- serving engine --
+
+EngineVersion = Literal[ENGINE_VERSIONS]  # type: ignore[valid-type]
+
+
+class ServingParallelism(_Wire, kw_only=True):
+    """vLLM's ``--tensor-parallel-size``, ``--pipeline-parallel-size``,
+    ``--data-parallel-size`` and ``--enable-expert-parallel``."""
+
+    tensor: Annotated[
+        Degree, Meta(description="Tensor-parallel size: GPUs each layer is split over.")
+    ] = 1
+    pipeline: Annotated[
+        Degree, Meta(description="Pipeline-parallel size: stages the layers are cut into "
+                     "(vLLM get_pp_indices).")
+    ] = 1
+    data: Annotated[
+        Degree, Meta(description="Data-parallel size: independent engine replicas (each with "
+                     "its own KV cache); budgets are per GPU of one replica.")
+    ] = 1
+    enable_expert_parallel: Annotated[
+        bool, Meta(description="MoE experts sharded over tensor x data ranks instead of each "
+                   "expert split by tensor parallelism.")
+    ] = False
+
+    @property
+    def devices(self) -> int:
+        return self.tensor * self.pipeline * self.data
+
+
+class ServingQuantization(_Wire, kw_only=True):
+    """Weight quantization as vLLM loads it: a quantized checkpoint (fp8, compressed-tensors
+    w8a8 / w4a16, GPTQ, AWQ) or fp8 applied while loading (``--quantization fp8`` on a 16-bit
+    checkpoint)."""
+
+    method: Annotated[
+        Literal["fp8", "fp8_channel", "fp8_block", "w8a8_int8", "w4a16", "gptq", "awq"],
+        Meta(description="`fp8`: fp8 weights, one scale per tensor (also `--quantization fp8` "
+             "at load); `fp8_channel`: per output channel (compressed-tensors fp8-dynamic); "
+             "`fp8_block`: 128x128 blocks (DeepSeek-V3 style); `w8a8_int8`: int8 weights with "
+             "per-channel scales (compressed-tensors w8a8); `w4a16`: 4-bit compressed-tensors "
+             "pack-quantized; `gptq`, `awq`: 4-bit GPTQ/AWQ (also their Marlin kernels)."),
+    ]
+    group_size: Annotated[
+        int, Meta(ge=-1, le=1 << 16, description="Input features per scale group of the 4-bit "
+                  "methods (`w4a16`, `gptq`, `awq`); -1: one group per row.")
+    ] = 128
+    applied_at_load: Annotated[
+        bool, Meta(description="The checkpoint is 16-bit and vLLM quantizes it while loading "
+                   "(`--quantization fp8`; `method` must be `fp8`). The stored bytes are the "
+                   "same as an fp8 checkpoint's.")
+    ] = False
+
+    def __post_init__(self) -> None:
+        if self.group_size == 0:
+            raise ValueError("group_size must be -1 or >= 1")
+        if self.applied_at_load and self.method != "fp8":
+            raise ValueError("applied_at_load needs method 'fp8' (vLLM quantizes only to fp8 "
+                             "while loading)")
+
+
+class LLMServingWorkload(_Wire, tag="llm_serving", tag_field="kind", kw_only=True):
+    """An LLM served by an inference engine. The engine profiles a dummy forward pass and hands
+    everything left of ``gpu_memory_utilization x total memory`` to a paged KV-cache pool; the
+    answer follows the engine's own accounting (calibrated per engine version)."""
+
+    name: Annotated[
+        Name | None, Meta(description="Label in the answer; default: the model's name.")
+    ] = None
+    engine: Annotated[Literal["vllm"], Meta(description="The serving engine.")] = "vllm"
+    engine_version: Annotated[
+        EngineVersion,
+        Meta(description="Engine version whose accounting and calibration are used "
+             f"(default {DEFAULT_ENGINE_VERSION}; see docs/ACCURACY.md)."),
+    ] = DEFAULT_ENGINE_VERSION
+    model: Annotated[
+        ModelSource,
+        Meta(description="The model: a preset id, an inline `config.json`, or its dimensions."),
+    ]
+    parallelism: Annotated[
+        ServingParallelism, Meta(description="Tensor / pipeline / data parallel sizes.")
+    ] = ServingParallelism()
+    gpu_memory_utilization: Annotated[
+        float, Meta(gt=0.0, le=1.0, description="Fraction of each GPU's total memory the "
+                    "engine may use (vLLM default 0.9).")
+    ] = 0.9
+    max_model_len: Annotated[
+        Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None,
+        Meta(description="Longest sequence (prompt + output), tokens; default (null): the "
+             "model's max_position_embeddings."),
+    ] = None
+    max_num_seqs: Annotated[
+        Annotated[int, Meta(ge=1, le=1 << 20)] | None,
+        Meta(description="Sequences per engine step; default (null): the engine's default for "
+             "the GPU and entrypoint (vLLM: 1024 on >= 70 GiB GPUs other than A100, else 256)."),
+    ] = None
+    max_num_batched_tokens: Annotated[
+        Annotated[int, Meta(ge=1, le=1 << 24)] | None,
+        Meta(description="Tokens per engine step (the profile run's batch); default (null): "
+             "the engine's default (vLLM API server: 8192 on >= 70 GiB GPUs other than A100, "
+             "else 2048; LLM class 16384 / 8192). Must be >= max_num_seqs."),
+    ] = None
+    entrypoint: Annotated[
+        Literal["api_server", "llm_class"],
+        Meta(description="`api_server` (`vllm serve`) or `llm_class` (offline `LLM(...)`): "
+             "they have different batch defaults."),
+    ] = "api_server"
+    dtype: Annotated[
+        Literal["auto", "bfloat16", "float16", "float32"],
+        Meta(description="Model dtype; `auto`: the checkpoint's (float16 stays float16, "
+             "everything else bfloat16)."),
+    ] = "auto"
+    kv_cache_dtype: Annotated[
+        Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"],
+        Meta(description="KV-cache dtype; `auto`: the model dtype; fp8: one byte per element."),
+    ] = "auto"
+    block_size: Annotated[
+        Literal[1, 8, 16, 32, 64, 128] | None,
+        Meta(description="Tokens per KV-cache block; default (null): the engine's (16)."),
+    ] = None
+    enforce_eager: Annotated[
+        bool, Meta(description="No CUDA graphs (no graph memory).")
+    ] = False
+    disable_hybrid_kv_cache_manager: Annotated[
+        bool, Meta(description="Cache sliding-window layers as full attention (vLLM "
+                   "`--disable-hybrid-kv-cache-manager`).")
+    ] = False
+    quantization: Annotated[
+        ServingQuantization | None,
+        Meta(description="Weight quantization; default (null): none (weights in `dtype`)."),
+    ] = None
+
+
+Workload = InferenceWorkload | TrainingWorkload | GenericWorkload | LLMServingWorkload
 
 # --------------------------------------------------------------------------------- devices --
 
@@ -668,8 +805,34 @@ class BudgetRequest(_Wire, kw_only=True):
              "and dtype warnings. Default: none (generic defaults)."),
     ] = None
     headroom: Annotated[
-        Headroom, Meta(description="Safety margin added to each device's subtotal.")
+        Headroom, Meta(description="Safety margin added to each device's subtotal (an "
+                       "`llm_serving` workload reports the memory the engine leaves unused "
+                       "instead).")
     ] = Headroom()
+
+    def __post_init__(self) -> None:
+        check_serving_alone(self.workloads)
+        if any(isinstance(w, LLMServingWorkload) for w in self.workloads):
+            if self.device is None:
+                raise ValueError("an llm_serving workload needs a device (the engine sizes its "
+                                 "KV cache from the GPU's total memory)")
+            if self.method != "analytic":
+                raise ValueError("an llm_serving workload is budgeted by method 'analytic' only")
+
+
+def check_serving_alone(workloads: tuple[Workload, ...]) -> None:
+    """A serving engine takes the GPU for itself (its KV pool is whatever is left), so it cannot
+    share a budget with co-located workloads."""
+    if len(workloads) > 1 and any(isinstance(w, LLMServingWorkload) for w in workloads):
+        raise ValueError("an llm_serving workload must be the only workload (the engine hands "
+                         "all memory it may use to its KV cache)")
+
+
+_SERVING_IN_WORKLOADS: dict[str, object] = {
+    "properties": {"workloads": {"contains": {
+        "type": "object", "properties": {"kind": {"const": "llm_serving"}},
+        "required": ["kind"]}}},
+    "required": ["workloads"]}
 
 
 # The cross-field checks above, as JSON Schema (merged into the published components).
@@ -686,6 +849,23 @@ SCHEMA_RULES: dict[str, list[dict[str, object]]] = {
                   "required": ["pipeline_schedule"]}},
     ],
     "GPTQ": [{"properties": {"group_size": {"not": {"const": 0}}}}],
+    "ServingQuantization": [
+        {"properties": {"group_size": {"not": {"const": 0}}}},
+        {"if": {"properties": {"applied_at_load": {"const": True}},
+                "required": ["applied_at_load"]},
+         "then": {"properties": {"method": {"const": "fp8"}}, "required": ["method"]}},
+    ],
+    "BudgetRequest": [
+        {"if": _SERVING_IN_WORKLOADS,
+         "then": {"properties": {"workloads": {"maxItems": 1},
+                                 "device": {"not": {"type": "null"}},
+                                 "method": {"const": "analytic"}},
+                  "required": ["device"]}},
+    ],
+    "FitRequest": [
+        {"if": _SERVING_IN_WORKLOADS,
+         "then": {"properties": {"workloads": {"maxItems": 1}}}},
+    ],
     "AWQ": [{"properties": {"group_size": {"not": {"const": 0}}}}],
     "Precision": [
         {"if": {"properties": {"weights": {"const": "fp8"}}, "required": ["weights"]},
