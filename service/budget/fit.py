@@ -40,15 +40,17 @@ from .spec import (
     GenericWorkload,
     Headroom,
     InferenceWorkload,
+    LLMServingWorkload,
     Parallelism,
     TrainingWorkload,
     Workload,
+    check_serving_alone,
 )
 
-__all__ = ["FitRequest", "FitResponse", "GPUFit", "LayoutFit", "Maxima", "Memo", "fit",
-           "max_fitting"]
+__all__ = ["Cheapest", "FitRequest", "FitResponse", "GPUFit", "LayoutFit", "Maxima", "Memo",
+           "fit", "max_fitting"]
 
-Variable = Literal["batch", "context", "concurrency", "device_count"]
+Variable = Literal["batch", "context", "concurrency", "device_count", "max_model_len"]
 GPUS_PER_NODE = 8
 
 
@@ -76,8 +78,30 @@ class FitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     headroom: Annotated[
         Headroom, Meta(description="Safety margin added to each device's subtotal.")
     ] = Headroom()
-    solve: Annotated[tuple[Variable, ...], Meta(description="Maxima to solve.")] = (
-        "batch", "context", "concurrency", "device_count")
+    solve: Annotated[
+        tuple[Variable, ...],
+        Meta(description="Maxima to solve. `max_model_len` (and `context`) of an `llm_serving` "
+             "workload: the largest max_model_len at which the engine starts and holds "
+             "`target_concurrency` sequences; `concurrency`: its maximum concurrency; "
+             "`device_count`: the smallest GPU count that reaches `target_concurrency`."),
+    ] = ("batch", "context", "concurrency", "device_count")
+    target_concurrency: Annotated[
+        Annotated[float, Meta(gt=0.0, le=float(1 << 24))] | None,
+        Meta(description="`llm_serving` only: a layout fits when the engine starts and its "
+             "maximum concurrency at max_model_len is at least this; default (null): when it "
+             "starts."),
+    ] = None
+    prices: Annotated[
+        Annotated[dict[Annotated[str, Meta(min_length=1, max_length=128)],
+                       Annotated[float, Meta(ge=0.0, le=1e12)]], Meta(max_length=256)] | None,
+        Meta(description="Price of one GPU (any unit, e.g. per hour) by catalog id or custom "
+             "device name, to rank the cheapest GPU type for an `llm_serving` workload (price x "
+             "smallest device count). Default (null): rank by total device memory (the catalog "
+             "has no prices)."),
+    ] = None
+
+    def __post_init__(self) -> None:
+        check_serving_alone(self.workloads)
     max_device_count: Annotated[
         int, Meta(ge=1, le=4096, description="Largest device count tried when solving "
                   "`device_count` (1 .. 8, then multiples of 8).")
@@ -92,6 +116,11 @@ class Maxima(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     context_tokens: int | None = None
     context_limited_by_model: bool = False
     concurrent_requests: int | None = None
+    max_model_len: int | None = None
+    """``llm_serving``: the largest max_model_len at which the engine starts (and holds
+    ``target_concurrency`` sequences)."""
+    max_concurrency: float | None = None
+    """``llm_serving``: the engine's maximum concurrency at the workload's max_model_len."""
 
 
 class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,8 +148,23 @@ class GPUFit(msgspec.Struct, frozen=True, kw_only=True):
     warnings: tuple[str, ...] = ()
 
 
+class Cheapest(msgspec.Struct, frozen=True, kw_only=True):
+    """The GPU type whose smallest fitting device count costs least (``llm_serving``)."""
+
+    gpu_id: str | None
+    name: str
+    device_count: int
+    basis: Literal["price", "total_memory"]
+    """`price`: price x device_count from the request's prices; `total_memory`: no prices
+    given, ranked by device_count x memory_total_bytes (the catalog has no prices)."""
+    cost: float | None
+    total_memory_bytes: int
+
+
 class FitResponse(msgspec.Struct, frozen=True, kw_only=True):
     gpus: tuple[GPUFit, ...]
+    cheapest: Cheapest | None = None
+    """``llm_serving`` workloads with `device_count` solved: the cheapest GPU type that fits."""
 
 
 # ---------------------------------------------------------------------------- the search --
@@ -291,6 +335,10 @@ def _overhead_key(ctx: DeviceContext) -> tuple[int, int]:
 
 
 def fit(req: FitRequest) -> FitResponse:
+    if isinstance(req.workloads[0], LLMServingWorkload):
+        from .serving.fit import serving_fit  # the engine's own accounting
+
+        return serving_fit(req)
     primary, rest = req.workloads[0], req.workloads[1:]
     targets = _targets(req)
     layouts: dict[int, Parallelism | None] = {n: layout_for(primary, n) for n in

@@ -1,0 +1,170 @@
+"""``/v1/fits`` for an ``llm_serving`` workload: per GPU type and device count, whether the
+engine starts and holds the target concurrency; the largest max_model_len; the smallest device
+count; the cheapest GPU type.
+
+Every maximum is exact: max_model_len by bisection over integers of the engine's own start check
+and concurrency (both monotone in max_model_len), device counts by trying each candidate in
+order.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..catalog import gpus
+from ..components import Component
+from ..errors import InvalidWorkload
+from ..estimate import DeviceContext, resolve_device
+from ..layout import check_layout
+from ..resolve import resolve_model
+from ..spec import LLMServingWorkload, Parallelism
+from .vllm import ServingAccount, account
+
+if TYPE_CHECKING:
+    from ..fit import FitRequest, FitResponse
+
+__all__ = ["serving_fit"]
+
+GPUS_PER_NODE = 8
+
+
+def _layout(w: LLMServingWorkload, n: int) -> LLMServingWorkload | None:
+    """n GPUs per replica: tensor parallel within an 8-GPU node (the largest valid divisor of
+    n), pipeline parallel across; None when no split is valid for the model."""
+    arch = resolve_model(w.model)
+    for t in range(min(n, GPUS_PER_NODE), 0, -1):
+        if n % t:
+            continue
+        try:
+            check_layout(arch, Parallelism(tensor=t, pipeline=n // t))
+        except InvalidWorkload:
+            continue
+        return msgspec.structs.replace(w, parallelism=msgspec.structs.replace(
+            w.parallelism, tensor=t, pipeline=n // t))
+    return None
+
+
+def _account(w: LLMServingWorkload, ctx: DeviceContext) -> ServingAccount:
+    try:
+        return account(w, resolve_model(w.model), ctx.memory_total_bytes, ctx.name)
+    except InvalidWorkload as exc:
+        raise InvalidWorkload(f"workloads[0].{exc.field}", exc.message) from None
+
+
+def _fits(a: ServingAccount, target: float | None) -> bool:
+    return a.would_start and (target is None or a.max_concurrency >= target)
+
+
+def _largest_len(w: LLMServingWorkload, ctx: DeviceContext, target: float | None) -> int:
+    """Largest max_model_len in [1, model max] that starts with ``target`` concurrency; 0 if
+    none (fewer tokens never need more KV, so the predicate is monotone)."""
+    cap = resolve_model(w.model).max_positions
+
+    def ok(x: int) -> bool:
+        return _fits(_account(msgspec.structs.replace(w, max_model_len=x), ctx), target)
+
+    if not ok(1):
+        return 0
+    lo, hi = 1, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _candidates(limit: int) -> list[int]:
+    return [n for n in (1, 2, 3, 4, 5, 6, 7, 8) if n <= limit] + list(range(16, limit + 1, 8))
+
+
+def serving_fit(req: FitRequest) -> FitResponse:
+    from ..fit import FitResponse, GPUFit, LayoutFit, Maxima
+
+    w = req.workloads[0]
+    assert isinstance(w, LLMServingWorkload)
+    refs = tuple(gpus().values()) if req.devices is None else req.devices
+    targets = [c for c in (resolve_device(r) for r in refs) if c is not None]
+    target = req.target_concurrency
+    results = []
+    for ctx in targets:
+        layouts = []
+        for n in req.device_counts:
+            placed = _layout(w, n)
+            if placed is None:
+                continue
+            a = _account(placed, ctx)
+            first = max(a.stages, key=lambda s: s.weights_bytes + s.activation_bytes)
+            pool = a.pool_bytes(first) if first.available_bytes > 0 else 0
+            values = {
+                Component.WEIGHTS: first.weights_bytes + first.metadata_bytes,
+                Component.KV_CACHE: pool, Component.ACTIVATIONS: first.activation_bytes,
+                Component.CUDA_CONTEXT: first.cuda_context_bytes + first.non_torch_bytes
+                - first.non_torch_comm_bytes,
+                Component.RUNTIME_WORKSPACE: first.cuda_graph_bytes,
+                Component.COMMUNICATION_BUFFERS: first.nccl_init_bytes
+                + first.non_torch_comm_bytes,
+            }
+            used = sum(values.values())
+            maxima: dict[str, object] = {}
+            if "concurrency" in req.solve:
+                maxima["max_concurrency"] = round(a.max_concurrency, 4)
+                maxima["concurrent_requests"] = math.floor(a.max_concurrency)
+            if "max_model_len" in req.solve or "context" in req.solve:
+                maxima["max_model_len"] = _largest_len(placed, ctx, target)
+            warnings = () if a.would_start else (f"would not start: {a.reason}",)
+            par = placed.parallelism
+            free = ctx.memory_total_bytes - used
+            layouts.append(LayoutFit(
+                device_count=n, tensor=par.tensor, pipeline=par.pipeline, data=par.data,
+                fits=_fits(a, target), total_bytes=used, capacity_bytes=ctx.memory_total_bytes,
+                free_bytes=free, free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
+                limiting_component=max(values, key=lambda c: values[c]), warnings=warnings,
+                maxima=Maxima(**maxima)))  # type: ignore[arg-type]
+        min_count = None
+        if "device_count" in req.solve:
+            for n in _candidates(req.max_device_count):
+                placed = _layout(w, n)
+                if placed is not None and _fits(_account(placed, ctx), target):
+                    min_count = n
+                    break
+        gpu_warnings: tuple[str, ...] = ()
+        if "device_count" in req.solve and min_count is None:
+            gpu_warnings = ((f"does not start (or reach the target concurrency) on any layout "
+                             f"of up to {req.max_device_count} devices of {ctx.name}"),)
+        results.append(GPUFit(gpu_id=ctx.id, name=ctx.name,
+                              memory_total_bytes=ctx.memory_total_bytes,
+                              layouts=tuple(layouts), min_device_count=min_count,
+                              warnings=gpu_warnings))
+    return FitResponse(gpus=tuple(results), cheapest=_cheapest(results, req.prices))
+
+
+def _cheapest(results: list, prices: dict[str, float] | None):  # type: ignore[no-untyped-def]
+    from ..fit import Cheapest
+
+    best = None
+    for g in results:
+        if g.min_device_count is None:
+            continue
+        total_memory = g.memory_total_bytes * g.min_device_count
+        if prices is not None:
+            price = prices.get(g.gpu_id) if g.gpu_id is not None else None
+            if price is None:
+                price = prices.get(g.name)
+            if price is None:
+                continue  # no price given: not ranked
+            key = (price * g.min_device_count, total_memory)
+            entry = Cheapest(gpu_id=g.gpu_id, name=g.name, device_count=g.min_device_count,
+                             basis="price", cost=price * g.min_device_count,
+                             total_memory_bytes=total_memory)
+        else:
+            key = (float(total_memory), total_memory)
+            entry = Cheapest(gpu_id=g.gpu_id, name=g.name, device_count=g.min_device_count,
+                             basis="total_memory", cost=None, total_memory_bytes=total_memory)
+        if best is None or key < best[0]:
+            best = (key, entry)
+    return best[1] if best else None
