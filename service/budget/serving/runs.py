@@ -58,6 +58,17 @@ MODELS: dict[str, tuple[str, str | None, str]] = {
     "Qwen/Qwen3-30B-A3B": ("qwen3-30b-a3b", None, ""),
 }
 
+# The instruct checkpoints' config.json differs from the base preset's in fields that change
+# vLLM's memory: Qwen2.5 instruct models publish max_position_embeddings 32768 (the base models
+# 131072), which sizes the rotary cos/sin cache.
+_QWEN25_INSTRUCT = {"max_position_embeddings": 32768}
+CONFIG_OVERRIDES: dict[str, dict[str, Any]] = {
+    "Qwen/Qwen2.5-7B-Instruct": _QWEN25_INSTRUCT,
+    "RedHatAI/Qwen2.5-7B-Instruct-fp8-dynamic": _QWEN25_INSTRUCT,
+    "RedHatAI/Qwen2.5-7B-Instruct-quantized.w8a8": _QWEN25_INSTRUCT,
+    "Qwen/Qwen2.5-72B-Instruct": _QWEN25_INSTRUCT,
+}
+
 UNMODELLED: dict[str, str] = {
     "ibm-granite/granite-vision-3.3-2b": "vision-language model (LLaVA-Next + SigLIP): no preset",
     "mistralai/Mistral-Small-3.1-24B-Instruct-2503": "Mistral 3 with a Pixtral vision tower: "
@@ -79,6 +90,16 @@ def load_runs() -> tuple[dict[str, Any], ...]:
     return tuple(msgspec.json.decode(raw)["runs"])
 
 
+def _model(published: str, preset_id: str) -> dict[str, Any]:
+    overrides = CONFIG_OVERRIDES.get(published)
+    if not overrides:
+        return {"source": "preset", "id": preset_id}
+    from ..catalog import preset
+
+    config = msgspec.to_builtins(preset(preset_id).config)
+    return {"source": "hf_config", "name": published, "config": {**config, **overrides}}
+
+
 def run_request(run: dict[str, Any]) -> tuple[LLMServingWorkload, int, str] | str:
     """(workload, GPU total bytes, GPU name) as the run was launched, or why it is left out."""
     if run["vllm_version"] != "0.19.0":
@@ -89,7 +110,7 @@ def run_request(run: dict[str, Any]) -> tuple[LLMServingWorkload, int, str] | st
     total_gib = run["gpu_memory_total_gib"] or _SWEEP_TOTAL_GIB
     body: dict[str, Any] = {
         "kind": "llm_serving", "engine_version": run["vllm_version"],
-        "model": {"source": "preset", "id": preset},
+        "model": _model(run["model"], preset),
         "parallelism": {"tensor": run["tensor_parallel"], "pipeline": run["pipeline_parallel"],
                         "data": run["data_parallel"]},
         "gpu_memory_utilization": run["gpu_memory_utilization"],
