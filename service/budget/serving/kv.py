@@ -45,7 +45,8 @@ class LayerSpec:
     heads: int
     """KV heads on this GPU (1 for MLA: one latent vector per token)."""
     head_size: int
-    """K head size (+ V head size for standard attention, which caches both)."""
+    """Elements per head per token: head_dim (K and V each: the page counts both), or MLA's
+    kv_lora_rank + qk_rope_head_dim (one latent)."""
     dtype_bytes: int
     window: int | None
     """Sliding window in tokens (``SlidingWindowSpec``), None for full attention."""
