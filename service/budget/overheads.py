@@ -15,10 +15,12 @@ __all__ = [
     "CUBLASLT_WORKSPACE_BYTES",
     "CUDA_CONTEXT_BYTES",
     "DDP_BUCKET_NOTE",
+    "FRAGMENTATION_SOURCE",
     "INFERENCE_FRAGMENTATION_FRACTION",
     "KMIN_BLOCK_BYTES",
     "NCCL_GROUP_BYTES",
     "NCCL_PAIR_BYTES",
+    "ROUNDING_PART",
     "TRAINING_FRAGMENTATION_FRACTION",
     "ZERO_PREFETCH_BUCKET_ELEMENTS",
     "ZERO_REDUCE_BUCKET_ELEMENTS",
@@ -49,6 +51,7 @@ CUBLAS_SOURCE = "pytorch aten/src/ATen/cuda/CublasHandlePool.cpp (getChosenWorks
 
 # c10/cuda/CUDACachingAllocator.cpp: "all sizes are rounded to at least 512 bytes".
 KMIN_BLOCK_BYTES = 512
+ROUNDING_PART = "512-byte rounding of weight tensors"
 # Fragmentation of transient memory in the caching allocator (reserved - allocated), as a
 # fraction of the largest transient bytes of the workload (segments cached at that moment stay
 # reserved). Inference and training: the median over the oracle grid of the trace tier's replay
@@ -86,14 +89,34 @@ def cublas_workspace_bytes(compute_capability: str | None, vendor: str = "nvidia
         CUBLAS_WORKSPACE_DEFAULT_BYTES)
 
 
+FRAGMENTATION_SOURCE = ("median of the trace tier's replay of c10/cuda/CUDACachingAllocator.cpp "
+                        "over its oracle grid (docs/ACCURACY.md); until calibrated by probes")
+
+
+def _ppm(fraction: float) -> int:
+    return round(fraction * 1_000_000)
+
+
 @dataclass(frozen=True, slots=True)
 class Overheads:
-    """Per-process device overheads for one device type."""
+    """Per-process device overheads for one device type: the built-in defaults, or a
+    calibration profile's measurements (``profile`` names it)."""
 
     cuda_context_bytes: int
     cuda_context_source: str
     workspace_bytes: int
     workspace_source: str
+    inference_fragmentation_ppm: int = _ppm(INFERENCE_FRAGMENTATION_FRACTION)
+    training_fragmentation_ppm: int = _ppm(TRAINING_FRAGMENTATION_FRACTION)
+    generic_fragmentation_ppm: int = _ppm(ALLOCATOR_FRAGMENTATION_FRACTION)
+    fragmentation_source: str = FRAGMENTATION_SOURCE
+    nccl_communicator_bytes: int | None = None
+    """A measured NCCL communicator's bytes; None: the built-in pair/group values."""
+    communication_source: str = NCCL_SOURCE
+    profile: str | None = None
+    """The calibration profile these values came from (None: built-in defaults)."""
+    profile_match: tuple[str, ...] = ()
+    """What the profile matched on (``gpu``, ``torch``, ``cuda``, ``driver``)."""
 
 
 def device_overheads(compute_capability: str | None, vendor: str, gfx_target: str | None

@@ -8,12 +8,14 @@ hardware fixes (CUDA context, NCCL buffers) keeps the analytic tier's cited defa
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import msgspec
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from service.budget.calibration import PROFILES_ENV, profiles_from
 from service.budget.components import Component
 from service.budget.errors import InvalidWorkload
 from service.budget.estimate import (
@@ -132,8 +134,10 @@ def trace_budget(request: BudgetRequest) -> Budget:
 def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Replay, ...]]:
     """The answer and each workload's replay (the oracle tests read the component peaks)."""
     replays: list[Replay] = []
-    analytic = estimate(request.workloads, request.device, request.headroom)
-    ctx = resolve_device(request.device)
+    profiles = profiles_from(os.environ.get(PROFILES_ENV))
+    analytic = estimate(request.workloads, request.device, request.headroom, profiles,
+                        request.software)
+    ctx = resolve_device(request.device, profiles, request.software)
     workspaces = gemm_workspaces(ctx)
     source = _SOURCE.format(version=str(torch.__version__))
     values = {c: 0 for c in Component}
