@@ -6,6 +6,7 @@
     vrambudget estimate --model qwen2.5-0.5b --method trace   # the trace tier, in-process
     vrambudget openapi > openapi/service.json
     vrambudget chart comparison.json -o comparison.svg   # a Comparison or a probe resource
+    vrambudget calibrate --store agent-data/agent.sqlite3 --out profiles/   # see calibrate -h
 """
 
 from __future__ import annotations
@@ -209,6 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     est.set_defaults(func=_estimate)
     oa = sub.add_parser("openapi", help="print the OpenAPI document")
     oa.set_defaults(func=_openapi)
+    from service.calibrate_cmd import add_parser as add_calibrate
+
+    add_calibrate(sub)
     ch = sub.add_parser("chart", help="draw a comparison (estimate vs measured) as SVG")
     ch.add_argument("file", help="JSON Comparison, or a probe resource with a 'comparison' key "
                     "('-' for stdin)")
