@@ -86,7 +86,7 @@ def _reports_from_store(path: str, ids: list[str]) -> list[Any]:
 def run(args: argparse.Namespace) -> int:
     from service.budget.calibration import build_profiles
     from service.budget.compare import estimate_input
-    from service.budget.errors import BudgetError, InvalidWorkload
+    from service.budget.errors import BudgetError
     from service.budget.estimate import estimate
     from service.budget.spec import Headroom
 
@@ -96,7 +96,11 @@ def run(args: argparse.Namespace) -> int:
             raw = sys.stdin.buffer.read() if f == "-" else Path(f).read_bytes()
             reports += _reports_from_json(raw, f)
         if args.store:
-            reports += _reports_from_store(args.store, args.probe)
+            stored = _reports_from_store(args.store, args.probe)
+            if not stored and not args.probe:
+                raise ValueError(f"{args.store} has no succeeded CUDA probe (a CPU probe "
+                                 "measures no CUDA context, workspace or allocator overhead)")
+            reports += stored
         elif args.probe:
             raise ValueError("--probe needs --store")
         if not reports:
@@ -109,8 +113,7 @@ def run(args: argparse.Namespace) -> int:
         now = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
         profiles = build_profiles(inputs, now)
     except (OSError, ValueError, msgspec.DecodeError, BudgetError) as exc:
-        where = f" ({exc.field})" if isinstance(exc, InvalidWorkload) else ""
-        print(f"vrambudget calibrate: {exc}{where}", file=sys.stderr)
+        print(f"vrambudget calibrate: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
