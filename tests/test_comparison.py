@@ -352,3 +352,20 @@ def test_a_bad_profile_directory_stops_the_service(tmp_path: Path) -> None:
         Settings(profiles_dir=str(tmp_path))
     with pytest.raises(SettingsError, match="does not exist"):
         Settings(profiles_dir=str(tmp_path / "missing"))
+
+
+def test_a_trace_budget_says_its_allocator_overhead_is_the_replay() -> None:
+    from service.budget.spec import BudgetRequest
+    from service.trace.engine import trace_budget
+
+    tiny = {"kind": "inference", "model": {"source": "dimensions", "hidden_size": 128,
+                                           "num_layers": 2, "num_attention_heads": 4,
+                                           "num_key_value_heads": 2, "intermediate_size": 256,
+                                           "vocab_size": 500},
+            "batch_size": 1, "prompt_tokens": 16, "generated_tokens": 2}
+    req = msgspec.convert({"method": "trace", "workloads": [tiny]}, BudgetRequest)
+    use = trace_budget(req).calibration
+    assert use is not None and use.profile is None
+    origins = {o.component: o.source for o in use.overheads}
+    assert origins[C.ALLOCATOR_OVERHEAD].startswith("trace tier: replay")
+    assert origins[C.CUDA_CONTEXT] == estimate(req.workloads).calibration.overheads[0].source

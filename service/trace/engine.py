@@ -29,8 +29,10 @@ from service.budget.overheads import CUBLASLT_WORKSPACE_BYTES, device_overheads
 from service.budget.resolve import resolve_model
 from service.budget.result import (
     Budget,
+    CalibrationUse,
     DeviceBudget,
     Line,
+    OverheadOrigin,
     Part,
     Phase,
     TracePoint,
@@ -209,8 +211,21 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
             summary.timeline if summary and len(request.workloads) == 1 else ())),
     )
     budget = msgspec.structs.replace(analytic, method="trace", devices=(device,), most_loaded=0,
-                                     total_bytes=total, trace=summary)
+                                     total_bytes=total, trace=summary,
+                                     calibration=_traced_calibration(analytic.calibration))
     return budget, tuple(replays)
+
+
+def _traced_calibration(use: CalibrationUse | None) -> CalibrationUse | None:
+    """The trace measures allocator overhead by replay: that line is neither a profile's nor
+    a built-in fraction."""
+    if use is None:
+        return None
+    overheads = tuple(
+        OverheadOrigin(component=o.component, origin="builtin", profile=None,
+                       source="trace tier: replay of c10/cuda/CUDACachingAllocator.cpp")
+        if o.component is Component.ALLOCATOR_OVERHEAD else o for o in use.overheads)
+    return msgspec.structs.replace(use, overheads=overheads)
 
 
 def _phase(p: TracePoint, outside_torch: int, request: BudgetRequest) -> Phase:
