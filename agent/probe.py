@@ -22,6 +22,8 @@ from typing import Any
 
 import msgspec
 
+from service.budget.spec import TrainingWorkload
+
 from .spec import (
     CustomWorkload,
     DeviceView,
@@ -164,7 +166,7 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
     except torch.OutOfMemoryError as exc:
         if notified:
             notify(("load_end", None))
-        kv = _component_peak(recorder, "kv_cache")
+        kv = _kv_bytes(program, req)
         return ProbeResult(
             device="cpu", device_name="cpu", torch_version=str(torch.__version__),
             cuda_version=None, driver_version=None,
@@ -174,7 +176,7 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
             nvml=None, host_peak_rss_bytes=_peak_rss_bytes(),
             iterations=_iterations([], 0.0, 1, 0), outputs_finite=False,
             message=f"{state['phase']}: {exc}")
-    kv = _component_peak(recorder, "kv_cache")
+    kv = _kv_bytes(program, req)
     return ProbeResult(
         device="cpu", device_name="cpu", torch_version=str(torch.__version__), cuda_version=None,
         driver_version=None,
@@ -188,11 +190,15 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
         outputs_finite=program.outputs_finite() if hasattr(program, "outputs_finite") else True)
 
 
-def _component_peak(recorder: Any, component: str) -> int:
-    """The largest live bytes the tracker attributed to ``component`` during the run."""
-    from service.trace.replay import replay
-
-    return replay(recorder.trace).component_peaks.get(component, 0)
+def _kv_bytes(program: Any, req: ProbeRequest) -> int | None:
+    """The KV cache's known allocation: the cache tensors one request allocates (each rounded
+    to the allocator's block), times the streams that each hold one. (Not the tracker's
+    per-component peak: with several streams, one thread's kv_cache scope would tag the other
+    threads' allocations too.) None for a program that reports no cache (custom entry points)."""
+    if isinstance(req.workload, TrainingWorkload):
+        return 0  # training holds no KV cache
+    per_stream = getattr(program, "kv_cache_bytes", None)
+    return None if per_stream is None else per_stream * req.concurrency
 
 
 def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
@@ -285,7 +291,7 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
             num_alloc_retries=stats.get("num_alloc_retries", 0),
             num_ooms=stats.get("num_ooms", 0),
             inactive_split_peak_bytes=stats.get("inactive_split_bytes.all.peak", 0),
-            weights_bytes=weights, kv_cache_bytes=getattr(program, "kv_cache_bytes", None),
+            weights_bytes=weights, kv_cache_bytes=_kv_bytes(program, req),
             workspace_bytes=workspace, iteration_peak_bytes=tuple(a for a, _ in peaks)),
         nvml=view, host_peak_rss_bytes=_peak_rss_bytes(),
         iterations=_iterations(latencies, wall, 1 if status_oom else 0,
