@@ -203,7 +203,7 @@ def _fragmentation(transient: int, ppm: int) -> int:
 
 
 def _allocator(rounding: int, transient: int, ppm: int) -> int:
-    return rounding + _fragmentation(transient, ppm)
+    return rounding + -(-transient * ppm // 1_000_000)  # = rounding + _fragmentation(...)
 
 
 def _allocator_parts(rounding: int, transient: int, ppm: int) -> tuple[tuple[str, int], ...]:
@@ -257,7 +257,8 @@ def _inference_terms(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
         C.KV_CACHE: kv * k,
         C.CUDA_CONTEXT: ov.cuda_context_bytes * k,
         C.RUNTIME_WORKSPACE: ov.workspace_bytes * k,
-        C.COMMUNICATION_BUFFERS: _communication(st, ov)[0] * k,
+        C.COMMUNICATION_BUFFERS: (st.comm_bytes if ov.nccl_communicator_bytes is None else
+                                  _communication(st, ov)[0]) * k,
     }
     chunk = w.prefill_chunk_tokens
     prompt_total = w.prompt_tokens * n_seq
@@ -727,7 +728,8 @@ def _sources(ov: Overheads) -> tuple[tuple[Component, str, str], ...]:
     """(component, formula, source) in vocabulary order for one device type (cached). The
     overhead lines name their origin: a calibration profile, or the built-in default's
     public source."""
-    hit = _SOURCES.get(ov)
+    key = _text_key(ov)
+    hit = _SOURCES.get(key)
     if hit is None:
         rows = []
         for c in ORDER:
@@ -741,21 +743,30 @@ def _sources(ov: Overheads) -> tuple[tuple[Component, str, str], ...]:
             elif c is C.COMMUNICATION_BUFFERS:
                 source = f"{ov.communication_source}; torch DDP docs; DeepSpeed ZeRO config"
             rows.append((c, formula, source))
-        hit = _SOURCES[ov] = tuple(rows)
+        hit = _SOURCES[key] = tuple(rows)
     return hit
 
 
+def _text_key(ov: Overheads) -> tuple[object, ...]:
+    """What the explanation texts of ``ov`` depend on: a tuple of (interned) strings hashes in
+    C, where hashing the dataclass would run Python code on every budget."""
+    return (ov.cuda_context_source, ov.workspace_source, ov.fragmentation_source,
+            ov.communication_source, ov.nccl_communicator_bytes is None, ov.profile,
+            ov.profile_match)
+
+
 _ROUNDING_SOURCE = "c10/cuda/CUDACachingAllocator.cpp (kMinBlockSize = 512)"
-_SOURCES: dict[Overheads, tuple[tuple[Component, str, str], ...]] = {}
+_SOURCES: dict[tuple[object, ...], tuple[tuple[Component, str, str], ...]] = {}
 _NO_NAMES: dict[Component, tuple[str, ...]] = {}  # co-located lines name no single workload
-_ROWS: dict[tuple[Overheads, int], tuple[tuple[Component, str, str, tuple[str, ...]], ...]] = {}
+_ROWS: dict[tuple[object, ...], tuple[tuple[Component, str, str, tuple[str, ...]], ...]] = {}
 
 
 def _rows(ov: Overheads, names: dict[Component, tuple[str, ...]]
           ) -> tuple[tuple[Component, str, str, tuple[str, ...]], ...]:
     """(component, formula, source, input names) per line, for one device type and workload
     kind (``names`` is one of the module-level ``_INPUT_NAMES`` tables, so its id is stable)."""
-    key = (ov, id(names))
+    key = (ov.cuda_context_source, ov.workspace_source, ov.fragmentation_source,
+           ov.communication_source, id(names))
     hit = _ROWS.get(key)
     if hit is None:
         hit = _ROWS[key] = tuple((c, f, src, names.get(c, ())) for c, f, src in _sources(ov))
@@ -766,11 +777,13 @@ def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
                    values: dict[Component, int], parts: dict[Component, Any],
                    phases: tuple[tuple[str, int], ...], inputs: dict[str, Any],
                    names: dict[Component, tuple[str, ...]], headroom: Headroom,
-                   ov: Overheads) -> DeviceBudget:
+                   ov: Overheads, transient: int | None = None) -> DeviceBudget:
     subtotal = sum(values.values())
     room = headroom_bytes(subtotal, headroom)
     inputs = {**inputs, "headroom_fraction": headroom.fraction,
               "headroom_min_bytes": headroom.min_bytes, "subtotal_bytes": subtotal}
+    if transient is not None:
+        inputs["largest_transient_bytes"] = transient
     lines = []
     get = values.get
     for c, formula, source, used in _rows(ov, names):
@@ -798,7 +811,8 @@ _OVERHEAD_LINES = (C.CUDA_CONTEXT, C.RUNTIME_WORKSPACE, C.COMMUNICATION_BUFFERS,
 
 def calibration_use(ov: Overheads) -> CalibrationUse:
     """Which profile (or built-in default) each overhead line came from."""
-    hit = _USES.get(ov)
+    key = _text_key(ov)
+    hit = _USES.get(key)
     if hit is None:
         from_profile = {
             C.CUDA_CONTEXT: ov.cuda_context_source.startswith("calibration profile"),
@@ -807,7 +821,7 @@ def calibration_use(ov: Overheads) -> CalibrationUse:
             C.ALLOCATOR_OVERHEAD: "calibration profile" in ov.fragmentation_source,
         }
         sources = {c: src for c, _, src in _sources(ov)}
-        hit = _USES[ov] = CalibrationUse(
+        hit = _USES[key] = CalibrationUse(
             profile=ov.profile, matched_on=ov.profile_match,
             overheads=tuple(OverheadOrigin(
                 component=c, origin="profile" if from_profile[c] else "builtin",
@@ -816,7 +830,7 @@ def calibration_use(ov: Overheads) -> CalibrationUse:
     return hit
 
 
-_USES: dict[Overheads, CalibrationUse] = {}
+_USES: dict[tuple[object, ...], CalibrationUse] = {}
 
 
 def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
@@ -840,9 +854,8 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
             label = "every device" if s.stage is None or len(per_workload[0]) == 1 else (
                 f"pipeline stage {s.stage}")
             devices.append(_device_budget(label, s.stage, s.num_devices, s.peak_phase, s.values,
-                                          s.parts, s.phases,
-                                          {**inputs, "largest_transient_bytes": s.transient_bytes},
-                                          _INPUT_NAMES[_kind(w)], headroom, ov))
+                                          s.parts, s.phases, inputs, _INPUT_NAMES[_kind(w)],
+                                          headroom, ov, s.transient_bytes))
     else:
         # Co-located: the most loaded stage of each workload shares one device.
         values: dict[Component, int] = {}
