@@ -83,8 +83,10 @@ def gemm_workspaces(ctx: DeviceContext | None) -> tuple[tuple[str, int], ...]:
     ov = ctx.overheads if ctx else device_overheads(None, "nvidia", None)
     if ctx is not None and ctx.vendor == "amd":
         return (("hipBLAS workspace", ov.workspace_bytes),)
-    return (("cuBLAS workspace", ov.workspace_bytes - CUBLASLT_WORKSPACE_BYTES),
-            ("cuBLASLt workspace", CUBLASLT_WORKSPACE_BYTES))
+    # A calibrated workspace may be below the built-in cuBLASLt size (CUBLAS_WORKSPACE_CONFIG,
+    # a unified workspace): no part may go negative.
+    lt = min(CUBLASLT_WORKSPACE_BYTES, max(0, ov.workspace_bytes))
+    return (("cuBLAS workspace", max(0, ov.workspace_bytes) - lt), ("cuBLASLt workspace", lt))
 
 
 def trace_workload(w: InferenceWorkload | TrainingWorkload, *, iterations: int = 2,

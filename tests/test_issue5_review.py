@@ -1,0 +1,43 @@
+"""Regression tests from the review of issue 5 (comparisons, round trip, calibration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+
+from agent.roundtrip import fetch_estimate
+from service.budget.calibration import load_profiles
+from service.budget.compare import _headroom, compare, estimate_input
+from service.budget.estimate import estimate, headroom_bytes
+from service.budget.probe_report import ProbeRequest
+from service.budget.spec import BudgetRequest, Headroom
+
+from .test_comparison import _cuda_report
+
+MiB = 1 << 20
+_H100_PROFILE = ('{"id": "h100-small-ws", "gpu_name": "NVIDIA H100 80GB HBM3", '
+                 '"gpu_id": "h100-sxm5-80gb", "torch_version": null, "cuda_version": null, '
+                 '"driver_version": null, "workspace_bytes": %d, "probe_ids": ["p1"]}')
+
+
+def test_a_calibrated_workspace_below_the_cublaslt_size_traces(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUBLAS_WORKSPACE_CONFIG=:16:8 (128 KiB) measured into a profile: the trace tier split it
+    into cuBLAS = 128 KiB - 1 MiB (negative) and its replay raised (a 500)."""
+    pytest.importorskip("torch")
+    from service.trace.engine import trace_budget
+
+    (tmp_path / "p.json").write_text(_H100_PROFILE % (128 << 10))
+    monkeypatch.setenv("VRAMBUDGET_PROFILES_DIR", str(tmp_path))
+    req = msgspec.convert({
+        "method": "trace", "device": {"source": "catalog", "id": "h100-sxm5-80gb"},
+        "workloads": [{"kind": "inference",
+                       "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                       "batch_size": 1, "prompt_tokens": 16, "generated_tokens": 2}]},
+        BudgetRequest)
+    budget = trace_budget(req)
+    lines = {ln.component.value: ln.bytes for ln in budget.devices[0].lines}
+    assert lines["runtime_workspace"] == 128 << 10
