@@ -41,3 +41,8 @@ def test_a_calibrated_workspace_below_the_cublaslt_size_traces(
     budget = trace_budget(req)
     lines = {ln.component.value: ln.bytes for ln in budget.devices[0].lines}
     assert lines["runtime_workspace"] == 128 << 10
+
+def test_a_profile_with_a_negative_value_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "p.json").write_text(_H100_PROFILE % -1)
+    with pytest.raises(ValueError, match="p.json"):
+        load_profiles(tmp_path)

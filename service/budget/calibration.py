@@ -38,6 +38,10 @@ __all__ = [
 ]
 
 ProfileId = Annotated[str, Meta(min_length=1, max_length=96, pattern=r"^[A-Za-z0-9_.-]+$")]
+# A hand-edited profile with a negative value would give negative budget lines (and a negative
+# allocation in the trace tier's replay): refused when the directory is loaded.
+_Bytes = Annotated[int, Meta(ge=0, le=1 << 62)]
+_Fraction = Annotated[float, Meta(ge=0.0, le=100.0)]
 
 
 class CalibrationProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -53,12 +57,12 @@ class CalibrationProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     torch_version: str | None
     cuda_version: str | None
     driver_version: str | None
-    cuda_context_bytes: int | None = None
-    workspace_bytes: int | None = None
-    nccl_communicator_bytes: int | None = None
+    cuda_context_bytes: _Bytes | None = None
+    workspace_bytes: _Bytes | None = None
+    nccl_communicator_bytes: _Bytes | None = None
     """No single-process probe measures it yet; a profile may carry one measured elsewhere."""
-    inference_fragmentation_fraction: float | None = None
-    training_fragmentation_fraction: float | None = None
+    inference_fragmentation_fraction: _Fraction | None = None
+    training_fragmentation_fraction: _Fraction | None = None
     probe_ids: tuple[str, ...]
     samples: dict[str, int] = {}
     """How many probes each value is the median of."""
