@@ -17,6 +17,7 @@ import msgspec
 
 from service.budget.compare import match_gpu
 from service.budget.probe_report import ProbeRequest, ProbeResource
+from service.budget.result import Budget
 from service.budget.spec import CatalogDevice, CustomDevice, DeviceRef
 
 __all__ = ["ESTIMATE_TIMEOUT_S", "comparison_entry", "device_ref", "fetch_estimate"]
@@ -67,6 +68,10 @@ def fetch_estimate(request: ProbeRequest, device: DeviceRef | None,
         return None, f"estimate: HTTP {r.status_code}: {r.text[:500]}"
     if len(r.content) > _MAX_ESTIMATE_BYTES:
         return None, f"estimate: answer larger than {_MAX_ESTIMATE_BYTES} bytes"
+    try:  # store only what decodes as a budget: the probe resource decodes it on every read
+        msgspec.json.decode(r.content, type=Budget)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return None, f"estimate: the service's answer is not a budget: {exc}"
     return r.text, None
 
 

@@ -46,3 +46,16 @@ def test_a_profile_with_a_negative_value_is_refused(tmp_path: Path) -> None:
     (tmp_path / "p.json").write_text(_H100_PROFILE % -1)
     with pytest.raises(ValueError, match="p.json"):
         load_profiles(tmp_path)
+
+def test_an_estimate_that_is_not_a_budget_is_an_estimate_error() -> None:
+    """A 2xx that is not a Budget was stored as the probe's estimate; every later read of the
+    probe (its callback, its comparison row, GET /v1/probes) then failed to decode it."""
+    req = msgspec.convert({"workload": {"kind": "inference",
+                                        "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                                        "batch_size": 1, "prompt_tokens": 8,
+                                        "generated_tokens": 1},
+                           "service_url": "http://127.0.0.1:8000"}, ProbeRequest)
+    for body in (b"<html>proxy</html>", b'{"ok": true}'):
+        transport = httpx.MockTransport(lambda r, b=body: httpx.Response(200, content=b))
+        answer, error = fetch_estimate(req, None, transport)
+        assert answer is None and error is not None and "not a budget" in error
