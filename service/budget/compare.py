@@ -32,7 +32,6 @@ reserved peak nor the CUDA context explains is reported as ``unexplained``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -380,12 +379,16 @@ def _headroom(report: ProbeResource, analytic: TierComparison, observed: dict[st
         total += stranded
     if report.status == "oom":
         reasons.append("the probe ran out of memory: the measured peak is a lower bound")
-    floor = math.ceil(HEADROOM_FLOOR_FRACTION * max(measured_total, subtotal))
+    # Exact integers (millionths of a byte): a float quotient rounds 7/100 up to 8%, and the
+    # floor's own byte rounding must not lift a 2% floor to 3%.
+    floor_ppm = round(HEADROOM_FLOOR_FRACTION * 1_000_000) * max(measured_total, subtotal)
+    floor = -(-floor_ppm // 1_000_000)
+    total_ppm = total * 1_000_000
     if total < floor:
         reasons.append(f"floor of {HEADROOM_FLOOR_FRACTION:.0%} of the larger of estimate and "
                        f"measurement ({floor} B): run-to-run variation one probe cannot show")
-        total = floor
-    fraction = math.ceil(total / subtotal * 100) / 100 if subtotal else 0.0
+        total, total_ppm = floor, floor_ppm
+    fraction = -(-total_ppm * 100 // (subtotal * 1_000_000)) / 100 if subtotal > 0 else 0.0
     return HeadroomAdvice(fraction=fraction, bytes=total, reasons=tuple(reasons))
 
 
