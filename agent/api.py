@@ -31,6 +31,11 @@ from service.api.problems import exception_handlers
 from . import nvml
 from .runner import ProbeProcess
 from .settings import AgentSettings
+from service.budget.compare import COMPARABLE_STATUSES
+from service.budget.comparison import Comparison
+from service.budget.result import Budget
+
+from .roundtrip import comparison_entry, device_ref, fetch_estimate
 from .spec import Callback, CustomWorkload, ProbeRequest, ProbeResource, ProbeResult
 from .store import TERMINAL_STATUSES, Store
 from .webhooks import Deliverer, callback_allowed
@@ -76,7 +81,12 @@ def _resource(row: Any) -> ProbeResource:
         id=row.id, status=row.status, created_at=row.created_at, updated_at=row.updated_at,
         request=msgspec.json.decode(row.request, type=ProbeRequest),
         result=msgspec.json.decode(row.result, type=ProbeResult) if row.result else None,
-        error=row.error)
+        error=row.error,
+        estimate=msgspec.json.decode(row.estimate, type=Budget) if row.estimate else None,
+        estimate_error=row.estimate_error,
+        comparison=msgspec.json.decode(row.comparison, type=Comparison) if row.comparison
+        else None,
+        comparison_error=row.comparison_error)
 
 
 def _state(request: Request[Any, Any, Any]) -> AgentState:
@@ -122,6 +132,11 @@ async def submit(request: Request[Any, Any, Any]) -> Response[ProbeResource]:
                                                            st.settings.callback_allow_list):
         allowed = ", ".join(st.settings.callback_allow_list) or "callbacks are off"
         raise _unprocessable("$.callback.url", f"not on the agent's callback allow-list "
+                             f"({allowed})")
+    if probe.service_url is not None and not callback_allowed(
+            probe.service_url, st.settings.service_allow_list):
+        allowed = ", ".join(st.settings.service_allow_list) or "the round trip is off"
+        raise _unprocessable("$.service_url", f"not on the agent's service allow-list "
                              f"({allowed})")
     if probe.time_limit_s > st.settings.max_time_limit_s:
         raise _unprocessable("$.time_limit_s", f"must be <= {st.settings.max_time_limit_s:g} "
@@ -222,6 +237,11 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
         return
     row = await asyncio.to_thread(store.get_probe, probe_id)
     request = msgspec.json.decode(row.request, type=ProbeRequest)
+    if request.service_url is not None and not isinstance(request.workload, CustomWorkload):
+        inv = await asyncio.to_thread(nvml.inventory) if st.cuda else None
+        estimate_json, estimate_error = await asyncio.to_thread(
+            fetch_estimate, request, device_ref(inv, request.device) if inv else None)
+        await asyncio.to_thread(store.set_estimate, probe_id, estimate_json, estimate_error)
     process = ProbeProcess(row.request.encode(), dict(st.settings.entry_points),
                            request.time_limit_s, _sampler_factory(st, row.device_key))
     st.running[probe_id] = process
@@ -232,11 +252,23 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
         st.running.pop(probe_id, None)
     now = time.time()
     result_json = outcome.result_json.decode() if outcome.result_json else None
-    callback = _callback(st.settings, probe_id, request.callback, outcome.status, now, row, result_json,
-                         outcome.error)
+    row = await asyncio.to_thread(store.get_probe, probe_id)  # with its estimate
+    callback = _callback(st.settings, probe_id, request.callback, outcome.status, now, row,
+                         result_json, outcome.error)
+    comparison = comparison_error = None
+    if request.service_url is not None:
+        if outcome.status in COMPARABLE_STATUSES and result_json is not None and not isinstance(
+                request.workload, CustomWorkload):
+            comparison = comparison_entry(msgspec.structs.replace(
+                _resource(row), status=outcome.status, updated_at=now,
+                result=msgspec.json.decode(result_json, type=ProbeResult), error=outcome.error))
+        else:
+            comparison_error = (f"status {outcome.status}: nothing to compare" if not isinstance(
+                request.workload, CustomWorkload) else "custom entry points have no estimate")
     await asyncio.to_thread(store.finish_with_callback, probe_id, outcome.status, now,
-                            result_json, callback, outcome.error)
-    if callback is not None:
+                            result_json, callback, outcome.error, comparison=comparison,
+                            comparison_error=comparison_error)
+    if callback is not None or comparison is not None:
         st.deliverer.wake()
 
 
@@ -256,9 +288,8 @@ def _callback(settings: AgentSettings, probe_id: str, cb: Callback | None, statu
               ) -> tuple[str, str, str] | None:
     if cb is None or not callback_allowed(cb.url, settings.callback_allow_list):
         return None
-    resource = ProbeResource(
-        id=probe_id, status=status, created_at=row.created_at, updated_at=now,  # type: ignore[arg-type]
-        request=msgspec.json.decode(row.request, type=ProbeRequest),
+    resource = msgspec.structs.replace(
+        _resource(row), status=status, updated_at=now,
         result=msgspec.json.decode(result_json, type=ProbeResult) if result_json else None,
         error=error)
     payload = msgspec.json.encode({"type": f"probe.{status}", "timestamp": now,
@@ -301,7 +332,27 @@ def create_agent_app(settings: AgentSettings | None = None) -> Litestar:
                              row.updated_at, row, None, row.error)
 
         store.recover(time.time(), callback_for=interrupted)
-        deliverer = Deliverer(store, settings.webhook_secret, settings.callback_allow_list)
+        def compared(ob: Any, body: str | None, error: str | None) -> None:
+            """The service answered the comparison (or it was given up): store it and send
+            the probe's callback, carrying it, in one transaction."""
+            comparison_json = None
+            if body is not None:
+                try:  # store only what decodes as a comparison
+                    comparison_json = msgspec.json.encode(
+                        msgspec.json.decode(body, type=Comparison)).decode()
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    error = f"the service's answer is not a comparison: {exc}"
+
+            def callback_for(probe: Any) -> tuple[str, str, str] | None:
+                request_ = msgspec.json.decode(probe.request, type=ProbeRequest)
+                return _callback(settings, probe.id, request_.callback, probe.status,
+                                 time.time(), probe, probe.result, probe.error)
+
+            store.complete_comparison(ob.id, time.time(), comparison_json, error, callback_for)
+
+        deliverer = Deliverer(store, settings.webhook_secret, settings.callback_allow_list,
+                              service_allow_list=settings.service_allow_list,
+                              on_comparison=compared)
         deliverer.start()
         inv = await asyncio.to_thread(nvml.inventory)
         app.state.agent = AgentState(settings=settings, store=store, deliverer=deliverer,

@@ -22,6 +22,8 @@ from typing import Any
 
 import msgspec
 
+from service.budget.spec import TrainingWorkload
+
 from .spec import (
     CustomWorkload,
     DeviceView,
@@ -134,9 +136,17 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
     weights = 0
     units = req.workload.num_sequences if hasattr(req.workload, "num_sequences") else 1
 
+    iteration_peaks: list[int] = []
+    per_iteration = req.concurrency == 1
+
     def run_one() -> None:
         with recorder.recording():  # dispatch modes are per thread
             program.run(1)
+
+    def run_measured() -> None:
+        recorder.reset_peak()
+        run_one()
+        iteration_peaks.append(recorder.peak_bytes)
 
     state = {"phase": "load"}
     notified = False
@@ -151,12 +161,12 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
         state["phase"] = "load"
         notify(("load_start", _own_pid()))
         notified = True
-        latencies, wall = _load(req, run_one)
+        latencies, wall = _load(req, run_measured if per_iteration else run_one)
         notify(("load_end", None))
     except torch.OutOfMemoryError as exc:
         if notified:
             notify(("load_end", None))
-        kv = _component_peak(recorder, "kv_cache")
+        kv = _kv_bytes(program, req)
         return ProbeResult(
             device="cpu", device_name="cpu", torch_version=str(torch.__version__),
             cuda_version=None, driver_version=None,
@@ -166,23 +176,29 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
             nvml=None, host_peak_rss_bytes=_peak_rss_bytes(),
             iterations=_iterations([], 0.0, 1, 0), outputs_finite=False,
             message=f"{state['phase']}: {exc}")
-    kv = _component_peak(recorder, "kv_cache")
+    kv = _kv_bytes(program, req)
     return ProbeResult(
         device="cpu", device_name="cpu", torch_version=str(torch.__version__), cuda_version=None,
         driver_version=None,
-        torch=TorchView(allocated_peak_bytes=recorder.peak_bytes, reserved_peak_bytes=None,
+        torch=TorchView(allocated_peak_bytes=max(iteration_peaks) if iteration_peaks else
+                        recorder.peak_bytes, reserved_peak_bytes=None,
                         num_alloc_retries=None, num_ooms=0, inactive_split_peak_bytes=None,
-                        weights_bytes=weights, kv_cache_bytes=kv),
+                        weights_bytes=weights, kv_cache_bytes=kv,
+                        iteration_peak_bytes=tuple(iteration_peaks)),
         nvml=None, host_peak_rss_bytes=_peak_rss_bytes(),
         iterations=_iterations(latencies, wall, 0, units * len(latencies)),
         outputs_finite=program.outputs_finite() if hasattr(program, "outputs_finite") else True)
 
 
-def _component_peak(recorder: Any, component: str) -> int:
-    """The largest live bytes the tracker attributed to ``component`` during the run."""
-    from service.trace.replay import replay
-
-    return replay(recorder.trace).component_peaks.get(component, 0)
+def _kv_bytes(program: Any, req: ProbeRequest) -> int | None:
+    """The KV cache's known allocation: the cache tensors one request allocates (each rounded
+    to the allocator's block), times the streams that each hold one. (Not the tracker's
+    per-component peak: with several streams, one thread's kv_cache scope would tag the other
+    threads' allocations too.) None for a program that reports no cache (custom entry points)."""
+    if isinstance(req.workload, TrainingWorkload):
+        return 0  # training holds no KV cache
+    per_stream = getattr(program, "kv_cache_bytes", None)
+    return None if per_stream is None else per_stream * req.concurrency
 
 
 def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
@@ -209,9 +225,12 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
         total = torch.cuda.get_device_properties(index or 0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, req.memory_limit_bytes / total))
     device = torch.device("cuda", index or 0)
+    workspace, base = _gemm_workspace(req, device)
     program = _program(req, entry_points, Marks(), device)
+    if hasattr(program, "kv_rounding"):
+        program.kv_rounding = 512  # the caching allocator's block size
     torch.cuda.synchronize()
-    weights = torch.cuda.memory_allocated()
+    weights = torch.cuda.memory_allocated() - base
     units = req.workload.num_sequences if hasattr(req.workload, "num_sequences") else 1
     streams: dict[int, Any] = {}
 
@@ -227,6 +246,13 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
     status_oom = False
     latencies: list[float] = []
     wall = 0.0
+    peaks: list[tuple[int, int]] = []  # (allocated, reserved) peak of each iteration
+
+    def run_measured() -> None:
+        torch.cuda.reset_peak_memory_stats()
+        run_one()
+        peaks.append((torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()))
+
     try:
         for _ in range(req.warmup_iterations):
             run_one()
@@ -235,7 +261,7 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
         # The agent (parent) samples NVML during the load phase: a sampler thread in this
         # process would compete for the GIL with the load threads and miss its 10 ms.
         notify(("load_start", _own_pid()))
-        latencies, wall = _load(req, run_one)
+        latencies, wall = _load(req, run_measured if req.concurrency == 1 else run_one)
         torch.cuda.synchronize()
     except torch.OutOfMemoryError as exc:
         status_oom = True
@@ -243,6 +269,12 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
     finally:
         notify(("load_end", None))
     stats = torch.cuda.memory_stats()
+    allocated_peak = stats.get("allocated_bytes.all.peak", 0)
+    reserved_peak = stats.get("reserved_bytes.all.peak", 0)
+    if peaks:  # peaks were reset per iteration: the run's peak is the largest of them
+        allocated_peak = max(allocated_peak, *(a for a, _ in peaks))
+        reserved_peak = max(reserved_peak, *(r for _, r in peaks))
+    props = torch.cuda.get_device_properties(index or 0)
     view = DeviceView(  # the sampler's fields are filled in by the parent (runner.py)
         baseline_used_bytes=baseline or 0, peak_used_bytes=0, samples=0, sample_interval_s=0.0,
         max_sample_interval_s=0.0, process_peak_used_bytes=None,
@@ -254,18 +286,44 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
         torch_version=str(torch.__version__), cuda_version=torch.version.cuda,
         driver_version=inventory.driver_version if inventory.available else None,
         torch=TorchView(
-            allocated_peak_bytes=stats.get("allocated_bytes.all.peak", 0),
-            reserved_peak_bytes=stats.get("reserved_bytes.all.peak", 0),
+            allocated_peak_bytes=allocated_peak,
+            reserved_peak_bytes=reserved_peak,
             num_alloc_retries=stats.get("num_alloc_retries", 0),
             num_ooms=stats.get("num_ooms", 0),
             inactive_split_peak_bytes=stats.get("inactive_split_bytes.all.peak", 0),
-            weights_bytes=weights, kv_cache_bytes=None),
+            weights_bytes=weights, kv_cache_bytes=_kv_bytes(program, req),
+            workspace_bytes=workspace, iteration_peak_bytes=tuple(a for a, _ in peaks)),
         nvml=view, host_peak_rss_bytes=_peak_rss_bytes(),
         iterations=_iterations(latencies, wall, 1 if status_oom else 0,
                                units * len(latencies)),
         outputs_finite=(not status_oom) and (program.outputs_finite() if hasattr(
             program, "outputs_finite") else True),
-        message=message)
+        message=message, memory_total_bytes=props.total_memory,
+        compute_capability=f"{props.major}.{props.minor}")
+
+
+def _gemm_workspace(req: ProbeRequest, device: Any) -> tuple[int, int]:
+    """(cuBLAS + cuBLASLt workspace bytes, allocated bytes before the model is built).
+
+    A first GEMM makes cuBLAS (and, for a matmul with bias in 16-bit, cuBLASLt) allocate its
+    workspace through the caching allocator; it stays allocated for the process's life. Run
+    one tiny matmul of each kind in the workload's compute dtype, free the tensors, and what is
+    left allocated is the workspace."""
+    import torch
+
+    from service.workloads.run import TORCH_DTYPES
+
+    w = req.workload
+    dtype = TORCH_DTYPES[w.precision.compute] if hasattr(w, "precision") else torch.float32
+    before = torch.cuda.memory_allocated()
+    a = torch.ones(16, 16, dtype=dtype, device=device)
+    bias = torch.ones(16, dtype=dtype, device=device)
+    out = a @ a
+    out2 = torch.nn.functional.linear(a, a, bias)
+    torch.cuda.synchronize()
+    del a, bias, out, out2
+    after = torch.cuda.memory_allocated()
+    return after - before, after
 
 
 def _own_pid() -> int:

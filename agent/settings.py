@@ -31,6 +31,8 @@ class AgentSettings:
     """Accepted bearer tokens; none configured means every authenticated endpoint answers 401."""
     callback_allow_list: tuple[str, ...] = ()
     """Origins or host patterns callbacks may go to; empty: callbacks off."""
+    service_allow_list: tuple[str, ...] = ()
+    """Calculation services a probe's ``service_url`` may name (same syntax); empty: off."""
     webhook_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     """HMAC key of the Standard Webhooks signatures (``whsec_...`` or raw)."""
     entry_points: dict[str, str] = field(default_factory=dict)
@@ -83,6 +85,8 @@ class AgentSettings:
             "entry_points": entries,
             "callback_allow_list": tuple(x.strip() for x in (get("CALLBACK_ALLOW") or "")
                                          .split(",") if x.strip()),
+            "service_allow_list": tuple(x.strip() for x in (get("SERVICE_ALLOW") or "")
+                                        .split(",") if x.strip()),
         }
         if get("HOST"):
             kwargs["host"] = get("HOST")

@@ -1,18 +1,18 @@
-"""The probe agent's wire types: what a caller asks the agent to run, and what it reports.
+"""The probe agent's wire types. They live in the pure core (``service.budget.probe_report``)
+because the service compares the same reports; this module re-exports them for the agent."""
 
-A probe's workload is the same spec the service accepts (so an estimate and a measurement are
-about the same thing), or the name of an entry point that the *agent's own configuration* lists:
-requests never carry code. Every limit is in the schema with its range.
-"""
-
-from __future__ import annotations
-
-from typing import Annotated, Literal
-
-import msgspec
-from msgspec import Meta
-
-from service.budget.spec import InferenceWorkload, TrainingWorkload
+from service.budget.probe_report import (
+    Callback,
+    CustomWorkload,
+    DeviceView,
+    Iteration,
+    ProbeRequest,
+    ProbeResource,
+    ProbeResult,
+    ProbeStatus,
+    ProbeWorkload,
+    TorchView,
+)
 
 __all__ = [
     "Callback",
@@ -23,138 +23,6 @@ __all__ = [
     "ProbeResource",
     "ProbeResult",
     "ProbeStatus",
+    "ProbeWorkload",
     "TorchView",
 ]
-
-ProbeStatus = Literal["queued", "running", "succeeded", "oom", "timeout", "failed", "cancelled",
-                      "interrupted", "unreliable"]
-
-
-class _Wire(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
-
-
-class CustomWorkload(_Wire, tag="custom", tag_field="kind", kw_only=True):
-    """An entry point from the agent's configuration (``VRAMBUDGET_AGENT_ENTRY_POINTS``),
-    called with ``arguments``; it returns the program to run."""
-
-    entry_point: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$",
-                                     description="Name of a configured entry point.")]
-    arguments: Annotated[dict[str, int | float | str | bool], Meta(
-        max_length=64, description="Keyword arguments for the entry point (at most 64).")] = {}
-
-
-ProbeWorkload = InferenceWorkload | TrainingWorkload | CustomWorkload
-
-
-class Callback(_Wire, kw_only=True):
-    url: Annotated[str, Meta(min_length=8, max_length=2048, pattern=r"^https?://",
-                             description="Where the signed result is POSTed; must match the "
-                             "agent's allow-list (default: callbacks off).")]
-
-
-class ProbeRequest(_Wire, kw_only=True):
-    workload: Annotated[ProbeWorkload, Meta(description="What to run: the service's workload "
-                                             "spec (inference or training) or a configured "
-                                             "entry point.")]
-    device: Annotated[
-        Annotated[int, Meta(ge=0, le=255)] | Annotated[str, Meta(min_length=1, max_length=96)],
-        Meta(description="GPU index or UUID (``GPU-...``); ignored on a host without CUDA "
-             "(the probe runs on the CPU and says so)."),
-    ] = 0
-    warmup_iterations: Annotated[int, Meta(ge=0, le=100, description="Iterations run before "
-                                           "the peaks are reset (0 .. 100).")] = 1
-    iterations: Annotated[int, Meta(ge=1, le=10_000, description="Measured iterations "
-                                    "(1 .. 10,000).")] = 3
-    duration_s: Annotated[
-        Annotated[float, Meta(ge=0.1, le=3600.0)] | None,
-        Meta(description="Measure for this long instead (0.1 .. 3600 s); iterations then is a "
-             "minimum."),
-    ] = None
-    concurrency: Annotated[int, Meta(ge=1, le=64, description="Parallel request streams in "
-                                     "the load phase (inference only; 1 .. 64).")] = 1
-    time_limit_s: Annotated[float, Meta(ge=1.0, le=86_400.0, description="The probe's child "
-                                        "process is killed after this long (status timeout).")
-                            ] = 600.0
-    memory_limit_bytes: Annotated[
-        Annotated[int, Meta(ge=1 << 20, le=1 << 50)] | None,
-        Meta(description="Cap the allocator (CUDA: per-process memory fraction; CPU: the "
-             "tracker), 1 MiB .. 1 PiB; exceeding it is an OOM result."),
-    ] = None
-    callback: Annotated[Callback | None, Meta(description="Signed webhook on completion.")] = (
-        None)
-    service_url: Annotated[
-        Annotated[str, Meta(max_length=2048, pattern=r"^https?://")] | None,
-        Meta(description="The calculation service, for the estimate-vs-measured comparison."),
-    ] = None
-
-    def __post_init__(self) -> None:
-        if self.concurrency > 1 and isinstance(self.workload, TrainingWorkload):
-            raise ValueError("concurrency > 1 needs an inference workload")
-
-
-class TorchView(_Wire, kw_only=True):
-    """PyTorch's own counters (``torch.cuda.memory_stats``; on the CPU: the tracker)."""
-
-    allocated_peak_bytes: int
-    reserved_peak_bytes: int | None
-    num_alloc_retries: int | None
-    num_ooms: int | None
-    inactive_split_peak_bytes: int | None
-    weights_bytes: int
-    """Allocated after the model was built, before any iteration."""
-    kv_cache_bytes: int | None
-    """The KV cache's largest live bytes (inference; the CPU path's tracker knows it; CUDA
-    counters do not separate it: null)."""
-
-
-class DeviceView(_Wire, kw_only=True):
-    """What NVML saw on the device (absent on the CPU path)."""
-
-    baseline_used_bytes: int
-    peak_used_bytes: int
-    samples: int
-    sample_interval_s: float
-    max_sample_interval_s: float
-    process_peak_used_bytes: int | None
-    accounting_max_memory_bytes: int | None
-    cuda_context_bytes: int
-    """Device used after the CUDA context was created, minus the baseline."""
-    others_changed_bytes: int
-    """Largest change of other processes' device memory during the measurement."""
-    others_visible: bool
-    """Whether NVML told this process's memory apart from the others' on every poll (false in
-    a PID namespace: then ``others_changed_bytes`` proves nothing)."""
-
-
-class Iteration(_Wire, kw_only=True):
-    p50_s: float
-    p95_s: float
-    count: int
-    throughput_per_s: float
-    errors: int
-
-
-class ProbeResult(_Wire, kw_only=True):
-    device: Literal["cuda", "cpu"]
-    device_name: str
-    torch_version: str
-    cuda_version: str | None
-    driver_version: str | None
-    torch: TorchView
-    nvml: DeviceView | None
-    host_peak_rss_bytes: int
-    iterations: Iteration
-    outputs_finite: bool
-    message: str | None = None
-    """The OOM or error message when the probe did not succeed."""
-
-
-class ProbeResource(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    status: ProbeStatus
-    created_at: float
-    updated_at: float
-    request: ProbeRequest
-    result: ProbeResult | None = None
-    error: str | None = None

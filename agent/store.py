@@ -103,6 +103,10 @@ class ProbeRow(msgspec.Struct, frozen=True, kw_only=True):
     request: str
     result: str | None
     error: str | None
+    estimate: str | None = None
+    estimate_error: str | None = None
+    comparison: str | None = None
+    comparison_error: str | None = None
 
 
 class OutboxRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,6 +123,8 @@ class OutboxRow(msgspec.Struct, frozen=True, kw_only=True):
     delivered_at: float | None
     last_error: str | None
     created_at: float
+    kind: str = "callback"
+    """``callback`` (a signed webhook) or ``comparison`` (the report posted to the service)."""
 
 
 class SchemaTooNewError(RuntimeError):
@@ -153,27 +159,42 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX outbox_due ON outbox (next_attempt_at) WHERE delivered_at IS NULL",
     ),
+    (
+        # The service round trip (issue 5): the estimate fetched before the run, the
+        # comparison posted after it; outbox rows are callbacks or comparison requests.
+        "ALTER TABLE probes ADD COLUMN estimate TEXT",
+        "ALTER TABLE probes ADD COLUMN estimate_error TEXT",
+        "ALTER TABLE probes ADD COLUMN comparison TEXT",
+        "ALTER TABLE probes ADD COLUMN comparison_error TEXT",
+        "ALTER TABLE outbox ADD COLUMN kind TEXT NOT NULL DEFAULT 'callback'",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
-_PROBE_COLUMNS = "id, created_at, updated_at, status, device_key, request, result, error"
+_PROBE_COLUMNS = ("id, created_at, updated_at, status, device_key, request, result, error, "
+                  "estimate, estimate_error, comparison, comparison_error")
 _OUTBOX_COLUMNS = (
-    "id, probe_id, url, payload, attempts, next_attempt_at, delivered_at, last_error, created_at"
+    "id, probe_id, url, payload, attempts, next_attempt_at, delivered_at, last_error, created_at, "
+    "kind"
 )
 _PENDING = "delivered_at IS NULL AND next_attempt_at IS NOT NULL"
 
 
 def _probe(row: Any) -> ProbeRow:
-    id_, created_at, updated_at, status, device_key, request, result, error = row
+    (id_, created_at, updated_at, status, device_key, request, result, error, estimate,
+     estimate_error, comparison, comparison_error) = row
     return ProbeRow(id=id_, created_at=created_at, updated_at=updated_at, status=status,
-                    device_key=device_key, request=request, result=result, error=error)
+                    device_key=device_key, request=request, result=result, error=error,
+                    estimate=estimate, estimate_error=estimate_error, comparison=comparison,
+                    comparison_error=comparison_error)
 
 
 def _outbox(row: Any) -> OutboxRow:
-    id_, probe_id, url, payload, attempts, next_at, delivered_at, last_error, created_at = row
+    (id_, probe_id, url, payload, attempts, next_at, delivered_at, last_error, created_at,
+     kind) = row
     return OutboxRow(id=id_, probe_id=probe_id, url=url, payload=payload, attempts=attempts,
                      next_attempt_at=next_at, delivered_at=delivered_at, last_error=last_error,
-                     created_at=created_at)
+                     created_at=created_at, kind=kind)
 
 
 def _check_status(status: str) -> None:
@@ -289,7 +310,8 @@ class Store:
         """Store a new probe as ``queued``. A duplicate id raises ``sqlite3.IntegrityError``."""
         with self._write() as conn:
             conn.execute(
-                f"INSERT INTO probes ({_PROBE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
+                f"INSERT INTO probes ({_PROBE_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL, NULL)",
                 (probe_id, now, now, ProbeStatus.QUEUED.value, device_key, request_json),
             )
 
@@ -417,6 +439,8 @@ class Store:
         error: str | None = None,
         *,
         expected: Collection[str] = ACTIVE_STATUSES,
+        comparison: Callback | None = None,
+        comparison_error: str | None = None,
     ) -> bool:
         """Move a probe to a terminal status, store its result, and enqueue its callback, in
         ONE transaction: after a crash at any instant either both are on disk or neither is, so
@@ -432,18 +456,66 @@ class Store:
         with self._write() as conn:
             if not self._transition(conn, probe_id, status, now, result_json, error, expected):
                 return False
-            if callback is not None:
+            if comparison_error is not None:
+                conn.execute("UPDATE probes SET comparison_error = ? WHERE id = ?",
+                             (comparison_error, probe_id))
+            if comparison is not None:
+                # The callback waits for the comparison (complete_comparison enqueues it).
+                self._enqueue(conn, probe_id, comparison, now, kind="comparison")
+            elif callback is not None:
                 self._enqueue(conn, probe_id, callback, now)
+        return True
+
+    def set_estimate(self, probe_id: str, estimate_json: str | None, error: str | None) -> None:
+        """The service's estimate fetched before the run (or why it could not be)."""
+        with self._write() as conn:
+            conn.execute("UPDATE probes SET estimate = ?, estimate_error = ? WHERE id = ?",
+                         (estimate_json, error, probe_id))
+
+    def complete_comparison(
+        self,
+        event_id: str,
+        now: float,
+        comparison_json: str | None,
+        error: str | None,
+        callback_for: Callable[[ProbeRow], Callback | None],
+    ) -> bool:
+        """A comparison row is done (the service answered, or it was given up): in ONE
+        transaction store the comparison (or the error) on the probe, settle the outbox row, and
+        enqueue the probe's callback, built by ``callback_for`` from the updated probe. False if
+        the row is unknown or already settled."""
+        with self._write() as conn:
+            row = conn.execute(f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id = ?",
+                               (event_id,)).fetchone()
+            if row is None:
+                return False
+            ob = _outbox(row)
+            if ob.delivered_at is not None or ob.kind != "comparison":
+                return False
+            if comparison_json is not None:
+                conn.execute("UPDATE outbox SET delivered_at = ?, attempts = attempts + 1, "
+                             "last_error = NULL WHERE id = ?", (now, event_id))
+            else:
+                conn.execute("UPDATE outbox SET attempts = attempts + 1, next_attempt_at = NULL, "
+                             "last_error = ? WHERE id = ?", (error, event_id))
+            conn.execute("UPDATE probes SET comparison = ?, comparison_error = ? WHERE id = ?",
+                         (comparison_json, error, ob.probe_id))
+            probe = conn.execute(f"SELECT {_PROBE_COLUMNS} FROM probes WHERE id = ?",
+                                 (ob.probe_id,)).fetchone()
+            callback = callback_for(_probe(probe)) if probe is not None else None
+            if callback is not None:
+                self._enqueue(conn, ob.probe_id, callback, now)
         return True
 
     # -- outbox -----------------------------------------------------------------------------
 
     @staticmethod
-    def _enqueue(conn: sqlite3.Connection, probe_id: str, callback: Callback, now: float) -> None:
+    def _enqueue(conn: sqlite3.Connection, probe_id: str, callback: Callback, now: float,
+                 kind: str = "callback") -> None:
         url, payload, event_id = callback
         conn.execute(
-            f"INSERT INTO outbox ({_OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, 0, ?, NULL, NULL, ?)",
-            (event_id, probe_id, url, payload, now, now),
+            f"INSERT INTO outbox ({_OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, 0, ?, NULL, NULL, ?, ?)",
+            (event_id, probe_id, url, payload, now, now, kind),
         )
 
     def due_callbacks(self, now: float, limit: int) -> list[OutboxRow]:

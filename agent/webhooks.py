@@ -225,6 +225,9 @@ def backoff_s(
 # -- delivery --------------------------------------------------------------------------------
 
 
+_MAX_COMPARISON_BYTES = 4 << 20
+
+
 class Deliverer:
     """Drains the outbox: a daemon thread with its own ``httpx.Client``.
 
@@ -258,6 +261,9 @@ class Deliverer:
         batch_size: int = 16,
         backoff: Callable[[int], float] = backoff_s,
         clock: Callable[[], float] = time.time,
+        service_allow_list: tuple[str, ...] = (),
+        on_comparison: Callable[[OutboxRow, str | None, str | None], None] | None = None,
+        comparison_max_attempts: int = 10,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -269,6 +275,9 @@ class Deliverer:
         self._batch_size = batch_size
         self._backoff = backoff
         self._clock = clock
+        self._service_allow_list = service_allow_list
+        self._on_comparison = on_comparison
+        self._comparison_max_attempts = comparison_max_attempts
         self._client = httpx.Client(
             transport=transport,
             follow_redirects=False,
@@ -349,6 +358,8 @@ class Deliverer:
         return delivered
 
     def _attempt(self, row: OutboxRow) -> bool:
+        if row.kind == "comparison":
+            return self._attempt_comparison(row)
         if row.attempts >= self._max_attempts:  # max_attempts lowered since it was scheduled
             self._store.reschedule(row.id, row.attempts, None,
                                    row.last_error or "max attempts reached")
@@ -375,6 +386,49 @@ class Deliverer:
         else:
             retry_at = self._clock() + self._backoff(attempts)
             self._store.reschedule(row.id, attempts, retry_at, error)
+
+    # -- the service round trip -------------------------------------------------------------
+
+    def _attempt_comparison(self, row: OutboxRow) -> bool:
+        """POST the report to the service's ``/v1/comparisons``. A 2xx hands the body to
+        ``on_comparison`` (which stores it and enqueues the callback in one transaction); a 4xx
+        other than 408/429 is final (the service will not change its mind); anything else is
+        retried with backoff until ``comparison_max_attempts``, then handed over as an
+        error, so the callback is sent without a comparison rather than never."""
+        settle = self._on_comparison
+        if settle is None:
+            self._store.reschedule(row.id, row.attempts + 1, None, "no comparison handler")
+            return False
+        if not callback_allowed(row.url, self._service_allow_list):
+            settle(row, None, "service URL not on the agent's service allow-list at send time")
+            return False
+        body, error, final = self._post_comparison(row)
+        if body is not None:
+            settle(row, body, None)
+            return True
+        attempts = row.attempts + 1
+        if final or attempts >= self._comparison_max_attempts:
+            settle(row, None, f"{error} (after {attempts} attempt(s))")
+        else:
+            self._store.reschedule(row.id, attempts, self._clock() + self._backoff(attempts),
+                                   error or "failed")
+        return False
+
+    def _post_comparison(self, row: OutboxRow) -> tuple[str | None, str | None, bool]:
+        """(answer body, error, whether the error is final)."""
+        try:
+            response = self._client.post(row.url, content=row.payload.encode("utf-8"),
+                                         headers={"content-type": "application/json"})
+        except httpx.HTTPError as exc:
+            return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, (
+                False)
+        if response.is_success:
+            if len(response.content) > _MAX_COMPARISON_BYTES:
+                return None, f"comparison larger than {_MAX_COMPARISON_BYTES} bytes", True
+            return response.text, None, False
+        detail = response.text[:500]
+        final = 400 <= response.status_code < 500 and response.status_code not in (408, 429)
+        return None, f"HTTP {response.status_code}: {detail}", final
 
     def _post(self, row: OutboxRow) -> str | None:
         """Send once; None on a 2xx, else why not."""

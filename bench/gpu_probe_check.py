@@ -1,77 +1,97 @@
 """On a CUDA host: three probes through the agent's own measuring code (an inference, a training
-step, an inference at high concurrency), each in a fresh spawned child, printed next to the
-analytic and trace estimates per component that a probe can see.
+step, an inference at high concurrency), each in a fresh spawned child, compared with the
+analytic and trace estimates exactly as ``POST /v1/comparisons`` does, then built into a
+calibration profile as ``vrambudget calibrate`` does.
 
 Run (GPU host, repository root; < 5 minutes on an H100/H200):
-    .venv/bin/python -m bench.gpu_probe_check
+    .venv/bin/python -m bench.gpu_probe_check [OUT_DIR]
+
+Prints one markdown table per probe (quantity, analytic, trace, measured, verdicts) and the
+profile; with OUT_DIR, also writes each probe report with its comparison (JSON), its chart
+(SVG) and the profile (JSON) there.
 """
 
 from __future__ import annotations
 
+import sys
+import time
+from pathlib import Path
+
 import msgspec
 
 from agent.runner import ProbeProcess
-from agent.spec import ProbeRequest, ProbeResult
+from agent.spec import ProbeRequest, ProbeResource, ProbeResult
+from service.budget.calibration import build_profiles
+from service.budget.compare import compare, estimate_input
 from service.budget.estimate import estimate
-from service.budget.spec import BudgetRequest, Workload
+from service.budget.spec import BudgetRequest, Headroom
+from service.chart import render_comparison_svg
 from service.trace.engine import trace_budget
 
 PROBES = {
-    "qwen2.5-0.5b inference, batch 8, prompt 1024, 128 generated": {
+    "qwen2.5-0.5b-inference": {
         "workload": {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-0.5b"},
                      "batch_size": 8, "prompt_tokens": 1024, "generated_tokens": 128},
         "iterations": 2},
-    "qwen2.5-0.5b training step, sequence 1024, AdamW foreach": {
+    "qwen2.5-0.5b-training": {
         "workload": {"kind": "training", "model": {"source": "preset", "id": "qwen2.5-0.5b"},
                      "sequence_length": 1024}, "iterations": 3},
-    "qwen2.5-0.5b inference, 16 concurrent streams of batch 1, prompt 512": {
+    "qwen2.5-0.5b-16-streams": {
         "workload": {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-0.5b"},
                      "batch_size": 1, "prompt_tokens": 512, "generated_tokens": 32},
         "iterations": 2, "concurrency": 16},
 }
 
 
-def _gib(n: int | None) -> str:
-    return "—" if n is None else f"{n / 2**30:.3f}"
+def _mib(n: int | None) -> str:
+    return "—" if n is None else f"{n / 2**20:.1f}"
 
 
-def main() -> None:
-    print("| probe | view | analytic | trace | measured |")
-    print("|---|---|---:|---:|---:|")
+def main(argv: list[str]) -> None:
+    out = Path(argv[0]) if argv else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    calibration_inputs = []
     for name, body in PROBES.items():
         req = msgspec.convert(body, ProbeRequest)
-        w = req.workload
-        if req.concurrency > 1:  # the estimate's concurrency is the probe's streams
-            w = msgspec.structs.replace(w, concurrent_requests=req.concurrency)
-        workload = msgspec.convert(msgspec.to_builtins(w), Workload)
-        analytic = estimate((workload,))
-        traced = trace_budget(BudgetRequest(workloads=(workload,), method="trace"))
         process = ProbeProcess(msgspec.json.encode(req), {}, 600)
         process.start()
-        out = process.wait()
-        if out.result_json is None:
-            print(f"| {name} | {out.status}: {out.error} | | | |")
+        done = process.wait()
+        if done.result_json is None:
+            print(f"## {name}: {done.status}: {done.error}\n")
             continue
-        m = msgspec.json.decode(out.result_json, type=ProbeResult)
-        lines = {line.component: line.bytes for line in analytic.devices[0].lines}
-        t = traced.trace
-        assert t is not None
-        torch_total = sum(v for c, v in lines.items() if c not in (
-            "cuda_context", "communication_buffers", "headroom"))
-        print(f"| {name} | weights | {_gib(lines['weights'])} | — | "
-              f"{_gib(m.torch.weights_bytes)} |")
-        print(f"| | peak allocated | — | {_gib(t.peak_allocated_bytes)} | "
-              f"{_gib(m.torch.allocated_peak_bytes)} |")
-        print(f"| | peak reserved | {_gib(torch_total)} | {_gib(t.peak_reserved_bytes)} | "
-              f"{_gib(m.torch.reserved_peak_bytes)} |")
-        if m.nvml is not None:
-            print(f"| | CUDA context | {_gib(lines['cuda_context'])} | — | "
-                  f"{_gib(m.nvml.cuda_context_bytes)} |")
-            print(f"| | device used (NVML peak − baseline) | {_gib(analytic.total_bytes)} "
-                  f"(with headroom) | — | "
-                  f"{_gib(m.nvml.peak_used_bytes - m.nvml.baseline_used_bytes)} |")
-        print(f"| | status / p50 iteration | | | {out.status} / {m.iterations.p50_s:.3f} s |")
+        report = ProbeResource(id=name, status=done.status, created_at=time.time(),  # type: ignore[arg-type]
+                               updated_at=time.time(), request=req,
+                               result=msgspec.json.decode(done.result_json, type=ProbeResult))
+        inp = estimate_input(report)
+        analytic = estimate((inp.workload,), inp.device, Headroom(fraction=0.0))
+        traced = trace_budget(BudgetRequest(method="trace", workloads=(inp.workload,),
+                                            device=inp.device, headroom=Headroom(fraction=0.0)))
+        c = compare(report, {"analytic": analytic, "trace": traced}, inp)
+        a, t = c.tiers
+        print(f"## {name}: {done.status} on {c.device_name} (catalog {c.gpu_id})\n")
+        print("| quantity | analytic MiB | trace MiB | measured MiB | analytic | trace |")
+        print("|---|---:|---:|---:|---|---|")
+        for qa, qt in zip(a.quantities, t.quantities, strict=True):
+            print(f"| {qa.name} | {_mib(qa.estimate_bytes)} | {_mib(qt.estimate_bytes)} | "
+                  f"{_mib(qa.measured_bytes)} | {qa.difference_percent}% {qa.verdict} | "
+                  f"{qt.difference_percent}% {qt.verdict} |")
+        print(f"\nheadroom advice: {c.headroom.fraction:.0%}: {'; '.join(c.headroom.reasons)}")
+        print(f"degraded: {c.degraded}; notes: {c.notes}\n")
+        if out is not None:
+            report = msgspec.structs.replace(report, comparison=c)
+            (out / f"{name}.json").write_bytes(msgspec.json.encode(report))
+            (out / f"{name}.svg").write_text(render_comparison_svg(c), encoding="utf-8")
+        if done.status == "succeeded" and report.result is not None and (
+                report.result.device == "cuda"):
+            calibration_inputs.append((report, analytic, inp.gpu_id))
+    if calibration_inputs:
+        for p in build_profiles(calibration_inputs, time.strftime("%Y-%m-%dT%H:%M:%SZ")):
+            text = msgspec.json.format(msgspec.json.encode(p), indent=2)
+            print(f"profile {p.id}:\n{text.decode()}")
+            if out is not None:
+                (out / f"profile-{p.id}.json").write_bytes(text)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

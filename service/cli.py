@@ -5,6 +5,8 @@
     vrambudget estimate --file workload.json        # a BudgetRequest or a single workload
     vrambudget estimate --model qwen2.5-0.5b --method trace   # the trace tier, in-process
     vrambudget openapi > openapi/service.json
+    vrambudget chart comparison.json -o comparison.svg   # a Comparison or a probe resource
+    vrambudget calibrate --store agent-data/agent.sqlite3 --out profiles/   # see calibrate -h
 """
 
 from __future__ import annotations
@@ -159,6 +161,12 @@ def _openapi(_: argparse.Namespace) -> int:
     return 0
 
 
+def _chart(args: argparse.Namespace) -> int:
+    from service.chart import run_chart
+
+    return run_chart(args.file, args.output, args.title)
+
+
 def _agent(args: argparse.Namespace) -> int:
     from agent.__main__ import main as agent_main
 
@@ -202,6 +210,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     est.set_defaults(func=_estimate)
     oa = sub.add_parser("openapi", help="print the OpenAPI document")
     oa.set_defaults(func=_openapi)
+    from service.calibrate_cmd import add_parser as add_calibrate
+
+    add_calibrate(sub)
+    ch = sub.add_parser("chart", help="draw a comparison (estimate vs measured) as SVG")
+    ch.add_argument("file", help="JSON Comparison, or a probe resource with a 'comparison' key "
+                    "('-' for stdin)")
+    ch.add_argument("-o", "--output", help="SVG file to write (default: stdout)")
+    ch.add_argument("--title", help="the chart's title (default: device and probe id)")
+    ch.set_defaults(func=_chart)
     ag = sub.add_parser("agent", help="run the probe agent (VRAMBUDGET_AGENT_* settings; needs "
                         "vrambudget[agent]); 'agent openapi' prints its OpenAPI document")
     ag.add_argument("action", nargs="?", choices=["serve", "openapi"], default="serve")

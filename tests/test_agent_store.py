@@ -56,7 +56,7 @@ def test_wal_mode_full_sync_and_schema_version(store: Store, db: Path) -> None:
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     other = _raw(db)  # WAL is a property of the file: a fresh connection sees it too
     assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 1
+    assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     tables = {r[0] for r in other.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"probes", "outbox"} <= tables
     other.close()
@@ -381,3 +381,58 @@ def test_data_dir_is_created(tmp_path: Path) -> None:
         pass
     assert path.exists()
     assert not os.path.exists(f"{path}-wal")  # a clean close checkpoints and removes the WAL
+
+
+def test_a_version_1_file_migrates_and_keeps_its_rows(tmp_path: Path) -> None:
+    """A file written by the issue-4 agent (schema 1) gains the round-trip columns; its probes
+    and callbacks are untouched and read back with empty comparison fields."""
+    from agent.store import _MIGRATIONS
+
+    path = tmp_path / "v1.sqlite3"
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in _MIGRATIONS[0]:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version=1")
+    conn.execute("INSERT INTO probes VALUES ('p', 1.0, 2.0, 'succeeded', 'cpu', '{}', '{}', NULL)")
+    conn.execute("INSERT INTO outbox VALUES ('msg_p', 'p', 'https://h/x', '{}', 0, 3.0, NULL, "
+                 "NULL, 1.0)")
+    conn.close()
+    with Store(path) as s:
+        row = s.get_probe("p")
+        assert row is not None and row.result == "{}" and row.comparison is None
+        assert row.estimate is None and row.comparison_error is None
+        cb = s.get_callback("msg_p")
+        assert cb is not None and cb.kind == "callback" and cb.next_attempt_at == 3.0
+
+
+def test_comparison_row_then_callback_in_one_transaction(store: Store) -> None:
+    store.create_probe("p", "{}", "cpu", 1.0)
+    store.transition("p", "running", 2.0, expected={"queued"})
+    assert store.finish_with_callback("p", "succeeded", 3.0, "{}", ("https://cb/x", "{}", "msg_p"),
+                                      comparison=("http://svc/v1/comparisons", "{}", "cmp_p"))
+    # Only the comparison is queued; the callback waits for its answer.
+    due = store.due_callbacks(10.0, 10)
+    assert [(r.id, r.kind) for r in due] == [("cmp_p", "comparison")]
+    done = store.complete_comparison("cmp_p", 4.0, '{"ok": 1}', None,
+                                     lambda row: ("https://cb/x", row.comparison or "", "msg_p"))
+    assert done
+    assert not store.complete_comparison("cmp_p", 5.0, None, "again", lambda row: None)
+    row = store.get_probe("p")
+    assert row is not None and row.comparison == '{"ok": 1}' and row.comparison_error is None
+    due = store.due_callbacks(10.0, 10)
+    assert [(r.id, r.kind, r.payload) for r in due] == [("msg_p", "callback", '{"ok": 1}')]
+    assert store.get_callback("cmp_p").delivered_at == 4.0  # type: ignore[union-attr]
+
+
+def test_a_given_up_comparison_still_sends_the_callback(store: Store) -> None:
+    store.create_probe("p", "{}", "cpu", 1.0)
+    store.transition("p", "running", 2.0, expected={"queued"})
+    store.finish_with_callback("p", "succeeded", 3.0, "{}", None,
+                               comparison=("http://svc/v1/comparisons", "{}", "cmp_p"))
+    store.complete_comparison("cmp_p", 4.0, None, "HTTP 503",
+                              lambda row: ("https://cb/x", row.comparison_error or "", "msg_p"))
+    row = store.get_probe("p")
+    assert row is not None and row.comparison is None and row.comparison_error == "HTTP 503"
+    cmp_row = store.get_callback("cmp_p")
+    assert cmp_row is not None and cmp_row.next_attempt_at is None and cmp_row.delivered_at is None
+    assert [r.payload for r in store.due_callbacks(10.0, 10)] == ["HTTP 503"]

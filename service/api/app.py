@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
@@ -14,14 +14,31 @@ from litestar.exceptions import ClientException, ValidationException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.openapi.spec import Contact, Server
-from litestar.params import FromPath
+from litestar.params import FromPath, QueryParameter
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
-from service.budget.catalog import GPU, ModelPreset, gpu, gpus, preset, preset_arch, presets
+from service.budget.calibration import PROFILES_ENV, profiles_from
+from service.budget.catalog import (
+    GPU,
+    ModelPreset,
+    gpu,
+    gpus,
+    preset,
+    preset_arch,
+    presets,
+)
+from service.budget.compare import (
+    DEFAULT_TOLERANCE_BYTES,
+    DEFAULT_TOLERANCE_PERCENT,
+    compare,
+    estimate_input,
+)
+from service.budget.comparison import Comparison
 from service.budget.estimate import estimate
 from service.budget.fit import FitRequest, FitResponse, fit
+from service.budget.probe_report import ProbeResource
 from service.budget.result import Budget
-from service.budget.spec import BudgetRequest
+from service.budget.spec import BudgetRequest, CatalogDevice, Headroom, Software
 
 from .openapi import patch_openapi
 from .problems import Problem, exception_handlers
@@ -62,6 +79,8 @@ class Settings:
     """Trace answers kept (LRU by the canonical request hash); 0 disables the cache."""
     trace_entry: str = DEFAULT_ENTRY
     """The engine, as ``module:function`` taking a BudgetRequest and returning a Budget."""
+    profiles_dir: str | None = None
+    """Directory of calibration profiles (``vrambudget calibrate``); none: built-in defaults."""
 
     def __post_init__(self) -> None:
         for name, (env, lo, hi) in _LIMITS.items():
@@ -69,6 +88,12 @@ class Settings:
             if not lo <= value <= hi:  # NaN fails too
                 raise SettingsError(f"{env} (setting {name}) must be in {lo:g} .. {hi:g}, "
                                     f"got {value!r}")
+        if self.profiles_dir is not None:
+            try:
+                profiles_from(self.profiles_dir)
+            except ValueError as exc:
+                raise SettingsError(f"VRAMBUDGET_PROFILES_DIR (setting profiles_dir): {exc}"
+                                    ) from None
         if not ENTRY_PATTERN.match(self.trace_entry):
             raise SettingsError(f"VRAMBUDGET_TRACE_ENTRY (setting trace_entry) must be "
                                 f"'module:function', e.g. {DEFAULT_ENTRY!r}; "
@@ -81,12 +106,12 @@ class Settings:
         default = cls()
         values: dict[str, Any] = {}
         for name in ("host", "port", "max_body_bytes", "trace_workers", "trace_time_limit_s",
-                     "trace_max_pending", "trace_cache_entries", "trace_entry"):
+                     "trace_max_pending", "trace_cache_entries", "trace_entry", "profiles_dir"):
             env = _LIMITS[name][0] if name in _LIMITS else f"VRAMBUDGET_{name.upper()}"
             raw = os.environ.get(env)
             if raw is None:
                 continue
-            kind = type(getattr(default, name))
+            kind = type(getattr(default, name)) if getattr(default, name) is not None else str
             try:
                 values[name] = kind(raw.strip()) if kind is not str else raw.strip()
             except ValueError:
@@ -186,7 +211,7 @@ class AnswerCache:
         return value
 
 
-_ANSWERS = AnswerCache(int(os.environ.get("VRAMBUDGET_ANSWER_CACHE_ENTRIES", "4096")))
+_ANSWER_ENTRIES = int(os.environ.get("VRAMBUDGET_ANSWER_CACHE_ENTRIES", "4096"))
 
 
 def decode_body(body: bytes, type_: type[T]) -> T:
@@ -246,15 +271,16 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     limit); its answers are cached by the canonical request, and identical requests in flight
     share one trace."""
     body = await request.body()
-    cached = _ANSWERS.get(("budgets", body))
+    answers: AnswerCache = request.app.state.answers
+    cached = answers.get(("budgets", body))
     if cached is None:
         data = decode_body(body, BudgetRequest)
         if data.method == "trace":
             pool: TracePool = request.app.state.trace_pool
             return Response(content=await pool.answer(data), media_type="application/json")
-        cached = _ANSWERS.put(("budgets", body),
-                              _ENCODER.encode(estimate(data.workloads, data.device,
-                                                       data.headroom)))
+        cached = answers.put(("budgets", body), _ENCODER.encode(estimate(
+            data.workloads, data.device, data.headroom, request.app.state.profiles,
+            data.software)))
     return Response(content=cached, media_type="application/json")
 
 
@@ -264,11 +290,79 @@ async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     """Fit checks of a workload against catalog (or custom) GPUs and device counts, with the
     largest batch, context and concurrency that fit and the smallest device count per GPU."""
     body = await request.body()
-    cached = _ANSWERS.get(("fits", body))
+    answers: AnswerCache = request.app.state.answers
+    cached = answers.get(("fits", body))
     if cached is None:
-        cached = _ANSWERS.put(("fits", body),
-                              _ENCODER.encode(fit(decode_body(body, FitRequest))))
+        cached = answers.put(("fits", body), _ENCODER.encode(fit(
+            decode_body(body, FitRequest), request.app.state.profiles)))
     return Response(content=cached, media_type="application/json")
+
+
+_COMPARISON_PROBLEMS = {
+    **_PROBLEMS,
+    422: ResponseSpec(
+        data_container=Problem, media_type="application/problem+json",
+        description="Invalid report or options (the field path and the allowed range are "
+                    "named); a report with no measurement (status failed, cancelled, "
+                    "queued...), or of a custom entry point; with `methods=trace`, a workload "
+                    "the trace tier does not run"),
+    501: _BUDGET_PROBLEMS[501],
+    503: _BUDGET_PROBLEMS[503],
+}
+
+
+@post("/v1/comparisons", status_code=200, tags=["comparisons"],
+      summary="Compare a probe report with the estimate", responses=_COMPARISON_PROBLEMS)
+async def create_comparison(
+    request: Request[Any, Any, Any],
+    methods: Annotated[list[Literal["analytic", "trace"]] | None, QueryParameter(
+        description="Tiers to compare (repeat the parameter); the analytic "
+        "tier is always included.")] = None,
+    tolerance_percent: Annotated[float, QueryParameter(
+        ge=0.0, le=100.0,
+        description="A difference within this percent of the measurement is `within` "
+        "(0 .. 100).")] = DEFAULT_TOLERANCE_PERCENT,
+    tolerance_bytes: Annotated[int, QueryParameter(
+        ge=0, le=1 << 40,
+        description="A difference of at most this many bytes is `within` (0 .. 2^40).")
+    ] = DEFAULT_TOLERANCE_BYTES,
+    gpu: Annotated[str | None, QueryParameter(
+        description="Catalog GPU id to estimate for, instead of the one matched "
+        "from the report's device name and memory.")] = None,
+) -> Response[Comparison]:
+    """The probe report exactly as the agent returns it (`GET /v1/probes/{id}` on the agent,
+    or the `data` of its callback) in, the estimate-vs-measured comparison out: per measured
+    quantity and per component, the estimate, the measurement, the difference and a verdict,
+    plus the headroom this workload needs on this device. Stateless: the estimate is
+    recomputed from the workload in the report."""
+    report = decode_body(await request.body(), ProbeResource)
+    if gpu is not None:
+        gpu_ref = CatalogDevice(id=gpu) if gpu in gpus() else None
+        if gpu_ref is None:
+            raise ValidationException(detail="invalid request", extra=[{
+                "message": f"unknown GPU {gpu!r}; see GET /v1/gpus - at `$.gpu`"}])
+    inp = estimate_input(report, gpu)
+    profiles = request.app.state.profiles
+    estimates = {"analytic": estimate((inp.workload,), inp.device, Headroom(fraction=0.0),
+                                      profiles, _software(report))}
+    if methods and "trace" in methods:
+        pool: TracePool = request.app.state.trace_pool
+        traced = await pool.answer(BudgetRequest(
+            method="trace", workloads=(inp.workload,), device=inp.device,
+            headroom=Headroom(fraction=0.0), software=_software(report)))
+        estimates["trace"] = msgspec.json.decode(traced, type=Budget)
+    comparison = compare(report, estimates, inp, tolerance_percent=tolerance_percent,
+                         tolerance_bytes=tolerance_bytes)
+    return Response(content=_ENCODER.encode(comparison), media_type="application/json")
+
+
+def _software(report: ProbeResource) -> Software | None:
+    res = report.result
+    if res is None or res.device != "cuda":
+        return None
+    return Software(torch_version=res.torch_version[:64], cuda_version=(
+        res.cuda_version or "")[:32] or None, driver_version=(res.driver_version or "")[:32]
+        or None)
 
 
 @get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog")
@@ -310,8 +404,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
     prometheus = PrometheusConfig(app_name="vrambudget", prefix="vrambudget",
                                   group_path=True, exclude=["/metrics"])
     app = Litestar(
-        route_handlers=[create_budget, create_fit, list_gpus, get_gpu, list_models, get_model,
-                        healthz, readyz, PrometheusController],
+        route_handlers=[create_budget, create_fit, create_comparison, list_gpus, get_gpu,
+                        list_models, get_model, healthz, readyz, PrometheusController],
         middleware=[prometheus.middleware],
         exception_handlers=exception_handlers,
         request_max_body_size=settings.max_body_bytes,
@@ -329,11 +423,15 @@ def create_app(settings: Settings | None = None) -> Litestar:
         on_shutdown=[_close_trace_pool],
         debug=False,
     )
-    # Workers start on the first trace request, not here (see service/api/tracing.py).
+    app.state.profiles = profiles_from(settings.profiles_dir)
+    app.state.answers = AnswerCache(_ANSWER_ENTRIES)
+    # Workers start on the first trace request, not here (see service/api/tracing.py); they
+    # load the same calibration profiles.
     app.state.trace_pool = TracePool(
         entry=settings.trace_entry, workers=settings.trace_workers,
         time_limit_s=settings.trace_time_limit_s, max_pending=settings.trace_max_pending,
-        cache=AnswerCache(settings.trace_cache_entries))
+        cache=AnswerCache(settings.trace_cache_entries),
+        env={PROFILES_ENV: settings.profiles_dir} if settings.profiles_dir else {})
     return app
 
 

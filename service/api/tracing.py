@@ -34,6 +34,7 @@ import hashlib
 import importlib
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -166,11 +167,12 @@ def _worker_entry(entry: str) -> Callable[[BudgetRequest], Any] | str:
     return found
 
 
-def init_worker(entry: str) -> None:
-    """pebble initializer, once per worker process before its first task: import torch and the
-    engine now, so no trace pays (or is timed for) the import. It must not raise: pebble turns an
-    initializer failure into a dead worker and then a broken pool. A failure is remembered and
-    reported by the first task instead."""
+def init_worker(entry: str, env: dict[str, str] | None = None) -> None:
+    """pebble initializer, once per worker process before its first task: set ``env``, import
+    torch and the engine now, so no trace pays (or is timed for) the import. It must not raise:
+    pebble turns an initializer failure into a dead worker and then a broken pool. A failure is
+    remembered and reported by the first task instead."""
+    os.environ.update(env or {})
     try:
         importlib.import_module("torch")  # not an `import` statement: torch stays out of the
     except ImportError:                    # API layer's static imports (test_layering.py)
@@ -273,8 +275,11 @@ class TracePool:
     """The app's trace workers, single-flight table and answer cache (one per app)."""
 
     def __init__(self, *, entry: str, workers: int, time_limit_s: float, max_pending: int,
-                 cache: _Cache) -> None:
+                 cache: _Cache, env: dict[str, str] | None = None) -> None:
         self.entry = entry
+        self.env = dict(env or {})
+        """Environment variables set in each worker before the engine loads (e.g. the
+        calibration profiles directory)."""
         self.workers = workers
         self.time_limit_s = time_limit_s
         self.max_pending = max_pending
@@ -427,7 +432,8 @@ class TracePool:
                 import pebble
 
                 self._pool = pebble.ProcessPool(
-                    max_workers=self.workers, initializer=init_worker, initargs=(self.entry,),
+                    max_workers=self.workers, initializer=init_worker,
+                    initargs=(self.entry, self.env),
                     context=multiprocessing.get_context("spawn"))
             return self._pool
 

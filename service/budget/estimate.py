@@ -7,6 +7,7 @@ same component functions, so an explained number and a solved number cannot drif
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,24 +20,25 @@ from .activations import (
     training_saved,
 )
 from .arch import Arch
+from .calibration import ProfileSet, apply_profile
 from .catalog import GPU, gpu
 from .components import Component
 from .dtypes import bytes_of, native_dtype_name
 from .errors import InvalidWorkload
 from .host import cached, host_and_disk, persistent_key
 from .overheads import (
-    ALLOCATOR_FRAGMENTATION_FRACTION,
-    INFERENCE_FRAGMENTATION_FRACTION,
-    TRAINING_FRAGMENTATION_FRACTION,
+    ROUNDING_PART,
     Overheads,
     device_overheads,
 )
 from .resolve import model_name, resolve_model
 from .result import (
     Budget,
+    CalibrationUse,
     DeviceBudget,
     DeviceSummary,
     Line,
+    OverheadOrigin,
     Part,
     Phase,
     WorkloadSummary,
@@ -52,6 +54,7 @@ from .spec import (
     LLMServingWorkload,
     LoRA,
     QLoRA,
+    Software,
     TrainingWorkload,
     Workload,
 )
@@ -89,18 +92,35 @@ class DeviceContext:
 _DEFAULT_OVERHEADS = device_overheads(None, "nvidia", None)
 
 
-def resolve_device(ref: DeviceRef | GPU | None) -> DeviceContext | None:
+def resolve_device(ref: DeviceRef | GPU | None, profiles: ProfileSet | None = None,
+                   software: Software | None = None) -> DeviceContext | None:
+    """The device's context; with ``profiles``, the overheads of the best-matching calibration
+    profile replace the built-in ones."""
     match ref:
         case None:
             return None
         case CatalogDevice():
-            return _catalog_context(gpu(ref.id))
+            ctx = _catalog_context(gpu(ref.id))
         case GPU():
-            return _catalog_context(ref)
+            ctx = _catalog_context(ref)
         case CustomDevice():
-            return DeviceContext(ref.name, None, ref.memory_total_bytes, ref.architecture,
-                                 "nvidia", frozenset(ref.native_dtypes), _DEFAULT_OVERHEADS)
-    raise TypeError(ref)
+            ctx = DeviceContext(ref.name, None, ref.memory_total_bytes, ref.architecture,
+                                "nvidia", frozenset(ref.native_dtypes), _DEFAULT_OVERHEADS)
+        case _:
+            raise TypeError(ref)
+    if profiles:
+        profile, matched = profiles.best(ctx.id, ctx.name, software)
+        if profile is not None:
+            key = (ctx, profile.id, matched)
+            hit = _CALIBRATED.get(key)
+            if hit is None:
+                hit = _CALIBRATED[key] = dataclasses.replace(
+                    ctx, overheads=apply_profile(ctx.overheads, profile, matched))
+            return hit
+    return ctx
+
+
+_CALIBRATED: dict[tuple[DeviceContext, str, tuple[str, ...]], DeviceContext] = {}
 
 
 _CONTEXTS: dict[str, DeviceContext] = {}
@@ -126,6 +146,8 @@ class StageNumbers:
     values: dict[Component, int]
     parts: dict[Component, tuple[tuple[str, int], ...]]
     phases: tuple[tuple[str, int], ...]
+    transient_bytes: int = 0
+    """The largest transient bytes, which the fragmentation fraction multiplies."""
 
 
 # ------------------------------------------------------------------------ shared pieces ----
@@ -176,14 +198,28 @@ def _overhead_values(ov: Overheads, instances: int) -> tuple[int, int]:  # train
     return ov.cuda_context_bytes * instances, ov.workspace_bytes * instances
 
 
-_FRAG_PPM = round(ALLOCATOR_FRAGMENTATION_FRACTION * 1_000_000)
-_TRAIN_PPM = round(TRAINING_FRAGMENTATION_FRACTION * 1_000_000)
-_INFER_PPM = round(INFERENCE_FRAGMENTATION_FRACTION * 1_000_000)
-
-
-def _allocator(rounding: int, transient: int, ppm: int = _FRAG_PPM) -> int:
+def _fragmentation(transient: int, ppm: int) -> int:
     # Integer arithmetic: exact for any size (floats would round above 2^53 bytes).
-    return rounding + -(-transient * ppm // 1_000_000)
+    return -(-transient * ppm // 1_000_000)
+
+
+def _allocator(rounding: int, transient: int, ppm: int) -> int:
+    return rounding + -(-transient * ppm // 1_000_000)  # = rounding + _fragmentation(...)
+
+
+def _allocator_parts(rounding: int, transient: int, ppm: int) -> tuple[tuple[str, int], ...]:
+    return ((ROUNDING_PART, rounding), ("fragmentation of transient memory",
+                                        _fragmentation(transient, ppm)))
+
+
+def _communication(st: StageStatic, ov: Overheads) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """The stage's communication buffers; a calibrated NCCL communicator size replaces the
+    built-in one in every NCCL part."""
+    if ov.nccl_communicator_bytes is None:
+        return st.comm_bytes, st.comm_parts
+    parts = tuple((n, ov.nccl_communicator_bytes if n.startswith("NCCL") else b)
+                  for n, b in st.comm_parts)
+    return sum(b for _, b in parts), parts
 
 
 def _times(parts: Any, k: int) -> tuple[tuple[str, int], ...]:
@@ -192,14 +228,16 @@ def _times(parts: Any, k: int) -> tuple[tuple[str, int], ...]:
 
 
 def _finish(stage: int | None, num_devices: int, phases: list[tuple[str, dict[Component, int]]],
-            parts: dict[Component, tuple[tuple[str, int], ...]]) -> StageNumbers:
+            parts: dict[Component, tuple[tuple[str, int], ...]], transient: int = 0
+            ) -> StageNumbers:
     """The peak phase is the one with the largest device total (the first on a tie)."""
     totals = tuple([(n, sum(v.values())) for n, v in phases])
     best = 0
     for i in range(1, len(totals)):
         if totals[i][1] > totals[best][1]:
             best = i
-    return StageNumbers(stage, num_devices, phases[best][0], phases[best][1], parts, totals)
+    return StageNumbers(stage, num_devices, phases[best][0], phases[best][1], parts, totals,
+                        transient)
 
 
 # ------------------------------------------------------------------------------ inference --
@@ -220,7 +258,8 @@ def _inference_terms(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
         C.KV_CACHE: kv * k,
         C.CUDA_CONTEXT: ov.cuda_context_bytes * k,
         C.RUNTIME_WORKSPACE: ov.workspace_bytes * k,
-        C.COMMUNICATION_BUFFERS: st.comm_bytes * k,
+        C.COMMUNICATION_BUFFERS: (st.comm_bytes if ov.nccl_communicator_bytes is None else
+                                  _communication(st, ov)[0]) * k,
     }
     chunk = w.prefill_chunk_tokens
     prompt_total = w.prompt_tokens * n_seq
@@ -248,7 +287,8 @@ def _inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
                      ) -> StageNumbers:
     persistent, terms = _inference_terms(w, arch, st, ov)
     rounding = st.weights_rounding_bytes * w.instances
-    overhead = _allocator(rounding, max(a + lg for _, a, lg in terms), _INFER_PPM)
+    transient = max(a + lg for _, a, lg in terms)
+    overhead = _allocator(rounding, transient, ov.inference_fragmentation_ppm)
     phases = []
     for name, acts, logits in terms:
         values = dict(persistent)
@@ -257,7 +297,10 @@ def _inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
         values[C.ALLOCATOR_OVERHEAD] = overhead
         phases.append((name, values))
     return _finish(st.stage.index, w.parallelism.tensor * w.parallelism.data, phases,
-                   {C.COMMUNICATION_BUFFERS: _times(st.comm_parts, w.instances)})
+                   {C.COMMUNICATION_BUFFERS: _times(_communication(st, ov)[1], w.instances),
+                    C.ALLOCATOR_OVERHEAD: _allocator_parts(rounding, transient,
+                                                           ov.inference_fragmentation_ppm)},
+                   transient)
 
 
 def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> int:
@@ -266,7 +309,7 @@ def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overh
     rounding = st.weights_rounding_bytes * w.instances
     base = sum(persistent.values())
     transient = max(a + lg for _, a, lg in terms)
-    return base + transient + _allocator(rounding, transient, _INFER_PPM)
+    return base + transient + _allocator(rounding, transient, ov.inference_fragmentation_ppm)
 
 
 # ------------------------------------------------------------------------------- training --
@@ -373,7 +416,7 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
         C.MASTER_WEIGHTS: st.master_bytes * k,
         C.CUDA_CONTEXT: context,
         C.RUNTIME_WORKSPACE: workspace,
-        C.COMMUNICATION_BUFFERS: st.comm_bytes * k,
+        C.COMMUNICATION_BUFFERS: _communication(st, ov)[0] * k,
     }
     rounding = st.weights_rounding_bytes * k
 
@@ -403,16 +446,19 @@ def _training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhe
     else:
         step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
     phases.append(("optimizer_step", step))
-    overhead = _allocator(rounding, max(transients), _TRAIN_PPM)
+    transient = max(transients)
+    overhead = _allocator(rounding, transient, ov.training_fragmentation_ppm)
     for _, v in phases:
         v[C.ALLOCATOR_OVERHEAD] = overhead
     parts = {
         C.ACTIVATIONS: _times(act_parts, k),
-        C.COMMUNICATION_BUFFERS: _times(st.comm_parts, k),
+        C.COMMUNICATION_BUFFERS: _times(_communication(st, ov)[1], k),
         C.RUNTIME_WORKSPACE: tuple(extra_ws),
+        C.ALLOCATOR_OVERHEAD: _allocator_parts(rounding, transient,
+                                               ov.training_fragmentation_ppm),
     }
     par = w.parallelism
-    numbers = _finish(st.stage.index, par.tensor * par.data, phases, parts)
+    numbers = _finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
     # Parts describe the peak phase only.
     if numbers.peak_phase == "optimizer_step":
         parts[C.ACTIVATIONS] = ()
@@ -455,7 +501,7 @@ def _generic(w: GenericWorkload, ov: Overheads) -> StageNumbers:
     values[C.KV_CACHE] = caches * k
     values[C.RUNTIME_WORKSPACE] = workspaces * k
     values[C.CUDA_CONTEXT] = context
-    values[C.ALLOCATOR_OVERHEAD] = _allocator(0, per_item * k)
+    values[C.ALLOCATOR_OVERHEAD] = _allocator(0, per_item * k, ov.generic_fragmentation_ppm)
     values.pop(C.HEADROOM)
     parts = {
         C.WEIGHTS: tuple((i.name, i.bytes) for i in w.assets),
@@ -463,7 +509,7 @@ def _generic(w: GenericWorkload, ov: Overheads) -> StageNumbers:
         C.KV_CACHE: tuple((c.name, c.bytes_per_unit * c.units) for c in w.caches),
         C.RUNTIME_WORKSPACE: tuple((i.name, i.bytes) for i in w.workspaces),
     }
-    return _finish(None, 1, [("steady", values)], parts)
+    return _finish(None, 1, [("steady", values)], parts, per_item * k)
 
 
 # ------------------------------------------------------------------------ numeric core -----
@@ -567,7 +613,7 @@ _INPUT_NAMES: dict[str, dict[Component, tuple[str, ...]]] = {
         C.CUDA_CONTEXT: ("instances",),
         C.RUNTIME_WORKSPACE: ("instances",),
         C.COMMUNICATION_BUFFERS: _PAR[:2],
-        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction",),
+        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction", "largest_transient_bytes"),
     },
     "training": {
         C.WEIGHTS: ("weights_dtype", "quantization", "num_layers", "hidden_size", *_PAR,
@@ -584,7 +630,7 @@ _INPUT_NAMES: dict[str, dict[Component, tuple[str, ...]]] = {
         C.CUDA_CONTEXT: ("instances",),
         C.RUNTIME_WORKSPACE: ("instances", "method", "mixed_precision"),
         C.COMMUNICATION_BUFFERS: (*_PAR, "zero_stage"),
-        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction",),
+        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction", "largest_transient_bytes"),
     },
     "generic": {
         C.WEIGHTS: ("instances",),
@@ -592,7 +638,7 @@ _INPUT_NAMES: dict[str, dict[Component, tuple[str, ...]]] = {
         C.KV_CACHE: ("instances",),
         C.RUNTIME_WORKSPACE: ("instances",),
         C.CUDA_CONTEXT: ("instances",),
-        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction",),
+        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction", "largest_transient_bytes"),
     },
 }
 for _names in _INPUT_NAMES.values():
@@ -604,10 +650,10 @@ def _kind(w: Workload) -> str:
     return w.__struct_config__.tag  # type: ignore[return-value]
 
 
-def _inputs(w: Workload, arch: Arch | None) -> dict[str, Any]:
+def _inputs(w: Workload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
     if isinstance(w, GenericWorkload):
         return {"batch_size": w.batch_size, "instances": w.instances,
-                "fragmentation_fraction": ALLOCATOR_FRAGMENTATION_FRACTION}
+                "fragmentation_fraction": ov.generic_fragmentation_ppm / 1_000_000}
     par = w.parallelism
     q = _effective_precision(w).quantization
     common: dict[str, Any] = {
@@ -615,8 +661,8 @@ def _inputs(w: Workload, arch: Arch | None) -> dict[str, Any]:
         "data_parallel": par.data, "weights_dtype": w.precision.weights,
         "compute_dtype": w.precision.compute, "instances": w.instances,
         "quantization": q.__struct_config__.tag if q is not None else None,
-        "fragmentation_fraction": TRAINING_FRAGMENTATION_FRACTION if isinstance(
-            w, TrainingWorkload) else INFERENCE_FRAGMENTATION_FRACTION,
+        "fragmentation_fraction": (ov.training_fragmentation_ppm if isinstance(
+            w, TrainingWorkload) else ov.inference_fragmentation_ppm) / 1_000_000,
     }
     if arch is not None:
         common.update(num_layers=arch.num_layers, hidden_size=arch.hidden_size,
@@ -680,8 +726,10 @@ def _summary(w: Workload, arch: Arch | None) -> WorkloadSummary:
 
 
 def _sources(ov: Overheads) -> tuple[tuple[Component, str, str], ...]:
-    """(component, formula, source) in vocabulary order for one device type (cached)."""
-    key = (ov.cuda_context_source, ov.workspace_source)
+    """(component, formula, source) in vocabulary order for one device type (cached). The
+    overhead lines name their origin: a calibration profile, or the built-in default's
+    public source."""
+    key = _text_key(ov)
     hit = _SOURCES.get(key)
     if hit is None:
         rows = []
@@ -691,21 +739,35 @@ def _sources(ov: Overheads) -> tuple[tuple[Component, str, str], ...]:
                 source = ov.cuda_context_source
             elif c is C.RUNTIME_WORKSPACE:
                 source = ov.workspace_source
+            elif c is C.ALLOCATOR_OVERHEAD:
+                source = f"{_ROUNDING_SOURCE}; fraction: {ov.fragmentation_source}"
+            elif c is C.COMMUNICATION_BUFFERS:
+                source = f"{ov.communication_source}; torch DDP docs; DeepSpeed ZeRO config"
             rows.append((c, formula, source))
         hit = _SOURCES[key] = tuple(rows)
     return hit
 
 
-_SOURCES: dict[tuple[str, str], tuple[tuple[Component, str, str], ...]] = {}
+def _text_key(ov: Overheads) -> tuple[object, ...]:
+    """What the explanation texts of ``ov`` depend on: a tuple of (interned) strings hashes in
+    C, where hashing the dataclass would run Python code on every budget."""
+    return (ov.cuda_context_source, ov.workspace_source, ov.fragmentation_source,
+            ov.communication_source, ov.nccl_communicator_bytes is None, ov.profile,
+            ov.profile_match)
+
+
+_ROUNDING_SOURCE = "c10/cuda/CUDACachingAllocator.cpp (kMinBlockSize = 512)"
+_SOURCES: dict[tuple[object, ...], tuple[tuple[Component, str, str], ...]] = {}
 _NO_NAMES: dict[Component, tuple[str, ...]] = {}  # co-located lines name no single workload
-_ROWS: dict[tuple[str, str, int], tuple[tuple[Component, str, str, tuple[str, ...]], ...]] = {}
+_ROWS: dict[tuple[object, ...], tuple[tuple[Component, str, str, tuple[str, ...]], ...]] = {}
 
 
 def _rows(ov: Overheads, names: dict[Component, tuple[str, ...]]
           ) -> tuple[tuple[Component, str, str, tuple[str, ...]], ...]:
     """(component, formula, source, input names) per line, for one device type and workload
     kind (``names`` is one of the module-level ``_INPUT_NAMES`` tables, so its id is stable)."""
-    key = (ov.cuda_context_source, ov.workspace_source, id(names))
+    key = (ov.cuda_context_source, ov.workspace_source, ov.fragmentation_source,
+           ov.communication_source, id(names))
     hit = _ROWS.get(key)
     if hit is None:
         hit = _ROWS[key] = tuple((c, f, src, names.get(c, ())) for c, f, src in _sources(ov))
@@ -716,11 +778,13 @@ def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
                    values: dict[Component, int], parts: dict[Component, Any],
                    phases: tuple[tuple[str, int], ...], inputs: dict[str, Any],
                    names: dict[Component, tuple[str, ...]], headroom: Headroom,
-                   ov: Overheads) -> DeviceBudget:
+                   ov: Overheads, transient: int | None = None) -> DeviceBudget:
     subtotal = sum(values.values())
     room = headroom_bytes(subtotal, headroom)
     inputs = {**inputs, "headroom_fraction": headroom.fraction,
               "headroom_min_bytes": headroom.min_bytes, "subtotal_bytes": subtotal}
+    if transient is not None:
+        inputs["largest_transient_bytes"] = transient
     lines = []
     get = values.get
     for c, formula, source, used in _rows(ov, names):
@@ -742,15 +806,44 @@ def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
 _PERSISTENT: dict[Any, Any] = {}
 
 
+_OVERHEAD_LINES = (C.CUDA_CONTEXT, C.RUNTIME_WORKSPACE, C.COMMUNICATION_BUFFERS,
+                   C.ALLOCATOR_OVERHEAD)
+
+
+def calibration_use(ov: Overheads) -> CalibrationUse:
+    """Which profile (or built-in default) each overhead line came from."""
+    key = _text_key(ov)
+    hit = _USES.get(key)
+    if hit is None:
+        from_profile = {
+            C.CUDA_CONTEXT: ov.cuda_context_source.startswith("calibration profile"),
+            C.RUNTIME_WORKSPACE: ov.workspace_source.startswith("calibration profile"),
+            C.COMMUNICATION_BUFFERS: ov.nccl_communicator_bytes is not None,
+            C.ALLOCATOR_OVERHEAD: "calibration profile" in ov.fragmentation_source,
+        }
+        sources = {c: src for c, _, src in _sources(ov)}
+        hit = _USES[key] = CalibrationUse(
+            profile=ov.profile, matched_on=ov.profile_match,
+            overheads=tuple(OverheadOrigin(
+                component=c, origin="profile" if from_profile[c] else "builtin",
+                profile=ov.profile if from_profile[c] else None, source=sources[c])
+                for c in _OVERHEAD_LINES))
+    return hit
+
+
+_USES: dict[tuple[object, ...], CalibrationUse] = {}
+
+
 def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
-             headroom: Headroom | None = None) -> Budget:
+             headroom: Headroom | None = None, profiles: ProfileSet | None = None,
+             software: Software | None = None) -> Budget:
     """The full answer for co-located workloads on one device type."""
     if any(isinstance(w, LLMServingWorkload) for w in workloads):
         from .serving.budget import serving_budget  # the engine's own accounting
 
         return serving_budget(workloads, device)
     headroom = headroom or Headroom()
-    ctx = resolve_device(device)
+    ctx = resolve_device(device, profiles, software)
     ov = ctx.overheads if ctx else _DEFAULT_OVERHEADS
     per_workload = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
     archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model)
@@ -761,13 +854,13 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
     devices: list[DeviceBudget] = []
     if len(workloads) == 1:
         w, arch = workloads[0], archs[0]
-        inputs = _inputs(w, arch)
+        inputs = _inputs(w, arch, ov)
         for s in per_workload[0]:
             label = "every device" if s.stage is None or len(per_workload[0]) == 1 else (
                 f"pipeline stage {s.stage}")
             devices.append(_device_budget(label, s.stage, s.num_devices, s.peak_phase, s.values,
                                           s.parts, s.phases, inputs, _INPUT_NAMES[_kind(w)],
-                                          headroom, ov))
+                                          headroom, ov, s.transient_bytes))
     else:
         # Co-located: the most loaded stage of each workload shares one device.
         values: dict[Component, int] = {}
@@ -804,4 +897,5 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
         host_ram=host_ram,
         disk=disk,
         warnings=tuple(warnings),
+        calibration=calibration_use(ov),
     )

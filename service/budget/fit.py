@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from .calibration import ProfileSet
 from .catalog import GPU, gpus
 from .components import Component
 from .errors import InvalidWorkload
@@ -33,6 +34,7 @@ from .estimate import (
     workload_stages,
 )
 from .layout import check_layout
+from .overheads import Overheads
 from .resolve import resolve_model
 from .spec import (
     MAX_TOKENS,
@@ -42,6 +44,7 @@ from .spec import (
     InferenceWorkload,
     LLMServingWorkload,
     Parallelism,
+    Software,
     TrainingWorkload,
     Workload,
     check_serving_alone,
@@ -106,6 +109,11 @@ class FitRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         int, Meta(ge=1, le=4096, description="Largest device count tried when solving "
                   "`device_count` (1 .. 8, then multiples of 8).")
     ] = 64
+    software: Annotated[
+        Software | None,
+        Meta(description="Driver, CUDA and torch versions of the target: they choose each "
+             "GPU's calibration profile (default: any profile of the GPU)."),
+    ] = None
 
 
 class Maxima(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -309,12 +317,12 @@ def _variable_setter(w: Workload, variable: Variable) -> tuple[Callable[[int], W
     return None
 
 
-def _targets(req: FitRequest) -> list[DeviceContext]:
+def _targets(req: FitRequest, profiles: ProfileSet | None) -> list[DeviceContext]:
     refs: tuple[DeviceRef | GPU, ...] = (tuple(gpus().values()) if req.devices is None
                                          else req.devices)
     out = []
     for ref in refs:
-        ctx = resolve_device(ref)
+        ctx = resolve_device(ref, profiles, req.software)
         assert ctx is not None
         out.append(ctx)
     return out
@@ -330,22 +338,23 @@ def _limiting(workloads: tuple[Workload, ...], ctx: DeviceContext) -> Component:
     return max(values, key=lambda c: values[c])
 
 
-def _overhead_key(ctx: DeviceContext) -> tuple[int, int]:
-    return ctx.overheads.cuda_context_bytes, ctx.overheads.workspace_bytes
+def _overhead_key(ctx: DeviceContext) -> Overheads:
+    """GPUs with equal overheads share evaluations (the overheads hash by value)."""
+    return ctx.overheads
 
 
-def fit(req: FitRequest) -> FitResponse:
+def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
     if isinstance(req.workloads[0], LLMServingWorkload):
         from .serving.fit import serving_fit  # the engine's own accounting
 
         return serving_fit(req)
     primary, rest = req.workloads[0], req.workloads[1:]
-    targets = _targets(req)
+    targets = _targets(req, profiles)
     layouts: dict[int, Parallelism | None] = {n: layout_for(primary, n) for n in
                                               sorted(set(req.device_counts))}
     # Objective memo per (device count, overheads, variable): x -> total bytes.
-    memos: dict[tuple[int, tuple[int, int], str], Memo] = {}
-    totals: dict[tuple[int, tuple[int, int]], int] = {}
+    memos: dict[tuple[int, Overheads, str], Memo] = {}
+    totals: dict[tuple[int, Overheads], int] = {}
 
     def placed(n: int) -> Workload | None:
         par = layouts.get(n) if n in layouts else layout_for(primary, n)
@@ -354,7 +363,7 @@ def fit(req: FitRequest) -> FitResponse:
         return primary if isinstance(primary, GenericWorkload) else _with(primary,
                                                                           parallelism=par)
 
-    rest_subtotals: dict[tuple[int, int], int] = {}
+    rest_subtotals: dict[Overheads, int] = {}
 
     def total(w0: Workload, ctx: DeviceContext) -> int:
         return device_totals((w0, *rest), ctx, req.headroom)
@@ -382,7 +391,7 @@ def fit(req: FitRequest) -> FitResponse:
 
         return f
 
-    limiting: dict[tuple[int, tuple[int, int]], Component] = {}
+    limiting: dict[tuple[int, Overheads], Component] = {}
 
     def total_on(n: int, w0: Workload, ctx: DeviceContext) -> int:
         """The placed workload's total on n devices of this overhead class (memoized)."""

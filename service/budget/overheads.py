@@ -14,11 +14,14 @@ __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRACTION",
     "CUBLASLT_WORKSPACE_BYTES",
     "CUDA_CONTEXT_BYTES",
+    "CUDA_CONTEXT_DATACENTER_BYTES",
     "DDP_BUCKET_NOTE",
+    "FRAGMENTATION_SOURCE",
     "INFERENCE_FRAGMENTATION_FRACTION",
     "KMIN_BLOCK_BYTES",
     "NCCL_GROUP_BYTES",
     "NCCL_PAIR_BYTES",
+    "ROUNDING_PART",
     "TRAINING_FRAGMENTATION_FRACTION",
     "ZERO_PREFETCH_BUCKET_ELEMENTS",
     "ZERO_REDUCE_BUCKET_ELEMENTS",
@@ -33,9 +36,18 @@ __all__ = [
 # 256 MiB RTX 3090 torch 2.7.1 (invoke-ai/InvokeAI#9413); "around 400MB if CUDA >= 11.7 is used
 # and lazy module loading enabled" (pytorch/pytorch#109888). It grows with the SM count and with
 # kernels loaded as ops first run; eager module loading costs 0.7-1.7 GB (pytorch/pytorch#55277).
+# Datacenter Hopper/Blackwell (compute capability 9.x/10.x): ~534 MiB for a bare primary
+# context on an H100 (meta-pytorch/torchcomms#777, 2026 stack, lazy loading; the only public
+# datacenter lazy-loading record found). The median of the six public lazy-loading bare-context
+# records is 463 MiB (range 256-616, docs/research/overhead_measurements.md).
 CUDA_CONTEXT_BYTES = 426 * MiB
 CUDA_CONTEXT_SOURCE = ("measured: 426 MiB, RTX 6000 Ada, torch 2.10 (lazy loading), "
-                       "unslothai/unsloth-zoo#1053; ~400 MB per pytorch/pytorch#109888")
+                       "unslothai/unsloth-zoo#1053; ~400 MB per pytorch/pytorch#109888; "
+                       "public range 256-616 MiB (docs/research/overhead_measurements.md)")
+CUDA_CONTEXT_DATACENTER_BYTES = 534 * MiB
+CUDA_CONTEXT_DATACENTER_SOURCE = (
+    "measured: ~534 MiB, H100, bare primary context, lazy loading (meta-pytorch/torchcomms#777); "
+    "public range 256-616 MiB (docs/research/overhead_measurements.md)")
 
 # aten/src/ATen/cuda/CublasHandlePool.cpp: default workspace ":4096:2:16:8" = 8,519,680 B, and
 # 32 MiB (4096 * 8 * 1024) on compute capability 9.x/10.x/11.x/12.x (torch main: Hopper and
@@ -49,6 +61,7 @@ CUBLAS_SOURCE = "pytorch aten/src/ATen/cuda/CublasHandlePool.cpp (getChosenWorks
 
 # c10/cuda/CUDACachingAllocator.cpp: "all sizes are rounded to at least 512 bytes".
 KMIN_BLOCK_BYTES = 512
+ROUNDING_PART = "512-byte rounding of weight tensors"
 # Fragmentation of transient memory in the caching allocator (reserved - allocated), as a
 # fraction of the largest transient bytes of the workload (segments cached at that moment stay
 # reserved). Inference and training: the median over the oracle grid of the trace tier's replay
@@ -86,14 +99,39 @@ def cublas_workspace_bytes(compute_capability: str | None, vendor: str = "nvidia
         CUBLAS_WORKSPACE_DEFAULT_BYTES)
 
 
+FRAGMENTATION_SOURCE = (
+    "median of the trace tier's replay of c10/cuda/CUDACachingAllocator.cpp over its oracle grid "
+    "(docs/ACCURACY.md), until calibrated by probes; public measurements bracket it: reserved but "
+    "unallocated at OOM time is 0.5% (training) / 1.8% (inference) of allocated (medians of 19 "
+    "PyTorch OOM messages), at the peak +59% to +108% of allocated in RL training with varying "
+    "shapes (cosmos-rl), -34% with expandable segments (pytorch/torchtune#1185), GMLake "
+    "(ASPLOS'24) 15% less fragmentation on A100 (docs/research/overhead_measurements.md)")
+
+
+def _ppm(fraction: float) -> int:
+    return round(fraction * 1_000_000)
+
+
 @dataclass(frozen=True, slots=True)
 class Overheads:
-    """Per-process device overheads for one device type."""
+    """Per-process device overheads for one device type: the built-in defaults, or a
+    calibration profile's measurements (``profile`` names it)."""
 
     cuda_context_bytes: int
     cuda_context_source: str
     workspace_bytes: int
     workspace_source: str
+    inference_fragmentation_ppm: int = _ppm(INFERENCE_FRAGMENTATION_FRACTION)
+    training_fragmentation_ppm: int = _ppm(TRAINING_FRAGMENTATION_FRACTION)
+    generic_fragmentation_ppm: int = _ppm(ALLOCATOR_FRAGMENTATION_FRACTION)
+    fragmentation_source: str = FRAGMENTATION_SOURCE
+    nccl_communicator_bytes: int | None = None
+    """A measured NCCL communicator's bytes; None: the built-in pair/group values."""
+    communication_source: str = NCCL_SOURCE
+    profile: str | None = None
+    """The calibration profile these values came from (None: built-in defaults)."""
+    profile_match: tuple[str, ...] = ()
+    """What the profile matched on (``gpu``, ``torch``, ``cuda``, ``driver``)."""
 
 
 def device_overheads(compute_capability: str | None, vendor: str, gfx_target: str | None
@@ -104,4 +142,7 @@ def device_overheads(compute_capability: str | None, vendor: str, gfx_target: st
     else:
         ws = cublas_workspace_bytes(compute_capability) + CUBLASLT_WORKSPACE_BYTES
         src = f"{CUBLAS_SOURCE} + cuBLASLt 1 MiB (CUDABlas.cpp)"
+    major = int(compute_capability.split(".")[0]) if compute_capability else 0
+    if vendor == "nvidia" and major in (9, 10):
+        return Overheads(CUDA_CONTEXT_DATACENTER_BYTES, CUDA_CONTEXT_DATACENTER_SOURCE, ws, src)
     return Overheads(CUDA_CONTEXT_BYTES, CUDA_CONTEXT_SOURCE, ws, src)

@@ -10,12 +10,14 @@ from .components import Component
 
 __all__ = [
     "Budget",
+    "CalibrationUse",
     "DeviceBudget",
     "DeviceSummary",
     "DiskBudget",
     "HostBudget",
     "Item",
     "Line",
+    "OverheadOrigin",
     "Part",
     "Phase",
     "ServingSummary",
@@ -172,6 +174,26 @@ class ServingSummary(_Out, kw_only=True):
     """Concrete changes that would make it start (or hold more sequences)."""
 
 
+class OverheadOrigin(_Out, kw_only=True):
+    """Where one overhead line's value came from."""
+
+    component: Component
+    origin: Literal["profile", "builtin"]
+    profile: str | None
+    source: str
+
+
+class CalibrationUse(_Out, kw_only=True):
+    """The calibration profile the budget's overheads came from (``profile`` null: the built-in
+    defaults, each with its public source)."""
+
+    profile: str | None
+    matched_on: tuple[str, ...]
+    """What the profile matched: ``gpu`` and the versions that agreed (``torch``, ``cuda``,
+    ``driver``); versions the request did not name are not checked."""
+    overheads: tuple[OverheadOrigin, ...]
+
+
 class Budget(_Out, kw_only=True):
     method: Literal["analytic", "trace"] = "analytic"
     workloads: tuple[WorkloadSummary, ...]
@@ -186,3 +208,5 @@ class Budget(_Out, kw_only=True):
     warnings: tuple[str, ...] = ()
     trace: TraceSummary | None = None
     serving: ServingSummary | None = None
+    calibration: CalibrationUse | None = None
+    """Which profile (or built-in default) each overhead line came from."""

@@ -56,6 +56,7 @@ __all__ = [
     "ServingParallelism",
     "ServingQuantization",
     "SizedItem",
+    "Software",
     "TraceOptions",
     "TrainingWorkload",
     "Workload",
@@ -780,6 +781,23 @@ class TraceOptions(_Wire, kw_only=True):
     ] = False
 
 
+class Software(_Wire, kw_only=True):
+    """The software a budget is for; a profile measured on other versions is not used."""
+
+    torch_version: Annotated[
+        Annotated[str, Meta(max_length=64)] | None,
+        Meta(description="e.g. `2.13.0+cu130` (compared on major.minor)."),
+    ] = None
+    cuda_version: Annotated[
+        Annotated[str, Meta(max_length=32)] | None,
+        Meta(description="CUDA runtime of the torch build, e.g. `13.0` (major.minor)."),
+    ] = None
+    driver_version: Annotated[
+        Annotated[str, Meta(max_length=32)] | None,
+        Meta(description="NVIDIA driver, e.g. `580.82.07` (compared on the major)."),
+    ] = None
+
+
 class BudgetRequest(_Wire, kw_only=True):
     """Co-located workloads on one device type; each workload keeps its own parallel layout."""
 
@@ -809,6 +827,11 @@ class BudgetRequest(_Wire, kw_only=True):
                        "`llm_serving` workload reports the memory the engine leaves unused "
                        "instead).")
     ] = Headroom()
+    software: Annotated[
+        Software | None,
+        Meta(description="Driver, CUDA and torch versions of the target: they choose the "
+             "calibration profile (default: any profile of the device)."),
+    ] = None
 
     def __post_init__(self) -> None:
         check_serving_alone(self.workloads)

@@ -8,12 +8,14 @@ hardware fixes (CUDA context, NCCL buffers) keeps the analytic tier's cited defa
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import msgspec
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from service.budget.calibration import PROFILES_ENV, profiles_from
 from service.budget.components import Component
 from service.budget.errors import InvalidWorkload
 from service.budget.estimate import (
@@ -27,8 +29,10 @@ from service.budget.overheads import CUBLASLT_WORKSPACE_BYTES, device_overheads
 from service.budget.resolve import resolve_model
 from service.budget.result import (
     Budget,
+    CalibrationUse,
     DeviceBudget,
     Line,
+    OverheadOrigin,
     Part,
     Phase,
     TracePoint,
@@ -79,8 +83,10 @@ def gemm_workspaces(ctx: DeviceContext | None) -> tuple[tuple[str, int], ...]:
     ov = ctx.overheads if ctx else device_overheads(None, "nvidia", None)
     if ctx is not None and ctx.vendor == "amd":
         return (("hipBLAS workspace", ov.workspace_bytes),)
-    return (("cuBLAS workspace", ov.workspace_bytes - CUBLASLT_WORKSPACE_BYTES),
-            ("cuBLASLt workspace", CUBLASLT_WORKSPACE_BYTES))
+    # A calibrated workspace may be below the built-in cuBLASLt size (CUBLAS_WORKSPACE_CONFIG,
+    # a unified workspace): no part may go negative.
+    lt = min(CUBLASLT_WORKSPACE_BYTES, max(0, ov.workspace_bytes))
+    return (("cuBLAS workspace", max(0, ov.workspace_bytes) - lt), ("cuBLASLt workspace", lt))
 
 
 def trace_workload(w: InferenceWorkload | TrainingWorkload, *, iterations: int = 2,
@@ -132,8 +138,10 @@ def trace_budget(request: BudgetRequest) -> Budget:
 def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Replay, ...]]:
     """The answer and each workload's replay (the oracle tests read the component peaks)."""
     replays: list[Replay] = []
-    analytic = estimate(request.workloads, request.device, request.headroom)
-    ctx = resolve_device(request.device)
+    profiles = profiles_from(os.environ.get(PROFILES_ENV))
+    analytic = estimate(request.workloads, request.device, request.headroom, profiles,
+                        request.software)
+    ctx = resolve_device(request.device, profiles, request.software)
     workspaces = gemm_workspaces(ctx)
     source = _SOURCE.format(version=str(torch.__version__))
     values = {c: 0 for c in Component}
@@ -205,8 +213,21 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
             summary.timeline if summary and len(request.workloads) == 1 else ())),
     )
     budget = msgspec.structs.replace(analytic, method="trace", devices=(device,), most_loaded=0,
-                                     total_bytes=total, trace=summary)
+                                     total_bytes=total, trace=summary,
+                                     calibration=_traced_calibration(analytic.calibration))
     return budget, tuple(replays)
+
+
+def _traced_calibration(use: CalibrationUse | None) -> CalibrationUse | None:
+    """The trace measures allocator overhead by replay: that line is neither a profile's nor
+    a built-in fraction."""
+    if use is None:
+        return None
+    overheads = tuple(
+        OverheadOrigin(component=o.component, origin="builtin", profile=None,
+                       source="trace tier: replay of c10/cuda/CUDACachingAllocator.cpp")
+        if o.component is Component.ALLOCATOR_OVERHEAD else o for o in use.overheads)
+    return msgspec.structs.replace(use, overheads=overheads)
 
 
 def _phase(p: TracePoint, outside_torch: int, request: BudgetRequest) -> Phase:

@@ -113,6 +113,10 @@ class Program:
     steps between differ only in the attended length)."""
     last_output: torch.Tensor | None = None
     """The last logits (inference) or loss (training), for the output sanity check."""
+    kv_cache_bytes: int | None = None
+    """Bytes of the KV cache tensors the last inference run allocated, each rounded up to
+    ``kv_rounding`` (512 on CUDA: the caching allocator's block size)."""
+    kv_rounding: int = 1
 
     def outputs_finite(self) -> bool:
         out = self.last_output
@@ -150,6 +154,9 @@ class Program:
         if self.arch.kind == "decoder":
             with marks.scope("kv_cache"):
                 cache = model.allocate_cache(n, w.context_tokens, kv_dtype)
+            r = self.kv_rounding
+            self.kv_cache_bytes = sum(-(-t.untyped_storage().nbytes() // r) * r
+                                      for t in (*cache.keys, *cache.values) if t is not None)
         for it in range(iterations):
             marks.iteration(it)
             if self.arch.kind == "encoder":

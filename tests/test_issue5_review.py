@@ -1,0 +1,87 @@
+"""Regression tests from the review of issue 5 (comparisons, round trip, calibration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+
+from agent.roundtrip import fetch_estimate
+from service.budget.calibration import load_profiles
+from service.budget.compare import _headroom, compare, estimate_input
+from service.budget.estimate import estimate, headroom_bytes
+from service.budget.probe_report import ProbeRequest
+from service.budget.spec import BudgetRequest, Headroom
+
+from .test_comparison import _cuda_report
+
+MiB = 1 << 20
+_H100_PROFILE = ('{"id": "h100-small-ws", "gpu_name": "NVIDIA H100 80GB HBM3", '
+                 '"gpu_id": "h100-sxm5-80gb", "torch_version": null, "cuda_version": null, '
+                 '"driver_version": null, "workspace_bytes": %d, "probe_ids": ["p1"]}')
+
+
+def test_a_calibrated_workspace_below_the_cublaslt_size_traces(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUBLAS_WORKSPACE_CONFIG=:16:8 (128 KiB) measured into a profile: the trace tier split it
+    into cuBLAS = 128 KiB - 1 MiB (negative) and its replay raised (a 500)."""
+    pytest.importorskip("torch")
+    from service.trace.engine import trace_budget
+
+    (tmp_path / "p.json").write_text(_H100_PROFILE % (128 << 10))
+    monkeypatch.setenv("VRAMBUDGET_PROFILES_DIR", str(tmp_path))
+    req = msgspec.convert({
+        "method": "trace", "device": {"source": "catalog", "id": "h100-sxm5-80gb"},
+        "workloads": [{"kind": "inference",
+                       "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                       "batch_size": 1, "prompt_tokens": 16, "generated_tokens": 2}]},
+        BudgetRequest)
+    budget = trace_budget(req)
+    lines = {ln.component.value: ln.bytes for ln in budget.devices[0].lines}
+    assert lines["runtime_workspace"] == 128 << 10
+
+
+def test_a_profile_with_a_negative_value_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "p.json").write_text(_H100_PROFILE % -1)
+    with pytest.raises(ValueError, match="p.json"):
+        load_profiles(tmp_path)
+
+
+def test_an_estimate_that_is_not_a_budget_is_an_estimate_error() -> None:
+    """A 2xx that is not a Budget was stored as the probe's estimate; every later read of the
+    probe (its callback, its comparison row, GET /v1/probes) then failed to decode it."""
+    req = msgspec.convert({"workload": {"kind": "inference",
+                                        "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                                        "batch_size": 1, "prompt_tokens": 8,
+                                        "generated_tokens": 1},
+                           "service_url": "http://127.0.0.1:8000"}, ProbeRequest)
+    for body in (b"<html>proxy</html>", b'{"ok": true}'):
+        transport = httpx.MockTransport(lambda r, b=body: httpx.Response(200, content=b))
+        answer, error = fetch_estimate(req, None, transport)
+        assert answer is None and error is not None and "not a budget" in error
+
+
+def test_headroom_fraction_is_exact() -> None:
+    """The advice's fraction is the smallest whole percent that covers its bytes: a float
+    quotient made 7% into 8%, and the 2% floor's own byte rounding made it 3%."""
+    report = _cuda_report()
+    inp = estimate_input(report)
+    budget = estimate((inp.workload,), inp.device, Headroom(fraction=0.0))
+    subtotal = budget.devices[0].total_bytes
+    # Make the measurement agree with the estimate: only the floor is left.
+    t = report.result.torch  # type: ignore[union-attr]
+    nv = report.result.nvml  # type: ignore[union-attr]
+    nv = msgspec.structs.replace(nv, process_peak_used_bytes=subtotal)
+    t = msgspec.structs.replace(t, iteration_peak_bytes=())
+    result = msgspec.structs.replace(report.result, torch=t, nvml=nv)
+    report = msgspec.structs.replace(report, result=result)
+    advice = compare(report, {"analytic": budget}, inp).headroom
+    assert any("floor of 2%" in r for r in advice.reasons)
+    assert advice.fraction == 0.02
+    assert headroom_bytes(subtotal, Headroom(fraction=advice.fraction)) >= advice.bytes
+    # 7% exactly (7/100*100 is 7.000000000000001 in floats): 0.07, not 0.08.
+    tier = compare(report, {"analytic": budget}, inp).tiers[0]
+    advice = _headroom(report, tier, {"device_used": 107 * MiB, "comparable": 100 * MiB})
+    assert advice.bytes == 7 * MiB and advice.fraction == 0.07
