@@ -14,9 +14,11 @@ from ..host import host_and_disk
 from ..resolve import model_name, resolve_model
 from ..result import (
     Budget,
+    CalibrationUse,
     DeviceBudget,
     DeviceSummary,
     Line,
+    OverheadOrigin,
     Part,
     Phase,
     ServingSummary,
@@ -259,4 +261,17 @@ def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) ->
                                    devices_per_instance=w.parallelism.devices, instances=1),),
         device=summary_device, devices=tuple(devices), most_loaded=most,
         total_bytes=devices[most].total_bytes, host_ram=host_ram, disk=disk,
-        warnings=tuple(warnings), serving=serving)
+        warnings=tuple(warnings), serving=serving,
+        calibration=_engine_calibration(devices[most]))
+
+
+_OVERHEADS = (C.CUDA_CONTEXT, C.RUNTIME_WORKSPACE, C.COMMUNICATION_BUFFERS, C.ALLOCATOR_OVERHEAD)
+
+
+def _engine_calibration(device: DeviceBudget) -> CalibrationUse:
+    """Serving budgets take their overheads from the engine version's calibration
+    (data/vllm_calibration.json), not from probe profiles: each line's source says which."""
+    sources = {ln.component: ln.source for ln in device.lines}
+    return CalibrationUse(profile=None, matched_on=(), overheads=tuple(
+        OverheadOrigin(component=c, origin="builtin", profile=None, source=sources[c])
+        for c in _OVERHEADS))
