@@ -128,3 +128,21 @@ def test_a_probe_cancelled_while_its_estimate_is_fetched_is_cancelled(
                 break
             time.sleep(0.2)
         assert doc["status"] == "cancelled", doc["status"]
+
+
+def test_a_profile_name_with_braces_is_not_a_format_string() -> None:
+    """The source text was built with str.format after the profile's name was interpolated:
+    a name with braces raised KeyError in every budget for its device (a 500)."""
+    from service.budget.calibration import CalibrationProfile, ProfileSet
+    from service.budget.spec import CatalogDevice, InferenceWorkload
+
+    profile = CalibrationProfile(id="odd", gpu_name="GPU {x}", gpu_id="h100-sxm5-80gb",
+                                 torch_version=None, cuda_version=None, driver_version=None,
+                                 cuda_context_bytes=500 * MiB, probe_ids=("p{1}",))
+    w = msgspec.convert({"kind": "inference",
+                         "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                         "batch_size": 1, "prompt_tokens": 8, "generated_tokens": 1},
+                        InferenceWorkload)
+    budget = estimate((w,), CatalogDevice(id="h100-sxm5-80gb"), None, ProfileSet([profile]))
+    line = next(ln for ln in budget.devices[0].lines if ln.component.value == "cuda_context")
+    assert line.bytes == 500 * MiB and "GPU {x}" in line.source and "p{1}" in line.source
