@@ -237,15 +237,15 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
         return
     row = await asyncio.to_thread(store.get_probe, probe_id)
     request = msgspec.json.decode(row.request, type=ProbeRequest)
-    if request.service_url is not None and not isinstance(request.workload, CustomWorkload):
-        inv = await asyncio.to_thread(nvml.inventory) if st.cuda else None
-        estimate_json, estimate_error = await asyncio.to_thread(
-            fetch_estimate, request, device_ref(inv, request.device) if inv else None)
-        await asyncio.to_thread(store.set_estimate, probe_id, estimate_json, estimate_error)
     process = ProbeProcess(row.request.encode(), dict(st.settings.entry_points),
                            request.time_limit_s, _sampler_factory(st, row.device_key))
-    st.running[probe_id] = process
+    st.running[probe_id] = process  # before the estimate: a DELETE meanwhile cancels it
     try:
+        if request.service_url is not None and not isinstance(request.workload, CustomWorkload):
+            inv = await asyncio.to_thread(nvml.inventory) if st.cuda else None
+            estimate_json, estimate_error = await asyncio.to_thread(
+                fetch_estimate, request, device_ref(inv, request.device) if inv else None)
+            await asyncio.to_thread(store.set_estimate, probe_id, estimate_json, estimate_error)
         await asyncio.to_thread(process.start)
         outcome = await asyncio.to_thread(process.wait)
     finally:

@@ -85,3 +85,64 @@ def test_headroom_fraction_is_exact() -> None:
     tier = compare(report, {"analytic": budget}, inp).tiers[0]
     advice = _headroom(report, tier, {"device_used": 107 * MiB, "comparable": 100 * MiB})
     assert advice.bytes == 7 * MiB and advice.fraction == 0.07
+
+
+def test_a_probe_cancelled_while_its_estimate_is_fetched_is_cancelled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The estimate fetch (up to its timeout) ran before the probe was in ``st.running``: a
+    DELETE then found a running probe with no process, did nothing, and the probe ran."""
+    import threading
+    import time
+
+    from litestar.testing import TestClient
+
+    import agent.api as agent_api
+    from agent.api import create_agent_app
+    from agent.settings import AgentSettings
+
+    from .test_agent_e2e import INFER
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_fetch(*_: object, **__: object) -> tuple[None, str]:
+        entered.set()
+        release.wait(30)
+        return None, "estimate: service slow"
+
+    monkeypatch.setattr(agent_api, "fetch_estimate", slow_fetch)
+    settings = AgentSettings(data_dir=tmp_path, tokens=(b"t",),
+                             service_allow_list=("http://127.0.0.1:9",))
+    auth = {"Authorization": "Bearer t"}
+    with TestClient(create_agent_app(settings)) as client:
+        r = client.post("/v1/probes", json={"workload": INFER, "iterations": 1,
+                                            "service_url": "http://127.0.0.1:9"}, headers=auth)
+        assert r.status_code == 202, r.text
+        probe_id = r.json()["id"]
+        assert entered.wait(30)
+        threading.Timer(0.5, release.set).start()
+        client.delete(f"/v1/probes/{probe_id}", headers=auth)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            doc = client.get(f"/v1/probes/{probe_id}", headers=auth).json()
+            if doc["status"] not in ("queued", "running"):
+                break
+            time.sleep(0.2)
+        assert doc["status"] == "cancelled", doc["status"]
+
+
+def test_a_profile_name_with_braces_is_not_a_format_string() -> None:
+    """The source text was built with str.format after the profile's name was interpolated:
+    a name with braces raised KeyError in every budget for its device (a 500)."""
+    from service.budget.calibration import CalibrationProfile, ProfileSet
+    from service.budget.spec import CatalogDevice, InferenceWorkload
+
+    profile = CalibrationProfile(id="odd", gpu_name="GPU {x}", gpu_id="h100-sxm5-80gb",
+                                 torch_version=None, cuda_version=None, driver_version=None,
+                                 cuda_context_bytes=500 * MiB, probe_ids=("p{1}",))
+    w = msgspec.convert({"kind": "inference",
+                         "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                         "batch_size": 1, "prompt_tokens": 8, "generated_tokens": 1},
+                        InferenceWorkload)
+    budget = estimate((w,), CatalogDevice(id="h100-sxm5-80gb"), None, ProfileSet([profile]))
+    line = next(ln for ln in budget.devices[0].lines if ln.component.value == "cuda_context")
+    assert line.bytes == 500 * MiB and "GPU {x}" in line.source and "p{1}" in line.source

@@ -132,12 +132,10 @@ def apply_profile(ov: Overheads, profile: CalibrationProfile | None,
     """``ov`` with the values ``profile`` measured; the rest stay built-in."""
     if profile is None:
         return ov
-    src = (f"calibration profile {profile.id} ({profile.gpu_name}; median of "
-           "{n} probe(s): {ids})")
-
-    def source(key: str) -> str:
+    def source(key: str) -> str:  # no str.format: a name may hold braces
         n = profile.samples.get(key, len(profile.probe_ids))
-        return src.format(n=n, ids=", ".join(profile.probe_ids[:8]))
+        return (f"calibration profile {profile.id} ({profile.gpu_name}; median of {n} "
+                f"probe(s): {', '.join(profile.probe_ids[:8])})")
 
     changes: dict[str, object] = {"profile": profile.id, "profile_match": matched}
     if profile.cuda_context_bytes is not None:
