@@ -27,15 +27,14 @@ from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
 from service.api.app import decode_body
 from service.api.problems import exception_handlers
-
-from . import nvml
-from .runner import ProbeProcess
-from .settings import AgentSettings
 from service.budget.compare import COMPARABLE_STATUSES
 from service.budget.comparison import Comparison
 from service.budget.result import Budget
 
+from . import nvml
 from .roundtrip import comparison_entry, device_ref, fetch_estimate
+from .runner import ProbeProcess
+from .settings import AgentSettings
 from .spec import Callback, CustomWorkload, ProbeRequest, ProbeResource, ProbeResult
 from .store import TERMINAL_STATUSES, Store
 from .webhooks import Deliverer, callback_allowed

@@ -246,12 +246,14 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
     status_oom = False
     latencies: list[float] = []
     wall = 0.0
-    peaks: list[tuple[int, int]] = []  # (allocated, reserved) peak of each iteration
+    peaks: list[tuple[int, int, int]] = []  # (allocated, reserved, inactive split) per iteration
 
     def run_measured() -> None:
         torch.cuda.reset_peak_memory_stats()
         run_one()
-        peaks.append((torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()))
+        st = torch.cuda.memory_stats()
+        peaks.append((st.get("allocated_bytes.all.peak", 0), st.get("reserved_bytes.all.peak", 0),
+                      st.get("inactive_split_bytes.all.peak", 0)))
 
     try:
         for _ in range(req.warmup_iterations):
@@ -271,9 +273,11 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
     stats = torch.cuda.memory_stats()
     allocated_peak = stats.get("allocated_bytes.all.peak", 0)
     reserved_peak = stats.get("reserved_bytes.all.peak", 0)
+    inactive_peak = stats.get("inactive_split_bytes.all.peak", 0)
     if peaks:  # peaks were reset per iteration: the run's peak is the largest of them
-        allocated_peak = max(allocated_peak, *(a for a, _ in peaks))
-        reserved_peak = max(reserved_peak, *(r for _, r in peaks))
+        allocated_peak = max(allocated_peak, *(a for a, _, _ in peaks))
+        reserved_peak = max(reserved_peak, *(r for _, r, _ in peaks))
+        inactive_peak = max(inactive_peak, *(i for _, _, i in peaks))
     props = torch.cuda.get_device_properties(index or 0)
     view = DeviceView(  # the sampler's fields are filled in by the parent (runner.py)
         baseline_used_bytes=baseline or 0, peak_used_bytes=0, samples=0, sample_interval_s=0.0,
@@ -290,9 +294,9 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
             reserved_peak_bytes=reserved_peak,
             num_alloc_retries=stats.get("num_alloc_retries", 0),
             num_ooms=stats.get("num_ooms", 0),
-            inactive_split_peak_bytes=stats.get("inactive_split_bytes.all.peak", 0),
+            inactive_split_peak_bytes=inactive_peak,
             weights_bytes=weights, kv_cache_bytes=_kv_bytes(program, req),
-            workspace_bytes=workspace, iteration_peak_bytes=tuple(a for a, _ in peaks)),
+            workspace_bytes=workspace, iteration_peak_bytes=tuple(a for a, _, _ in peaks)),
         nvml=view, host_peak_rss_bytes=_peak_rss_bytes(),
         iterations=_iterations(latencies, wall, 1 if status_oom else 0,
                                units * len(latencies)),

@@ -32,7 +32,8 @@ def _endpoint(service_url: str, path: str) -> str:
 
 def device_ref(inventory: Any, device: int | str) -> DeviceRef | None:
     """The device to estimate for, from the agent's NVML inventory: the catalog GPU its name
-    and memory match, else a custom device of its memory; None without NVML (CPU path)."""
+    and memory match (else its name alone), else a custom device of its memory; None without
+    NVML (CPU path)."""
     if not getattr(inventory, "available", False):
         return None
     for g in inventory.gpus:
@@ -40,7 +41,10 @@ def device_ref(inventory: Any, device: int | str) -> DeviceRef | None:
             name = str(g.name)
             total = int(g.memory_total_bytes)
             cc = getattr(g, "compute_capability", None)
-            found = match_gpu(name, total, cc)
+            # NVML's total includes what the driver reserves (the catalog holds the CUDA
+            # runtime's smaller total: over 1% apart on L4, T4, A10G, A100 40GB): fall back to
+            # the name and compute capability alone.
+            found = match_gpu(name, total, cc) or match_gpu(name, None, cc)
             if found is not None:
                 return CatalogDevice(id=found.id)
             return CustomDevice(name=name[:128] or "custom", memory_total_bytes=total)

@@ -570,6 +570,7 @@ class Store:
             return cur.rowcount == 1
 
     def pending_count(self) -> int:
-        """Callbacks still to be delivered (not delivered, not given up): a /metrics gauge."""
+        """Outbox rows (callbacks and comparison requests) still to be delivered (not delivered,
+        not given up): a /metrics gauge."""
         with self._read() as conn:
             return int(conn.execute(f"SELECT COUNT(*) FROM outbox WHERE {_PENDING}").fetchone()[0])

@@ -354,8 +354,28 @@ class Deliverer:
             except Exception as exc:
                 # Count it as a failed attempt, so one poison row cannot block the outbox forever.
                 log.exception("callback %s: attempt failed unexpectedly", row.id)
-                self._fail(row, f"{type(exc).__name__}: {exc}")
+                error = f"{type(exc).__name__}: {exc}"
+                if row.kind == "comparison":
+                    self._fail_comparison(row, error)
+                else:
+                    self._fail(row, error)
         return delivered
+
+    def _fail_comparison(self, row: OutboxRow, error: str) -> None:
+        """A comparison attempt that raised: retried under the comparison limit, and when that is
+        reached the probe's callback still goes out (with the error), never silently dropped."""
+        attempts = row.attempts + 1
+        if attempts < self._comparison_max_attempts:
+            self._store.reschedule(row.id, attempts, self._clock() + self._backoff(attempts),
+                                   error)
+            return
+        try:
+            if self._on_comparison is not None:
+                self._on_comparison(row, None, f"{error} (after {attempts} attempt(s))")
+                return
+        except Exception:  # the handler itself is broken: give the row up, keep the thread
+            log.exception("comparison %s: settling failed", row.id)
+        self._store.reschedule(row.id, attempts, None, error)
 
     def _attempt(self, row: OutboxRow) -> bool:
         if row.kind == "comparison":

@@ -105,11 +105,22 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--probe needs --store")
         if not reports:
             raise ValueError("no probe reports: give --store and/or report files")
-        inputs = []
+        inputs, skipped = [], []
         for report in reports:
+            res = report.result
+            if report.status != "succeeded" or res is None or res.device != "cuda":
+                why = (f"status {report.status}" if report.status != "succeeded" else
+                       "ran on the CPU: it measures no CUDA context, workspace or allocator "
+                       "overhead")
+                skipped.append(f"{report.id}: {why}")
+                continue
             inp = estimate_input(report)
             budget = estimate((inp.workload,), inp.device, Headroom(fraction=0.0))
             inputs.append((report, budget, inp.gpu_id))
+        for line in skipped:
+            print(f"vrambudget calibrate: skipped {line}", file=sys.stderr)
+        if not inputs:
+            raise ValueError("no succeeded CUDA probe among the reports")
         now = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
         profiles = build_profiles(inputs, now)
     except (OSError, ValueError, msgspec.DecodeError, BudgetError) as exc:

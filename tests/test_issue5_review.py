@@ -146,3 +146,89 @@ def test_a_profile_name_with_braces_is_not_a_format_string() -> None:
     budget = estimate((w,), CatalogDevice(id="h100-sxm5-80gb"), None, ProfileSet([profile]))
     line = next(ln for ln in budget.devices[0].lines if ln.component.value == "cuda_context")
     assert line.bytes == 500 * MiB and "GPU {x}" in line.source and "p{1}" in line.source
+
+
+def test_extra_streams_workspaces_are_in_the_working_set_estimate() -> None:
+    """cuBLAS keeps a workspace per (handle, stream): with N streams on CUDA the working-set
+    estimate carries N - 1 more of them (the measured first one is runtime_workspace)."""
+    from service.budget.components import Component
+
+    one = _cuda_report()
+    four = msgspec.structs.replace(one, request=msgspec.structs.replace(one.request,
+                                                                        concurrency=4))
+    inp1, inp4 = estimate_input(one), estimate_input(four)
+    b1 = estimate((inp1.workload,), inp1.device, Headroom(fraction=0.0))
+    b4 = estimate((inp4.workload,), inp4.device, Headroom(fraction=0.0))
+    q4 = {q.name: q for q in compare(four, {"analytic": b4}, inp4).tiers[0].quantities}
+    lines4 = {ln.component: ln.bytes for ln in b4.devices[0].lines}
+    blas = lines4[Component.RUNTIME_WORKSPACE]
+    assert q4["working_set_peak"].estimate_bytes == (
+        lines4[Component.ACTIVATIONS] + lines4[Component.LOGITS] + 3 * blas)
+    assert "3 more stream(s)" in (q4["working_set_peak"].note or "")
+    q1 = {q.name: q for q in compare(one, {"analytic": b1}, inp1).tiers[0].quantities}
+    assert q1["working_set_peak"].note is None
+
+
+def test_headroom_advice_above_what_a_request_accepts_says_use_min_bytes() -> None:
+    report = _cuda_report()
+    inp = estimate_input(report)
+    budget = estimate((inp.workload,), inp.device, Headroom(fraction=0.0))
+    tier = compare(report, {"analytic": budget}, inp).tiers[0]
+    advice = _headroom(report, tier, {"device_used": 300 * MiB, "comparable": 100 * MiB})
+    # shortfall 200 MiB + the iterations' 4 MiB spread, over a 100 MiB estimate
+    assert advice.bytes == 204 * MiB and advice.fraction == 2.04
+    assert any(f"headroom.min_bytes = {204 * MiB}" in r for r in advice.reasons)
+
+
+def test_a_comparison_attempt_that_raises_still_sends_the_callback(tmp_path: Path) -> None:
+    """An exception inside a comparison attempt counts against the comparison limit; when it is
+    reached the probe's callback is still enqueued (with the error), not given up silently."""
+    from agent.store import Store
+    from agent.webhooks import Deliverer
+
+    store = Store(tmp_path / "a.sqlite3")
+    store.create_probe("p", "{}", "cpu", 1.0)
+    store.transition("p", "running", 2.0, expected={"queued"})
+    store.finish_with_callback("p", "succeeded", 3.0, "{}", None,
+                               comparison=("http://svc/v1/comparisons", "{}", "cmp_p"))
+    calls = []
+
+    def settle(row, body, error):  # type: ignore[no-untyped-def]
+        calls.append(error)
+        if len(calls) == 1:
+            raise RuntimeError("database is locked")
+        store.complete_comparison(row.id, 9.0, None, error,
+                                  lambda probe: ("https://cb/x", probe.comparison_error, "msg_p"))
+
+    clock = [10.0]
+    d = Deliverer(store, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", (),
+                  transport=httpx.MockTransport(lambda r: httpx.Response(200, text="{}")),
+                  service_allow_list=("http://svc",), on_comparison=settle,
+                  comparison_max_attempts=2, backoff=lambda n: 1.0, clock=lambda: clock[0])
+    d.deliver_due()  # the handler raises: rescheduled (attempt 1 of 2)
+    assert store.get_callback("cmp_p").attempts == 1  # type: ignore[union-attr]
+    clock[0] = 20.0
+    d.deliver_due()  # the answer is not a comparison -> settle(error) -> callback enqueued
+    assert [r.id for r in store.due_callbacks(30.0, 10)] == ["msg_p"]
+    store.close()
+
+
+def test_profile_ids_are_ascii() -> None:
+    from service.budget.calibration import _slug
+
+    assert _slug("NVIDIA Ｈ100 — 80GB") == "nvidia-100-80gb"
+
+
+def test_the_agent_matches_its_gpu_when_nvml_total_exceeds_the_runtime_total() -> None:
+    """NVML's total includes the driver's reserved memory (L4: 23034 MiB vs the runtime's
+    22478): the name and compute capability still find the catalog GPU."""
+    from types import SimpleNamespace
+
+    from agent.roundtrip import device_ref
+    from service.budget.spec import CatalogDevice
+
+    gpu = SimpleNamespace(index=0, uuid="GPU-1", name="NVIDIA L4",
+                          memory_total_bytes=23034 * MiB, compute_capability="8.9")
+    inv = SimpleNamespace(available=True, gpus=[gpu])
+    assert device_ref(inv, 0) == CatalogDevice(id="l4-24gb")
+    assert device_ref(SimpleNamespace(available=False, gpus=[]), 0) is None

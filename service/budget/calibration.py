@@ -206,7 +206,8 @@ def _group_key(report: ProbeResource) -> tuple[str, str | None, str | None, str 
 
 
 def _slug(text: str) -> str:
-    keep = "".join(ch.lower() if ch.isalnum() else "-" for ch in text)
+    # ASCII only: the id must match ProfileId's pattern (str.isalnum accepts any letter).
+    keep = "".join(ch.lower() if ch.isascii() and ch.isalnum() else "-" for ch in text)
     return "-".join(part for part in keep.split("-") if part)[:80] or "gpu"
 
 

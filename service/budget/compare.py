@@ -72,6 +72,7 @@ DEFAULT_TOLERANCE_BYTES = 1 << 20
 # A floor on the advised headroom: one probe is one run; kernels' workspaces, driver versions
 # and load vary from run to run by more than a single measurement can show.
 HEADROOM_FLOOR_FRACTION = 0.02
+MAX_HEADROOM_FRACTION = 0.9  # the largest Headroom.fraction a request may carry (spec.Fraction)
 COMPARABLE_STATUSES = frozenset({"succeeded", "unreliable", "oom"})
 _BLAS = ("cuBLAS", "cuBLASLt", "hipBLAS")
 
@@ -215,7 +216,7 @@ def _split_workspace(line: Line) -> tuple[int, int]:
     return blas, line.bytes - blas
 
 
-def _tier(method: str, dev: DeviceBudget, res: ProbeResult, tol: _Tol
+def _tier(method: str, dev: DeviceBudget, res: ProbeResult, tol: _Tol, streams: int = 1
           ) -> tuple[TierComparison, dict[str, int | None]]:
     lines = {ln.component: ln for ln in dev.lines}
     est = {c: ln.bytes for c, ln in lines.items()}
@@ -224,6 +225,11 @@ def _tier(method: str, dev: DeviceBudget, res: ProbeResult, tol: _Tol
     nv = res.nvml
     rounding = _parts(lines[C.ALLOCATOR_OVERHEAD]).get(ROUNDING_PART, 0) if cuda else 0
     blas, ws_rest = _split_workspace(lines[C.RUNTIME_WORKSPACE])
+    stream_ws = 0
+    if cuda and streams > 1:
+        # cuBLAS keeps one workspace per (handle, stream): each extra stream of the load phase
+        # allocates another, after the measured first one, inside the working set.
+        stream_ws = (streams - 1) * blas
     kv_measured = t.kv_cache_bytes
     ws_measured = t.workspace_bytes if cuda else None
 
@@ -245,12 +251,14 @@ def _tier(method: str, dev: DeviceBudget, res: ProbeResult, tol: _Tol
         q.append(_quantity("runtime_workspace", (C.RUNTIME_WORKSPACE,), blas, None,
                            "(CPU: no cuBLAS)", tol, unavailable="not_applicable"))
     working_comps = list(_WORKING) + ([C.KV_CACHE] if kv_measured is None else [])
-    working_est = sum(est[c] for c in working_comps) + ws_rest
+    working_est = sum(est[c] for c in working_comps) + ws_rest + stream_ws
     working_meas = t.allocated_peak_bytes - t.weights_bytes - (kv_measured or 0) - (
         ws_measured or 0)
     q.append(_quantity("working_set_peak", working_comps, working_est, working_meas,
                        "allocated peak (after warm-up) - resident_after_load - kv_cache - "
-                       "runtime_workspace", tol))
+                       "runtime_workspace", tol,
+                       note=f"includes {streams - 1} more stream(s)' cuBLAS workspaces "
+                       f"({stream_ws} B)" if stream_ws else None))
     allocated_comps = (*_RESIDENT, C.KV_CACHE, *_WORKING) + (
         (C.RUNTIME_WORKSPACE,) if cuda else ())
     allocated_est = sum(est[c] for c in allocated_comps) + rounding + (0 if cuda else ws_rest)
@@ -389,6 +397,9 @@ def _headroom(report: ProbeResource, analytic: TierComparison, observed: dict[st
                        f"measurement ({floor} B): run-to-run variation one probe cannot show")
         total, total_ppm = floor, floor_ppm
     fraction = -(-total_ppm * 100 // (subtotal * 1_000_000)) / 100 if subtotal > 0 else 0.0
+    if fraction > MAX_HEADROOM_FRACTION:
+        reasons.append(f"{fraction:.0%} is above the {MAX_HEADROOM_FRACTION:.0%} a request's "
+                       f"headroom.fraction may be: pass headroom.min_bytes = {total} instead")
     return HeadroomAdvice(fraction=fraction, bytes=total, reasons=tuple(reasons))
 
 
@@ -407,7 +418,8 @@ def compare(report: ProbeResource, estimates: dict[str, Budget], inp: EstimateIn
         budget = estimates.get(method)
         if budget is None:
             continue
-        tier, seen = _tier(method, budget.devices[budget.most_loaded], res, tol)
+        tier, seen = _tier(method, budget.devices[budget.most_loaded], res, tol,
+                           report.request.concurrency)
         tiers.append(tier)
         if method == "analytic":
             observed = seen
