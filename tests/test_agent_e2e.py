@@ -80,6 +80,18 @@ class _Receiver:
         self.server.server_close()
 
 
+def wait_healthy(url: str, what: str, seconds: float = 30) -> None:
+    """Wait until ``url``/healthz answers 200 (a freshly started process)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise AssertionError(f"{what} did not start")
+
+
 class _Agent:
     def __init__(self, data_dir: Path, receiver_port: int, **env: str) -> None:
         self.port = _free_port()
@@ -99,14 +111,7 @@ class _Agent:
 
     def start(self) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "agent"], env=self.env)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise AssertionError("agent did not start")
+        wait_healthy(self.url, "agent")
 
     def kill(self) -> None:
         assert self.process is not None

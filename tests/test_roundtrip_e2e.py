@@ -25,7 +25,7 @@ import pytest
 from agent.webhooks import verify
 from service.budget.components import Component
 
-from .test_agent_e2e import INFER, SECRET, TRAIN, _Agent, _free_port, _Receiver
+from .test_agent_e2e import INFER, SECRET, TRAIN, _Agent, _free_port, _Receiver, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,14 +40,7 @@ class _Service:
     def start(self) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"],
                                         env=self.env)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise AssertionError("service did not start")
+        wait_healthy(self.url, "service")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -25,6 +25,7 @@ __all__ = [
     "ProbeResource",
     "ProbeResult",
     "ProbeStatus",
+    "ProbeWorkload",
     "TorchView",
 ]
 

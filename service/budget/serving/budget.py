@@ -4,6 +4,7 @@ what to change."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -111,7 +112,7 @@ def _starts(w: LLMServingWorkload, total: int, name: str, **changes: Any) -> Ser
     return a if a.would_start else None
 
 
-def _largest(lo: int, hi: int, ok: Any) -> int:
+def largest_true(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
     """Largest x in [lo, hi] with ok(x) for a monotone (true then false) predicate; lo - 1 if
     none."""
     if hi < lo or not ok(lo):
@@ -133,11 +134,11 @@ def remedies(w: LLMServingWorkload, a: ServingAccount, total: int, name: str) ->
     out: list[str] = []
     mml = a.resolved.max_model_len
     cap = min(mml - 1, arch.max_positions)
-    best = _largest(1, cap, lambda x: _starts(w, total, name, max_model_len=x) is not None)
+    best = largest_true(1, cap, lambda x: _starts(w, total, name, max_model_len=x) is not None)
     if best >= 1:
         out.append(f"lower max_model_len to {best} (the largest that starts)")
     permille = round(w.gpu_memory_utilization * 1000)
-    util = _largest(permille + 1, 1000, lambda x: _starts(
+    util = largest_true(permille + 1, 1000, lambda x: _starts(
         w, total, name, gpu_memory_utilization=x / 1000) is None)  # last that still fails
     if permille < util + 1 <= 1000 and _starts(w, total, name,
                                                gpu_memory_utilization=(util + 1) / 1000):

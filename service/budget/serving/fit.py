@@ -21,6 +21,7 @@ from ..estimate import DeviceContext, resolve_device
 from ..layout import check_layout
 from ..resolve import resolve_model
 from ..spec import LLMServingWorkload, Parallelism
+from .budget import largest_true
 from .vllm import ServingAccount, account
 
 if TYPE_CHECKING:
@@ -66,16 +67,7 @@ def _largest_len(w: LLMServingWorkload, ctx: DeviceContext, target: float | None
     def ok(x: int) -> bool:
         return _fits(_account(msgspec.structs.replace(w, max_model_len=x), ctx), target)
 
-    if not ok(1):
-        return 0
-    lo, hi = 1, cap
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return largest_true(1, cap, ok)
 
 
 def _candidates(limit: int) -> list[int]:
