@@ -110,6 +110,50 @@ def test_fp8_kv_doubles_tokens_not_bytes():
     assert abs(a8.pool_bytes(a8.stages[0]) - a16.pool_bytes(a16.stages[0])) <= 65_536 * 32
 
 
+def _hf(model_type: str = "llama", **keys: object):
+    from service.budget.families import arch_from_hf_config
+    from service.budget.hf_config import HFConfig
+
+    base = {"model_type": model_type, "hidden_size": 1024, "num_hidden_layers": 2,
+            "num_attention_heads": 8, "intermediate_size": 2048, "vocab_size": 1000,
+            "max_position_embeddings": 4096}
+    return arch_from_hf_config(msgspec.convert({**base, **keys}, HFConfig))
+
+
+@pytest.mark.parametrize(("rope", "rows"), [
+    (None, 4096),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 4096),
+    ({"rope_type": "linear", "factor": 8.0}, 4096 * 8),
+    ({"type": "linear", "factor": 2.5}, 10_240),  # the older key; 4096 x 2.5
+    ({"rope_type": "dynamic", "factor": 2.0}, 8192),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, 4096),
+    ({"rope_type": "yarn", "factor": 3.0, "original_max_position_embeddings": 2048}, 6144),
+    ({"rope_type": "longrope", "factor": 32.0, "original_max_position_embeddings": 1024,
+      "short_factor": [1.0], "long_factor": [2.0]}, 1024 + 4096),
+])
+def test_rotary_table_rows_follow_the_rope_type(rope, rows):
+    from service.budget.serving.vllm import rope_table_positions, rotary_cache_bytes
+
+    arch = _hf(**({} if rope is None else {"rope_scaling": rope}))
+    assert rope_table_positions(arch) == rows
+    assert rotary_cache_bytes(arch, 2) == rows * 128 * 2  # head_dim 1024 / 8 = 128, bf16
+
+
+def test_gemma3_rotary_tables_local_and_linear_global():
+    # Two tables: local layers' default rope (131,072 rows) and the global layers' linear x 8
+    # (1,048,576 rows), x head_dim 256 x 2 bytes. 27B has head_dim 128.
+    from service.budget.serving.vllm import rotary_cache_bytes
+
+    assert rotary_cache_bytes(preset_arch("gemma-3-4b"), 2) == (131_072 + 1_048_576) * 256 * 2
+    assert rotary_cache_bytes(preset_arch("gemma-3-4b"), 2) == 603_979_776
+    assert rotary_cache_bytes(preset_arch("gemma-3-27b"), 2) == (131_072 + 1_048_576) * 128 * 2
+
+
+def test_bad_rope_factor_is_422():
+    with pytest.raises(msgspec.ValidationError, match="rope_scaling.factor"):
+        _hf(rope_scaling={"rope_type": "linear", "factor": 0})
+
+
 # ---------------------------------------------------------------- engine start and budget --
 
 
@@ -309,13 +353,11 @@ def test_kv_tokens_and_concurrency_median_within_3_percent(split, quantity):
 
 
 # Runs whose weights are off by more than the 0.5% target, with the measured error:
-# vLLM loads more than the checkpoint tensors for Gemma 2 2B / Gemma 3 (multimodal wrapper) and DeepSeek-V2
-# (MLA's absorbed matrices); not modelled, reported in docs/ACCURACY.md.
+# vLLM holds more than the checkpoint tensors and the rotary tables for Gemma 2 2B (27 MiB) and
+# DeepSeek-V2-Lite (~0.14 GiB per GPU whatever the TP size); not identified, not fitted away,
+# reported in docs/ACCURACY.md.
 WEIGHT_EXCEPTIONS = {
     "llmd019-google-gemma-2-2b-it-tp1pp1dp1-8192": 0.006,  # 27 MiB short of 4.90 GiB
-    "llmd019-google-gemma-3-4b-it-tp1pp1dp1-8192": 0.053,
-    "llmd019-google-gemma-3-12b-it-tp1pp1dp1-8192": 0.022,
-    "llmd019-google-gemma-3-27b-it-tp1pp1dp1-8192": 0.006,
     "llmd019-deepseek-ai-deepseek-v2-tp1pp1dp1-8192": 0.006,
     "llmd019-json-deepseek-ai-deepseek-v2-tp2pp1dp1-8192": 0.011,
     "llmd019-json-deepseek-ai-deepseek-v2-tp4pp1dp1-8192": 0.018,

@@ -118,6 +118,16 @@ class MoE:
     """Total intermediate width of the always-on shared expert(s); 0 when there are none."""
 
 
+@dataclass(frozen=True, slots=True)
+class RopeScaling:
+    """A config's ``rope_scaling``: only what sizes a precomputed rotary table."""
+
+    kind: str
+    """``rope_type`` (or the older ``type``), lower case; ``default`` when absent."""
+    factor: float | None
+    original_max_positions: int | None
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Arch:
     """Compared and hashed by identity: architectures are resolved once and cached, and the
@@ -147,6 +157,7 @@ class Arch:
     """Loaded with the model but outside the text stack (Gemma 3's vision tower)."""
     mla: MLA | None = None
     moe: MoE | None = None
+    rope_scaling: RopeScaling | None = None
     checkpoint_only_params: int = 0
     """Parameters in the published checkpoint that inference stacks do not load by default
     (DeepSeek-V3's multi-token-prediction layer)."""

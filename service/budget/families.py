@@ -12,7 +12,17 @@ from typing import Any
 
 from msgspec import UNSET
 
-from .arch import MLA, Arch, AttentionKind, LayerType, MoE, Role, Split, TensorGroup
+from .arch import (
+    MLA,
+    Arch,
+    AttentionKind,
+    LayerType,
+    MoE,
+    Role,
+    RopeScaling,
+    Split,
+    TensorGroup,
+)
 from .errors import InvalidWorkload
 from .hf_config import FAMILY_DEFAULTS, GEMMA3_VISION_DEFAULTS, HFConfig, HFVisionConfig
 
@@ -302,8 +312,20 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         extras=tuple(extras),
         mla=mla,
         moe=moe,
+        rope_scaling=_rope_scaling(c.get("rope_scaling")),
         checkpoint_only_params=checkpoint_only,
     )
+
+
+def _rope_scaling(r: Any) -> RopeScaling | None:
+    if r is None:
+        return None
+    kind = r.rope_type if isinstance(r.rope_type, str) else r.type
+    factor = r.factor if isinstance(r.factor, float | int) else None
+    original = r.original_max_position_embeddings
+    return RopeScaling(kind=kind.lower() if isinstance(kind, str) else "default",
+                       factor=factor, original_max_positions=original
+                       if isinstance(original, int) else None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The subset of a Hugging Face ``config.json`` that decides memory, as a wire type.
 
 Unknown keys are ignored on purpose: real ``config.json`` files carry dozens of keys
-(rope scaling, token ids, generation defaults) that do not change a byte of memory, and a caller
+(token ids, generation defaults) that do not change a byte of memory, and a caller
 must be able to paste the file as published. The JSON schema says so (no
 ``additionalProperties: false`` here, unlike every other request object).
 
@@ -25,6 +25,7 @@ from msgspec import UNSET, Meta, UnsetType
 __all__ = [
     "FAMILY_DEFAULTS",
     "HFConfig",
+    "HFRopeScaling",
     "HFTextConfig",
     "HFVisionConfig",
     "ModelType",
@@ -55,6 +56,29 @@ Count = Annotated[int, Meta(ge=0, le=1 << 20, description="A count (0 .. 2^20)."
 LayerCount = Annotated[int, Meta(ge=1, le=1_000_000, description="Number of layers (1 .. 10^6).")]
 Vocab = Annotated[int, Meta(ge=1, le=1 << 26, description="Vocabulary size (1 .. 2^26).")]
 Positions = Annotated[int, Meta(ge=1, le=1 << 40, description="Positions (1 .. 2^40).")]
+
+
+class HFRopeScaling(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """``rope_scaling`` as published. It changes no weight, but vLLM precomputes a cos/sin table
+    over the scaled positions (Gemma 3's linear factor 8 makes its global table 8 x longer).
+    Other keys (llama3's frequency factors, longrope's lists) are accepted and not used."""
+
+    rope_type: Annotated[
+        str | None | UnsetType,
+        Meta(description="`default`, `linear`, `dynamic`, `yarn`, `llama3`, `longrope`, ..."),
+    ] = UNSET
+    type: Annotated[
+        str | None | UnsetType,
+        Meta(description="The older name of `rope_type`; used when `rope_type` is absent."),
+    ] = UNSET
+    factor: Annotated[
+        Annotated[float, Meta(gt=0, le=1_000_000)] | None | UnsetType,
+        Meta(description="Scaling factor (> 0 .. 10^6)."),
+    ] = UNSET
+    original_max_position_embeddings: Annotated[
+        Positions | None | UnsetType,
+        Meta(description="The context length before scaling (yarn, longrope, llama3)."),
+    ] = UNSET
 
 
 class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -98,6 +122,10 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
         Positions | None | UnsetType,
         Meta(description="Longest context the model supports, tokens (BERT: rows of the learned "
              "position table)."),
+    ] = UNSET
+    rope_scaling: Annotated[
+        HFRopeScaling | None | UnsetType,
+        Meta(description="RoPE scaling; sizes vLLM's precomputed cos/sin table (serving)."),
     ] = UNSET
     tie_word_embeddings: Annotated[
         bool | None | UnsetType,
