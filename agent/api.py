@@ -32,7 +32,7 @@ from service.budget.comparison import Comparison
 from service.budget.result import Budget
 
 from . import nvml
-from .roundtrip import comparison_entry, device_ref, fetch_estimate
+from .roundtrip import comparison_entry, device_ref, fetch_estimate, local_software
 from .runner import ProbeProcess
 from .settings import AgentSettings
 from .spec import Callback, CustomWorkload, ProbeRequest, ProbeResource, ProbeResult
@@ -243,7 +243,8 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
         if request.service_url is not None and not isinstance(request.workload, CustomWorkload):
             inv = await asyncio.to_thread(nvml.inventory) if st.cuda else None
             estimate_json, estimate_error = await asyncio.to_thread(
-                fetch_estimate, request, device_ref(inv, request.device) if inv else None)
+                fetch_estimate, request, device_ref(inv, request.device) if inv else None,
+                None, local_software(inv))
             await asyncio.to_thread(store.set_estimate, probe_id, estimate_json, estimate_error)
         await asyncio.to_thread(process.start)
         outcome = await asyncio.to_thread(process.wait)

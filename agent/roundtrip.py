@@ -10,6 +10,11 @@ measurement never waits on, or is lost to, the service (``webhooks.Deliverer``).
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import re
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,9 +23,10 @@ import msgspec
 from service.budget.compare import match_gpu
 from service.budget.probe_report import ProbeRequest, ProbeResource
 from service.budget.result import Budget
-from service.budget.spec import CatalogDevice, CustomDevice, DeviceRef
+from service.budget.spec import CatalogDevice, CustomDevice, DeviceRef, Software
 
-__all__ = ["ESTIMATE_TIMEOUT_S", "comparison_entry", "device_ref", "fetch_estimate"]
+__all__ = ["ESTIMATE_TIMEOUT_S", "comparison_entry", "device_ref", "fetch_estimate",
+           "local_software"]
 
 ESTIMATE_TIMEOUT_S = 10.0
 _MAX_ESTIMATE_BYTES = 4 << 20
@@ -51,14 +57,54 @@ def device_ref(inventory: Any, device: int | str) -> DeviceRef | None:
     return None
 
 
+_CUDA_LINE = re.compile(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", re.MULTILINE)
+
+
+@cache
+def _torch_build() -> tuple[str | None, str | None]:
+    """The installed torch's version and CUDA runtime, read from its metadata and its generated
+    ``torch/version.py`` -- without importing torch (the agent process never does)."""
+    try:
+        version = importlib.metadata.version("torch")
+        spec = importlib.util.find_spec("torch")
+    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+        return None, None
+    cuda = None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            m = _CUDA_LINE.search((Path(root) / "version.py").read_text())
+        except OSError:
+            continue
+        cuda = m.group(1) if m else None
+        break
+    return version, cuda
+
+
+def local_software(inventory: Any) -> Software | None:
+    """What the probe will run on (the same fields the child reports): torch and its CUDA
+    runtime, the NVML driver. Sent with the estimate so that the service picks the calibration
+    profile the comparison will use; None without NVML (CPU path)."""
+    if not getattr(inventory, "available", False):
+        return None
+    torch_version, cuda = _torch_build()
+    driver = getattr(inventory, "driver_version", None)
+    return Software(torch_version=torch_version[:64] if torch_version else None,
+                    cuda_version=cuda[:32] if cuda else None,
+                    driver_version=str(driver)[:32] if driver else None)
+
+
 def fetch_estimate(request: ProbeRequest, device: DeviceRef | None,
-                   transport: httpx.BaseTransport | None = None) -> tuple[str | None, str | None]:
+                   transport: httpx.BaseTransport | None = None,
+                   software: Software | None = None) -> tuple[str | None, str | None]:
     """POST the probe's workload to ``{service_url}/v1/budgets`` (headroom 0: a measurement
-    has none). Returns (the budget JSON, None) or (None, why not)."""
+    has none; ``software`` selects the calibration profile). Returns (the budget JSON, None)
+    or (None, why not)."""
     assert request.service_url is not None
     body: dict[str, Any] = {"workloads": [request.workload], "headroom": {"fraction": 0.0}}
     if device is not None:
         body["device"] = device
+    if software is not None:
+        body["software"] = software
     try:
         with httpx.Client(transport=transport, timeout=ESTIMATE_TIMEOUT_S, trust_env=False,
                           follow_redirects=False) as client:
