@@ -76,6 +76,7 @@ __all__ = [
 
 C = Component
 ORDER: tuple[Component, ...] = tuple(Component)
+_INDEX: dict[Component, int] = {c: i for i, c in enumerate(ORDER)}  # a line's place
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +137,10 @@ def _catalog_context(g: GPU) -> DeviceContext:
     return ctx
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 4x (one per budget)
 class StageNumbers:
-    """Component bytes of one stage's device at its peak phase, and every phase's total."""
+    """Component bytes of one stage's device at its peak phase, and every phase's total
+    (treated as immutable)."""
 
     stage: int | None
     num_devices: int
@@ -176,13 +178,14 @@ def _kv_bytes(st: StageStatic, sequences: int, context: int, elem_bytes: int) ->
     return per_sequence * sequences * elem_bytes
 
 
-def _inference_activations(st: StageStatic, arch: Arch, *, sequences: int, query: int,
+def _inference_activations(st: StageStatic, arch: Arch, sequences: int, query: int,
                            keys: int, e: int, attention: str) -> int:
     """The largest working set over the stage's layer kinds (layers run one at a time)."""
     peak = 0
     for layer, _ in st.layer_kinds:
         ws = inference_working_set(layer, arch, st.dims, sequences, query, keys, e, attention)
-        peak = max(peak, ws)
+        if ws > peak:
+            peak = ws
     return peak
 
 
@@ -267,18 +270,16 @@ def _inference_terms(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
         # Chunked prefill (vLLM): every step carries `chunk` tokens, packing whole and partial
         # prompts; a query may attend to its whole prompt (the last chunk of a prompt). Logits
         # of the last position: at most one per sequence in the step.
-        acts = _inference_activations(st, arch, sequences=1, query=chunk,
-                                      keys=w.prompt_tokens, e=e, attention=w.attention)
+        acts = _inference_activations(st, arch, 1, chunk, w.prompt_tokens, e, w.attention)
         rows = chunk if w.logits == "all" else min(n_seq, chunk)
     else:
-        acts = _inference_activations(st, arch, sequences=n_seq, query=w.prompt_tokens,
-                                      keys=w.prompt_tokens, e=e, attention=w.attention)
+        acts = _inference_activations(st, arch, n_seq, w.prompt_tokens, w.prompt_tokens, e,
+                                      w.attention)
         rows = prompt_total if w.logits == "all" else n_seq
     phases = [("prefill" if arch.kind == "decoder" else "forward", acts * k,
                _inference_logits(st, arch, rows, e) * k)]
     if arch.kind == "decoder" and w.generated_tokens > 0:
-        acts = _inference_activations(st, arch, sequences=n_seq, query=1,
-                                      keys=w.context_tokens, e=e, attention=w.attention)
+        acts = _inference_activations(st, arch, n_seq, 1, w.context_tokens, e, w.attention)
         phases.append(("decode", acts * k, _inference_logits(st, arch, n_seq, e) * k))
     return persistent, phases
 
@@ -287,20 +288,26 @@ def _inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
                      ) -> StageNumbers:
     persistent, terms = _inference_terms(w, arch, st, ov)
     rounding = st.weights_rounding_bytes * w.instances
-    transient = max(a + lg for _, a, lg in terms)
+    transient = max([a + lg for _, a, lg in terms])
     overhead = _allocator(rounding, transient, ov.inference_fragmentation_ppm)
-    phases = []
-    for name, acts, logits in terms:
-        values = dict(persistent)
-        values[C.ACTIVATIONS] = acts
-        values[C.LOGITS] = logits
-        values[C.ALLOCATOR_OVERHEAD] = overhead
-        phases.append((name, values))
-    return _finish(st.stage.index, w.parallelism.tensor * w.parallelism.data, phases,
-                   {C.COMMUNICATION_BUFFERS: _times(_communication(st, ov)[1], w.instances),
-                    C.ALLOCATOR_OVERHEAD: _allocator_parts(rounding, transient,
-                                                           ov.inference_fragmentation_ppm)},
-                   transient)
+    # Phases differ only in activations and logits: their totals without a dict per phase; the
+    # peak is the largest (the first on a tie), as in ``_finish``.
+    base = sum(persistent.values()) + overhead
+    totals = tuple([(name, base + a + lg) for name, a, lg in terms])
+    best = 0
+    for i in range(1, len(totals)):
+        if totals[i][1] > totals[best][1]:
+            best = i
+    name, acts, logits = terms[best]
+    values = persistent  # a fresh dict per call
+    values[C.ACTIVATIONS] = acts
+    values[C.LOGITS] = logits
+    values[C.ALLOCATOR_OVERHEAD] = overhead
+    parts = {C.COMMUNICATION_BUFFERS: _times(_communication(st, ov)[1], w.instances),
+             C.ALLOCATOR_OVERHEAD: _allocator_parts(rounding, transient,
+                                                    ov.inference_fragmentation_ppm)}
+    return StageNumbers(st.stage.index, w.parallelism.tensor * w.parallelism.data, name, values,
+                        parts, totals, transient)
 
 
 def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> int:
@@ -531,8 +538,13 @@ def workload_stages(w: Workload, ov: Overheads, index: int = 0) -> tuple[StageNu
 
 
 def headroom_bytes(subtotal: int, headroom: Headroom) -> int:
-    ppm = round(headroom.fraction * 1_000_000)  # the fraction to a millionth, then exact ints
-    return max(-(-subtotal * ppm // 1_000_000), headroom.min_bytes)
+    return _headroom(subtotal, round(headroom.fraction * 1_000_000), headroom.min_bytes)
+
+
+def _headroom(subtotal: int, ppm: int, min_bytes: int) -> int:
+    """The headroom with its fraction in millionths (exact integers)."""
+    room = -(-subtotal * ppm // 1_000_000)
+    return room if room > min_bytes else min_bytes
 
 
 def device_totals(workloads: tuple[Workload, ...], device: DeviceContext | None,
@@ -780,25 +792,26 @@ def _device_budget(label: str, stage: int | None, num_devices: int, peak: str,
                    names: dict[Component, tuple[str, ...]], headroom: Headroom,
                    ov: Overheads, transient: int | None = None) -> DeviceBudget:
     subtotal = sum(values.values())
-    room = headroom_bytes(subtotal, headroom)
+    ppm, floor = round(headroom.fraction * 1_000_000), headroom.min_bytes
+    room = _headroom(subtotal, ppm, floor)
     inputs = {**inputs, "headroom_fraction": headroom.fraction,
-              "headroom_min_bytes": headroom.min_bytes, "subtotal_bytes": subtotal}
+              "headroom_min_bytes": floor, "subtotal_bytes": subtotal}
     if transient is not None:
         inputs["largest_transient_bytes"] = transient
-    lines = []
     get = values.get
-    for c, formula, source, used in _rows(ov, names):
-        value = room if c is C.HEADROOM else get(c, 0)
-        p = parts.get(c) if parts else None
+    rows = _rows(ov, names)
+    lines = [Line(c, get(c, 0), formula, used, source) for c, formula, source, used in rows]
+    _, formula, source, used = rows[_INDEX[C.HEADROOM]]
+    lines[_INDEX[C.HEADROOM]] = Line(C.HEADROOM, room, formula, used, source)
+    for c, p in parts.items():  # the few lines with parts
         if p:
-            lines.append(Line(c, value, formula, used, source,
-                              tuple([Part(name=n, bytes=b) for n, b in p])))
-        else:
-            lines.append(Line(c, value, formula, used, source))
+            _, formula, source, used = rows[_INDEX[c]]
+            lines[_INDEX[c]] = Line(c, get(c, 0), formula, used, source,
+                                    tuple([Part(name=n, bytes=b) for n, b in p]))
     return DeviceBudget(label=label, pipeline_stage=stage, num_devices=num_devices,
                         peak_phase=peak, lines=tuple(lines), total_bytes=subtotal + room,
                         inputs=inputs,
-                        phases=tuple([Phase(name=n, total_bytes=t + headroom_bytes(t, headroom))
+                        phases=tuple([Phase(name=n, total_bytes=t + _headroom(t, ppm, floor))
                                       for n, t in phases]))
 
 
@@ -838,10 +851,11 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
              headroom: Headroom | None = None, profiles: ProfileSet | None = None,
              software: Software | None = None) -> Budget:
     """The full answer for co-located workloads on one device type."""
-    if any(isinstance(w, LLMServingWorkload) for w in workloads):
-        from .serving.budget import serving_budget  # the engine's own accounting
+    for w in workloads:
+        if isinstance(w, LLMServingWorkload):
+            from .serving.budget import serving_budget  # the engine's own accounting
 
-        return serving_budget(workloads, device)
+            return serving_budget(workloads, device)
     headroom = headroom or Headroom()
     ctx = resolve_device(device, profiles, software)
     ov = ctx.overheads if ctx else _DEFAULT_OVERHEADS
@@ -878,7 +892,8 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
             "co-located (most loaded stage of each workload)", None, 1, "; ".join(peaks), values,
             {c: tuple(p) for c, p in parts.items()}, (("co-located peak", sum(values.values())),),
             {"workloads": len(workloads)}, _NO_NAMES, headroom, ov))
-    most = max(range(len(devices)), key=lambda i: devices[i].total_bytes)
+    most = 0 if len(devices) == 1 else max(range(len(devices)),
+                                           key=lambda i: devices[i].total_bytes)
     summary_device = None
     if ctx is not None:
         summary_device = DeviceSummary(name=ctx.name, id=ctx.id,
