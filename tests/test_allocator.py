@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.trace.allocator import (
+from service.budget.allocator import (
     AllocatorOutOfMemory,
     CachingAllocator,
     allocation_size,

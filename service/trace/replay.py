@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from service.workloads.marks import HOST
 
-from .allocator import CachingAllocator
+from ..budget.allocator import CachingAllocator
 from .events import ALLOC, Trace
 
 __all__ = ["Replay", "replay"]

@@ -36,9 +36,9 @@ from ..spec import (
     Workload,
 )
 from . import kv
-from .vllm import ServingAccount, account, weights_quantization
+from .vllm import ServingAccount, StageAccount, account, weights_quantization
 
-__all__ = ["remedies", "serving_account", "serving_budget"]
+__all__ = ["remedies", "serving_account", "serving_budget", "stage_values"]
 
 C = Component
 
@@ -64,9 +64,20 @@ _FORMULAS: dict[Component, tuple[str, str, tuple[str, ...]]] = {
                      "single GPU (cuBLAS, attention workspaces)"), _SRC_SNAPSHOT + "; calibrated",
                      ()),
     C.RUNTIME_WORKSPACE: (("CUDA graphs captured after the KV cache (piecewise + full, up to 512 "
-                          "tokens): base + per_layer x layers on the stage; 0 with enforce_eager"),
-                          "vllm compile_or_warm_up_model / capture_model; calibrated",
+                          "tokens): base + per_layer x layers on the stage; 0 with enforce_eager"
+                          "; + MLA models: 128 MiB per MLA backend module that allocates a "
+                          "workspace when imported (counted in vLLM's weights memory)"),
+                          ("vllm compile_or_warm_up_model / capture_model; calibrated; vllm "
+                           "0.19.0 v1/attention/backends/mla/flashinfer_mla.py g_fi_workspace, "
+                           "cutlass_mla.py g_sm100_workspace"),
                           ("enforce_eager",)),
+    C.ALLOCATOR_OVERHEAD: (("caching-allocator blocks of the parameters beyond their bytes "
+                           "(a segment's remainder of 1 MiB or less is not split): the "
+                           "parameters replayed in vLLM's construction order through the "
+                           "allocator model; counted in vLLM's weights memory"),
+                           ("vllm/utils/mem_utils.py DeviceMemoryProfiler (allocated bytes); "
+                            "c10/cuda/CUDACachingAllocator.cpp should_split"),
+                           ("dtype", "tensor_parallel", "pipeline_parallel")),
     C.COMMUNICATION_BUFFERS: (("NCCL communicators made before the snapshot + the non-torch "
                               "increase that tensor / pipeline parallelism adds (custom "
                               "all-reduce, NCCL buffers)"), _SRC_SNAPSHOT + "; calibrated",
@@ -174,6 +185,18 @@ def _inputs(w: LLMServingWorkload, a: ServingAccount) -> dict[str, Any]:
     }
 
 
+def stage_values(s: StageAccount, pool: int) -> dict[Component, int]:
+    """One stage's GPU by component (headroom excluded), ``pool`` its KV-cache bytes."""
+    return {
+        C.WEIGHTS: s.weights_bytes, C.QUANTIZATION_METADATA: s.metadata_bytes,
+        C.KV_CACHE: pool, C.ACTIVATIONS: s.activation_bytes,
+        C.CUDA_CONTEXT: s.cuda_context_bytes + s.non_torch_bytes - s.non_torch_comm_bytes,
+        C.RUNTIME_WORKSPACE: s.cuda_graph_bytes + s.load_workspace_bytes,
+        C.COMMUNICATION_BUFFERS: s.nccl_init_bytes + s.non_torch_comm_bytes,
+        C.ALLOCATOR_OVERHEAD: s.load_rounding_bytes,
+    }
+
+
 def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) -> Budget:
     if len(workloads) != 1:
         raise InvalidWorkload("workloads", "an llm_serving workload must be the only workload")
@@ -185,14 +208,7 @@ def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) ->
     inputs = _inputs(w, a)
     devices = []
     for s in a.stages:
-        pool = a.pool_bytes(s) if s.available_bytes > 0 else 0
-        values = {
-            C.WEIGHTS: s.weights_bytes, C.QUANTIZATION_METADATA: s.metadata_bytes,
-            C.KV_CACHE: pool, C.ACTIVATIONS: s.activation_bytes,
-            C.CUDA_CONTEXT: s.cuda_context_bytes + s.non_torch_bytes - s.non_torch_comm_bytes,
-            C.RUNTIME_WORKSPACE: s.cuda_graph_bytes,
-            C.COMMUNICATION_BUFFERS: s.nccl_init_bytes + s.non_torch_comm_bytes,
-        }
+        values = stage_values(s, a.pool_bytes(s) if s.available_bytes > 0 else 0)
         used = sum(values.values())
         values[C.HEADROOM] = max(total - used, 0)
         parts = {
@@ -205,13 +221,15 @@ def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) ->
             C.COMMUNICATION_BUFFERS: (("NCCL communicators (before the snapshot)",
                                        s.nccl_init_bytes),
                                       ("non-torch increase from TP / PP", s.non_torch_comm_bytes)),
-            C.RUNTIME_WORKSPACE: (("CUDA graphs", s.cuda_graph_bytes),),
+            C.RUNTIME_WORKSPACE: (("CUDA graphs", s.cuda_graph_bytes),
+                                  ("MLA backend workspaces allocated at import (in the weights "
+                                   "memory vLLM logs)", s.load_workspace_bytes)),
         }
         lines = []
         for c in Component:
             formula, source, names = _FORMULAS.get(c, _UNUSED)
             if c in (C.KV_CACHE, C.ACTIVATIONS, C.CUDA_CONTEXT, C.RUNTIME_WORKSPACE,
-                     C.COMMUNICATION_BUFFERS) and source != "-":
+                     C.COMMUNICATION_BUFFERS, C.ALLOCATOR_OVERHEAD) and source != "-":
                 source = f"{source}; engine {w.engine_version}"
             p = tuple(Part(name=n, bytes=b) for n, b in parts.get(c, ()) if b)
             lines.append(Line(c, values.get(c, 0), formula, names, source, p))

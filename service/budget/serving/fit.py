@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from ..catalog import gpus
-from ..components import Component
 from ..errors import InvalidWorkload
 from ..estimate import DeviceContext, resolve_device
 from ..layout import check_layout
 from ..resolve import resolve_model
 from ..spec import LLMServingWorkload, Parallelism
-from .budget import largest_true
+from .budget import largest_true, stage_values
 from .vllm import ServingAccount, account
 
 if TYPE_CHECKING:
@@ -91,16 +90,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 continue
             a = _account(placed, ctx)
             first = max(a.stages, key=lambda s: s.weights_bytes + s.activation_bytes)
-            pool = a.pool_bytes(first) if first.available_bytes > 0 else 0
-            values = {
-                Component.WEIGHTS: first.weights_bytes + first.metadata_bytes,
-                Component.KV_CACHE: pool, Component.ACTIVATIONS: first.activation_bytes,
-                Component.CUDA_CONTEXT: first.cuda_context_bytes + first.non_torch_bytes
-                - first.non_torch_comm_bytes,
-                Component.RUNTIME_WORKSPACE: first.cuda_graph_bytes,
-                Component.COMMUNICATION_BUFFERS: first.nccl_init_bytes
-                + first.non_torch_comm_bytes,
-            }
+            values = stage_values(first, a.pool_bytes(first) if first.available_bytes > 0 else 0)
             used = sum(values.values())
             maxima: dict[str, object] = {}
             if "concurrency" in req.solve:

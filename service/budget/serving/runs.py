@@ -169,7 +169,7 @@ def compare(run: dict[str, Any]) -> list[Comparison]:
     first = a.stages[0]
     m = run["measured"]
     predicted = {
-        "weights_gib": (first.weights_bytes + first.metadata_bytes) / GiB,
+        "weights_gib": first.weights_memory_bytes / GiB,
         "activation_peak_gib": first.activation_bytes / GiB,
         "kv_cache_gib": first.available_bytes / GiB,
         "kv_cache_tokens": a.kv_tokens,

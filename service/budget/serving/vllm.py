@@ -44,6 +44,7 @@ from ..statics import StageStatic, stage_statics
 from ..units import GiB, ceil_div
 from . import kv
 from .calibration import EngineCalibration, calibration
+from .load import load_memory
 
 __all__ = [
     "Resolved",
@@ -290,6 +291,10 @@ class StageAccount:
     weights_bytes: int
     metadata_bytes: int
     rotary_bytes: int
+    load_rounding_bytes: int
+    """Caching-allocator blocks beyond the parameters' bytes (``load.py``)."""
+    load_workspace_bytes: int
+    """Attention workspaces allocated while the model loads (MLA backends' imports)."""
     activation_bytes: int
     non_torch_bytes: int
     non_torch_comm_bytes: int
@@ -301,6 +306,12 @@ class StageAccount:
     group_size: int
     needed_bytes: int
     """KV bytes one request of max_model_len needs on this stage."""
+
+    @property
+    def weights_memory_bytes(self) -> int:
+        """What vLLM logs as "Model loading took": allocated bytes of the load window."""
+        return (self.weights_bytes + self.metadata_bytes + self.load_rounding_bytes
+                + self.load_workspace_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +329,21 @@ class ServingAccount:
         return self.num_blocks * self.groups.page_bytes * stage.group_size
 
 
+@lru_cache(maxsize=256)
+def mla_import_workspaces(gpu_name: str) -> int:
+    """How many 128 MiB MLA workspaces vLLM's backend selection allocates while the model loads
+    (``load.py``): FlashInfer-MLA's on every CUDA GPU, CUTLASS-MLA's too on compute capability
+    10.x, none on ROCm. A name that matches no catalog GPU is taken as a CUDA GPU below 10.x."""
+    from ..compare import match_gpu
+
+    g = match_gpu(gpu_name, None, None)
+    if g is None:
+        return 1
+    if g.vendor != "nvidia":
+        return 0
+    return 2 if (g.compute_capability or "").startswith("10.") else 1
+
+
 @lru_cache(maxsize=2048)
 def _statics(arch: Arch, dtype: str, quant: Quantization | None, par: Parallelism
              ) -> tuple[StageStatic, ...]:
@@ -331,7 +357,10 @@ def account(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
     vLLM rejects at configuration time (field relative to the workload)."""
     r = resolve(w, arch, memory_total_bytes, gpu_name)
     par = _layout(arch, r)
-    statics = _statics(arch, r.dtype, weights_quantization(w.quantization), par)
+    quant = weights_quantization(w.quantization)
+    statics = _statics(arch, r.dtype, quant, par)
+    loads = load_memory(arch, r.e, quant, r.tensor, r.pipeline, r.expert,
+                        mla_import_workspaces(gpu_name) if arch.mla else 0)
     hybrid = r.cal.hybrid_kv_cache_manager and not w.disable_hybrid_kv_cache_manager
     groups = kv.kv_groups(arch, r.tensor, r.pipeline, r.kv_bytes, r.block_size, hybrid)
     requested = requested_bytes(memory_total_bytes, w.gpu_memory_utilization)
@@ -339,10 +368,11 @@ def account(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
     nt, nt_comm = non_torch_bytes(r)
     context, nccl = baseline_bytes(r)
     out = []
-    for st in statics:
+    for st, load in zip(statics, loads, strict=True):
         act = activation_peak_bytes(arch, st, r)
         graphs = cuda_graph_bytes(st, r, w.enforce_eager)
-        available = requested - (st.weights_bytes + st.metadata_bytes + rope) - act - nt
+        available = (requested - (st.weights_bytes + st.metadata_bytes + rope)
+                     - load.rounding_bytes - load.workspace_bytes - act - nt)
         if r.cal.cudagraph_in_budget:
             available -= graphs
         if r.cal.baseline_in_budget:
@@ -350,7 +380,9 @@ def account(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         i = st.stage.index
         out.append(StageAccount(
             stage=i, num_layers=st.stage.num_layers, weights_bytes=st.weights_bytes + rope,
-            metadata_bytes=st.metadata_bytes, rotary_bytes=rope, activation_bytes=act,
+            metadata_bytes=st.metadata_bytes, rotary_bytes=rope,
+            load_rounding_bytes=load.rounding_bytes, load_workspace_bytes=load.workspace_bytes,
+            activation_bytes=act,
             non_torch_bytes=nt, non_torch_comm_bytes=nt_comm, cuda_context_bytes=context,
             nccl_init_bytes=nccl, cuda_graph_bytes=graphs, requested_bytes=requested,
             available_bytes=available, group_size=groups.stage_group_size(i),
