@@ -157,10 +157,9 @@ def test_load_rounding_gemma2_2b_is_27_mib():
     # splits or is exact. Measured "Model loading took 4.90 GiB" (the sweep's run).
     from service.budget.serving.load import load_memory
 
-    (lm,) = load_memory(preset_arch("gemma-2-2b"), 2, None, 1, 1, 1, 0)
+    (lm,) = load_memory(preset_arch("gemma-2-2b"), 2, None, 1, 1, 1)
     assert lm.rounding_bytes == 27 * (1 << 20)
-    assert lm.workspace_bytes == 0
-    assert round((lm.allocated_bytes + lm.workspace_bytes) / GiB, 2) == 4.90
+    assert round(lm.allocated_bytes / GiB, 2) == 4.90
 
 
 def test_load_memory_deepseek_v2_lite_matches_vllm_0_5_and_0_19():
@@ -171,13 +170,15 @@ def test_load_memory_deepseek_v2_lite_matches_vllm_0_5_and_0_19():
     from service.budget.serving.load import MLA_IMPORT_WORKSPACE_BYTES, load_memory
 
     arch = preset_arch("deepseek-v2-lite")
-    (bare,) = load_memory(arch, 2, None, 1, 1, 1, 0)
+    (bare,) = load_memory(arch, 2, None, 1, 1, 1)
     assert f"{bare.allocated_bytes / GiB:.4f}" == "29.3010"
+    assert MLA_IMPORT_WORKSPACE_BYTES == 128 << 20
     logged = []
     for t in (1, 2, 4):
-        (lm,) = load_memory(arch, 2, None, t, 1, 1, 1)
-        assert lm.workspace_bytes == MLA_IMPORT_WORKSPACE_BYTES == 128 << 20
-        logged.append(round((lm.allocated_bytes + lm.workspace_bytes) / GiB, 2))
+        w = serving("deepseek-v2-lite", max_model_len=8192, parallelism={"tensor": t})
+        a = account(w, arch, 85_045_477_376, "NVIDIA H100 80GB HBM3")
+        assert a.stages[0].load_workspace_bytes == MLA_IMPORT_WORKSPACE_BYTES
+        logged.append(round(a.stages[0].weights_memory_bytes / GiB, 2))
     assert logged == [29.43, 14.84, 7.51]
 
 
@@ -208,15 +209,43 @@ def test_load_replay_holds_exactly_the_tensors_and_rotary_tables(model):
             statics = _statics(arch, "bf16", None, Parallelism(tensor=t, pipeline=p))
         except Exception:  # noqa: BLE001 - a layout the model cannot take
             continue
-        loads = load_memory(arch, 2, None, t, p, 1, 0)
+        loads = load_memory(arch, 2, None, t, p, 1)
         for st, lm in zip(statics, loads, strict=True):
             assert lm.tensor_bytes == st.weights_bytes + rotary_cache_bytes(arch, 2), (t, p)
             assert 0 <= lm.rounding_bytes < 2 * (1 << 20) * (st.stage.num_layers * 8 + 4)
 
 
-def test_bad_rope_factor_is_422():
+def test_rope_scaling_as_published_is_read_leniently():
+    from service.budget.serving.vllm import rope_table_positions
+
+    # A factor that is absent or not above 0 scales nothing (no 422: configs are pasted).
+    assert rope_table_positions(_hf(rope_scaling={"rope_type": "linear", "factor": 0})) == 4096
+    assert rope_table_positions(_hf(rope_scaling={"rope_type": "linear"})) == 4096
+    # yarn without an original length: transformers takes max_position_embeddings.
+    assert rope_table_positions(_hf(rope_scaling={"rope_type": "yarn", "factor": 2.0})) == 8192
+    # Phi-3 128k: longrope ("su" in older files) with factor lists and the original length at
+    # the top level: the short (4096) and long (max) tables.
+    for kind in ("longrope", "su"):
+        arch = _hf("phi3", max_position_embeddings=131072, original_max_position_embeddings=4096,
+                   rope_scaling={"type": kind, "short_factor": [1.0], "long_factor": [1.5]})
+        assert rope_table_positions(arch) == 4096 + 131072
     with pytest.raises(msgspec.ValidationError, match="rope_scaling.factor"):
-        _hf(rope_scaling={"rope_type": "linear", "factor": 0})
+        _hf(rope_scaling={"rope_type": "linear", "factor": "eight"})  # not a number: 422
+
+
+def test_gemma3_pipeline_stage_builds_only_the_ropes_its_layers_use():
+    # Each stage is its own process: a stage with no global layer builds only the local table.
+    from service.budget.serving.load import load_memory
+
+    arch = preset_arch("gemma-3-4b")  # 34 layers, global every 6th (indices 5, 11, ...)
+    local, scaled = 131_072 * 256 * 2, 1_048_576 * 256 * 2
+    stages = load_memory(arch, 2, None, 1, 8, 1)
+    held = [lm.rotary_bytes for lm in stages]
+    assert set(held) <= {local, local + scaled}
+    assert local in held and local + scaled in held
+    w = serving("gemma-3-4b", max_model_len=8192, parallelism={"pipeline": 8})
+    a = account(w, arch, 85_045_477_376, "NVIDIA H100 SXM5 80GB")
+    assert [s.rotary_bytes for s in a.stages] == held
 
 
 # ---------------------------------------------------------------- engine start and budget --

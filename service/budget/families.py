@@ -312,20 +312,24 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         extras=tuple(extras),
         mla=mla,
         moe=moe,
-        rope_scaling=_rope_scaling(c.get("rope_scaling")),
+        rope_scaling=_rope_scaling(c.get("rope_scaling"),
+                                   c.get("original_max_position_embeddings")),
         checkpoint_only_params=checkpoint_only,
     )
 
 
-def _rope_scaling(r: Any) -> RopeScaling | None:
+def _rope_scaling(r: Any, top_original: int | None) -> RopeScaling | None:
+    """A config's ``rope_scaling``; ``original_max_position_embeddings`` inside it, else at the
+    top level (Phi-3's longrope configs put it there)."""
     if r is None:
         return None
     kind = r.rope_type if isinstance(r.rope_type, str) else r.type
     factor = r.factor if isinstance(r.factor, float | int) else None
     original = r.original_max_position_embeddings
+    if not isinstance(original, int):
+        original = top_original
     return RopeScaling(kind=kind.lower() if isinstance(kind, str) else "default",
-                       factor=factor, original_max_positions=original
-                       if isinstance(original, int) else None)
+                       factor=factor, original_max_positions=original)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -72,8 +72,9 @@ class HFRopeScaling(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
         Meta(description="The older name of `rope_type`; used when `rope_type` is absent."),
     ] = UNSET
     factor: Annotated[
-        Annotated[float, Meta(gt=0, le=1_000_000)] | None | UnsetType,
-        Meta(description="Scaling factor (> 0 .. 10^6)."),
+        float | None | UnsetType,
+        Meta(description="Scaling factor; one that is absent or not above 0 scales nothing (as "
+             "published configs are pasted, it is not range-checked)."),
     ] = UNSET
     original_max_position_embeddings: Annotated[
         Positions | None | UnsetType,
@@ -126,6 +127,10 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     rope_scaling: Annotated[
         HFRopeScaling | None | UnsetType,
         Meta(description="RoPE scaling; sizes vLLM's precomputed cos/sin table (serving)."),
+    ] = UNSET
+    original_max_position_embeddings: Annotated[
+        Positions | None | UnsetType,
+        Meta(description="Phi-3 longrope: the pre-scaling context, at the top level."),
     ] = UNSET
     tie_word_embeddings: Annotated[
         bool | None | UnsetType,

@@ -89,7 +89,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
             if placed is None:
                 continue
             a = _account(placed, ctx)
-            first = max(a.stages, key=lambda s: s.weights_bytes + s.activation_bytes)
+            first = max(a.stages, key=lambda s: s.weights_memory_bytes + s.activation_bytes)
             values = stage_values(first, a.pool_bytes(first) if first.available_bytes > 0 else 0)
             used = sum(values.values())
             maxima: dict[str, object] = {}

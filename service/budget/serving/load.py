@@ -51,8 +51,8 @@ class LoadMemory:
     """The parameters' and rotary tables' own bytes."""
     allocated_bytes: int
     """What the caching allocator counts for them (blocks)."""
-    workspace_bytes: int
-    """Import-time attention workspaces allocated inside the same window."""
+    rotary_bytes: int
+    """The rotary tables this stage builds (only the ropes its layers use)."""
 
     @property
     def rounding_bytes(self) -> int:
@@ -77,34 +77,47 @@ def _fused_name(g: TensorGroup, names: set[str]) -> str:
     return f"{prefix + '.' if prefix else ''}{fused or base}{bias}"
 
 
-def _tensor_sizes(groups: tuple[TensorGroup, ...], arch: Arch, t: int, ep: int, e: int,
-                  quant: Quantization | None) -> list[tuple[str, int]]:
-    """(parameter, bytes) on one device in order, fused as vLLM creates them; routed experts
-    are one stacked tensor per projection; other repeated groups are separate tensors."""
+def _sizes(groups: tuple[TensorGroup, ...], arch: Arch, t: int, ep: int, e: int,
+           quant: Quantization | None, layer: int | None) -> list[tuple[str, int]]:
+    """(parameter, bytes) on one device, fused as vLLM creates them, in order. ``layer`` None:
+    the groups of one layer (or single tensors); routed experts are one stacked tensor per
+    projection. ``layer`` i: the i-th of groups repeated per layer (a vision tower's)."""
     roles = quantized_roles(quant) if quant is not None else frozenset()
     names = {g.name for g in groups}
     out: dict[str, int] = {}
-    singles: list[tuple[str, int]] = []
     for g in groups:
         rows, cols, count = per_device_shape(g, arch, t, ep)
+        if layer is not None and count > 1:
+            count = 1  # this layer's copy
         if quant is not None and g.role in roles:
             payload, meta = tensor_storage(quant, rows, cols, 1)
         else:
             payload, meta = rows * cols * e, 0
         name = _fused_name(g, names)
-        if g.role is Role.EXPERT:
-            out[name] = out.get(name, 0) + payload * count
-            if meta:
-                out[name + ".scales"] = out.get(name + ".scales", 0) + meta * count
-        elif count == 1:
-            out[name] = out.get(name, 0) + payload
-            if meta:
-                out[name + ".scales"] = out.get(name + ".scales", 0) + meta
-        else:
-            singles += [(f"{name}[{i}]", payload) for i in range(count)]
-            if meta:
-                singles += [(f"{name}.scales[{i}]", meta) for i in range(count)]
-    return [*out.items(), *singles]
+        n = count if g.role is Role.EXPERT or layer is not None else 1
+        if g.role is not Role.EXPERT and layer is None and count > 1:
+            for i in range(count):  # e.g. a layer's norms: separate tensors
+                out[f"{name}[{i}]"] = payload
+                if meta:
+                    out[f"{name}.scales[{i}]"] = meta
+            continue
+        out[name] = out.get(name, 0) + payload * n
+        if meta:
+            out[name + ".scales"] = out.get(name + ".scales", 0) + meta * n
+    return list(out.items())
+
+
+def _extras(arch: Arch, t: int, ep: int, e: int, quant: Quantization | None
+            ) -> list[tuple[str, int]]:
+    """Tensors outside the text stack (Gemma 3's vision tower): the single ones, then the
+    repeated ones layer by layer (q/k/v fused per layer as ``SiglipAttention``'s qkv_proj)."""
+    single = tuple(g for g in arch.extras if g.count == 1)
+    repeated = tuple(g for g in arch.extras if g.count > 1)
+    layers = max((g.count for g in repeated), default=0)
+    out = _sizes(single, arch, t, ep, e, quant, None)
+    for i in range(layers):
+        out += _sizes(tuple(g for g in repeated if g.count > i), arch, t, ep, e, quant, i)
+    return out
 
 
 def _rope_steps(rows: int, rotary: int, e: int, kind: str) -> Iterator[tuple[str, int]]:
@@ -143,13 +156,14 @@ def _ropes(arch: Arch) -> list[tuple[int, str]]:
     return [scaled]
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def load_memory(arch: Arch, e: int, quant: Quantization | None, t: int, pipeline: int,
-                ep: int, mla_workspaces: int) -> tuple[LoadMemory, ...]:
+                ep: int) -> tuple[LoadMemory, ...]:
     """Per pipeline stage (one process each, its own allocator): what "Model loading took"
-    counts, with ``mla_workspaces`` import-time MLA workspaces at the first MLA layer. Cached
-    per layout: the replay is a few hundred allocations (about 1 ms)."""
-    return tuple(_replay(arch, stage, pipeline, e, quant, t, ep, mla_workspaces)
+    counts, the import-time MLA workspaces aside (exact 128 MiB segments, never freed: they
+    change no other block, so the caller adds them per GPU type). Cached per layout: the
+    replay is a few hundred allocations (about 1 ms)."""
+    return tuple(_replay(arch, stage, pipeline, e, quant, t, ep)
                  for stage in stages(arch, pipeline))
 
 
@@ -163,21 +177,24 @@ def _split_layer(groups: tuple[TensorGroup, ...]) -> tuple[tuple[TensorGroup, ..
 
 
 def _replay(arch: Arch, stage: Stage, pipeline: int, e: int, quant: Quantization | None,
-            t: int, ep: int, mla_workspaces: int) -> LoadMemory:
+            t: int, ep: int) -> LoadMemory:
     alloc = CachingAllocator()
     ids = count(1)
     live: dict[str, int] = {}
-    tensor_bytes = workspace = 0
+    tensor_bytes = rotary_bytes = 0
 
-    def run(groups: tuple[TensorGroup, ...]) -> None:
+    def allocate(sizes: list[tuple[str, int]]) -> None:
         nonlocal tensor_bytes
-        for _name, n in _tensor_sizes(groups, arch, t, ep, e, quant):
+        for _name, n in sizes:
             if n:
                 alloc.malloc(next(ids), n)
                 tensor_bytes += n
 
+    def run(groups: tuple[TensorGroup, ...]) -> None:
+        allocate(_sizes(groups, arch, t, ep, e, quant, None))
+
     if stage.first:
-        run(arch.extras)
+        allocate(_extras(arch, t, ep, e, quant))
         run(arch.embeddings)
     ropes = _ropes(arch)
     local, scaled = (ropes[0], ropes[1]) if len(ropes) == 2 else (None, ropes[0])
@@ -198,11 +215,7 @@ def _replay(arch: Arch, stage: Stage, pipeline: int, e: int, quant: Quantization
                     else:
                         alloc.free(live.pop(step[1:]))
                 tensor_bytes += rows * rotary * e
-            if arch.mla is not None and "mla" not in built:  # MLAAttention imports backends
-                built.add("mla")
-                for _k in range(mla_workspaces):
-                    alloc.malloc(next(ids), MLA_IMPORT_WORKSPACE_BYTES)
-                    workspace += MLA_IMPORT_WORKSPACE_BYTES
+                rotary_bytes += rows * rotary * e
             run(mlp)
             run(norms)
     if stage.last:
@@ -212,4 +225,4 @@ def _replay(arch: Arch, stage: Stage, pipeline: int, e: int, quant: Quantization
             head.append(TensorGroup("lm_head (tied copy)", emb.rows, emb.cols, Role.LM_HEAD,
                                     emb.split))
         run(tuple(head))
-    return LoadMemory(tensor_bytes, alloc.allocated_bytes - workspace, workspace)
+    return LoadMemory(tensor_bytes, alloc.allocated_bytes, rotary_bytes)

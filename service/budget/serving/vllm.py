@@ -44,7 +44,7 @@ from ..statics import StageStatic, stage_statics
 from ..units import GiB, ceil_div
 from . import kv
 from .calibration import EngineCalibration, calibration
-from .load import load_memory
+from .load import MLA_IMPORT_WORKSPACE_BYTES, load_memory
 
 __all__ = [
     "Resolved",
@@ -181,21 +181,24 @@ def rope_table_positions(arch: Arch) -> int:
     factor``, ``longrope`` its short and long tables (``original + max_position``); ``default``
     and ``llama3`` ``max_position``. Gemma 3 27B (linear, factor 8): 131,072 x 8 = 1,048,576."""
     p, r = arch.max_positions, arch.rope_scaling
-    if r is None or r.factor is None:
+    if r is None:
+        return p
+    if r.kind in ("longrope", "su"):  # Phi-3: factor lists, no factor; original at top level
+        return (r.original_max_positions or p) + p
+    if r.factor is None or r.factor <= 0:  # no usable factor: vLLM would refuse; not scaled
         return p
     if r.kind in ("linear", "dynamic"):
         return math.ceil(p * r.factor)
-    if r.kind == "yarn" and r.original_max_positions:
-        return math.ceil(r.original_max_positions * r.factor)
-    if r.kind == "longrope" and r.original_max_positions:
-        return r.original_max_positions + p
+    if r.kind == "yarn":  # transformers: original defaults to max_position_embeddings
+        return math.ceil((r.original_max_positions or p) * r.factor)
     return p
 
 
 def rotary_cache_bytes(arch: Arch, e: int) -> int:
-    """vLLM's ``RotaryEmbedding`` keeps a ``cos_sin_cache`` buffer of ``positions x rotary_dim``
-    in the model dtype, one per distinct rope (``get_rope`` is cached), counted in "Model loading
-    took". Gemma 3 has two: its local layers' default rope (``max_position`` rows) and its global
+    """All of a model's rotary tables (a stage holding every layer; a pipeline stage builds only
+    the ropes its layers use, ``load.py``). vLLM's ``RotaryEmbedding`` keeps a ``cos_sin_cache``
+    buffer of ``positions x rotary_dim`` in the model dtype, one per distinct rope (``get_rope``
+    is cached), counted in "Model loading took". Gemma 3 has two: its local layers' default rope (``max_position`` rows) and its global
     layers' scaled one (``rope_table_positions``). Llama 3.1 8B: 131,072 x 128 x 2 = 33,554,432
     B; Gemma 3 4B: (131,072 + 1,048,576) x 256 x 2 = 603,979,776 B."""
     rotary = arch.mla.qk_rope_head_dim if arch.mla else arch.head_dim
@@ -359,20 +362,20 @@ def account(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
     par = _layout(arch, r)
     quant = weights_quantization(w.quantization)
     statics = _statics(arch, r.dtype, quant, par)
-    loads = load_memory(arch, r.e, quant, r.tensor, r.pipeline, r.expert,
-                        mla_import_workspaces(gpu_name) if arch.mla else 0)
+    loads = load_memory(arch, r.e, quant, r.tensor, r.pipeline, r.expert)
+    workspace = (mla_import_workspaces(gpu_name) if arch.mla else 0) * MLA_IMPORT_WORKSPACE_BYTES
     hybrid = r.cal.hybrid_kv_cache_manager and not w.disable_hybrid_kv_cache_manager
     groups = kv.kv_groups(arch, r.tensor, r.pipeline, r.kv_bytes, r.block_size, hybrid)
     requested = requested_bytes(memory_total_bytes, w.gpu_memory_utilization)
-    rope = rotary_cache_bytes(arch, r.e)
     nt, nt_comm = non_torch_bytes(r)
     context, nccl = baseline_bytes(r)
     out = []
     for st, load in zip(statics, loads, strict=True):
         act = activation_peak_bytes(arch, st, r)
         graphs = cuda_graph_bytes(st, r, w.enforce_eager)
+        rope = load.rotary_bytes  # the stage's own tables: each stage is its own process
         available = (requested - (st.weights_bytes + st.metadata_bytes + rope)
-                     - load.rounding_bytes - load.workspace_bytes - act - nt)
+                     - load.rounding_bytes - workspace - act - nt)
         if r.cal.cudagraph_in_budget:
             available -= graphs
         if r.cal.baseline_in_budget:
@@ -381,7 +384,7 @@ def account(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         out.append(StageAccount(
             stage=i, num_layers=st.stage.num_layers, weights_bytes=st.weights_bytes + rope,
             metadata_bytes=st.metadata_bytes, rotary_bytes=rope,
-            load_rounding_bytes=load.rounding_bytes, load_workspace_bytes=load.workspace_bytes,
+            load_rounding_bytes=load.rounding_bytes, load_workspace_bytes=workspace,
             activation_bytes=act,
             non_torch_bytes=nt, non_torch_comm_bytes=nt_comm, cuda_context_bytes=context,
             nccl_init_bytes=nccl, cuda_graph_bytes=graphs, requested_bytes=requested,
