@@ -110,7 +110,16 @@ def _estimate(args: argparse.Namespace) -> int:
         print(f"  {'total':<24}{d.total_bytes:>20,}{'':>4}{d.total_bytes / 2**30:>10.3f}")
         print("  phases: " + ", ".join(f"{p.name} {format_bytes(p.total_bytes)}"
                                         for p in d.phases))
-    if budget.device:
+    if budget.serving:
+        sv = budget.serving
+        start = "starts" if sv.would_start else f"would NOT start: {sv.reason}"
+        print(f"\n{sv.engine} {sv.engine_version} on {budget.device.name if budget.device else '?'}"
+              f": {start}\n  KV pool {format_bytes(sv.kv_cache_pool_bytes)} = "
+              f"{sv.kv_cache_tokens:,} tokens ({sv.num_gpu_blocks:,} blocks of {sv.block_size}); "
+              f"max concurrency {sv.max_concurrency:g} at max_model_len {sv.max_model_len:,}")
+        for remedy in sv.remedies:
+            print(f"  remedy: {remedy}")
+    elif budget.device:
         free = budget.device.memory_total_bytes - budget.total_bytes
         verdict = "fits" if free >= 0 else "does NOT fit"
         print(f"\n{budget.device.name}: {format_bytes(budget.device.memory_total_bytes)} "
