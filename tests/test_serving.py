@@ -132,7 +132,7 @@ def _hf(model_type: str = "llama", **keys: object):
       "short_factor": [1.0], "long_factor": [2.0]}, 1024 + 4096),
 ])
 def test_rotary_table_rows_follow_the_rope_type(rope, rows):
-    from service.budget.serving.vllm import rope_table_positions, rotary_cache_bytes
+    from service.budget.serving.rope import rope_table_positions, rotary_cache_bytes
 
     arch = _hf(**({} if rope is None else {"rope_scaling": rope}))
     assert rope_table_positions(arch) == rows
@@ -142,7 +142,7 @@ def test_rotary_table_rows_follow_the_rope_type(rope, rows):
 def test_gemma3_rotary_tables_local_and_linear_global():
     # Two tables: local layers' default rope (131,072 rows) and the global layers' linear x 8
     # (1,048,576 rows), x head_dim 256 x 2 bytes. 27B has head_dim 128.
-    from service.budget.serving.vllm import rotary_cache_bytes
+    from service.budget.serving.rope import rotary_cache_bytes
 
     assert rotary_cache_bytes(preset_arch("gemma-3-4b"), 2) == (131_072 + 1_048_576) * 256 * 2
     assert rotary_cache_bytes(preset_arch("gemma-3-4b"), 2) == 603_979_776
@@ -200,7 +200,8 @@ def test_load_replay_holds_exactly_the_tensors_and_rotary_tables(model):
     # The replay allocates the same bytes the budget's weights line counts: the parameters on
     # each stage (inventory x dtype) plus the rotary tables; only their blocks differ.
     from service.budget.serving.load import load_memory
-    from service.budget.serving.vllm import _statics, rotary_cache_bytes
+    from service.budget.serving.rope import rotary_cache_bytes
+    from service.budget.serving.vllm import _statics
     from service.budget.spec import Parallelism
 
     arch = preset_arch(model)
@@ -216,7 +217,7 @@ def test_load_replay_holds_exactly_the_tensors_and_rotary_tables(model):
 
 
 def test_rope_scaling_as_published_is_read_leniently():
-    from service.budget.serving.vllm import rope_table_positions
+    from service.budget.serving.rope import rope_table_positions
 
     # A factor that is absent or not above 0 scales nothing (no 422: configs are pasted).
     assert rope_table_positions(_hf(rope_scaling={"rope_type": "linear", "factor": 0})) == 4096

@@ -235,12 +235,18 @@ def _finish(stage: int | None, num_devices: int, phases: list[tuple[str, dict[Co
             ) -> StageNumbers:
     """The peak phase is the one with the largest device total (the first on a tie)."""
     totals = tuple([(n, sum(v.values())) for n, v in phases])
+    best = _peak(totals)
+    return StageNumbers(stage, num_devices, phases[best][0], phases[best][1], parts, totals,
+                        transient)
+
+
+def _peak(totals: tuple[tuple[str, int], ...]) -> int:
+    """Index of the largest phase total, the first on a tie."""
     best = 0
     for i in range(1, len(totals)):
         if totals[i][1] > totals[best][1]:
             best = i
-    return StageNumbers(stage, num_devices, phases[best][0], phases[best][1], parts, totals,
-                        transient)
+    return best
 
 
 # ------------------------------------------------------------------------------ inference --
@@ -290,15 +296,10 @@ def _inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Over
     rounding = st.weights_rounding_bytes * w.instances
     transient = max([a + lg for _, a, lg in terms])
     overhead = _allocator(rounding, transient, ov.inference_fragmentation_ppm)
-    # Phases differ only in activations and logits: their totals without a dict per phase; the
-    # peak is the largest (the first on a tie), as in ``_finish``.
+    # Phases differ only in activations and logits: their totals without a dict per phase.
     base = sum(persistent.values()) + overhead
     totals = tuple([(name, base + a + lg) for name, a, lg in terms])
-    best = 0
-    for i in range(1, len(totals)):
-        if totals[i][1] > totals[best][1]:
-            best = i
-    name, acts, logits = terms[best]
+    name, acts, logits = terms[_peak(totals)]
     values = persistent  # a fresh dict per call
     values[C.ACTIVATIONS] = acts
     values[C.LOGITS] = logits

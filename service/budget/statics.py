@@ -150,14 +150,19 @@ def _groups(arch: Arch, stage: Stage, p: int) -> Iterator[tuple[TensorGroup, int
         for g in (*arch.embeddings, *arch.extras):
             yield g, 1
     if stage.last:
-        for g in arch.head:
+        for g in head_groups(arch, p):
             yield g, 1
-        if p > 1 and arch.tie_word_embeddings and arch.kind == "decoder":
-            # A tied head on another stage than the embedding needs its own copy (vLLM
-            # ParallelLMHead on the last rank, Megatron's output layer with shared weights).
-            emb = arch.embeddings[0]
-            yield TensorGroup("lm_head (tied copy)", emb.rows, emb.cols, Role.LM_HEAD,
-                              Split.VOCAB), 1
+
+
+def head_groups(arch: Arch, p: int) -> tuple[TensorGroup, ...]:
+    """The last stage's head: the final norm and LM head, and with ``p`` > 1 stages a copy of a
+    tied head (a tied head on another stage than the embedding needs its own copy: vLLM
+    ParallelLMHead on the last rank, Megatron's output layer with shared weights)."""
+    if p > 1 and arch.tie_word_embeddings and arch.kind == "decoder":
+        emb = arch.embeddings[0]
+        return (*arch.head, TensorGroup("lm_head (tied copy)", emb.rows, emb.cols,
+                                        Role.LM_HEAD, Split.VOCAB))
+    return arch.head
 
 
 def _kv_elems(arch: Arch, layer: LayerType, t: int) -> int:

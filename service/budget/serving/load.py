@@ -36,7 +36,9 @@ from ..allocator import CachingAllocator
 from ..arch import Arch, Role, TensorGroup
 from ..layout import Stage, per_device_shape, stages
 from ..quantization import quantized_roles, tensor_storage
+from ..statics import head_groups
 from ..spec import Quantization
+from .rope import ropes, rotary_dim
 
 __all__ = ["MLA_IMPORT_WORKSPACE_BYTES", "LoadMemory", "load_memory"]
 
@@ -94,7 +96,7 @@ def _sizes(groups: tuple[TensorGroup, ...], arch: Arch, t: int, ep: int, e: int,
         else:
             payload, meta = rows * cols * e, 0
         name = _fused_name(g, names)
-        n = count if g.role is Role.EXPERT or layer is not None else 1
+        n = count if g.role is Role.EXPERT else 1  # stacked experts: one tensor
         if g.role is not Role.EXPERT and layer is None and count > 1:
             for i in range(count):  # e.g. a layer's norms: separate tensors
                 out[f"{name}[{i}]"] = payload
@@ -131,29 +133,17 @@ def _rope_steps(rows: int, rotary: int, e: int, kind: str) -> Iterator[tuple[str
     yield "+freqs", half
     yield "+cos", half
     yield "+sin", half
-    if kind in ("yarn", "deepseek_yarn"):  # cos * mscale, sin * mscale
+    if kind == "yarn":  # cos * mscale, sin * mscale (YaRN and DeepSeek's yarn)
         yield "+cos_m", half
         yield "-cos", 0
         yield "+sin_m", half
         yield "-sin", 0
     yield "+cache", rows * rotary * 4
-    for name in ("freqs", "cos_m", "sin_m") if kind in ("yarn", "deepseek_yarn") else (
-            "freqs", "cos", "sin"):
+    for name in ("freqs", "cos_m", "sin_m") if kind == "yarn" else ("freqs", "cos", "sin"):
         yield f"-{name}", 0
     yield "-t_scaled" if kind == "linear" else "-t", 0
     yield "+table", rows * rotary * e
     yield "-cache", 0
-
-
-def _ropes(arch: Arch) -> list[tuple[int, str]]:
-    """(rows, kind) of each distinct rope, in the order the layers first use them."""
-    from .vllm import rope_table_positions
-
-    r = arch.rope_scaling
-    scaled = (rope_table_positions(arch), r.kind if r else "default")
-    if arch.model_type in ("gemma3", "gemma3_text"):  # the local (sliding) layers' default rope
-        return [(arch.max_positions, "default"), scaled]
-    return [scaled]
 
 
 @lru_cache(maxsize=4096)
@@ -196,10 +186,10 @@ def _replay(arch: Arch, stage: Stage, pipeline: int, e: int, quant: Quantization
     if stage.first:
         allocate(_extras(arch, t, ep, e, quant))
         run(arch.embeddings)
-    ropes = _ropes(arch)
-    local, scaled = (ropes[0], ropes[1]) if len(ropes) == 2 else (None, ropes[0])
+    kinds = ropes(arch)
+    local, scaled = (kinds[0], kinds[1]) if len(kinds) == 2 else (None, kinds[0])
     built: set[str] = set()
-    rotary = arch.mla.qk_rope_head_dim if arch.mla else arch.head_dim
+    rotary = rotary_dim(arch)
     for layer, n in stage.layer_runs:
         attn, mlp, norms = _split_layer(layer.tensors)
         for _ in range(n):
@@ -219,10 +209,5 @@ def _replay(arch: Arch, stage: Stage, pipeline: int, e: int, quant: Quantization
             run(mlp)
             run(norms)
     if stage.last:
-        head = list(arch.head)
-        if pipeline > 1 and arch.tie_word_embeddings and not stage.first:
-            emb = arch.embeddings[0]
-            head.append(TensorGroup("lm_head (tied copy)", emb.rows, emb.cols, Role.LM_HEAD,
-                                    emb.split))
-        run(tuple(head))
+        run(head_groups(arch, pipeline))
     return LoadMemory(tensor_bytes, alloc.allocated_bytes, rotary_bytes)

@@ -57,7 +57,6 @@ __all__ = [
     "non_torch_bytes",
     "requested_bytes",
     "resolve",
-    "rotary_cache_bytes",
     "weights_quantization",
 ]
 
@@ -172,40 +171,6 @@ def requested_bytes(total: int, utilization: float) -> int:
     79.19 GiB) x 0.95 = 75.23 GiB."""
     ppm = round(utilization * 1_000_000)
     return ceil_div(total * ppm, 1_000_000)
-
-
-def rope_table_positions(arch: Arch) -> int:
-    """Rows of the ``cos_sin_cache`` that vLLM's ``get_rope`` builds for the model's own rope
-    (vllm/model_executor/layers/rotary_embedding): ``linear`` and ``dynamic`` scaling tabulate
-    ``max_position x factor`` rows, ``yarn`` (and DeepSeek's ``deepseek_yarn``) ``original x
-    factor``, ``longrope`` its short and long tables (``original + max_position``); ``default``
-    and ``llama3`` ``max_position``. Gemma 3 27B (linear, factor 8): 131,072 x 8 = 1,048,576."""
-    p, r = arch.max_positions, arch.rope_scaling
-    if r is None:
-        return p
-    if r.kind in ("longrope", "su"):  # Phi-3: factor lists, no factor; original at top level
-        return (r.original_max_positions or p) + p
-    if r.factor is None or r.factor <= 0:  # no usable factor: vLLM would refuse; not scaled
-        return p
-    if r.kind in ("linear", "dynamic"):
-        return math.ceil(p * r.factor)
-    if r.kind == "yarn":  # transformers: original defaults to max_position_embeddings
-        return math.ceil((r.original_max_positions or p) * r.factor)
-    return p
-
-
-def rotary_cache_bytes(arch: Arch, e: int) -> int:
-    """All of a model's rotary tables (a stage holding every layer; a pipeline stage builds only
-    the ropes its layers use, ``load.py``). vLLM's ``RotaryEmbedding`` keeps a ``cos_sin_cache``
-    buffer of ``positions x rotary_dim`` in the model dtype, one per distinct rope (``get_rope``
-    is cached), counted in "Model loading took". Gemma 3 has two: its local layers' default rope (``max_position`` rows) and its global
-    layers' scaled one (``rope_table_positions``). Llama 3.1 8B: 131,072 x 128 x 2 = 33,554,432
-    B; Gemma 3 4B: (131,072 + 1,048,576) x 256 x 2 = 603,979,776 B."""
-    rotary = arch.mla.qk_rope_head_dim if arch.mla else arch.head_dim
-    rows = rope_table_positions(arch)
-    if arch.model_type in ("gemma3", "gemma3_text"):
-        rows += arch.max_positions
-    return rows * rotary * e
 
 
 def _moe_workspace(arch: Arch, st: StageStatic, tokens: int, e: int) -> int:
