@@ -9,8 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
 WORKDIR /app
 RUN useradd --create-home --uid 10001 vrambudget
 COPY pyproject.toml README.md ./
-COPY service ./service
-COPY agent ./agent
+COPY vrambudget ./vrambudget
 
 FROM base AS service
 # The trace tier runs on fake tensors: the CPU build of torch is enough (and far smaller).
@@ -29,4 +28,4 @@ EXPOSE 8100
 ENV VRAMBUDGET_AGENT_HOST=0.0.0.0 VRAMBUDGET_AGENT_DATA_DIR=/home/vrambudget/agent-data
 HEALTHCHECK --interval=30s --timeout=3s CMD python -c "import urllib.request,os; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('VRAMBUDGET_AGENT_PORT', '8100'))"
 # Set VRAMBUDGET_AGENT_TOKENS (or _TOKEN_FILE) and VRAMBUDGET_AGENT_WEBHOOK_SECRET at run time.
-CMD ["python", "-m", "agent"]
+CMD ["python", "-m", "vrambudget.agent"]

@@ -1,5 +1,5 @@
 """Fit the vLLM engine constants on the ``split: calibrate`` runs of
-``service/budget/data/vllm_runs.json`` and write ``service/budget/data/vllm_calibration.json``.
+``vrambudget/core/data/vllm_runs.json`` and write ``vrambudget/core/data/vllm_calibration.json``.
 
 Run: .venv/bin/python -m bench.calibrate_vllm            (writes the file)
      .venv/bin/python -m bench.calibrate_vllm --check    (fails if the file is stale)
@@ -26,13 +26,13 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from service.budget.activations import inference_working_set
-from service.budget.resolve import resolve_model
-from service.budget.serving import vllm
-from service.budget.serving.runs import load_runs, run_request
-from service.budget.units import GiB, ceil_div
+from vrambudget.core.activations import inference_working_set
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.serving import vllm
+from vrambudget.core.serving.runs import load_runs, run_request
+from vrambudget.core.units import GiB, ceil_div
 
-OUT = Path(__file__).resolve().parents[1] / "service" / "budget" / "data" / "vllm_calibration.json"
+OUT = Path(__file__).resolve().parents[1] / "vrambudget" / "core" / "data" / "vllm_calibration.json"
 VERSION = "0.19.0"
 
 

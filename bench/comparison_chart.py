@@ -13,14 +13,14 @@ from typing import Any
 
 import msgspec
 
-from agent.probe import measure
-from agent.spec import ProbeRequest, ProbeResource
-from service.budget.compare import compare, estimate_input
-from service.budget.comparison import Comparison
-from service.budget.estimate import estimate
-from service.budget.spec import BudgetRequest, Headroom
-from service.chart import render_comparison_svg
-from service.trace.engine import trace_budget
+from vrambudget.agent.probe import measure
+from vrambudget.agent.spec import ProbeRequest, ProbeResource
+from vrambudget.core.compare import compare, estimate_input
+from vrambudget.core.comparison import Comparison
+from vrambudget.core.estimate import estimate
+from vrambudget.core.spec import BudgetRequest, Headroom
+from vrambudget.core.chart import render_comparison_svg
+from vrambudget.trace.engine import trace_budget
 
 TINY = {"source": "dimensions", "hidden_size": 128, "num_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 256, "vocab_size": 500}

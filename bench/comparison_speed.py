@@ -14,8 +14,8 @@ import time
 import msgspec
 from litestar.testing import TestClient
 
-from service.api.app import create_app
-from service.budget.probe_report import (
+from vrambudget.service.app import create_app
+from vrambudget.core.probe_report import (
     DeviceView,
     Iteration,
     ProbeRequest,

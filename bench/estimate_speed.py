@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import msgspec  # noqa: E402
 
-from service.budget.estimate import estimate  # noqa: E402
-from service.budget.fit import FitRequest, fit  # noqa: E402
-from service.budget.result import Budget  # noqa: E402
-from service.budget.spec import BudgetRequest, Workload  # noqa: E402
+from vrambudget.core.estimate import estimate  # noqa: E402
+from vrambudget.core.fit import FitRequest, fit  # noqa: E402
+from vrambudget.core.result import Budget  # noqa: E402
+from vrambudget.core.spec import BudgetRequest, Workload  # noqa: E402
 
 REPS = 7
 

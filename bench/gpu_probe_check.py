@@ -19,14 +19,14 @@ from pathlib import Path
 
 import msgspec
 
-from agent.runner import ProbeProcess
-from agent.spec import ProbeRequest, ProbeResource, ProbeResult
-from service.budget.calibration import build_profiles
-from service.budget.compare import compare, estimate_input
-from service.budget.estimate import estimate
-from service.budget.spec import BudgetRequest, Headroom
-from service.chart import render_comparison_svg
-from service.trace.engine import trace_budget
+from vrambudget.agent.runner import ProbeProcess
+from vrambudget.agent.spec import ProbeRequest, ProbeResource, ProbeResult
+from vrambudget.core.calibration import build_profiles
+from vrambudget.core.compare import compare, estimate_input
+from vrambudget.core.estimate import estimate
+from vrambudget.core.spec import BudgetRequest, Headroom
+from vrambudget.core.chart import render_comparison_svg
+from vrambudget.trace.engine import trace_budget
 
 PROBES = {
     "qwen2.5-0.5b-inference": {

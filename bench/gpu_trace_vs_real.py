@@ -23,10 +23,10 @@ def _real(spec: dict[str, object], queue: mp.Queue) -> None:  # type: ignore[typ
     import msgspec
     import torch
 
-    from service.budget.resolve import resolve_model
-    from service.budget.spec import Workload
-    from service.workloads.marks import Marks
-    from service.workloads.run import prepare
+    from vrambudget.core.resolve import resolve_model
+    from vrambudget.core.spec import Workload
+    from vrambudget.workloads.marks import Marks
+    from vrambudget.workloads.run import prepare
 
     w = msgspec.convert(spec, Workload)
     try:
@@ -42,8 +42,8 @@ def _real(spec: dict[str, object], queue: mp.Queue) -> None:  # type: ignore[typ
 def main() -> None:
     import msgspec
 
-    from service.budget.spec import BudgetRequest, Workload
-    from service.trace.engine import trace_budget_with_replays
+    from vrambudget.core.spec import BudgetRequest, Workload
+    from vrambudget.trace.engine import trace_budget_with_replays
     from tests.trace_grid import GRID
 
     grid = dict(GRID)

@@ -21,14 +21,14 @@ sys.path.insert(0, str(ROOT))
 
 import msgspec  # noqa: E402
 
-from service.budget.errors import InvalidWorkload  # noqa: E402
-from service.budget.fit import FitRequest, fit  # noqa: E402
+from vrambudget.core.errors import InvalidWorkload  # noqa: E402
+from vrambudget.core.fit import FitRequest, fit  # noqa: E402
 
 ROUNDS = 5
 
 
 def main() -> None:
-    presets = json.loads((ROOT / "service" / "budget" / "data" / "models.json").read_text())
+    presets = json.loads((ROOT / "vrambudget" / "core" / "data" / "models.json").read_text())
     ids = [p["id"] for p in presets["presets"] if not p["id"].startswith(("bert", "gpt2"))]
     requests = [msgspec.convert({"workloads": [{"kind": "llm_serving",
                                                 "model": {"source": "preset", "id": m}}],

@@ -28,8 +28,8 @@ CASES = {
 _CHILD = """
 import sys, time, msgspec
 import torch  # imported before timing, as the service's warm workers do
-from service.budget.spec import BudgetRequest
-from service.trace.engine import trace_budget
+from vrambudget.core.spec import BudgetRequest
+from vrambudget.trace.engine import trace_budget
 req = msgspec.json.decode(sys.argv[1], type=BudgetRequest)
 t = time.perf_counter(); b = trace_budget(req); dt = time.perf_counter() - t
 print(dt, b.trace.num_events, b.trace.peak_reserved_bytes)
@@ -45,7 +45,7 @@ def _cache_hit_ms(repeats: int) -> list[float]:
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
-    from service.api.app import Settings, create_app
+    from vrambudget.service.app import Settings, create_app
 
     body = CASES["llama-2-7b training step (seq 2048, AdamW foreach, 2 iterations)"]
     with TestClient(create_app(Settings(trace_time_limit_s=120))) as client:

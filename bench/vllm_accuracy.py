@@ -6,7 +6,7 @@ Run: .venv/bin/python -m bench.vllm_accuracy
 
 from __future__ import annotations
 
-from service.budget.serving.runs import compare, load_runs, run_request, summary
+from vrambudget.core.serving.runs import compare, load_runs, run_request, summary
 
 QUANTITIES = [("weights_gib", "weights GiB", 2), ("kv_cache_gib", "KV pool GiB", 2),
               ("kv_cache_tokens", "KV tokens", 0), ("max_concurrency", "max concurrency", 2)]

@@ -1,6 +1,6 @@
 """A fake NVML binding, built from the real binding's structures.
 
-Why not a MagicMock: the point of testing ``agent.nvml`` without a GPU is that it must meet the
+Why not a MagicMock: the point of testing ``vrambudget.agent.nvml`` without a GPU is that it must meet the
 binding's real shapes. So every value this fake returns is what ``pynvml`` itself would build,
 taken from NVIDIA's official binding as installed here (``nvidia-ml-py`` 13.615.71,
 ``site-packages/pynvml.py``):
@@ -128,7 +128,7 @@ def _error(code: int) -> pynvml.NVMLError:
 
 
 class FakeNVML:
-    """Module-like: the ``pynvml`` names ``agent.nvml`` calls, with the real constants and
+    """Module-like: the ``pynvml`` names ``vrambudget.agent.nvml`` calls, with the real constants and
     error classes copied onto the instance."""
 
     def __init__(self, gpus: list[FakeGPU] | None = None, *, init_error: int | None = None,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from service.budget.spec import Workload
+from vrambudget.core.spec import Workload
 
 
 def workload(**fields: object) -> Workload:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from agent.__main__ import openapi_document
-from agent.api import create_agent_app
-from agent.settings import AgentSettings, AgentSettingsError
+from vrambudget.agent.__main__ import openapi_document
+from vrambudget.agent.api import create_agent_app
+from vrambudget.agent.settings import AgentSettings, AgentSettingsError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_committed_openapi_matches_the_agent() -> None:
     committed = json.loads((ROOT / "openapi" / "agent.json").read_text())
     generated = json.loads(json.dumps(openapi_document()))
-    assert committed == generated, "run: .venv/bin/python -m agent openapi > openapi/agent.json"
+    assert committed == generated, "run: .venv/bin/python -m vrambudget.agent openapi > openapi/agent.json"
 
 
 def test_openapi_says_every_endpoint_but_healthz_needs_the_token() -> None:
@@ -75,7 +75,7 @@ def test_malformed_json_is_400_and_unknown_fields_422(tmp_path: Path) -> None:
 
 
 def test_cli_prints_the_agent_openapi(capsys: pytest.CaptureFixture[str]) -> None:
-    from service.cli import main
+    from vrambudget.cli.main import main
 
     assert main(["agent", "openapi"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(

@@ -26,11 +26,11 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from agent.webhooks import verify
-from service.budget.resolve import resolve_model
-from service.budget.spec import Workload
-from service.trace.recorder import Recorder
-from service.workloads.run import initialize, prepare
+from vrambudget.agent.webhooks import verify
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.spec import Workload
+from vrambudget.trace.recorder import Recorder
+from vrambudget.workloads.run import initialize, prepare
 
 TOKEN = "test-token-0123456789"
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -110,7 +110,7 @@ class _Agent:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "agent"], env=self.env)
+        self.process = subprocess.Popen([sys.executable, "-m", "vrambudget.agent"], env=self.env)
         wait_healthy(self.url, "agent")
 
     def kill(self) -> None:

@@ -11,12 +11,12 @@ import msgspec
 import pytest
 import torch
 
-from agent import nvml
-from agent.runner import ProbeProcess
-from agent.sampler import NVMLSampler
-from agent.spec import ProbeRequest, ProbeResult
-from service.budget.spec import BudgetRequest, Workload
-from service.trace.engine import trace_budget_with_replays
+from vrambudget.agent import nvml
+from vrambudget.agent.runner import ProbeProcess
+from vrambudget.agent.sampler import NVMLSampler
+from vrambudget.agent.spec import ProbeRequest, ProbeResult
+from vrambudget.core.spec import BudgetRequest, Workload
+from vrambudget.trace.engine import trace_budget_with_replays
 
 pytestmark = [
     pytest.mark.gpu,

@@ -15,8 +15,8 @@ import msgspec
 import pynvml
 import pytest
 
-from agent import nvml
-from agent.sampler import NVMLSampler, SamplerResult
+from vrambudget.agent import nvml
+from vrambudget.agent.sampler import NVMLSampler, SamplerResult
 from tests.fake_nvml import (
     H100_TOTAL_BYTES,
     FakeClock,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
-from agent.runner import ProbeProcess
-from agent.spec import DeviceView, ProbeRequest, ProbeResult
+from vrambudget.agent.runner import ProbeProcess
+from vrambudget.agent.spec import DeviceView, ProbeRequest, ProbeResult
 
 TINY = {"source": "dimensions", "hidden_size": 64, "num_layers": 1, "num_attention_heads": 2,
         "intermediate_size": 128, "vocab_size": 100}

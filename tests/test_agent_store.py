@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.store import (
+from vrambudget.agent.store import (
     ACTIVE_STATUSES,
     SCHEMA_VERSION,
     TERMINAL_STATUSES,
@@ -222,7 +222,7 @@ def test_list_probes_edges(store: Store) -> None:
 _CRASH = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
-    from agent.store import Store
+    from vrambudget.agent.store import Store
     s = Store(Path(sys.argv[1]))
     s.create_probe("done", "{}", "gpu0", 1.0)
     s.finish_with_callback("done", "succeeded", 2.0, '{"peak": 7}',
@@ -386,7 +386,7 @@ def test_data_dir_is_created(tmp_path: Path) -> None:
 def test_a_version_1_file_migrates_and_keeps_its_rows(tmp_path: Path) -> None:
     """A file written by the issue-4 agent (schema 1) gains the round-trip columns; its probes
     and callbacks are untouched and read back with empty comparison fields."""
-    from agent.store import _MIGRATIONS
+    from vrambudget.agent.store import _MIGRATIONS
 
     path = tmp_path / "v1.sqlite3"
     conn = sqlite3.connect(path, isolation_level=None)

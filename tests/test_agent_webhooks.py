@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.store import Store
-from agent.webhooks import (
+from vrambudget.agent.store import Store
+from vrambudget.agent.webhooks import (
     Deliverer,
     WebhookVerificationError,
     backoff_s,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.budget.allocator import (
+from vrambudget.core.allocator import (
     AllocatorOutOfMemory,
     CachingAllocator,
     allocation_size,

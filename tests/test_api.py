@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from service.api.app import Settings, create_app
-from service.api.openapi import openapi_document
+from vrambudget.service.app import Settings, create_app
+from vrambudget.service.openapi import openapi_document
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = {"source": "preset", "id": "llama-3.1-8b"}
@@ -145,7 +145,7 @@ def test_committed_openapi_matches_the_app():
 
 
 def test_answer_cache_is_bounded_and_exact():
-    from service.api.app import AnswerCache
+    from vrambudget.service.app import AnswerCache
 
     cache = AnswerCache(2)
     cache.put(("budgets", b"a"), b"1")

@@ -19,8 +19,8 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from service.api import tracing
-from service.api.app import Settings, SettingsError, create_app
+from vrambudget.service import tracing
+from vrambudget.service.app import Settings, SettingsError, create_app
 from tests.trace_fixtures import CALLS_ENV, calls
 
 LIMIT_S = 2.0
@@ -216,7 +216,7 @@ def test_shutdown_stops_the_workers(calls_file):
         assert c.post("/v1/budgets", json=body("restarted")).status_code == 200
 
 
-ENGINE = find_spec("torch") is not None and find_spec("service.trace.engine") is not None
+ENGINE = find_spec("torch") is not None and find_spec("vrambudget.trace.engine") is not None
 
 
 @pytest.mark.skipif(not ENGINE, reason="the trace engine or torch is not installed")
@@ -237,7 +237,7 @@ def test_real_engine_end_to_end_and_cli():
         assert r.json()["type"] == PROBLEMS + "invalid-workload"
         assert r.json()["errors"][0]["field"] == "$.workloads[0].parallelism.pipeline"
     # The CLI runs the engine in-process: the same budget as the service.
-    from service.cli import main
+    from vrambudget.cli.main import main
 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({**request, "method": "analytic"}, f)
@@ -251,7 +251,7 @@ def test_real_engine_end_to_end_and_cli():
 
 
 def test_cli_trace_table_and_missing_tier(monkeypatch, capsys):
-    from service.cli import main
+    from vrambudget.cli.main import main
 
     monkeypatch.setenv("VRAMBUDGET_TRACE_ENTRY", "tests.trace_fixtures:tiny")
     assert main(["estimate", "--model", "qwen2.5-0.5b", "--prompt", "64", "--generate", "8",
@@ -273,14 +273,14 @@ def test_cli_trace_table_and_missing_tier(monkeypatch, capsys):
     ("VRAMBUDGET_TRACE_TIME_LIMIT_S", "1m", "must be a number, got '1m'"),
     ("VRAMBUDGET_TRACE_MAX_PENDING", "0", "VRAMBUDGET_TRACE_MAX_PENDING"),
     ("VRAMBUDGET_TRACE_CACHE_ENTRIES", "-5", "VRAMBUDGET_TRACE_CACHE_ENTRIES"),
-    ("VRAMBUDGET_TRACE_ENTRY", "service.trace.engine.trace_budget", "'module:function'"),
+    ("VRAMBUDGET_TRACE_ENTRY", "vrambudget.trace.engine.trace_budget", "'module:function'"),
 ])
 def test_bad_trace_settings_refuse_to_start(monkeypatch, capsys, env, value, text):
     monkeypatch.setenv(env, value)
     with pytest.raises(SettingsError) as info:
         Settings.from_env()
     assert text in str(info.value)
-    from service.cli import main
+    from vrambudget.cli.main import main
 
     assert main(["serve"]) == 2
     assert text in capsys.readouterr().err

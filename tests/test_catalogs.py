@@ -8,9 +8,9 @@ from importlib import resources
 
 import pytest
 
-from service.budget.catalog import gpus, preset_arch, presets
+from vrambudget.core.catalog import gpus, preset_arch, presets
 
-RAW = json.loads(resources.files("service.budget.data").joinpath("models.json").read_text())
+RAW = json.loads(resources.files("vrambudget.core.data").joinpath("models.json").read_text())
 # Entries without an exact public parameter count (counted by formula only, said in the data).
 NO_EXACT_COUNT = {p["id"] for p in RAW["presets"] if p["checkpoint"]["num_params"] is None}
 

@@ -11,14 +11,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from service.budget.comparison import (
+from vrambudget.core.comparison import (
     Comparison,
     HeadroomAdvice,
     QuantityComparison,
     TierComparison,
 )
-from service.chart import BAR_WIDTH, VERDICT_COLOURS, render_comparison_svg
-from service.cli import main
+from vrambudget.core.chart import BAR_WIDTH, VERDICT_COLOURS, render_comparison_svg
+from vrambudget.cli.main import main
 
 SVG = "{http://www.w3.org/2000/svg}"
 MIB = 1 << 20
@@ -28,11 +28,11 @@ TINY = {"source": "dimensions", "hidden_size": 128, "num_layers": 2, "num_attent
 
 @pytest.fixture(scope="module")
 def cpu_comparison() -> Comparison:
-    from agent.probe import measure
-    from agent.spec import ProbeRequest, ProbeResource
-    from service.budget.compare import compare, estimate_input
-    from service.budget.estimate import estimate
-    from service.budget.spec import Headroom
+    from vrambudget.agent.probe import measure
+    from vrambudget.agent.spec import ProbeRequest, ProbeResource
+    from vrambudget.core.compare import compare, estimate_input
+    from vrambudget.core.estimate import estimate
+    from vrambudget.core.spec import Headroom
 
     spec = {"kind": "inference", "model": TINY, "batch_size": 2, "prompt_tokens": 32,
             "generated_tokens": 4, "precision": {"weights": "fp32", "compute": "fp32"}}

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from service.cli import main
+from vrambudget.cli.main import main
 
 
 def test_estimate_table(capsys):
@@ -39,7 +39,7 @@ def test_estimate_error_is_clear(capsys):
 
 
 def test_settings_from_env(monkeypatch):
-    from service.api.app import Settings
+    from vrambudget.service.app import Settings
 
     assert Settings.from_env() == Settings()
     monkeypatch.setenv("VRAMBUDGET_PORT", "9001")

@@ -12,21 +12,21 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from agent.store import Store
-from service.api.app import Settings, create_app
-from service.budget.calibration import (
+from vrambudget.agent.store import Store
+from vrambudget.service.app import Settings, create_app
+from vrambudget.core.calibration import (
     CalibrationProfile,
     ProfileSet,
     apply_profile,
     build_profiles,
     load_profiles,
 )
-from service.budget.compare import compare, estimate_input, match_gpu
-from service.budget.components import Component
-from service.budget.errors import InvalidWorkload
-from service.budget.estimate import estimate
-from service.budget.overheads import ROUNDING_PART, device_overheads
-from service.budget.probe_report import (
+from vrambudget.core.compare import compare, estimate_input, match_gpu
+from vrambudget.core.components import Component
+from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.estimate import estimate
+from vrambudget.core.overheads import ROUNDING_PART, device_overheads
+from vrambudget.core.probe_report import (
     DeviceView,
     Iteration,
     ProbeRequest,
@@ -34,8 +34,8 @@ from service.budget.probe_report import (
     ProbeResult,
     TorchView,
 )
-from service.budget.spec import CatalogDevice, Headroom, Software
-from service.cli import main
+from vrambudget.core.spec import CatalogDevice, Headroom, Software
+from vrambudget.cli.main import main
 
 C = Component
 MiB = 1 << 20
@@ -345,7 +345,7 @@ def test_profiles_group_by_gpu_and_software() -> None:
 
 
 def test_a_bad_profile_directory_stops_the_service(tmp_path: Path) -> None:
-    from service.api.app import SettingsError
+    from vrambudget.service.app import SettingsError
 
     (tmp_path / "x.json").write_text('{"id": "x"}')
     with pytest.raises(SettingsError, match="VRAMBUDGET_PROFILES_DIR"):
@@ -355,8 +355,8 @@ def test_a_bad_profile_directory_stops_the_service(tmp_path: Path) -> None:
 
 
 def test_a_trace_budget_says_its_allocator_overhead_is_the_replay() -> None:
-    from service.budget.spec import BudgetRequest
-    from service.trace.engine import trace_budget
+    from vrambudget.core.spec import BudgetRequest
+    from vrambudget.trace.engine import trace_budget
 
     tiny = {"kind": "inference", "model": {"source": "dimensions", "hidden_size": 128,
                                            "num_layers": 2, "num_attention_heads": 4,
@@ -375,7 +375,7 @@ def test_cpu_probe_kv_view_counts_every_stream() -> None:
     """The KV view is the known allocation of one request's cache (the exact K/V tensor bytes of
     the tiny model: layers x 2 x sequences x context x kv_heads x head_dim x 4 B) times the
     streams that each hold one."""
-    from agent.probe import measure
+    from vrambudget.agent.probe import measure
 
     tiny = {"source": "dimensions", "hidden_size": 128, "num_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 256,

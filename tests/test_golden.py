@@ -7,13 +7,13 @@ from fractions import Fraction
 
 import pytest
 
-from service.budget.activations import device_dims, training_saved
-from service.budget.catalog import preset_arch
-from service.budget.components import Component
-from service.budget.estimate import estimate, statics_for, training_activations
-from service.budget.quantization import tensor_storage
-from service.budget.resolve import resolve_model
-from service.budget.spec import AWQ, FP8, GPTQ, BitsAndBytes4bit, DimensionsModel, Int8
+from vrambudget.core.activations import device_dims, training_saved
+from vrambudget.core.catalog import preset_arch
+from vrambudget.core.components import Component
+from vrambudget.core.estimate import estimate, statics_for, training_activations
+from vrambudget.core.quantization import tensor_storage
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.spec import AWQ, FP8, GPTQ, BitsAndBytes4bit, DimensionsModel, Int8
 
 from .helpers import workload
 
@@ -196,7 +196,7 @@ def test_zero3_shards_a_frozen_lora_base():
 
 
 def test_expert_parallel_needs_devices_that_exist():
-    from service.budget.errors import InvalidWorkload
+    from vrambudget.core.errors import InvalidWorkload
 
     with pytest.raises(InvalidWorkload, match="must divide tensor x data"):
         estimate((infer("mixtral-8x7b", parallelism={"expert": 8}),))

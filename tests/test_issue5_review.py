@@ -8,12 +8,12 @@ import httpx
 import msgspec
 import pytest
 
-from agent.roundtrip import fetch_estimate
-from service.budget.calibration import load_profiles
-from service.budget.compare import _headroom, compare, estimate_input
-from service.budget.estimate import estimate, headroom_bytes
-from service.budget.probe_report import ProbeRequest
-from service.budget.spec import BudgetRequest, Headroom
+from vrambudget.agent.roundtrip import fetch_estimate
+from vrambudget.core.calibration import load_profiles
+from vrambudget.core.compare import _headroom, compare, estimate_input
+from vrambudget.core.estimate import estimate, headroom_bytes
+from vrambudget.core.probe_report import ProbeRequest
+from vrambudget.core.spec import BudgetRequest, Headroom
 
 from .test_comparison import _cuda_report
 
@@ -28,7 +28,7 @@ def test_a_calibrated_workspace_below_the_cublaslt_size_traces(
     """CUBLAS_WORKSPACE_CONFIG=:16:8 (128 KiB) measured into a profile: the trace tier split it
     into cuBLAS = 128 KiB - 1 MiB (negative) and its replay raised (a 500)."""
     pytest.importorskip("torch")
-    from service.trace.engine import trace_budget
+    from vrambudget.trace.engine import trace_budget
 
     (tmp_path / "p.json").write_text(_H100_PROFILE % (128 << 10))
     monkeypatch.setenv("VRAMBUDGET_PROFILES_DIR", str(tmp_path))
@@ -96,9 +96,9 @@ def test_a_probe_cancelled_while_its_estimate_is_fetched_is_cancelled(
 
     from litestar.testing import TestClient
 
-    import agent.api as agent_api
-    from agent.api import create_agent_app
-    from agent.settings import AgentSettings
+    import vrambudget.agent.api as agent_api
+    from vrambudget.agent.api import create_agent_app
+    from vrambudget.agent.settings import AgentSettings
 
     from .test_agent_e2e import INFER
 
@@ -133,8 +133,8 @@ def test_a_probe_cancelled_while_its_estimate_is_fetched_is_cancelled(
 def test_a_profile_name_with_braces_is_not_a_format_string() -> None:
     """The source text was built with str.format after the profile's name was interpolated:
     a name with braces raised KeyError in every budget for its device (a 500)."""
-    from service.budget.calibration import CalibrationProfile, ProfileSet
-    from service.budget.spec import CatalogDevice, InferenceWorkload
+    from vrambudget.core.calibration import CalibrationProfile, ProfileSet
+    from vrambudget.core.spec import CatalogDevice, InferenceWorkload
 
     profile = CalibrationProfile(id="odd", gpu_name="GPU {x}", gpu_id="h100-sxm5-80gb",
                                  torch_version=None, cuda_version=None, driver_version=None,
@@ -151,7 +151,7 @@ def test_a_profile_name_with_braces_is_not_a_format_string() -> None:
 def test_extra_streams_workspaces_are_in_the_working_set_estimate() -> None:
     """cuBLAS keeps a workspace per (handle, stream): with N streams on CUDA the working-set
     estimate carries N - 1 more of them (the measured first one is runtime_workspace)."""
-    from service.budget.components import Component
+    from vrambudget.core.components import Component
 
     one = _cuda_report()
     four = msgspec.structs.replace(one, request=msgspec.structs.replace(one.request,
@@ -183,8 +183,8 @@ def test_headroom_advice_above_what_a_request_accepts_says_use_min_bytes() -> No
 def test_a_comparison_attempt_that_raises_still_sends_the_callback(tmp_path: Path) -> None:
     """An exception inside a comparison attempt counts against the comparison limit; when it is
     reached the probe's callback is still enqueued (with the error), not given up silently."""
-    from agent.store import Store
-    from agent.webhooks import Deliverer
+    from vrambudget.agent.store import Store
+    from vrambudget.agent.webhooks import Deliverer
 
     store = Store(tmp_path / "a.sqlite3")
     store.create_probe("p", "{}", "cpu", 1.0)
@@ -214,7 +214,7 @@ def test_a_comparison_attempt_that_raises_still_sends_the_callback(tmp_path: Pat
 
 
 def test_profile_ids_are_ascii() -> None:
-    from service.budget.calibration import _slug
+    from vrambudget.core.calibration import _slug
 
     assert _slug("NVIDIA Ｈ100 — 80GB") == "nvidia-100-80gb"
 
@@ -224,8 +224,8 @@ def test_the_agent_matches_its_gpu_when_nvml_total_exceeds_the_runtime_total() -
     22478): the name and compute capability still find the catalog GPU."""
     from types import SimpleNamespace
 
-    from agent.roundtrip import device_ref
-    from service.budget.spec import CatalogDevice
+    from vrambudget.agent.roundtrip import device_ref
+    from vrambudget.core.spec import CatalogDevice
 
     gpu = SimpleNamespace(index=0, uuid="GPU-1", name="NVIDIA L4",
                           memory_total_bytes=23034 * MiB, compute_capability="8.9")
@@ -241,9 +241,9 @@ def test_the_pre_run_estimate_names_the_software_so_the_profile_matches(
     used it: the stored estimate and the comparison's estimate disagreed."""
     from types import SimpleNamespace
 
-    import agent.roundtrip as rt
-    from service.budget.calibration import load_profiles
-    from service.budget.result import Budget
+    import vrambudget.agent.roundtrip as rt
+    from vrambudget.core.calibration import load_profiles
+    from vrambudget.core.result import Budget
 
     fake = tmp_path / "torch"
     fake.mkdir()
@@ -281,7 +281,7 @@ def test_the_pre_run_estimate_names_the_software_so_the_profile_matches(
                                         "batch_size": 1, "prompt_tokens": 8,
                                         "generated_tokens": 1},
                            "service_url": "http://127.0.0.1:8000"}, ProbeRequest)
-    from service.budget.spec import CatalogDevice
+    from vrambudget.core.spec import CatalogDevice
 
     h100 = CatalogDevice(id="h100-sxm5-80gb")
     answer, error = fetch_estimate(req, h100, httpx.MockTransport(service), sw)

@@ -34,13 +34,13 @@ def test_api_does_not_import_torch_or_below():
 
 
 def test_service_starts_without_torch():
-    code = ("import sys; import service.api.app as a; a.create_app(); "
+    code = ("import sys; import vrambudget.service.app as a; a.create_app(); "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 def test_every_component_is_documented():
-    from service.budget.components import Component
+    from vrambudget.core.components import Component
 
     for member in Component:
         assert member.__doc__ and member.__doc__ != Component.__doc__, member
@@ -48,8 +48,8 @@ def test_every_component_is_documented():
 
 def test_agent_process_never_imports_torch():
     """The agent creates no CUDA context: torch lives only in the spawned probe children."""
-    code = ("import sys; from agent.api import create_agent_app; "
-            "from agent.settings import AgentSettings; create_agent_app(AgentSettings()); "
+    code = ("import sys; from vrambudget.agent.api import create_agent_app; "
+            "from vrambudget.agent.settings import AgentSettings; create_agent_app(AgentSettings()); "
             "assert 'torch' not in sys.modules, 'agent imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.budget.components import Component
-from service.budget.estimate import device_totals, estimate, resolve_device
-from service.budget.fit import FitRequest, fit, max_fitting
-from service.budget.spec import CustomDevice, Headroom
+from vrambudget.core.components import Component
+from vrambudget.core.estimate import device_totals, estimate, resolve_device
+from vrambudget.core.fit import FitRequest, fit, max_fitting
+from vrambudget.core.spec import CustomDevice, Headroom
 
 from .helpers import workload
 

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.webhooks import verify
-from service.budget.components import Component
+from vrambudget.agent.webhooks import verify
+from vrambudget.core.components import Component
 
 from .test_agent_e2e import INFER, SECRET, TRAIN, _Agent, _free_port, _Receiver, wait_healthy
 
@@ -38,7 +38,7 @@ class _Service:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "service.cli", "serve"],
+        self.process = subprocess.Popen([sys.executable, "-m", "vrambudget.cli.main", "serve"],
                                         env=self.env)
         wait_healthy(self.url, "service")
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from service.api.app import create_app
-from service.api.openapi import openapi_document
+from vrambudget.service.app import create_app
+from vrambudget.service.openapi import openapi_document
 
 REQUESTS = ("BudgetRequest", "FitRequest")
 PREFIX = "#/components/schemas/"

@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from service.api.app import Settings, create_app
+from vrambudget.service.app import Settings, create_app
 
 # `method: trace` requests go to a worker pool like in production, with a short time limit so a
 # schema-valid workload too big to trace is the documented 422 trace-time-limit, not a hang. The
@@ -27,7 +27,7 @@ from service.api.app import Settings, create_app
 app = create_app(Settings(
     trace_time_limit_s=3,
     trace_entry=os.environ.get("VRAMBUDGET_SCHEMATHESIS_TRACE_ENTRY",
-                               "service.trace.engine:trace_budget")))
+                               "vrambudget.trace.engine:trace_budget")))
 schema = schemathesis.openapi.from_asgi("/schema/openapi.json", app)
 
 SEMANTIC = ("https://vrambudget.dev/problems/invalid-workload",

@@ -10,15 +10,15 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from service.api.app import Settings, create_app
-from service.budget.catalog import preset_arch
-from service.budget.fit import FitRequest, fit
-from service.budget.resolve import resolve_model
-from service.budget.serving import kv
-from service.budget.serving.runs import compare, load_runs, run_request, summary
-from service.budget.serving.vllm import account
-from service.budget.spec import BudgetRequest, DimensionsModel, LLMServingWorkload
-from service.budget.units import GiB
+from vrambudget.service.app import Settings, create_app
+from vrambudget.core.catalog import preset_arch
+from vrambudget.core.fit import FitRequest, fit
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.serving import kv
+from vrambudget.core.serving.runs import compare, load_runs, run_request, summary
+from vrambudget.core.serving.vllm import account
+from vrambudget.core.spec import BudgetRequest, DimensionsModel, LLMServingWorkload
+from vrambudget.core.units import GiB
 
 H100 = {"source": "catalog", "id": "h100-sxm5-80gb"}
 
@@ -111,8 +111,8 @@ def test_fp8_kv_doubles_tokens_not_bytes():
 
 
 def _hf(model_type: str = "llama", **keys: object):
-    from service.budget.families import arch_from_hf_config
-    from service.budget.hf_config import HFConfig
+    from vrambudget.core.families import arch_from_hf_config
+    from vrambudget.core.hf_config import HFConfig
 
     base = {"model_type": model_type, "hidden_size": 1024, "num_hidden_layers": 2,
             "num_attention_heads": 8, "intermediate_size": 2048, "vocab_size": 1000,
@@ -132,7 +132,7 @@ def _hf(model_type: str = "llama", **keys: object):
       "short_factor": [1.0], "long_factor": [2.0]}, 1024 + 4096),
 ])
 def test_rotary_table_rows_follow_the_rope_type(rope, rows):
-    from service.budget.serving.rope import rope_table_positions, rotary_cache_bytes
+    from vrambudget.core.serving.rope import rope_table_positions, rotary_cache_bytes
 
     arch = _hf(**({} if rope is None else {"rope_scaling": rope}))
     assert rope_table_positions(arch) == rows
@@ -142,7 +142,7 @@ def test_rotary_table_rows_follow_the_rope_type(rope, rows):
 def test_gemma3_rotary_tables_local_and_linear_global():
     # Two tables: local layers' default rope (131,072 rows) and the global layers' linear x 8
     # (1,048,576 rows), x head_dim 256 x 2 bytes. 27B has head_dim 128.
-    from service.budget.serving.rope import rotary_cache_bytes
+    from vrambudget.core.serving.rope import rotary_cache_bytes
 
     assert rotary_cache_bytes(preset_arch("gemma-3-4b"), 2) == (131_072 + 1_048_576) * 256 * 2
     assert rotary_cache_bytes(preset_arch("gemma-3-4b"), 2) == 603_979_776
@@ -155,7 +155,7 @@ def test_load_rounding_gemma2_2b_is_27_mib():
     # remainder is not split (should_split: remaining > 1 MiB), so +1 MiB x 26 layers; the
     # embedding, 256000 x 2304 x 2 B = 1125 MiB, gets 1126 MiB: +1 MiB. Every other tensor
     # splits or is exact. Measured "Model loading took 4.90 GiB" (the sweep's run).
-    from service.budget.serving.load import load_memory
+    from vrambudget.core.serving.load import load_memory
 
     (lm,) = load_memory(preset_arch("gemma-2-2b"), 2, None, 1, 1, 1)
     assert lm.rounding_bytes == 27 * (1 << 20)
@@ -167,7 +167,7 @@ def test_load_memory_deepseek_v2_lite_matches_vllm_0_5_and_0_19():
     # "Loading model weights took 29.3010 GB" (GiB) for DeepSeek-V2-Lite (vllm PR #4650), before
     # any MLA backend allocated a workspace at import. 0.19.0 adds FlashInfer-MLA's 128 MiB on
     # every GPU: 29.43 / 14.84 / 7.51 GiB at TP1 / 2 / 4 (logged: 29.43 / 14.83 / 7.51).
-    from service.budget.serving.load import MLA_IMPORT_WORKSPACE_BYTES, load_memory
+    from vrambudget.core.serving.load import MLA_IMPORT_WORKSPACE_BYTES, load_memory
 
     arch = preset_arch("deepseek-v2-lite")
     (bare,) = load_memory(arch, 2, None, 1, 1, 1)
@@ -188,7 +188,7 @@ def test_load_memory_deepseek_v2_lite_matches_vllm_0_5_and_0_19():
 def test_mla_import_workspaces_per_platform(gpu, workspaces):
     # FlashInfer-MLA's module allocates on import on any CUDA GPU; CUTLASS-MLA's (sm100 list
     # only) too on compute capability 10.x; ROCm imports neither.
-    from service.budget.serving.vllm import mla_import_workspaces
+    from vrambudget.core.serving.vllm import mla_import_workspaces
 
     assert mla_import_workspaces(gpu) == workspaces
 
@@ -199,10 +199,10 @@ def test_mla_import_workspaces_per_platform(gpu, workspaces):
 def test_load_replay_holds_exactly_the_tensors_and_rotary_tables(model):
     # The replay allocates the same bytes the budget's weights line counts: the parameters on
     # each stage (inventory x dtype) plus the rotary tables; only their blocks differ.
-    from service.budget.serving.load import load_memory
-    from service.budget.serving.rope import rotary_cache_bytes
-    from service.budget.serving.vllm import _statics
-    from service.budget.spec import Parallelism
+    from vrambudget.core.serving.load import load_memory
+    from vrambudget.core.serving.rope import rotary_cache_bytes
+    from vrambudget.core.serving.vllm import _statics
+    from vrambudget.core.spec import Parallelism
 
     arch = preset_arch(model)
     for t, p in ((1, 1), (2, 2)):
@@ -217,7 +217,7 @@ def test_load_replay_holds_exactly_the_tensors_and_rotary_tables(model):
 
 
 def test_rope_scaling_as_published_is_read_leniently():
-    from service.budget.serving.rope import rope_table_positions
+    from vrambudget.core.serving.rope import rope_table_positions
 
     # A factor that is absent or not above 0 scales nothing (no 422: configs are pasted).
     assert rope_table_positions(_hf(rope_scaling={"rope_type": "linear", "factor": 0})) == 4096
@@ -236,7 +236,7 @@ def test_rope_scaling_as_published_is_read_leniently():
 
 def test_gemma3_pipeline_stage_builds_only_the_ropes_its_layers_use():
     # Each stage is its own process: a stage with no global layer builds only the local table.
-    from service.budget.serving.load import load_memory
+    from vrambudget.core.serving.load import load_memory
 
     arch = preset_arch("gemma-3-4b")  # 34 layers, global every 6th (indices 5, 11, ...)
     local, scaled = 131_072 * 256 * 2, 1_048_576 * 256 * 2
@@ -470,7 +470,7 @@ def test_calibration_file_is_fresh():
 
 
 def test_request_default_version_is_a_calibrated_one():
-    from service.budget.serving.calibration import (
+    from vrambudget.core.serving.calibration import (
         DEFAULT_ENGINE_VERSION,
         ENGINE_VERSIONS,
     )

@@ -17,11 +17,11 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.profiler import ProfilerActivity, profile
 
-from service.budget.resolve import resolve_model
-from service.budget.spec import Workload
-from service.trace.events import ALLOC, Trace
-from service.trace.recorder import Recorder
-from service.workloads.run import prepare
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.spec import Workload
+from vrambudget.trace.events import ALLOC, Trace
+from vrambudget.trace.recorder import Recorder
+from vrambudget.workloads.run import prepare
 
 TINY = {"source": "dimensions", "hidden_size": 256, "num_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000}

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import msgspec
 
-from service.budget.errors import InvalidWorkload
-from service.budget.estimate import estimate
-from service.budget.result import Budget
-from service.budget.spec import BudgetRequest
+from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.estimate import estimate
+from vrambudget.core.result import Budget
+from vrambudget.core.spec import BudgetRequest
 
 CALLS_ENV = "VRAMBUDGET_TEST_TRACE_CALLS"
 

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 
 import msgspec
 
-from service.budget.dtypes import bytes_of
-from service.budget.estimate import (
+from vrambudget.core.dtypes import bytes_of
+from vrambudget.core.estimate import (
     _DEFAULT_OVERHEADS,
     _inference_terms,
     statics_for,
     training_activations,
 )
-from service.budget.resolve import resolve_model
-from service.budget.spec import (
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.spec import (
     BudgetRequest,
     InferenceWorkload,
     TrainingWorkload,
@@ -141,8 +141,8 @@ def analytic_peaks(w: InferenceWorkload | TrainingWorkload) -> dict[str, int]:
 
 
 def compare(name: str, spec: dict[str, object]) -> list[Row]:
-    from service.budget.estimate import estimate
-    from service.trace.engine import trace_budget_with_replays
+    from vrambudget.core.estimate import estimate
+    from vrambudget.trace.engine import trace_budget_with_replays
 
     w = msgspec.convert(spec, Workload)
     request = BudgetRequest(workloads=(w,), method="trace")

@@ -1,0 +1,72 @@
+"""The agent's published OpenAPI document: paths from Litestar, schemas from msgspec (what the
+handlers actually validate), as for the service (``service/api/openapi.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Litestar
+from litestar._openapi.plugin import OpenAPIPlugin
+
+from vrambudget.service.openapi import install_components
+from vrambudget.service.problems import Problem
+
+__all__ = ["agent_openapi_document"]
+
+_PROBLEM = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+
+
+def agent_openapi_document(app: Litestar) -> dict[str, Any]:
+    from .api import DeviceReport, Health, ProbePage
+    from .spec import ProbeRequest, ProbeResource
+
+    plugin = app.plugins.get(OpenAPIPlugin)
+    document: dict[str, Any] = plugin.provide_openapi_schema()
+    if document.get("x-schemas-from") == "msgspec":
+        return document
+    _, components = msgspec.json.schema_components(
+        [ProbeRequest, ProbeResource, ProbePage, DeviceReport, Health, Problem],
+        ref_template="#/components/schemas/{name}")
+    paths = document["paths"]
+    paths["/v1/probes"]["post"]["requestBody"] = {"required": True, "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/ProbeRequest"}}}}
+    paths["/v1/probes"]["post"]["responses"]["202"]["headers"] = {"Location": {
+        "description": "The probe's URL, to poll.", "required": True,
+        "schema": {"type": "string"}}}
+    for path, item in paths.items():
+        for operation in item.values():
+            if not isinstance(operation, dict):
+                continue
+            responses = operation.setdefault("responses", {})
+            if path != "/healthz":
+                responses["401"] = {"description": "Missing or wrong bearer token",
+                                    "content": _PROBLEM}
+            if "400" in responses:
+                responses["400"] = {"description": "Malformed JSON", "content": _PROBLEM}
+    post = paths["/v1/probes"]["post"]["responses"]
+    post["422"] = {"description": "Invalid probe (field path and allowed range)",
+                   "content": _PROBLEM}
+    post["429"] = {"description": "The device's probe queue is full", "content": _PROBLEM,
+                   "headers": {"Retry-After": {"required": True,
+                                               "schema": {"type": "integer", "minimum": 1}}}}
+    post["413"] = {"description": "Request body too large", "content": _PROBLEM}
+    for path in ("/v1/probes/{probe_id}",):
+        for method in ("get", "delete"):
+            if method in paths.get(path, {}):
+                paths[path][method]["responses"]["404"] = {"description": "No such probe",
+                                                            "content": _PROBLEM}
+    metrics = paths.get("/metrics", {}).get("get")
+    if metrics:
+        metrics["responses"]["200"]["content"] = {
+            "text/plain": {"schema": {"type": "string"},
+                           "x-format": "Prometheus text exposition format 0.0.4"}}
+    install_components(document, components)
+    document["components"]["securitySchemes"] = {"bearer": {
+        "type": "http", "scheme": "bearer",
+        "description": "A token from VRAMBUDGET_AGENT_TOKENS / VRAMBUDGET_AGENT_TOKEN_FILE."}}
+    for path, item in paths.items():
+        for operation in item.values():
+            if isinstance(operation, dict):
+                operation["security"] = [] if path == "/healthz" else [{"bearer": []}]
+    return document

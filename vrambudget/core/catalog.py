@@ -1,0 +1,148 @@
+"""The GPU catalog and the model presets: data files under ``data/`` with a source per entry.
+
+The files are decoded into typed structs once, at import; a malformed entry fails loudly (and a
+test decodes both files), so the service never starts with a catalog it cannot trust.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import msgspec
+
+from .arch import Arch
+from .errors import UnknownGPU, UnknownModel
+from .hf_config import HFConfig
+
+__all__ = [
+    "GPU",
+    "GPU_IDS",
+    "MODEL_IDS",
+    "CheckpointFacts",
+    "MIGProfile",
+    "ModelPreset",
+    "gpu",
+    "gpus",
+    "preset",
+    "preset_arch",
+    "presets",
+]
+
+DTypeName = Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4",
+                    "fp6", "fp4"]
+
+
+class MIGProfile(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    memory_marketing: str | None = None
+    max_instances: int | None = None
+
+
+class GPU(msgspec.Struct, frozen=True, kw_only=True):
+    """A catalog device. ``memory_total_bytes`` is what the CUDA/HIP runtime reports as total
+    (``cudaMemGetInfo``), not the marketing capacity; ``memory_total_basis`` says how it is
+    known and ``memory_total_precision_bytes`` how exactly."""
+
+    id: str
+    name: str
+    vendor: Literal["nvidia", "amd"]
+    architecture: str
+    compute_capability: str | None = None
+    gfx_target: str | None = None
+    segment: Literal["datacenter", "workstation", "consumer"]
+    marketing_memory: str
+    memory_total_bytes: int
+    memory_total_basis: Literal["runtime", "runtime_gib_2dp", "nvidia_smi", "marketing"]
+    memory_total_precision_bytes: int = 0
+    memory_total_quote: str | None = None
+    memory_total_source: str
+    nvidia_smi_total_mib: int | None = None
+    memory_bandwidth_bytes_per_s: int | None = None
+    native_dtypes: tuple[DTypeName, ...]
+    mig_profiles: tuple[MIGProfile, ...] = ()
+    tdp_watts: int | None = None
+    interconnect: str | None = None
+    spec_source: str
+    notes: str | None = None
+
+
+class CheckpointFacts(msgspec.Struct, frozen=True, kw_only=True):
+    num_params: int | None
+    counts: Literal["loaded", "checkpoint"] = "loaded"
+    stored_dtype: str | None = None
+    total_size_bytes: int | None = None
+    how: str
+    source: str | None = None
+    rounded_cross_check: str | None = None
+
+
+class ModelPreset(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    display_name: str
+    hf_repo: str
+    config: HFConfig | None
+    """None only while an entry is incomplete; such entries are not served."""
+    config_source: str
+    checkpoint: CheckpointFacts
+    notes: str | None = None
+
+
+class _GPUFile(msgspec.Struct):
+    schema: Literal["vrambudget.gpus/1"]
+    gpus: tuple[GPU, ...]
+
+
+class _ModelFile(msgspec.Struct):
+    schema: Literal["vrambudget.models/1"]
+    presets: tuple[ModelPreset, ...]
+
+
+def _read(name: str) -> bytes:
+    return resources.files("vrambudget.core.data").joinpath(name).read_bytes()
+
+
+@cache
+def gpus() -> dict[str, GPU]:
+    entries = msgspec.json.decode(_read("gpus.json"), type=_GPUFile).gpus
+    return {g.id: g for g in entries}
+
+
+@cache
+def presets() -> dict[str, ModelPreset]:
+    entries = msgspec.json.decode(_read("models.json"), type=_ModelFile).presets
+    return {p.id: p for p in entries if p.config is not None}
+
+
+def gpu(gpu_id: str) -> GPU:
+    try:
+        return gpus()[gpu_id]
+    except KeyError:
+        raise UnknownGPU(gpu_id) from None
+
+
+def preset(model_id: str) -> ModelPreset:
+    try:
+        return presets()[model_id]
+    except KeyError:
+        raise UnknownModel(model_id) from None
+
+
+@cache
+def preset_arch(model_id: str) -> Arch:
+    from .families import arch_from_hf_config
+
+    config = preset(model_id).config
+    assert config is not None  # presets() serves complete entries only
+    return arch_from_hf_config(config)
+
+
+def _literal(values: tuple[str, ...]) -> Any:
+    return Literal[values] if values else str  # type: ignore[valid-type]
+
+
+GPU_IDS: tuple[str, ...] = tuple(gpus())
+MODEL_IDS: tuple[str, ...] = tuple(presets())
+GPUId: Any = _literal(GPU_IDS)
+ModelId: Any = _literal(MODEL_IDS)

@@ -1,0 +1,477 @@
+"""The trace tier behind ``POST /v1/budgets`` with ``method: "trace"``: a bounded pool of worker
+processes that run the (CPU-bound, torch-importing) trace engine, so the event loop never waits
+on a trace.
+
+* **Processes, not threads**: a trace holds the GIL for seconds. ``pebble.ProcessPool`` rather
+  than ``concurrent.futures``: on a time limit pebble kills the worker and starts a new one;
+  concurrent.futures cannot stop a running task. The ``spawn`` context: no forked copy of the
+  server's threads and sockets in the worker, and the same behaviour on every platform.
+* **Started lazily**, on the first trace request, not at app start-up: most replicas serve only
+  the analytic path, and a worker with torch imported costs a process, ~1 s of CPU to start and
+  hundreds of MiB of resident memory. Start-up stays fast and torch-free (tests/test_layering.py).
+  Each worker imports torch and the engine once, in the pool's initializer, which runs before
+  the worker takes its first task, so the import is never counted against a trace's time limit
+  and later traces do not pay it at all.
+* **Bounded**: at most ``max_pending`` distinct traces are running or waiting; beyond that a
+  request is refused at once (:class:`TraceBusy`, 503 + ``Retry-After``) instead of queueing
+  without end. Identical concurrent requests share one trace (single flight), and answers are
+  kept in a bounded LRU keyed by the sha256 of the *decoded* request re-encoded (defaults
+  filled, key order and whitespace irrelevant).
+* **Nothing unpicklable crosses the process boundary**: the request goes to the worker as msgspec
+  JSON bytes and comes back as encoded answer bytes or a tuple of plain strings (pebble treats an
+  unpicklable result as a broken pool, and ``InvalidWorkload(field, message)`` does not survive
+  pickling).
+
+This module imports neither Litestar nor torch nor pebble at import time: the worker processes
+import it too (for :func:`run_trace`), and the server imports pebble only on its first trace.
+Errors are plain exceptions here; ``problems.py`` turns them into problem+json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+import logging
+import math
+import os
+import re
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.util import find_spec
+from typing import Any, Protocol
+
+import msgspec
+
+from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownGPU, UnknownModel
+from vrambudget.core.spec import BudgetRequest
+
+__all__ = [
+    "DEFAULT_ENTRY",
+    "ENTRY_PATTERN",
+    "INSTALL_HINT",
+    "OUTCOMES",
+    "TraceBusy",
+    "TraceError",
+    "TracePool",
+    "TraceTimeLimit",
+    "TraceUnavailable",
+    "TraceWorkerDied",
+    "canonical_key",
+    "encode_answer",
+    "init_worker",
+    "load_entry",
+    "run_trace",
+]
+
+log = logging.getLogger("vrambudget.trace")
+
+DEFAULT_ENTRY = "vrambudget.trace.engine:trace_budget"
+ENTRY_PATTERN = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+INSTALL_HINT = "trace tier not installed: pip install 'vrambudget[trace]'"
+TIME_LIMIT_ENV = "VRAMBUDGET_TRACE_TIME_LIMIT_S"
+
+OUTCOMES = ("ok", "shared", "cached", "timeout", "busy", "crashed", "invalid", "unavailable",
+            "error")
+"""Outcome label of ``vrambudget_trace_requests_total``, one per trace request: ``shared`` is
+an answer from another request's trace in flight (single flight), ``error`` an unexpected
+exception in the engine (500)."""
+
+
+# ---------------------------------------------------------------------------------- errors --
+
+class TraceError(Exception):
+    """Why a trace request got no budget (problems.py maps each to problem+json)."""
+
+
+class TraceUnavailable(TraceError):
+    """The trace tier cannot run on this server (501), or not now: shutting down (503)."""
+
+    def __init__(self, reason: str, *, temporary: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.temporary = temporary
+
+
+class TraceTimeLimit(TraceError):
+    """The trace ran past the time limit and its worker was killed (422)."""
+
+    def __init__(self, limit_s: float) -> None:
+        super().__init__(f"trace exceeded {limit_s:g} s")
+        self.limit_s = limit_s
+
+
+class TraceBusy(TraceError):
+    """As many traces as allowed are running or waiting (503 + Retry-After)."""
+
+    def __init__(self, max_pending: int, retry_after_s: int) -> None:
+        super().__init__(f"{max_pending} traces running or waiting")
+        self.max_pending = max_pending
+        self.retry_after_s = retry_after_s
+
+
+class TraceWorkerDied(TraceError):
+    """The worker process running the trace died (killed for memory, a crash) (503)."""
+
+    def __init__(self, exitcode: int | None, reason: str = "") -> None:
+        super().__init__(reason or f"trace worker exited with code {exitcode}")
+        self.exitcode = exitcode
+        self.reason = reason
+
+
+# ------------------------------------------------------------------------------ worker side --
+
+def load_entry(entry: str) -> Callable[[BudgetRequest], Any]:
+    """The engine function named by ``"module:function"`` (imports the module)."""
+    if not ENTRY_PATTERN.match(entry):
+        raise ValueError(f"trace entry point {entry!r} is not 'module:function'")
+    module, _, name = entry.partition(":")
+    fn = getattr(importlib.import_module(module), name, None)
+    if not callable(fn):
+        # ImportError, not TypeError: to the service a missing engine function is a missing tier
+        raise ImportError(  # noqa: TRY004
+            f"trace entry point {entry!r}: {module} has no function {name!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+def _str_subclasses(value: Any) -> Any:
+    """msgspec encodes ``str`` but not its subclasses, and an engine can easily hand one over
+    (``torch.__version__`` is a ``TorchVersion``): encode those as the plain string they are."""
+    if isinstance(value, str):
+        return str(value)
+    raise NotImplementedError(f"Encoding objects of type {type(value).__name__} is unsupported")
+
+
+encode_answer = msgspec.json.Encoder(enc_hook=_str_subclasses).encode
+"""The encoder of trace answers (in the workers, and in the CLI's in-process trace)."""
+
+
+_worker_entries: dict[str, Callable[[BudgetRequest], Any] | str] = {}
+"""In a worker: the loaded entry point, or why it could not be loaded."""
+
+
+def _worker_entry(entry: str) -> Callable[[BudgetRequest], Any] | str:
+    found = _worker_entries.get(entry)
+    if found is None:
+        try:
+            found = load_entry(entry)
+        except ImportError as exc:  # ModuleNotFoundError included: torch or the engine missing
+            found = f"{INSTALL_HINT} (loading {entry}: {exc})"
+        except Exception as exc:  # noqa: BLE001 -- an engine that fails to import is not installed
+            found = f"the trace engine {entry} failed to load: {type(exc).__name__}: {exc}"
+        _worker_entries[entry] = found
+    return found
+
+
+def init_worker(entry: str, env: dict[str, str] | None = None) -> None:
+    """pebble initializer, once per worker process before its first task: set ``env``, import
+    torch and the engine now, so no trace pays (or is timed for) the import. It must not raise:
+    pebble turns an initializer failure into a dead worker and then a broken pool. A failure is
+    remembered and reported by the first task instead."""
+    os.environ.update(env or {})
+    try:
+        importlib.import_module("torch")  # not an `import` statement: torch stays out of the
+    except ImportError:                    # API layer's static imports (test_layering.py)
+        pass
+    _worker_entry(entry)
+
+
+def run_trace(entry: str, payload: bytes) -> tuple[Any, ...]:
+    """The task a worker runs: decode the request, call the engine, encode the answer. Returns
+    only bytes, strings and numbers:
+
+    ``("ok", answer, seconds)`` | ``("invalid", field, message, seconds)`` |
+    ``("unknown-model", id, seconds)`` | ``("unknown-gpu", id, seconds)`` |
+    ``("budget-error", message, seconds)`` | ``("memory", message, seconds)`` |
+    ``("unavailable", reason)`` | ``("error", summary, traceback, seconds)``
+    """
+    fn = _worker_entry(entry)
+    if isinstance(fn, str):
+        return ("unavailable", fn)
+    start = time.perf_counter()
+    try:
+        answer = encode_answer(fn(msgspec.json.decode(payload, type=BudgetRequest)))
+    except InvalidWorkload as exc:
+        return ("invalid", exc.field, exc.message, time.perf_counter() - start)
+    except UnknownModel as exc:
+        return ("unknown-model", exc.model_id, time.perf_counter() - start)
+    except UnknownGPU as exc:
+        return ("unknown-gpu", exc.gpu_id, time.perf_counter() - start)
+    except BudgetError as exc:
+        return ("budget-error", str(exc), time.perf_counter() - start)
+    except MemoryError as exc:
+        return ("memory", str(exc), time.perf_counter() - start)
+    except Exception as exc:  # noqa: BLE001 -- reported (500), never raised across the pipe
+        return ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(),
+                time.perf_counter() - start)
+    return ("ok", answer, time.perf_counter() - start)
+
+
+# ------------------------------------------------------------------------------ server side --
+
+def canonical_key(request: BudgetRequest) -> tuple[bytes, bytes]:
+    """(encoded request, its sha256): the worker's input and the cache key. Encoding the decoded
+    struct fills defaults and fixes field order, so equal workloads hash equal however the body
+    was written."""
+    payload = msgspec.json.encode(request)
+    return payload, hashlib.sha256(payload).digest()
+
+
+class _Cache(Protocol):
+    def get(self, key: tuple[str, bytes]) -> bytes | None: ...
+    def put(self, key: tuple[str, bytes], value: bytes) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Metrics:
+    requests: Any
+    duration: Any
+
+
+@lru_cache(maxsize=1)
+def _metrics() -> _Metrics:
+    """Process-wide, in prometheus_client's default registry -- where Litestar's
+    PrometheusMiddleware puts the request metrics and PrometheusController reads them -- and
+    created once however many apps a process builds (a second registration would raise)."""
+    from prometheus_client import Counter, Histogram
+
+    requests = Counter("vrambudget_trace_requests", "Trace requests (method: trace) by outcome",
+                       ["outcome"])
+    duration = Histogram(
+        "vrambudget_trace_duration_seconds",
+        "Seconds a worker spent on a trace that ran to its end (outcome ok: a budget; invalid: "
+        "the engine rejected the workload)", ["outcome"],
+        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))
+    for outcome in OUTCOMES:
+        requests.labels(outcome)
+    for outcome in ("ok", "invalid"):
+        duration.labels(outcome)
+    return _Metrics(requests=requests, duration=duration)
+
+
+def trace_tier_problem(entry: str) -> str | None:
+    """Why the trace tier cannot run here (None: it can), found without importing torch or the
+    engine: pebble, torch and the entry point's module must be installed."""
+    module = entry.partition(":")[0]
+    for name in ("pebble", "torch", module):
+        try:
+            spec = find_spec(name)
+        except (ImportError, ValueError):  # a parent package that does not import
+            spec = None
+        if spec is None:
+            return f"{INSTALL_HINT} (module {name!r} not found)"
+    return None
+
+
+_REJECTED = ("invalid", "unknown-model", "unknown-gpu", "budget-error")
+"""Worker results where the engine rejected the workload (a 4xx answer)."""
+
+
+class TracePool:
+    """The app's trace workers, single-flight table and answer cache (one per app)."""
+
+    def __init__(self, *, entry: str, workers: int, time_limit_s: float, max_pending: int,
+                 cache: _Cache, env: dict[str, str] | None = None) -> None:
+        self.entry = entry
+        self.env = dict(env or {})
+        """Environment variables set in each worker before the engine loads (e.g. the
+        calibration profiles directory)."""
+        self.workers = workers
+        self.time_limit_s = time_limit_s
+        self.max_pending = max_pending
+        self._cache = cache
+        self._inflight: dict[bytes, asyncio.Task[bytes]] = {}
+        self._pool: Any = None  # pebble.ProcessPool, made on the first trace
+        self._lock = threading.Lock()  # _pool is made and replaced from worker threads
+        self._problem: str | None = None
+        self._checked = False
+        self._typical_s: float | None = None  # EWMA of finished traces, for Retry-After
+        self._closed = False
+        self._metrics = _metrics()
+
+    # -- availability -------------------------------------------------------------------------
+
+    def unavailable(self) -> str | None:
+        if not self._checked:
+            self._problem = self._problem or trace_tier_problem(self.entry)
+            self._checked = True
+        return self._problem
+
+    # -- the request path ---------------------------------------------------------------------
+
+    async def answer(self, request: BudgetRequest) -> bytes:
+        """The encoded budget of a ``method: trace`` request, from the cache, from a trace of
+        the same workload already in flight, or from a new trace."""
+        count = self._metrics.requests.labels
+        reason = self.unavailable()
+        if reason is not None:
+            count("unavailable").inc()
+            raise TraceUnavailable(reason)
+        payload, digest = canonical_key(request)
+        key = ("trace", digest)
+        hit = self._cache.get(key)
+        if hit is not None:
+            count("cached").inc()
+            return hit
+        task = self._inflight.get(digest)
+        leader = task is None
+        if task is None:
+            if self._closed:
+                raise TraceUnavailable("the server is shutting down", temporary=True)
+            if len(self._inflight) >= self.max_pending:
+                count("busy").inc()
+                raise TraceBusy(self.max_pending, self._retry_after_s())
+            task = asyncio.get_running_loop().create_task(self._trace(key, payload))
+            self._inflight[digest] = task
+            task.add_done_callback(lambda t: self._settle(digest, t))
+        try:
+            # shield: a client that disconnects does not cancel a trace others may share (its
+            # answer is cached either way); shutdown cancels the task itself.
+            answer = await asyncio.shield(task)
+        except TraceTimeLimit:
+            count("timeout").inc()
+            raise
+        except TraceWorkerDied:
+            count("crashed").inc()
+            raise
+        except TraceUnavailable:
+            count("unavailable").inc()
+            raise
+        except BudgetError:
+            count("invalid").inc()
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            count("error").inc()
+            raise
+        count("ok" if leader else "shared").inc()
+        return answer
+
+    def _settle(self, digest: bytes, task: asyncio.Task[bytes]) -> None:
+        if self._inflight.get(digest) is task:
+            del self._inflight[digest]
+        if not task.cancelled():
+            task.exception()  # retrieved: no "exception was never retrieved" when nobody waits
+
+    def _retry_after_s(self) -> int:
+        """When a slot is likely free: a typical trace's duration (until one has finished, the
+        smaller of 5 s and the limit), at least 1 s and at most the limit."""
+        typical = self._typical_s if self._typical_s is not None else min(5.0,
+                                                                          self.time_limit_s)
+        return max(1, min(math.ceil(typical), math.ceil(self.time_limit_s)))
+
+    async def _trace(self, key: tuple[str, bytes], payload: bytes) -> bytes:
+        from concurrent.futures.process import BrokenProcessPool
+
+        pool, future = await asyncio.to_thread(self._schedule, payload)
+        from pebble import ProcessExpired  # imported by _schedule by now
+        try:
+            result = await asyncio.wrap_future(future)
+        except TimeoutError:  # pebble has killed the worker and is starting a new one
+            raise TraceTimeLimit(self.time_limit_s) from None
+        except BrokenProcessPool as exc:
+            self._discard(pool)
+            raise TraceWorkerDied(None, f"the trace pool broke ({exc}); it has been restarted"
+                                  ) from None
+        except ProcessExpired as exc:  # the worker died mid-trace; pebble starts a new one
+            raise TraceWorkerDied(exc.exitcode) from None
+        kind = result[0]
+        if kind == "ok":
+            self._finished(result[2], "ok")
+            return self._cache.put(key, result[1])
+        if kind == "unavailable":
+            self._problem = result[1]  # the same on every worker: answer 501 from now on
+            raise TraceUnavailable(result[1])
+        self._finished(result[-1], "invalid" if kind in _REJECTED else None)
+        if kind == "invalid":
+            raise InvalidWorkload(result[1], result[2])
+        if kind == "unknown-model":
+            raise UnknownModel(result[1])
+        if kind == "unknown-gpu":
+            raise UnknownGPU(result[1])
+        if kind == "budget-error":
+            raise BudgetError(result[1])
+        if kind == "memory":
+            raise TraceWorkerDied(None, f"out of host memory: MemoryError {result[1]}".strip())
+        log.error("trace engine %s failed: %s\n%s", self.entry, result[1], result[2])
+        raise RuntimeError(f"trace engine failed: {result[1]}")
+
+    def _finished(self, seconds: float, outcome: str | None) -> None:
+        if outcome is not None:
+            self._metrics.duration.labels(outcome).observe(seconds)
+        self._typical_s = seconds if self._typical_s is None else \
+            0.7 * self._typical_s + 0.3 * seconds
+
+    # -- the pebble pool (called in worker threads, never on the event loop) ------------------
+
+    def _schedule(self, payload: bytes) -> tuple[Any, Any]:
+        """(the pool, the pebble future of the trace); a broken pool is replaced once."""
+        for attempt in (1, 2):
+            pool = self._ensure_pool()
+            try:
+                return pool, pool.schedule(run_trace, args=(self.entry, payload),
+                                           timeout=self.time_limit_s)
+            except RuntimeError:  # "Unexpected error within the Pool" / "not active"
+                if attempt == 2 or self._closed:
+                    raise TraceWorkerDied(None, "the trace pool is not running") from None
+                self._discard(pool)
+        raise AssertionError("unreachable")
+
+    def _ensure_pool(self) -> Any:
+        with self._lock:
+            if self._closed:
+                raise TraceUnavailable("the server is shutting down", temporary=True)
+            if self._pool is None:
+                import multiprocessing
+
+                import pebble
+
+                self._pool = pebble.ProcessPool(
+                    max_workers=self.workers, initializer=init_worker,
+                    initargs=(self.entry, self.env),
+                    context=multiprocessing.get_context("spawn"))
+            return self._pool
+
+    def _discard(self, pool: Any) -> None:
+        """Forget a broken pool (the next trace makes a new one) and stop it in the background."""
+        with self._lock:
+            if pool is None or self._pool is not pool:
+                return
+            self._pool = None
+        threading.Thread(target=_stop, args=(pool,), name="trace-pool-stop", daemon=True).start()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
+
+    def open(self) -> None:
+        """Accept traces again (app start-up). An app's lifespan may run more than once, e.g.
+        under successive test clients; workers still start only on the first trace."""
+        self._closed = False
+
+    async def close(self) -> None:
+        """Cancel traces in flight and stop the workers (app shutdown)."""
+        self._closed = True
+        tasks = list(self._inflight.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.to_thread(_stop, pool)
+
+
+def _stop(pool: Any) -> None:
+    try:
+        pool.stop()
+        pool.join()
+    except Exception:  # shutting down a broken pool; nothing left to save
+        log.exception("stopping the trace pool")

@@ -1,0 +1,238 @@
+"""The trace tier: run each workload's PyTorch program on fake tensors, record every allocation,
+replay the stream through the caching-allocator model, and answer with the same components as
+the analytic tier plus the allocator's peaks and a timeline.
+
+What a CPU trace cannot see is added explicitly and listed in ``MODELLED``; what only real
+hardware fixes (CUDA context, NCCL buffers) keeps the analytic tier's cited defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from vrambudget.core.calibration import PROFILES_ENV, profiles_from
+from vrambudget.core.components import Component
+from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.estimate import (
+    DeviceContext,
+    estimate,
+    headroom_bytes,
+    resolve_device,
+    statics_for,
+)
+from vrambudget.core.overheads import CUBLASLT_WORKSPACE_BYTES, device_overheads
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.result import (
+    Budget,
+    CalibrationUse,
+    DeviceBudget,
+    Line,
+    OverheadOrigin,
+    Part,
+    Phase,
+    TracePoint,
+    TraceSummary,
+)
+from vrambudget.core.spec import (
+    BudgetRequest,
+    GenericWorkload,
+    InferenceWorkload,
+    TrainingWorkload,
+)
+from vrambudget.workloads import kernels
+from vrambudget.workloads.run import check_traceable, prepare
+
+from .recorder import Recorder
+from .replay import Replay, replay
+
+__all__ = [
+    "MODELLED",
+    "gemm_workspaces",
+    "trace_budget",
+    "trace_budget_with_replays",
+    "trace_workload",
+]
+
+C = Component
+
+MODELLED = (
+    "FlashAttention-2 (SDPA flash backend): output + fp32 log-sum-exp saved; backward "
+    "dq_accum fp32 (s rounded to 128, head dim to 32/64), softmax_d, GQA-expanded dk/dv "
+    "(flash_api.cpp mha_bwd)",
+    "fused RMSNorm/LayerNorm kernels: input and fp32 rstd (and mean) saved, no fp32 copies",
+    "cuBLAS + cuBLASLt workspaces allocated through the caching allocator at the first GEMM",
+    "bitsandbytes 4-bit: dequantized weight scratch per projection in forward and backward",
+    "non-fused torch optimizers keep their step counters on the host",
+    "MoE routing balanced over experts (fake tensors carry no values)",
+    "decode: the first and the last step are traced (steps between differ only in length)",
+)
+
+_TRACED = (C.WEIGHTS, C.QUANTIZATION_METADATA, C.ADAPTERS, C.KV_CACHE, C.ACTIVATIONS, C.LOGITS,
+           C.GRADIENTS, C.OPTIMIZER_STATE, C.MASTER_WEIGHTS, C.RUNTIME_WORKSPACE)
+_SOURCE = ("trace tier: torch {version} on fake tensors, every storage recorded by a dispatch "
+           "mode, replayed through a model of c10/cuda/CUDACachingAllocator.cpp")
+
+
+def gemm_workspaces(ctx: DeviceContext | None) -> tuple[tuple[str, int], ...]:
+    """The BLAS workspaces of the analytic tier's device overheads, as allocations."""
+    ov = ctx.overheads if ctx else device_overheads(None, "nvidia", None)
+    if ctx is not None and ctx.vendor == "amd":
+        return (("hipBLAS workspace", ov.workspace_bytes),)
+    # A calibrated workspace may be below the built-in cuBLASLt size (CUBLAS_WORKSPACE_CONFIG,
+    # a unified workspace): no part may go negative.
+    lt = min(CUBLASLT_WORKSPACE_BYTES, max(0, ov.workspace_bytes))
+    return (("cuBLAS workspace", max(0, ov.workspace_bytes) - lt), ("cuBLASLt workspace", lt))
+
+
+def trace_workload(w: InferenceWorkload | TrainingWorkload, *, iterations: int = 2,
+                   expandable_segments: bool = False,
+                   workspaces: tuple[tuple[str, int], ...] = (),
+                   field: str = "workloads[0]") -> Replay:
+    """Trace one process of ``w`` and replay it."""
+    check_traceable(w, field)
+    try:
+        arch = resolve_model(w.model)
+        statics_for(w, arch)  # the layout checks of the analytic tier
+    except InvalidWorkload as exc:
+        raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
+    _check_positions(w, arch, field)
+    recorder = Recorder(gemm_workspaces=workspaces)
+    with FakeTensorMode(), kernels.emulation(), recorder.recording():
+        program = prepare(w, arch, recorder, torch.device("cpu"))
+        program.run(iterations)
+        del program
+    return replay(recorder.trace, expandable_segments=expandable_segments)
+
+
+def _check_positions(w: InferenceWorkload | TrainingWorkload, arch: Any, field: str) -> None:
+    """Learned position embeddings (GPT-2, BERT) have a row per position: a longer sequence
+    cannot run at all."""
+    table = next((g for g in arch.embeddings if g.name in ("wpe", "position_embeddings")), None)
+    if table is None:
+        return
+    if isinstance(w, TrainingWorkload):
+        name, tokens = "sequence_length", w.sequence_length
+    else:
+        name, tokens = "prompt_tokens", w.context_tokens
+    if tokens > table.rows:
+        raise InvalidWorkload(f"{field}.{name}", f"needs {tokens} positions; the model's learned "
+                              f"position embeddings have {table.rows} (prompt + generated "
+                              "tokens must fit)")
+
+
+def _line(c: Component, value: int, formula: str, source: str,
+          parts: tuple[tuple[str, int], ...] = ()) -> Line:
+    return Line(c, value, formula, (), source, tuple(Part(name=n, bytes=b) for n, b in parts))
+
+
+def trace_budget(request: BudgetRequest) -> Budget:
+    """The answer to a ``method: trace`` request."""
+    return trace_budget_with_replays(request)[0]
+
+
+def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Replay, ...]]:
+    """The answer and each workload's replay (the oracle tests read the component peaks)."""
+    replays: list[Replay] = []
+    profiles = profiles_from(os.environ.get(PROFILES_ENV))
+    analytic = estimate(request.workloads, request.device, request.headroom, profiles,
+                        request.software)
+    ctx = resolve_device(request.device, profiles, request.software)
+    workspaces = gemm_workspaces(ctx)
+    source = _SOURCE.format(version=str(torch.__version__))
+    values = {c: 0 for c in Component}
+    parts: dict[Component, list[tuple[str, int]]] = {}
+    summary: TraceSummary | None = None
+    peaks: list[str] = []
+    analytic_device = analytic.devices[analytic.most_loaded]
+    analytic_lines = {line.component: line for line in analytic_device.lines}
+    for i, w in enumerate(request.workloads):
+        if isinstance(w, GenericWorkload):
+            raise InvalidWorkload(f"workloads[{i}]", "a generic workload has no code to trace: "
+                                  "use method 'analytic'")
+        r = trace_workload(w, iterations=request.trace.iterations,
+                           expandable_segments=request.trace.expandable_segments,
+                           workspaces=workspaces, field=f"workloads[{i}]")
+        replays.append(r)
+        k = w.instances
+        traced_total = 0
+        for c in _TRACED:
+            v = r.components.get(c.value, 0) * k
+            values[c] += v
+            traced_total += v
+            for name, b in r.parts.get(c.value, ()):
+                parts.setdefault(c, []).append((name, b * k))
+        values[C.ALLOCATOR_OVERHEAD] += r.peak_reserved_bytes * k - traced_total
+        peaks.append(f"{r.peak_phase} (iteration {r.peak_iteration})")
+        if summary is None:
+            summary = TraceSummary(
+                peak_allocated_bytes=r.peak_allocated_bytes,
+                peak_reserved_bytes=r.peak_reserved_bytes,
+                peak_phase=r.peak_phase,
+                peak_iteration=r.peak_iteration,
+                iterations=request.trace.iterations,
+                expandable_segments=request.trace.expandable_segments,
+                num_events=r.num_events,
+                timeline=tuple(TracePoint(iteration=it, phase=ph, allocated_bytes=a,
+                                          reserved_bytes=rs) for it, ph, a, rs in r.timeline),
+                modelled=MODELLED,
+                torch_version=str(torch.__version__),
+            )
+    # Non-torch overheads keep the analytic tier's cited defaults (context per process, NCCL).
+    values[C.CUDA_CONTEXT] = analytic_lines[C.CUDA_CONTEXT].bytes
+    values[C.COMMUNICATION_BUFFERS] = analytic_lines[C.COMMUNICATION_BUFFERS].bytes
+    outside_torch = values[C.CUDA_CONTEXT] + values[C.COMMUNICATION_BUFFERS]
+    subtotal = sum(values.values())
+    room = headroom_bytes(subtotal, request.headroom)
+    values[C.HEADROOM] = room
+    lines = []
+    for c in Component:
+        if c in _TRACED:
+            lines.append(_line(c, values[c], "live bytes of the component's storages at the "
+                               "allocated peak", source, tuple(parts.get(c, ()))))
+        elif c is C.ALLOCATOR_OVERHEAD:
+            lines.append(_line(c, values[c], "peak reserved - live bytes at the allocated peak "
+                               "(512-byte rounding, segment caching, fragmentation)", source))
+        else:
+            a = analytic_lines[c]
+            lines.append(Line(c, values[c], a.formula, (), a.source, a.parts))
+    total = subtotal + room
+    device = DeviceBudget(
+        label=analytic_device.label,
+        pipeline_stage=analytic_device.pipeline_stage,
+        num_devices=analytic_device.num_devices,
+        peak_phase="; ".join(peaks),
+        lines=tuple(lines),
+        total_bytes=total,
+        inputs=analytic_device.inputs,
+        phases=tuple(_phase(p, outside_torch, request) for p in (
+            summary.timeline if summary and len(request.workloads) == 1 else ())),
+    )
+    budget = msgspec.structs.replace(analytic, method="trace", devices=(device,), most_loaded=0,
+                                     total_bytes=total, trace=summary,
+                                     calibration=_traced_calibration(analytic.calibration))
+    return budget, tuple(replays)
+
+
+def _traced_calibration(use: CalibrationUse | None) -> CalibrationUse | None:
+    """The trace measures allocator overhead by replay: that line is neither a profile's nor
+    a built-in fraction."""
+    if use is None:
+        return None
+    overheads = tuple(
+        OverheadOrigin(component=o.component, origin="builtin", profile=None,
+                       source="trace tier: replay of c10/cuda/CUDACachingAllocator.cpp")
+        if o.component is Component.ALLOCATOR_OVERHEAD else o for o in use.overheads)
+    return msgspec.structs.replace(use, overheads=overheads)
+
+
+def _phase(p: TracePoint, outside_torch: int, request: BudgetRequest) -> Phase:
+    """A timeline point as a device total: reserved bytes + context and NCCL + headroom."""
+    k = request.workloads[0].instances
+    subtotal = p.reserved_bytes * k + outside_torch
+    return Phase(name=f"iteration {p.iteration}: {p.phase}",
+                 total_bytes=subtotal + headroom_bytes(subtotal, request.headroom))
