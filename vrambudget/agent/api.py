@@ -25,11 +25,11 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.params import FromPath, FromQuery
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
-from vrambudget.service.app import decode_body
-from vrambudget.service.problems import exception_handlers
 from vrambudget.core.compare import COMPARABLE_STATUSES
 from vrambudget.core.comparison import Comparison
 from vrambudget.core.result import Budget
+from vrambudget.http.body import decode_body
+from vrambudget.http.problems import exception_handlers as problem_handlers
 
 from . import nvml
 from .roundtrip import comparison_entry, device_ref, fetch_estimate, local_software
@@ -40,6 +40,8 @@ from .store import TERMINAL_STATUSES, Store
 from .webhooks import Deliverer, callback_allowed
 
 __all__ = ["create_agent_app"]
+
+_HANDLERS = problem_handlers()
 
 
 
@@ -378,7 +380,7 @@ def create_agent_app(settings: AgentSettings | None = None) -> Litestar:
         on_startup=[startup],
         on_shutdown=[shutdown],
         guards=[_bearer_guard],
-        exception_handlers={QueueFull: exception_handlers[HTTPException], **exception_handlers},
+        exception_handlers={QueueFull: _HANDLERS[HTTPException], **_HANDLERS},
         middleware=[prometheus.middleware],
         request_max_body_size=settings.max_body_bytes,
         debug=False,

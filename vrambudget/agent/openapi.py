@@ -1,5 +1,5 @@
 """The agent's published OpenAPI document: paths from Litestar, schemas from msgspec (what the
-handlers actually validate), as for the service (``service/api/openapi.py``)."""
+handlers actually validate), as for the service (:mod:`vrambudget.http.openapi`)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ import msgspec
 from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 
-from vrambudget.service.openapi import install_components
-from vrambudget.service.problems import Problem
+from vrambudget.http.openapi import PROBLEM_CONTENT, install_components, prometheus_text
+from vrambudget.http.problems import Problem
 
 __all__ = ["agent_openapi_document"]
 
-_PROBLEM = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
 
 
 def agent_openapi_document(app: Litestar) -> dict[str, Any]:
@@ -41,26 +40,22 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
             responses = operation.setdefault("responses", {})
             if path != "/healthz":
                 responses["401"] = {"description": "Missing or wrong bearer token",
-                                    "content": _PROBLEM}
+                                    "content": PROBLEM_CONTENT}
             if "400" in responses:
-                responses["400"] = {"description": "Malformed JSON", "content": _PROBLEM}
+                responses["400"] = {"description": "Malformed JSON", "content": PROBLEM_CONTENT}
     post = paths["/v1/probes"]["post"]["responses"]
     post["422"] = {"description": "Invalid probe (field path and allowed range)",
-                   "content": _PROBLEM}
-    post["429"] = {"description": "The device's probe queue is full", "content": _PROBLEM,
+                   "content": PROBLEM_CONTENT}
+    post["429"] = {"description": "The device's probe queue is full", "content": PROBLEM_CONTENT,
                    "headers": {"Retry-After": {"required": True,
                                                "schema": {"type": "integer", "minimum": 1}}}}
-    post["413"] = {"description": "Request body too large", "content": _PROBLEM}
+    post["413"] = {"description": "Request body too large", "content": PROBLEM_CONTENT}
     for path in ("/v1/probes/{probe_id}",):
         for method in ("get", "delete"):
             if method in paths.get(path, {}):
                 paths[path][method]["responses"]["404"] = {"description": "No such probe",
-                                                            "content": _PROBLEM}
-    metrics = paths.get("/metrics", {}).get("get")
-    if metrics:
-        metrics["responses"]["200"]["content"] = {
-            "text/plain": {"schema": {"type": "string"},
-                           "x-format": "Prometheus text exposition format 0.0.4"}}
+                                                            "content": PROBLEM_CONTENT}
+    prometheus_text(document)
     install_components(document, components)
     document["components"]["securitySchemes"] = {"bearer": {
         "type": "http", "scheme": "bearer",

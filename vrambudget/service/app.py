@@ -4,13 +4,11 @@ Litestar, into the core's msgspec types) -> pure call -> encode."""
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
-from litestar.exceptions import ClientException, ValidationException
+from litestar.exceptions import ValidationException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.openapi.spec import Contact, Server
@@ -20,11 +18,9 @@ from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
 from vrambudget.core.catalog import (
     GPU,
-    ModelPreset,
     gpu,
     gpus,
     preset,
-    preset_arch,
     presets,
 )
 from vrambudget.core.compare import (
@@ -39,116 +35,19 @@ from vrambudget.core.fit import FitRequest, FitResponse, fit
 from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest, CatalogDevice, Headroom, Software
+from vrambudget.http.body import decode_body
+from vrambudget.http.cache import AnswerCache
+from vrambudget.http.problems import Problem
 
 from .openapi import patch_openapi
-from .problems import Problem, exception_handlers
-from .tracing import DEFAULT_ENTRY, ENTRY_PATTERN, TracePool
+from .problems import exception_handlers
+from .settings import Settings, SettingsError
+from .tracing import TracePool
+from .wire import Health, ModelDetail, ModelSummary, Ready, model_summary
 
 __all__ = ["Settings", "SettingsError", "create_app"]
 
 VERSION = "0.1.0"
-
-
-class SettingsError(ValueError):
-    """A setting (usually an environment variable) with a value the service cannot run with."""
-
-
-# field -> (environment variable, smallest, largest) of the numeric settings
-_LIMITS: dict[str, tuple[str, float, float]] = {
-    "port": ("VRAMBUDGET_PORT", 0, 65535),
-    "max_body_bytes": ("VRAMBUDGET_MAX_BODY_BYTES", 1, 1 << 40),
-    "trace_workers": ("VRAMBUDGET_TRACE_WORKERS", 1, 256),
-    "trace_time_limit_s": ("VRAMBUDGET_TRACE_TIME_LIMIT_S", 0.1, 86400),
-    "trace_max_pending": ("VRAMBUDGET_TRACE_MAX_PENDING", 1, 1 << 16),
-    "trace_cache_entries": ("VRAMBUDGET_TRACE_CACHE_ENTRIES", 0, 1 << 24),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    max_body_bytes: int = 1 << 20
-    trace_workers: int = 1
-    """Worker processes running traces (each imports torch: ~1 s to start, some 100s of MiB)."""
-    trace_time_limit_s: float = 60.0
-    """A trace running longer is stopped (its worker killed) and answered 422."""
-    trace_max_pending: int = 4
-    """Distinct traces running or waiting; beyond, 503 + Retry-After."""
-    trace_cache_entries: int = 256
-    """Trace answers kept (LRU by the canonical request hash); 0 disables the cache."""
-    trace_entry: str = DEFAULT_ENTRY
-    """The engine, as ``module:function`` taking a BudgetRequest and returning a Budget."""
-    profiles_dir: str | None = None
-    """Directory of calibration profiles (``vrambudget calibrate``); none: built-in defaults."""
-
-    def __post_init__(self) -> None:
-        for name, (env, lo, hi) in _LIMITS.items():
-            value = getattr(self, name)
-            if not lo <= value <= hi:  # NaN fails too
-                raise SettingsError(f"{env} (setting {name}) must be in {lo:g} .. {hi:g}, "
-                                    f"got {value!r}")
-        if self.profiles_dir is not None:
-            try:
-                profiles_from(self.profiles_dir)
-            except ValueError as exc:
-                raise SettingsError(f"VRAMBUDGET_PROFILES_DIR (setting profiles_dir): {exc}"
-                                    ) from None
-        if not ENTRY_PATTERN.match(self.trace_entry):
-            raise SettingsError(f"VRAMBUDGET_TRACE_ENTRY (setting trace_entry) must be "
-                                f"'module:function', e.g. {DEFAULT_ENTRY!r}; "
-                                f"got {self.trace_entry!r}")
-
-    @classmethod
-    def from_env(cls) -> Settings:
-        """Settings from ``VRAMBUDGET_*`` environment variables; a bad value raises
-        :class:`SettingsError` naming the variable, so the service refuses to start."""
-        default = cls()
-        values: dict[str, Any] = {}
-        for name in ("host", "port", "max_body_bytes", "trace_workers", "trace_time_limit_s",
-                     "trace_max_pending", "trace_cache_entries", "trace_entry", "profiles_dir"):
-            env = _LIMITS[name][0] if name in _LIMITS else f"VRAMBUDGET_{name.upper()}"
-            raw = os.environ.get(env)
-            if raw is None:
-                continue
-            kind = type(getattr(default, name)) if getattr(default, name) is not None else str
-            try:
-                values[name] = kind(raw.strip()) if kind is not str else raw.strip()
-            except ValueError:
-                article = "a number" if kind is float else "an integer"
-                raise SettingsError(f"{env} must be {article}, got {raw!r}") from None
-        return cls(**values)
-
-
-class ModelSummary(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    display_name: str
-    hf_repo: str
-    model_type: str
-    num_params: int
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    max_position_embeddings: int
-    kv_cache_bytes_per_token_bf16: int
-    """K+V bytes per token over all layers in bf16 (full-attention layers; sliding layers cap at
-    their window)."""
-
-
-class ModelDetail(msgspec.Struct, frozen=True, kw_only=True):
-    summary: ModelSummary
-    preset: ModelPreset
-
-
-class Health(msgspec.Struct, frozen=True, kw_only=True):
-    status: str
-
-
-class Ready(msgspec.Struct, frozen=True, kw_only=True):
-    status: str
-    num_gpus: int
-    num_models: int
 
 
 _PROBLEMS = {
@@ -182,82 +81,10 @@ _BUDGET_PROBLEMS = {
 }
 
 
-T = TypeVar("T")
 _ENCODER = msgspec.json.Encoder()
 
 
-class AnswerCache:
-    """Encoded answers by exact request body. The answer is a pure function of the body (the
-    catalogs are fixed at start-up), so a repeated request -- a catalog page calling on every
-    view -- is served without decoding or computing. Bounded LRU; errors are never cached.
-    Each app also keeps one for trace answers, keyed by the canonical request hash
-    (``("trace", sha256)``, see tracing.py) and sized by ``trace_cache_entries``."""
-
-    def __init__(self, max_entries: int) -> None:
-        self._entries: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
-        self._max = max_entries
-
-    def get(self, key: tuple[str, bytes]) -> bytes | None:
-        hit = self._entries.get(key)
-        if hit is not None:
-            self._entries.move_to_end(key)
-        return hit
-
-    def put(self, key: tuple[str, bytes], value: bytes) -> bytes:
-        if self._max:
-            self._entries[key] = value
-            if len(self._entries) > self._max:
-                self._entries.popitem(last=False)
-        return value
-
-
 _ANSWER_ENTRIES = int(os.environ.get("VRAMBUDGET_ANSWER_CACHE_ENTRIES", "4096"))
-
-
-def decode_body(body: bytes, type_: type[T]) -> T:
-    """Strict msgspec decoding of a request body: exactly what the published schema says (no
-    coercion of 0 to false or "1" to 1, unlike Litestar's lenient signature model)."""
-    try:
-        return msgspec.json.decode(body, type=type_)
-    except msgspec.ValidationError as exc:
-        if "got `float`" in str(exc):
-            # JSON Schema counts 2.0 as an integer; msgspec does not. Retry with integral
-            # floats made ints (only on this error path, so valid requests pay nothing).
-            try:
-                return msgspec.convert(_integral(msgspec.json.decode(body)), type_)
-            except msgspec.ValidationError as again:
-                exc = again
-        raise ValidationException(detail="invalid request", extra=[{"message": str(exc)}]
-                                  ) from None
-    except msgspec.DecodeError as exc:
-        raise ClientException(detail=f"JSON is malformed: {exc}") from None
-
-
-def _integral(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral(v) for v in value]
-    return value
-
-
-def _summary(model_id: str) -> ModelSummary:
-    p = preset(model_id)
-    a = preset_arch(model_id)
-    if a.mla is not None:
-        kv_per_layer = a.mla.kv_lora_rank + a.mla.qk_rope_head_dim
-    else:
-        kv_per_layer = 2 * a.num_kv_heads * a.head_dim
-    return ModelSummary(
-        id=p.id, display_name=p.display_name, hf_repo=p.hf_repo, model_type=a.model_type,
-        num_params=a.num_params, num_layers=a.num_layers, hidden_size=a.hidden_size,
-        num_attention_heads=a.num_heads, num_key_value_heads=a.num_kv_heads,
-        max_position_embeddings=a.max_positions,
-        kv_cache_bytes_per_token_bf16=kv_per_layer * a.num_layers * 2 if a.kind == "decoder"
-        else 0,
-    )
 
 
 @post("/v1/budgets", status_code=200, tags=["budgets"], summary="Budget a workload",
@@ -377,13 +204,13 @@ async def get_gpu(gpu_id: FromPath[str]) -> GPU:
 
 @get("/v1/models", tags=["catalog"], summary="List the model presets")
 async def list_models() -> list[ModelSummary]:
-    return [_summary(i) for i in presets()]
+    return [model_summary(i) for i in presets()]
 
 
 @get("/v1/models/{model_id:str}", tags=["catalog"], summary="One model preset",
      responses={404: _PROBLEMS[404]})
 async def get_model(model_id: FromPath[str]) -> ModelDetail:
-    return ModelDetail(summary=_summary(model_id), preset=preset(model_id))
+    return ModelDetail(summary=model_summary(model_id), preset=preset(model_id))
 
 
 @get("/healthz", tags=["ops"], summary="Liveness")

@@ -1,7 +1,5 @@
-"""The published OpenAPI document: Litestar generates the paths; the request and response
-schemas are replaced by msgspec's own JSON Schema of the same types, because that is exactly
-what msgspec validates (constraints, tagged-union discriminators, and ``additionalProperties:
-false`` for the structs that forbid unknown fields -- which Litestar's generator omits)."""
+"""The service's published OpenAPI document (assembled as both apps do, see
+:mod:`vrambudget.http.openapi`): its wire types, request bodies and problem responses."""
 
 from __future__ import annotations
 
@@ -14,53 +12,21 @@ from litestar._openapi.plugin import OpenAPIPlugin
 from vrambudget.core.catalog import GPU, ModelPreset
 from vrambudget.core.fit import FitRequest, FitResponse
 from vrambudget.core.result import Budget
-from vrambudget.core.spec import SCHEMA_RULES, BudgetRequest
+from vrambudget.core.spec import BudgetRequest
+from vrambudget.http.openapi import PROBLEM_CONTENT, install_components, prometheus_text
+from vrambudget.http.problems import Problem
 
-from .problems import Problem
+from .wire import Health, ModelDetail, ModelSummary, Ready
 
-__all__ = ["WIRE_TYPES", "install_components", "openapi_document", "patch_openapi"]
+__all__ = ["WIRE_TYPES", "openapi_document", "patch_openapi"]
 
 
 def _wire_types() -> list[Any]:
-    from .app import Health, ModelDetail, ModelSummary, Ready
-
     return [BudgetRequest, Budget, FitRequest, FitResponse, GPU, ModelPreset, ModelSummary,
             ModelDetail, Problem, Health, Ready]
 
 
 WIRE_TYPES = _wire_types
-
-
-def _refs(node: Any, found: set[str]) -> None:
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            found.add(ref.rsplit("/", 1)[-1])
-        for v in node.values():
-            _refs(v, found)
-    elif isinstance(node, list):
-        for v in node:
-            _refs(v, found)
-
-
-def install_components(document: dict[str, Any], components: dict[str, Any]) -> None:
-    """Put msgspec's schemas (with the cross-field rules) into ``document``, drop the ones no
-    path uses, and fail on a reference without a schema. Shared with the agent's document."""
-    for name, rules in SCHEMA_RULES.items():
-        if name in components:
-            components[name] = {**components[name], "allOf": rules}
-    schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    schemas.update(components)
-    used: set[str] = set()
-    _refs(document.get("paths", {}), used)
-    _refs(components, used)
-    for name in list(schemas):
-        if name not in used:
-            del schemas[name]
-    missing = used - set(schemas)
-    if missing:
-        raise RuntimeError(f"OpenAPI references without schemas: {sorted(missing)}")
-    document["x-schemas-from"] = "msgspec"
 
 
 def patch_openapi(app: Litestar) -> None:
@@ -76,8 +42,7 @@ def patch_openapi(app: Litestar) -> None:
             if "422" in responses and "400" in responses:
                 # Litestar documents its own 400 validation body; this app answers 400 only
                 # for malformed JSON and 422 for invalid values, both problem+json.
-                responses["400"] = {"description": "Malformed JSON", "content": {
-                    "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+                responses["400"] = {"description": "Malformed JSON", "content": PROBLEM_CONTENT}
     busy = document["paths"]["/v1/budgets"]["post"]["responses"].get("503")
     if busy is not None:  # ResponseSpec cannot declare headers
         busy["headers"] = {"Retry-After": {
@@ -90,11 +55,7 @@ def patch_openapi(app: Litestar) -> None:
             "required": True,
             "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
         }
-    metrics = document["paths"].get("/metrics", {}).get("get")
-    if metrics:
-        metrics["responses"]["200"]["content"] = {
-            "text/plain": {"schema": {"type": "string"},
-                           "x-format": "Prometheus text exposition format 0.0.4"}}
+    prometheus_text(document)
     install_components(document, components)
 
 

@@ -1,16 +1,16 @@
-"""The one place where errors become RFC 9457 problem+json responses."""
+"""The service's own errors as problem+json: the trace tier's time limit, busy pool, dead worker
+and missing installation; everything else maps as in :mod:`vrambudget.http.problems`."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-import msgspec
 from litestar import Request, Response
-from litestar.exceptions import HTTPException, NotFoundException, ValidationException
-from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownGPU, UnknownModel
+from vrambudget.core.fit import FitRequest
+from vrambudget.core.spec import BudgetRequest
+from vrambudget.http.problems import exception_handlers as _handlers
+from vrambudget.http.problems import internal, problem
 
 from .tracing import (
     TIME_LIMIT_ENV,
@@ -21,140 +21,7 @@ from .tracing import (
     TraceWorkerDied,
 )
 
-__all__ = ["PROBLEM_MEDIA_TYPE", "Problem", "ProblemError", "exception_handlers"]
-
-PROBLEM_MEDIA_TYPE = "application/problem+json"
-
-
-class ProblemError(msgspec.Struct, frozen=True, kw_only=True):
-    field: str
-    """JSON path of the offending field, e.g. ``$.workloads[0].batch_size``."""
-    message: str
-
-
-class Problem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """RFC 9457 problem details."""
-
-    type: str = "about:blank"
-    title: str
-    status: int
-    detail: str
-    instance: str | None = None
-    errors: tuple[ProblemError, ...] = ()
-
-
-def _problem(request: Request[Any, Any, Any], status: int, title: str, detail: str,
-             errors: tuple[ProblemError, ...] = (), type_: str = "about:blank",
-             headers: dict[str, str] | None = None) -> Response[Any]:
-    body = Problem(type=type_, title=title, status=status, detail=detail,
-                   instance=request.url.path, errors=errors)
-    return Response(content=msgspec.json.encode(body), status_code=status,
-                    media_type=PROBLEM_MEDIA_TYPE, headers=headers)
-
-
-_PATH = re.compile(r" - at `(?P<path>[^`]+)`$")
-
-
-def _split(message: str) -> tuple[str, str]:
-    match = _PATH.search(message)
-    if match:
-        return match.group("path"), message[: match.start()]
-    return "$", message
-
-
-_PATH_TOKEN = re.compile(r"\.(\w+)|\[(\d+)\]")
-
-
-def _allowed(root: Any, path: str) -> str | None:
-    """What the field at a JSON path accepts, read from the msgspec type (the same source the
-    schema is generated from): the enum values, or the numeric / length range."""
-    from msgspec import inspect as mi
-
-    def strip(t: Any) -> list[Any]:
-        if isinstance(t, mi.UnionType):
-            return [x for u in t.types for x in strip(u)]
-        if isinstance(t, mi.Metadata):
-            return strip(t.type)
-        return [t]
-
-    def describe(types: list[Any]) -> str | None:
-        for t in types:
-            if isinstance(t, mi.LiteralType):
-                return "allowed: " + ", ".join(repr(v) for v in t.values)
-            if isinstance(t, mi.EnumType):
-                return "allowed: " + ", ".join(repr(m.value) for m in t.cls)
-        for t in types:
-            if isinstance(t, mi.IntType | mi.FloatType):
-                lo = t.ge if t.ge is not None else t.gt
-                hi = t.le if t.le is not None else t.lt
-                if lo is not None or hi is not None:
-                    return f"allowed range: {lo if lo is not None else '-inf'} .. " \
-                           f"{hi if hi is not None else 'inf'}"
-            if isinstance(t, mi.StrType | mi.VarTupleType | mi.ListType):
-                lo, hi = t.min_length, t.max_length
-                if lo is not None or hi is not None:
-                    return f"allowed length: {lo or 0} .. {hi if hi is not None else 'any'}"
-        return None
-
-    def walk(types: list[Any], tokens: list[tuple[str, str]]) -> str | None:
-        if not tokens:
-            return describe(types)
-        (name, index), rest = tokens[0], tokens[1:]
-        nxt: list[Any] = []
-        for t in types:
-            if name and isinstance(t, mi.StructType):
-                nxt += [x for f in t.fields if f.encode_name == name for x in strip(f.type)]
-            elif index and isinstance(t, mi.ListType | mi.VarTupleType):
-                nxt += strip(t.item_type)
-        return walk(nxt, rest) if nxt else None
-
-    tokens = [(m.group(1) or "", m.group(2) or "") for m in _PATH_TOKEN.finditer(path[1:])]
-    try:
-        return walk(strip(mi.type_info(root)), tokens)
-    except (AttributeError, TypeError):  # a hint only; never fail the error response itself
-        return None
-
-
-def _request_type(path: str) -> Any:
-    from vrambudget.core.fit import FitRequest
-    from vrambudget.core.spec import BudgetRequest
-
-    return {"/v1/budgets": BudgetRequest, "/v1/fits": FitRequest}.get(path)
-
-
-def _validation(request: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
-    errors: list[ProblemError] = []
-    extra = exc.extra if isinstance(exc.extra, list) else []
-    for item in extra:
-        if isinstance(item, dict):
-            message = str(item.get("message", ""))
-            path, text = _split(message)
-            key = item.get("key")
-            if path == "$" and key:
-                path = f"$.{key}"
-            text = text or message
-            root = _request_type(request.url.path)
-            if root is not None and (text.startswith(("Invalid enum value", "Expected"))):
-                allowed = _allowed(root, path)
-                if allowed and allowed not in text:
-                    text += f"; {allowed}"
-            errors.append(ProblemError(field=path, message=text))
-    detail = "; ".join(f"{e.field}: {e.message}" for e in errors) or str(exc.detail)
-    return _problem(request, 422, "Invalid request", detail, tuple(errors),
-                    "https://vrambudget.dev/problems/validation")
-
-
-def _budget_error(request: Request[Any, Any, Any], exc: BudgetError) -> Response[Any]:
-    match exc:
-        case InvalidWorkload():
-            field = exc.field if exc.field.startswith("$") else f"$.{exc.field}"
-            return _problem(request, 422, "Workload cannot be realised", f"{field}: {exc.message}",
-                            (ProblemError(field=field, message=exc.message),),
-                            "https://vrambudget.dev/problems/invalid-workload")
-        case UnknownModel() | UnknownGPU():
-            return _problem(request, 404, "Not found", str(exc))
-    return _problem(request, 422, "Invalid request", str(exc))
-
+__all__ = ["exception_handlers"]
 
 _TRACE = "https://vrambudget.dev/problems/"
 
@@ -162,14 +29,14 @@ _TRACE = "https://vrambudget.dev/problems/"
 def _trace_error(request: Request[Any, Any, Any], exc: TraceError) -> Response[Any]:
     match exc:
         case TraceTimeLimit():
-            return _problem(
+            return problem(
                 request, 422, "Trace time limit exceeded",
                 f"the trace did not finish within the {exc.limit_s:g} s limit, so its worker "
                 f"was stopped. Ask with \"method\": \"analytic\" (closed-form, microseconds), "
                 f"trace a smaller workload, or raise the limit with {TIME_LIMIT_ENV}.",
                 type_=_TRACE + "trace-time-limit")
         case TraceBusy():
-            return _problem(
+            return problem(
                 request, 503, "Trace workers busy",
                 f"the trace pool is full: {exc.max_pending} running or waiting, the most "
                 f"VRAMBUDGET_TRACE_MAX_PENDING allows. Retry after {exc.retry_after_s} s, or ask "
@@ -179,7 +46,7 @@ def _trace_error(request: Request[Any, Any, Any], exc: TraceError) -> Response[A
             cause = exc.reason or (f"killed by signal {-exc.exitcode}"
                                    if exc.exitcode is not None and exc.exitcode < 0
                                    else f"exit code {exc.exitcode}")
-            return _problem(
+            return problem(
                 request, 503, "Trace worker died",
                 f"the trace worker died while tracing this workload ({cause}; a worker killed "
                 f"for memory looks like this). A new worker has taken its place; if this workload "
@@ -187,44 +54,14 @@ def _trace_error(request: Request[Any, Any, Any], exc: TraceError) -> Response[A
                 f"\"method\": \"analytic\" or trace a smaller workload.",
                 type_=_TRACE + "trace-worker-died")
         case TraceUnavailable(temporary=True):
-            return _problem(request, 503, "Trace tier unavailable", exc.reason,
+            return problem(request, 503, "Trace tier unavailable", exc.reason,
                             type_=_TRACE + "trace-unavailable", headers={"Retry-After": "1"})
         case TraceUnavailable():
-            return _problem(request, 501, "Trace tier not available", exc.reason,
+            return problem(request, 501, "Trace tier not available", exc.reason,
                             type_=_TRACE + "trace-unavailable")
-    return _internal(request, exc)
+    return internal(request, exc)
 
 
-def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
-    # Keep the exception's headers (405 carries ``Allow``, RFC 9110 §15.5.6).
-    return _problem(request, exc.status_code, _title(exc.status_code), str(exc.detail),
-                    headers=dict(exc.headers or {}))
 
-
-def _internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    return _problem(request, HTTP_500_INTERNAL_SERVER_ERROR, "Internal error",
-                    "the server failed to compute this answer; the error has been logged")
-
-
-def _title(status: int) -> str:
-    from http import HTTPStatus
-
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"
-
-
-def _not_found(request: Request[Any, Any, Any], exc: NotFoundException) -> Response[Any]:
-    return _problem(request, 404, "Not found", str(exc.detail))
-
-
-exception_handlers: dict[Any, Any] = {
-    ValidationException: _validation,
-    BudgetError: _budget_error,
-    TraceError: _trace_error,
-    NotFoundException: _not_found,
-    HTTPException: _http,
-    Exception: _internal,
-}
-
+exception_handlers = _handlers({"/v1/budgets": BudgetRequest, "/v1/fits": FitRequest},
+                               {TraceError: _trace_error})
