@@ -15,7 +15,7 @@ from vrambudget.core.catalog import preset_arch
 from vrambudget.core.fit import FitRequest, fit
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.serving import kv
-from vrambudget.core.serving.runs import compare, load_runs, run_request, summary
+from research.vllm_runs import compare, load_runs, run_request, summary
 from vrambudget.core.serving.vllm import account
 from vrambudget.core.spec import BudgetRequest, DimensionsModel, LLMServingWorkload
 from vrambudget.core.units import GiB
@@ -464,7 +464,7 @@ def test_activation_peak_median_within_3_percent(split):
 
 
 def test_calibration_file_is_fresh():
-    from bench.calibrate_vllm import main
+    from research.calibrate_vllm import main
 
     assert main(["--check"]) == 0
 

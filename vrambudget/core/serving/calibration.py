@@ -1,8 +1,8 @@
 """Versioned vLLM engine constants, loaded once from ``data/vllm_calibration.json``.
 
-Every constant carries its provenance: the calibrate-split runs of ``data/vllm_runs.json`` it
-was fitted on (by ``bench/calibrate_vllm.py``, which writes the file), or the source line it
-follows. A request names the engine version; the allowed set is the file's versions.
+Every constant carries its provenance: the calibrate-split runs of
+``research/data/vllm_runs.json`` it was fitted on (by ``research/calibrate_vllm.py``, which
+writes the file), or the source line it follows. A request names the engine version; the allowed set is the file's versions.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The CUDA context and the NCCL communicators exist before the snapshot, and CUDA 
 captured after the KV cache is allocated (vLLM 0.19.0 default), so they live in the memory the
 engine leaves outside ``requested``. Each quantity below is one function with its formula; the
 constants that only a real run fixes come from the versioned calibration
-(``data/vllm_calibration.json``, fitted on published runs by ``bench/calibrate_vllm.py``).
+(``data/vllm_calibration.json``, fitted on published runs by ``research/calibrate_vllm.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The published vLLM runs (``data/vllm_runs.json``) as budget requests, and the comparison of
+"""The published vLLM runs (``research/data/vllm_runs.json``) as budget requests, and the comparison of
 prediction and measurement that calibration and the accuracy tests share.
 
 Each run is mapped to a preset (and quantization) when the model's architecture is one the
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from statistics import median
 from typing import Any
 
 import msgspec
 
-from ..spec import LLMServingWorkload
-from ..units import GiB
+from vrambudget.core.spec import LLMServingWorkload
+from vrambudget.core.units import GiB
 
 __all__ = [
     "MODELS",
@@ -86,7 +86,7 @@ _SWEEP_TOTAL_GIB = 79.19  # the sweep's logged total, for its per-run JSONs that
 
 @cache
 def load_runs() -> tuple[dict[str, Any], ...]:
-    raw = resources.files("vrambudget.core.data").joinpath("vllm_runs.json").read_bytes()
+    raw = (Path(__file__).parent / "data" / "vllm_runs.json").read_bytes()
     return tuple(msgspec.json.decode(raw)["runs"])
 
 
@@ -94,7 +94,7 @@ def _model(published: str, preset_id: str) -> dict[str, Any]:
     overrides = CONFIG_OVERRIDES.get(published)
     if not overrides:
         return {"source": "preset", "id": preset_id}
-    from ..catalog import preset
+    from vrambudget.core.catalog import preset
 
     config = msgspec.to_builtins(preset(preset_id).config)
     return {"source": "hf_config", "name": published, "config": {**config, **overrides}}
@@ -158,8 +158,8 @@ def _label(run: dict[str, Any]) -> str:
 def compare(run: dict[str, Any]) -> list[Comparison]:
     """Predicted and measured weights per GPU (GiB, first pipeline stage: the rank that logs),
     activation peak, KV pool (GiB), KV tokens and maximum concurrency of one run."""
-    from ..resolve import resolve_model
-    from .vllm import account
+    from vrambudget.core.resolve import resolve_model
+    from vrambudget.core.serving.vllm import account
 
     req = run_request(run)
     if isinstance(req, str):

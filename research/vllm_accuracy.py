@@ -1,12 +1,12 @@
 """Print the vLLM accuracy table of docs/ACCURACY.md: predicted, measured and error per
 published run, calibrate and held-out splits separately, and the summary against the targets.
 
-Run: .venv/bin/python -m bench.vllm_accuracy
+Run: .venv/bin/python -m research.vllm_accuracy
 """
 
 from __future__ import annotations
 
-from vrambudget.core.serving.runs import compare, load_runs, run_request, summary
+from research.vllm_runs import compare, load_runs, run_request, summary
 
 QUANTITIES = [("weights_gib", "weights GiB", 2), ("kv_cache_gib", "KV pool GiB", 2),
               ("kv_cache_tokens", "KV tokens", 0), ("max_concurrency", "max concurrency", 2)]
