@@ -77,11 +77,12 @@ class DeviceNotFoundError(LookupError):
     """A device selector (index or UUID) names no GPU on this host, or NVML cannot be asked."""
 
 
+# msgspec passes frozen=True on to subclasses, type checkers do not: each subclass repeats it.
 class _Wire(msgspec.Struct, frozen=True, kw_only=True):
     pass
 
 
-class MemoryReading(_Wire):
+class MemoryReading(_Wire, frozen=True):
     """One memory query's answer, in the terms of the API that gave it."""
 
     total_bytes: int
@@ -92,13 +93,13 @@ class MemoryReading(_Wire):
     api: MemoryAPI
 
 
-class MIGMode(_Wire):
+class MIGMode(_Wire, frozen=True):
     current: bool
     pending: bool
     """The mode after the next GPU reset (a change is pending when it differs from current)."""
 
 
-class MIGInstance(_Wire):
+class MIGInstance(_Wire, frozen=True):
     """One MIG device (a compute instance inside a GPU instance)."""
 
     index: int
@@ -110,7 +111,7 @@ class MIGInstance(_Wire):
     memory_used_bytes: int
 
 
-class GPUProcess(_Wire):
+class GPUProcess(_Wire, frozen=True):
     pid: int
     """As NVML reports it: the host's PID namespace, which a container may not share."""
     used_memory_bytes: int | None
@@ -121,7 +122,7 @@ class GPUProcess(_Wire):
     compute_instance_id: int | None = None
 
 
-class GPUInfo(_Wire):
+class GPUInfo(_Wire, frozen=True):
     index: int
     uuid: str
     name: str
@@ -144,7 +145,7 @@ class GPUInfo(_Wire):
     """Why an optional field is None or empty: field name -> NVML's error text."""
 
 
-class NVMLInventory(_Wire):
+class NVMLInventory(_Wire, frozen=True):
     available: bool
     """False when NVML cannot be initialised (no driver, no library): then ``error`` says why."""
     error: str | None
@@ -156,7 +157,7 @@ class NVMLInventory(_Wire):
     gpus: tuple[GPUInfo, ...] = ()
 
 
-class HostInfo(_Wire):
+class HostInfo(_Wire, frozen=True):
     cpu_model: str | None
     num_cpus: int | None
     """Logical CPUs on the host (``os.cpu_count``)."""
@@ -286,9 +287,10 @@ def accounting_max_memory(handle: Any, pid: int, binding: Any | None = None) -> 
     None to the ctypes field, which ctypes refuses (checked against nvidia-ml-py 13.615.71).
     """
     b = _resolve(binding)
+    errors: tuple[type[BaseException], ...] = (*binding_errors(b), TypeError)
     try:
         stats = b.nvmlDeviceGetAccountingStats(handle, pid)
-    except (*binding_errors(b), TypeError):
+    except errors:
         return None
     value = stats.maxMemoryUsage
     return None if value is None else int(value)

@@ -643,7 +643,8 @@ class CachingAllocator:
             prev = candidate.prev
             if prev is not None and not prev.allocated:
                 candidate = prev
-            room, walk = 0, candidate
+            room = 0
+            walk: _Block | None = candidate
             while room < size and walk is not None and not walk.allocated:
                 room += walk.size
                 walk = walk.next

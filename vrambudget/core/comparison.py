@@ -31,11 +31,12 @@ is larger (conservative). ``under``: the estimate is smaller (it would under-pro
 not exist on the report's device (e.g. a CUDA context on the CPU path)."""
 
 
+# msgspec passes frozen=True on to subclasses, type checkers do not: each subclass repeats it.
 class _Out(msgspec.Struct, frozen=True, kw_only=True):
     pass
 
 
-class QuantityComparison(_Out, kw_only=True):
+class QuantityComparison(_Out, frozen=True, kw_only=True):
     """One measured quantity against the sum of the estimate's components it covers."""
 
     name: str
@@ -53,7 +54,7 @@ class QuantityComparison(_Out, kw_only=True):
     note: str | None = None
 
 
-class ComponentComparison(_Out, kw_only=True):
+class ComponentComparison(_Out, frozen=True, kw_only=True):
     """One budget component: its estimate, and its measurement where one quantity is exactly
     this component; otherwise the quantity that contains it."""
 
@@ -67,7 +68,7 @@ class ComponentComparison(_Out, kw_only=True):
     """The measured quantity this component is part of (null: none measures it)."""
 
 
-class TierComparison(_Out, kw_only=True):
+class TierComparison(_Out, frozen=True, kw_only=True):
     method: Literal["analytic", "trace"]
     estimate_subtotal_bytes: int
     """The estimate's device total without headroom (headroom is not a measurement)."""
@@ -76,7 +77,7 @@ class TierComparison(_Out, kw_only=True):
     """Every component, in vocabulary order."""
 
 
-class HeadroomAdvice(_Out, kw_only=True):
+class HeadroomAdvice(_Out, frozen=True, kw_only=True):
     """The headroom this workload needs on this device, from what was observed."""
 
     fraction: float
@@ -88,7 +89,7 @@ class HeadroomAdvice(_Out, kw_only=True):
     """Each term of the advice, with its number."""
 
 
-class Comparison(_Out, kw_only=True):
+class Comparison(_Out, frozen=True, kw_only=True):
     probe_id: str
     status: str
     device: Literal["cuda", "cpu"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from .arch import (
     MLA,
@@ -209,7 +209,9 @@ def _mla_from(c: _Cfg) -> MLA:
     )
 
 
-def _vision_tensors(vision: HFVisionConfig | None, text_hidden: int) -> list[TensorGroup]:
+def _vision_tensors(
+    vision: HFVisionConfig | UnsetType | None, text_hidden: int
+) -> list[TensorGroup]:
     """Gemma 3's SigLIP tower (``modeling_siglip.py``) and ``Gemma3MultiModalProjector``."""
     vc = _Cfg(vision, GEMMA3_VISION_DEFAULTS)
     hv, fv = vc.get("hidden_size"), vc.get("intermediate_size")

@@ -33,11 +33,12 @@ ProbeStatus = Literal["queued", "running", "succeeded", "oom", "timeout", "faile
                       "interrupted", "unreliable"]
 
 
+# msgspec passes frozen=True on to subclasses, type checkers do not: each subclass repeats it.
 class _Wire(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
 
 
-class CustomWorkload(_Wire, tag="custom", tag_field="kind", kw_only=True):
+class CustomWorkload(_Wire, frozen=True, tag="custom", tag_field="kind", kw_only=True):
     """An entry point from the agent's configuration (``VRAMBUDGET_AGENT_ENTRY_POINTS``),
     called with ``arguments``; it returns the program to run."""
 
@@ -50,13 +51,13 @@ class CustomWorkload(_Wire, tag="custom", tag_field="kind", kw_only=True):
 ProbeWorkload = InferenceWorkload | TrainingWorkload | CustomWorkload
 
 
-class Callback(_Wire, kw_only=True):
+class Callback(_Wire, frozen=True, kw_only=True):
     url: Annotated[str, Meta(min_length=8, max_length=2048, pattern=r"^https?://",
                              description="Where the signed result is POSTed; must match the "
                              "agent's allow-list (default: callbacks off).")]
 
 
-class ProbeRequest(_Wire, kw_only=True):
+class ProbeRequest(_Wire, frozen=True, kw_only=True):
     workload: Annotated[ProbeWorkload, Meta(description="What to run: the service's workload "
                                              "spec (inference or training) or a configured "
                                              "entry point.")]
@@ -96,7 +97,7 @@ class ProbeRequest(_Wire, kw_only=True):
             raise ValueError("concurrency > 1 needs an inference workload")
 
 
-class TorchView(_Wire, kw_only=True):
+class TorchView(_Wire, frozen=True, kw_only=True):
     """PyTorch's own counters (``torch.cuda.memory_stats``; on the CPU: the tracker)."""
 
     allocated_peak_bytes: int
@@ -117,7 +118,7 @@ class TorchView(_Wire, kw_only=True):
     overlapping streams have no per-iteration peak)."""
 
 
-class DeviceView(_Wire, kw_only=True):
+class DeviceView(_Wire, frozen=True, kw_only=True):
     """What NVML saw on the device (absent on the CPU path)."""
 
     baseline_used_bytes: int
@@ -136,7 +137,7 @@ class DeviceView(_Wire, kw_only=True):
     a PID namespace: then ``others_changed_bytes`` proves nothing)."""
 
 
-class Iteration(_Wire, kw_only=True):
+class Iteration(_Wire, frozen=True, kw_only=True):
     p50_s: float
     p95_s: float
     count: int
@@ -144,7 +145,7 @@ class Iteration(_Wire, kw_only=True):
     errors: int
 
 
-class ProbeResult(_Wire, kw_only=True):
+class ProbeResult(_Wire, frozen=True, kw_only=True):
     device: Literal["cuda", "cpu"]
     device_name: str
     torch_version: str

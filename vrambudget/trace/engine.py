@@ -41,7 +41,9 @@ from vrambudget.core.result import (
 from vrambudget.core.spec import (
     BudgetRequest,
     GenericWorkload,
+    Headroom,
     InferenceWorkload,
+    LLMServingWorkload,
     TrainingWorkload,
 )
 from vrambudget.workloads import kernels
@@ -147,6 +149,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     values = {c: 0 for c in Component}
     parts: dict[Component, list[tuple[str, int]]] = {}
     summary: TraceSummary | None = None
+    summary_instances = 1  # instances of the workload whose timeline the summary holds
     peaks: list[str] = []
     analytic_device = analytic.devices[analytic.most_loaded]
     analytic_lines = {line.component: line for line in analytic_device.lines}
@@ -154,6 +157,9 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
         if isinstance(w, GenericWorkload):
             raise InvalidWorkload(f"workloads[{i}]", "a generic workload has no code to trace: "
                                   "use method 'analytic'")
+        if isinstance(w, LLMServingWorkload):  # BudgetRequest refuses it; never traced
+            raise InvalidWorkload(f"workloads[{i}]", "an llm_serving workload is budgeted by "
+                                  "method 'analytic' only")
         r = trace_workload(w, iterations=request.trace.iterations,
                            expandable_segments=request.trace.expandable_segments,
                            workspaces=workspaces, field=f"workloads[{i}]")
@@ -169,6 +175,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
         values[C.ALLOCATOR_OVERHEAD] += r.peak_reserved_bytes * k - traced_total
         peaks.append(f"{r.peak_phase} (iteration {r.peak_iteration})")
         if summary is None:
+            summary_instances = k
             summary = TraceSummary(
                 peak_allocated_bytes=r.peak_allocated_bytes,
                 peak_reserved_bytes=r.peak_reserved_bytes,
@@ -209,7 +216,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
         lines=tuple(lines),
         total_bytes=total,
         inputs=analytic_device.inputs,
-        phases=tuple(_phase(p, outside_torch, request) for p in (
+        phases=tuple(_phase(p, outside_torch, summary_instances, request.headroom) for p in (
             summary.timeline if summary and len(request.workloads) == 1 else ())),
     )
     budget = msgspec.structs.replace(analytic, method="trace", devices=(device,), most_loaded=0,
@@ -230,9 +237,9 @@ def _traced_calibration(use: CalibrationUse | None) -> CalibrationUse | None:
     return msgspec.structs.replace(use, overheads=overheads)
 
 
-def _phase(p: TracePoint, outside_torch: int, request: BudgetRequest) -> Phase:
-    """A timeline point as a device total: reserved bytes + context and NCCL + headroom."""
-    k = request.workloads[0].instances
-    subtotal = p.reserved_bytes * k + outside_torch
+def _phase(p: TracePoint, outside_torch: int, instances: int, headroom: Headroom) -> Phase:
+    """A timeline point as a device total: reserved bytes x instances + context and NCCL +
+    headroom."""
+    subtotal = p.reserved_bytes * instances + outside_torch
     return Phase(name=f"iteration {p.iteration}: {p.phase}",
-                 total_bytes=subtotal + headroom_bytes(subtotal, request.headroom))
+                 total_bytes=subtotal + headroom_bytes(subtotal, headroom))

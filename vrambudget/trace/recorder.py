@@ -33,7 +33,7 @@ _GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm", 
 
 class _Mode(TorchDispatchMode):
     def __init__(self, recorder: Recorder) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # unannotated in torch
         self.recorder = recorder
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None

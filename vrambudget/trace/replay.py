@@ -43,7 +43,7 @@ def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
     component_peaks: dict[str, int] = {}
     sizes: dict[int, int] = {}
     n = 0
-    for i, (kind, handle, nbytes, phase) in enumerate(trace.events):
+    for i, (kind, handle, nbytes, phase_index) in enumerate(trace.events):
         if handle in skipped:
             continue
         n += 1
@@ -60,9 +60,9 @@ def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
         allocated, reserved = alloc.allocated_bytes, alloc.reserved_bytes
         if allocated > best_allocated:
             best_allocated, best_index = allocated, i
-        slot = per_phase.get(phase)
+        slot = per_phase.get(phase_index)
         if slot is None:
-            per_phase[phase] = [allocated, reserved]
+            per_phase[phase_index] = [allocated, reserved]
         else:
             slot[0] = max(slot[0], allocated)
             slot[1] = max(slot[1], reserved)
@@ -89,7 +89,7 @@ def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
         if label is not None:
             bucket = by_part.setdefault(tag, {})
             bucket[label] = bucket.get(label, 0) + nbytes
-    parts = {}
+    parts: dict[str, tuple[tuple[str, int], ...]] = {}
     for tag, bucket in by_part.items():
         items = sorted(bucket.items(), key=lambda kv: -kv[1])
         if len(items) > _TOP_PARTS:

@@ -58,6 +58,13 @@ def _round(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
+def _apply(function: type[torch.autograd.Function], *args: object) -> torch.Tensor:
+    """``function.apply(*args)`` for a Function whose forward returns one tensor (torch leaves
+    ``Function.apply`` unannotated)."""
+    result: torch.Tensor = function.apply(*args)
+    return result
+
+
 class _FlashAttention(torch.autograd.Function):
     """FlashAttention-2 as PyTorch's SDPA flash backend runs it (native GQA, O(s) memory)."""
 
@@ -99,8 +106,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
     CUDA with half inputs); its sliding window is not applied to the values there (the window
     changes no allocation of the flash kernel)."""
     if _EMULATE.get():
-        result: torch.Tensor = _FlashAttention.apply(q, k, v)
-        return result
+        return _apply(_FlashAttention, q, k, v)
     sq, sk = q.shape[1], k.shape[1]
     out = F.scaled_dot_product_attention(
         q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
@@ -143,8 +149,7 @@ def fused_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                rms: bool, offset: float = 0.0) -> torch.Tensor:
     """RMSNorm (``offset`` 1 for Gemma's ``1 + weight``) or LayerNorm over the last dim."""
     if _EMULATE.get():
-        result: torch.Tensor = _FusedNorm.apply(x, weight, bias, rms)
-        return result
+        return _apply(_FusedNorm, x, weight, bias, rms)
     w = weight + offset if offset else weight
     if rms:
         return F.rms_norm(x, (x.shape[-1],), w, eps)
@@ -177,8 +182,7 @@ class _DequantizedLinear(torch.autograd.Function):  # the same in both modes
 
 def dequantized_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
                        in_features: int, bias: torch.Tensor | None = None) -> torch.Tensor:
-    result: torch.Tensor = _DequantizedLinear.apply(x, packed, out_features, in_features, bias)
-    return result
+    return _apply(_DequantizedLinear, x, packed, out_features, in_features, bias)
 
 
 def packed_linear(x: torch.Tensor, out_features: int, bias: torch.Tensor | None = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -481,7 +481,7 @@ class TransformerModel(nn.Module):
     def _layer(self, index: int, x: torch.Tensor, start: int,
                rope: tuple[torch.Tensor, torch.Tensor] | None, cache: KVCache | None,
                training: bool) -> torch.Tensor:
-        bank = self.layers[index]
+        bank = cast(_Bank, self.layers[index])  # nn.ModuleList is not generic
         layer = self.layer_types[index]
         ops = self.ops
         if bank.has("attention__output__LayerNorm"):  # BERT: post-norm

@@ -3,8 +3,8 @@ explicit: their peaks differ by whole parameter-sized temporaries."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import overload
 
 import torch
 
@@ -29,8 +29,18 @@ class AdamW8bitModel(torch.optim.Optimizer):
                                   "weight_decay": 0.0})
         self.qmaps: list[torch.Tensor] = []
 
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
     @torch.no_grad()
-    def step(self, closure: Any = None) -> None:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = None
+        if closure is not None:  # the Optimizer contract (torch/optim/sgd.py step)
+            with torch.enable_grad():
+                loss = closure()
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -55,9 +65,10 @@ class AdamW8bitModel(torch.optim.Optimizer):
                     state["step"] = 0
                 state["step"] += 1
                 p.add_(p.grad, alpha=-group["lr"])  # in place, as the fused 8-bit kernel
+        return loss
 
 
-def build_optimizer(spec: AdamW | AdamW8bit | SGD | Adafactor, params: list[torch.Tensor]
+def build_optimizer(spec: AdamW | AdamW8bit | SGD | Adafactor, params: Sequence[torch.Tensor]
                     ) -> torch.optim.Optimizer:
     match spec:
         case AdamW():
@@ -79,7 +90,7 @@ def build_optimizer(spec: AdamW | AdamW8bit | SGD | Adafactor, params: list[torc
 def host_state_tensors(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
     """State tensors that a CUDA run keeps on the host: torch's per-parameter ``step`` counters
     unless the optimizer is fused or capturable (torch/optim/adam.py ``_init_group``)."""
-    out = []
+    out: list[torch.Tensor] = []
     for group in opt.param_groups:
         on_device = group.get("fused") or group.get("capturable")
         for p in group["params"]:

@@ -140,7 +140,7 @@ def kv_groups(arch: Arch, tensor: int, pipeline: int, dtype_bytes: int, block_si
     by_spec: dict[LayerSpec, list[int]] = {}
     for i, s in enumerate(specs):
         by_spec.setdefault(s, []).append(i)
-    spans = []
+    spans: list[tuple[int, int]] = []
     for st in stages(arch, pipeline):
         start = spans[-1][1] if spans else 0
         spans.append((start, start + st.num_layers))
