@@ -40,7 +40,7 @@ def test_no_exact_count_is_rare():
 @pytest.mark.parametrize("gpu_id", sorted(gpus()))
 def test_gpu_entry_is_sourced_and_plausible(gpu_id):
     g = gpus()[gpu_id]
-    assert g.memory_total_source and g.spec_source
+    assert g.memory_total_source.quote
     # Runtime totals are below the marketing size in decimal GB (e.g. "80 GB" H100: 85.0e9 B
     # reported vs 80 GiB = 85.9e9 B) and never above it in binary units.
     digits = "".join(ch for ch in g.marketing_memory.split("GB")[0] if ch.isdigit() or ch == ".")
@@ -50,7 +50,7 @@ def test_gpu_entry_is_sourced_and_plausible(gpu_id):
     if g.vendor == "nvidia":
         assert g.compute_capability
     if g.memory_total_basis == "runtime":
-        assert g.memory_total_quote
+        assert g.memory_total_source.quote
 
 
 def test_h100_reports_about_79_gib_to_cuda():

@@ -23,6 +23,7 @@ __all__ = [
     "CheckpointFacts",
     "MIGProfile",
     "ModelPreset",
+    "Source",
     "gpu",
     "gpus",
     "preset",
@@ -32,6 +33,21 @@ __all__ = [
 
 DTypeName = Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4",
                     "fp6", "fp4"]
+
+
+class Source(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Where a catalog fact can be checked: a ``url`` (https), or a GitHub ``repo`` + ``path`` +
+    ``commit`` (40 hex digits), with a verbatim ``quote`` of the text the fact follows.
+    ``unverified`` says, when it is set, what about this source is not confirmed (for example a
+    link that is a search for the quote because the file's location was not recorded)."""
+
+    url: str | None = None
+    repo: str | None = None
+    path: str | None = None
+    commit: str | None = None
+    quote: str | None = None
+    note: str | None = None
+    unverified: str | None = None
 
 
 class MIGProfile(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,15 +72,14 @@ class GPU(msgspec.Struct, frozen=True, kw_only=True):
     memory_total_bytes: int
     memory_total_basis: Literal["runtime", "runtime_gib_2dp", "nvidia_smi", "marketing"]
     memory_total_precision_bytes: int = 0
-    memory_total_quote: str | None = None
-    memory_total_source: str
+    memory_total_source: Source
     nvidia_smi_total_mib: int | None = None
     memory_bandwidth_bytes_per_s: int | None = None
     native_dtypes: tuple[DTypeName, ...]
     mig_profiles: tuple[MIGProfile, ...] = ()
     tdp_watts: int | None = None
     interconnect: str | None = None
-    spec_source: str
+    spec_sources: tuple[Source, ...] = ()
     notes: str | None = None
 
 
@@ -74,7 +89,7 @@ class CheckpointFacts(msgspec.Struct, frozen=True, kw_only=True):
     stored_dtype: str | None = None
     total_size_bytes: int | None = None
     how: str
-    source: str | None = None
+    source: Source | None = None
     rounded_cross_check: str | None = None
 
 
@@ -84,7 +99,7 @@ class ModelPreset(msgspec.Struct, frozen=True, kw_only=True):
     hf_repo: str
     config: HFConfig | None
     """None only while an entry is incomplete; such entries are not served."""
-    config_source: str
+    config_source: Source
     checkpoint: CheckpointFacts
     notes: str | None = None
 
