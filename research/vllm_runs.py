@@ -1,5 +1,5 @@
-"""The published vLLM runs (``research/data/vllm_runs.json``) as budget requests, and the comparison of
-prediction and measurement that calibration and the accuracy tests share.
+"""The published vLLM runs (``research/data/vllm_runs.json``) as budget requests, and the
+comparison of prediction and measurement that calibration and the accuracy tests share.
 
 Each run is mapped to a preset (and quantization) when the model's architecture is one the
 service resolves exactly; the others are listed with the reason they are left out
