@@ -60,6 +60,7 @@ _VALUE = re.compile(r"(?P<open><!--\s*value:\s*(?P<name>[\w.-]+)\s+(?P<path>\S+)
 _CLI = re.compile(r"(?P<open><!--\s*example-cli:\s*(?P<name>[\w.-]+)\s*-->\s*\n)"
                   r"(?P<fence>```\w*\n)(?P<body>.*?)(?P<end>^```)", re.S | re.M)
 _FENCE = re.compile(r"\s*```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
+_QUOTED = re.compile(r"^````.*?^````", re.S | re.M)
 _URL = re.compile(r"(?:https?://)?(?:localhost|127\.0\.0\.1)(?::\d+)?(?P<path>/[^\s'\"]*)")
 _DATA = re.compile(r"(?:-d|--data|--data-raw|--data-binary)\s+'(?P<body>[^']*)'", re.S)
 _METHOD = re.compile(r"(?:-X|--request)\s+(?P<method>[A-Z]+)")
@@ -375,7 +376,12 @@ def generate(root: Path = ROOT, write: bool = False) -> list[Drift]:
             if not path.exists():
                 continue
             text = path.read_text(encoding="utf-8")
-            new, found = _render(doc, text, service, _requests(doc, text))
+            # markers inside ```` fences are documentation of the markers: left alone
+            quoted = _QUOTED.findall(text)
+            masked = _QUOTED.sub(lambda m: "\0", text)
+            new, found = _render(doc, masked, service, _requests(doc, masked))
+            for block in quoted:
+                new = new.replace("\0", block, 1)
             drifts += found
             if write and new != text:
                 path.write_text(new, encoding="utf-8")
