@@ -1,5 +1,5 @@
-"""``python -m vrambudget.agent [serve|openapi]``: run the probe agent (the same as ``vrambudget agent``),
-or print its OpenAPI document."""
+"""``python -m vrambudget.agent [serve|openapi]``: run the probe agent (the same as
+``vrambudget agent``), or print its OpenAPI document."""
 
 from __future__ import annotations
 

@@ -15,10 +15,10 @@ be failed as unreliable. The per-process list is polled with the memory, and
 its value at start -- largest, not final, because a neighbour that allocates and frees inside the
 window still spoils the peak.
 
-PID namespaces: NVML reports PIDs as the host sees them. In a container the probe's own ``os.getpid()`` may never
-appear; the sampler then cannot tell its own memory from the neighbours', says so with
-``others_visible = False`` and reports no change rather than blaming its own growth on others;
-the caller decides whether an unverifiable measurement is acceptable.
+PID namespaces: NVML reports PIDs as the host sees them. In a container the probe's own
+``os.getpid()`` may never appear; the sampler then cannot tell its own memory from the
+neighbours', says so with ``others_visible = False`` and reports no change rather than blaming
+its own growth on others; the caller decides whether an unverifiable measurement is acceptable.
 
 The GIL: the thread must win the GIL for every reading, and each NVML call (ctypes releases the
 GIL) must win it back. Against busy Python threads (the load phase's request streams) a waiting
@@ -51,7 +51,8 @@ __all__ = ["DEFAULT_INTERVAL_S", "DEFAULT_OTHERS_THRESHOLD_BYTES", "NVMLSampler"
 
 DEFAULT_INTERVAL_S = 0.005
 DEFAULT_OTHERS_THRESHOLD_BYTES = 64 << 20
-"""Matches ``vrambudget.agent.probe.UNRELIABLE_OTHERS_BYTES``: a neighbour's CUDA context alone is larger."""
+"""Matches ``vrambudget.agent.probe.UNRELIABLE_OTHERS_BYTES``: a neighbour's CUDA context alone is
+larger."""
 
 
 class SamplerResult(msgspec.Struct, frozen=True, kw_only=True):

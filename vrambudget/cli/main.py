@@ -1,7 +1,8 @@
 """``vrambudget``: serve the API, or print a budget as a table on the terminal.
 
     vrambudget serve [--host 127.0.0.1] [--port 8000]
-    vrambudget estimate --model llama-3.1-8b --batch 4 --prompt 2048 --generate 512 --gpu h100-sxm5-80gb
+    vrambudget estimate --model llama-3.1-8b --batch 4 --prompt 2048 --generate 512 \
+        --gpu h100-sxm5-80gb
     vrambudget estimate --file workload.json        # a BudgetRequest or a single workload
     vrambudget estimate --model qwen2.5-0.5b --method trace   # the trace tier, in-process
     vrambudget openapi > openapi/service.json
@@ -15,6 +16,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -43,7 +45,7 @@ def _request_from_args(args: argparse.Namespace) -> object:
     from vrambudget.core.spec import BudgetRequest, Workload
 
     if args.file:
-        raw = sys.stdin.buffer.read() if args.file == "-" else open(args.file, "rb").read()
+        raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
         data = json.loads(raw)
         if isinstance(data, dict) and "workloads" in data:
             return msgspec.convert(data, BudgetRequest)

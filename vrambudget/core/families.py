@@ -31,8 +31,8 @@ __all__ = ["arch_from_hf_config", "compress_runs", "gated_mlp", "linear", "norm"
 T = TensorGroup
 
 
-def linear(name: str, out_features: int, in_features: int, split: Split, *, role: Role = Role.LINEAR,
-         bias: bool = False, count: int = 1) -> list[TensorGroup]:
+def linear(name: str, out_features: int, in_features: int, split: Split, *,
+           role: Role = Role.LINEAR, bias: bool = False, count: int = 1) -> list[TensorGroup]:
     """A linear layer's weight (and bias). A row-parallel bias is replicated (added after the
     all-reduce); a column-parallel bias is split with the output features."""
     groups = [T(name, out_features, in_features, role, split, count)]

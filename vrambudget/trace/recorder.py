@@ -28,7 +28,8 @@ __all__ = ["Recorder"]
 
 # Ops that create a cuBLAS handle's workspace on first use (at::cuda::getCurrentCUDABlasHandle
 # and the cuBLASLt path): every dense GEMM.
-_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm", "_addmm_activation"})
+_GEMM_OPS = frozenset(
+    {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm", "_addmm_activation"})
 
 
 class _Mode(TorchDispatchMode):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vrambudget.core.allocator import CachingAllocator
 from vrambudget.workloads.marks import HOST
 
-from vrambudget.core.allocator import CachingAllocator
 from .events import ALLOC, Trace
 
 __all__ = ["Replay", "replay"]

@@ -80,7 +80,7 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
-        q, k, v, out, lse, rng = ctx.saved_tensors
+        q, k, v, _out, _lse, _rng = ctx.saved_tensors
         b, sq, h, d = q.shape
         sk, hk = k.shape[1], k.shape[2]
         d_round = _round(d, FLASH_HEAD_ROUND_SMALL if d <= 128 else FLASH_HEAD_ROUND)
@@ -173,7 +173,7 @@ class _DequantizedLinear(torch.autograd.Function):  # the same in both modes
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
-        x, _packed = ctx.saved_tensors
+        _x, _packed = ctx.saved_tensors
         weight = torch.empty(*ctx.shape, dtype=dy.dtype, device=dy.device)
         dx = dy @ weight
         del weight

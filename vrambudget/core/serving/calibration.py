@@ -2,7 +2,8 @@
 
 Every constant carries its provenance: the calibrate-split runs of
 ``research/data/vllm_runs.json`` it was fitted on (by ``research/calibrate_vllm.py``, which
-writes the file), or the source line it follows. A request names the engine version; the allowed set is the file's versions.
+writes the file), or the source line it follows. A request names the engine version; the
+allowed set is the file's versions.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class EngineCalibration(msgspec.Struct, frozen=True, kw_only=True):
     """Sliding-window layers get their own KV-cache groups (vLLM >= 0.10); otherwise they are
     cached as full attention when the model also has full-attention layers."""
     cudagraph_in_budget: bool
-    """CUDA-graph memory is subtracted from the KV budget (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)."""
+    """CUDA-graph memory is subtracted from the KV budget
+    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)."""
     baseline_in_budget: bool
     """The CUDA context and NCCL initialisation (before the baseline snapshot) count against
     ``gpu_memory_utilization``."""

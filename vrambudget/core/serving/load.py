@@ -36,8 +36,8 @@ from ..allocator import CachingAllocator
 from ..arch import Arch, Role, TensorGroup
 from ..layout import Stage, per_device_shape, stages
 from ..quantization import quantized_roles, tensor_storage
-from ..statics import head_groups
 from ..spec import Quantization
+from ..statics import head_groups
 from .rope import ropes, rotary_dim
 
 __all__ = ["MLA_IMPORT_WORKSPACE_BYTES", "LoadMemory", "load_memory"]
