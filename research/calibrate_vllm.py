@@ -27,7 +27,7 @@ from statistics import median
 from typing import Any
 
 from research.vllm_runs import load_runs, run_request
-from vrambudget.core.activations import inference_working_set
+from vrambudget.core.formulas.activations import inference_working_set
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.serving import vllm
 from vrambudget.core.units import GiB, ceil_div

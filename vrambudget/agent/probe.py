@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from vrambudget.core.allocator import MIN_BLOCK_SIZE_BYTES
 from vrambudget.core.spec import TrainingWorkload
 
 from .spec import (
@@ -36,7 +37,7 @@ from .spec import (
 __all__ = ["UNRELIABLE_OTHERS_BYTES", "ChildOutcome", "child_main", "classify", "measure"]
 
 # Other processes changing device memory by more than this during the measurement make the NVML
-# view meaningless for this probe (status unreliable).
+# view meaningless for this probe (status unreliable); the sampler's default threshold too.
 UNRELIABLE_OTHERS_BYTES = 64 << 20
 
 
@@ -228,7 +229,7 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
     workspace, base = _gemm_workspace(req, device)
     program = _program(req, entry_points, Marks(), device)
     if hasattr(program, "kv_rounding"):
-        program.kv_rounding = 512  # the caching allocator's block size
+        program.kv_rounding = MIN_BLOCK_SIZE_BYTES  # the caching allocator's block size
     torch.cuda.synchronize()
     weights = torch.cuda.memory_allocated() - base
     units = req.workload.num_sequences if hasattr(req.workload, "num_sequences") else 1

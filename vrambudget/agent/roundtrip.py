@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from vrambudget.core.compare import match_gpu
+from vrambudget.core.catalog import match_gpu
 from vrambudget.core.probe_report import ProbeRequest, ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import CatalogDevice, CustomDevice, DeviceRef, Software

@@ -45,14 +45,15 @@ from typing import Any, Self
 import msgspec
 
 from . import nvml
+from .probe import UNRELIABLE_OTHERS_BYTES
 
 __all__ = ["DEFAULT_INTERVAL_S", "DEFAULT_OTHERS_THRESHOLD_BYTES", "NVMLSampler",
            "SamplerResult"]
 
 DEFAULT_INTERVAL_S = 0.005
-DEFAULT_OTHERS_THRESHOLD_BYTES = 64 << 20
-"""Matches ``vrambudget.agent.probe.UNRELIABLE_OTHERS_BYTES``: a neighbour's CUDA context alone is
-larger."""
+DEFAULT_OTHERS_THRESHOLD_BYTES = UNRELIABLE_OTHERS_BYTES
+"""Other processes changing device memory by more than this make the NVML view unreliable: a
+neighbour's CUDA context alone is larger."""
 
 
 class SamplerResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -13,10 +13,12 @@ from typing import Any, Literal
 import msgspec
 
 from .arch import Arch
+from .dtypes import NativeDType
 from .errors import UnknownGPU, UnknownModel
 from .hf_config import HFConfig
 
 __all__ = [
+    "match_gpu",
     "GPU",
     "GPU_IDS",
     "MODEL_IDS",
@@ -31,8 +33,7 @@ __all__ = [
     "presets",
 ]
 
-DTypeName = Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4",
-                    "fp6", "fp4"]
+DTypeName = NativeDType
 
 
 class Source(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -161,3 +162,34 @@ GPU_IDS: tuple[str, ...] = tuple(gpus())
 MODEL_IDS: tuple[str, ...] = tuple(presets())
 GPUId: Any = _literal(GPU_IDS)
 ModelId: Any = _literal(MODEL_IDS)
+
+
+def _tokens(name: str) -> set[str]:
+    return {t for t in name.lower().replace("-", " ").split() if t not in ("nvidia", "amd")}
+
+
+def match_gpu(name: str, memory_total_bytes: int | None, compute_capability: str | None
+              ) -> GPU | None:
+    """The catalog GPU a CUDA device name (``torch.cuda.get_device_name``) and its reported
+    total memory are: same compute capability, total within 1%, then the most name tokens in
+    common (``"NVIDIA H100 80GB HBM3"`` vs ``"... PCIe"``). None when nothing is close."""
+    best: tuple[int, float, str] | None = None
+    found: GPU | None = None
+    words = _tokens(name)
+    for g in gpus().values():
+        if compute_capability and g.compute_capability and (
+                g.compute_capability != compute_capability):
+            continue
+        if memory_total_bytes is not None:
+            gap = abs(g.memory_total_bytes - memory_total_bytes) / g.memory_total_bytes
+            if gap > 0.01:
+                continue
+        else:
+            gap = 0.0
+        common = len(words & _tokens(g.name))
+        if common == 0:
+            continue
+        key = (common, -gap, g.id)
+        if best is None or key > best:
+            best, found = key, g
+    return found

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from .catalog import GPU, gpus
+from .catalog import match_gpu
 from .comparison import (
     Comparison,
     ComponentComparison,
@@ -48,7 +48,7 @@ from .comparison import (
 )
 from .components import Component
 from .errors import InvalidWorkload
-from .overheads import ROUNDING_PART
+from .formulas.allocator_overhead import ROUNDING_PART
 from .probe_report import CustomWorkload, ProbeResource, ProbeResult
 from .result import Budget, DeviceBudget, Line
 from .spec import CatalogDevice, CustomDevice, DeviceRef, InferenceWorkload, Workload
@@ -61,7 +61,6 @@ __all__ = [
     "EstimateInput",
     "compare",
     "estimate_input",
-    "match_gpu",
 ]
 
 C = Component
@@ -91,37 +90,6 @@ class EstimateInput:
 
 
 # --------------------------------------------------------------------------- the device ----
-
-
-def _tokens(name: str) -> set[str]:
-    return {t for t in name.lower().replace("-", " ").split() if t not in ("nvidia", "amd")}
-
-
-def match_gpu(name: str, memory_total_bytes: int | None, compute_capability: str | None
-              ) -> GPU | None:
-    """The catalog GPU a CUDA device name (``torch.cuda.get_device_name``) and its reported
-    total memory are: same compute capability, total within 1%, then the most name tokens in
-    common (``"NVIDIA H100 80GB HBM3"`` vs ``"... PCIe"``). None when nothing is close."""
-    best: tuple[int, float, str] | None = None
-    found: GPU | None = None
-    words = _tokens(name)
-    for g in gpus().values():
-        if compute_capability and g.compute_capability and (
-                g.compute_capability != compute_capability):
-            continue
-        if memory_total_bytes is not None:
-            gap = abs(g.memory_total_bytes - memory_total_bytes) / g.memory_total_bytes
-            if gap > 0.01:
-                continue
-        else:
-            gap = 0.0
-        common = len(words & _tokens(g.name))
-        if common == 0:
-            continue
-        key = (common, -gap, g.id)
-        if best is None or key > best:
-            best, found = key, g
-    return found
 
 
 def estimate_input(report: ProbeResource, gpu_id: str | None = None) -> EstimateInput:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 __all__ = [
     "COMPUTE_DTYPES",
     "ComputeDType",
     "KVCacheDType",
+    "NativeDType",
     "WeightDType",
     "bits_of",
     "bytes_of",
@@ -17,7 +18,10 @@ __all__ = [
 WeightDType = Literal["fp32", "fp16", "bf16", "fp8"]
 ComputeDType = Literal["fp32", "fp16", "bf16"]
 KVCacheDType = Literal["auto", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
-COMPUTE_DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
+NativeDType = Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8",
+                      "int4", "fp6", "fp4"]
+"""What a device's tensor (matrix) cores run natively (a GPU's ``native_dtypes``)."""
+COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDType)
 
 _BITS: dict[str, int] = {
     "fp32": 32,

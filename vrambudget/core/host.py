@@ -7,6 +7,7 @@ from typing import Any
 from .arch import Arch
 from .catalog import preset
 from .dtypes import bytes_of
+from .layout import GPUS_PER_NODE
 from .resolve import model_name
 from .result import DiskBudget, HostBudget, Item
 from .spec import (
@@ -20,12 +21,11 @@ from .spec import (
     TrainingWorkload,
     Workload,
 )
+from .statics import stage_statics, statics_for, training_plan
 from .units import GiB
 
-__all__ = ["cached", "checkpoint_file_bytes", "host_and_disk", "persistent_key"]
+__all__ = ["checkpoint_file_bytes", "host_and_disk", "persistent_key"]
 
-# A host carries up to this many workload processes (one per GPU of an 8-GPU server).
-GPUS_PER_HOST = 8
 # transformers PreTrainedModel.save_pretrained(max_shard_size="5GB"): the largest shard a
 # process reads at once when loading (safetensors, device_map on the GPU).
 MAX_SHARD_BYTES = 5 * 10**9
@@ -46,9 +46,7 @@ def checkpoint_file_bytes(w: InferenceWorkload | TrainingWorkload, arch: Arch) -
     large as its quantized tensors; otherwise the published checkpoint (bitsandbytes quantizes
     while loading), exactly its safetensors total when the preset records it."""
     if _prequantized(w):
-        from .statics import stage_statics  # a whole-model (unsharded) inventory
-
-        whole = stage_statics(arch, w.precision, Parallelism(), None)
+        whole = stage_statics(arch, w.precision, Parallelism(), None)  # the whole model
         return sum(s.weights_bytes + s.metadata_bytes for s in whole)
     if isinstance(w.model, PresetModel):
         facts = preset(w.model.id).checkpoint
@@ -67,7 +65,7 @@ def _name(w: Workload) -> str:
 
 def _local_processes(w: Workload) -> int:
     devices = 1 if isinstance(w, GenericWorkload) else w.parallelism.devices
-    return min(devices * w.instances, GPUS_PER_HOST)
+    return min(devices * w.instances, GPUS_PER_NODE)  # one process per GPU of a host
 
 
 def persistent_key(w: Workload) -> Any:
@@ -87,17 +85,6 @@ def host_and_disk(pairs: tuple[tuple[Workload, Arch | None], ...]
 
 
 
-_CACHE_ENTRIES = 1024
-
-
-def cached(cache: dict[Any, Any], key: Any, compute: Any) -> Any:
-    """A bounded memo (oldest entry out first) for answers that do not depend on batch."""
-    hit = cache.get(key)
-    if hit is None:
-        hit = cache[key] = compute()
-        if len(cache) > _CACHE_ENTRIES:
-            cache.pop(next(iter(cache)))
-    return hit
 
 
 
@@ -121,11 +108,7 @@ def _compute_host(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget
                           source="transformers save_pretrained max_shard_size='5GB'; "
                                  "safetensors loads one shard at a time"))
         if isinstance(w, TrainingWorkload):
-            from .estimate import (
-                statics_for,  # same cached statics as the device budget
-            )
-
-            statics = statics_for(w, arch)
+            statics = statics_for(w, arch)  # the same cached statics as the device budget
             worst = max(statics, key=lambda s: s.host_optimizer_bytes + s.host_master_bytes
                         + s.host_param_bytes)
             offload = worst.host_optimizer_bytes + worst.host_master_bytes
@@ -163,8 +146,6 @@ def _compute_disk(pairs: tuple[tuple[Workload, Arch | None], ...]) -> DiskBudget
                           formula="one copy of the model files (blue/green update)",
                           source="convention"))
         if isinstance(w, TrainingWorkload):
-            from .statics import stage_statics, training_plan
-
             plan = training_plan(w)
             whole = stage_statics(arch, w.precision, Parallelism(), plan)  # unsharded
             if plan.method == "full":

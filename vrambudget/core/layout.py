@@ -18,7 +18,12 @@ from .errors import InvalidWorkload
 from .spec import Parallelism
 from .units import ceil_div
 
-__all__ = ["Stage", "check_layout", "per_device_shape", "stages"]
+__all__ = ["GPUS_PER_NODE", "Stage", "check_layout", "device_count_candidates",
+           "kv_heads_per_device", "node_splits", "per_device_shape", "stages"]
+
+GPUS_PER_NODE = 8
+"""GPUs of one server: tensor parallelism stays within it, pipeline parallelism crosses servers,
+and a host runs up to this many workload processes (one per GPU)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,3 +128,15 @@ def stages(arch: Arch, p: int) -> tuple[Stage, ...]:
                             i == p - 1))
         start += size
     return tuple(result)
+
+
+def node_splits(n: int) -> list[tuple[int, int]]:
+    """(tensor, pipeline) splits of ``n`` devices, largest tensor-parallel size first: tensor
+    parallel within one node (a divisor of n up to ``GPUS_PER_NODE``), pipeline across."""
+    return [(t, n // t) for t in range(min(n, GPUS_PER_NODE), 0, -1) if n % t == 0]
+
+
+def device_count_candidates(limit: int) -> list[int]:
+    """Device counts tried for the smallest that fits: 1 .. 8, then whole nodes of 8."""
+    return [n for n in range(1, GPUS_PER_NODE + 1) if n <= limit] + list(
+        range(2 * GPUS_PER_NODE, limit + 1, GPUS_PER_NODE))

@@ -10,6 +10,11 @@ from .components import Component
 
 __all__ = [
     "Budget",
+    "Cheapest",
+    "FitResponse",
+    "GPUFit",
+    "LayoutFit",
+    "Maxima",
     "CalibrationUse",
     "DeviceBudget",
     "DeviceSummary",
@@ -210,3 +215,65 @@ class Budget(_Out, kw_only=True):
     serving: ServingSummary | None = None
     calibration: CalibrationUse | None = None
     """Which profile (or built-in default) each overhead line came from."""
+
+
+# ---------------------------------------------------------------------------------- fits --
+
+
+class Maxima(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Largest values that still fit (0: not even 1 fits; null: not solved / not applicable).
+    ``*_limited`` says the value hit the request limit or the model's context length."""
+
+    batch_size: int | None = None
+    context_tokens: int | None = None
+    context_limited_by_model: bool = False
+    concurrent_requests: int | None = None
+    max_model_len: int | None = None
+    """``llm_serving``: the largest max_model_len at which the engine starts (and holds
+    ``target_concurrency`` sequences)."""
+    max_concurrency: float | None = None
+    """``llm_serving``: the engine's maximum concurrency at the workload's max_model_len."""
+
+
+class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):
+    device_count: int
+    tensor: int
+    pipeline: int
+    data: int
+    fits: bool
+    total_bytes: int
+    capacity_bytes: int
+    free_bytes: int
+    free_percent: float
+    limiting_component: Component
+    warnings: tuple[str, ...] = ()
+    maxima: Maxima
+
+
+class GPUFit(msgspec.Struct, frozen=True, kw_only=True):
+    gpu_id: str | None
+    name: str
+    memory_total_bytes: int
+    layouts: tuple[LayoutFit, ...]
+    min_device_count: int | None
+    """Smallest device count (up to max_device_count) at which the workload fits; null if none."""
+    warnings: tuple[str, ...] = ()
+
+
+class Cheapest(msgspec.Struct, frozen=True, kw_only=True):
+    """The GPU type whose smallest fitting device count costs least (``llm_serving``)."""
+
+    gpu_id: str | None
+    name: str
+    device_count: int
+    basis: Literal["price", "total_memory"]
+    """`price`: price x device_count from the request's prices; `total_memory`: no prices
+    given, ranked by device_count x memory_total_bytes (the catalog has no prices)."""
+    cost: float | None
+    total_memory_bytes: int
+
+
+class FitResponse(msgspec.Struct, frozen=True, kw_only=True):
+    gpus: tuple[GPUFit, ...]
+    cheapest: Cheapest | None = None
+    """``llm_serving`` workloads with `device_count` solved: the cheapest GPU type that fits."""

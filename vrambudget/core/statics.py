@@ -10,25 +10,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
-from .activations import DeviceDims, device_dims
+import msgspec
+
 from .arch import Arch, LayerType, Role, Split, TensorGroup
 from .dtypes import bytes_of
-from .layout import Stage, check_layout, kv_heads_per_device, per_device_shape, stages
-from .overheads import (
-    KMIN_BLOCK_BYTES,
-    NCCL_GROUP_BYTES,
-    NCCL_PAIR_BYTES,
-    ZERO_PREFETCH_BUCKET_ELEMENTS,
-    ZERO_REDUCE_BUCKET_ELEMENTS,
-)
-from .quantization import quantized_roles, tensor_storage
+from .formulas import communication_buffers, gradients, master_weights, optimizer_state
+from .formulas.activations import DeviceDims, device_dims
+from .formulas.adapters import lora_params
+from .formulas.allocator_overhead import block_rounding
+from .formulas.kv_cache import elems_per_token
+from .formulas.optimizer_state import Optimizer, state_bytes, step_temporaries
+from .formulas.weights import stored_bytes
+from .layout import Stage, check_layout, per_device_shape, stages
+from .quantization import quantized_roles
 from .spec import (
     FP8,
-    SGD,
-    Adafactor,
-    AdamW,
-    AdamW8bit,
+    InferenceWorkload,
     LoRA,
     Parallelism,
     Precision,
@@ -36,14 +35,10 @@ from .spec import (
     Quantization,
     TrainingWorkload,
 )
-from .units import ceil_div, round_up
+from .units import ceil_div
 
-__all__ = ["StageStatic", "TrainingPlan", "stage_statics", "training_plan"]
-
-# bitsandbytes optim/optimizer.py: Optimizer8bit keeps 32-bit states for tensors with fewer than
-# min_8bit_size = 4096 elements; 8-bit states are blockwise with blocksize 256 (absmax fp32).
-BNB_MIN_8BIT_SIZE = 4096
-BNB_OPTIM_BLOCKSIZE = 256
+__all__ = ["StageStatic", "TrainingPlan", "effective_precision", "head_groups", "stage_statics",
+           "statics_for", "training_plan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +49,7 @@ class TrainingPlan:
     lora_rank: int
     lora_targets: tuple[str, ...]
     adapter_bytes: int
-    optimizer: AdamW | AdamW8bit | SGD | Adafactor
+    optimizer: Optimizer
     mixed_precision: str
 
 
@@ -126,22 +121,6 @@ def _last_trainable(arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: in
     return rows * plan.lora_rank * (count if g.role is Role.EXPERT else 1)
 
 
-def _step_temporaries(opt: AdamW | AdamW8bit | SGD | Adafactor, trainable: int,
-                      largest: int, state_bytes: int) -> int:
-    """torch/optim/adamw.py: ``_multi_tensor_adamw`` allocates ``exp_avg_sq_sqrt =
-    torch._foreach_sqrt(exp_avg_sqs)`` for every parameter at once; ``_single_tensor_adamw``
-    ``exp_avg_sq.sqrt()`` and its quotient for one tensor at a time; the fused kernel none.
-    SGD (momentum buffers updated in place) and bitsandbytes' 8-bit kernels have none; a trace
-    checks each (tests/test_trace_oracle.py)."""
-    match opt:
-        case AdamW(implementation="foreach"):
-            return trainable * state_bytes
-        case AdamW(implementation="for_loop"):
-            return 2 * largest * state_bytes
-        case _:  # Adafactor: not traced (torch.optim.Adafactor reads tensor values)
-            return 0
-
-
 def _groups(arch: Arch, stage: Stage, p: int) -> Iterator[tuple[TensorGroup, int]]:
     for layer, n in stage.layer_runs:
         for g in layer.tensors:
@@ -165,50 +144,12 @@ def head_groups(arch: Arch, p: int) -> tuple[TensorGroup, ...]:
     return arch.head
 
 
-def _kv_elems(arch: Arch, layer: LayerType, t: int) -> int:
-    if arch.mla is not None:
-        # MLA caches the compressed latent and the decoupled RoPE key, shared by all heads and
-        # replicated on every tensor-parallel rank (DeepSeek-V2 §2.1.2; vLLM MLA backend).
-        return arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
-    return 2 * kv_heads_per_device(arch, t) * arch.head_dim
-
-
-def _optimizer_bytes(opt: AdamW | AdamW8bit | SGD | Adafactor, shapes: list[tuple[int, int, int]],
-                     state_bytes: int) -> int:
-    total = 0
-    for rows, cols, count in shapes:
-        numel = rows * cols
-        match opt:
-            case AdamW():
-                per = 2 * numel * state_bytes
-            case SGD():
-                per = numel * state_bytes if opt.momentum > 0 else 0
-            case AdamW8bit():
-                if numel < BNB_MIN_8BIT_SIZE:
-                    per = 2 * numel * 4
-                else:
-                    per = 2 * numel + 2 * ceil_div(numel, BNB_OPTIM_BLOCKSIZE) * 4
-            case Adafactor():
-                # transformers Adafactor: exp_avg_sq_row (rows) + exp_avg_sq_col (cols) for
-                # matrices, exp_avg_sq for vectors; exp_avg only with beta1.
-                per = (rows + cols) * state_bytes if rows > 1 and cols > 1 else (
-                    numel * state_bytes)
-                if opt.beta1 is not None:
-                    per += numel * state_bytes
-        total += per * count
-    return total
-
-
 def _device_params(layer: LayerType, arch: Arch, t: int, ep: int) -> int:
     total = 0
     for g in layer.tensors:
         rows, cols, count = per_device_shape(g, arch, t, ep)
         total += rows * cols * count
     return total
-
-
-def _nccl(ranks: int) -> int:
-    return 0 if ranks <= 1 else (NCCL_PAIR_BYTES if ranks == 2 else NCCL_GROUP_BYTES)
 
 
 @lru_cache(maxsize=4096)
@@ -236,15 +177,13 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
             rows, cols, count = per_device_shape(g, arch, t, ep)
             n = count * mult
             params += rows * cols * n
-            if quant is not None and g.role in roles:
-                payload, md = tensor_storage(quant, rows, cols, 1)
-            else:
-                payload, md = rows * cols * plain_bytes, 0
+            payload, md = stored_bytes(rows, cols, plain_bytes,
+                                       quant if quant is not None and g.role in roles else None)
             weights += payload * n
             meta += md * n
-            rounding += (round_up(payload, KMIN_BLOCK_BYTES) - payload) * n
+            rounding += block_rounding(payload) * n
             if md:
-                rounding += (round_up(md, KMIN_BLOCK_BYTES) - md) * n
+                rounding += block_rounding(md) * n
             if g.role in (Role.LINEAR, Role.EXPERT):
                 largest_linear = max(largest_linear, rows * cols)
             if plan is None:
@@ -257,57 +196,51 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
             elif g.name.rsplit(".", 1)[-1] in plan.lora_targets and g.role in (Role.LINEAR,
                                                                                  Role.EXPERT):
                 # lora_A (r x in) and lora_B (out x r) per adapted projection.
-                adapter_params += plan.lora_rank * (rows + cols) * n
+                adapter_params += lora_params(plan.lora_rank, rows, cols) * n
                 trainable_shapes.append((plan.lora_rank, cols, n))
                 trainable_shapes.append((rows, plan.lora_rank, n))
                 largest_trainable = max(largest_trainable,
                                         plan.lora_rank * max(rows, cols) * stacked)
         largest_layer = max((_device_params(layer, arch, t, ep) for layer, _ in stage.layer_runs),
                             default=0)
-        kv_full = sum(_kv_elems(arch, layer, t) * n for layer, n in stage.layer_runs
+        kv_full = sum(elems_per_token(arch, t) * n for layer, n in stage.layer_runs
                       if layer.window is None) if arch.kind == "decoder" else 0
         sliding: dict[int, int] = {}
         if arch.kind == "decoder":
             for layer, n in stage.layer_runs:
                 if layer.window is not None:
-                    sliding[layer.window] = sliding.get(layer.window, 0) + _kv_elems(
-                        arch, layer, t) * n
+                    sliding[layer.window] = sliding.get(layer.window, 0) + elems_per_token(
+                        arch, t) * n
         gradient = optimizer = master = host_opt = host_master = host_params = 0
         step_gradient = step_upcast = step_temporary = 0
         adapter_bytes = 0
         trainable = 0
-        comm_parts: list[tuple[str, int]] = []
-        if t > 1:
-            comm_parts.append((f"NCCL tensor-parallel communicator ({t} ranks)", _nccl(t)))
-        if par.pipeline > 1:
-            comm_parts.append(("NCCL pipeline point-to-point", NCCL_PAIR_BYTES))
+        grad_bytes = 0
         if plan is not None:
-            if plan.method == "full":
+            full = plan.method == "full"
+            if full:
                 trainable = params
-                grad_bytes = 4 if plan.mixed_precision == "autocast" else plain_bytes
-                state_bytes = 4 if plan.mixed_precision in ("master_fp32", "autocast") else (
-                    plain_bytes)
-                master_per = 4 if (plan.mixed_precision == "master_fp32" and plain_bytes != 4
-                                   ) else 0
+                param_bytes = plain_bytes
             else:
                 trainable = adapter_params
                 adapter_bytes = adapter_params * plan.adapter_bytes
-                grad_bytes = plan.adapter_bytes
-                state_bytes = 4 if plan.mixed_precision != "pure" else plan.adapter_bytes
-                master_per = 4 if (plan.mixed_precision == "master_fp32"
-                                   and plan.adapter_bytes != 4) else 0
+                param_bytes = plan.adapter_bytes
+            grad_bytes = gradients.grad_dtype_bytes(full, plan.mixed_precision, param_bytes)
+            state = optimizer_state.state_dtype_bytes(full, plan.mixed_precision, param_bytes)
+            master_per = master_weights.master_bytes_per_param(plan.mixed_precision, param_bytes)
             gradient = trainable * grad_bytes
-            optimizer = _optimizer_bytes(plan.optimizer, trainable_shapes, state_bytes)
+            optimizer = state_bytes(plan.optimizer, trainable_shapes, state)
             master = trainable * master_per
             step_gradient = trainable * (4 if master_per else grad_bytes)
             step_upcast = _last_trainable(arch, stage, plan, t, ep) * grad_bytes if (
                 master_per) else 0
-            step_temporary = _step_temporaries(plan.optimizer, trainable, largest_trainable,
-                                               state_bytes)
-            if zero >= 1:
-                optimizer, master = ceil_div(optimizer, dp), ceil_div(master, dp)
+            step_temporary = step_temporaries(plan.optimizer, trainable, largest_trainable, state)
+            if zero >= optimizer_state.SHARDED_FROM_ZERO_STAGE:
+                optimizer = ceil_div(optimizer, dp)
                 step_temporary = ceil_div(step_temporary, dp)
-            if zero >= 2:
+            if zero >= master_weights.SHARDED_FROM_ZERO_STAGE:
+                master = ceil_div(master, dp)
+            if zero >= gradients.SHARDED_FROM_ZERO_STAGE:
                 gradient = ceil_div(gradient, dp)
                 step_gradient = ceil_div(step_gradient, dp)
             if zero >= 3:  # ZeRO-3 / FSDP FULL_SHARD shard frozen parameters too
@@ -317,19 +250,9 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
                 step_gradient, step_upcast, step_temporary = gradient, 0, 0
             if par.offload_parameters:
                 host_params, weights = weights, 0
-            if dp > 1:
-                comm_parts.append((f"NCCL data-parallel communicator ({dp} ranks)", _nccl(dp)))
-                full_grads = trainable * grad_bytes
-                if zero == 0:
-                    comm_parts.append(("DDP gradient buckets (a copy of the gradients)",
-                                       full_grads))
-                else:
-                    bucket = min(ZERO_REDUCE_BUCKET_ELEMENTS, trainable) * grad_bytes
-                    comm_parts.append(("ZeRO reduce bucket", bucket))
-                if zero >= 3:
-                    gathered = (largest_layer + min(ZERO_PREFETCH_BUCKET_ELEMENTS, params)
-                                ) * plain_bytes
-                    comm_parts.append(("ZeRO-3 gathered layer + prefetch bucket", gathered))
+        comm_parts = communication_buffers.stage_parts(
+            t, par.pipeline, dp, zero, training, trainable, grad_bytes, largest_layer, params,
+            plain_bytes)
         result.append(StageStatic(
             stage=stage,
             dims=dims,
@@ -358,3 +281,16 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
             step_temporary_bytes=step_temporary,
         ))
     return tuple(result)
+
+
+def effective_precision(w: InferenceWorkload | TrainingWorkload) -> Any:
+    """The workload's precision, with QLoRA's base quantization as its weights' quantization."""
+    if isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA):
+        return msgspec.structs.replace(w.precision, quantization=w.method.base_quantization)
+    return w.precision
+
+
+def statics_for(w: InferenceWorkload | TrainingWorkload, arch: Arch) -> tuple[StageStatic, ...]:
+    """The cached per-stage statics of a model workload."""
+    plan = training_plan(w) if isinstance(w, TrainingWorkload) else None
+    return stage_statics(arch, effective_precision(w), w.parallelism, plan)

@@ -17,15 +17,12 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
 from vrambudget.core.components import Component
+from vrambudget.core.device import DeviceContext, resolve_device
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.estimate import (
-    DeviceContext,
-    estimate,
-    headroom_bytes,
-    resolve_device,
-    statics_for,
-)
-from vrambudget.core.overheads import CUBLASLT_WORKSPACE_BYTES, device_overheads
+from vrambudget.core.estimate import estimate
+from vrambudget.core.formulas.headroom import headroom_bytes
+from vrambudget.core.formulas.runtime_workspace import CUBLASLT_WORKSPACE_BYTES
+from vrambudget.core.overheads import device_overheads
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.result import (
     Budget,
@@ -46,6 +43,7 @@ from vrambudget.core.spec import (
     LLMServingWorkload,
     TrainingWorkload,
 )
+from vrambudget.core.statics import statics_for
 from vrambudget.workloads import kernels
 from vrambudget.workloads.run import check_traceable, prepare
 

@@ -8,8 +8,8 @@ from typing import overload
 
 import torch
 
+from vrambudget.core.formulas.optimizer_state import BNB_MIN_8BIT_SIZE, BNB_OPTIM_BLOCKSIZE
 from vrambudget.core.spec import SGD, Adafactor, AdamW, AdamW8bit
-from vrambudget.core.statics import BNB_MIN_8BIT_SIZE, BNB_OPTIM_BLOCKSIZE
 
 __all__ = ["AdamW8bitModel", "build_optimizer", "host_state_tensors"]
 

@@ -4,12 +4,12 @@ what to change."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from ..components import Component
+from ..device import require_device
 from ..errors import InvalidWorkload
 from ..host import host_and_disk
 from ..resolve import model_name, resolve_model
@@ -17,7 +17,6 @@ from ..result import (
     Budget,
     CalibrationUse,
     DeviceBudget,
-    DeviceSummary,
     Line,
     OverheadOrigin,
     Part,
@@ -25,9 +24,8 @@ from ..result import (
     ServingSummary,
     WorkloadSummary,
 )
+from ..search import largest_true
 from ..spec import (
-    CatalogDevice,
-    CustomDevice,
     DeviceRef,
     InferenceWorkload,
     LLMServingWorkload,
@@ -90,22 +88,6 @@ _FORMULAS: dict[Component, tuple[str, str, tuple[str, ...]]] = {
 _UNUSED = ("0 (not used by a serving engine)", "-", ())
 
 
-def _device(ref: DeviceRef | None) -> tuple[int, str, DeviceSummary]:
-    from ..catalog import gpu
-
-    match ref:
-        case CatalogDevice():
-            g = gpu(ref.id)
-            return g.memory_total_bytes, g.name, DeviceSummary(
-                name=g.name, id=g.id, memory_total_bytes=g.memory_total_bytes,
-                architecture=g.architecture)
-        case CustomDevice():
-            return ref.memory_total_bytes, ref.name, DeviceSummary(
-                name=ref.name, memory_total_bytes=ref.memory_total_bytes,
-                architecture=ref.architecture)
-    raise InvalidWorkload("device", "an llm_serving workload needs a device")
-
-
 def serving_account(w: LLMServingWorkload, memory_total_bytes: int, gpu_name: str,
                     index: int = 0) -> ServingAccount:
     """``account`` with errors naming ``workloads[index].<field>``."""
@@ -121,20 +103,6 @@ def _starts(w: LLMServingWorkload, total: int, name: str, **changes: Any) -> Ser
     except InvalidWorkload:
         return None
     return a if a.would_start else None
-
-
-def largest_true(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
-    """Largest x in [lo, hi] with ok(x) for a monotone (true then false) predicate; lo - 1 if
-    none."""
-    if hi < lo or not ok(lo):
-        return lo - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def remedies(w: LLMServingWorkload, a: ServingAccount, total: int, name: str) -> tuple[str, ...]:
@@ -202,7 +170,8 @@ def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) ->
         raise InvalidWorkload("workloads", "an llm_serving workload must be the only workload")
     w = workloads[0]
     assert isinstance(w, LLMServingWorkload)
-    total, gpu_name, summary_device = _device(device)
+    ctx = require_device(device, "an llm_serving workload needs a device")
+    total, gpu_name, summary_device = ctx.memory_total_bytes, ctx.name, ctx.summary()
     a = serving_account(w, total, gpu_name)
     arch = resolve_model(w.model)
     inputs = _inputs(w, a)

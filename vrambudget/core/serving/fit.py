@@ -10,40 +10,34 @@ order.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from ..catalog import gpus
+from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
-from ..estimate import DeviceContext, resolve_device
-from ..layout import check_layout
+from ..layout import check_layout, device_count_candidates, node_splits
 from ..resolve import resolve_model
-from ..spec import LLMServingWorkload, Parallelism
-from .budget import largest_true, stage_values
+from ..result import Cheapest, FitResponse, GPUFit, LayoutFit, Maxima
+from ..search import largest_true
+from ..spec import FitRequest, LLMServingWorkload, Parallelism
+from .budget import stage_values
 from .vllm import ServingAccount, account
 
-if TYPE_CHECKING:
-    from ..fit import FitRequest, FitResponse
-
 __all__ = ["serving_fit"]
-
-GPUS_PER_NODE = 8
 
 
 def _layout(w: LLMServingWorkload, n: int) -> LLMServingWorkload | None:
     """n GPUs per replica: tensor parallel within an 8-GPU node (the largest valid divisor of
     n), pipeline parallel across; None when no split is valid for the model."""
     arch = resolve_model(w.model)
-    for t in range(min(n, GPUS_PER_NODE), 0, -1):
-        if n % t:
-            continue
+    for t, p in node_splits(n):
         try:
-            check_layout(arch, Parallelism(tensor=t, pipeline=n // t))
+            check_layout(arch, Parallelism(tensor=t, pipeline=p))
         except InvalidWorkload:
             continue
         return msgspec.structs.replace(w, parallelism=msgspec.structs.replace(
-            w.parallelism, tensor=t, pipeline=n // t))
+            w.parallelism, tensor=t, pipeline=p))
     return None
 
 
@@ -69,13 +63,7 @@ def _largest_len(w: LLMServingWorkload, ctx: DeviceContext, target: float | None
     return largest_true(1, cap, ok)
 
 
-def _candidates(limit: int) -> list[int]:
-    return [n for n in (1, 2, 3, 4, 5, 6, 7, 8) if n <= limit] + list(range(16, limit + 1, 8))
-
-
 def serving_fit(req: FitRequest) -> FitResponse:
-    from ..fit import FitResponse, GPUFit, LayoutFit, Maxima
-
     w = req.workloads[0]
     assert isinstance(w, LLMServingWorkload)
     refs = tuple(gpus().values()) if req.devices is None else req.devices
@@ -109,7 +97,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 maxima=Maxima(**maxima)))  # type: ignore[arg-type]
         min_count = None
         if "device_count" in req.solve:
-            for n in _candidates(req.max_device_count):
+            for n in device_count_candidates(req.max_device_count):
                 placed = _layout(w, n)
                 if placed is not None and _fits(_account(placed, ctx), target):
                     min_count = n
@@ -125,10 +113,8 @@ def serving_fit(req: FitRequest) -> FitResponse:
     return FitResponse(gpus=tuple(results), cheapest=_cheapest(results, req.prices))
 
 
-def _cheapest(results: list, prices: dict[str, float] | None):  # type: ignore[no-untyped-def]
-    from ..fit import Cheapest
-
-    best = None
+def _cheapest(results: list[GPUFit], prices: dict[str, float] | None) -> Cheapest | None:
+    best: tuple[tuple[float, int], Cheapest] | None = None
     for g in results:
         if g.min_device_count is None:
             continue

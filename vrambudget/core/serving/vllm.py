@@ -22,10 +22,11 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..activations import inference_working_set
 from ..arch import Arch
+from ..catalog import match_gpu, preset
 from ..dtypes import bytes_of
 from ..errors import InvalidWorkload
+from ..formulas.activations import inference_working_set
 from ..layout import check_layout, stages
 from ..spec import (
     AWQ,
@@ -71,8 +72,6 @@ def model_dtype(w: LLMServingWorkload) -> str:
         return _DTYPES[w.dtype]
     config = None
     if isinstance(w.model, PresetModel):
-        from ..catalog import preset
-
         config = preset(w.model.id).config
     elif isinstance(w.model, HFConfigModel):
         config = w.model.config
@@ -189,7 +188,7 @@ def activation_peak_bytes(arch: Arch, st: StageStatic, r: Resolved) -> int:
     max_num_batched_tokens`` tokens spread over ``S = min(max_num_seqs, T)`` requests, then (last
     stage) a dummy sampler run over ``S`` rows of the full vocabulary.
 
-    forward = fwd_scale x working set of the largest layer (``activations.inference_working_set``:
+    forward = fwd_scale x working set of the largest layer (``formulas.activations.inference_working_set``:
               residual 4 T h e + max(attention, MLP))
               + pp_hidden x T x h x e on stages before the last (the intermediate tensors sent
               on: hidden states and residual)
@@ -302,8 +301,6 @@ def mla_import_workspaces(gpu_name: str) -> int:
     """How many 128 MiB MLA workspaces vLLM's backend selection allocates while the model loads
     (``load.py``): FlashInfer-MLA's on every CUDA GPU, CUTLASS-MLA's too on compute capability
     10.x, none on ROCm. A name that matches no catalog GPU is taken as a CUDA GPU below 10.x."""
-    from ..compare import match_gpu
-
     g = match_gpu(gpu_name, None, None)
     if g is None:
         return 1

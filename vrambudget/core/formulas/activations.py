@@ -1,4 +1,14 @@
-"""Activation memory of one transformer layer on one device, itemized tensor by tensor.
+"""Activations: training's tensors saved for backward, inference's working set of one forward
+pass -- per layer on one device, itemized tensor by tensor, and over a pipeline stage.
+
+Shown in answers::
+
+    training: tensors saved for backward per layer x layers x micro-batches in flight;
+    inference: residual + max(attention, MLP) working set of one forward pass
+
+Worked number: GPT layer, s = 2048, b = 1, h = 4096, a = 32 heads, bf16, eager attention without
+recomputation saves ``s*b*h*(34 + 5*a*s/h)`` = 2048 x 4096 x (34 + 5 x 32 x 2048 / 4096) =
+956,301,312 B (Korthikanti et al. 2022, Table 2; tests/core/test_golden.py checks the identity).
 
 Training counts the tensors autograd saves for backward (Korthikanti et al. 2022, "Reducing
 Activation Recomputation in Large Transformer Models", §4.1): with a GPT layer, 2-byte
@@ -18,12 +28,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .arch import Arch, LayerType, Role
-from .layout import kv_heads_per_device, per_device_shape
-from .units import ceil_div
+from ..arch import Arch, LayerType, Role
+from ..dtypes import bytes_of
+from ..layout import Stage, kv_heads_per_device, per_device_shape
+from ..spec import LoRA, TrainingWorkload
+from ..units import ceil_div
 
-__all__ = ["FULL_TRAINING", "DeviceDims", "Trainable", "device_dims", "inference_working_set",
-           "lora_trainable", "training_saved"]
+__all__ = ["FORMULA", "FULL_TRAINING", "SOURCE", "DeviceDims", "Trainable", "device_dims",
+           "in_flight", "inference_activations", "inference_working_set", "lora_trainable",
+           "training_activations", "training_saved"]
+
+FORMULA = ("training: tensors saved for backward per layer x layers x micro-batches in flight; "
+           "inference: residual + max(attention, MLP) working set of one forward pass")
+SOURCE = "Korthikanti et al. 2022 §4 (Table 2); Dao et al. 2022 §3 (flash attention)"
 
 FP32 = 4
 MASK = 1  # dropout masks are kept as bytes (torch bool / uint8)
@@ -198,7 +215,7 @@ def inference_working_set(layer: LayerType, arch: Arch, dd: DeviceDims, sequence
     MLP: gate, up and activation outputs, or fc1 and GELU outputs)."""
     T = sequences * query_tokens
     # The residual stream in and out, the normalized input and the sublayer's output are live
-    # around each sublayer (checked against the trace tier, tests/test_trace_oracle.py).
+    # around each sublayer (checked against the trace tier's oracle grid).
     resid = 4 * T * dd.h * e
     heads, qk, v = dd.heads, dd.qk_head_dim, dd.v_head_dim
     # Eager attention repeats K/V per query head (transformers repeat_kv), as in training.
@@ -218,3 +235,90 @@ def inference_working_set(layer: LayerType, arch: Arch, dd: DeviceDims, sequence
     else:
         mlp = T * (3 if arch.mlp == "gated" else 2) * dd.f * e
     return resid + max(attn, mlp)
+
+
+def inference_activations(layer_kinds: tuple[tuple[LayerType, int], ...], arch: Arch,
+                          dd: DeviceDims, sequences: int, query: int, keys: int, e: int,
+                          attention: str) -> int:
+    """The largest working set over a stage's layer kinds (layers run one at a time)."""
+    peak = 0
+    for layer, _ in layer_kinds:
+        ws = inference_working_set(layer, arch, dd, sequences, query, keys, e, attention)
+        if ws > peak:
+            peak = ws
+    return peak
+
+
+def in_flight(pipeline: int, micro_batches: int, schedule: str, virtual_stages: int,
+              stage: int) -> tuple[int, float]:
+    """Micro-batches whose activations a pipeline stage holds at once, and the interleaving
+    factor: GPipe holds all ``m``; 1F1B ``min(p - stage, m)``; interleaved 1F1B the same times
+    ``1 + (p - 1) / (p x v)`` (Narayanan et al. 2021 §2.2; Korthikanti et al. 2022 §4.2.3).
+    Worked number: p = 4, m = 8, 1F1B, stage 0 holds 4 micro-batches."""
+    p, m = pipeline, micro_batches
+    if p == 1:
+        return 1, 1.0
+    if schedule == "gpipe":
+        return m, 1.0
+    count = min(p - stage, m)
+    if schedule == "interleaved_1f1b" and virtual_stages > 1:
+        return count, 1.0 + (p - 1) / (p * virtual_stages)
+    return count, 1.0
+
+
+def training_activations(w: TrainingWorkload, arch: Arch, stage: Stage, dd: DeviceDims
+                         ) -> tuple[int, int, list[tuple[str, int]]]:
+    """(all saved activations of a pipeline stage, one layer's saved activations, itemized
+    parts): per layer kind the tensors saved for backward (``training_saved``; with full
+    recomputation only the layer input, plus one layer recomputed in backward), times the
+    micro-batches in flight (``in_flight``), plus the final norm and LM-head inputs on the last
+    stage and the embedding dropout mask on the first."""
+    e = bytes_of(w.precision.compute)
+    par = w.parallelism
+    s, b = w.sequence_length, w.micro_batch_size
+    ckpt = w.checkpointing
+    per_layer_total = 0
+    one_layer = 0
+    items: dict[str, int] = {}
+    m = w.method
+    for layer, n in stage.layer_runs:
+        tr = FULL_TRAINING
+        if isinstance(m, LoRA):
+            tr = lora_trainable(layer, arch, par.tensor, tuple(m.target_modules), m.rank,
+                                bytes_of(m.adapter_dtype), e)
+        saved = training_saved(layer, arch, dd, seq=s, batch=b, e=e, attention=w.attention,
+                               dropout=w.dropout, sequence_parallel=par.sequence_parallel,
+                               drop_scores=ckpt == "selective", trainable=tr)
+        layer_bytes = sum(saved.values())
+        one_layer = max(one_layer, sum(training_saved(
+            layer, arch, dd, seq=s, batch=b, e=e, attention=w.attention, dropout=w.dropout,
+            sequence_parallel=par.sequence_parallel, drop_scores=False, trainable=tr).values()))
+        if ckpt == "full":
+            kept = ceil_div(s * b * arch.hidden_size * e,
+                            par.tensor if par.sequence_parallel else 1)
+            per_layer_total += kept * n
+            items["layer inputs (full recomputation)"] = (
+                items.get("layer inputs (full recomputation)", 0) + kept * n)
+        else:
+            per_layer_total += layer_bytes * n
+            for k, v in saved.items():
+                items[k] = items.get(k, 0) + v * n
+    count, factor = in_flight(par.pipeline, w.gradient_accumulation_steps, par.pipeline_schedule,
+                              par.virtual_stages, stage.index)
+    total = int(per_layer_total * count * factor)
+    parts = [(k, int(v * count * factor)) for k, v in items.items() if v]
+    if ckpt == "full":
+        total += one_layer  # the layer being recomputed during backward
+        parts.append(("one layer recomputed in backward", one_layer))
+    if stage.last and arch.kind == "decoder":
+        head_inputs = 2 * s * b * arch.hidden_size * e  # final norm input, LM head input
+        total += head_inputs
+        parts.append(("final norm and LM-head inputs", head_inputs))
+    if stage.first and w.dropout:
+        mask = s * b * arch.hidden_size
+        total += mask
+        parts.append(("embedding dropout mask", mask))
+    if count > 1 or factor != 1.0:
+        parts.append((f"x {count} micro-batches in flight" + (
+            f" x {factor:.4f} interleaving" if factor != 1.0 else ""), 0))
+    return total, one_layer, parts

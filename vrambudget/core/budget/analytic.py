@@ -1,0 +1,127 @@
+"""The analytic tier: model workloads (inference, training) and generic ones in, a
+component-wise budget per device out.
+
+``device_totals`` is the numeric core (integers only, no strings) that the fit solver calls many
+times; ``analytic_budget`` adds each line's formula, inputs and source for the answer. Both share
+the same stage functions, so an explained number and a solved number cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from ..calibration import ProfileSet
+from ..components import Component
+from ..device import DeviceContext, resolve_device
+from ..errors import InvalidWorkload
+from ..formulas.headroom import headroom_bytes
+from ..host import host_and_disk, persistent_key
+from ..memo import BoundedCache
+from ..overheads import DEFAULT_OVERHEADS, Overheads
+from ..resolve import resolve_model
+from ..result import Budget, DeviceBudget
+from ..spec import DeviceRef, GenericWorkload, Headroom, InferenceWorkload, Software, Workload
+from ..statics import statics_for
+from . import explain
+from .generic import generic_stage
+from .inference import inference_stage, inference_total
+from .stage import StageNumbers
+from .training import training_stage
+
+__all__ = ["analytic_budget", "device_totals", "workload_stages"]
+
+
+def workload_stages(w: Workload, ov: Overheads, index: int = 0) -> tuple[StageNumbers, ...]:
+    """Per pipeline stage of one workload: its peak-phase component bytes (headroom excluded).
+    Errors name the field as ``workloads[index].<path>``."""
+    if isinstance(w, GenericWorkload):
+        return (generic_stage(w, ov),)
+    try:
+        arch = resolve_model(w.model)
+        statics = statics_for(w, arch)
+    except InvalidWorkload as exc:
+        raise InvalidWorkload(f"workloads[{index}].{exc.field}", exc.message) from None
+    if isinstance(w, InferenceWorkload):
+        return tuple([inference_stage(w, arch, st, ov) for st in statics])
+    return tuple([training_stage(w, arch, st, ov) for st in statics])
+
+
+def device_totals(workloads: tuple[Workload, ...], device: DeviceContext | None,
+                  headroom: Headroom) -> int:
+    """Total bytes of the most loaded device, headroom included: the solver's objective."""
+    ov = device.overheads if device else DEFAULT_OVERHEADS
+    subtotal = 0
+    for i, w in enumerate(workloads):
+        if isinstance(w, InferenceWorkload):  # the solver's hot path
+            try:
+                arch = resolve_model(w.model)
+                statics = statics_for(w, arch)
+            except InvalidWorkload as exc:
+                raise InvalidWorkload(f"workloads[{i}].{exc.field}", exc.message) from None
+            subtotal += max(inference_total(w, arch, st, ov) for st in statics)
+        else:
+            subtotal += max(sum(s.values.values()) for s in workload_stages(w, ov, i))
+    return subtotal + headroom_bytes(subtotal, headroom)
+
+
+# Parts of the answer that do not depend on batch, context or concurrency, by workload key.
+_PERSISTENT: BoundedCache[object, tuple[object, ...]] = BoundedCache(1024)
+
+
+def analytic_budget(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
+                    headroom: Headroom | None = None, profiles: ProfileSet | None = None,
+                    software: Software | None = None) -> Budget:
+    """The full answer for co-located inference, training and generic workloads on one device
+    type."""
+    headroom = headroom or Headroom()
+    ctx = resolve_device(device, profiles, software)
+    ov = ctx.overheads if ctx else DEFAULT_OVERHEADS
+    per_workload = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
+    archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model)
+             for w in workloads]
+    warnings: list[str] = []
+    for w, arch in zip(workloads, archs, strict=True):
+        warnings += explain.warnings(w, arch, ctx)
+    devices: list[DeviceBudget] = []
+    if len(workloads) == 1:
+        w, arch = workloads[0], archs[0]
+        inputs = explain.inputs(w, arch, ov)
+        for s in per_workload[0]:
+            label = "every device" if s.stage is None or len(per_workload[0]) == 1 else (
+                f"pipeline stage {s.stage}")
+            devices.append(explain.device_budget(label, s.stage, s.num_devices, s.peak_phase, s.values,
+                                          s.parts, s.phases, inputs, explain.INPUT_NAMES[explain.kind(w)],
+                                          headroom, ov, s.transient_bytes))
+    else:
+        # Co-located: the most loaded stage of each workload shares one device.
+        values: dict[Component, int] = {}
+        parts: dict[Component, list[tuple[str, int]]] = {}
+        peaks = []
+        for w, stages_, arch in zip(workloads, per_workload, archs, strict=True):
+            top = max(stages_, key=lambda s: sum(s.values.values()))
+            name = explain.summary(w, arch).name
+            peaks.append(f"{name}: {top.peak_phase}")
+            for c, v in top.values.items():
+                values[c] = values.get(c, 0) + v
+                if v:  # a part per workload that holds bytes of this component
+                    parts.setdefault(c, []).append((name, v))
+        devices.append(explain.device_budget(
+            "co-located (most loaded stage of each workload)", None, 1, "; ".join(peaks), values,
+            {c: tuple(p) for c, p in parts.items()}, (("co-located peak", sum(values.values())),),
+            {"workloads": len(workloads)}, explain.NO_NAMES, headroom, ov))
+    most = 0 if len(devices) == 1 else max(range(len(devices)),
+                                           key=lambda i: devices[i].total_bytes)
+    summary_device = ctx.summary() if ctx is not None else None
+    pairs = tuple(zip(workloads, archs, strict=True))
+    summaries, host_ram, disk = _PERSISTENT.get_or(
+        tuple([persistent_key(w) for w in workloads]),
+        lambda: (tuple(explain.summary(w, a) for w, a in pairs), *host_and_disk(pairs)))
+    return Budget(
+        workloads=summaries,
+        device=summary_device,
+        devices=tuple(devices),
+        most_loaded=most,
+        total_bytes=devices[most].total_bytes,
+        host_ram=host_ram,
+        disk=disk,
+        warnings=tuple(warnings),
+        calibration=explain.calibration_use(ov),
+    )

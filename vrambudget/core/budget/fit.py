@@ -1,0 +1,239 @@
+"""Fit checks of model and generic workloads against GPUs, and solved maxima (largest batch,
+context, concurrency that fit; smallest device count per GPU type), by the analytic tier.
+
+The maxima come from :func:`vrambudget.core.search.max_fitting` over the most loaded device's
+total (headroom included); evaluations are shared between GPUs whose overheads are equal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import msgspec
+
+from ..calibration import ProfileSet
+from ..catalog import GPU, gpus
+from ..components import Component
+from ..device import DeviceContext, resolve_device
+from ..errors import InvalidWorkload
+from ..formulas.headroom import headroom_bytes
+from ..layout import check_layout, device_count_candidates, node_splits
+from ..overheads import Overheads
+from ..resolve import resolve_model
+from ..result import FitResponse, GPUFit, LayoutFit, Maxima
+from ..search import Memo, max_fitting
+from ..spec import (
+    MAX_TOKENS,
+    DeviceRef,
+    FitRequest,
+    FitVariable,
+    GenericWorkload,
+    InferenceWorkload,
+    Parallelism,
+    TrainingWorkload,
+    Workload,
+)
+from ..statics import statics_for
+from .analytic import device_totals, workload_stages
+from .explain import dtype_warnings
+from .inference import inference_total
+
+__all__ = ["analytic_fit", "layout_for"]
+
+
+def layout_for(w: Workload, n: int) -> Parallelism | None:
+    """The first workload's parallelism on ``n`` devices, or None when n cannot be realised."""
+    if isinstance(w, GenericWorkload):
+        return Parallelism() if n == 1 else None
+    arch = resolve_model(w.model)
+    par = w.parallelism
+    if isinstance(w, TrainingWorkload):
+        per_replica = par.tensor * par.pipeline
+        if n % per_replica:
+            return None
+        candidate = msgspec.structs.replace(par, data=n // per_replica)
+        return candidate
+    for t, p in node_splits(n):
+        candidate = msgspec.structs.replace(par, tensor=t, pipeline=p, data=1,
+                                            virtual_stages=1, pipeline_schedule="1f1b",
+                                            expert=math.gcd(par.expert, t))
+        try:
+            check_layout(arch, candidate)
+        except InvalidWorkload:
+            continue
+        return candidate
+    return None
+
+
+def _with(w: Workload, **changes: object) -> Workload:
+    return msgspec.structs.replace(w, **changes)
+
+
+def _variable_setter(w: Workload, variable: FitVariable) -> tuple[Callable[[int], Workload], int,
+                                                                 int | None] | None:
+    """(make workload for x, request limit, model limit) or None if the variable does not apply."""
+    match variable, w:
+        case "batch", InferenceWorkload():
+            return (lambda x: _with(w, batch_size=x)), 1 << 24, None
+        case "batch", TrainingWorkload():
+            return (lambda x: _with(w, micro_batch_size=x)), 1 << 24, None
+        case "batch", GenericWorkload():
+            return (lambda x: _with(w, batch_size=x)), 1 << 24, None
+        case "concurrency", InferenceWorkload():
+            return (lambda x: _with(w, concurrent_requests=x)), 1 << 24, None
+        case "context", InferenceWorkload():
+            arch = resolve_model(w.model)
+            model_cap = arch.max_positions - w.generated_tokens if arch.kind == "decoder" else (
+                arch.max_positions)
+            return (lambda x: _with(w, prompt_tokens=x)), MAX_TOKENS, max(model_cap, 0)
+        case "context", TrainingWorkload():
+            arch = resolve_model(w.model)
+            return (lambda x: _with(w, sequence_length=x)), MAX_TOKENS, arch.max_positions
+    return None
+
+
+def _targets(req: FitRequest, profiles: ProfileSet | None) -> list[DeviceContext]:
+    refs: tuple[DeviceRef | GPU, ...] = (tuple(gpus().values()) if req.devices is None
+                                         else req.devices)
+    out = []
+    for ref in refs:
+        ctx = resolve_device(ref, profiles, req.software)
+        assert ctx is not None
+        out.append(ctx)
+    return out
+
+
+def _limiting(workloads: tuple[Workload, ...], ctx: DeviceContext) -> Component:
+    values: dict[Component, int] = {}
+    for i, w in enumerate(workloads):
+        top = max(workload_stages(w, ctx.overheads, i),
+                  key=lambda s: sum(s.values.values()))
+        for c, v in top.values.items():
+            values[c] = values.get(c, 0) + v
+    return max(values, key=lambda c: values[c])
+
+
+def _overhead_key(ctx: DeviceContext) -> Overheads:
+    """GPUs with equal overheads share evaluations (the overheads hash by value)."""
+    return ctx.overheads
+
+
+def analytic_fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
+    """Fits of an inference, training or generic workload (and co-located ones)."""
+    primary, rest = req.workloads[0], req.workloads[1:]
+    targets = _targets(req, profiles)
+    layouts: dict[int, Parallelism | None] = {n: layout_for(primary, n) for n in
+                                              sorted(set(req.device_counts))}
+    # Objective memo per (device count, overheads, variable): x -> total bytes.
+    memos: dict[tuple[int, Overheads, str], Memo] = {}
+    totals: dict[tuple[int, Overheads], int] = {}
+
+    def placed(n: int) -> Workload | None:
+        par = layouts.get(n) if n in layouts else layout_for(primary, n)
+        if par is None:
+            return None
+        return primary if isinstance(primary, GenericWorkload) else _with(primary,
+                                                                          parallelism=par)
+
+    rest_subtotals: dict[Overheads, int] = {}
+
+    def total(w0: Workload, ctx: DeviceContext) -> int:
+        return device_totals((w0, *rest), ctx, req.headroom)
+
+    def objective(make: Callable[[int], Workload], w0: Workload, ctx: DeviceContext
+                  ) -> Callable[[int], int]:
+        """f(x) for the solver: only the primary workload varies, so the co-located ones are
+        summed once, and an inference workload skips building its explained budget."""
+        if not isinstance(w0, InferenceWorkload):
+            return lambda x: total(make(x), ctx)
+        okey = _overhead_key(ctx)
+        if okey not in rest_subtotals:
+            rest_subtotals[okey] = sum(
+                max(sum(s.values.values()) for s in workload_stages(w, ctx.overheads, i + 1))
+                for i, w in enumerate(rest))
+        base = rest_subtotals[okey]
+        arch = resolve_model(w0.model)
+        statics = statics_for(w0, arch)
+        ov, headroom = ctx.overheads, req.headroom
+
+        def f(x: int) -> int:
+            w = make(x)
+            sub = base + max(inference_total(w, arch, st, ov) for st in statics)  # type: ignore[arg-type]
+            return sub + headroom_bytes(sub, headroom)
+
+        return f
+
+    limiting: dict[tuple[int, Overheads], Component] = {}
+
+    def total_on(n: int, w0: Workload, ctx: DeviceContext) -> int:
+        """The placed workload's total on n devices of this overhead class (memoized)."""
+        tkey = (n, _overhead_key(ctx))
+        if tkey not in totals:
+            totals[tkey] = total(w0, ctx)
+        return totals[tkey]
+
+    results = []
+    for target in targets:
+        key = _overhead_key(target)
+        layout_fits = []
+        for n in req.device_counts:
+            w0 = placed(n)
+            if w0 is None:
+                continue
+            tkey = (n, key)
+            t = total_on(n, w0, target)
+            fits = t <= target.memory_total_bytes
+            maxima: dict[str, object] = {}
+            for variable in req.solve:
+                if variable == "device_count":
+                    continue
+                setter = _variable_setter(w0, variable)
+                if setter is None:
+                    continue
+                make, limit, model_limit = setter
+                bound = min(limit, model_limit) if model_limit is not None else limit
+                memo = memos.get((n, key, variable)) or memos.setdefault((n, key, variable), Memo())
+                best = max_fitting(objective(make, w0, target), target.memory_total_bytes,
+                                   max(bound, 1), memo) if bound >= 1 else 0
+                if variable == "batch":
+                    maxima["batch_size"] = best
+                elif variable == "concurrency":
+                    maxima["concurrent_requests"] = best
+                else:
+                    extra = w0.generated_tokens if isinstance(w0, InferenceWorkload) else 0
+                    maxima["context_tokens"] = best + extra if best else 0
+                    if model_limit is not None and best >= model_limit:
+                        maxima["context_limited_by_model"] = True
+            warnings = _fit_warnings(w0, target, n)
+            par = w0.parallelism if not isinstance(w0, GenericWorkload) else Parallelism()
+            free = target.memory_total_bytes - t
+            layout_fits.append(LayoutFit(
+                device_count=n, tensor=par.tensor, pipeline=par.pipeline, data=par.data,
+                fits=fits, total_bytes=t, capacity_bytes=target.memory_total_bytes, free_bytes=free,
+                free_percent=round(100.0 * free / target.memory_total_bytes, 3),
+                limiting_component=limiting[tkey] if tkey in limiting else limiting.setdefault(
+                    tkey, _limiting((w0, *rest), target)),
+                warnings=tuple(warnings), maxima=Maxima(**maxima)))  # type: ignore[arg-type]
+        min_count = None
+        if "device_count" in req.solve:
+            for n in device_count_candidates(req.max_device_count):
+                w0 = placed(n)
+                if w0 is not None and total_on(n, w0, target) <= target.memory_total_bytes:
+                    min_count = n
+                    break
+        gpu_warnings: tuple[str, ...] = ()
+        if "device_count" in req.solve and min_count is None:
+            gpu_warnings = (f"does not fit on any layout of up to {req.max_device_count} "
+                            f"devices of {target.name}",)
+        results.append(GPUFit(gpu_id=target.id, name=target.name,
+                              memory_total_bytes=target.memory_total_bytes,
+                              layouts=tuple(layout_fits),
+                              min_device_count=min_count, warnings=gpu_warnings))
+    return FitResponse(gpus=tuple(results))
+
+
+def _fit_warnings(w: Workload, target: DeviceContext, n: int) -> list[str]:
+    if isinstance(w, GenericWorkload):
+        return []
+    return dtype_warnings(w, target)

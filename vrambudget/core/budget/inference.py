@@ -1,0 +1,101 @@
+"""Inference budgets, per pipeline stage: persistent weights, metadata, KV cache and overheads,
+and per phase (prefill or forward, decode) the activations and logits; the peak phase's total."""
+
+from __future__ import annotations
+
+from ..arch import Arch
+from ..components import Component
+from ..dtypes import bytes_of
+from ..formulas import allocator_overhead, communication_buffers, kv_cache
+from ..formulas.activations import inference_activations
+from ..formulas.logits import inference_logits
+from ..overheads import Overheads
+from ..spec import InferenceWorkload
+from ..statics import StageStatic
+from .stage import StageNumbers, peak, times
+
+__all__ = ["inference_stage", "inference_terms", "inference_total"]
+
+C = Component
+
+
+def _logits(st: StageStatic, arch: Arch, rows: int, e: int) -> int:
+    """Only the last stage of a decoder computes logits."""
+    if not st.stage.last or arch.kind != "decoder":
+        return 0
+    return inference_logits(rows, st.dims.vocab, st.dims.vocab_full, e)
+
+
+def inference_terms(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
+                     ) -> tuple[dict[Component, int], list[tuple[str, int, int]]]:
+    """Persistent bytes by component, and per phase (name, activations, logits): the one place
+    the inference formulas are combined, used both for the explained budget and the solver."""
+    e = bytes_of(w.precision.compute)
+    n_seq = w.num_sequences
+    k = w.instances
+    kv = kv_cache.cache_bytes(st.kv_full_elems, st.kv_sliding, n_seq, w.context_tokens,
+                              kv_cache.elem_bytes(w)) if arch.kind == "decoder" else 0
+    persistent = {
+        C.WEIGHTS: st.weights_bytes * k,
+        C.QUANTIZATION_METADATA: st.metadata_bytes * k,
+        C.KV_CACHE: kv * k,
+        C.CUDA_CONTEXT: ov.cuda_context_bytes * k,
+        C.RUNTIME_WORKSPACE: ov.workspace_bytes * k,
+        C.COMMUNICATION_BUFFERS: (st.comm_bytes if ov.nccl_communicator_bytes is None else
+                                  _communication(st, ov)[0]) * k,
+    }
+    chunk = w.prefill_chunk_tokens
+    prompt_total = w.prompt_tokens * n_seq
+    if chunk is not None and chunk < prompt_total:
+        # Chunked prefill (vLLM): every step carries `chunk` tokens, packing whole and partial
+        # prompts; a query may attend to its whole prompt (the last chunk of a prompt). Logits
+        # of the last position: at most one per sequence in the step.
+        acts = inference_activations(st.layer_kinds, arch, st.dims, 1, chunk, w.prompt_tokens, e,
+                                     w.attention)
+        rows = chunk if w.logits == "all" else min(n_seq, chunk)
+    else:
+        acts = inference_activations(st.layer_kinds, arch, st.dims, n_seq, w.prompt_tokens,
+                                     w.prompt_tokens, e, w.attention)
+        rows = prompt_total if w.logits == "all" else n_seq
+    phases = [("prefill" if arch.kind == "decoder" else "forward", acts * k,
+               _logits(st, arch, rows, e) * k)]
+    if arch.kind == "decoder" and w.generated_tokens > 0:
+        acts = inference_activations(st.layer_kinds, arch, st.dims, n_seq, 1, w.context_tokens, e,
+                                     w.attention)
+        phases.append(("decode", acts * k, _logits(st, arch, n_seq, e) * k))
+    return persistent, phases
+
+
+def inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
+                     ) -> StageNumbers:
+    persistent, terms = inference_terms(w, arch, st, ov)
+    rounding = st.weights_rounding_bytes * w.instances
+    transient = max([a + lg for _, a, lg in terms])
+    overhead = allocator_overhead.overhead(rounding, transient, ov.inference_fragmentation_ppm)
+    # Phases differ only in activations and logits: their totals without a dict per phase.
+    base = sum(persistent.values()) + overhead
+    totals = tuple([(name, base + a + lg) for name, a, lg in terms])
+    name, acts, logits = terms[peak(totals)]
+    values = persistent  # a fresh dict per call
+    values[C.ACTIVATIONS] = acts
+    values[C.LOGITS] = logits
+    values[C.ALLOCATOR_OVERHEAD] = overhead
+    parts = {C.COMMUNICATION_BUFFERS: times(_communication(st, ov)[1], w.instances),
+             C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(rounding, transient,
+                                                          ov.inference_fragmentation_ppm)}
+    return StageNumbers(st.stage.index, w.parallelism.tensor * w.parallelism.data, name, values,
+                        parts, totals, transient)
+
+
+def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> int:
+    """The peak-phase total of ``inference_stage`` without building its dictionaries."""
+    persistent, terms = inference_terms(w, arch, st, ov)
+    rounding = st.weights_rounding_bytes * w.instances
+    base = sum(persistent.values())
+    transient = max(a + lg for _, a, lg in terms)
+    return base + transient + allocator_overhead.overhead(rounding, transient, ov.inference_fragmentation_ppm)
+
+
+def _communication(st: StageStatic, ov: Overheads) -> tuple[int, tuple[tuple[str, int], ...]]:
+    return communication_buffers.calibrated(st.comm_bytes, st.comm_parts,
+                                            ov.nccl_communicator_bytes)

@@ -1,0 +1,125 @@
+"""Training budgets, per pipeline stage: persistent weights, adapters, optimizer state, masters
+and overheads, and per phase (forward, backward start, backward end, optimizer step) the
+gradients, activations and logits; the peak phase's total and its itemized parts."""
+
+from __future__ import annotations
+
+from ..arch import Arch
+from ..components import Component
+from ..dtypes import bytes_of
+from ..formulas import allocator_overhead, communication_buffers, cuda_context
+from ..formulas.activations import training_activations
+from ..formulas.logits import training_backward_parts, training_forward_parts
+from ..overheads import Overheads
+from ..spec import FullFineTune, QLoRA, TrainingWorkload
+from ..statics import StageStatic
+from .stage import StageNumbers, finish, times
+
+__all__ = ["training_stage"]
+
+C = Component
+
+
+def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads
+                    ) -> StageNumbers:
+    e = bytes_of(w.precision.compute)
+    tokens = w.sequence_length * w.micro_batch_size
+    acts, one_layer, act_parts = training_activations(w, arch, st.stage, st.dims)
+    has_head = st.stage.last and arch.kind == "decoder"  # encoders here have no LM head
+    # Forward: the LM-head output, its fp32 copy and the fp32 log-softmax are live together.
+    # Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
+    # input gradient (the forward's low-precision logits and fp32 copy are freed by then: no
+    # backward needs them).
+    logits = sum(b for _, b in training_forward_parts(tokens, st.dims.vocab, e)) if (
+        has_head) else 0
+    logits_bwd = sum(b for _, b in training_backward_parts(tokens, st.dims.vocab)) if (
+        has_head) else 0
+    context = cuda_context.per_device(ov.cuda_context_bytes, w.instances)
+    workspace = ov.workspace_bytes * w.instances
+    extra_ws: list[tuple[str, int]] = [("cuBLAS/cuBLASLt workspace", workspace)]
+    if isinstance(w.method, QLoRA):
+        dequant = st.largest_linear_params * e * w.instances
+        extra_ws.append(("4-bit dequantized weight (largest projection)", dequant))
+        workspace += dequant
+    if w.mixed_precision == "autocast":
+        cast = (st.num_params if isinstance(w.method, FullFineTune) else 0) * e
+        if cast:
+            extra_ws.append(("autocast low-precision weight cache", cast * w.instances))
+            workspace += cast * w.instances
+    k = w.instances
+    grads_live = st.gradient_bytes if (w.gradient_accumulation_steps > 1) else 0
+    base = {
+        C.WEIGHTS: st.weights_bytes * k,
+        C.QUANTIZATION_METADATA: st.metadata_bytes * k,
+        C.ADAPTERS: st.adapter_bytes * k,
+        C.OPTIMIZER_STATE: st.optimizer_bytes * k,
+        C.MASTER_WEIGHTS: st.master_bytes * k,
+        C.CUDA_CONTEXT: context,
+        C.RUNTIME_WORKSPACE: workspace,
+        C.COMMUNICATION_BUFFERS: _communication(st, ov)[0] * k,
+    }
+    rounding = st.weights_rounding_bytes * k
+
+    transients: list[int] = []
+
+    def phase(grads: int, a: int, lg: int, transient: int = 0) -> dict[Component, int]:
+        v = dict(base)
+        v[C.GRADIENTS] = grads * k
+        v[C.ACTIVATIONS] = a * k
+        v[C.LOGITS] = lg * k
+        transients.append((a + lg + transient) * k)
+        return v
+
+    phases = [
+        ("forward", phase(grads_live, acts, logits)),
+        ("backward_start", phase(grads_live, acts, logits_bwd)),
+        ("backward_end", phase(st.gradient_bytes, one_layer, 0)),
+    ]
+    # The optimizer step: gradients (fp32 when stepping fp32 masters; the largest tensor's
+    # low-precision gradient still live while it is upcast) plus the implementation's
+    # temporaries, whichever moment is larger.
+    upcast_grads = st.step_gradient_bytes if st.master_bytes else 0  # allocated for the step
+    step = phase(st.step_gradient_bytes, 0, 0, upcast_grads + max(st.step_upcast_bytes,
+                                                                   st.step_temporary_bytes))
+    if st.step_upcast_bytes >= st.step_temporary_bytes:
+        step[C.GRADIENTS] += st.step_upcast_bytes * k
+    else:
+        step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
+    phases.append(("optimizer_step", step))
+    transient = max(transients)
+    overhead = allocator_overhead.overhead(rounding, transient, ov.training_fragmentation_ppm)
+    for _, v in phases:
+        v[C.ALLOCATOR_OVERHEAD] = overhead
+    parts = {
+        C.ACTIVATIONS: times(act_parts, k),
+        C.COMMUNICATION_BUFFERS: times(_communication(st, ov)[1], k),
+        C.RUNTIME_WORKSPACE: tuple(extra_ws),
+        C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(rounding, transient,
+                                                       ov.training_fragmentation_ppm),
+    }
+    par = w.parallelism
+    numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
+    # Parts describe the peak phase only.
+    if numbers.peak_phase == "optimizer_step":
+        parts[C.ACTIVATIONS] = ()
+        extra = step[C.OPTIMIZER_STATE] - base[C.OPTIMIZER_STATE]
+        if extra:
+            parts[C.OPTIMIZER_STATE] = (("moments and statistics", base[C.OPTIMIZER_STATE]),
+                                        ("optimizer step temporaries", extra))
+        if st.step_upcast_bytes >= st.step_temporary_bytes and st.step_upcast_bytes:
+            parts[C.GRADIENTS] = (("fp32 gradients of the masters", st.step_gradient_bytes * k),
+                                  ("low-precision gradient being upcast",
+                                   st.step_upcast_bytes * k))
+    elif numbers.peak_phase == "backward_end":
+        parts[C.ACTIVATIONS] = (("one layer's saved tensors (last gradients)", one_layer * k),)
+    elif has_head:
+        logit_parts = (training_backward_parts(tokens, st.dims.vocab)
+                       if numbers.peak_phase == "backward_start"
+                       else training_forward_parts(tokens, st.dims.vocab, e))
+        parts[C.LOGITS] = times(logit_parts, k)
+    return numbers
+
+
+def _communication(st: StageStatic, ov: Overheads) -> tuple[int, tuple[tuple[str, int], ...]]:
+    return communication_buffers.calibrated(st.comm_bytes, st.comm_parts,
+                                            ov.nccl_communicator_bytes)

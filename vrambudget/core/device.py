@@ -1,0 +1,86 @@
+"""The device a budget is for: a catalog GPU or a caller's custom device, resolved once into
+what the formulas need (its memory, native dtypes and overheads, calibrated when a profile
+matches). The one device resolver of the core: analytic budgets, fits, serving-engine budgets
+and the trace tier all use it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .calibration import ProfileSet, apply_profile
+from .catalog import GPU, gpu
+from .errors import InvalidWorkload
+from .memo import BoundedCache
+from .overheads import DEFAULT_OVERHEADS, Overheads, device_overheads
+from .result import DeviceSummary
+from .spec import CatalogDevice, CustomDevice, DeviceRef, Software
+
+__all__ = ["DeviceContext", "require_device", "resolve_device"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceContext:
+    name: str
+    id: str | None
+    memory_total_bytes: int
+    architecture: str
+    vendor: str
+    native_dtypes: frozenset[str]
+    overheads: Overheads
+
+    def summary(self) -> DeviceSummary:
+        return DeviceSummary(name=self.name, id=self.id,
+                             memory_total_bytes=self.memory_total_bytes,
+                             architecture=self.architecture)
+
+
+_CONTEXTS: BoundedCache[str, DeviceContext] = BoundedCache(1024)  # by catalog id
+_CALIBRATED: BoundedCache[tuple[DeviceContext, str, tuple[str, ...]], DeviceContext] = (
+    BoundedCache(4096))  # custom devices are part of the key: bounded
+
+
+def resolve_device(ref: DeviceRef | GPU | None, profiles: ProfileSet | None = None,
+                   software: Software | None = None) -> DeviceContext | None:
+    """The device's context; with ``profiles``, the overheads of the best-matching calibration
+    profile replace the built-in ones."""
+    match ref:
+        case None:
+            return None
+        case CatalogDevice():
+            ctx = _catalog_context(gpu(ref.id))
+        case GPU():
+            ctx = _catalog_context(ref)
+        case CustomDevice():
+            ctx = DeviceContext(ref.name, None, ref.memory_total_bytes, ref.architecture,
+                                "nvidia", frozenset(ref.native_dtypes), DEFAULT_OVERHEADS)
+        case _:
+            raise TypeError(ref)
+    if profiles:
+        profile, matched = profiles.best(ctx.id, ctx.name, software)
+        if profile is not None:
+            key = (ctx, profile.id, matched)
+            hit = _CALIBRATED.get(key)
+            if hit is None:
+                hit = _CALIBRATED.put(key, dataclasses.replace(
+                    ctx, overheads=apply_profile(ctx.overheads, profile, matched)))
+            return hit
+    return ctx
+
+
+def require_device(ref: DeviceRef | None, what: str) -> DeviceContext:
+    """The device's context, or a 422 naming ``device`` when none was given."""
+    ctx = resolve_device(ref)
+    if ctx is None:
+        raise InvalidWorkload("device", what)
+    return ctx
+
+
+def _catalog_context(g: GPU) -> DeviceContext:
+    ctx = _CONTEXTS.get(g.id)
+    if ctx is None:
+        ctx = _CONTEXTS.put(g.id, DeviceContext(
+            g.name, g.id, g.memory_total_bytes, g.architecture, g.vendor,
+            frozenset(g.native_dtypes),
+            device_overheads(g.compute_capability, g.vendor, g.gfx_target)))
+    return ctx

@@ -1,0 +1,79 @@
+"""Allocator overhead: what the caching allocator reserves beyond the tensors' bytes.
+
+Shown in answers::
+
+    512-byte rounding of every weight tensor + fragmentation_fraction x the largest transient
+    bytes (activations, logits, step temporaries)
+
+The fraction is a device type's calibrated value or the built-in default below; the caching
+allocator itself is modelled event by event in :mod:`vrambudget.core.allocator` (the trace tier).
+"""
+
+from __future__ import annotations
+
+from ..allocator import MIN_BLOCK_SIZE_BYTES
+from ..units import round_up
+
+__all__ = ["ALLOCATOR_FRAGMENTATION_FRACTION", "FORMULA", "FRAGMENTATION_SOURCE",
+           "INFERENCE_FRAGMENTATION_FRACTION", "ROUNDING_PART",
+           "ROUNDING_SOURCE", "SOURCE", "TRAINING_FRAGMENTATION_FRACTION", "block_rounding",
+           "fragmentation", "overhead", "parts", "ppm", "source"]
+
+FORMULA = ("512-byte rounding of every weight tensor + fragmentation_fraction x the largest "
+           "transient bytes (activations, logits, step temporaries)")
+
+ROUNDING_PART = "512-byte rounding of weight tensors"
+ROUNDING_SOURCE = "c10/cuda/CUDACachingAllocator.cpp (kMinBlockSize = 512)"
+# Fragmentation of transient memory in the caching allocator (reserved - allocated), as a
+# fraction of the largest transient bytes of the workload (segments cached at that moment stay
+# reserved). Inference and training: the median over the oracle grid of the trace tier's replay
+# of c10/cuda/CUDACachingAllocator.cpp (docs/ACCURACY.md; spread 0.07-0.69 training, 0.09-1.2
+# inference) -- to be replaced by probe calibration. Generic workloads: a 5% assumption.
+ALLOCATOR_FRAGMENTATION_FRACTION = 0.05
+TRAINING_FRAGMENTATION_FRACTION = 0.21
+INFERENCE_FRAGMENTATION_FRACTION = 0.34
+FRAGMENTATION_SOURCE = (
+    "median of the trace tier's replay of c10/cuda/CUDACachingAllocator.cpp over its oracle grid "
+    "(docs/ACCURACY.md), until calibrated by probes; public measurements bracket it: reserved but "
+    "unallocated at OOM time is 0.5% (training) / 1.8% (inference) of allocated (medians of 19 "
+    "PyTorch OOM messages), at the peak +59% to +108% of allocated in RL training with varying "
+    "shapes (cosmos-rl), -34% with expandable segments (pytorch/torchtune#1185), GMLake "
+    "(ASPLOS'24) 15% less fragmentation on A100 (docs/research/overhead_measurements.md)")
+SOURCE = f"{ROUNDING_SOURCE}; fraction: {FRAGMENTATION_SOURCE}"
+
+
+def source(fragmentation_source: str) -> str:
+    """The line's source: the rounding rule and the device type's fraction."""
+    return f"{ROUNDING_SOURCE}; fraction: {fragmentation_source}"
+
+
+def ppm(fraction: float) -> int:
+    """A fraction in millionths, so that the overhead is exact integer arithmetic."""
+    return round(fraction * 1_000_000)
+
+
+def block_rounding(size: int) -> int:
+    """Bytes a ``size``-byte tensor loses to the allocator's 512-byte blocks
+    (``kMinBlockSize``, :data:`vrambudget.core.allocator.MIN_BLOCK_SIZE_BYTES`).
+
+    Worked number: a 1,000-byte tensor takes 1,024 B (24 B lost); a 4,096-element bf16 norm
+    weight (8,192 B) loses nothing."""
+    return round_up(size, MIN_BLOCK_SIZE_BYTES) - size
+
+
+def fragmentation(transient: int, fraction_ppm: int) -> int:
+    """``ceil(fraction x largest transient bytes)``, in integers: exact for any size (floats
+    would round above 2^53 bytes).
+
+    Worked number: 1 GiB of activations at the inference fraction 0.34: 365,072,221 B."""
+    return -(-transient * fraction_ppm // 1_000_000)
+
+
+def overhead(rounding: int, transient: int, fraction_ppm: int) -> int:
+    """The line: weight rounding + fragmentation of the largest transient bytes."""
+    return rounding + -(-transient * fraction_ppm // 1_000_000)  # = rounding + fragmentation()
+
+
+def parts(rounding: int, transient: int, fraction_ppm: int) -> tuple[tuple[str, int], ...]:
+    return ((ROUNDING_PART, rounding), ("fragmentation of transient memory",
+                                        fragmentation(transient, fraction_ppm)))

@@ -1,0 +1,45 @@
+"""Logits: the output layer's activations.
+
+Shown in answers::
+
+    rows x vocab_per_device x bytes (training: + fp32 copy + fp32 log-softmax)
+"""
+
+from __future__ import annotations
+
+__all__ = ["FORMULA", "SOURCE", "inference_logits", "training_backward_parts",
+           "training_forward_parts"]
+
+FORMULA = "rows x vocab_per_device x bytes (training: + fp32 copy + fp32 log-softmax)"
+SOURCE = "transformers ForCausalLMLoss (logits.float()); torch cross_entropy"
+
+FP32 = 4
+
+
+def inference_logits(rows: int, vocab: int, vocab_full: int, e: int) -> int:
+    """The LM head's output in the compute dtype on this device's vocabulary slice, plus the
+    fp32 copy of the full vocabulary that sampling takes (vLLM gathers logits on the first
+    rank): ``rows x (vocab_per_device x e + vocab x 4)``.
+
+    Worked number: Llama 3.1 8B (vocab 128,256), 8 rows in bf16 on one device:
+    8 x (128,256 x 2 + 128,256 x 4) = 6,156,288 B."""
+    return rows * (vocab * e + vocab_full * FP32)
+
+
+def training_forward_parts(tokens: int, vocab: int, e: int) -> tuple[tuple[str, int], ...]:
+    """Forward: the LM head's output, its fp32 copy and the fp32 log-softmax live together:
+    ``tokens x vocab x (e + 4 + 4)``.
+
+    Worked number: 4,096 tokens, vocab 128,256, bf16: 4,096 x 128,256 x 10 = 5,253,365,760 B."""
+    v = tokens * vocab
+    return (("lm_head output", v * e), ("fp32 upcast for the loss", v * FP32),
+            ("log-softmax saved by cross-entropy", v * FP32))
+
+
+def training_backward_parts(tokens: int, vocab: int) -> tuple[tuple[str, int], ...]:
+    """Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
+    input gradient (the forward's low-precision logits and fp32 copy are freed by then):
+    ``tokens x vocab x 12``."""
+    v = tokens * vocab
+    return (("log-softmax saved by cross-entropy (fp32)", v * FP32),
+            ("loss gradient (fp32)", v * FP32), ("log-softmax input gradient (fp32)", v * FP32))

@@ -1,0 +1,147 @@
+"""The workload: what a caller asks about. Wire types (msgspec Structs) with their constraints.
+
+``model`` (where the model comes from), ``precision`` (dtypes, quantization), ``parallelism``,
+``workloads`` (inference, training, generic), ``serving`` (an engine deployment), ``requests``
+(budget and fit requests, devices, headroom, software); ``limits`` holds the numeric ranges and
+the common base; ``rules`` the cross-field rules, each declared once for both the runtime check
+and the published JSON Schema. Checks that depend on the model (a tensor-parallel degree that
+must divide its heads) are semantic: ``InvalidWorkload``, a documented 422 of type
+``invalid-workload``.
+
+Every object but an inline ``config.json`` forbids unknown fields; the published JSON schema says
+``additionalProperties: false`` for each of them. This package re-exports every wire type, so
+callers import from ``vrambudget.core.spec``.
+"""
+
+from __future__ import annotations
+
+from .limits import (
+    MAX_TOKENS,
+    Batch,
+    Bytes,
+    Degree,
+    Dim,
+    Fraction,
+    Name,
+    Tokens,
+    TokensOrZero,
+    Wire,
+)
+from .model import (
+    DimensionsModel,
+    HFConfigModel,
+    ModelSource,
+    MoESpec,
+    PresetModel,
+)
+from .parallelism import (
+    Parallelism,
+)
+from .precision import (
+    AWQ,
+    FP8,
+    GPTQ,
+    BitsAndBytes4bit,
+    Int8,
+    Precision,
+    Quantization,
+)
+from .requests import (
+    BudgetRequest,
+    CatalogDevice,
+    CustomDevice,
+    DeviceRef,
+    FitRequest,
+    FitVariable,
+    Headroom,
+    Software,
+    TraceOptions,
+    Workload,
+)
+from .rules import RULES, schema_rules
+from .serving import (
+    EngineVersion,
+    LLMServingWorkload,
+    ServingParallelism,
+    ServingQuantization,
+)
+from .workloads import (
+    SGD,
+    Adafactor,
+    AdamW,
+    AdamW8bit,
+    Attention,
+    CacheItem,
+    FullFineTune,
+    GenericWorkload,
+    Implementation,
+    InferenceWorkload,
+    LoRA,
+    LoRATarget,
+    Method,
+    Optimizer,
+    QLoRA,
+    SizedItem,
+    TrainingWorkload,
+)
+
+__all__ = [
+    "AWQ",
+    "Adafactor",
+    "AdamW",
+    "AdamW8bit",
+    "Attention",
+    "Batch",
+    "BitsAndBytes4bit",
+    "BudgetRequest",
+    "Bytes",
+    "CacheItem",
+    "CatalogDevice",
+    "CustomDevice",
+    "Degree",
+    "DeviceRef",
+    "Dim",
+    "DimensionsModel",
+    "EngineVersion",
+    "FP8",
+    "FitRequest",
+    "FitVariable",
+    "Fraction",
+    "FullFineTune",
+    "GPTQ",
+    "GenericWorkload",
+    "HFConfigModel",
+    "Headroom",
+    "Implementation",
+    "InferenceWorkload",
+    "Int8",
+    "LLMServingWorkload",
+    "LoRA",
+    "LoRATarget",
+    "MAX_TOKENS",
+    "Method",
+    "MoESpec",
+    "ModelSource",
+    "Name",
+    "Optimizer",
+    "Parallelism",
+    "Precision",
+    "PresetModel",
+    "QLoRA",
+    "Quantization",
+    "SCHEMA_RULES",
+    "SGD",
+    "ServingParallelism",
+    "ServingQuantization",
+    "SizedItem",
+    "Software",
+    "Tokens",
+    "TokensOrZero",
+    "TraceOptions",
+    "TrainingWorkload",
+    "Wire",
+    "Workload",
+]
+
+SCHEMA_RULES = schema_rules({name: globals()[name] for name in RULES})
+"""The cross-field rules as JSON Schema, merged into the published components (``allOf``)."""

@@ -1,0 +1,202 @@
+"""Cross-field rules of the wire types, each declared once: the runtime check (run in the
+struct's ``__post_init__``, so it fails while decoding, with the field's path) and the JSON
+Schema published for it (``allOf`` of the struct's component) are both generated from the
+declaration, so a schema-valid request never fails validation and the other way round.
+
+A condition reads a (nested) field of the struct. In JSON Schema an absent field takes its
+default, so a condition lists a field as ``required`` exactly when its default would not satisfy
+it; a field without a default is never absent (the struct requires it), and is listed as
+required in an ``if`` and not in a ``then``, so that absence leaves the rule vacuous.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import msgspec
+
+__all__ = ["SCHEMA_RULES", "Cond", "Rule", "check", "rules_of"]
+
+Op = Literal["eq", "ne", "ge", "null", "not_null", "max_items", "contains_kind"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cond:
+    """``path`` (field names from the struct) compared by ``op`` with ``value``."""
+
+    path: tuple[str, ...]
+    op: Op
+    value: Any = None
+
+    def holds(self, obj: Any) -> bool:
+        v = obj
+        for name in self.path:
+            config = getattr(v, "__struct_config__", None)
+            v = config.tag if config is not None and config.tag_field == name else getattr(
+                v, name)
+        return _OPS[self.op](v, self.value)
+
+    def schema(self, owner: type[msgspec.Struct], position: Literal["if", "then"]
+               ) -> dict[str, Any]:
+        return _schema(owner, self.path, self._leaf(), self, position)
+
+    def _leaf(self) -> dict[str, Any]:
+        match self.op:
+            case "eq":
+                return {"const": self.value}
+            case "ne":
+                return {"not": {"const": self.value}}
+            case "ge":
+                return {"minimum": self.value}
+            case "null":
+                return {"type": "null"}
+            case "not_null":
+                return {"not": {"type": "null"}}
+            case "max_items":
+                return {"maxItems": self.value}
+            case "contains_kind":
+                return {"contains": {"type": "object",
+                                     "properties": {"kind": {"const": self.value}},
+                                     "required": ["kind"]}}
+
+
+def _contains_kind(v: Any, kind: Any) -> bool:
+    return any(getattr(getattr(w, "__struct_config__", None), "tag", None) == kind for w in v)
+
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "eq": lambda v, x: v == x,
+    "ne": lambda v, x: v != x,
+    "ge": lambda v, x: v >= x,
+    "null": lambda v, _: v is None,
+    "not_null": lambda v, _: v is not None,
+    "max_items": lambda v, x: len(v) <= x,
+    "contains_kind": _contains_kind,
+}
+
+
+def _schema(owner: Any, path: tuple[str, ...], leaf: dict[str, Any], cond: Cond,
+            position: str) -> dict[str, Any]:
+    name, rest = path[0], path[1:]
+    structs = _structs(owner)
+    tag_fields = {s.__struct_config__.tag_field for s in structs}
+    if name in tag_fields:  # a tagged union's tag: always present in the JSON
+        return {"properties": {name: leaf}, "required": [name]}
+    field = next(f for f in msgspec.structs.fields(structs[0]) if f.name == name)
+    inner = _schema(field.type, rest, leaf, Cond(rest, cond.op, cond.value), position) if (
+        rest) else leaf
+    out: dict[str, Any] = {"properties": {field.encode_name: inner}}
+    if _required(field, path, cond, position):
+        out["required"] = [field.encode_name]
+    return out
+
+
+def _structs(t: Any) -> list[Any]:
+    """The struct types of an annotation (``Annotated`` and unions unwrapped)."""
+    if get_origin(t) is Annotated:
+        return _structs(get_args(t)[0])
+    if get_origin(t) in (Union, UnionType):
+        return [s for a in get_args(t) for s in _structs(a)]
+    return [t] if isinstance(t, type) and issubclass(t, msgspec.Struct) else []
+
+
+def _required(field: msgspec.structs.FieldInfo, path: tuple[str, ...], cond: Cond,
+              position: str) -> bool:
+    """Whether the condition needs the field present: its default does not satisfy the rest
+    of the condition (a field without default: in an ``if`` only)."""
+    if field.required:
+        return position == "if"
+    default = field.default if field.default is not msgspec.NODEFAULT else field.default_factory()
+    return not Cond(path[1:], cond.op, cond.value).holds(default) if len(path) > 1 else (
+        not _OPS[cond.op](default, cond.value))
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """``then`` must hold (whenever ``when`` holds); else ``message`` is the 422."""
+
+    then: Cond
+    message: str
+    when: Cond | None = None
+
+    def check(self, obj: Any) -> None:
+        if (self.when is None or self.when.holds(obj)) and not self.then.holds(obj):
+            raise ValueError(self.message)
+
+    def schema(self, owner: type[msgspec.Struct]) -> dict[str, Any]:
+        if self.when is None:
+            return self.then.schema(owner, "then")
+        return {"if": self.when.schema(owner, "if"), "then": self.then.schema(owner, "then")}
+
+
+_GROUP_SIZE = Rule(Cond(("group_size",), "ne", 0), "group_size must be -1 or >= 1")
+_SERVING = Cond(("workloads",), "contains_kind", "llm_serving")
+_SERVING_ALONE = Rule(Cond(("workloads",), "max_items", 1),
+                      "an llm_serving workload must be the only workload (the engine hands all "
+                      "memory it may use to its KV cache)", _SERVING)
+
+RULES: dict[str, tuple[Rule, ...]] = {
+    "GPTQ": (_GROUP_SIZE,),
+    "AWQ": (_GROUP_SIZE,),
+    "Precision": (
+        Rule(Cond(("quantization",), "null"),
+             "weights 'fp8' already implies fp8 quantization; set weights to the dtype of the "
+             "unquantized layers instead", Cond(("weights",), "eq", "fp8")),
+    ),
+    "Parallelism": (
+        Rule(Cond(("zero_stage",), "eq", 3), "offload_parameters needs zero_stage 3",
+             Cond(("offload_parameters",), "eq", True)),
+        Rule(Cond(("zero_stage",), "ge", 1),
+             "offload_optimizer needs zero_stage >= 1 (ZeRO-Offload)",
+             Cond(("offload_optimizer",), "eq", True)),
+        Rule(Cond(("pipeline_schedule",), "eq", "interleaved_1f1b"),
+             "virtual_stages > 1 needs pipeline_schedule 'interleaved_1f1b'",
+             Cond(("virtual_stages",), "ge", 2)),
+    ),
+    "TrainingWorkload": (
+        Rule(Cond(("precision", "weights"), "eq", "fp32"),
+             "mixed_precision 'autocast' keeps fp32 parameters: set precision.weights to 'fp32'",
+             Cond(("mixed_precision",), "eq", "autocast")),
+        Rule(Cond(("precision", "quantization"), "null"),
+             "QLoRA sets the base quantization itself (method.quant_type, ...); leave "
+             "precision.quantization empty", Cond(("method", "kind"), "eq", "qlora")),
+    ),
+    "ServingQuantization": (
+        _GROUP_SIZE,
+        Rule(Cond(("method",), "eq", "fp8"),
+             "applied_at_load needs method 'fp8' (vLLM quantizes only to fp8 while loading)",
+             Cond(("applied_at_load",), "eq", True)),
+    ),
+    "BudgetRequest": (
+        _SERVING_ALONE,
+        Rule(Cond(("device",), "not_null"),
+             "an llm_serving workload needs a device (the engine sizes its KV cache from the "
+             "GPU's total memory)", _SERVING),
+        Rule(Cond(("method",), "eq", "analytic"),
+             "an llm_serving workload is budgeted by method 'analytic' only", _SERVING),
+    ),
+    "FitRequest": (_SERVING_ALONE,),
+}
+"""The rules of each wire type, in the order they are checked."""
+
+
+def rules_of(obj: Any) -> tuple[Rule, ...]:
+    return RULES.get(type(obj).__name__, ())
+
+
+def check(obj: Any) -> None:
+    """Run the struct's rules (from its ``__post_init__``); the first that fails raises."""
+    for rule in RULES[type(obj).__name__]:
+        rule.check(obj)
+
+
+def schema_rules(types: dict[str, type[msgspec.Struct]]) -> dict[str, list[dict[str, Any]]]:
+    """The ``allOf`` of each struct's published schema, generated from ``RULES``."""
+    return {name: [r.schema(types[name]) for r in rules] for name, rules in RULES.items()}
+
+
+SCHEMA_RULES: dict[str, list[dict[str, Any]]] = {}
+"""Filled by :mod:`vrambudget.core.spec` once the types exist (``schema_rules``)."""
