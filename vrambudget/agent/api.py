@@ -32,6 +32,7 @@ from vrambudget.http.body import decode_body
 from vrambudget.http.problems import exception_handlers as problem_handlers
 
 from . import nvml
+from .nvml import HostInfo, NVMLInventory
 from .roundtrip import comparison_entry, device_ref, fetch_estimate, local_software
 from .runner import ProbeProcess
 from .settings import AgentSettings
@@ -50,8 +51,8 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DeviceReport(msgspec.Struct, frozen=True, kw_only=True):
-    nvml: nvml.NVMLInventory
-    host: nvml.HostInfo
+    nvml: NVMLInventory
+    host: HostInfo
     probe_device: str
     """Where probes run on this host: ``cuda`` or ``cpu`` (no usable NVIDIA driver)."""
 
@@ -237,6 +238,8 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
     if not started:  # cancelled while queued
         return
     row = await asyncio.to_thread(store.get_probe, probe_id)
+    if row is None:  # deleted meanwhile: nothing to run
+        return
     request = msgspec.json.decode(row.request, type=ProbeRequest)
     process = ProbeProcess(row.request.encode(), dict(st.settings.entry_points),
                            request.time_limit_s, _sampler_factory(st, row.device_key))

@@ -155,7 +155,7 @@ def preset_arch(model_id: str) -> Arch:
 
 
 def _literal(values: tuple[str, ...]) -> Any:
-    return Literal[values] if values else str  # type: ignore[valid-type]
+    return Literal[values] if values else str
 
 
 GPU_IDS: tuple[str, ...] = tuple(gpus())

@@ -8,7 +8,7 @@ from .budget.analytic import analytic_budget
 from .calibration import ProfileSet
 from .result import Budget
 from .serving.budget import serving_budget
-from .spec import DeviceRef, Headroom, LLMServingWorkload, Software, Workload
+from .spec import DeviceRef, Headroom, Software, Workload, analytic_workloads
 
 __all__ = ["estimate"]
 
@@ -17,6 +17,7 @@ def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
              headroom: Headroom | None = None, profiles: ProfileSet | None = None,
              software: Software | None = None) -> Budget:
     """The full answer for co-located workloads on one device type."""
-    if any(isinstance(w, LLMServingWorkload) for w in workloads):
+    analytic = analytic_workloads(workloads)
+    if analytic is None:
         return serving_budget(workloads, device)
-    return analytic_budget(workloads, device, headroom, profiles, software)
+    return analytic_budget(analytic, device, headroom, profiles, software)

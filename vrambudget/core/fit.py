@@ -8,12 +8,13 @@ from .budget.fit import analytic_fit
 from .calibration import ProfileSet
 from .result import FitResponse
 from .serving.fit import serving_fit
-from .spec import FitRequest, LLMServingWorkload
+from .spec import FitRequest, analytic_workloads
 
-__all__ = ["fit"]
+__all__ = ["FitRequest", "FitResponse", "fit"]
 
 
 def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
-    if isinstance(req.workloads[0], LLMServingWorkload):
+    workloads = analytic_workloads(req.workloads)
+    if workloads is None:
         return serving_fit(req)
-    return analytic_fit(req, profiles)
+    return analytic_fit(req, workloads, profiles)

@@ -14,12 +14,12 @@ from .spec import (
     AWQ,
     FP8,
     GPTQ,
+    AnalyticWorkload,
     GenericWorkload,
     InferenceWorkload,
     Parallelism,
     PresetModel,
     TrainingWorkload,
-    Workload,
 )
 from .statics import stage_statics, statics_for, training_plan
 from .units import GiB
@@ -57,18 +57,18 @@ def checkpoint_file_bytes(w: InferenceWorkload | TrainingWorkload, arch: Arch) -
     return arch.checkpoint_num_params * bytes_of(w.precision.weights)  # fp8 returned above
 
 
-def _name(w: Workload) -> str:
+def _name(w: AnalyticWorkload) -> str:
     if isinstance(w, GenericWorkload):
         return w.name or "generic"
     return w.name or model_name(w.model)
 
 
-def _local_processes(w: Workload) -> int:
+def _local_processes(w: AnalyticWorkload) -> int:
     devices = 1 if isinstance(w, GenericWorkload) else w.parallelism.devices
     return min(devices * w.instances, GPUS_PER_NODE)  # one process per GPU of a host
 
 
-def persistent_key(w: Workload) -> Any:
+def persistent_key(w: AnalyticWorkload) -> Any:
     """What host RAM and disk depend on: not batch, context or concurrency. Budgets that differ
     only in those share one cached answer."""
     if isinstance(w, GenericWorkload):
@@ -78,7 +78,7 @@ def persistent_key(w: Workload) -> Any:
             getattr(w, "mixed_precision", None))
 
 
-def host_and_disk(pairs: tuple[tuple[Workload, Arch | None], ...]
+def host_and_disk(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]
                   ) -> tuple[HostBudget, DiskBudget]:
     """Host RAM and disk of co-located workloads."""
     return _compute_host(pairs), _compute_disk(pairs)
@@ -89,7 +89,7 @@ def host_and_disk(pairs: tuple[tuple[Workload, Arch | None], ...]
 
 
 
-def _compute_host(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget:
+def _compute_host(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> HostBudget:
     items: list[Item] = []
     processes = 0
     for w, arch in pairs:
@@ -126,7 +126,7 @@ def _compute_host(pairs: tuple[tuple[Workload, Arch | None], ...]) -> HostBudget
                       total_bytes=sum(i.bytes for i in items))
 
 
-def _compute_disk(pairs: tuple[tuple[Workload, Arch | None], ...]) -> DiskBudget:
+def _compute_disk(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> DiskBudget:
     items: list[Item] = []
     for w, arch in pairs:
         name = _name(w)

@@ -31,9 +31,9 @@ def resolve_model(source: ModelSource) -> Arch:
 def model_name(source: ModelSource) -> str:
     match source:
         case PresetModel():
-            return source.id
+            return str(source.id)
         case HFConfigModel():
-            return source.name or source.config.model_type
+            return source.name or str(source.config.model_type)
         case DimensionsModel():
             return source.name or "custom"
 

@@ -38,7 +38,7 @@ class _Out(msgspec.Struct, frozen=True, kw_only=True):
     pass
 
 
-class Part(_Out, kw_only=True):
+class Part(_Out, frozen=True, kw_only=True):
     name: str
     bytes: int
 
@@ -55,14 +55,14 @@ class Line(msgspec.Struct, frozen=True, omit_defaults=True):
     parts: tuple[Part, ...] = ()
 
 
-class Phase(_Out, kw_only=True):
+class Phase(_Out, frozen=True, kw_only=True):
     """Device total at one moment of the workload (e.g. prefill, decode; forward, backward)."""
 
     name: str
     total_bytes: int
 
 
-class DeviceBudget(_Out, kw_only=True):
+class DeviceBudget(_Out, frozen=True, kw_only=True):
     label: str
     pipeline_stage: int | None
     num_devices: int
@@ -76,14 +76,14 @@ class DeviceBudget(_Out, kw_only=True):
     phases: tuple[Phase, ...]
 
 
-class Item(_Out, kw_only=True):
+class Item(_Out, frozen=True, kw_only=True):
     item: str
     bytes: int
     formula: str
     source: str
 
 
-class HostBudget(_Out, kw_only=True):
+class HostBudget(_Out, frozen=True, kw_only=True):
     """Host RAM of one host (up to ``num_processes`` workload processes on it)."""
 
     num_processes: int
@@ -91,12 +91,12 @@ class HostBudget(_Out, kw_only=True):
     total_bytes: int
 
 
-class DiskBudget(_Out, kw_only=True):
+class DiskBudget(_Out, frozen=True, kw_only=True):
     items: tuple[Item, ...]
     total_bytes: int
 
 
-class WorkloadSummary(_Out, kw_only=True):
+class WorkloadSummary(_Out, frozen=True, kw_only=True):
     name: str
     kind: Literal["inference", "training", "generic", "llm_serving"]
     model_type: str | None = None
@@ -106,14 +106,14 @@ class WorkloadSummary(_Out, kw_only=True):
     instances: int
 
 
-class DeviceSummary(_Out, kw_only=True):
+class DeviceSummary(_Out, frozen=True, kw_only=True):
     name: str
     id: str | None = None
     memory_total_bytes: int
     architecture: str
 
 
-class TracePoint(_Out, kw_only=True):
+class TracePoint(_Out, frozen=True, kw_only=True):
     """The trace's largest bytes within one phase of one iteration."""
 
     iteration: int
@@ -122,7 +122,7 @@ class TracePoint(_Out, kw_only=True):
     reserved_bytes: int
 
 
-class TraceSummary(_Out, kw_only=True):
+class TraceSummary(_Out, frozen=True, kw_only=True):
     """What the allocator replay of a trace saw (``method: trace``), on the most loaded device
     of the first workload traced."""
 
@@ -142,7 +142,7 @@ class TraceSummary(_Out, kw_only=True):
     torch_version: str
 
 
-class ServingSummary(_Out, kw_only=True):
+class ServingSummary(_Out, frozen=True, kw_only=True):
     """A serving engine's own numbers for the deployment (``llm_serving`` workloads), per GPU of
     one engine replica; how each is computed is in docs/COMPONENTS.md (*Serving engines*)."""
 
@@ -179,7 +179,7 @@ class ServingSummary(_Out, kw_only=True):
     """Concrete changes that would make it start (or hold more sequences)."""
 
 
-class OverheadOrigin(_Out, kw_only=True):
+class OverheadOrigin(_Out, frozen=True, kw_only=True):
     """Where one overhead line's value came from."""
 
     component: Component
@@ -188,7 +188,7 @@ class OverheadOrigin(_Out, kw_only=True):
     source: str
 
 
-class CalibrationUse(_Out, kw_only=True):
+class CalibrationUse(_Out, frozen=True, kw_only=True):
     """The calibration profile the budget's overheads came from (``profile`` null: the built-in
     defaults, each with its public source)."""
 
@@ -199,7 +199,7 @@ class CalibrationUse(_Out, kw_only=True):
     overheads: tuple[OverheadOrigin, ...]
 
 
-class Budget(_Out, kw_only=True):
+class Budget(_Out, frozen=True, kw_only=True):
     method: Literal["analytic", "trace"] = "analytic"
     workloads: tuple[WorkloadSummary, ...]
     device: DeviceSummary | None

@@ -84,6 +84,11 @@ _BUDGET_PROBLEMS = {
 _ENCODER = msgspec.json.Encoder()
 
 
+def _encoded(body: bytes) -> Response[Any]:
+    """An answer msgspec has already encoded (the handler's annotation names its schema)."""
+    return Response(content=body, media_type="application/json")
+
+
 _ANSWER_ENTRIES = int(os.environ.get("VRAMBUDGET_ANSWER_CACHE_ENTRIES", "4096"))
 
 
@@ -104,11 +109,11 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
         data = decode_body(body, BudgetRequest)
         if data.method == "trace":
             pool: TracePool = request.app.state.trace_pool
-            return Response(content=await pool.answer(data), media_type="application/json")
+            return _encoded(await pool.answer(data))
         cached = answers.put(("budgets", body), _ENCODER.encode(estimate(
             data.workloads, data.device, data.headroom, request.app.state.profiles,
             data.software)))
-    return Response(content=cached, media_type="application/json")
+    return _encoded(cached)
 
 
 @post("/v1/fits", status_code=200, tags=["fits"], summary="Check fits against GPUs",
@@ -122,7 +127,7 @@ async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     if cached is None:
         cached = answers.put(("fits", body), _ENCODER.encode(fit(
             decode_body(body, FitRequest), request.app.state.profiles)))
-    return Response(content=cached, media_type="application/json")
+    return _encoded(cached)
 
 
 _COMPARISON_PROBLEMS = {
@@ -180,7 +185,7 @@ async def create_comparison(
         estimates["trace"] = msgspec.json.decode(traced, type=Budget)
     comparison = compare(report, estimates, inp, tolerance_percent=tolerance_percent,
                          tolerance_bytes=tolerance_bytes)
-    return Response(content=_ENCODER.encode(comparison), media_type="application/json")
+    return _encoded(_ENCODER.encode(comparison))
 
 
 def _software(report: ProbeResource) -> Software | None:

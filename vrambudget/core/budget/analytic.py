@@ -17,8 +17,15 @@ from ..host import host_and_disk, persistent_key
 from ..memo import BoundedCache
 from ..overheads import DEFAULT_OVERHEADS, Overheads
 from ..resolve import resolve_model
-from ..result import Budget, DeviceBudget
-from ..spec import DeviceRef, GenericWorkload, Headroom, InferenceWorkload, Software, Workload
+from ..result import Budget, DeviceBudget, DiskBudget, HostBudget, WorkloadSummary
+from ..spec import (
+    AnalyticWorkload,
+    DeviceRef,
+    GenericWorkload,
+    Headroom,
+    InferenceWorkload,
+    Software,
+)
 from ..statics import statics_for
 from . import explain
 from .generic import generic_stage
@@ -29,7 +36,7 @@ from .training import training_stage
 __all__ = ["analytic_budget", "device_totals", "workload_stages"]
 
 
-def workload_stages(w: Workload, ov: Overheads, index: int = 0) -> tuple[StageNumbers, ...]:
+def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple[StageNumbers, ...]:
     """Per pipeline stage of one workload: its peak-phase component bytes (headroom excluded).
     Errors name the field as ``workloads[index].<path>``."""
     if isinstance(w, GenericWorkload):
@@ -44,7 +51,7 @@ def workload_stages(w: Workload, ov: Overheads, index: int = 0) -> tuple[StageNu
     return tuple([training_stage(w, arch, st, ov) for st in statics])
 
 
-def device_totals(workloads: tuple[Workload, ...], device: DeviceContext | None,
+def device_totals(workloads: tuple[AnalyticWorkload, ...], device: DeviceContext | None,
                   headroom: Headroom) -> int:
     """Total bytes of the most loaded device, headroom included: the solver's objective."""
     ov = device.overheads if device else DEFAULT_OVERHEADS
@@ -63,10 +70,11 @@ def device_totals(workloads: tuple[Workload, ...], device: DeviceContext | None,
 
 
 # Parts of the answer that do not depend on batch, context or concurrency, by workload key.
-_PERSISTENT: BoundedCache[object, tuple[object, ...]] = BoundedCache(1024)
+_PERSISTENT: BoundedCache[
+    object, tuple[tuple[WorkloadSummary, ...], HostBudget, DiskBudget]] = BoundedCache(1024)
 
 
-def analytic_budget(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
+def analytic_budget(workloads: tuple[AnalyticWorkload, ...], device: DeviceRef | None = None,
                     headroom: Headroom | None = None, profiles: ProfileSet | None = None,
                     software: Software | None = None) -> Budget:
     """The full answer for co-located inference, training and generic workloads on one device

@@ -25,12 +25,12 @@ from ..result import (
     WorkloadSummary,
 )
 from ..spec import (
+    AnalyticWorkload,
     FullFineTune,
     GenericWorkload,
     Headroom,
     InferenceWorkload,
     TrainingWorkload,
-    Workload,
 )
 from ..statics import effective_precision, statics_for
 
@@ -88,11 +88,11 @@ for _names in INPUT_NAMES.values():
 del _names
 
 
-def kind(w: Workload) -> str:
+def kind(w: AnalyticWorkload) -> str:
     return w.__struct_config__.tag  # type: ignore[return-value]
 
 
-def inputs(w: Workload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
+def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
     if isinstance(w, GenericWorkload):
         return {"batch_size": w.batch_size, "instances": w.instances,
                 "fragmentation_fraction": ov.generic_fragmentation_ppm / 1_000_000}
@@ -122,7 +122,7 @@ def inputs(w: Workload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
     return common
 
 
-def warnings(w: Workload, arch: Arch | None, device: DeviceContext | None) -> list[str]:
+def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | None) -> list[str]:
     out: list[str] = []
     if isinstance(w, GenericWorkload) or arch is None:
         return out
@@ -155,13 +155,13 @@ def dtype_warnings(w: InferenceWorkload | TrainingWorkload, device: DeviceContex
     return out
 
 
-def summary(w: Workload, arch: Arch | None) -> WorkloadSummary:
+def summary(w: AnalyticWorkload, arch: Arch | None) -> WorkloadSummary:
     if isinstance(w, GenericWorkload):
         return WorkloadSummary(name=w.name or "generic", kind="generic", devices_per_instance=1,
                                instances=w.instances)
     assert arch is not None
-    kind = "inference" if isinstance(w, InferenceWorkload) else "training"
-    return WorkloadSummary(name=w.name or model_name(w.model), kind=kind,
+    return WorkloadSummary(name=w.name or model_name(w.model),
+                           kind="inference" if isinstance(w, InferenceWorkload) else "training",
                            model_type=arch.model_type, num_params=arch.num_params,
                            num_layers=arch.num_layers,
                            devices_per_instance=w.parallelism.devices, instances=w.instances)

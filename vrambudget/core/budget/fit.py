@@ -25,6 +25,7 @@ from ..result import FitResponse, GPUFit, LayoutFit, Maxima
 from ..search import Memo, max_fitting
 from ..spec import (
     MAX_TOKENS,
+    AnalyticWorkload,
     DeviceRef,
     FitRequest,
     FitVariable,
@@ -32,7 +33,6 @@ from ..spec import (
     InferenceWorkload,
     Parallelism,
     TrainingWorkload,
-    Workload,
 )
 from ..statics import statics_for
 from .analytic import device_totals, workload_stages
@@ -42,7 +42,7 @@ from .inference import inference_total
 __all__ = ["analytic_fit", "layout_for"]
 
 
-def layout_for(w: Workload, n: int) -> Parallelism | None:
+def layout_for(w: AnalyticWorkload, n: int) -> Parallelism | None:
     """The first workload's parallelism on ``n`` devices, or None when n cannot be realised."""
     if isinstance(w, GenericWorkload):
         return Parallelism() if n == 1 else None
@@ -66,11 +66,11 @@ def layout_for(w: Workload, n: int) -> Parallelism | None:
     return None
 
 
-def _with(w: Workload, **changes: object) -> Workload:
+def _with(w: AnalyticWorkload, **changes: object) -> AnalyticWorkload:
     return msgspec.structs.replace(w, **changes)
 
 
-def _variable_setter(w: Workload, variable: FitVariable) -> tuple[Callable[[int], Workload], int,
+def _variable_setter(w: AnalyticWorkload, variable: FitVariable) -> tuple[Callable[[int], AnalyticWorkload], int,
                                                                  int | None] | None:
     """(make workload for x, request limit, model limit) or None if the variable does not apply."""
     match variable, w:
@@ -104,7 +104,7 @@ def _targets(req: FitRequest, profiles: ProfileSet | None) -> list[DeviceContext
     return out
 
 
-def _limiting(workloads: tuple[Workload, ...], ctx: DeviceContext) -> Component:
+def _limiting(workloads: tuple[AnalyticWorkload, ...], ctx: DeviceContext) -> Component:
     values: dict[Component, int] = {}
     for i, w in enumerate(workloads):
         top = max(workload_stages(w, ctx.overheads, i),
@@ -119,9 +119,11 @@ def _overhead_key(ctx: DeviceContext) -> Overheads:
     return ctx.overheads
 
 
-def analytic_fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
-    """Fits of an inference, training or generic workload (and co-located ones)."""
-    primary, rest = req.workloads[0], req.workloads[1:]
+def analytic_fit(req: FitRequest, workloads: tuple[AnalyticWorkload, ...],
+                 profiles: ProfileSet | None = None) -> FitResponse:
+    """Fits of an inference, training or generic workload (and co-located ones): ``workloads``
+    are the request's, as the analytic tier's."""
+    primary, rest = workloads[0], workloads[1:]
     targets = _targets(req, profiles)
     layouts: dict[int, Parallelism | None] = {n: layout_for(primary, n) for n in
                                               sorted(set(req.device_counts))}
@@ -129,7 +131,7 @@ def analytic_fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResp
     memos: dict[tuple[int, Overheads, str], Memo] = {}
     totals: dict[tuple[int, Overheads], int] = {}
 
-    def placed(n: int) -> Workload | None:
+    def placed(n: int) -> AnalyticWorkload | None:
         par = layouts.get(n) if n in layouts else layout_for(primary, n)
         if par is None:
             return None
@@ -138,10 +140,10 @@ def analytic_fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResp
 
     rest_subtotals: dict[Overheads, int] = {}
 
-    def total(w0: Workload, ctx: DeviceContext) -> int:
+    def total(w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         return device_totals((w0, *rest), ctx, req.headroom)
 
-    def objective(make: Callable[[int], Workload], w0: Workload, ctx: DeviceContext
+    def objective(make: Callable[[int], AnalyticWorkload], w0: AnalyticWorkload, ctx: DeviceContext
                   ) -> Callable[[int], int]:
         """f(x) for the solver: only the primary workload varies, so the co-located ones are
         summed once, and an inference workload skips building its explained budget."""
@@ -166,7 +168,7 @@ def analytic_fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResp
 
     limiting: dict[tuple[int, Overheads], Component] = {}
 
-    def total_on(n: int, w0: Workload, ctx: DeviceContext) -> int:
+    def total_on(n: int, w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         """The placed workload's total on n devices of this overhead class (memoized)."""
         tkey = (n, _overhead_key(ctx))
         if tkey not in totals:
@@ -233,7 +235,7 @@ def analytic_fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResp
     return FitResponse(gpus=tuple(results))
 
 
-def _fit_warnings(w: Workload, target: DeviceContext, n: int) -> list[str]:
+def _fit_warnings(w: AnalyticWorkload, target: DeviceContext, n: int) -> list[str]:
     if isinstance(w, GenericWorkload):
         return []
     return dtype_warnings(w, target)

@@ -47,6 +47,7 @@ from .precision import (
     Quantization,
 )
 from .requests import (
+    AnalyticWorkload,
     BudgetRequest,
     CatalogDevice,
     CustomDevice,
@@ -54,9 +55,11 @@ from .requests import (
     FitRequest,
     FitVariable,
     Headroom,
+    ModelWorkload,
     Software,
     TraceOptions,
     Workload,
+    analytic_workloads,
 )
 from .rules import RULES, schema_rules
 from .serving import (
@@ -90,6 +93,7 @@ __all__ = [
     "Adafactor",
     "AdamW",
     "AdamW8bit",
+    "AnalyticWorkload",
     "Attention",
     "Batch",
     "BitsAndBytes4bit",
@@ -122,6 +126,7 @@ __all__ = [
     "Method",
     "MoESpec",
     "ModelSource",
+    "ModelWorkload",
     "Name",
     "Optimizer",
     "Parallelism",
@@ -141,6 +146,7 @@ __all__ = [
     "TrainingWorkload",
     "Wire",
     "Workload",
+    "analytic_workloads",
 ]
 
 SCHEMA_RULES = schema_rules({name: globals()[name] for name in RULES})

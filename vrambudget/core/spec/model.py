@@ -13,13 +13,13 @@ from .limits import MAX_TOKENS, Dim, Name, Wire
 __all__ = ["DimensionsModel", "HFConfigModel", "MoESpec", "ModelSource", "PresetModel"]
 
 
-class PresetModel(Wire, tag="preset", tag_field="source", kw_only=True):
+class PresetModel(Wire, tag="preset", tag_field="source", frozen=True, kw_only=True):
     """A model from the preset catalog (``GET /v1/models``)."""
 
     id: Annotated[ModelId, Meta(description="Preset id, e.g. `llama-3.1-8b`.")]
 
 
-class HFConfigModel(Wire, tag="hf_config", tag_field="source", kw_only=True):
+class HFConfigModel(Wire, tag="hf_config", tag_field="source", frozen=True, kw_only=True):
     """An inline Hugging Face ``config.json``, pasted as published."""
 
     config: Annotated[HFConfig, Meta(description="The model's `config.json` as published.")]
@@ -28,7 +28,7 @@ class HFConfigModel(Wire, tag="hf_config", tag_field="source", kw_only=True):
     ] = None
 
 
-class MoESpec(Wire, kw_only=True):
+class MoESpec(Wire, frozen=True, kw_only=True):
     """Mixture-of-experts MLPs."""
 
     num_experts: Annotated[int, Meta(ge=1, le=1 << 16, description="Routed experts per layer.")]
@@ -45,7 +45,7 @@ class MoESpec(Wire, kw_only=True):
 
 
 
-class DimensionsModel(Wire, tag="dimensions", tag_field="source", kw_only=True):
+class DimensionsModel(Wire, tag="dimensions", tag_field="source", frozen=True, kw_only=True):
     """A transformer given by its dimensions (for a model with no preset or config)."""
 
     name: Annotated[

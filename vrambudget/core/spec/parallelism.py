@@ -12,7 +12,7 @@ from .limits import Degree, Wire
 __all__ = ["Parallelism"]
 
 
-class Parallelism(Wire, kw_only=True):
+class Parallelism(Wire, frozen=True, kw_only=True):
     """How the workload is laid out across devices. GPUs never pool memory: budgets are per
     device."""
 

@@ -13,7 +13,7 @@ from .limits import Wire
 __all__ = ["AWQ", "BitsAndBytes4bit", "FP8", "GPTQ", "Int8", "Precision", "Quantization"]
 
 
-class _QuantBase(Wire, kw_only=True):
+class _QuantBase(Wire, frozen=True, kw_only=True):
     quantize_embeddings: Annotated[
         bool, Meta(description="Quantize the token embedding too (most schemes keep it).")
     ] = False
@@ -22,7 +22,7 @@ class _QuantBase(Wire, kw_only=True):
     ] = False
 
 
-class Int8(_QuantBase, tag="int8", tag_field="scheme", kw_only=True):
+class Int8(_QuantBase, tag="int8", tag_field="scheme", frozen=True, kw_only=True):
     """8-bit integer weights with one scale per output channel (bitsandbytes LLM.int8 keeps an
     fp32 ``SCB`` per row; w8a16 checkpoints keep fp16/bf16 scales)."""
 
@@ -32,7 +32,7 @@ class Int8(_QuantBase, tag="int8", tag_field="scheme", kw_only=True):
     ] = "fp32"
 
 
-class FP8(_QuantBase, tag="fp8", tag_field="scheme", kw_only=True):
+class FP8(_QuantBase, tag="fp8", tag_field="scheme", frozen=True, kw_only=True):
     """fp8 (e4m3) weights with fp32 scales per tensor, per output channel, or per 2-D block
     (DeepSeek-V3's 128x128 ``weight_scale_inv``)."""
 
@@ -47,7 +47,7 @@ class FP8(_QuantBase, tag="fp8", tag_field="scheme", kw_only=True):
     ] = 128
 
 
-class GPTQ(_QuantBase, tag="gptq", tag_field="scheme", kw_only=True):
+class GPTQ(_QuantBase, tag="gptq", tag_field="scheme", frozen=True, kw_only=True):
     """GPTQ packed integers: ``qweight`` int32 (in*bits/32, out), ``qzeros`` int32
     (groups, out*bits/32), ``scales`` fp16 (groups, out), ``g_idx`` int32 (in,)."""
 
@@ -60,7 +60,7 @@ class GPTQ(_QuantBase, tag="gptq", tag_field="scheme", kw_only=True):
         rules.check(self)
 
 
-class AWQ(_QuantBase, tag="awq", tag_field="scheme", kw_only=True):
+class AWQ(_QuantBase, tag="awq", tag_field="scheme", frozen=True, kw_only=True):
     """AWQ GEMM layout: ``qweight`` int32 (in, out*bits/32), ``qzeros`` int32
     (groups, out*bits/32), ``scales`` fp16 (groups, out)."""
 
@@ -74,7 +74,7 @@ class AWQ(_QuantBase, tag="awq", tag_field="scheme", kw_only=True):
         rules.check(self)
 
 
-class BitsAndBytes4bit(_QuantBase, tag="bnb_4bit", tag_field="scheme", kw_only=True):
+class BitsAndBytes4bit(_QuantBase, tag="bnb_4bit", tag_field="scheme", frozen=True, kw_only=True):
     """bitsandbytes NF4/FP4: two values per byte, an fp32 absmax per block; with double
     quantization the absmax is itself quantized to uint8 with fp32 second-level scales."""
 
@@ -95,7 +95,7 @@ class BitsAndBytes4bit(_QuantBase, tag="bnb_4bit", tag_field="scheme", kw_only=T
 Quantization = Int8 | FP8 | GPTQ | AWQ | BitsAndBytes4bit
 
 
-class Precision(Wire, kw_only=True):
+class Precision(Wire, frozen=True, kw_only=True):
     weights: Annotated[
         WeightDType,
         Meta(description="Storage dtype of unquantized weights. `fp8` stores the linear layers "

@@ -14,19 +14,29 @@ from .limits import Bytes, Fraction, Name, Wire
 from .serving import LLMServingWorkload
 from .workloads import GenericWorkload, InferenceWorkload, TrainingWorkload
 
-__all__ = ["FitRequest", "FitVariable", "BudgetRequest", "CatalogDevice", "CustomDevice", "DeviceRef", "Headroom", "Software", "TraceOptions", "Workload"]
+__all__ = ["AnalyticWorkload", "ModelWorkload", "analytic_workloads", "FitRequest", "FitVariable", "BudgetRequest", "CatalogDevice", "CustomDevice", "DeviceRef", "Headroom", "Software", "TraceOptions", "Workload"]
 
 
 Workload = InferenceWorkload | TrainingWorkload | GenericWorkload | LLMServingWorkload
+ModelWorkload = InferenceWorkload | TrainingWorkload
+"""A workload of a model the analytic tier builds tensor by tensor."""
+AnalyticWorkload = InferenceWorkload | TrainingWorkload | GenericWorkload
+"""What the analytic tier budgets (a serving engine's workload goes to the engine's model)."""
+
+
+def analytic_workloads(workloads: tuple[Workload, ...]) -> tuple[AnalyticWorkload, ...] | None:
+    """The workloads as the analytic tier's, or None when one is a serving-engine workload."""
+    out = tuple([w for w in workloads if not isinstance(w, LLMServingWorkload)])
+    return out if len(out) == len(workloads) else None
 
 # --------------------------------------------------------------------------------- devices --
 
 
-class CatalogDevice(Wire, tag="catalog", tag_field="source", kw_only=True):
+class CatalogDevice(Wire, tag="catalog", tag_field="source", frozen=True, kw_only=True):
     id: Annotated[GPUId, Meta(description="GPU id from `GET /v1/gpus`.")]
 
 
-class CustomDevice(Wire, tag="custom", tag_field="source", kw_only=True):
+class CustomDevice(Wire, tag="custom", tag_field="source", frozen=True, kw_only=True):
     """A device that is not in the catalog."""
 
     name: Annotated[Name, Meta(description="Label of the device in the answer and warnings.")] = (
@@ -48,7 +58,7 @@ class CustomDevice(Wire, tag="custom", tag_field="source", kw_only=True):
 DeviceRef = CatalogDevice | CustomDevice
 
 
-class Headroom(Wire, kw_only=True):
+class Headroom(Wire, frozen=True, kw_only=True):
     """Safety margin kept free on top of the estimate."""
 
     fraction: Annotated[
@@ -60,7 +70,7 @@ class Headroom(Wire, kw_only=True):
     ] = 0
 
 
-class TraceOptions(Wire, kw_only=True):
+class TraceOptions(Wire, frozen=True, kw_only=True):
     """How the trace tier runs the workload (used with ``method: trace``)."""
 
     iterations: Annotated[
@@ -73,7 +83,7 @@ class TraceOptions(Wire, kw_only=True):
     ] = False
 
 
-class Software(Wire, kw_only=True):
+class Software(Wire, frozen=True, kw_only=True):
     """The software a budget is for; a profile measured on other versions is not used."""
 
     torch_version: Annotated[
@@ -90,7 +100,7 @@ class Software(Wire, kw_only=True):
     ] = None
 
 
-class BudgetRequest(Wire, kw_only=True):
+class BudgetRequest(Wire, frozen=True, kw_only=True):
     """Co-located workloads on one device type; each workload keeps its own parallel layout."""
 
     method: Annotated[
@@ -132,7 +142,7 @@ class BudgetRequest(Wire, kw_only=True):
 FitVariable = Literal["batch", "context", "concurrency", "device_count", "max_model_len"]
 
 
-class FitRequest(Wire, kw_only=True):
+class FitRequest(Wire, frozen=True, kw_only=True):
     """One workload (plus co-located ones) against many GPUs and device counts."""
 
     workloads: Annotated[

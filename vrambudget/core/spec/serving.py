@@ -17,7 +17,7 @@ __all__ = ["EngineVersion", "LLMServingWorkload", "ServingParallelism", "Serving
 EngineVersion = Literal[ENGINE_VERSIONS]  # type: ignore[valid-type]
 
 
-class ServingParallelism(Wire, kw_only=True):
+class ServingParallelism(Wire, frozen=True, kw_only=True):
     """vLLM's ``--tensor-parallel-size``, ``--pipeline-parallel-size``,
     ``--data-parallel-size`` and ``--enable-expert-parallel``."""
 
@@ -42,7 +42,7 @@ class ServingParallelism(Wire, kw_only=True):
         return self.tensor * self.pipeline * self.data
 
 
-class ServingQuantization(Wire, kw_only=True):
+class ServingQuantization(Wire, frozen=True, kw_only=True):
     """Weight quantization as vLLM loads it: a quantized checkpoint (fp8, compressed-tensors
     w8a8 / w4a16, GPTQ, AWQ) or fp8 applied while loading (``--quantization fp8`` on a 16-bit
     checkpoint)."""
@@ -69,7 +69,7 @@ class ServingQuantization(Wire, kw_only=True):
         rules.check(self)
 
 
-class LLMServingWorkload(Wire, tag="llm_serving", tag_field="kind", kw_only=True):
+class LLMServingWorkload(Wire, tag="llm_serving", tag_field="kind", frozen=True, kw_only=True):
     """An LLM served by an inference engine. The engine profiles a dummy forward pass and hands
     everything left of ``gpu_memory_utilization x total memory`` to a paged KV-cache pool; the
     answer follows the engine's own accounting (calibrated per engine version)."""

@@ -22,7 +22,7 @@ Attention = Annotated[
 ]
 
 
-class _ModelWorkload(Wire, kw_only=True):
+class _ModelWorkload(Wire, frozen=True, kw_only=True):
     name: Annotated[
         Name | None, Meta(description="Label in the answer; default: the model's name.")
     ] = None
@@ -42,7 +42,7 @@ class _ModelWorkload(Wire, kw_only=True):
     ] = 1
 
 
-class InferenceWorkload(_ModelWorkload, tag="inference", tag_field="kind", kw_only=True):
+class InferenceWorkload(_ModelWorkload, tag="inference", tag_field="kind", frozen=True, kw_only=True):
     """Autoregressive generation (or an encoder forward pass)."""
 
     batch_size: Annotated[Batch, Meta(description="Sequences per request.")] = 1
@@ -80,17 +80,17 @@ Implementation = Annotated[
 ]
 
 
-class AdamW(Wire, tag="adamw", tag_field="name", kw_only=True):
+class AdamW(Wire, tag="adamw", tag_field="name", frozen=True, kw_only=True):
     """Adam/AdamW: two moments per trainable parameter."""
 
     implementation: Implementation = "foreach"
 
 
-class AdamW8bit(Wire, tag="adamw_8bit", tag_field="name", kw_only=True):
+class AdamW8bit(Wire, tag="adamw_8bit", tag_field="name", frozen=True, kw_only=True):
     """bitsandbytes 8-bit AdamW: blockwise-quantized uint8 moments."""
 
 
-class SGD(Wire, tag="sgd", tag_field="name", kw_only=True):
+class SGD(Wire, tag="sgd", tag_field="name", frozen=True, kw_only=True):
     momentum: Annotated[
         float, Meta(ge=0.0, le=1.0, description="Momentum factor; > 0 keeps one momentum buffer "
                     "per trainable parameter, 0 keeps no state.")
@@ -98,7 +98,7 @@ class SGD(Wire, tag="sgd", tag_field="name", kw_only=True):
     implementation: Implementation = "foreach"
 
 
-class Adafactor(Wire, tag="adafactor", tag_field="name", kw_only=True):
+class Adafactor(Wire, tag="adafactor", tag_field="name", frozen=True, kw_only=True):
     """Adafactor (Shazeer & Stern 2018): factored second moment for matrices."""
 
     beta1: Annotated[float | None, Meta(description="First moment when set (default none).")] = (
@@ -113,7 +113,7 @@ class Adafactor(Wire, tag="adafactor", tag_field="name", kw_only=True):
 Optimizer = AdamW | AdamW8bit | SGD | Adafactor
 
 
-class FullFineTune(Wire, tag="full", tag_field="kind", kw_only=True):
+class FullFineTune(Wire, tag="full", tag_field="kind", frozen=True, kw_only=True):
     """Every parameter is trainable."""
 
 
@@ -124,7 +124,7 @@ LoRATarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_pr
                      "c_attn", "c_proj", "c_fc", "query", "key", "value", "dense", "fc1", "fc2"]
 
 
-class LoRA(Wire, tag="lora", tag_field="kind", kw_only=True):
+class LoRA(Wire, tag="lora", tag_field="kind", frozen=True, kw_only=True):
     """Frozen base, low-rank adapters (Hu et al. 2021) on the named projections."""
 
     rank: Annotated[
@@ -140,7 +140,7 @@ class LoRA(Wire, tag="lora", tag_field="kind", kw_only=True):
     ] = "fp32"
 
 
-class QLoRA(LoRA, tag="qlora", tag_field="kind", kw_only=True):
+class QLoRA(LoRA, tag="qlora", tag_field="kind", frozen=True, kw_only=True):
     """LoRA on a base quantized to 4-bit with bitsandbytes (Dettmers et al. 2023): NF4 with
     double quantization by default."""
 
@@ -166,7 +166,7 @@ class QLoRA(LoRA, tag="qlora", tag_field="kind", kw_only=True):
 Method = FullFineTune | LoRA | QLoRA
 
 
-class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", kw_only=True):
+class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", frozen=True, kw_only=True):
     """One optimizer step: forward, backward and update, per micro-batch."""
 
     micro_batch_size: Annotated[
@@ -202,12 +202,12 @@ class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", kw_only
         rules.check(self)
 
 
-class SizedItem(Wire, kw_only=True):
+class SizedItem(Wire, frozen=True, kw_only=True):
     name: Annotated[Name, Meta(description="Label of the item in the answer's breakdown.")]
     bytes: Annotated[Bytes, Meta(description="Device memory of the item, bytes.")]
 
 
-class CacheItem(Wire, kw_only=True):
+class CacheItem(Wire, frozen=True, kw_only=True):
     name: Annotated[Name, Meta(description="Label of the cache in the answer's breakdown.")]
     bytes_per_unit: Annotated[Bytes, Meta(description="Bytes per cached unit.")]
     units: Annotated[
@@ -216,7 +216,7 @@ class CacheItem(Wire, kw_only=True):
     ]
 
 
-class GenericWorkload(Wire, tag="generic", tag_field="kind", kw_only=True):
+class GenericWorkload(Wire, tag="generic", tag_field="kind", frozen=True, kw_only=True):
     """Any other GPU workload (rendering, image processing, an unsupported model), described by
     its memory: persistent assets, working memory per item x batch, caches and workspaces."""
 
