@@ -5,6 +5,8 @@ from __future__ import annotations
 import msgspec
 
 from vrambudget.core.catalog import ModelPreset, preset, preset_arch
+from vrambudget.core.dtypes import bytes_of
+from vrambudget.core.formulas.kv_cache import model_bytes_per_token
 
 __all__ = ["Health", "ModelDetail", "ModelSummary", "Ready", "model_summary"]
 
@@ -40,19 +42,13 @@ class Ready(msgspec.Struct, frozen=True, kw_only=True):
     num_models: int
 
 
-
 def model_summary(model_id: str) -> ModelSummary:
     p = preset(model_id)
     a = preset_arch(model_id)
-    if a.mla is not None:
-        kv_per_layer = a.mla.kv_lora_rank + a.mla.qk_rope_head_dim
-    else:
-        kv_per_layer = 2 * a.num_kv_heads * a.head_dim
     return ModelSummary(
         id=p.id, display_name=p.display_name, hf_repo=p.hf_repo, model_type=a.model_type,
         num_params=a.num_params, num_layers=a.num_layers, hidden_size=a.hidden_size,
         num_attention_heads=a.num_heads, num_key_value_heads=a.num_kv_heads,
         max_position_embeddings=a.max_positions,
-        kv_cache_bytes_per_token_bf16=kv_per_layer * a.num_layers * 2 if a.kind == "decoder"
-        else 0,
+        kv_cache_bytes_per_token_bf16=model_bytes_per_token(a, bytes_of("bf16")),
     )

@@ -1,0 +1,119 @@
+"""Every cross-field rule, rule by rule: a request that breaks it is refused while decoding with
+the rule's message, the same request with the rule satisfied decodes, and the published JSON
+Schema (the served OpenAPI document's components, validated with jsonschema-rs) agrees on both."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema_rs
+import msgspec
+import pytest
+
+from vrambudget.core.spec import SCHEMA_RULES, BudgetRequest, FitRequest
+from vrambudget.core.spec.rules import RULES
+from vrambudget.service.app import create_app
+from vrambudget.service.openapi import openapi_document
+
+INFER = {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-0.5b"}}
+TRAIN = {"kind": "training", "model": {"source": "preset", "id": "qwen2.5-0.5b"}}
+SERVE = {"kind": "llm_serving", "model": {"source": "preset", "id": "qwen2.5-0.5b"}}
+H100 = {"source": "catalog", "id": "h100-sxm5-80gb"}
+
+
+def _budget(**fields: Any) -> dict[str, Any]:
+    return {"workloads": [INFER], **fields}
+
+
+def _par(**par: Any) -> dict[str, Any]:
+    return _budget(workloads=[{**TRAIN, "parallelism": par}])
+
+
+def _quant(q: dict[str, Any]) -> dict[str, Any]:
+    return _budget(workloads=[{**INFER, "precision": {"quantization": q}}])
+
+
+# (struct, rule index) -> (request type, a body breaking the rule, the same body satisfying it)
+CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] = {
+    ("GPTQ", 0): (BudgetRequest, _quant({"scheme": "gptq", "group_size": 0}),
+                  _quant({"scheme": "gptq", "group_size": 128})),
+    ("AWQ", 0): (BudgetRequest, _quant({"scheme": "awq", "group_size": 0}),
+                 _quant({"scheme": "awq", "group_size": -1})),
+    ("Precision", 0): (
+        BudgetRequest,
+        _budget(workloads=[{**INFER, "precision": {"weights": "fp8",
+                                                   "quantization": {"scheme": "int8"}}}]),
+        _budget(workloads=[{**INFER, "precision": {"weights": "fp8"}}])),
+    ("Parallelism", 0): (BudgetRequest, _par(offload_parameters=True, zero_stage=2),
+                         _par(offload_parameters=True, zero_stage=3)),
+    ("Parallelism", 1): (BudgetRequest, _par(offload_optimizer=True),
+                         _par(offload_optimizer=True, zero_stage=1)),
+    ("Parallelism", 2): (BudgetRequest, _par(virtual_stages=2),
+                         _par(virtual_stages=2, pipeline_schedule="interleaved_1f1b")),
+    ("TrainingWorkload", 0): (
+        BudgetRequest, _budget(workloads=[{**TRAIN, "mixed_precision": "autocast"}]),
+        _budget(workloads=[{**TRAIN, "mixed_precision": "autocast",
+                            "precision": {"weights": "fp32"}}])),
+    ("TrainingWorkload", 1): (
+        BudgetRequest,
+        _budget(workloads=[{**TRAIN, "method": {"kind": "qlora"},
+                            "precision": {"quantization": {"scheme": "int8"}}}]),
+        _budget(workloads=[{**TRAIN, "method": {"kind": "qlora"}}])),
+    ("ServingQuantization", 0): (
+        BudgetRequest,
+        {"workloads": [{**SERVE, "quantization": {"method": "gptq", "group_size": 0}}],
+         "device": H100},
+        {"workloads": [{**SERVE, "quantization": {"method": "gptq", "group_size": 64}}],
+         "device": H100}),
+    ("ServingQuantization", 1): (
+        BudgetRequest,
+        {"workloads": [{**SERVE, "quantization": {"method": "awq", "applied_at_load": True}}],
+         "device": H100},
+        {"workloads": [{**SERVE, "quantization": {"method": "fp8", "applied_at_load": True}}],
+         "device": H100}),
+    ("BudgetRequest", 0): (BudgetRequest, {"workloads": [SERVE, INFER], "device": H100},
+                           {"workloads": [SERVE], "device": H100}),
+    ("BudgetRequest", 1): (BudgetRequest, {"workloads": [SERVE]},
+                           {"workloads": [SERVE], "device": H100}),
+    ("BudgetRequest", 2): (BudgetRequest, {"workloads": [SERVE], "device": H100,
+                                           "method": "trace"},
+                           {"workloads": [SERVE], "device": H100, "method": "analytic"}),
+    ("FitRequest", 0): (FitRequest, {"workloads": [SERVE, INFER]}, {"workloads": [SERVE]}),
+}
+
+
+@pytest.fixture(scope="module")
+def validators() -> dict[str, Any]:
+    document = openapi_document(create_app())
+    out = {}
+    for name in ("BudgetRequest", "FitRequest"):
+        schema = {"$ref": f"#/components/schemas/{name}",
+                  "components": document["components"]}
+        out[name] = jsonschema_rs.validator_for(json.loads(json.dumps(schema)))
+    return out
+
+
+def test_every_rule_has_a_case() -> None:
+    declared = {(name, i) for name, rules in RULES.items() for i in range(len(rules))}
+    assert declared == set(CASES)
+
+
+@pytest.mark.parametrize("key", sorted(CASES), ids=lambda k: f"{k[0]}-{k[1]}")
+def test_rule_runtime_and_schema_agree(key: tuple[str, int], validators: dict[str, Any]
+                                       ) -> None:
+    name, index = key
+    type_, broken, fixed = CASES[key]
+    rule = RULES[name][index]
+    with pytest.raises(msgspec.ValidationError, match=rule.message.split("(")[0][:40]):
+        msgspec.convert(broken, type_)
+    msgspec.convert(fixed, type_)
+    validator = validators[type_.__name__]
+    assert not validator.is_valid(broken), f"the schema accepts a request breaking {key}"
+    assert validator.is_valid(fixed), f"the schema refuses a request satisfying {key}"
+
+
+def test_the_schema_rules_are_the_published_ones() -> None:
+    document = openapi_document(create_app())
+    for name, rules in SCHEMA_RULES.items():
+        assert document["components"]["schemas"][name]["allOf"] == rules
