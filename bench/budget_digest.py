@@ -16,6 +16,9 @@ covers the wire encoding too and does not depend on the package's internal layou
 - ``errors``: the 4xx answers of a set of bad requests;
 - ``catalog``: ``/v1/gpus`` and ``/v1/models`` (these change when a catalog entry's citation is
   edited, so they are reported apart).
+
+``--replace OLD NEW`` (repeatable) replaces a text in every answer before hashing: two trees
+whose digests agree with it differ in exactly that stated text (e.g. a cited path that moved).
 """
 
 from __future__ import annotations
@@ -28,7 +31,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parents[1]
+_ARGS = sys.argv[1:]
+REPLACE: list[tuple[bytes, bytes]] = []
+while "--replace" in _ARGS:
+    i = _ARGS.index("--replace")
+    REPLACE.append((_ARGS[i + 1].encode(), _ARGS[i + 2].encode()))
+    del _ARGS[i:i + 3]
+ROOT = Path(_ARGS[0]).resolve() if _ARGS else Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -136,13 +145,19 @@ def errors() -> list[tuple[str, Any]]:
     ]
 
 
+def _content(content: bytes) -> bytes:
+    for old, new in REPLACE:
+        content = content.replace(old, new)
+    return content
+
+
 def _digest(client: TestClient[Any], path: str, bodies: list[Any]) -> tuple[int, str]:
     h = hashlib.sha256()
     for body in bodies:
         r = client.post(path, content=json.dumps(body), headers={"content-type":
                                                                  "application/json"})
         h.update(f"{r.status_code}\n".encode())
-        h.update(r.content)
+        h.update(_content(r.content))
     return len(bodies), h.hexdigest()
 
 
@@ -163,7 +178,7 @@ def main() -> None:
             r = client.post(path, content=json.dumps(body),
                             headers={"content-type": "application/json"})
             h.update(f"{r.status_code}\n".encode())
-            h.update(r.content)
+            h.update(_content(r.content))
         rows.append(("errors", len(errs), h.hexdigest()))
         h = hashlib.sha256()
         for path in ("/v1/gpus", "/v1/models"):

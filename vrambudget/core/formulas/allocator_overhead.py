@@ -38,7 +38,7 @@ FRAGMENTATION_SOURCE = (
     "unallocated at OOM time is 0.5% (training) / 1.8% (inference) of allocated (medians of 19 "
     "PyTorch OOM messages), at the peak +59% to +108% of allocated in RL training with varying "
     "shapes (cosmos-rl), -34% with expandable segments (pytorch/torchtune#1185), GMLake "
-    "(ASPLOS'24) 15% less fragmentation on A100 (docs/research/overhead_measurements.md)")
+    "(ASPLOS'24) 15% less fragmentation on A100 (research/overhead_measurements.md)")
 SOURCE = f"{ROUNDING_SOURCE}; fraction: {FRAGMENTATION_SOURCE}"
 
 
