@@ -24,7 +24,8 @@ from .arch import (
     TensorGroup,
 )
 from .errors import InvalidWorkload
-from .hf_config import FAMILY_DEFAULTS, GEMMA3_VISION_DEFAULTS, HFConfig, HFVisionConfig
+from .hf_config import HFConfig, HFVisionConfig
+from .hf_defaults import FAMILY_DEFAULTS, GEMMA3_VISION_DEFAULTS
 
 __all__ = ["arch_from_hf_config", "compress_runs", "gated_mlp", "linear", "norm"]
 
