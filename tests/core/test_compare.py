@@ -9,7 +9,9 @@ import msgspec
 import pytest
 
 from tests.support.reports import cuda_report
-from vrambudget.core.compare import _headroom, compare, estimate_input, match_gpu
+from vrambudget.core.catalog import match_gpu
+from vrambudget.core.compare import compare, estimate_input
+from vrambudget.core.compare.headroom import _headroom
 from vrambudget.core.components import Component
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
