@@ -387,7 +387,7 @@ def test_data_dir_is_created(tmp_path: Path) -> None:
 def test_a_version_1_file_migrates_and_keeps_its_rows(tmp_path: Path) -> None:
     """A file written by the issue-4 agent (schema 1) gains the round-trip columns; its probes
     and callbacks are untouched and read back with empty comparison fields."""
-    from vrambudget.agent.store import _MIGRATIONS
+    from vrambudget.agent.store.schema import _MIGRATIONS
 
     path = tmp_path / "v1.sqlite3"
     conn = sqlite3.connect(path, isolation_level=None)
