@@ -1,207 +1,25 @@
-"""Signed callbacks: Standard Webhooks signing, the callback allow-list, and the deliverer that
-drains the store's outbox.
-
-Signing follows the Standard Webhooks specification, implemented here with ``hmac``/``hashlib``
-(about fifteen lines) rather than the reference ``standardwebhooks`` package: that package takes
-no clock (it reads the wall clock itself), has a fixed five-minute tolerance and accepts text
-bodies only, while the agent signs bytes at a time it controls and tests pin the clock. The
-tests reproduce the specification's published test vector exactly, which is what says a
-receiver's own Standard Webhooks library will accept what the agent sends.
-
-Delivery is at least once: a callback whose 2xx was received but not yet recorded when the
-agent died is sent again after the restart, with the same ``webhook-id`` (receivers dedupe on
-it) and a fresh timestamp and signature, as the specification asks of retries.
-"""
+"""Delivery: the retry schedule and the thread that drains the store's outbox (callbacks and
+comparison requests), at least once."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
 import logging
 import random
-import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Self
 
 import httpx
 
 from vrambudget.agent.store import OutboxRow, Store
 
-__all__ = [
-    "Deliverer",
-    "WebhookVerificationError",
-    "backoff_s",
-    "callback_allowed",
-    "decode_secret",
-    "sign",
-    "validate_allow_list",
-    "verify",
-]
+from .allow_list import callback_allowed
+from .signing import decode_secret, sign
 
-log = logging.getLogger(__name__)
+__all__ = ["Deliverer", "backoff_s"]
 
-_SECRET_PREFIX = "whsec_"
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-# What a host may look like once httpx has IDNA-encoded it: DNS labels, IPv4, or IPv6 (colons).
-_HOST = re.compile(r"[a-z0-9.:-]+")
-_IP_LIKE = re.compile(r"[0-9.:]+")
-
-
-class WebhookVerificationError(ValueError):
-    """A delivery that must not be trusted: missing headers, stale timestamp, bad signature."""
-
-
-# -- signing ---------------------------------------------------------------------------------
-
-
-def decode_secret(secret: bytes | str) -> bytes:
-    """The HMAC key. A ``whsec_<base64>`` secret (text or bytes, as read from the environment
-    or a file) is base64-decoded, as every Standard Webhooks library does; other text is taken
-    as base64 too (the reference libraries' rule); other bytes are the raw key."""
-    if isinstance(secret, bytes) and secret.startswith(_SECRET_PREFIX.encode()):
-        secret = secret.decode("ascii").strip()
-    if isinstance(secret, str):
-        text = secret.strip().removeprefix(_SECRET_PREFIX)
-        try:
-            key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise ValueError("webhook secret is not valid base64") from exc
-    else:
-        key = secret
-    if not key:
-        raise ValueError("webhook secret may not be empty")
-    return key
-
-
-def sign(secret: bytes | str, msg_id: str, timestamp: int, body: bytes) -> str:
-    """The ``webhook-signature`` value: ``v1,`` + base64(HMAC-SHA256(key, "id.timestamp.body"))
-    over the exact body bytes sent."""
-    key = decode_secret(secret)
-    signed = f"{msg_id}.{int(timestamp)}.".encode() + body
-    digest = hmac.new(key, signed, hashlib.sha256).digest()
-    return "v1," + base64.b64encode(digest).decode("ascii")
-
-
-def verify(
-    secret: bytes | str,
-    headers: Mapping[str, str],
-    body: bytes,
-    now: float,
-    tolerance_s: float = 300,
-) -> None:
-    """Check a delivery as a receiver would; raise :class:`WebhookVerificationError` if it must
-    be rejected. The timestamp must be within ``tolerance_s`` of ``now`` either way (replays),
-    and one of the space-separated ``v1,`` signatures must match, compared in constant time
-    (other versions, e.g. ``v1a`` asymmetric ones, are skipped as the specification says)."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    msg_id = lowered.get("webhook-id")
-    timestamp = lowered.get("webhook-timestamp")
-    signatures = lowered.get("webhook-signature")
-    if not (msg_id and timestamp and signatures):
-        raise WebhookVerificationError(
-            "missing webhook-id, webhook-timestamp or webhook-signature"
-        )
-    if not (timestamp.isascii() and timestamp.isdigit()):
-        raise WebhookVerificationError(f"invalid webhook-timestamp {timestamp!r}")
-    ts = int(timestamp)
-    if abs(now - ts) > tolerance_s:
-        raise WebhookVerificationError(
-            f"webhook-timestamp {ts} is more than {tolerance_s:g} s from now ({now:.0f})"
-        )
-    expected = sign(secret, msg_id, ts, body).encode()
-    for candidate in signatures.split():
-        version, _, _ = candidate.partition(",")
-        if version == "v1" and hmac.compare_digest(candidate.encode(), expected):
-            return
-    raise WebhookVerificationError("no matching signature")
-
-
-# -- allow-list ------------------------------------------------------------------------------
-
-
-def _parse(url: str) -> tuple[str, str, int] | None:
-    """``(scheme, host, port)`` as httpx will connect, or None if the URL must be refused.
-
-    The URL is parsed by httpx -- the same parser that sends the request -- so the check and
-    the connection cannot disagree about which host a tricky URL names (the classic
-    allow-list bypass, e.g. ``https://evil.example\\@hooks.example.com``)."""
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError):
-        return None
-    if parsed.scheme not in _DEFAULT_PORTS or parsed.userinfo:
-        return None
-    host = parsed.raw_host.decode("ascii", "replace").lower().rstrip(".")
-    if not host or not _HOST.fullmatch(host):
-        return None
-    return parsed.scheme, host, parsed.port or _DEFAULT_PORTS[parsed.scheme]
-
-
-def _parse_entry(entry: str) -> tuple[str, str, int, bool]:
-    """``(scheme, host, port, wildcard)`` of one allow-list entry; ValueError if malformed."""
-    text = entry.strip()
-    if "://" not in text:
-        text = "https://" + text
-    wildcard = "://*." in text
-    target = text.replace("://*.", "://", 1) if wildcard else text
-    parsed = _parse(target)
-    try:
-        path_and_query = httpx.URL(target).raw_path
-    except (httpx.InvalidURL, TypeError, ValueError):
-        path_and_query = b""
-    if parsed is None or path_and_query not in (b"", b"/"):
-        # A path would look like a restriction this check does not make: refuse the entry.
-        raise ValueError(f"allow-list entry {entry!r} is not [scheme://][*.]host[:port]")
-    if wildcard and ("." not in parsed[1] or _IP_LIKE.fullmatch(parsed[1])):
-        # "*.com" would let in half the internet; a pattern needs a registrable name under it.
-        raise ValueError(f"allow-list pattern {entry!r} must be *.<name>.<tld>")
-    return (*parsed, wildcard)
-
-
-def validate_allow_list(allow_list: tuple[str, ...]) -> tuple[str, ...]:
-    """Return the list unchanged, or raise ValueError naming the first malformed entry: for the
-    agent's configuration to fail at startup instead of silently matching nothing."""
-    for entry in allow_list:
-        _parse_entry(entry)
-    return allow_list
-
-
-def _entry_matches(entry: str, scheme: str, host: str, port: int) -> bool:
-    try:
-        e_scheme, e_host, e_port, wildcard = _parse_entry(entry)
-    except ValueError:
-        return False
-    if (e_scheme, e_port) != (scheme, port):
-        return False
-    return host.endswith("." + e_host) if wildcard else host == e_host
-
-
-def callback_allowed(url: str, allow_list: tuple[str, ...]) -> bool:
-    """May the agent post to ``url``? Empty allow-list: no (callbacks are off by default).
-
-    Entries, each ``[scheme://]host[:port]``:
-
-    - an exact origin, ``https://hooks.example.com`` or ``http://127.0.0.1:8080``;
-    - a host pattern, ``*.example.com`` (or ``https://*.example.com:8443``): any subdomain, at
-      any depth, but not ``example.com`` itself.
-
-    With no scheme an entry means https; with no port, the scheme's default port. The URL's
-    scheme and port must equal the entry's, so plain http is allowed only where an entry says
-    ``http://`` explicitly. URLs with userinfo (``user:pass@``), schemes other than http(s),
-    and hosts that are not plain DNS names or IP literals after normalization are refused.
-    Hosts compare normalized: lowercase, IDNA-encoded (``bücher.example`` equals
-    ``xn--bcher-kva.example``), trailing dot removed. The URL's path and query are not
-    restricted; an entry with a path is malformed and matches nothing (see
-    :func:`validate_allow_list`).
-    """
-    parsed = _parse(url)
-    if parsed is None:
-        return False
-    return any(_entry_matches(entry, *parsed) for entry in allow_list)
+log = logging.getLogger("vrambudget.agent.webhooks")  # the name it had as one module
 
 
 # -- retries ---------------------------------------------------------------------------------
