@@ -55,3 +55,21 @@ def test_a_calibrated_workspace_below_the_cublaslt_size_traces(
     budget = trace_budget(req)
     lines = {ln.component.value: ln.bytes for ln in budget.devices[0].lines}
     assert lines["runtime_workspace"] == 128 << 10
+
+
+def test_a_lora_run_with_no_matching_target_is_a_semantic_422_not_a_crash() -> None:
+    """Found by schemathesis: BERT's projections are ``attention.self.query`` etc., so LoRA's
+    default targets (``q_proj`` ...) adapt nothing; torch refuses an optimizer without
+    parameters. The analytic tier budgets it with a warning; the trace tier names the field."""
+    from vrambudget.core.errors import InvalidWorkload
+    from vrambudget.trace.engine import trace_budget
+
+    request = msgspec.convert({"method": "trace", "workloads": [{
+        "kind": "training", "model": {"source": "preset", "id": "bert-base-uncased"},
+        "method": {"kind": "lora"}, "micro_batch_size": 1, "sequence_length": 8}]},
+        BudgetRequest)
+    with pytest.raises(InvalidWorkload) as info:
+        trace_budget(request)
+    assert info.value.field == "workloads[0].method.target_modules"
+    analytic = estimate(request.workloads)
+    assert any("no LoRA target module matches" in w for w in analytic.warnings)

@@ -97,9 +97,14 @@ def trace_workload(w: InferenceWorkload | TrainingWorkload, *, iterations: int =
     check_traceable(w, field)
     try:
         arch = resolve_model(w.model)
-        statics_for(w, arch)  # the layout checks of the analytic tier
+        statics = statics_for(w, arch)  # the layout checks of the analytic tier
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
+    if isinstance(w, TrainingWorkload) and not any(st.trainable_params for st in statics):
+        # The analytic tier budgets it (with a warning); a real step has nothing to optimize.
+        raise InvalidWorkload(f"{field}.method.target_modules",
+                              "no LoRA target module matches this model's projections: there "
+                              "is nothing to train, so there is no training step to trace")
     _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     with FakeTensorMode(), kernels.emulation(), recorder.recording():
