@@ -1,0 +1,82 @@
+"""The architecture's tensor inventory as a module's parameters and buffers, sliced for one
+tensor-parallel rank (quantized payloads and their metadata, LoRA adapters)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vrambudget.core.arch import Arch, Role, TensorGroup
+from vrambudget.core.layout import per_device_shape
+from vrambudget.core.quantization import quantized_roles, tensor_storage
+
+from .plan import BuildPlan
+
+__all__ = ["component_of"]
+
+
+def _name(group: TensorGroup) -> str:
+    return group.name.replace(".", "__")
+
+
+class _Bank(nn.Module):
+    """The parameters of one layer (or of the embeddings/head), created from tensor groups."""
+
+    def __init__(self, groups: tuple[TensorGroup, ...], arch: Arch, plan: BuildPlan) -> None:
+        super().__init__()
+        t = plan.tensor_parallel
+        q = plan.quantization
+        roles = quantized_roles(q) if q is not None else frozenset()
+        self.shapes: dict[str, tuple[int, int]] = {}
+        self.quantized: set[str] = set()
+        grad = plan.trainable == "full"
+        for g in groups:
+            rows, cols, count = per_device_shape(g, arch, t, 1)
+            name = _name(g)
+            self.shapes[name] = (rows, cols)
+            shape: tuple[int, ...] = (rows,) if cols == 1 else (rows, cols)
+            if g.role is Role.EXPERT:
+                shape = (count, rows, cols)
+            elif count > 1 and g.role is not Role.NORM:
+                shape = (count, *shape)
+            if q is not None and g.role in roles:
+                n = count if g.role is Role.EXPERT else 1
+                payload, meta = tensor_storage(q, rows, cols, 1)
+                self.register_buffer(name, torch.empty(n, payload, dtype=torch.uint8,
+                                                       device=plan.device))
+                self.register_buffer(name + "__meta", torch.empty(n, meta, dtype=torch.uint8,
+                                                                  device=plan.device))
+                self.quantized.add(name)
+                continue
+            if g.role is Role.NORM and count > 1:  # e.g. the 2 or 4 norms of a decoder layer
+                for i in range(count):
+                    self.register_parameter(f"{name}__{i}", nn.Parameter(torch.empty(
+                        shape, dtype=plan.param_dtype, device=plan.device), requires_grad=grad))
+                continue
+            self.register_parameter(name, nn.Parameter(torch.empty(
+                shape, dtype=plan.param_dtype, device=plan.device), requires_grad=grad))
+        if plan.trainable == "lora":
+            for g in groups:
+                if g.name.rsplit(".", 1)[-1] in plan.lora_targets and g.role in (
+                        Role.LINEAR, Role.EXPERT):
+                    rows, cols, count = per_device_shape(g, arch, t, 1)
+                    lead = (count,) if g.role is Role.EXPERT else ()
+                    r = plan.lora_rank
+                    self.register_parameter(_name(g) + "__lora_A", nn.Parameter(torch.empty(
+                        (*lead, r, cols), dtype=plan.adapter_dtype, device=plan.device)))
+                    self.register_parameter(_name(g) + "__lora_B", nn.Parameter(torch.empty(
+                        (*lead, rows, r), dtype=plan.adapter_dtype, device=plan.device)))
+
+    def has(self, name: str) -> bool:
+        return hasattr(self, name)
+
+
+
+def component_of(name: str) -> str:
+    """Component of a named parameter or buffer of a ``TransformerModel``."""
+    if name.endswith("__meta"):
+        return "quantization_metadata"
+    if "__lora_" in name:
+        return "adapters"
+    return "weights"
+

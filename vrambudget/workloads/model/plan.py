@@ -1,0 +1,36 @@
+"""What the builder needs besides the architecture: dtypes, quantization, attention kernel,
+training mode (full, LoRA), checkpointing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from vrambudget.core.spec import Quantization
+
+__all__ = ["Attention", "BuildPlan"]
+
+Attention = Literal["sdpa", "flash", "eager"]
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything the builder needs besides the architecture."""
+
+    tensor_parallel: int
+    param_dtype: torch.dtype
+    """Storage dtype of unquantized parameters."""
+    compute_dtype: torch.dtype
+    quantization: Quantization | None
+    attention: Attention
+    device: torch.device
+    trainable: Literal["none", "full", "lora"] = "none"
+    lora_rank: int = 0
+    lora_targets: tuple[str, ...] = ()
+    adapter_dtype: torch.dtype = torch.float32
+    autocast: bool = False
+    """fp32 parameters cast to the compute dtype at each use (torch.autocast's weight cache)."""
+    dropout: float = 0.0
+    checkpointing: Literal["none", "selective", "full"] = "none"
