@@ -23,23 +23,18 @@ on a trace.
   pickling).
 
 This module imports neither Litestar nor torch nor pebble at import time: the worker processes
-import it too (for :func:`run_trace`), and the server imports pebble only on its first trace.
-Errors are plain exceptions here; ``problems.py`` turns them into problem+json.
+import its worker side (:mod:`~vrambudget.service.trace_worker`, for :func:`run_trace`), and the
+server imports pebble only on its first trace. Errors are plain exceptions
+(:mod:`~vrambudget.service.trace_errors`); ``problems.py`` turns them into problem+json.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
 import logging
 import math
-import os
-import re
 import threading
-import time
-import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.util import find_spec
@@ -47,8 +42,30 @@ from typing import Any, Protocol
 
 import msgspec
 
-from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownGPU, UnknownModel
+from vrambudget.core.errors import (
+    BudgetError,
+    InvalidWorkload,
+    UnknownGPU,
+    UnknownModel,
+)
 from vrambudget.core.spec import BudgetRequest
+
+from .trace_errors import (
+    TraceBusy,
+    TraceError,
+    TraceTimeLimit,
+    TraceUnavailable,
+    TraceWorkerDied,
+)
+from .trace_worker import (
+    DEFAULT_ENTRY,
+    ENTRY_PATTERN,
+    INSTALL_HINT,
+    encode_answer,
+    init_worker,
+    load_entry,
+    run_trace,
+)
 
 __all__ = [
     "DEFAULT_ENTRY",
@@ -70,9 +87,6 @@ __all__ = [
 
 log = logging.getLogger("vrambudget.trace")
 
-DEFAULT_ENTRY = "vrambudget.trace.engine:trace_budget"
-ENTRY_PATTERN = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-INSTALL_HINT = "trace tier not installed: pip install 'vrambudget[trace]'"
 TIME_LIMIT_ENV = "VRAMBUDGET_TRACE_TIME_LIMIT_S"
 
 OUTCOMES = ("ok", "shared", "cached", "timeout", "busy", "crashed", "invalid", "unavailable",
@@ -80,135 +94,6 @@ OUTCOMES = ("ok", "shared", "cached", "timeout", "busy", "crashed", "invalid", "
 """Outcome label of ``vrambudget_trace_requests_total``, one per trace request: ``shared`` is
 an answer from another request's trace in flight (single flight), ``error`` an unexpected
 exception in the engine (500)."""
-
-
-# ---------------------------------------------------------------------------------- errors --
-
-class TraceError(Exception):
-    """Why a trace request got no budget (problems.py maps each to problem+json)."""
-
-
-class TraceUnavailable(TraceError):
-    """The trace tier cannot run on this server (501), or not now: shutting down (503)."""
-
-    def __init__(self, reason: str, *, temporary: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.temporary = temporary
-
-
-class TraceTimeLimit(TraceError):
-    """The trace ran past the time limit and its worker was killed (422)."""
-
-    def __init__(self, limit_s: float) -> None:
-        super().__init__(f"trace exceeded {limit_s:g} s")
-        self.limit_s = limit_s
-
-
-class TraceBusy(TraceError):
-    """As many traces as allowed are running or waiting (503 + Retry-After)."""
-
-    def __init__(self, max_pending: int, retry_after_s: int) -> None:
-        super().__init__(f"{max_pending} traces running or waiting")
-        self.max_pending = max_pending
-        self.retry_after_s = retry_after_s
-
-
-class TraceWorkerDied(TraceError):
-    """The worker process running the trace died (killed for memory, a crash) (503)."""
-
-    def __init__(self, exitcode: int | None, reason: str = "") -> None:
-        super().__init__(reason or f"trace worker exited with code {exitcode}")
-        self.exitcode = exitcode
-        self.reason = reason
-
-
-# ------------------------------------------------------------------------------ worker side --
-
-def load_entry(entry: str) -> Callable[[BudgetRequest], Any]:
-    """The engine function named by ``"module:function"`` (imports the module)."""
-    if not ENTRY_PATTERN.match(entry):
-        raise ValueError(f"trace entry point {entry!r} is not 'module:function'")
-    module, _, name = entry.partition(":")
-    fn = getattr(importlib.import_module(module), name, None)
-    if not callable(fn):
-        # ImportError, not TypeError: to the service a missing engine function is a missing tier
-        raise ImportError(  # noqa: TRY004
-            f"trace entry point {entry!r}: {module} has no function {name!r}")
-    return fn  # type: ignore[no-any-return]
-
-
-def _str_subclasses(value: Any) -> Any:
-    """msgspec encodes ``str`` but not its subclasses, and an engine can easily hand one over
-    (``torch.__version__`` is a ``TorchVersion``): encode those as the plain string they are."""
-    if isinstance(value, str):
-        return str(value)
-    raise NotImplementedError(f"Encoding objects of type {type(value).__name__} is unsupported")
-
-
-encode_answer = msgspec.json.Encoder(enc_hook=_str_subclasses).encode
-"""The encoder of trace answers (in the workers, and in the CLI's in-process trace)."""
-
-
-_worker_entries: dict[str, Callable[[BudgetRequest], Any] | str] = {}
-"""In a worker: the loaded entry point, or why it could not be loaded."""
-
-
-def _worker_entry(entry: str) -> Callable[[BudgetRequest], Any] | str:
-    found = _worker_entries.get(entry)
-    if found is None:
-        try:
-            found = load_entry(entry)
-        except ImportError as exc:  # ModuleNotFoundError included: torch or the engine missing
-            found = f"{INSTALL_HINT} (loading {entry}: {exc})"
-        except Exception as exc:  # noqa: BLE001 -- an engine that fails to import is not installed
-            found = f"the trace engine {entry} failed to load: {type(exc).__name__}: {exc}"
-        _worker_entries[entry] = found
-    return found
-
-
-def init_worker(entry: str, env: dict[str, str] | None = None) -> None:
-    """pebble initializer, once per worker process before its first task: set ``env``, import
-    torch and the engine now, so no trace pays (or is timed for) the import. It must not raise:
-    pebble turns an initializer failure into a dead worker and then a broken pool. A failure is
-    remembered and reported by the first task instead."""
-    os.environ.update(env or {})
-    try:
-        importlib.import_module("torch")  # not an `import` statement: torch stays out of the
-    except ImportError:                    # API layer's static imports (test_layering.py)
-        pass
-    _worker_entry(entry)
-
-
-def run_trace(entry: str, payload: bytes) -> tuple[Any, ...]:
-    """The task a worker runs: decode the request, call the engine, encode the answer. Returns
-    only bytes, strings and numbers:
-
-    ``("ok", answer, seconds)`` | ``("invalid", field, message, seconds)`` |
-    ``("unknown-model", id, seconds)`` | ``("unknown-gpu", id, seconds)`` |
-    ``("budget-error", message, seconds)`` | ``("memory", message, seconds)`` |
-    ``("unavailable", reason)`` | ``("error", summary, traceback, seconds)``
-    """
-    fn = _worker_entry(entry)
-    if isinstance(fn, str):
-        return ("unavailable", fn)
-    start = time.perf_counter()
-    try:
-        answer = encode_answer(fn(msgspec.json.decode(payload, type=BudgetRequest)))
-    except InvalidWorkload as exc:
-        return ("invalid", exc.field, exc.message, time.perf_counter() - start)
-    except UnknownModel as exc:
-        return ("unknown-model", exc.model_id, time.perf_counter() - start)
-    except UnknownGPU as exc:
-        return ("unknown-gpu", exc.gpu_id, time.perf_counter() - start)
-    except BudgetError as exc:
-        return ("budget-error", str(exc), time.perf_counter() - start)
-    except MemoryError as exc:
-        return ("memory", str(exc), time.perf_counter() - start)
-    except Exception as exc:  # noqa: BLE001 -- reported (500), never raised across the pipe
-        return ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(),
-                time.perf_counter() - start)
-    return ("ok", answer, time.perf_counter() - start)
 
 
 # ------------------------------------------------------------------------------ server side --
