@@ -15,11 +15,11 @@ import msgspec
 
 from vrambudget.agent.probe import measure
 from vrambudget.agent.spec import ProbeRequest, ProbeResource
+from vrambudget.core.chart import render_comparison_svg
 from vrambudget.core.compare import compare, estimate_input
 from vrambudget.core.comparison import Comparison
 from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest, Headroom
-from vrambudget.core.chart import render_comparison_svg
 from vrambudget.trace.engine import trace_budget
 
 TINY = {"source": "dimensions", "hidden_size": 128, "num_layers": 2, "num_attention_heads": 4,

@@ -14,7 +14,6 @@ import time
 import msgspec
 from litestar.testing import TestClient
 
-from vrambudget.service.app import create_app
 from vrambudget.core.probe_report import (
     DeviceView,
     Iteration,
@@ -23,6 +22,7 @@ from vrambudget.core.probe_report import (
     ProbeResult,
     TorchView,
 )
+from vrambudget.service.app import create_app
 
 WORKLOAD = {"kind": "inference", "model": {"source": "preset", "id": "llama-3.1-8b"},
             "batch_size": 8, "prompt_tokens": 4096, "generated_tokens": 512}

@@ -22,10 +22,10 @@ import msgspec
 from vrambudget.agent.runner import ProbeProcess
 from vrambudget.agent.spec import ProbeRequest, ProbeResource, ProbeResult
 from vrambudget.core.calibration import build_profiles
+from vrambudget.core.chart import render_comparison_svg
 from vrambudget.core.compare import compare, estimate_input
 from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest, Headroom
-from vrambudget.core.chart import render_comparison_svg
 from vrambudget.trace.engine import trace_budget
 
 PROBES = {

@@ -42,9 +42,9 @@ def _real(spec: dict[str, object], queue: mp.Queue) -> None:  # type: ignore[typ
 def main() -> None:
     import msgspec
 
+    from tests.support.trace_grid import GRID
     from vrambudget.core.spec import BudgetRequest, Workload
     from vrambudget.trace.engine import trace_budget_with_replays
-    from tests.trace_grid import GRID
 
     grid = dict(GRID)
     ctx = mp.get_context("spawn")

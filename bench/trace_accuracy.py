@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from tests.trace_grid import GRID, compare
+from tests.support.trace_grid import GRID, compare
 
 
 def main() -> None:
