@@ -1,4 +1,4 @@
-"""Comparisons (vrambudget/core/compare.py): the measurement-to-component mapping checked by hand on a
+"""Comparisons (vrambudget/core/compare/): the measurement-to-component mapping checked by hand on a
 CUDA-shaped report, verdicts, degraded and refused reports, GPU matching, headroom advice."""
 
 from __future__ import annotations
