@@ -36,7 +36,7 @@ REPLACE: list[tuple[bytes, bytes]] = []
 while "--replace" in _ARGS:
     i = _ARGS.index("--replace")
     REPLACE.append((_ARGS[i + 1].encode(), _ARGS[i + 2].encode()))
-    del _ARGS[i:i + 3]
+    del _ARGS[i : i + 3]
 ROOT = Path(_ARGS[0]).resolve() if _ARGS else Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA = Path(__file__).resolve().parent / "data"
@@ -48,10 +48,24 @@ except ImportError:
 
 from litestar.testing import TestClient  # noqa: E402
 
-INFERENCE_MODELS = ["llama-3.1-8b", "qwen2.5-0.5b", "mixtral-8x7b", "deepseek-v2-lite",
-                    "gemma-3-4b", "bert-base-uncased", "gpt2"]
-SERVING_MODELS = ["llama-3.1-8b", "qwen2.5-0.5b", "mixtral-8x7b", "deepseek-v2-lite",
-                  "gemma-3-4b", "gemma-2-2b", "llama-3.1-70b"]
+INFERENCE_MODELS = [
+    "llama-3.1-8b",
+    "qwen2.5-0.5b",
+    "mixtral-8x7b",
+    "deepseek-v2-lite",
+    "gemma-3-4b",
+    "bert-base-uncased",
+    "gpt2",
+]
+SERVING_MODELS = [
+    "llama-3.1-8b",
+    "qwen2.5-0.5b",
+    "mixtral-8x7b",
+    "deepseek-v2-lite",
+    "gemma-3-4b",
+    "gemma-2-2b",
+    "llama-3.1-70b",
+]
 
 
 def _preset(m: str) -> dict[str, Any]:
@@ -65,47 +79,97 @@ def _dev(d: str | None) -> dict[str, Any] | None:
 def budgets() -> list[dict[str, Any]]:
     out = []
     for m, b, tp, chunk, logits, dev, k in itertools.product(
-            INFERENCE_MODELS, [1, 7], [1, 2], [None, 512], ["last", "all"],
-            [None, "h100-sxm5-80gb", "l4-24gb"], [1, 2]):
-        w: dict[str, Any] = {"kind": "inference", "model": _preset(m), "batch_size": b,
-                             "prompt_tokens": 1024, "generated_tokens": 16,
-                             "parallelism": {"tensor": tp}, "logits": logits, "instances": k}
+        INFERENCE_MODELS,
+        [1, 7],
+        [1, 2],
+        [None, 512],
+        ["last", "all"],
+        [None, "h100-sxm5-80gb", "l4-24gb"],
+        [1, 2],
+    ):
+        w: dict[str, Any] = {
+            "kind": "inference",
+            "model": _preset(m),
+            "batch_size": b,
+            "prompt_tokens": 1024,
+            "generated_tokens": 16,
+            "parallelism": {"tensor": tp},
+            "logits": logits,
+            "instances": k,
+        }
         if chunk:
             w["prefill_chunk_tokens"] = chunk
-        out.append({"workloads": [w], "device": _dev(dev),
-                    "headroom": {"fraction": 0.1, "min_bytes": 1 << 30}})
+        out.append(
+            {
+                "workloads": [w],
+                "device": _dev(dev),
+                "headroom": {"fraction": 0.1, "min_bytes": 1 << 30},
+            }
+        )
     training = [
         {"micro_batch_size": 2, "parallelism": {"data": 8, "zero_stage": 3}},
         {"micro_batch_size": 1, "sequence_length": 4096, "checkpointing": "full"},
         {"micro_batch_size": 4, "method": {"kind": "lora", "rank": 16}},
         {"micro_batch_size": 4, "method": {"kind": "qlora", "rank": 8}},
-        {"micro_batch_size": 2, "parallelism": {"pipeline": 4, "tensor": 2},
-         "gradient_accumulation_steps": 8},
+        {
+            "micro_batch_size": 2,
+            "parallelism": {"pipeline": 4, "tensor": 2},
+            "gradient_accumulation_steps": 8,
+        },
         {"micro_batch_size": 2, "optimizer": {"name": "adamw_8bit"}, "mixed_precision": "pure"},
-        {"micro_batch_size": 2, "parallelism": {"data": 4, "zero_stage": 2,
-                                                "offload_optimizer": True}},
+        {
+            "micro_batch_size": 2,
+            "parallelism": {"data": 4, "zero_stage": 2, "offload_optimizer": True},
+        },
     ]
     for m, t in itertools.product(["llama-3.1-8b", "qwen2.5-0.5b", "mixtral-8x7b"], training):
-        out.append({"workloads": [{"kind": "training", "model": _preset(m), **t}],
-                    "device": _dev("h100-sxm5-80gb")})
-    i = {"kind": "inference", "model": _preset("qwen2.5-0.5b"), "batch_size": 3,
-         "prompt_tokens": 100, "generated_tokens": 5}
+        out.append(
+            {
+                "workloads": [{"kind": "training", "model": _preset(m), **t}],
+                "device": _dev("h100-sxm5-80gb"),
+            }
+        )
+    i = {
+        "kind": "inference",
+        "model": _preset("qwen2.5-0.5b"),
+        "batch_size": 3,
+        "prompt_tokens": 100,
+        "generated_tokens": 5,
+    }
     out.append({"workloads": [i, i], "device": _dev("h100-sxm5-80gb")})
-    out.append({"workloads": [i], "device": {"source": "custom", "name": "my card",
-                                             "memory_total_bytes": 12 << 30,
-                                             "architecture": "ampere",
-                                             "native_dtypes": ["fp16", "bf16"]}})
+    out.append(
+        {
+            "workloads": [i],
+            "device": {
+                "source": "custom",
+                "name": "my card",
+                "memory_total_bytes": 12 << 30,
+                "architecture": "ampere",
+                "native_dtypes": ["fp16", "bf16"],
+            },
+        }
+    )
     return out
 
 
 def serving() -> list[dict[str, Any]]:
     out = []
     for m, dev, tp, pp, kv, util, mml in itertools.product(
-            SERVING_MODELS, ["h100-sxm5-80gb", "a100-sxm4-80gb", "l4-24gb"], [1, 2, 4], [1, 2],
-            ["auto", "fp8"], [0.9, 0.5], [4096, None]):
-        w: dict[str, Any] = {"kind": "llm_serving", "model": _preset(m),
-                             "parallelism": {"tensor": tp, "pipeline": pp},
-                             "kv_cache_dtype": kv, "gpu_memory_utilization": util}
+        SERVING_MODELS,
+        ["h100-sxm5-80gb", "a100-sxm4-80gb", "l4-24gb"],
+        [1, 2, 4],
+        [1, 2],
+        ["auto", "fp8"],
+        [0.9, 0.5],
+        [4096, None],
+    ):
+        w: dict[str, Any] = {
+            "kind": "llm_serving",
+            "model": _preset(m),
+            "parallelism": {"tensor": tp, "pipeline": pp},
+            "kv_cache_dtype": kv,
+            "gpu_memory_utilization": util,
+        }
         if mml:
             w["max_model_len"] = mml
         out.append({"workloads": [w], "device": _dev(dev)})
@@ -113,18 +177,31 @@ def serving() -> list[dict[str, Any]]:
 
 
 def fits() -> list[dict[str, Any]]:
-    inf = {"kind": "inference", "model": _preset("llama-3.1-8b"), "batch_size": 8,
-           "prompt_tokens": 4096, "generated_tokens": 512}
+    inf = {
+        "kind": "inference",
+        "model": _preset("llama-3.1-8b"),
+        "batch_size": 8,
+        "prompt_tokens": 4096,
+        "generated_tokens": 512,
+    }
     tr = {"kind": "training", "model": _preset("qwen2.5-0.5b"), "micro_batch_size": 4}
     sv = {"kind": "llm_serving", "model": _preset("llama-3.1-70b"), "max_model_len": 32768}
     return [
         {"workloads": [inf]},
-        {"workloads": [inf], "device_counts": [1, 2, 4, 8],
-         "solve": ["batch", "context", "concurrency", "device_count"]},
+        {
+            "workloads": [inf],
+            "device_counts": [1, 2, 4, 8],
+            "solve": ["batch", "context", "concurrency", "device_count"],
+        },
         {"workloads": [tr], "device_counts": [1, 8]},
-        {"workloads": [sv], "devices": [_dev("h100-sxm5-80gb"), _dev("a100-sxm4-80gb")],
-         "device_counts": [4, 8], "solve": ["device_count", "max_model_len", "concurrency"],
-         "target_concurrency": 16, "prices": {"h100-sxm5-80gb": 2.5, "a100-sxm4-80gb": 1.6}},
+        {
+            "workloads": [sv],
+            "devices": [_dev("h100-sxm5-80gb"), _dev("a100-sxm4-80gb")],
+            "device_counts": [4, 8],
+            "solve": ["device_count", "max_model_len", "concurrency"],
+            "target_concurrency": 16,
+            "prices": {"h100-sxm5-80gb": 2.5, "a100-sxm4-80gb": 1.6},
+        },
         {"workloads": [{**sv, "model": _preset("qwen2.5-0.5b")}], "device_counts": [1, 2]},
     ]
 
@@ -154,8 +231,9 @@ def _content(content: bytes) -> bytes:
 def _digest(client: TestClient[Any], path: str, bodies: list[Any]) -> tuple[int, str]:
     h = hashlib.sha256()
     for body in bodies:
-        r = client.post(path, content=json.dumps(body), headers={"content-type":
-                                                                 "application/json"})
+        r = client.post(
+            path, content=json.dumps(body), headers={"content-type": "application/json"}
+        )
         h.update(f"{r.status_code}\n".encode())
         h.update(_content(r.content))
     return len(bodies), h.hexdigest()
@@ -163,8 +241,10 @@ def _digest(client: TestClient[Any], path: str, bodies: list[Any]) -> tuple[int,
 
 def main() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    reports = [json.loads((DATA / n).read_text()) for n in sorted(
-        p.name for p in DATA.glob("digest_report*.json"))]
+    reports = [
+        json.loads((DATA / n).read_text())
+        for n in sorted(p.name for p in DATA.glob("digest_report*.json"))
+    ]
     with TestClient(app=create_app()) as client:
         rows = [
             ("budgets", *_digest(client, "/v1/budgets", budgets())),
@@ -175,8 +255,9 @@ def main() -> None:
         h = hashlib.sha256()
         errs = errors()
         for path, body in errs:
-            r = client.post(path, content=json.dumps(body),
-                            headers={"content-type": "application/json"})
+            r = client.post(
+                path, content=json.dumps(body), headers={"content-type": "application/json"}
+            )
             h.update(f"{r.status_code}\n".encode())
             h.update(_content(r.content))
         rows.append(("errors", len(errs), h.hexdigest()))

@@ -22,19 +22,41 @@ from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest, Headroom
 from vrambudget.trace.engine import trace_budget
 
-TINY = {"source": "dimensions", "hidden_size": 128, "num_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 256, "vocab_size": 500}
+TINY = {
+    "source": "dimensions",
+    "hidden_size": 128,
+    "num_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 256,
+    "vocab_size": 500,
+}
 FP32 = {"weights": "fp32", "compute": "fp32"}
 SPECS: dict[str, dict[str, Any]] = {
-    "inference": {"kind": "inference", "model": TINY, "batch_size": 2, "prompt_tokens": 32,
-                  "generated_tokens": 4, "precision": FP32},
-    "training": {"kind": "training", "model": TINY, "sequence_length": 32, "precision": FP32,
-                 "mixed_precision": "pure",
-                 "optimizer": {"name": "adamw", "implementation": "for_loop"}},
-    "qwen2.5-0.5b-inference": {"kind": "inference",
-                               "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-                               "batch_size": 2, "prompt_tokens": 128, "generated_tokens": 8,
-                               "precision": {"weights": "bf16", "compute": "bf16"}},
+    "inference": {
+        "kind": "inference",
+        "model": TINY,
+        "batch_size": 2,
+        "prompt_tokens": 32,
+        "generated_tokens": 4,
+        "precision": FP32,
+    },
+    "training": {
+        "kind": "training",
+        "model": TINY,
+        "sequence_length": 32,
+        "precision": FP32,
+        "mixed_precision": "pure",
+        "optimizer": {"name": "adamw", "implementation": "for_loop"},
+    },
+    "qwen2.5-0.5b-inference": {
+        "kind": "inference",
+        "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+        "batch_size": 2,
+        "prompt_tokens": 128,
+        "generated_tokens": 8,
+        "precision": {"weights": "bf16", "compute": "bf16"},
+    },
 }
 TITLES = {
     "inference": "tiny inference workload on the CPU probe (fp32)",
@@ -48,12 +70,24 @@ def cpu_comparison(name: str, spec: dict[str, Any]) -> Comparison:
     estimates."""
     req = msgspec.convert({"workload": spec, "iterations": 2}, ProbeRequest)
     out = measure(req, {})
-    rep = ProbeResource(id=f"cpu-{name}", status=out.status, created_at=0, updated_at=0,
-                        request=req, result=out.result)
+    rep = ProbeResource(
+        id=f"cpu-{name}",
+        status=out.status,
+        created_at=0,
+        updated_at=0,
+        request=req,
+        result=out.result,
+    )
     inp = estimate_input(rep)
     budget = estimate((inp.workload,), inp.device, Headroom(fraction=0.0))
-    traced = trace_budget(BudgetRequest(method="trace", workloads=(inp.workload,),
-                                        device=inp.device, headroom=Headroom(fraction=0.0)))
+    traced = trace_budget(
+        BudgetRequest(
+            method="trace",
+            workloads=(inp.workload,),
+            device=inp.device,
+            headroom=Headroom(fraction=0.0),
+        )
+    )
     return compare(rep, {"analytic": budget, "trace": traced}, inp)
 
 
@@ -66,8 +100,11 @@ def main(argv: list[str]) -> None:
         title = f"Estimate vs measured: {TITLES[name]}"
         path.write_text(render_comparison_svg(c, title=title), encoding="utf-8")
         for tier in c.tiers:
-            verdicts = ", ".join(f"{q.name} {q.difference_percent}% {q.verdict}"
-                                 for q in tier.quantities if q.measured_bytes is not None)
+            verdicts = ", ".join(
+                f"{q.name} {q.difference_percent}% {q.verdict}"
+                for q in tier.quantities
+                if q.measured_bytes is not None
+            )
             print(f"{path} [{tier.method}]: {verdicts}", file=sys.stderr)
 
 

@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import msgspec  # noqa: E402
+import msgspec
 
-from vrambudget.core.estimate import estimate  # noqa: E402
-from vrambudget.core.fit import FitRequest, fit  # noqa: E402
-from vrambudget.core.result import Budget  # noqa: E402
-from vrambudget.core.spec import BudgetRequest, Workload  # noqa: E402
+from vrambudget.core.estimate import estimate
+from vrambudget.core.fit import FitRequest, fit
+from vrambudget.core.result import Budget
+from vrambudget.core.spec import BudgetRequest, Workload
 
 REPS = 7
 
@@ -72,14 +72,31 @@ def main() -> None:
     parser.add_argument("--llm-analysis-python")
     args = parser.parse_args()
 
-    workloads = [msgspec.convert({"kind": "inference", "model": {"source": "preset",
-                                  "id": "llama-3.1-8b"}, "batch_size": 1 + i % 64,
-                                  "prompt_tokens": 1024, "generated_tokens": 256}, Workload)
-                 for i in range(64)]
-    training = [msgspec.convert({"kind": "training", "model": {"source": "preset",
-                                 "id": "llama-3.1-8b"}, "micro_batch_size": 1 + i % 8,
-                                 "parallelism": {"data": 8, "zero_stage": 3}}, Workload)
-                for i in range(64)]
+    workloads = [
+        msgspec.convert(
+            {
+                "kind": "inference",
+                "model": {"source": "preset", "id": "llama-3.1-8b"},
+                "batch_size": 1 + i % 64,
+                "prompt_tokens": 1024,
+                "generated_tokens": 256,
+            },
+            Workload,
+        )
+        for i in range(64)
+    ]
+    training = [
+        msgspec.convert(
+            {
+                "kind": "training",
+                "model": {"source": "preset", "id": "llama-3.1-8b"},
+                "micro_batch_size": 1 + i % 8,
+                "parallelism": {"data": 8, "zero_stage": 3},
+            },
+            Workload,
+        )
+        for i in range(64)
+    ]
     bodies = [json.dumps({"workloads": [msgspec.to_builtins(w)]}).encode() for w in workloads]
     decoder = msgspec.json.Decoder(BudgetRequest)
     encoder = msgspec.json.Encoder()
@@ -94,8 +111,10 @@ def main() -> None:
         req = decoder.decode(bodies[i % 64])
         return encoder.encode(estimate(req.workloads, req.device, req.headroom))
 
-    fit_req = msgspec.convert({"workloads": [{"kind": "inference", "model": {
-        "source": "preset", "id": "llama-3.1-8b"}}]}, FitRequest)
+    fit_req = msgspec.convert(
+        {"workloads": [{"kind": "inference", "model": {"source": "preset", "id": "llama-3.1-8b"}}]},
+        FitRequest,
+    )
 
     results = {
         "budget, inference (us)": median_us(inference_budget, 2000),
@@ -104,11 +123,20 @@ def main() -> None:
         "whole-catalog fit, all maxima (us)": median_us(lambda i: fit(fit_req), 50),
     }
     if args.llm_analysis_python:
-        out = subprocess.run([args.llm_analysis_python, "-c", LLM_ANALYSIS], check=True,
-                             capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        out = (
+            subprocess.run(
+                [args.llm_analysis_python, "-c", LLM_ANALYSIS],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         results["llm-analysis 0.2.2 inference (us)"] = float(out) * 1e6
         results["ratio llm-analysis / vrambudget budget"] = (
-            results["llm-analysis 0.2.2 inference (us)"] / results["budget, inference (us)"])
+            results["llm-analysis 0.2.2 inference (us)"] / results["budget, inference (us)"]
+        )
     n_gpus = len(fit(fit_req).gpus)
     print(f"medians of {REPS} repetitions; whole catalog = {n_gpus} GPUs")
     for name, value in results.items():

@@ -13,9 +13,14 @@ import multiprocessing as mp
 import sys
 
 WORKLOADS = [
-    "qwen0.5b train foreach", "qwen0.5b train fused", "qwen0.5b train LoRA",
-    "qwen0.5b train full ckpt", "qwen0.5b infer", "qwen0.5b infer eager",
-    "gpt2 train dropout", "bert-base train",
+    "qwen0.5b train foreach",
+    "qwen0.5b train fused",
+    "qwen0.5b train LoRA",
+    "qwen0.5b train full ckpt",
+    "qwen0.5b infer",
+    "qwen0.5b infer eager",
+    "gpt2 train dropout",
+    "bert-base train",
 ]
 
 
@@ -35,8 +40,13 @@ def _real(spec: dict[str, object], queue: mp.Queue) -> None:  # type: ignore[typ
         torch.cuda.synchronize()
         queue.put((torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(), None))
     except torch.OutOfMemoryError as exc:
-        queue.put((torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(),
-                   f"OOM: {exc}"[:200]))
+        queue.put(
+            (
+                torch.cuda.max_memory_allocated(),
+                torch.cuda.max_memory_reserved(),
+                f"OOM: {exc}"[:200],
+            )
+        )
 
 
 def main() -> None:
@@ -48,8 +58,10 @@ def main() -> None:
 
     grid = dict(GRID)
     ctx = mp.get_context("spawn")
-    print("| workload | traced allocated | real allocated | error | traced reserved | "
-          "real reserved | error |")
+    print(
+        "| workload | traced allocated | real allocated | error | traced reserved | "
+        "real reserved | error |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in WORKLOADS:
         spec = grid[name]
@@ -63,10 +75,12 @@ def main() -> None:
             print(f"| {name} | failed (exit {p.exitcode}) |", file=sys.stdout)
             continue
         alloc, reserved, note = q.get()
-        print(f"| {name} | {r.peak_allocated_bytes:,} | {alloc:,} | "
-              f"{(r.peak_allocated_bytes - alloc) / alloc:+.2%} | {r.peak_reserved_bytes:,} | "
-              f"{reserved:,} | {(r.peak_reserved_bytes - reserved) / reserved:+.2%} |"
-              + (f" {note}" if note else ""))
+        print(
+            f"| {name} | {r.peak_allocated_bytes:,} | {alloc:,} | "
+            f"{(r.peak_allocated_bytes - alloc) / alloc:+.2%} | {r.peak_reserved_bytes:,} | "
+            f"{reserved:,} | {(r.peak_reserved_bytes - reserved) / reserved:+.2%} |"
+            + (f" {note}" if note else "")
+        )
 
 
 if __name__ == "__main__":

@@ -30,11 +30,17 @@ ROUNDS = 5
 def main() -> None:
     presets = json.loads((ROOT / "vrambudget" / "core" / "data" / "models.json").read_text())
     ids = [p["id"] for p in presets["presets"] if not p["id"].startswith(("bert", "gpt2"))]
-    requests = [msgspec.convert({"workloads": [{"kind": "llm_serving",
-                                                "model": {"source": "preset", "id": m}}],
-                                 "device_counts": [1, 2, 4, 8],
-                                 "solve": ["context", "concurrency", "device_count"]}, FitRequest)
-                for m in ids]
+    requests = [
+        msgspec.convert(
+            {
+                "workloads": [{"kind": "llm_serving", "model": {"source": "preset", "id": m}}],
+                "device_counts": [1, 2, 4, 8],
+                "solve": ["context", "concurrency", "device_count"],
+            },
+            FitRequest,
+        )
+        for m in ids
+    ]
     times = []
     for r in range(ROUNDS):
         t0 = time.perf_counter()

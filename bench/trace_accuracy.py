@@ -20,11 +20,16 @@ def main() -> None:
                 continue
             flag = "" if abs(r.error) <= r.tolerance else " **out**"
             worst = max(worst, abs(r.error) / r.tolerance)
-            print(f"| {r.name} | {r.component} | {r.analytic / 2**20:,.1f} | "
-                  f"{r.traced / 2**20:,.1f} | {r.error * 100:+.2f}%{flag} | "
-                  f"{r.tolerance * 100:g}% |")
-    print(f"\n{len(GRID)} workloads in {time.perf_counter() - start:.1f} s; worst error / "
-          f"tolerance = {worst:.2f}", file=sys.stderr)
+            print(
+                f"| {r.name} | {r.component} | {r.analytic / 2**20:,.1f} | "
+                f"{r.traced / 2**20:,.1f} | {r.error * 100:+.2f}%{flag} | "
+                f"{r.tolerance * 100:g}% |"
+            )
+    print(
+        f"\n{len(GRID)} workloads in {time.perf_counter() - start:.1f} s; worst error / "
+        f"tolerance = {worst:.2f}",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -17,12 +17,26 @@ import time
 
 CASES = {
     "llama-3.1-70b inference (batch 8, prompt 4096, 256 generated)": {
-        "method": "trace", "workloads": [{"kind": "inference", "model": {
-            "source": "preset", "id": "llama-3.1-70b"}, "batch_size": 8,
-            "prompt_tokens": 4096}]},
+        "method": "trace",
+        "workloads": [
+            {
+                "kind": "inference",
+                "model": {"source": "preset", "id": "llama-3.1-70b"},
+                "batch_size": 8,
+                "prompt_tokens": 4096,
+            }
+        ],
+    },
     "llama-2-7b training step (seq 2048, AdamW foreach, 2 iterations)": {
-        "method": "trace", "workloads": [{"kind": "training", "model": {
-            "source": "preset", "id": "llama-2-7b"}, "sequence_length": 2048}]},
+        "method": "trace",
+        "workloads": [
+            {
+                "kind": "training",
+                "model": {"source": "preset", "id": "llama-2-7b"},
+                "sequence_length": 2048,
+            }
+        ],
+    },
 }
 
 _CHILD = """
@@ -65,16 +79,24 @@ def main() -> None:
     for name, body in CASES.items():
         times = []
         for _ in range(args.repeats):
-            out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(body)], check=True,
-                                 capture_output=True, text=True).stdout.split()
+            out = subprocess.run(
+                [sys.executable, "-c", _CHILD, json.dumps(body)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.split()
             times.append(float(out[0]))
-        print(f"{name}: median {statistics.median(times):.2f} s over {args.repeats} "
-              f"(min {min(times):.2f}, max {max(times):.2f}); {out[1]} events, "
-              f"peak reserved {int(out[2]) / 2**30:.2f} GiB")
+        print(
+            f"{name}: median {statistics.median(times):.2f} s over {args.repeats} "
+            f"(min {min(times):.2f}, max {max(times):.2f}); {out[1]} events, "
+            f"peak reserved {int(out[2]) / 2**30:.2f} GiB"
+        )
     hits = _cache_hit_ms(200)
-    print(f"repeated request from the answer cache (TestClient, whole ASGI stack): median "
-          f"{statistics.median(hits):.2f} ms over {len(hits)} (p95 "
-          f"{sorted(hits)[int(0.95 * len(hits))]:.2f} ms)")
+    print(
+        f"repeated request from the answer cache (TestClient, whole ASGI stack): median "
+        f"{statistics.median(hits):.2f} ms over {len(hits)} (p95 "
+        f"{sorted(hits)[int(0.95 * len(hits))]:.2f} ms)"
+    )
 
 
 if __name__ == "__main__":

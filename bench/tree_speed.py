@@ -55,8 +55,13 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     for _ in range(ROUNDS):
         for name, tree in (("old", old), ("new", new)):
-            out = subprocess.run([sys.executable, "-c", CHILD, str(tree)], check=True,
-                                 capture_output=True, text=True, cwd=tree).stdout
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, str(tree)],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=tree,
+            ).stdout
             runs[name].append(json.loads(out))
     for key, unit in (("budget_us", "us per budget"), ("fit_ms", "ms per whole-catalog fit")):
         o = statistics.median(r[key] for r in runs["old"])

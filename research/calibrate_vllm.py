@@ -48,12 +48,23 @@ def _features(run: dict[str, Any]) -> dict[str, Any] | None:
     st = statics[0]  # the first stage: the rank whose log lines were recorded
     T, S = r.max_num_batched_tokens, min(r.max_num_seqs, r.max_num_batched_tokens)
     q = ceil_div(T, S)
-    ws = max(inference_working_set(layer, arch, st.dims, S, q, q, r.e, "flash")
-             for layer, _ in st.layer_kinds)
-    return {"id": run["id"], "t": r.tensor, "p": r.pipeline, "last": st.stage.last,
-            "moe": arch.moe is not None, "SV": S * arch.vocab_size,
-            "The": T * arch.hidden_size * r.e, "ws": ws, "layers": st.stage.num_layers,
-            "m": run["measured"], "x": run.get("measured_extra") or {}}
+    ws = max(
+        inference_working_set(layer, arch, st.dims, S, q, q, r.e, "flash")
+        for layer, _ in st.layer_kinds
+    )
+    return {
+        "id": run["id"],
+        "t": r.tensor,
+        "p": r.pipeline,
+        "last": st.stage.last,
+        "moe": arch.moe is not None,
+        "SV": S * arch.vocab_size,
+        "The": T * arch.hidden_size * r.e,
+        "ws": ws,
+        "layers": st.stage.num_layers,
+        "m": run["measured"],
+        "x": run.get("measured_extra") or {},
+    }
 
 
 def _lsq(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
@@ -84,12 +95,21 @@ def fit() -> dict[str, Any]:
     single = [f for f in feats if f["t"] == 1 and f["p"] == 1]
     ctx, ctx_ids = med(single, lambda f: f["x"].get("init_non_torch_memory_gib"))
     multi = [f for f in feats if (f["t"] > 1 or f["p"] > 1) and not f["moe"]]
-    nccl, nccl_ids = med(multi, lambda f: (f["x"]["init_non_torch_memory_gib"] - ctx)
-                         if f["x"].get("init_non_torch_memory_gib") else None)
+    nccl, nccl_ids = med(
+        multi,
+        lambda f: (
+            (f["x"]["init_non_torch_memory_gib"] - ctx)
+            if f["x"].get("init_non_torch_memory_gib")
+            else None
+        ),
+    )
     nt = {}
-    for name, sel in (("tp1", lambda f: f["t"] == 1 and f["p"] == 1),
-                      ("tp2", lambda f: f["t"] == 2), ("tp4", lambda f: f["t"] >= 4),
-                      ("pp", lambda f: f["t"] == 1 and f["p"] > 1)):
+    for name, sel in (
+        ("tp1", lambda f: f["t"] == 1 and f["p"] == 1),
+        ("tp2", lambda f: f["t"] == 2),
+        ("tp4", lambda f: f["t"] >= 4),
+        ("pp", lambda f: f["t"] == 1 and f["p"] > 1),
+    ):
         nt[name] = med([f for f in feats if sel(f)], lambda f: f["m"].get("non_torch_gib"))
     with_peak = [f for f in feats if f["m"].get("activation_peak_gib") and f["last"]]
     sampler_rows = [f for f in with_peak if not f["moe"] and f["SV"] * 15 > 1.5 * f["ws"]]
@@ -97,77 +117,120 @@ def fit() -> dict[str, Any]:
     fwd_rows = [f for f in with_peak if not f["moe"] and f["ws"] > a * f["SV"] + b * f["The"]]
     scale = median(f["m"]["activation_peak_gib"] * g / f["ws"] for f in fwd_rows)
     pp_rows = [f for f in feats if f["p"] > 1 and f["m"].get("activation_peak_gib")]
-    pp_copies = median((f["m"]["activation_peak_gib"] * g - scale * f["ws"]) / f["The"]
-                       for f in pp_rows)
+    pp_copies = median(
+        (f["m"]["activation_peak_gib"] * g - scale * f["ws"]) / f["The"] for f in pp_rows
+    )
     graph_rows = [f for f in feats if f["m"].get("cuda_graph_gib")]
     n = len(graph_rows)
     mx = sum(f["layers"] for f in graph_rows) / n
     my = sum(f["m"]["cuda_graph_gib"] * g for f in graph_rows) / n
-    slope = (sum((f["layers"] - mx) * (f["m"]["cuda_graph_gib"] * g - my) for f in graph_rows)
-             / sum((f["layers"] - mx) ** 2 for f in graph_rows))
+    slope = sum((f["layers"] - mx) * (f["m"]["cuda_graph_gib"] * g - my) for f in graph_rows) / sum(
+        (f["layers"] - mx) ** 2 for f in graph_rows
+    )
     base = my - slope * mx
     src = "fitted by research/calibrate_vllm.py on vLLM 0.19.0 H100 launch logs (calibrate split)"
     constants = {
-        "cuda_context_bytes": _const(round(ctx * g), "bytes", "median 'worker init memory "
-                                     "snapshot' non_torch_memory at TP1 PP1; " + src, ctx_ids),
-        "nccl_init_bytes": _const(round(nccl * g), "bytes", "median init non-torch memory minus "
-                                  "the CUDA context with TP or PP > 1 (dense models); " + src,
-                                  nccl_ids),
-        **{f"non_torch_{k}_bytes": _const(round(v * g), "bytes", "median 'non-torch forward "
-                                          f"increase memory' ({k}); " + src, ids)
-           for k, (v, ids) in nt.items()},
-        "sampler_bytes_per_logit": _const(round(a, 4), "bytes per (sequence x vocabulary) "
-                                          "element", "least squares of 'torch peak memory "
-                                          "increase' = a S V + b T h e over dense runs whose "
-                                          "sampler term dominates; " + src,
-                                          [f["id"] for f in sampler_rows]),
-        "sampler_hidden_copies": _const(round(b, 4), "copies of T x h x e", "fitted with "
-                                        "sampler_bytes_per_logit", [f["id"] for f in sampler_rows]),
-        "forward_working_set_scale": _const(round(scale, 4), "x working set", "median torch "
-                                            "peak / working set over dense runs whose forward "
-                                            "dominates; " + src, [f["id"] for f in fwd_rows]),
-        "pp_hidden_copies": _const(round(pp_copies, 4), "copies of T x h x e", "median (torch "
-                                   "peak - forward) / (T h e) on the first stage of PP runs; "
-                                   + src, [f["id"] for f in pp_rows]),
-        "moe_workspace_scale": _const(1.0, "x fused-MoE caches", "hand count of vLLM "
-                                      "fused_experts_impl intermediate caches (not fitted: no "
-                                      "calibrate MoE run with a modelled model logs its peak)",
-                                      []),
-        "cuda_graph_base_bytes": _const(round(base), "bytes", "least squares of the graph "
-                                        "capture memory ('cuda_graph_actual') on layers per "
-                                        "stage; " + src, [f["id"] for f in graph_rows]),
-        "cuda_graph_per_layer_bytes": _const(round(slope), "bytes per layer", "fitted with "
-                                             "cuda_graph_base_bytes",
-                                             [f["id"] for f in graph_rows]),
+        "cuda_context_bytes": _const(
+            round(ctx * g),
+            "bytes",
+            "median 'worker init memory snapshot' non_torch_memory at TP1 PP1; " + src,
+            ctx_ids,
+        ),
+        "nccl_init_bytes": _const(
+            round(nccl * g),
+            "bytes",
+            "median init non-torch memory minus "
+            "the CUDA context with TP or PP > 1 (dense models); " + src,
+            nccl_ids,
+        ),
+        **{
+            f"non_torch_{k}_bytes": _const(
+                round(v * g),
+                "bytes",
+                f"median 'non-torch forward increase memory' ({k}); " + src,
+                ids,
+            )
+            for k, (v, ids) in nt.items()
+        },
+        "sampler_bytes_per_logit": _const(
+            round(a, 4),
+            "bytes per (sequence x vocabulary) element",
+            "least squares of 'torch peak memory "
+            "increase' = a S V + b T h e over dense runs whose "
+            "sampler term dominates; " + src,
+            [f["id"] for f in sampler_rows],
+        ),
+        "sampler_hidden_copies": _const(
+            round(b, 4),
+            "copies of T x h x e",
+            "fitted with sampler_bytes_per_logit",
+            [f["id"] for f in sampler_rows],
+        ),
+        "forward_working_set_scale": _const(
+            round(scale, 4),
+            "x working set",
+            "median torch peak / working set over dense runs whose forward dominates; " + src,
+            [f["id"] for f in fwd_rows],
+        ),
+        "pp_hidden_copies": _const(
+            round(pp_copies, 4),
+            "copies of T x h x e",
+            "median (torch peak - forward) / (T h e) on the first stage of PP runs; " + src,
+            [f["id"] for f in pp_rows],
+        ),
+        "moe_workspace_scale": _const(
+            1.0,
+            "x fused-MoE caches",
+            "hand count of vLLM "
+            "fused_experts_impl intermediate caches (not fitted: no "
+            "calibrate MoE run with a modelled model logs its peak)",
+            [],
+        ),
+        "cuda_graph_base_bytes": _const(
+            round(base),
+            "bytes",
+            "least squares of the graph "
+            "capture memory ('cuda_graph_actual') on layers per "
+            "stage; " + src,
+            [f["id"] for f in graph_rows],
+        ),
+        "cuda_graph_per_layer_bytes": _const(
+            round(slope),
+            "bytes per layer",
+            "fitted with cuda_graph_base_bytes",
+            [f["id"] for f in graph_rows],
+        ),
     }
     return {
         "schema": "vrambudget.vllm_calibration/1",
         "note": "Generated by research/calibrate_vllm.py from the calibrate split of "
-                "vllm_runs.json; do not edit by hand.",
+        "vllm_runs.json; do not edit by hand.",
         "default_version": VERSION,
-        "versions": [{
-            "version": VERSION,
-            "accounting": "v1",
-            "description": "vLLM 0.19.0 (V1 engine): KV budget = ceil(total x util) - weights "
-                           "- profile torch peak - non-torch increase; CUDA context, NCCL init "
-                           "and CUDA graphs outside it; hybrid KV-cache manager on",
-            "hybrid_kv_cache_manager": True,
-            "cudagraph_in_budget": False,
-            "baseline_in_budget": False,
-            "defaults": {
-                "large_gpu_min_bytes": 70 * GiB,
-                "large_gpu_excluded": ["a100"],
-                "max_num_seqs_large": 1024,
-                "max_num_seqs_small": 256,
-                "max_num_batched_tokens_large": {"api_server": 8192, "llm_class": 16384},
-                "max_num_batched_tokens_small": {"api_server": 2048, "llm_class": 8192},
-                "block_size": 16,
-                "source": "vllm/engine/arg_utils.py EngineArgs.get_batch_defaults; logged "
-                          "'Defaulting max_num_batched_tokens to 8192 / max_num_seqs to 1024' "
-                          "on H100 (llmd019-llama31-8b-tp1-16384); CacheConfig block_size 16",
-            },
-            "constants": constants,
-        }],
+        "versions": [
+            {
+                "version": VERSION,
+                "accounting": "v1",
+                "description": "vLLM 0.19.0 (V1 engine): KV budget = ceil(total x util) - weights "
+                "- profile torch peak - non-torch increase; CUDA context, NCCL init "
+                "and CUDA graphs outside it; hybrid KV-cache manager on",
+                "hybrid_kv_cache_manager": True,
+                "cudagraph_in_budget": False,
+                "baseline_in_budget": False,
+                "defaults": {
+                    "large_gpu_min_bytes": 70 * GiB,
+                    "large_gpu_excluded": ["a100"],
+                    "max_num_seqs_large": 1024,
+                    "max_num_seqs_small": 256,
+                    "max_num_batched_tokens_large": {"api_server": 8192, "llm_class": 16384},
+                    "max_num_batched_tokens_small": {"api_server": 2048, "llm_class": 8192},
+                    "block_size": 16,
+                    "source": "vllm/engine/arg_utils.py EngineArgs.get_batch_defaults; logged "
+                    "'Defaulting max_num_batched_tokens to 8192 / max_num_seqs to 1024' "
+                    "on H100 (llmd019-llama31-8b-tp1-16384); CacheConfig block_size 16",
+                },
+                "constants": constants,
+            }
+        ],
     }
 
 
@@ -178,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(fit(), indent=1) + "\n"
     if args.check:
         if OUT.read_text() != text:
-            print("vllm_calibration.json is stale: run python -m research.calibrate_vllm",
-                  file=sys.stderr)
+            print(
+                "vllm_calibration.json is stale: run python -m research.calibrate_vllm",
+                file=sys.stderr,
+            )
             return 1
         return 0
     OUT.write_text(text)

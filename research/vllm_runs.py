@@ -32,8 +32,11 @@ __all__ = [
 # Model as published -> (preset id, quantization method or None, note).
 MODELS: dict[str, tuple[str, str | None, str]] = {
     "codellama/CodeLlama-7b-hf": ("codellama-7b", None, ""),
-    "deepseek-ai/DeepSeek-V2-Lite-Chat": ("deepseek-v2-lite", None,
-                                          "the chat fine-tune has the base model's config"),
+    "deepseek-ai/DeepSeek-V2-Lite-Chat": (
+        "deepseek-v2-lite",
+        None,
+        "the chat fine-tune has the base model's config",
+    ),
     "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic": ("llama-3.3-70b", "fp8_channel", ""),
     "redhatai/Llama-3.3-70B-Instruct-quantized.w8a8": ("llama-3.3-70b", "w8a8_int8", ""),
     "RedHatAI/Qwen2.5-7B-Instruct-fp8-dynamic": ("qwen2.5-7b", "fp8_channel", ""),
@@ -47,8 +50,11 @@ MODELS: dict[str, tuple[str, str | None, str]] = {
     "google/gemma-3-27b-it": ("gemma-3-27b", None, ""),
     "ibm-granite/granite-3.1-2b-instruct": ("granite-3.1-2b", None, ""),
     "ibm-granite/granite-3.1-8b-instruct": ("granite-3.1-8b", None, ""),
-    "meta-llama/Llama-3.1-8B-Instruct": ("llama-3.1-8b", None,
-                                         "the instruct model has the base model's shapes"),
+    "meta-llama/Llama-3.1-8B-Instruct": (
+        "llama-3.1-8b",
+        None,
+        "the instruct model has the base model's shapes",
+    ),
     "microsoft/phi-4": ("phi-4", None, ""),
     "mistralai/Mixtral-8x7B-Instruct-v0.1": ("mixtral-8x7b", None, ""),
     "moonshotai/Kimi-Dev-72B": ("qwen2.5-72b", None, "a Qwen2.5-72B fine-tune (same config)"),
@@ -109,14 +115,20 @@ def run_request(run: dict[str, Any]) -> tuple[LLMServingWorkload, int, str] | st
     preset, method, _ = MODELS[run["model"]]
     total_gib = run["gpu_memory_total_gib"] or _SWEEP_TOTAL_GIB
     body: dict[str, Any] = {
-        "kind": "llm_serving", "engine_version": run["vllm_version"],
+        "kind": "llm_serving",
+        "engine_version": run["vllm_version"],
         "model": _model(run["model"], preset),
-        "parallelism": {"tensor": run["tensor_parallel"], "pipeline": run["pipeline_parallel"],
-                        "data": run["data_parallel"]},
+        "parallelism": {
+            "tensor": run["tensor_parallel"],
+            "pipeline": run["pipeline_parallel"],
+            "data": run["data_parallel"],
+        },
         "gpu_memory_utilization": run["gpu_memory_utilization"],
-        "max_model_len": run["max_model_len"], "max_num_seqs": run["max_num_seqs"],
+        "max_model_len": run["max_model_len"],
+        "max_num_seqs": run["max_num_seqs"],
         "max_num_batched_tokens": run["max_num_batched_tokens"],
-        "enforce_eager": run["enforce_eager"], "block_size": run["block_size"],
+        "enforce_eager": run["enforce_eager"],
+        "block_size": run["block_size"],
         "dtype": run["dtype"] if run["dtype"] in ("bfloat16", "float16", "float32") else "auto",
         "kv_cache_dtype": "fp8" if run["kv_cache_dtype"] == "fp8" else "auto",
     }
@@ -151,8 +163,10 @@ def _label(run: dict[str, Any]) -> str:
     if run["dtype"] == "float32":
         extra.append("fp32")
     tail = f" ({', '.join(extra)})" if extra else ""
-    return (f"{run['model'].split('/')[-1]}{tail} TP{run['tensor_parallel']} "
-            f"PP{run['pipeline_parallel']} len {run['max_model_len']}")
+    return (
+        f"{run['model'].split('/')[-1]}{tail} TP{run['tensor_parallel']} "
+        f"PP{run['pipeline_parallel']} len {run['max_model_len']}"
+    )
 
 
 def compare(run: dict[str, Any]) -> list[Comparison]:
@@ -176,8 +190,11 @@ def compare(run: dict[str, Any]) -> list[Comparison]:
         "max_concurrency": a.max_concurrency,
     }
     label = _label(run)
-    return [Comparison(run["id"], run["split"], label, q, float(p), float(m[q]))
-            for q, p in predicted.items() if m.get(q)]
+    return [
+        Comparison(run["id"], run["split"], label, q, float(p), float(m[q]))
+        for q, p in predicted.items()
+        if m.get(q)
+    ]
 
 
 def summary(comparisons: list[Comparison], quantity: str, split: str) -> dict[str, float]:

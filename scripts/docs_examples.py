@@ -14,7 +14,8 @@ answers to exactly that request (built in-process with ``create_app()`` and Lite
     required). With ``body=<json>`` at the end of the marker, or ``method=GET`` and a ``path=``,
     the request is the marker itself and no block is read (for worked numbers in prose).
 
-``<!-- example-answer: NAME [status=200] [keep=P,P] [drop=P,P] -->`` ... ``<!-- /example-answer -->``
+``<!-- example-answer: NAME [status=200] [keep=P,P] [drop=P,P] -->`` ...
+``<!-- /example-answer -->``
     replaced by a ``json`` block of the answer: the fields matched by ``keep`` (default: all)
     minus those matched by ``drop``. A path is dot-separated keys with list selectors:
     ``devices[*].lines[*].bytes``, ``gpus[0]``, ``lines[component=kv_cache]``. An answer with
@@ -44,21 +45,37 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "docs/API.md", "docs/COMPONENTS.md", "docs/COMPARISON.md", "docs/AGENT.md",
-        "docs/ACCURACY.md", "docs/PERFORMANCE.md", "CONTRIBUTING.md")
+DOCS = (
+    "README.md",
+    "docs/API.md",
+    "docs/COMPONENTS.md",
+    "docs/COMPARISON.md",
+    "docs/AGENT.md",
+    "docs/ACCURACY.md",
+    "docs/PERFORMANCE.md",
+    "CONTRIBUTING.md",
+)
 WIDTH = 100
 
 __all__ = ["Drift", "check", "generate", "main"]
 
 _ATTRS = re.compile(r"(\w+)=(\S+)")
 _REQUEST = re.compile(r"<!--\s*example-request:\s*(?P<name>[\w.-]+)(?P<attrs>.*?)-->", re.S)
-_ANSWER = re.compile(r"(?P<open><!--\s*example-answer:\s*(?P<name>[\w.-]+)(?P<attrs>[^>]*?)-->)"
-                     r"(?P<body>.*?)(?P<close><!--\s*/example-answer\s*-->)", re.S)
-_VALUE = re.compile(r"(?P<open><!--\s*value:\s*(?P<name>[\w.-]+)\s+(?P<path>\S+)"
-                    r"(?:\s+(?P<fmt>[\w,]+))?\s*-->)(?P<body>.*?)(?P<close><!--\s*/value\s*-->)",
-                    re.S)
-_CLI = re.compile(r"(?P<open><!--\s*example-cli:\s*(?P<name>[\w.-]+)\s*-->\s*\n)"
-                  r"(?P<fence>```\w*\n)(?P<body>.*?)(?P<end>^```)", re.S | re.M)
+_ANSWER = re.compile(
+    r"(?P<open><!--\s*example-answer:\s*(?P<name>[\w.-]+)(?P<attrs>[^>]*?)-->)"
+    r"(?P<body>.*?)(?P<close><!--\s*/example-answer\s*-->)",
+    re.S,
+)
+_VALUE = re.compile(
+    r"(?P<open><!--\s*value:\s*(?P<name>[\w.-]+)\s+(?P<path>\S+)"
+    r"(?:\s+(?P<fmt>[\w,]+))?\s*-->)(?P<body>.*?)(?P<close><!--\s*/value\s*-->)",
+    re.S,
+)
+_CLI = re.compile(
+    r"(?P<open><!--\s*example-cli:\s*(?P<name>[\w.-]+)\s*-->\s*\n)"
+    r"(?P<fence>```\w*\n)(?P<body>.*?)(?P<end>^```)",
+    re.S | re.M,
+)
 _FENCE = re.compile(r"\s*```(?P<lang>\w*)\n(?P<body>.*?)^```", re.S | re.M)
 _QUOTED = re.compile(r"^````.*?^````", re.S | re.M)
 _URL = re.compile(r"(?:https?://)?(?:localhost|127\.0\.0\.1)(?::\d+)?(?P<path>/[^\s'\"]*)")
@@ -92,15 +109,20 @@ class Drift:
 
     def __str__(self) -> str:
         exp, got = self.expected.splitlines(), self.found.splitlines()
-        first = next((i for i, (a, b) in enumerate(zip(exp, got)) if a != b), min(len(exp),
-                                                                               len(got)))
+        first = next(
+            (i for i, (a, b) in enumerate(zip(exp, got, strict=False)) if a != b),
+            min(len(exp), len(got)),
+        )
         want = exp[first] if first < len(exp) else "<end>"
         have = got[first] if first < len(got) else "<end>"
-        return (f"{self.doc}: {self.kind} {self.name!r} drifted (line {first + 1}: "
-                f"doc has {have.strip()[:90]!r}, service gives {want.strip()[:90]!r})")
+        return (
+            f"{self.doc}: {self.kind} {self.name!r} drifted (line {first + 1}: "
+            f"doc has {have.strip()[:90]!r}, service gives {want.strip()[:90]!r})"
+        )
 
 
 # -- paths ------------------------------------------------------------------------------------
+
 
 def _parse_path(text: str) -> list[tuple[str, str]]:
     """``a.b[*].c[k=v]`` -> [("key","a"), ("key","b"), ("all",""), ("key","c"), ("where","k=v")]."""
@@ -123,8 +145,9 @@ def _parse_path(text: str) -> list[tuple[str, str]]:
     return tokens
 
 
-def _match(node: Any, tokens: list[tuple[str, str]], at: tuple[Any, ...] = ()
-           ) -> Iterator[tuple[tuple[Any, ...], Any]]:
+def _match(
+    node: Any, tokens: list[tuple[str, str]], at: tuple[Any, ...] = ()
+) -> Iterator[tuple[tuple[Any, ...], Any]]:
     if not tokens:
         yield at, node
         return
@@ -160,13 +183,19 @@ def _project(doc: Any, keep: Sequence[str], drop: Sequence[str]) -> Any:
     def build(node: Any, at: tuple[Any, ...], whole: bool) -> Any:
         whole = whole or at in kept or not keep
         if isinstance(node, dict):
-            return {k: build(v, at + (k,), whole) for k, v in node.items()
-                    if at + (k,) not in dropped and (whole or at + (k,) in prefixes
-                                                     or at + (k,) in kept)}
+            return {
+                k: build(v, at + (k,), whole)
+                for k, v in node.items()
+                if at + (k,) not in dropped
+                and (whole or at + (k,) in prefixes or at + (k,) in kept)
+            }
         if isinstance(node, list):
-            return [build(v, at + (i,), whole) for i, v in enumerate(node)
-                    if at + (i,) not in dropped and (whole or at + (i,) in prefixes
-                                                     or at + (i,) in kept)]
+            return [
+                build(v, at + (i,), whole)
+                for i, v in enumerate(node)
+                if at + (i,) not in dropped
+                and (whole or at + (i,) in prefixes or at + (i,) in kept)
+            ]
         return node
 
     return build(doc, (), False)
@@ -179,9 +208,11 @@ def _pretty(value: Any, indent: int = 0) -> str:
         return flat
     inner = indent + 1
     if isinstance(value, dict):
-        items = [f"{json.dumps(k, ensure_ascii=False)}: "
-                 f"{_pretty(v, inner + len(json.dumps(k, ensure_ascii=False)) + 2)}"
-                 for k, v in value.items()]
+        items = [
+            f"{json.dumps(k, ensure_ascii=False)}: "
+            f"{_pretty(v, inner + len(json.dumps(k, ensure_ascii=False)) + 2)}"
+            for k, v in value.items()
+        ]
         opening, closing = "{", "}"
     else:
         items = [_pretty(v, inner) for v in value]
@@ -189,8 +220,12 @@ def _pretty(value: Any, indent: int = 0) -> str:
     # items that fit on one line share lines (filled up to WIDTH); longer ones get their own
     lines: list[str] = []
     for item in items:
-        if lines and "\n" not in item and "\n" not in lines[-1] and (
-                inner + len(lines[-1]) + 2 + len(item) + 1 <= WIDTH):
+        if (
+            lines
+            and "\n" not in item
+            and "\n" not in lines[-1]
+            and (inner + len(lines[-1]) + 2 + len(item) + 1 <= WIDTH)
+        ):
             lines[-1] += ", " + item
         else:
             lines.append(item)
@@ -198,8 +233,9 @@ def _pretty(value: Any, indent: int = 0) -> str:
 
 
 def _format_value(value: Any, fmt: str | None) -> str:
-    steps = (fmt or ("int" if isinstance(value, int) and not isinstance(value, bool) else "raw")
-             ).split(",")
+    steps = (
+        fmt or ("int" if isinstance(value, int) and not isinstance(value, bool) else "raw")
+    ).split(",")
     for step in steps:
         if step == "neg":
             value = -value
@@ -215,6 +251,7 @@ def _format_value(value: Any, fmt: str | None) -> str:
 
 
 # -- reading the docs -------------------------------------------------------------------------
+
 
 def _requests(doc: str, text: str) -> dict[str, Request]:
     found: dict[str, Request] = {}
@@ -241,8 +278,10 @@ def _requests(doc: str, text: str) -> dict[str, Request]:
                 if not url:
                     raise DocError(f"{doc}: example-request {name!r}: no URL in the curl")
                 if path and path != url.group("path"):
-                    raise DocError(f"{doc}: example-request {name!r}: path= {path} but the curl "
-                                   f"asks {url.group('path')}")
+                    raise DocError(
+                        f"{doc}: example-request {name!r}: path= {path} but the curl "
+                        f"asks {url.group('path')}"
+                    )
                 path = url.group("path")
                 data = _DATA.search(content)
                 body = data.group("body").encode() if data else None
@@ -260,6 +299,7 @@ def _requests(doc: str, text: str) -> dict[str, Request]:
 
 # -- asking the service -----------------------------------------------------------------------
 
+
 class _Service:
     def __init__(self) -> None:
         from litestar.testing import TestClient
@@ -274,8 +314,9 @@ class _Service:
         key = (request.method, request.path, request.body)
         if key not in self._answers:
             headers = {"content-type": "application/json"} if request.body is not None else {}
-            response = self._client.request(request.method, request.path,
-                                            content=request.body, headers=headers)
+            response = self._client.request(
+                request.method, request.path, content=request.body, headers=headers
+            )
             try:
                 payload: Any = response.json()
             except ValueError:
@@ -303,8 +344,9 @@ def _run_cli(command: str) -> str:
     return out.getvalue()
 
 
-def _render(doc: str, text: str, service: _Service, requests: dict[str, Request]
-            ) -> tuple[str, list[Drift]]:
+def _render(
+    doc: str, text: str, service: _Service, requests: dict[str, Request]
+) -> tuple[str, list[Drift]]:
     drifts: list[Drift] = []
 
     def answer_of(name: str, kind: str) -> tuple[int, Any]:
@@ -352,13 +394,18 @@ def _render(doc: str, text: str, service: _Service, requests: dict[str, Request]
             drifts.append(Drift(doc, m.group("name"), "cli", new, body))
         return m.group("open") + m.group("fence") + new + m.group("end")
 
-    for marker, pattern in (("example-answer:", _ANSWER), ("value:", _VALUE),
-                            ("example-cli:", _CLI)):
+    for marker, pattern in (
+        ("example-answer:", _ANSWER),
+        ("value:", _VALUE),
+        ("example-cli:", _CLI),
+    ):
         opened = len(re.findall(r"<!--\s*" + marker, text))
         if opened != len(pattern.findall(text)):
-            raise DocError(f"{doc}: {opened} '{marker}' markers but only "
-                           f"{len(pattern.findall(text))} readable ones (a path with a space, "
-                           "a missing close marker or block?)")
+            raise DocError(
+                f"{doc}: {opened} '{marker}' markers but only "
+                f"{len(pattern.findall(text))} readable ones (a path with a space, "
+                "a missing close marker or block?)"
+            )
     text = _ANSWER.sub(answer, text)
     text = _VALUE.sub(value, text)
     text = _CLI.sub(cli, text)
@@ -397,8 +444,11 @@ def check(root: Path = ROOT) -> list[Drift]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="change nothing; exit 1 listing the examples that drifted")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 listing the examples that drifted",
+    )
     args = parser.parse_args(argv)
     import logging
 
@@ -412,8 +462,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for drift in drifts:
             print(drift, *drift.notes, sep="\n  ")
         if drifts:
-            print(f"{len(drifts)} example(s) drifted: run python scripts/docs_examples.py",
-                  file=sys.stderr)
+            print(
+                f"{len(drifts)} example(s) drifted: run python scripts/docs_examples.py",
+                file=sys.stderr,
+            )
             return 1
         print("docs examples: all current")
         return 0

@@ -59,8 +59,9 @@ def cpu_comparison() -> Any:
 
     req = msgspec.convert({"workload": INFER, "iterations": 2}, ProbeRequest)
     out = measure(req, {})
-    rep = ProbeResource(id="p1", status=out.status, created_at=0, updated_at=0, request=req,
-                        result=out.result)
+    rep = ProbeResource(
+        id="p1", status=out.status, created_at=0, updated_at=0, request=req, result=out.result
+    )
     inp = estimate_input(rep)
     b = estimate((inp.workload,), inp.device, Headroom(fraction=0.0))
     return compare(rep, {"analytic": b}, inp)

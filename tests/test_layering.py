@@ -102,7 +102,8 @@ def test_every_subpackage_has_a_layer() -> None:
     for module in MODULES:
         layer = _layer(module)
         assert layer is None or layer in LAYERS or layer == "__main__", (
-            f"{module}: a new sub-package needs a place in LAYERS and docs/ARCHITECTURE.md")
+            f"{module}: a new sub-package needs a place in LAYERS and docs/ARCHITECTURE.md"
+        )
 
 
 def test_imports_point_down() -> None:
@@ -162,23 +163,29 @@ def test_no_import_cycles() -> None:
     found = []
     for comp in _cycles(edges):
         members = set(comp)
-        arrows = [f"  {_where(a, line)} imports {b}" for a in comp
-                  for b, line in edges[a].items() if b in members]
+        arrows = [
+            f"  {_where(a, line)} imports {b}"
+            for a in comp
+            for b, line in edges[a].items()
+            if b in members
+        ]
         found.append(" <-> ".join(comp) + "\n" + "\n".join(arrows))
     assert not found, "import cycles:\n" + "\n".join(found)
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [
-        ["a", "b", "c"]]
+        ["a", "b", "c"]
+    ]
     assert _cycles({"a": {"b": 1}, "b": {}}) == []
 
 
 def test_third_party_imports_per_layer() -> None:
     allowed: dict[str, set[str]] = {}
     for layer, rank in LAYERS.items():
-        allowed[layer] = set().union(*(THIRD_PARTY[other] for other, r in LAYERS.items()
-                                       if r < rank or other == layer))
+        allowed[layer] = set().union(
+            *(THIRD_PARTY[other] for other, r in LAYERS.items() if r < rank or other == layer)
+        )
     allowed["workloads"] = {"msgspec", "torch"}  # not the apps' frameworks
     allowed["trace"] = {"msgspec", "torch"}
     wrong = []
@@ -201,8 +208,10 @@ def test_third_party_imports_per_layer() -> None:
 
 
 def test_service_starts_without_torch() -> None:
-    code = ("import sys; import vrambudget.service.app as a; a.create_app(); "
-            "assert 'torch' not in sys.modules")
+    code = (
+        "import sys; import vrambudget.service.app as a; a.create_app(); "
+        "assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
@@ -215,8 +224,10 @@ def test_every_component_is_documented() -> None:
 
 def test_agent_process_never_imports_torch() -> None:
     """The agent creates no CUDA context: torch lives only in the spawned probe children."""
-    code = ("import sys; from vrambudget.agent.api import create_agent_app; "
-            "from vrambudget.agent.settings import AgentSettings; "
-            "create_agent_app(AgentSettings()); "
-            "assert 'torch' not in sys.modules, 'agent imported torch'")
+    code = (
+        "import sys; from vrambudget.agent.api import create_agent_app; "
+        "from vrambudget.agent.settings import AgentSettings; "
+        "create_agent_app(AgentSettings()); "
+        "assert 'torch' not in sys.modules, 'agent imported torch'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

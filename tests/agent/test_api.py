@@ -27,15 +27,22 @@ def test_malformed_json_is_400_and_unknown_fields_422(tmp_path: Path) -> None:
     with TestClient(app) as client:
         r = client.post("/v1/probes", content=b"{", headers=auth)
         assert r.status_code == 400
-        r = client.post("/v1/probes", json={"workload": {"kind": "inference", "model": {
-            "source": "preset", "id": "gpt2"}}, "iterationz": 3}, headers=auth)
+        r = client.post(
+            "/v1/probes",
+            json={
+                "workload": {"kind": "inference", "model": {"source": "preset", "id": "gpt2"}},
+                "iterationz": 3,
+            },
+            headers=auth,
+        )
         assert r.status_code == 422 and "iterationz" in r.text
         assert client.get("/v1/probes/nope", headers=auth).status_code == 404
         assert client.get("/v1/probes", params={"limit": 0}, headers=auth).status_code == 422
 
 
 def test_a_probe_cancelled_while_its_estimate_is_fetched_is_cancelled(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The estimate fetch (up to its timeout) ran before the probe was in ``st.running``: a
     DELETE then found a running probe with no process, did nothing, and the probe ran."""
     import threading
@@ -55,12 +62,16 @@ def test_a_probe_cancelled_while_its_estimate_is_fetched_is_cancelled(
         return None, "estimate: service slow"
 
     monkeypatch.setattr(agent_api, "fetch_estimate", slow_fetch)
-    settings = AgentSettings(data_dir=tmp_path, tokens=(b"t",),
-                             service_allow_list=("http://127.0.0.1:9",))
+    settings = AgentSettings(
+        data_dir=tmp_path, tokens=(b"t",), service_allow_list=("http://127.0.0.1:9",)
+    )
     auth = {"Authorization": "Bearer t"}
     with TestClient(create_agent_app(settings)) as client:
-        r = client.post("/v1/probes", json={"workload": INFER, "iterations": 1,
-                                            "service_url": "http://127.0.0.1:9"}, headers=auth)
+        r = client.post(
+            "/v1/probes",
+            json={"workload": INFER, "iterations": 1, "service_url": "http://127.0.0.1:9"},
+            headers=auth,
+        )
         assert r.status_code == 202, r.text
         probe_id = r.json()["id"]
         assert entered.wait(30)

@@ -23,8 +23,13 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (this host has none)"),
 ]
 
-SPEC = {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-        "batch_size": 4, "prompt_tokens": 512, "generated_tokens": 16}
+SPEC = {
+    "kind": "inference",
+    "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+    "batch_size": 4,
+    "prompt_tokens": 512,
+    "generated_tokens": 16,
+}
 
 
 def test_cuda_probe_reports_both_views_and_matches_the_trace() -> None:
@@ -43,5 +48,5 @@ def test_cuda_probe_reports_both_views_and_matches_the_trace() -> None:
     w = msgspec.convert(SPEC, Workload)
     _, (replay,) = trace_budget_with_replays(BudgetRequest(workloads=(w,), method="trace"))
     assert abs(replay.peak_allocated_bytes - t.allocated_peak_bytes) <= (
-        0.10 * t.allocated_peak_bytes)
-
+        0.10 * t.allocated_peak_bytes
+    )

@@ -11,7 +11,9 @@ from vrambudget.agent.__main__ import openapi_document
 def test_committed_openapi_matches_the_agent() -> None:
     committed = json.loads((ROOT / "openapi" / "agent.json").read_text())
     generated = json.loads(json.dumps(openapi_document()))
-    assert committed == generated, "run: .venv/bin/python -m vrambudget.agent openapi > openapi/agent.json"
+    assert committed == generated, (
+        "run: .venv/bin/python -m vrambudget.agent openapi > openapi/agent.json"
+    )
 
 
 def test_openapi_says_every_endpoint_but_healthz_needs_the_token() -> None:
@@ -20,4 +22,3 @@ def test_openapi_says_every_endpoint_but_healthz_needs_the_token() -> None:
         for op in item.values():
             assert op["security"] == ([] if path == "/healthz" else [{"bearer": []}])
     assert "429" in doc["paths"]["/v1/probes"]["post"]["responses"]
-

@@ -13,16 +13,28 @@ def test_cpu_probe_kv_view_counts_every_stream() -> None:
     streams that each hold one."""
     from vrambudget.agent.probe import measure
 
-    tiny = {"source": "dimensions", "hidden_size": 128, "num_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 256,
-            "vocab_size": 500}
-    spec = {"kind": "inference", "model": tiny, "batch_size": 1, "prompt_tokens": 16,
-            "generated_tokens": 2, "precision": {"weights": "fp32", "compute": "fp32"}}
+    tiny = {
+        "source": "dimensions",
+        "hidden_size": 128,
+        "num_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 256,
+        "vocab_size": 500,
+    }
+    spec = {
+        "kind": "inference",
+        "model": tiny,
+        "batch_size": 1,
+        "prompt_tokens": 16,
+        "generated_tokens": 2,
+        "precision": {"weights": "fp32", "compute": "fp32"},
+    }
     one_cache = 2 * 2 * 1 * 18 * 2 * 32 * 4  # layers, K+V, seqs, context, kv heads, dim, fp32
     for streams in (1, 3):
-        req = msgspec.convert({"workload": spec, "iterations": 1, "concurrency": streams},
-                              ProbeRequest)
+        req = msgspec.convert(
+            {"workload": spec, "iterations": 1, "concurrency": streams}, ProbeRequest
+        )
         out = measure(req, {})
         assert out.result is not None
         assert out.result.torch.kv_cache_bytes == one_cache * streams
-

@@ -21,11 +21,19 @@ MiB = 1 << 20
 def test_an_estimate_that_is_not_a_budget_is_an_estimate_error() -> None:
     """A 2xx that is not a Budget was stored as the probe's estimate; every later read of the
     probe (its callback, its comparison row, GET /v1/probes) then failed to decode it."""
-    req = msgspec.convert({"workload": {"kind": "inference",
-                                        "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-                                        "batch_size": 1, "prompt_tokens": 8,
-                                        "generated_tokens": 1},
-                           "service_url": "http://127.0.0.1:8000"}, ProbeRequest)
+    req = msgspec.convert(
+        {
+            "workload": {
+                "kind": "inference",
+                "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                "batch_size": 1,
+                "prompt_tokens": 8,
+                "generated_tokens": 1,
+            },
+            "service_url": "http://127.0.0.1:8000",
+        },
+        ProbeRequest,
+    )
     for body in (b"<html>proxy</html>", b'{"ok": true}'):
         transport = httpx.MockTransport(lambda r, b=body: httpx.Response(200, content=b))
         answer, error = fetch_estimate(req, None, transport)
@@ -40,15 +48,21 @@ def test_the_agent_matches_its_gpu_when_nvml_total_exceeds_the_runtime_total() -
     from vrambudget.agent.roundtrip import device_ref
     from vrambudget.core.spec import CatalogDevice
 
-    gpu = SimpleNamespace(index=0, uuid="GPU-1", name="NVIDIA L4",
-                          memory_total_bytes=23034 * MiB, compute_capability="8.9")
+    gpu = SimpleNamespace(
+        index=0,
+        uuid="GPU-1",
+        name="NVIDIA L4",
+        memory_total_bytes=23034 * MiB,
+        compute_capability="8.9",
+    )
     inv = SimpleNamespace(available=True, gpus=[gpu])
     assert device_ref(inv, 0) == CatalogDevice(id="l4-24gb")
     assert device_ref(SimpleNamespace(available=False, gpus=[]), 0) is None
 
 
 def test_the_pre_run_estimate_names_the_software_so_the_profile_matches(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The agent's estimate before the run sent no software, so a profile keyed on torch/CUDA
     versions was never used for it while the comparison (which reads the report's versions)
     used it: the stored estimate and the comparison's estimate disagreed."""
@@ -59,11 +73,15 @@ def test_the_pre_run_estimate_names_the_software_so_the_profile_matches(
 
     fake = tmp_path / "torch"
     fake.mkdir()
-    (fake / "version.py").write_text("from typing import Optional\n__version__ = "
-                                     "'2.13.0+cu128'\ncuda: Optional[str] = '12.8'\n")
+    (fake / "version.py").write_text(
+        "from typing import Optional\n__version__ = '2.13.0+cu128'\ncuda: Optional[str] = '12.8'\n"
+    )
     monkeypatch.setattr(rt.importlib.metadata, "version", lambda name: "2.13.0+cu128")
-    monkeypatch.setattr(rt.importlib.util, "find_spec", lambda name: SimpleNamespace(
-        submodule_search_locations=[str(fake)]))
+    monkeypatch.setattr(
+        rt.importlib.util,
+        "find_spec",
+        lambda name: SimpleNamespace(submodule_search_locations=[str(fake)]),
+    )
     rt._torch_build.cache_clear()
     try:
         sw = rt.local_software(SimpleNamespace(available=True, driver_version="580.82.07"))
@@ -71,14 +89,18 @@ def test_the_pre_run_estimate_names_the_software_so_the_profile_matches(
         rt._torch_build.cache_clear()
     assert sw is not None
     assert (sw.torch_version, sw.cuda_version, sw.driver_version) == (
-        "2.13.0+cu128", "12.8", "580.82.07")
+        "2.13.0+cu128",
+        "12.8",
+        "580.82.07",
+    )
 
     profiles_dir = tmp_path / "profiles"
     profiles_dir.mkdir()
     (profiles_dir / "p.json").write_text(
         '{"id": "h100-cu128", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_id": "h100-sxm5-80gb", '
         '"torch_version": "2.13.0+cu128", "cuda_version": "12.8", "driver_version": null, '
-        '"cuda_context_bytes": %d, "probe_ids": ["p1"]}' % (600 * MiB))
+        f'"cuda_context_bytes": {600 * MiB}, "probe_ids": ["p1"]}}'
+    )
     profiles = load_profiles(profiles_dir)
     sent: list[dict] = []
 
@@ -88,18 +110,29 @@ def test_the_pre_run_estimate_names_the_software_so_the_profile_matches(
         b = estimate(q.workloads, q.device, q.headroom, profiles, q.software)
         return httpx.Response(200, content=msgspec.json.encode(b))
 
-    req = msgspec.convert({"workload": {"kind": "inference",
-                                        "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-                                        "batch_size": 1, "prompt_tokens": 8,
-                                        "generated_tokens": 1},
-                           "service_url": "http://127.0.0.1:8000"}, ProbeRequest)
+    req = msgspec.convert(
+        {
+            "workload": {
+                "kind": "inference",
+                "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                "batch_size": 1,
+                "prompt_tokens": 8,
+                "generated_tokens": 1,
+            },
+            "service_url": "http://127.0.0.1:8000",
+        },
+        ProbeRequest,
+    )
     from vrambudget.core.spec import CatalogDevice
 
     h100 = CatalogDevice(id="h100-sxm5-80gb")
     answer, error = fetch_estimate(req, h100, httpx.MockTransport(service), sw)
     assert error is None and answer is not None
-    assert sent[-1]["software"] == {"torch_version": "2.13.0+cu128", "cuda_version": "12.8",
-                                    "driver_version": "580.82.07"}
+    assert sent[-1]["software"] == {
+        "torch_version": "2.13.0+cu128",
+        "cuda_version": "12.8",
+        "driver_version": "580.82.07",
+    }
     budget = msgspec.json.decode(answer, type=Budget)
     assert budget.calibration is not None and budget.calibration.profile == "h100-cu128"
     lines = {ln.component.value: ln.bytes for ln in budget.devices[0].lines}
@@ -108,4 +141,3 @@ def test_the_pre_run_estimate_names_the_software_so_the_profile_matches(
     other = msgspec.structs.replace(sw, torch_version="2.12.0+cu128")
     answer, _ = fetch_estimate(req, h100, httpx.MockTransport(service), other)
     assert msgspec.json.decode(answer, type=Budget).calibration.profile is None
-

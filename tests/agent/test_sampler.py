@@ -30,10 +30,20 @@ OWN_PID = 4242
 
 # ------------------------------------------------------------------------------- sampler --
 
-def _scripted(timeline: list[Step], *, processes: list[FakeProcess] | None = None,
-              **kw: object) -> tuple[FakeNVML, FakeHandle]:
-    fake = FakeNVML([FakeGPU(used_bytes=timeline[0].used_bytes, timeline=timeline,
-                             processes=processes or [], **kw)])
+
+def _scripted(
+    timeline: list[Step], *, processes: list[FakeProcess] | None = None, **kw: object
+) -> tuple[FakeNVML, FakeHandle]:
+    fake = FakeNVML(
+        [
+            FakeGPU(
+                used_bytes=timeline[0].used_bytes,
+                timeline=timeline,
+                processes=processes or [],
+                **kw,
+            )
+        ]
+    )
     handle, _ = nvml.resolve_device(0, fake)
     return fake, handle
 
@@ -51,7 +61,11 @@ def test_sampler_peak_over_a_scripted_sequence() -> None:
     s = NVMLSampler(h, binding=fake, clock=FakeClock(0.005))
     r = _run_manually(s, len(used) - 2)  # start + 4 + the final reading in stop()
     assert (r.baseline_used_bytes, r.peak_used_bytes, r.min_used_bytes, r.final_used_bytes) == (
-        10 * GiB, 17 * GiB, 10 * GiB, 10 * GiB)
+        10 * GiB,
+        17 * GiB,
+        10 * GiB,
+        10 * GiB,
+    )
     assert r.samples == 6 and r.failed_samples == 0 and r.memory_api == "v2"
     assert r.mean_interval_s == pytest.approx(0.005) and r.max_interval_s == pytest.approx(0.005)
     assert r.process_peak_bytes is None
@@ -63,8 +77,9 @@ def test_sampler_tracks_its_own_process_peak() -> None:
     def own(b: int) -> list[FakeProcess]:
         return [FakeProcess(pid=OWN_PID, used_bytes=b), FakeProcess(pid=9, used_bytes=GiB)]
 
-    fake, h = _scripted([Step(2 * GiB, own(GiB)), Step(6 * GiB, own(5 * GiB)),
-                         Step(3 * GiB, own(2 * GiB))])
+    fake, h = _scripted(
+        [Step(2 * GiB, own(GiB)), Step(6 * GiB, own(5 * GiB)), Step(3 * GiB, own(2 * GiB))]
+    )
     r = _run_manually(NVMLSampler(h, pid=OWN_PID, binding=fake, clock=FakeClock(0.004)), 1)
     assert r.peak_used_bytes == 6 * GiB and r.process_peak_bytes == 5 * GiB
     assert (r.others_changed_bytes, r.others_visible) == (0, True)
@@ -73,8 +88,14 @@ def test_sampler_tracks_its_own_process_peak() -> None:
 def test_sampler_flags_others_that_came_and_went() -> None:
     mine = FakeProcess(pid=OWN_PID, used_bytes=GiB)
     intruder = FakeProcess(pid=555, used_bytes=500 * MiB)
-    fake, h = _scripted([Step(GiB, [mine]), Step(GiB + 500 * MiB, [mine, intruder]),
-                         Step(GiB, [mine]), Step(GiB, [mine])])
+    fake, h = _scripted(
+        [
+            Step(GiB, [mine]),
+            Step(GiB + 500 * MiB, [mine, intruder]),
+            Step(GiB, [mine]),
+            Step(GiB, [mine]),
+        ]
+    )
     r = _run_manually(NVMLSampler(h, pid=OWN_PID, binding=fake, clock=FakeClock(0.005)), 2)
     assert r.others_changed_bytes == 500 * MiB and r.others_changed  # gone by the end
     assert r.final_used_bytes == GiB
@@ -82,13 +103,18 @@ def test_sampler_flags_others_that_came_and_went() -> None:
 
 def test_sampler_others_leaving_is_a_negative_change_and_small_ones_pass() -> None:
     mine = FakeProcess(pid=OWN_PID, used_bytes=GiB)
-    fake, h = _scripted([Step(3 * GiB, [mine, FakeProcess(pid=8, used_bytes=2 * GiB)]),
-                         Step(GiB, [mine])])
+    fake, h = _scripted(
+        [Step(3 * GiB, [mine, FakeProcess(pid=8, used_bytes=2 * GiB)]), Step(GiB, [mine])]
+    )
     r = _run_manually(NVMLSampler(h, pid=OWN_PID, binding=fake, clock=FakeClock(0.005)), 0)
     assert r.others_changed_bytes == -2 * GiB and r.others_changed
 
-    fake, h = _scripted([Step(GiB, [mine, FakeProcess(pid=8, used_bytes=10 * MiB)]),
-                         Step(GiB, [mine, FakeProcess(pid=8, used_bytes=20 * MiB)])])
+    fake, h = _scripted(
+        [
+            Step(GiB, [mine, FakeProcess(pid=8, used_bytes=10 * MiB)]),
+            Step(GiB, [mine, FakeProcess(pid=8, used_bytes=20 * MiB)]),
+        ]
+    )
     r = _run_manually(NVMLSampler(h, pid=OWN_PID, binding=fake, clock=FakeClock(0.005)), 0)
     assert r.others_changed_bytes == 10 * MiB and not r.others_changed
 
@@ -96,8 +122,12 @@ def test_sampler_others_leaving_is_a_negative_change_and_small_ones_pass() -> No
 def test_sampler_cannot_see_others_when_its_pid_is_never_listed() -> None:
     """A container's PID namespace: NVML lists host PIDs, so our own growth would look like a
     neighbour's. The sampler says it cannot tell instead of failing every probe."""
-    fake, h = _scripted([Step(GiB, [FakeProcess(pid=31337, used_bytes=GiB)]),
-                         Step(9 * GiB, [FakeProcess(pid=31337, used_bytes=9 * GiB)])])
+    fake, h = _scripted(
+        [
+            Step(GiB, [FakeProcess(pid=31337, used_bytes=GiB)]),
+            Step(9 * GiB, [FakeProcess(pid=31337, used_bytes=9 * GiB)]),
+        ]
+    )
     r = _run_manually(NVMLSampler(h, pid=OWN_PID, binding=fake, clock=FakeClock(0.005)), 0)
     assert r.peak_used_bytes == 9 * GiB and r.process_peak_bytes is None
     assert (r.others_changed_bytes, r.others_changed, r.others_visible) == (0, False, False)
@@ -118,8 +148,9 @@ def test_sampler_without_graphics_list_stops_asking_for_it() -> None:
 
 
 def test_sampler_uses_v1_throughout_when_v2_is_missing() -> None:
-    fake, h = _scripted([Step(GiB), Step(2 * GiB)],
-                        memory_v2_error=pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    fake, h = _scripted(
+        [Step(GiB), Step(2 * GiB)], memory_v2_error=pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+    )
     r = _run_manually(NVMLSampler(h, binding=fake, clock=FakeClock(0.005)), 1)
     assert r.memory_api == "v1"
     assert r.peak_used_bytes == 2 * GiB + 512 * MiB  # v1 terms: reservation included
@@ -182,4 +213,3 @@ def test_sampler_as_context_manager_sees_a_spike() -> None:
     assert s.result is not None
     assert s.result.peak_used_bytes == 7 * GiB and s.result.final_used_bytes == GiB
     assert s.result.baseline_used_bytes == GiB
-

@@ -90,8 +90,8 @@ def test_closed_store_raises(db: Path) -> None:
 
 
 def test_statuses_partition() -> None:
-    assert ACTIVE_STATUSES == {"queued", "running"}
-    assert ACTIVE_STATUSES | TERMINAL_STATUSES == {s.value for s in ProbeStatus}
+    assert {"queued", "running"} == ACTIVE_STATUSES
+    assert {s.value for s in ProbeStatus} == ACTIVE_STATUSES | TERMINAL_STATUSES
     assert not ACTIVE_STATUSES & TERMINAL_STATUSES
     assert all(member.__doc__ for member in ProbeStatus)
 
@@ -104,7 +104,12 @@ def test_create_and_get(store: Store) -> None:
     row = store.get_probe("p1")
     assert row is not None
     assert (row.id, row.status, row.device_key, row.created_at, row.updated_at) == (
-        "p1", "queued", "GPU-1234", T0, T0)
+        "p1",
+        "queued",
+        "GPU-1234",
+        T0,
+        T0,
+    )
     assert row.result is None and row.error is None
     assert store.get_probe("nope") is None
     with pytest.raises(sqlite3.IntegrityError):
@@ -115,20 +120,29 @@ def test_transition_compare_and_set(store: Store) -> None:
     store.create_probe("p1", REQ, "gpu0", T0)
     assert store.transition("p1", "running", T0 + 1, expected={"queued"})
     assert not store.transition("p1", "running", T0 + 2, expected={"queued"})  # already moved
-    assert store.transition("p1", "succeeded", T0 + 3, result_json='{"peak": 1}',
-                            expected=ACTIVE_STATUSES)
+    assert store.transition(
+        "p1", "succeeded", T0 + 3, result_json='{"peak": 1}', expected=ACTIVE_STATUSES
+    )
     # A late cancel loses and changes nothing.
-    assert not store.transition("p1", "cancelled", T0 + 4, error="by user",
-                                expected=ACTIVE_STATUSES)
+    assert not store.transition(
+        "p1", "cancelled", T0 + 4, error="by user", expected=ACTIVE_STATUSES
+    )
     row = store.get_probe("p1")
     assert row is not None
     assert (row.status, row.result, row.error, row.updated_at) == (
-        "succeeded", '{"peak": 1}', None, T0 + 3)
+        "succeeded",
+        '{"peak": 1}',
+        None,
+        T0 + 3,
+    )
     # Without expected it is unconditional; None leaves result and error as they were.
     assert store.transition("p1", "failed", T0 + 5, error="boom")
     row = store.get_probe("p1")
     assert row is not None and (row.status, row.result, row.error) == (
-        "failed", '{"peak": 1}', "boom")
+        "failed",
+        '{"peak": 1}',
+        "boom",
+    )
     assert not store.transition("missing", "failed", T0)
     assert not store.transition("p1", "failed", T0, expected=set())
     with pytest.raises(ValueError, match="unknown probe status"):
@@ -153,8 +167,7 @@ def test_a_cancel_racing_a_completion_is_decided_once(store: Store) -> None:
             with lock:
                 outcomes.append((f"p{i}", status, won))
 
-    threads = [threading.Thread(target=worker, args=(s,))
-               for s in ["cancelled", "succeeded"] * 4]
+    threads = [threading.Thread(target=worker, args=(s,)) for s in ["cancelled", "succeeded"] * 4]
     for t in threads:
         t.start()
     for t in threads:
@@ -237,8 +250,14 @@ _CRASH = textwrap.dedent("""
 
 
 def test_recover_after_a_real_crash(db: Path) -> None:
-    proc = subprocess.run([sys.executable, "-c", _CRASH, str(db)], cwd=ROOT, check=False,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASH, str(db)],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert proc.stdout.strip() == "ready"
     # The committed transactions are in the WAL, not yet checkpointed into the main file.
@@ -247,8 +266,7 @@ def test_recover_after_a_real_crash(db: Path) -> None:
     with Store(db) as s:
         assert s.recover(10.0) == ["running", "queued"]  # oldest first
         done = s.get_probe("done")
-        assert done is not None and (done.status, done.result) == ("succeeded",
-                                                                         '{"peak": 7}')
+        assert done is not None and (done.status, done.result) == ("succeeded", '{"peak": 7}')
         for pid in ("running", "queued"):
             row = s.get_probe(pid)
             assert row is not None and row.status == "interrupted" and row.updated_at == 10.0
@@ -256,7 +274,8 @@ def test_recover_after_a_real_crash(db: Path) -> None:
         # The callback promised before the crash is still owed.
         due = s.due_callbacks(10.0, 10)
         assert [(c.id, c.probe_id, c.payload) for c in due] == [
-            ("evt-done", "done", '{"id": "done"}')]
+            ("evt-done", "done", '{"id": "done"}')
+        ]
         assert s.recover(11.0) == []  # idempotent
 
 
@@ -291,9 +310,16 @@ def test_finish_with_callback_writes_both(store: Store) -> None:
     assert row is not None and (row.status, row.result) == ("succeeded", '{"peak": 3}')
     out = store.get_callback("evt-1")
     assert out is not None
-    assert (out.probe_id, out.url, out.payload, out.attempts, out.next_attempt_at,
-            out.delivered_at, out.last_error, out.created_at) == (
-        "p", cb[0], cb[1], 0, T0 + 2, None, None, T0 + 2)
+    assert (
+        out.probe_id,
+        out.url,
+        out.payload,
+        out.attempts,
+        out.next_attempt_at,
+        out.delivered_at,
+        out.last_error,
+        out.created_at,
+    ) == ("p", cb[0], cb[1], 0, T0 + 2, None, None, T0 + 2)
 
 
 def test_finish_that_loses_the_race_enqueues_nothing(store: Store) -> None:
@@ -312,11 +338,13 @@ def test_finish_rolls_back_the_result_when_the_outbox_insert_fails(store: Store)
     for pid in ("a", "b"):
         store.create_probe(pid, REQ, "gpu0", T0)
         store.transition(pid, "running", T0)
-    assert store.finish_with_callback("a", "succeeded", T0 + 1, "{}",
-                                      ("https://h.example.com", "{}", "dup"))
+    assert store.finish_with_callback(
+        "a", "succeeded", T0 + 1, "{}", ("https://h.example.com", "{}", "dup")
+    )
     with pytest.raises(sqlite3.IntegrityError):
-        store.finish_with_callback("b", "oom", T0 + 2, '{"peak": 9}',
-                                   ("https://h.example.com", "{}", "dup"))
+        store.finish_with_callback(
+            "b", "oom", T0 + 2, '{"peak": 9}', ("https://h.example.com", "{}", "dup")
+        )
     row = store.get_probe("b")
     assert row is not None and (row.status, row.result) == ("running", None)
     # The store is still usable after the rollback.
@@ -351,8 +379,11 @@ def test_outbox_due_reschedule_deliver_give_up(store: Store) -> None:
     assert store.reschedule("e-a", 1, T0 + 50, "HTTP 500")
     assert [c.id for c in store.due_callbacks(T0 + 5, 10)] == ["e-b", "e-c"]
     a = store.get_callback("e-a")
-    assert a is not None and (a.attempts, a.next_attempt_at, a.last_error) == (1, T0 + 50,
-                                                                               "HTTP 500")
+    assert a is not None and (a.attempts, a.next_attempt_at, a.last_error) == (
+        1,
+        T0 + 50,
+        "HTTP 500",
+    )
 
     assert store.mark_delivered("e-b", T0 + 6)
     assert not store.mark_delivered("e-b", T0 + 7)  # once
@@ -362,8 +393,7 @@ def test_outbox_due_reschedule_deliver_give_up(store: Store) -> None:
 
     assert store.reschedule("e-c", 3, None, "HTTP 404")  # given up: kept, not pending
     c = store.get_callback("e-c")
-    assert c is not None and (c.next_attempt_at, c.attempts, c.last_error) == (None, 3,
-                                                                               "HTTP 404")
+    assert c is not None and (c.next_attempt_at, c.attempts, c.last_error) == (None, 3, "HTTP 404")
     assert store.pending_count() == 1
     assert [x.id for x in store.due_callbacks(T0 + 1000, 10)] == ["e-a"]
     assert store.next_attempt_at() == T0 + 50
@@ -395,8 +425,9 @@ def test_a_version_1_file_migrates_and_keeps_its_rows(tmp_path: Path) -> None:
         conn.execute(statement)
     conn.execute("PRAGMA user_version=1")
     conn.execute("INSERT INTO probes VALUES ('p', 1.0, 2.0, 'succeeded', 'cpu', '{}', '{}', NULL)")
-    conn.execute("INSERT INTO outbox VALUES ('msg_p', 'p', 'https://h/x', '{}', 0, 3.0, NULL, "
-                 "NULL, 1.0)")
+    conn.execute(
+        "INSERT INTO outbox VALUES ('msg_p', 'p', 'https://h/x', '{}', 0, 3.0, NULL, NULL, 1.0)"
+    )
     conn.close()
     with Store(path) as s:
         row = s.get_probe("p")
@@ -409,13 +440,20 @@ def test_a_version_1_file_migrates_and_keeps_its_rows(tmp_path: Path) -> None:
 def test_comparison_row_then_callback_in_one_transaction(store: Store) -> None:
     store.create_probe("p", "{}", "cpu", 1.0)
     store.transition("p", "running", 2.0, expected={"queued"})
-    assert store.finish_with_callback("p", "succeeded", 3.0, "{}", ("https://cb/x", "{}", "msg_p"),
-                                      comparison=("http://svc/v1/comparisons", "{}", "cmp_p"))
+    assert store.finish_with_callback(
+        "p",
+        "succeeded",
+        3.0,
+        "{}",
+        ("https://cb/x", "{}", "msg_p"),
+        comparison=("http://svc/v1/comparisons", "{}", "cmp_p"),
+    )
     # Only the comparison is queued; the callback waits for its answer.
     due = store.due_callbacks(10.0, 10)
     assert [(r.id, r.kind) for r in due] == [("cmp_p", "comparison")]
-    done = store.complete_comparison("cmp_p", 4.0, '{"ok": 1}', None,
-                                     lambda row: ("https://cb/x", row.comparison or "", "msg_p"))
+    done = store.complete_comparison(
+        "cmp_p", 4.0, '{"ok": 1}', None, lambda row: ("https://cb/x", row.comparison or "", "msg_p")
+    )
     assert done
     assert not store.complete_comparison("cmp_p", 5.0, None, "again", lambda row: None)
     row = store.get_probe("p")
@@ -428,13 +466,18 @@ def test_comparison_row_then_callback_in_one_transaction(store: Store) -> None:
 def test_a_given_up_comparison_still_sends_the_callback(store: Store) -> None:
     store.create_probe("p", "{}", "cpu", 1.0)
     store.transition("p", "running", 2.0, expected={"queued"})
-    store.finish_with_callback("p", "succeeded", 3.0, "{}", None,
-                               comparison=("http://svc/v1/comparisons", "{}", "cmp_p"))
-    store.complete_comparison("cmp_p", 4.0, None, "HTTP 503",
-                              lambda row: ("https://cb/x", row.comparison_error or "", "msg_p"))
+    store.finish_with_callback(
+        "p", "succeeded", 3.0, "{}", None, comparison=("http://svc/v1/comparisons", "{}", "cmp_p")
+    )
+    store.complete_comparison(
+        "cmp_p",
+        4.0,
+        None,
+        "HTTP 503",
+        lambda row: ("https://cb/x", row.comparison_error or "", "msg_p"),
+    )
     row = store.get_probe("p")
     assert row is not None and row.comparison is None and row.comparison_error == "HTTP 503"
     cmp_row = store.get_callback("cmp_p")
     assert cmp_row is not None and cmp_row.next_attempt_at is None and cmp_row.delivered_at is None
     assert [r.payload for r in store.due_callbacks(10.0, 10)] == ["HTTP 503"]
-

@@ -50,27 +50,37 @@ def test_sign_reproduces_the_specification_test_vector() -> None:
     assert sign(VECTOR_SECRET, VECTOR_ID, VECTOR_TS, VECTOR_BODY) == VECTOR_SIG
     # The prefix is optional, and the secret may come as bytes (read from a file).
     assert sign(VECTOR_SECRET.removeprefix("whsec_"), VECTOR_ID, VECTOR_TS, VECTOR_BODY) == (
-        VECTOR_SIG)
+        VECTOR_SIG
+    )
     assert sign(VECTOR_SECRET.encode() + b"\n", VECTOR_ID, VECTOR_TS, VECTOR_BODY) == VECTOR_SIG
     raw = decode_secret(VECTOR_SECRET)
     assert sign(raw, VECTOR_ID, VECTOR_TS, VECTOR_BODY) == VECTOR_SIG
 
 
 def test_verify_accepts_the_vector_and_multiple_signatures() -> None:
-    headers = {"webhook-id": VECTOR_ID, "webhook-timestamp": str(VECTOR_TS),
-               "webhook-signature": VECTOR_SIG}
+    headers = {
+        "webhook-id": VECTOR_ID,
+        "webhook-timestamp": str(VECTOR_TS),
+        "webhook-signature": VECTOR_SIG,
+    }
     verify(VECTOR_SECRET, headers, VECTOR_BODY, now=VECTOR_TS + 10)
     # Header names are case-insensitive; other versions and wrong v1 entries are skipped.
-    multi = {"Webhook-Id": VECTOR_ID, "Webhook-Timestamp": str(VECTOR_TS),
-             "Webhook-Signature": f"v1a,abc v1,bm9wZQ== {VECTOR_SIG}"}
+    multi = {
+        "Webhook-Id": VECTOR_ID,
+        "Webhook-Timestamp": str(VECTOR_TS),
+        "Webhook-Signature": f"v1a,abc v1,bm9wZQ== {VECTOR_SIG}",
+    }
     verify(VECTOR_SECRET, multi, VECTOR_BODY, now=VECTOR_TS)
 
 
 def test_round_trip_and_rejections() -> None:
     body = json.dumps({"probe": "p1", "status": "succeeded"}).encode()
     ts = int(T0)
-    headers = {"webhook-id": "evt-1", "webhook-timestamp": str(ts),
-               "webhook-signature": sign(SECRET, "evt-1", ts, body)}
+    headers = {
+        "webhook-id": "evt-1",
+        "webhook-timestamp": str(ts),
+        "webhook-signature": sign(SECRET, "evt-1", ts, body),
+    }
     verify(SECRET, headers, body, now=T0)
     verify(SECRET, headers, body, now=T0 + 300)  # at the tolerance edge
     verify(SECRET, headers, body, now=T0 - 300)
@@ -83,11 +93,20 @@ def test_round_trip_and_rejections() -> None:
         ("id swapped", SECRET, {**headers, "webhook-id": "evt-2"}, body, T0),
         ("timestamp changed", SECRET, {**headers, "webhook-timestamp": str(ts + 1)}, body, T0),
         ("non-numeric timestamp", SECRET, {**headers, "webhook-timestamp": "soon"}, body, T0),
-        ("missing signature", SECRET, {k: v for k, v in headers.items()
-                                       if k != "webhook-signature"}, body, T0),
-        ("only other versions", SECRET,
-         {**headers, "webhook-signature": headers["webhook-signature"].replace("v1,", "v2,")},
-         body, T0),
+        (
+            "missing signature",
+            SECRET,
+            {k: v for k, v in headers.items() if k != "webhook-signature"},
+            body,
+            T0,
+        ),
+        (
+            "only other versions",
+            SECRET,
+            {**headers, "webhook-signature": headers["webhook-signature"].replace("v1,", "v2,")},
+            body,
+            T0,
+        ),
     ]
     for why, secret, hdrs, b, now in bad:
         with pytest.raises(WebhookVerificationError):
@@ -105,8 +124,13 @@ def test_bad_secrets() -> None:
 
 # -- allow-list ------------------------------------------------------------------------------
 
-ALLOW = ("https://hooks.example.com", "*.example.org", "http://127.0.0.1:8080",
-         "https://bücher.example", "https://*.internal.example:8443")
+ALLOW = (
+    "https://hooks.example.com",
+    "*.example.org",
+    "http://127.0.0.1:8080",
+    "https://bücher.example",
+    "https://*.internal.example:8443",
+)
 
 ALLOWED = [
     "https://hooks.example.com/probe/1?x=y",
@@ -163,8 +187,14 @@ def test_empty_allow_list_turns_callbacks_off() -> None:
 
 def test_allow_list_validation() -> None:
     assert validate_allow_list(ALLOW) == ALLOW
-    for entry in ("https://hooks.example.com/only/this/path", "*.com", "*", "ftp://x.example",
-                  "https://u@x.example", "https://*.1.2.3"):
+    for entry in (
+        "https://hooks.example.com/only/this/path",
+        "*.com",
+        "*",
+        "ftp://x.example",
+        "https://u@x.example",
+        "https://*.1.2.3",
+    ):
         with pytest.raises(ValueError):
             validate_allow_list((entry,))
         assert not callback_allowed("https://x.example/", (entry,))
@@ -174,8 +204,7 @@ def test_allow_list_validation() -> None:
 
 
 def test_backoff_bounds() -> None:
-    for attempt, window in [(1, 1.0), (2, 2.0), (3, 4.0), (9, 256.0), (10, 300.0),
-                            (1000, 300.0)]:
+    for attempt, window in [(1, 1.0), (2, 2.0), (3, 4.0), (9, 256.0), (10, 300.0), (1000, 300.0)]:
         assert backoff_s(attempt, rng=lambda: 0.0) == 0.0
         top = backoff_s(attempt, rng=lambda: 0.999999)
         assert window * 0.999 < top < window
@@ -218,8 +247,14 @@ def _deliverer(store: Store, handler, clock, **kw) -> tuple[Deliverer, list[http
         return handler(request, len(seen))
 
     kw.setdefault("backoff", lambda attempt: 10.0 * attempt)
-    d = Deliverer(store, SECRET, ("https://hooks.example.com",),
-                  transport=httpx.MockTransport(record), clock=clock, **kw)
+    d = Deliverer(
+        store,
+        SECRET,
+        ("https://hooks.example.com",),
+        transport=httpx.MockTransport(record),
+        clock=clock,
+        **kw,
+    )
     return d, seen
 
 
@@ -242,13 +277,18 @@ def test_500_then_200_is_delivered_once_after_a_retry(store: Store) -> None:
     assert len(seen) == 2
     row = store.get_callback(event)
     assert row is not None and (row.delivered_at, row.attempts, row.last_error) == (
-        T0 + 10.0, 2, None)
+        T0 + 10.0,
+        2,
+        None,
+    )
     assert store.pending_count() == 0
     # Same id on both attempts, fresh timestamp and signature, and each verifies.
     first, second = seen
     assert first.headers["webhook-id"] == second.headers["webhook-id"] == event
     assert (first.headers["webhook-timestamp"], second.headers["webhook-timestamp"]) == (
-        str(int(T0)), str(int(T0 + 10)))
+        str(int(T0)),
+        str(int(T0 + 10)),
+    )
     for req, now in ((first, T0), (second, T0 + 10)):
         assert req.method == "POST" and req.headers["content-type"] == "application/json"
         assert str(req.url) == "https://hooks.example.com/cb"
@@ -334,8 +374,9 @@ def test_one_bad_row_does_not_block_the_others(store: Store) -> None:
     finally:
         d.stop()
     bad_row, good_row = store.get_callback(bad), store.get_callback(good)
-    assert bad_row is not None and bad_row.attempts == 1 and "RuntimeError" in str(
-        bad_row.last_error)
+    assert (
+        bad_row is not None and bad_row.attempts == 1 and "RuntimeError" in str(bad_row.last_error)
+    )
     assert good_row is not None and good_row.delivered_at is not None
 
 
@@ -396,8 +437,13 @@ def _wait_for(condition, timeout_s: float = 5.0) -> bool:
 def test_a_real_receiver_that_is_down_then_up_gets_the_callback_once(store: Store) -> None:
     port = _free_port()  # nothing listens on it yet: connections are refused
     url = f"http://127.0.0.1:{port}/hooks/probe"
-    d = Deliverer(store, SECRET, (f"http://127.0.0.1:{port}",), timeout_s=2.0,
-                  backoff=lambda attempt: backoff_s(attempt, base=0.05, cap=0.2))
+    d = Deliverer(
+        store,
+        SECRET,
+        (f"http://127.0.0.1:{port}",),
+        timeout_s=2.0,
+        backoff=lambda attempt: backoff_s(attempt, base=0.05, cap=0.2),
+    )
     received: list[tuple[dict[str, str], bytes]] = []
     handler = type("Receiver", (_Receiver,), {"received": received})
     server = None
@@ -406,8 +452,9 @@ def test_a_real_receiver_that_is_down_then_up_gets_the_callback_once(store: Stor
         event = _enqueue(store, "p1", url, now=time.time())
         d.wake()
         # At least one attempt has failed against the closed port...
-        assert _wait_for(lambda: (row := store.get_callback(event)) is not None
-                         and row.attempts >= 1)
+        assert _wait_for(
+            lambda: (row := store.get_callback(event)) is not None and row.attempts >= 1
+        )
         row = store.get_callback(event)
         assert row is not None and row.delivered_at is None
         assert row.last_error is not None and "ConnectError" in row.last_error
@@ -439,22 +486,35 @@ def test_a_comparison_attempt_that_raises_still_sends_the_callback(tmp_path: Pat
     store = Store(tmp_path / "a.sqlite3")
     store.create_probe("p", "{}", "cpu", 1.0)
     store.transition("p", "running", 2.0, expected={"queued"})
-    store.finish_with_callback("p", "succeeded", 3.0, "{}", None,
-                               comparison=("http://svc/v1/comparisons", "{}", "cmp_p"))
+    store.finish_with_callback(
+        "p", "succeeded", 3.0, "{}", None, comparison=("http://svc/v1/comparisons", "{}", "cmp_p")
+    )
     calls = []
 
     def settle(row, body, error):  # type: ignore[no-untyped-def]
         calls.append(error)
         if len(calls) == 1:
             raise RuntimeError("database is locked")
-        store.complete_comparison(row.id, 9.0, None, error,
-                                  lambda probe: ("https://cb/x", probe.comparison_error, "msg_p"))
+        store.complete_comparison(
+            row.id,
+            9.0,
+            None,
+            error,
+            lambda probe: ("https://cb/x", probe.comparison_error, "msg_p"),
+        )
 
     clock = [10.0]
-    d = Deliverer(store, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", (),
-                  transport=httpx.MockTransport(lambda r: httpx.Response(200, text="{}")),
-                  service_allow_list=("http://svc",), on_comparison=settle,
-                  comparison_max_attempts=2, backoff=lambda n: 1.0, clock=lambda: clock[0])
+    d = Deliverer(
+        store,
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        (),
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, text="{}")),
+        service_allow_list=("http://svc",),
+        on_comparison=settle,
+        comparison_max_attempts=2,
+        backoff=lambda n: 1.0,
+        clock=lambda: clock[0],
+    )
     d.deliver_due()  # the handler raises: rescheduled (attempt 1 of 2)
     assert store.get_callback("cmp_p").attempts == 1  # type: ignore[union-attr]
     clock[0] = 20.0

@@ -26,8 +26,9 @@ def _store_with_probe(path: Path, report: ProbeResource) -> None:
     with Store(path) as store:
         store.create_probe(report.id, msgspec.json.encode(report.request).decode(), "cuda:0", 1.0)
         store.transition(report.id, "running", 2.0, expected={"queued"})
-        store.finish_with_callback(report.id, "succeeded", 3.0,
-                                   msgspec.json.encode(report.result).decode(), None)
+        store.finish_with_callback(
+            report.id, "succeeded", 3.0, msgspec.json.encode(report.result).decode(), None
+        )
 
 
 def test_calibration_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,12 +51,15 @@ def test_calibration_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert load_profiles(out).profiles == (profile,)
 
     request = {"workloads": [WORKLOAD], "device": {"source": "catalog", "id": "h100-sxm5-80gb"}}
-    with TestClient(create_app()) as plain, TestClient(
-            create_app(Settings(profiles_dir=str(out)))) as calibrated:
+    with (
+        TestClient(create_app()) as plain,
+        TestClient(create_app(Settings(profiles_dir=str(out)))) as calibrated,
+    ):
         before = plain.post("/v1/budgets", json=request).json()
         after = calibrated.post("/v1/budgets", json=request).json()
-        wrong_torch = calibrated.post("/v1/budgets", json={
-            **request, "software": {"torch_version": "2.4.0"}}).json()
+        wrong_torch = calibrated.post(
+            "/v1/budgets", json={**request, "software": {"torch_version": "2.4.0"}}
+        ).json()
     lines_b = {ln["component"]: ln for ln in before["devices"][0]["lines"]}
     lines_a = {ln["component"]: ln for ln in after["devices"][0]["lines"]}
     changed = {c for c in lines_a if lines_a[c]["bytes"] != lines_b[c]["bytes"]}
@@ -66,8 +70,12 @@ def test_calibration_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert after["calibration"]["profile"] == profile.id
     assert after["calibration"]["matched_on"] == ["gpu"]
     origins = {o["component"]: o["origin"] for o in after["calibration"]["overheads"]}
-    assert origins == {"cuda_context": "profile", "runtime_workspace": "profile",
-                       "communication_buffers": "builtin", "allocator_overhead": "profile"}
+    assert origins == {
+        "cuda_context": "profile",
+        "runtime_workspace": "profile",
+        "communication_buffers": "builtin",
+        "allocator_overhead": "profile",
+    }
     assert before["calibration"]["profile"] is None
     assert {o["origin"] for o in before["calibration"]["overheads"]} == {"builtin"}
     # A request for another torch does not get this profile.
@@ -75,11 +83,13 @@ def test_calibration_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert wrong_torch["devices"][0]["lines"] == before["devices"][0]["lines"]
 
 
-def test_calibrate_refuses_cpu_reports_and_bad_files(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_calibrate_refuses_cpu_reports_and_bad_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     report = cuda_report()
-    cpu = msgspec.structs.replace(report, result=msgspec.structs.replace(
-        report.result, device="cpu", nvml=None))
+    cpu = msgspec.structs.replace(
+        report, result=msgspec.structs.replace(report.result, device="cpu", nvml=None)
+    )
     f = tmp_path / "cpu.json"
     f.write_bytes(msgspec.json.encode({"type": "probe.succeeded", "data": cpu}))
     assert main(["calibrate", str(f), "--out", str(tmp_path / "o")]) == 2
@@ -89,4 +99,3 @@ def test_calibrate_refuses_cpu_reports_and_bad_files(tmp_path: Path,
     assert main(["calibrate", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert main(["calibrate", "--out", str(tmp_path / "o")]) == 2
     assert "no probe reports" in capsys.readouterr().err
-

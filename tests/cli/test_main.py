@@ -26,7 +26,8 @@ def test_cli_prints_the_agent_openapi(capsys: pytest.CaptureFixture[str]) -> Non
 
     assert main(["agent", "openapi"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(
-        (ROOT / "openapi" / "agent.json").read_text())
+        (ROOT / "openapi" / "agent.json").read_text()
+    )
 
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -34,14 +35,19 @@ SVG = "{http://www.w3.org/2000/svg}"
 MIB = 1 << 20
 
 
-
 def _q(name: str, est: int | None, meas: int | None, verdict: str) -> QuantityComparison:
     diff = None if est is None or meas is None else est - meas
     pct = None if diff is None or not meas else round(diff / meas * 100, 2)
-    return QuantityComparison(name=name, components=(), estimate_bytes=est,
-                              measured_bytes=meas, difference_bytes=diff,
-                              difference_percent=pct, verdict=verdict,  # type: ignore[arg-type]
-                              measured_by="test")
+    return QuantityComparison(
+        name=name,
+        components=(),
+        estimate_bytes=est,
+        measured_bytes=meas,
+        difference_bytes=diff,
+        difference_percent=pct,
+        verdict=verdict,  # type: ignore[arg-type]
+        measured_by="test",
+    )
 
 
 def _cuda() -> Comparison:
@@ -65,14 +71,28 @@ def _cuda() -> Comparison:
         _q("unexplained", 0, 50 * MIB, "under"),
     )
     return Comparison(
-        probe_id="p<2>", status="succeeded", device="cuda", device_name="NVIDIA <H100> & co",
-        gpu_id="h100-sxm5-80gb", tolerance_percent=10.0, tolerance_bytes=MIB,
-        views=("torch", "nvml"), degraded=(),
-        tiers=(TierComparison(method="analytic", estimate_subtotal_bytes=3000 * MIB,
-                              quantities=analytic, components=()),
-               TierComparison(method="trace", estimate_subtotal_bytes=3200 * MIB,
-                              quantities=trace, components=())),
-        headroom=HeadroomAdvice(fraction=0.07, bytes=210 * MIB, reasons=("test",)))
+        probe_id="p<2>",
+        status="succeeded",
+        device="cuda",
+        device_name="NVIDIA <H100> & co",
+        gpu_id="h100-sxm5-80gb",
+        tolerance_percent=10.0,
+        tolerance_bytes=MIB,
+        views=("torch", "nvml"),
+        degraded=(),
+        tiers=(
+            TierComparison(
+                method="analytic",
+                estimate_subtotal_bytes=3000 * MIB,
+                quantities=analytic,
+                components=(),
+            ),
+            TierComparison(
+                method="trace", estimate_subtotal_bytes=3200 * MIB, quantities=trace, components=()
+            ),
+        ),
+        headroom=HeadroomAdvice(fraction=0.07, bytes=210 * MIB, reasons=("test",)),
+    )
 
 
 def _parse(svg: str) -> ET.Element:
@@ -82,8 +102,11 @@ def _parse(svg: str) -> ET.Element:
 
 
 def _texts(root: ET.Element, cls: str | None = None) -> list[str]:
-    return ["".join(t.itertext()) for t in root.iter(f"{SVG}text")
-            if cls is None or (t.get("class") or "").split()[:1] == [cls]]
+    return [
+        "".join(t.itertext())
+        for t in root.iter(f"{SVG}text")
+        if cls is None or (t.get("class") or "").split()[:1] == [cls]
+    ]
 
 
 def test_cli_writes_a_file(tmp_path: Path, cpu_comparison: Comparison) -> None:
@@ -96,8 +119,9 @@ def test_cli_writes_a_file(tmp_path: Path, cpu_comparison: Comparison) -> None:
     assert out.read_text() == render_comparison_svg(cpu_comparison, title="CPU <test>")
 
 
-def test_cli_reads_a_probe_resource_from_stdin(monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_reads_a_probe_resource_from_stdin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     c = _cuda()
     probe = {"id": "p<2>", "status": "succeeded", "comparison": msgspec.to_builtins(c)}
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(json.dumps(probe).encode())))
@@ -105,14 +129,18 @@ def test_cli_reads_a_probe_resource_from_stdin(monkeypatch: pytest.MonkeyPatch,
     assert capsys.readouterr().out == render_comparison_svg(c)
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"{not json", "not JSON"),
-    (b'{"probe_id": "x"}', "not a comparison"),
-    (b'{"id": "p1", "comparison": null}', "no comparison"),
-    (b"[1, 2]", "not a comparison"),
-])
-def test_cli_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                               content: bytes, message: str) -> None:
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"{not json", "not JSON"),
+        (b'{"probe_id": "x"}', "not a comparison"),
+        (b'{"id": "p1", "comparison": null}', "no comparison"),
+        (b"[1, 2]", "not a comparison"),
+    ],
+)
+def test_cli_bad_input_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, message: str
+) -> None:
     src = tmp_path / "bad.json"
     src.write_bytes(content)
     assert main(["chart", str(src)]) == 2
@@ -134,8 +162,9 @@ def test_estimate_table(capsys):
 
 def test_estimate_json_file(tmp_path, capsys):
     f = tmp_path / "w.json"
-    f.write_text(json.dumps({"kind": "training", "model": {"source": "preset",
-                                                              "id": "qwen2.5-0.5b"}}))
+    f.write_text(
+        json.dumps({"kind": "training", "model": {"source": "preset", "id": "qwen2.5-0.5b"}})
+    )
     assert main(["estimate", "--file", str(f), "--json"]) == 0
     budget = json.loads(capsys.readouterr().out)
     assert budget["workloads"][0]["kind"] == "training"
@@ -143,10 +172,21 @@ def test_estimate_json_file(tmp_path, capsys):
 
 def test_estimate_serving_prints_the_engine_summary(tmp_path, capsys):
     f = tmp_path / "serving.json"
-    f.write_text(json.dumps({"workloads": [{"kind": "llm_serving", "model": {
-        "source": "preset", "id": "llama-3.1-8b"}, "max_model_len": 8192,
-        "gpu_memory_utilization": 0.9}], "device": {"source": "catalog",
-                                                      "id": "h100-sxm5-80gb"}}))
+    f.write_text(
+        json.dumps(
+            {
+                "workloads": [
+                    {
+                        "kind": "llm_serving",
+                        "model": {"source": "preset", "id": "llama-3.1-8b"},
+                        "max_model_len": 8192,
+                        "gpu_memory_utilization": 0.9,
+                    }
+                ],
+                "device": {"source": "catalog", "id": "h100-sxm5-80gb"},
+            }
+        )
+    )
     assert main(["estimate", "--file", str(f)]) == 0
     out = capsys.readouterr().out
     # The numbers of docs/API.md's serving example.

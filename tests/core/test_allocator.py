@@ -552,18 +552,18 @@ class _Reference:
             if seg_new is None:
                 self.ooms += 1
                 raise AllocatorOutOfMemory(
-                    requested_bytes=nbytes, allocation_bytes=alloc, allocated_bytes=0,
-                    reserved_bytes=0, capacity_bytes=self.capacity or 0,
+                    requested_bytes=nbytes,
+                    allocation_bytes=alloc,
+                    allocated_bytes=0,
+                    reserved_bytes=0,
+                    capacity_bytes=self.capacity or 0,
                 )
             found = (seg_new, 0)
         seg, off = found
         blocks = self.segments[seg][1]
         i = next(k for k, b in enumerate(blocks) if b[0] == off)
         remaining = blocks[i][1] - size
-        if small:
-            split = remaining >= 512
-        else:
-            split = (ms is None or size < ms) and remaining > MIB
+        split = remaining >= 512 if small else (ms is None or size < ms) and remaining > MIB
         if split:
             blocks.insert(i + 1, [off + size, remaining, 0])
             blocks[i][1] = size
@@ -594,9 +594,25 @@ class _Reference:
 # Boundaries of the rules: pool and segment-size limits, and exact 2 MiB multiples, which make
 # exact fits and blocks of equal size (address tie-breaks) and hit the max_split_size limits.
 _BOUNDARY_SIZES = [
-    0, 1, 512, 513, MIB, MIB + 1, 1536 * KIB, 2 * MIB, 10 * MIB - 1, 10 * MIB,
-    10 * MIB + 512 * KIB, 11 * MIB, 19 * MIB, 19 * MIB + 512 * KIB, 20 * MIB, 21 * MIB,
-    32 * MIB, 40 * MIB, 52 * MIB,
+    0,
+    1,
+    512,
+    513,
+    MIB,
+    MIB + 1,
+    1536 * KIB,
+    2 * MIB,
+    10 * MIB - 1,
+    10 * MIB,
+    10 * MIB + 512 * KIB,
+    11 * MIB,
+    19 * MIB,
+    19 * MIB + 512 * KIB,
+    20 * MIB,
+    21 * MIB,
+    32 * MIB,
+    40 * MIB,
+    52 * MIB,
 ]
 
 _SIZES = st.one_of(
@@ -745,4 +761,3 @@ def test_expandable_mode_invariants(ops: list[tuple[str, int]], capacity: int | 
     model.empty_cache()
     stats = model.stats()
     assert (stats.allocated_bytes, stats.reserved_bytes, stats.requested_bytes) == (0, 0, 0)
-

@@ -28,9 +28,17 @@ MiB = 1 << 20
 
 
 def _profile(**changes: Any) -> CalibrationProfile:
-    base = dict(id="h100-a", gpu_name="NVIDIA H100 80GB HBM3", gpu_id="h100-sxm5-80gb",
-                torch_version="2.13.0+cu130", cuda_version="13.0", driver_version="580.82.07",
-                cuda_context_bytes=534 * MiB, probe_ids=("p1",), created_at="2026-12-01")
+    base = dict(
+        id="h100-a",
+        gpu_name="NVIDIA H100 80GB HBM3",
+        gpu_id="h100-sxm5-80gb",
+        torch_version="2.13.0+cu130",
+        cuda_version="13.0",
+        driver_version="580.82.07",
+        cuda_context_bytes=534 * MiB,
+        probe_ids=("p1",),
+        created_at="2026-12-01",
+    )
     return CalibrationProfile(**{**base, **changes})
 
 
@@ -39,8 +47,9 @@ def test_profile_matching_rules() -> None:
     b = _profile(id="h100-b", torch_version="2.4.1", created_at="2026-12-02")
     other = _profile(id="a100", gpu_id="a100-sxm4-80gb", gpu_name="NVIDIA A100-SXM4-80GB")
     ps = ProfileSet([a, b, other])
-    got, matched = ps.best("h100-sxm5-80gb", "NVIDIA H100 SXM5 80GB",
-                           Software(torch_version="2.13.1"))
+    got, matched = ps.best(
+        "h100-sxm5-80gb", "NVIDIA H100 SXM5 80GB", Software(torch_version="2.13.1")
+    )
     assert got is a and matched == ("gpu", "torch")
     got, _ = ps.best("h100-sxm5-80gb", "x", Software(torch_version="2.4.0"))
     assert got is b
@@ -72,8 +81,15 @@ def test_profiles_group_by_gpu_and_software() -> None:
     inputs = []
     for r in (a, b, c):
         inp = estimate_input(r)
-        inputs.append((r, estimate((inp.workload,), CatalogDevice(id="h100-sxm5-80gb"),
-                                   Headroom(fraction=0.0)), inp.gpu_id))
+        inputs.append(
+            (
+                r,
+                estimate(
+                    (inp.workload,), CatalogDevice(id="h100-sxm5-80gb"), Headroom(fraction=0.0)
+                ),
+                inp.gpu_id,
+            )
+        )
     profiles = {p.torch_version: p for p in build_profiles(inputs, "t")}
     assert set(profiles) == {"2.13.0+cu130", "2.12.0+cu130"}
     assert profiles["2.13.0+cu130"].probe_ids == ("a", "b")
@@ -81,18 +97,20 @@ def test_profiles_group_by_gpu_and_software() -> None:
     assert profiles["2.13.0+cu130"].samples["cuda_context_bytes"] == 2
 
 
-_H100_PROFILE = ('{"id": "h100-small-ws", "gpu_name": "NVIDIA H100 80GB HBM3", '
-                 '"gpu_id": "h100-sxm5-80gb", "torch_version": null, "cuda_version": null, '
-                 '"driver_version": null, "workspace_bytes": %d, "probe_ids": ["p1"]}')
+_H100_PROFILE = (
+    '{"id": "h100-small-ws", "gpu_name": "NVIDIA H100 80GB HBM3", '
+    '"gpu_id": "h100-sxm5-80gb", "torch_version": null, "cuda_version": null, '
+    '"driver_version": null, "workspace_bytes": %d, "probe_ids": ["p1"]}'
+)
 
 
 def test_a_profile_with_a_negative_value_is_refused(tmp_path: Path) -> None:
     (tmp_path / "p.json").write_text(_H100_PROFILE % -1)
-    with pytest.raises(ValueError, match="p.json"):
+    with pytest.raises(ValueError, match=r"p\.json"):
         load_profiles(tmp_path)
 
 
 def test_profile_ids_are_ascii() -> None:
     from vrambudget.core.calibration import _slug
 
-    assert _slug("NVIDIA Ｈ100 — 80GB") == "nvidia-100-80gb"
+    assert _slug("NVIDIA Ｈ100 — 80GB") == "nvidia-100-80gb"  # noqa: RUF001 - a fullwidth H on purpose

@@ -58,4 +58,3 @@ def test_gpu_entry_is_sourced_and_plausible(gpu_id):
 def test_h100_reports_about_79_gib_to_cuda():
     h100 = gpus()["h100-sxm5-80gb"]
     assert 79.0 < h100.memory_total_bytes / 2**30 < 79.3
-

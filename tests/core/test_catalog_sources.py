@@ -23,8 +23,13 @@ _PRIVATE_ID = re.compile(r"\bids? \d{5,}")
 def _openable(s: Source) -> bool:
     if s.url is not None:
         return s.url.startswith("https://") and s.repo is None and s.commit is None
-    return (s.repo is not None and _REPO.fullmatch(s.repo) is not None and bool(s.path)
-            and s.commit is not None and _HEX40.fullmatch(s.commit) is not None)
+    return (
+        s.repo is not None
+        and _REPO.fullmatch(s.repo) is not None
+        and bool(s.path)
+        and s.commit is not None
+        and _HEX40.fullmatch(s.commit) is not None
+    )
 
 
 def _sources() -> list[tuple[str, str, Source, bool]]:
@@ -43,10 +48,12 @@ def _sources() -> list[tuple[str, str, Source, bool]]:
 SOURCES = _sources()
 
 
-@pytest.mark.parametrize(("entry", "field", "source", "needs_quote"), SOURCES,
-                         ids=[f"{e}:{f}" for e, f, _, _ in SOURCES])
-def test_source_is_openable_and_quoted(entry: str, field: str, source: Source,
-                                       needs_quote: bool) -> None:
+@pytest.mark.parametrize(
+    ("entry", "field", "source", "needs_quote"), SOURCES, ids=[f"{e}:{f}" for e, f, _, _ in SOURCES]
+)
+def test_source_is_openable_and_quoted(
+    entry: str, field: str, source: Source, needs_quote: bool
+) -> None:
     assert _openable(source), (entry, field, source)
     if needs_quote:
         assert source.quote and source.quote.strip(), (entry, field)

@@ -20,14 +20,19 @@ SVG = "{http://www.w3.org/2000/svg}"
 MIB = 1 << 20
 
 
-
 def _q(name: str, est: int | None, meas: int | None, verdict: str) -> QuantityComparison:
     diff = None if est is None or meas is None else est - meas
     pct = None if diff is None or not meas else round(diff / meas * 100, 2)
-    return QuantityComparison(name=name, components=(), estimate_bytes=est,
-                              measured_bytes=meas, difference_bytes=diff,
-                              difference_percent=pct, verdict=verdict,  # type: ignore[arg-type]
-                              measured_by="test")
+    return QuantityComparison(
+        name=name,
+        components=(),
+        estimate_bytes=est,
+        measured_bytes=meas,
+        difference_bytes=diff,
+        difference_percent=pct,
+        verdict=verdict,  # type: ignore[arg-type]
+        measured_by="test",
+    )
 
 
 def _cuda() -> Comparison:
@@ -51,14 +56,28 @@ def _cuda() -> Comparison:
         _q("unexplained", 0, 50 * MIB, "under"),
     )
     return Comparison(
-        probe_id="p<2>", status="succeeded", device="cuda", device_name="NVIDIA <H100> & co",
-        gpu_id="h100-sxm5-80gb", tolerance_percent=10.0, tolerance_bytes=MIB,
-        views=("torch", "nvml"), degraded=(),
-        tiers=(TierComparison(method="analytic", estimate_subtotal_bytes=3000 * MIB,
-                              quantities=analytic, components=()),
-               TierComparison(method="trace", estimate_subtotal_bytes=3200 * MIB,
-                              quantities=trace, components=())),
-        headroom=HeadroomAdvice(fraction=0.07, bytes=210 * MIB, reasons=("test",)))
+        probe_id="p<2>",
+        status="succeeded",
+        device="cuda",
+        device_name="NVIDIA <H100> & co",
+        gpu_id="h100-sxm5-80gb",
+        tolerance_percent=10.0,
+        tolerance_bytes=MIB,
+        views=("torch", "nvml"),
+        degraded=(),
+        tiers=(
+            TierComparison(
+                method="analytic",
+                estimate_subtotal_bytes=3000 * MIB,
+                quantities=analytic,
+                components=(),
+            ),
+            TierComparison(
+                method="trace", estimate_subtotal_bytes=3200 * MIB, quantities=trace, components=()
+            ),
+        ),
+        headroom=HeadroomAdvice(fraction=0.07, bytes=210 * MIB, reasons=("test",)),
+    )
 
 
 def _parse(svg: str) -> ET.Element:
@@ -68,13 +87,19 @@ def _parse(svg: str) -> ET.Element:
 
 
 def _bars(root: ET.Element) -> dict[str, float]:
-    return {r.get("id", ""): float(r.get("width", "nan"))
-            for r in root.iter(f"{SVG}rect") if r.get("class") == "bar"}
+    return {
+        r.get("id", ""): float(r.get("width", "nan"))
+        for r in root.iter(f"{SVG}rect")
+        if r.get("class") == "bar"
+    }
 
 
 def _texts(root: ET.Element, cls: str | None = None) -> list[str]:
-    return ["".join(t.itertext()) for t in root.iter(f"{SVG}text")
-            if cls is None or (t.get("class") or "").split()[:1] == [cls]]
+    return [
+        "".join(t.itertext())
+        for t in root.iter(f"{SVG}text")
+        if cls is None or (t.get("class") or "").split()[:1] == [cls]
+    ]
 
 
 def _check_bars(c: Comparison, root: ET.Element) -> None:
@@ -84,8 +109,11 @@ def _check_bars(c: Comparison, root: ET.Element) -> None:
     rows: dict[str, dict[str, int]] = {}
     for tier in c.tiers:
         for q in tier.quantities:
-            if q.estimate_bytes is None or q.measured_bytes is None or not (
-                    q.estimate_bytes or q.measured_bytes):
+            if (
+                q.estimate_bytes is None
+                or q.measured_bytes is None
+                or not (q.estimate_bytes or q.measured_bytes)
+            ):
                 continue
             row = rows.setdefault(q.name, {})
             row[tier.method] = q.estimate_bytes
@@ -116,8 +144,13 @@ def test_cpu_comparison_chart(cpu_comparison: Comparison) -> None:
     assert len(verdicts) == 4 and all(v.endswith(" within") for v in verdicts)
     foot = " ".join(_texts(root, "footnote"))
     assert foot.startswith("not measured: ")
-    for name in ("runtime_workspace", "cuda_context", "allocator_overhead",
-                 "device_used_peak", "unexplained"):
+    for name in (
+        "runtime_workspace",
+        "cuda_context",
+        "allocator_overhead",
+        "device_used_peak",
+        "unexplained",
+    ):
         assert name in foot
     assert _texts(root, "title") == ["Estimate vs measured: cpu, probe p1"]
     sub = _texts(root, "subtitle")[0]
@@ -133,16 +166,25 @@ def test_cuda_like_chart_colours_order_and_escaping() -> None:
     _check_bars(c, root)
     assert len(_bars(root)) == 6 * 3  # six measured rows x (analytic, trace, measured)
     # Totals last, below the rule, whatever their order in the comparison.
-    assert _texts(root, "quantity") == ["resident_after_load", "kv_cache", "working_set_peak",
-                                        "unexplained", "allocated_peak", "device_used_peak"]
+    assert _texts(root, "quantity") == [
+        "resident_after_load",
+        "kv_cache",
+        "working_set_peak",
+        "unexplained",
+        "allocated_peak",
+        "device_used_peak",
+    ]
     assert len([e for e in root.iter(f"{SVG}line") if e.get("class") == "rule"]) == 1
     # kv_cache: analytic 300 over 200 measured; the row's largest is the analytic bar.
     bars = _bars(root)
     assert bars["bar-kv_cache-analytic"] == BAR_WIDTH
     assert bars["bar-kv_cache-measured"] == pytest.approx(BAR_WIDTH * 2 / 3, abs=0.006)
     assert bars["bar-unexplained-analytic"] == 0
-    verdicts = {"".join(t.itertext()): t.get("fill") for t in root.iter(f"{SVG}text")
-                if (t.get("class") or "").startswith("verdict")}
+    verdicts = {
+        "".join(t.itertext()): t.get("fill")
+        for t in root.iter(f"{SVG}text")
+        if (t.get("class") or "").startswith("verdict")
+    }
     assert verdicts["+50.0% over"] == VERDICT_COLOURS["over"]
     assert verdicts["-33.3% under"] == VERDICT_COLOURS["under"]
     assert verdicts["+6.7% within"] == VERDICT_COLOURS["within"]
@@ -167,4 +209,3 @@ def test_cuda_like_chart_colours_order_and_escaping() -> None:
     assert render_comparison_svg(c, title="a & b") != svg
     assert _texts(_parse(render_comparison_svg(c, title="a & b")), "title") == ["a & b"]
     assert render_comparison_svg(_cuda()) == svg
-

@@ -43,7 +43,8 @@ def test_the_mapping_by_hand_on_a_cuda_report() -> None:
     t = report.result.torch  # type: ignore[union-attr]
     nv = report.result.nvml  # type: ignore[union-attr]
     assert q["resident_after_load"].estimate_bytes == (
-        est[C.WEIGHTS] + est[C.QUANTIZATION_METADATA] + est[C.ADAPTERS] + rounding)
+        est[C.WEIGHTS] + est[C.QUANTIZATION_METADATA] + est[C.ADAPTERS] + rounding
+    )
     assert q["resident_after_load"].measured_bytes == 1_000 * MiB
     assert q["kv_cache"].estimate_bytes == est[C.KV_CACHE]
     assert q["kv_cache"].measured_bytes == 200 * MiB
@@ -64,7 +65,8 @@ def test_the_mapping_by_hand_on_a_cuda_report() -> None:
     assert list(rows) == list(Component)
     assert rows[C.KV_CACHE].measured_bytes == 200 * MiB and rows[C.KV_CACHE].quantity == "kv_cache"
     assert rows[C.WEIGHTS].verdict == "grouped" and rows[C.WEIGHTS].quantity == (
-        "resident_after_load")
+        "resident_after_load"
+    )
     assert rows[C.HEADROOM].verdict == "not_applicable"
     assert rows[C.COMMUNICATION_BUFFERS].verdict == "not_applicable"  # TP 1: none estimated
     # Headroom advice: shortfall (if any) + the per-iteration spread (4 MiB), floor 2%.
@@ -90,14 +92,23 @@ def test_verdicts_follow_the_tolerance() -> None:
 
 @pytest.mark.parametrize("case", ["no_nvml", "no_kv", "cpu", "oom"])
 def test_degraded_reports_say_so_and_do_not_crash(case: str) -> None:
-    report = cuda_report(nvml=case != "no_nvml", kv=case != "no_kv",
-                          status="oom" if case == "oom" else "succeeded")
+    report = cuda_report(
+        nvml=case != "no_nvml", kv=case != "no_kv", status="oom" if case == "oom" else "succeeded"
+    )
     if case == "cpu":
-        res = msgspec.structs.replace(report.result, device="cpu", device_name="cpu", nvml=None,
-                                      memory_total_bytes=None, compute_capability=None,
-                                      torch=msgspec.structs.replace(
-                                          report.result.torch,  # type: ignore[union-attr]
-                                          reserved_peak_bytes=None, workspace_bytes=None))
+        res = msgspec.structs.replace(
+            report.result,
+            device="cpu",
+            device_name="cpu",
+            nvml=None,
+            memory_total_bytes=None,
+            compute_capability=None,
+            torch=msgspec.structs.replace(
+                report.result.torch,  # type: ignore[union-attr]
+                reserved_peak_bytes=None,
+                workspace_bytes=None,
+            ),
+        )
         report = msgspec.structs.replace(report, result=res)
     comparison, _ = _compare(report)
     q = {x.name: x for x in comparison.tiers[0].quantities}
@@ -120,13 +131,17 @@ def test_degraded_reports_say_so_and_do_not_crash(case: str) -> None:
         assert any("lower bound" in r for r in comparison.headroom.reasons)
 
 
-@pytest.mark.parametrize(("status", "workload", "field"), [
-    ("failed", None, "status"),
-    ("cancelled", None, "status"),
-    ("succeeded", {"kind": "custom", "entry_point": "x"}, "request.workload.kind"),
-])
-def test_reports_without_a_comparable_measurement_are_refused(status: str, workload: Any,
-                                                             field: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "workload", "field"),
+    [
+        ("failed", None, "status"),
+        ("cancelled", None, "status"),
+        ("succeeded", {"kind": "custom", "entry_point": "x"}, "request.workload.kind"),
+    ],
+)
+def test_reports_without_a_comparable_measurement_are_refused(
+    status: str, workload: Any, field: str
+) -> None:
     report = cuda_report(status=status)
     if workload is not None:
         req = msgspec.convert({"workload": workload}, ProbeRequest)
@@ -138,11 +153,14 @@ def test_reports_without_a_comparable_measurement_are_refused(status: str, workl
 
 def test_device_matching() -> None:
     assert match_gpu("NVIDIA H100 80GB HBM3", 85_024_112_640, "9.0").id == (  # type: ignore
-        "h100-sxm5-80gb")
+        "h100-sxm5-80gb"
+    )
     assert match_gpu("NVIDIA H100 PCIe", 84_943_044_608, "9.0").id == (  # type: ignore
-        "h100-pcie-80gb")
+        "h100-pcie-80gb"
+    )
     assert match_gpu("NVIDIA A100-SXM4-80GB", 85_100_000_000, "8.0").id == (  # type: ignore
-        "a100-sxm4-80gb")
+        "a100-sxm4-80gb"
+    )
     assert match_gpu("Mystery GPU", 12 << 30, "9.9") is None
 
 
@@ -179,8 +197,7 @@ def test_extra_streams_workspaces_are_in_the_working_set_estimate() -> None:
     from vrambudget.core.components import Component
 
     one = cuda_report()
-    four = msgspec.structs.replace(one, request=msgspec.structs.replace(one.request,
-                                                                        concurrency=4))
+    four = msgspec.structs.replace(one, request=msgspec.structs.replace(one.request, concurrency=4))
     inp1, inp4 = estimate_input(one), estimate_input(four)
     b1 = estimate((inp1.workload,), inp1.device, Headroom(fraction=0.0))
     b4 = estimate((inp4.workload,), inp4.device, Headroom(fraction=0.0))
@@ -188,7 +205,8 @@ def test_extra_streams_workspaces_are_in_the_working_set_estimate() -> None:
     lines4 = {ln.component: ln.bytes for ln in b4.devices[0].lines}
     blas = lines4[Component.RUNTIME_WORKSPACE]
     assert q4["working_set_peak"].estimate_bytes == (
-        lines4[Component.ACTIVATIONS] + lines4[Component.LOGITS] + 3 * blas)
+        lines4[Component.ACTIVATIONS] + lines4[Component.LOGITS] + 3 * blas
+    )
     assert "3 more stream(s)" in (q4["working_set_peak"].note or "")
     q1 = {q.name: q for q in compare(one, {"analytic": b1}, inp1).tiers[0].quantities}
     assert q1["working_set_peak"].note is None

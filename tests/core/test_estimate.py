@@ -37,14 +37,16 @@ def test_llama31_8b_kv_cache_is_131072_bytes_per_token():
     # 32 layers x 2 (K, V) x 8 KV heads x 128 head_dim x 2 bytes = 131,072 B per token.
     one = infer("llama-3.1-8b", prompt_tokens=1000, generated_tokens=24)
     assert lines(estimate((one,)))[C.KV_CACHE] == 131_072 * 1024
-    many = infer("llama-3.1-8b", prompt_tokens=1000, generated_tokens=24, batch_size=3,
-                 concurrent_requests=5)
+    many = infer(
+        "llama-3.1-8b", prompt_tokens=1000, generated_tokens=24, batch_size=3, concurrent_requests=5
+    )
     assert lines(estimate((many,)))[C.KV_CACHE] == 131_072 * 1024 * 15
 
 
 def test_fp8_kv_cache_halves_bytes():
-    w = infer("llama-3.1-8b", prompt_tokens=4096, generated_tokens=0,
-              precision={"kv_cache": "fp8_e4m3"})
+    w = infer(
+        "llama-3.1-8b", prompt_tokens=4096, generated_tokens=0, precision={"kv_cache": "fp8_e4m3"}
+    )
     assert lines(estimate((w,)))[C.KV_CACHE] == 65_536 * 4096
 
 
@@ -95,15 +97,22 @@ def test_expert_parallel_needs_devices_that_exist():
     one = lines(estimate((infer("mixtral-8x7b", parallelism={"tensor": 2, "expert": 2}),)))
     full = lines(estimate((infer("mixtral-8x7b"),)))
     experts = 32 * 8 * 3 * 4096 * 14336 * 2  # routed expert weights, bf16
-    assert one[C.WEIGHTS] == (full[C.WEIGHTS] - experts) // 2 + experts // 2 + (
-        32 * 2 + 1) * 4096 * 2 // 2 + 32 * 8 * 4096 * 2 // 2
+    assert (
+        one[C.WEIGHTS]
+        == (full[C.WEIGHTS] - experts) // 2
+        + experts // 2
+        + (32 * 2 + 1) * 4096 * 2 // 2
+        + 32 * 8 * 4096 * 2 // 2
+    )
 
 
 def test_interleaving_with_one_chunk_is_plain_1f1b():
     def stage0(schedule, v):
-        w = train("llama-2-13b", gradient_accumulation_steps=8,
-                  parallelism={"pipeline": 4, "pipeline_schedule": schedule,
-                               "virtual_stages": v})
+        w = train(
+            "llama-2-13b",
+            gradient_accumulation_steps=8,
+            parallelism={"pipeline": 4, "pipeline_schedule": schedule, "virtual_stages": v},
+        )
         return lines(estimate((w,)), 0)[C.ACTIVATIONS]
 
     assert stage0("interleaved_1f1b", 1) == stage0("1f1b", 1)
@@ -120,13 +129,26 @@ def test_a_profile_name_with_braces_is_not_a_format_string() -> None:
     from vrambudget.core.calibration import CalibrationProfile, ProfileSet
     from vrambudget.core.spec import CatalogDevice, InferenceWorkload
 
-    profile = CalibrationProfile(id="odd", gpu_name="GPU {x}", gpu_id="h100-sxm5-80gb",
-                                 torch_version=None, cuda_version=None, driver_version=None,
-                                 cuda_context_bytes=500 * MiB, probe_ids=("p{1}",))
-    w = msgspec.convert({"kind": "inference",
-                         "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-                         "batch_size": 1, "prompt_tokens": 8, "generated_tokens": 1},
-                        InferenceWorkload)
+    profile = CalibrationProfile(
+        id="odd",
+        gpu_name="GPU {x}",
+        gpu_id="h100-sxm5-80gb",
+        torch_version=None,
+        cuda_version=None,
+        driver_version=None,
+        cuda_context_bytes=500 * MiB,
+        probe_ids=("p{1}",),
+    )
+    w = msgspec.convert(
+        {
+            "kind": "inference",
+            "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+            "batch_size": 1,
+            "prompt_tokens": 8,
+            "generated_tokens": 1,
+        },
+        InferenceWorkload,
+    )
     budget = estimate((w,), CatalogDevice(id="h100-sxm5-80gb"), None, ProfileSet([profile]))
     line = next(ln for ln in budget.devices[0].lines if ln.component.value == "cuda_context")
     assert line.bytes == 500 * MiB and "GPU {x}" in line.source and "p{1}" in line.source

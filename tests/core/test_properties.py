@@ -15,11 +15,19 @@ from vrambudget.core.fit import FitRequest, fit
 from vrambudget.core.search import max_fitting
 from vrambudget.core.spec import CustomDevice, Headroom
 
-MODELS = ["llama-3.1-8b", "mistral-7b-v0.1", "qwen2.5-0.5b", "gemma-2-2b", "mixtral-8x7b",
-          "deepseek-v2-lite", "gpt2", "qwen3-30b-a3b", "phi-3-mini-4k"]
+MODELS = [
+    "llama-3.1-8b",
+    "mistral-7b-v0.1",
+    "qwen2.5-0.5b",
+    "gemma-2-2b",
+    "mixtral-8x7b",
+    "deepseek-v2-lite",
+    "gpt2",
+    "qwen3-30b-a3b",
+    "phi-3-mini-4k",
+]
 
-PROFILE = settings(max_examples=60, deadline=None,
-                   suppress_health_check=[HealthCheck.too_slow])
+PROFILE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def total(w):
@@ -27,15 +35,29 @@ def total(w):
 
 
 @PROFILE
-@given(model=st.sampled_from(MODELS), batch=st.integers(1, 64), prompt=st.integers(1, 8192),
-       gen=st.integers(0, 2048), conc=st.integers(1, 16),
-       attention=st.sampled_from(["sdpa", "eager"]), logits=st.sampled_from(["last", "all"]))
-def test_inference_grows_with_batch_context_and_concurrency(model, batch, prompt, gen, conc,
-                                                            attention, logits):
+@given(
+    model=st.sampled_from(MODELS),
+    batch=st.integers(1, 64),
+    prompt=st.integers(1, 8192),
+    gen=st.integers(0, 2048),
+    conc=st.integers(1, 16),
+    attention=st.sampled_from(["sdpa", "eager"]),
+    logits=st.sampled_from(["last", "all"]),
+)
+def test_inference_grows_with_batch_context_and_concurrency(
+    model, batch, prompt, gen, conc, attention, logits
+):
     def w(**changes):
-        fields = dict(kind="inference", model={"source": "preset", "id": model},
-                      batch_size=batch, prompt_tokens=prompt, generated_tokens=gen,
-                      concurrent_requests=conc, attention=attention, logits=logits)
+        fields = dict(
+            kind="inference",
+            model={"source": "preset", "id": model},
+            batch_size=batch,
+            prompt_tokens=prompt,
+            generated_tokens=gen,
+            concurrent_requests=conc,
+            attention=attention,
+            logits=logits,
+        )
         fields.update(changes)
         return workload(**fields)
 
@@ -47,14 +69,23 @@ def test_inference_grows_with_batch_context_and_concurrency(model, batch, prompt
 
 
 @PROFILE
-@given(model=st.sampled_from(MODELS), batch=st.integers(1, 8), seq=st.integers(1, 4096),
-       ckpt=st.sampled_from(["none", "selective", "full"]),
-       method=st.sampled_from([{"kind": "full"}, {"kind": "lora"}, {"kind": "qlora"}]))
+@given(
+    model=st.sampled_from(MODELS),
+    batch=st.integers(1, 8),
+    seq=st.integers(1, 4096),
+    ckpt=st.sampled_from(["none", "selective", "full"]),
+    method=st.sampled_from([{"kind": "full"}, {"kind": "lora"}, {"kind": "qlora"}]),
+)
 def test_training_grows_with_batch_and_sequence(model, batch, seq, ckpt, method):
     def w(**changes):
-        fields = dict(kind="training", model={"source": "preset", "id": model},
-                      micro_batch_size=batch, sequence_length=seq, checkpointing=ckpt,
-                      method=method)
+        fields = dict(
+            kind="training",
+            model={"source": "preset", "id": model},
+            micro_batch_size=batch,
+            sequence_length=seq,
+            checkpointing=ckpt,
+            method=method,
+        )
         fields.update(changes)
         return workload(**fields)
 
@@ -64,21 +95,32 @@ def test_training_grows_with_batch_and_sequence(model, batch, seq, ckpt, method)
 
 
 @PROFILE
-@given(model=st.sampled_from(MODELS), tp=st.sampled_from([1, 2, 4, 8]),
-       pp=st.sampled_from([1, 2, 3, 4]), quant=st.sampled_from([None, "gptq", "bnb_4bit",
-                                                                  "fp8"]))
+@given(
+    model=st.sampled_from(MODELS),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 3, 4]),
+    quant=st.sampled_from([None, "gptq", "bnb_4bit", "fp8"]),
+)
 def test_parallelism_never_increases_weights_per_device(model, tp, pp, quant):
     precision = {"quantization": {"scheme": quant}} if quant else {}
 
     def weights(t, p):
-        w = workload(kind="inference", model={"source": "preset", "id": model},
-                     precision=precision, parallelism={"tensor": t, "pipeline": p})
+        w = workload(
+            kind="inference",
+            model={"source": "preset", "id": model},
+            precision=precision,
+            parallelism={"tensor": t, "pipeline": p},
+        )
         try:
             budget = estimate((w,))
         except ValueError:  # layout not realisable for this model (heads, layers)
             return None
-        return max(line.bytes for d in budget.devices for line in d.lines
-                   if line.component is Component.WEIGHTS)
+        return max(
+            line.bytes
+            for d in budget.devices
+            for line in d.lines
+            if line.component is Component.WEIGHTS
+        )
 
     single = weights(1, 1)
     split = weights(tp, pp)
@@ -87,25 +129,42 @@ def test_parallelism_never_increases_weights_per_device(model, tp, pp, quant):
 
 
 @PROFILE
-@given(model=st.sampled_from(MODELS), capacity_gib=st.integers(8, 200),
-       variable=st.sampled_from(["batch", "context", "concurrency"]))
+@given(
+    model=st.sampled_from(MODELS),
+    capacity_gib=st.integers(8, 200),
+    variable=st.sampled_from(["batch", "context", "concurrency"]),
+)
 def test_solved_maxima_are_tight(model, capacity_gib, variable):
-    w = workload(kind="inference", model={"source": "preset", "id": model},
-                 prompt_tokens=512, generated_tokens=128)
+    w = workload(
+        kind="inference",
+        model={"source": "preset", "id": model},
+        prompt_tokens=512,
+        generated_tokens=128,
+    )
     capacity = capacity_gib * 2**30
     device = CustomDevice(name="probe", memory_total_bytes=capacity)
     req = FitRequest(workloads=(w,), devices=(device,), solve=(variable,))
     layout = fit(req).gpus[0].layouts[0]
     maxima = layout.maxima
-    value = {"batch": maxima.batch_size, "concurrency": maxima.concurrent_requests,
-             "context": maxima.context_tokens}[variable]
+    value = {
+        "batch": maxima.batch_size,
+        "concurrency": maxima.concurrent_requests,
+        "context": maxima.context_tokens,
+    }[variable]
     ctx = resolve_device(device)
-    field = {"batch": "batch_size", "concurrency": "concurrent_requests",
-             "context": "prompt_tokens"}[variable]
+    field = {
+        "batch": "batch_size",
+        "concurrency": "concurrent_requests",
+        "context": "prompt_tokens",
+    }[variable]
 
     def at(x):
-        fields = dict(kind="inference", model={"source": "preset", "id": model},
-                      prompt_tokens=512, generated_tokens=128)
+        fields = dict(
+            kind="inference",
+            model={"source": "preset", "id": model},
+            prompt_tokens=512,
+            generated_tokens=128,
+        )
         fields[field] = x
         return device_totals((workload(**fields),), ctx, Headroom())
 
@@ -119,8 +178,13 @@ def test_solved_maxima_are_tight(model, capacity_gib, variable):
 
 
 @settings(max_examples=200, deadline=None)
-@given(a=st.integers(0, 10**6), b=st.integers(1, 10**4), c=st.integers(0, 50),
-       cap=st.integers(0, 10**12), limit=st.integers(1, 10**9))
+@given(
+    a=st.integers(0, 10**6),
+    b=st.integers(1, 10**4),
+    c=st.integers(0, 50),
+    cap=st.integers(0, 10**12),
+    limit=st.integers(1, 10**9),
+)
 def test_max_fitting_on_monotone_polynomials(a, b, c, cap, limit):
     def f(x):
         return a + b * x + c * x * x
@@ -134,17 +198,32 @@ def test_max_fitting_on_monotone_polynomials(a, b, c, cap, limit):
 
 
 @PROFILE
-@given(model=st.sampled_from(MODELS), batch=st.integers(1, 64), prompt=st.integers(1, 8192),
-       gen=st.integers(0, 2048), tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2]),
-       attention=st.sampled_from(["sdpa", "eager"]), logits=st.sampled_from(["last", "all"]),
-       instances=st.integers(1, 3))
-def test_solver_objective_equals_the_explained_budget(model, batch, prompt, gen, tp, pp,
-                                                      attention, logits, instances):
+@given(
+    model=st.sampled_from(MODELS),
+    batch=st.integers(1, 64),
+    prompt=st.integers(1, 8192),
+    gen=st.integers(0, 2048),
+    tp=st.sampled_from([1, 2, 4]),
+    pp=st.sampled_from([1, 2]),
+    attention=st.sampled_from(["sdpa", "eager"]),
+    logits=st.sampled_from(["last", "all"]),
+    instances=st.integers(1, 3),
+)
+def test_solver_objective_equals_the_explained_budget(
+    model, batch, prompt, gen, tp, pp, attention, logits, instances
+):
     """The fit solver's numeric fast path and the explained budget are the same number."""
-    w = workload(kind="inference", model={"source": "preset", "id": model}, batch_size=batch,
-                 prompt_tokens=prompt, generated_tokens=gen, attention=attention,
-                 logits=logits, instances=instances,
-                 parallelism={"tensor": tp, "pipeline": pp})
+    w = workload(
+        kind="inference",
+        model={"source": "preset", "id": model},
+        batch_size=batch,
+        prompt_tokens=prompt,
+        generated_tokens=gen,
+        attention=attention,
+        logits=logits,
+        instances=instances,
+        parallelism={"tensor": tp, "pipeline": pp},
+    )
     try:
         budget = estimate((w,))
     except ValueError:
@@ -153,16 +232,30 @@ def test_solver_objective_equals_the_explained_budget(model, batch, prompt, gen,
 
 
 @PROFILE
-@given(model=st.sampled_from(MODELS), batch=st.integers(1, 16), prompt=st.integers(1, 6000),
-       chunk=st.integers(1, 16384), conc=st.integers(1, 4),
-       attention=st.sampled_from(["sdpa", "eager"]), logits=st.sampled_from(["last", "all"]))
-def test_chunked_prefill_grows_with_prompt_batch_and_concurrency(model, batch, prompt, chunk,
-                                                                 conc, attention, logits):
+@given(
+    model=st.sampled_from(MODELS),
+    batch=st.integers(1, 16),
+    prompt=st.integers(1, 6000),
+    chunk=st.integers(1, 16384),
+    conc=st.integers(1, 4),
+    attention=st.sampled_from(["sdpa", "eager"]),
+    logits=st.sampled_from(["last", "all"]),
+)
+def test_chunked_prefill_grows_with_prompt_batch_and_concurrency(
+    model, batch, prompt, chunk, conc, attention, logits
+):
     def w(**changes):
-        fields = dict(kind="inference", model={"source": "preset", "id": model},
-                      batch_size=batch, prompt_tokens=prompt, generated_tokens=0,
-                      concurrent_requests=conc, attention=attention, logits=logits,
-                      prefill_chunk_tokens=chunk)
+        fields = dict(
+            kind="inference",
+            model={"source": "preset", "id": model},
+            batch_size=batch,
+            prompt_tokens=prompt,
+            generated_tokens=0,
+            concurrent_requests=conc,
+            attention=attention,
+            logits=logits,
+            prefill_chunk_tokens=chunk,
+        )
         fields.update(changes)
         return workload(**fields)
 
@@ -173,12 +266,22 @@ def test_chunked_prefill_grows_with_prompt_batch_and_concurrency(model, batch, p
 
 
 @PROFILE
-@given(model=st.sampled_from(MODELS), kind=st.sampled_from(["inference", "training"]),
-       instances=st.integers(1, 3), tp=st.sampled_from([1, 2]), dp=st.sampled_from([1, 2]),
-       ckpt=st.sampled_from(["none", "selective", "full"]), zero=st.sampled_from([0, 1, 3]))
+@given(
+    model=st.sampled_from(MODELS),
+    kind=st.sampled_from(["inference", "training"]),
+    instances=st.integers(1, 3),
+    tp=st.sampled_from([1, 2]),
+    dp=st.sampled_from([1, 2]),
+    ckpt=st.sampled_from(["none", "selective", "full"]),
+    zero=st.sampled_from([0, 1, 3]),
+)
 def test_parts_add_up_to_their_line(model, kind, instances, tp, dp, ckpt, zero):
-    fields = dict(kind=kind, model={"source": "preset", "id": model}, instances=instances,
-                  parallelism={"tensor": tp, "data": dp, "zero_stage": zero})
+    fields = dict(
+        kind=kind,
+        model={"source": "preset", "id": model},
+        instances=instances,
+        parallelism={"tensor": tp, "data": dp, "zero_stage": zero},
+    )
     if kind == "training":
         fields.update(checkpointing=ckpt, sequence_length=512)
     try:
@@ -189,4 +292,3 @@ def test_parts_add_up_to_their_line(model, kind, instances, tp, dp, ckpt, zero):
         for line in device.lines:
             if line.parts:
                 assert sum(p.bytes for p in line.parts) == line.bytes, line.component
-

@@ -18,8 +18,9 @@ def test_gptq_awq_bnb_fp8_int8_storage_of_a_4096_square():
     assert tensor_storage(BitsAndBytes4bit(), rows, cols, 1) == (8_388_608, 1_048_576 + 64)
     # Double quantization: uint8 absmax (262,144) + fp32 per 256 blocks (1,024 x 4) + offset.
     assert tensor_storage(BitsAndBytes4bit(double_quant=True), rows, cols, 1) == (
-        8_388_608, 262_144 + 4_096 + 4 + 64)
+        8_388_608,
+        262_144 + 4_096 + 4 + 64,
+    )
     assert tensor_storage(FP8(), rows, cols, 1) == (16_777_216, 4)
     assert tensor_storage(FP8(granularity="block"), rows, cols, 1) == (16_777_216, 32 * 32 * 4)
     assert tensor_storage(Int8(), rows, cols, 1) == (16_777_216, 4096 * 4)
-

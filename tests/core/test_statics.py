@@ -28,11 +28,11 @@ PSI = 6_738_415_616  # Llama-2-7B
     ],
 )
 def test_zero_model_states(stage, expected):
-    w = train("llama-2-7b", gradient_accumulation_steps=2,
-              parallelism={"data": 8, "zero_stage": stage})
+    w = train(
+        "llama-2-7b", gradient_accumulation_steps=2, parallelism={"data": 8, "zero_stage": stage}
+    )
     # The persistent model states (the optimizer step adds fp32 gradients and temporaries on
     # top, see tests/trace/test_oracle.py).
     (st,) = statics_for(w, resolve_model(w.model))
     total = st.weights_bytes + st.gradient_bytes + st.master_bytes + st.optimizer_bytes
     assert total == expected
-

@@ -27,8 +27,10 @@ def _script() -> ModuleType:
 
 def test_docs_examples_match_the_service() -> None:
     drifts = _script().check(ROOT)
-    assert not drifts, ("docs examples drifted (run python scripts/docs_examples.py and review "
-                        "the diff):\n" + "\n".join(str(d) for d in drifts))
+    assert not drifts, (
+        "docs examples drifted (run python scripts/docs_examples.py and review "
+        "the diff):\n" + "\n".join(str(d) for d in drifts)
+    )
 
 
 def test_a_drift_is_reported_by_name(tmp_path: Path) -> None:
@@ -37,12 +39,16 @@ def test_a_drift_is_reported_by_name(tmp_path: Path) -> None:
     doc.parent.mkdir()
     doc.write_text(
         "<!-- example-request: probe path=/readyz method=GET -->\n"
-        "<!-- example-answer: probe keep=num_gpus -->\n```json\n{\"num_gpus\": 1}\n```\n"
+        '<!-- example-answer: probe keep=num_gpus -->\n```json\n{"num_gpus": 1}\n```\n'
         "<!-- /example-answer -->\n"
-        "<!-- value: probe num_models -->0<!-- /value -->\n", encoding="utf-8")
+        "<!-- value: probe num_models -->0<!-- /value -->\n",
+        encoding="utf-8",
+    )
     drifts = script.check(tmp_path)
-    assert sorted((d.kind, d.name) for d in drifts) == [("answer", "probe"),
-                                                        ("value", "probe num_models")]
+    assert sorted((d.kind, d.name) for d in drifts) == [
+        ("answer", "probe"),
+        ("value", "probe num_models"),
+    ]
     assert "docs/API.md" in str(drifts[0]) and "probe" in str(drifts[0])
     script.generate(tmp_path, write=True)
     assert script.check(tmp_path) == []

@@ -53,11 +53,18 @@ def _expected_peak(spec: dict[str, Any], warmup: int, iterations: int) -> int:
 
 
 @pytest.mark.parametrize("spec", [INFER, TRAIN], ids=["inference", "training"])
-def test_probe_runs_for_real_and_matches_the_tracker(agent: Agent, receiver: Receiver,
-                                                     spec: dict[str, Any]) -> None:
+def test_probe_runs_for_real_and_matches_the_tracker(
+    agent: Agent, receiver: Receiver, spec: dict[str, Any]
+) -> None:
     before = len(receiver.requests)
-    r = agent.submit({"workload": spec, "warmup_iterations": 1, "iterations": 2,
-                      "callback": {"url": f"http://127.0.0.1:{receiver.port}/hook"}})
+    r = agent.submit(
+        {
+            "workload": spec,
+            "warmup_iterations": 1,
+            "iterations": 2,
+            "callback": {"url": f"http://127.0.0.1:{receiver.port}/hook"},
+        }
+    )
     assert r.status_code == 202, r.text
     assert r.headers["location"] == f"/v1/probes/{r.json()['id']}"
     doc = agent.wait(r.json()["id"])
@@ -119,9 +126,12 @@ def test_oom_is_a_result(agent: Agent) -> None:
 
 
 def test_time_limit_queue_full_and_cancel(agent: Agent) -> None:
-    slow = {"workload": {"kind": "custom", "entry_point": "sleeper",
-                         "arguments": {"seconds": 30.0}}, "warmup_iterations": 0,
-            "iterations": 1, "time_limit_s": 4}
+    slow = {
+        "workload": {"kind": "custom", "entry_point": "sleeper", "arguments": {"seconds": 30.0}},
+        "warmup_iterations": 0,
+        "iterations": 1,
+        "time_limit_s": 4,
+    }
     first = agent.submit(slow)
     assert first.status_code == 202, first.text
     time.sleep(0.5)  # the worker takes it: the queue (size 1) is free again
@@ -143,8 +153,9 @@ def test_listing_is_paged(agent: Agent) -> None:
     assert r.status_code == 200
     page = r.json()
     assert len(page["items"]) == 1 and page["next"]
-    r2 = httpx.get(f"{agent.url}/v1/probes", params={"limit": 1, "after": page["next"]},
-                   headers=AUTH)
+    r2 = httpx.get(
+        f"{agent.url}/v1/probes", params={"limit": 1, "after": page["next"]}, headers=AUTH
+    )
     assert r2.json()["items"][0]["id"] != page["items"][0]["id"]
 
 
@@ -160,9 +171,16 @@ def test_sigkill_mid_probe_then_restart(tmp_path: Path) -> None:
         done = a.submit({"workload": INFER, "iterations": 1})
         finished = a.wait(done.json()["id"])
         assert finished["status"] == "succeeded"
-        slow = a.submit({"workload": {"kind": "custom", "entry_point": "sleeper",
-                                      "arguments": {"seconds": 60.0}},
-                         "callback": {"url": f"http://127.0.0.1:{receiver.port}/hook"}})
+        slow = a.submit(
+            {
+                "workload": {
+                    "kind": "custom",
+                    "entry_point": "sleeper",
+                    "arguments": {"seconds": 60.0},
+                },
+                "callback": {"url": f"http://127.0.0.1:{receiver.port}/hook"},
+            }
+        )
         time.sleep(1.0)
         a.kill()
         b = Agent(data, receiver.port)

@@ -34,21 +34,22 @@ def service() -> Iterator[Service]:
 
 
 def _agent(tmp: Path, receiver: Receiver, service_port: int) -> Agent:
-    a = Agent(tmp, receiver.port,
-               VRAMBUDGET_AGENT_SERVICE_ALLOW=f"http://127.0.0.1:{service_port}")
+    a = Agent(tmp, receiver.port, VRAMBUDGET_AGENT_SERVICE_ALLOW=f"http://127.0.0.1:{service_port}")
     a.start()
     return a
 
 
-def _callback_for(receiver: Receiver, probe_id: str, timeout: float = 60
-                  ) -> tuple[dict[str, str], bytes]:
+def _callback_for(
+    receiver: Receiver, probe_id: str, timeout: float = 60
+) -> tuple[dict[str, str], bytes]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         hits = [(h, b) for h, b in receiver.requests if h.get("webhook-id") == f"msg_{probe_id}"]
         if hits:
             time.sleep(0.5)  # a duplicate would arrive now
-            hits = [(h, b) for h, b in receiver.requests
-                    if h.get("webhook-id") == f"msg_{probe_id}"]
+            hits = [
+                (h, b) for h, b in receiver.requests if h.get("webhook-id") == f"msg_{probe_id}"
+            ]
             assert len(hits) == 1, f"{len(hits)} callbacks for {probe_id}"
             return hits[0]
         time.sleep(0.1)
@@ -56,13 +57,19 @@ def _callback_for(receiver: Receiver, probe_id: str, timeout: float = 60
 
 
 @pytest.mark.parametrize("spec", [INFER, TRAIN], ids=["inference", "training"])
-def test_probe_to_comparison_to_signed_callback(tmp_path: Path, service: Service,
-                                                receiver: Receiver, spec: dict[str, Any]
-                                                ) -> None:
+def test_probe_to_comparison_to_signed_callback(
+    tmp_path: Path, service: Service, receiver: Receiver, spec: dict[str, Any]
+) -> None:
     agent = _agent(tmp_path, receiver, service.port)
     try:
-        r = agent.submit({"workload": spec, "iterations": 2, "service_url": service.url,
-                          "callback": {"url": f"http://127.0.0.1:{receiver.port}/hook"}})
+        r = agent.submit(
+            {
+                "workload": spec,
+                "iterations": 2,
+                "service_url": service.url,
+                "callback": {"url": f"http://127.0.0.1:{receiver.port}/hook"},
+            }
+        )
         assert r.status_code == 202, r.text
         probe_id = r.json()["id"]
         doc = agent.wait(probe_id)
@@ -93,15 +100,19 @@ def test_probe_to_comparison_to_signed_callback(tmp_path: Path, service: Service
         agent.stop()
 
 
-def test_service_down_then_up_the_comparison_is_retried(tmp_path: Path, receiver: Receiver
-                                                        ) -> None:
+def test_service_down_then_up_the_comparison_is_retried(tmp_path: Path, receiver: Receiver) -> None:
     port = free_port()
     agent = _agent(tmp_path, receiver, port)
     later = Service(port)
     try:
-        r = agent.submit({"workload": INFER, "iterations": 1,
-                          "service_url": f"http://127.0.0.1:{port}",
-                          "callback": {"url": f"http://127.0.0.1:{receiver.port}/hook"}})
+        r = agent.submit(
+            {
+                "workload": INFER,
+                "iterations": 1,
+                "service_url": f"http://127.0.0.1:{port}",
+                "callback": {"url": f"http://127.0.0.1:{receiver.port}/hook"},
+            }
+        )
         probe_id = r.json()["id"]
         doc = agent.wait(probe_id)
         # The measurement is kept; the estimate could not be fetched; no callback yet.
@@ -119,8 +130,9 @@ def test_service_down_then_up_the_comparison_is_retried(tmp_path: Path, receiver
         later.stop()
 
 
-def test_service_url_off_the_allow_list_is_422(tmp_path: Path, receiver: Receiver,
-                                               service: Service) -> None:
+def test_service_url_off_the_allow_list_is_422(
+    tmp_path: Path, receiver: Receiver, service: Service
+) -> None:
     agent = _agent(tmp_path, receiver, service.port)
     try:
         r = agent.submit({"workload": INFER, "service_url": "http://127.0.0.1:1"})

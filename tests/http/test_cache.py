@@ -13,4 +13,3 @@ def test_answer_cache_is_bounded_and_exact():
     cache.put(("budgets", b"c"), b"3")
     assert cache.get(("budgets", b"b")) is None  # least recently used went
     assert cache.get(("fits", b"a")) is None  # endpoints never share answers
-

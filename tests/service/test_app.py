@@ -84,10 +84,22 @@ def test_budget_has_every_component_once(client):
     assert r.status_code == 200
     device = r.json()["devices"][0]
     names = [line["component"] for line in device["lines"]]
-    assert names == ["weights", "quantization_metadata", "adapters", "kv_cache", "activations",
-                     "logits", "gradients", "optimizer_state", "master_weights", "cuda_context",
-                     "runtime_workspace", "communication_buffers", "allocator_overhead",
-                     "headroom"]
+    assert names == [
+        "weights",
+        "quantization_metadata",
+        "adapters",
+        "kv_cache",
+        "activations",
+        "logits",
+        "gradients",
+        "optimizer_state",
+        "master_weights",
+        "cuda_context",
+        "runtime_workspace",
+        "communication_buffers",
+        "allocator_overhead",
+        "headroom",
+    ]
     assert all(isinstance(line["bytes"], int) and line["source"] for line in device["lines"])
     assert device["total_bytes"] == sum(line["bytes"] for line in device["lines"])
 
@@ -95,20 +107,38 @@ def test_budget_has_every_component_once(client):
 @pytest.mark.parametrize(
     ("workload", "field", "text"),
     [
-        ({"batch_size": 0}, "$.workloads[0].batch_size",
-         "Expected `int` >= 1; allowed range: 1 .. 16777216"),
-        ({"prompt_tokens": 10**15}, "$.workloads[0].prompt_tokens",
-         "Expected `int` <= 1099511627776; allowed range: 1 .. 1099511627776"),
+        (
+            {"batch_size": 0},
+            "$.workloads[0].batch_size",
+            "Expected `int` >= 1; allowed range: 1 .. 16777216",
+        ),
+        (
+            {"prompt_tokens": 10**15},
+            "$.workloads[0].prompt_tokens",
+            "Expected `int` <= 1099511627776; allowed range: 1 .. 1099511627776",
+        ),
         ({"batch_size": "4"}, "$.workloads[0].batch_size", "Expected `int`, got `str`"),
         ({"batch_szie": 2}, "$.workloads[0]", "unknown field `batch_szie`"),
-        ({"attention": "fast"}, "$.workloads[0].attention",
-         "Invalid enum value 'fast'; allowed: 'eager', 'flash', 'sdpa'"),
-        ({"parallelism": {"tensor": 3}}, "$.workloads[0].parallelism.tensor",
-         "3 must divide the model's 32 attention heads"),
-        ({"parallelism": {"offload_parameters": True}}, "$.workloads[0].parallelism",
-         "offload_parameters needs zero_stage 3"),
-        ({"parallelism": {"offload_optimizer": True}}, "$.workloads[0].parallelism",
-         "offload_optimizer needs zero_stage >= 1"),
+        (
+            {"attention": "fast"},
+            "$.workloads[0].attention",
+            "Invalid enum value 'fast'; allowed: 'eager', 'flash', 'sdpa'",
+        ),
+        (
+            {"parallelism": {"tensor": 3}},
+            "$.workloads[0].parallelism.tensor",
+            "3 must divide the model's 32 attention heads",
+        ),
+        (
+            {"parallelism": {"offload_parameters": True}},
+            "$.workloads[0].parallelism",
+            "offload_parameters needs zero_stage 3",
+        ),
+        (
+            {"parallelism": {"offload_optimizer": True}},
+            "$.workloads[0].parallelism",
+            "offload_optimizer needs zero_stage >= 1",
+        ),
     ],
 )
 def test_bad_input_is_422_problem_with_field_and_range(client, workload, field, text):
@@ -121,8 +151,17 @@ def test_bad_input_is_422_problem_with_field_and_range(client, workload, field, 
 
 
 def test_unsupported_model_type_is_named(client):
-    body = {"workloads": [{"kind": "inference", "model": {
-        "source": "hf_config", "config": {"model_type": "falcon", "hidden_size": 4096}}}]}
+    body = {
+        "workloads": [
+            {
+                "kind": "inference",
+                "model": {
+                    "source": "hf_config",
+                    "config": {"model_type": "falcon", "hidden_size": 4096},
+                },
+            }
+        ]
+    }
     r = client.post("/v1/budgets", json=body)
     assert r.status_code == 422
     error = r.json()["errors"][0]
@@ -138,22 +177,38 @@ def test_inline_config_equals_preset(client):
 
 
 def test_huge_but_valid_values_give_exact_numbers(client):
-    body = {"workloads": [{"kind": "inference", "model": {
-        "source": "dimensions", "hidden_size": 4096, "num_layers": 1_000_000,
-        "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000},
-        "prompt_tokens": 2**40, "generated_tokens": 0, "batch_size": 2**24}]}
+    body = {
+        "workloads": [
+            {
+                "kind": "inference",
+                "model": {
+                    "source": "dimensions",
+                    "hidden_size": 4096,
+                    "num_layers": 1_000_000,
+                    "num_attention_heads": 32,
+                    "intermediate_size": 11008,
+                    "vocab_size": 32000,
+                },
+                "prompt_tokens": 2**40,
+                "generated_tokens": 0,
+                "batch_size": 2**24,
+            }
+        ]
+    }
     r = client.post("/v1/budgets", json=body)
     assert r.status_code == 200
-    kv = next(line["bytes"] for line in r.json()["devices"][0]["lines"]
-              if line["component"] == "kv_cache")
+    kv = next(
+        line["bytes"] for line in r.json()["devices"][0]["lines"] if line["component"] == "kv_cache"
+    )
     assert kv == 1_000_000 * 2 * 32 * 128 * 2 * 2**40 * 2**24
 
 
 def test_malformed_json_and_oversized_body(client):
     r = client.post("/v1/budgets", content=b"{nope", headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.headers["content-type"].startswith("application/problem")
-    r = client.post("/v1/budgets", content=b" " * (300 * 1024),
-                    headers={"content-type": "application/json"})
+    r = client.post(
+        "/v1/budgets", content=b" " * (300 * 1024), headers={"content-type": "application/json"}
+    )
     assert r.status_code == 413
 
 
@@ -199,9 +254,11 @@ def test_repeated_request_same_answer_and_errors_not_cached(client):
 
 
 def test_fit_reports_models_too_large_for_any_layout(client):
-    body = {"workloads": [{"kind": "inference", "model": {"source": "preset",
-                                                          "id": "deepseek-v3"}}],
-            "devices": [{"source": "catalog", "id": "t4-16gb"}], "max_device_count": 8}
+    body = {
+        "workloads": [{"kind": "inference", "model": {"source": "preset", "id": "deepseek-v3"}}],
+        "devices": [{"source": "catalog", "id": "t4-16gb"}],
+        "max_device_count": 8,
+    }
     gpu = client.post("/v1/fits", json=body).json()["gpus"][0]
     assert gpu["min_device_count"] is None
     assert "does not fit on any layout of up to 8 devices" in gpu["warnings"][0]
@@ -213,8 +270,10 @@ def test_fit_reports_models_too_large_for_any_layout(client):
 def test_dtype_the_device_cannot_run_natively_is_warned(client):
     r = post_budget(client, precision={"weights": "bf16"})
     assert r.json()["warnings"] == []
-    body = {"workloads": [{"kind": "inference", "model": LLAMA}],
-            "device": {"source": "catalog", "id": "v100-sxm2-32gb"}}
+    body = {
+        "workloads": [{"kind": "inference", "model": LLAMA}],
+        "device": {"source": "catalog", "id": "v100-sxm2-32gb"},
+    }
     warnings = client.post("/v1/budgets", json=body).json()["warnings"]
     assert any("no native bf16 support" in w for w in warnings)
     fit_body = {"workloads": body["workloads"], "devices": [body["device"]]}
@@ -223,12 +282,22 @@ def test_dtype_the_device_cannot_run_natively_is_warned(client):
 
 
 def test_colocated_parts_name_each_workload_that_holds_bytes(client):
-    body = {"workloads": [
-        {"kind": "inference", "model": LLAMA, "name": "chat"},
-        {"kind": "inference", "model": {"source": "preset", "id": "bert-base-uncased"},
-         "name": "embedder", "generated_tokens": 0},
-        {"kind": "generic", "name": "renderer", "assets": [{"name": "textures", "bytes": 10**9}]},
-    ]}
+    body = {
+        "workloads": [
+            {"kind": "inference", "model": LLAMA, "name": "chat"},
+            {
+                "kind": "inference",
+                "model": {"source": "preset", "id": "bert-base-uncased"},
+                "name": "embedder",
+                "generated_tokens": 0,
+            },
+            {
+                "kind": "generic",
+                "name": "renderer",
+                "assets": [{"name": "textures", "bytes": 10**9}],
+            },
+        ]
+    }
     device = client.post("/v1/budgets", json=body).json()["devices"][0]
     by_component = {line["component"]: line for line in device["lines"]}
     weights = by_component["weights"]

@@ -31,7 +31,7 @@ def schemas() -> dict[str, Any]:
 
 def _name(ref: str) -> str:
     assert ref.startswith(PREFIX), ref
-    return ref[len(PREFIX):]
+    return ref[len(PREFIX) :]
 
 
 def _refs(node: Any) -> set[str]:
@@ -88,9 +88,23 @@ def _tag_fields(schemas: dict[str, Any]) -> set[tuple[str, str]]:
 def test_request_components_are_found(schemas):
     reachable = _reachable(schemas)
     # A sanity check of the walk itself: nested unions, items and optional refs are followed.
-    for name in ("InferenceWorkload", "TrainingWorkload", "GenericWorkload", "SizedItem",
-                 "CacheItem", "HFConfig", "HFTextConfig", "HFVisionConfig", "MoESpec", "QLoRA",
-                 "BitsAndBytes4bit", "Adafactor", "CustomDevice", "Headroom", "Parallelism"):
+    for name in (
+        "InferenceWorkload",
+        "TrainingWorkload",
+        "GenericWorkload",
+        "SizedItem",
+        "CacheItem",
+        "HFConfig",
+        "HFTextConfig",
+        "HFVisionConfig",
+        "MoESpec",
+        "QLoRA",
+        "BitsAndBytes4bit",
+        "Adafactor",
+        "CustomDevice",
+        "Headroom",
+        "Parallelism",
+    ):
         assert name in reachable
 
 

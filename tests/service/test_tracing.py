@@ -27,13 +27,24 @@ LIMIT_S = 2.0
 
 PROBLEMS = "https://vrambudget.dev/problems/"
 
-TINY_MODEL = {"source": "dimensions", "hidden_size": 64, "num_layers": 2,
-              "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256}
+TINY_MODEL = {
+    "source": "dimensions",
+    "hidden_size": 64,
+    "num_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "vocab_size": 256,
+}
 
 
 def body(name: str, **extra: object) -> dict[str, object]:
-    workload = {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-                "name": name, "prompt_tokens": 64, "generated_tokens": 8}
+    workload = {
+        "kind": "inference",
+        "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+        "name": name,
+        "prompt_tokens": 64,
+        "generated_tokens": 8,
+    }
     return {"method": "trace", "workloads": [workload], **extra}
 
 
@@ -51,8 +62,13 @@ def calls_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(calls_file):
-    settings = Settings(trace_entry="tests.support.trace_entries:scripted", trace_workers=2,
-                        trace_time_limit_s=LIMIT_S, trace_max_pending=3, trace_cache_entries=64)
+    settings = Settings(
+        trace_entry="tests.support.trace_entries:scripted",
+        trace_workers=2,
+        trace_time_limit_s=LIMIT_S,
+        trace_max_pending=3,
+        trace_cache_entries=64,
+    )
     with TestClient(create_app(settings), timeout=60) as c:
         yield c
 
@@ -71,8 +87,11 @@ def test_trace_answer_is_cached_by_canonical_request(client, calls_file):
     assert client.post("/v1/budgets", json=body("cache")).content == first.content
     # The same workload spelt differently: key order, whitespace, defaults written out.
     spelt = json.loads(json.dumps(body("cache")))
-    spelt = {"trace": {"expandable_segments": False, "iterations": 2},
-             "headroom": {"fraction": 0.05}, **dict(reversed(list(spelt.items())))}
+    spelt = {
+        "trace": {"expandable_segments": False, "iterations": 2},
+        "headroom": {"fraction": 0.05},
+        **dict(reversed(list(spelt.items()))),
+    }
     raw = json.dumps(spelt, indent=3).encode()
     again = client.post("/v1/budgets", content=raw, headers={"content-type": "application/json"})
     assert again.content == first.content
@@ -147,8 +166,9 @@ def test_workload_the_engine_rejects_is_the_analytic_422(client):
     assert r.status_code == 422
     problem = r.json()
     assert problem["type"] == PROBLEMS + "invalid-workload"
-    assert problem["errors"] == [{"field": "$.workloads[0].model",
-                                  "message": "the fixture does not trace this model"}]
+    assert problem["errors"] == [
+        {"field": "$.workloads[0].model", "message": "the fixture does not trace this model"}
+    ]
 
 
 def test_engine_bug_is_a_500_problem_and_the_pool_survives(client):
@@ -168,8 +188,11 @@ def test_trace_metrics(client):
     text = client.get("/metrics").text
     for outcome in tracing.OUTCOMES:
         assert f'vrambudget_trace_requests_total{{outcome="{outcome}"}}' in text
-    value = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
-             if line.startswith("vrambudget_trace_")}
+    value = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line.startswith("vrambudget_trace_")
+    }
     assert value['vrambudget_trace_requests_total{outcome="cached"}'] >= 1
     assert value['vrambudget_trace_duration_seconds_count{outcome="ok"}'] >= 1
 
@@ -182,15 +205,15 @@ def test_unimportable_entry_point_is_501_and_analytic_still_works():
         problem = r.json()
         assert problem["type"] == PROBLEMS + "trace-unavailable"
         assert problem["detail"].startswith(
-            "trace tier not installed: pip install 'vrambudget[trace]'")
+            "trace tier not installed: pip install 'vrambudget[trace]'"
+        )
         assert c.post("/v1/budgets", json=body("x", method="analytic")).status_code == 200
         assert not app.state.trace_pool.started  # no worker was spawned
 
 
 def test_missing_torch_is_501(monkeypatch):
     real = tracing.find_spec
-    monkeypatch.setattr(tracing, "find_spec", lambda name: None if name == "torch"
-                        else real(name))
+    monkeypatch.setattr(tracing, "find_spec", lambda name: None if name == "torch" else real(name))
     with TestClient(create_app()) as c:
         r = c.post("/v1/budgets", json=body("x"))
     assert r.status_code == 501 and "'torch' not found" in r.json()["detail"]
@@ -208,8 +231,11 @@ def test_shutdown_stops_the_workers(calls_file):
     with TestClient(app) as c:
         assert c.post("/v1/budgets", json=body("shutdown")).status_code == 200
         assert app.state.trace_pool.started
-    pid = int(next(line for line in calls_file.read_text().splitlines()
-                   if line.endswith(" shutdown")).split()[0])
+    pid = int(
+        next(
+            line for line in calls_file.read_text().splitlines() if line.endswith(" shutdown")
+        ).split()[0]
+    )
     assert pid != os.getpid()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
@@ -223,17 +249,22 @@ ENGINE = find_spec("torch") is not None and find_spec("vrambudget.trace.engine")
 
 @pytest.mark.skipif(not ENGINE, reason="the trace engine or torch is not installed")
 def test_real_engine_end_to_end_and_cli():
-    request = {"method": "trace", "workloads": [
-        {"kind": "training", "model": TINY_MODEL, "micro_batch_size": 2,
-         "sequence_length": 32}]}
+    request = {
+        "method": "trace",
+        "workloads": [
+            {"kind": "training", "model": TINY_MODEL, "micro_batch_size": 2, "sequence_length": 32}
+        ],
+    }
     with TestClient(create_app(Settings(trace_time_limit_s=60)), timeout=90) as c:
         r = c.post("/v1/budgets", json=request)
         assert r.status_code == 200, r.text
         answer = r.json()
         assert answer["method"] == "trace" and answer["trace"]["num_events"] > 0
         assert answer["total_bytes"] == answer["devices"][0]["total_bytes"]
-        bad = {**request, "workloads": [{**request["workloads"][0],
-                                         "parallelism": {"pipeline": 2}}]}
+        bad = {
+            **request,
+            "workloads": [{**request["workloads"][0], "parallelism": {"pipeline": 2}}],
+        }
         r = c.post("/v1/budgets", json=bad)
         assert r.status_code == 422, r.text
         assert r.json()["type"] == PROBLEMS + "invalid-workload"
@@ -256,8 +287,22 @@ def test_cli_trace_table_and_missing_tier(monkeypatch, capsys):
     from vrambudget.cli.main import main
 
     monkeypatch.setenv("VRAMBUDGET_TRACE_ENTRY", "tests.support.trace_entries:tiny")
-    assert main(["estimate", "--model", "qwen2.5-0.5b", "--prompt", "64", "--generate", "8",
-                 "--method", "trace"]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--model",
+                "qwen2.5-0.5b",
+                "--prompt",
+                "64",
+                "--generate",
+                "8",
+                "--method",
+                "trace",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "weights" in out and "fixture: torch summed 3" in out
     monkeypatch.setenv("VRAMBUDGET_TRACE_ENTRY", "tests.no_such_module:trace")
@@ -266,17 +311,27 @@ def test_cli_trace_table_and_missing_tier(monkeypatch, capsys):
     assert main(["estimate", "--model", "qwen2.5-0.5b"]) == 0  # analytic is unaffected
 
 
-@pytest.mark.parametrize(("env", "value", "text"), [
-    ("VRAMBUDGET_TRACE_WORKERS", "0",
-     "VRAMBUDGET_TRACE_WORKERS (setting trace_workers) must be in 1 .. 256, got 0"),
-    ("VRAMBUDGET_TRACE_WORKERS", "two", "VRAMBUDGET_TRACE_WORKERS must be an integer, got 'two'"),
-    ("VRAMBUDGET_TRACE_TIME_LIMIT_S", "-1", "VRAMBUDGET_TRACE_TIME_LIMIT_S"),
-    ("VRAMBUDGET_TRACE_TIME_LIMIT_S", "nan", "VRAMBUDGET_TRACE_TIME_LIMIT_S"),
-    ("VRAMBUDGET_TRACE_TIME_LIMIT_S", "1m", "must be a number, got '1m'"),
-    ("VRAMBUDGET_TRACE_MAX_PENDING", "0", "VRAMBUDGET_TRACE_MAX_PENDING"),
-    ("VRAMBUDGET_TRACE_CACHE_ENTRIES", "-5", "VRAMBUDGET_TRACE_CACHE_ENTRIES"),
-    ("VRAMBUDGET_TRACE_ENTRY", "vrambudget.trace.engine.trace_budget", "'module:function'"),
-])
+@pytest.mark.parametrize(
+    ("env", "value", "text"),
+    [
+        (
+            "VRAMBUDGET_TRACE_WORKERS",
+            "0",
+            "VRAMBUDGET_TRACE_WORKERS (setting trace_workers) must be in 1 .. 256, got 0",
+        ),
+        (
+            "VRAMBUDGET_TRACE_WORKERS",
+            "two",
+            "VRAMBUDGET_TRACE_WORKERS must be an integer, got 'two'",
+        ),
+        ("VRAMBUDGET_TRACE_TIME_LIMIT_S", "-1", "VRAMBUDGET_TRACE_TIME_LIMIT_S"),
+        ("VRAMBUDGET_TRACE_TIME_LIMIT_S", "nan", "VRAMBUDGET_TRACE_TIME_LIMIT_S"),
+        ("VRAMBUDGET_TRACE_TIME_LIMIT_S", "1m", "must be a number, got '1m'"),
+        ("VRAMBUDGET_TRACE_MAX_PENDING", "0", "VRAMBUDGET_TRACE_MAX_PENDING"),
+        ("VRAMBUDGET_TRACE_CACHE_ENTRIES", "-5", "VRAMBUDGET_TRACE_CACHE_ENTRIES"),
+        ("VRAMBUDGET_TRACE_ENTRY", "vrambudget.trace.engine.trace_budget", "'module:function'"),
+    ],
+)
 def test_bad_trace_settings_refuse_to_start(monkeypatch, capsys, env, value, text):
     monkeypatch.setenv(env, value)
     with pytest.raises(SettingsError) as info:
@@ -289,26 +344,38 @@ def test_bad_trace_settings_refuse_to_start(monkeypatch, capsys, env, value, tex
 
 
 def test_trace_settings_from_env(monkeypatch):
-    for env, value in [("VRAMBUDGET_TRACE_WORKERS", "3"), ("VRAMBUDGET_TRACE_TIME_LIMIT_S", "7.5"),
-                       ("VRAMBUDGET_TRACE_MAX_PENDING", "9"),
-                       ("VRAMBUDGET_TRACE_CACHE_ENTRIES", "0"),
-                       ("VRAMBUDGET_TRACE_ENTRY", "tests.support.trace_entries:tiny")]:
+    for env, value in [
+        ("VRAMBUDGET_TRACE_WORKERS", "3"),
+        ("VRAMBUDGET_TRACE_TIME_LIMIT_S", "7.5"),
+        ("VRAMBUDGET_TRACE_MAX_PENDING", "9"),
+        ("VRAMBUDGET_TRACE_CACHE_ENTRIES", "0"),
+        ("VRAMBUDGET_TRACE_ENTRY", "tests.support.trace_entries:tiny"),
+    ]:
         monkeypatch.setenv(env, value)
     s = Settings.from_env()
-    assert (s.trace_workers, s.trace_time_limit_s, s.trace_max_pending, s.trace_cache_entries,
-            s.trace_entry) == (3, 7.5, 9, 0, "tests.support.trace_entries:tiny")
+    assert (
+        s.trace_workers,
+        s.trace_time_limit_s,
+        s.trace_max_pending,
+        s.trace_cache_entries,
+        s.trace_entry,
+    ) == (3, 7.5, 9, 0, "tests.support.trace_entries:tiny")
 
 
 def test_idle_worker_killed_breaks_no_later_trace(client, calls_file):
     """pebble declares the whole pool broken when a worker dies with no task running (an OOM
     killer picking an idle worker); the next trace gets a new pool."""
     assert client.post("/v1/budgets", json=body("before-idle-kill")).status_code == 200
-    pid = int(next(line for line in reversed(calls_file.read_text().splitlines())
-                   if line.endswith(" before-idle-kill")).split()[0])
+    pid = int(
+        next(
+            line
+            for line in reversed(calls_file.read_text().splitlines())
+            if line.endswith(" before-idle-kill")
+        ).split()[0]
+    )
     pool = client.app.state.trace_pool._pool
     os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)  # pebble's manager notices within its 0.1 s poll
     r = client.post("/v1/budgets", json=body("after-idle-kill"))
     assert r.status_code == 200, r.text
     assert client.app.state.trace_pool._pool is not pool  # a new pool took over
-

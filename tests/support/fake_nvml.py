@@ -1,6 +1,7 @@
 """A fake NVML binding, built from the real binding's structures.
 
-Why not a MagicMock: the point of testing ``vrambudget.agent.nvml`` without a GPU is that it must meet the
+Why not a MagicMock: the point of testing ``vrambudget.agent.nvml`` without a GPU is that it must
+meet the
 binding's real shapes. So every value this fake returns is what ``pynvml`` itself would build,
 taken from NVIDIA's official binding as installed here (``nvidia-ml-py`` 13.615.71,
 ``site-packages/pynvml.py``):
@@ -41,8 +42,16 @@ from typing import Any
 
 import pynvml
 
-__all__ = ["H100_TOTAL_BYTES", "FakeClock", "FakeGPU", "FakeHandle", "FakeMIG", "FakeNVML",
-           "FakeProcess", "Step"]
+__all__ = [
+    "H100_TOTAL_BYTES",
+    "FakeClock",
+    "FakeGPU",
+    "FakeHandle",
+    "FakeMIG",
+    "FakeNVML",
+    "FakeProcess",
+    "Step",
+]
 
 H100_TOTAL_BYTES = 81_559 * 2**20  # 85_520_809_984
 _NA_UINT = 0xFFFFFFFF
@@ -128,15 +137,22 @@ def _error(code: int) -> pynvml.NVMLError:
 
 
 class FakeNVML:
-    """Module-like: the ``pynvml`` names ``vrambudget.agent.nvml`` calls, with the real constants and
-    error classes copied onto the instance."""
+    """Module-like: the ``pynvml`` names ``vrambudget.agent.nvml`` calls, with the real constants
+    and error classes copied onto the instance."""
 
-    def __init__(self, gpus: list[FakeGPU] | None = None, *, init_error: int | None = None,
-                 driver_version: str = "550.54.15", cuda_driver_version: int = 12040,
-                 nvml_version: str = "12.550.54.15") -> None:
+    def __init__(
+        self,
+        gpus: list[FakeGPU] | None = None,
+        *,
+        init_error: int | None = None,
+        driver_version: str = "550.54.15",
+        cuda_driver_version: int = 12040,
+        nvml_version: str = "12.550.54.15",
+    ) -> None:
         for name in dir(pynvml):  # NVMLError*, NVML_* constants, nvmlMemory_v2, ...
             if name.startswith(("NVMLError", "NVML_", "NVMLLibraryMismatchError")) or (
-                    name == "nvmlMemory_v2"):
+                name == "nvmlMemory_v2"
+            ):
                 setattr(self, name, getattr(pynvml, name))
         self.gpus = list(gpus or [])
         self.init_error = init_error
@@ -258,8 +274,9 @@ class FakeNVML:
             total, reserved, used = gpu.total_bytes, gpu.reserved_bytes, gpu.used_bytes
         free = total - reserved - used
         if version:
-            return pynvml.c_nvmlMemory_v2_t(version=version, total=total, reserved=reserved,
-                                            free=free, used=used)
+            return pynvml.c_nvmlMemory_v2_t(
+                version=version, total=total, reserved=reserved, free=free, used=used
+            )
         return pynvml.c_nvmlMemory_t(total=total, free=free, used=total - free)
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: FakeHandle) -> tuple[int, int]:
@@ -291,9 +308,13 @@ class FakeNVML:
             raise _error(pynvml.NVML_ERROR_NOT_FOUND)
         value = gpu.accounting_max_memory[pid]
         stats = pynvml.c_nvmlAccountingStats_t(
-            gpuUtilization=50, memoryUtilization=20,
-            maxMemoryUsage=_NA_ULL if value is None else value, time=1000,
-            startTime=1_700_000_000_000_000, isRunning=1)
+            gpuUtilization=50,
+            memoryUtilization=20,
+            maxMemoryUsage=_NA_ULL if value is None else value,
+            time=1000,
+            startTime=1_700_000_000_000_000,
+            isRunning=1,
+        )
         if stats.maxMemoryUsage == _NA_ULL:
             stats.maxMemoryUsage = None  # what the binding does; ctypes raises TypeError
         return stats
@@ -341,10 +362,13 @@ class FakeNVML:
             if p.kind != kind:
                 continue
             struct = pynvml.c_nvmlProcessInfo_v3_t(
-                pid=p.pid, usedGpuMemory=_NA_ULL if p.used_bytes is None else p.used_bytes,
+                pid=p.pid,
+                usedGpuMemory=_NA_ULL if p.used_bytes is None else p.used_bytes,
                 gpuInstanceId=_NA_UINT if p.gpu_instance_id is None else p.gpu_instance_id,
-                computeInstanceId=(_NA_UINT if p.compute_instance_id is None
-                                   else p.compute_instance_id))
+                computeInstanceId=(
+                    _NA_UINT if p.compute_instance_id is None else p.compute_instance_id
+                ),
+            )
             obj = pynvml.nvmlStructToFriendlyObject(struct)
             if obj.usedGpuMemory == _NA_ULL:
                 obj.usedGpuMemory = None  # as the binding does (WDDM, see its comment)

@@ -129,8 +129,9 @@ class Service:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "vrambudget.cli.main", "serve"],
-                                        env=self.env)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "vrambudget.cli.main", "serve"], env=self.env
+        )
         wait_healthy(self.url, "service")
 
     def stop(self) -> None:

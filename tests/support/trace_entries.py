@@ -1,5 +1,6 @@
 """Trace entry points for tests/service/test_tracing.py. They run inside the trace pool's spawned
-worker processes (``VRAMBUDGET_TRACE_ENTRY=tests.support.trace_entries:scripted``), so they behave like
+worker processes (``VRAMBUDGET_TRACE_ENTRY=tests.support.trace_entries:scripted``), so they behave
+like
 the engine from the outside: take a BudgetRequest, return a Budget or raise.
 
 ``scripted`` picks a behaviour from the first workload's ``name``:
@@ -55,8 +56,9 @@ def tiny(request: BudgetRequest) -> Budget:
     _record(request.workloads[0].name or "")
     budget = estimate(request.workloads, request.device, request.headroom)
     n = int(torch.ones(3).sum().item())
-    return msgspec.structs.replace(budget, method="trace",
-                                   warnings=(*budget.warnings, f"fixture: torch summed {n}"))
+    return msgspec.structs.replace(
+        budget, method="trace", warnings=(*budget.warnings, f"fixture: torch summed {n}")
+    )
 
 
 def scripted(request: BudgetRequest) -> Budget:

@@ -39,62 +39,140 @@ FUSED = {"name": "adamw", "implementation": "fused"}
 GRID: list[tuple[str, dict[str, object]]] = [
     ("qwen0.5b train foreach", _t("qwen2.5-0.5b", sequence_length=1024)),
     ("qwen0.5b train fused", _t("qwen2.5-0.5b", sequence_length=1024, optimizer=FUSED)),
-    ("qwen0.5b train for-loop", _t("qwen2.5-0.5b", sequence_length=1024,
-                                   optimizer={"name": "adamw", "implementation": "for_loop"})),
-    ("qwen0.5b train full ckpt", _t("qwen2.5-0.5b", sequence_length=2048, checkpointing="full",
-                                    optimizer=FUSED)),
+    (
+        "qwen0.5b train for-loop",
+        _t(
+            "qwen2.5-0.5b",
+            sequence_length=1024,
+            optimizer={"name": "adamw", "implementation": "for_loop"},
+        ),
+    ),
+    (
+        "qwen0.5b train full ckpt",
+        _t("qwen2.5-0.5b", sequence_length=2048, checkpointing="full", optimizer=FUSED),
+    ),
     ("qwen0.5b train eager", _t("qwen2.5-0.5b", sequence_length=512, attention="eager")),
-    ("qwen0.5b train eager selective", _t("qwen2.5-0.5b", sequence_length=512,
-                                          attention="eager", checkpointing="selective")),
+    (
+        "qwen0.5b train eager selective",
+        _t("qwen2.5-0.5b", sequence_length=512, attention="eager", checkpointing="selective"),
+    ),
     ("qwen0.5b train LoRA", _t("qwen2.5-0.5b", sequence_length=1024, method={"kind": "lora"})),
-    ("qwen0.5b train QLoRA", _t("qwen2.5-0.5b", sequence_length=1024,
-                                method={"kind": "qlora"})),
-    ("qwen0.5b train pure bf16 SGD", _t("qwen2.5-0.5b", sequence_length=1024,
-                                        mixed_precision="pure", optimizer={"name": "sgd"})),
-    ("qwen0.5b train autocast fp32", _t("qwen2.5-0.5b", sequence_length=512,
-                                        mixed_precision="autocast",
-                                        precision={"weights": "fp32"}, optimizer=FUSED)),
-    ("qwen0.5b train 8-bit AdamW", _t("qwen2.5-0.5b", sequence_length=1024,
-                                      optimizer={"name": "adamw_8bit"})),
-    ("qwen0.5b train mb4 accum2", _t("qwen2.5-0.5b", sequence_length=512, micro_batch_size=4,
-                                     gradient_accumulation_steps=2, optimizer=FUSED)),
-    ("qwen0.5b train fp16", _t("qwen2.5-0.5b", sequence_length=1024,
-                               precision={"weights": "fp16", "compute": "fp16"})),
+    ("qwen0.5b train QLoRA", _t("qwen2.5-0.5b", sequence_length=1024, method={"kind": "qlora"})),
+    (
+        "qwen0.5b train pure bf16 SGD",
+        _t("qwen2.5-0.5b", sequence_length=1024, mixed_precision="pure", optimizer={"name": "sgd"}),
+    ),
+    (
+        "qwen0.5b train autocast fp32",
+        _t(
+            "qwen2.5-0.5b",
+            sequence_length=512,
+            mixed_precision="autocast",
+            precision={"weights": "fp32"},
+            optimizer=FUSED,
+        ),
+    ),
+    (
+        "qwen0.5b train 8-bit AdamW",
+        _t("qwen2.5-0.5b", sequence_length=1024, optimizer={"name": "adamw_8bit"}),
+    ),
+    (
+        "qwen0.5b train mb4 accum2",
+        _t(
+            "qwen2.5-0.5b",
+            sequence_length=512,
+            micro_batch_size=4,
+            gradient_accumulation_steps=2,
+            optimizer=FUSED,
+        ),
+    ),
+    (
+        "qwen0.5b train fp16",
+        _t("qwen2.5-0.5b", sequence_length=1024, precision={"weights": "fp16", "compute": "fp16"}),
+    ),
     ("gemma2-2b train LoRA", _t("gemma-2-2b", sequence_length=1024, method={"kind": "lora"})),
     ("gpt2 train dropout", _t("gpt2", sequence_length=1024, micro_batch_size=4, dropout=True)),
     ("bert-base train", _t("bert-base-uncased", sequence_length=512, micro_batch_size=8)),
-    ("qwen3-8b train LoRA all-linear", _t("qwen3-8b", sequence_length=512, method={
-        "kind": "lora", "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
-                                           "gate_proj", "up_proj", "down_proj"]})),
+    (
+        "qwen3-8b train LoRA all-linear",
+        _t(
+            "qwen3-8b",
+            sequence_length=512,
+            method={
+                "kind": "lora",
+                "target_modules": [
+                    "q_proj",
+                    "k_proj",
+                    "v_proj",
+                    "o_proj",
+                    "gate_proj",
+                    "up_proj",
+                    "down_proj",
+                ],
+            },
+        ),
+    ),
     ("qwen1.5-moe train", _t("qwen1.5-moe-a2.7b", sequence_length=256, optimizer=FUSED)),
-    ("deepseek-v2-lite train LoRA", _t("deepseek-v2-lite", sequence_length=256,
-                                       method={"kind": "lora"})),
-    ("phi3-mini train LoRA bf16", _t("phi-3-mini-4k", sequence_length=1024, method={
-        "kind": "lora", "adapter_dtype": "bf16"})),
-    ("llama8b train TP2", _t("llama-3.1-8b", sequence_length=1024, optimizer=FUSED,
-                             parallelism={"tensor": 2})),
+    (
+        "deepseek-v2-lite train LoRA",
+        _t("deepseek-v2-lite", sequence_length=256, method={"kind": "lora"}),
+    ),
+    (
+        "phi3-mini train LoRA bf16",
+        _t("phi-3-mini-4k", sequence_length=1024, method={"kind": "lora", "adapter_dtype": "bf16"}),
+    ),
+    (
+        "llama8b train TP2",
+        _t("llama-3.1-8b", sequence_length=1024, optimizer=FUSED, parallelism={"tensor": 2}),
+    ),
     ("qwen0.5b infer", _i("qwen2.5-0.5b", batch_size=8, prompt_tokens=1024)),
-    ("qwen0.5b infer logits all", _i("qwen2.5-0.5b", batch_size=2, prompt_tokens=512,
-                                     logits="all", generated_tokens=0)),
-    ("qwen0.5b infer eager", _i("qwen2.5-0.5b", batch_size=4, prompt_tokens=512,
-                                attention="eager")),
-    ("qwen0.5b infer fp8 KV", _i("qwen2.5-0.5b", batch_size=16, prompt_tokens=2048,
-                                 precision={"kv_cache": "fp8_e4m3"})),
-    ("gemma2-2b infer 8k sliding", _i("gemma-2-2b", batch_size=2, prompt_tokens=8192,
-                                      generated_tokens=64)),
+    (
+        "qwen0.5b infer logits all",
+        _i("qwen2.5-0.5b", batch_size=2, prompt_tokens=512, logits="all", generated_tokens=0),
+    ),
+    (
+        "qwen0.5b infer eager",
+        _i("qwen2.5-0.5b", batch_size=4, prompt_tokens=512, attention="eager"),
+    ),
+    (
+        "qwen0.5b infer fp8 KV",
+        _i("qwen2.5-0.5b", batch_size=16, prompt_tokens=2048, precision={"kv_cache": "fp8_e4m3"}),
+    ),
+    (
+        "gemma2-2b infer 8k sliding",
+        _i("gemma-2-2b", batch_size=2, prompt_tokens=8192, generated_tokens=64),
+    ),
     ("gpt2 infer", _i("gpt2", batch_size=4, prompt_tokens=512)),
-    ("bert-base infer", _i("bert-base-uncased", batch_size=16, prompt_tokens=512,
-                           generated_tokens=0)),
+    (
+        "bert-base infer",
+        _i("bert-base-uncased", batch_size=16, prompt_tokens=512, generated_tokens=0),
+    ),
     ("mistral-7b infer sliding", _i("mistral-7b-v0.1", batch_size=2, prompt_tokens=4096)),
     ("deepseek-v2-lite infer MLA", _i("deepseek-v2-lite", batch_size=2, prompt_tokens=1024)),
     ("qwen1.5-moe infer", _i("qwen1.5-moe-a2.7b", batch_size=4, prompt_tokens=512)),
-    ("llama8b infer GPTQ", _i("llama-3.1-8b", batch_size=4, prompt_tokens=2048, precision={
-        "quantization": {"scheme": "gptq"}})),
-    ("qwen7b infer fp16 concurrency", _i("qwen2.5-7b", batch_size=1, concurrent_requests=8,
-                                         prompt_tokens=2048, precision={"compute": "fp16",
-                                                                        "weights": "fp16"})),
-    ("llama70b infer TP4", _i("llama-3.1-70b", batch_size=8, prompt_tokens=4096,
-                              parallelism={"tensor": 4})),
+    (
+        "llama8b infer GPTQ",
+        _i(
+            "llama-3.1-8b",
+            batch_size=4,
+            prompt_tokens=2048,
+            precision={"quantization": {"scheme": "gptq"}},
+        ),
+    ),
+    (
+        "qwen7b infer fp16 concurrency",
+        _i(
+            "qwen2.5-7b",
+            batch_size=1,
+            concurrent_requests=8,
+            prompt_tokens=2048,
+            precision={"compute": "fp16", "weights": "fp16"},
+        ),
+    ),
+    (
+        "llama70b infer TP4",
+        _i("llama-3.1-70b", batch_size=8, prompt_tokens=4096, parallelism={"tensor": 4}),
+    ),
 ]
 
 
@@ -118,8 +196,11 @@ def analytic_peaks(w: InferenceWorkload | TrainingWorkload) -> dict[str, int]:
     moments: activations in the backward, optimizer temporaries in the step)."""
     arch = resolve_model(w.model)
     st = max(statics_for(w, arch), key=lambda s: s.weights_bytes)
-    out = {"weights": st.weights_bytes, "quantization_metadata": st.metadata_bytes,
-           "adapters": st.adapter_bytes}
+    out = {
+        "weights": st.weights_bytes,
+        "quantization_metadata": st.metadata_bytes,
+        "adapters": st.adapter_bytes,
+    }
     if isinstance(w, TrainingWorkload):
         acts, _, _ = training_activations(w, arch, st.stage, st.dims)
         out["activations"] = acts
@@ -128,8 +209,7 @@ def analytic_peaks(w: InferenceWorkload | TrainingWorkload) -> dict[str, int]:
         out["master_weights"] = st.master_bytes
         e = bytes_of(w.precision.compute)
         if arch.kind == "decoder":
-            out["logits"] = w.sequence_length * w.micro_batch_size * st.dims.vocab * max(
-                e + 8, 12)
+            out["logits"] = w.sequence_length * w.micro_batch_size * st.dims.vocab * max(e + 8, 12)
     else:
         persistent, phases = inference_terms(w, arch, st, DEFAULT_OVERHEADS)
         out["kv_cache"] = persistent[next(c for c in persistent if c.value == "kv_cache")]
@@ -149,8 +229,7 @@ def compare(name: str, spec: dict[str, object]) -> list[Row]:
     peaks = analytic_peaks(w)  # type: ignore[arg-type]
     rows = []
     for component, value in peaks.items():
-        tol = ACTIVATION_TOLERANCE if component in ("activations", "logits") else (
-            STATE_TOLERANCE)
+        tol = ACTIVATION_TOLERANCE if component in ("activations", "logits") else (STATE_TOLERANCE)
         rows.append(Row(name, component, value, replay.component_peaks.get(component, 0), tol))
     rows.append(Row(name, "total", analytic.total_bytes, traced.total_bytes, TOTAL_TOLERANCE))
     return rows

@@ -13,10 +13,29 @@ def workload(**fields: object) -> Workload:
 
 
 # A model small enough that a real CPU probe of it takes about a second.
-TINY = {"source": "dimensions", "hidden_size": 128, "num_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 256, "vocab_size": 500}
+TINY = {
+    "source": "dimensions",
+    "hidden_size": 128,
+    "num_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 256,
+    "vocab_size": 500,
+}
 FP32 = {"weights": "fp32", "compute": "fp32"}
-INFER = {"kind": "inference", "model": TINY, "batch_size": 2, "prompt_tokens": 32,
-         "generated_tokens": 4, "precision": FP32}
-TRAIN = {"kind": "training", "model": TINY, "sequence_length": 32, "precision": FP32,
-         "mixed_precision": "pure", "optimizer": {"name": "adamw", "implementation": "for_loop"}}
+INFER = {
+    "kind": "inference",
+    "model": TINY,
+    "batch_size": 2,
+    "prompt_tokens": 32,
+    "generated_tokens": 4,
+    "precision": FP32,
+}
+TRAIN = {
+    "kind": "training",
+    "model": TINY,
+    "sequence_length": 32,
+    "precision": FP32,
+    "mixed_precision": "pure",
+    "optimizer": {"name": "adamw", "implementation": "for_loop"},
+}

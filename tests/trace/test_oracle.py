@@ -1,4 +1,5 @@
-"""The trace tier as the formulas' oracle: every workload of the grid (tests/support/trace_grid.py) is
+"""The trace tier as the formulas' oracle: every workload of the grid (tests/support/trace_grid.py)
+is
 traced on fake tensors and estimated analytically; model states must agree within 0.5%,
 activations and logits within 10%, the device total within 5%.
 
@@ -57,12 +58,13 @@ def test_trace_agrees_with_formulas(name: str, spec: dict[str, object]) -> None:
         if (name, row.component) in KNOWN:
             known.append((row, ok))
         elif not ok:
-            failures.append(f"{row.component}: analytic {row.analytic:,} trace {row.traced:,} "
-                            f"({row.error:+.2%}, tolerance {row.tolerance:.1%})")
+            failures.append(
+                f"{row.component}: analytic {row.analytic:,} trace {row.traced:,} "
+                f"({row.error:+.2%}, tolerance {row.tolerance:.1%})"
+            )
     assert not failures, failures
     for row, ok in known:
         if ok:  # a fixed formula: remove it from KNOWN
             pytest.fail(f"{row.component} now within tolerance ({row.error:+.2%}): update KNOWN")
     if known:
         pytest.xfail("; ".join(KNOWN[(name, r.component)] for r, _ in known))
-

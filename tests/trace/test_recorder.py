@@ -23,22 +23,52 @@ from vrambudget.trace.events import ALLOC, Trace
 from vrambudget.trace.recorder import Recorder
 from vrambudget.workloads.run import prepare
 
-TINY = {"source": "dimensions", "hidden_size": 256, "num_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000}
+TINY = {
+    "source": "dimensions",
+    "hidden_size": 256,
+    "num_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 512,
+    "vocab_size": 1000,
+}
 
 FP32 = {"weights": "fp32", "compute": "fp32"}
 
 WORKLOADS = {
-    "training for-loop AdamW": {"kind": "training", "model": TINY, "sequence_length": 128,
-                                "precision": FP32, "mixed_precision": "pure",
-                                "optimizer": {"name": "adamw", "implementation": "for_loop"}},
+    "training for-loop AdamW": {
+        "kind": "training",
+        "model": TINY,
+        "sequence_length": 128,
+        "precision": FP32,
+        "mixed_precision": "pure",
+        "optimizer": {"name": "adamw", "implementation": "for_loop"},
+    },
     "training foreach AdamW, checkpointing": {
-        "kind": "training", "model": TINY, "sequence_length": 64, "micro_batch_size": 2,
-        "precision": FP32, "mixed_precision": "pure", "checkpointing": "full"},
-    "training LoRA": {"kind": "training", "model": TINY, "sequence_length": 128,
-                      "precision": FP32, "mixed_precision": "pure", "method": {"kind": "lora"}},
-    "inference with KV cache": {"kind": "inference", "model": TINY, "batch_size": 2,
-                                "prompt_tokens": 64, "generated_tokens": 8, "precision": FP32},
+        "kind": "training",
+        "model": TINY,
+        "sequence_length": 64,
+        "micro_batch_size": 2,
+        "precision": FP32,
+        "mixed_precision": "pure",
+        "checkpointing": "full",
+    },
+    "training LoRA": {
+        "kind": "training",
+        "model": TINY,
+        "sequence_length": 128,
+        "precision": FP32,
+        "mixed_precision": "pure",
+        "method": {"kind": "lora"},
+    },
+    "inference with KV cache": {
+        "kind": "inference",
+        "model": TINY,
+        "batch_size": 2,
+        "prompt_tokens": 64,
+        "generated_tokens": 8,
+        "precision": FP32,
+    },
 }
 
 SMALL = 8
@@ -79,8 +109,10 @@ def test_recorder_peak_equals_profiler_peak(name: str) -> None:
     recorder = Recorder()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         _run(WORKLOADS[name], recorder)
-    memory = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
+    memory = sorted(
+        (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+        key=lambda e: e.start_ns(),
+    )
     profiler_peak = _peak([e.nbytes() for e in memory if abs(e.nbytes()) > SMALL])
     recorder_peak = _peak(_trace_stream(recorder.trace))
     assert recorder_peak > 1_000_000  # the workload really allocated
@@ -98,5 +130,5 @@ def test_fake_tensors_record_the_real_stream(name: str) -> None:
     fake_sizes = [(k, n) for k, _, n, _ in fake.trace.events]
     assert _peak(_trace_stream(fake.trace)) == _peak(_trace_stream(real.trace))
     assert sorted(n for k, n in fake_sizes if k == ALLOC) == sorted(
-        n for k, n in real_sizes if k == ALLOC)
-
+        n for k, n in real_sizes if k == ALLOC
+    )

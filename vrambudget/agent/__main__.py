@@ -26,8 +26,9 @@ def main(argv: list[str] | None = None) -> None:
     from .settings import AgentSettings
 
     settings = AgentSettings.from_env()
-    uvicorn.run(create_agent_app(settings), host=settings.host, port=settings.port,
-                log_level="warning")
+    uvicorn.run(
+        create_agent_app(settings), host=settings.host, port=settings.port, log_level="warning"
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from vrambudget.http.problems import Problem
 __all__ = ["agent_openapi_document"]
 
 
-
 def agent_openapi_document(app: Litestar) -> dict[str, Any]:
     from .api import DeviceReport, Health, ProbePage
     from .spec import ProbeRequest, ProbeResource
@@ -26,40 +25,59 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
         return document
     _, components = msgspec.json.schema_components(
         [ProbeRequest, ProbeResource, ProbePage, DeviceReport, Health, Problem],
-        ref_template="#/components/schemas/{name}")
+        ref_template="#/components/schemas/{name}",
+    )
     paths = document["paths"]
-    paths["/v1/probes"]["post"]["requestBody"] = {"required": True, "content": {
-        "application/json": {"schema": {"$ref": "#/components/schemas/ProbeRequest"}}}}
-    paths["/v1/probes"]["post"]["responses"]["202"]["headers"] = {"Location": {
-        "description": "The probe's URL, to poll.", "required": True,
-        "schema": {"type": "string"}}}
+    paths["/v1/probes"]["post"]["requestBody"] = {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ProbeRequest"}}},
+    }
+    paths["/v1/probes"]["post"]["responses"]["202"]["headers"] = {
+        "Location": {
+            "description": "The probe's URL, to poll.",
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    }
     for path, item in paths.items():
         for operation in item.values():
             if not isinstance(operation, dict):
                 continue
             responses = operation.setdefault("responses", {})
             if path != "/healthz":
-                responses["401"] = {"description": "Missing or wrong bearer token",
-                                    "content": PROBLEM_CONTENT}
+                responses["401"] = {
+                    "description": "Missing or wrong bearer token",
+                    "content": PROBLEM_CONTENT,
+                }
             if "400" in responses:
                 responses["400"] = {"description": "Malformed JSON", "content": PROBLEM_CONTENT}
     post = paths["/v1/probes"]["post"]["responses"]
-    post["422"] = {"description": "Invalid probe (field path and allowed range)",
-                   "content": PROBLEM_CONTENT}
-    post["429"] = {"description": "The device's probe queue is full", "content": PROBLEM_CONTENT,
-                   "headers": {"Retry-After": {"required": True,
-                                               "schema": {"type": "integer", "minimum": 1}}}}
+    post["422"] = {
+        "description": "Invalid probe (field path and allowed range)",
+        "content": PROBLEM_CONTENT,
+    }
+    post["429"] = {
+        "description": "The device's probe queue is full",
+        "content": PROBLEM_CONTENT,
+        "headers": {"Retry-After": {"required": True, "schema": {"type": "integer", "minimum": 1}}},
+    }
     post["413"] = {"description": "Request body too large", "content": PROBLEM_CONTENT}
     for path in ("/v1/probes/{probe_id}",):
         for method in ("get", "delete"):
             if method in paths.get(path, {}):
-                paths[path][method]["responses"]["404"] = {"description": "No such probe",
-                                                            "content": PROBLEM_CONTENT}
+                paths[path][method]["responses"]["404"] = {
+                    "description": "No such probe",
+                    "content": PROBLEM_CONTENT,
+                }
     prometheus_text(document)
     install_components(document, components)
-    document["components"]["securitySchemes"] = {"bearer": {
-        "type": "http", "scheme": "bearer",
-        "description": "A token from VRAMBUDGET_AGENT_TOKENS / VRAMBUDGET_AGENT_TOKEN_FILE."}}
+    document["components"]["securitySchemes"] = {
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A token from VRAMBUDGET_AGENT_TOKENS / VRAMBUDGET_AGENT_TOKEN_FILE.",
+        }
+    }
     for path, item in paths.items():
         for operation in item.values():
             if isinstance(operation, dict):

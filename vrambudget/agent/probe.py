@@ -57,9 +57,13 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _iterations(latencies: list[float], wall_s: float, errors: int, units: int) -> Iteration:
-    return Iteration(p50_s=statistics.median(latencies) if latencies else 0.0,
-                     p95_s=_percentile(latencies, 0.95), count=len(latencies),
-                     throughput_per_s=units / wall_s if wall_s > 0 else 0.0, errors=errors)
+    return Iteration(
+        p50_s=statistics.median(latencies) if latencies else 0.0,
+        p95_s=_percentile(latencies, 0.95),
+        count=len(latencies),
+        throughput_per_s=units / wall_s if wall_s > 0 else 0.0,
+        errors=errors,
+    )
 
 
 def _peak_rss_bytes() -> int:
@@ -125,8 +129,9 @@ def _load(req: ProbeRequest, run_one: Callable[[], None]) -> tuple[list[float], 
     return latencies, wall
 
 
-def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
-                 notify: Callable[[tuple[str, Any]], None]) -> ProbeResult:
+def _measure_cpu(
+    req: ProbeRequest, entry_points: dict[str, str], notify: Callable[[tuple[str, Any]], None]
+) -> ProbeResult:
     import torch
 
     from vrambudget.trace.recorder import Recorder
@@ -169,26 +174,48 @@ def _measure_cpu(req: ProbeRequest, entry_points: dict[str, str],
             notify(("load_end", None))
         kv = _kv_bytes(program, req)
         return ProbeResult(
-            device="cpu", device_name="cpu", torch_version=str(torch.__version__),
-            cuda_version=None, driver_version=None,
-            torch=TorchView(allocated_peak_bytes=recorder.peak_bytes, reserved_peak_bytes=None,
-                            num_alloc_retries=None, num_ooms=1, inactive_split_peak_bytes=None,
-                            weights_bytes=weights, kv_cache_bytes=kv),
-            nvml=None, host_peak_rss_bytes=_peak_rss_bytes(),
-            iterations=_iterations([], 0.0, 1, 0), outputs_finite=False,
-            message=f"{state['phase']}: {exc}")
+            device="cpu",
+            device_name="cpu",
+            torch_version=str(torch.__version__),
+            cuda_version=None,
+            driver_version=None,
+            torch=TorchView(
+                allocated_peak_bytes=recorder.peak_bytes,
+                reserved_peak_bytes=None,
+                num_alloc_retries=None,
+                num_ooms=1,
+                inactive_split_peak_bytes=None,
+                weights_bytes=weights,
+                kv_cache_bytes=kv,
+            ),
+            nvml=None,
+            host_peak_rss_bytes=_peak_rss_bytes(),
+            iterations=_iterations([], 0.0, 1, 0),
+            outputs_finite=False,
+            message=f"{state['phase']}: {exc}",
+        )
     kv = _kv_bytes(program, req)
     return ProbeResult(
-        device="cpu", device_name="cpu", torch_version=str(torch.__version__), cuda_version=None,
+        device="cpu",
+        device_name="cpu",
+        torch_version=str(torch.__version__),
+        cuda_version=None,
         driver_version=None,
-        torch=TorchView(allocated_peak_bytes=max(iteration_peaks) if iteration_peaks else
-                        recorder.peak_bytes, reserved_peak_bytes=None,
-                        num_alloc_retries=None, num_ooms=0, inactive_split_peak_bytes=None,
-                        weights_bytes=weights, kv_cache_bytes=kv,
-                        iteration_peak_bytes=tuple(iteration_peaks)),
-        nvml=None, host_peak_rss_bytes=_peak_rss_bytes(),
+        torch=TorchView(
+            allocated_peak_bytes=max(iteration_peaks) if iteration_peaks else recorder.peak_bytes,
+            reserved_peak_bytes=None,
+            num_alloc_retries=None,
+            num_ooms=0,
+            inactive_split_peak_bytes=None,
+            weights_bytes=weights,
+            kv_cache_bytes=kv,
+            iteration_peak_bytes=tuple(iteration_peaks),
+        ),
+        nvml=None,
+        host_peak_rss_bytes=_peak_rss_bytes(),
         iterations=_iterations(latencies, wall, 0, units * len(latencies)),
-        outputs_finite=program.outputs_finite() if hasattr(program, "outputs_finite") else True)
+        outputs_finite=program.outputs_finite() if hasattr(program, "outputs_finite") else True,
+    )
 
 
 def _kv_bytes(program: Any, req: ProbeRequest) -> int | None:
@@ -202,8 +229,9 @@ def _kv_bytes(program: Any, req: ProbeRequest) -> int | None:
     return None if per_stream is None else per_stream * req.concurrency
 
 
-def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
-                  notify: Callable[[tuple[str, Any]], None]) -> ProbeResult:
+def _measure_cuda(
+    req: ProbeRequest, entry_points: dict[str, str], notify: Callable[[tuple[str, Any]], None]
+) -> ProbeResult:
     import torch
 
     from vrambudget.workloads.marks import Marks
@@ -220,8 +248,11 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
     torch.cuda.set_device(index or 0)
     torch.cuda.init()
     torch.cuda.synchronize()
-    context = (nvml.device_used_bytes(handle) - baseline) if handle is not None and (
-        baseline is not None) else 0
+    context = (
+        (nvml.device_used_bytes(handle) - baseline)
+        if handle is not None and (baseline is not None)
+        else 0
+    )
     if req.memory_limit_bytes is not None:
         total = torch.cuda.get_device_properties(index or 0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, req.memory_limit_bytes / total))
@@ -237,8 +268,9 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
 
     def run_one() -> None:
         tid = threading.get_ident()
-        stream = streams.setdefault(tid, torch.cuda.Stream() if req.concurrency > 1 else
-                                    torch.cuda.current_stream())
+        stream = streams.setdefault(
+            tid, torch.cuda.Stream() if req.concurrency > 1 else torch.cuda.current_stream()
+        )
         with torch.cuda.stream(stream):
             program.run(1)
         stream.synchronize()
@@ -253,8 +285,13 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
         torch.cuda.reset_peak_memory_stats()
         run_one()
         st = torch.cuda.memory_stats()
-        peaks.append((st.get("allocated_bytes.all.peak", 0), st.get("reserved_bytes.all.peak", 0),
-                      st.get("inactive_split_bytes.all.peak", 0)))
+        peaks.append(
+            (
+                st.get("allocated_bytes.all.peak", 0),
+                st.get("reserved_bytes.all.peak", 0),
+                st.get("inactive_split_bytes.all.peak", 0),
+            )
+        )
 
     try:
         for _ in range(req.warmup_iterations):
@@ -280,15 +317,27 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
         reserved_peak = max(reserved_peak, *(r for _, r, _ in peaks))
         inactive_peak = max(inactive_peak, *(i for _, _, i in peaks))
     props = torch.cuda.get_device_properties(index or 0)
-    view = DeviceView(  # the sampler's fields are filled in by the parent (runner.py)
-        baseline_used_bytes=baseline or 0, peak_used_bytes=0, samples=0, sample_interval_s=0.0,
-        max_sample_interval_s=0.0, process_peak_used_bytes=None,
-        accounting_max_memory_bytes=nvml.accounting_max_memory(handle, _own_pid()),
-        cuda_context_bytes=context, others_changed_bytes=0, others_visible=False,
-    ) if handle is not None else None
+    view = (
+        DeviceView(  # the sampler's fields are filled in by the parent (runner.py)
+            baseline_used_bytes=baseline or 0,
+            peak_used_bytes=0,
+            samples=0,
+            sample_interval_s=0.0,
+            max_sample_interval_s=0.0,
+            process_peak_used_bytes=None,
+            accounting_max_memory_bytes=nvml.accounting_max_memory(handle, _own_pid()),
+            cuda_context_bytes=context,
+            others_changed_bytes=0,
+            others_visible=False,
+        )
+        if handle is not None
+        else None
+    )
     return ProbeResult(
-        device="cuda", device_name=torch.cuda.get_device_name(index or 0),
-        torch_version=str(torch.__version__), cuda_version=torch.version.cuda,
+        device="cuda",
+        device_name=torch.cuda.get_device_name(index or 0),
+        torch_version=str(torch.__version__),
+        cuda_version=torch.version.cuda,
         driver_version=inventory.driver_version if inventory.available else None,
         torch=TorchView(
             allocated_peak_bytes=allocated_peak,
@@ -296,15 +345,20 @@ def _measure_cuda(req: ProbeRequest, entry_points: dict[str, str],
             num_alloc_retries=stats.get("num_alloc_retries", 0),
             num_ooms=stats.get("num_ooms", 0),
             inactive_split_peak_bytes=inactive_peak,
-            weights_bytes=weights, kv_cache_bytes=_kv_bytes(program, req),
-            workspace_bytes=workspace, iteration_peak_bytes=tuple(a for a, _, _ in peaks)),
-        nvml=view, host_peak_rss_bytes=_peak_rss_bytes(),
-        iterations=_iterations(latencies, wall, 1 if status_oom else 0,
-                               units * len(latencies)),
-        outputs_finite=(not status_oom) and (program.outputs_finite() if hasattr(
-            program, "outputs_finite") else True),
-        message=message, memory_total_bytes=props.total_memory,
-        compute_capability=f"{props.major}.{props.minor}")
+            weights_bytes=weights,
+            kv_cache_bytes=_kv_bytes(program, req),
+            workspace_bytes=workspace,
+            iteration_peak_bytes=tuple(a for a, _, _ in peaks),
+        ),
+        nvml=view,
+        host_peak_rss_bytes=_peak_rss_bytes(),
+        iterations=_iterations(latencies, wall, 1 if status_oom else 0, units * len(latencies)),
+        outputs_finite=(not status_oom)
+        and (program.outputs_finite() if hasattr(program, "outputs_finite") else True),
+        message=message,
+        memory_total_bytes=props.total_memory,
+        compute_capability=f"{props.major}.{props.minor}",
+    )
 
 
 def _gemm_workspace(req: ProbeRequest, device: Any) -> tuple[int, int]:
@@ -333,6 +387,7 @@ def _gemm_workspace(req: ProbeRequest, device: Any) -> tuple[int, int]:
 
 def _own_pid() -> int:
     import os
+
     return os.getpid()
 
 
@@ -340,8 +395,11 @@ def _ignore(message: tuple[str, Any]) -> None:
     pass
 
 
-def measure(req: ProbeRequest, entry_points: dict[str, str],
-            notify: Callable[[tuple[str, Any]], None] = _ignore) -> ChildOutcome:
+def measure(
+    req: ProbeRequest,
+    entry_points: dict[str, str],
+    notify: Callable[[tuple[str, Any]], None] = _ignore,
+) -> ChildOutcome:
     """Run the probe in this process (the child) and classify the outcome; ``notify`` tells
     the parent when the load phase starts and ends."""
     import torch
@@ -357,10 +415,16 @@ def classify(status: str, result: ProbeResult | None) -> tuple[str, str | None]:
     """After the parent merged its NVML samples: a measurement during which other processes
     changed device memory by more than ``UNRELIABLE_OTHERS_BYTES`` is ``unreliable``."""
     nv = result.nvml if result is not None else None
-    if status == "succeeded" and nv is not None and nv.others_visible and (
-            abs(nv.others_changed_bytes) > UNRELIABLE_OTHERS_BYTES):
-        return "unreliable", (f"other processes changed device memory by "
-                              f"{nv.others_changed_bytes} bytes during the measurement")
+    if (
+        status == "succeeded"
+        and nv is not None
+        and nv.others_visible
+        and (abs(nv.others_changed_bytes) > UNRELIABLE_OTHERS_BYTES)
+    ):
+        return "unreliable", (
+            f"other processes changed device memory by "
+            f"{nv.others_changed_bytes} bytes during the measurement"
+        )
     return status, None
 
 
@@ -383,9 +447,11 @@ def child_main(request_json: bytes, entry_points: dict[str, str], conn: Connecti
     try:
         req = msgspec.json.decode(request_json, type=ProbeRequest)
         outcome = measure(req, entry_points, conn.send)
-        payload = (outcome.status,
-                   msgspec.json.encode(outcome.result) if outcome.result else None,
-                   outcome.error)
+        payload = (
+            outcome.status,
+            msgspec.json.encode(outcome.result) if outcome.result else None,
+            outcome.error,
+        )
     except BaseException as exc:  # noqa: BLE001 -- everything becomes a failed result
         payload = ("failed", None, "".join(traceback.format_exception_only(exc)).strip()[:4000])
     conn.send(payload)

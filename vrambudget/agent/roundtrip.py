@@ -25,8 +25,13 @@ from vrambudget.core.probe_report import ProbeRequest, ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import CatalogDevice, CustomDevice, DeviceRef, Software
 
-__all__ = ["ESTIMATE_TIMEOUT_S", "comparison_entry", "device_ref", "fetch_estimate",
-           "local_software"]
+__all__ = [
+    "ESTIMATE_TIMEOUT_S",
+    "comparison_entry",
+    "device_ref",
+    "fetch_estimate",
+    "local_software",
+]
 
 ESTIMATE_TIMEOUT_S = 10.0
 _MAX_ESTIMATE_BYTES = 4 << 20
@@ -88,14 +93,19 @@ def local_software(inventory: Any) -> Software | None:
         return None
     torch_version, cuda = _torch_build()
     driver = getattr(inventory, "driver_version", None)
-    return Software(torch_version=torch_version[:64] if torch_version else None,
-                    cuda_version=cuda[:32] if cuda else None,
-                    driver_version=str(driver)[:32] if driver else None)
+    return Software(
+        torch_version=torch_version[:64] if torch_version else None,
+        cuda_version=cuda[:32] if cuda else None,
+        driver_version=str(driver)[:32] if driver else None,
+    )
 
 
-def fetch_estimate(request: ProbeRequest, device: DeviceRef | None,
-                   transport: httpx.BaseTransport | None = None,
-                   software: Software | None = None) -> tuple[str | None, str | None]:
+def fetch_estimate(
+    request: ProbeRequest,
+    device: DeviceRef | None,
+    transport: httpx.BaseTransport | None = None,
+    software: Software | None = None,
+) -> tuple[str | None, str | None]:
     """POST the probe's workload to ``{service_url}/v1/budgets`` (headroom 0: a measurement
     has none; ``software`` selects the calibration profile). Returns (the budget JSON, None)
     or (None, why not)."""
@@ -106,12 +116,14 @@ def fetch_estimate(request: ProbeRequest, device: DeviceRef | None,
     if software is not None:
         body["software"] = software
     try:
-        with httpx.Client(transport=transport, timeout=ESTIMATE_TIMEOUT_S, trust_env=False,
-                          follow_redirects=False) as client:
-            r = client.post(_endpoint(request.service_url, "/v1/budgets"),
-                            content=msgspec.json.encode(body),
-                            headers={"content-type": "application/json",
-                                     "user-agent": "vrambudget-agent"})
+        with httpx.Client(
+            transport=transport, timeout=ESTIMATE_TIMEOUT_S, trust_env=False, follow_redirects=False
+        ) as client:
+            r = client.post(
+                _endpoint(request.service_url, "/v1/budgets"),
+                content=msgspec.json.encode(body),
+                headers={"content-type": "application/json", "user-agent": "vrambudget-agent"},
+            )
     except httpx.HTTPError as exc:
         return None, f"estimate: {type(exc).__name__}: {exc}"
     if not r.is_success:
@@ -129,5 +141,8 @@ def comparison_entry(resource: ProbeResource) -> tuple[str, str, str]:
     """The outbox row that posts this finished probe to the service: (url, payload, id)."""
     assert resource.request.service_url is not None
     report = msgspec.structs.replace(resource, estimate=None, comparison=None)
-    return (_endpoint(resource.request.service_url, "/v1/comparisons"),
-            msgspec.json.encode(report).decode(), f"cmp_{resource.id}")
+    return (
+        _endpoint(resource.request.service_url, "/v1/comparisons"),
+        msgspec.json.encode(report).decode(),
+        f"cmp_{resource.id}",
+    )

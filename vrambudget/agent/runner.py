@@ -35,8 +35,13 @@ class ChildResult:
 class ProbeProcess:
     """One child process running one probe. ``wait()`` blocks (run it in a thread)."""
 
-    def __init__(self, request_json: bytes, entry_points: dict[str, str], time_limit_s: float,
-                 sampler_factory: Callable[[int], Any] | None = None) -> None:
+    def __init__(
+        self,
+        request_json: bytes,
+        entry_points: dict[str, str],
+        time_limit_s: float,
+        sampler_factory: Callable[[int], Any] | None = None,
+    ) -> None:
         """``sampler_factory(pid)`` returns an NVML sampler (``start()``/``stop()``) for the
         child's load phase; it runs here, in the agent, which does no work of its own, so its
         polls are not starved by the workload's threads."""
@@ -45,8 +50,12 @@ class ProbeProcess:
         self._samples: Any = None
         ctx = mp.get_context("spawn")
         self._recv, send = ctx.Pipe(duplex=False)
-        self._process = ctx.Process(target=child_main, args=(request_json, entry_points, send),
-                                    daemon=True, name="vrambudget-probe")
+        self._process = ctx.Process(
+            target=child_main,
+            args=(request_json, entry_points, send),
+            daemon=True,
+            name="vrambudget-probe",
+        )
         self._send = send
         self._time_limit_s = time_limit_s
         self._cancel = threading.Event()
@@ -78,8 +87,9 @@ class ProbeProcess:
                     return ChildResult("cancelled", None, "cancelled by request")
                 if time.monotonic() > deadline:
                     self._stop()
-                    return ChildResult("timeout", None,
-                                       f"killed at the time limit of {self._time_limit_s:g} s")
+                    return ChildResult(
+                        "timeout", None, f"killed at the time limit of {self._time_limit_s:g} s"
+                    )
                 try:
                     ready = self._recv.poll(_POLL_S)
                 except (EOFError, OSError):
@@ -93,8 +103,12 @@ class ProbeProcess:
                         status, result_json, error = message
                     except (EOFError, OSError):
                         self._process.join(_KILL_GRACE_S)
-                        return ChildResult("failed", None, f"probe process exited with code "
-                                           f"{self._process.exitcode} without a result")
+                        return ChildResult(
+                            "failed",
+                            None,
+                            f"probe process exited with code "
+                            f"{self._process.exitcode} without a result",
+                        )
                     self._process.join(_KILL_GRACE_S)
                     if self._process.is_alive():
                         self._stop()
@@ -122,11 +136,19 @@ class ProbeProcess:
         result = msgspec.json.decode(result_json, type=ProbeResult)
         nv, s = result.nvml, self._samples
         if nv is not None and s is not None:
-            result = msgspec.structs.replace(result, nvml=msgspec.structs.replace(
-                nv, baseline_used_bytes=s.baseline_used_bytes, peak_used_bytes=s.peak_used_bytes,
-                samples=s.samples, sample_interval_s=s.mean_interval_s,
-                max_sample_interval_s=s.max_interval_s,
-                process_peak_used_bytes=s.process_peak_bytes,
-                others_changed_bytes=s.others_changed_bytes, others_visible=s.others_visible))
+            result = msgspec.structs.replace(
+                result,
+                nvml=msgspec.structs.replace(
+                    nv,
+                    baseline_used_bytes=s.baseline_used_bytes,
+                    peak_used_bytes=s.peak_used_bytes,
+                    samples=s.samples,
+                    sample_interval_s=s.mean_interval_s,
+                    max_sample_interval_s=s.max_interval_s,
+                    process_peak_used_bytes=s.process_peak_bytes,
+                    others_changed_bytes=s.others_changed_bytes,
+                    others_visible=s.others_visible,
+                ),
+            )
         status, why = classify(status, result)
         return ChildResult(status, msgspec.json.encode(result), why or error)

@@ -47,8 +47,7 @@ import msgspec
 from . import nvml
 from .probe import UNRELIABLE_OTHERS_BYTES
 
-__all__ = ["DEFAULT_INTERVAL_S", "DEFAULT_OTHERS_THRESHOLD_BYTES", "NVMLSampler",
-           "SamplerResult"]
+__all__ = ["DEFAULT_INTERVAL_S", "DEFAULT_OTHERS_THRESHOLD_BYTES", "NVMLSampler", "SamplerResult"]
 
 DEFAULT_INTERVAL_S = 0.005
 DEFAULT_OTHERS_THRESHOLD_BYTES = UNRELIABLE_OTHERS_BYTES
@@ -93,12 +92,18 @@ class NVMLSampler:
     scripted binding and clock with it, deterministically.
     """
 
-    def __init__(self, handle: Any, *, pid: int | None = None,
-                 interval_s: float = DEFAULT_INTERVAL_S,
-                 others_threshold_bytes: int = DEFAULT_OTHERS_THRESHOLD_BYTES,
-                 processes_every: int = 1, switch_interval_s: float | None = 0.001,
-                 binding: Any | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        handle: Any,
+        *,
+        pid: int | None = None,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        others_threshold_bytes: int = DEFAULT_OTHERS_THRESHOLD_BYTES,
+        processes_every: int = 1,
+        switch_interval_s: float | None = 0.001,
+        binding: Any | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
         if processes_every < 1:
@@ -146,7 +151,8 @@ class NVMLSampler:
         self._poll_processes()
         if background:
             if self.switch_interval_s is not None and (
-                    sys.getswitchinterval() > self.switch_interval_s):
+                sys.getswitchinterval() > self.switch_interval_s
+            ):
                 self._saved_switch_interval = sys.getswitchinterval()
                 sys.setswitchinterval(self.switch_interval_s)
             self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
@@ -171,22 +177,32 @@ class NVMLSampler:
         visible = self._others_visible and self._pid_seen
         change = self._others_change if self._pid_seen else 0
         self.result = SamplerResult(
-            baseline_used_bytes=self._baseline, peak_used_bytes=self._peak,
-            min_used_bytes=self._min, final_used_bytes=self._last, samples=n,
+            baseline_used_bytes=self._baseline,
+            peak_used_bytes=self._peak,
+            min_used_bytes=self._min,
+            final_used_bytes=self._last,
+            samples=n,
             failed_samples=self._failed,
             mean_interval_s=(self._last_t - self._first_t) / (n - 1) if n > 1 else 0.0,
-            max_interval_s=self._max_interval, memory_api=self._api,
+            max_interval_s=self._max_interval,
+            memory_api=self._api,
             process_peak_bytes=self._process_peak,
             others_changed_bytes=change,
             others_changed=abs(change) > self.others_threshold_bytes,
-            others_visible=visible, error=self._error)
+            others_visible=visible,
+            error=self._error,
+        )
         return self.result
 
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     # ------------------------------------------------------------------------- sampling --
@@ -255,8 +271,7 @@ class NVMLSampler:
         if any(p.pid == self.pid for p in procs):
             self._pid_seen = True
         if own is not None:
-            self._process_peak = own if self._process_peak is None else max(
-                self._process_peak, own)
+            self._process_peak = own if self._process_peak is None else max(self._process_peak, own)
         total = sum(others.values())
         if self._others_baseline is None:
             self._others_baseline = total

@@ -45,8 +45,9 @@ class AgentSettings:
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
-            raise AgentSettingsError(f"VRAMBUDGET_AGENT_PORT must be in 0 .. 65535, got "
-                                     f"{self.port}")
+            raise AgentSettingsError(
+                f"VRAMBUDGET_AGENT_PORT must be in 0 .. 65535, got {self.port}"
+            )
         if not 1 <= self.max_queue <= 10_000:
             raise AgentSettingsError("VRAMBUDGET_AGENT_MAX_QUEUE must be in 1 .. 10000")
         if not 1 <= self.max_time_limit_s <= 86_400:
@@ -60,33 +61,38 @@ class AgentSettings:
             value = e.get(f"VRAMBUDGET_AGENT_{name}")
             return value.strip() if value is not None else None
 
-        tokens: list[bytes] = [t.strip().encode() for t in (get("TOKENS") or "").split(",")
-                               if t.strip()]
+        tokens: list[bytes] = [
+            t.strip().encode() for t in (get("TOKENS") or "").split(",") if t.strip()
+        ]
         token_file = get("TOKEN_FILE")
         if token_file:
             try:
                 lines = Path(token_file).read_text().splitlines()
             except OSError as exc:
                 raise AgentSettingsError(f"VRAMBUDGET_AGENT_TOKEN_FILE: {exc}") from None
-            tokens += [line.strip().encode() for line in lines
-                       if line.strip() and not line.startswith("#")]
+            tokens += [
+                line.strip().encode() for line in lines if line.strip() and not line.startswith("#")
+            ]
         entries: dict[str, str] = {}
         for item in (get("ENTRY_POINTS") or "").split(","):
             item = item.strip()
             if not item:
                 continue
             if not _ENTRY.match(item):
-                raise AgentSettingsError(f"VRAMBUDGET_AGENT_ENTRY_POINTS: {item!r} is not "
-                                         "name=module:function")
+                raise AgentSettingsError(
+                    f"VRAMBUDGET_AGENT_ENTRY_POINTS: {item!r} is not name=module:function"
+                )
             name, target = item.split("=", 1)
             entries[name] = target
         kwargs: dict[str, object] = {
             "tokens": tuple(tokens),
             "entry_points": entries,
-            "callback_allow_list": tuple(x.strip() for x in (get("CALLBACK_ALLOW") or "")
-                                         .split(",") if x.strip()),
-            "service_allow_list": tuple(x.strip() for x in (get("SERVICE_ALLOW") or "")
-                                        .split(",") if x.strip()),
+            "callback_allow_list": tuple(
+                x.strip() for x in (get("CALLBACK_ALLOW") or "").split(",") if x.strip()
+            ),
+            "service_allow_list": tuple(
+                x.strip() for x in (get("SERVICE_ALLOW") or "").split(",") if x.strip()
+            ),
         }
         if get("HOST"):
             kwargs["host"] = get("HOST")
@@ -95,16 +101,20 @@ class AgentSettings:
         secret = get("WEBHOOK_SECRET")
         if secret:
             kwargs["webhook_secret"] = secret.encode()
-        for name, key, kind in (("PORT", "port", int), ("MAX_QUEUE", "max_queue", int),
-                                ("RETRY_AFTER_S", "retry_after_s", int),
-                                ("MAX_TIME_LIMIT_S", "max_time_limit_s", float),
-                                ("MAX_BODY_BYTES", "max_body_bytes", int)):
+        for name, key, kind in (
+            ("PORT", "port", int),
+            ("MAX_QUEUE", "max_queue", int),
+            ("RETRY_AFTER_S", "retry_after_s", int),
+            ("MAX_TIME_LIMIT_S", "max_time_limit_s", float),
+            ("MAX_BODY_BYTES", "max_body_bytes", int),
+        ):
             raw = get(name)
             if raw is None:
                 continue
             try:
                 kwargs[key] = kind(raw)
             except ValueError:
-                raise AgentSettingsError(f"VRAMBUDGET_AGENT_{name} must be a number, got "
-                                         f"{raw!r}") from None
+                raise AgentSettingsError(
+                    f"VRAMBUDGET_AGENT_{name} must be a number, got {raw!r}"
+                ) from None
         return cls(**kwargs)  # type: ignore[arg-type]

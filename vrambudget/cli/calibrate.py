@@ -25,12 +25,20 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
-    cal = sub.add_parser("calibrate", help="build calibration profiles from probe reports",
-                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cal = sub.add_parser(
+        "calibrate",
+        help="build calibration profiles from probe reports",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     cal.add_argument("files", nargs="*", help="probe resource / webhook JSON files ('-': stdin)")
     cal.add_argument("--store", help="the agent's SQLite file (agent-data/agent.sqlite3)")
-    cal.add_argument("--probe", action="append", default=[], help="probe id to use (repeat; "
-                     "default: every succeeded CUDA probe in --store)")
+    cal.add_argument(
+        "--probe",
+        action="append",
+        default=[],
+        help="probe id to use (repeat; default: every succeeded CUDA probe in --store)",
+    )
     cal.add_argument("--out", required=True, help="directory to write the profiles to")
     cal.set_defaults(func=run)
 
@@ -70,16 +78,27 @@ def _reports_from_store(path: str, ids: list[str]) -> list[Any]:
             rows, cursor = [], None
             while True:
                 page, cursor = store.list_probes(500, cursor)
-                rows += [r for r in page if r.status == "succeeded" and r.result and
-                         '"device":"cuda"' in r.result.replace(" ", "")]
+                rows += [
+                    r
+                    for r in page
+                    if r.status == "succeeded"
+                    and r.result
+                    and '"device":"cuda"' in r.result.replace(" ", "")
+                ]
                 if cursor is None:
                     break
         for r in rows:
-            out.append(ProbeResource(
-                id=r.id, status=r.status, created_at=r.created_at,  # type: ignore[arg-type]
-                updated_at=r.updated_at, request=msgspec.json.decode(r.request, type=ProbeRequest),
-                result=msgspec.json.decode(r.result, type=ProbeResult) if r.result else None,
-                error=r.error))
+            out.append(
+                ProbeResource(
+                    id=r.id,
+                    status=r.status,  # type: ignore[arg-type]
+                    created_at=r.created_at,
+                    updated_at=r.updated_at,
+                    request=msgspec.json.decode(r.request, type=ProbeRequest),
+                    result=msgspec.json.decode(r.result, type=ProbeResult) if r.result else None,
+                    error=r.error,
+                )
+            )
     return out
 
 
@@ -98,8 +117,10 @@ def run(args: argparse.Namespace) -> int:
         if args.store:
             stored = _reports_from_store(args.store, args.probe)
             if not stored and not args.probe:
-                raise ValueError(f"{args.store} has no succeeded CUDA probe (a CPU probe "
-                                 "measures no CUDA context, workspace or allocator overhead)")
+                raise ValueError(
+                    f"{args.store} has no succeeded CUDA probe (a CPU probe "
+                    "measures no CUDA context, workspace or allocator overhead)"
+                )
             reports += stored
         elif args.probe:
             raise ValueError("--probe needs --store")
@@ -109,9 +130,12 @@ def run(args: argparse.Namespace) -> int:
         for report in reports:
             res = report.result
             if report.status != "succeeded" or res is None or res.device != "cuda":
-                why = (f"status {report.status}" if report.status != "succeeded" else
-                       "ran on the CPU: it measures no CUDA context, workspace or allocator "
-                       "overhead")
+                why = (
+                    f"status {report.status}"
+                    if report.status != "succeeded"
+                    else "ran on the CPU: it measures no CUDA context, workspace or allocator "
+                    "overhead"
+                )
                 skipped.append(f"{report.id}: {why}")
                 continue
             inp = estimate_input(report)
@@ -131,11 +155,19 @@ def run(args: argparse.Namespace) -> int:
     for p in profiles:
         path = out / f"{p.id}.json"
         path.write_bytes(msgspec.json.format(msgspec.json.encode(p), indent=2) + b"\n")
-        values = {k: getattr(p, k) for k in ("cuda_context_bytes", "workspace_bytes",
-                                             "inference_fragmentation_fraction",
-                                             "training_fragmentation_fraction")
-                  if getattr(p, k) is not None}
-        print(f"{path}: {p.gpu_name} (gpu {p.gpu_id}), torch {p.torch_version}, CUDA "
-              f"{p.cuda_version}, driver {p.driver_version}; {len(p.probe_ids)} probe(s); "
-              + ", ".join(f"{k}={v}" for k, v in values.items()))
+        values = {
+            k: getattr(p, k)
+            for k in (
+                "cuda_context_bytes",
+                "workspace_bytes",
+                "inference_fragmentation_fraction",
+                "training_fragmentation_fraction",
+            )
+            if getattr(p, k) is not None
+        }
+        print(
+            f"{path}: {p.gpu_name} (gpu {p.gpu_id}), torch {p.torch_version}, CUDA "
+            f"{p.cuda_version}, driver {p.driver_version}; {len(p.probe_ids)} probe(s); "
+            + ", ".join(f"{k}={v}" for k, v in values.items())
+        )
     return 0

@@ -36,8 +36,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     host = args.host or settings.host
     port = args.port or settings.port
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=args.log_level,
-                access_log=False)
+    uvicorn.run(
+        create_app(settings), host=host, port=port, log_level=args.log_level, access_log=False
+    )
     return 0
 
 
@@ -56,21 +57,34 @@ def _request_from_args(args: argparse.Namespace) -> object:
         "kind": args.kind,
         "model": {"source": "preset", "id": args.model},
         "precision": {"weights": args.weights, "compute": args.compute},
-        "parallelism": {"tensor": args.tp, "pipeline": args.pp, "data": args.dp,
-                        "zero_stage": args.zero},
+        "parallelism": {
+            "tensor": args.tp,
+            "pipeline": args.pp,
+            "data": args.dp,
+            "zero_stage": args.zero,
+        },
     }
     if args.quant:
         workload["precision"]["quantization"] = {"scheme": args.quant}  # type: ignore[index]
     if args.kind == "inference":
-        workload.update(batch_size=args.batch, prompt_tokens=args.prompt,
-                        generated_tokens=args.generate, concurrent_requests=args.concurrency)
+        workload.update(
+            batch_size=args.batch,
+            prompt_tokens=args.prompt,
+            generated_tokens=args.generate,
+            concurrent_requests=args.concurrency,
+        )
     else:
-        workload.update(micro_batch_size=args.batch, sequence_length=args.prompt,
-                        checkpointing=args.checkpointing)
+        workload.update(
+            micro_batch_size=args.batch,
+            sequence_length=args.prompt,
+            checkpointing=args.checkpointing,
+        )
     request: dict[str, object] = {"workloads": [workload]}
     if args.iterations is not None or args.expandable_segments:
-        request["trace"] = {"iterations": args.iterations or 2,
-                            "expandable_segments": args.expandable_segments}
+        request["trace"] = {
+            "iterations": args.iterations or 2,
+            "expandable_segments": args.expandable_segments,
+        }
     if args.gpu:
         request["device"] = {"source": "catalog", "id": args.gpu}
     return msgspec.convert(request, BudgetRequest)
@@ -100,40 +114,50 @@ def _estimate(args: argparse.Namespace) -> int:
         return 0
     for w in budget.workloads:
         params = f"{w.num_params:,} params" if w.num_params else ""
-        print(f"{w.name} ({w.kind}) {params}, {w.devices_per_instance} device(s) x "
-              f"{w.instances} instance(s)")
+        print(
+            f"{w.name} ({w.kind}) {params}, {w.devices_per_instance} device(s) x "
+            f"{w.instances} instance(s)"
+        )
     for i, d in enumerate(budget.devices):
         mark = "  <- most loaded" if i == budget.most_loaded and len(budget.devices) > 1 else ""
         print(f"\n{d.label} (x{d.num_devices}), peak at {d.peak_phase}{mark}")
         print(f"  {'component':<24}{'bytes':>20}{'':>4}{'GiB':>10}")
         for line in d.lines:
-            print(f"  {line.component.value:<24}{line.bytes:>20,}{'':>4}"
-                  f"{line.bytes / 2**30:>10.3f}")
+            print(
+                f"  {line.component.value:<24}{line.bytes:>20,}{'':>4}{line.bytes / 2**30:>10.3f}"
+            )
         print(f"  {'total':<24}{d.total_bytes:>20,}{'':>4}{d.total_bytes / 2**30:>10.3f}")
-        print("  phases: " + ", ".join(f"{p.name} {format_bytes(p.total_bytes)}"
-                                        for p in d.phases))
+        print("  phases: " + ", ".join(f"{p.name} {format_bytes(p.total_bytes)}" for p in d.phases))
     if budget.serving:
         sv = budget.serving
         start = "starts" if sv.would_start else f"would NOT start: {sv.reason}"
-        print(f"\n{sv.engine} {sv.engine_version} on {budget.device.name if budget.device else '?'}"
-              f": {start}\n  KV pool {format_bytes(sv.kv_cache_pool_bytes)} = "
-              f"{sv.kv_cache_tokens:,} tokens ({sv.num_gpu_blocks:,} blocks of {sv.block_size}); "
-              f"max concurrency {sv.max_concurrency:g} at max_model_len {sv.max_model_len:,}")
+        print(
+            f"\n{sv.engine} {sv.engine_version} on {budget.device.name if budget.device else '?'}"
+            f": {start}\n  KV pool {format_bytes(sv.kv_cache_pool_bytes)} = "
+            f"{sv.kv_cache_tokens:,} tokens ({sv.num_gpu_blocks:,} blocks of {sv.block_size}); "
+            f"max concurrency {sv.max_concurrency:g} at max_model_len {sv.max_model_len:,}"
+        )
         for remedy in sv.remedies:
             print(f"  remedy: {remedy}")
     elif budget.device:
         free = budget.device.memory_total_bytes - budget.total_bytes
         verdict = "fits" if free >= 0 else "does NOT fit"
-        print(f"\n{budget.device.name}: {format_bytes(budget.device.memory_total_bytes)} "
-              f"-> {verdict} ({format_bytes(abs(free))} {'free' if free >= 0 else 'short'})")
-    print(f"\nhost RAM per host: {format_bytes(budget.host_ram.total_bytes)}; "
-          f"disk: {format_bytes(budget.disk.total_bytes)}")
+        print(
+            f"\n{budget.device.name}: {format_bytes(budget.device.memory_total_bytes)} "
+            f"-> {verdict} ({format_bytes(abs(free))} {'free' if free >= 0 else 'short'})"
+        )
+    print(
+        f"\nhost RAM per host: {format_bytes(budget.host_ram.total_bytes)}; "
+        f"disk: {format_bytes(budget.disk.total_bytes)}"
+    )
     if budget.trace:
         t = budget.trace
-        print(f"trace: peak allocated {format_bytes(t.peak_allocated_bytes)}, peak reserved "
-              f"{format_bytes(t.peak_reserved_bytes)} at {t.peak_phase} (iteration "
-              f"{t.peak_iteration} of {t.iterations}), {t.num_events:,} allocator events, "
-              f"torch {t.torch_version}")
+        print(
+            f"trace: peak allocated {format_bytes(t.peak_allocated_bytes)}, peak reserved "
+            f"{format_bytes(t.peak_reserved_bytes)} at {t.peak_phase} (iteration "
+            f"{t.peak_iteration} of {t.iterations}), {t.num_events:,} allocator events, "
+            f"torch {t.torch_version}"
+        )
     for warning in budget.warnings:
         print(f"warning: {warning}")
     return 0
@@ -186,8 +210,9 @@ def _agent(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="vrambudget", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="vrambudget", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the calculation service")
     serve.add_argument("--host")
@@ -212,12 +237,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     est.add_argument("--zero", type=int, default=0)
     est.add_argument("--gpu", help="catalog GPU id (see GET /v1/gpus)")
     est.add_argument("--json", action="store_true", help="print the JSON budget")
-    est.add_argument("--method", choices=["analytic", "trace"],
-                     help="analytic formulas (default) or the trace tier, run in this process "
-                          "(needs vrambudget[trace]); overrides the method of a --file request")
+    est.add_argument(
+        "--method",
+        choices=["analytic", "trace"],
+        help="analytic formulas (default) or the trace tier, run in this process "
+        "(needs vrambudget[trace]); overrides the method of a --file request",
+    )
     est.add_argument("--iterations", type=int, help="trace: steps traced (2 .. 8, default 2)")
-    est.add_argument("--expandable-segments", action="store_true",
-                     help="trace: replay with expandable_segments:True")
+    est.add_argument(
+        "--expandable-segments",
+        action="store_true",
+        help="trace: replay with expandable_segments:True",
+    )
     est.set_defaults(func=_estimate)
     oa = sub.add_parser("openapi", help="print the OpenAPI document")
     oa.set_defaults(func=_openapi)
@@ -225,13 +256,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_calibrate(sub)
     ch = sub.add_parser("chart", help="draw a comparison (estimate vs measured) as SVG")
-    ch.add_argument("file", help="JSON Comparison, or a probe resource with a 'comparison' key "
-                    "('-' for stdin)")
+    ch.add_argument(
+        "file", help="JSON Comparison, or a probe resource with a 'comparison' key ('-' for stdin)"
+    )
     ch.add_argument("-o", "--output", help="SVG file to write (default: stdout)")
     ch.add_argument("--title", help="the chart's title (default: device and probe id)")
     ch.set_defaults(func=_chart)
-    ag = sub.add_parser("agent", help="run the probe agent (VRAMBUDGET_AGENT_* settings; needs "
-                        "vrambudget[agent]); 'agent openapi' prints its OpenAPI document")
+    ag = sub.add_parser(
+        "agent",
+        help="run the probe agent (VRAMBUDGET_AGENT_* settings; needs "
+        "vrambudget[agent]); 'agent openapi' prints its OpenAPI document",
+    )
     ag.add_argument("action", nargs="?", choices=["serve", "openapi"], default="serve")
     ag.set_defaults(func=_agent)
     args = parser.parse_args(argv)

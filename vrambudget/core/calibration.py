@@ -101,8 +101,9 @@ class ProfileSet:
     def __bool__(self) -> bool:
         return bool(self.profiles)
 
-    def best(self, gpu_id: str | None, gpu_name: str, software: Software | None
-             ) -> tuple[CalibrationProfile | None, tuple[str, ...]]:
+    def best(
+        self, gpu_id: str | None, gpu_name: str, software: Software | None
+    ) -> tuple[CalibrationProfile | None, tuple[str, ...]]:
         """The profile of this GPU whose versions agree with the request's the most; a
         version both sides name and that differs rules the profile out (torch and CUDA on
         major.minor, the driver on its major). Ties: the newest, then the id."""
@@ -110,8 +111,10 @@ class ProfileSet:
         best: tuple[int, str, str] | None = None
         chosen: tuple[CalibrationProfile | None, tuple[str, ...]] = (None, ())
         for p in self.profiles:
-            if not ((gpu_id is not None and p.gpu_id == gpu_id) or (
-                    p.gpu_id is None and p.gpu_name == gpu_name)):
+            if not (
+                (gpu_id is not None and p.gpu_id == gpu_id)
+                or (p.gpu_id is None and p.gpu_name == gpu_name)
+            ):
                 continue
             checks = {
                 "torch": _agree(_minor(p.torch_version), _minor(sw.torch_version)),
@@ -127,41 +130,58 @@ class ProfileSet:
         return chosen
 
 
-def apply_profile(ov: Overheads, profile: CalibrationProfile | None,
-                  matched: tuple[str, ...] = ()) -> Overheads:
+def apply_profile(
+    ov: Overheads, profile: CalibrationProfile | None, matched: tuple[str, ...] = ()
+) -> Overheads:
     """``ov`` with the values ``profile`` measured; the rest stay built-in."""
     if profile is None:
         return ov
+
     def source(key: str) -> str:  # no str.format: a name may hold braces
         n = profile.samples.get(key, len(profile.probe_ids))
-        return (f"calibration profile {profile.id} ({profile.gpu_name}; median of {n} "
-                f"probe(s): {', '.join(profile.probe_ids[:8])})")
+        return (
+            f"calibration profile {profile.id} ({profile.gpu_name}; median of {n} "
+            f"probe(s): {', '.join(profile.probe_ids[:8])})"
+        )
 
     changes: dict[str, object] = {"profile": profile.id, "profile_match": matched}
     if profile.cuda_context_bytes is not None:
-        changes.update(cuda_context_bytes=profile.cuda_context_bytes,
-                       cuda_context_source=source("cuda_context_bytes"))
+        changes.update(
+            cuda_context_bytes=profile.cuda_context_bytes,
+            cuda_context_source=source("cuda_context_bytes"),
+        )
     if profile.workspace_bytes is not None:
-        changes.update(workspace_bytes=profile.workspace_bytes,
-                       workspace_source=source("workspace_bytes"))
+        changes.update(
+            workspace_bytes=profile.workspace_bytes, workspace_source=source("workspace_bytes")
+        )
     if profile.nccl_communicator_bytes is not None:
-        changes.update(nccl_communicator_bytes=profile.nccl_communicator_bytes,
-                       communication_source=source("nccl_communicator_bytes"))
+        changes.update(
+            nccl_communicator_bytes=profile.nccl_communicator_bytes,
+            communication_source=source("nccl_communicator_bytes"),
+        )
     frac_src = []
     if profile.inference_fragmentation_fraction is not None:
         changes["inference_fragmentation_ppm"] = round(
-            profile.inference_fragmentation_fraction * 1_000_000)
+            profile.inference_fragmentation_fraction * 1_000_000
+        )
         frac_src.append(f"inference {source('inference_fragmentation_fraction')}")
     if profile.training_fragmentation_fraction is not None:
         changes["training_fragmentation_ppm"] = round(
-            profile.training_fragmentation_fraction * 1_000_000)
+            profile.training_fragmentation_fraction * 1_000_000
+        )
         frac_src.append(f"training {source('training_fragmentation_fraction')}")
     if frac_src:
-        untouched = [k for k, v in (("inference", profile.inference_fragmentation_fraction),
-                                    ("training", profile.training_fragmentation_fraction))
-                     if v is None]
-        tail = f"; {', '.join(untouched)}: built-in ({ov.fragmentation_source})" if (
-            untouched) else ""
+        untouched = [
+            k
+            for k, v in (
+                ("inference", profile.inference_fragmentation_fraction),
+                ("training", profile.training_fragmentation_fraction),
+            )
+            if v is None
+        ]
+        tail = (
+            f"; {', '.join(untouched)}: built-in ({ov.fragmentation_source})" if (untouched) else ""
+        )
         changes["fragmentation_source"] = "; ".join(frac_src) + tail
     return dataclasses.replace(ov, **changes)  # type: ignore[arg-type]
 
@@ -176,12 +196,18 @@ def measured_overheads(report: ProbeResource, estimate: Budget | None) -> dict[s
     quantity the service's fraction multiplies)."""
     res = report.result
     if res is None or report.status not in ("succeeded",):
-        raise InvalidWorkload("status", f"probe {report.id}: status {report.status!r}; only "
-                              "succeeded probes calibrate (unreliable ones saw other processes "
-                              "change device memory)")
+        raise InvalidWorkload(
+            "status",
+            f"probe {report.id}: status {report.status!r}; only "
+            "succeeded probes calibrate (unreliable ones saw other processes "
+            "change device memory)",
+        )
     if res.device != "cuda":
-        raise InvalidWorkload("result.device", f"probe {report.id} ran on the CPU: it measures "
-                              "no CUDA context, workspace or allocator overhead")
+        raise InvalidWorkload(
+            "result.device",
+            f"probe {report.id} ran on the CPU: it measures "
+            "no CUDA context, workspace or allocator overhead",
+        )
     out: dict[str, float] = {}
     if res.nvml is not None and res.nvml.cuda_context_bytes > 0:
         out["cuda_context_bytes"] = res.nvml.cuda_context_bytes
@@ -201,8 +227,12 @@ def measured_overheads(report: ProbeResource, estimate: Budget | None) -> dict[s
 def _group_key(report: ProbeResource) -> tuple[str, str | None, str | None, str | None]:
     res = report.result
     assert res is not None
-    return (res.device_name, _minor(res.torch_version), _minor(res.cuda_version),
-            _major(res.driver_version))
+    return (
+        res.device_name,
+        _minor(res.torch_version),
+        _minor(res.cuda_version),
+        _major(res.driver_version),
+    )
 
 
 def _slug(text: str) -> str:
@@ -211,19 +241,23 @@ def _slug(text: str) -> str:
     return "-".join(part for part in keep.split("-") if part)[:80] or "gpu"
 
 
-def build_profiles(reports: Iterable[tuple[ProbeResource, Budget | None, str | None]],
-                   created_at: str) -> tuple[CalibrationProfile, ...]:
+def build_profiles(
+    reports: Iterable[tuple[ProbeResource, Budget | None, str | None]], created_at: str
+) -> tuple[CalibrationProfile, ...]:
     """One profile per (GPU name, torch, CUDA, driver) group of reports; each value the median
     over the reports that measured it (bytes: the lower median, an integer). Each report comes
     with its analytic estimate (for the fragmentation fraction) and its catalog GPU id."""
-    groups: dict[tuple[str, str | None, str | None, str | None],
-                 list[tuple[ProbeResource, dict[str, float], str | None]]] = {}
+    groups: dict[
+        tuple[str, str | None, str | None, str | None],
+        list[tuple[ProbeResource, dict[str, float], str | None]],
+    ] = {}
     for report, estimate, gpu_id in reports:
         values = measured_overheads(report, estimate)
         groups.setdefault(_group_key(report), []).append((report, values, gpu_id))
     profiles = []
-    for (name, torch_v, cuda_v, driver_v), members in sorted(groups.items(),
-                                                              key=lambda kv: str(kv[0])):
+    for (name, torch_v, cuda_v, driver_v), members in sorted(
+        groups.items(), key=lambda kv: str(kv[0])
+    ):
         first = members[0][0].result
         assert first is not None
         collected: dict[str, list[float]] = {}
@@ -232,18 +266,28 @@ def build_profiles(reports: Iterable[tuple[ProbeResource, Budget | None, str | N
                 collected.setdefault(k, []).append(v)
         medians: dict[str, object] = {}
         for k, vs in collected.items():
-            medians[k] = (int(statistics.median_low(vs)) if k.endswith("_bytes") else
-                          round(statistics.median(vs), 4))
+            medians[k] = (
+                int(statistics.median_low(vs))
+                if k.endswith("_bytes")
+                else round(statistics.median(vs), 4)
+            )
         ids = tuple(sorted(r.id for r, _, _ in members))
         gpu_ids = {g for _, _, g in members}
         slug = _slug(f"{name}-torch{torch_v}-cuda{cuda_v}-driver{driver_v}")
-        profiles.append(CalibrationProfile(
-            id=slug, gpu_name=name, gpu_id=next(iter(gpu_ids)) if len(gpu_ids) == 1 else None,
-            torch_version=first.torch_version, cuda_version=first.cuda_version,
-            driver_version=first.driver_version, probe_ids=ids,
-            samples={k: len(v) for k, v in sorted(collected.items())}, created_at=created_at,
-            **medians,  # type: ignore[arg-type]
-        ))
+        profiles.append(
+            CalibrationProfile(
+                id=slug,
+                gpu_name=name,
+                gpu_id=next(iter(gpu_ids)) if len(gpu_ids) == 1 else None,
+                torch_version=first.torch_version,
+                cuda_version=first.cuda_version,
+                driver_version=first.driver_version,
+                probe_ids=ids,
+                samples={k: len(v) for k, v in sorted(collected.items())},
+                created_at=created_at,
+                **medians,  # type: ignore[arg-type]
+            )
+        )
     return tuple(profiles)
 
 

@@ -18,7 +18,6 @@ from .errors import UnknownGPU, UnknownModel
 from .hf_config import HFConfig
 
 __all__ = [
-    "match_gpu",
     "GPU",
     "GPU_IDS",
     "MODEL_IDS",
@@ -28,6 +27,7 @@ __all__ = [
     "Source",
     "gpu",
     "gpus",
+    "match_gpu",
     "preset",
     "preset_arch",
     "presets",
@@ -168,8 +168,9 @@ def _tokens(name: str) -> set[str]:
     return {t for t in name.lower().replace("-", " ").split() if t not in ("nvidia", "amd")}
 
 
-def match_gpu(name: str, memory_total_bytes: int | None, compute_capability: str | None
-              ) -> GPU | None:
+def match_gpu(
+    name: str, memory_total_bytes: int | None, compute_capability: str | None
+) -> GPU | None:
     """The catalog GPU a CUDA device name (``torch.cuda.get_device_name``) and its reported
     total memory are: same compute capability, total within 1%, then the most name tokens in
     common (``"NVIDIA H100 80GB HBM3"`` vs ``"... PCIe"``). None when nothing is close."""
@@ -177,8 +178,11 @@ def match_gpu(name: str, memory_total_bytes: int | None, compute_capability: str
     found: GPU | None = None
     words = _tokens(name)
     for g in gpus().values():
-        if compute_capability and g.compute_capability and (
-                g.compute_capability != compute_capability):
+        if (
+            compute_capability
+            and g.compute_capability
+            and (g.compute_capability != compute_capability)
+        ):
             continue
         if memory_total_bytes is not None:
             gap = abs(g.memory_total_bytes - memory_total_bytes) / g.memory_total_bytes

@@ -86,8 +86,17 @@ def _num(x: float) -> str:
     return "0" if s == "-0" else s
 
 
-def _text(x: float, y: float, body: str, *, size: int = 12, fill: str = _TEXT,
-          anchor: str = "start", weight: str | None = None, cls: str | None = None) -> str:
+def _text(
+    x: float,
+    y: float,
+    body: str,
+    *,
+    size: int = 12,
+    fill: str = _TEXT,
+    anchor: str = "start",
+    weight: str | None = None,
+    cls: str | None = None,
+) -> str:
     attrs = [f'x="{_num(x)}"', f'y="{_num(y)}"', f'font-size="{size}"', f'fill="{fill}"']
     if anchor != "start":
         attrs.append(f'text-anchor="{anchor}"')
@@ -148,17 +157,22 @@ def _row_height(row: _Row) -> int:
 
 def _subtitle(c: Comparison) -> str:
     h = c.headroom
-    return (f"tolerance {c.tolerance_percent:g}% (or {_mib(c.tolerance_bytes)} MiB); "
-            f"advised headroom {h.fraction * 100:.0f}% ({_mib(h.bytes)} MiB); "
-            "values in MiB, bars scaled per row")
+    return (
+        f"tolerance {c.tolerance_percent:g}% (or {_mib(c.tolerance_bytes)} MiB); "
+        f"advised headroom {h.fraction * 100:.0f}% ({_mib(h.bytes)} MiB); "
+        "values in MiB, bars scaled per row"
+    )
 
 
 def render_comparison_svg(comparison: Comparison, *, title: str | None = None) -> str:
     """The comparison as an SVG document (text; the same comparison gives the same text)."""
     rows, skipped, zeros = _rows(comparison)
     series = [t.method for t in comparison.tiers] + [MEASURED]
-    heading = title if title is not None else (
-        f"Estimate vs measured: {comparison.device_name}, probe {comparison.probe_id}")
+    heading = (
+        title
+        if title is not None
+        else (f"Estimate vs measured: {comparison.device_name}, probe {comparison.probe_id}")
+    )
     body: list[str] = [
         _text(20, 30, heading, size=18, weight="bold", cls="title"),
         _text(20, 52, _subtitle(comparison), size=12, fill=_MUTED, cls="subtitle"),
@@ -167,8 +181,10 @@ def render_comparison_svg(comparison: Comparison, *, title: str | None = None) -
     x = 20.0
     for s in series:
         label = MEASURED if s == MEASURED else f"{s} estimate"
-        body.append(f'<rect class="legend" x="{_num(x)}" y="66" width="12" height="12" '
-                    f'fill="{SERIES_COLOURS.get(s, "#999999")}"/>')
+        body.append(
+            f'<rect class="legend" x="{_num(x)}" y="66" width="12" height="12" '
+            f'fill="{SERIES_COLOURS.get(s, "#999999")}"/>'
+        )
         body.append(_text(x + 17, 76, label, size=12, cls="legend"))
         x += 17 + 6.5 * len(label) + 20
     body.append(_text(BAR_X - 10, 96, "quantity", size=11, fill=_MUTED, anchor="end"))
@@ -178,46 +194,63 @@ def render_comparison_svg(comparison: Comparison, *, title: str | None = None) -
     y = float(TOP)
     ruled = False
     if not rows:
-        body.append(_text(BAR_X, y + 16, "no quantity has both an estimate and a measurement",
-                          fill=_MUTED))
+        body.append(
+            _text(BAR_X, y + 16, "no quantity has both an estimate and a measurement", fill=_MUTED)
+        )
         y += 28
     for row in rows:
         if row.name in TOTALS and not ruled:
             ruled = True
             if row is not rows[0]:
-                body.append(f'<line class="rule" x1="20" y1="{_num(y - ROW_PAD / 2)}" '
-                            f'x2="{WIDTH - 20}" y2="{_num(y - ROW_PAD / 2)}" '
-                            f'stroke="#bbbbbb" stroke-width="1"/>')
+                body.append(
+                    f'<line class="rule" x1="20" y1="{_num(y - ROW_PAD / 2)}" '
+                    f'x2="{WIDTH - 20}" y2="{_num(y - ROW_PAD / 2)}" '
+                    f'stroke="#bbbbbb" stroke-width="1"/>'
+                )
         top = max(b.value for b in row.bars)
         height = _row_height(row) - ROW_PAD
-        body.append(_text(BAR_X - 10, y + height / 2 + 4, row.name, size=12, anchor="end",
-                          cls="quantity"))
+        body.append(
+            _text(BAR_X - 10, y + height / 2 + 4, row.name, size=12, anchor="end", cls="quantity")
+        )
         for i, bar in enumerate(row.bars):
             by = y + i * (BAR_H + BAR_GAP)
             w = bar.value / top * BAR_WIDTH if top > 0 else 0.0
             colour = SERIES_COLOURS.get(bar.series, "#999999")
             tip = f"{row.name}, {bar.series}: {bar.value} B"
-            body.append(f'<rect class="bar" id="bar-{row.name}-{bar.series}" '
-                        f'x="{BAR_X}" y="{_num(by)}" width="{_num(w)}" height="{BAR_H}" '
-                        f'fill="{colour}"><title>{escape(tip)}</title></rect>')
-            body.append(_text(BAR_X + w + 4, by + BAR_H - 3, _mib(bar.value), size=11,
-                              cls="value"))
+            body.append(
+                f'<rect class="bar" id="bar-{row.name}-{bar.series}" '
+                f'x="{BAR_X}" y="{_num(by)}" width="{_num(w)}" height="{BAR_H}" '
+                f'fill="{colour}"><title>{escape(tip)}</title></rect>'
+            )
+            body.append(_text(BAR_X + w + 4, by + BAR_H - 3, _mib(bar.value), size=11, cls="value"))
             if bar.quantity is not None:
                 v = bar.quantity.verdict
-                body.append(_text(VERDICT_X, by + BAR_H - 3, _verdict_label(bar.quantity),
-                                  size=11, fill=VERDICT_COLOURS.get(v, _MUTED),
-                                  weight="bold", cls=f"verdict {v}"))
+                body.append(
+                    _text(
+                        VERDICT_X,
+                        by + BAR_H - 3,
+                        _verdict_label(bar.quantity),
+                        size=11,
+                        fill=VERDICT_COLOURS.get(v, _MUTED),
+                        weight="bold",
+                        cls=f"verdict {v}",
+                    )
+                )
         y += _row_height(row)
 
     # Footnotes: what was not measured, and why the report is degraded.
     notes: list[tuple[str, str]] = []
     if skipped:
-        notes.extend(("footnote", line) for line in
-                     textwrap.wrap("not measured: " + ", ".join(skipped), 140))
+        notes.extend(
+            ("footnote", line) for line in textwrap.wrap("not measured: " + ", ".join(skipped), 140)
+        )
     if zeros:
-        notes.extend(("zeros", line) for line in
-                     textwrap.wrap("zero in the estimate and the measurement: " +
-                                   ", ".join(zeros), 140))
+        notes.extend(
+            ("zeros", line)
+            for line in textwrap.wrap(
+                "zero in the estimate and the measurement: " + ", ".join(zeros), 140
+            )
+        )
     for d in comparison.degraded:
         notes.extend(("degraded", line) for line in textwrap.wrap(d, 140))
     y += 8
@@ -225,18 +258,24 @@ def render_comparison_svg(comparison: Comparison, *, title: str | None = None) -
         y += 15
         body.append(_text(20, y, line, size=10, fill=_MUTED, cls=cls))
     height = int(y + 16)
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{WIDTH}" '
-            f'height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="{FONT}">')
-    return "\n".join([
-        '<?xml version="1.0" encoding="UTF-8"?>',
-        head,
-        f"<title>{escape(heading)}</title>",
-        (f'<rect class="background" x="0" y="0" width="{WIDTH}" height="{height}" '
-         'fill="#ffffff"/>'),
-        *body,
-        "</svg>",
-        "",
-    ])
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{WIDTH}" '
+        f'height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="{FONT}">'
+    )
+    return "\n".join(
+        [
+            '<?xml version="1.0" encoding="UTF-8"?>',
+            head,
+            f"<title>{escape(heading)}</title>",
+            (
+                f'<rect class="background" x="0" y="0" width="{WIDTH}" height="{height}" '
+                'fill="#ffffff"/>'
+            ),
+            *body,
+            "</svg>",
+            "",
+        ]
+    )
 
 
 def load_comparison(raw: bytes) -> Comparison:

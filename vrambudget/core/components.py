@@ -45,8 +45,8 @@ _DESCRIPTIONS: dict[Component, str] = {
     "kernel images and library handles, before any tensor exists.",
     Component.RUNTIME_WORKSPACE: "Library workspaces (cuBLAS/cuBLASLt), a generic workload's "
     "declared scratch buffers, and transient dequantization buffers.",
-    Component.COMMUNICATION_BUFFERS: "Collective-communication buffers: NCCL, DDP gradient buckets, "
-    "ZeRO/FSDP gather and reduce buckets.",
+    Component.COMMUNICATION_BUFFERS: "Collective-communication buffers: NCCL, DDP gradient "
+    "buckets, ZeRO/FSDP gather and reduce buckets.",
     Component.ALLOCATOR_OVERHEAD: "Bytes the caching allocator reserves beyond what tensors use: "
     "block rounding and segment fragmentation.",
     Component.HEADROOM: "The safety margin the caller asked to keep free.",

@@ -30,18 +30,25 @@ class DeviceContext:
     overheads: Overheads
 
     def summary(self) -> DeviceSummary:
-        return DeviceSummary(name=self.name, id=self.id,
-                             memory_total_bytes=self.memory_total_bytes,
-                             architecture=self.architecture)
+        return DeviceSummary(
+            name=self.name,
+            id=self.id,
+            memory_total_bytes=self.memory_total_bytes,
+            architecture=self.architecture,
+        )
 
 
 _CONTEXTS: BoundedCache[str, DeviceContext] = BoundedCache(1024)  # by catalog id
-_CALIBRATED: BoundedCache[tuple[DeviceContext, str, tuple[str, ...]], DeviceContext] = (
-    BoundedCache(4096))  # custom devices are part of the key: bounded
+_CALIBRATED: BoundedCache[tuple[DeviceContext, str, tuple[str, ...]], DeviceContext] = BoundedCache(
+    4096
+)  # custom devices are part of the key: bounded
 
 
-def resolve_device(ref: DeviceRef | GPU | None, profiles: ProfileSet | None = None,
-                   software: Software | None = None) -> DeviceContext | None:
+def resolve_device(
+    ref: DeviceRef | GPU | None,
+    profiles: ProfileSet | None = None,
+    software: Software | None = None,
+) -> DeviceContext | None:
     """The device's context; with ``profiles``, the overheads of the best-matching calibration
     profile replace the built-in ones."""
     match ref:
@@ -52,8 +59,15 @@ def resolve_device(ref: DeviceRef | GPU | None, profiles: ProfileSet | None = No
         case GPU():
             ctx = _catalog_context(ref)
         case CustomDevice():
-            ctx = DeviceContext(ref.name, None, ref.memory_total_bytes, ref.architecture,
-                                "nvidia", frozenset(ref.native_dtypes), DEFAULT_OVERHEADS)
+            ctx = DeviceContext(
+                ref.name,
+                None,
+                ref.memory_total_bytes,
+                ref.architecture,
+                "nvidia",
+                frozenset(ref.native_dtypes),
+                DEFAULT_OVERHEADS,
+            )
         case _:
             raise TypeError(ref)
     if profiles:
@@ -62,8 +76,12 @@ def resolve_device(ref: DeviceRef | GPU | None, profiles: ProfileSet | None = No
             key = (ctx, profile.id, matched)
             hit = _CALIBRATED.get(key)
             if hit is None:
-                hit = _CALIBRATED.put(key, dataclasses.replace(
-                    ctx, overheads=apply_profile(ctx.overheads, profile, matched)))
+                hit = _CALIBRATED.put(
+                    key,
+                    dataclasses.replace(
+                        ctx, overheads=apply_profile(ctx.overheads, profile, matched)
+                    ),
+                )
             return hit
     return ctx
 
@@ -79,8 +97,16 @@ def require_device(ref: DeviceRef | None, what: str) -> DeviceContext:
 def _catalog_context(g: GPU) -> DeviceContext:
     ctx = _CONTEXTS.get(g.id)
     if ctx is None:
-        ctx = _CONTEXTS.put(g.id, DeviceContext(
-            g.name, g.id, g.memory_total_bytes, g.architecture, g.vendor,
-            frozenset(g.native_dtypes),
-            device_overheads(g.compute_capability, g.vendor, g.gfx_target)))
+        ctx = _CONTEXTS.put(
+            g.id,
+            DeviceContext(
+                g.name,
+                g.id,
+                g.memory_total_bytes,
+                g.architecture,
+                g.vendor,
+                frozenset(g.native_dtypes),
+                device_overheads(g.compute_capability, g.vendor, g.gfx_target),
+            ),
+        )
     return ctx

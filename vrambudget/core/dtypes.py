@@ -18,8 +18,9 @@ __all__ = [
 WeightDType = Literal["fp32", "fp16", "bf16", "fp8"]
 ComputeDType = Literal["fp32", "fp16", "bf16"]
 KVCacheDType = Literal["auto", "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
-NativeDType = Literal["fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8",
-                      "int4", "fp6", "fp4"]
+NativeDType = Literal[
+    "fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "fp6", "fp4"
+]
 """What a device's tensor (matrix) cores run natively (a GPU's ``native_dtypes``)."""
 COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDType)
 

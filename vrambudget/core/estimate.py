@@ -13,9 +13,13 @@ from .spec import DeviceRef, Headroom, Software, Workload, analytic_workloads
 __all__ = ["estimate"]
 
 
-def estimate(workloads: tuple[Workload, ...], device: DeviceRef | None = None,
-             headroom: Headroom | None = None, profiles: ProfileSet | None = None,
-             software: Software | None = None) -> Budget:
+def estimate(
+    workloads: tuple[Workload, ...],
+    device: DeviceRef | None = None,
+    headroom: Headroom | None = None,
+    profiles: ProfileSet | None = None,
+    software: Software | None = None,
+) -> Budget:
     """The full answer for co-located workloads on one device type."""
     analytic = analytic_workloads(workloads)
     if analytic is None:

@@ -32,8 +32,16 @@ __all__ = ["arch_from_hf_config", "compress_runs", "gated_mlp", "linear", "norm"
 T = TensorGroup
 
 
-def linear(name: str, out_features: int, in_features: int, split: Split, *,
-           role: Role = Role.LINEAR, bias: bool = False, count: int = 1) -> list[TensorGroup]:
+def linear(
+    name: str,
+    out_features: int,
+    in_features: int,
+    split: Split,
+    *,
+    role: Role = Role.LINEAR,
+    bias: bool = False,
+    count: int = 1,
+) -> list[TensorGroup]:
     """A linear layer's weight (and bias). A row-parallel bias is replicated (added after the
     all-reduce); a column-parallel bias is split with the output features."""
     groups = [T(name, out_features, in_features, role, split, count)]
@@ -129,8 +137,9 @@ def _moe_layer_flags(model_type: str, c: _Cfg, num_layers: int) -> tuple[list[bo
         only_mlp = set(c.get("mlp_only_layers", ()))
         flags = [i not in only_mlp and (i + 1) % step == 0 for i in range(num_layers)]
         shared = c.get("shared_expert_intermediate_size", 0) if model_type == "qwen2_moe" else 0
-        moe = MoE(experts, c.require("num_experts_per_tok"), c.require("moe_intermediate_size"),
-                  shared)
+        moe = MoE(
+            experts, c.require("num_experts_per_tok"), c.require("moe_intermediate_size"), shared
+        )
         return flags, moe
     if model_type in ("deepseek_v2", "deepseek_v3"):
         experts = c.get("n_routed_experts")
@@ -145,8 +154,9 @@ def _moe_layer_flags(model_type: str, c: _Cfg, num_layers: int) -> tuple[list[bo
     return [False] * num_layers, None
 
 
-def _attention_tensors(model_type: str, c: _Cfg, h: int, a: int, kv: int, d: int,
-                       mla: MLA | None) -> list[TensorGroup]:
+def _attention_tensors(
+    model_type: str, c: _Cfg, h: int, a: int, kv: int, d: int, mla: MLA | None
+) -> list[TensorGroup]:
     if mla is not None:
         qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         groups: list[TensorGroup] = []
@@ -156,11 +166,13 @@ def _attention_tensors(model_type: str, c: _Cfg, h: int, a: int, kv: int, d: int
             groups += linear("q_b_proj", a * qk_head, mla.q_lora_rank, Split.COLUMN)
         else:
             groups += linear("q_proj", a * qk_head, h, Split.COLUMN)
-        groups += linear("kv_a_proj_with_mqa", mla.kv_lora_rank + mla.qk_rope_head_dim, h,
-                       Split.REPLICATED)
+        groups += linear(
+            "kv_a_proj_with_mqa", mla.kv_lora_rank + mla.qk_rope_head_dim, h, Split.REPLICATED
+        )
         groups += norm("kv_a_layernorm", mla.kv_lora_rank, layernorm=False)
-        groups += linear("kv_b_proj", a * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank,
-                       Split.COLUMN)
+        groups += linear(
+            "kv_b_proj", a * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, Split.COLUMN
+        )
         groups += linear("o_proj", h, a * mla.v_head_dim, Split.ROW)
         return groups
     attention_bias = bool(c.get("attention_bias", False))
@@ -176,8 +188,9 @@ def _attention_tensors(model_type: str, c: _Cfg, h: int, a: int, kv: int, d: int
     return groups
 
 
-def gated_mlp(prefix: str, h: int, f: int, *, bias: bool = False, role: Role = Role.LINEAR,
-               count: int = 1) -> list[TensorGroup]:
+def gated_mlp(
+    prefix: str, h: int, f: int, *, bias: bool = False, role: Role = Role.LINEAR, count: int = 1
+) -> list[TensorGroup]:
     return [
         *linear(f"{prefix}gate_proj", f, h, Split.COLUMN, bias=bias, role=role, count=count),
         *linear(f"{prefix}up_proj", f, h, Split.COLUMN, bias=bias, role=role, count=count),
@@ -189,10 +202,12 @@ def _moe_tensors(model_type: str, c: _Cfg, h: int, moe: MoE) -> list[TensorGroup
     groups = [T("router", moe.num_experts, h, Role.ROUTER, Split.REPLICATED)]
     if model_type == "deepseek_v3" and c.get("topk_method") == "noaux_tc":
         # DeepseekV3TopkRouter.e_score_correction_bias: one fp32 bias per expert.
-        groups.append(T("router.e_score_correction_bias", moe.num_experts, 1, Role.ROUTER,
-                        Split.REPLICATED))
-    groups += gated_mlp("experts.", h, moe.expert_intermediate_size, role=Role.EXPERT,
-                         count=moe.num_experts)
+        groups.append(
+            T("router.e_score_correction_bias", moe.num_experts, 1, Role.ROUTER, Split.REPLICATED)
+        )
+    groups += gated_mlp(
+        "experts.", h, moe.expert_intermediate_size, role=Role.EXPERT, count=moe.num_experts
+    )
     if moe.shared_intermediate_size:
         groups += gated_mlp("shared_experts.", h, moe.shared_intermediate_size)
         if model_type == "qwen2_moe":
@@ -221,8 +236,11 @@ def _vision_tensors(
     layers = vc.get("num_hidden_layers")
     per_layer = [
         *norm("layer_norm1", hv, layernorm=True),
-        *(g for n in ("q_proj", "k_proj", "v_proj", "out_proj")
-          for g in linear(n, hv, hv, Split.REPLICATED, role=Role.VISION, bias=True)),
+        *(
+            g
+            for n in ("q_proj", "k_proj", "v_proj", "out_proj")
+            for g in linear(n, hv, hv, Split.REPLICATED, role=Role.VISION, bias=True)
+        ),
         *norm("layer_norm2", hv, layernorm=True),
         *linear("fc1", fv, hv, Split.REPLICATED, role=Role.VISION, bias=True),
         *linear("fc2", hv, fv, Split.REPLICATED, role=Role.VISION, bias=True),
@@ -231,12 +249,28 @@ def _vision_tensors(
         T("vision.patch_embedding", hv, channels * patch * patch, Role.VISION, Split.REPLICATED),
         T("vision.patch_embedding.bias", hv, 1, Role.VISION, Split.REPLICATED),
         T("vision.position_embedding", num_patches, hv, Role.VISION, Split.REPLICATED),
-        *(T(f"vision.layers.{g.name}", g.rows, g.cols, Role.VISION, Split.REPLICATED,
-            g.count * layers) for g in per_layer),
-        *(T(f"vision.{g.name}", g.rows, g.cols, Role.VISION, Split.REPLICATED)
-          for g in norm("post_layernorm", hv, layernorm=True)),
-        T("multi_modal_projector.mm_input_projection_weight", hv, text_hidden, Role.VISION,
-          Split.REPLICATED),
+        *(
+            T(
+                f"vision.layers.{g.name}",
+                g.rows,
+                g.cols,
+                Role.VISION,
+                Split.REPLICATED,
+                g.count * layers,
+            )
+            for g in per_layer
+        ),
+        *(
+            T(f"vision.{g.name}", g.rows, g.cols, Role.VISION, Split.REPLICATED)
+            for g in norm("post_layernorm", hv, layernorm=True)
+        ),
+        T(
+            "multi_modal_projector.mm_input_projection_weight",
+            hv,
+            text_hidden,
+            Role.VISION,
+            Split.REPLICATED,
+        ),
         T("multi_modal_projector.mm_soft_emb_norm", hv, 1, Role.VISION, Split.REPLICATED),
     ]
     if vc.get("vision_use_head"):
@@ -258,8 +292,9 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         d = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         kv = a
     if a % kv:
-        raise InvalidWorkload("config.num_key_value_heads",
-                              f"must divide num_attention_heads ({a}); got {kv}")
+        raise InvalidWorkload(
+            "config.num_key_value_heads", f"must divide num_attention_heads ({a}); got {kv}"
+        )
     mlp_bias = bool(c.get("mlp_bias", False))
     windows = _layer_attention_kinds(model_type, c, L)
     moe_flags, moe = _moe_layer_flags(model_type, c, L)
@@ -289,8 +324,9 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         # enorm, hnorm, eh_proj (h x 2h), its own embed_tokens and shared_head (norm + head),
         # and one full MoE decoder layer. transformers and vLLM (without speculative decoding)
         # do not load it.
-        mtp_layer = LayerType(AttentionKind.FULL, None, True,
-                              tuple(norm_groups + attention + moe_mlp))
+        mtp_layer = LayerType(
+            AttentionKind.FULL, None, True, tuple(norm_groups + attention + moe_mlp)
+        )
         per_mtp = mtp_layer.num_params + 2 * h + 2 * h * h + V * h + h + V * h
         checkpoint_only = per_mtp * c.get("num_nextn_predict_layers")
     return Arch(
@@ -315,8 +351,9 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         extras=tuple(extras),
         mla=mla,
         moe=moe,
-        rope_scaling=_rope_scaling(c.get("rope_scaling"),
-                                   c.get("original_max_position_embeddings")),
+        rope_scaling=_rope_scaling(
+            c.get("rope_scaling"), c.get("original_max_position_embeddings")
+        ),
         checkpoint_only_params=checkpoint_only,
     )
 
@@ -331,8 +368,11 @@ def _rope_scaling(r: Any, top_original: int | None) -> RopeScaling | None:
     original = r.original_max_position_embeddings
     if not isinstance(original, int):
         original = top_original
-    return RopeScaling(kind=kind.lower() if isinstance(kind, str) else "default",
-                       factor=factor, original_max_positions=original)
+    return RopeScaling(
+        kind=kind.lower() if isinstance(kind, str) else "default",
+        factor=factor,
+        original_max_positions=original,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,54 +384,99 @@ def _gpt2(c: _Cfg) -> Arch:
     h, L, a = c.require("n_embd"), c.require("n_layer"), c.require("n_head")
     f = c.get("n_inner") or 4 * h
     V, P = c.require("vocab_size"), c.require("n_positions")
-    layer = LayerType(AttentionKind.FULL, None, False, tuple([
-        *norm("ln_1", h, layernorm=True),
-        *linear("attn.c_attn", 3 * h, h, Split.COLUMN, bias=True),
-        *linear("attn.c_proj", h, h, Split.ROW, bias=True),
-        *norm("ln_2", h, layernorm=True),
-        *linear("mlp.c_fc", f, h, Split.COLUMN, bias=True),
-        *linear("mlp.c_proj", h, f, Split.ROW, bias=True),
-    ]))
+    layer = LayerType(
+        AttentionKind.FULL,
+        None,
+        False,
+        tuple(
+            [
+                *norm("ln_1", h, layernorm=True),
+                *linear("attn.c_attn", 3 * h, h, Split.COLUMN, bias=True),
+                *linear("attn.c_proj", h, h, Split.ROW, bias=True),
+                *norm("ln_2", h, layernorm=True),
+                *linear("mlp.c_fc", f, h, Split.COLUMN, bias=True),
+                *linear("mlp.c_proj", h, f, Split.ROW, bias=True),
+            ]
+        ),
+    )
     return Arch(
-        model_type="gpt2", kind="decoder", hidden_size=h, num_layers=L, num_heads=a,
-        num_kv_heads=a, head_dim=h // a, intermediate_size=f, vocab_size=V, max_positions=P,
-        mlp="dense", norm="layernorm", tie_word_embeddings=True, qk_norm=False,
-        sandwich_norms=False, layer_runs=((layer, L),),
-        embeddings=(T("wte", V, h, Role.EMBEDDING, Split.VOCAB),
-                    T("wpe", P, h, Role.EMBEDDING, Split.REPLICATED)),
+        model_type="gpt2",
+        kind="decoder",
+        hidden_size=h,
+        num_layers=L,
+        num_heads=a,
+        num_kv_heads=a,
+        head_dim=h // a,
+        intermediate_size=f,
+        vocab_size=V,
+        max_positions=P,
+        mlp="dense",
+        norm="layernorm",
+        tie_word_embeddings=True,
+        qk_norm=False,
+        sandwich_norms=False,
+        layer_runs=((layer, L),),
+        embeddings=(
+            T("wte", V, h, Role.EMBEDDING, Split.VOCAB),
+            T("wpe", P, h, Role.EMBEDDING, Split.REPLICATED),
+        ),
         head=tuple(norm("ln_f", h, layernorm=True)),
     )
 
 
 def _bert(c: _Cfg) -> Arch:
-    h, L, a = c.require("hidden_size"), c.require("num_hidden_layers"), c.require(
-        "num_attention_heads")
+    h, L, a = (
+        c.require("hidden_size"),
+        c.require("num_hidden_layers"),
+        c.require("num_attention_heads"),
+    )
     f, V = c.require("intermediate_size"), c.require("vocab_size")
     P, types = c.require("max_position_embeddings"), c.get("type_vocab_size", 2)
-    layer = LayerType(AttentionKind.FULL, None, False, tuple([
-        *linear("attention.self.query", h, h, Split.COLUMN, bias=True),
-        *linear("attention.self.key", h, h, Split.KV_COLUMN, bias=True),
-        *linear("attention.self.value", h, h, Split.KV_COLUMN, bias=True),
-        *linear("attention.output.dense", h, h, Split.ROW, bias=True),
-        *norm("attention.output.LayerNorm", h, layernorm=True),
-        *linear("intermediate.dense", f, h, Split.COLUMN, bias=True),
-        *linear("output.dense", h, f, Split.ROW, bias=True),
-        *norm("output.LayerNorm", h, layernorm=True),
-    ]))
+    layer = LayerType(
+        AttentionKind.FULL,
+        None,
+        False,
+        tuple(
+            [
+                *linear("attention.self.query", h, h, Split.COLUMN, bias=True),
+                *linear("attention.self.key", h, h, Split.KV_COLUMN, bias=True),
+                *linear("attention.self.value", h, h, Split.KV_COLUMN, bias=True),
+                *linear("attention.output.dense", h, h, Split.ROW, bias=True),
+                *norm("attention.output.LayerNorm", h, layernorm=True),
+                *linear("intermediate.dense", f, h, Split.COLUMN, bias=True),
+                *linear("output.dense", h, f, Split.ROW, bias=True),
+                *norm("output.LayerNorm", h, layernorm=True),
+            ]
+        ),
+    )
     # BertModel with its pooler (what AutoModel loads). The pre-training heads of the hub
     # checkpoint (BertForPreTraining: MLM transform + decoder bias, NSP classifier) are counted
     # as checkpoint-only parameters: transform dense h*h+h, LayerNorm 2h, decoder bias V
     # (decoder weight tied to word embeddings), seq_relationship 2h+2.
     mlm_nsp_heads = (h * h + h) + 2 * h + V + (2 * h + 2)
     return Arch(
-        model_type="bert", kind="encoder", hidden_size=h, num_layers=L, num_heads=a,
-        num_kv_heads=a, head_dim=h // a, intermediate_size=f, vocab_size=V, max_positions=P,
-        mlp="dense", norm="layernorm", tie_word_embeddings=True, qk_norm=False,
-        sandwich_norms=False, layer_runs=((layer, L),),
-        embeddings=(T("word_embeddings", V, h, Role.EMBEDDING, Split.VOCAB),
-                    T("position_embeddings", P, h, Role.EMBEDDING, Split.REPLICATED),
-                    T("token_type_embeddings", types, h, Role.EMBEDDING, Split.REPLICATED),
-                    *norm("embeddings.LayerNorm", h, layernorm=True)),
+        model_type="bert",
+        kind="encoder",
+        hidden_size=h,
+        num_layers=L,
+        num_heads=a,
+        num_kv_heads=a,
+        head_dim=h // a,
+        intermediate_size=f,
+        vocab_size=V,
+        max_positions=P,
+        mlp="dense",
+        norm="layernorm",
+        tie_word_embeddings=True,
+        qk_norm=False,
+        sandwich_norms=False,
+        layer_runs=((layer, L),),
+        embeddings=(
+            T("word_embeddings", V, h, Role.EMBEDDING, Split.VOCAB),
+            T("position_embeddings", P, h, Role.EMBEDDING, Split.REPLICATED),
+            T("token_type_embeddings", types, h, Role.EMBEDDING, Split.REPLICATED),
+            *norm("embeddings.LayerNorm", h, layernorm=True),
+        ),
         head=tuple(linear("pooler.dense", h, h, Split.REPLICATED, bias=True)),
         checkpoint_only_params=mlm_nsp_heads,
     )

@@ -73,8 +73,10 @@ class HFRopeScaling(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     ] = UNSET
     factor: Annotated[
         float | None | UnsetType,
-        Meta(description="Scaling factor; one that is absent or not above 0 scales nothing (as "
-             "published configs are pasted, it is not range-checked)."),
+        Meta(
+            description="Scaling factor; one that is absent or not above 0 scales nothing (as "
+            "published configs are pasted, it is not range-checked)."
+        ),
     ] = UNSET
     original_max_position_embeddings: Annotated[
         Positions | None | UnsetType,
@@ -107,13 +109,17 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ] = UNSET
     num_key_value_heads: Annotated[
         Dim | None | UnsetType,
-        Meta(description="KV heads (GQA/MQA); must divide the query heads. Absent: the family's "
-             "default; null or no default: as many as query heads."),
+        Meta(
+            description="KV heads (GQA/MQA); must divide the query heads. Absent: the family's "
+            "default; null or no default: as many as query heads."
+        ),
     ] = UNSET
     head_dim: Annotated[
         Dim | None | UnsetType,
-        Meta(description="Width of one attention head, elements. Absent: the family's default; "
-             "null or no default: hidden_size / num_attention_heads."),
+        Meta(
+            description="Width of one attention head, elements. Absent: the family's default; "
+            "null or no default: hidden_size / num_attention_heads."
+        ),
     ] = UNSET
     vocab_size: Annotated[
         Vocab | None | UnsetType,
@@ -121,8 +127,10 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ] = UNSET
     max_position_embeddings: Annotated[
         Positions | None | UnsetType,
-        Meta(description="Longest context the model supports, tokens (BERT: rows of the learned "
-             "position table)."),
+        Meta(
+            description="Longest context the model supports, tokens (BERT: rows of the learned "
+            "position table)."
+        ),
     ] = UNSET
     rope_scaling: Annotated[
         HFRopeScaling | None | UnsetType,
@@ -151,8 +159,10 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     # Sliding-window attention (Mistral, Qwen2, Phi-3, Gemma 2/3).
     sliding_window: Annotated[
         Positions | None | UnsetType,
-        Meta(description="Window of the sliding-window layers, tokens (their KV cache holds at "
-             "most this many); null: no sliding window."),
+        Meta(
+            description="Window of the sliding-window layers, tokens (their KV cache holds at "
+            "most this many); null: no sliding window."
+        ),
     ] = UNSET
     use_sliding_window: Annotated[
         bool | None | UnsetType,
@@ -160,8 +170,9 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ] = UNSET
     max_window_layers: Annotated[
         Count | None | UnsetType,
-        Meta(description="Qwen2/Qwen3: layers below this index use full attention; the rest "
-             "slide."),
+        Meta(
+            description="Qwen2/Qwen3: layers below this index use full attention; the rest slide."
+        ),
     ] = UNSET
     sliding_window_pattern: Annotated[
         Dim | None | UnsetType,
@@ -169,8 +180,10 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ] = UNSET
     layer_types: Annotated[
         tuple[str, ...] | None | UnsetType,
-        Meta(description="Attention type per layer (`sliding_attention` or full); overrides the "
-             "family's rule and must have num_hidden_layers entries."),
+        Meta(
+            description="Attention type per layer (`sliding_attention` or full); overrides the "
+            "family's rule and must have num_hidden_layers entries."
+        ),
     ] = UNSET
     # Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek).
     num_local_experts: Annotated[
@@ -199,8 +212,10 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ] = UNSET
     mlp_only_layers: Annotated[
         tuple[Annotated[int, Meta(ge=0)], ...] | None | UnsetType,
-        Meta(description="Qwen2-MoE/Qwen3-MoE: indices of layers with a dense MLP instead of "
-             "experts."),
+        Meta(
+            description="Qwen2-MoE/Qwen3-MoE: indices of layers with a dense MLP instead of "
+            "experts."
+        ),
     ] = UNSET
     n_routed_experts: Annotated[
         Count | None | UnsetType,
@@ -216,8 +231,10 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ] = UNSET
     moe_layer_freq: Annotated[
         Dim | None | UnsetType,
-        Meta(description="DeepSeek: past the dense layers, those whose index is a multiple of "
-             "n are MoE layers (default 1)."),
+        Meta(
+            description="DeepSeek: past the dense layers, those whose index is a multiple of "
+            "n are MoE layers (default 1)."
+        ),
     ] = UNSET
     topk_method: Annotated[
         str | None | UnsetType,
@@ -226,8 +243,10 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     # Multi-head latent attention (DeepSeek-V2/V3).
     kv_lora_rank: Annotated[
         Dim | None | UnsetType,
-        Meta(description="DeepSeek MLA: rank of the compressed KV (cached per token with the rope "
-             "part)."),
+        Meta(
+            description="DeepSeek MLA: rank of the compressed KV (cached per token with the rope "
+            "part)."
+        ),
     ] = UNSET
     q_lora_rank: Annotated[
         Dim | None | UnsetType,
@@ -247,8 +266,10 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ] = UNSET
     num_nextn_predict_layers: Annotated[
         Count | None | UnsetType,
-        Meta(description="DeepSeek-V3: multi-token-prediction layers stored in the checkpoint (on "
-             "disk only, not loaded)."),
+        Meta(
+            description="DeepSeek-V3: multi-token-prediction layers stored in the checkpoint (on "
+            "disk only, not loaded)."
+        ),
     ] = UNSET
     # GPT-2 names its dimensions differently.
     n_embd: Annotated[
@@ -336,11 +357,15 @@ class HFConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
     ]
     text_config: Annotated[
         HFTextConfig | None | UnsetType,
-        Meta(description="Gemma 3 (model_type `gemma3`): the language model's config; its "
-             "missing keys take Gemma3TextConfig's defaults. Ignored by other families."),
+        Meta(
+            description="Gemma 3 (model_type `gemma3`): the language model's config; its "
+            "missing keys take Gemma3TextConfig's defaults. Ignored by other families."
+        ),
     ] = UNSET
     vision_config: Annotated[
         HFVisionConfig | None | UnsetType,
-        Meta(description="Gemma 3 (model_type `gemma3`): the SigLIP vision tower loaded beside "
-             "the language model; missing keys take SiglipVisionConfig's defaults."),
+        Meta(
+            description="Gemma 3 (model_type `gemma3`): the SigLIP vision tower loaded beside "
+            "the language model; missing keys take SiglipVisionConfig's defaults."
+        ),
     ] = UNSET

@@ -73,20 +73,24 @@ def persistent_key(w: AnalyticWorkload) -> Any:
     only in those share one cached answer."""
     if isinstance(w, GenericWorkload):
         return w
-    return (type(w), w.name, w.model, w.precision, w.parallelism, w.instances,
-            getattr(w, "method", None), getattr(w, "optimizer", None),
-            getattr(w, "mixed_precision", None))
+    return (
+        type(w),
+        w.name,
+        w.model,
+        w.precision,
+        w.parallelism,
+        w.instances,
+        getattr(w, "method", None),
+        getattr(w, "optimizer", None),
+        getattr(w, "mixed_precision", None),
+    )
 
 
-def host_and_disk(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]
-                  ) -> tuple[HostBudget, DiskBudget]:
+def host_and_disk(
+    pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...],
+) -> tuple[HostBudget, DiskBudget]:
     """Host RAM and disk of co-located workloads."""
     return _compute_host(pairs), _compute_disk(pairs)
-
-
-
-
-
 
 
 def _compute_host(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> HostBudget:
@@ -96,34 +100,55 @@ def _compute_host(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> Ho
         n = _local_processes(w)
         processes += n
         name = _name(w)
-        items.append(Item(item=f"{name}: process runtime", bytes=n * PROCESS_RSS_BYTES,
-                          formula=f"{n} processes x {PROCESS_RSS_BYTES} B",
-                          source="assumption: torch + CUDA libraries resident set; calibrate"))
+        items.append(
+            Item(
+                item=f"{name}: process runtime",
+                bytes=n * PROCESS_RSS_BYTES,
+                formula=f"{n} processes x {PROCESS_RSS_BYTES} B",
+                source="assumption: torch + CUDA libraries resident set; calibrate",
+            )
+        )
         if isinstance(w, GenericWorkload) or arch is None:
             continue
         files = checkpoint_file_bytes(w, arch)
         load = min(files, MAX_SHARD_BYTES) * n
-        items.append(Item(item=f"{name}: weight loading peak", bytes=load,
-                          formula=f"{n} processes x min(model files, 5 GB shard)",
-                          source="transformers save_pretrained max_shard_size='5GB'; "
-                                 "safetensors loads one shard at a time"))
+        items.append(
+            Item(
+                item=f"{name}: weight loading peak",
+                bytes=load,
+                formula=f"{n} processes x min(model files, 5 GB shard)",
+                source="transformers save_pretrained max_shard_size='5GB'; "
+                "safetensors loads one shard at a time",
+            )
+        )
         if isinstance(w, TrainingWorkload):
             statics = statics_for(w, arch)  # the same cached statics as the device budget
-            worst = max(statics, key=lambda s: s.host_optimizer_bytes + s.host_master_bytes
-                        + s.host_param_bytes)
+            worst = max(
+                statics,
+                key=lambda s: s.host_optimizer_bytes + s.host_master_bytes + s.host_param_bytes,
+            )
             offload = worst.host_optimizer_bytes + worst.host_master_bytes
             if offload:
-                items.append(Item(item=f"{name}: offloaded optimizer state + master weights "
-                                  "(pinned)", bytes=offload * n,
-                                  formula=f"{n} ranks x per-rank partition",
-                                  source="Ren et al. 2021 (ZeRO-Offload) §4"))
+                items.append(
+                    Item(
+                        item=f"{name}: offloaded optimizer state + master weights (pinned)",
+                        bytes=offload * n,
+                        formula=f"{n} ranks x per-rank partition",
+                        source="Ren et al. 2021 (ZeRO-Offload) §4",
+                    )
+                )
             if worst.host_param_bytes:
-                items.append(Item(item=f"{name}: offloaded parameters (pinned)",
-                                  bytes=worst.host_param_bytes * n,
-                                  formula=f"{n} ranks x per-rank partition",
-                                  source="Rajbhandari et al. 2021 (ZeRO-Infinity) §5"))
-    return HostBudget(num_processes=processes, items=tuple(items),
-                      total_bytes=sum(i.bytes for i in items))
+                items.append(
+                    Item(
+                        item=f"{name}: offloaded parameters (pinned)",
+                        bytes=worst.host_param_bytes * n,
+                        formula=f"{n} ranks x per-rank partition",
+                        source="Rajbhandari et al. 2021 (ZeRO-Infinity) §5",
+                    )
+                )
+    return HostBudget(
+        num_processes=processes, items=tuple(items), total_bytes=sum(i.bytes for i in items)
+    )
 
 
 def _compute_disk(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> DiskBudget:
@@ -132,19 +157,41 @@ def _compute_disk(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> Di
         name = _name(w)
         if isinstance(w, GenericWorkload) or arch is None:
             assets = sum(a.bytes for a in w.assets) if isinstance(w, GenericWorkload) else 0
-            items.append(Item(item=f"{name}: asset files", bytes=assets, formula="sum of assets",
-                              source="caller"))
+            items.append(
+                Item(
+                    item=f"{name}: asset files",
+                    bytes=assets,
+                    formula="sum of assets",
+                    source="caller",
+                )
+            )
             continue
         files = checkpoint_file_bytes(w, arch)
-        items.append(Item(item=f"{name}: model files", bytes=files,
-                          formula="checkpoint bytes (quantized size for pre-quantized formats)",
-                          source="preset checkpoint facts (safetensors index) or params x dtype"))
-        items.append(Item(item=f"{name}: temporary conversion space", bytes=files,
-                          formula="one more copy of the model files (format conversion or "
-                          "merging writes a full copy before replacing)", source="convention"))
-        items.append(Item(item=f"{name}: spare copy for updates", bytes=files,
-                          formula="one copy of the model files (blue/green update)",
-                          source="convention"))
+        items.append(
+            Item(
+                item=f"{name}: model files",
+                bytes=files,
+                formula="checkpoint bytes (quantized size for pre-quantized formats)",
+                source="preset checkpoint facts (safetensors index) or params x dtype",
+            )
+        )
+        items.append(
+            Item(
+                item=f"{name}: temporary conversion space",
+                bytes=files,
+                formula="one more copy of the model files (format conversion or "
+                "merging writes a full copy before replacing)",
+                source="convention",
+            )
+        )
+        items.append(
+            Item(
+                item=f"{name}: spare copy for updates",
+                bytes=files,
+                formula="one copy of the model files (blue/green update)",
+                source="convention",
+            )
+        )
         if isinstance(w, TrainingWorkload):
             plan = training_plan(w)
             whole = stage_statics(arch, w.precision, Parallelism(), plan)  # unsharded
@@ -154,6 +201,12 @@ def _compute_disk(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> Di
             else:
                 state = sum(s.adapter_bytes + s.master_bytes + s.optimizer_bytes for s in whole)
                 formula = "adapters + their master weights and optimizer state"
-            items.append(Item(item=f"{name}: training checkpoint", bytes=state, formula=formula,
-                              source="resumable checkpoint = model states (ZeRO §3)"))
+            items.append(
+                Item(
+                    item=f"{name}: training checkpoint",
+                    bytes=state,
+                    formula=formula,
+                    source="resumable checkpoint = model states (ZeRO §3)",
+                )
+            )
     return DiskBudget(items=tuple(items), total_bytes=sum(i.bytes for i in items))

@@ -18,8 +18,16 @@ from .errors import InvalidWorkload
 from .spec import Parallelism
 from .units import ceil_div
 
-__all__ = ["GPUS_PER_NODE", "Stage", "check_layout", "device_count_candidates",
-           "kv_heads_per_device", "node_splits", "per_device_shape", "stages"]
+__all__ = [
+    "GPUS_PER_NODE",
+    "Stage",
+    "check_layout",
+    "device_count_candidates",
+    "kv_heads_per_device",
+    "node_splits",
+    "per_device_shape",
+    "stages",
+]
 
 GPUS_PER_NODE = 8
 """GPUs of one server: tensor parallelism stays within it, pipeline parallelism crosses servers,
@@ -104,8 +112,9 @@ def _stage_sizes(num_layers: int, p: int) -> list[int]:
     return sizes
 
 
-def _slice_runs(runs: tuple[tuple[LayerType, int], ...], start: int, stop: int
-                ) -> tuple[tuple[LayerType, int], ...]:
+def _slice_runs(
+    runs: tuple[tuple[LayerType, int], ...], start: int, stop: int
+) -> tuple[tuple[LayerType, int], ...]:
     out: list[tuple[LayerType, int]] = []
     pos = 0
     for layer, n in runs:
@@ -124,8 +133,9 @@ def stages(arch: Arch, p: int) -> tuple[Stage, ...]:
     result = []
     start = 0
     for i, size in enumerate(_stage_sizes(arch.num_layers, p)):
-        result.append(Stage(i, _slice_runs(arch.layer_runs, start, start + size), i == 0,
-                            i == p - 1))
+        result.append(
+            Stage(i, _slice_runs(arch.layer_runs, start, start + size), i == 0, i == p - 1)
+        )
         start += size
     return tuple(result)
 
@@ -139,4 +149,5 @@ def node_splits(n: int) -> list[tuple[int, int]]:
 def device_count_candidates(limit: int) -> list[int]:
     """Device counts tried for the smallest that fits: 1 .. 8, then whole nodes of 8."""
     return [n for n in range(1, GPUS_PER_NODE + 1) if n <= limit] + list(
-        range(2 * GPUS_PER_NODE, limit + 1, GPUS_PER_NODE))
+        range(2 * GPUS_PER_NODE, limit + 1, GPUS_PER_NODE)
+    )

@@ -42,8 +42,9 @@ class Overheads:
     """What the profile matched on (``gpu``, ``torch``, ``cuda``, ``driver``)."""
 
 
-def device_overheads(compute_capability: str | None, vendor: str, gfx_target: str | None
-                     ) -> Overheads:
+def device_overheads(
+    compute_capability: str | None, vendor: str, gfx_target: str | None
+) -> Overheads:
     """The built-in overheads of a device type (its CUDA context and library workspaces)."""
     ws, ws_source = default_workspace(compute_capability, vendor, gfx_target)
     context, context_source = default_context(compute_capability, vendor)

@@ -29,8 +29,17 @@ __all__ = [
     "TorchView",
 ]
 
-ProbeStatus = Literal["queued", "running", "succeeded", "oom", "timeout", "failed", "cancelled",
-                      "interrupted", "unreliable"]
+ProbeStatus = Literal[
+    "queued",
+    "running",
+    "succeeded",
+    "oom",
+    "timeout",
+    "failed",
+    "cancelled",
+    "interrupted",
+    "unreliable",
+]
 
 
 # msgspec passes frozen=True on to subclasses, type checkers do not: each subclass repeats it.
@@ -42,51 +51,90 @@ class CustomWorkload(_Wire, frozen=True, tag="custom", tag_field="kind", kw_only
     """An entry point from the agent's configuration (``VRAMBUDGET_AGENT_ENTRY_POINTS``),
     called with ``arguments``; it returns the program to run."""
 
-    entry_point: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$",
-                                     description="Name of a configured entry point.")]
-    arguments: Annotated[dict[str, int | float | str | bool], Meta(
-        max_length=64, description="Keyword arguments for the entry point (at most 64).")] = {}
+    entry_point: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=64,
+            pattern=r"^[A-Za-z0-9_.-]+$",
+            description="Name of a configured entry point.",
+        ),
+    ]
+    arguments: Annotated[
+        dict[str, int | float | str | bool],
+        Meta(max_length=64, description="Keyword arguments for the entry point (at most 64)."),
+    ] = {}
 
 
 ProbeWorkload = InferenceWorkload | TrainingWorkload | CustomWorkload
 
 
 class Callback(_Wire, frozen=True, kw_only=True):
-    url: Annotated[str, Meta(min_length=8, max_length=2048, pattern=r"^https?://",
-                             description="Where the signed result is POSTed; must match the "
-                             "agent's allow-list (default: callbacks off).")]
+    url: Annotated[
+        str,
+        Meta(
+            min_length=8,
+            max_length=2048,
+            pattern=r"^https?://",
+            description="Where the signed result is POSTed; must match the "
+            "agent's allow-list (default: callbacks off).",
+        ),
+    ]
 
 
 class ProbeRequest(_Wire, frozen=True, kw_only=True):
-    workload: Annotated[ProbeWorkload, Meta(description="What to run: the service's workload "
-                                             "spec (inference or training) or a configured "
-                                             "entry point.")]
+    workload: Annotated[
+        ProbeWorkload,
+        Meta(
+            description="What to run: the service's workload "
+            "spec (inference or training) or a configured "
+            "entry point."
+        ),
+    ]
     device: Annotated[
         Annotated[int, Meta(ge=0, le=255)] | Annotated[str, Meta(min_length=1, max_length=96)],
-        Meta(description="GPU index or UUID (``GPU-...``); ignored on a host without CUDA "
-             "(the probe runs on the CPU and says so)."),
+        Meta(
+            description="GPU index or UUID (``GPU-...``); ignored on a host without CUDA "
+            "(the probe runs on the CPU and says so)."
+        ),
     ] = 0
-    warmup_iterations: Annotated[int, Meta(ge=0, le=100, description="Iterations run before "
-                                           "the peaks are reset (0 .. 100).")] = 1
-    iterations: Annotated[int, Meta(ge=1, le=10_000, description="Measured iterations "
-                                    "(1 .. 10,000).")] = 3
+    warmup_iterations: Annotated[
+        int, Meta(ge=0, le=100, description="Iterations run before the peaks are reset (0 .. 100).")
+    ] = 1
+    iterations: Annotated[
+        int, Meta(ge=1, le=10_000, description="Measured iterations (1 .. 10,000).")
+    ] = 3
     duration_s: Annotated[
         Annotated[float, Meta(ge=0.1, le=3600.0)] | None,
-        Meta(description="Measure for this long instead (0.1 .. 3600 s); iterations then is a "
-             "minimum."),
+        Meta(
+            description="Measure for this long instead (0.1 .. 3600 s); iterations then is a "
+            "minimum."
+        ),
     ] = None
-    concurrency: Annotated[int, Meta(ge=1, le=64, description="Parallel request streams in "
-                                     "the load phase (inference only; 1 .. 64).")] = 1
-    time_limit_s: Annotated[float, Meta(ge=1.0, le=86_400.0, description="The probe's child "
-                                        "process is killed after this long (status timeout).")
-                            ] = 600.0
+    concurrency: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=64,
+            description="Parallel request streams in the load phase (inference only; 1 .. 64).",
+        ),
+    ] = 1
+    time_limit_s: Annotated[
+        float,
+        Meta(
+            ge=1.0,
+            le=86_400.0,
+            description="The probe's child process is killed after this long (status timeout).",
+        ),
+    ] = 600.0
     memory_limit_bytes: Annotated[
         Annotated[int, Meta(ge=1 << 20, le=1 << 50)] | None,
-        Meta(description="Cap the allocator (CUDA: per-process memory fraction; CPU: the "
-             "tracker), 1 MiB .. 1 PiB; exceeding it is an OOM result."),
+        Meta(
+            description="Cap the allocator (CUDA: per-process memory fraction; CPU: the "
+            "tracker), 1 MiB .. 1 PiB; exceeding it is an OOM result."
+        ),
     ] = None
-    callback: Annotated[Callback | None, Meta(description="Signed webhook on completion.")] = (
-        None)
+    callback: Annotated[Callback | None, Meta(description="Signed webhook on completion.")] = None
     service_url: Annotated[
         Annotated[str, Meta(max_length=2048, pattern=r"^https?://")] | None,
         Meta(description="The calculation service, for the estimate-vs-measured comparison."),

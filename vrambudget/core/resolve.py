@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from functools import lru_cache
 
 from .arch import Arch, AttentionKind, LayerType, MoE, Role, Split, TensorGroup
@@ -51,19 +52,20 @@ def _from_dimensions(d: DimensionsModel) -> Arch:
     h, L, a = d.hidden_size, d.num_layers, d.num_attention_heads
     kv = d.num_key_value_heads or a
     if a % kv:
-        raise InvalidWorkload("num_key_value_heads",
-                              f"{kv} must divide num_attention_heads ({a})")
+        raise InvalidWorkload("num_key_value_heads", f"{kv} must divide num_attention_heads ({a})")
     if d.head_dim is None and h % a:
-        raise InvalidWorkload("hidden_size", f"{h} is not a multiple of num_attention_heads "
-                              f"({a}); give head_dim")
+        raise InvalidWorkload(
+            "hidden_size", f"{h} is not a multiple of num_attention_heads ({a}); give head_dim"
+        )
     if d.num_sliding_window_layers > L:
         raise InvalidWorkload("num_sliding_window_layers", f"must be <= num_layers ({L})")
     if d.num_sliding_window_layers and d.sliding_window is None:
         raise InvalidWorkload("sliding_window", "is required with num_sliding_window_layers")
     if d.moe is not None:
         if d.moe.experts_per_token > d.moe.num_experts:
-            raise InvalidWorkload("moe.experts_per_token",
-                                  f"must be <= num_experts ({d.moe.num_experts})")
+            raise InvalidWorkload(
+                "moe.experts_per_token", f"must be <= num_experts ({d.moe.num_experts})"
+            )
         if d.moe.num_dense_layers > L:
             raise InvalidWorkload("moe.num_dense_layers", f"must be <= num_layers ({L})")
     hd = d.head_dim or h // a
@@ -75,22 +77,34 @@ def _from_dimensions(d: DimensionsModel) -> Arch:
         *linear("v_proj", kv * hd, h, Split.KV_COLUMN, bias=d.attention_bias),
         *linear("o_proj", h, a * hd, Split.ROW, bias=d.attention_bias),
     ]
-    norms = [g for name in ("input_layernorm", "post_attention_layernorm")
-             for g in norm(name, h, layernorm=layernorm)]
+    norms = [
+        g
+        for name in ("input_layernorm", "post_attention_layernorm")
+        for g in norm(name, h, layernorm=layernorm)
+    ]
     if d.mlp == "gated":
         dense = gated_mlp("", h, f, bias=d.mlp_bias)
     else:
-        dense = [*linear("fc1", f, h, Split.COLUMN, bias=d.mlp_bias),
-                 *linear("fc2", h, f, Split.ROW, bias=d.mlp_bias)]
+        dense = [
+            *linear("fc1", f, h, Split.COLUMN, bias=d.mlp_bias),
+            *linear("fc2", h, f, Split.ROW, bias=d.mlp_bias),
+        ]
     moe = None
     moe_mlp: list[TensorGroup] = []
     if d.moe is not None:
         m = d.moe
-        moe = MoE(m.num_experts, m.experts_per_token, m.expert_intermediate_size,
-                  m.shared_intermediate_size)
-        moe_mlp = [TensorGroup("router", m.num_experts, h, Role.ROUTER, Split.REPLICATED),
-                   *gated_mlp("experts.", h, m.expert_intermediate_size, role=Role.EXPERT,
-                               count=m.num_experts)]
+        moe = MoE(
+            m.num_experts,
+            m.experts_per_token,
+            m.expert_intermediate_size,
+            m.shared_intermediate_size,
+        )
+        moe_mlp = [
+            TensorGroup("router", m.num_experts, h, Role.ROUTER, Split.REPLICATED),
+            *gated_mlp(
+                "experts.", h, m.expert_intermediate_size, role=Role.EXPERT, count=m.num_experts
+            ),
+        ]
         if m.shared_intermediate_size:
             moe_mlp += gated_mlp("shared_experts.", h, m.shared_intermediate_size)
     num_dense = d.moe.num_dense_layers if d.moe else L
@@ -98,7 +112,7 @@ def _from_dimensions(d: DimensionsModel) -> Arch:
     # Build runs directly (a layer list of 10^6 entries would cost time for nothing).
     runs: list[tuple[LayerType, int]] = []
     boundaries = sorted({0, min(num_dense, L), max(sliding_from, 0), L})
-    for lo, hi in zip(boundaries, boundaries[1:], strict=False):
+    for lo, hi in itertools.pairwise(boundaries):
         if lo >= hi:
             continue
         is_moe = moe is not None and lo >= num_dense
@@ -112,8 +126,15 @@ def _from_dimensions(d: DimensionsModel) -> Arch:
         runs.append((layer, hi - lo))
     embeddings = [TensorGroup("embed_tokens", V, h, Role.EMBEDDING, Split.VOCAB)]
     if d.learned_position_embeddings:
-        embeddings.append(TensorGroup("position_embeddings", d.max_position_embeddings, h,
-                                      Role.EMBEDDING, Split.REPLICATED))
+        embeddings.append(
+            TensorGroup(
+                "position_embeddings",
+                d.max_position_embeddings,
+                h,
+                Role.EMBEDDING,
+                Split.REPLICATED,
+            )
+        )
     head = list(norm("norm", h, layernorm=layernorm))
     if not d.tie_word_embeddings and d.kind == "decoder":
         head.append(TensorGroup("lm_head", V, h, Role.LM_HEAD, Split.VOCAB))

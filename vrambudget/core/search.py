@@ -48,8 +48,9 @@ class Memo:
         return lo, hi
 
 
-def max_fitting(f: Callable[[int], int], capacity: int, limit: int,
-                known: Memo | None = None) -> int:
+def max_fitting(
+    f: Callable[[int], int], capacity: int, limit: int, known: Memo | None = None
+) -> int:
     """Largest x in [1, limit] with f(x) <= capacity for a non-decreasing f; 0 if f(1) does not
     fit. ``known`` memoizes f between searches of the same objective. Steps interpolate inside
     the bracket and fall back to bisection when interpolation stalls."""

@@ -37,8 +37,15 @@ from .spec import (
 )
 from .units import ceil_div
 
-__all__ = ["StageStatic", "TrainingPlan", "effective_precision", "head_groups", "stage_statics",
-           "statics_for", "training_plan"]
+__all__ = [
+    "StageStatic",
+    "TrainingPlan",
+    "effective_precision",
+    "head_groups",
+    "stage_statics",
+    "statics_for",
+    "training_plan",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +63,14 @@ class TrainingPlan:
 def training_plan(w: TrainingWorkload) -> TrainingPlan:
     m = w.method
     if isinstance(m, LoRA):  # QLoRA is a LoRA
-        return TrainingPlan("qlora" if isinstance(m, QLoRA) else "lora", m.rank,
-                            tuple(m.target_modules), bytes_of(m.adapter_dtype), w.optimizer,
-                            w.mixed_precision)
+        return TrainingPlan(
+            "qlora" if isinstance(m, QLoRA) else "lora",
+            m.rank,
+            tuple(m.target_modules),
+            bytes_of(m.adapter_dtype),
+            w.optimizer,
+            w.mixed_precision,
+        )
     return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision)
 
 
@@ -112,8 +124,11 @@ def _last_trainable(arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: in
         stacked = g.role is Role.EXPERT or (count > 1 and g.role is not Role.NORM)
         return rows * cols * (count if stacked else 1)
     layer = stage.layer_runs[-1][0]
-    targeted = [g for g in layer.tensors if g.name.rsplit(".", 1)[-1] in plan.lora_targets
-                and g.role in (Role.LINEAR, Role.EXPERT)]
+    targeted = [
+        g
+        for g in layer.tensors
+        if g.name.rsplit(".", 1)[-1] in plan.lora_targets and g.role in (Role.LINEAR, Role.EXPERT)
+    ]
     if not targeted:
         return 0
     g = targeted[-1]
@@ -139,8 +154,10 @@ def head_groups(arch: Arch, p: int) -> tuple[TensorGroup, ...]:
     ParallelLMHead on the last rank, Megatron's output layer with shared weights)."""
     if p > 1 and arch.tie_word_embeddings and arch.kind == "decoder":
         emb = arch.embeddings[0]
-        return (*arch.head, TensorGroup("lm_head (tied copy)", emb.rows, emb.cols,
-                                        Role.LM_HEAD, Split.VOCAB))
+        return (
+            *arch.head,
+            TensorGroup("lm_head (tied copy)", emb.rows, emb.cols, Role.LM_HEAD, Split.VOCAB),
+        )
     return arch.head
 
 
@@ -153,8 +170,12 @@ def _device_params(layer: LayerType, arch: Arch, t: int, ep: int) -> int:
 
 
 @lru_cache(maxsize=4096)
-def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: TrainingPlan | None,
-                  ) -> tuple[StageStatic, ...]:
+def stage_statics(
+    arch: Arch,
+    precision: Precision,
+    par: Parallelism,
+    plan: TrainingPlan | None,
+) -> tuple[StageStatic, ...]:
     check_layout(arch, par)
     t, ep, dp = par.tensor, par.expert, par.data
     dims = device_dims(arch, t, ep)
@@ -177,8 +198,9 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
             rows, cols, count = per_device_shape(g, arch, t, ep)
             n = count * mult
             params += rows * cols * n
-            payload, md = stored_bytes(rows, cols, plain_bytes,
-                                       quant if quant is not None and g.role in roles else None)
+            payload, md = stored_bytes(
+                rows, cols, plain_bytes, quant if quant is not None and g.role in roles else None
+            )
             weights += payload * n
             meta += md * n
             rounding += block_rounding(payload) * n
@@ -193,24 +215,36 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
             if plan.method == "full":
                 trainable_shapes.append((rows, cols, n))
                 largest_trainable = max(largest_trainable, rows * cols * stacked)
-            elif g.name.rsplit(".", 1)[-1] in plan.lora_targets and g.role in (Role.LINEAR,
-                                                                                 Role.EXPERT):
+            elif g.name.rsplit(".", 1)[-1] in plan.lora_targets and g.role in (
+                Role.LINEAR,
+                Role.EXPERT,
+            ):
                 # lora_A (r x in) and lora_B (out x r) per adapted projection.
                 adapter_params += lora_params(plan.lora_rank, rows, cols) * n
                 trainable_shapes.append((plan.lora_rank, cols, n))
                 trainable_shapes.append((rows, plan.lora_rank, n))
-                largest_trainable = max(largest_trainable,
-                                        plan.lora_rank * max(rows, cols) * stacked)
-        largest_layer = max((_device_params(layer, arch, t, ep) for layer, _ in stage.layer_runs),
-                            default=0)
-        kv_full = sum(elems_per_token(arch, t) * n for layer, n in stage.layer_runs
-                      if layer.window is None) if arch.kind == "decoder" else 0
+                largest_trainable = max(
+                    largest_trainable, plan.lora_rank * max(rows, cols) * stacked
+                )
+        largest_layer = max(
+            (_device_params(layer, arch, t, ep) for layer, _ in stage.layer_runs), default=0
+        )
+        kv_full = (
+            sum(
+                elems_per_token(arch, t) * n
+                for layer, n in stage.layer_runs
+                if layer.window is None
+            )
+            if arch.kind == "decoder"
+            else 0
+        )
         sliding: dict[int, int] = {}
         if arch.kind == "decoder":
             for layer, n in stage.layer_runs:
                 if layer.window is not None:
-                    sliding[layer.window] = sliding.get(layer.window, 0) + elems_per_token(
-                        arch, t) * n
+                    sliding[layer.window] = (
+                        sliding.get(layer.window, 0) + elems_per_token(arch, t) * n
+                    )
         gradient = optimizer = master = host_opt = host_master = host_params = 0
         step_gradient = step_upcast = step_temporary = 0
         adapter_bytes = 0
@@ -232,8 +266,9 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
             optimizer = state_bytes(plan.optimizer, trainable_shapes, state)
             master = trainable * master_per
             step_gradient = trainable * (4 if master_per else grad_bytes)
-            step_upcast = _last_trainable(arch, stage, plan, t, ep) * grad_bytes if (
-                master_per) else 0
+            step_upcast = (
+                _last_trainable(arch, stage, plan, t, ep) * grad_bytes if (master_per) else 0
+            )
             step_temporary = step_temporaries(plan.optimizer, trainable, largest_trainable, state)
             if zero >= optimizer_state.SHARDED_FROM_ZERO_STAGE:
                 optimizer = ceil_div(optimizer, dp)
@@ -251,35 +286,46 @@ def stage_statics(arch: Arch, precision: Precision, par: Parallelism, plan: Trai
             if par.offload_parameters:
                 host_params, weights = weights, 0
         comm_parts = communication_buffers.stage_parts(
-            t, par.pipeline, dp, zero, training, trainable, grad_bytes, largest_layer, params,
-            plain_bytes)
-        result.append(StageStatic(
-            stage=stage,
-            dims=dims,
-            layer_kinds=stage.layer_runs,
-            num_params=params,
-            weights_bytes=weights,
-            metadata_bytes=meta,
-            weights_rounding_bytes=rounding,
-            adapter_params=adapter_params,
-            adapter_bytes=adapter_bytes,
-            trainable_params=trainable,
-            gradient_bytes=gradient,
-            optimizer_bytes=optimizer,
-            master_bytes=master,
-            host_optimizer_bytes=host_opt,
-            host_master_bytes=host_master,
-            host_param_bytes=host_params,
-            comm_bytes=sum(b for _, b in comm_parts),
-            comm_parts=tuple(comm_parts),
-            largest_layer_params=largest_layer,
-            largest_linear_params=largest_linear,
-            kv_full_elems=kv_full,
-            kv_sliding=tuple(sorted(sliding.items())),
-            step_gradient_bytes=step_gradient,
-            step_upcast_bytes=step_upcast,
-            step_temporary_bytes=step_temporary,
-        ))
+            t,
+            par.pipeline,
+            dp,
+            zero,
+            training,
+            trainable,
+            grad_bytes,
+            largest_layer,
+            params,
+            plain_bytes,
+        )
+        result.append(
+            StageStatic(
+                stage=stage,
+                dims=dims,
+                layer_kinds=stage.layer_runs,
+                num_params=params,
+                weights_bytes=weights,
+                metadata_bytes=meta,
+                weights_rounding_bytes=rounding,
+                adapter_params=adapter_params,
+                adapter_bytes=adapter_bytes,
+                trainable_params=trainable,
+                gradient_bytes=gradient,
+                optimizer_bytes=optimizer,
+                master_bytes=master,
+                host_optimizer_bytes=host_opt,
+                host_master_bytes=host_master,
+                host_param_bytes=host_params,
+                comm_bytes=sum(b for _, b in comm_parts),
+                comm_parts=tuple(comm_parts),
+                largest_layer_params=largest_layer,
+                largest_linear_params=largest_linear,
+                kv_full_elems=kv_full,
+                kv_sliding=tuple(sorted(sliding.items())),
+                step_gradient_bytes=step_gradient,
+                step_upcast_bytes=step_upcast,
+                step_temporary_bytes=step_temporary,
+            )
+        )
     return tuple(result)
 
 

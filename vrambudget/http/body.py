@@ -25,8 +25,7 @@ def decode_body(body: bytes, type_: type[T]) -> T:
                 return msgspec.convert(_integral(msgspec.json.decode(body)), type_)
             except msgspec.ValidationError as again:
                 exc = again
-        raise ValidationException(detail="invalid request", extra=[{"message": str(exc)}]
-                                  ) from None
+        raise ValidationException(detail="invalid request", extra=[{"message": str(exc)}]) from None
     except msgspec.DecodeError as exc:
         raise ClientException(detail=f"JSON is malformed: {exc}") from None
 

@@ -11,8 +11,7 @@ from vrambudget.core.spec import SCHEMA_RULES
 
 __all__ = ["PROBLEM_CONTENT", "install_components", "prometheus_text"]
 
-PROBLEM_CONTENT = {"application/problem+json": {
-    "schema": {"$ref": "#/components/schemas/Problem"}}}
+PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
 
 
 def _refs(node: Any, found: set[str]) -> None:
@@ -52,5 +51,8 @@ def prometheus_text(document: dict[str, Any]) -> None:
     metrics = document.get("paths", {}).get("/metrics", {}).get("get")
     if metrics:
         metrics["responses"]["200"]["content"] = {
-            "text/plain": {"schema": {"type": "string"},
-                           "x-format": "Prometheus text exposition format 0.0.4"}}
+            "text/plain": {
+                "schema": {"type": "string"},
+                "x-format": "Prometheus text exposition format 0.0.4",
+            }
+        }

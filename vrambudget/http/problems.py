@@ -20,8 +20,14 @@ from vrambudget.core.errors import (
     UnknownModel,
 )
 
-__all__ = ["PROBLEM_MEDIA_TYPE", "Problem", "ProblemError", "exception_handlers", "internal",
-           "problem"]
+__all__ = [
+    "PROBLEM_MEDIA_TYPE",
+    "Problem",
+    "ProblemError",
+    "exception_handlers",
+    "internal",
+    "problem",
+]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -43,13 +49,29 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     errors: tuple[ProblemError, ...] = ()
 
 
-def problem(request: Request[Any, Any, Any], status: int, title: str, detail: str,
-             errors: tuple[ProblemError, ...] = (), type_: str = "about:blank",
-             headers: dict[str, str] | None = None) -> Response[Any]:
-    body = Problem(type=type_, title=title, status=status, detail=detail,
-                   instance=request.url.path, errors=errors)
-    return Response(content=msgspec.json.encode(body), status_code=status,
-                    media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+def problem(
+    request: Request[Any, Any, Any],
+    status: int,
+    title: str,
+    detail: str,
+    errors: tuple[ProblemError, ...] = (),
+    type_: str = "about:blank",
+    headers: dict[str, str] | None = None,
+) -> Response[Any]:
+    body = Problem(
+        type=type_,
+        title=title,
+        status=status,
+        detail=detail,
+        instance=request.url.path,
+        errors=errors,
+    )
+    return Response(
+        content=msgspec.json.encode(body),
+        status_code=status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=headers,
+    )
 
 
 _PATH = re.compile(r" - at `(?P<path>[^`]+)`$")
@@ -88,8 +110,10 @@ def _allowed(root: Any, path: str) -> str | None:
                 lo = t.ge if t.ge is not None else t.gt
                 hi = t.le if t.le is not None else t.lt
                 if lo is not None or hi is not None:
-                    return f"allowed range: {lo if lo is not None else '-inf'} .. " \
-                           f"{hi if hi is not None else 'inf'}"
+                    return (
+                        f"allowed range: {lo if lo is not None else '-inf'} .. "
+                        f"{hi if hi is not None else 'inf'}"
+                    )
             if isinstance(t, mi.StrType | mi.VarTupleType | mi.ListType):
                 lo, hi = t.min_length, t.max_length
                 if lo is not None or hi is not None:
@@ -115,8 +139,9 @@ def _allowed(root: Any, path: str) -> str | None:
         return None
 
 
-def _validation(request: Request[Any, Any, Any], exc: ValidationException,
-                request_types: Mapping[str, Any]) -> Response[Any]:
+def _validation(
+    request: Request[Any, Any, Any], exc: ValidationException, request_types: Mapping[str, Any]
+) -> Response[Any]:
     errors: list[ProblemError] = []
     extra = exc.extra if isinstance(exc.extra, list) else []
     for item in extra:
@@ -134,17 +159,28 @@ def _validation(request: Request[Any, Any, Any], exc: ValidationException,
                     text += f"; {allowed}"
             errors.append(ProblemError(field=path, message=text))
     detail = "; ".join(f"{e.field}: {e.message}" for e in errors) or str(exc.detail)
-    return problem(request, 422, "Invalid request", detail, tuple(errors),
-                    "https://vrambudget.dev/problems/validation")
+    return problem(
+        request,
+        422,
+        "Invalid request",
+        detail,
+        tuple(errors),
+        "https://vrambudget.dev/problems/validation",
+    )
 
 
 def _budget_error(request: Request[Any, Any, Any], exc: BudgetError) -> Response[Any]:
     match exc:
         case InvalidWorkload():
             field = exc.field if exc.field.startswith("$") else f"$.{exc.field}"
-            return problem(request, 422, "Workload cannot be realised", f"{field}: {exc.message}",
-                            (ProblemError(field=field, message=exc.message),),
-                            "https://vrambudget.dev/problems/invalid-workload")
+            return problem(
+                request,
+                422,
+                "Workload cannot be realised",
+                f"{field}: {exc.message}",
+                (ProblemError(field=field, message=exc.message),),
+                "https://vrambudget.dev/problems/invalid-workload",
+            )
         case UnknownModel() | UnknownGPU():
             return problem(request, 404, "Not found", str(exc))
     return problem(request, 422, "Invalid request", str(exc))
@@ -152,13 +188,22 @@ def _budget_error(request: Request[Any, Any, Any], exc: BudgetError) -> Response
 
 def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     # Keep the exception's headers (405 carries ``Allow``, RFC 9110 §15.5.6).
-    return problem(request, exc.status_code, _title(exc.status_code), str(exc.detail),
-                    headers=dict(exc.headers or {}))
+    return problem(
+        request,
+        exc.status_code,
+        _title(exc.status_code),
+        str(exc.detail),
+        headers=dict(exc.headers or {}),
+    )
 
 
 def internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    return problem(request, HTTP_500_INTERNAL_SERVER_ERROR, "Internal error",
-                    "the server failed to compute this answer; the error has been logged")
+    return problem(
+        request,
+        HTTP_500_INTERNAL_SERVER_ERROR,
+        "Internal error",
+        "the server failed to compute this answer; the error has been logged",
+    )
 
 
 def _title(status: int) -> str:
@@ -177,9 +222,10 @@ def _not_found(request: Request[Any, Any, Any], exc: NotFoundException) -> Respo
 Handler = Callable[[Request[Any, Any, Any], Any], Response[Any]]
 
 
-def exception_handlers(request_types: Mapping[str, Any] | None = None,
-                       extra: Mapping[type[Exception], Handler] | None = None
-                       ) -> dict[Any, Handler]:
+def exception_handlers(
+    request_types: Mapping[str, Any] | None = None,
+    extra: Mapping[type[Exception], Handler] | None = None,
+) -> dict[Any, Handler]:
     """Litestar's ``exception_handlers`` for an app. ``request_types`` maps a path to the body
     type its handler decodes, so that a validation error can name the allowed values or range
     of the field; ``extra`` adds the app's own error types."""

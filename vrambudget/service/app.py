@@ -51,8 +51,9 @@ VERSION = "0.1.0"
 
 
 _PROBLEMS = {
-    status: ResponseSpec(data_container=Problem, description=text,
-                         media_type="application/problem+json")
+    status: ResponseSpec(
+        data_container=Problem, description=text, media_type="application/problem+json"
+    )
     for status, text in {
         400: "Malformed JSON",
         404: "A named preset or GPU does not exist",
@@ -63,21 +64,27 @@ _PROBLEMS = {
 _BUDGET_PROBLEMS = {
     **_PROBLEMS,
     422: ResponseSpec(
-        data_container=Problem, media_type="application/problem+json",
+        data_container=Problem,
+        media_type="application/problem+json",
         description="Invalid request: the field path and the allowed range are named "
-                    "(`.../problems/validation`); a workload that cannot be realised "
-                    "(`.../problems/invalid-workload`, also a workload the trace tier does not "
-                    "run); or, with `method: trace`, a trace that ran past the time limit "
-                    "(`.../problems/trace-time-limit`)"),
+        "(`.../problems/validation`); a workload that cannot be realised "
+        "(`.../problems/invalid-workload`, also a workload the trace tier does not "
+        "run); or, with `method: trace`, a trace that ran past the time limit "
+        "(`.../problems/trace-time-limit`)",
+    ),
     501: ResponseSpec(
-        data_container=Problem, media_type="application/problem+json",
+        data_container=Problem,
+        media_type="application/problem+json",
         description="`method: trace` on a server without the trace tier "
-                    "(`.../problems/trace-unavailable`)"),
+        "(`.../problems/trace-unavailable`)",
+    ),
     503: ResponseSpec(
-        data_container=Problem, media_type="application/problem+json",
+        data_container=Problem,
+        media_type="application/problem+json",
         description="`method: trace` only: as many traces as allowed are running or waiting "
-                    "(`.../problems/trace-busy`, with `Retry-After`), or the worker died while "
-                    "tracing, e.g. killed for memory (`.../problems/trace-worker-died`)"),
+        "(`.../problems/trace-busy`, with `Retry-After`), or the worker died while "
+        "tracing, e.g. killed for memory (`.../problems/trace-worker-died`)",
+    ),
 }
 
 
@@ -92,8 +99,13 @@ def _encoded(body: bytes) -> Response[Any]:
 _ANSWER_ENTRIES = int(os.environ.get("VRAMBUDGET_ANSWER_CACHE_ENTRIES", "4096"))
 
 
-@post("/v1/budgets", status_code=200, tags=["budgets"], summary="Budget a workload",
-      responses=_BUDGET_PROBLEMS)
+@post(
+    "/v1/budgets",
+    status_code=200,
+    tags=["budgets"],
+    summary="Budget a workload",
+    responses=_BUDGET_PROBLEMS,
+)
 async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     """Component-wise memory budget per device (one line per component at the peak phase),
     plus host RAM and disk, for co-located workloads on one device type.
@@ -110,14 +122,28 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
         if data.method == "trace":
             pool: TracePool = request.app.state.trace_pool
             return _encoded(await pool.answer(data))
-        cached = answers.put(("budgets", body), _ENCODER.encode(estimate(
-            data.workloads, data.device, data.headroom, request.app.state.profiles,
-            data.software)))
+        cached = answers.put(
+            ("budgets", body),
+            _ENCODER.encode(
+                estimate(
+                    data.workloads,
+                    data.device,
+                    data.headroom,
+                    request.app.state.profiles,
+                    data.software,
+                )
+            ),
+        )
     return _encoded(cached)
 
 
-@post("/v1/fits", status_code=200, tags=["fits"], summary="Check fits against GPUs",
-      responses=_PROBLEMS)
+@post(
+    "/v1/fits",
+    status_code=200,
+    tags=["fits"],
+    summary="Check fits against GPUs",
+    responses=_PROBLEMS,
+)
 async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     """Fit checks of a workload against catalog (or custom) GPUs and device counts, with the
     largest batch, context and concurrency that fit and the smallest device count per GPU."""
@@ -125,42 +151,68 @@ async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     answers: AnswerCache = request.app.state.answers
     cached = answers.get(("fits", body))
     if cached is None:
-        cached = answers.put(("fits", body), _ENCODER.encode(fit(
-            decode_body(body, FitRequest), request.app.state.profiles)))
+        cached = answers.put(
+            ("fits", body),
+            _ENCODER.encode(fit(decode_body(body, FitRequest), request.app.state.profiles)),
+        )
     return _encoded(cached)
 
 
 _COMPARISON_PROBLEMS = {
     **_PROBLEMS,
     422: ResponseSpec(
-        data_container=Problem, media_type="application/problem+json",
+        data_container=Problem,
+        media_type="application/problem+json",
         description="Invalid report or options (the field path and the allowed range are "
-                    "named); a report with no measurement (status failed, cancelled, "
-                    "queued...), or of a custom entry point; with `methods=trace`, a workload "
-                    "the trace tier does not run"),
+        "named); a report with no measurement (status failed, cancelled, "
+        "queued...), or of a custom entry point; with `methods=trace`, a workload "
+        "the trace tier does not run",
+    ),
     501: _BUDGET_PROBLEMS[501],
     503: _BUDGET_PROBLEMS[503],
 }
 
 
-@post("/v1/comparisons", status_code=200, tags=["comparisons"],
-      summary="Compare a probe report with the estimate", responses=_COMPARISON_PROBLEMS)
+@post(
+    "/v1/comparisons",
+    status_code=200,
+    tags=["comparisons"],
+    summary="Compare a probe report with the estimate",
+    responses=_COMPARISON_PROBLEMS,
+)
 async def create_comparison(
     request: Request[Any, Any, Any],
-    methods: Annotated[list[Literal["analytic", "trace"]] | None, QueryParameter(
-        description="Tiers to compare (repeat the parameter); the analytic "
-        "tier is always included.")] = None,
-    tolerance_percent: Annotated[float, QueryParameter(
-        ge=0.0, le=100.0,
-        description="A difference within this percent of the measurement is `within` "
-        "(0 .. 100).")] = DEFAULT_TOLERANCE_PERCENT,
-    tolerance_bytes: Annotated[int, QueryParameter(
-        ge=0, le=1 << 40,
-        description="A difference of at most this many bytes is `within` (0 .. 2^40).")
+    methods: Annotated[
+        list[Literal["analytic", "trace"]] | None,
+        QueryParameter(
+            description="Tiers to compare (repeat the parameter); the analytic "
+            "tier is always included."
+        ),
+    ] = None,
+    tolerance_percent: Annotated[
+        float,
+        QueryParameter(
+            ge=0.0,
+            le=100.0,
+            description="A difference within this percent of the measurement is `within` "
+            "(0 .. 100).",
+        ),
+    ] = DEFAULT_TOLERANCE_PERCENT,
+    tolerance_bytes: Annotated[
+        int,
+        QueryParameter(
+            ge=0,
+            le=1 << 40,
+            description="A difference of at most this many bytes is `within` (0 .. 2^40).",
+        ),
     ] = DEFAULT_TOLERANCE_BYTES,
-    gpu: Annotated[str | None, QueryParameter(
-        description="Catalog GPU id to estimate for, instead of the one matched "
-        "from the report's device name and memory.")] = None,
+    gpu: Annotated[
+        str | None,
+        QueryParameter(
+            description="Catalog GPU id to estimate for, instead of the one matched "
+            "from the report's device name and memory."
+        ),
+    ] = None,
 ) -> Response[Comparison]:
     """The probe report exactly as the agent returns it (`GET /v1/probes/{id}` on the agent,
     or the `data` of its callback) in, the estimate-vs-measured comparison out: per measured
@@ -171,20 +223,32 @@ async def create_comparison(
     if gpu is not None:
         gpu_ref = CatalogDevice(id=gpu) if gpu in gpus() else None
         if gpu_ref is None:
-            raise ValidationException(detail="invalid request", extra=[{
-                "message": f"unknown GPU {gpu!r}; see GET /v1/gpus - at `$.gpu`"}])
+            raise ValidationException(
+                detail="invalid request",
+                extra=[{"message": f"unknown GPU {gpu!r}; see GET /v1/gpus - at `$.gpu`"}],
+            )
     inp = estimate_input(report, gpu)
     profiles = request.app.state.profiles
-    estimates = {"analytic": estimate((inp.workload,), inp.device, Headroom(fraction=0.0),
-                                      profiles, _software(report))}
+    estimates = {
+        "analytic": estimate(
+            (inp.workload,), inp.device, Headroom(fraction=0.0), profiles, _software(report)
+        )
+    }
     if methods and "trace" in methods:
         pool: TracePool = request.app.state.trace_pool
-        traced = await pool.answer(BudgetRequest(
-            method="trace", workloads=(inp.workload,), device=inp.device,
-            headroom=Headroom(fraction=0.0), software=_software(report)))
+        traced = await pool.answer(
+            BudgetRequest(
+                method="trace",
+                workloads=(inp.workload,),
+                device=inp.device,
+                headroom=Headroom(fraction=0.0),
+                software=_software(report),
+            )
+        )
         estimates["trace"] = msgspec.json.decode(traced, type=Budget)
-    comparison = compare(report, estimates, inp, tolerance_percent=tolerance_percent,
-                         tolerance_bytes=tolerance_bytes)
+    comparison = compare(
+        report, estimates, inp, tolerance_percent=tolerance_percent, tolerance_bytes=tolerance_bytes
+    )
     return _encoded(_ENCODER.encode(comparison))
 
 
@@ -192,9 +256,11 @@ def _software(report: ProbeResource) -> Software | None:
     res = report.result
     if res is None or res.device != "cuda":
         return None
-    return Software(torch_version=res.torch_version[:64], cuda_version=(
-        res.cuda_version or "")[:32] or None, driver_version=(res.driver_version or "")[:32]
-        or None)
+    return Software(
+        torch_version=res.torch_version[:64],
+        cuda_version=(res.cuda_version or "")[:32] or None,
+        driver_version=(res.driver_version or "")[:32] or None,
+    )
 
 
 @get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog")
@@ -212,8 +278,12 @@ async def list_models() -> list[ModelSummary]:
     return [model_summary(i) for i in presets()]
 
 
-@get("/v1/models/{model_id:str}", tags=["catalog"], summary="One model preset",
-     responses={404: _PROBLEMS[404]})
+@get(
+    "/v1/models/{model_id:str}",
+    tags=["catalog"],
+    summary="One model preset",
+    responses={404: _PROBLEMS[404]},
+)
 async def get_model(model_id: FromPath[str]) -> ModelDetail:
     return ModelDetail(summary=model_summary(model_id), preset=preset(model_id))
 
@@ -227,17 +297,30 @@ async def healthz() -> Health:
 async def readyz() -> Response[Ready]:
     n_gpus, n_models = len(gpus()), len(presets())
     ok = n_gpus > 0 and n_models > 0
-    return Response(Ready(status="ready" if ok else "not ready", num_gpus=n_gpus,
-                          num_models=n_models), status_code=200 if ok else 503)
+    return Response(
+        Ready(status="ready" if ok else "not ready", num_gpus=n_gpus, num_models=n_models),
+        status_code=200 if ok else 503,
+    )
 
 
 def create_app(settings: Settings | None = None) -> Litestar:
     settings = settings or Settings()
-    prometheus = PrometheusConfig(app_name="vrambudget", prefix="vrambudget",
-                                  group_path=True, exclude=["/metrics"])
+    prometheus = PrometheusConfig(
+        app_name="vrambudget", prefix="vrambudget", group_path=True, exclude=["/metrics"]
+    )
     app = Litestar(
-        route_handlers=[create_budget, create_fit, create_comparison, list_gpus, get_gpu,
-                        list_models, get_model, healthz, readyz, PrometheusController],
+        route_handlers=[
+            create_budget,
+            create_fit,
+            create_comparison,
+            list_gpus,
+            get_gpu,
+            list_models,
+            get_model,
+            healthz,
+            readyz,
+            PrometheusController,
+        ],
         middleware=[prometheus.middleware],
         exception_handlers=exception_handlers,
         request_max_body_size=settings.max_body_bytes,
@@ -245,7 +328,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             title="vrambudget calculation service",
             version=VERSION,
             description="Will this GPU workload fit, and where does every byte go? "
-                        "All quantities are integer bytes.",
+            "All quantities are integer bytes.",
             contact=Contact(name="vrambudget"),
             servers=[Server(url="/")],
             path="/schema",
@@ -260,10 +343,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
     # Workers start on the first trace request, not here (see service/api/tracing.py); they
     # load the same calibration profiles.
     app.state.trace_pool = TracePool(
-        entry=settings.trace_entry, workers=settings.trace_workers,
-        time_limit_s=settings.trace_time_limit_s, max_pending=settings.trace_max_pending,
+        entry=settings.trace_entry,
+        workers=settings.trace_workers,
+        time_limit_s=settings.trace_time_limit_s,
+        max_pending=settings.trace_max_pending,
         cache=AnswerCache(settings.trace_cache_entries),
-        env={PROFILES_ENV: settings.profiles_dir} if settings.profiles_dir else {})
+        env={PROFILES_ENV: settings.profiles_dir} if settings.profiles_dir else {},
+    )
     return app
 
 
@@ -273,4 +359,3 @@ def _open_trace_pool(app: Litestar) -> None:
 
 async def _close_trace_pool(app: Litestar) -> None:
     await app.state.trace_pool.close()
-

@@ -22,8 +22,19 @@ __all__ = ["WIRE_TYPES", "openapi_document", "patch_openapi"]
 
 
 def _wire_types() -> list[Any]:
-    return [BudgetRequest, Budget, FitRequest, FitResponse, GPU, ModelPreset, ModelSummary,
-            ModelDetail, Problem, Health, Ready]
+    return [
+        BudgetRequest,
+        Budget,
+        FitRequest,
+        FitResponse,
+        GPU,
+        ModelPreset,
+        ModelSummary,
+        ModelDetail,
+        Problem,
+        Health,
+        Ready,
+    ]
 
 
 WIRE_TYPES = _wire_types
@@ -35,7 +46,8 @@ def patch_openapi(app: Litestar) -> None:
     if document.get("x-schemas-from") == "msgspec":
         return
     _, components = msgspec.json.schema_components(
-        _wire_types(), ref_template="#/components/schemas/{name}")
+        _wire_types(), ref_template="#/components/schemas/{name}"
+    )
     for item in document.get("paths", {}).values():
         for operation in item.values():
             responses = operation.get("responses", {}) if isinstance(operation, dict) else {}
@@ -45,10 +57,14 @@ def patch_openapi(app: Litestar) -> None:
                 responses["400"] = {"description": "Malformed JSON", "content": PROBLEM_CONTENT}
     busy = document["paths"]["/v1/budgets"]["post"]["responses"].get("503")
     if busy is not None:  # ResponseSpec cannot declare headers
-        busy["headers"] = {"Retry-After": {
-            "description": "Seconds after which a retry is likely to find a free trace slot "
-                           "(sent with `.../problems/trace-busy`).",
-            "required": False, "schema": {"type": "integer", "minimum": 1}}}
+        busy["headers"] = {
+            "Retry-After": {
+                "description": "Seconds after which a retry is likely to find a free trace slot "
+                "(sent with `.../problems/trace-busy`).",
+                "required": False,
+                "schema": {"type": "integer", "minimum": 1},
+            }
+        }
     bodies = {"/v1/budgets": "BudgetRequest", "/v1/fits": "FitRequest"}
     for path, name in bodies.items():  # the handlers decode the raw body strictly themselves
         document["paths"][path]["post"]["requestBody"] = {

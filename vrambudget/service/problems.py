@@ -30,38 +30,61 @@ def _trace_error(request: Request[Any, Any, Any], exc: TraceError) -> Response[A
     match exc:
         case TraceTimeLimit():
             return problem(
-                request, 422, "Trace time limit exceeded",
+                request,
+                422,
+                "Trace time limit exceeded",
                 f"the trace did not finish within the {exc.limit_s:g} s limit, so its worker "
-                f"was stopped. Ask with \"method\": \"analytic\" (closed-form, microseconds), "
+                f'was stopped. Ask with "method": "analytic" (closed-form, microseconds), '
                 f"trace a smaller workload, or raise the limit with {TIME_LIMIT_ENV}.",
-                type_=_TRACE + "trace-time-limit")
+                type_=_TRACE + "trace-time-limit",
+            )
         case TraceBusy():
             return problem(
-                request, 503, "Trace workers busy",
+                request,
+                503,
+                "Trace workers busy",
                 f"the trace pool is full: {exc.max_pending} running or waiting, the most "
                 f"VRAMBUDGET_TRACE_MAX_PENDING allows. Retry after {exc.retry_after_s} s, or ask "
-                f"with \"method\": \"analytic\".",
-                type_=_TRACE + "trace-busy", headers={"Retry-After": str(exc.retry_after_s)})
+                f'with "method": "analytic".',
+                type_=_TRACE + "trace-busy",
+                headers={"Retry-After": str(exc.retry_after_s)},
+            )
         case TraceWorkerDied():
-            cause = exc.reason or (f"killed by signal {-exc.exitcode}"
-                                   if exc.exitcode is not None and exc.exitcode < 0
-                                   else f"exit code {exc.exitcode}")
+            cause = exc.reason or (
+                f"killed by signal {-exc.exitcode}"
+                if exc.exitcode is not None and exc.exitcode < 0
+                else f"exit code {exc.exitcode}"
+            )
             return problem(
-                request, 503, "Trace worker died",
+                request,
+                503,
+                "Trace worker died",
                 f"the trace worker died while tracing this workload ({cause}; a worker killed "
                 f"for memory looks like this). A new worker has taken its place; if this workload "
                 f"itself exhausted the memory, a retry fails the same way: ask with "
-                f"\"method\": \"analytic\" or trace a smaller workload.",
-                type_=_TRACE + "trace-worker-died")
+                f'"method": "analytic" or trace a smaller workload.',
+                type_=_TRACE + "trace-worker-died",
+            )
         case TraceUnavailable(temporary=True):
-            return problem(request, 503, "Trace tier unavailable", exc.reason,
-                            type_=_TRACE + "trace-unavailable", headers={"Retry-After": "1"})
+            return problem(
+                request,
+                503,
+                "Trace tier unavailable",
+                exc.reason,
+                type_=_TRACE + "trace-unavailable",
+                headers={"Retry-After": "1"},
+            )
         case TraceUnavailable():
-            return problem(request, 501, "Trace tier not available", exc.reason,
-                            type_=_TRACE + "trace-unavailable")
+            return problem(
+                request,
+                501,
+                "Trace tier not available",
+                exc.reason,
+                type_=_TRACE + "trace-unavailable",
+            )
     return internal(request, exc)
 
 
-
-exception_handlers = _handlers({"/v1/budgets": BudgetRequest, "/v1/fits": FitRequest},
-                               {TraceError: _trace_error})
+exception_handlers = _handlers(
+    {"/v1/budgets": BudgetRequest, "/v1/fits": FitRequest}, {TraceError: _trace_error}
+)

@@ -50,18 +50,22 @@ class Settings:
         for name, (env, lo, hi) in _LIMITS.items():
             value = getattr(self, name)
             if not lo <= value <= hi:  # NaN fails too
-                raise SettingsError(f"{env} (setting {name}) must be in {lo:g} .. {hi:g}, "
-                                    f"got {value!r}")
+                raise SettingsError(
+                    f"{env} (setting {name}) must be in {lo:g} .. {hi:g}, got {value!r}"
+                )
         if self.profiles_dir is not None:
             try:
                 profiles_from(self.profiles_dir)
             except ValueError as exc:
-                raise SettingsError(f"VRAMBUDGET_PROFILES_DIR (setting profiles_dir): {exc}"
-                                    ) from None
+                raise SettingsError(
+                    f"VRAMBUDGET_PROFILES_DIR (setting profiles_dir): {exc}"
+                ) from None
         if not ENTRY_PATTERN.match(self.trace_entry):
-            raise SettingsError(f"VRAMBUDGET_TRACE_ENTRY (setting trace_entry) must be "
-                                f"'module:function', e.g. {DEFAULT_ENTRY!r}; "
-                                f"got {self.trace_entry!r}")
+            raise SettingsError(
+                f"VRAMBUDGET_TRACE_ENTRY (setting trace_entry) must be "
+                f"'module:function', e.g. {DEFAULT_ENTRY!r}; "
+                f"got {self.trace_entry!r}"
+            )
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -69,8 +73,17 @@ class Settings:
         :class:`SettingsError` naming the variable, so the service refuses to start."""
         default = cls()
         values: dict[str, Any] = {}
-        for name in ("host", "port", "max_body_bytes", "trace_workers", "trace_time_limit_s",
-                     "trace_max_pending", "trace_cache_entries", "trace_entry", "profiles_dir"):
+        for name in (
+            "host",
+            "port",
+            "max_body_bytes",
+            "trace_workers",
+            "trace_time_limit_s",
+            "trace_max_pending",
+            "trace_cache_entries",
+            "trace_entry",
+            "profiles_dir",
+        ):
             env = _LIMITS[name][0] if name in _LIMITS else f"VRAMBUDGET_{name.upper()}"
             raw = os.environ.get(env)
             if raw is None:
@@ -82,5 +95,3 @@ class Settings:
                 article = "a number" if kind is float else "an integer"
                 raise SettingsError(f"{env} must be {article}, got {raw!r}") from None
         return cls(**values)
-
-

@@ -22,8 +22,15 @@ from vrambudget.core.errors import (
 )
 from vrambudget.core.spec import BudgetRequest
 
-__all__ = ["DEFAULT_ENTRY", "ENTRY_PATTERN", "INSTALL_HINT", "encode_answer", "init_worker",
-           "load_entry", "run_trace"]
+__all__ = [
+    "DEFAULT_ENTRY",
+    "ENTRY_PATTERN",
+    "INSTALL_HINT",
+    "encode_answer",
+    "init_worker",
+    "load_entry",
+    "run_trace",
+]
 
 DEFAULT_ENTRY = "vrambudget.trace.engine:trace_budget"
 ENTRY_PATTERN = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
@@ -39,7 +46,8 @@ def load_entry(entry: str) -> Callable[[BudgetRequest], Any]:
     if not callable(fn):
         # ImportError, not TypeError: to the service a missing engine function is a missing tier
         raise ImportError(  # noqa: TRY004
-            f"trace entry point {entry!r}: {module} has no function {name!r}")
+            f"trace entry point {entry!r}: {module} has no function {name!r}"
+        )
     return fn  # type: ignore[no-any-return]
 
 
@@ -80,7 +88,7 @@ def init_worker(entry: str, env: dict[str, str] | None = None) -> None:
     os.environ.update(env or {})
     try:
         importlib.import_module("torch")  # not an `import` statement: torch stays out of the
-    except ImportError:                    # API layer's static imports (test_layering.py)
+    except ImportError:  # API layer's static imports (test_layering.py)
         pass
     _worker_entry(entry)
 
@@ -111,6 +119,10 @@ def run_trace(entry: str, payload: bytes) -> tuple[Any, ...]:
     except MemoryError as exc:
         return ("memory", str(exc), time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 -- reported (500), never raised across the pipe
-        return ("error", f"{type(exc).__name__}: {exc}", traceback.format_exc(),
-                time.perf_counter() - start)
+        return (
+            "error",
+            f"{type(exc).__name__}: {exc}",
+            traceback.format_exc(),
+            time.perf_counter() - start,
+        )
     return ("ok", answer, time.perf_counter() - start)

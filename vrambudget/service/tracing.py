@@ -89,14 +89,24 @@ log = logging.getLogger("vrambudget.trace")
 
 TIME_LIMIT_ENV = "VRAMBUDGET_TRACE_TIME_LIMIT_S"
 
-OUTCOMES = ("ok", "shared", "cached", "timeout", "busy", "crashed", "invalid", "unavailable",
-            "error")
+OUTCOMES = (
+    "ok",
+    "shared",
+    "cached",
+    "timeout",
+    "busy",
+    "crashed",
+    "invalid",
+    "unavailable",
+    "error",
+)
 """Outcome label of ``vrambudget_trace_requests_total``, one per trace request: ``shared`` is
 an answer from another request's trace in flight (single flight), ``error`` an unexpected
 exception in the engine (500)."""
 
 
 # ------------------------------------------------------------------------------ server side --
+
 
 def canonical_key(request: BudgetRequest) -> tuple[bytes, bytes]:
     """(encoded request, its sha256): the worker's input and the cache key. Encoding the decoded
@@ -124,13 +134,16 @@ def _metrics() -> _Metrics:
     created once however many apps a process builds (a second registration would raise)."""
     from prometheus_client import Counter, Histogram
 
-    requests = Counter("vrambudget_trace_requests", "Trace requests (method: trace) by outcome",
-                       ["outcome"])
+    requests = Counter(
+        "vrambudget_trace_requests", "Trace requests (method: trace) by outcome", ["outcome"]
+    )
     duration = Histogram(
         "vrambudget_trace_duration_seconds",
         "Seconds a worker spent on a trace that ran to its end (outcome ok: a budget; invalid: "
-        "the engine rejected the workload)", ["outcome"],
-        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))
+        "the engine rejected the workload)",
+        ["outcome"],
+        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600),
+    )
     for outcome in OUTCOMES:
         requests.labels(outcome)
     for outcome in ("ok", "invalid"):
@@ -159,8 +172,16 @@ _REJECTED = ("invalid", "unknown-model", "unknown-gpu", "budget-error")
 class TracePool:
     """The app's trace workers, single-flight table and answer cache (one per app)."""
 
-    def __init__(self, *, entry: str, workers: int, time_limit_s: float, max_pending: int,
-                 cache: _Cache, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        entry: str,
+        workers: int,
+        time_limit_s: float,
+        max_pending: int,
+        cache: _Cache,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.entry = entry
         self.env = dict(env or {})
         """Environment variables set in each worker before the engine loads (e.g. the
@@ -246,8 +267,7 @@ class TracePool:
     def _retry_after_s(self) -> int:
         """When a slot is likely free: a typical trace's duration (until one has finished, the
         smaller of 5 s and the limit), at least 1 s and at most the limit."""
-        typical = self._typical_s if self._typical_s is not None else min(5.0,
-                                                                          self.time_limit_s)
+        typical = self._typical_s if self._typical_s is not None else min(5.0, self.time_limit_s)
         return max(1, min(math.ceil(typical), math.ceil(self.time_limit_s)))
 
     async def _trace(self, key: tuple[str, bytes], payload: bytes) -> bytes:
@@ -255,14 +275,16 @@ class TracePool:
 
         pool, future = await asyncio.to_thread(self._schedule, payload)
         from pebble import ProcessExpired  # imported by _schedule by now
+
         try:
             result = await asyncio.wrap_future(future)
         except TimeoutError:  # pebble has killed the worker and is starting a new one
             raise TraceTimeLimit(self.time_limit_s) from None
         except BrokenProcessPool as exc:
             self._discard(pool)
-            raise TraceWorkerDied(None, f"the trace pool broke ({exc}); it has been restarted"
-                                  ) from None
+            raise TraceWorkerDied(
+                None, f"the trace pool broke ({exc}); it has been restarted"
+            ) from None
         except ProcessExpired as exc:  # the worker died mid-trace; pebble starts a new one
             raise TraceWorkerDied(exc.exitcode) from None
         kind = result[0]
@@ -289,8 +311,9 @@ class TracePool:
     def _finished(self, seconds: float, outcome: str | None) -> None:
         if outcome is not None:
             self._metrics.duration.labels(outcome).observe(seconds)
-        self._typical_s = seconds if self._typical_s is None else \
-            0.7 * self._typical_s + 0.3 * seconds
+        self._typical_s = (
+            seconds if self._typical_s is None else 0.7 * self._typical_s + 0.3 * seconds
+        )
 
     # -- the pebble pool (called in worker threads, never on the event loop) ------------------
 
@@ -299,8 +322,9 @@ class TracePool:
         for attempt in (1, 2):
             pool = self._ensure_pool()
             try:
-                return pool, pool.schedule(run_trace, args=(self.entry, payload),
-                                           timeout=self.time_limit_s)
+                return pool, pool.schedule(
+                    run_trace, args=(self.entry, payload), timeout=self.time_limit_s
+                )
             except RuntimeError:  # "Unexpected error within the Pool" / "not active"
                 if attempt == 2 or self._closed:
                     raise TraceWorkerDied(None, "the trace pool is not running") from None
@@ -317,9 +341,11 @@ class TracePool:
                 import pebble
 
                 self._pool = pebble.ProcessPool(
-                    max_workers=self.workers, initializer=init_worker,
+                    max_workers=self.workers,
+                    initializer=init_worker,
                     initargs=(self.entry, self.env),
-                    context=multiprocessing.get_context("spawn"))
+                    context=multiprocessing.get_context("spawn"),
+                )
             return self._pool
 
     def _discard(self, pool: Any) -> None:

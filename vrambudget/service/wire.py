@@ -46,9 +46,15 @@ def model_summary(model_id: str) -> ModelSummary:
     p = preset(model_id)
     a = preset_arch(model_id)
     return ModelSummary(
-        id=p.id, display_name=p.display_name, hf_repo=p.hf_repo, model_type=a.model_type,
-        num_params=a.num_params, num_layers=a.num_layers, hidden_size=a.hidden_size,
-        num_attention_heads=a.num_heads, num_key_value_heads=a.num_kv_heads,
+        id=p.id,
+        display_name=p.display_name,
+        hf_repo=p.hf_repo,
+        model_type=a.model_type,
+        num_params=a.num_params,
+        num_layers=a.num_layers,
+        hidden_size=a.hidden_size,
+        num_attention_heads=a.num_heads,
+        num_key_value_heads=a.num_kv_heads,
         max_position_embeddings=a.max_positions,
         kv_cache_bytes_per_token_bf16=model_bytes_per_token(a, bytes_of("bf16")),
     )

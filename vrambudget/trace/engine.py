@@ -72,10 +72,22 @@ MODELLED = (
     "decode: the first and the last step are traced (steps between differ only in length)",
 )
 
-_TRACED = (C.WEIGHTS, C.QUANTIZATION_METADATA, C.ADAPTERS, C.KV_CACHE, C.ACTIVATIONS, C.LOGITS,
-           C.GRADIENTS, C.OPTIMIZER_STATE, C.MASTER_WEIGHTS, C.RUNTIME_WORKSPACE)
-_SOURCE = ("trace tier: torch {version} on fake tensors, every storage recorded by a dispatch "
-           "mode, replayed through a model of c10/cuda/CUDACachingAllocator.cpp")
+_TRACED = (
+    C.WEIGHTS,
+    C.QUANTIZATION_METADATA,
+    C.ADAPTERS,
+    C.KV_CACHE,
+    C.ACTIVATIONS,
+    C.LOGITS,
+    C.GRADIENTS,
+    C.OPTIMIZER_STATE,
+    C.MASTER_WEIGHTS,
+    C.RUNTIME_WORKSPACE,
+)
+_SOURCE = (
+    "trace tier: torch {version} on fake tensors, every storage recorded by a dispatch "
+    "mode, replayed through a model of c10/cuda/CUDACachingAllocator.cpp"
+)
 
 
 def gemm_workspaces(ctx: DeviceContext | None) -> tuple[tuple[str, int], ...]:
@@ -89,10 +101,14 @@ def gemm_workspaces(ctx: DeviceContext | None) -> tuple[tuple[str, int], ...]:
     return (("cuBLAS workspace", max(0, ov.workspace_bytes) - lt), ("cuBLASLt workspace", lt))
 
 
-def trace_workload(w: InferenceWorkload | TrainingWorkload, *, iterations: int = 2,
-                   expandable_segments: bool = False,
-                   workspaces: tuple[tuple[str, int], ...] = (),
-                   field: str = "workloads[0]") -> Replay:
+def trace_workload(
+    w: InferenceWorkload | TrainingWorkload,
+    *,
+    iterations: int = 2,
+    expandable_segments: bool = False,
+    workspaces: tuple[tuple[str, int], ...] = (),
+    field: str = "workloads[0]",
+) -> Replay:
     """Trace one process of ``w`` and replay it."""
     check_traceable(w, field)
     try:
@@ -102,9 +118,11 @@ def trace_workload(w: InferenceWorkload | TrainingWorkload, *, iterations: int =
         raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
     if isinstance(w, TrainingWorkload) and not any(st.trainable_params for st in statics):
         # The analytic tier budgets it (with a warning); a real step has nothing to optimize.
-        raise InvalidWorkload(f"{field}.method.target_modules",
-                              "no LoRA target module matches this model's projections: there "
-                              "is nothing to train, so there is no training step to trace")
+        raise InvalidWorkload(
+            f"{field}.method.target_modules",
+            "no LoRA target module matches this model's projections: there "
+            "is nothing to train, so there is no training step to trace",
+        )
     _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     with FakeTensorMode(), kernels.emulation(), recorder.recording():
@@ -125,13 +143,17 @@ def _check_positions(w: InferenceWorkload | TrainingWorkload, arch: Any, field: 
     else:
         name, tokens = "prompt_tokens", w.context_tokens
     if tokens > table.rows:
-        raise InvalidWorkload(f"{field}.{name}", f"needs {tokens} positions; the model's learned "
-                              f"position embeddings have {table.rows} (prompt + generated "
-                              "tokens must fit)")
+        raise InvalidWorkload(
+            f"{field}.{name}",
+            f"needs {tokens} positions; the model's learned "
+            f"position embeddings have {table.rows} (prompt + generated "
+            "tokens must fit)",
+        )
 
 
-def _line(c: Component, value: int, formula: str, source: str,
-          parts: tuple[tuple[str, int], ...] = ()) -> Line:
+def _line(
+    c: Component, value: int, formula: str, source: str, parts: tuple[tuple[str, int], ...] = ()
+) -> Line:
     return Line(c, value, formula, (), source, tuple(Part(name=n, bytes=b) for n, b in parts))
 
 
@@ -144,8 +166,9 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     """The answer and each workload's replay (the oracle tests read the component peaks)."""
     replays: list[Replay] = []
     profiles = profiles_from(os.environ.get(PROFILES_ENV))
-    analytic = estimate(request.workloads, request.device, request.headroom, profiles,
-                        request.software)
+    analytic = estimate(
+        request.workloads, request.device, request.headroom, profiles, request.software
+    )
     ctx = resolve_device(request.device, profiles, request.software)
     workspaces = gemm_workspaces(ctx)
     source = _SOURCE.format(version=str(torch.__version__))
@@ -158,14 +181,20 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     analytic_lines = {line.component: line for line in analytic_device.lines}
     for i, w in enumerate(request.workloads):
         if isinstance(w, GenericWorkload):
-            raise InvalidWorkload(f"workloads[{i}]", "a generic workload has no code to trace: "
-                                  "use method 'analytic'")
+            raise InvalidWorkload(
+                f"workloads[{i}]", "a generic workload has no code to trace: use method 'analytic'"
+            )
         if isinstance(w, LLMServingWorkload):  # BudgetRequest refuses it; never traced
-            raise InvalidWorkload(f"workloads[{i}]", "an llm_serving workload is budgeted by "
-                                  "method 'analytic' only")
-        r = trace_workload(w, iterations=request.trace.iterations,
-                           expandable_segments=request.trace.expandable_segments,
-                           workspaces=workspaces, field=f"workloads[{i}]")
+            raise InvalidWorkload(
+                f"workloads[{i}]", "an llm_serving workload is budgeted by method 'analytic' only"
+            )
+        r = trace_workload(
+            w,
+            iterations=request.trace.iterations,
+            expandable_segments=request.trace.expandable_segments,
+            workspaces=workspaces,
+            field=f"workloads[{i}]",
+        )
         replays.append(r)
         k = w.instances
         traced_total = 0
@@ -187,8 +216,10 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 iterations=request.trace.iterations,
                 expandable_segments=request.trace.expandable_segments,
                 num_events=r.num_events,
-                timeline=tuple(TracePoint(iteration=it, phase=ph, allocated_bytes=a,
-                                          reserved_bytes=rs) for it, ph, a, rs in r.timeline),
+                timeline=tuple(
+                    TracePoint(iteration=it, phase=ph, allocated_bytes=a, reserved_bytes=rs)
+                    for it, ph, a, rs in r.timeline
+                ),
                 modelled=MODELLED,
                 torch_version=str(torch.__version__),
             )
@@ -202,11 +233,25 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     lines = []
     for c in Component:
         if c in _TRACED:
-            lines.append(_line(c, values[c], "live bytes of the component's storages at the "
-                               "allocated peak", source, tuple(parts.get(c, ()))))
+            lines.append(
+                _line(
+                    c,
+                    values[c],
+                    "live bytes of the component's storages at the allocated peak",
+                    source,
+                    tuple(parts.get(c, ())),
+                )
+            )
         elif c is C.ALLOCATOR_OVERHEAD:
-            lines.append(_line(c, values[c], "peak reserved - live bytes at the allocated peak "
-                               "(512-byte rounding, segment caching, fragmentation)", source))
+            lines.append(
+                _line(
+                    c,
+                    values[c],
+                    "peak reserved - live bytes at the allocated peak "
+                    "(512-byte rounding, segment caching, fragmentation)",
+                    source,
+                )
+            )
         else:
             a = analytic_lines[c]
             lines.append(Line(c, values[c], a.formula, (), a.source, a.parts))
@@ -219,12 +264,20 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
         lines=tuple(lines),
         total_bytes=total,
         inputs=analytic_device.inputs,
-        phases=tuple(_phase(p, outside_torch, summary_instances, request.headroom) for p in (
-            summary.timeline if summary and len(request.workloads) == 1 else ())),
+        phases=tuple(
+            _phase(p, outside_torch, summary_instances, request.headroom)
+            for p in (summary.timeline if summary and len(request.workloads) == 1 else ())
+        ),
     )
-    budget = msgspec.structs.replace(analytic, method="trace", devices=(device,), most_loaded=0,
-                                     total_bytes=total, trace=summary,
-                                     calibration=_traced_calibration(analytic.calibration))
+    budget = msgspec.structs.replace(
+        analytic,
+        method="trace",
+        devices=(device,),
+        most_loaded=0,
+        total_bytes=total,
+        trace=summary,
+        calibration=_traced_calibration(analytic.calibration),
+    )
     return budget, tuple(replays)
 
 
@@ -234,9 +287,16 @@ def _traced_calibration(use: CalibrationUse | None) -> CalibrationUse | None:
     if use is None:
         return None
     overheads = tuple(
-        OverheadOrigin(component=o.component, origin="builtin", profile=None,
-                       source="trace tier: replay of c10/cuda/CUDACachingAllocator.cpp")
-        if o.component is Component.ALLOCATOR_OVERHEAD else o for o in use.overheads)
+        OverheadOrigin(
+            component=o.component,
+            origin="builtin",
+            profile=None,
+            source="trace tier: replay of c10/cuda/CUDACachingAllocator.cpp",
+        )
+        if o.component is Component.ALLOCATOR_OVERHEAD
+        else o
+        for o in use.overheads
+    )
     return msgspec.structs.replace(use, overheads=overheads)
 
 
@@ -244,5 +304,7 @@ def _phase(p: TracePoint, outside_torch: int, instances: int, headroom: Headroom
     """A timeline point as a device total: reserved bytes x instances + context and NCCL +
     headroom."""
     subtotal = p.reserved_bytes * instances + outside_torch
-    return Phase(name=f"iteration {p.iteration}: {p.phase}",
-                 total_bytes=subtotal + headroom_bytes(subtotal, headroom))
+    return Phase(
+        name=f"iteration {p.iteration}: {p.phase}",
+        total_bytes=subtotal + headroom_bytes(subtotal, headroom),
+    )

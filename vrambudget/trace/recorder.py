@@ -29,7 +29,8 @@ __all__ = ["Recorder"]
 # Ops that create a cuBLAS handle's workspace on first use (at::cuda::getCurrentCUDABlasHandle
 # and the cuBLASLt path): every dense GEMM.
 _GEMM_OPS = frozenset(
-    {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm", "_addmm_activation"})
+    {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm", "_addmm_activation"}
+)
 
 
 class _Mode(TorchDispatchMode):
@@ -37,8 +38,7 @@ class _Mode(TorchDispatchMode):
         super().__init__()  # type: ignore[no-untyped-call]  # unannotated in torch
         self.recorder = recorder
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-                           ) -> Any:
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         rec = self.recorder
         if rec.gemm_hook is not None and func._overloadpacket.__name__ in _GEMM_OPS:
             hook, rec.gemm_hook = rec.gemm_hook, None
@@ -53,8 +53,9 @@ class _Mode(TorchDispatchMode):
 class Recorder(Marks):
     """``Marks`` that records; use ``with recorder.recording():`` around the program."""
 
-    def __init__(self, *, gemm_workspaces: tuple[tuple[str, int], ...] = (),
-                 limit_bytes: int | None = None) -> None:
+    def __init__(
+        self, *, gemm_workspaces: tuple[tuple[str, int], ...] = (), limit_bytes: int | None = None
+    ) -> None:
         self.trace = Trace()
         self.limit_bytes = limit_bytes
         """Raise ``torch.OutOfMemoryError`` when live bytes would exceed this (the CPU path's
@@ -115,7 +116,8 @@ class Recorder(Marks):
         if self.limit_bytes is not None and self.live_bytes > self.limit_bytes:
             raise torch.OutOfMemoryError(
                 f"tracker limit: tried to allocate {nbytes} bytes with {self.live_bytes - nbytes}"
-                f" live of a {self.limit_bytes}-byte limit")
+                f" live of a {self.limit_bytes}-byte limit"
+            )
 
     def _release(self, key: int, handle: int) -> None:
         if self._live.get(key) == handle:

@@ -68,7 +68,7 @@ def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
             slot[1] = max(slot[1], reserved)
     stats = alloc.stats()
     live: dict[int, int] = {}
-    for kind, handle, nbytes, _ in trace.events[:best_index + 1]:
+    for kind, handle, nbytes, _ in trace.events[: best_index + 1]:
         if handle in skipped:
             continue
         if kind == ALLOC:
@@ -81,8 +81,12 @@ def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
         tag = tags.get(handle, "activations")
         components[tag] = components.get(tag, 0) + nbytes
         label = trace.parts.get(handle) if tag in ("runtime_workspace",) else None
-        if label is None and tag in ("activations", "logits", "optimizer_state",
-                                     "runtime_workspace"):
+        if label is None and tag in (
+            "activations",
+            "logits",
+            "optimizer_state",
+            "runtime_workspace",
+        ):
             label = _module_kind(trace.modules.get(handle))
             if tag == "optimizer_state":
                 label = trace.parts.get(handle, "optimizer step temporaries")
@@ -93,13 +97,14 @@ def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
     for tag, bucket in by_part.items():
         items = sorted(bucket.items(), key=lambda kv: -kv[1])
         if len(items) > _TOP_PARTS:
-            rest = sum(b for _, b in items[_TOP_PARTS - 1:])
-            items = [*items[:_TOP_PARTS - 1], ("other", rest)]
+            rest = sum(b for _, b in items[_TOP_PARTS - 1 :])
+            items = [*items[: _TOP_PARTS - 1], ("other", rest)]
         parts[tag] = tuple(items)
     peak_phase_index = trace.events[best_index][3] if trace.events else 0
     iteration, phase = trace.phases[peak_phase_index]
-    timeline = tuple((trace.phases[p][0], trace.phases[p][1], a, r)
-                     for p, (a, r) in sorted(per_phase.items()))
+    timeline = tuple(
+        (trace.phases[p][0], trace.phases[p][1], a, r) for p, (a, r) in sorted(per_phase.items())
+    )
     return Replay(
         peak_allocated_bytes=stats.peak_allocated_bytes,
         peak_reserved_bytes=stats.peak_reserved_bytes,

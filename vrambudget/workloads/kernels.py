@@ -41,6 +41,7 @@ def emulation() -> Iterator[None]:
     finally:
         _EMULATE.reset(token)
 
+
 # aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp (mha_bwd): seqlen_q_rounded =
 # round_multiple(seqlen_q, 128); head_size_rounded = round_multiple(head_size, 32 if <= 128
 # else 64); dq_accum fp32 (b, s_q_rounded, h, d_rounded); softmax_d fp32 (b, h, s_q_rounded);
@@ -99,8 +100,14 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv
 
 
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True,
-                    window: int | None = None) -> torch.Tensor:
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = True,
+    window: int | None = None,
+) -> torch.Tensor:
     """(b, s_q, h, d) x (b, s_k, h_kv, d) -> (b, s_q, h, d_v); the queries are the last s_q
     positions (prefill: all of them; decode: one). Native mode runs SDPA (the flash backend on
     CUDA with half inputs); its sliding window is not applied to the values there (the window
@@ -109,8 +116,12 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal
         return _apply(_FlashAttention, q, k, v)
     sq, sk = q.shape[1], k.shape[1]
     out = F.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-        is_causal=causal and sq == sk and sq > 1, enable_gqa=q.shape[2] != k.shape[2])
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        is_causal=causal and sq == sk and sq > 1,
+        enable_gqa=q.shape[2] != k.shape[2],
+    )
     return out.transpose(1, 2)
 
 
@@ -122,8 +133,9 @@ class _FusedNorm(torch.autograd.Function):
     reduction before the weight gradient."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                rms: bool) -> torch.Tensor:
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, rms: bool
+    ) -> torch.Tensor:
         out = torch.empty_like(x)
         rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
         if rms:
@@ -145,8 +157,15 @@ class _FusedNorm(torch.autograd.Function):
         return dx, dweight, dbias, None
 
 
-def fused_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, eps: float,
-               rms: bool, offset: float = 0.0) -> torch.Tensor:
+def fused_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    eps: float,
+    rms: bool,
+    offset: float = 0.0,
+) -> torch.Tensor:
     """RMSNorm (``offset`` 1 for Gemma's ``1 + weight``) or LayerNorm over the last dim."""
     if _EMULATE.get():
         return _apply(_FusedNorm, x, weight, bias, rms)
@@ -162,8 +181,14 @@ class _DequantizedLinear(torch.autograd.Function):  # the same in both modes
     input gradient. Saves only the input. The frozen packed weight gets no gradient."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, packed: torch.Tensor, out_features: int,
-                in_features: int, bias: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        packed: torch.Tensor,
+        out_features: int,
+        in_features: int,
+        bias: torch.Tensor | None,
+    ) -> torch.Tensor:
         weight = torch.empty(out_features, in_features, dtype=x.dtype, device=x.device)
         y = F.linear(x, weight, bias)
         del weight
@@ -180,13 +205,19 @@ class _DequantizedLinear(torch.autograd.Function):  # the same in both modes
         return dx, None, None, None, None
 
 
-def dequantized_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int,
-                       in_features: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+def dequantized_linear(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    out_features: int,
+    in_features: int,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
     return _apply(_DequantizedLinear, x, packed, out_features, in_features, bias)
 
 
-def packed_linear(x: torch.Tensor, out_features: int, bias: torch.Tensor | None = None
-                  ) -> torch.Tensor:
+def packed_linear(
+    x: torch.Tensor, out_features: int, bias: torch.Tensor | None = None
+) -> torch.Tensor:
     """A fused quantized GEMM (GPTQ/AWQ/Marlin, int8, fp8 scaled_mm): reads the packed weight
     in place and writes only the output (no full-precision copy of the weight). Inference only.
     Values are zeros: the packed payload is synthetic."""

@@ -25,8 +25,9 @@ class AdamW8bitModel(torch.optim.Optimizer):
     plain AdamW (the blockwise quantization error is not modelled)."""
 
     def __init__(self, params: Iterable[torch.Tensor], lr: float = 1e-5) -> None:
-        super().__init__(params, {"lr": lr, "betas": (0.9, 0.999), "eps": 1e-8,
-                                  "weight_decay": 0.0})
+        super().__init__(
+            params, {"lr": lr, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
+        )
         self.qmaps: list[torch.Tensor] = []
 
     @overload
@@ -46,8 +47,10 @@ class AdamW8bitModel(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 if not self.qmaps:
-                    self.qmaps = [torch.empty(_QMAP_ELEMS, dtype=torch.float32, device=p.device)
-                                  for _ in range(2)]
+                    self.qmaps = [
+                        torch.empty(_QMAP_ELEMS, dtype=torch.float32, device=p.device)
+                        for _ in range(2)
+                    ]
                 state = self.state[p]
                 if not state:
                     n = p.numel()
@@ -55,10 +58,8 @@ class AdamW8bitModel(torch.optim.Optimizer):
                         blocks = -(-n // BNB_OPTIM_BLOCKSIZE)
                         state["state1"] = torch.zeros(p.shape, dtype=torch.uint8, device=p.device)
                         state["state2"] = torch.zeros(p.shape, dtype=torch.uint8, device=p.device)
-                        state["absmax1"] = torch.zeros(blocks, dtype=torch.float32,
-                                                       device=p.device)
-                        state["absmax2"] = torch.zeros(blocks, dtype=torch.float32,
-                                                       device=p.device)
+                        state["absmax1"] = torch.zeros(blocks, dtype=torch.float32, device=p.device)
+                        state["absmax2"] = torch.zeros(blocks, dtype=torch.float32, device=p.device)
                     else:
                         state["state1"] = torch.zeros_like(p, dtype=torch.float32)
                         state["state2"] = torch.zeros_like(p, dtype=torch.float32)
@@ -68,21 +69,29 @@ class AdamW8bitModel(torch.optim.Optimizer):
         return loss
 
 
-def build_optimizer(spec: AdamW | AdamW8bit | SGD | Adafactor, params: Sequence[torch.Tensor]
-                    ) -> torch.optim.Optimizer:
+def build_optimizer(
+    spec: AdamW | AdamW8bit | SGD | Adafactor, params: Sequence[torch.Tensor]
+) -> torch.optim.Optimizer:
     match spec:
         case AdamW():
-            return torch.optim.AdamW(params, lr=1e-5, fused=spec.implementation == "fused",
-                                     foreach=spec.implementation == "foreach")
+            return torch.optim.AdamW(
+                params,
+                lr=1e-5,
+                fused=spec.implementation == "fused",
+                foreach=spec.implementation == "foreach",
+            )
         case SGD():
-            return torch.optim.SGD(params, lr=1e-3, momentum=spec.momentum,
-                                   fused=spec.implementation == "fused",
-                                   foreach=spec.implementation == "foreach")
+            return torch.optim.SGD(
+                params,
+                lr=1e-3,
+                momentum=spec.momentum,
+                fused=spec.implementation == "fused",
+                foreach=spec.implementation == "foreach",
+            )
         case Adafactor():
             if spec.beta1 is not None:
                 raise ValueError("beta1")
-            return torch.optim.Adafactor(params, lr=1e-2,
-                                         foreach=spec.implementation == "foreach")
+            return torch.optim.Adafactor(params, lr=1e-2, foreach=spec.implementation == "foreach")
         case AdamW8bit():
             return AdamW8bitModel(params)
 

@@ -56,24 +56,40 @@ def check_traceable(w: InferenceWorkload | TrainingWorkload, field: str) -> None
         (par.sequence_parallel, "parallelism.sequence_parallel", "must be false"),
     ]
     if isinstance(w, InferenceWorkload):
-        unsupported.append((w.prefill_chunk_tokens is not None, "prefill_chunk_tokens",
-                            "must be null (chunked prefill is not traced)"))
+        unsupported.append(
+            (
+                w.prefill_chunk_tokens is not None,
+                "prefill_chunk_tokens",
+                "must be null (chunked prefill is not traced)",
+            )
+        )
     else:
-        unsupported.append((isinstance(w.optimizer, Adafactor), "optimizer.name",
-                            "must not be 'adafactor' (torch.optim.Adafactor reads tensor "
-                            "values, which fake tensors do not have)"))
+        unsupported.append(
+            (
+                isinstance(w.optimizer, Adafactor),
+                "optimizer.name",
+                "must not be 'adafactor' (torch.optim.Adafactor reads tensor "
+                "values, which fake tensors do not have)",
+            )
+        )
     for bad, name, message in unsupported:
         if bad:
             raise InvalidWorkload(f"{field}.{name}", f"{message} with method 'trace'")
     if w.precision.weights == "fp8":
-        raise InvalidWorkload(f"{field}.precision.weights",
-                              "'fp8' is not traced: use quantization {scheme: fp8}")
+        raise InvalidWorkload(
+            f"{field}.precision.weights", "'fp8' is not traced: use quantization {scheme: fp8}"
+        )
 
 
 def build_plan(w: InferenceWorkload | TrainingWorkload, device: torch.device) -> BuildPlan:
     p = w.precision
-    common = dict(tensor_parallel=w.parallelism.tensor, param_dtype=TORCH_DTYPES[p.weights],
-                  compute_dtype=TORCH_DTYPES[p.compute], attention=w.attention, device=device)
+    common = dict(
+        tensor_parallel=w.parallelism.tensor,
+        param_dtype=TORCH_DTYPES[p.weights],
+        compute_dtype=TORCH_DTYPES[p.compute],
+        attention=w.attention,
+        device=device,
+    )
     if isinstance(w, InferenceWorkload):
         return BuildPlan(quantization=p.quantization, **common)  # type: ignore[arg-type]
     m = w.method
@@ -140,8 +156,11 @@ class Program:
             # Sampling takes fp32 logits of the full vocabulary (vLLM gathers the
             # tensor-parallel slices on the first rank).
             vocab = self.arch.vocab_size
-            full = logits.new_empty(*logits.shape[:-1], vocab, dtype=torch.float32) if (
-                logits.shape[-1] != vocab) else logits.float()
+            full = (
+                logits.new_empty(*logits.shape[:-1], vocab, dtype=torch.float32)
+                if (logits.shape[-1] != vocab)
+                else logits.float()
+            )
             return full
 
     @torch.no_grad()
@@ -155,8 +174,11 @@ class Program:
             with marks.scope("kv_cache"):
                 cache = model.allocate_cache(n, w.context_tokens, kv_dtype)
             r = self.kv_rounding
-            self.kv_cache_bytes = sum(-(-t.untyped_storage().nbytes() // r) * r
-                                      for t in (*cache.keys, *cache.values) if t is not None)
+            self.kv_cache_bytes = sum(
+                -(-t.untyped_storage().nbytes() // r) * r
+                for t in (*cache.keys, *cache.values)
+                if t is not None
+            )
         for it in range(iterations):
             marks.iteration(it)
             if self.arch.kind == "encoder":
@@ -174,8 +196,11 @@ class Program:
                 continue
             marks.phase("decode")
             last = w.context_tokens - 1
-            steps = range(w.prompt_tokens, last + 1) if self.every_decode_step else sorted(
-                {w.prompt_tokens, last})
+            steps = (
+                range(w.prompt_tokens, last + 1)
+                if self.every_decode_step
+                else sorted({w.prompt_tokens, last})
+            )
             for pos in steps:
                 h = model.hidden_states(self._ids(n, 1), start=pos, cache=cache)
                 logits = self._logits(h, False)
@@ -197,8 +222,7 @@ class Program:
         with self.marks.scope("logits"), self.marks.module("lm_head"):
             logits = model.lm_head(h)
             del h
-            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                   ids.reshape(-1))
+            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), ids.reshape(-1))
 
     def _leave_logits(self, grad: torch.Tensor) -> None:
         self.marks.pop_scope()
@@ -248,8 +272,11 @@ class Program:
             for state in opt.state.values():
                 for v in state.values():
                     if isinstance(v, torch.Tensor):
-                        marks.tag(v, HOST if id(v) in host else "optimizer_state",
-                                  "moments and statistics")
+                        marks.tag(
+                            v,
+                            HOST if id(v) in host else "optimizer_state",
+                            "moments and statistics",
+                        )
             for q in getattr(opt, "qmaps", ()):
                 marks.tag(q, "optimizer_state", "moments and statistics")
             opt.zero_grad(set_to_none=True)  # masters' or params' (the masters took theirs)
@@ -273,8 +300,9 @@ def initialize(model: TransformerModel, seed: int = 0) -> None:
         b.zero_()
 
 
-def prepare(w: InferenceWorkload | TrainingWorkload, arch: Arch, marks: Marks,
-            device: torch.device) -> Program:
+def prepare(
+    w: InferenceWorkload | TrainingWorkload, arch: Arch, marks: Marks, device: torch.device
+) -> Program:
     """Build the model (phase ``load``) and return the program."""
     plan = build_plan(w, device)
     marks.phase("load")

@@ -23,16 +23,33 @@ TABLE3 = [
 
 
 def _gpt(h, a, layers):
-    return resolve_model(DimensionsModel(hidden_size=h, num_layers=layers,
-                                         num_attention_heads=a, intermediate_size=4 * h,
-                                         vocab_size=51200, mlp="dense", norm="layernorm"))
+    return resolve_model(
+        DimensionsModel(
+            hidden_size=h,
+            num_layers=layers,
+            num_attention_heads=a,
+            intermediate_size=4 * h,
+            vocab_size=51200,
+            mlp="dense",
+            norm="layernorm",
+        )
+    )
 
 
 def _per_layer(arch, t, *, sp, selective, s=2048, b=1):
     layer = arch.layer_runs[0][0]
-    saved = training_saved(layer, arch, device_dims(arch, t, 1), seq=s, batch=b, e=2,
-                           attention="eager", dropout=True, sequence_parallel=sp,
-                           drop_scores=selective)
+    saved = training_saved(
+        layer,
+        arch,
+        device_dims(arch, t, 1),
+        seq=s,
+        batch=b,
+        e=2,
+        attention="eager",
+        dropout=True,
+        sequence_parallel=sp,
+        drop_scores=selective,
+    )
     return sum(saved.values())
 
 
@@ -54,23 +71,37 @@ def test_korthikanti_table2(name, a, h, layers):
     # rows) the paper's numbers hold exactly.
     assert _per_layer(arch, 1, sp=False, selective=False) == exact(sbh * (34 + 9 * r))
     assert _per_layer(arch, t, sp=False, selective=False) == exact(
-        sbh * (10 + Fraction(24, t) + 9 * r / t))
+        sbh * (10 + Fraction(24, t) + 9 * r / t)
+    )
     assert _per_layer(arch, t, sp=True, selective=False) == exact(
-        sbh * (Fraction(34, t) + 9 * r / t))
+        sbh * (Fraction(34, t) + 9 * r / t)
+    )
     assert _per_layer(arch, t, sp=False, selective=True) == exact(sbh * (10 + Fraction(24, t)))
     assert _per_layer(arch, t, sp=True, selective=True) == exact(sbh * Fraction(34, t))
 
 
 def test_full_recompute_keeps_2sbh_per_layer():
     arch_layers = 48
-    w = workload(kind="training", model={"source": "dimensions", "hidden_size": 6144,
-                 "num_layers": arch_layers, "num_attention_heads": 64,
-                 "intermediate_size": 4 * 6144, "vocab_size": 51200, "mlp": "dense",
-                 "norm": "layernorm"}, precision={"weights": "fp16", "compute": "fp16"},
-                 sequence_length=2048, micro_batch_size=1, checkpointing="full",
-                 attention="eager", dropout=True)
+    w = workload(
+        kind="training",
+        model={
+            "source": "dimensions",
+            "hidden_size": 6144,
+            "num_layers": arch_layers,
+            "num_attention_heads": 64,
+            "intermediate_size": 4 * 6144,
+            "vocab_size": 51200,
+            "mlp": "dense",
+            "norm": "layernorm",
+        },
+        precision={"weights": "fp16", "compute": "fp16"},
+        sequence_length=2048,
+        micro_batch_size=1,
+        checkpointing="full",
+        attention="eager",
+        dropout=True,
+    )
     arch = resolve_model(w.model)
     (st,) = statics_for(w, arch)
     _, _, parts = training_activations(w, arch, st.stage, st.dims)
     assert dict(parts)["layer inputs (full recomputation)"] == 48 * 2 * 2048 * 6144
-

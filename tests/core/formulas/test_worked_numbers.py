@@ -44,7 +44,8 @@ def test_one_module_per_component_with_words_and_source() -> None:
         assert module.FORMULA and module.SOURCE, component
         assert TEXTS[component] == (module.FORMULA, module.SOURCE)
         assert module.__doc__ and module.FORMULA.split()[0] in module.__doc__, (
-            f"{module.__name__}: its docstring shows the words of the answer")
+            f"{module.__name__}: its docstring shows the words of the answer"
+        )
 
 
 def test_weights() -> None:
@@ -105,8 +106,11 @@ def test_gradients_master_weights_optimizer_state() -> None:
     assert master_weights.master_bytes_per_param("master_fp32", 4) == 0
     n = 4096 * 4096
     assert optimizer_state.state_bytes(AdamW(), [(4096, 4096, 1)], 4) == 2 * n * 4 == 134_217_728
-    assert optimizer_state.state_bytes(AdamW8bit(), [(4096, 4096, 1)], 4) == (
-        2 * n + 2 * (n // 256) * 4) == 34_078_720
+    assert (
+        optimizer_state.state_bytes(AdamW8bit(), [(4096, 4096, 1)], 4)
+        == (2 * n + 2 * (n // 256) * 4)
+        == 34_078_720
+    )
     _documented(optimizer_state.state_bytes, 134_217_728)
     _documented(optimizer_state.state_bytes, 34_078_720)
     assert optimizer_state.step_temporaries(AdamW(), qwen, 0, 4) == 1_976_131_072
@@ -114,22 +118,35 @@ def test_gradients_master_weights_optimizer_state() -> None:
 
 
 def test_overheads() -> None:
-    assert cuda_context.per_device(cuda_context.default_context("9.0", "nvidia")[0], 2) == (
-        2 * 534 * MiB) == 1_119_879_168
+    assert (
+        cuda_context.per_device(cuda_context.default_context("9.0", "nvidia")[0], 2)
+        == (2 * 534 * MiB)
+        == 1_119_879_168
+    )
     _documented(cuda_context.per_device, 1_119_879_168)
     assert cuda_context.default_context("8.9", "nvidia")[0] == 426 * MiB
-    assert runtime_workspace.default_workspace("9.0", "nvidia", None)[0] == (
-        32 * MiB + MiB) == 34_603_008
-    assert runtime_workspace.default_workspace("8.0", "nvidia", None)[0] == (
-        4096 * 1024 * 2 + 16 * 1024 * 8 + MiB) == 9_568_256
+    assert (
+        runtime_workspace.default_workspace("9.0", "nvidia", None)[0]
+        == (32 * MiB + MiB)
+        == 34_603_008
+    )
+    assert (
+        runtime_workspace.default_workspace("8.0", "nvidia", None)[0]
+        == (4096 * 1024 * 2 + 16 * 1024 * 8 + MiB)
+        == 9_568_256
+    )
     _documented(runtime_workspace.default_workspace, 34_603_008)
     _documented(runtime_workspace.default_workspace, 9_568_256)
     parts = communication_buffers.stage_parts(1, 1, 8, 0, True, 494_032_768, 2, 0, 0, 2)
-    assert parts == [("NCCL data-parallel communicator (8 ranks)", 688 * 10**6),
-                     ("DDP gradient buckets (a copy of the gradients)", 988_065_536)]
+    assert parts == [
+        ("NCCL data-parallel communicator (8 ranks)", 688 * 10**6),
+        ("DDP gradient buckets (a copy of the gradients)", 988_065_536),
+    ]
     _documented(communication_buffers.stage_parts, 988_065_536)
     assert communication_buffers.calibrated(1, (("NCCL x", 1), ("bucket", 5)), 7) == (
-        12, (("NCCL x", 7), ("bucket", 5)))
+        12,
+        (("NCCL x", 7), ("bucket", 5)),
+    )
 
 
 def test_allocator_overhead_and_headroom() -> None:
@@ -140,8 +157,11 @@ def test_allocator_overhead_and_headroom() -> None:
     assert allocator_overhead.fragmentation(GiB, ppm) == -(-GiB * 34 // 100) == 365_072_221
     _documented(allocator_overhead.fragmentation, 365_072_221)
     assert allocator_overhead.overhead(24, GiB, ppm) == 24 + 365_072_221
-    assert headroom.headroom_bytes(20_000_000_000, Headroom(fraction=0.05, min_bytes=GiB)) == (
-        GiB) == 1_073_741_824
+    assert (
+        headroom.headroom_bytes(20_000_000_000, Headroom(fraction=0.05, min_bytes=GiB))
+        == (GiB)
+        == 1_073_741_824
+    )
     assert headroom.headroom_bytes(20_000_000_000, Headroom(fraction=0.1)) == 2_000_000_000
     _documented(headroom.headroom, 1_073_741_824)
 

@@ -28,7 +28,7 @@ def test_request_default_version_is_a_calibrated_one():
     )
 
     assert DEFAULT_ENGINE_VERSION in ENGINE_VERSIONS
-    w = msgspec.convert({"workloads": [{"kind": "llm_serving", "model": LLAMA}],
-                         "device": H100}, BudgetRequest).workloads[0]
+    w = msgspec.convert(
+        {"workloads": [{"kind": "llm_serving", "model": LLAMA}], "device": H100}, BudgetRequest
+    ).workloads[0]
     assert w.engine_version == DEFAULT_ENGINE_VERSION
-

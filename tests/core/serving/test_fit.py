@@ -14,8 +14,10 @@ H100 = {"source": "catalog", "id": "h100-sxm5-80gb"}
 
 
 def serving(model: str, **fields: object) -> LLMServingWorkload:
-    return msgspec.convert({"kind": "llm_serving", "model": {"source": "preset", "id": model},
-                            **fields}, LLMServingWorkload)
+    return msgspec.convert(
+        {"kind": "llm_serving", "model": {"source": "preset", "id": model}, **fields},
+        LLMServingWorkload,
+    )
 
 
 # --------------------------------------------------------------------------------- fits --
@@ -26,11 +28,18 @@ def fit_request(**body: object) -> FitRequest:
 
 
 def test_smallest_gpu_count_and_largest_max_model_len_are_exact():
-    w = {"kind": "llm_serving", "model": {"source": "preset", "id": "llama-3.1-70b"},
-         "max_model_len": 32768}
-    req = fit_request(workloads=[w], devices=[H100], device_counts=[2, 4],
-                      solve=["device_count", "max_model_len", "concurrency"],
-                      target_concurrency=8)
+    w = {
+        "kind": "llm_serving",
+        "model": {"source": "preset", "id": "llama-3.1-70b"},
+        "max_model_len": 32768,
+    }
+    req = fit_request(
+        workloads=[w],
+        devices=[H100],
+        device_counts=[2, 4],
+        solve=["device_count", "max_model_len", "concurrency"],
+        target_concurrency=8,
+    )
     g = fit(req).gpus[0]
     by_n = {lay.device_count: lay for lay in g.layouts}
     assert not by_n[2].fits and by_n[4].fits and g.min_device_count == 4
@@ -40,8 +49,12 @@ def test_smallest_gpu_count_and_largest_max_model_len_are_exact():
     four = {"tensor": 4}
 
     def conc(length: int) -> float:
-        a = account(serving("llama-3.1-70b", parallelism=four, max_model_len=length), arch,
-                    h100, "NVIDIA H100 SXM5 80GB")
+        a = account(
+            serving("llama-3.1-70b", parallelism=four, max_model_len=length),
+            arch,
+            h100,
+            "NVIDIA H100 SXM5 80GB",
+        )
         return a.max_concurrency if a.would_start else 0.0
 
     assert conc(best) >= 8 > conc(best + 1)
@@ -49,14 +62,23 @@ def test_smallest_gpu_count_and_largest_max_model_len_are_exact():
 
 
 def test_cheapest_gpu_by_price_or_total_memory():
-    w = {"kind": "llm_serving", "model": {"source": "preset", "id": "llama-3.1-8b"},
-         "max_model_len": 8192}
+    w = {
+        "kind": "llm_serving",
+        "model": {"source": "preset", "id": "llama-3.1-8b"},
+        "max_model_len": 8192,
+    }
     devices = [H100, {"source": "catalog", "id": "l4-24gb"}]
-    by_memory = fit(fit_request(workloads=[w], devices=devices, solve=["device_count"],
-                                target_concurrency=4)).cheapest
+    by_memory = fit(
+        fit_request(workloads=[w], devices=devices, solve=["device_count"], target_concurrency=4)
+    ).cheapest
     assert by_memory.basis == "total_memory" and by_memory.gpu_id == "l4-24gb"
-    priced = fit(fit_request(workloads=[w], devices=devices, solve=["device_count"],
-                             target_concurrency=4,
-                             prices={"h100-sxm5-80gb": 1.0, "l4-24gb": 1.5})).cheapest
+    priced = fit(
+        fit_request(
+            workloads=[w],
+            devices=devices,
+            solve=["device_count"],
+            target_concurrency=4,
+            prices={"h100-sxm5-80gb": 1.0, "l4-24gb": 1.5},
+        )
+    ).cheapest
     assert priced.basis == "price" and priced.gpu_id == "h100-sxm5-80gb" and priced.cost == 1.0
-

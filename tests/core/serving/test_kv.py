@@ -1,4 +1,5 @@
-"""llm_serving KV cache (vrambudget/core/serving/kv.py): golden arithmetic against hand computation."""
+"""llm_serving KV cache (vrambudget/core/serving/kv.py): golden arithmetic against hand
+computation."""
 
 from __future__ import annotations
 
@@ -23,9 +24,16 @@ def test_gqa_llama3_8b_is_131072_bytes_per_token():
 
 
 def test_mqa_one_kv_head():
-    arch = resolve_model(DimensionsModel(hidden_size=4096, num_layers=10, num_attention_heads=32,
-                                         num_key_value_heads=1, intermediate_size=11008,
-                                         vocab_size=32000))
+    arch = resolve_model(
+        DimensionsModel(
+            hidden_size=4096,
+            num_layers=10,
+            num_attention_heads=32,
+            num_key_value_heads=1,
+            intermediate_size=11008,
+            vocab_size=32000,
+        )
+    )
     # 10 layers x 2 x 1 head x 128 x 2 bytes; any TP keeps the one head on every rank.
     assert kv.per_token_bytes(kv.layer_specs(arch, 1, 2)) == 10 * 2 * 1 * 128 * 2 == 5_120
     assert kv.per_token_bytes(kv.layer_specs(arch, 4, 2)) == 5_120
@@ -78,4 +86,3 @@ def test_block_alignment():
     assert kv.num_tokens(10, g) == 160  # tokens are whole blocks
     # A request of 8,193 tokens needs 513 blocks, not 512.0625.
     assert kv.blocks_per_request(g, 8193, 8192) == 513
-

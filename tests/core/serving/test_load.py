@@ -13,8 +13,10 @@ from vrambudget.core.units import GiB
 
 
 def serving(model: str, **fields: object) -> LLMServingWorkload:
-    return msgspec.convert({"kind": "llm_serving", "model": {"source": "preset", "id": model},
-                            **fields}, LLMServingWorkload)
+    return msgspec.convert(
+        {"kind": "llm_serving", "model": {"source": "preset", "id": model}, **fields},
+        LLMServingWorkload,
+    )
 
 
 def test_load_rounding_gemma2_2b_is_27_mib():
@@ -50,9 +52,21 @@ def test_load_memory_deepseek_v2_lite_matches_vllm_0_5_and_0_19():
     assert logged == [29.43, 14.84, 7.51]
 
 
-@pytest.mark.parametrize("model", ["llama-3.1-8b", "qwen2.5-7b", "mixtral-8x7b",
-                                   "qwen3-30b-a3b", "deepseek-v2-lite", "gemma-3-4b",
-                                   "gemma-2-9b", "phi-4", "granite-3.1-8b", "qwen1.5-moe-a2.7b"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "llama-3.1-8b",
+        "qwen2.5-7b",
+        "mixtral-8x7b",
+        "qwen3-30b-a3b",
+        "deepseek-v2-lite",
+        "gemma-3-4b",
+        "gemma-2-9b",
+        "phi-4",
+        "granite-3.1-8b",
+        "qwen1.5-moe-a2.7b",
+    ],
+)
 def test_load_replay_holds_exactly_the_tensors_and_rotary_tables(model):
     # The replay allocates the same bytes the budget's weights line counts: the parameters on
     # each stage (inventory x dtype) plus the rotary tables; only their blocks differ.
@@ -86,4 +100,3 @@ def test_gemma3_pipeline_stage_builds_only_the_ropes_its_layers_use():
     w = serving("gemma-3-4b", max_model_len=8192, parallelism={"pipeline": 8})
     a = account(w, arch, 85_045_477_376, "NVIDIA H100 SXM5 80GB")
     assert [s.rotary_bytes for s in a.stages] == held
-

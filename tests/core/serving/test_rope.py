@@ -13,23 +13,40 @@ def _hf(model_type: str = "llama", **keys: object):
     from vrambudget.core.families import arch_from_hf_config
     from vrambudget.core.hf_config import HFConfig
 
-    base = {"model_type": model_type, "hidden_size": 1024, "num_hidden_layers": 2,
-            "num_attention_heads": 8, "intermediate_size": 2048, "vocab_size": 1000,
-            "max_position_embeddings": 4096}
+    base = {
+        "model_type": model_type,
+        "hidden_size": 1024,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "intermediate_size": 2048,
+        "vocab_size": 1000,
+        "max_position_embeddings": 4096,
+    }
     return arch_from_hf_config(msgspec.convert({**base, **keys}, HFConfig))
 
 
-@pytest.mark.parametrize(("rope", "rows"), [
-    (None, 4096),
-    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 4096),
-    ({"rope_type": "linear", "factor": 8.0}, 4096 * 8),
-    ({"type": "linear", "factor": 2.5}, 10_240),  # the older key; 4096 x 2.5
-    ({"rope_type": "dynamic", "factor": 2.0}, 8192),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, 4096),
-    ({"rope_type": "yarn", "factor": 3.0, "original_max_position_embeddings": 2048}, 6144),
-    ({"rope_type": "longrope", "factor": 32.0, "original_max_position_embeddings": 1024,
-      "short_factor": [1.0], "long_factor": [2.0]}, 1024 + 4096),
-])
+@pytest.mark.parametrize(
+    ("rope", "rows"),
+    [
+        (None, 4096),
+        ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, 4096),
+        ({"rope_type": "linear", "factor": 8.0}, 4096 * 8),
+        ({"type": "linear", "factor": 2.5}, 10_240),  # the older key; 4096 x 2.5
+        ({"rope_type": "dynamic", "factor": 2.0}, 8192),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, 4096),
+        ({"rope_type": "yarn", "factor": 3.0, "original_max_position_embeddings": 2048}, 6144),
+        (
+            {
+                "rope_type": "longrope",
+                "factor": 32.0,
+                "original_max_position_embeddings": 1024,
+                "short_factor": [1.0],
+                "long_factor": [2.0],
+            },
+            1024 + 4096,
+        ),
+    ],
+)
 def test_rotary_table_rows_follow_the_rope_type(rope, rows):
     from vrambudget.core.serving.rope import rope_table_positions, rotary_cache_bytes
 
@@ -59,9 +76,12 @@ def test_rope_scaling_as_published_is_read_leniently():
     # Phi-3 128k: longrope ("su" in older files) with factor lists and the original length at
     # the top level: the short (4096) and long (max) tables.
     for kind in ("longrope", "su"):
-        arch = _hf("phi3", max_position_embeddings=131072, original_max_position_embeddings=4096,
-                   rope_scaling={"type": kind, "short_factor": [1.0], "long_factor": [1.5]})
+        arch = _hf(
+            "phi3",
+            max_position_embeddings=131072,
+            original_max_position_embeddings=4096,
+            rope_scaling={"type": kind, "short_factor": [1.0], "long_factor": [1.5]},
+        )
         assert rope_table_positions(arch) == 4096 + 131072
-    with pytest.raises(msgspec.ValidationError, match="rope_scaling.factor"):
+    with pytest.raises(msgspec.ValidationError, match=r"rope_scaling\.factor"):
         _hf(rope_scaling={"rope_type": "linear", "factor": "eight"})  # not a number: 422
-

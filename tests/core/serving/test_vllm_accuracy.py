@@ -24,14 +24,15 @@ def _comparisons():
 
 COMPARISONS = _comparisons()
 
-H100_RUNS = [c for c in COMPARISONS if "H100" in next(
-    r["gpu"] for r in load_runs() if r["id"] == c.run_id)]
+H100_RUNS = [
+    c for c in COMPARISONS if "H100" in next(r["gpu"] for r in load_runs() if r["id"] == c.run_id)
+]
 
 
 def test_every_run_is_compared_or_left_out_with_a_reason():
     for run in load_runs():
         req = run_request(run)
-        assert isinstance(req, str) and req or compare(run), run["id"]
+        assert (isinstance(req, str) and req) or compare(run), run["id"]
 
 
 @pytest.mark.parametrize("split", ["calibrate", "held_out"])
@@ -57,4 +58,3 @@ def test_activation_peak_median_within_3_percent(split):
     s = summary(H100_RUNS, "activation_peak_gib", split)
     assert s["n"] >= 10 and s["median"] <= 0.03
     assert s["max"] <= 0.12  # float32 Llama (one run), 11.8% under
-

@@ -36,49 +36,97 @@ def _quant(q: dict[str, Any]) -> dict[str, Any]:
 
 # (struct, rule index) -> (request type, a body breaking the rule, the same body satisfying it)
 CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] = {
-    ("GPTQ", 0): (BudgetRequest, _quant({"scheme": "gptq", "group_size": 0}),
-                  _quant({"scheme": "gptq", "group_size": 128})),
-    ("AWQ", 0): (BudgetRequest, _quant({"scheme": "awq", "group_size": 0}),
-                 _quant({"scheme": "awq", "group_size": -1})),
+    ("GPTQ", 0): (
+        BudgetRequest,
+        _quant({"scheme": "gptq", "group_size": 0}),
+        _quant({"scheme": "gptq", "group_size": 128}),
+    ),
+    ("AWQ", 0): (
+        BudgetRequest,
+        _quant({"scheme": "awq", "group_size": 0}),
+        _quant({"scheme": "awq", "group_size": -1}),
+    ),
     ("Precision", 0): (
         BudgetRequest,
-        _budget(workloads=[{**INFER, "precision": {"weights": "fp8",
-                                                   "quantization": {"scheme": "int8"}}}]),
-        _budget(workloads=[{**INFER, "precision": {"weights": "fp8"}}])),
-    ("Parallelism", 0): (BudgetRequest, _par(offload_parameters=True, zero_stage=2),
-                         _par(offload_parameters=True, zero_stage=3)),
-    ("Parallelism", 1): (BudgetRequest, _par(offload_optimizer=True),
-                         _par(offload_optimizer=True, zero_stage=1)),
-    ("Parallelism", 2): (BudgetRequest, _par(virtual_stages=2),
-                         _par(virtual_stages=2, pipeline_schedule="interleaved_1f1b")),
+        _budget(
+            workloads=[
+                {**INFER, "precision": {"weights": "fp8", "quantization": {"scheme": "int8"}}}
+            ]
+        ),
+        _budget(workloads=[{**INFER, "precision": {"weights": "fp8"}}]),
+    ),
+    ("Parallelism", 0): (
+        BudgetRequest,
+        _par(offload_parameters=True, zero_stage=2),
+        _par(offload_parameters=True, zero_stage=3),
+    ),
+    ("Parallelism", 1): (
+        BudgetRequest,
+        _par(offload_optimizer=True),
+        _par(offload_optimizer=True, zero_stage=1),
+    ),
+    ("Parallelism", 2): (
+        BudgetRequest,
+        _par(virtual_stages=2),
+        _par(virtual_stages=2, pipeline_schedule="interleaved_1f1b"),
+    ),
     ("TrainingWorkload", 0): (
-        BudgetRequest, _budget(workloads=[{**TRAIN, "mixed_precision": "autocast"}]),
-        _budget(workloads=[{**TRAIN, "mixed_precision": "autocast",
-                            "precision": {"weights": "fp32"}}])),
+        BudgetRequest,
+        _budget(workloads=[{**TRAIN, "mixed_precision": "autocast"}]),
+        _budget(
+            workloads=[{**TRAIN, "mixed_precision": "autocast", "precision": {"weights": "fp32"}}]
+        ),
+    ),
     ("TrainingWorkload", 1): (
         BudgetRequest,
-        _budget(workloads=[{**TRAIN, "method": {"kind": "qlora"},
-                            "precision": {"quantization": {"scheme": "int8"}}}]),
-        _budget(workloads=[{**TRAIN, "method": {"kind": "qlora"}}])),
+        _budget(
+            workloads=[
+                {
+                    **TRAIN,
+                    "method": {"kind": "qlora"},
+                    "precision": {"quantization": {"scheme": "int8"}},
+                }
+            ]
+        ),
+        _budget(workloads=[{**TRAIN, "method": {"kind": "qlora"}}]),
+    ),
     ("ServingQuantization", 0): (
         BudgetRequest,
-        {"workloads": [{**SERVE, "quantization": {"method": "gptq", "group_size": 0}}],
-         "device": H100},
-        {"workloads": [{**SERVE, "quantization": {"method": "gptq", "group_size": 64}}],
-         "device": H100}),
+        {
+            "workloads": [{**SERVE, "quantization": {"method": "gptq", "group_size": 0}}],
+            "device": H100,
+        },
+        {
+            "workloads": [{**SERVE, "quantization": {"method": "gptq", "group_size": 64}}],
+            "device": H100,
+        },
+    ),
     ("ServingQuantization", 1): (
         BudgetRequest,
-        {"workloads": [{**SERVE, "quantization": {"method": "awq", "applied_at_load": True}}],
-         "device": H100},
-        {"workloads": [{**SERVE, "quantization": {"method": "fp8", "applied_at_load": True}}],
-         "device": H100}),
-    ("BudgetRequest", 0): (BudgetRequest, {"workloads": [SERVE, INFER], "device": H100},
-                           {"workloads": [SERVE], "device": H100}),
-    ("BudgetRequest", 1): (BudgetRequest, {"workloads": [SERVE]},
-                           {"workloads": [SERVE], "device": H100}),
-    ("BudgetRequest", 2): (BudgetRequest, {"workloads": [SERVE], "device": H100,
-                                           "method": "trace"},
-                           {"workloads": [SERVE], "device": H100, "method": "analytic"}),
+        {
+            "workloads": [{**SERVE, "quantization": {"method": "awq", "applied_at_load": True}}],
+            "device": H100,
+        },
+        {
+            "workloads": [{**SERVE, "quantization": {"method": "fp8", "applied_at_load": True}}],
+            "device": H100,
+        },
+    ),
+    ("BudgetRequest", 0): (
+        BudgetRequest,
+        {"workloads": [SERVE, INFER], "device": H100},
+        {"workloads": [SERVE], "device": H100},
+    ),
+    ("BudgetRequest", 1): (
+        BudgetRequest,
+        {"workloads": [SERVE]},
+        {"workloads": [SERVE], "device": H100},
+    ),
+    ("BudgetRequest", 2): (
+        BudgetRequest,
+        {"workloads": [SERVE], "device": H100, "method": "trace"},
+        {"workloads": [SERVE], "device": H100, "method": "analytic"},
+    ),
     ("FitRequest", 0): (FitRequest, {"workloads": [SERVE, INFER]}, {"workloads": [SERVE]}),
 }
 
@@ -88,8 +136,7 @@ def validators() -> dict[str, Any]:
     document = openapi_document(create_app())
     out = {}
     for name in ("BudgetRequest", "FitRequest"):
-        schema = {"$ref": f"#/components/schemas/{name}",
-                  "components": document["components"]}
+        schema = {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
         out[name] = jsonschema_rs.validator_for(json.loads(json.dumps(schema)))
     return out
 
@@ -100,8 +147,7 @@ def test_every_rule_has_a_case() -> None:
 
 
 @pytest.mark.parametrize("key", sorted(CASES), ids=lambda k: f"{k[0]}-{k[1]}")
-def test_rule_runtime_and_schema_agree(key: tuple[str, int], validators: dict[str, Any]
-                                       ) -> None:
+def test_rule_runtime_and_schema_agree(key: tuple[str, int], validators: dict[str, Any]) -> None:
     name, index = key
     type_, broken, fixed = CASES[key]
     rule = RULES[name][index]

@@ -4,7 +4,8 @@ readings a probe takes (device used, one process's used, accounting peak).
 Why a seam: every NVML call goes through a ``binding`` argument -- by default NVIDIA's official
 binding (``nvidia-ml-py``, module ``pynvml``), imported only when first needed -- so the agent
 imports on hosts without it, and tests pass a fake built from the binding's real structures
-(``tests/support/fake_nvml.py``). The agent process never creates a CUDA context; NVML is all it uses.
+(``tests/support/fake_nvml.py``). The agent process never creates a CUDA context; NVML is all it
+uses.
 
 Why it never raises from :func:`inventory`: a host without a driver, or a GPU that refuses one
 query, is an answer ("NVML is not available: ...", "persistence mode: Not Supported"), not a

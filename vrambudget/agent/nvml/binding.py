@@ -48,4 +48,3 @@ def _init(binding: Any) -> None:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
-

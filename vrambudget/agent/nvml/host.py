@@ -11,8 +11,9 @@ from .records import HostInfo
 __all__ = ["host_info"]
 
 
-def host_info(*, meminfo: Path = Path("/proc/meminfo"),
-              cpuinfo: Path = Path("/proc/cpuinfo")) -> HostInfo:
+def host_info(
+    *, meminfo: Path = Path("/proc/meminfo"), cpuinfo: Path = Path("/proc/cpuinfo")
+) -> HostInfo:
     """CPU and RAM from ``/proc`` (Linux), else ``os.sysconf``: no psutil needed for four
     numbers. The paths are parameters so tests can hand in a fixture."""
     total, available = _meminfo(meminfo)
@@ -24,9 +25,13 @@ def host_info(*, meminfo: Path = Path("/proc/meminfo"),
         usable: int | None = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = None
-    return HostInfo(cpu_model=_cpu_model(cpuinfo) or platform.processor() or None,
-                    num_cpus=os.cpu_count(), num_cpus_usable=usable,
-                    ram_total_bytes=total, ram_available_bytes=available)
+    return HostInfo(
+        cpu_model=_cpu_model(cpuinfo) or platform.processor() or None,
+        num_cpus=os.cpu_count(),
+        num_cpus_usable=usable,
+        ram_total_bytes=total,
+        ram_available_bytes=available,
+    )
 
 
 def _meminfo(path: Path) -> tuple[int | None, int | None]:

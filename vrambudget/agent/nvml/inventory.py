@@ -42,11 +42,13 @@ def _inventory(b: Any) -> NVMLInventory:
         except errors as exc:
             problems.append(f"GPU {index}: {_describe(exc)}")
     return NVMLInventory(
-        available=True, error="; ".join(problems) or None,
+        available=True,
+        error="; ".join(problems) or None,
         driver_version=_maybe(b, b.nvmlSystemGetDriverVersion),
         cuda_driver_version=_cuda_driver_version(b),
         nvml_version=_maybe(b, b.nvmlSystemGetNVMLVersion),
-        gpus=tuple(gpus))
+        gpus=tuple(gpus),
+    )
 
 
 def _maybe(b: Any, call: Callable[[], _T]) -> _T | None:
@@ -83,26 +85,41 @@ def _gpu(b: Any, index: int) -> GPUInfo:
 
     cc = optional("compute_capability", lambda: b.nvmlDeviceGetCudaComputeCapability(handle))
     modes = optional("mig_mode", lambda: b.nvmlDeviceGetMigMode(handle))
-    mig = None if modes is None else MIGMode(
-        current=int(modes[0]) == b.NVML_DEVICE_MIG_ENABLE,
-        pending=int(modes[1]) == b.NVML_DEVICE_MIG_ENABLE)
-    instances = optional("mig_instances", lambda: _mig_instances(b, handle)) if (
-        mig is not None and mig.current) else ()
+    mig = (
+        None
+        if modes is None
+        else MIGMode(
+            current=int(modes[0]) == b.NVML_DEVICE_MIG_ENABLE,
+            pending=int(modes[1]) == b.NVML_DEVICE_MIG_ENABLE,
+        )
+    )
+    instances = (
+        optional("mig_instances", lambda: _mig_instances(b, handle))
+        if (mig is not None and mig.current)
+        else ()
+    )
     persistence = optional("persistence_mode", lambda: b.nvmlDeviceGetPersistenceMode(handle))
     accounting = optional("accounting_mode", lambda: b.nvmlDeviceGetAccountingMode(handle))
     refused: dict[ProcessType, BaseException] = {}
     procs = processes(handle, b, errors=refused)
     errors.update({f"processes.{kind}": _describe(exc) for kind, exc in refused.items()})
     return GPUInfo(
-        index=index, uuid=str(b.nvmlDeviceGetUUID(handle)), name=str(b.nvmlDeviceGetName(handle)),
-        memory_total_bytes=mem.total_bytes, memory_reserved_bytes=mem.reserved_bytes,
-        memory_used_bytes=mem.used_bytes, memory_free_bytes=mem.free_bytes,
+        index=index,
+        uuid=str(b.nvmlDeviceGetUUID(handle)),
+        name=str(b.nvmlDeviceGetName(handle)),
+        memory_total_bytes=mem.total_bytes,
+        memory_reserved_bytes=mem.reserved_bytes,
+        memory_used_bytes=mem.used_bytes,
+        memory_free_bytes=mem.free_bytes,
         memory_api=mem.api,
         compute_capability=None if cc is None else f"{int(cc[0])}.{int(cc[1])}",
-        mig_mode=mig, mig_instances=instances or (),
-        persistence_mode=_enabled(b, persistence), accounting_mode=_enabled(b, accounting),
+        mig_mode=mig,
+        mig_instances=instances or (),
+        persistence_mode=_enabled(b, persistence),
+        accounting_mode=_enabled(b, accounting),
         processes=procs,
-        query_errors=errors)
+        query_errors=errors,
+    )
 
 
 def _enabled(b: Any, state: Any) -> bool | None:
@@ -119,10 +136,14 @@ def _mig_instances(b: Any, handle: Any) -> tuple[MIGInstance, ...]:
         except empty:
             continue
         mem = memory_info(mh, b)
-        out.append(MIGInstance(
-            index=slot, gpu_instance_id=int(b.nvmlDeviceGetGpuInstanceId(mh)),
-            compute_instance_id=int(b.nvmlDeviceGetComputeInstanceId(mh)),
-            uuid=str(b.nvmlDeviceGetUUID(mh)), memory_total_bytes=mem.total_bytes,
-            memory_used_bytes=mem.used_bytes))
+        out.append(
+            MIGInstance(
+                index=slot,
+                gpu_instance_id=int(b.nvmlDeviceGetGpuInstanceId(mh)),
+                compute_instance_id=int(b.nvmlDeviceGetComputeInstanceId(mh)),
+                uuid=str(b.nvmlDeviceGetUUID(mh)),
+                memory_total_bytes=mem.total_bytes,
+                memory_used_bytes=mem.used_bytes,
+            )
+        )
     return tuple(out)
-

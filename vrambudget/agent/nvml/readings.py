@@ -9,16 +9,26 @@ from typing import Any
 from .binding import _describe, _error_types, _init, _resolve, binding_errors
 from .records import DeviceNotFoundError, GPUProcess, MemoryAPI, MemoryReading, ProcessType
 
-__all__ = ["accounting_max_memory", "device_used_bytes", "memory_info", "process_used_bytes",
-           "processes", "resolve_device"]
+__all__ = [
+    "accounting_max_memory",
+    "device_used_bytes",
+    "memory_info",
+    "process_used_bytes",
+    "processes",
+    "resolve_device",
+]
 
 # NVML's "no value" for unsigned ints: instance ids of a process on a GPU without MIG.
 _UINT_NOT_AVAILABLE = 0xFFFFFFFF
 
 # The v2 memory call is missing (library older than the binding), refuses the struct version,
 # or is unsupported on the device: fall back to v1. Anything else is a real failure.
-_V2_FALLBACK_ERRORS = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound",
-                       "NVMLError_ArgumentVersionMismatch", "NVMLLibraryMismatchError")
+_V2_FALLBACK_ERRORS = (
+    "NVMLError_NotSupported",
+    "NVMLError_FunctionNotFound",
+    "NVMLError_ArgumentVersionMismatch",
+    "NVMLLibraryMismatchError",
+)
 
 _PROCESS_CALLS: tuple[tuple[ProcessType, str], ...] = (
     ("compute", "nvmlDeviceGetComputeRunningProcesses"),
@@ -26,9 +36,9 @@ _PROCESS_CALLS: tuple[tuple[ProcessType, str], ...] = (
 )
 
 
-
-def memory_info(handle: Any, binding: Any | None = None, *,
-                api: MemoryAPI | None = None) -> MemoryReading:
+def memory_info(
+    handle: Any, binding: Any | None = None, *, api: MemoryAPI | None = None
+) -> MemoryReading:
     """The device's memory, from the v2 API where the driver has it, else v1.
 
     ``api`` pins the version (a sampler does, so that all its readings are comparable); a
@@ -42,23 +52,37 @@ def memory_info(handle: Any, binding: Any | None = None, *,
             if api == "v2":
                 raise
         else:
-            return MemoryReading(total_bytes=int(m.total), reserved_bytes=int(m.reserved),
-                                 used_bytes=int(m.used), free_bytes=int(m.free), api="v2")
+            return MemoryReading(
+                total_bytes=int(m.total),
+                reserved_bytes=int(m.reserved),
+                used_bytes=int(m.used),
+                free_bytes=int(m.free),
+                api="v2",
+            )
     m = b.nvmlDeviceGetMemoryInfo(handle)
-    return MemoryReading(total_bytes=int(m.total), reserved_bytes=None, used_bytes=int(m.used),
-                         free_bytes=int(m.free), api="v1")
+    return MemoryReading(
+        total_bytes=int(m.total),
+        reserved_bytes=None,
+        used_bytes=int(m.used),
+        free_bytes=int(m.free),
+        api="v1",
+    )
 
 
-def device_used_bytes(handle: Any, binding: Any | None = None, *,
-                      api: MemoryAPI | None = None) -> int:
+def device_used_bytes(
+    handle: Any, binding: Any | None = None, *, api: MemoryAPI | None = None
+) -> int:
     """Device memory in use, all processes together (see :func:`memory_info` for ``api``)."""
     return memory_info(handle, binding, api=api).used_bytes
 
 
-def processes(handle: Any, binding: Any | None = None, *,
-              kinds: Iterable[ProcessType] = ("compute", "graphics"),
-              errors: dict[ProcessType, BaseException] | None = None,
-              ) -> tuple[GPUProcess, ...]:
+def processes(
+    handle: Any,
+    binding: Any | None = None,
+    *,
+    kinds: Iterable[ProcessType] = ("compute", "graphics"),
+    errors: dict[ProcessType, BaseException] | None = None,
+) -> tuple[GPUProcess, ...]:
     """Processes with a context on the device. A list the driver refuses is left out, and the
     exception goes to ``errors[kind]`` when a dict is given."""
     b = _resolve(binding)
@@ -77,10 +101,15 @@ def processes(handle: Any, binding: Any | None = None, *,
             used = e.usedGpuMemory
             gi = getattr(e, "gpuInstanceId", _UINT_NOT_AVAILABLE)
             ci = getattr(e, "computeInstanceId", _UINT_NOT_AVAILABLE)
-            out.append(GPUProcess(
-                pid=int(e.pid), used_memory_bytes=None if used is None else int(used), type=kind,
-                gpu_instance_id=None if gi in (None, _UINT_NOT_AVAILABLE) else int(gi),
-                compute_instance_id=None if ci in (None, _UINT_NOT_AVAILABLE) else int(ci)))
+            out.append(
+                GPUProcess(
+                    pid=int(e.pid),
+                    used_memory_bytes=None if used is None else int(used),
+                    type=kind,
+                    gpu_instance_id=None if gi in (None, _UINT_NOT_AVAILABLE) else int(gi),
+                    compute_instance_id=None if ci in (None, _UINT_NOT_AVAILABLE) else int(ci),
+                )
+            )
     return tuple(out)
 
 
@@ -88,8 +117,11 @@ def process_used_bytes(handle: Any, pid: int, binding: Any | None = None) -> int
     """Memory NVML attributes to ``pid`` on the device; None when the pid is not listed (not
     running there, or in another PID namespace) or its memory is not reported. A process in
     both the compute and the graphics list is one context: the larger number, not the sum."""
-    used = [p.used_memory_bytes for p in processes(handle, binding)
-            if p.pid == pid and p.used_memory_bytes is not None]
+    used = [
+        p.used_memory_bytes
+        for p in processes(handle, binding)
+        if p.pid == pid and p.used_memory_bytes is not None
+    ]
     return max(used) if used else None
 
 
@@ -119,15 +151,17 @@ def resolve_device(selector: int | str, binding: Any | None = None) -> tuple[Any
     try:
         b = _resolve(binding)
     except ImportError as exc:
-        raise DeviceNotFoundError(f"cannot resolve GPU {selector!r}: nvidia-ml-py is not "
-                                  f"installed ({exc})") from None
+        raise DeviceNotFoundError(
+            f"cannot resolve GPU {selector!r}: nvidia-ml-py is not installed ({exc})"
+        ) from None
     errors = binding_errors(b)
     try:
         _init(b)
         count = int(b.nvmlDeviceGetCount())
     except errors as exc:
-        raise DeviceNotFoundError(f"cannot resolve GPU {selector!r}: NVML is not available "
-                                  f"({_describe(exc)})") from None
+        raise DeviceNotFoundError(
+            f"cannot resolve GPU {selector!r}: NVML is not available ({_describe(exc)})"
+        ) from None
     if isinstance(selector, int) or selector.strip().isdigit():
         index = int(selector)
         if not 0 <= index < count:
@@ -141,8 +175,9 @@ def resolve_device(selector: int | str, binding: Any | None = None) -> tuple[Any
     try:
         handle = b.nvmlDeviceGetHandleByUUID(uuid)
     except errors:
-        raise DeviceNotFoundError(f"no GPU with UUID {uuid!r}; this host has: "
-                                  f"{_known_uuids(b, count) or 'no GPUs'}") from None
+        raise DeviceNotFoundError(
+            f"no GPU with UUID {uuid!r}; this host has: {_known_uuids(b, count) or 'no GPUs'}"
+        ) from None
     try:
         return handle, int(b.nvmlDeviceGetIndex(handle))
     except errors:
@@ -162,4 +197,3 @@ def _known_uuids(b: Any, count: int) -> str:
         except binding_errors(b):
             uuids.append(f"{i}=?")
     return ", ".join(uuids)
-

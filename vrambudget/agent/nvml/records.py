@@ -7,11 +7,22 @@ from typing import Literal
 
 import msgspec
 
-__all__ = ["DeviceNotFoundError", "GPUInfo", "GPUProcess", "HostInfo", "MIGInstance", "MIGMode",
-           "MemoryAPI", "MemoryReading", "NVMLInventory", "ProcessType"]
+__all__ = [
+    "DeviceNotFoundError",
+    "GPUInfo",
+    "GPUProcess",
+    "HostInfo",
+    "MIGInstance",
+    "MIGMode",
+    "MemoryAPI",
+    "MemoryReading",
+    "NVMLInventory",
+    "ProcessType",
+]
 
 MemoryAPI = Literal["v1", "v2"]
 ProcessType = Literal["compute", "graphics"]
+
 
 class DeviceNotFoundError(LookupError):
     """A device selector (index or UUID) names no GPU on this host, or NVML cannot be asked."""
@@ -106,4 +117,3 @@ class HostInfo(_Wire, frozen=True):
     ram_total_bytes: int | None
     ram_available_bytes: int | None
     """``MemAvailable``: what can be allocated without swapping, not merely ``MemFree``."""
-

@@ -97,4 +97,3 @@ class _Connection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

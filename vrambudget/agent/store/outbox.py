@@ -16,8 +16,13 @@ class _Outbox(_Connection):
     # -- outbox -----------------------------------------------------------------------------
 
     @staticmethod
-    def _enqueue(conn: sqlite3.Connection, probe_id: str, callback: Callback, now: float,
-                 kind: str = "callback") -> None:
+    def _enqueue(
+        conn: sqlite3.Connection,
+        probe_id: str,
+        callback: Callback,
+        now: float,
+        kind: str = "callback",
+    ) -> None:
         url, payload, event_id = callback
         conn.execute(
             f"INSERT INTO outbox ({_OUTBOX_COLUMNS}) VALUES (?, ?, ?, ?, 0, ?, NULL, NULL, ?, ?)",

@@ -60,8 +60,10 @@ class Store(_Outbox):
         error: str | None,
         expected: Collection[str] | None,
     ) -> bool:
-        sql = ("UPDATE probes SET status = ?, updated_at = ?, result = COALESCE(?, result), "
-               "error = COALESCE(?, error) WHERE id = ?")
+        sql = (
+            "UPDATE probes SET status = ?, updated_at = ?, result = COALESCE(?, result), "
+            "error = COALESCE(?, error) WHERE id = ?"
+        )
         params: list[object] = [status, now, result_json, error, probe_id]
         if expected is not None:
             wanted = sorted(expected)
@@ -132,8 +134,9 @@ class Store(_Outbox):
             for row in rows:
                 probe = _probe(row)
                 error = f"the agent stopped while the probe was {probe.status}"
-                self._transition(conn, probe.id, ProbeStatus.INTERRUPTED.value, now, None, error,
-                                 ACTIVE_STATUSES)
+                self._transition(
+                    conn, probe.id, ProbeStatus.INTERRUPTED.value, now, None, error, ACTIVE_STATUSES
+                )
                 ids.append(probe.id)
                 if callback_for is not None:
                     updated = msgspec.structs.replace(
@@ -172,8 +175,10 @@ class Store(_Outbox):
             if not self._transition(conn, probe_id, status, now, result_json, error, expected):
                 return False
             if comparison_error is not None:
-                conn.execute("UPDATE probes SET comparison_error = ? WHERE id = ?",
-                             (comparison_error, probe_id))
+                conn.execute(
+                    "UPDATE probes SET comparison_error = ? WHERE id = ?",
+                    (comparison_error, probe_id),
+                )
             if comparison is not None:
                 # The callback waits for the comparison (complete_comparison enqueues it).
                 self._enqueue(conn, probe_id, comparison, now, kind="comparison")
@@ -184,8 +189,10 @@ class Store(_Outbox):
     def set_estimate(self, probe_id: str, estimate_json: str | None, error: str | None) -> None:
         """The service's estimate fetched before the run (or why it could not be)."""
         with self._write() as conn:
-            conn.execute("UPDATE probes SET estimate = ?, estimate_error = ? WHERE id = ?",
-                         (estimate_json, error, probe_id))
+            conn.execute(
+                "UPDATE probes SET estimate = ?, estimate_error = ? WHERE id = ?",
+                (estimate_json, error, probe_id),
+            )
 
     def complete_comparison(
         self,
@@ -200,23 +207,33 @@ class Store(_Outbox):
         enqueue the probe's callback, built by ``callback_for`` from the updated probe. False if
         the row is unknown or already settled."""
         with self._write() as conn:
-            row = conn.execute(f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id = ?",
-                               (event_id,)).fetchone()
+            row = conn.execute(
+                f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE id = ?", (event_id,)
+            ).fetchone()
             if row is None:
                 return False
             ob = _outbox(row)
             if ob.delivered_at is not None or ob.kind != "comparison":
                 return False
             if comparison_json is not None:
-                conn.execute("UPDATE outbox SET delivered_at = ?, attempts = attempts + 1, "
-                             "last_error = NULL WHERE id = ?", (now, event_id))
+                conn.execute(
+                    "UPDATE outbox SET delivered_at = ?, attempts = attempts + 1, "
+                    "last_error = NULL WHERE id = ?",
+                    (now, event_id),
+                )
             else:
-                conn.execute("UPDATE outbox SET attempts = attempts + 1, next_attempt_at = NULL, "
-                             "last_error = ? WHERE id = ?", (error, event_id))
-            conn.execute("UPDATE probes SET comparison = ?, comparison_error = ? WHERE id = ?",
-                         (comparison_json, error, ob.probe_id))
-            probe = conn.execute(f"SELECT {_PROBE_COLUMNS} FROM probes WHERE id = ?",
-                                 (ob.probe_id,)).fetchone()
+                conn.execute(
+                    "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = NULL, "
+                    "last_error = ? WHERE id = ?",
+                    (error, event_id),
+                )
+            conn.execute(
+                "UPDATE probes SET comparison = ?, comparison_error = ? WHERE id = ?",
+                (comparison_json, error, ob.probe_id),
+            )
+            probe = conn.execute(
+                f"SELECT {_PROBE_COLUMNS} FROM probes WHERE id = ?", (ob.probe_id,)
+            ).fetchone()
             callback = callback_for(_probe(probe)) if probe is not None else None
             if callback is not None:
                 self._enqueue(conn, ob.probe_id, callback, now)

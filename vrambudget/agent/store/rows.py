@@ -6,8 +6,14 @@ from enum import StrEnum
 
 import msgspec
 
-__all__ = ["ACTIVE_STATUSES", "TERMINAL_STATUSES", "Callback", "OutboxRow", "ProbeRow",
-           "ProbeStatus"]
+__all__ = [
+    "ACTIVE_STATUSES",
+    "TERMINAL_STATUSES",
+    "Callback",
+    "OutboxRow",
+    "ProbeRow",
+    "ProbeStatus",
+]
 
 
 class ProbeStatus(StrEnum):

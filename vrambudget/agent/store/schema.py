@@ -54,8 +54,10 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
-_PROBE_COLUMNS = ("id, created_at, updated_at, status, device_key, request, result, error, "
-                  "estimate, estimate_error, comparison, comparison_error")
+_PROBE_COLUMNS = (
+    "id, created_at, updated_at, status, device_key, request, result, error, "
+    "estimate, estimate_error, comparison, comparison_error"
+)
 _OUTBOX_COLUMNS = (
     "id, probe_id, url, payload, attempts, next_attempt_at, delivered_at, last_error, created_at, "
     "kind"
@@ -64,17 +66,49 @@ _PENDING = "delivered_at IS NULL AND next_attempt_at IS NOT NULL"
 
 
 def _probe(row: Any) -> ProbeRow:
-    (id_, created_at, updated_at, status, device_key, request, result, error, estimate,
-     estimate_error, comparison, comparison_error) = row
-    return ProbeRow(id=id_, created_at=created_at, updated_at=updated_at, status=status,
-                    device_key=device_key, request=request, result=result, error=error,
-                    estimate=estimate, estimate_error=estimate_error, comparison=comparison,
-                    comparison_error=comparison_error)
+    (
+        id_,
+        created_at,
+        updated_at,
+        status,
+        device_key,
+        request,
+        result,
+        error,
+        estimate,
+        estimate_error,
+        comparison,
+        comparison_error,
+    ) = row
+    return ProbeRow(
+        id=id_,
+        created_at=created_at,
+        updated_at=updated_at,
+        status=status,
+        device_key=device_key,
+        request=request,
+        result=result,
+        error=error,
+        estimate=estimate,
+        estimate_error=estimate_error,
+        comparison=comparison,
+        comparison_error=comparison_error,
+    )
 
 
 def _outbox(row: Any) -> OutboxRow:
-    (id_, probe_id, url, payload, attempts, next_at, delivered_at, last_error, created_at,
-     kind) = row
-    return OutboxRow(id=id_, probe_id=probe_id, url=url, payload=payload, attempts=attempts,
-                     next_attempt_at=next_at, delivered_at=delivered_at, last_error=last_error,
-                     created_at=created_at, kind=kind)
+    (id_, probe_id, url, payload, attempts, next_at, delivered_at, last_error, created_at, kind) = (
+        row
+    )
+    return OutboxRow(
+        id=id_,
+        probe_id=probe_id,
+        url=url,
+        payload=payload,
+        attempts=attempts,
+        next_attempt_at=next_at,
+        delivered_at=delivered_at,
+        last_error=last_error,
+        created_at=created_at,
+        kind=kind,
+    )

@@ -184,8 +184,7 @@ class Deliverer:
         reached the probe's callback still goes out (with the error), never silently dropped."""
         attempts = row.attempts + 1
         if attempts < self._comparison_max_attempts:
-            self._store.reschedule(row.id, attempts, self._clock() + self._backoff(attempts),
-                                   error)
+            self._store.reschedule(row.id, attempts, self._clock() + self._backoff(attempts), error)
             return
         try:
             if self._on_comparison is not None:
@@ -199,14 +198,16 @@ class Deliverer:
         if row.kind == "comparison":
             return self._attempt_comparison(row)
         if row.attempts >= self._max_attempts:  # max_attempts lowered since it was scheduled
-            self._store.reschedule(row.id, row.attempts, None,
-                                   row.last_error or "max attempts reached")
+            self._store.reschedule(
+                row.id, row.attempts, None, row.last_error or "max attempts reached"
+            )
             return False
         if not callback_allowed(row.url, self._allow_list):
             # Not retried: it would not become allowed without a restart with a new list.
             log.warning("callback %s to %s is not on the allow-list; dropped", row.id, row.url)
-            self._store.reschedule(row.id, row.attempts + 1, None,
-                                   "callback URL not on the allow-list at send time")
+            self._store.reschedule(
+                row.id, row.attempts + 1, None, "callback URL not on the allow-list at send time"
+            )
             return False
         error = self._post(row)
         if error is None:
@@ -218,8 +219,9 @@ class Deliverer:
     def _fail(self, row: OutboxRow, error: str) -> None:
         attempts = row.attempts + 1
         if attempts >= self._max_attempts:
-            log.warning("callback %s to %s given up after %d attempts: %s",
-                        row.id, row.url, attempts, error)
+            log.warning(
+                "callback %s to %s given up after %d attempts: %s", row.id, row.url, attempts, error
+            )
             self._store.reschedule(row.id, attempts, None, error)
         else:
             retry_at = self._clock() + self._backoff(attempts)
@@ -248,18 +250,21 @@ class Deliverer:
         if final or attempts >= self._comparison_max_attempts:
             settle(row, None, f"{error} (after {attempts} attempt(s))")
         else:
-            self._store.reschedule(row.id, attempts, self._clock() + self._backoff(attempts),
-                                   error or "failed")
+            self._store.reschedule(
+                row.id, attempts, self._clock() + self._backoff(attempts), error or "failed"
+            )
         return False
 
     def _post_comparison(self, row: OutboxRow) -> tuple[str | None, str | None, bool]:
         """(answer body, error, whether the error is final)."""
         try:
-            response = self._client.post(row.url, content=row.payload.encode("utf-8"),
-                                         headers={"content-type": "application/json"})
+            response = self._client.post(
+                row.url,
+                content=row.payload.encode("utf-8"),
+                headers={"content-type": "application/json"},
+            )
         except httpx.HTTPError as exc:
-            return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, (
-                False)
+            return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, (False)
         if response.is_success:
             if len(response.content) > _MAX_COMPARISON_BYTES:
                 return None, f"comparison larger than {_MAX_COMPARISON_BYTES} bytes", True

@@ -18,7 +18,6 @@ class WebhookVerificationError(ValueError):
     """A delivery that must not be trusted: missing headers, stale timestamp, bad signature."""
 
 
-
 def decode_secret(secret: bytes | str) -> bytes:
     """The HMAC key. A ``whsec_<base64>`` secret (text or bytes, as read from the environment
     or a file) is base64-decoded, as every Standard Webhooks library does; other text is taken
@@ -63,9 +62,7 @@ def verify(
     timestamp = lowered.get("webhook-timestamp")
     signatures = lowered.get("webhook-signature")
     if not (msg_id and timestamp and signatures):
-        raise WebhookVerificationError(
-            "missing webhook-id, webhook-timestamp or webhook-signature"
-        )
+        raise WebhookVerificationError("missing webhook-id, webhook-timestamp or webhook-signature")
     if not (timestamp.isascii() and timestamp.isdigit()):
         raise WebhookVerificationError(f"invalid webhook-timestamp {timestamp!r}")
     ts = int(timestamp)

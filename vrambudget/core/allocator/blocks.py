@@ -22,7 +22,15 @@ class _Block:
     """The source's ``Block``: a range of a segment, linked to its neighbours by prev/next."""
 
     __slots__ = (
-        "addr", "allocated", "mapped", "next", "pool", "prev", "requested_bytes", "segment", "size"
+        "addr",
+        "allocated",
+        "mapped",
+        "next",
+        "pool",
+        "prev",
+        "requested_bytes",
+        "segment",
+        "size",
     )
 
     def __init__(
@@ -66,4 +74,3 @@ def _expandable_size(block: _Block) -> int:
     """What ``get_free_block`` ranks an expandable block by: its size plus an unmapped tail."""
     nxt = block.next
     return block.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
-

@@ -57,8 +57,10 @@ class CachingAllocator(_ExpandableSegments):
         self._capacity = capacity_bytes
         self._max_split = max_split_size_bytes
         self._divisions = _normalize_divisions(roundup_power2_divisions)
-        base_va = _DEFAULT_EXPANDABLE_VA_BYTES if capacity_bytes is None else (
-            capacity_bytes + capacity_bytes // 8
+        base_va = (
+            _DEFAULT_EXPANDABLE_VA_BYTES
+            if capacity_bytes is None
+            else (capacity_bytes + capacity_bytes // 8)
         )
         self._expandable_va_bytes = max(base_va, LARGE_BUFFER_BYTES)
         self._small = _Pool(is_small=True)

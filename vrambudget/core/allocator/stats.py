@@ -61,4 +61,3 @@ class AllocatorStats:
     num_ooms: int
     num_allocs: int
     num_frees: int
-

@@ -51,8 +51,9 @@ def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple
     return tuple([training_stage(w, arch, st, ov) for st in statics])
 
 
-def device_totals(workloads: tuple[AnalyticWorkload, ...], device: DeviceContext | None,
-                  headroom: Headroom) -> int:
+def device_totals(
+    workloads: tuple[AnalyticWorkload, ...], device: DeviceContext | None, headroom: Headroom
+) -> int:
     """Total bytes of the most loaded device, headroom included: the solver's objective."""
     ov = device.overheads if device else DEFAULT_OVERHEADS
     subtotal = 0
@@ -70,21 +71,25 @@ def device_totals(workloads: tuple[AnalyticWorkload, ...], device: DeviceContext
 
 
 # Parts of the answer that do not depend on batch, context or concurrency, by workload key.
-_PERSISTENT: BoundedCache[
-    object, tuple[tuple[WorkloadSummary, ...], HostBudget, DiskBudget]] = BoundedCache(1024)
+_PERSISTENT: BoundedCache[object, tuple[tuple[WorkloadSummary, ...], HostBudget, DiskBudget]] = (
+    BoundedCache(1024)
+)
 
 
-def analytic_budget(workloads: tuple[AnalyticWorkload, ...], device: DeviceRef | None = None,
-                    headroom: Headroom | None = None, profiles: ProfileSet | None = None,
-                    software: Software | None = None) -> Budget:
+def analytic_budget(
+    workloads: tuple[AnalyticWorkload, ...],
+    device: DeviceRef | None = None,
+    headroom: Headroom | None = None,
+    profiles: ProfileSet | None = None,
+    software: Software | None = None,
+) -> Budget:
     """The full answer for co-located inference, training and generic workloads on one device
     type."""
     headroom = headroom or Headroom()
     ctx = resolve_device(device, profiles, software)
     ov = ctx.overheads if ctx else DEFAULT_OVERHEADS
     per_workload = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
-    archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model)
-             for w in workloads]
+    archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]
     warnings: list[str] = []
     for w, arch in zip(workloads, archs, strict=True):
         warnings += explain.warnings(w, arch, ctx)
@@ -93,11 +98,27 @@ def analytic_budget(workloads: tuple[AnalyticWorkload, ...], device: DeviceRef |
         w, arch = workloads[0], archs[0]
         inputs = explain.inputs(w, arch, ov)
         for s in per_workload[0]:
-            label = "every device" if s.stage is None or len(per_workload[0]) == 1 else (
-                f"pipeline stage {s.stage}")
-            devices.append(explain.device_budget(label, s.stage, s.num_devices, s.peak_phase, s.values,
-                                          s.parts, s.phases, inputs, explain.INPUT_NAMES[explain.kind(w)],
-                                          headroom, ov, s.transient_bytes))
+            label = (
+                "every device"
+                if s.stage is None or len(per_workload[0]) == 1
+                else (f"pipeline stage {s.stage}")
+            )
+            devices.append(
+                explain.device_budget(
+                    label,
+                    s.stage,
+                    s.num_devices,
+                    s.peak_phase,
+                    s.values,
+                    s.parts,
+                    s.phases,
+                    inputs,
+                    explain.INPUT_NAMES[explain.kind(w)],
+                    headroom,
+                    ov,
+                    s.transient_bytes,
+                )
+            )
     else:
         # Co-located: the most loaded stage of each workload shares one device.
         values: dict[Component, int] = {}
@@ -111,17 +132,30 @@ def analytic_budget(workloads: tuple[AnalyticWorkload, ...], device: DeviceRef |
                 values[c] = values.get(c, 0) + v
                 if v:  # a part per workload that holds bytes of this component
                     parts.setdefault(c, []).append((name, v))
-        devices.append(explain.device_budget(
-            "co-located (most loaded stage of each workload)", None, 1, "; ".join(peaks), values,
-            {c: tuple(p) for c, p in parts.items()}, (("co-located peak", sum(values.values())),),
-            {"workloads": len(workloads)}, explain.NO_NAMES, headroom, ov))
-    most = 0 if len(devices) == 1 else max(range(len(devices)),
-                                           key=lambda i: devices[i].total_bytes)
+        devices.append(
+            explain.device_budget(
+                "co-located (most loaded stage of each workload)",
+                None,
+                1,
+                "; ".join(peaks),
+                values,
+                {c: tuple(p) for c, p in parts.items()},
+                (("co-located peak", sum(values.values())),),
+                {"workloads": len(workloads)},
+                explain.NO_NAMES,
+                headroom,
+                ov,
+            )
+        )
+    most = (
+        0 if len(devices) == 1 else max(range(len(devices)), key=lambda i: devices[i].total_bytes)
+    )
     summary_device = ctx.summary() if ctx is not None else None
     pairs = tuple(zip(workloads, archs, strict=True))
     summaries, host_ram, disk = _PERSISTENT.get_or(
         tuple([persistent_key(w) for w in workloads]),
-        lambda: (tuple(explain.summary(w, a) for w, a in pairs), *host_and_disk(pairs)))
+        lambda: (tuple(explain.summary(w, a) for w, a in pairs), *host_and_disk(pairs)),
+    )
     return Budget(
         workloads=summaries,
         device=summary_device,

@@ -55,9 +55,15 @@ def layout_for(w: AnalyticWorkload, n: int) -> Parallelism | None:
         candidate = msgspec.structs.replace(par, data=n // per_replica)
         return candidate
     for t, p in node_splits(n):
-        candidate = msgspec.structs.replace(par, tensor=t, pipeline=p, data=1,
-                                            virtual_stages=1, pipeline_schedule="1f1b",
-                                            expert=math.gcd(par.expert, t))
+        candidate = msgspec.structs.replace(
+            par,
+            tensor=t,
+            pipeline=p,
+            data=1,
+            virtual_stages=1,
+            pipeline_schedule="1f1b",
+            expert=math.gcd(par.expert, t),
+        )
         try:
             check_layout(arch, candidate)
         except InvalidWorkload:
@@ -70,8 +76,9 @@ def _with(w: AnalyticWorkload, **changes: object) -> AnalyticWorkload:
     return msgspec.structs.replace(w, **changes)
 
 
-def _variable_setter(w: AnalyticWorkload, variable: FitVariable) -> tuple[Callable[[int], AnalyticWorkload], int,
-                                                                 int | None] | None:
+def _variable_setter(
+    w: AnalyticWorkload, variable: FitVariable
+) -> tuple[Callable[[int], AnalyticWorkload], int, int | None] | None:
     """(make workload for x, request limit, model limit) or None if the variable does not apply."""
     match variable, w:
         case "batch", InferenceWorkload():
@@ -84,8 +91,11 @@ def _variable_setter(w: AnalyticWorkload, variable: FitVariable) -> tuple[Callab
             return (lambda x: _with(w, concurrent_requests=x)), 1 << 24, None
         case "context", InferenceWorkload():
             arch = resolve_model(w.model)
-            model_cap = arch.max_positions - w.generated_tokens if arch.kind == "decoder" else (
-                arch.max_positions)
+            model_cap = (
+                arch.max_positions - w.generated_tokens
+                if arch.kind == "decoder"
+                else (arch.max_positions)
+            )
             return (lambda x: _with(w, prompt_tokens=x)), MAX_TOKENS, max(model_cap, 0)
         case "context", TrainingWorkload():
             arch = resolve_model(w.model)
@@ -94,8 +104,9 @@ def _variable_setter(w: AnalyticWorkload, variable: FitVariable) -> tuple[Callab
 
 
 def _targets(req: FitRequest, profiles: ProfileSet | None) -> list[DeviceContext]:
-    refs: tuple[DeviceRef | GPU, ...] = (tuple(gpus().values()) if req.devices is None
-                                         else req.devices)
+    refs: tuple[DeviceRef | GPU, ...] = (
+        tuple(gpus().values()) if req.devices is None else req.devices
+    )
     out = []
     for ref in refs:
         ctx = resolve_device(ref, profiles, req.software)
@@ -107,8 +118,7 @@ def _targets(req: FitRequest, profiles: ProfileSet | None) -> list[DeviceContext
 def _limiting(workloads: tuple[AnalyticWorkload, ...], ctx: DeviceContext) -> Component:
     values: dict[Component, int] = {}
     for i, w in enumerate(workloads):
-        top = max(workload_stages(w, ctx.overheads, i),
-                  key=lambda s: sum(s.values.values()))
+        top = max(workload_stages(w, ctx.overheads, i), key=lambda s: sum(s.values.values()))
         for c, v in top.values.items():
             values[c] = values.get(c, 0) + v
     return max(values, key=lambda c: values[c])
@@ -119,14 +129,16 @@ def _overhead_key(ctx: DeviceContext) -> Overheads:
     return ctx.overheads
 
 
-def analytic_fit(req: FitRequest, workloads: tuple[AnalyticWorkload, ...],
-                 profiles: ProfileSet | None = None) -> FitResponse:
+def analytic_fit(
+    req: FitRequest, workloads: tuple[AnalyticWorkload, ...], profiles: ProfileSet | None = None
+) -> FitResponse:
     """Fits of an inference, training or generic workload (and co-located ones): ``workloads``
     are the request's, as the analytic tier's."""
     primary, rest = workloads[0], workloads[1:]
     targets = _targets(req, profiles)
-    layouts: dict[int, Parallelism | None] = {n: layout_for(primary, n) for n in
-                                              sorted(set(req.device_counts))}
+    layouts: dict[int, Parallelism | None] = {
+        n: layout_for(primary, n) for n in sorted(set(req.device_counts))
+    }
     # Objective memo per (device count, overheads, variable): x -> total bytes.
     memos: dict[tuple[int, Overheads, str], Memo] = {}
     totals: dict[tuple[int, Overheads], int] = {}
@@ -135,16 +147,16 @@ def analytic_fit(req: FitRequest, workloads: tuple[AnalyticWorkload, ...],
         par = layouts.get(n) if n in layouts else layout_for(primary, n)
         if par is None:
             return None
-        return primary if isinstance(primary, GenericWorkload) else _with(primary,
-                                                                          parallelism=par)
+        return primary if isinstance(primary, GenericWorkload) else _with(primary, parallelism=par)
 
     rest_subtotals: dict[Overheads, int] = {}
 
     def total(w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         return device_totals((w0, *rest), ctx, req.headroom)
 
-    def objective(make: Callable[[int], AnalyticWorkload], w0: AnalyticWorkload, ctx: DeviceContext
-                  ) -> Callable[[int], int]:
+    def objective(
+        make: Callable[[int], AnalyticWorkload], w0: AnalyticWorkload, ctx: DeviceContext
+    ) -> Callable[[int], int]:
         """f(x) for the solver: only the primary workload varies, so the co-located ones are
         summed once, and an inference workload skips building its explained budget."""
         if not isinstance(w0, InferenceWorkload):
@@ -153,7 +165,8 @@ def analytic_fit(req: FitRequest, workloads: tuple[AnalyticWorkload, ...],
         if okey not in rest_subtotals:
             rest_subtotals[okey] = sum(
                 max(sum(s.values.values()) for s in workload_stages(w, ctx.overheads, i + 1))
-                for i, w in enumerate(rest))
+                for i, w in enumerate(rest)
+            )
         base = rest_subtotals[okey]
         arch = resolve_model(w0.model)
         statics = statics_for(w0, arch)
@@ -196,8 +209,13 @@ def analytic_fit(req: FitRequest, workloads: tuple[AnalyticWorkload, ...],
                 make, limit, model_limit = setter
                 bound = min(limit, model_limit) if model_limit is not None else limit
                 memo = memos.get((n, key, variable)) or memos.setdefault((n, key, variable), Memo())
-                best = max_fitting(objective(make, w0, target), target.memory_total_bytes,
-                                   max(bound, 1), memo) if bound >= 1 else 0
+                best = (
+                    max_fitting(
+                        objective(make, w0, target), target.memory_total_bytes, max(bound, 1), memo
+                    )
+                    if bound >= 1
+                    else 0
+                )
                 if variable == "batch":
                     maxima["batch_size"] = best
                 elif variable == "concurrency":
@@ -210,13 +228,24 @@ def analytic_fit(req: FitRequest, workloads: tuple[AnalyticWorkload, ...],
             warnings = _fit_warnings(w0, target, n)
             par = w0.parallelism if not isinstance(w0, GenericWorkload) else Parallelism()
             free = target.memory_total_bytes - t
-            layout_fits.append(LayoutFit(
-                device_count=n, tensor=par.tensor, pipeline=par.pipeline, data=par.data,
-                fits=fits, total_bytes=t, capacity_bytes=target.memory_total_bytes, free_bytes=free,
-                free_percent=round(100.0 * free / target.memory_total_bytes, 3),
-                limiting_component=limiting[tkey] if tkey in limiting else limiting.setdefault(
-                    tkey, _limiting((w0, *rest), target)),
-                warnings=tuple(warnings), maxima=Maxima(**maxima)))  # type: ignore[arg-type]
+            layout_fits.append(
+                LayoutFit(
+                    device_count=n,
+                    tensor=par.tensor,
+                    pipeline=par.pipeline,
+                    data=par.data,
+                    fits=fits,
+                    total_bytes=t,
+                    capacity_bytes=target.memory_total_bytes,
+                    free_bytes=free,
+                    free_percent=round(100.0 * free / target.memory_total_bytes, 3),
+                    limiting_component=limiting[tkey]
+                    if tkey in limiting
+                    else limiting.setdefault(tkey, _limiting((w0, *rest), target)),
+                    warnings=tuple(warnings),
+                    maxima=Maxima(**maxima),  # type: ignore[arg-type]
+                )
+            )
         min_count = None
         if "device_count" in req.solve:
             for n in device_count_candidates(req.max_device_count):
@@ -226,12 +255,20 @@ def analytic_fit(req: FitRequest, workloads: tuple[AnalyticWorkload, ...],
                     break
         gpu_warnings: tuple[str, ...] = ()
         if "device_count" in req.solve and min_count is None:
-            gpu_warnings = (f"does not fit on any layout of up to {req.max_device_count} "
-                            f"devices of {target.name}",)
-        results.append(GPUFit(gpu_id=target.id, name=target.name,
-                              memory_total_bytes=target.memory_total_bytes,
-                              layouts=tuple(layout_fits),
-                              min_device_count=min_count, warnings=gpu_warnings))
+            gpu_warnings = (
+                f"does not fit on any layout of up to {req.max_device_count} "
+                f"devices of {target.name}",
+            )
+        results.append(
+            GPUFit(
+                gpu_id=target.id,
+                name=target.name,
+                memory_total_bytes=target.memory_total_bytes,
+                layouts=tuple(layout_fits),
+                min_device_count=min_count,
+                warnings=gpu_warnings,
+            )
+        )
     return FitResponse(gpus=tuple(results))
 
 

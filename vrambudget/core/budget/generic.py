@@ -27,8 +27,9 @@ def generic_stage(w: GenericWorkload, ov: Overheads) -> StageNumbers:
     values[C.KV_CACHE] = caches * k
     values[C.RUNTIME_WORKSPACE] = workspaces * k
     values[C.CUDA_CONTEXT] = context
-    values[C.ALLOCATOR_OVERHEAD] = allocator_overhead.overhead(0, per_item * k,
-                                                            ov.generic_fragmentation_ppm)
+    values[C.ALLOCATOR_OVERHEAD] = allocator_overhead.overhead(
+        0, per_item * k, ov.generic_fragmentation_ppm
+    )
     values.pop(C.HEADROOM)
     parts = {
         C.WEIGHTS: tuple((i.name, i.bytes) for i in w.assets),

@@ -26,23 +26,31 @@ def _logits(st: StageStatic, arch: Arch, rows: int, e: int) -> int:
     return inference_logits(rows, st.dims.vocab, st.dims.vocab_full, e)
 
 
-def inference_terms(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
-                     ) -> tuple[dict[Component, int], list[tuple[str, int, int]]]:
+def inference_terms(
+    w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
+) -> tuple[dict[Component, int], list[tuple[str, int, int]]]:
     """Persistent bytes by component, and per phase (name, activations, logits): the one place
     the inference formulas are combined, used both for the explained budget and the solver."""
     e = bytes_of(w.precision.compute)
     n_seq = w.num_sequences
     k = w.instances
-    kv = kv_cache.cache_bytes(st.kv_full_elems, st.kv_sliding, n_seq, w.context_tokens,
-                              kv_cache.elem_bytes(w)) if arch.kind == "decoder" else 0
+    kv = (
+        kv_cache.cache_bytes(
+            st.kv_full_elems, st.kv_sliding, n_seq, w.context_tokens, kv_cache.elem_bytes(w)
+        )
+        if arch.kind == "decoder"
+        else 0
+    )
     persistent = {
         C.WEIGHTS: st.weights_bytes * k,
         C.QUANTIZATION_METADATA: st.metadata_bytes * k,
         C.KV_CACHE: kv * k,
         C.CUDA_CONTEXT: ov.cuda_context_bytes * k,
         C.RUNTIME_WORKSPACE: ov.workspace_bytes * k,
-        C.COMMUNICATION_BUFFERS: (st.comm_bytes if ov.nccl_communicator_bytes is None else
-                                  _communication(st, ov)[0]) * k,
+        C.COMMUNICATION_BUFFERS: (
+            st.comm_bytes if ov.nccl_communicator_bytes is None else _communication(st, ov)[0]
+        )
+        * k,
     }
     chunk = w.prefill_chunk_tokens
     prompt_total = w.prompt_tokens * n_seq
@@ -50,24 +58,33 @@ def inference_terms(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overh
         # Chunked prefill (vLLM): every step carries `chunk` tokens, packing whole and partial
         # prompts; a query may attend to its whole prompt (the last chunk of a prompt). Logits
         # of the last position: at most one per sequence in the step.
-        acts = inference_activations(st.layer_kinds, arch, st.dims, 1, chunk, w.prompt_tokens, e,
-                                     w.attention)
+        acts = inference_activations(
+            st.layer_kinds, arch, st.dims, 1, chunk, w.prompt_tokens, e, w.attention
+        )
         rows = chunk if w.logits == "all" else min(n_seq, chunk)
     else:
-        acts = inference_activations(st.layer_kinds, arch, st.dims, n_seq, w.prompt_tokens,
-                                     w.prompt_tokens, e, w.attention)
+        acts = inference_activations(
+            st.layer_kinds, arch, st.dims, n_seq, w.prompt_tokens, w.prompt_tokens, e, w.attention
+        )
         rows = prompt_total if w.logits == "all" else n_seq
-    phases = [("prefill" if arch.kind == "decoder" else "forward", acts * k,
-               _logits(st, arch, rows, e) * k)]
+    phases = [
+        (
+            "prefill" if arch.kind == "decoder" else "forward",
+            acts * k,
+            _logits(st, arch, rows, e) * k,
+        )
+    ]
     if arch.kind == "decoder" and w.generated_tokens > 0:
-        acts = inference_activations(st.layer_kinds, arch, st.dims, n_seq, 1, w.context_tokens, e,
-                                     w.attention)
+        acts = inference_activations(
+            st.layer_kinds, arch, st.dims, n_seq, 1, w.context_tokens, e, w.attention
+        )
         phases.append(("decode", acts * k, _logits(st, arch, n_seq, e) * k))
     return persistent, phases
 
 
-def inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
-                     ) -> StageNumbers:
+def inference_stage(
+    w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
+) -> StageNumbers:
     persistent, terms = inference_terms(w, arch, st, ov)
     rounding = st.weights_rounding_bytes * w.instances
     transient = max([a + lg for _, a, lg in terms])
@@ -80,11 +97,21 @@ def inference_stage(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overh
     values[C.ACTIVATIONS] = acts
     values[C.LOGITS] = logits
     values[C.ALLOCATOR_OVERHEAD] = overhead
-    parts = {C.COMMUNICATION_BUFFERS: times(_communication(st, ov)[1], w.instances),
-             C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(rounding, transient,
-                                                          ov.inference_fragmentation_ppm)}
-    return StageNumbers(st.stage.index, w.parallelism.tensor * w.parallelism.data, name, values,
-                        parts, totals, transient)
+    parts = {
+        C.COMMUNICATION_BUFFERS: times(_communication(st, ov)[1], w.instances),
+        C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(
+            rounding, transient, ov.inference_fragmentation_ppm
+        ),
+    }
+    return StageNumbers(
+        st.stage.index,
+        w.parallelism.tensor * w.parallelism.data,
+        name,
+        values,
+        parts,
+        totals,
+        transient,
+    )
 
 
 def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> int:
@@ -93,9 +120,14 @@ def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overh
     rounding = st.weights_rounding_bytes * w.instances
     base = sum(persistent.values())
     transient = max(a + lg for _, a, lg in terms)
-    return base + transient + allocator_overhead.overhead(rounding, transient, ov.inference_fragmentation_ppm)
+    return (
+        base
+        + transient
+        + allocator_overhead.overhead(rounding, transient, ov.inference_fragmentation_ppm)
+    )
 
 
 def _communication(st: StageStatic, ov: Overheads) -> tuple[int, tuple[tuple[str, int], ...]]:
-    return communication_buffers.calibrated(st.comm_bytes, st.comm_parts,
-                                            ov.nccl_communicator_bytes)
+    return communication_buffers.calibrated(
+        st.comm_bytes, st.comm_parts, ov.nccl_communicator_bytes
+    )

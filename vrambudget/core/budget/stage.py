@@ -33,14 +33,19 @@ def times(parts: Any, k: int) -> tuple[tuple[str, int], ...]:
     return tuple(parts) if k == 1 else tuple((name, b * k) for name, b in parts)
 
 
-def finish(stage: int | None, num_devices: int, phases: list[tuple[str, dict[Component, int]]],
-            parts: dict[Component, tuple[tuple[str, int], ...]], transient: int = 0
-            ) -> StageNumbers:
+def finish(
+    stage: int | None,
+    num_devices: int,
+    phases: list[tuple[str, dict[Component, int]]],
+    parts: dict[Component, tuple[tuple[str, int], ...]],
+    transient: int = 0,
+) -> StageNumbers:
     """The peak phase is the one with the largest device total (the first on a tie)."""
     totals = tuple([(n, sum(v.values())) for n, v in phases])
     best = peak(totals)
-    return StageNumbers(stage, num_devices, phases[best][0], phases[best][1], parts, totals,
-                        transient)
+    return StageNumbers(
+        stage, num_devices, phases[best][0], phases[best][1], parts, totals, transient
+    )
 
 
 def peak(totals: tuple[tuple[str, int], ...]) -> int:

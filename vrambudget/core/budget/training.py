@@ -20,8 +20,7 @@ __all__ = ["training_stage"]
 C = Component
 
 
-def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads
-                    ) -> StageNumbers:
+def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> StageNumbers:
     e = bytes_of(w.precision.compute)
     tokens = w.sequence_length * w.micro_batch_size
     acts, one_layer, act_parts = training_activations(w, arch, st.stage, st.dims)
@@ -30,10 +29,12 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
     # input gradient (the forward's low-precision logits and fp32 copy are freed by then: no
     # backward needs them).
-    logits = sum(b for _, b in training_forward_parts(tokens, st.dims.vocab, e)) if (
-        has_head) else 0
-    logits_bwd = sum(b for _, b in training_backward_parts(tokens, st.dims.vocab)) if (
-        has_head) else 0
+    logits = (
+        sum(b for _, b in training_forward_parts(tokens, st.dims.vocab, e)) if (has_head) else 0
+    )
+    logits_bwd = (
+        sum(b for _, b in training_backward_parts(tokens, st.dims.vocab)) if (has_head) else 0
+    )
     context = cuda_context.per_device(ov.cuda_context_bytes, w.instances)
     workspace = ov.workspace_bytes * w.instances
     extra_ws: list[tuple[str, int]] = [("cuBLAS/cuBLASLt workspace", workspace)]
@@ -79,8 +80,12 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # low-precision gradient still live while it is upcast) plus the implementation's
     # temporaries, whichever moment is larger.
     upcast_grads = st.step_gradient_bytes if st.master_bytes else 0  # allocated for the step
-    step = phase(st.step_gradient_bytes, 0, 0, upcast_grads + max(st.step_upcast_bytes,
-                                                                   st.step_temporary_bytes))
+    step = phase(
+        st.step_gradient_bytes,
+        0,
+        0,
+        upcast_grads + max(st.step_upcast_bytes, st.step_temporary_bytes),
+    )
     if st.step_upcast_bytes >= st.step_temporary_bytes:
         step[C.GRADIENTS] += st.step_upcast_bytes * k
     else:
@@ -94,8 +99,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         C.ACTIVATIONS: times(act_parts, k),
         C.COMMUNICATION_BUFFERS: times(_communication(st, ov)[1], k),
         C.RUNTIME_WORKSPACE: tuple(extra_ws),
-        C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(rounding, transient,
-                                                       ov.training_fragmentation_ppm),
+        C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(
+            rounding, transient, ov.training_fragmentation_ppm
+        ),
     }
     par = w.parallelism
     numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
@@ -104,22 +110,28 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         parts[C.ACTIVATIONS] = ()
         extra = step[C.OPTIMIZER_STATE] - base[C.OPTIMIZER_STATE]
         if extra:
-            parts[C.OPTIMIZER_STATE] = (("moments and statistics", base[C.OPTIMIZER_STATE]),
-                                        ("optimizer step temporaries", extra))
+            parts[C.OPTIMIZER_STATE] = (
+                ("moments and statistics", base[C.OPTIMIZER_STATE]),
+                ("optimizer step temporaries", extra),
+            )
         if st.step_upcast_bytes >= st.step_temporary_bytes and st.step_upcast_bytes:
-            parts[C.GRADIENTS] = (("fp32 gradients of the masters", st.step_gradient_bytes * k),
-                                  ("low-precision gradient being upcast",
-                                   st.step_upcast_bytes * k))
+            parts[C.GRADIENTS] = (
+                ("fp32 gradients of the masters", st.step_gradient_bytes * k),
+                ("low-precision gradient being upcast", st.step_upcast_bytes * k),
+            )
     elif numbers.peak_phase == "backward_end":
         parts[C.ACTIVATIONS] = (("one layer's saved tensors (last gradients)", one_layer * k),)
     elif has_head:
-        logit_parts = (training_backward_parts(tokens, st.dims.vocab)
-                       if numbers.peak_phase == "backward_start"
-                       else training_forward_parts(tokens, st.dims.vocab, e))
+        logit_parts = (
+            training_backward_parts(tokens, st.dims.vocab)
+            if numbers.peak_phase == "backward_start"
+            else training_forward_parts(tokens, st.dims.vocab, e)
+        )
         parts[C.LOGITS] = times(logit_parts, k)
     return numbers
 
 
 def _communication(st: StageStatic, ov: Overheads) -> tuple[int, tuple[tuple[str, int], ...]]:
-    return communication_buffers.calibrated(st.comm_bytes, st.comm_parts,
-                                            ov.nccl_communicator_bytes)
+    return communication_buffers.calibrated(
+        st.comm_bytes, st.comm_parts, ov.nccl_communicator_bytes
+    )

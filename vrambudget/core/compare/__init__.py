@@ -56,9 +56,14 @@ __all__ = [
 ]
 
 
-def compare(report: ProbeResource, estimates: dict[str, Budget], inp: EstimateInput, *,
-            tolerance_percent: float = DEFAULT_TOLERANCE_PERCENT,
-            tolerance_bytes: int = DEFAULT_TOLERANCE_BYTES) -> Comparison:
+def compare(
+    report: ProbeResource,
+    estimates: dict[str, Budget],
+    inp: EstimateInput,
+    *,
+    tolerance_percent: float = DEFAULT_TOLERANCE_PERCENT,
+    tolerance_bytes: int = DEFAULT_TOLERANCE_BYTES,
+) -> Comparison:
     """The comparison of ``report`` with the estimates of ``inp`` (``analytic`` required;
     ``trace`` optional), on the estimate's most loaded device."""
     res = report.result
@@ -71,31 +76,46 @@ def compare(report: ProbeResource, estimates: dict[str, Budget], inp: EstimateIn
         budget = estimates.get(method)
         if budget is None:
             continue
-        tier, seen = _tier(method, budget.devices[budget.most_loaded], res, tol,
-                           report.request.concurrency)
+        tier, seen = _tier(
+            method, budget.devices[budget.most_loaded], res, tol, report.request.concurrency
+        )
         tiers.append(tier)
         if method == "analytic":
             observed = seen
     degraded = []
     views = ["torch"]
     if res.device == "cpu":
-        degraded.append("CPU path: the tracker stands in for the CUDA allocator; no CUDA "
-                        "context, cuBLAS workspace, caching-allocator overhead or NVML view")
+        degraded.append(
+            "CPU path: the tracker stands in for the CUDA allocator; no CUDA "
+            "context, cuBLAS workspace, caching-allocator overhead or NVML view"
+        )
     elif res.nvml is None:
-        degraded.append("no NVML view (driver library absent or the device not found): CUDA "
-                        "context, device used peak and unexplained memory are not measured")
+        degraded.append(
+            "no NVML view (driver library absent or the device not found): CUDA "
+            "context, device used peak and unexplained memory are not measured"
+        )
     else:
         views.append("nvml")
         if not res.nvml.others_visible:
-            degraded.append("NVML could not tell this process's memory from other processes' "
-                            "(PID namespace): device_used_peak may include them")
-    if res.torch.kv_cache_bytes is None and isinstance(report.request.workload,
-                                                        InferenceWorkload):
+            degraded.append(
+                "NVML could not tell this process's memory from other processes' "
+                "(PID namespace): device_used_peak may include them"
+            )
+    if res.torch.kv_cache_bytes is None and isinstance(report.request.workload, InferenceWorkload):
         degraded.append("no KV-cache view: the KV cache is compared inside working_set_peak")
     if report.status == "oom":
         degraded.append("out of memory: measured peaks are those reached before the failure")
     return Comparison(
-        probe_id=report.id, status=report.status, device=res.device, device_name=res.device_name,
-        gpu_id=inp.gpu_id, tolerance_percent=tolerance_percent, tolerance_bytes=tolerance_bytes,
-        views=tuple(views), degraded=tuple(degraded), tiers=tuple(tiers),
-        headroom=_headroom(report, tiers[0], observed), notes=inp.notes)
+        probe_id=report.id,
+        status=report.status,
+        device=res.device,
+        device_name=res.device_name,
+        gpu_id=inp.gpu_id,
+        tolerance_percent=tolerance_percent,
+        tolerance_bytes=tolerance_bytes,
+        views=tuple(views),
+        degraded=tuple(degraded),
+        tiers=tuple(tiers),
+        headroom=_headroom(report, tiers[0], observed),
+        notes=inp.notes,
+    )

@@ -14,8 +14,9 @@ HEADROOM_FLOOR_FRACTION = 0.02
 MAX_HEADROOM_FRACTION = 0.9  # the largest Headroom.fraction a request may carry (spec.Fraction)
 
 
-def _headroom(report: ProbeResource, analytic: TierComparison, observed: dict[str, int | None]
-              ) -> HeadroomAdvice:
+def _headroom(
+    report: ProbeResource, analytic: TierComparison, observed: dict[str, int | None]
+) -> HeadroomAdvice:
     res = report.result
     assert res is not None
     t = res.torch
@@ -34,24 +35,31 @@ def _headroom(report: ProbeResource, analytic: TierComparison, observed: dict[st
     shortfall = max(0, measured_total - subtotal)
     total = 0
     if shortfall:
-        reasons.append(f"the analytic estimate ({subtotal} B) is {shortfall} B below the "
-                       f"measured {basis} ({measured_total} B)")
+        reasons.append(
+            f"the analytic estimate ({subtotal} B) is {shortfall} B below the "
+            f"measured {basis} ({measured_total} B)"
+        )
         total += shortfall
     peaks = t.iteration_peak_bytes
     if len(peaks) >= 2:
         spread = max(peaks) - min(peaks)
         if spread:
-            reasons.append(f"the allocated peak varied by {spread} B across {len(peaks)} "
-                           "measured iterations")
+            reasons.append(
+                f"the allocated peak varied by {spread} B across {len(peaks)} measured iterations"
+            )
             total += spread
     elif report.request.concurrency > 1:
-        reasons.append(f"{report.request.concurrency} overlapping streams: no per-iteration "
-                       "spread is measurable; the peak seen depends on how streams interleave")
+        reasons.append(
+            f"{report.request.concurrency} overlapping streams: no per-iteration "
+            "spread is measurable; the peak seen depends on how streams interleave"
+        )
     if t.num_alloc_retries:
         stranded = t.inactive_split_peak_bytes or 0
-        reasons.append(f"the allocator freed its cache and retried {t.num_alloc_retries} "
-                       f"times (the run was near its limit); {stranded} B sat in inactive "
-                       "split blocks at the peak")
+        reasons.append(
+            f"the allocator freed its cache and retried {t.num_alloc_retries} "
+            f"times (the run was near its limit); {stranded} B sat in inactive "
+            "split blocks at the peak"
+        )
         total += stranded
     if report.status == "oom":
         reasons.append("the probe ran out of memory: the measured peak is a lower bound")
@@ -61,11 +69,15 @@ def _headroom(report: ProbeResource, analytic: TierComparison, observed: dict[st
     floor = -(-floor_ppm // 1_000_000)
     total_ppm = total * 1_000_000
     if total < floor:
-        reasons.append(f"floor of {HEADROOM_FLOOR_FRACTION:.0%} of the larger of estimate and "
-                       f"measurement ({floor} B): run-to-run variation one probe cannot show")
+        reasons.append(
+            f"floor of {HEADROOM_FLOOR_FRACTION:.0%} of the larger of estimate and "
+            f"measurement ({floor} B): run-to-run variation one probe cannot show"
+        )
         total, total_ppm = floor, floor_ppm
     fraction = -(-total_ppm * 100 // (subtotal * 1_000_000)) / 100 if subtotal > 0 else 0.0
     if fraction > MAX_HEADROOM_FRACTION:
-        reasons.append(f"{fraction:.0%} is above the {MAX_HEADROOM_FRACTION:.0%} a request's "
-                       f"headroom.fraction may be: pass headroom.min_bytes = {total} instead")
+        reasons.append(
+            f"{fraction:.0%} is above the {MAX_HEADROOM_FRACTION:.0%} a request's "
+            f"headroom.fraction may be: pass headroom.min_bytes = {total} instead"
+        )
     return HeadroomAdvice(fraction=fraction, bytes=total, reasons=tuple(reasons))

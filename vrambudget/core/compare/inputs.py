@@ -33,13 +33,19 @@ def estimate_input(report: ProbeResource, gpu_id: str | None = None) -> Estimate
     """The workload and device to estimate for ``report`` (raises InvalidWorkload with the
     report's field when it cannot be compared)."""
     if report.status not in COMPARABLE_STATUSES or report.result is None:
-        raise InvalidWorkload("status", f"a probe with status {report.status!r} has no "
-                              f"measurement to compare; allowed: "
-                              f"{', '.join(sorted(COMPARABLE_STATUSES))}")
+        raise InvalidWorkload(
+            "status",
+            f"a probe with status {report.status!r} has no "
+            f"measurement to compare; allowed: "
+            f"{', '.join(sorted(COMPARABLE_STATUSES))}",
+        )
     w = report.request.workload
     if isinstance(w, CustomWorkload):
-        raise InvalidWorkload("request.workload.kind", "a custom entry point has no workload "
-                              "spec to estimate; compare inference or training probes")
+        raise InvalidWorkload(
+            "request.workload.kind",
+            "a custom entry point has no workload "
+            "spec to estimate; compare inference or training probes",
+        )
     notes: list[str] = []
     concurrency = report.request.concurrency
     workload: Workload = w
@@ -47,10 +53,13 @@ def estimate_input(report: ProbeResource, gpu_id: str | None = None) -> Estimate
         # Each stream runs the whole request on its own cache: the estimate is of the streams'
         # sequences batched, which has the same KV cache and (to first order) the same working
         # set as the streams side by side.
-        workload = msgspec.structs.replace(w, concurrent_requests=w.concurrent_requests *
-                                           concurrency)
-        notes.append(f"{concurrency} concurrent streams estimated as concurrent_requests x "
-                     f"{concurrency} on one device")
+        workload = msgspec.structs.replace(
+            w, concurrent_requests=w.concurrent_requests * concurrency
+        )
+        notes.append(
+            f"{concurrency} concurrent streams estimated as concurrent_requests x "
+            f"{concurrency} on one device"
+        )
     res = report.result
     device: DeviceRef | None = None
     if gpu_id is not None:
@@ -61,12 +70,16 @@ def estimate_input(report: ProbeResource, gpu_id: str | None = None) -> Estimate
             gpu_id = g.id
             device = CatalogDevice(id=g.id)
         elif res.memory_total_bytes is not None:
-            device = CustomDevice(name=res.device_name[:128] or "custom",
-                                  memory_total_bytes=res.memory_total_bytes)
-            notes.append(f"{res.device_name!r} matched no catalog GPU: estimated with generic "
-                         "overheads and the reported total memory")
+            device = CustomDevice(
+                name=res.device_name[:128] or "custom", memory_total_bytes=res.memory_total_bytes
+            )
+            notes.append(
+                f"{res.device_name!r} matched no catalog GPU: estimated with generic "
+                "overheads and the reported total memory"
+            )
         else:
-            notes.append(f"{res.device_name!r}: no total memory in the report and no catalog "
-                         "match; estimated without a device")
+            notes.append(
+                f"{res.device_name!r}: no total memory in the report and no catalog "
+                "match; estimated without a device"
+            )
     return EstimateInput(workload, device, gpu_id, tuple(notes))
-

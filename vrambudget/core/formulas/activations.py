@@ -34,12 +34,25 @@ from ..layout import Stage, kv_heads_per_device, per_device_shape
 from ..spec import LoRA, TrainingWorkload
 from ..units import ceil_div
 
-__all__ = ["FORMULA", "FULL_TRAINING", "SOURCE", "DeviceDims", "Trainable", "device_dims",
-           "in_flight", "inference_activations", "inference_working_set", "lora_trainable",
-           "training_activations", "training_saved"]
+__all__ = [
+    "FORMULA",
+    "FULL_TRAINING",
+    "SOURCE",
+    "DeviceDims",
+    "Trainable",
+    "device_dims",
+    "in_flight",
+    "inference_activations",
+    "inference_working_set",
+    "lora_trainable",
+    "training_activations",
+    "training_saved",
+]
 
-FORMULA = ("training: tensors saved for backward per layer x layers x micro-batches in flight; "
-           "inference: residual + max(attention, MLP) working set of one forward pass")
+FORMULA = (
+    "training: tensors saved for backward per layer x layers x micro-batches in flight; "
+    "inference: residual + max(attention, MLP) working set of one forward pass"
+)
 SOURCE = "Korthikanti et al. 2022 §4 (Table 2); Dao et al. 2022 §3 (flash attention)"
 
 FP32 = 4
@@ -85,21 +98,39 @@ class Trainable:
 FULL_TRAINING = Trainable()
 
 # Projections by the tensor they read (full names of the families' tensor inventories).
-_QKV_CONSUMERS = frozenset({"q_proj", "k_proj", "v_proj", "q_a_proj", "kv_a_proj_with_mqa",
-                            "attn.c_attn", "attention.self.query", "attention.self.key",
-                            "attention.self.value"})
+_QKV_CONSUMERS = frozenset(
+    {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "q_a_proj",
+        "kv_a_proj_with_mqa",
+        "attn.c_attn",
+        "attention.self.query",
+        "attention.self.key",
+        "attention.self.value",
+    }
+)
 _MLP_IN = frozenset({"gate_proj", "up_proj", "mlp.c_fc", "fc1", "intermediate.dense"})
 _MLP_OUT = frozenset({"down_proj", "mlp.c_proj", "fc2", "output.dense"})
 _ATTN_OUT = frozenset({"o_proj", "attn.c_proj", "attention.output.dense"})
 
 
 @lru_cache(maxsize=4096)
-def lora_trainable(layer: LayerType, arch: Arch, t: int, targets: tuple[str, ...], rank: int,
-                   adapter_bytes: int, e: int) -> Trainable:
+def lora_trainable(
+    layer: LayerType,
+    arch: Arch,
+    t: int,
+    targets: tuple[str, ...],
+    rank: int,
+    adapter_bytes: int,
+    e: int,
+) -> Trainable:
     """``Trainable`` of one layer kind under LoRA on ``targets`` (dense layers; routed experts
     are counted as fully saved). Cached: the fit solver asks once per evaluation."""
-    adapted = [g for g in layer.tensors if g.name.rsplit(".", 1)[-1] in targets
-               and g.role is Role.LINEAR]
+    adapted = [
+        g for g in layer.tensors if g.name.rsplit(".", 1)[-1] in targets and g.role is Role.LINEAR
+    ]
     names = {g.name for g in adapted}
     same = adapter_bytes == e  # the cast is a no-op: the adapter saves the base input itself
     per_token = 0
@@ -129,16 +160,20 @@ def device_dims(arch: Arch, t: int, ep: int) -> DeviceDims:
         vocab_full=arch.vocab_size,
         experts=(moe.num_experts // ep) if moe else 0,
         top_k=moe.experts_per_token if moe else 0,
-        f_expert=(moe.expert_intermediate_size if ep > 1 else
-                  ceil_div(moe.expert_intermediate_size, t)) if moe else 0,
+        f_expert=(
+            moe.expert_intermediate_size if ep > 1 else ceil_div(moe.expert_intermediate_size, t)
+        )
+        if moe
+        else 0,
         f_shared=ceil_div(moe.shared_intermediate_size, t) if moe else 0,
         ep=ep,
         t=t,
     )
 
 
-def _mlp_saved(layer: LayerType, arch: Arch, dd: DeviceDims, tokens: int, e: int,
-               output_input: bool = True) -> int:
+def _mlp_saved(
+    layer: LayerType, arch: Arch, dd: DeviceDims, tokens: int, e: int, output_input: bool = True
+) -> int:
     """Split (per-device) MLP tensors saved for backward: gate, up, activation (and their
     product, the output projection's input, when that projection is trained); GELU MLPs the
     first projection's output (and the GELU output)."""
@@ -154,9 +189,20 @@ def _mlp_saved(layer: LayerType, arch: Arch, dd: DeviceDims, tokens: int, e: int
     return saved
 
 
-def training_saved(layer: LayerType, arch: Arch, dd: DeviceDims, *, seq: int, batch: int,
-                   e: int, attention: str, dropout: bool, sequence_parallel: bool,
-                   drop_scores: bool, trainable: Trainable = FULL_TRAINING) -> dict[str, int]:
+def training_saved(
+    layer: LayerType,
+    arch: Arch,
+    dd: DeviceDims,
+    *,
+    seq: int,
+    batch: int,
+    e: int,
+    attention: str,
+    dropout: bool,
+    sequence_parallel: bool,
+    drop_scores: bool,
+    trainable: Trainable = FULL_TRAINING,
+) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
     ``drop_scores`` is selective recomputation: the s^2 attention-core tensors are recomputed
@@ -190,8 +236,7 @@ def training_saved(layer: LayerType, arch: Arch, dd: DeviceDims, *, seq: int, ba
         "mlp dropout mask": mask,
     }
     if tr.lora_bytes_per_token:
-        items["LoRA inputs in the adapter dtype, lora_A outputs"] = (
-            tokens * tr.lora_bytes_per_token)
+        items["LoRA inputs in the adapter dtype, lora_A outputs"] = tokens * tr.lora_bytes_per_token
     if arch.qk_norm:
         items["qk-norm inputs"] = tokens * (heads + dd.kv_heads) * dd.qk_head_dim * e
     if layer.moe:
@@ -208,10 +253,19 @@ def training_saved(layer: LayerType, arch: Arch, dd: DeviceDims, *, seq: int, ba
     return items
 
 
-def inference_working_set(layer: LayerType, arch: Arch, dd: DeviceDims, sequences: int,
-                          query_tokens: int, key_tokens: int, e: int, attention: str) -> int:
+def inference_working_set(
+    layer: LayerType,
+    arch: Arch,
+    dd: DeviceDims,
+    sequences: int,
+    query_tokens: int,
+    key_tokens: int,
+    e: int,
+    attention: str,
+) -> int:
     """Peak live bytes of one no-grad layer forward: residual in and out, normalized input and
-    sublayer output, plus the larger sublayer (attention: Q, K, V, output, and the s_q x s_kv scores and probabilities when eager;
+    sublayer output, plus the larger sublayer (attention: Q, K, V, output, and the s_q x s_kv
+    scores and probabilities when eager;
     MLP: gate, up and activation outputs, or fc1 and GELU outputs)."""
     T = sequences * query_tokens
     # The residual stream in and out, the normalized input and the sublayer's output are live
@@ -237,9 +291,16 @@ def inference_working_set(layer: LayerType, arch: Arch, dd: DeviceDims, sequence
     return resid + max(attn, mlp)
 
 
-def inference_activations(layer_kinds: tuple[tuple[LayerType, int], ...], arch: Arch,
-                          dd: DeviceDims, sequences: int, query: int, keys: int, e: int,
-                          attention: str) -> int:
+def inference_activations(
+    layer_kinds: tuple[tuple[LayerType, int], ...],
+    arch: Arch,
+    dd: DeviceDims,
+    sequences: int,
+    query: int,
+    keys: int,
+    e: int,
+    attention: str,
+) -> int:
     """The largest working set over a stage's layer kinds (layers run one at a time)."""
     peak = 0
     for layer, _ in layer_kinds:
@@ -249,8 +310,9 @@ def inference_activations(layer_kinds: tuple[tuple[LayerType, int], ...], arch: 
     return peak
 
 
-def in_flight(pipeline: int, micro_batches: int, schedule: str, virtual_stages: int,
-              stage: int) -> tuple[int, float]:
+def in_flight(
+    pipeline: int, micro_batches: int, schedule: str, virtual_stages: int, stage: int
+) -> tuple[int, float]:
     """Micro-batches whose activations a pipeline stage holds at once, and the interleaving
     factor: GPipe holds all ``m``; 1F1B ``min(p - stage, m)``; interleaved 1F1B the same times
     ``1 + (p - 1) / (p x v)`` (Narayanan et al. 2021 §2.2; Korthikanti et al. 2022 §4.2.3).
@@ -266,8 +328,9 @@ def in_flight(pipeline: int, micro_batches: int, schedule: str, virtual_stages: 
     return count, 1.0
 
 
-def training_activations(w: TrainingWorkload, arch: Arch, stage: Stage, dd: DeviceDims
-                         ) -> tuple[int, int, list[tuple[str, int]]]:
+def training_activations(
+    w: TrainingWorkload, arch: Arch, stage: Stage, dd: DeviceDims
+) -> tuple[int, int, list[tuple[str, int]]]:
     """(all saved activations of a pipeline stage, one layer's saved activations, itemized
     parts): per layer kind the tensors saved for backward (``training_saved``; with full
     recomputation only the layer input, plus one layer recomputed in backward), times the
@@ -284,27 +347,66 @@ def training_activations(w: TrainingWorkload, arch: Arch, stage: Stage, dd: Devi
     for layer, n in stage.layer_runs:
         tr = FULL_TRAINING
         if isinstance(m, LoRA):
-            tr = lora_trainable(layer, arch, par.tensor, tuple(m.target_modules), m.rank,
-                                bytes_of(m.adapter_dtype), e)
-        saved = training_saved(layer, arch, dd, seq=s, batch=b, e=e, attention=w.attention,
-                               dropout=w.dropout, sequence_parallel=par.sequence_parallel,
-                               drop_scores=ckpt == "selective", trainable=tr)
+            tr = lora_trainable(
+                layer,
+                arch,
+                par.tensor,
+                tuple(m.target_modules),
+                m.rank,
+                bytes_of(m.adapter_dtype),
+                e,
+            )
+        saved = training_saved(
+            layer,
+            arch,
+            dd,
+            seq=s,
+            batch=b,
+            e=e,
+            attention=w.attention,
+            dropout=w.dropout,
+            sequence_parallel=par.sequence_parallel,
+            drop_scores=ckpt == "selective",
+            trainable=tr,
+        )
         layer_bytes = sum(saved.values())
-        one_layer = max(one_layer, sum(training_saved(
-            layer, arch, dd, seq=s, batch=b, e=e, attention=w.attention, dropout=w.dropout,
-            sequence_parallel=par.sequence_parallel, drop_scores=False, trainable=tr).values()))
+        one_layer = max(
+            one_layer,
+            sum(
+                training_saved(
+                    layer,
+                    arch,
+                    dd,
+                    seq=s,
+                    batch=b,
+                    e=e,
+                    attention=w.attention,
+                    dropout=w.dropout,
+                    sequence_parallel=par.sequence_parallel,
+                    drop_scores=False,
+                    trainable=tr,
+                ).values()
+            ),
+        )
         if ckpt == "full":
-            kept = ceil_div(s * b * arch.hidden_size * e,
-                            par.tensor if par.sequence_parallel else 1)
+            kept = ceil_div(
+                s * b * arch.hidden_size * e, par.tensor if par.sequence_parallel else 1
+            )
             per_layer_total += kept * n
             items["layer inputs (full recomputation)"] = (
-                items.get("layer inputs (full recomputation)", 0) + kept * n)
+                items.get("layer inputs (full recomputation)", 0) + kept * n
+            )
         else:
             per_layer_total += layer_bytes * n
             for k, v in saved.items():
                 items[k] = items.get(k, 0) + v * n
-    count, factor = in_flight(par.pipeline, w.gradient_accumulation_steps, par.pipeline_schedule,
-                              par.virtual_stages, stage.index)
+    count, factor = in_flight(
+        par.pipeline,
+        w.gradient_accumulation_steps,
+        par.pipeline_schedule,
+        par.virtual_stages,
+        stage.index,
+    )
     total = int(per_layer_total * count * factor)
     parts = [(k, int(v * count * factor)) for k, v in items.items() if v]
     if ckpt == "full":
@@ -319,6 +421,11 @@ def training_activations(w: TrainingWorkload, arch: Arch, stage: Stage, dd: Devi
         total += mask
         parts.append(("embedding dropout mask", mask))
     if count > 1 or factor != 1.0:
-        parts.append((f"x {count} micro-batches in flight" + (
-            f" x {factor:.4f} interleaving" if factor != 1.0 else ""), 0))
+        parts.append(
+            (
+                f"x {count} micro-batches in flight"
+                + (f" x {factor:.4f} interleaving" if factor != 1.0 else ""),
+                0,
+            )
+        )
     return total, one_layer, parts

@@ -14,13 +14,27 @@ from __future__ import annotations
 from ..allocator import MIN_BLOCK_SIZE_BYTES
 from ..units import round_up
 
-__all__ = ["ALLOCATOR_FRAGMENTATION_FRACTION", "FORMULA", "FRAGMENTATION_SOURCE",
-           "INFERENCE_FRAGMENTATION_FRACTION", "ROUNDING_PART",
-           "ROUNDING_SOURCE", "SOURCE", "TRAINING_FRAGMENTATION_FRACTION", "block_rounding",
-           "fragmentation", "overhead", "parts", "ppm", "source"]
+__all__ = [
+    "ALLOCATOR_FRAGMENTATION_FRACTION",
+    "FORMULA",
+    "FRAGMENTATION_SOURCE",
+    "INFERENCE_FRAGMENTATION_FRACTION",
+    "ROUNDING_PART",
+    "ROUNDING_SOURCE",
+    "SOURCE",
+    "TRAINING_FRAGMENTATION_FRACTION",
+    "block_rounding",
+    "fragmentation",
+    "overhead",
+    "parts",
+    "ppm",
+    "source",
+]
 
-FORMULA = ("512-byte rounding of every weight tensor + fragmentation_fraction x the largest "
-           "transient bytes (activations, logits, step temporaries)")
+FORMULA = (
+    "512-byte rounding of every weight tensor + fragmentation_fraction x the largest "
+    "transient bytes (activations, logits, step temporaries)"
+)
 
 ROUNDING_PART = "512-byte rounding of weight tensors"
 ROUNDING_SOURCE = "c10/cuda/CUDACachingAllocator.cpp (kMinBlockSize = 512)"
@@ -38,7 +52,8 @@ FRAGMENTATION_SOURCE = (
     "unallocated at OOM time is 0.5% (training) / 1.8% (inference) of allocated (medians of 19 "
     "PyTorch OOM messages), at the peak +59% to +108% of allocated in RL training with varying "
     "shapes (cosmos-rl), -34% with expandable segments (pytorch/torchtune#1185), GMLake "
-    "(ASPLOS'24) 15% less fragmentation on A100 (research/overhead_measurements.md)")
+    "(ASPLOS'24) 15% less fragmentation on A100 (research/overhead_measurements.md)"
+)
 SOURCE = f"{ROUNDING_SOURCE}; fraction: {FRAGMENTATION_SOURCE}"
 
 
@@ -75,5 +90,7 @@ def overhead(rounding: int, transient: int, fraction_ppm: int) -> int:
 
 
 def parts(rounding: int, transient: int, fraction_ppm: int) -> tuple[tuple[str, int], ...]:
-    return ((ROUNDING_PART, rounding), ("fragmentation of transient memory",
-                                        fragmentation(transient, fraction_ppm)))
+    return (
+        (ROUNDING_PART, rounding),
+        ("fragmentation of transient memory", fragmentation(transient, fraction_ppm)),
+    )

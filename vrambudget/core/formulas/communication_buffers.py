@@ -8,10 +8,22 @@ Shown in answers::
 
 from __future__ import annotations
 
-__all__ = ["DDP_BUCKET_NOTE", "FORMULA", "NCCL_GROUP_BYTES", "NCCL_PAIR_BYTES", "NCCL_SOURCE",
-           "SOURCE", "ZERO_ALLGATHER_BUCKET_ELEMENTS", "ZERO_PREFETCH_BUCKET_ELEMENTS",
-           "ZERO_REDUCE_BUCKET_ELEMENTS", "ZERO_SOURCE", "calibrated", "nccl_bytes", "source",
-           "stage_parts"]
+__all__ = [
+    "DDP_BUCKET_NOTE",
+    "FORMULA",
+    "NCCL_GROUP_BYTES",
+    "NCCL_PAIR_BYTES",
+    "NCCL_SOURCE",
+    "SOURCE",
+    "ZERO_ALLGATHER_BUCKET_ELEMENTS",
+    "ZERO_PREFETCH_BUCKET_ELEMENTS",
+    "ZERO_REDUCE_BUCKET_ELEMENTS",
+    "ZERO_SOURCE",
+    "calibrated",
+    "nccl_bytes",
+    "source",
+    "stage_parts",
+]
 
 FORMULA = "NCCL communicators of the layout + DDP/ZeRO buckets"
 
@@ -27,8 +39,10 @@ ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
 ZERO_ALLGATHER_BUCKET_ELEMENTS = 500_000_000
 ZERO_PREFETCH_BUCKET_ELEMENTS = 50_000_000
 ZERO_SOURCE = "DeepSpeed runtime/zero/config.py: reduce_bucket_size 5e8, prefetch_bucket_size 5e7"
-DDP_BUCKET_NOTE = ("torch DistributedDataParallel(gradient_as_bucket_view=False), the default: "
-                   "\"the saved memory size will be equal to the total gradients size\"")
+DDP_BUCKET_NOTE = (
+    "torch DistributedDataParallel(gradient_as_bucket_view=False), the default: "
+    '"the saved memory size will be equal to the total gradients size"'
+)
 _DOCS = "torch DDP docs; DeepSpeed ZeRO config"
 SOURCE = f"{NCCL_SOURCE}; {_DOCS}"
 
@@ -45,9 +59,18 @@ def nccl_bytes(ranks: int) -> int:
     return 0 if ranks <= 1 else (NCCL_PAIR_BYTES if ranks == 2 else NCCL_GROUP_BYTES)
 
 
-def stage_parts(tensor: int, pipeline: int, data: int, zero_stage: int, training: bool,
-                trainable: int, grad_bytes: int, largest_layer: int, params: int,
-                plain_bytes: int) -> list[tuple[str, int]]:
+def stage_parts(
+    tensor: int,
+    pipeline: int,
+    data: int,
+    zero_stage: int,
+    training: bool,
+    trainable: int,
+    grad_bytes: int,
+    largest_layer: int,
+    params: int,
+    plain_bytes: int,
+) -> list[tuple[str, int]]:
     """The buffers one device of a pipeline stage holds, by name.
 
     Worked number: DDP over 8 ranks of a bf16 full fine-tune of Qwen2.5 0.5B: a 688 MB
@@ -60,19 +83,20 @@ def stage_parts(tensor: int, pipeline: int, data: int, zero_stage: int, training
     if training and data > 1:
         parts.append((f"NCCL data-parallel communicator ({data} ranks)", nccl_bytes(data)))
         if zero_stage == 0:
-            parts.append(("DDP gradient buckets (a copy of the gradients)",
-                          trainable * grad_bytes))
+            parts.append(("DDP gradient buckets (a copy of the gradients)", trainable * grad_bytes))
         else:
-            parts.append(("ZeRO reduce bucket",
-                          min(ZERO_REDUCE_BUCKET_ELEMENTS, trainable) * grad_bytes))
+            parts.append(
+                ("ZeRO reduce bucket", min(ZERO_REDUCE_BUCKET_ELEMENTS, trainable) * grad_bytes)
+            )
         if zero_stage >= 3:
             gathered = (largest_layer + min(ZERO_PREFETCH_BUCKET_ELEMENTS, params)) * plain_bytes
             parts.append(("ZeRO-3 gathered layer + prefetch bucket", gathered))
     return parts
 
 
-def calibrated(comm_bytes: int, parts: tuple[tuple[str, int], ...],
-               nccl_communicator_bytes: int | None) -> tuple[int, tuple[tuple[str, int], ...]]:
+def calibrated(
+    comm_bytes: int, parts: tuple[tuple[str, int], ...], nccl_communicator_bytes: int | None
+) -> tuple[int, tuple[tuple[str, int], ...]]:
     """The stage's buffers with a calibrated NCCL communicator size (None: the built-in ones)
     in every NCCL part."""
     if nccl_communicator_bytes is None:

@@ -12,9 +12,16 @@ from __future__ import annotations
 
 from ..units import MiB
 
-__all__ = ["CUDA_CONTEXT_BYTES", "CUDA_CONTEXT_DATACENTER_BYTES",
-           "CUDA_CONTEXT_DATACENTER_SOURCE", "CUDA_CONTEXT_SOURCE", "FORMULA", "SOURCE",
-           "default_context", "per_device"]
+__all__ = [
+    "CUDA_CONTEXT_BYTES",
+    "CUDA_CONTEXT_DATACENTER_BYTES",
+    "CUDA_CONTEXT_DATACENTER_SOURCE",
+    "CUDA_CONTEXT_SOURCE",
+    "FORMULA",
+    "SOURCE",
+    "default_context",
+    "per_device",
+]
 
 FORMULA = "one context per process"
 
@@ -29,13 +36,16 @@ FORMULA = "one context per process"
 # datacenter lazy-loading record found). The median of the six public lazy-loading bare-context
 # records is 463 MiB (range 256-616).
 CUDA_CONTEXT_BYTES = 426 * MiB
-CUDA_CONTEXT_SOURCE = ("measured: 426 MiB, RTX 6000 Ada, torch 2.10 (lazy loading), "
-                       "unslothai/unsloth-zoo#1053; ~400 MB per pytorch/pytorch#109888; "
-                       "public range 256-616 MiB (research/overhead_measurements.md)")
+CUDA_CONTEXT_SOURCE = (
+    "measured: 426 MiB, RTX 6000 Ada, torch 2.10 (lazy loading), "
+    "unslothai/unsloth-zoo#1053; ~400 MB per pytorch/pytorch#109888; "
+    "public range 256-616 MiB (research/overhead_measurements.md)"
+)
 CUDA_CONTEXT_DATACENTER_BYTES = 534 * MiB
 CUDA_CONTEXT_DATACENTER_SOURCE = (
     "measured: ~534 MiB, H100, bare primary context, lazy loading (meta-pytorch/torchcomms#777); "
-    "public range 256-616 MiB (research/overhead_measurements.md)")
+    "public range 256-616 MiB (research/overhead_measurements.md)"
+)
 SOURCE = CUDA_CONTEXT_SOURCE
 
 

@@ -16,12 +16,20 @@ from ..dtypes import bytes_of
 from ..layout import kv_heads_per_device
 from ..spec import InferenceWorkload
 
-__all__ = ["FORMULA", "SOURCE", "cache_bytes", "elem_bytes", "elems_per_token",
-           "model_bytes_per_token"]
+__all__ = [
+    "FORMULA",
+    "SOURCE",
+    "cache_bytes",
+    "elem_bytes",
+    "elems_per_token",
+    "model_bytes_per_token",
+]
 
-FORMULA = ("sequences x bytes(kv) x [sum_full_layers 2*kv_heads*head_dim x context + "
-           "sum_sliding_layers 2*kv_heads*head_dim x min(context, window)]; MLA: "
-           "(kv_lora_rank + qk_rope_head_dim) per layer")
+FORMULA = (
+    "sequences x bytes(kv) x [sum_full_layers 2*kv_heads*head_dim x context + "
+    "sum_sliding_layers 2*kv_heads*head_dim x min(context, window)]; MLA: "
+    "(kv_lora_rank + qk_rope_head_dim) per layer"
+)
 SOURCE = "Pope et al. 2022 §2; DeepSeek-V2 §2.1.2 (MLA); vLLM kv_cache_interface.py"
 
 
@@ -44,8 +52,9 @@ def elem_bytes(w: InferenceWorkload) -> int:
     return bytes_of(w.precision.compute if kv == "auto" else kv)
 
 
-def cache_bytes(full_elems: int, sliding: tuple[tuple[int, int], ...], sequences: int,
-                context: int, elem: int) -> int:
+def cache_bytes(
+    full_elems: int, sliding: tuple[tuple[int, int], ...], sequences: int, context: int, elem: int
+) -> int:
     """``sequences x bytes(kv) x [full_elems x context + sum (elems x min(context, window))]``
     over a stage's full-attention layers (``full_elems`` per token, summed over layers) and its
     sliding-window layers (``(window, elems per token)``).

@@ -7,8 +7,13 @@ Shown in answers::
 
 from __future__ import annotations
 
-__all__ = ["FORMULA", "SOURCE", "inference_logits", "training_backward_parts",
-           "training_forward_parts"]
+__all__ = [
+    "FORMULA",
+    "SOURCE",
+    "inference_logits",
+    "training_backward_parts",
+    "training_forward_parts",
+]
 
 FORMULA = "rows x vocab_per_device x bytes (training: + fp32 copy + fp32 log-softmax)"
 SOURCE = "transformers ForCausalLMLoss (logits.float()); torch cross_entropy"
@@ -32,8 +37,11 @@ def training_forward_parts(tokens: int, vocab: int, e: int) -> tuple[tuple[str, 
 
     Worked number: 4,096 tokens, vocab 128,256, bf16: 4,096 x 128,256 x 10 = 5,253,365,760 B."""
     v = tokens * vocab
-    return (("lm_head output", v * e), ("fp32 upcast for the loss", v * FP32),
-            ("log-softmax saved by cross-entropy", v * FP32))
+    return (
+        ("lm_head output", v * e),
+        ("fp32 upcast for the loss", v * FP32),
+        ("log-softmax saved by cross-entropy", v * FP32),
+    )
 
 
 def training_backward_parts(tokens: int, vocab: int) -> tuple[tuple[str, int], ...]:
@@ -41,5 +49,8 @@ def training_backward_parts(tokens: int, vocab: int) -> tuple[tuple[str, int], .
     input gradient (the forward's low-precision logits and fp32 copy are freed by then):
     ``tokens x vocab x 12``."""
     v = tokens * vocab
-    return (("log-softmax saved by cross-entropy (fp32)", v * FP32),
-            ("loss gradient (fp32)", v * FP32), ("log-softmax input gradient (fp32)", v * FP32))
+    return (
+        ("log-softmax saved by cross-entropy (fp32)", v * FP32),
+        ("loss gradient (fp32)", v * FP32),
+        ("log-softmax input gradient (fp32)", v * FP32),
+    )

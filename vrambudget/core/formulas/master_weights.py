@@ -9,8 +9,9 @@ from __future__ import annotations
 
 __all__ = ["FORMULA", "SHARDED_FROM_ZERO_STAGE", "SOURCE", "master_bytes_per_param"]
 
-FORMULA = ("trainable params x 4 when parameters are low precision (/ data-parallel size with "
-           "ZeRO >= 1)")
+FORMULA = (
+    "trainable params x 4 when parameters are low precision (/ data-parallel size with ZeRO >= 1)"
+)
 SOURCE = "Micikevicius et al. 2018 §3.1; ZeRO §3"
 SHARDED_FROM_ZERO_STAGE = 1
 """ZeRO stage 1 partitions the optimizer states, fp32 masters included (ZeRO §5.1)."""

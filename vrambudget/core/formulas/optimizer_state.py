@@ -12,14 +12,27 @@ from __future__ import annotations
 from ..spec import SGD, Adafactor, AdamW, AdamW8bit
 from ..units import ceil_div
 
-__all__ = ["BNB_MIN_8BIT_SIZE", "BNB_OPTIM_BLOCKSIZE", "FORMULA", "SHARDED_FROM_ZERO_STAGE",
-           "SOURCE", "Optimizer", "state_bytes", "state_dtype_bytes", "step_temporaries"]
+__all__ = [
+    "BNB_MIN_8BIT_SIZE",
+    "BNB_OPTIM_BLOCKSIZE",
+    "FORMULA",
+    "SHARDED_FROM_ZERO_STAGE",
+    "SOURCE",
+    "Optimizer",
+    "state_bytes",
+    "state_dtype_bytes",
+    "step_temporaries",
+]
 
-FORMULA = ("per trainable tensor: Adam 2 x numel x bytes(state); 8-bit Adam 2 x numel + absmax "
-           "per 256 (fp32 below 4096 elements); SGD momentum numel; Adafactor rows + cols (/ "
-           "data-parallel size with ZeRO >= 1)")
-SOURCE = ("Loshchilov & Hutter 2019; Dettmers et al. 2022 (8-bit optimizers); Shazeer & Stern "
-          "2018; ZeRO §5")
+FORMULA = (
+    "per trainable tensor: Adam 2 x numel x bytes(state); 8-bit Adam 2 x numel + absmax "
+    "per 256 (fp32 below 4096 elements); SGD momentum numel; Adafactor rows + cols (/ "
+    "data-parallel size with ZeRO >= 1)"
+)
+SOURCE = (
+    "Loshchilov & Hutter 2019; Dettmers et al. 2022 (8-bit optimizers); Shazeer & Stern "
+    "2018; ZeRO §5"
+)
 SHARDED_FROM_ZERO_STAGE = 1
 
 # bitsandbytes optim/optimizer.py: Optimizer8bit keeps 32-bit states for tensors with fewer than

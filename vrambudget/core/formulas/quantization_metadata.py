@@ -19,8 +19,10 @@ from ..spec import Quantization
 __all__ = ["FORMULA", "SOURCE", "metadata_bytes"]
 
 FORMULA = "sum over quantized tensors of scales + zero points + group indices + codes"
-SOURCE = ("AutoGPTQ QuantLinear, AutoAWQ WQLinear_GEMM, bitsandbytes functional.quantize_4bit / "
-          "Int8Params, compressed-tensors fp8")
+SOURCE = (
+    "AutoGPTQ QuantLinear, AutoAWQ WQLinear_GEMM, bitsandbytes functional.quantize_4bit / "
+    "Int8Params, compressed-tensors fp8"
+)
 
 
 def metadata_bytes(quant: Quantization, rows: int, cols: int) -> int:

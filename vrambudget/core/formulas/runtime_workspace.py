@@ -11,12 +11,20 @@ from __future__ import annotations
 
 from ..units import MiB
 
-__all__ = ["CUBLASLT_WORKSPACE_BYTES", "CUBLAS_SOURCE", "CUBLAS_WORKSPACE_DEFAULT_BYTES",
-           "CUBLAS_WORKSPACE_LARGE_BYTES", "FORMULA", "SOURCE", "cublas_workspace_bytes",
-           "default_workspace"]
+__all__ = [
+    "CUBLASLT_WORKSPACE_BYTES",
+    "CUBLAS_SOURCE",
+    "CUBLAS_WORKSPACE_DEFAULT_BYTES",
+    "CUBLAS_WORKSPACE_LARGE_BYTES",
+    "FORMULA",
+    "SOURCE",
+    "cublas_workspace_bytes",
+    "default_workspace",
+]
 
-FORMULA = ("cuBLAS + cuBLASLt workspace per process (+ QLoRA dequantization buffer, autocast "
-           "weight cache)")
+FORMULA = (
+    "cuBLAS + cuBLASLt workspace per process (+ QLoRA dequantization buffer, autocast weight cache)"
+)
 
 # aten/src/ATen/cuda/CublasHandlePool.cpp: default workspace ":4096:2:16:8" = 8,519,680 B, and
 # 32 MiB (4096 * 8 * 1024) on compute capability 9.x/10.x/11.x/12.x (torch main: Hopper and
@@ -38,12 +46,16 @@ def cublas_workspace_bytes(compute_capability: str | None, vendor: str = "nvidia
     if compute_capability is None:
         return CUBLAS_WORKSPACE_LARGE_BYTES  # unknown device: the larger default
     major = int(compute_capability.split(".")[0])
-    return CUBLAS_WORKSPACE_LARGE_BYTES if major in (9, 10, 11, 12) else (
-        CUBLAS_WORKSPACE_DEFAULT_BYTES)
+    return (
+        CUBLAS_WORKSPACE_LARGE_BYTES
+        if major in (9, 10, 11, 12)
+        else (CUBLAS_WORKSPACE_DEFAULT_BYTES)
+    )
 
 
-def default_workspace(compute_capability: str | None, vendor: str, gfx_target: str | None
-                      ) -> tuple[int, str]:
+def default_workspace(
+    compute_capability: str | None, vendor: str, gfx_target: str | None
+) -> tuple[int, str]:
     """(bytes, source) of one process's library workspaces on a device type: cuBLAS +
     cuBLASLt on NVIDIA, hipBLAS on AMD.
 

@@ -13,14 +13,19 @@ from ..spec import Quantization
 
 __all__ = ["FORMULA", "SOURCE", "stored_bytes"]
 
-FORMULA = ("sum over tensors on the device of rows x cols x bytes(dtype); quantized layers count "
-           "their packed payload")
-SOURCE = ("tensor inventory of transformers modeling_<family>.py; sharding per Megatron-LM "
-          "(Shoeybi et al. 2019 §3) and vLLM")
+FORMULA = (
+    "sum over tensors on the device of rows x cols x bytes(dtype); quantized layers count "
+    "their packed payload"
+)
+SOURCE = (
+    "tensor inventory of transformers modeling_<family>.py; sharding per Megatron-LM "
+    "(Shoeybi et al. 2019 §3) and vLLM"
+)
 
 
-def stored_bytes(rows: int, cols: int, plain_bytes: int, quant: Quantization | None
-                 ) -> tuple[int, int]:
+def stored_bytes(
+    rows: int, cols: int, plain_bytes: int, quant: Quantization | None
+) -> tuple[int, int]:
     """(payload, quantization metadata) bytes of one ``rows x cols`` tensor slice: the plain
     ``rows x cols x bytes(dtype)``, or the quantization scheme's packed payload and metadata
     (:func:`vrambudget.core.quantization.tensor_storage`).

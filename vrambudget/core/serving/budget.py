@@ -42,54 +42,98 @@ C = Component
 
 _SRC_SNAPSHOT = "vllm/v1/worker/gpu_worker.py determine_available_memory; vllm/utils/mem_utils.py"
 _FORMULAS: dict[Component, tuple[str, str, tuple[str, ...]]] = {
-    C.WEIGHTS: (("tensors on the GPU (TP shards, PP stage: embeddings first, LM head last) x "
-                "bytes(dtype) + the rotary cos/sin cache (max_positions x rotary_dim x e)"),
-                ("tensor inventory of transformers modeling_<family>.py; vLLM "
-                "QKVParallelLinear / VocabParallelEmbedding / get_pp_indices / RotaryEmbedding"),
-                ("dtype", "quantization", "tensor_parallel", "pipeline_parallel")),
-    C.QUANTIZATION_METADATA: ("scales and zero points of the quantized linear layers",
-                              "vLLM Fp8LinearMethod, compressed-tensors, GPTQ/AWQ (Marlin)",
-                              ("quantization",)),
-    C.KV_CACHE: (("num_gpu_blocks x page_size x layers per group; num_gpu_blocks = min over "
-                 "stages of available // page_size // layers per group"),
-                 "vllm/v1/core/kv_cache_utils.py get_num_blocks, get_kv_cache_config_from_groups",
-                 ("gpu_memory_utilization", "block_size", "kv_cache_dtype", "tensor_parallel")),
-    C.ACTIVATIONS: (("torch peak of profile_run: max(forward working set of "
-                    "max_num_batched_tokens, sampler over max_num_seqs x vocab + MoE workspace)"),
-                    ("vllm/v1/worker/gpu_model_runner.py profile_run; calibrated (see "
-                    "calibration)"), ("max_num_batched_tokens", "max_num_seqs")),
-    C.CUDA_CONTEXT: (("CUDA context before the engine's snapshot + the non-torch increase of a "
-                     "single GPU (cuBLAS, attention workspaces)"), _SRC_SNAPSHOT + "; calibrated",
-                     ()),
-    C.RUNTIME_WORKSPACE: (("CUDA graphs captured after the KV cache (piecewise + full, up to 512 "
-                          "tokens): base + per_layer x layers on the stage; 0 with enforce_eager"
-                          "; + MLA models: 128 MiB per MLA backend module that allocates a "
-                          "workspace when imported (counted in vLLM's weights memory)"),
-                          ("vllm compile_or_warm_up_model / capture_model; calibrated; vllm "
-                           "0.19.0 v1/attention/backends/mla/flashinfer_mla.py g_fi_workspace, "
-                           "cutlass_mla.py g_sm100_workspace"),
-                          ("enforce_eager",)),
-    C.ALLOCATOR_OVERHEAD: (("caching-allocator blocks of the parameters beyond their bytes "
-                           "(a segment's remainder of 1 MiB or less is not split): the "
-                           "parameters replayed in vLLM's construction order through the "
-                           "allocator model; counted in vLLM's weights memory"),
-                           ("vllm/utils/mem_utils.py DeviceMemoryProfiler (allocated bytes); "
-                            "c10/cuda/CUDACachingAllocator.cpp should_split"),
-                           ("dtype", "tensor_parallel", "pipeline_parallel")),
-    C.COMMUNICATION_BUFFERS: (("NCCL communicators made before the snapshot + the non-torch "
-                              "increase that tensor / pipeline parallelism adds (custom "
-                              "all-reduce, NCCL buffers)"), _SRC_SNAPSHOT + "; calibrated",
-                              ("tensor_parallel", "pipeline_parallel")),
-    C.HEADROOM: (("device total - everything above: what the engine leaves unused ((1 - "
-                 "gpu_memory_utilization) x total minus the memory outside its accounting, plus "
-                 "the KV budget below one block)"), "vLLM gpu_memory_utilization",
-                 ("gpu_memory_utilization",)),
+    C.WEIGHTS: (
+        (
+            "tensors on the GPU (TP shards, PP stage: embeddings first, LM head last) x "
+            "bytes(dtype) + the rotary cos/sin cache (max_positions x rotary_dim x e)"
+        ),
+        (
+            "tensor inventory of transformers modeling_<family>.py; vLLM "
+            "QKVParallelLinear / VocabParallelEmbedding / get_pp_indices / RotaryEmbedding"
+        ),
+        ("dtype", "quantization", "tensor_parallel", "pipeline_parallel"),
+    ),
+    C.QUANTIZATION_METADATA: (
+        "scales and zero points of the quantized linear layers",
+        "vLLM Fp8LinearMethod, compressed-tensors, GPTQ/AWQ (Marlin)",
+        ("quantization",),
+    ),
+    C.KV_CACHE: (
+        (
+            "num_gpu_blocks x page_size x layers per group; num_gpu_blocks = min over "
+            "stages of available // page_size // layers per group"
+        ),
+        "vllm/v1/core/kv_cache_utils.py get_num_blocks, get_kv_cache_config_from_groups",
+        ("gpu_memory_utilization", "block_size", "kv_cache_dtype", "tensor_parallel"),
+    ),
+    C.ACTIVATIONS: (
+        (
+            "torch peak of profile_run: max(forward working set of "
+            "max_num_batched_tokens, sampler over max_num_seqs x vocab + MoE workspace)"
+        ),
+        ("vllm/v1/worker/gpu_model_runner.py profile_run; calibrated (see calibration)"),
+        ("max_num_batched_tokens", "max_num_seqs"),
+    ),
+    C.CUDA_CONTEXT: (
+        (
+            "CUDA context before the engine's snapshot + the non-torch increase of a "
+            "single GPU (cuBLAS, attention workspaces)"
+        ),
+        _SRC_SNAPSHOT + "; calibrated",
+        (),
+    ),
+    C.RUNTIME_WORKSPACE: (
+        (
+            "CUDA graphs captured after the KV cache (piecewise + full, up to 512 "
+            "tokens): base + per_layer x layers on the stage; 0 with enforce_eager"
+            "; + MLA models: 128 MiB per MLA backend module that allocates a "
+            "workspace when imported (counted in vLLM's weights memory)"
+        ),
+        (
+            "vllm compile_or_warm_up_model / capture_model; calibrated; vllm "
+            "0.19.0 v1/attention/backends/mla/flashinfer_mla.py g_fi_workspace, "
+            "cutlass_mla.py g_sm100_workspace"
+        ),
+        ("enforce_eager",),
+    ),
+    C.ALLOCATOR_OVERHEAD: (
+        (
+            "caching-allocator blocks of the parameters beyond their bytes "
+            "(a segment's remainder of 1 MiB or less is not split): the "
+            "parameters replayed in vLLM's construction order through the "
+            "allocator model; counted in vLLM's weights memory"
+        ),
+        (
+            "vllm/utils/mem_utils.py DeviceMemoryProfiler (allocated bytes); "
+            "c10/cuda/CUDACachingAllocator.cpp should_split"
+        ),
+        ("dtype", "tensor_parallel", "pipeline_parallel"),
+    ),
+    C.COMMUNICATION_BUFFERS: (
+        (
+            "NCCL communicators made before the snapshot + the non-torch "
+            "increase that tensor / pipeline parallelism adds (custom "
+            "all-reduce, NCCL buffers)"
+        ),
+        _SRC_SNAPSHOT + "; calibrated",
+        ("tensor_parallel", "pipeline_parallel"),
+    ),
+    C.HEADROOM: (
+        (
+            "device total - everything above: what the engine leaves unused ((1 - "
+            "gpu_memory_utilization) x total minus the memory outside its accounting, plus "
+            "the KV budget below one block)"
+        ),
+        "vLLM gpu_memory_utilization",
+        ("gpu_memory_utilization",),
+    ),
 }
 _UNUSED = ("0 (not used by a serving engine)", "-", ())
 
 
-def serving_account(w: LLMServingWorkload, memory_total_bytes: int, gpu_name: str,
-                    index: int = 0) -> ServingAccount:
+def serving_account(
+    w: LLMServingWorkload, memory_total_bytes: int, gpu_name: str, index: int = 0
+) -> ServingAccount:
     """``account`` with errors naming ``workloads[index].<field>``."""
     try:
         return account(w, resolve_model(w.model), memory_total_bytes, gpu_name)
@@ -117,18 +161,24 @@ def remedies(w: LLMServingWorkload, a: ServingAccount, total: int, name: str) ->
     if best >= 1:
         out.append(f"lower max_model_len to {best} (the largest that starts)")
     permille = round(w.gpu_memory_utilization * 1000)
-    util = largest_true(permille + 1, 1000, lambda x: _starts(
-        w, total, name, gpu_memory_utilization=x / 1000) is None)  # last that still fails
-    if permille < util + 1 <= 1000 and _starts(w, total, name,
-                                               gpu_memory_utilization=(util + 1) / 1000):
+    util = largest_true(
+        permille + 1,
+        1000,
+        lambda x: _starts(w, total, name, gpu_memory_utilization=x / 1000) is None,
+    )  # last that still fails
+    if permille < util + 1 <= 1000 and _starts(
+        w, total, name, gpu_memory_utilization=(util + 1) / 1000
+    ):
         out.append(f"raise gpu_memory_utilization to {(util + 1) / 1000:.3f}")
     par = w.parallelism
     t = par.tensor * 2
     while t <= max(8, par.tensor) and t <= arch.num_heads:
         fixed = _starts(w, total, name, parallelism=msgspec.structs.replace(par, tensor=t))
         if fixed is not None:
-            out.append(f"tensor parallel {t} ({fixed.kv_tokens} KV tokens, max "
-                       f"concurrency {fixed.max_concurrency:.2f}x)")
+            out.append(
+                f"tensor parallel {t} ({fixed.kv_tokens} KV tokens, max "
+                f"concurrency {fixed.max_concurrency:.2f}x)"
+            )
             break
         t *= 2
     if w.kv_cache_dtype == "auto":
@@ -144,20 +194,29 @@ def _inputs(w: LLMServingWorkload, a: ServingAccount) -> dict[str, Any]:
     r = a.resolved
     q = w.quantization
     return {
-        "engine_version": w.engine_version, "dtype": r.dtype, "kv_cache_dtype": w.kv_cache_dtype,
-        "quantization": q.method if q else None, "tensor_parallel": r.tensor,
-        "pipeline_parallel": r.pipeline, "data_parallel": r.data,
-        "gpu_memory_utilization": w.gpu_memory_utilization, "max_model_len": r.max_model_len,
-        "max_num_seqs": r.max_num_seqs, "max_num_batched_tokens": r.max_num_batched_tokens,
-        "block_size": r.block_size, "enforce_eager": w.enforce_eager,
+        "engine_version": w.engine_version,
+        "dtype": r.dtype,
+        "kv_cache_dtype": w.kv_cache_dtype,
+        "quantization": q.method if q else None,
+        "tensor_parallel": r.tensor,
+        "pipeline_parallel": r.pipeline,
+        "data_parallel": r.data,
+        "gpu_memory_utilization": w.gpu_memory_utilization,
+        "max_model_len": r.max_model_len,
+        "max_num_seqs": r.max_num_seqs,
+        "max_num_batched_tokens": r.max_num_batched_tokens,
+        "block_size": r.block_size,
+        "enforce_eager": w.enforce_eager,
     }
 
 
 def stage_values(s: StageAccount, pool: int) -> dict[Component, int]:
     """One stage's GPU by component (headroom excluded), ``pool`` its KV-cache bytes."""
     return {
-        C.WEIGHTS: s.weights_bytes, C.QUANTIZATION_METADATA: s.metadata_bytes,
-        C.KV_CACHE: pool, C.ACTIVATIONS: s.activation_bytes,
+        C.WEIGHTS: s.weights_bytes,
+        C.QUANTIZATION_METADATA: s.metadata_bytes,
+        C.KV_CACHE: pool,
+        C.ACTIVATIONS: s.activation_bytes,
         C.CUDA_CONTEXT: s.cuda_context_bytes + s.non_torch_bytes - s.non_torch_comm_bytes,
         C.RUNTIME_WORKSPACE: s.cuda_graph_bytes + s.load_workspace_bytes,
         C.COMMUNICATION_BUFFERS: s.nccl_init_bytes + s.non_torch_comm_bytes,
@@ -181,76 +240,141 @@ def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) ->
         used = sum(values.values())
         values[C.HEADROOM] = max(total - used, 0)
         parts = {
-            C.WEIGHTS: (("parameters", s.weights_bytes - s.rotary_bytes),
-                        ("rotary cos/sin cache", s.rotary_bytes)),
-            C.CUDA_CONTEXT: (("CUDA context (before the engine's snapshot)",
-                              s.cuda_context_bytes),
-                             ("non-torch increase during profiling",
-                              s.non_torch_bytes - s.non_torch_comm_bytes)),
-            C.COMMUNICATION_BUFFERS: (("NCCL communicators (before the snapshot)",
-                                       s.nccl_init_bytes),
-                                      ("non-torch increase from TP / PP", s.non_torch_comm_bytes)),
-            C.RUNTIME_WORKSPACE: (("CUDA graphs", s.cuda_graph_bytes),
-                                  ("MLA backend workspaces allocated at import (in the weights "
-                                   "memory vLLM logs)", s.load_workspace_bytes)),
+            C.WEIGHTS: (
+                ("parameters", s.weights_bytes - s.rotary_bytes),
+                ("rotary cos/sin cache", s.rotary_bytes),
+            ),
+            C.CUDA_CONTEXT: (
+                ("CUDA context (before the engine's snapshot)", s.cuda_context_bytes),
+                ("non-torch increase during profiling", s.non_torch_bytes - s.non_torch_comm_bytes),
+            ),
+            C.COMMUNICATION_BUFFERS: (
+                ("NCCL communicators (before the snapshot)", s.nccl_init_bytes),
+                ("non-torch increase from TP / PP", s.non_torch_comm_bytes),
+            ),
+            C.RUNTIME_WORKSPACE: (
+                ("CUDA graphs", s.cuda_graph_bytes),
+                (
+                    "MLA backend workspaces allocated at import (in the weights memory vLLM logs)",
+                    s.load_workspace_bytes,
+                ),
+            ),
         }
         lines = []
         for c in Component:
             formula, source, names = _FORMULAS.get(c, _UNUSED)
-            if c in (C.KV_CACHE, C.ACTIVATIONS, C.CUDA_CONTEXT, C.RUNTIME_WORKSPACE,
-                     C.COMMUNICATION_BUFFERS, C.ALLOCATOR_OVERHEAD) and source != "-":
+            if (
+                c
+                in (
+                    C.KV_CACHE,
+                    C.ACTIVATIONS,
+                    C.CUDA_CONTEXT,
+                    C.RUNTIME_WORKSPACE,
+                    C.COMMUNICATION_BUFFERS,
+                    C.ALLOCATOR_OVERHEAD,
+                )
+                and source != "-"
+            ):
                 source = f"{source}; engine {w.engine_version}"
             p = tuple(Part(name=n, bytes=b) for n, b in parts.get(c, ()) if b)
             lines.append(Line(c, values.get(c, 0), formula, names, source, p))
         label = "every device" if len(a.stages) == 1 else f"pipeline stage {s.stage}"
         device_total = used + values[C.HEADROOM]
-        devices.append(DeviceBudget(
-            label=label, pipeline_stage=s.stage, num_devices=a.resolved.tensor * a.resolved.data,
-            peak_phase="serving", lines=tuple(lines), total_bytes=device_total,
-            inputs={**inputs, "available_kv_cache_bytes": s.available_bytes,
-                    "requested_memory_bytes": s.requested_bytes},
-            phases=(Phase(name="serving", total_bytes=device_total),)))
-    most = max(range(len(devices)), key=lambda i: devices[i].total_bytes - {
-        ln.component: ln.bytes for ln in devices[i].lines}[C.HEADROOM])
+        devices.append(
+            DeviceBudget(
+                label=label,
+                pipeline_stage=s.stage,
+                num_devices=a.resolved.tensor * a.resolved.data,
+                peak_phase="serving",
+                lines=tuple(lines),
+                total_bytes=device_total,
+                inputs={
+                    **inputs,
+                    "available_kv_cache_bytes": s.available_bytes,
+                    "requested_memory_bytes": s.requested_bytes,
+                },
+                phases=(Phase(name="serving", total_bytes=device_total),),
+            )
+        )
+    most = max(
+        range(len(devices)),
+        key=lambda i: (
+            devices[i].total_bytes - {ln.component: ln.bytes for ln in devices[i].lines}[C.HEADROOM]
+        ),
+    )
     limiting = min(a.stages, key=lambda s: s.available_bytes)
     warnings = []
     if sum(v.bytes for v in devices[most].lines if v.component is not C.HEADROOM) > total:
-        warnings.append("the memory outside the engine's accounting (CUDA context, NCCL, CUDA "
-                        "graphs) exceeds what gpu_memory_utilization leaves free: expect an "
-                        "out-of-memory error while capturing CUDA graphs")
+        warnings.append(
+            "the memory outside the engine's accounting (CUDA context, NCCL, CUDA "
+            "graphs) exceeds what gpu_memory_utilization leaves free: expect an "
+            "out-of-memory error while capturing CUDA graphs"
+        )
     if w.quantization is None and w.dtype == "float32":
-        warnings.append("float32 serving: activation peak calibrated on bfloat16 runs "
-                        "(under-estimated by ~12% in the one float32 run)")
+        warnings.append(
+            "float32 serving: activation peak calibrated on bfloat16 runs "
+            "(under-estimated by ~12% in the one float32 run)"
+        )
     r = a.resolved
     serving = ServingSummary(
-        engine=w.engine, engine_version=w.engine_version, calibration=r.cal.description,
+        engine=w.engine,
+        engine_version=w.engine_version,
+        calibration=r.cal.description,
         gpu_memory_utilization=w.gpu_memory_utilization,
         requested_memory_bytes=limiting.requested_bytes,
         available_kv_cache_bytes=limiting.available_bytes,
         kv_cache_pool_bytes=a.pool_bytes(limiting) if limiting.available_bytes > 0 else 0,
-        num_gpu_blocks=a.num_blocks, block_size=r.block_size, num_kv_cache_groups=a.groups.num_groups,
+        num_gpu_blocks=a.num_blocks,
+        block_size=r.block_size,
+        num_kv_cache_groups=a.groups.num_groups,
         kv_cache_bytes_per_token=kv.per_token_bytes(
-            kv.layer_specs(arch, r.tensor, r.kv_bytes)[slice(*a.groups.stage_layers[
-                limiting.stage])]),
-        kv_cache_tokens=a.kv_tokens, max_model_len=r.max_model_len, max_num_seqs=r.max_num_seqs,
+            kv.layer_specs(arch, r.tensor, r.kv_bytes)[
+                slice(*a.groups.stage_layers[limiting.stage])
+            ]
+        ),
+        kv_cache_tokens=a.kv_tokens,
+        max_model_len=r.max_model_len,
+        max_num_seqs=r.max_num_seqs,
         max_num_batched_tokens=r.max_num_batched_tokens,
-        max_concurrency=round(a.max_concurrency, 4), data_parallel=r.data,
+        max_concurrency=round(a.max_concurrency, 4),
+        data_parallel=r.data,
         max_concurrency_all_replicas=round(a.max_concurrency * r.data, 4),
-        would_start=a.would_start, reason=a.reason, remedies=remedies(w, a, total, gpu_name))
+        would_start=a.would_start,
+        reason=a.reason,
+        remedies=remedies(w, a, total, gpu_name),
+    )
     shadow = InferenceWorkload(
-        model=w.model, precision=Precision(weights=r.dtype, compute=r.dtype,  # type: ignore[arg-type]
-                                           quantization=weights_quantization(w.quantization)),
-        parallelism=Parallelism(tensor=r.tensor, pipeline=r.pipeline, data=r.data))
+        model=w.model,
+        precision=Precision(
+            weights=r.dtype,  # type: ignore[arg-type]
+            compute=r.dtype,  # type: ignore[arg-type]
+            quantization=weights_quantization(w.quantization),
+        ),
+        parallelism=Parallelism(tensor=r.tensor, pipeline=r.pipeline, data=r.data),
+    )
     host_ram, disk = host_and_disk(((shadow, arch),))
     return Budget(
-        workloads=(WorkloadSummary(name=w.name or model_name(w.model), kind="llm_serving",
-                                   model_type=arch.model_type, num_params=arch.num_params,
-                                   num_layers=arch.num_layers,
-                                   devices_per_instance=w.parallelism.devices, instances=1),),
-        device=summary_device, devices=tuple(devices), most_loaded=most,
-        total_bytes=devices[most].total_bytes, host_ram=host_ram, disk=disk,
-        warnings=tuple(warnings), serving=serving,
-        calibration=_engine_calibration(devices[most]))
+        workloads=(
+            WorkloadSummary(
+                name=w.name or model_name(w.model),
+                kind="llm_serving",
+                model_type=arch.model_type,
+                num_params=arch.num_params,
+                num_layers=arch.num_layers,
+                devices_per_instance=w.parallelism.devices,
+                instances=1,
+            ),
+        ),
+        device=summary_device,
+        devices=tuple(devices),
+        most_loaded=most,
+        total_bytes=devices[most].total_bytes,
+        host_ram=host_ram,
+        disk=disk,
+        warnings=tuple(warnings),
+        serving=serving,
+        calibration=_engine_calibration(devices[most]),
+    )
 
 
 _OVERHEADS = (C.CUDA_CONTEXT, C.RUNTIME_WORKSPACE, C.COMMUNICATION_BUFFERS, C.ALLOCATOR_OVERHEAD)
@@ -260,6 +384,11 @@ def _engine_calibration(device: DeviceBudget) -> CalibrationUse:
     """Serving budgets take their overheads from the engine version's calibration
     (data/vllm_calibration.json), not from probe profiles: each line's source says which."""
     sources = {ln.component: ln.source for ln in device.lines}
-    return CalibrationUse(profile=None, matched_on=(), overheads=tuple(
-        OverheadOrigin(component=c, origin="builtin", profile=None, source=sources[c])
-        for c in _OVERHEADS))
+    return CalibrationUse(
+        profile=None,
+        matched_on=(),
+        overheads=tuple(
+            OverheadOrigin(component=c, origin="builtin", profile=None, source=sources[c])
+            for c in _OVERHEADS
+        ),
+    )

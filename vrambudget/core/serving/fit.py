@@ -36,8 +36,9 @@ def _layout(w: LLMServingWorkload, n: int) -> LLMServingWorkload | None:
             check_layout(arch, Parallelism(tensor=t, pipeline=p))
         except InvalidWorkload:
             continue
-        return msgspec.structs.replace(w, parallelism=msgspec.structs.replace(
-            w.parallelism, tensor=t, pipeline=p))
+        return msgspec.structs.replace(
+            w, parallelism=msgspec.structs.replace(w.parallelism, tensor=t, pipeline=p)
+        )
     return None
 
 
@@ -89,12 +90,22 @@ def serving_fit(req: FitRequest) -> FitResponse:
             warnings = () if a.would_start else (f"would not start: {a.reason}",)
             par = placed.parallelism
             free = ctx.memory_total_bytes - used
-            layouts.append(LayoutFit(
-                device_count=n, tensor=par.tensor, pipeline=par.pipeline, data=par.data,
-                fits=_fits(a, target), total_bytes=used, capacity_bytes=ctx.memory_total_bytes,
-                free_bytes=free, free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
-                limiting_component=max(values, key=lambda c: values[c]), warnings=warnings,
-                maxima=Maxima(**maxima)))  # type: ignore[arg-type]
+            layouts.append(
+                LayoutFit(
+                    device_count=n,
+                    tensor=par.tensor,
+                    pipeline=par.pipeline,
+                    data=par.data,
+                    fits=_fits(a, target),
+                    total_bytes=used,
+                    capacity_bytes=ctx.memory_total_bytes,
+                    free_bytes=free,
+                    free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
+                    limiting_component=max(values, key=lambda c: values[c]),
+                    warnings=warnings,
+                    maxima=Maxima(**maxima),  # type: ignore[arg-type]
+                )
+            )
         min_count = None
         if "device_count" in req.solve:
             for n in device_count_candidates(req.max_device_count):
@@ -104,12 +115,22 @@ def serving_fit(req: FitRequest) -> FitResponse:
                     break
         gpu_warnings: tuple[str, ...] = ()
         if "device_count" in req.solve and min_count is None:
-            gpu_warnings = ((f"does not start (or reach the target concurrency) on any layout "
-                             f"of up to {req.max_device_count} devices of {ctx.name}"),)
-        results.append(GPUFit(gpu_id=ctx.id, name=ctx.name,
-                              memory_total_bytes=ctx.memory_total_bytes,
-                              layouts=tuple(layouts), min_device_count=min_count,
-                              warnings=gpu_warnings))
+            gpu_warnings = (
+                (
+                    f"does not start (or reach the target concurrency) on any layout "
+                    f"of up to {req.max_device_count} devices of {ctx.name}"
+                ),
+            )
+        results.append(
+            GPUFit(
+                gpu_id=ctx.id,
+                name=ctx.name,
+                memory_total_bytes=ctx.memory_total_bytes,
+                layouts=tuple(layouts),
+                min_device_count=min_count,
+                warnings=gpu_warnings,
+            )
+        )
     return FitResponse(gpus=tuple(results), cheapest=_cheapest(results, req.prices))
 
 
@@ -126,13 +147,24 @@ def _cheapest(results: list[GPUFit], prices: dict[str, float] | None) -> Cheapes
             if price is None:
                 continue  # no price given: not ranked
             key = (price * g.min_device_count, total_memory)
-            entry = Cheapest(gpu_id=g.gpu_id, name=g.name, device_count=g.min_device_count,
-                             basis="price", cost=price * g.min_device_count,
-                             total_memory_bytes=total_memory)
+            entry = Cheapest(
+                gpu_id=g.gpu_id,
+                name=g.name,
+                device_count=g.min_device_count,
+                basis="price",
+                cost=price * g.min_device_count,
+                total_memory_bytes=total_memory,
+            )
         else:
             key = (float(total_memory), total_memory)
-            entry = Cheapest(gpu_id=g.gpu_id, name=g.name, device_count=g.min_device_count,
-                             basis="total_memory", cost=None, total_memory_bytes=total_memory)
+            entry = Cheapest(
+                gpu_id=g.gpu_id,
+                name=g.name,
+                device_count=g.min_device_count,
+                basis="total_memory",
+                cost=None,
+                total_memory_bytes=total_memory,
+            )
         if best is None or key < best[0]:
             best = (key, entry)
     return best[1] if best else None

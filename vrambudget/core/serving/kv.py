@@ -124,8 +124,9 @@ def _unify_hybrid(specs: list[LayerSpec]) -> list[LayerSpec]:
 
 
 @lru_cache(maxsize=1024)
-def kv_groups(arch: Arch, tensor: int, pipeline: int, dtype_bytes: int, block_size: int,
-              hybrid: bool) -> KVGroups:
+def kv_groups(
+    arch: Arch, tensor: int, pipeline: int, dtype_bytes: int, block_size: int, hybrid: bool
+) -> KVGroups:
     """Group the layers as ``get_kv_cache_groups`` does.
 
     One spec for all layers: one group. Several (full + sliding windows): layers of each spec,
@@ -145,7 +146,7 @@ def kv_groups(arch: Arch, tensor: int, pipeline: int, dtype_bytes: int, block_si
         start = spans[-1][1] if spans else 0
         spans.append((start, start + st.num_layers))
     if len(by_spec) == 1:
-        (spec, layers), = by_spec.items()
+        ((spec, layers),) = by_spec.items()
         return KVGroups(((spec, tuple(layers)),), tuple(spans), block_size)
     counts = [len(v) for v in by_spec.values()]
     group_size = min(counts)
@@ -188,13 +189,16 @@ def blocks_per_request(groups: KVGroups, max_model_len: int, batched_tokens: int
     """Blocks of the shared pool one request of ``max_model_len`` needs, over all groups
     (``get_max_concurrency_for_kv_cache_config``: ``cdiv(group_size x sum_g max_memory_g,
     page x group_size)``). Llama 3.1 8B at 8,192 tokens: 512."""
-    return sum(_spec_blocks(spec, groups.block_size, max_model_len, batched_tokens)
-               for spec, _ in groups.groups)
+    return sum(
+        _spec_blocks(spec, groups.block_size, max_model_len, batched_tokens)
+        for spec, _ in groups.groups
+    )
 
 
-def max_concurrency(blocks: int, groups: KVGroups, max_model_len: int,
-                    batched_tokens: int) -> float:
-    """"Maximum concurrency for L tokens per request": ``num_blocks / blocks_per_request``.
+def max_concurrency(
+    blocks: int, groups: KVGroups, max_model_len: int, batched_tokens: int
+) -> float:
+    """ "Maximum concurrency for L tokens per request": ``num_blocks / blocks_per_request``.
     29,751 / 512 = 58.11x."""
     return blocks / blocks_per_request(groups, max_model_len, batched_tokens)
 
@@ -206,6 +210,5 @@ def needed_bytes(groups: KVGroups, stage: int, max_model_len: int, batched_token
     (``check_enough_kv_cache_memory``)."""
     lo, hi = groups.stage_layers[stage]
     present = [spec for spec, layers in groups.groups if any(lo <= i < hi for i in layers)]
-    blocks = sum(_spec_blocks(s, groups.block_size, max_model_len, batched_tokens)
-                 for s in present)
+    blocks = sum(_spec_blocks(s, groups.block_size, max_model_len, batched_tokens) for s in present)
     return groups.stage_group_size(stage) * groups.page_bytes * blocks

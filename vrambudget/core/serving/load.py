@@ -61,9 +61,15 @@ class LoadMemory:
         return self.allocated_bytes - self.tensor_bytes
 
 
-_FUSED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
-          "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj",
-          "q_a_proj": "fused_qkv_a_proj", "kv_a_proj_with_mqa": "fused_qkv_a_proj"}
+_FUSED = {
+    "q_proj": "qkv_proj",
+    "k_proj": "qkv_proj",
+    "v_proj": "qkv_proj",
+    "gate_proj": "gate_up_proj",
+    "up_proj": "gate_up_proj",
+    "q_a_proj": "fused_qkv_a_proj",
+    "kv_a_proj_with_mqa": "fused_qkv_a_proj",
+}
 
 
 def _fused_name(g: TensorGroup, names: set[str]) -> str:
@@ -79,8 +85,15 @@ def _fused_name(g: TensorGroup, names: set[str]) -> str:
     return f"{prefix + '.' if prefix else ''}{fused or base}{bias}"
 
 
-def _sizes(groups: tuple[TensorGroup, ...], arch: Arch, t: int, ep: int, e: int,
-           quant: Quantization | None, layer: int | None) -> list[tuple[str, int]]:
+def _sizes(
+    groups: tuple[TensorGroup, ...],
+    arch: Arch,
+    t: int,
+    ep: int,
+    e: int,
+    quant: Quantization | None,
+    layer: int | None,
+) -> list[tuple[str, int]]:
     """(parameter, bytes) on one device, fused as vLLM creates them, in order. ``layer`` None:
     the groups of one layer (or single tensors); routed experts are one stacked tensor per
     projection. ``layer`` i: the i-th of groups repeated per layer (a vision tower's)."""
@@ -109,8 +122,9 @@ def _sizes(groups: tuple[TensorGroup, ...], arch: Arch, t: int, ep: int, e: int,
     return list(out.items())
 
 
-def _extras(arch: Arch, t: int, ep: int, e: int, quant: Quantization | None
-            ) -> list[tuple[str, int]]:
+def _extras(
+    arch: Arch, t: int, ep: int, e: int, quant: Quantization | None
+) -> list[tuple[str, int]]:
     """Tensors outside the text stack (Gemma 3's vision tower): the single ones, then the
     repeated ones layer by layer (q/k/v fused per layer as ``SiglipAttention``'s qkv_proj)."""
     single = tuple(g for g in arch.extras if g.count == 1)
@@ -147,27 +161,34 @@ def _rope_steps(rows: int, rotary: int, e: int, kind: str) -> Iterator[tuple[str
 
 
 @lru_cache(maxsize=4096)
-def load_memory(arch: Arch, e: int, quant: Quantization | None, t: int, pipeline: int,
-                ep: int) -> tuple[LoadMemory, ...]:
+def load_memory(
+    arch: Arch, e: int, quant: Quantization | None, t: int, pipeline: int, ep: int
+) -> tuple[LoadMemory, ...]:
     """Per pipeline stage (one process each, its own allocator): what "Model loading took"
     counts, the import-time MLA workspaces aside (exact 128 MiB segments, never freed: they
     change no other block, so the caller adds them per GPU type). Cached per layout: the
     replay is a few hundred allocations (about 1 ms)."""
-    return tuple(_replay(arch, stage, pipeline, e, quant, t, ep)
-                 for stage in stages(arch, pipeline))
+    return tuple(
+        _replay(arch, stage, pipeline, e, quant, t, ep) for stage in stages(arch, pipeline)
+    )
 
 
 def _split_layer(groups: tuple[TensorGroup, ...]) -> tuple[tuple[TensorGroup, ...], ...]:
     """A layer's groups as vLLM constructs them: attention, MLP (or MoE), the layer norms."""
     norms = tuple(g for g in groups if g.role is Role.NORM and g.name == "layernorms")
-    mlp = tuple(g for g in groups if g.role in (Role.EXPERT, Role.ROUTER) or g.name.startswith(
-        ("gate_proj", "up_proj", "down_proj", "shared_expert")))
+    mlp = tuple(
+        g
+        for g in groups
+        if g.role in (Role.EXPERT, Role.ROUTER)
+        or g.name.startswith(("gate_proj", "up_proj", "down_proj", "shared_expert"))
+    )
     attn = tuple(g for g in groups if g not in norms and g not in mlp)
     return attn, mlp, norms
 
 
-def _replay(arch: Arch, stage: Stage, pipeline: int, e: int, quant: Quantization | None,
-            t: int, ep: int) -> LoadMemory:
+def _replay(
+    arch: Arch, stage: Stage, pipeline: int, e: int, quant: Quantization | None, t: int, ep: int
+) -> LoadMemory:
     alloc = CachingAllocator()
     ids = count(1)
     live: dict[str, int] = {}

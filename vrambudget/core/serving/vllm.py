@@ -121,14 +121,14 @@ class Resolved:
     expert: int
 
 
-def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str
-            ) -> Resolved:
+def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str) -> Resolved:
     """Fill the engine defaults (``EngineArgs.get_batch_defaults``: the larger batch on GPUs of
     at least 70 GiB that are not A100s) and check what vLLM checks at configuration time."""
     cal = calibration(w.engine_version)
     d = cal.defaults
     large = memory_total_bytes >= d.large_gpu_min_bytes and not any(
-        x in gpu_name.lower() for x in d.large_gpu_excluded)
+        x in gpu_name.lower() for x in d.large_gpu_excluded
+    )
     seqs = w.max_num_seqs or (d.max_num_seqs_large if large else d.max_num_seqs_small)
     table = d.max_num_batched_tokens_large if large else d.max_num_batched_tokens_small
     batched = w.max_num_batched_tokens or table[w.entrypoint]
@@ -136,7 +136,8 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         raise InvalidWorkload(
             "max_num_batched_tokens" if w.max_num_batched_tokens else "max_num_seqs",
             f"max_num_batched_tokens ({batched}) must be >= max_num_seqs ({seqs}) "
-            "(vLLM SchedulerConfig)")
+            "(vLLM SchedulerConfig)",
+        )
     if arch.kind != "decoder":
         raise InvalidWorkload("model", "an llm_serving workload needs a decoder model")
     par = w.parallelism
@@ -144,9 +145,20 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
     dtype = model_dtype(w)
     e = bytes_of(dtype)
     kv_bytes = e if w.kv_cache_dtype == "auto" else 1
-    return Resolved(cal, dtype, e, kv_bytes, w.block_size or d.block_size,
-                    w.max_model_len or arch.max_positions, seqs, batched, par.tensor,
-                    par.pipeline, par.data, ep)
+    return Resolved(
+        cal,
+        dtype,
+        e,
+        kv_bytes,
+        w.block_size or d.block_size,
+        w.max_model_len or arch.max_positions,
+        seqs,
+        batched,
+        par.tensor,
+        par.pipeline,
+        par.data,
+        ep,
+    )
 
 
 def _layout(arch: Arch, r: Resolved) -> Parallelism:
@@ -154,9 +166,10 @@ def _layout(arch: Arch, r: Resolved) -> Parallelism:
     try:
         check_layout(arch, par)
     except InvalidWorkload as exc:
-        field = {"parallelism.tensor": "parallelism.tensor",
-                 "parallelism.pipeline": "parallelism.pipeline"}.get(exc.field,
-                                                                     "parallelism")
+        field = {
+            "parallelism.tensor": "parallelism.tensor",
+            "parallelism.pipeline": "parallelism.pipeline",
+        }.get(exc.field, "parallelism")
         raise InvalidWorkload(field, exc.message) from None
     return par
 
@@ -188,7 +201,8 @@ def activation_peak_bytes(arch: Arch, st: StageStatic, r: Resolved) -> int:
     max_num_batched_tokens`` tokens spread over ``S = min(max_num_seqs, T)`` requests, then (last
     stage) a dummy sampler run over ``S`` rows of the full vocabulary.
 
-    forward = fwd_scale x working set of the largest layer (``formulas.activations.inference_working_set``:
+    forward = fwd_scale x working set of the largest layer
+    (``formulas.activations.inference_working_set``:
               residual 4 T h e + max(attention, MLP))
               + pp_hidden x T x h x e on stages before the last (the intermediate tensors sent
               on: hidden states and residual)
@@ -202,13 +216,17 @@ def activation_peak_bytes(arch: Arch, st: StageStatic, r: Resolved) -> int:
     T = r.max_num_batched_tokens
     S = min(r.max_num_seqs, T)
     q = ceil_div(T, S)
-    ws = max(inference_working_set(layer, arch, st.dims, S, q, q, r.e, "flash")
-             for layer, _ in st.layer_kinds)
+    ws = max(
+        inference_working_set(layer, arch, st.dims, S, q, q, r.e, "flash")
+        for layer, _ in st.layer_kinds
+    )
     forward = math.ceil(c("forward_working_set_scale") * ws)
     if not st.stage.last:
         return forward + math.ceil(c("pp_hidden_copies") * T * arch.hidden_size * r.e)
-    sampler = math.ceil(c("sampler_bytes_per_logit") * S * arch.vocab_size
-                        + c("sampler_hidden_copies") * T * arch.hidden_size * r.e)
+    sampler = math.ceil(
+        c("sampler_bytes_per_logit") * S * arch.vocab_size
+        + c("sampler_hidden_copies") * T * arch.hidden_size * r.e
+    )
     sampler += math.ceil(c("moe_workspace_scale") * _moe_workspace(arch, st, T, r.e))
     return max(forward, sampler)
 
@@ -244,8 +262,9 @@ def cuda_graph_bytes(st: StageStatic, r: Resolved, eager: bool) -> int:
     if eager:
         return 0
     c = r.cal.c
-    return max(round(c("cuda_graph_base_bytes") + c("cuda_graph_per_layer_bytes")
-                     * st.stage.num_layers), 0)
+    return max(
+        round(c("cuda_graph_base_bytes") + c("cuda_graph_per_layer_bytes") * st.stage.num_layers), 0
+    )
 
 
 # ---------------------------------------------------------------------------- the account --
@@ -277,8 +296,12 @@ class StageAccount:
     @property
     def weights_memory_bytes(self) -> int:
         """What vLLM logs as "Model loading took": allocated bytes of the load window."""
-        return (self.weights_bytes + self.metadata_bytes + self.load_rounding_bytes
-                + self.load_workspace_bytes)
+        return (
+            self.weights_bytes
+            + self.metadata_bytes
+            + self.load_rounding_bytes
+            + self.load_workspace_bytes
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,14 +333,16 @@ def mla_import_workspaces(gpu_name: str) -> int:
 
 
 @lru_cache(maxsize=2048)
-def _statics(arch: Arch, dtype: str, quant: Quantization | None, par: Parallelism
-             ) -> tuple[StageStatic, ...]:
+def _statics(
+    arch: Arch, dtype: str, quant: Quantization | None, par: Parallelism
+) -> tuple[StageStatic, ...]:
     precision = Precision(weights=dtype, compute=dtype, quantization=quant)  # type: ignore[arg-type]
     return stage_statics(arch, precision, par, None)
 
 
-def account(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str
-            ) -> ServingAccount:
+def account(
+    w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str
+) -> ServingAccount:
     """The engine's numbers on one GPU type. Raises ``InvalidWorkload`` for a layout or setting
     vLLM rejects at configuration time (field relative to the workload)."""
     r = resolve(w, arch, memory_total_bytes, gpu_name)
@@ -336,29 +361,49 @@ def account(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         act = activation_peak_bytes(arch, st, r)
         graphs = cuda_graph_bytes(st, r, w.enforce_eager)
         rope = load.rotary_bytes  # the stage's own tables: each stage is its own process
-        available = (requested - (st.weights_bytes + st.metadata_bytes + rope)
-                     - load.rounding_bytes - workspace - act - nt)
+        available = (
+            requested
+            - (st.weights_bytes + st.metadata_bytes + rope)
+            - load.rounding_bytes
+            - workspace
+            - act
+            - nt
+        )
         if r.cal.cudagraph_in_budget:
             available -= graphs
         if r.cal.baseline_in_budget:
             available -= context + nccl
         i = st.stage.index
-        out.append(StageAccount(
-            stage=i, num_layers=st.stage.num_layers, weights_bytes=st.weights_bytes + rope,
-            metadata_bytes=st.metadata_bytes, rotary_bytes=rope,
-            load_rounding_bytes=load.rounding_bytes, load_workspace_bytes=workspace,
-            activation_bytes=act,
-            non_torch_bytes=nt, non_torch_comm_bytes=nt_comm, cuda_context_bytes=context,
-            nccl_init_bytes=nccl, cuda_graph_bytes=graphs, requested_bytes=requested,
-            available_bytes=available, group_size=groups.stage_group_size(i),
-            needed_bytes=kv.needed_bytes(groups, i, r.max_model_len, r.max_num_batched_tokens)))
-    blocks = min(kv.num_blocks(max(s.available_bytes, 0), groups.page_bytes, s.group_size)
-                 for s in out)
+        out.append(
+            StageAccount(
+                stage=i,
+                num_layers=st.stage.num_layers,
+                weights_bytes=st.weights_bytes + rope,
+                metadata_bytes=st.metadata_bytes,
+                rotary_bytes=rope,
+                load_rounding_bytes=load.rounding_bytes,
+                load_workspace_bytes=workspace,
+                activation_bytes=act,
+                non_torch_bytes=nt,
+                non_torch_comm_bytes=nt_comm,
+                cuda_context_bytes=context,
+                nccl_init_bytes=nccl,
+                cuda_graph_bytes=graphs,
+                requested_bytes=requested,
+                available_bytes=available,
+                group_size=groups.stage_group_size(i),
+                needed_bytes=kv.needed_bytes(groups, i, r.max_model_len, r.max_num_batched_tokens),
+            )
+        )
+    blocks = min(
+        kv.num_blocks(max(s.available_bytes, 0), groups.page_bytes, s.group_size) for s in out
+    )
     tokens = kv.num_tokens(blocks, groups)
     concurrency = kv.max_concurrency(blocks, groups, r.max_model_len, r.max_num_batched_tokens)
     reason = _refusal(out, r, arch)
-    return ServingAccount(r, groups, tuple(out), blocks, tokens, concurrency, reason is None,
-                          reason)
+    return ServingAccount(
+        r, groups, tuple(out), blocks, tokens, concurrency, reason is None, reason
+    )
 
 
 def _gib(b: int) -> str:
@@ -368,18 +413,24 @@ def _gib(b: int) -> str:
 def _refusal(stages_: list[StageAccount], r: Resolved, arch: Arch) -> str | None:
     """Why vLLM would refuse to start, in its own words, or None."""
     if r.max_model_len > arch.max_positions:
-        return (f"max_model_len {r.max_model_len} exceeds the model's max_position_embeddings "
-                f"{arch.max_positions} (vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)")
+        return (
+            f"max_model_len {r.max_model_len} exceeds the model's max_position_embeddings "
+            f"{arch.max_positions} (vLLM refuses unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
+        )
     for s in stages_:
         where = f" on pipeline stage {s.stage}" if len(stages_) > 1 else ""
         if s.available_bytes <= 0:
-            return (f"no available memory for the cache blocks{where}: weights, activation peak "
-                    f"and non-torch memory take {_gib(s.requested_bytes - s.available_bytes)} "
-                    f"of the {_gib(s.requested_bytes)} that gpu_memory_utilization allows")
+            return (
+                f"no available memory for the cache blocks{where}: weights, activation peak "
+                f"and non-torch memory take {_gib(s.requested_bytes - s.available_bytes)} "
+                f"of the {_gib(s.requested_bytes)} that gpu_memory_utilization allows"
+            )
         if s.needed_bytes > s.available_bytes:
-            return (f"one request of max_model_len {r.max_model_len} needs "
-                    f"{_gib(s.needed_bytes)} of KV cache{where}, more than the "
-                    f"{_gib(s.available_bytes)} available")
+            return (
+                f"one request of max_model_len {r.max_model_len} needs "
+                f"{_gib(s.needed_bytes)} of KV cache{where}, more than the "
+                f"{_gib(s.available_bytes)} available"
+            )
     return None
 
 

@@ -44,40 +44,50 @@ class MoESpec(Wire, frozen=True, kw_only=True):
     ] = 0
 
 
-
 class DimensionsModel(Wire, tag="dimensions", tag_field="source", frozen=True, kw_only=True):
     """A transformer given by its dimensions (for a model with no preset or config)."""
 
-    name: Annotated[
-        Name | None, Meta(description="Label in the answer; default: `custom`.")
-    ] = None
+    name: Annotated[Name | None, Meta(description="Label in the answer; default: `custom`.")] = None
     kind: Annotated[
         Literal["decoder", "encoder"],
-        Meta(description="`decoder`: generates tokens, has an LM head and a KV cache; "
-             "`encoder`: one forward pass, no LM head."),
+        Meta(
+            description="`decoder`: generates tokens, has an LM head and a KV cache; "
+            "`encoder`: one forward pass, no LM head."
+        ),
     ] = "decoder"
     hidden_size: Annotated[Dim, Meta(description="Model width (d_model), elements.")]
     num_layers: Annotated[int, Meta(ge=1, le=1_000_000, description="Layers (1 .. 10^6).")]
     num_attention_heads: Annotated[Dim, Meta(description="Query heads per layer.")]
     num_key_value_heads: Annotated[
         Annotated[int, Meta(ge=1, le=1 << 24)] | None,
-        Meta(description="KV heads (GQA/MQA); must divide the query heads. Default (null): "
-             "as many as query heads."),
+        Meta(
+            description="KV heads (GQA/MQA); must divide the query heads. Default (null): "
+            "as many as query heads."
+        ),
     ] = None
     head_dim: Annotated[
         Annotated[int, Meta(ge=1, le=1 << 24)] | None,
-        Meta(description="Width of one attention head, elements. Default (null): "
-             "hidden_size / num_attention_heads."),
+        Meta(
+            description="Width of one attention head, elements. Default (null): "
+            "hidden_size / num_attention_heads."
+        ),
     ] = None
     intermediate_size: Annotated[
-        Dim, Meta(description="Width of the dense MLP, elements (also the dense layers of a "
-                  "MoE model).")
+        Dim,
+        Meta(
+            description="Width of the dense MLP, elements (also the dense layers of a MoE model)."
+        ),
     ]
     vocab_size: Annotated[int, Meta(ge=1, le=1 << 26, description="Vocabulary (1 .. 2^26).")]
     max_position_embeddings: Annotated[
-        int, Meta(ge=1, le=MAX_TOKENS, description="Longest context the model supports, tokens: "
-                  "longer requests warn, fits stop there; rows of a learned position table. "
-                  "Default: 2^40 (no limit).")
+        int,
+        Meta(
+            ge=1,
+            le=MAX_TOKENS,
+            description="Longest context the model supports, tokens: "
+            "longer requests warn, fits stop there; rows of a learned position table. "
+            "Default: 2^40 (no limit).",
+        ),
     ] = 1 << 40
     mlp: Annotated[
         Literal["gated", "dense"],
@@ -90,21 +100,25 @@ class DimensionsModel(Wire, tag="dimensions", tag_field="source", frozen=True, k
     tie_word_embeddings: Annotated[
         bool, Meta(description="The LM head shares the token embedding (no separate lm_head).")
     ] = False
-    attention_bias: Annotated[
-        bool, Meta(description="q/k/v/o projections have biases.")
-    ] = False
+    attention_bias: Annotated[bool, Meta(description="q/k/v/o projections have biases.")] = False
     mlp_bias: Annotated[bool, Meta(description="MLP projections have biases.")] = False
     learned_position_embeddings: Annotated[
         bool, Meta(description="A learned position table (GPT-2/BERT style).")
     ] = False
     sliding_window: Annotated[
         Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None,
-        Meta(description="Window of the sliding-window layers, tokens (their KV cache holds at "
-             "most this many). Required with num_sliding_window_layers; default: none."),
+        Meta(
+            description="Window of the sliding-window layers, tokens (their KV cache holds at "
+            "most this many). Required with num_sliding_window_layers; default: none."
+        ),
     ] = None
     num_sliding_window_layers: Annotated[
-        int, Meta(ge=0, le=1_000_000, description="How many layers use the sliding window "
-                  "(the last ones); 0: none.")
+        int,
+        Meta(
+            ge=0,
+            le=1_000_000,
+            description="How many layers use the sliding window (the last ones); 0: none.",
+        ),
     ] = 0
     moe: Annotated[
         MoESpec | None, Meta(description="Mixture-of-experts MLPs; default (null): dense MLPs.")

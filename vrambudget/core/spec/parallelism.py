@@ -27,9 +27,11 @@ class Parallelism(Wire, frozen=True, kw_only=True):
     ] = 1
     pipeline_schedule: Annotated[
         Literal["1f1b", "gpipe", "interleaved_1f1b"],
-        Meta(description="Training schedule, which sets the micro-batches whose activations a "
-             "stage holds: `gpipe` all of them, `1f1b` up to the stages after it, "
-             "`interleaved_1f1b` as 1f1b plus the interleaving overhead."),
+        Meta(
+            description="Training schedule, which sets the micro-batches whose activations a "
+            "stage holds: `gpipe` all of them, `1f1b` up to the stages after it, "
+            "`interleaved_1f1b` as 1f1b plus the interleaving overhead."
+        ),
     ] = "1f1b"
     virtual_stages: Annotated[
         int, Meta(ge=1, le=1024, description="Model chunks per device (interleaved 1F1B).")
@@ -42,8 +44,10 @@ class Parallelism(Wire, frozen=True, kw_only=True):
     ] = 1
     zero_stage: Annotated[
         Literal[0, 1, 2, 3],
-        Meta(description="ZeRO stage over the data-parallel group (FSDP FULL_SHARD = 3, "
-             "SHARD_GRAD_OP = 2)."),
+        Meta(
+            description="ZeRO stage over the data-parallel group (FSDP FULL_SHARD = 3, "
+            "SHARD_GRAD_OP = 2)."
+        ),
     ] = 0
     offload_optimizer: Annotated[
         bool, Meta(description="Optimizer states and master weights in host RAM (ZeRO-Offload).")

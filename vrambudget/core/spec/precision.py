@@ -10,7 +10,7 @@ from ..dtypes import ComputeDType, KVCacheDType, WeightDType
 from . import rules
 from .limits import Wire
 
-__all__ = ["AWQ", "BitsAndBytes4bit", "FP8", "GPTQ", "Int8", "Precision", "Quantization"]
+__all__ = ["AWQ", "FP8", "GPTQ", "BitsAndBytes4bit", "Int8", "Precision", "Quantization"]
 
 
 class _QuantBase(Wire, frozen=True, kw_only=True):
@@ -38,12 +38,18 @@ class FP8(_QuantBase, tag="fp8", tag_field="scheme", frozen=True, kw_only=True):
 
     granularity: Annotated[
         Literal["tensor", "channel", "block"],
-        Meta(description="One fp32 scale per tensor, per output channel, or per "
-             "block_size x block_size block."),
+        Meta(
+            description="One fp32 scale per tensor, per output channel, or per "
+            "block_size x block_size block."
+        ),
     ] = "tensor"
     block_size: Annotated[
-        int, Meta(ge=1, le=1 << 16, description="Side of a square scale block, elements (only "
-                  "with granularity `block`).")
+        int,
+        Meta(
+            ge=1,
+            le=1 << 16,
+            description="Side of a square scale block, elements (only with granularity `block`).",
+        ),
     ] = 128
 
 
@@ -66,8 +72,13 @@ class AWQ(_QuantBase, tag="awq", tag_field="scheme", frozen=True, kw_only=True):
 
     bits: Annotated[Literal[4], Meta(description="Bits per weight (AWQ GEMM: 4 only).")] = 4
     group_size: Annotated[
-        int, Meta(ge=-1, le=1 << 16, description="Input features per group (one zero and one "
-                  "scale per group and output feature); -1: one group.")
+        int,
+        Meta(
+            ge=-1,
+            le=1 << 16,
+            description="Input features per group (one zero and one "
+            "scale per group and output feature); -1: one group.",
+        ),
     ] = 128
 
     def __post_init__(self) -> None:
@@ -87,8 +98,11 @@ class BitsAndBytes4bit(_QuantBase, tag="bnb_4bit", tag_field="scheme", frozen=Tr
         Meta(description="Elements per absmax block."),
     ] = 64
     double_quant: Annotated[
-        bool, Meta(description="Quantize the absmax values to uint8 (nested blocks of 256 with "
-                   "fp32 scales) instead of keeping them fp32.")
+        bool,
+        Meta(
+            description="Quantize the absmax values to uint8 (nested blocks of 256 with "
+            "fp32 scales) instead of keeping them fp32."
+        ),
     ] = False
 
 
@@ -98,15 +112,19 @@ Quantization = Int8 | FP8 | GPTQ | AWQ | BitsAndBytes4bit
 class Precision(Wire, frozen=True, kw_only=True):
     weights: Annotated[
         WeightDType,
-        Meta(description="Storage dtype of unquantized weights. `fp8` stores the linear layers "
-             "in fp8 with per-tensor scales (as `quantization: {scheme: fp8}`)."),
+        Meta(
+            description="Storage dtype of unquantized weights. `fp8` stores the linear layers "
+            "in fp8 with per-tensor scales (as `quantization: {scheme: fp8}`)."
+        ),
     ] = "bf16"
     compute: Annotated[ComputeDType, Meta(description="Activation/compute dtype.")] = "bf16"
     kv_cache: Annotated[KVCacheDType, Meta(description="`auto`: the compute dtype.")] = "auto"
     quantization: Annotated[
         Quantization | None,
-        Meta(description="Quantization of the linear layers (and expert MLPs); default (null): "
-             "none, all weights stored in `weights`."),
+        Meta(
+            description="Quantization of the linear layers (and expert MLPs); default (null): "
+            "none, all weights stored in `weights`."
+        ),
     ] = None
 
     def __post_init__(self) -> None:

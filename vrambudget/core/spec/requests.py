@@ -14,7 +14,21 @@ from .limits import Bytes, Fraction, Name, Wire
 from .serving import LLMServingWorkload
 from .workloads import GenericWorkload, InferenceWorkload, TrainingWorkload
 
-__all__ = ["AnalyticWorkload", "ModelWorkload", "analytic_workloads", "FitRequest", "FitVariable", "BudgetRequest", "CatalogDevice", "CustomDevice", "DeviceRef", "Headroom", "Software", "TraceOptions", "Workload"]
+__all__ = [
+    "AnalyticWorkload",
+    "BudgetRequest",
+    "CatalogDevice",
+    "CustomDevice",
+    "DeviceRef",
+    "FitRequest",
+    "FitVariable",
+    "Headroom",
+    "ModelWorkload",
+    "Software",
+    "TraceOptions",
+    "Workload",
+    "analytic_workloads",
+]
 
 
 Workload = InferenceWorkload | TrainingWorkload | GenericWorkload | LLMServingWorkload
@@ -29,6 +43,7 @@ def analytic_workloads(workloads: tuple[Workload, ...]) -> tuple[AnalyticWorkloa
     out = tuple([w for w in workloads if not isinstance(w, LLMServingWorkload)])
     return out if len(out) == len(workloads) else None
 
+
 # --------------------------------------------------------------------------------- devices --
 
 
@@ -40,18 +55,24 @@ class CustomDevice(Wire, tag="custom", tag_field="source", frozen=True, kw_only=
     """A device that is not in the catalog."""
 
     name: Annotated[Name, Meta(description="Label of the device in the answer and warnings.")] = (
-        "custom")
+        "custom"
+    )
     memory_total_bytes: Annotated[
         int, Meta(ge=1, le=1 << 50, description="Device memory capacity, bytes.")
     ]
     native_dtypes: Annotated[
         tuple[NativeDType, ...],
-        Meta(description="Dtypes with native (tensor-core) support; weights or compute in any "
-             "other dtype get a warning."),
+        Meta(
+            description="Dtypes with native (tensor-core) support; weights or compute in any "
+            "other dtype get a warning."
+        ),
     ] = ("fp32", "fp16", "bf16")
     architecture: Annotated[
-        Name, Meta(description="Architecture name, reported in the answer only (overheads use "
-                   "generic defaults).")
+        Name,
+        Meta(
+            description="Architecture name, reported in the answer only (overheads use "
+            "generic defaults)."
+        ),
     ] = "unknown"
 
 
@@ -61,12 +82,10 @@ DeviceRef = CatalogDevice | CustomDevice
 class Headroom(Wire, frozen=True, kw_only=True):
     """Safety margin kept free on top of the estimate."""
 
-    fraction: Annotated[
-        Fraction, Meta(description="Of the device subtotal (default 5%).")
-    ] = 0.05
+    fraction: Annotated[Fraction, Meta(description="Of the device subtotal (default 5%).")] = 0.05
     min_bytes: Annotated[
-        Bytes, Meta(description="Floor of the headroom, bytes: max(fraction x subtotal, "
-                    "min_bytes).")
+        Bytes,
+        Meta(description="Floor of the headroom, bytes: max(fraction x subtotal, min_bytes)."),
     ] = 0
 
 
@@ -74,9 +93,14 @@ class TraceOptions(Wire, frozen=True, kw_only=True):
     """How the trace tier runs the workload (used with ``method: trace``)."""
 
     iterations: Annotated[
-        int, Meta(ge=2, le=8, description="Training steps (or generation requests) traced, "
-                  "2 .. 8: the first optimizer step creates the optimizer state lazily, so the "
-                  "steady state is only seen from the second.")
+        int,
+        Meta(
+            ge=2,
+            le=8,
+            description="Training steps (or generation requests) traced, "
+            "2 .. 8: the first optimizer step creates the optimizer state lazily, so the "
+            "steady state is only seen from the second.",
+        ),
     ] = 2
     expandable_segments: Annotated[
         bool, Meta(description="Replay with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
@@ -105,10 +129,12 @@ class BudgetRequest(Wire, frozen=True, kw_only=True):
 
     method: Annotated[
         Literal["analytic", "trace"],
-        Meta(description="`analytic`: closed-form formulas (microseconds). `trace`: run the "
-             "workload's PyTorch code on fake tensors and replay every allocation through a "
-             "model of the CUDA caching allocator (seconds; inference and training workloads, "
-             "one pipeline stage, no ZeRO)."),
+        Meta(
+            description="`analytic`: closed-form formulas (microseconds). `trace`: run the "
+            "workload's PyTorch code on fake tensors and replay every allocation through a "
+            "model of the CUDA caching allocator (seconds; inference and training workloads, "
+            "one pipeline stage, no ZeRO)."
+        ),
     ] = "analytic"
     trace: Annotated[
         TraceOptions, Meta(description="Options of the trace tier (ignored by `analytic`).")
@@ -116,23 +142,34 @@ class BudgetRequest(Wire, frozen=True, kw_only=True):
 
     workloads: Annotated[
         tuple[Workload, ...],
-        Meta(min_length=1, max_length=16, description="Workloads sharing each device (1 .. 16); "
-             "with several, the most loaded stage of each is summed on one device."),
+        Meta(
+            min_length=1,
+            max_length=16,
+            description="Workloads sharing each device (1 .. 16); "
+            "with several, the most loaded stage of each is summed on one device.",
+        ),
     ]
     device: Annotated[
         DeviceRef | None,
-        Meta(description="The device type; it fixes the CUDA context and workspace defaults "
-             "and dtype warnings. Default: none (generic defaults)."),
+        Meta(
+            description="The device type; it fixes the CUDA context and workspace defaults "
+            "and dtype warnings. Default: none (generic defaults)."
+        ),
     ] = None
     headroom: Annotated[
-        Headroom, Meta(description="Safety margin added to each device's subtotal (an "
-                       "`llm_serving` workload reports the memory the engine leaves unused "
-                       "instead).")
+        Headroom,
+        Meta(
+            description="Safety margin added to each device's subtotal (an "
+            "`llm_serving` workload reports the memory the engine leaves unused "
+            "instead)."
+        ),
     ] = Headroom()
     software: Annotated[
         Software | None,
-        Meta(description="Driver, CUDA and torch versions of the target: they choose the "
-             "calibration profile (default: any profile of the device)."),
+        Meta(
+            description="Driver, CUDA and torch versions of the target: they choose the "
+            "calibration profile (default: any profile of the device)."
+        ),
     ] = None
 
     def __post_init__(self) -> None:
@@ -147,55 +184,84 @@ class FitRequest(Wire, frozen=True, kw_only=True):
 
     workloads: Annotated[
         tuple[Workload, ...],
-        Meta(min_length=1, max_length=16, description="The workload to fit first (the one laid "
-             "out on device_counts and solved for), then up to 15 co-located ones that keep "
-             "their own layouts."),
+        Meta(
+            min_length=1,
+            max_length=16,
+            description="The workload to fit first (the one laid "
+            "out on device_counts and solved for), then up to 15 co-located ones that keep "
+            "their own layouts.",
+        ),
     ]
     devices: Annotated[
         Annotated[tuple[DeviceRef, ...], Meta(max_length=256)] | None,
-        Meta(description="Catalog GPUs and custom devices to check (at most 256); default "
-             "(null): the whole catalog."),
+        Meta(
+            description="Catalog GPUs and custom devices to check (at most 256); default "
+            "(null): the whole catalog."
+        ),
     ] = None
     device_counts: Annotated[
         tuple[Annotated[int, Meta(ge=1, le=4096)], ...],
-        Meta(min_length=1, max_length=16, description="Devices per replica to check. The first "
-             "workload is laid out on them: inference as tensor parallel within 8-GPU nodes and "
-             "pipeline parallel across; training as data parallel over its tensor x pipeline "
-             "layout."),
+        Meta(
+            min_length=1,
+            max_length=16,
+            description="Devices per replica to check. The first "
+            "workload is laid out on them: inference as tensor parallel within 8-GPU nodes and "
+            "pipeline parallel across; training as data parallel over its tensor x pipeline "
+            "layout.",
+        ),
     ] = (1,)
     headroom: Annotated[
         Headroom, Meta(description="Safety margin added to each device's subtotal.")
     ] = Headroom()
     solve: Annotated[
         tuple[FitVariable, ...],
-        Meta(description="Maxima to solve. `max_model_len` (and `context`) of an `llm_serving` "
-             "workload: the largest max_model_len at which the engine starts and holds "
-             "`target_concurrency` sequences; `concurrency`: its maximum concurrency; "
-             "`device_count`: the smallest GPU count that reaches `target_concurrency`."),
+        Meta(
+            description="Maxima to solve. `max_model_len` (and `context`) of an `llm_serving` "
+            "workload: the largest max_model_len at which the engine starts and holds "
+            "`target_concurrency` sequences; `concurrency`: its maximum concurrency; "
+            "`device_count`: the smallest GPU count that reaches `target_concurrency`."
+        ),
     ] = ("batch", "context", "concurrency", "device_count")
     target_concurrency: Annotated[
         Annotated[float, Meta(gt=0.0, le=float(1 << 24))] | None,
-        Meta(description="`llm_serving` only: a layout fits when the engine starts and its "
-             "maximum concurrency at max_model_len is at least this; default (null): when it "
-             "starts."),
+        Meta(
+            description="`llm_serving` only: a layout fits when the engine starts and its "
+            "maximum concurrency at max_model_len is at least this; default (null): when it "
+            "starts."
+        ),
     ] = None
     prices: Annotated[
-        Annotated[dict[Annotated[str, Meta(min_length=1, max_length=128)],
-                       Annotated[float, Meta(ge=0.0, le=1e12)]], Meta(max_length=256)] | None,
-        Meta(description="Price of one GPU (any unit, e.g. per hour) by catalog id or custom "
-             "device name, to rank the cheapest GPU type for an `llm_serving` workload (price x "
-             "smallest device count). Default (null): rank by total device memory (the catalog "
-             "has no prices)."),
+        Annotated[
+            dict[
+                Annotated[str, Meta(min_length=1, max_length=128)],
+                Annotated[float, Meta(ge=0.0, le=1e12)],
+            ],
+            Meta(max_length=256),
+        ]
+        | None,
+        Meta(
+            description="Price of one GPU (any unit, e.g. per hour) by catalog id or custom "
+            "device name, to rank the cheapest GPU type for an `llm_serving` workload (price x "
+            "smallest device count). Default (null): rank by total device memory (the catalog "
+            "has no prices)."
+        ),
     ] = None
 
     max_device_count: Annotated[
-        int, Meta(ge=1, le=4096, description="Largest device count tried when solving "
-                  "`device_count` (1 .. 8, then multiples of 8).")
+        int,
+        Meta(
+            ge=1,
+            le=4096,
+            description="Largest device count tried when solving "
+            "`device_count` (1 .. 8, then multiples of 8).",
+        ),
     ] = 64
     software: Annotated[
         Software | None,
-        Meta(description="Driver, CUDA and torch versions of the target: they choose each "
-             "GPU's calibration profile (default: any profile of the GPU)."),
+        Meta(
+            description="Driver, CUDA and torch versions of the target: they choose each "
+            "GPU's calibration profile (default: any profile of the GPU)."
+        ),
     ] = None
 
     def __post_init__(self) -> None:

@@ -35,12 +35,12 @@ class Cond:
         v = obj
         for name in self.path:
             config = getattr(v, "__struct_config__", None)
-            v = config.tag if config is not None and config.tag_field == name else getattr(
-                v, name)
+            v = config.tag if config is not None and config.tag_field == name else getattr(v, name)
         return _OPS[self.op](v, self.value)
 
-    def schema(self, owner: type[msgspec.Struct], position: Literal["if", "then"]
-               ) -> dict[str, Any]:
+    def schema(
+        self, owner: type[msgspec.Struct], position: Literal["if", "then"]
+    ) -> dict[str, Any]:
         return _schema(owner, self.path, self._leaf(), self, position)
 
     def _leaf(self) -> dict[str, Any]:
@@ -58,9 +58,13 @@ class Cond:
             case "max_items":
                 return {"maxItems": self.value}
             case "contains_kind":
-                return {"contains": {"type": "object",
-                                     "properties": {"kind": {"const": self.value}},
-                                     "required": ["kind"]}}
+                return {
+                    "contains": {
+                        "type": "object",
+                        "properties": {"kind": {"const": self.value}},
+                        "required": ["kind"],
+                    }
+                }
 
 
 def _contains_kind(v: Any, kind: Any) -> bool:
@@ -78,16 +82,20 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-def _schema(owner: Any, path: tuple[str, ...], leaf: dict[str, Any], cond: Cond,
-            position: str) -> dict[str, Any]:
+def _schema(
+    owner: Any, path: tuple[str, ...], leaf: dict[str, Any], cond: Cond, position: str
+) -> dict[str, Any]:
     name, rest = path[0], path[1:]
     structs = _structs(owner)
     tag_fields = {s.__struct_config__.tag_field for s in structs}
     if name in tag_fields:  # a tagged union's tag: always present in the JSON
         return {"properties": {name: leaf}, "required": [name]}
     field = next(f for f in msgspec.structs.fields(structs[0]) if f.name == name)
-    inner = _schema(field.type, rest, leaf, Cond(rest, cond.op, cond.value), position) if (
-        rest) else leaf
+    inner = (
+        _schema(field.type, rest, leaf, Cond(rest, cond.op, cond.value), position)
+        if (rest)
+        else leaf
+    )
     out: dict[str, Any] = {"properties": {field.encode_name: inner}}
     if _required(field, path, cond, position):
         out["required"] = [field.encode_name]
@@ -103,15 +111,19 @@ def _structs(t: Any) -> list[Any]:
     return [t] if isinstance(t, type) and issubclass(t, msgspec.Struct) else []
 
 
-def _required(field: msgspec.structs.FieldInfo, path: tuple[str, ...], cond: Cond,
-              position: str) -> bool:
+def _required(
+    field: msgspec.structs.FieldInfo, path: tuple[str, ...], cond: Cond, position: str
+) -> bool:
     """Whether the condition needs the field present: its default does not satisfy the rest
     of the condition (a field without default: in an ``if`` only)."""
     if field.required:
         return position == "if"
     default = field.default if field.default is not msgspec.NODEFAULT else field.default_factory()
-    return not Cond(path[1:], cond.op, cond.value).holds(default) if len(path) > 1 else (
-        not _OPS[cond.op](default, cond.value))
+    return (
+        not Cond(path[1:], cond.op, cond.value).holds(default)
+        if len(path) > 1
+        else (not _OPS[cond.op](default, cond.value))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,49 +146,75 @@ class Rule:
 
 _GROUP_SIZE = Rule(Cond(("group_size",), "ne", 0), "group_size must be -1 or >= 1")
 _SERVING = Cond(("workloads",), "contains_kind", "llm_serving")
-_SERVING_ALONE = Rule(Cond(("workloads",), "max_items", 1),
-                      "an llm_serving workload must be the only workload (the engine hands all "
-                      "memory it may use to its KV cache)", _SERVING)
+_SERVING_ALONE = Rule(
+    Cond(("workloads",), "max_items", 1),
+    "an llm_serving workload must be the only workload (the engine hands all "
+    "memory it may use to its KV cache)",
+    _SERVING,
+)
 
 RULES: dict[str, tuple[Rule, ...]] = {
     "GPTQ": (_GROUP_SIZE,),
     "AWQ": (_GROUP_SIZE,),
     "Precision": (
-        Rule(Cond(("quantization",), "null"),
-             "weights 'fp8' already implies fp8 quantization; set weights to the dtype of the "
-             "unquantized layers instead", Cond(("weights",), "eq", "fp8")),
+        Rule(
+            Cond(("quantization",), "null"),
+            "weights 'fp8' already implies fp8 quantization; set weights to the dtype of the "
+            "unquantized layers instead",
+            Cond(("weights",), "eq", "fp8"),
+        ),
     ),
     "Parallelism": (
-        Rule(Cond(("zero_stage",), "eq", 3), "offload_parameters needs zero_stage 3",
-             Cond(("offload_parameters",), "eq", True)),
-        Rule(Cond(("zero_stage",), "ge", 1),
-             "offload_optimizer needs zero_stage >= 1 (ZeRO-Offload)",
-             Cond(("offload_optimizer",), "eq", True)),
-        Rule(Cond(("pipeline_schedule",), "eq", "interleaved_1f1b"),
-             "virtual_stages > 1 needs pipeline_schedule 'interleaved_1f1b'",
-             Cond(("virtual_stages",), "ge", 2)),
+        Rule(
+            Cond(("zero_stage",), "eq", 3),
+            "offload_parameters needs zero_stage 3",
+            Cond(("offload_parameters",), "eq", True),
+        ),
+        Rule(
+            Cond(("zero_stage",), "ge", 1),
+            "offload_optimizer needs zero_stage >= 1 (ZeRO-Offload)",
+            Cond(("offload_optimizer",), "eq", True),
+        ),
+        Rule(
+            Cond(("pipeline_schedule",), "eq", "interleaved_1f1b"),
+            "virtual_stages > 1 needs pipeline_schedule 'interleaved_1f1b'",
+            Cond(("virtual_stages",), "ge", 2),
+        ),
     ),
     "TrainingWorkload": (
-        Rule(Cond(("precision", "weights"), "eq", "fp32"),
-             "mixed_precision 'autocast' keeps fp32 parameters: set precision.weights to 'fp32'",
-             Cond(("mixed_precision",), "eq", "autocast")),
-        Rule(Cond(("precision", "quantization"), "null"),
-             "QLoRA sets the base quantization itself (method.quant_type, ...); leave "
-             "precision.quantization empty", Cond(("method", "kind"), "eq", "qlora")),
+        Rule(
+            Cond(("precision", "weights"), "eq", "fp32"),
+            "mixed_precision 'autocast' keeps fp32 parameters: set precision.weights to 'fp32'",
+            Cond(("mixed_precision",), "eq", "autocast"),
+        ),
+        Rule(
+            Cond(("precision", "quantization"), "null"),
+            "QLoRA sets the base quantization itself (method.quant_type, ...); leave "
+            "precision.quantization empty",
+            Cond(("method", "kind"), "eq", "qlora"),
+        ),
     ),
     "ServingQuantization": (
         _GROUP_SIZE,
-        Rule(Cond(("method",), "eq", "fp8"),
-             "applied_at_load needs method 'fp8' (vLLM quantizes only to fp8 while loading)",
-             Cond(("applied_at_load",), "eq", True)),
+        Rule(
+            Cond(("method",), "eq", "fp8"),
+            "applied_at_load needs method 'fp8' (vLLM quantizes only to fp8 while loading)",
+            Cond(("applied_at_load",), "eq", True),
+        ),
     ),
     "BudgetRequest": (
         _SERVING_ALONE,
-        Rule(Cond(("device",), "not_null"),
-             "an llm_serving workload needs a device (the engine sizes its KV cache from the "
-             "GPU's total memory)", _SERVING),
-        Rule(Cond(("method",), "eq", "analytic"),
-             "an llm_serving workload is budgeted by method 'analytic' only", _SERVING),
+        Rule(
+            Cond(("device",), "not_null"),
+            "an llm_serving workload needs a device (the engine sizes its KV cache from the "
+            "GPU's total memory)",
+            _SERVING,
+        ),
+        Rule(
+            Cond(("method",), "eq", "analytic"),
+            "an llm_serving workload is budgeted by method 'analytic' only",
+            _SERVING,
+        ),
     ),
     "FitRequest": (_SERVING_ALONE,),
 }

@@ -12,13 +12,33 @@ from .model import ModelSource
 from .parallelism import Parallelism
 from .precision import BitsAndBytes4bit, Precision
 
-__all__ = ["Adafactor", "AdamW", "AdamW8bit", "Attention", "CacheItem", "FullFineTune", "GenericWorkload", "Implementation", "InferenceWorkload", "LoRA", "LoRATarget", "Method", "Optimizer", "QLoRA", "SGD", "SizedItem", "TrainingWorkload"]
+__all__ = [
+    "SGD",
+    "Adafactor",
+    "AdamW",
+    "AdamW8bit",
+    "Attention",
+    "CacheItem",
+    "FullFineTune",
+    "GenericWorkload",
+    "Implementation",
+    "InferenceWorkload",
+    "LoRA",
+    "LoRATarget",
+    "Method",
+    "Optimizer",
+    "QLoRA",
+    "SizedItem",
+    "TrainingWorkload",
+]
 
 
 Attention = Annotated[
     Literal["sdpa", "flash", "eager"],
-    Meta(description="`eager` materializes the attention scores (s^2 per head); `flash` and "
-         "`sdpa` (memory-efficient kernels) keep O(s) state."),
+    Meta(
+        description="`eager` materializes the attention scores (s^2 per head); `flash` and "
+        "`sdpa` (memory-efficient kernels) keep O(s) state."
+    ),
 ]
 
 
@@ -37,20 +57,28 @@ class _ModelWorkload(Wire, frozen=True, kw_only=True):
         Parallelism, Meta(description="Layout across devices; default: a single device.")
     ] = Parallelism()
     instances: Annotated[
-        int, Meta(ge=1, le=256, description="Identical co-located instances (each its own "
-                  "process and CUDA context).")
+        int,
+        Meta(
+            ge=1,
+            le=256,
+            description="Identical co-located instances (each its own process and CUDA context).",
+        ),
     ] = 1
 
 
-class InferenceWorkload(_ModelWorkload, tag="inference", tag_field="kind", frozen=True, kw_only=True):
+class InferenceWorkload(
+    _ModelWorkload, tag="inference", tag_field="kind", frozen=True, kw_only=True
+):
     """Autoregressive generation (or an encoder forward pass)."""
 
     batch_size: Annotated[Batch, Meta(description="Sequences per request.")] = 1
-    prompt_tokens: Annotated[Tokens, Meta(description="Prompt length per sequence, tokens.")] = (
-        1024)
+    prompt_tokens: Annotated[Tokens, Meta(description="Prompt length per sequence, tokens.")] = 1024
     generated_tokens: Annotated[
-        TokensOrZero, Meta(description="Tokens generated per sequence (the KV cache holds "
-                           "prompt + generated); 0: prefill only.")
+        TokensOrZero,
+        Meta(
+            description="Tokens generated per sequence (the KV cache holds "
+            "prompt + generated); 0: prefill only."
+        ),
     ] = 256
     concurrent_requests: Annotated[Batch, Meta(description="Requests in flight at once.")] = 1
     attention: Attention = "sdpa"
@@ -59,8 +87,10 @@ class InferenceWorkload(_ModelWorkload, tag="inference", tag_field="kind", froze
     ] = "last"
     prefill_chunk_tokens: Annotated[
         Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None,
-        Meta(description="Chunked prefill: tokens per forward pass "
-             "(default: whole prompts of all sequences at once)."),
+        Meta(
+            description="Chunked prefill: tokens per forward pass "
+            "(default: whole prompts of all sequences at once)."
+        ),
     ] = None
 
     @property
@@ -74,9 +104,11 @@ class InferenceWorkload(_ModelWorkload, tag="inference", tag_field="kind", froze
 
 Implementation = Annotated[
     Literal["fused", "foreach", "for_loop"],
-    Meta(description="torch.optim implementation of the step: `fused` (one kernel, no "
-         "temporaries), `foreach` (the default on CUDA: multi-tensor ops with "
-         "parameter-sized temporaries), `for_loop` (one parameter at a time)."),
+    Meta(
+        description="torch.optim implementation of the step: `fused` (one kernel, no "
+        "temporaries), `foreach` (the default on CUDA: multi-tensor ops with "
+        "parameter-sized temporaries), `for_loop` (one parameter at a time)."
+    ),
 ]
 
 
@@ -92,8 +124,13 @@ class AdamW8bit(Wire, tag="adamw_8bit", tag_field="name", frozen=True, kw_only=T
 
 class SGD(Wire, tag="sgd", tag_field="name", frozen=True, kw_only=True):
     momentum: Annotated[
-        float, Meta(ge=0.0, le=1.0, description="Momentum factor; > 0 keeps one momentum buffer "
-                    "per trainable parameter, 0 keeps no state.")
+        float,
+        Meta(
+            ge=0.0,
+            le=1.0,
+            description="Momentum factor; > 0 keeps one momentum buffer "
+            "per trainable parameter, 0 keeps no state.",
+        ),
     ] = 0.9
     implementation: Implementation = "foreach"
 
@@ -101,9 +138,7 @@ class SGD(Wire, tag="sgd", tag_field="name", frozen=True, kw_only=True):
 class Adafactor(Wire, tag="adafactor", tag_field="name", frozen=True, kw_only=True):
     """Adafactor (Shazeer & Stern 2018): factored second moment for matrices."""
 
-    beta1: Annotated[float | None, Meta(description="First moment when set (default none).")] = (
-        None
-    )
+    beta1: Annotated[float | None, Meta(description="First moment when set (default none).")] = None
     implementation: Annotated[
         Literal["foreach", "for_loop"],
         Meta(description="torch.optim.Adafactor implementation (it has no fused kernel)."),
@@ -119,17 +154,40 @@ class FullFineTune(Wire, tag="full", tag_field="kind", frozen=True, kw_only=True
 
 # Projection names as the families' modelling code calls them (Llama-style, MLA, GPT-2, BERT,
 # explicit-dimension dense MLPs).
-LoRATarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                     "down_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj",
-                     "c_attn", "c_proj", "c_fc", "query", "key", "value", "dense", "fc1", "fc2"]
+LoRATarget = Literal[
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "q_a_proj",
+    "q_b_proj",
+    "kv_a_proj_with_mqa",
+    "kv_b_proj",
+    "c_attn",
+    "c_proj",
+    "c_fc",
+    "query",
+    "key",
+    "value",
+    "dense",
+    "fc1",
+    "fc2",
+]
 
 
 class LoRA(Wire, tag="lora", tag_field="kind", frozen=True, kw_only=True):
     """Frozen base, low-rank adapters (Hu et al. 2021) on the named projections."""
 
     rank: Annotated[
-        int, Meta(ge=1, le=1 << 16, description="Adapter rank r: A (r x in) and B (out x r) per "
-                  "targeted projection.")
+        int,
+        Meta(
+            ge=1,
+            le=1 << 16,
+            description="Adapter rank r: A (r x in) and B (out x r) per targeted projection.",
+        ),
     ] = 16
     target_modules: Annotated[
         tuple[LoRATarget, ...], Meta(min_length=1, description="Projections that get adapters.")
@@ -153,14 +211,18 @@ class QLoRA(LoRA, tag="qlora", tag_field="kind", frozen=True, kw_only=True):
         Meta(description="Elements per absmax block of the base weights."),
     ] = 64
     double_quant: Annotated[
-        bool, Meta(description="Quantize the absmax values to uint8 (nested blocks of 256 with "
-                   "fp32 scales); false: fp32 absmax.")
+        bool,
+        Meta(
+            description="Quantize the absmax values to uint8 (nested blocks of 256 with "
+            "fp32 scales); false: fp32 absmax."
+        ),
     ] = True
 
     @property
     def base_quantization(self) -> BitsAndBytes4bit:
-        return BitsAndBytes4bit(quant_type=self.quant_type, block_size=self.block_size,
-                                double_quant=self.double_quant)
+        return BitsAndBytes4bit(
+            quant_type=self.quant_type, block_size=self.block_size, double_quant=self.double_quant
+        )
 
 
 Method = FullFineTune | LoRA | QLoRA
@@ -174,19 +236,26 @@ class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", frozen=
     ] = 1
     sequence_length: Annotated[Tokens, Meta(description="Tokens per training sequence.")] = 2048
     gradient_accumulation_steps: Annotated[
-        int, Meta(ge=1, le=1 << 20, description="Micro-batches per optimizer step; > 1 keeps "
-                  "the gradients live between them, and bounds the micro-batches a pipeline "
-                  "stage holds.")
+        int,
+        Meta(
+            ge=1,
+            le=1 << 20,
+            description="Micro-batches per optimizer step; > 1 keeps "
+            "the gradients live between them, and bounds the micro-batches a pipeline "
+            "stage holds.",
+        ),
     ] = 1
     optimizer: Annotated[
         Optimizer, Meta(description="Optimizer; it sets the optimizer-state bytes.")
     ] = AdamW()
     mixed_precision: Annotated[
         Literal["master_fp32", "autocast", "pure"],
-        Meta(description="`master_fp32`: low-precision params and grads, fp32 master weights "
-             "and optimizer states (Megatron/DeepSpeed). `autocast`: fp32 params, grads and "
-             "states, low-precision compute (torch.autocast). `pure`: everything in the "
-             "weight dtype."),
+        Meta(
+            description="`master_fp32`: low-precision params and grads, fp32 master weights "
+            "and optimizer states (Megatron/DeepSpeed). `autocast`: fp32 params, grads and "
+            "states, low-precision compute (torch.autocast). `pure`: everything in the "
+            "weight dtype."
+        ),
     ] = "master_fp32"
     checkpointing: Annotated[
         Literal["none", "selective", "full"],
@@ -211,8 +280,12 @@ class CacheItem(Wire, frozen=True, kw_only=True):
     name: Annotated[Name, Meta(description="Label of the cache in the answer's breakdown.")]
     bytes_per_unit: Annotated[Bytes, Meta(description="Bytes per cached unit.")]
     units: Annotated[
-        int, Meta(ge=0, le=1 << 40, description="Units held; the cache takes "
-                  "bytes_per_unit x units bytes.")
+        int,
+        Meta(
+            ge=0,
+            le=1 << 40,
+            description="Units held; the cache takes bytes_per_unit x units bytes.",
+        ),
     ]
 
 
@@ -220,25 +293,29 @@ class GenericWorkload(Wire, tag="generic", tag_field="kind", frozen=True, kw_onl
     """Any other GPU workload (rendering, image processing, an unsupported model), described by
     its memory: persistent assets, working memory per item x batch, caches and workspaces."""
 
-    name: Annotated[
-        Name | None, Meta(description="Label in the answer; default: `generic`.")
-    ] = None
+    name: Annotated[Name | None, Meta(description="Label in the answer; default: `generic`.")] = (
+        None
+    )
     assets: Annotated[
         tuple[SizedItem, ...],
-        Meta(description="Persistent buffers (models, textures), counted once per instance; "
-             "reported as weights."),
+        Meta(
+            description="Persistent buffers (models, textures), counted once per instance; "
+            "reported as weights."
+        ),
     ] = ()
     per_item: Annotated[
         tuple[SizedItem, ...],
-        Meta(description="Working memory of one item, multiplied by batch_size; reported as "
-             "activations."),
+        Meta(
+            description="Working memory of one item, multiplied by batch_size; reported as "
+            "activations."
+        ),
     ] = ()
     batch_size: Annotated[
         Batch, Meta(description="Items processed at once (multiplies per_item).")
     ] = 1
     caches: Annotated[
-        tuple[CacheItem, ...], Meta(description="Caches of bytes_per_unit x units; reported as "
-                                    "KV cache.")
+        tuple[CacheItem, ...],
+        Meta(description="Caches of bytes_per_unit x units; reported as KV cache."),
     ] = ()
     workspaces: Annotated[
         tuple[SizedItem, ...], Meta(description="Scratch buffers; reported as runtime workspace.")
@@ -247,6 +324,10 @@ class GenericWorkload(Wire, tag="generic", tag_field="kind", frozen=True, kw_onl
         bool, Meta(description="Counts a CUDA context for the process.")
     ] = True
     instances: Annotated[
-        int, Meta(ge=1, le=256, description="Identical co-located instances; every component "
-                  "is multiplied by it.")
+        int,
+        Meta(
+            ge=1,
+            le=256,
+            description="Identical co-located instances; every component is multiplied by it.",
+        ),
     ] = 1

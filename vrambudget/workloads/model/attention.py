@@ -42,8 +42,9 @@ class _AttentionBlock:
 
     # ------------------------------------------------------------------------- attention --
 
-    def _rope_tables(self, start: int, s: int, dim: int, device: torch.device
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rope_tables(
+        self, start: int, s: int, dim: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         e = self.plan.compute_dtype
         steps = torch.arange(0, dim, 2, dtype=torch.float32, device=device)
         inv = 1.0 / torch.pow(10000.0, steps / dim)  # RoPE base 10000 (values only)
@@ -52,11 +53,13 @@ class _AttentionBlock:
         emb = torch.cat((freqs, freqs), dim=-1)[..., :dim]  # odd head dims: one extra column
         return emb.cos().to(e), emb.sin().to(e)
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None,
-                training: bool) -> torch.Tensor:
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None, training: bool
+    ) -> torch.Tensor:
         if self.plan.attention != "eager":
-            return kernels.flash_attention(q, k, v, causal=self.arch.kind == "decoder",
-                                           window=window)
+            return kernels.flash_attention(
+                q, k, v, causal=self.arch.kind == "decoder", window=window
+            )
         if self.plan.checkpointing == "selective" and training:
             # Korthikanti et al. 2022 §5: recompute the attention core instead of saving the
             # s x s scores, probabilities and dropout mask.
@@ -64,8 +67,9 @@ class _AttentionBlock:
             return out
         return self._eager(q, k, v, training)
 
-    def _eager(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, training: bool
-               ) -> torch.Tensor:
+    def _eager(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, training: bool
+    ) -> torch.Tensor:
         """transformers ``eager_attention_forward``: repeat_kv, scores in the compute dtype,
         softmax in fp32 cast back, dropout on the probabilities."""
         b, sq, h, d = q.shape
@@ -75,8 +79,11 @@ class _AttentionBlock:
         vh = v.transpose(1, 2)
         if hk != h:
             kh = kh[:, :, None].expand(b, hk, h // hk, sk, d).reshape(b, h, sk, d)
-            vh = vh[:, :, None].expand(b, hk, h // hk, sk, vh.shape[-1]).reshape(
-                b, h, sk, vh.shape[-1])
+            vh = (
+                vh[:, :, None]
+                .expand(b, hk, h // hk, sk, vh.shape[-1])
+                .reshape(b, h, sk, vh.shape[-1])
+            )
         scores = torch.matmul(qh, kh.transpose(2, 3)) * (1.0 / math.sqrt(d))
         if self.arch.kind == "decoder" and sq > 1:
             mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu_(sk - sq + 1)
@@ -85,9 +92,17 @@ class _AttentionBlock:
         probs = self.ops.dropout(probs, training)
         return torch.matmul(probs, vh).transpose(1, 2)
 
-    def _attention(self, bank: _Bank, layer: LayerType, x: torch.Tensor, start: int,
-                   rope: tuple[torch.Tensor, torch.Tensor] | None, cache: KVCache | None,
-                   index: int, training: bool) -> torch.Tensor:
+    def _attention(
+        self,
+        bank: _Bank,
+        layer: LayerType,
+        x: torch.Tensor,
+        start: int,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: KVCache | None,
+        index: int,
+        training: bool,
+    ) -> torch.Tensor:
         a, ops = self.arch, self.ops
         b, s, _ = x.shape
         if a.mla is not None:
@@ -121,8 +136,15 @@ class _AttentionBlock:
         o = self._attend(q, k, v, layer.window, training)
         return ops.linear(bank, out_name, o.reshape(b, s, self.heads * d))
 
-    def _cache_kv(self, cache: KVCache, index: int, k: torch.Tensor, v: torch.Tensor | None,
-                  start: int, window: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _cache_kv(
+        self,
+        cache: KVCache,
+        index: int,
+        k: torch.Tensor,
+        v: torch.Tensor | None,
+        start: int,
+        window: int | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write the new positions into the layer's cache; return the cached keys/values to
         attend to (a prefill attends to its own fresh keys)."""
         ck, cv = cache.keys[index], cache.values[index]
@@ -130,20 +152,28 @@ class _AttentionBlock:
         cap = ck.shape[1]
         if start == 0:  # prefill: store (the last `cap` positions of) the prompt
             keep = min(s, cap)
-            ck[:, :keep].copy_(k[:, s - keep:])
+            ck[:, :keep].copy_(k[:, s - keep :])
             if cv is not None and v is not None:
-                cv[:, :keep].copy_(v[:, s - keep:])
+                cv[:, :keep].copy_(v[:, s - keep :])
             return k, v if v is not None else k
         slot = start % cap if window else start
-        ck[:, slot:slot + s].copy_(k)
+        ck[:, slot : slot + s].copy_(k)
         if cv is not None and v is not None:
-            cv[:, slot:slot + s].copy_(v)
+            cv[:, slot : slot + s].copy_(v)
         length = min(start + s, cap)
         keys = ck[:, :length]
         return keys, (cv[:, :length] if cv is not None else keys)
 
-    def _mla(self, bank: _Bank, layer: LayerType, x: torch.Tensor, start: int,
-             cache: KVCache | None, index: int, training: bool) -> torch.Tensor:
+    def _mla(
+        self,
+        bank: _Bank,
+        layer: LayerType,
+        x: torch.Tensor,
+        start: int,
+        cache: KVCache | None,
+        index: int,
+        training: bool,
+    ) -> torch.Tensor:
         """DeepSeek-V2/V3 multi-head latent attention. Prefill and training expand the latent
         into per-head keys and values; decode attends in the latent space with the absorbed
         projections (vLLM's MLA decode), reading only the cached latent."""
@@ -153,8 +183,9 @@ class _AttentionBlock:
         b, s, _ = x.shape
         heads, nope, rope_d, vd = self.heads, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
         if bank.has("q_a_proj"):
-            q = ops.linear(bank, "q_b_proj", ops.norm(bank, "q_a_layernorm",
-                                                      ops.linear(bank, "q_a_proj", x)))
+            q = ops.linear(
+                bank, "q_b_proj", ops.norm(bank, "q_a_layernorm", ops.linear(bank, "q_a_proj", x))
+            )
         else:
             q = ops.linear(bank, "q_proj", x)
         q = q.reshape(b, s, heads, nope + rope_d)
@@ -173,7 +204,7 @@ class _AttentionBlock:
                 w_uk, w_uv = w.split((nope, vd), dim=1)
                 q_lat = torch.einsum("bshn,hnc->bshc", q_nope, w_uk)
                 qq = torch.cat((q_lat, q_pe), dim=-1)
-                o_lat = kernels.flash_attention(qq, cached, cached[..., :m.kv_lora_rank])
+                o_lat = kernels.flash_attention(qq, cached, cached[..., : m.kv_lora_rank])
                 o = torch.einsum("bshc,hvc->bshv", o_lat, w_uv)
                 return ops.linear(bank, "o_proj", o.reshape(b, s, heads * vd))
         kv = ops.linear(bank, "kv_b_proj", latent).reshape(b, s, heads, nope + vd)

@@ -39,11 +39,13 @@ class _FeedForward:
         if layer.moe:
             return self._moe(bank, x)
         if bank.has("mlp__c_fc"):
-            return ops.linear(bank, "mlp__c_proj", F.gelu(ops.linear(bank, "mlp__c_fc", x),
-                                                          approximate="tanh"))
+            return ops.linear(
+                bank, "mlp__c_proj", F.gelu(ops.linear(bank, "mlp__c_fc", x), approximate="tanh")
+            )
         if bank.has("intermediate__dense"):
-            return ops.linear(bank, "output__dense", F.gelu(ops.linear(
-                bank, "intermediate__dense", x)))
+            return ops.linear(
+                bank, "output__dense", F.gelu(ops.linear(bank, "intermediate__dense", x))
+            )
         if bank.has("gate_proj"):
             return self._gated(bank, "", x)
         return ops.linear(bank, "fc2", F.gelu(ops.linear(bank, "fc1", x)))
@@ -92,12 +94,14 @@ class _FeedForward:
         if pad:
             routed = torch.cat((routed, routed.new_zeros(pad, h)))
         ye = self._experts(bank, routed.reshape(experts, per_expert, h))
-        ye = ye.reshape(experts * per_expert, h)[:tokens * k].reshape(tokens, k, h)
+        ye = ye.reshape(experts * per_expert, h)[: tokens * k].reshape(tokens, k, h)
         y = (ye * weights[..., None]).sum(dim=1)
         if bank.has("shared_experts__gate_proj"):
             shared = self._gated(bank, "shared_experts__", flat)
             if bank.has("shared_expert_gate"):
-                shared = torch.sigmoid(F.linear(flat, self.ops.weight(
-                    bank, "shared_expert_gate"))) * shared
+                shared = (
+                    torch.sigmoid(F.linear(flat, self.ops.weight(bank, "shared_expert_gate")))
+                    * shared
+                )
             y = y + shared
         return y.reshape(b, s, h)

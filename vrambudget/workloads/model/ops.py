@@ -92,4 +92,3 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """transformers ``apply_rotary_pos_emb``; cos/sin (s, d) broadcast over batch and heads."""
     return x * cos[:, None, :] + _rotate_half(x) * sin[:, None, :]
-

@@ -42,34 +42,59 @@ class _Bank(nn.Module):
             if q is not None and g.role in roles:
                 n = count if g.role is Role.EXPERT else 1
                 payload, meta = tensor_storage(q, rows, cols, 1)
-                self.register_buffer(name, torch.empty(n, payload, dtype=torch.uint8,
-                                                       device=plan.device))
-                self.register_buffer(name + "__meta", torch.empty(n, meta, dtype=torch.uint8,
-                                                                  device=plan.device))
+                self.register_buffer(
+                    name, torch.empty(n, payload, dtype=torch.uint8, device=plan.device)
+                )
+                self.register_buffer(
+                    name + "__meta", torch.empty(n, meta, dtype=torch.uint8, device=plan.device)
+                )
                 self.quantized.add(name)
                 continue
             if g.role is Role.NORM and count > 1:  # e.g. the 2 or 4 norms of a decoder layer
                 for i in range(count):
-                    self.register_parameter(f"{name}__{i}", nn.Parameter(torch.empty(
-                        shape, dtype=plan.param_dtype, device=plan.device), requires_grad=grad))
+                    self.register_parameter(
+                        f"{name}__{i}",
+                        nn.Parameter(
+                            torch.empty(shape, dtype=plan.param_dtype, device=plan.device),
+                            requires_grad=grad,
+                        ),
+                    )
                 continue
-            self.register_parameter(name, nn.Parameter(torch.empty(
-                shape, dtype=plan.param_dtype, device=plan.device), requires_grad=grad))
+            self.register_parameter(
+                name,
+                nn.Parameter(
+                    torch.empty(shape, dtype=plan.param_dtype, device=plan.device),
+                    requires_grad=grad,
+                ),
+            )
         if plan.trainable == "lora":
             for g in groups:
                 if g.name.rsplit(".", 1)[-1] in plan.lora_targets and g.role in (
-                        Role.LINEAR, Role.EXPERT):
+                    Role.LINEAR,
+                    Role.EXPERT,
+                ):
                     rows, cols, count = per_device_shape(g, arch, t, 1)
                     lead = (count,) if g.role is Role.EXPERT else ()
                     r = plan.lora_rank
-                    self.register_parameter(_name(g) + "__lora_A", nn.Parameter(torch.empty(
-                        (*lead, r, cols), dtype=plan.adapter_dtype, device=plan.device)))
-                    self.register_parameter(_name(g) + "__lora_B", nn.Parameter(torch.empty(
-                        (*lead, rows, r), dtype=plan.adapter_dtype, device=plan.device)))
+                    self.register_parameter(
+                        _name(g) + "__lora_A",
+                        nn.Parameter(
+                            torch.empty(
+                                (*lead, r, cols), dtype=plan.adapter_dtype, device=plan.device
+                            )
+                        ),
+                    )
+                    self.register_parameter(
+                        _name(g) + "__lora_B",
+                        nn.Parameter(
+                            torch.empty(
+                                (*lead, rows, r), dtype=plan.adapter_dtype, device=plan.device
+                            )
+                        ),
+                    )
 
     def has(self, name: str) -> bool:
         return hasattr(self, name)
-
 
 
 def component_of(name: str) -> str:
@@ -79,4 +104,3 @@ def component_of(name: str) -> str:
     if "__lora_" in name:
         return "adapters"
     return "weights"
-

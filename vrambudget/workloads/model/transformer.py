@@ -34,8 +34,9 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
         self.heads = arch.num_heads // t
         self.kv_heads = self.heads if arch.mla else kv_heads_per_device(arch, t)
         gemma = arch.model_type in _GEMMA_FAMILIES
-        self.ops = _Ops(plan, self.marks, rms=arch.norm == "rmsnorm",
-                        norm_offset=1.0 if gemma else 0.0)
+        self.ops = _Ops(
+            plan, self.marks, rms=arch.norm == "rmsnorm", norm_offset=1.0 if gemma else 0.0
+        )
         self.embed = _Bank(arch.embeddings, arch, plan)
         self.layer_types: list[LayerType] = []
         banks = []
@@ -66,7 +67,7 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
         s = ids.shape[1]
         if "wpe" in names or "position_embeddings" in names:
             pos_name = "wpe" if "wpe" in names else "position_embeddings"
-            x = x + ops.weight(self.embed, pos_name)[start:start + s].to(e)
+            x = x + ops.weight(self.embed, pos_name)[start : start + s].to(e)
         if "token_type_embeddings" in names:
             x = x + ops.weight(self.embed, "token_type_embeddings")[0].to(e)
         if a.kind == "encoder":
@@ -75,21 +76,29 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
 
     # ----------------------------------------------------------------------------- layers --
 
-    def _layer(self, index: int, x: torch.Tensor, start: int,
-               rope: tuple[torch.Tensor, torch.Tensor] | None, cache: KVCache | None,
-               training: bool) -> torch.Tensor:
+    def _layer(
+        self,
+        index: int,
+        x: torch.Tensor,
+        start: int,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: KVCache | None,
+        training: bool,
+    ) -> torch.Tensor:
         bank = cast(_Bank, self.layers[index])  # nn.ModuleList is not generic
         layer = self.layer_types[index]
         ops = self.ops
         if bank.has("attention__output__LayerNorm"):  # BERT: post-norm
-            a = ops.dropout(self._attention(bank, layer, x, start, None, None, index, training),
-                            training)
+            a = ops.dropout(
+                self._attention(bank, layer, x, start, None, None, index, training), training
+            )
             x = ops.norm(bank, "attention__output__LayerNorm", x + a)
             m = ops.dropout(self._mlp(bank, layer, x), training)
             return ops.norm(bank, "output__LayerNorm", x + m)
         if bank.has("ln_1"):  # GPT-2
-            a = self._attention(bank, layer, ops.norm(bank, "ln_1", x), start, None, cache,
-                                index, training)
+            a = self._attention(
+                bank, layer, ops.norm(bank, "ln_1", x), start, None, cache, index, training
+            )
             x = x + ops.dropout(a, training)
             m = self._mlp(bank, layer, ops.norm(bank, "ln_2", x))
             return x + ops.dropout(m, training)
@@ -98,8 +107,9 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
             pre_attn, pre_mlp = "layernorms__0", "layernorms__2" if sandwich else "layernorms__1"
         else:  # explicit dimensions
             pre_attn, pre_mlp = "input_layernorm", "post_attention_layernorm"
-        a = self._attention(bank, layer, ops.norm(bank, pre_attn, x), start, rope, cache,
-                            index, training)
+        a = self._attention(
+            bank, layer, ops.norm(bank, pre_attn, x), start, rope, cache, index, training
+        )
         if sandwich:
             a = ops.norm(bank, "layernorms__1", a)
         x = x + ops.dropout(a, training)
@@ -108,8 +118,14 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
             m = ops.norm(bank, "layernorms__3", m)
         return x + ops.dropout(m, training)
 
-    def hidden_states(self, ids: torch.Tensor, *, start: int = 0, cache: KVCache | None = None,
-                      training: bool = False) -> torch.Tensor:
+    def hidden_states(
+        self,
+        ids: torch.Tensor,
+        *,
+        start: int = 0,
+        cache: KVCache | None = None,
+        training: bool = False,
+    ) -> torch.Tensor:
         """The final hidden states (after the final norm, for decoders)."""
         x = self.ops.dropout(self._embed(ids, start), training)
         rope = None
@@ -119,8 +135,7 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
         for i in range(len(self.layers)):
             with self.marks.module(f"layers.{i}"):
                 if training and self.plan.checkpointing == "full":
-                    x = checkpoint(self._layer, i, x, start, rope, None, True,
-                                   use_reentrant=False)
+                    x = checkpoint(self._layer, i, x, start, rope, None, True, use_reentrant=False)
                 else:
                     x = self._layer(i, x, start, rope, cache, training)
         self.ops.cast_cache.clear()
@@ -150,8 +165,16 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
             cap = min(context, layer.window) if layer.window else context
             if self.arch.mla is not None:
                 m = self.arch.mla
-                keys.append(torch.zeros(sequences, cap, 1, m.kv_lora_rank + m.qk_rope_head_dim,
-                                        dtype=dtype, device=dev))
+                keys.append(
+                    torch.zeros(
+                        sequences,
+                        cap,
+                        1,
+                        m.kv_lora_rank + m.qk_rope_head_dim,
+                        dtype=dtype,
+                        device=dev,
+                    )
+                )
                 values.append(None)
                 continue
             shape = (sequences, cap, self.kv_heads, self.arch.head_dim)
