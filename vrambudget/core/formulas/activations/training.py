@@ -1,82 +1,26 @@
-"""Activations: training's tensors saved for backward, inference's working set of one forward
-pass -- per layer on one device, itemized tensor by tensor, and over a pipeline stage.
-
-Shown in answers::
-
-    training: tensors saved for backward per layer x layers x micro-batches in flight;
-    inference: residual + max(attention, MLP) working set of one forward pass
-
-Worked number: GPT layer, s = 2048, b = 1, h = 4096, a = 32 heads, bf16, eager attention without
-recomputation saves ``s*b*h*(34 + 5*a*s/h)`` = 2048 x 4096 x (34 + 5 x 32 x 2048 / 4096) =
-956,301,312 B (Korthikanti et al. 2022, Table 2; tests/core/test_golden.py checks the identity).
-
-Training counts the tensors autograd saves for backward (Korthikanti et al. 2022, "Reducing
-Activation Recomputation in Large Transformer Models", §4.1): with a GPT layer, 2-byte
-activations, 1-byte dropout masks and unfused attention this itemization sums to exactly
-``s*b*h*(34 + 5*a*s/h)`` bytes, and with tensor parallelism to
-``s*b*h*(10 + 24/t + 5*a*s/(h*t))`` (Table 2) -- a test checks both. The same items generalize to
-gated MLPs (4 saved tensors of the intermediate width), GQA, QK-norm, sandwich norms, MoE and
-flash attention (which saves Q, K, V, the output and an fp32 log-sum-exp per row instead of the
-s^2 score matrix; Dao et al. 2022 §3.1).
-
-Inference counts the transient working set of one no-grad forward pass: the residual stream and
-its normalized copy plus the larger of the attention or MLP sublayer's live intermediates.
-"""
+"""Training activations: the tensors autograd saves for backward, per layer kind and over a
+pipeline stage with its micro-batches in flight."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..arch import Arch, LayerType, Role
-from ..dtypes import bytes_of
-from ..layout import Stage, kv_heads_per_device, per_device_shape
-from ..spec import LoRA, TrainingWorkload
-from ..units import ceil_div
+from ...arch import Arch, LayerType, Role
+from ...dtypes import bytes_of
+from ...layout import Stage, per_device_shape
+from ...spec import LoRA, TrainingWorkload
+from ...units import ceil_div
+from .dims import FP32, MASK, DeviceDims
 
 __all__ = [
-    "FORMULA",
     "FULL_TRAINING",
-    "SOURCE",
-    "DeviceDims",
     "Trainable",
-    "device_dims",
     "in_flight",
-    "inference_activations",
-    "inference_working_set",
     "lora_trainable",
     "training_activations",
     "training_saved",
 ]
-
-FORMULA = (
-    "training: tensors saved for backward per layer x layers x micro-batches in flight; "
-    "inference: residual + max(attention, MLP) working set of one forward pass"
-)
-SOURCE = "Korthikanti et al. 2022 §4 (Table 2); Dao et al. 2022 §3 (flash attention)"
-
-FP32 = 4
-MASK = 1  # dropout masks are kept as bytes (torch bool / uint8)
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceDims:
-    """Per-device widths under tensor parallelism t and expert parallelism ep."""
-
-    h: int
-    heads: int
-    kv_heads: int
-    qk_head_dim: int
-    v_head_dim: int
-    f: int
-    vocab: int
-    vocab_full: int
-    experts: int
-    top_k: int
-    f_expert: int
-    f_shared: int
-    ep: int
-    t: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,31 +87,6 @@ def lora_trainable(
         mlp_output_input=layer.moe or (same and bool(names & _MLP_OUT)),
         attention_output=same and bool(names & _ATTN_OUT),
         lora_bytes_per_token=per_token,
-    )
-
-
-def device_dims(arch: Arch, t: int, ep: int) -> DeviceDims:
-    moe = arch.moe
-    v_head = arch.mla.v_head_dim if arch.mla else arch.head_dim
-    return DeviceDims(
-        h=arch.hidden_size,
-        heads=arch.num_heads // t,
-        kv_heads=arch.num_heads // t if arch.mla else kv_heads_per_device(arch, t),
-        qk_head_dim=arch.head_dim,
-        v_head_dim=v_head,
-        f=ceil_div(arch.intermediate_size, t),
-        vocab=ceil_div(arch.vocab_size, t),
-        vocab_full=arch.vocab_size,
-        experts=(moe.num_experts // ep) if moe else 0,
-        top_k=moe.experts_per_token if moe else 0,
-        f_expert=(
-            moe.expert_intermediate_size if ep > 1 else ceil_div(moe.expert_intermediate_size, t)
-        )
-        if moe
-        else 0,
-        f_shared=ceil_div(moe.shared_intermediate_size, t) if moe else 0,
-        ep=ep,
-        t=t,
     )
 
 
@@ -251,63 +170,6 @@ def training_saved(
     else:
         items["log-sum-exp"] = b * heads * s * FP32
     return items
-
-
-def inference_working_set(
-    layer: LayerType,
-    arch: Arch,
-    dd: DeviceDims,
-    sequences: int,
-    query_tokens: int,
-    key_tokens: int,
-    e: int,
-    attention: str,
-) -> int:
-    """Peak live bytes of one no-grad layer forward: residual in and out, normalized input and
-    sublayer output, plus the larger sublayer (attention: Q, K, V, output, and the s_q x s_kv
-    scores and probabilities when eager;
-    MLP: gate, up and activation outputs, or fc1 and GELU outputs)."""
-    T = sequences * query_tokens
-    # The residual stream in and out, the normalized input and the sublayer's output are live
-    # around each sublayer (checked against the trace tier's oracle grid).
-    resid = 4 * T * dd.h * e
-    heads, qk, v = dd.heads, dd.qk_head_dim, dd.v_head_dim
-    # Eager attention repeats K/V per query head (transformers repeat_kv), as in training.
-    kv_live = heads if attention == "eager" else dd.kv_heads
-    attn = T * (heads * (qk + v) + kv_live * (qk + v)) * e
-    keys = min(key_tokens, layer.window) if layer.window else key_tokens
-    if attention == "eager":
-        # Scores, softmax's fp32 copy of them and its fp32 output (transformers eager path).
-        live = e + FP32 + (FP32 if e != FP32 else 0)
-        attn += sequences * heads * query_tokens * keys * live
-    else:
-        attn += sequences * heads * query_tokens * FP32
-    if layer.moe:
-        routed = ceil_div(T * dd.top_k, dd.ep)
-        mlp = T * (arch.moe.num_experts if arch.moe else 0) * (e + FP32)
-        mlp += routed * (3 * dd.f_expert + 2 * dd.h) * e + 3 * T * dd.f_shared * e
-    else:
-        mlp = T * (3 if arch.mlp == "gated" else 2) * dd.f * e
-    return resid + max(attn, mlp)
-
-
-def inference_activations(
-    layer_kinds: tuple[tuple[LayerType, int], ...],
-    arch: Arch,
-    dd: DeviceDims,
-    sequences: int,
-    query: int,
-    keys: int,
-    e: int,
-    attention: str,
-) -> int:
-    """The largest working set over a stage's layer kinds (layers run one at a time)."""
-    peak = 0
-    for layer, _ in layer_kinds:
-        ws = inference_working_set(layer, arch, dd, sequences, query, keys, e, attention)
-        if ws > peak:
-            peak = ws
-    return peak
 
 
 def in_flight(
