@@ -28,6 +28,7 @@ from ..spec import (
 )
 from ..statics import statics_for
 from . import explain
+from . import inputs as workload_inputs
 from .generic import generic_stage
 from .inference import inference_stage, inference_total
 from .stage import StageNumbers
@@ -92,11 +93,11 @@ def analytic_budget(
     archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]
     warnings: list[str] = []
     for w, arch in zip(workloads, archs, strict=True):
-        warnings += explain.warnings(w, arch, ctx)
+        warnings += workload_inputs.warnings(w, arch, ctx)
     devices: list[DeviceBudget] = []
     if len(workloads) == 1:
         w, arch = workloads[0], archs[0]
-        inputs = explain.inputs(w, arch, ov)
+        inputs = workload_inputs.inputs(w, arch, ov)
         for s in per_workload[0]:
             label = (
                 "every device"
@@ -113,7 +114,7 @@ def analytic_budget(
                     s.parts,
                     s.phases,
                     inputs,
-                    explain.INPUT_NAMES[explain.kind(w)],
+                    workload_inputs.INPUT_NAMES[workload_inputs.kind(w)],
                     headroom,
                     ov,
                     s.transient_bytes,
@@ -126,7 +127,7 @@ def analytic_budget(
         peaks = []
         for w, stages_, arch in zip(workloads, per_workload, archs, strict=True):
             top = max(stages_, key=lambda s: sum(s.values.values()))
-            name = explain.summary(w, arch).name
+            name = workload_inputs.summary(w, arch).name
             peaks.append(f"{name}: {top.peak_phase}")
             for c, v in top.values.items():
                 values[c] = values.get(c, 0) + v
@@ -154,7 +155,7 @@ def analytic_budget(
     pairs = tuple(zip(workloads, archs, strict=True))
     summaries, host_ram, disk = _PERSISTENT.get_or(
         tuple([persistent_key(w) for w in workloads]),
-        lambda: (tuple(explain.summary(w, a) for w, a in pairs), *host_and_disk(pairs)),
+        lambda: (tuple(workload_inputs.summary(w, a) for w, a in pairs), *host_and_disk(pairs)),
     )
     return Budget(
         workloads=summaries,

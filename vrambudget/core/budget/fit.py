@@ -36,8 +36,8 @@ from ..spec import (
 )
 from ..statics import statics_for
 from .analytic import device_totals, workload_stages
-from .explain import dtype_warnings
 from .inference import inference_total
+from .inputs import dtype_warnings
 
 __all__ = ["analytic_fit", "layout_for"]
 

@@ -1,0 +1,223 @@
+"""The workload side of an analytic budget's words: the inputs each line names, the workload's
+inputs and warnings, and its summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..arch import Arch
+from ..components import Component
+from ..device import DeviceContext
+from ..dtypes import native_dtype_name
+from ..overheads import Overheads
+from ..resolve import model_name
+from ..result import WorkloadSummary
+from ..spec import (
+    AnalyticWorkload,
+    FullFineTune,
+    GenericWorkload,
+    InferenceWorkload,
+    TrainingWorkload,
+)
+from ..statics import effective_precision, statics_for
+
+__all__ = ["INPUT_NAMES", "dtype_warnings", "inputs", "kind", "summary", "warnings"]
+
+C = Component
+
+_PAR = ("tensor_parallel", "pipeline_parallel", "data_parallel")
+INPUT_NAMES: dict[str, dict[Component, tuple[str, ...]]] = {
+    "inference": {
+        C.WEIGHTS: (
+            "weights_dtype",
+            "quantization",
+            "num_layers",
+            "hidden_size",
+            *_PAR[:2],
+            "instances",
+        ),
+        C.QUANTIZATION_METADATA: ("quantization", *_PAR[:2], "instances"),
+        C.KV_CACHE: (
+            "sequences",
+            "context_tokens",
+            "num_layers",
+            "num_kv_heads",
+            "head_dim",
+            "kv_cache_dtype",
+            "tensor_parallel",
+            "instances",
+        ),
+        C.ACTIVATIONS: (
+            "sequences",
+            "prompt_tokens",
+            "context_tokens",
+            "attention",
+            "hidden_size",
+            "compute_dtype",
+            "tensor_parallel",
+            "instances",
+        ),
+        C.LOGITS: ("sequences", "prompt_tokens", "logits", "compute_dtype", "tensor_parallel"),
+        C.CUDA_CONTEXT: ("instances",),
+        C.RUNTIME_WORKSPACE: ("instances",),
+        C.COMMUNICATION_BUFFERS: _PAR[:2],
+        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction", "largest_transient_bytes"),
+    },
+    "training": {
+        C.WEIGHTS: (
+            "weights_dtype",
+            "quantization",
+            "num_layers",
+            "hidden_size",
+            *_PAR,
+            "zero_stage",
+        ),
+        C.QUANTIZATION_METADATA: ("quantization", *_PAR),
+        C.ADAPTERS: ("method",),
+        C.ACTIVATIONS: (
+            "micro_batch_size",
+            "sequence_length",
+            "checkpointing",
+            "attention",
+            "hidden_size",
+            "num_layers",
+            "compute_dtype",
+            "tensor_parallel",
+            "pipeline_parallel",
+        ),
+        C.LOGITS: ("micro_batch_size", "sequence_length", "compute_dtype", "tensor_parallel"),
+        C.GRADIENTS: ("method", "mixed_precision", "zero_stage", "data_parallel"),
+        C.OPTIMIZER_STATE: ("optimizer", "mixed_precision", "zero_stage", "data_parallel"),
+        C.MASTER_WEIGHTS: ("mixed_precision", "zero_stage", "data_parallel"),
+        C.CUDA_CONTEXT: ("instances",),
+        C.RUNTIME_WORKSPACE: ("instances", "method", "mixed_precision"),
+        C.COMMUNICATION_BUFFERS: (*_PAR, "zero_stage"),
+        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction", "largest_transient_bytes"),
+    },
+    "generic": {
+        C.WEIGHTS: ("instances",),
+        C.ACTIVATIONS: ("batch_size", "instances"),
+        C.KV_CACHE: ("instances",),
+        C.RUNTIME_WORKSPACE: ("instances",),
+        C.CUDA_CONTEXT: ("instances",),
+        C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction", "largest_transient_bytes"),
+    },
+}
+for _names in INPUT_NAMES.values():
+    _names[C.HEADROOM] = ("headroom_fraction", "headroom_min_bytes", "subtotal_bytes")
+del _names
+
+
+def kind(w: AnalyticWorkload) -> str:
+    return w.__struct_config__.tag  # type: ignore[return-value]
+
+
+def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
+    if isinstance(w, GenericWorkload):
+        return {
+            "batch_size": w.batch_size,
+            "instances": w.instances,
+            "fragmentation_fraction": ov.generic_fragmentation_ppm / 1_000_000,
+        }
+    par = w.parallelism
+    q = effective_precision(w).quantization
+    common: dict[str, Any] = {
+        "tensor_parallel": par.tensor,
+        "pipeline_parallel": par.pipeline,
+        "data_parallel": par.data,
+        "weights_dtype": w.precision.weights,
+        "compute_dtype": w.precision.compute,
+        "instances": w.instances,
+        "quantization": q.__struct_config__.tag if q is not None else None,
+        "fragmentation_fraction": (
+            ov.training_fragmentation_ppm
+            if isinstance(w, TrainingWorkload)
+            else ov.inference_fragmentation_ppm
+        )
+        / 1_000_000,
+    }
+    if arch is not None:
+        common.update(
+            num_layers=arch.num_layers,
+            hidden_size=arch.hidden_size,
+            num_kv_heads=arch.num_kv_heads,
+            head_dim=arch.head_dim,
+        )
+    if isinstance(w, InferenceWorkload):
+        common.update(
+            sequences=w.num_sequences,
+            context_tokens=w.context_tokens,
+            prompt_tokens=w.prompt_tokens,
+            attention=w.attention,
+            kv_cache_dtype=w.precision.kv_cache,
+            logits=w.logits,
+        )
+    else:
+        common.update(
+            micro_batch_size=w.micro_batch_size,
+            sequence_length=w.sequence_length,
+            checkpointing=w.checkpointing,
+            zero_stage=par.zero_stage,
+            optimizer=w.optimizer.__struct_config__.tag,
+            mixed_precision=w.mixed_precision,
+            attention=w.attention,
+            method=w.method.__struct_config__.tag,
+        )
+    return common
+
+
+def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | None) -> list[str]:
+    out: list[str] = []
+    if isinstance(w, GenericWorkload) or arch is None:
+        return out
+    if isinstance(w, InferenceWorkload):
+        if arch.kind == "encoder" and w.generated_tokens:
+            out.append("encoder models do not generate: generated_tokens is ignored")
+        if arch.kind == "decoder" and w.context_tokens > arch.max_positions:
+            out.append(
+                f"context {w.context_tokens} exceeds the model's max_position_embeddings "
+                f"{arch.max_positions}"
+            )
+    else:
+        if w.sequence_length > arch.max_positions:
+            out.append(
+                f"sequence_length {w.sequence_length} exceeds the model's "
+                f"max_position_embeddings {arch.max_positions}"
+            )
+        if not isinstance(w.method, FullFineTune) and not any(
+            st.adapter_params for st in statics_for(w, arch)
+        ):
+            out.append(
+                "no LoRA target module matches this model's projections: "
+                "adapters, gradients and optimizer state are 0"
+            )
+    if device is not None:
+        out += dtype_warnings(w, device)
+    return out
+
+
+def dtype_warnings(w: InferenceWorkload | TrainingWorkload, device: DeviceContext) -> list[str]:
+    """Weights or compute dtypes the device has no native (tensor-core) support for."""
+    out = []
+    for dtype in sorted({w.precision.compute, w.precision.weights}):
+        native = native_dtype_name(dtype)
+        if native and native not in device.native_dtypes:
+            out.append(f"{device.name} has no native {dtype} support: kernels fall back or fail")
+    return out
+
+
+def summary(w: AnalyticWorkload, arch: Arch | None) -> WorkloadSummary:
+    if isinstance(w, GenericWorkload):
+        return WorkloadSummary(
+            name=w.name or "generic", kind="generic", devices_per_instance=1, instances=w.instances
+        )
+    assert arch is not None
+    return WorkloadSummary(
+        name=w.name or model_name(w.model),
+        kind="inference" if isinstance(w, InferenceWorkload) else "training",
+        model_type=arch.model_type,
+        num_params=arch.num_params,
+        num_layers=arch.num_layers,
+        devices_per_instance=w.parallelism.devices,
+        instances=w.instances,
+    )
