@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from ..units import MiB
 from .blocks import _KEY_SHIFT, _Block, _expandable_size, _Pool
 from .expandable import _ExpandableSegments
 from .sizes import (
-    _MIB,
     LARGE_BUFFER_BYTES,
     MIN_BLOCK_SIZE_BYTES,
     SMALL_SIZE_BYTES,
@@ -46,7 +46,7 @@ class CachingAllocator(_ExpandableSegments):
         if capacity_bytes is not None and capacity_bytes < 0:
             raise ValueError(f"negative capacity {capacity_bytes}")
         if max_split_size_bytes is not None and (
-            max_split_size_bytes < LARGE_BUFFER_BYTES or max_split_size_bytes % _MIB
+            max_split_size_bytes < LARGE_BUFFER_BYTES or max_split_size_bytes % MiB
         ):
             # parseMaxSplitSize: the option is whole MB and not below kLargeBuffer.
             raise ValueError(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..units import MiB
+
 __all__ = [
     "LARGE_BUFFER_BYTES",
     "MIN_BLOCK_SIZE_BYTES",
@@ -18,15 +20,14 @@ __all__ = [
     "round_size",
 ]
 
-_MIB = 1 << 20
 
 # The source's constants (CUDACachingAllocator.cpp, namespace Native, and kLargeBuffer above it).
 MIN_BLOCK_SIZE_BYTES = 512  # kMinBlockSize: all sizes are rounded to at least 512 bytes
-SMALL_SIZE_BYTES = 1 * _MIB  # kSmallSize: largest "small" allocation
-SMALL_BUFFER_BYTES = 2 * _MIB  # kSmallBuffer: small allocations are packed in 2 MiB segments
-MIN_LARGE_ALLOC_BYTES = 10 * _MIB  # kMinLargeAlloc: 1..10 MiB requests use a kLargeBuffer
-LARGE_BUFFER_BYTES = 20 * _MIB  # kLargeBuffer: large allocations may be packed in 20 MiB
-ROUND_LARGE_BYTES = 2 * _MIB  # kRoundLarge: larger allocations round up to 2 MiB
+SMALL_SIZE_BYTES = 1 * MiB  # kSmallSize: largest "small" allocation
+SMALL_BUFFER_BYTES = 2 * MiB  # kSmallBuffer: small allocations are packed in 2 MiB segments
+MIN_LARGE_ALLOC_BYTES = 10 * MiB  # kMinLargeAlloc: 1..10 MiB requests use a kLargeBuffer
+LARGE_BUFFER_BYTES = 20 * MiB  # kLargeBuffer: large allocations may be packed in 20 MiB
+ROUND_LARGE_BYTES = 2 * MiB  # kRoundLarge: larger allocations round up to 2 MiB
 
 # AllocatorConfig: kRoundUpPowerOfTwoIntervals intervals from 1 MiB (2**20) to 64 GiB.
 _ROUNDUP_INTERVALS = 16
