@@ -1,0 +1,40 @@
+"""The core's one memo mechanism is bounded: a cache keyed by what callers send (a custom device, a
+workload) forgets its oldest entries instead of growing with every distinct request."""
+
+from __future__ import annotations
+
+from vrambudget.core import device
+from vrambudget.core.memo import BoundedCache
+from vrambudget.core.spec import CustomDevice
+
+
+def test_oldest_entry_goes_first() -> None:
+    cache: BoundedCache[int, str] = BoundedCache(3)
+    for i in range(5):
+        cache.put(i, str(i))
+    assert list(cache) == [2, 3, 4]
+    assert cache.get_or(4, lambda: "new") == "4"
+    assert cache.get_or(9, lambda: "nine") == "nine"
+    assert list(cache) == [3, 4, 9]
+
+
+def test_every_module_level_cache_of_the_core_is_bounded() -> None:
+    from vrambudget.core.budget import analytic, explain
+
+    for cache in (
+        device._CONTEXTS,
+        device._CALIBRATED,
+        analytic._PERSISTENT,
+        explain._SOURCES,
+        explain._ROWS,
+        explain._USES,
+    ):
+        assert isinstance(cache, BoundedCache) and cache.max_entries <= 4096
+
+
+def test_custom_devices_do_not_grow_the_device_caches() -> None:
+    before = len(device._CONTEXTS)
+    for i in range(50):
+        ctx = device.resolve_device(CustomDevice(name=f"card {i}", memory_total_bytes=1 << 30))
+        assert ctx is not None and ctx.name == f"card {i}"
+    assert len(device._CONTEXTS) == before  # only catalog GPUs are cached, by id
