@@ -1,93 +1,15 @@
-"""From a Hugging Face ``config.json`` (or explicit dimensions) to a resolved ``Arch``.
-
-Each family follows its ``transformers`` modelling code (``modeling_<model_type>.py``): which
-tensors a layer creates, which have biases, which layers use a sliding window or experts. The
-tensor inventories below are the only place these facts live.
-"""
+"""Decoder families with RMSNorm and gated MLPs (Llama and descendants, Gemma, Qwen, DeepSeek):
+which layers use a sliding window or experts, the attention (including MLA) and MoE tensors,
+and the resolved ``Arch``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from msgspec import UNSET, UnsetType
-
-from .arch import (
-    MLA,
-    Arch,
-    AttentionKind,
-    LayerType,
-    MoE,
-    Role,
-    RopeScaling,
-    Split,
-    TensorGroup,
-)
-from .errors import InvalidWorkload
-from .hf_config import HFConfig, HFVisionConfig
-from .hf_defaults import FAMILY_DEFAULTS, GEMMA3_VISION_DEFAULTS
-
-__all__ = ["arch_from_hf_config", "compress_runs", "gated_mlp", "linear", "norm"]
-
-T = TensorGroup
-
-
-def linear(
-    name: str,
-    out_features: int,
-    in_features: int,
-    split: Split,
-    *,
-    role: Role = Role.LINEAR,
-    bias: bool = False,
-    count: int = 1,
-) -> list[TensorGroup]:
-    """A linear layer's weight (and bias). A row-parallel bias is replicated (added after the
-    all-reduce); a column-parallel bias is split with the output features."""
-    groups = [T(name, out_features, in_features, role, split, count)]
-    if bias:
-        bias_split = Split.REPLICATED if split is Split.ROW else split
-        groups.append(T(f"{name}.bias", out_features, 1, Role.BIAS, bias_split, count))
-    return groups
-
-
-def norm(name: str, width: int, *, layernorm: bool) -> list[TensorGroup]:
-    groups = [T(name, width, 1, Role.NORM, Split.REPLICATED)]
-    if layernorm:
-        groups.append(T(f"{name}.bias", width, 1, Role.NORM, Split.REPLICATED))
-    return groups
-
-
-def compress_runs(layers: Sequence[LayerType]) -> tuple[tuple[LayerType, int], ...]:
-    """Run-length encode a layer list, keeping order (so pipeline stages can be cut from it)."""
-    runs: list[list[Any]] = []
-    for layer in layers:
-        if runs and runs[-1][0] == layer:
-            runs[-1][1] += 1
-        else:
-            runs.append([layer, 1])
-    return tuple((layer, n) for layer, n in runs)
-
-
-class _Cfg:
-    """Config values with the family's transformers defaults filled in."""
-
-    def __init__(self, config: Any, defaults: dict[str, Any]) -> None:
-        self._config = config
-        self._defaults = defaults
-
-    def get(self, key: str, fallback: Any = None) -> Any:
-        value = getattr(self._config, key, UNSET)
-        if value is UNSET:
-            value = self._defaults.get(key)
-        return fallback if value is None else value
-
-    def require(self, key: str) -> Any:
-        value = self.get(key)
-        if value is None:
-            raise InvalidWorkload(f"config.{key}", "is required for this model_type")
-        return value
-
+from ..arch import MLA, Arch, AttentionKind, LayerType, MoE, Role, RopeScaling, Split, TensorGroup
+from ..errors import InvalidWorkload
+from .config import _Cfg
+from .tensors import T, compress_runs, gated_mlp, linear, norm
 
 # ---------------------------------------------------------------------------------------------
 # Decoder families with RMSNorm and gated MLPs (Llama and descendants, Gemma, Qwen, DeepSeek).
@@ -188,16 +110,6 @@ def _attention_tensors(
     return groups
 
 
-def gated_mlp(
-    prefix: str, h: int, f: int, *, bias: bool = False, role: Role = Role.LINEAR, count: int = 1
-) -> list[TensorGroup]:
-    return [
-        *linear(f"{prefix}gate_proj", f, h, Split.COLUMN, bias=bias, role=role, count=count),
-        *linear(f"{prefix}up_proj", f, h, Split.COLUMN, bias=bias, role=role, count=count),
-        *linear(f"{prefix}down_proj", h, f, Split.ROW, bias=bias, role=role, count=count),
-    ]
-
-
 def _moe_tensors(model_type: str, c: _Cfg, h: int, moe: MoE) -> list[TensorGroup]:
     groups = [T("router", moe.num_experts, h, Role.ROUTER, Split.REPLICATED)]
     if model_type == "deepseek_v3" and c.get("topk_method") == "noaux_tc":
@@ -223,59 +135,6 @@ def _mla_from(c: _Cfg) -> MLA:
         qk_rope_head_dim=c.require("qk_rope_head_dim"),
         v_head_dim=c.require("v_head_dim"),
     )
-
-
-def _vision_tensors(
-    vision: HFVisionConfig | UnsetType | None, text_hidden: int
-) -> list[TensorGroup]:
-    """Gemma 3's SigLIP tower (``modeling_siglip.py``) and ``Gemma3MultiModalProjector``."""
-    vc = _Cfg(vision, GEMMA3_VISION_DEFAULTS)
-    hv, fv = vc.get("hidden_size"), vc.get("intermediate_size")
-    patch, channels = vc.get("patch_size"), vc.get("num_channels")
-    num_patches = (vc.get("image_size") // patch) ** 2
-    layers = vc.get("num_hidden_layers")
-    per_layer = [
-        *norm("layer_norm1", hv, layernorm=True),
-        *(
-            g
-            for n in ("q_proj", "k_proj", "v_proj", "out_proj")
-            for g in linear(n, hv, hv, Split.REPLICATED, role=Role.VISION, bias=True)
-        ),
-        *norm("layer_norm2", hv, layernorm=True),
-        *linear("fc1", fv, hv, Split.REPLICATED, role=Role.VISION, bias=True),
-        *linear("fc2", hv, fv, Split.REPLICATED, role=Role.VISION, bias=True),
-    ]
-    groups = [
-        T("vision.patch_embedding", hv, channels * patch * patch, Role.VISION, Split.REPLICATED),
-        T("vision.patch_embedding.bias", hv, 1, Role.VISION, Split.REPLICATED),
-        T("vision.position_embedding", num_patches, hv, Role.VISION, Split.REPLICATED),
-        *(
-            T(
-                f"vision.layers.{g.name}",
-                g.rows,
-                g.cols,
-                Role.VISION,
-                Split.REPLICATED,
-                g.count * layers,
-            )
-            for g in per_layer
-        ),
-        *(
-            T(f"vision.{g.name}", g.rows, g.cols, Role.VISION, Split.REPLICATED)
-            for g in norm("post_layernorm", hv, layernorm=True)
-        ),
-        T(
-            "multi_modal_projector.mm_input_projection_weight",
-            hv,
-            text_hidden,
-            Role.VISION,
-            Split.REPLICATED,
-        ),
-        T("multi_modal_projector.mm_soft_emb_norm", hv, 1, Role.VISION, Split.REPLICATED),
-    ]
-    if vc.get("vision_use_head"):
-        raise InvalidWorkload("config.vision_config.vision_use_head", "true is not supported")
-    return groups
 
 
 def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
@@ -373,126 +232,3 @@ def _rope_scaling(r: Any, top_original: int | None) -> RopeScaling | None:
         factor=factor,
         original_max_positions=original,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# GPT-2 and BERT: LayerNorm, learned positions, GELU MLP with biases.
-# ---------------------------------------------------------------------------------------------
-
-
-def _gpt2(c: _Cfg) -> Arch:
-    h, L, a = c.require("n_embd"), c.require("n_layer"), c.require("n_head")
-    f = c.get("n_inner") or 4 * h
-    V, P = c.require("vocab_size"), c.require("n_positions")
-    layer = LayerType(
-        AttentionKind.FULL,
-        None,
-        False,
-        tuple(
-            [
-                *norm("ln_1", h, layernorm=True),
-                *linear("attn.c_attn", 3 * h, h, Split.COLUMN, bias=True),
-                *linear("attn.c_proj", h, h, Split.ROW, bias=True),
-                *norm("ln_2", h, layernorm=True),
-                *linear("mlp.c_fc", f, h, Split.COLUMN, bias=True),
-                *linear("mlp.c_proj", h, f, Split.ROW, bias=True),
-            ]
-        ),
-    )
-    return Arch(
-        model_type="gpt2",
-        kind="decoder",
-        hidden_size=h,
-        num_layers=L,
-        num_heads=a,
-        num_kv_heads=a,
-        head_dim=h // a,
-        intermediate_size=f,
-        vocab_size=V,
-        max_positions=P,
-        mlp="dense",
-        norm="layernorm",
-        tie_word_embeddings=True,
-        qk_norm=False,
-        sandwich_norms=False,
-        layer_runs=((layer, L),),
-        embeddings=(
-            T("wte", V, h, Role.EMBEDDING, Split.VOCAB),
-            T("wpe", P, h, Role.EMBEDDING, Split.REPLICATED),
-        ),
-        head=tuple(norm("ln_f", h, layernorm=True)),
-    )
-
-
-def _bert(c: _Cfg) -> Arch:
-    h, L, a = (
-        c.require("hidden_size"),
-        c.require("num_hidden_layers"),
-        c.require("num_attention_heads"),
-    )
-    f, V = c.require("intermediate_size"), c.require("vocab_size")
-    P, types = c.require("max_position_embeddings"), c.get("type_vocab_size", 2)
-    layer = LayerType(
-        AttentionKind.FULL,
-        None,
-        False,
-        tuple(
-            [
-                *linear("attention.self.query", h, h, Split.COLUMN, bias=True),
-                *linear("attention.self.key", h, h, Split.KV_COLUMN, bias=True),
-                *linear("attention.self.value", h, h, Split.KV_COLUMN, bias=True),
-                *linear("attention.output.dense", h, h, Split.ROW, bias=True),
-                *norm("attention.output.LayerNorm", h, layernorm=True),
-                *linear("intermediate.dense", f, h, Split.COLUMN, bias=True),
-                *linear("output.dense", h, f, Split.ROW, bias=True),
-                *norm("output.LayerNorm", h, layernorm=True),
-            ]
-        ),
-    )
-    # BertModel with its pooler (what AutoModel loads). The pre-training heads of the hub
-    # checkpoint (BertForPreTraining: MLM transform + decoder bias, NSP classifier) are counted
-    # as checkpoint-only parameters: transform dense h*h+h, LayerNorm 2h, decoder bias V
-    # (decoder weight tied to word embeddings), seq_relationship 2h+2.
-    mlm_nsp_heads = (h * h + h) + 2 * h + V + (2 * h + 2)
-    return Arch(
-        model_type="bert",
-        kind="encoder",
-        hidden_size=h,
-        num_layers=L,
-        num_heads=a,
-        num_kv_heads=a,
-        head_dim=h // a,
-        intermediate_size=f,
-        vocab_size=V,
-        max_positions=P,
-        mlp="dense",
-        norm="layernorm",
-        tie_word_embeddings=True,
-        qk_norm=False,
-        sandwich_norms=False,
-        layer_runs=((layer, L),),
-        embeddings=(
-            T("word_embeddings", V, h, Role.EMBEDDING, Split.VOCAB),
-            T("position_embeddings", P, h, Role.EMBEDDING, Split.REPLICATED),
-            T("token_type_embeddings", types, h, Role.EMBEDDING, Split.REPLICATED),
-            *norm("embeddings.LayerNorm", h, layernorm=True),
-        ),
-        head=tuple(linear("pooler.dense", h, h, Split.REPLICATED, bias=True)),
-        checkpoint_only_params=mlm_nsp_heads,
-    )
-
-
-def arch_from_hf_config(config: HFConfig) -> Arch:
-    """Resolve a ``config.json``; Gemma 3's multimodal wrapper resolves its ``text_config`` and
-    adds the vision tower that ``Gemma3ForConditionalGeneration`` loads."""
-    model_type = config.model_type
-    if model_type == "gpt2":
-        return _gpt2(_Cfg(config, FAMILY_DEFAULTS["gpt2"]))
-    if model_type == "bert":
-        return _bert(_Cfg(config, FAMILY_DEFAULTS["bert"]))
-    if model_type == "gemma3":
-        text = config.text_config
-        c = _Cfg(text, FAMILY_DEFAULTS["gemma3_text"])
-        extras = _vision_tensors(config.vision_config, c.require("hidden_size"))
-        return _decoder("gemma3", c, extras=extras)
-    return _decoder(model_type, _Cfg(config, FAMILY_DEFAULTS[model_type]), extras=[])
