@@ -29,7 +29,7 @@ from typing import Any
 from research.vllm_runs import load_runs, run_request
 from vrambudget.core.formulas.activations import inference_working_set
 from vrambudget.core.resolve import resolve_model
-from vrambudget.core.serving import vllm
+from vrambudget.core.serving import engine_args, vllm
 from vrambudget.core.units import GiB, ceil_div
 
 OUT = Path(__file__).resolve().parents[1] / "vrambudget" / "core" / "data" / "vllm_calibration.json"
@@ -42,9 +42,9 @@ def _features(run: dict[str, Any]) -> dict[str, Any] | None:
         return None
     w, total, gpu = req
     arch = resolve_model(w.model)
-    r = vllm.resolve(w, arch, total, gpu)
-    par = vllm._layout(arch, r)
-    statics = vllm._statics(arch, r.dtype, vllm.weights_quantization(w.quantization), par)
+    r = engine_args.resolve(w, arch, total, gpu)
+    par = engine_args._layout(arch, r)
+    statics = vllm._statics(arch, r.dtype, engine_args.weights_quantization(w.quantization), par)
     st = statics[0]  # the first stage: the rank whose log lines were recorded
     T, S = r.max_num_batched_tokens, min(r.max_num_seqs, r.max_num_batched_tokens)
     q = ceil_div(T, S)

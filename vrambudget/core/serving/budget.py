@@ -34,7 +34,8 @@ from ..spec import (
     Workload,
 )
 from . import kv
-from .vllm import ServingAccount, StageAccount, account, weights_quantization
+from .engine_args import weights_quantization
+from .vllm import ServingAccount, StageAccount, account
 
 __all__ = ["remedies", "serving_account", "serving_budget", "stage_values"]
 

@@ -1,0 +1,140 @@
+"""The workload's vLLM engine settings: ``--dtype auto``, the storage layout of each
+``--quantization`` method, the ``EngineArgs`` defaults of the calibrated version and what vLLM
+checks at configuration time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..arch import Arch
+from ..catalog import preset
+from ..dtypes import bytes_of
+from ..errors import InvalidWorkload
+from ..layout import check_layout
+from ..spec import (
+    AWQ,
+    FP8,
+    GPTQ,
+    HFConfigModel,
+    Int8,
+    LLMServingWorkload,
+    Parallelism,
+    PresetModel,
+    Quantization,
+    ServingQuantization,
+)
+from .calibration import EngineCalibration, calibration
+
+__all__ = ["Resolved", "model_dtype", "resolve", "weights_quantization"]
+
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def model_dtype(w: LLMServingWorkload) -> str:
+    """``--dtype auto``: float16 checkpoints stay float16, everything else (bfloat16, and
+    float32 checkpoints, which vLLM downcasts) runs in bfloat16 (vllm/config/model.py
+    ``_get_and_verify_dtype``)."""
+    if w.dtype != "auto":
+        return _DTYPES[w.dtype]
+    config = None
+    if isinstance(w.model, PresetModel):
+        config = preset(w.model.id).config
+    elif isinstance(w.model, HFConfigModel):
+        config = w.model.config
+    stored = getattr(config, "torch_dtype", None) if config is not None else None
+    return "fp16" if stored in ("float16", "half") else "bf16"
+
+
+def weights_quantization(q: ServingQuantization | None) -> Quantization | None:
+    """The storage layout of each vLLM quantization method (``quantization.tensor_storage``):
+    fp8 one fp32 scale per tensor (``Fp8LinearMethod``), per channel (compressed-tensors
+    fp8-dynamic ``weight_scale`` of shape (out, 1)) or per 128 x 128 block; w8a8 int8 with fp32
+    per-channel scales; 4-bit GPTQ / AWQ packed int32 with fp16 scales (compressed-tensors
+    w4a16 stored like AWQ: packed int32 + per-group scales)."""
+    if q is None:
+        return None
+    match q.method:
+        case "fp8":
+            return FP8(granularity="tensor")
+        case "fp8_channel":
+            return FP8(granularity="channel")
+        case "fp8_block":
+            return FP8(granularity="block", block_size=128)
+        case "w8a8_int8":
+            return Int8(scale_dtype="fp32")
+        case "gptq":
+            return GPTQ(bits=4, group_size=q.group_size)
+        case "awq" | "w4a16":
+            return AWQ(bits=4, group_size=q.group_size)
+    raise AssertionError(q.method)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The workload's engine settings once the version's defaults are filled in."""
+
+    cal: EngineCalibration
+    dtype: str
+    e: int
+    kv_bytes: int
+    block_size: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    tensor: int
+    pipeline: int
+    data: int
+    expert: int
+
+
+def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str) -> Resolved:
+    """Fill the engine defaults (``EngineArgs.get_batch_defaults``: the larger batch on GPUs of
+    at least 70 GiB that are not A100s) and check what vLLM checks at configuration time."""
+    cal = calibration(w.engine_version)
+    d = cal.defaults
+    large = memory_total_bytes >= d.large_gpu_min_bytes and not any(
+        x in gpu_name.lower() for x in d.large_gpu_excluded
+    )
+    seqs = w.max_num_seqs or (d.max_num_seqs_large if large else d.max_num_seqs_small)
+    table = d.max_num_batched_tokens_large if large else d.max_num_batched_tokens_small
+    batched = w.max_num_batched_tokens or table[w.entrypoint]
+    if batched < seqs:
+        raise InvalidWorkload(
+            "max_num_batched_tokens" if w.max_num_batched_tokens else "max_num_seqs",
+            f"max_num_batched_tokens ({batched}) must be >= max_num_seqs ({seqs}) "
+            "(vLLM SchedulerConfig)",
+        )
+    if arch.kind != "decoder":
+        raise InvalidWorkload("model", "an llm_serving workload needs a decoder model")
+    par = w.parallelism
+    ep = par.tensor * par.data if (par.enable_expert_parallel and arch.moe) else 1
+    dtype = model_dtype(w)
+    e = bytes_of(dtype)
+    kv_bytes = e if w.kv_cache_dtype == "auto" else 1
+    return Resolved(
+        cal,
+        dtype,
+        e,
+        kv_bytes,
+        w.block_size or d.block_size,
+        w.max_model_len or arch.max_positions,
+        seqs,
+        batched,
+        par.tensor,
+        par.pipeline,
+        par.data,
+        ep,
+    )
+
+
+def _layout(arch: Arch, r: Resolved) -> Parallelism:
+    par = Parallelism(tensor=r.tensor, pipeline=r.pipeline, expert=r.expert)
+    try:
+        check_layout(arch, par)
+    except InvalidWorkload as exc:
+        field = {
+            "parallelism.tensor": "parallelism.tensor",
+            "parallelism.pipeline": "parallelism.pipeline",
+        }.get(exc.field, "parallelism")
+        raise InvalidWorkload(field, exc.message) from None
+    return par

@@ -1,0 +1,113 @@
+"""The quantities vLLM subtracts from ``requested``, one function each with its formula: the
+requested memory, the profile run's activation peak, the non-torch increase, the baseline
+before the snapshot (CUDA context, NCCL) and the CUDA graphs."""
+
+from __future__ import annotations
+
+import math
+
+from ..arch import Arch
+from ..formulas.activations import inference_working_set
+from ..statics import StageStatic
+from ..units import ceil_div
+from .engine_args import Resolved
+
+__all__ = [
+    "activation_peak_bytes",
+    "baseline_bytes",
+    "cuda_graph_bytes",
+    "non_torch_bytes",
+    "requested_bytes",
+]
+
+# ------------------------------------------------------------------------- the quantities --
+
+
+def requested_bytes(total: int, utilization: float) -> int:
+    """``requested_memory = ceil(total x gpu_memory_utilization)`` (vllm/v1/worker/utils.py
+    ``request_memory``), with the fraction taken to a millionth. H100 80GB HBM3 (85,030,… B,
+    79.19 GiB) x 0.95 = 75.23 GiB."""
+    ppm = round(utilization * 1_000_000)
+    return ceil_div(total * ppm, 1_000_000)
+
+
+def _moe_workspace(arch: Arch, st: StageStatic, tokens: int, e: int) -> int:
+    """Fused-MoE intermediate caches of one layer (vllm/model_executor/layers/fused_moe
+    ``fused_experts_impl``): ``cache13`` of ``T x top_k x max(2 f', h)`` and ``cache2`` of ``T x
+    top_k x f'`` in the model dtype, live while the profile run's hidden states are sampled.
+    Qwen3-30B-A3B, T 8,192: 8,192 x 8 x (2,048 + 768) x 2 = 369,098,752 B."""
+    if arch.moe is None or not any(layer.moe for layer, _ in st.layer_kinds):
+        return 0
+    f = st.dims.f_expert
+    return tokens * arch.moe.experts_per_token * (max(2 * f, arch.hidden_size) + f) * e
+
+
+def activation_peak_bytes(arch: Arch, st: StageStatic, r: Resolved) -> int:
+    """The torch peak increase of ``profile_run``: a dummy forward of ``T =
+    max_num_batched_tokens`` tokens spread over ``S = min(max_num_seqs, T)`` requests, then (last
+    stage) a dummy sampler run over ``S`` rows of the full vocabulary.
+
+    forward = fwd_scale x working set of the largest layer
+    (``formulas.activations.inference_working_set``:
+              residual 4 T h e + max(attention, MLP))
+              + pp_hidden x T x h x e on stages before the last (the intermediate tensors sent
+              on: hidden states and residual)
+    sampler = sampler_bytes_per_logit x S x V + sampler_hidden x T x h x e + MoE workspace
+    peak    = max(forward, sampler) on the last stage, forward elsewhere
+
+    Llama 3.1 8B, T 8,192, S 1,024 (H100 defaults): sampler 15.2 x 1,024 x 128,256 + 2 x 8,192 x
+    4,096 x 2 = 2.13 GB > forward 0.97 GB; vLLM 0.19.0 logs 1.89 GiB.
+    """
+    c = r.cal.c
+    T = r.max_num_batched_tokens
+    S = min(r.max_num_seqs, T)
+    q = ceil_div(T, S)
+    ws = max(
+        inference_working_set(layer, arch, st.dims, S, q, q, r.e, "flash")
+        for layer, _ in st.layer_kinds
+    )
+    forward = math.ceil(c("forward_working_set_scale") * ws)
+    if not st.stage.last:
+        return forward + math.ceil(c("pp_hidden_copies") * T * arch.hidden_size * r.e)
+    sampler = math.ceil(
+        c("sampler_bytes_per_logit") * S * arch.vocab_size
+        + c("sampler_hidden_copies") * T * arch.hidden_size * r.e
+    )
+    sampler += math.ceil(c("moe_workspace_scale") * _moe_workspace(arch, st, T, r.e))
+    return max(forward, sampler)
+
+
+def non_torch_bytes(r: Resolved) -> tuple[int, int]:
+    """(non-torch increase during profiling, the part of it due to communication): cuBLAS and
+    attention workspaces on one GPU; custom all-reduce / NCCL buffers with tensor parallelism;
+    less with pipeline parallelism only (buffers already made before the snapshot). Calibrated
+    per version and layout class."""
+    c = r.cal.c
+    base = round(c("non_torch_tp1_bytes"))
+    if r.tensor >= 4:
+        value = round(c("non_torch_tp4_bytes"))
+    elif r.tensor >= 2:
+        value = round(c("non_torch_tp2_bytes"))
+    elif r.pipeline > 1:
+        value = round(c("non_torch_pp_bytes"))
+    else:
+        value = base
+    return value, max(value - base, 0)
+
+
+def baseline_bytes(r: Resolved) -> tuple[int, int]:
+    """(CUDA context, NCCL communicators) that exist before the engine's memory snapshot."""
+    c = r.cal.c
+    nccl = round(c("nccl_init_bytes")) if r.tensor > 1 or r.pipeline > 1 else 0
+    return round(c("cuda_context_bytes")), nccl
+
+
+def cuda_graph_bytes(st: StageStatic, r: Resolved, eager: bool) -> int:
+    """Memory of the captured CUDA graphs (piecewise + full, up to 512 tokens): ``a + b x
+    layers on the stage``, fitted per version; 0 with ``enforce_eager``."""
+    if eager:
+        return 0
+    c = r.cal.c
+    return max(
+        round(c("cuda_graph_base_bytes") + c("cuda_graph_per_layer_bytes") * st.stage.num_layers), 0
+    )
