@@ -37,7 +37,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "cli": {"uvicorn"},
 }
 # torch may appear in these agent modules only: they run in the spawned probe children.
-AGENT_TORCH = {"probe.py"}
+AGENT_TORCH = {"probe.py", "probe_cpu.py", "probe_cuda.py"}
 
 
 def _modules() -> dict[str, Path]:

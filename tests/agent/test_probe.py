@@ -1,4 +1,4 @@
-"""The CPU probe (vrambudget/agent/probe.py) measured for real on a tiny model."""
+"""The CPU probe (vrambudget/agent/probe.py, probe_cpu.py) measured for real on a tiny model."""
 
 from __future__ import annotations
 

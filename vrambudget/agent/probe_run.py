@@ -1,0 +1,116 @@
+"""What both measurement paths of the probe child share: the runnable program (the shared
+builders or a configured entry point), the load phase with its latencies, and the numbers every
+result carries (iteration statistics, the KV cache's bytes, peak RSS, the child's pid). Runs in
+the child; imports no torch itself."""
+
+from __future__ import annotations
+
+import importlib
+import resource
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from vrambudget.core.spec import TrainingWorkload
+
+from .spec import CustomWorkload, Iteration, ProbeRequest
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def _iterations(latencies: list[float], wall_s: float, errors: int, units: int) -> Iteration:
+    return Iteration(
+        p50_s=statistics.median(latencies) if latencies else 0.0,
+        p95_s=_percentile(latencies, 0.95),
+        count=len(latencies),
+        throughput_per_s=units / wall_s if wall_s > 0 else 0.0,
+        errors=errors,
+    )
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def _program(req: ProbeRequest, entry_points: dict[str, str], marks: Any, device: Any) -> Any:
+    """The runnable program: the shared builders for a workload spec, or a configured entry
+    point (``module:function(device=..., marks=..., **arguments)`` returning an object with
+    ``run(iterations)``)."""
+    w = req.workload
+    if isinstance(w, CustomWorkload):
+        target = entry_points[w.entry_point]  # checked by the API before the child starts
+        module, _, name = target.partition(":")
+        factory: Callable[..., Any] = getattr(importlib.import_module(module), name)
+        return factory(device=device, marks=marks, **w.arguments)
+    from vrambudget.core.resolve import resolve_model
+    from vrambudget.workloads.run import initialize, prepare
+
+    program = prepare(w, resolve_model(w.model), marks, device)
+    program.every_decode_step = True
+    initialize(program.model)
+    return program
+
+
+def _load(req: ProbeRequest, run_one: Callable[[], None]) -> tuple[list[float], float]:
+    """The load phase: ``iterations`` (or ``duration_s``) per stream, ``concurrency`` streams.
+    Returns per-iteration latencies and wall time; a stream's error is raised."""
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    deadline = None if req.duration_s is None else time.perf_counter() + req.duration_s
+
+    def stream() -> None:
+        done = 0
+        while done < req.iterations or (deadline is not None and time.perf_counter() < deadline):
+            t = time.perf_counter()
+            try:
+                run_one()
+            except BaseException as exc:  # noqa: BLE001 -- reported, and OOM re-raised below
+                with lock:
+                    errors.append(exc)
+                return
+            with lock:
+                latencies.append(time.perf_counter() - t)
+            done += 1
+
+    start = time.perf_counter()
+    if req.concurrency == 1:
+        stream()
+    else:
+        threads = [threading.Thread(target=stream) for _ in range(req.concurrency)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    wall = time.perf_counter() - start
+    for exc in errors:
+        if type(exc).__name__ == "OutOfMemoryError":
+            raise exc
+    if errors:
+        raise errors[0]
+    return latencies, wall
+
+
+def _kv_bytes(program: Any, req: ProbeRequest) -> int | None:
+    """The KV cache's known allocation: the cache tensors one request allocates (each rounded
+    to the allocator's block), times the streams that each hold one. (Not the tracker's
+    per-component peak: with several streams, one thread's kv_cache scope would tag the other
+    threads' allocations too.) None for a program that reports no cache (custom entry points)."""
+    if isinstance(req.workload, TrainingWorkload):
+        return 0  # training holds no KV cache
+    per_stream = getattr(program, "kv_cache_bytes", None)
+    return None if per_stream is None else per_stream * req.concurrency
+
+
+def _own_pid() -> int:
+    import os
+
+    return os.getpid()
