@@ -50,7 +50,7 @@ def test_a_probe_cancelled_while_its_estimate_is_fetched_is_cancelled(
 
     from litestar.testing import TestClient
 
-    import vrambudget.agent.api as agent_api
+    import vrambudget.agent.worker as agent_worker
     from vrambudget.agent.api import create_agent_app
     from vrambudget.agent.settings import AgentSettings
 
@@ -61,7 +61,7 @@ def test_a_probe_cancelled_while_its_estimate_is_fetched_is_cancelled(
         release.wait(30)
         return None, "estimate: service slow"
 
-    monkeypatch.setattr(agent_api, "fetch_estimate", slow_fetch)
+    monkeypatch.setattr(agent_worker, "fetch_estimate", slow_fetch)
     settings = AgentSettings(
         data_dir=tmp_path, tokens=(b"t",), service_allow_list=("http://127.0.0.1:9",)
     )

@@ -16,7 +16,7 @@ __all__ = ["agent_openapi_document"]
 
 
 def agent_openapi_document(app: Litestar) -> dict[str, Any]:
-    from .api import DeviceReport, Health, ProbePage
+    from .handlers import DeviceReport, Health, ProbePage
     from .spec import ProbeRequest, ProbeResource
 
     plugin = app.plugins.get(OpenAPIPlugin)

@@ -1,0 +1,206 @@
+"""The agent API's route handlers: health, the device report, and probes as operation
+resources (submit, get, list, cancel). Thin: a submitted probe goes on its device's queue
+(``worker``); the store holds the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, delete, get, post
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.params import FromPath, FromQuery
+
+from vrambudget.http.body import decode_body
+
+from . import nvml
+from .nvml import HostInfo, NVMLInventory
+from .spec import CustomWorkload, ProbeRequest, ProbeResource
+from .state import AgentState, _callback, _resource, _state
+from .store import TERMINAL_STATUSES
+from .webhooks import callback_allowed
+from .worker import _worker
+
+__all__ = [
+    "DeviceReport",
+    "Health",
+    "ProbePage",
+    "QueueFull",
+    "cancel",
+    "device",
+    "get_probe",
+    "healthz",
+    "list_probes",
+    "submit",
+]
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    status: str = "ok"
+
+
+class DeviceReport(msgspec.Struct, frozen=True, kw_only=True):
+    nvml: NVMLInventory
+    host: HostInfo
+    probe_device: str
+    """Where probes run on this host: ``cuda`` or ``cpu`` (no usable NVIDIA driver)."""
+
+
+class ProbePage(msgspec.Struct, frozen=True, kw_only=True):
+    items: tuple[ProbeResource, ...]
+    next: str | None
+    """Pass as ``after`` for the next page; null on the last page."""
+
+
+class QueueFull(HTTPException):
+    status_code = 429
+
+
+def _unprocessable(field_path: str, message: str) -> ValidationException:
+    return ValidationException(
+        detail="invalid request", extra=[{"message": f"{message} - at `{field_path}`"}]
+    )
+
+
+# -------------------------------------------------------------------------------- handlers --
+
+
+@get("/healthz", summary="Liveness (no authentication)", opt={"public": True})
+async def healthz() -> Health:
+    return Health()
+
+
+@get("/v1/device", summary="The host's GPUs (NVML) and CPU/RAM")
+async def device(request: Request[Any, Any, Any]) -> DeviceReport:
+    inv = await asyncio.to_thread(nvml.inventory)
+    host = await asyncio.to_thread(nvml.host_info)
+    return DeviceReport(nvml=inv, host=host, probe_device="cuda" if _state(request).cuda else "cpu")
+
+
+@post("/v1/probes", summary="Submit a probe", status_code=202)
+async def submit(request: Request[Any, Any, Any]) -> Response[ProbeResource]:
+    st = _state(request)
+    body = await request.body()
+    if len(body) > st.settings.max_body_bytes:
+        raise HTTPException(
+            status_code=413, detail=f"request body over {st.settings.max_body_bytes} bytes"
+        )
+    probe = decode_body(body, ProbeRequest)
+    if isinstance(probe.workload, CustomWorkload) and (
+        probe.workload.entry_point not in st.settings.entry_points
+    ):
+        names = ", ".join(sorted(st.settings.entry_points)) or "none are configured"
+        raise _unprocessable(
+            "$.workload.entry_point",
+            f"unknown entry point {probe.workload.entry_point!r}; allowed: {names}",
+        )
+    if probe.callback is not None and not callback_allowed(
+        probe.callback.url, st.settings.callback_allow_list
+    ):
+        allowed = ", ".join(st.settings.callback_allow_list) or "callbacks are off"
+        raise _unprocessable(
+            "$.callback.url", f"not on the agent's callback allow-list ({allowed})"
+        )
+    if probe.service_url is not None and not callback_allowed(
+        probe.service_url, st.settings.service_allow_list
+    ):
+        allowed = ", ".join(st.settings.service_allow_list) or "the round trip is off"
+        raise _unprocessable("$.service_url", f"not on the agent's service allow-list ({allowed})")
+    if probe.time_limit_s > st.settings.max_time_limit_s:
+        raise _unprocessable(
+            "$.time_limit_s", f"must be <= {st.settings.max_time_limit_s:g} (the agent's limit)"
+        )
+    key = await asyncio.to_thread(_device_key, st, probe)
+    queue = st.queues.get(key)
+    if queue is None:
+        queue = st.queues[key] = asyncio.Queue(st.settings.max_queue)
+        st.workers.append(asyncio.create_task(_worker(st, key, queue)))
+    if queue.full():
+        raise QueueFull(
+            detail=f"{queue.qsize()} probes wait for device {key}; retry later",
+            headers={"Retry-After": str(st.settings.retry_after_s)},
+        )
+    probe_id = uuid.uuid4().hex
+    now = time.time()
+    await asyncio.to_thread(
+        st.store.create_probe, probe_id, msgspec.json.encode(probe).decode(), key, now
+    )
+    queue.put_nowait(probe_id)
+    row = await asyncio.to_thread(st.store.get_probe, probe_id)
+    return Response(_resource(row), status_code=202, headers={"Location": f"/v1/probes/{probe_id}"})
+
+
+def _device_key(st: AgentState, probe: ProbeRequest) -> str:
+    if not st.cuda:
+        return "cpu"
+    try:
+        _, index = nvml.resolve_device(probe.device)
+    except (KeyError, ValueError, LookupError) as exc:
+        raise _unprocessable("$.device", str(exc)) from None
+    return f"cuda:{index}"
+
+
+@get("/v1/probes/{probe_id:str}", summary="A probe and its result")
+async def get_probe(request: Request[Any, Any, Any], probe_id: FromPath[str]) -> ProbeResource:
+    row = await asyncio.to_thread(_state(request).store.get_probe, probe_id)
+    if row is None:
+        raise NotFoundException(detail=f"no probe {probe_id!r}")
+    return _resource(row)
+
+
+@get("/v1/probes", summary="Probes, newest first, paged")
+async def list_probes(
+    request: Request[Any, Any, Any], limit: FromQuery[int] = 50, after: FromQuery[str | None] = None
+) -> ProbePage:
+    if not 1 <= limit <= 500:
+        raise _unprocessable("$.limit", "must be in 1 .. 500")
+    try:
+        rows, nxt = await asyncio.to_thread(_state(request).store.list_probes, limit, after)
+    except ValueError as exc:  # a cursor this agent did not issue
+        raise _unprocessable("$.after", str(exc)) from None
+    return ProbePage(items=tuple(_resource(r) for r in rows), next=nxt)
+
+
+@delete("/v1/probes/{probe_id:str}", summary="Cancel a probe", status_code=202)
+async def cancel(request: Request[Any, Any, Any], probe_id: FromPath[str]) -> ProbeResource:
+    st = _state(request)
+    row = await asyncio.to_thread(st.store.get_probe, probe_id)
+    if row is None:
+        raise NotFoundException(detail=f"no probe {probe_id!r}")
+    if row.status == "queued":
+        now = time.time()
+        request_ = msgspec.json.decode(row.request, type=ProbeRequest)
+        callback = _callback(
+            st.settings,
+            probe_id,
+            request_.callback,
+            "cancelled",
+            now,
+            row,
+            None,
+            "cancelled by request",
+        )
+        done = await asyncio.to_thread(
+            st.store.finish_with_callback,
+            probe_id,
+            "cancelled",
+            now,
+            None,
+            callback,
+            "cancelled by request",
+            expected={"queued"},
+        )
+        if done and callback is not None:
+            st.deliverer.wake()
+    elif row.status == "running" and probe_id in st.running:
+        st.running[probe_id].cancel()
+        for _ in range(200):  # the worker records the outcome once the child is gone
+            await asyncio.sleep(0.05)
+            row = await asyncio.to_thread(st.store.get_probe, probe_id)
+            if row is not None and row.status in TERMINAL_STATUSES:
+                break
+    row = await asyncio.to_thread(st.store.get_probe, probe_id)
+    return _resource(row)
