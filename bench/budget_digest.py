@@ -41,9 +41,11 @@ ROOT = Path(_ARGS[0]).resolve() if _ARGS else Path(__file__).resolve().parents[1
 sys.path.insert(0, str(ROOT))
 DATA = Path(__file__).resolve().parent / "data"
 
-try:  # the layout after the one-package restructure, then the one before it
-    from vrambudget.service.app import create_app  # type: ignore[import-not-found]
-except ImportError:
+# The tree's own layout: one package (vrambudget/), or the one before the restructure (an
+# installed vrambudget must not answer for an older tree).
+if (ROOT / "vrambudget").is_dir():
+    from vrambudget.service.app import create_app
+else:
     from service.api.app import create_app  # type: ignore[import-not-found,no-redef]
 
 from litestar.testing import TestClient  # noqa: E402

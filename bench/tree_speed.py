@@ -21,11 +21,12 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import msgspec
-try:
+from pathlib import Path
+if (Path(sys.argv[1]) / "vrambudget").is_dir():
     from vrambudget.core.estimate import estimate
     from vrambudget.core.fit import fit
     from vrambudget.core.spec import CatalogDevice, FitRequest, Workload
-except ImportError:
+else:
     from service.budget.estimate import estimate
     from service.budget.fit import FitRequest, fit
     from service.budget.spec import CatalogDevice, Workload

@@ -27,10 +27,11 @@ from ..spec import (
     Software,
 )
 from ..statics import statics_for
-from . import explain
-from . import inputs as workload_inputs
+from .explain import NO_NAMES, calibration_use, device_budget
 from .generic import generic_stage
 from .inference import inference_stage, inference_total
+from .inputs import INPUT_NAMES, inputs, kind, summary
+from .inputs import warnings as workload_warnings
 from .stage import StageNumbers
 from .training import training_stage
 
@@ -93,11 +94,11 @@ def analytic_budget(
     archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]
     warnings: list[str] = []
     for w, arch in zip(workloads, archs, strict=True):
-        warnings += workload_inputs.warnings(w, arch, ctx)
+        warnings += workload_warnings(w, arch, ctx)
     devices: list[DeviceBudget] = []
     if len(workloads) == 1:
         w, arch = workloads[0], archs[0]
-        inputs = workload_inputs.inputs(w, arch, ov)
+        inputs_ = inputs(w, arch, ov)
         for s in per_workload[0]:
             label = (
                 "every device"
@@ -105,7 +106,7 @@ def analytic_budget(
                 else (f"pipeline stage {s.stage}")
             )
             devices.append(
-                explain.device_budget(
+                device_budget(
                     label,
                     s.stage,
                     s.num_devices,
@@ -113,8 +114,8 @@ def analytic_budget(
                     s.values,
                     s.parts,
                     s.phases,
-                    inputs,
-                    workload_inputs.INPUT_NAMES[workload_inputs.kind(w)],
+                    inputs_,
+                    INPUT_NAMES[kind(w)],
                     headroom,
                     ov,
                     s.transient_bytes,
@@ -127,14 +128,14 @@ def analytic_budget(
         peaks = []
         for w, stages_, arch in zip(workloads, per_workload, archs, strict=True):
             top = max(stages_, key=lambda s: sum(s.values.values()))
-            name = workload_inputs.summary(w, arch).name
+            name = summary(w, arch).name
             peaks.append(f"{name}: {top.peak_phase}")
             for c, v in top.values.items():
                 values[c] = values.get(c, 0) + v
                 if v:  # a part per workload that holds bytes of this component
                     parts.setdefault(c, []).append((name, v))
         devices.append(
-            explain.device_budget(
+            device_budget(
                 "co-located (most loaded stage of each workload)",
                 None,
                 1,
@@ -143,7 +144,7 @@ def analytic_budget(
                 {c: tuple(p) for c, p in parts.items()},
                 (("co-located peak", sum(values.values())),),
                 {"workloads": len(workloads)},
-                explain.NO_NAMES,
+                NO_NAMES,
                 headroom,
                 ov,
             )
@@ -155,7 +156,7 @@ def analytic_budget(
     pairs = tuple(zip(workloads, archs, strict=True))
     summaries, host_ram, disk = _PERSISTENT.get_or(
         tuple([persistent_key(w) for w in workloads]),
-        lambda: (tuple(workload_inputs.summary(w, a) for w, a in pairs), *host_and_disk(pairs)),
+        lambda: (tuple(summary(w, a) for w, a in pairs), *host_and_disk(pairs)),
     )
     return Budget(
         workloads=summaries,
@@ -166,5 +167,5 @@ def analytic_budget(
         host_ram=host_ram,
         disk=disk,
         warnings=tuple(warnings),
-        calibration=explain.calibration_use(ov),
+        calibration=calibration_use(ov),
     )

@@ -6,8 +6,11 @@ from __future__ import annotations
 from ..arch import Arch
 from ..components import Component
 from ..dtypes import bytes_of
-from ..formulas import allocator_overhead, communication_buffers, kv_cache
+from ..formulas import communication_buffers
 from ..formulas.activations import inference_activations
+from ..formulas.allocator_overhead import overhead as allocator_bytes
+from ..formulas.allocator_overhead import parts as overhead_parts
+from ..formulas.kv_cache import cache_bytes, elem_bytes
 from ..formulas.logits import inference_logits
 from ..overheads import Overheads
 from ..spec import InferenceWorkload
@@ -35,9 +38,7 @@ def inference_terms(
     n_seq = w.num_sequences
     k = w.instances
     kv = (
-        kv_cache.cache_bytes(
-            st.kv_full_elems, st.kv_sliding, n_seq, w.context_tokens, kv_cache.elem_bytes(w)
-        )
+        cache_bytes(st.kv_full_elems, st.kv_sliding, n_seq, w.context_tokens, elem_bytes(w))
         if arch.kind == "decoder"
         else 0
     )
@@ -88,7 +89,7 @@ def inference_stage(
     persistent, terms = inference_terms(w, arch, st, ov)
     rounding = st.weights_rounding_bytes * w.instances
     transient = max([a + lg for _, a, lg in terms])
-    overhead = allocator_overhead.overhead(rounding, transient, ov.inference_fragmentation_ppm)
+    overhead = allocator_bytes(rounding, transient, ov.inference_fragmentation_ppm)
     # Phases differ only in activations and logits: their totals without a dict per phase.
     base = sum(persistent.values()) + overhead
     totals = tuple([(name, base + a + lg) for name, a, lg in terms])
@@ -99,9 +100,7 @@ def inference_stage(
     values[C.ALLOCATOR_OVERHEAD] = overhead
     parts = {
         C.COMMUNICATION_BUFFERS: times(_communication(st, ov)[1], w.instances),
-        C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(
-            rounding, transient, ov.inference_fragmentation_ppm
-        ),
+        C.ALLOCATOR_OVERHEAD: overhead_parts(rounding, transient, ov.inference_fragmentation_ppm),
     }
     return StageNumbers(
         st.stage.index,
@@ -120,11 +119,7 @@ def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overh
     rounding = st.weights_rounding_bytes * w.instances
     base = sum(persistent.values())
     transient = max(a + lg for _, a, lg in terms)
-    return (
-        base
-        + transient
-        + allocator_overhead.overhead(rounding, transient, ov.inference_fragmentation_ppm)
-    )
+    return base + transient + allocator_bytes(rounding, transient, ov.inference_fragmentation_ppm)
 
 
 def _communication(st: StageStatic, ov: Overheads) -> tuple[int, tuple[tuple[str, int], ...]]:

@@ -3,7 +3,7 @@ device, the headroom and the software stack."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 from msgspec import Meta
 
@@ -39,9 +39,12 @@ AnalyticWorkload = InferenceWorkload | TrainingWorkload | GenericWorkload
 
 
 def analytic_workloads(workloads: tuple[Workload, ...]) -> tuple[AnalyticWorkload, ...] | None:
-    """The workloads as the analytic tier's, or None when one is a serving-engine workload."""
-    out = tuple([w for w in workloads if not isinstance(w, LLMServingWorkload)])
-    return out if len(out) == len(workloads) else None
+    """The workloads as the analytic tier's, or None when one is a serving-engine workload
+    (the same tuple: no copy on the hot path)."""
+    for w in workloads:
+        if isinstance(w, LLMServingWorkload):
+            return None
+    return cast("tuple[AnalyticWorkload, ...]", workloads)
 
 
 # --------------------------------------------------------------------------------- devices --
