@@ -22,13 +22,6 @@ __all__ = ["inference_stage", "inference_terms", "inference_total"]
 C = Component
 
 
-def _logits(st: StageStatic, arch: Arch, rows: int, e: int) -> int:
-    """Only the last stage of a decoder computes logits."""
-    if not st.stage.last or arch.kind != "decoder":
-        return 0
-    return inference_logits(rows, st.dims.vocab, st.dims.vocab_full, e)
-
-
 def inference_terms(
     w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
 ) -> tuple[dict[Component, int], list[tuple[str, int, int]]]:
@@ -37,6 +30,9 @@ def inference_terms(
     e = bytes_of(w.precision.compute)
     n_seq = w.num_sequences
     k = w.instances
+    # Only the last stage of a decoder computes logits.
+    head = st.stage.last and arch.kind == "decoder"
+    vocab, vocab_full = st.dims.vocab, st.dims.vocab_full
     kv = (
         cache_bytes(st.kv_full_elems, st.kv_sliding, n_seq, w.context_tokens, elem_bytes(w))
         if arch.kind == "decoder"
@@ -72,14 +68,16 @@ def inference_terms(
         (
             "prefill" if arch.kind == "decoder" else "forward",
             acts * k,
-            _logits(st, arch, rows, e) * k,
+            (inference_logits(rows, vocab, vocab_full, e) * k if head else 0),
         )
     ]
     if arch.kind == "decoder" and w.generated_tokens > 0:
         acts = inference_activations(
             st.layer_kinds, arch, st.dims, n_seq, 1, w.context_tokens, e, w.attention
         )
-        phases.append(("decode", acts * k, _logits(st, arch, n_seq, e) * k))
+        phases.append(
+            ("decode", acts * k, (inference_logits(n_seq, vocab, vocab_full, e) * k if head else 0))
+        )
     return persistent, phases
 
 
@@ -99,7 +97,10 @@ def inference_stage(
     values[C.LOGITS] = logits
     values[C.ALLOCATOR_OVERHEAD] = overhead
     parts = {
-        C.COMMUNICATION_BUFFERS: times(_communication(st, ov)[1], w.instances),
+        C.COMMUNICATION_BUFFERS: times(
+            st.comm_parts if ov.nccl_communicator_bytes is None else _communication(st, ov)[1],
+            w.instances,
+        ),
         C.ALLOCATOR_OVERHEAD: overhead_parts(rounding, transient, ov.inference_fragmentation_ppm),
     }
     return StageNumbers(
