@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import io
 import json
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from tests.support import ROOT
+from tests.support.comparisons import cuda_comparison, parse_svg, svg_texts
 from vrambudget.cli.main import main
 from vrambudget.core.chart import render_comparison_svg
 from vrambudget.core.comparison import (
     Comparison,
-    HeadroomAdvice,
-    QuantityComparison,
-    TierComparison,
 )
 
 
@@ -30,99 +27,20 @@ def test_cli_prints_the_agent_openapi(capsys: pytest.CaptureFixture[str]) -> Non
     )
 
 
-SVG = "{http://www.w3.org/2000/svg}"
-
-MIB = 1 << 20
-
-
-def _q(name: str, est: int | None, meas: int | None, verdict: str) -> QuantityComparison:
-    diff = None if est is None or meas is None else est - meas
-    pct = None if diff is None or not meas else round(diff / meas * 100, 2)
-    return QuantityComparison(
-        name=name,
-        components=(),
-        estimate_bytes=est,
-        measured_bytes=meas,
-        difference_bytes=diff,
-        difference_percent=pct,
-        verdict=verdict,  # type: ignore[arg-type]
-        measured_by="test",
-    )
-
-
-def _cuda() -> Comparison:
-    analytic = (
-        _q("resident_after_load", 1000 * MIB, 1000 * MIB, "within"),
-        _q("kv_cache", 300 * MIB, 200 * MIB, "over"),
-        _q("allocated_peak", 2000 * MIB, 2100 * MIB, "within"),
-        _q("working_set_peak", 400 * MIB, 600 * MIB, "under"),
-        _q("communication_buffers", 0, None, "not_applicable"),
-        _q("runtime_workspace", 0, 0, "within"),
-        _q("device_used_peak", 3000 * MIB, 3300 * MIB, "within"),
-        _q("unexplained", 0, 50 * MIB, "under"),
-    )
-    trace = (
-        _q("resident_after_load", 1000 * MIB, 1000 * MIB, "within"),
-        _q("kv_cache", 200 * MIB, 200 * MIB, "within"),
-        _q("allocated_peak", 2050 * MIB, 2100 * MIB, "within"),
-        _q("working_set_peak", 640 * MIB, 600 * MIB, "within"),
-        _q("communication_buffers", 0, None, "not_applicable"),
-        _q("device_used_peak", 3200 * MIB, 3300 * MIB, "within"),
-        _q("unexplained", 0, 50 * MIB, "under"),
-    )
-    return Comparison(
-        probe_id="p<2>",
-        status="succeeded",
-        device="cuda",
-        device_name="NVIDIA <H100> & co",
-        gpu_id="h100-sxm5-80gb",
-        tolerance_percent=10.0,
-        tolerance_bytes=MIB,
-        views=("torch", "nvml"),
-        degraded=(),
-        tiers=(
-            TierComparison(
-                method="analytic",
-                estimate_subtotal_bytes=3000 * MIB,
-                quantities=analytic,
-                components=(),
-            ),
-            TierComparison(
-                method="trace", estimate_subtotal_bytes=3200 * MIB, quantities=trace, components=()
-            ),
-        ),
-        headroom=HeadroomAdvice(fraction=0.07, bytes=210 * MIB, reasons=("test",)),
-    )
-
-
-def _parse(svg: str) -> ET.Element:
-    root = ET.fromstring(svg.encode())
-    assert root.tag == f"{SVG}svg" and root.get("version") == "1.1"
-    return root
-
-
-def _texts(root: ET.Element, cls: str | None = None) -> list[str]:
-    return [
-        "".join(t.itertext())
-        for t in root.iter(f"{SVG}text")
-        if cls is None or (t.get("class") or "").split()[:1] == [cls]
-    ]
-
-
 def test_cli_writes_a_file(tmp_path: Path, cpu_comparison: Comparison) -> None:
     src = tmp_path / "c.json"
     src.write_bytes(msgspec.json.encode(cpu_comparison))
     out = tmp_path / "c.svg"
     assert main(["chart", str(src), "-o", str(out), "--title", "CPU <test>"]) == 0
-    root = _parse(out.read_text())
-    assert _texts(root, "title") == ["CPU <test>"]
+    root = parse_svg(out.read_text())
+    assert svg_texts(root, "title") == ["CPU <test>"]
     assert out.read_text() == render_comparison_svg(cpu_comparison, title="CPU <test>")
 
 
 def test_cli_reads_a_probe_resource_from_stdin(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    c = _cuda()
+    c = cuda_comparison()
     probe = {"id": "p<2>", "status": "succeeded", "comparison": msgspec.to_builtins(c)}
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(json.dumps(probe).encode())))
     assert main(["chart", "-"]) == 0

@@ -7,83 +7,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from tests.support.comparisons import MIB, SVG, cuda_comparison, parse_svg, svg_texts
 from vrambudget.core.chart import BAR_WIDTH, VERDICT_COLOURS, render_comparison_svg
 from vrambudget.core.comparison import (
     Comparison,
-    HeadroomAdvice,
-    QuantityComparison,
-    TierComparison,
 )
-
-SVG = "{http://www.w3.org/2000/svg}"
-
-MIB = 1 << 20
-
-
-def _q(name: str, est: int | None, meas: int | None, verdict: str) -> QuantityComparison:
-    diff = None if est is None or meas is None else est - meas
-    pct = None if diff is None or not meas else round(diff / meas * 100, 2)
-    return QuantityComparison(
-        name=name,
-        components=(),
-        estimate_bytes=est,
-        measured_bytes=meas,
-        difference_bytes=diff,
-        difference_percent=pct,
-        verdict=verdict,  # type: ignore[arg-type]
-        measured_by="test",
-    )
-
-
-def _cuda() -> Comparison:
-    analytic = (
-        _q("resident_after_load", 1000 * MIB, 1000 * MIB, "within"),
-        _q("kv_cache", 300 * MIB, 200 * MIB, "over"),
-        _q("allocated_peak", 2000 * MIB, 2100 * MIB, "within"),
-        _q("working_set_peak", 400 * MIB, 600 * MIB, "under"),
-        _q("communication_buffers", 0, None, "not_applicable"),
-        _q("runtime_workspace", 0, 0, "within"),
-        _q("device_used_peak", 3000 * MIB, 3300 * MIB, "within"),
-        _q("unexplained", 0, 50 * MIB, "under"),
-    )
-    trace = (
-        _q("resident_after_load", 1000 * MIB, 1000 * MIB, "within"),
-        _q("kv_cache", 200 * MIB, 200 * MIB, "within"),
-        _q("allocated_peak", 2050 * MIB, 2100 * MIB, "within"),
-        _q("working_set_peak", 640 * MIB, 600 * MIB, "within"),
-        _q("communication_buffers", 0, None, "not_applicable"),
-        _q("device_used_peak", 3200 * MIB, 3300 * MIB, "within"),
-        _q("unexplained", 0, 50 * MIB, "under"),
-    )
-    return Comparison(
-        probe_id="p<2>",
-        status="succeeded",
-        device="cuda",
-        device_name="NVIDIA <H100> & co",
-        gpu_id="h100-sxm5-80gb",
-        tolerance_percent=10.0,
-        tolerance_bytes=MIB,
-        views=("torch", "nvml"),
-        degraded=(),
-        tiers=(
-            TierComparison(
-                method="analytic",
-                estimate_subtotal_bytes=3000 * MIB,
-                quantities=analytic,
-                components=(),
-            ),
-            TierComparison(
-                method="trace", estimate_subtotal_bytes=3200 * MIB, quantities=trace, components=()
-            ),
-        ),
-        headroom=HeadroomAdvice(fraction=0.07, bytes=210 * MIB, reasons=("test",)),
-    )
-
-
-def _parse(svg: str) -> ET.Element:
-    root = ET.fromstring(svg.encode())
-    assert root.tag == f"{SVG}svg" and root.get("version") == "1.1"
-    return root
 
 
 def _bars(root: ET.Element) -> dict[str, float]:
@@ -92,14 +20,6 @@ def _bars(root: ET.Element) -> dict[str, float]:
         for r in root.iter(f"{SVG}rect")
         if r.get("class") == "bar"
     }
-
-
-def _texts(root: ET.Element, cls: str | None = None) -> list[str]:
-    return [
-        "".join(t.itertext())
-        for t in root.iter(f"{SVG}text")
-        if cls is None or (t.get("class") or "").split()[:1] == [cls]
-    ]
 
 
 def _check_bars(c: Comparison, root: ET.Element) -> None:
@@ -130,19 +50,19 @@ def _check_bars(c: Comparison, root: ET.Element) -> None:
 def test_cpu_comparison_chart(cpu_comparison: Comparison) -> None:
     c = cpu_comparison
     svg = render_comparison_svg(c)
-    root = _parse(svg)
+    root = parse_svg(svg)
     _check_bars(c, root)
     # CPU: resident, KV cache, working set and allocated peak are measured.
-    names = _texts(root, "quantity")
+    names = svg_texts(root, "quantity")
     assert names == ["resident_after_load", "kv_cache", "working_set_peak", "allocated_peak"]
     assert len(_bars(root)) == 8
-    values = _texts(root, "value")
+    values = svg_texts(root, "value")
     q = {x.name: x for x in c.tiers[0].quantities}
     for name in names:
         assert f"{q[name].measured_bytes / MIB:.1f}" in values  # type: ignore[operator]
-    verdicts = _texts(root, "verdict")
+    verdicts = svg_texts(root, "verdict")
     assert len(verdicts) == 4 and all(v.endswith(" within") for v in verdicts)
-    foot = " ".join(_texts(root, "footnote"))
+    foot = " ".join(svg_texts(root, "footnote"))
     assert foot.startswith("not measured: ")
     for name in (
         "runtime_workspace",
@@ -152,21 +72,21 @@ def test_cpu_comparison_chart(cpu_comparison: Comparison) -> None:
         "unexplained",
     ):
         assert name in foot
-    assert _texts(root, "title") == ["Estimate vs measured: cpu, probe p1"]
-    sub = _texts(root, "subtitle")[0]
+    assert svg_texts(root, "title") == ["Estimate vs measured: cpu, probe p1"]
+    sub = svg_texts(root, "subtitle")[0]
     assert "tolerance 10%" in sub and "bars scaled per row" in sub
     assert f"advised headroom {c.headroom.fraction * 100:.0f}%" in sub
     assert render_comparison_svg(c) == svg  # deterministic
 
 
 def test_cuda_like_chart_colours_order_and_escaping() -> None:
-    c = _cuda()
+    c = cuda_comparison()
     svg = render_comparison_svg(c)
-    root = _parse(svg)
+    root = parse_svg(svg)
     _check_bars(c, root)
     assert len(_bars(root)) == 6 * 3  # six measured rows x (analytic, trace, measured)
     # Totals last, below the rule, whatever their order in the comparison.
-    assert _texts(root, "quantity") == [
+    assert svg_texts(root, "quantity") == [
         "resident_after_load",
         "kv_cache",
         "working_set_peak",
@@ -190,22 +110,22 @@ def test_cuda_like_chart_colours_order_and_escaping() -> None:
     assert verdicts["+6.7% within"] == VERDICT_COLOURS["within"]
     assert verdicts["-100.0% under"] == VERDICT_COLOURS["under"]
     assert len(set(VERDICT_COLOURS.values())) == 3
-    values = _texts(root, "value")
+    values = svg_texts(root, "value")
     assert "300.0" in values and "2100.0" in values and "3300.0" in values
     assert "MiB" not in " ".join(values)  # the unit is at the edge only
-    assert _texts(root, "footnote") == ["not measured: communication_buffers"]
+    assert svg_texts(root, "footnote") == ["not measured: communication_buffers"]
     # A quantity zero on both sides (a 0-byte workspace) gets no bars, only a footnote.
     assert "bar-runtime_workspace-measured" not in bars
     zeros = "zero in the estimate and the measurement: runtime_workspace"
-    assert _texts(root, "zeros") == [zeros]
+    assert svg_texts(root, "zeros") == [zeros]
     # Escaping: the device name and probe id come back as written.
-    assert _texts(root, "title") == ["Estimate vs measured: NVIDIA <H100> & co, probe p<2>"]
+    assert svg_texts(root, "title") == ["Estimate vs measured: NVIDIA <H100> & co, probe p<2>"]
     assert "&lt;H100&gt; &amp; co" in svg
-    assert "advised headroom 7% (210.0 MiB)" in _texts(root, "subtitle")[0]
+    assert "advised headroom 7% (210.0 MiB)" in svg_texts(root, "subtitle")[0]
     # Legend: one entry per tier and the measurement, distinct colours.
     legend = [r.get("fill") for r in root.iter(f"{SVG}rect") if r.get("class") == "legend"]
     assert len(legend) == 3 == len(set(legend))
-    assert _texts(root, "legend") == ["analytic estimate", "trace estimate", "measured"]
+    assert svg_texts(root, "legend") == ["analytic estimate", "trace estimate", "measured"]
     assert render_comparison_svg(c, title="a & b") != svg
-    assert _texts(_parse(render_comparison_svg(c, title="a & b")), "title") == ["a & b"]
-    assert render_comparison_svg(_cuda()) == svg
+    assert svg_texts(parse_svg(render_comparison_svg(c, title="a & b")), "title") == ["a & b"]
+    assert render_comparison_svg(cuda_comparison()) == svg
