@@ -239,6 +239,9 @@ def _enqueue(store: Store, pid: str, url: str, now: float = T0) -> str:
     return f"msg_{pid}"
 
 
+PUBLIC_IP = "93.184.216.34"
+
+
 def _deliverer(store: Store, handler, clock, **kw) -> tuple[Deliverer, list[httpx.Request]]:
     seen: list[httpx.Request] = []
 
@@ -247,6 +250,7 @@ def _deliverer(store: Store, handler, clock, **kw) -> tuple[Deliverer, list[http
         return handler(request, len(seen))
 
     kw.setdefault("backoff", lambda attempt: 10.0 * attempt)
+    kw.setdefault("resolver", lambda host, port: [PUBLIC_IP])  # no DNS in tests
     d = Deliverer(
         store,
         SECRET,
@@ -291,7 +295,10 @@ def test_500_then_200_is_delivered_once_after_a_retry(store: Store) -> None:
     )
     for req, now in ((first, T0), (second, T0 + 10)):
         assert req.method == "POST" and req.headers["content-type"] == "application/json"
-        assert str(req.url) == "https://hooks.example.com/cb"
+        # Sent to the address the check resolved (pinned), the name in Host and SNI.
+        assert str(req.url) == f"https://{PUBLIC_IP}/cb"
+        assert req.headers["host"] == "hooks.example.com"
+        assert req.extensions["sni_hostname"] == "hooks.example.com"
         verify(SECRET, req.headers, req.content, now=now)
         assert json.loads(req.content)["data"]["id"] == "p1"
 
@@ -316,7 +323,8 @@ def test_a_redirect_is_not_followed_and_is_retried(store: Store) -> None:
         assert d.deliver_due() == 1
     finally:
         d.stop()
-    assert [str(r.url) for r in seen] == ["https://hooks.example.com/cb"] * 2  # never evil
+    assert [str(r.url) for r in seen] == [f"https://{PUBLIC_IP}/cb"] * 2  # never evil
+    assert [r.headers["host"] for r in seen] == ["hooks.example.com"] * 2
 
 
 def test_connection_errors_retry_then_give_up_keeping_the_error(store: Store) -> None:

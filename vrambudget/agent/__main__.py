@@ -23,11 +23,26 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from .api import create_agent_app
-    from .settings import AgentSettings
+    from .settings import AgentSettings, AgentSettingsError
+    from .store import Store, StoreOpenError
 
-    settings = AgentSettings.from_env()
+    try:
+        settings = AgentSettings.from_env()
+        # Open (integrity-check, migrate) the store before serving: a file the agent cannot
+        # use is a one-line startup error naming it, not a traceback from the startup hook.
+        Store(settings.data_dir / "agent.sqlite3").close()
+    except (AgentSettingsError, StoreOpenError, OSError) as exc:
+        print(f"vrambudget agent: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     uvicorn.run(
-        create_agent_app(settings), host=settings.host, port=settings.port, log_level="warning"
+        create_agent_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        # An idle keep-alive connection is closed after 5 s; a request body must arrive within
+        # body_timeout_s (POST /v1/probes answers 408); beyond 1,024 connections, 503.
+        timeout_keep_alive=5,
+        limit_concurrency=1024,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -19,15 +20,28 @@ from litestar.handlers.base import BaseRouteHandler
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
 from vrambudget.core.comparison import Comparison
+from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import exception_handlers as problem_handlers
 
 from . import nvml
-from .handlers import QueueFull, cancel, device, get_probe, healthz, list_probes, submit
+from .handlers import (
+    QueueFull,
+    StorageUnavailable,
+    cancel,
+    device,
+    get_probe,
+    healthz,
+    list_probes,
+    readyz,
+    submit,
+)
+from .openapi import agent_openapi_document
 from .settings import AgentSettings
 from .spec import ProbeRequest
 from .state import AgentState, _callback
+from .storage import storage_checker
 from .store import Store
-from .webhooks import Deliverer
+from .webhooks import Deliverer, Resolver
 
 __all__ = ["create_agent_app"]
 
@@ -58,7 +72,16 @@ def _bearer_guard(
 # ----------------------------------------------------------------------------------- app ----
 
 
-def create_agent_app(settings: AgentSettings | None = None) -> Litestar:
+def create_agent_app(
+    settings: AgentSettings | None = None,
+    *,
+    storage_check: Callable[[], str | None] | None = None,
+    resolver: Resolver | None = None,
+) -> Litestar:
+    """The agent app. ``storage_check`` (why the data directory cannot take writes, or None;
+    default: :func:`~vrambudget.agent.storage.storage_checker`) and ``resolver`` (host name ->
+    addresses, for the SSRF check of callbacks and the service round trip; default: the system
+    resolver) are seams for tests."""
     settings = settings or AgentSettings.from_env()
 
     async def startup(app: Litestar) -> None:
@@ -113,6 +136,8 @@ def create_agent_app(settings: AgentSettings | None = None) -> Litestar:
             settings.callback_allow_list,
             service_allow_list=settings.service_allow_list,
             on_comparison=compared,
+            concurrency=settings.delivery_concurrency,
+            resolver=resolver,
         )
         deliverer.start()
         inv = await asyncio.to_thread(nvml.inventory)
@@ -121,6 +146,9 @@ def create_agent_app(settings: AgentSettings | None = None) -> Litestar:
             store=store,
             deliverer=deliverer,
             cuda=inv.available and bool(inv.gpus),
+            storage_check=storage_check
+            or storage_checker(settings.data_dir, settings.min_free_bytes),
+            resolver=resolver,
         )
 
     async def shutdown(app: Litestar) -> None:
@@ -139,12 +167,17 @@ def create_agent_app(settings: AgentSettings | None = None) -> Litestar:
 
     prometheus = PrometheusConfig(app_name="vrambudget_agent", group_path=True)
     return Litestar(
-        route_handlers=[healthz, device, submit, get_probe, list_probes, cancel, Metrics],
-        on_startup=[startup],
+        route_handlers=[healthz, readyz, device, submit, get_probe, list_probes, cancel, Metrics],
+        on_startup=[agent_openapi_document, startup],  # the served document is the published one
         on_shutdown=[shutdown],
         guards=[_bearer_guard],
-        exception_handlers={QueueFull: _HANDLERS[HTTPException], **_HANDLERS},
-        middleware=[prometheus.middleware],
+        exception_handlers={
+            QueueFull: _HANDLERS[HTTPException],
+            StorageUnavailable: _HANDLERS[HTTPException],
+            **_HANDLERS,
+        },
+        middleware=[RequestContext(), prometheus.middleware],
+        logging_config=logging_config(),
         request_max_body_size=settings.max_body_bytes,
         debug=False,
     )

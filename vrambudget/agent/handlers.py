@@ -5,6 +5,9 @@ resources (submit, get, list, cancel). Thin: a submitted probe goes on its devic
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import sqlite3
 import time
 import uuid
 from typing import Any
@@ -17,23 +20,29 @@ from litestar.params import FromPath, FromQuery
 from vrambudget.http.body import decode_body
 
 from . import nvml
+from .limits import WorkloadRefused, validate_workload
 from .nvml import HostInfo, NVMLInventory
 from .spec import CustomWorkload, ProbeRequest, ProbeResource
 from .state import AgentState, _callback, _resource, _state
 from .store import TERMINAL_STATUSES
-from .webhooks import callback_allowed
+from .webhooks import AddressRefused, callback_allowed, pin
 from .worker import _worker
+
+log = logging.getLogger("vrambudget.agent.api")
 
 __all__ = [
     "DeviceReport",
     "Health",
     "ProbePage",
     "QueueFull",
+    "Readiness",
+    "StorageUnavailable",
     "cancel",
     "device",
     "get_probe",
     "healthz",
     "list_probes",
+    "readyz",
     "submit",
 ]
 
@@ -55,8 +64,20 @@ class ProbePage(msgspec.Struct, frozen=True, kw_only=True):
     """Pass as ``after`` for the next page; null on the last page."""
 
 
+class Readiness(msgspec.Struct, frozen=True, kw_only=True):
+    status: str
+    """``ok``, or ``unavailable`` with the reason."""
+    reason: str | None = None
+
+
 class QueueFull(HTTPException):
     status_code = 429
+
+
+class StorageUnavailable(HTTPException):
+    """The agent could not record a probe it accepted (full disk, read-only directory)."""
+
+    status_code = 503
 
 
 def _unprocessable(field_path: str, message: str) -> ValidationException:
@@ -73,6 +94,18 @@ async def healthz() -> Health:
     return Health()
 
 
+@get(
+    "/readyz",
+    summary="Readiness: can the agent record probes (no authentication)",
+    opt={"public": True},
+)
+async def readyz(request: Request[Any, Any, Any]) -> Response[Readiness]:
+    reason = await asyncio.to_thread(_state(request).storage_check)
+    if reason is None:
+        return Response(Readiness(status="ok"), status_code=200)
+    return Response(Readiness(status="unavailable", reason=reason), status_code=503)
+
+
 @get("/v1/device", summary="The host's GPUs (NVML) and CPU/RAM")
 async def device(request: Request[Any, Any, Any]) -> DeviceReport:
     inv = await asyncio.to_thread(nvml.inventory)
@@ -83,7 +116,13 @@ async def device(request: Request[Any, Any, Any]) -> DeviceReport:
 @post("/v1/probes", summary="Submit a probe", status_code=202)
 async def submit(request: Request[Any, Any, Any]) -> Response[ProbeResource]:
     st = _state(request)
-    body = await request.body()
+    try:
+        body = await asyncio.wait_for(request.body(), st.settings.body_timeout_s)
+    except TimeoutError:
+        raise HTTPException(
+            status_code=408,
+            detail=f"request body not received within {st.settings.body_timeout_s:g} s",
+        ) from None
     if len(body) > st.settings.max_body_bytes:
         raise HTTPException(
             status_code=413, detail=f"request body over {st.settings.max_body_bytes} bytes"
@@ -109,28 +148,72 @@ async def submit(request: Request[Any, Any, Any]) -> Response[ProbeResource]:
     ):
         allowed = ", ".join(st.settings.service_allow_list) or "the round trip is off"
         raise _unprocessable("$.service_url", f"not on the agent's service allow-list ({allowed})")
+    for field_path, url, allow in (
+        ("$.callback.url", probe.callback.url if probe.callback else None, "callback_allow_list"),
+        ("$.service_url", probe.service_url, "service_allow_list"),
+    ):
+        if url is None:
+            continue
+        try:  # checked again at every send: DNS may change meanwhile
+            await asyncio.to_thread(pin, url, getattr(st.settings, allow), st.resolver)
+        except AddressRefused as exc:
+            if not exc.unresolved:
+                raise _unprocessable(field_path, f"refused: {exc}") from None
     if probe.time_limit_s > st.settings.max_time_limit_s:
         raise _unprocessable(
             "$.time_limit_s", f"must be <= {st.settings.max_time_limit_s:g} (the agent's limit)"
         )
+    try:
+        await asyncio.to_thread(validate_workload, st.settings, probe, cpu=not st.cuda)
+    except WorkloadRefused as exc:
+        raise _unprocessable(exc.field, exc.message) from None
     key = await asyncio.to_thread(_device_key, st, probe)
-    queue = st.queues.get(key)
-    if queue is None:
-        queue = st.queues[key] = asyncio.Queue(st.settings.max_queue)
-        st.workers.append(asyncio.create_task(_worker(st, key, queue)))
-    if queue.full():
-        raise QueueFull(
-            detail=f"{queue.qsize()} probes wait for device {key}; retry later",
-            headers={"Retry-After": str(st.settings.retry_after_s)},
+    reason = await asyncio.to_thread(st.storage_check)
+    if reason is not None:
+        raise _storage_unavailable(st, reason)
+    # Atomic from the capacity check to the enqueue: no other submission may take the last
+    # slot while this one awaits the store, so put_nowait cannot fail and a stored row is
+    # always on its queue.
+    async with st.submit_lock:
+        queue = st.queues.get(key)
+        if queue is None:
+            queue = st.queues[key] = asyncio.Queue(st.settings.max_queue)
+            st.workers.append(asyncio.create_task(_worker(st, key, queue)))
+        if queue.full():
+            raise QueueFull(
+                detail=f"{queue.qsize()} probes wait for device {key}; retry later",
+                headers={"Retry-After": str(st.settings.retry_after_s)},
+            )
+        probe_id = uuid.uuid4().hex
+        now = time.time()
+        stored = asyncio.ensure_future(
+            asyncio.to_thread(
+                st.store.create_probe, probe_id, msgspec.json.encode(probe).decode(), key, now
+            )
         )
-    probe_id = uuid.uuid4().hex
-    now = time.time()
-    await asyncio.to_thread(
-        st.store.create_probe, probe_id, msgspec.json.encode(probe).decode(), key, now
-    )
-    queue.put_nowait(probe_id)
+        try:
+            await asyncio.shield(stored)
+        except asyncio.CancelledError:
+            # The client went away mid-write: a row that got stored still goes on its queue.
+            with contextlib.suppress(BaseException):
+                await stored
+            if stored.done() and not stored.cancelled() and stored.exception() is None:
+                queue.put_nowait(probe_id)
+            raise
+        except sqlite3.Error as exc:
+            log.exception("probe %s could not be stored", probe_id)
+            raise _storage_unavailable(st, f"the probe could not be stored: {exc}") from None
+        queue.put_nowait(probe_id)
     row = await asyncio.to_thread(st.store.get_probe, probe_id)
     return Response(_resource(row), status_code=202, headers={"Location": f"/v1/probes/{probe_id}"})
+
+
+def _storage_unavailable(st: AgentState, reason: str) -> StorageUnavailable:
+    log.warning("refusing a probe: %s", reason)
+    return StorageUnavailable(
+        detail=f"the agent cannot record probes now: {reason}",
+        headers={"Retry-After": str(st.settings.retry_after_s)},
+    )
 
 
 def _device_key(st: AgentState, probe: ProbeRequest) -> str:
@@ -145,10 +228,19 @@ def _device_key(st: AgentState, probe: ProbeRequest) -> str:
 
 @get("/v1/probes/{probe_id:str}", summary="A probe and its result")
 async def get_probe(request: Request[Any, Any, Any], probe_id: FromPath[str]) -> ProbeResource:
-    row = await asyncio.to_thread(_state(request).store.get_probe, probe_id)
+    st = _state(request)
+    row = await asyncio.to_thread(st.store.get_probe, probe_id)
     if row is None:
         raise NotFoundException(detail=f"no probe {probe_id!r}")
-    return _resource(row)
+    return _with_unrecorded(st, _resource(row))
+
+
+def _with_unrecorded(st: AgentState, resource: ProbeResource) -> ProbeResource:
+    """A probe that failed when even its failure could not be stored shows as failed."""
+    failed = st.unrecorded.get(resource.id)
+    if failed is None or resource.status in TERMINAL_STATUSES:
+        return resource
+    return msgspec.structs.replace(resource, status="failed", updated_at=failed[0], error=failed[1])
 
 
 @get("/v1/probes", summary="Probes, newest first, paged")
@@ -161,7 +253,8 @@ async def list_probes(
         rows, nxt = await asyncio.to_thread(_state(request).store.list_probes, limit, after)
     except ValueError as exc:  # a cursor this agent did not issue
         raise _unprocessable("$.after", str(exc)) from None
-    return ProbePage(items=tuple(_resource(r) for r in rows), next=nxt)
+    st = _state(request)
+    return ProbePage(items=tuple(_with_unrecorded(st, _resource(r)) for r in rows), next=nxt)
 
 
 @delete("/v1/probes/{probe_id:str}", summary="Cancel a probe", status_code=202)

@@ -73,6 +73,17 @@ def classify(status: str, result: ProbeResult | None) -> tuple[str, str | None]:
     return status, None
 
 
+def _limit_memory(limit_bytes: int) -> None:
+    """Cap this process's private writable memory (``RLIMIT_DATA``: heap and anonymous
+    mappings, where CPU tensors live) -- an allocation past it fails in this child instead of
+    waking the host's OOM killer. Never raises the hard limit."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = limit_bytes if hard == resource.RLIM_INFINITY else min(limit_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
 def _die_with_parent() -> None:
     """Linux: SIGKILL this child when the agent dies (PR_SET_PDEATHSIG), so a killed agent
     leaves no probe running on the GPU."""
@@ -86,10 +97,17 @@ def _die_with_parent() -> None:
         pass
 
 
-def child_main(request_json: bytes, entry_points: dict[str, str], conn: Connection) -> None:
+def child_main(
+    request_json: bytes,
+    entry_points: dict[str, str],
+    conn: Connection,
+    memory_limit_bytes: int | None = None,
+) -> None:
     """Entry point of the spawned child: measure, send (status, result JSON, error) back."""
     _die_with_parent()
     try:
+        if memory_limit_bytes is not None:
+            _limit_memory(memory_limit_bytes)
         req = msgspec.json.decode(request_json, type=ProbeRequest)
         outcome = measure(req, entry_points, conn.send)
         payload = (

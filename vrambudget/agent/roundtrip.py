@@ -25,6 +25,8 @@ from vrambudget.core.probe_report import ProbeRequest, ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import CatalogDevice, CustomDevice, DeviceRef, Software
 
+from .webhooks.addresses import AddressRefused, Resolver, pin
+
 __all__ = [
     "ESTIMATE_TIMEOUT_S",
     "comparison_entry",
@@ -105,11 +107,24 @@ def fetch_estimate(
     device: DeviceRef | None,
     transport: httpx.BaseTransport | None = None,
     software: Software | None = None,
+    *,
+    allow_list: tuple[str, ...] | None = None,
+    resolver: Resolver | None = None,
 ) -> tuple[str | None, str | None]:
     """POST the probe's workload to ``{service_url}/v1/budgets`` (headroom 0: a measurement
     has none; ``software`` selects the calibration profile). Returns (the budget JSON, None)
-    or (None, why not)."""
+    or (None, why not). With ``allow_list`` (the agent passes its service allow-list) the host
+    is resolved and must be a public address or one an entry names exactly
+    (:func:`~vrambudget.agent.webhooks.pin`); the request goes to that checked address."""
     assert request.service_url is not None
+    url: str | httpx.URL = _endpoint(request.service_url, "/v1/budgets")
+    extra: dict[str, str] = {}
+    extensions: dict[str, str] = {}
+    if allow_list is not None:
+        try:
+            url, extra, extensions = pin(str(url), allow_list, resolver)
+        except AddressRefused as exc:
+            return None, f"estimate: service URL refused: {exc}"
     body: dict[str, Any] = {"workloads": [request.workload], "headroom": {"fraction": 0.0}}
     if device is not None:
         body["device"] = device
@@ -120,9 +135,14 @@ def fetch_estimate(
             transport=transport, timeout=ESTIMATE_TIMEOUT_S, trust_env=False, follow_redirects=False
         ) as client:
             r = client.post(
-                _endpoint(request.service_url, "/v1/budgets"),
+                url,
                 content=msgspec.json.encode(body),
-                headers={"content-type": "application/json", "user-agent": "vrambudget-agent"},
+                headers={
+                    "content-type": "application/json",
+                    "user-agent": "vrambudget-agent",
+                    **extra,
+                },
+                extensions=extensions,
             )
     except httpx.HTTPError as exc:
         return None, f"estimate: {type(exc).__name__}: {exc}"

@@ -7,6 +7,7 @@ lock of the agent process leaks into it, and the agent itself never initializes 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,16 @@ __all__ = ["ChildResult", "ProbeProcess"]
 
 _POLL_S = 0.05
 _KILL_GRACE_S = 5.0
+
+# The agent's own configuration (bearer tokens, the webhook secret, allow-lists) is none of a
+# probe's business: removed from the environment the child is exec'd with.
+_SECRET_PREFIXES = ("VRAMBUDGET_AGENT_",)
+_ENV_LOCK = threading.Lock()
+
+
+def scrubbed(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without the agent's settings (every ``VRAMBUDGET_AGENT_*``)."""
+    return {k: v for k, v in env.items() if not k.upper().startswith(_SECRET_PREFIXES)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +52,13 @@ class ProbeProcess:
         entry_points: dict[str, str],
         time_limit_s: float,
         sampler_factory: Callable[[int], Any] | None = None,
+        *,
+        memory_limit_bytes: int | None = None,
     ) -> None:
         """``sampler_factory(pid)`` returns an NVML sampler (``start()``/``stop()``) for the
         child's load phase; it runs here, in the agent, which does no work of its own, so its
-        polls are not starved by the workload's threads."""
+        polls are not starved by the workload's threads. ``memory_limit_bytes``: the child's
+        ``RLIMIT_DATA``, set before it imports torch (CPU probes; see ``limits``)."""
         self._sampler_factory = sampler_factory
         self._sampler: Any = None
         self._samples: Any = None
@@ -52,7 +66,7 @@ class ProbeProcess:
         self._recv, send = ctx.Pipe(duplex=False)
         self._process = ctx.Process(
             target=child_main,
-            args=(request_json, entry_points, send),
+            args=(request_json, entry_points, send, memory_limit_bytes),
             daemon=True,
             name="vrambudget-probe",
         )
@@ -65,8 +79,23 @@ class ProbeProcess:
         return self._process.pid
 
     def start(self) -> None:
-        self._process.start()
+        # ``spawn`` execs the interpreter with this process's environment: take the agent's
+        # secrets out of it for the instant of the exec (under a lock: two starts at once
+        # must not restore each other's half-scrubbed copy).
+        with _ENV_LOCK:
+            removed = {k: v for k, v in os.environ.items() if k not in scrubbed({k: v})}
+            for k in removed:
+                del os.environ[k]
+            try:
+                self._process.start()
+            finally:
+                os.environ.update(removed)
         self._send.close()  # the child holds the only write end: EOF when it dies
+
+    def kill(self) -> None:
+        """Stop the child now (it may not have started or may be gone already)."""
+        if self._process.pid is not None and self._process.is_alive():
+            self._stop()
 
     def cancel(self) -> None:
         self._cancel.set()

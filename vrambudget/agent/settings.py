@@ -42,6 +42,14 @@ class AgentSettings:
     retry_after_s: int = 30
     max_time_limit_s: float = 3600.0
     max_body_bytes: int = 1 << 20
+    body_timeout_s: float = 10.0
+    """A request body must arrive within this long (else 408): no held-open submissions."""
+    cpu_memory_limit_bytes: int | None = None
+    """Host-memory cap of a CPU probe (0: none); unset: half the host's RAM (``limits``)."""
+    min_free_bytes: int = 64 << 20
+    """Below this much free space under ``data_dir``, /readyz fails and submissions get 503."""
+    delivery_concurrency: int = 8
+    """Callbacks (and comparison requests) in flight at once."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -52,6 +60,24 @@ class AgentSettings:
             raise AgentSettingsError("VRAMBUDGET_AGENT_MAX_QUEUE must be in 1 .. 10000")
         if not 1 <= self.max_time_limit_s <= 86_400:
             raise AgentSettingsError("VRAMBUDGET_AGENT_MAX_TIME_LIMIT_S must be in 1 .. 86400")
+        if not 0.1 <= self.body_timeout_s <= 600:
+            raise AgentSettingsError("VRAMBUDGET_AGENT_BODY_TIMEOUT_S must be in 0.1 .. 600")
+        if self.cpu_memory_limit_bytes is not None and self.cpu_memory_limit_bytes < 0:
+            raise AgentSettingsError("VRAMBUDGET_AGENT_CPU_MEMORY_LIMIT_BYTES must be >= 0")
+        if self.min_free_bytes < 0:
+            raise AgentSettingsError("VRAMBUDGET_AGENT_MIN_FREE_BYTES must be >= 0")
+        from .webhooks.allow_list import validate_allow_list
+
+        for name, entries in (
+            ("CALLBACK_ALLOW", self.callback_allow_list),
+            ("SERVICE_ALLOW", self.service_allow_list),
+        ):
+            try:
+                validate_allow_list(entries)
+            except ValueError as exc:
+                raise AgentSettingsError(f"VRAMBUDGET_AGENT_{name}: {exc}") from None
+        if not 1 <= self.delivery_concurrency <= 256:
+            raise AgentSettingsError("VRAMBUDGET_AGENT_DELIVERY_CONCURRENCY must be in 1 .. 256")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentSettings:
@@ -107,6 +133,10 @@ class AgentSettings:
             ("RETRY_AFTER_S", "retry_after_s", int),
             ("MAX_TIME_LIMIT_S", "max_time_limit_s", float),
             ("MAX_BODY_BYTES", "max_body_bytes", int),
+            ("BODY_TIMEOUT_S", "body_timeout_s", float),
+            ("CPU_MEMORY_LIMIT_BYTES", "cpu_memory_limit_bytes", int),
+            ("MIN_FREE_BYTES", "min_free_bytes", int),
+            ("DELIVERY_CONCURRENCY", "delivery_concurrency", int),
         ):
             raw = get(name)
             if raw is None:

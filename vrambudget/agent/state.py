@@ -5,6 +5,7 @@ returns and the callback message the outbox sends."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ from .runner import ProbeProcess
 from .settings import AgentSettings
 from .spec import Callback, ProbeRequest, ProbeResource, ProbeResult
 from .store import Store
-from .webhooks import Deliverer, callback_allowed
+from .webhooks import Deliverer, Resolver, callback_allowed
 
 __all__ = ["AgentState"]
 
@@ -32,6 +33,14 @@ class AgentState:
     workers: list[asyncio.Task[None]] = field(default_factory=list)
     running: dict[str, ProbeProcess] = field(default_factory=dict)
     cuda: bool = False
+    storage_check: Callable[[], str | None] = lambda: None
+    """Why the data directory cannot take writes now (full, read-only), or None (``storage``)."""
+    submit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held from the queue-capacity check to the enqueue: submission is atomic."""
+    unrecorded: dict[str, tuple[float, str]] = field(default_factory=dict)
+    resolver: Resolver | None = None
+    """Host name -> addresses for the SSRF checks (None: the system resolver)."""
+    """Probes that failed and could not even be stored as failed: (when, why)."""
 
 
 def _resource(row: Any) -> ProbeResource:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from .probes import Store
 from .rows import ACTIVE_STATUSES, TERMINAL_STATUSES, Callback, OutboxRow, ProbeRow, ProbeStatus
-from .schema import SCHEMA_VERSION, SchemaTooNewError
+from .schema import SCHEMA_VERSION, SchemaTooNewError, StoreOpenError
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -46,4 +46,5 @@ __all__ = [
     "ProbeStatus",
     "SchemaTooNewError",
     "Store",
+    "StoreOpenError",
 ]

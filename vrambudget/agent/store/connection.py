@@ -10,27 +10,60 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
 
-from .schema import _MIGRATIONS, SCHEMA_VERSION, SchemaTooNewError
+from .schema import _MIGRATIONS, SCHEMA_VERSION, SchemaTooNewError, StoreOpenError
+
+_MOVE_IT = "move it away to start with no history, or restore it from a backup"
 
 
 class _Connection:
     """The connection half of :class:`~vrambudget.agent.store.probes.Store`."""
 
     def __init__(self, path: Path) -> None:
+        """Open (or create) the store. An existing file is integrity-checked first; an empty
+        (0-byte), non-SQLite or corrupt one raises :class:`StoreOpenError` naming the path and
+        is left as it is -- never silently replaced, which would drop its history."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.RLock()
+        existed = path.exists()
+        if existed and path.stat().st_size == 0:
+            raise StoreOpenError(
+                f"{path} is empty (0 bytes), not an agent database; refusing to start over it: "
+                f"{_MOVE_IT}"
+            )
         # isolation_level=None: no implicit transactions; _write() says BEGIN IMMEDIATE itself.
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            path, check_same_thread=False, isolation_level=None, timeout=10.0
-        )
         try:
+            self._conn: sqlite3.Connection | None = sqlite3.connect(
+                path, check_same_thread=False, isolation_level=None, timeout=10.0
+            )
+        except sqlite3.Error as exc:
+            raise StoreOpenError(f"{path} cannot be opened: {exc}") from None
+        try:
+            if existed:
+                self._check_integrity()
             self._configure()
             self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            self._conn = None
+            raise StoreOpenError(
+                f"{path} is not a usable agent database ({exc}): {_MOVE_IT}"
+            ) from None
         except BaseException:
             self._conn.close()
             self._conn = None
             raise
+
+    def _check_integrity(self) -> None:
+        """``PRAGMA integrity_check`` over the whole file (a few ms for an agent's history):
+        a corrupt page found now, not by a later query failing as "malformed"."""
+        rows = self._db().execute("PRAGMA integrity_check(20)").fetchall()
+        problems = [str(r[0]) for r in rows if str(r[0]).lower() != "ok"]
+        if problems:
+            raise StoreOpenError(
+                f"{self.path} failed SQLite's integrity check ({'; '.join(problems)[:1000]}): "
+                f"{_MOVE_IT}"
+            )
 
     # -- connection -------------------------------------------------------------------------
 

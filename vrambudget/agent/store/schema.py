@@ -7,10 +7,15 @@ from typing import Any
 
 from .rows import OutboxRow, ProbeRow
 
-__all__ = ["SCHEMA_VERSION", "SchemaTooNewError"]
+__all__ = ["SCHEMA_VERSION", "SchemaTooNewError", "StoreOpenError"]
 
 
-class SchemaTooNewError(RuntimeError):
+class StoreOpenError(RuntimeError):
+    """The file cannot be used as the agent's store (empty, not SQLite, corrupt); the message
+    names its path. The agent refuses to start rather than replace or half-use it."""
+
+
+class SchemaTooNewError(StoreOpenError):
     """The file was written by a newer agent; opening it with this one could corrupt it."""
 
 

@@ -18,17 +18,22 @@ posted to) and ``deliverer`` (the retry schedule and the :class:`Deliverer` thre
 
 from __future__ import annotations
 
+from .addresses import AddressRefused, Resolver, pin, system_resolver
 from .allow_list import callback_allowed, validate_allow_list
 from .deliverer import Deliverer, backoff_s
 from .signing import WebhookVerificationError, decode_secret, sign, verify
 
 __all__ = [
+    "AddressRefused",
     "Deliverer",
+    "Resolver",
     "WebhookVerificationError",
     "backoff_s",
     "callback_allowed",
     "decode_secret",
+    "pin",
     "sign",
+    "system_resolver",
     "validate_allow_list",
     "verify",
 ]

@@ -21,11 +21,15 @@ def _parse(url: str) -> tuple[str, str, int] | None:
     The URL is parsed by httpx -- the same parser that sends the request -- so the check and
     the connection cannot disagree about which host a tricky URL names (the classic
     allow-list bypass, e.g. ``https://evil.example\\@hooks.example.com``)."""
+    if not isinstance(url, str) or "#" in url:
+        # A fragment is never sent, and with one a caller picks any path of an allowed
+        # origin (``service_url`` gets paths appended): refused, like userinfo.
+        return None
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError, ValueError):
         return None
-    if parsed.scheme not in _DEFAULT_PORTS or parsed.userinfo:
+    if parsed.scheme not in _DEFAULT_PORTS or parsed.userinfo or "@" in url.split("?", 1)[0]:
         return None
     host = parsed.raw_host.decode("ascii", "replace").lower().rstrip(".")
     if not host or not _HOST.fullmatch(host):
@@ -48,10 +52,74 @@ def _parse_entry(entry: str) -> tuple[str, str, int, bool]:
     if parsed is None or path_and_query not in (b"", b"/"):
         # A path would look like a restriction this check does not make: refuse the entry.
         raise ValueError(f"allow-list entry {entry!r} is not [scheme://][*.]host[:port]")
-    if wildcard and ("." not in parsed[1] or _IP_LIKE.fullmatch(parsed[1])):
-        # "*.com" would let in half the internet; a pattern needs a registrable name under it.
-        raise ValueError(f"allow-list pattern {entry!r} must be *.<name>.<tld>")
+    if wildcard and (
+        "." not in parsed[1] or _IP_LIKE.fullmatch(parsed[1]) or _public_suffix(parsed[1])
+    ):
+        # "*.com" or "*.co.uk" would let in half the internet; a pattern needs a registrable
+        # name under it.
+        raise ValueError(
+            f"allow-list pattern {entry!r} must be *.<name>.<public suffix>, "
+            "not a wildcard over a public suffix"
+        )
     return (*parsed, wildcard)
+
+
+# Second-level public suffixes (a short list, not the whole Public Suffix List: the agent has no
+# dependency for it): the common ``<generic>.<country>`` registries and hosting platforms where
+# every subdomain belongs to someone else.
+_GENERIC_SLD = frozenset(
+    {
+        "ac",
+        "co",
+        "com",
+        "edu",
+        "gen",
+        "go",
+        "gob",
+        "gov",
+        "govt",
+        "gv",
+        "ltd",
+        "me",
+        "mil",
+        "ne",
+        "net",
+        "nic",
+        "nom",
+        "or",
+        "org",
+        "plc",
+        "sch",
+    }
+)
+_PLATFORM_SUFFIXES = frozenset(
+    {
+        "amazonaws.com",
+        "appspot.com",
+        "azurewebsites.net",
+        "blogspot.com",
+        "cloudfront.net",
+        "fly.dev",
+        "github.io",
+        "gitlab.io",
+        "herokuapp.com",
+        "netlify.app",
+        "ngrok.io",
+        "ngrok-free.app",
+        "onrender.com",
+        "pages.dev",
+        "vercel.app",
+        "workers.dev",
+    }
+)
+
+
+def _public_suffix(host: str) -> bool:
+    """Is ``host`` (a wildcard's base) a public suffix: ``co.uk``, ``com.au``, ``github.io``?"""
+    labels = host.split(".")
+    if host in _PLATFORM_SUFFIXES:
+        return True
+    return len(labels) == 2 and len(labels[1]) == 2 and labels[0] in _GENERIC_SLD
 
 
 def validate_allow_list(allow_list: tuple[str, ...]) -> tuple[str, ...]:

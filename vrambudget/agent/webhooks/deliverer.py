@@ -8,18 +8,43 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Self
 
 import httpx
 
 from vrambudget.agent.store import OutboxRow, Store
 
+from .addresses import AddressRefused, Resolver, pin
 from .allow_list import callback_allowed
 from .signing import decode_secret, sign
 
 __all__ = ["Deliverer", "backoff_s"]
 
 log = logging.getLogger("vrambudget.agent.webhooks")  # the name it had as one module
+
+
+class _NoQueryStrings(logging.Filter):
+    """httpx logs every request at INFO with its full URL: callback URLs may carry tokens in
+    their query strings, so those are cut from the record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                a.copy_with(query=None, fragment=None) if isinstance(a, httpx.URL) else a
+                for a in record.args
+            )
+        return True
+
+
+def redact_httpx_logs() -> None:
+    """Install the filter on httpx's logger (idempotent)."""
+    logger = logging.getLogger("httpx")
+    if not any(isinstance(f, _NoQueryStrings) for f in logger.filters):
+        logger.addFilter(_NoQueryStrings())
+
+
+redact_httpx_logs()
 
 
 # -- retries ---------------------------------------------------------------------------------
@@ -82,6 +107,8 @@ class Deliverer:
         service_allow_list: tuple[str, ...] = (),
         on_comparison: Callable[[OutboxRow, str | None, str | None], None] | None = None,
         comparison_max_attempts: int = 10,
+        concurrency: int = 8,
+        resolver: Resolver | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -96,6 +123,8 @@ class Deliverer:
         self._service_allow_list = service_allow_list
         self._on_comparison = on_comparison
         self._comparison_max_attempts = comparison_max_attempts
+        self._concurrency = max(1, concurrency)
+        self._resolver = resolver
         self._client = httpx.Client(
             transport=transport,
             follow_redirects=False,
@@ -162,22 +191,28 @@ class Deliverer:
     # -- one pass ---------------------------------------------------------------------------
 
     def deliver_due(self) -> int:
-        """Attempt every callback due now, once; return how many were delivered."""
-        delivered = 0
-        for row in self._store.due_callbacks(self._clock(), self._batch_size):
-            if self._stop.is_set():
-                break
-            try:
-                delivered += self._attempt(row)
-            except Exception as exc:
-                # Count it as a failed attempt, so one poison row cannot block the outbox forever.
-                log.exception("callback %s: attempt failed unexpectedly", row.id)
-                error = f"{type(exc).__name__}: {exc}"
-                if row.kind == "comparison":
-                    self._fail_comparison(row, error)
-                else:
-                    self._fail(row, error)
-        return delivered
+        """Attempt every callback due now, once, up to ``concurrency`` at a time (a slow
+        receiver delays no other); return how many were delivered."""
+        rows = self._store.due_callbacks(self._clock(), max(self._batch_size, self._concurrency))
+        if len(rows) <= 1 or self._concurrency == 1:
+            return sum(self._attempt_guarded(row) for row in rows)
+        with ThreadPoolExecutor(self._concurrency, thread_name_prefix="webhook-send") as pool:
+            return sum(pool.map(self._attempt_guarded, rows))
+
+    def _attempt_guarded(self, row: OutboxRow) -> bool:
+        if self._stop.is_set():
+            return False
+        try:
+            return self._attempt(row)
+        except Exception as exc:
+            # Count it as a failed attempt, so one poison row cannot block the outbox forever.
+            log.exception("callback %s: attempt failed unexpectedly", row.id)
+            error = f"{type(exc).__name__}: {exc}"
+            if row.kind == "comparison":
+                self._fail_comparison(row, error)
+            else:
+                self._fail(row, error)
+            return False
 
     def _fail_comparison(self, row: OutboxRow, error: str) -> None:
         """A comparison attempt that raised: retried under the comparison limit, and when that is
@@ -209,7 +244,14 @@ class Deliverer:
                 row.id, row.attempts + 1, None, "callback URL not on the allow-list at send time"
             )
             return False
-        error = self._post(row)
+        try:
+            target, extra, extensions = pin(row.url, self._allow_list, self._resolver)
+        except AddressRefused as exc:
+            # Retried: DNS may change back; given up after max_attempts like any failure.
+            log.warning("callback %s: %s", row.id, exc)
+            self._fail(row, f"refused: {exc}")
+            return False
+        error = self._post(row, target, extra, extensions)
         if error is None:
             self._store.mark_delivered(row.id, self._clock())
             return True
@@ -242,7 +284,12 @@ class Deliverer:
         if not callback_allowed(row.url, self._service_allow_list):
             settle(row, None, "service URL not on the agent's service allow-list at send time")
             return False
-        body, error, final = self._post_comparison(row)
+        try:
+            target, extra, extensions = pin(row.url, self._service_allow_list, self._resolver)
+        except AddressRefused as exc:
+            settle(row, None, f"service URL refused: {exc}")
+            return False
+        body, error, final = self._post_comparison(row, target, extra, extensions)
         if body is not None:
             settle(row, body, None)
             return True
@@ -255,13 +302,20 @@ class Deliverer:
             )
         return False
 
-    def _post_comparison(self, row: OutboxRow) -> tuple[str | None, str | None, bool]:
+    def _post_comparison(
+        self,
+        row: OutboxRow,
+        target: httpx.URL,
+        extra: dict[str, str],
+        extensions: dict[str, str],
+    ) -> tuple[str | None, str | None, bool]:
         """(answer body, error, whether the error is final)."""
         try:
             response = self._client.post(
-                row.url,
+                target,
                 content=row.payload.encode("utf-8"),
-                headers={"content-type": "application/json"},
+                headers={"content-type": "application/json", **extra},
+                extensions=extensions,
             )
         except httpx.HTTPError as exc:
             return None, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, (False)
@@ -273,7 +327,13 @@ class Deliverer:
         final = 400 <= response.status_code < 500 and response.status_code not in (408, 429)
         return None, f"HTTP {response.status_code}: {detail}", final
 
-    def _post(self, row: OutboxRow) -> str | None:
+    def _post(
+        self,
+        row: OutboxRow,
+        target: httpx.URL,
+        extra: dict[str, str],
+        extensions: dict[str, str],
+    ) -> str | None:
         """Send once; None on a 2xx, else why not."""
         body = row.payload.encode("utf-8")
         timestamp = int(self._clock())
@@ -282,8 +342,11 @@ class Deliverer:
             "webhook-id": row.id,
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(self._key, row.id, timestamp, body),
+            **extra,
         }
-        request = self._client.build_request("POST", row.url, content=body, headers=headers)
+        request = self._client.build_request(
+            "POST", target, content=body, headers=headers, extensions=extensions
+        )
         try:
             response = self._client.send(request, stream=True)  # status only; body unread
         except httpx.HTTPError as exc:
