@@ -7,7 +7,11 @@ the trace tier's recorder on fake tensors for the same program, to the byte.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,3 +209,103 @@ def test_sigkill_mid_probe_then_restart(tmp_path: Path) -> None:
     finally:
         if a.process and a.process.poll() is None:
             a.stop()
+
+
+# ------------------------------------------------------------------------ issue 13 (agent) --
+
+SLEEPER = {
+    "workload": {"kind": "custom", "entry_point": "sleeper", "arguments": {"seconds": 30.0}},
+    "warmup_iterations": 0,
+    "iterations": 1,
+    "time_limit_s": 40,
+}
+
+
+def _probe_child(agent_pid: int, timeout: float = 30) -> int:
+    """The pid of the agent's spawned probe child (``multiprocessing.spawn``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for task in Path(f"/proc/{agent_pid}/task").iterdir():
+            for pid in (task / "children").read_text().split():
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if b"spawn_main" in cmdline:
+                    return int(pid)
+        time.sleep(0.1)
+    raise AssertionError("no probe child")
+
+
+def test_concurrent_submissions_a_capped_scrubbed_child_and_a_body_timeout(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """With the worker busy and the queue (8) full, 40 concurrent POSTs: only 202 and 429
+    (the issue saw 14 x 500 and 14 rows queued forever), and the stored queued rows are exactly
+    those on the queue. The running child has no agent secrets in its environment and runs
+    under the CPU memory cap. A body that never completes is answered 408 after the body
+    timeout instead of holding the connection."""
+    cap = 8 << 30
+    a = Agent(
+        tmp_path / "agent",
+        receiver.port,
+        VRAMBUDGET_AGENT_MAX_QUEUE="8",
+        VRAMBUDGET_AGENT_CPU_MEMORY_LIMIT_BYTES=str(cap),
+        VRAMBUDGET_AGENT_BODY_TIMEOUT_S="1",
+    )
+    a.start()
+    try:
+        assert httpx.get(f"{a.url}/readyz").json()["status"] == "ok"
+        first = a.submit(SLEEPER)
+        assert first.status_code == 202, first.text
+        assert a.process is not None
+        child = _probe_child(a.process.pid)
+        environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        assert not [e for e in environ if e.startswith(b"VRAMBUDGET_AGENT_")]
+        assert any(e.startswith(b"PYTHONPATH=") for e in environ)
+        limits = Path(f"/proc/{child}/limits").read_text()
+        data_line = next(line for line in limits.splitlines() if line.startswith("Max data size"))
+        assert data_line.split()[3] == str(cap), data_line
+
+        async def burst() -> list[int]:
+            async with httpx.AsyncClient(headers=AUTH, timeout=30) as client:
+                answers = await asyncio.gather(
+                    *(client.post(f"{a.url}/v1/probes", json=SLEEPER) for _ in range(40))
+                )
+            return [r.status_code for r in answers]
+
+        statuses = asyncio.run(burst())
+        assert set(statuses) <= {202, 429}, statuses
+        assert statuses.count(202) == 8 and statuses.count(429) == 32
+        page = httpx.get(f"{a.url}/v1/probes", params={"limit": 100}, headers=AUTH).json()
+        assert [p["status"] for p in page["items"]].count("queued") == 8
+
+        # A submission whose body never completes.
+        with socket.create_connection(("127.0.0.1", a.port), timeout=10) as s:
+            s.sendall(
+                b"POST /v1/probes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                + AUTH["Authorization"].split()[1].encode()
+                + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+            )
+            t0 = time.monotonic()
+            answer = s.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+            assert time.monotonic() - t0 < 5
+    finally:
+        a.stop()
+
+
+def test_an_empty_db_stops_the_agent_with_one_line_naming_it(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    data = tmp_path / "agent"
+    data.mkdir()
+    (data / "agent.sqlite3").write_bytes(b"")
+    a = Agent(data, receiver.port)
+    done = subprocess.run(
+        [sys.executable, "-m", "vrambudget.agent"],
+        env=a.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert str(data / "agent.sqlite3") in done.stderr
+    assert (data / "agent.sqlite3").stat().st_size == 0
