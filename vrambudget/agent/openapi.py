@@ -9,10 +9,18 @@ import msgspec
 from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 
-from vrambudget.http.openapi import PROBLEM_CONTENT, install_components, prometheus_text
+from vrambudget.http.openapi import (
+    PROBLEM_CONTENT,
+    common_responses,
+    install_components,
+    prometheus_text,
+)
 from vrambudget.http.problems import Problem
 
-__all__ = ["agent_openapi_document"]
+__all__ = ["PUBLIC", "agent_openapi_document"]
+
+PUBLIC = frozenset({"/healthz", "/readyz"})
+"""Paths the bearer guard lets through (their handlers' ``opt={"public": True}``)."""
 
 
 def agent_openapi_document(app: Litestar) -> dict[str, Any]:
@@ -44,7 +52,7 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
             if not isinstance(operation, dict):
                 continue
             responses = operation.setdefault("responses", {})
-            if path != "/healthz":
+            if path not in PUBLIC:
                 responses["401"] = {
                     "description": "Missing or wrong bearer token",
                     "content": PROBLEM_CONTENT,
@@ -62,6 +70,17 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
         "headers": {"Retry-After": {"required": True, "schema": {"type": "integer", "minimum": 1}}},
     }
     post["413"] = {"description": "Request body too large", "content": PROBLEM_CONTENT}
+    post["503"] = {
+        "description": "The agent cannot record probes now (full disk, read-only data "
+        "directory; see `/readyz`)",
+        "content": PROBLEM_CONTENT,
+    }
+    ready = paths.get("/readyz", {}).get("get")
+    if ready is not None:
+        ready["responses"]["503"] = {
+            "description": "Not ready: probes cannot be recorded (the reason is named)",
+            "content": ready["responses"]["200"].get("content", {}),
+        }
     for path in ("/v1/probes/{probe_id}",):
         for method in ("get", "delete"):
             if method in paths.get(path, {}):
@@ -69,6 +88,7 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
                     "description": "No such probe",
                     "content": PROBLEM_CONTENT,
                 }
+    common_responses(document)
     prometheus_text(document)
     install_components(document, components)
     document["components"]["securitySchemes"] = {
@@ -81,5 +101,5 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
     for path, item in paths.items():
         for operation in item.values():
             if isinstance(operation, dict):
-                operation["security"] = [] if path == "/healthz" else [{"bearer": []}]
+                operation["security"] = [] if path in PUBLIC else [{"bearer": []}]
     return document

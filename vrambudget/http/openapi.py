@@ -9,7 +9,7 @@ from typing import Any
 
 from vrambudget.core.spec import SCHEMA_RULES
 
-__all__ = ["PROBLEM_CONTENT", "install_components", "prometheus_text"]
+__all__ = ["PROBLEM_CONTENT", "common_responses", "install_components", "prometheus_text"]
 
 PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
 
@@ -37,6 +37,11 @@ def install_components(document: dict[str, Any], components: dict[str, Any]) -> 
     used: set[str] = set()
     _refs(document.get("paths", {}), used)
     _refs(components, used)
+    for _ in range(len(schemas)):  # what the used schemas refer to, to a fixed point
+        before = len(used)
+        _refs([schemas[n] for n in used if n in schemas], used)
+        if len(used) == before:
+            break
     for name in list(schemas):
         if name not in used:
             del schemas[name]
@@ -56,3 +61,44 @@ def prometheus_text(document: dict[str, Any]) -> None:
                 "x-format": "Prometheus text exposition format 0.0.4",
             }
         }
+
+
+def common_responses(document: dict[str, Any]) -> None:
+    """The answers every operation may give whatever its handler (:mod:`vrambudget.http.logs`,
+    :mod:`vrambudget.http.body`): 500 with the request id on any operation; on one with a
+    request body, 400 (malformed JSON, a duplicate key, nesting deeper than the limit) and 415
+    (a Content-Type other than JSON). A 200 JSON answer holding integers beyond 2^53 says how
+    many in ``X-Unsafe-Integers``."""
+    for item in document.get("paths", {}).values():
+        for operation in item.values():
+            if not isinstance(operation, dict):
+                continue
+            responses = operation.setdefault("responses", {})
+            if "requestBody" in operation:
+                responses["400"] = {
+                    "description": "Malformed JSON, a key twice in one object, or nesting "
+                    "deeper than 64 arrays / objects",
+                    "content": PROBLEM_CONTENT,
+                }
+                responses["415"] = {
+                    "description": "A body whose Content-Type is not JSON (a missing one is "
+                    "read as JSON)",
+                    "content": PROBLEM_CONTENT,
+                }
+                ok = responses.get("200")
+                if isinstance(ok, dict) and "application/json" in ok.get("content", {}):
+                    ok.setdefault("headers", {})["X-Unsafe-Integers"] = {
+                        "description": "Present when the answer holds integers beyond 2^53 "
+                        "(JavaScript numbers lose them): how many. The body is unchanged; "
+                        "read it with a big-integer-aware parser.",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1},
+                    }
+            responses.setdefault(
+                "500",
+                {
+                    "description": "Internal error, logged with its traceback under the "
+                    "`request_id` the body carries (also the `X-Request-ID` header)",
+                    "content": PROBLEM_CONTENT,
+                },
+            )

@@ -4,6 +4,7 @@ handlers of its own errors (the service's trace tier) with :func:`exception_hand
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,6 +21,8 @@ from vrambudget.core.errors import (
     UnknownModel,
 )
 
+from .logs import request_id
+
 __all__ = [
     "PROBLEM_MEDIA_TYPE",
     "Problem",
@@ -30,6 +33,8 @@ __all__ = [
 ]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+error_log = logging.getLogger("vrambudget.errors")
 
 
 class ProblemError(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,6 +52,8 @@ class Problem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     detail: str
     instance: str | None = None
     errors: tuple[ProblemError, ...] = ()
+    request_id: str | None = None
+    """On a 5xx: the id its log line names (also the response's ``X-Request-ID``)."""
 
 
 def problem(
@@ -57,7 +64,29 @@ def problem(
     errors: tuple[ProblemError, ...] = (),
     type_: str = "about:blank",
     headers: dict[str, str] | None = None,
+    exc: BaseException | None = None,
 ) -> Response[Any]:
+    """A problem+json response. A 5xx is logged (with ``exc``'s traceback when given) under
+    the request id, which its body carries; a 4xx is the caller's error and is not logged."""
+    rid = None
+    if status >= 500:
+        rid = request_id()
+        error_log.error(
+            "%s %s -> %s %s: %s [request_id=%s]",
+            request.method,
+            request.url.path,
+            status,
+            title,
+            detail,
+            rid,
+            exc_info=(type(exc), exc, exc.__traceback__) if exc is not None else None,
+            extra={
+                "request_id": rid,
+                "method": request.method,
+                "path": request.url.path,
+                "status": status,
+            },
+        )
     body = Problem(
         type=type_,
         title=title,
@@ -65,6 +94,7 @@ def problem(
         detail=detail,
         instance=request.url.path,
         errors=errors,
+        request_id=rid,
     )
     return Response(
         content=msgspec.json.encode(body),
@@ -194,6 +224,7 @@ def _http(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
         _title(exc.status_code),
         str(exc.detail),
         headers=dict(exc.headers or {}),
+        exc=exc if exc.status_code >= 500 else None,
     )
 
 
@@ -202,7 +233,8 @@ def internal(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
         request,
         HTTP_500_INTERNAL_SERVER_ERROR,
         "Internal error",
-        "the server failed to compute this answer; the error has been logged",
+        "the server failed to compute this answer; the error has been logged with its request id",
+        exc=exc,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from ..arch import Arch
+from ..errors import InvalidWorkload
 
 __all__ = ["rope_table_positions", "ropes", "rotary_cache_bytes", "rotary_dim"]
 
@@ -33,10 +34,21 @@ def rope_table_positions(arch: Arch) -> int:
     if r.factor is None or r.factor <= 0:  # no usable factor: vLLM would refuse; not scaled
         return p
     if r.kind in ("linear", "dynamic"):
-        return math.ceil(p * r.factor)
+        return _rows(p * r.factor)
     if r.kind == "yarn":  # transformers: original defaults to max_position_embeddings
-        return math.ceil((r.original_max_positions or p) * r.factor)
+        return _rows((r.original_max_positions or p) * r.factor)
     return p
+
+
+def _rows(scaled: float) -> int:
+    """A table's rows; a factor so large that the product is no finite number (1e308 x the
+    positions) is the caller's error, never an ``OverflowError``."""
+    if not math.isfinite(scaled):
+        raise InvalidWorkload(
+            "model.config.rope_scaling.factor",
+            "the rope scaling factor times the positions is not a finite number of table rows",
+        )
+    return math.ceil(scaled)
 
 
 def ropes(arch: Arch) -> list[tuple[int, str]]:
