@@ -12,10 +12,53 @@ from vrambudget.service.app import create_app
 from vrambudget.service.openapi import openapi_document
 
 
-def test_committed_openapi_matches_the_app():
+def _served() -> dict[str, Any]:
+    from litestar.testing import TestClient
+
+    with TestClient(create_app()) as client:
+        r = client.get("/schema/openapi.json")
+        assert r.status_code == 200
+        return r.json()
+
+
+def test_committed_openapi_is_the_served_one():
+    """What the app serves, not a document generated beside it, is the published contract."""
     committed = json.loads((ROOT / "openapi" / "service.json").read_text())
-    generated = json.loads(json.dumps(openapi_document(create_app())))
-    assert committed == generated, "run: .venv/bin/vrambudget openapi > openapi/service.json"
+    served = _served()
+    assert committed == served, "run: .venv/bin/vrambudget openapi > openapi/service.json"
+    assert served == json.loads(json.dumps(openapi_document(create_app())))
+
+
+def test_every_ref_resolves_and_bodies_are_required():
+    served = _served()
+    schemas = served["components"]["schemas"]
+    found: set[str] = set()
+    stack: list[Any] = [served]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                found.add(_name(ref))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    assert "TierComparison" in found
+    assert found <= set(schemas), sorted(found - set(schemas))
+    for path, name in (
+        ("/v1/budgets", "BudgetRequest"),
+        ("/v1/fits", "FitRequest"),
+        ("/v1/comparisons", "ProbeResource"),
+    ):
+        operation = served["paths"][path]["post"]
+        body = operation["requestBody"]
+        assert body["required"] is True
+        assert body["content"]["application/json"]["schema"]["$ref"].endswith("/" + name)
+        assert {"400", "415", "422", "500"} <= set(operation["responses"])
+        assert "X-Unsafe-Integers" in operation["responses"]["200"]["headers"]
+    for item in served["paths"].values():
+        for operation in item.values():
+            assert "500" in operation["responses"]
 
 
 REQUESTS = ("BudgetRequest", "FitRequest")

@@ -37,6 +37,7 @@ from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest, CatalogDevice, Headroom, Software
 from vrambudget.http.body import decode_body
 from vrambudget.http.cache import AnswerCache
+from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import Problem
 
 from .openapi import patch_openapi
@@ -321,7 +322,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
             readyz,
             PrometheusController,
         ],
-        middleware=[prometheus.middleware],
+        middleware=[RequestContext(), prometheus.middleware],
+        logging_config=logging_config(),
         exception_handlers=exception_handlers,
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(

@@ -10,10 +10,17 @@ from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 
 from vrambudget.core.catalog import GPU, ModelPreset
+from vrambudget.core.comparison import Comparison
 from vrambudget.core.fit import FitRequest, FitResponse
+from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest
-from vrambudget.http.openapi import PROBLEM_CONTENT, install_components, prometheus_text
+from vrambudget.http.openapi import (
+    PROBLEM_CONTENT,
+    common_responses,
+    install_components,
+    prometheus_text,
+)
 from vrambudget.http.problems import Problem
 
 from .wire import Health, ModelDetail, ModelSummary, Ready
@@ -27,6 +34,8 @@ def _wire_types() -> list[Any]:
         Budget,
         FitRequest,
         FitResponse,
+        ProbeResource,
+        Comparison,
         GPU,
         ModelPreset,
         ModelSummary,
@@ -65,12 +74,23 @@ def patch_openapi(app: Litestar) -> None:
                 "schema": {"type": "integer", "minimum": 1},
             }
         }
-    bodies = {"/v1/budgets": "BudgetRequest", "/v1/fits": "FitRequest"}
+    bodies = {
+        "/v1/budgets": "BudgetRequest",
+        "/v1/fits": "FitRequest",
+        "/v1/comparisons": "ProbeResource",
+    }
     for path, name in bodies.items():  # the handlers decode the raw body strictly themselves
         document["paths"][path]["post"]["requestBody"] = {
             "required": True,
             "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
         }
+    ready = document["paths"].get("/readyz", {}).get("get")
+    if ready is not None:
+        ready["responses"]["503"] = {
+            "description": "Not ready: a catalog is empty",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Ready"}}},
+        }
+    common_responses(document)
     prometheus_text(document)
     install_components(document, components)
 
