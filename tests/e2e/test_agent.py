@@ -260,8 +260,13 @@ def test_concurrent_submissions_a_capped_scrubbed_child_and_a_body_timeout(
         environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
         assert not [e for e in environ if e.startswith(b"VRAMBUDGET_AGENT_")]
         assert any(e.startswith(b"PYTHONPATH=") for e in environ)
-        limits = Path(f"/proc/{child}/limits").read_text()
-        data_line = next(line for line in limits.splitlines() if line.startswith("Max data size"))
+        deadline = time.monotonic() + 30  # the child sets it first thing after its bootstrap
+        while True:
+            limits = Path(f"/proc/{child}/limits").read_text()
+            data_line = next(x for x in limits.splitlines() if x.startswith("Max data size"))
+            if data_line.split()[3] == str(cap) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert data_line.split()[3] == str(cap), data_line
 
         async def burst() -> list[int]:

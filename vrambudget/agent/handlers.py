@@ -30,6 +30,9 @@ from .worker import _worker
 
 log = logging.getLogger("vrambudget.agent.api")
 
+_VALIDATE_TIMEOUT_S = 5.0
+"""The analytic check of a workload takes microseconds; one that takes longer is refused."""
+
 __all__ = [
     "DeviceReport",
     "Health",
@@ -164,9 +167,16 @@ async def submit(request: Request[Any, Any, Any]) -> Response[ProbeResource]:
             "$.time_limit_s", f"must be <= {st.settings.max_time_limit_s:g} (the agent's limit)"
         )
     try:
-        await asyncio.to_thread(validate_workload, st.settings, probe, cpu=not st.cuda)
+        await asyncio.wait_for(
+            asyncio.to_thread(validate_workload, st.settings, probe, cpu=not st.cuda),
+            _VALIDATE_TIMEOUT_S,
+        )
     except WorkloadRefused as exc:
         raise _unprocessable(exc.field, exc.message) from None
+    except TimeoutError:
+        raise _unprocessable(
+            "$.workload", f"too large to validate within {_VALIDATE_TIMEOUT_S:g} s"
+        ) from None
     key = await asyncio.to_thread(_device_key, st, probe)
     reason = await asyncio.to_thread(st.storage_check)
     if reason is not None:
