@@ -36,8 +36,15 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     host = args.host or settings.host
     port = args.port or settings.port
+    # SIGTERM: stop accepting, let requests in flight finish for up to 5 s (every computation
+    # runs in the compute pool, so the event loop is free to drain), then stop the workers.
     uvicorn.run(
-        create_app(settings), host=host, port=port, log_level=args.log_level, access_log=False
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
     )
     return 0
 

@@ -53,7 +53,9 @@ ModelType = Literal[
 
 Dim = Annotated[int, Meta(ge=1, le=1 << 24, description="A model dimension (1 .. 2^24).")]
 Count = Annotated[int, Meta(ge=0, le=1 << 20, description="A count (0 .. 2^20).")]
-LayerCount = Annotated[int, Meta(ge=1, le=1_000_000, description="Number of layers (1 .. 10^6).")]
+LayerCount = Annotated[
+    int, Meta(ge=1, le=1024, description="Number of layers (1 .. 1024).")
+]  # = vrambudget.core.spec.limits.MAX_LAYERS (not imported: spec imports this module)
 Vocab = Annotated[int, Meta(ge=1, le=1 << 26, description="Vocabulary size (1 .. 2^26).")]
 Positions = Annotated[int, Meta(ge=1, le=1 << 40, description="Positions (1 .. 2^40).")]
 

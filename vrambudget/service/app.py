@@ -3,7 +3,7 @@ Litestar, into the core's msgspec types) -> pure call -> encode."""
 
 from __future__ import annotations
 
-import os
+import hashlib
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -26,20 +26,20 @@ from vrambudget.core.catalog import (
 from vrambudget.core.compare import (
     DEFAULT_TOLERANCE_BYTES,
     DEFAULT_TOLERANCE_PERCENT,
-    compare,
     estimate_input,
 )
 from vrambudget.core.comparison import Comparison
-from vrambudget.core.estimate import estimate
-from vrambudget.core.fit import FitRequest, FitResponse, fit
+from vrambudget.core.fit import FitRequest, FitResponse
 from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
-from vrambudget.core.spec import BudgetRequest, CatalogDevice, Headroom, Software
+from vrambudget.core.spec import BudgetRequest, CatalogDevice, Headroom
 from vrambudget.http.body import decode_body
 from vrambudget.http.cache import AnswerCache
 from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import Problem
 
+from .compute import ComputeError, ComputePool, compute_error
+from .compute_worker import software_of
 from .openapi import patch_openapi
 from .problems import exception_handlers
 from .settings import Settings, SettingsError
@@ -59,7 +59,11 @@ _PROBLEMS = {
         400: "Malformed JSON",
         404: "A named preset or GPU does not exist",
         413: "Request body larger than the configured limit",
-        422: "Invalid request: the field path and the allowed range are named",
+        422: "Invalid request: the field path and the allowed range are named; or a "
+        "computation past `VRAMBUDGET_COMPUTE_TIME_LIMIT_S` (`.../problems/compute-time-limit`) "
+        "or an answer larger than `VRAMBUDGET_MAX_ANSWER_BYTES` (`.../problems/answer-too-large`)",
+        503: "The compute workers are busy (`.../problems/compute-busy`, with `Retry-After`), "
+        "a worker died (`.../problems/compute-worker-died`), or the server is shutting down",
     }.items()
 }
 _BUDGET_PROBLEMS = {
@@ -71,7 +75,9 @@ _BUDGET_PROBLEMS = {
         "(`.../problems/validation`); a workload that cannot be realised "
         "(`.../problems/invalid-workload`, also a workload the trace tier does not "
         "run); or, with `method: trace`, a trace that ran past the time limit "
-        "(`.../problems/trace-time-limit`)",
+        "(`.../problems/trace-time-limit`); a computation past "
+        "`VRAMBUDGET_COMPUTE_TIME_LIMIT_S` (`.../problems/compute-time-limit`); an answer "
+        "larger than `VRAMBUDGET_MAX_ANSWER_BYTES` (`.../problems/answer-too-large`)",
     ),
     501: ResponseSpec(
         data_container=Problem,
@@ -84,7 +90,9 @@ _BUDGET_PROBLEMS = {
         media_type="application/problem+json",
         description="`method: trace` only: as many traces as allowed are running or waiting "
         "(`.../problems/trace-busy`, with `Retry-After`), or the worker died while "
-        "tracing, e.g. killed for memory (`.../problems/trace-worker-died`)",
+        "tracing, e.g. killed for memory (`.../problems/trace-worker-died`); any method: "
+        "the compute workers are busy (`.../problems/compute-busy`, with `Retry-After`) or "
+        "one died (`.../problems/compute-worker-died`)",
     ),
 }
 
@@ -97,7 +105,11 @@ def _encoded(body: bytes) -> Response[Any]:
     return Response(content=body, media_type="application/json")
 
 
-_ANSWER_ENTRIES = int(os.environ.get("VRAMBUDGET_ANSWER_CACHE_ENTRIES", "4096"))
+def _canonical(kind: str, data: msgspec.Struct) -> tuple[bytes, tuple[str, bytes]]:
+    """(the decoded request re-encoded, its answer-cache key): defaults filled, key order and
+    whitespace irrelevant, and a 32-byte key whatever the body's size."""
+    payload = _ENCODER.encode(data)
+    return payload, (kind, hashlib.sha256(payload).digest())
 
 
 @post(
@@ -111,30 +123,21 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     """Component-wise memory budget per device (one line per component at the peak phase),
     plus host RAM and disk, for co-located workloads on one device type.
 
-    `method: analytic` (default) answers in microseconds. `method: trace` runs the workload's
+    `method: analytic` (default) answers in about a millisecond, computed in a worker process
+    (bounded by the server's compute time limit). `method: trace` runs the workload's
     PyTorch code on fake tensors in a worker process (seconds, bounded by the server's time
     limit); its answers are cached by the canonical request, and identical requests in flight
     share one trace."""
-    body = await request.body()
+    data = decode_body(await request.body(), BudgetRequest)
+    if data.method == "trace":
+        pool: TracePool = request.app.state.trace_pool
+        return _encoded(await pool.answer(data))
+    payload, key = _canonical("budgets", data)
     answers: AnswerCache = request.app.state.answers
-    cached = answers.get(("budgets", body))
+    cached = answers.get(key)
     if cached is None:
-        data = decode_body(body, BudgetRequest)
-        if data.method == "trace":
-            pool: TracePool = request.app.state.trace_pool
-            return _encoded(await pool.answer(data))
-        cached = answers.put(
-            ("budgets", body),
-            _ENCODER.encode(
-                estimate(
-                    data.workloads,
-                    data.device,
-                    data.headroom,
-                    request.app.state.profiles,
-                    data.software,
-                )
-            ),
-        )
+        compute: ComputePool = request.app.state.compute
+        cached = answers.put(key, await compute.run("budget", payload))
     return _encoded(cached)
 
 
@@ -148,14 +151,12 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
 async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     """Fit checks of a workload against catalog (or custom) GPUs and device counts, with the
     largest batch, context and concurrency that fit and the smallest device count per GPU."""
-    body = await request.body()
+    payload, key = _canonical("fits", decode_body(await request.body(), FitRequest))
     answers: AnswerCache = request.app.state.answers
-    cached = answers.get(("fits", body))
+    cached = answers.get(key)
     if cached is None:
-        cached = answers.put(
-            ("fits", body),
-            _ENCODER.encode(fit(decode_body(body, FitRequest), request.app.state.profiles)),
-        )
+        compute: ComputePool = request.app.state.compute
+        cached = answers.put(key, await compute.run("fit", payload))
     return _encoded(cached)
 
 
@@ -229,12 +230,7 @@ async def create_comparison(
                 extra=[{"message": f"unknown GPU {gpu!r}; see GET /v1/gpus - at `$.gpu`"}],
             )
     inp = estimate_input(report, gpu)
-    profiles = request.app.state.profiles
-    estimates = {
-        "analytic": estimate(
-            (inp.workload,), inp.device, Headroom(fraction=0.0), profiles, _software(report)
-        )
-    }
+    traced: bytes | None = None
     if methods and "trace" in methods:
         pool: TracePool = request.app.state.trace_pool
         traced = await pool.answer(
@@ -243,24 +239,14 @@ async def create_comparison(
                 workloads=(inp.workload,),
                 device=inp.device,
                 headroom=Headroom(fraction=0.0),
-                software=_software(report),
+                software=software_of(report),
             )
         )
-        estimates["trace"] = msgspec.json.decode(traced, type=Budget)
-    comparison = compare(
-        report, estimates, inp, tolerance_percent=tolerance_percent, tolerance_bytes=tolerance_bytes
-    )
-    return _encoded(_ENCODER.encode(comparison))
-
-
-def _software(report: ProbeResource) -> Software | None:
-    res = report.result
-    if res is None or res.device != "cuda":
-        return None
-    return Software(
-        torch_version=res.torch_version[:64],
-        cuda_version=(res.cuda_version or "")[:32] or None,
-        driver_version=(res.driver_version or "")[:32] or None,
+    compute: ComputePool = request.app.state.compute
+    return _encoded(
+        await compute.run(
+            "comparison", _ENCODER.encode(report), gpu, tolerance_percent, tolerance_bytes, traced
+        )
     )
 
 
@@ -324,7 +310,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         ],
         middleware=[RequestContext(), prometheus.middleware],
         logging_config=logging_config(),
-        exception_handlers=exception_handlers,
+        exception_handlers={**exception_handlers, ComputeError: compute_error},
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
             title="vrambudget calculation service",
@@ -336,12 +322,20 @@ def create_app(settings: Settings | None = None) -> Litestar:
             path="/schema",
             render_plugins=[ScalarRenderPlugin()],
         ),
-        on_startup=[patch_openapi, _open_trace_pool],
-        on_shutdown=[_close_trace_pool],
+        on_startup=[patch_openapi, _open_trace_pool, _open_compute_pool],
+        on_shutdown=[_close_compute_pool, _close_trace_pool],
         debug=False,
     )
     app.state.profiles = profiles_from(settings.profiles_dir)
-    app.state.answers = AnswerCache(_ANSWER_ENTRIES)
+    app.state.answers = AnswerCache(settings.answer_cache_entries, settings.answer_cache_bytes)
+    # Analytic budgets, fits and comparisons: worker processes, started on the first request.
+    app.state.compute = ComputePool(
+        workers=settings.compute_workers,
+        time_limit_s=settings.compute_time_limit_s,
+        max_pending=settings.compute_max_pending,
+        max_answer_bytes=settings.max_answer_bytes,
+        profiles_dir=settings.profiles_dir,
+    )
     # Workers start on the first trace request, not here (see service/api/tracing.py); they
     # load the same calibration profiles.
     app.state.trace_pool = TracePool(
@@ -353,6 +347,14 @@ def create_app(settings: Settings | None = None) -> Litestar:
         env={PROFILES_ENV: settings.profiles_dir} if settings.profiles_dir else {},
     )
     return app
+
+
+def _open_compute_pool(app: Litestar) -> None:
+    app.state.compute.open()
+
+
+async def _close_compute_pool(app: Litestar) -> None:
+    await app.state.compute.close()
 
 
 def _open_trace_pool(app: Litestar) -> None:

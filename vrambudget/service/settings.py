@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vrambudget.core.calibration import profiles_from
@@ -25,7 +25,17 @@ _LIMITS: dict[str, tuple[str, float, float]] = {
     "trace_time_limit_s": ("VRAMBUDGET_TRACE_TIME_LIMIT_S", 0.1, 86400),
     "trace_max_pending": ("VRAMBUDGET_TRACE_MAX_PENDING", 1, 1 << 16),
     "trace_cache_entries": ("VRAMBUDGET_TRACE_CACHE_ENTRIES", 0, 1 << 24),
+    "answer_cache_entries": ("VRAMBUDGET_ANSWER_CACHE_ENTRIES", 0, 1 << 24),
+    "answer_cache_bytes": ("VRAMBUDGET_ANSWER_CACHE_BYTES", 0, 1 << 40),
+    "compute_workers": ("VRAMBUDGET_COMPUTE_WORKERS", 1, 256),
+    "compute_time_limit_s": ("VRAMBUDGET_COMPUTE_TIME_LIMIT_S", 0.1, 3600),
+    "compute_max_pending": ("VRAMBUDGET_COMPUTE_MAX_PENDING", 1, 1 << 16),
+    "max_answer_bytes": ("VRAMBUDGET_MAX_ANSWER_BYTES", 1 << 16, 1 << 32),
 }
+
+
+def _default_compute_workers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +53,19 @@ class Settings:
     """Trace answers kept (LRU by the canonical request hash); 0 disables the cache."""
     trace_entry: str = DEFAULT_ENTRY
     """The engine, as ``module:function`` taking a BudgetRequest and returning a Budget."""
+    answer_cache_entries: int = 4096
+    """Analytic answers kept (LRU by the sha256 of the canonical request); 0 disables the cache."""
+    answer_cache_bytes: int = 64 << 20
+    """Bytes of analytic answers kept (keys are 32-byte hashes); the LRU evicts to stay under."""
+    compute_workers: int = field(default_factory=_default_compute_workers)
+    """Worker processes computing analytic budgets, fits and comparisons (default: the CPU
+    cores, at most 4), so that no request holds the event loop."""
+    compute_time_limit_s: float = 10.0
+    """A budget, fit or comparison computing longer is stopped (its worker killed): 422."""
+    compute_max_pending: int = 64
+    """Computations running or waiting for a worker; beyond, 503 + Retry-After."""
+    max_answer_bytes: int = 16 << 20
+    """An encoded answer larger than this is refused (422) instead of sent."""
     profiles_dir: str | None = None
     """Directory of calibration profiles (``vrambudget calibrate``); none: built-in defaults."""
 
@@ -82,6 +105,12 @@ class Settings:
             "trace_max_pending",
             "trace_cache_entries",
             "trace_entry",
+            "answer_cache_entries",
+            "answer_cache_bytes",
+            "compute_workers",
+            "compute_time_limit_s",
+            "compute_max_pending",
+            "max_answer_bytes",
             "profiles_dir",
         ):
             env = _LIMITS[name][0] if name in _LIMITS else f"VRAMBUDGET_{name.upper()}"

@@ -8,7 +8,7 @@ from msgspec import Meta
 
 from ..catalog import ModelId
 from ..hf_config import HFConfig
-from .limits import MAX_TOKENS, Dim, Name, Wire
+from .limits import MAX_LAYERS, MAX_TOKENS, Dim, Layers, Name, Wire
 
 __all__ = ["DimensionsModel", "HFConfigModel", "MoESpec", "ModelSource", "PresetModel"]
 
@@ -40,7 +40,7 @@ class MoESpec(Wire, frozen=True, kw_only=True):
         int, Meta(ge=0, le=1 << 24, description="Total width of always-on shared experts.")
     ] = 0
     num_dense_layers: Annotated[
-        int, Meta(ge=0, le=1_000_000, description="Leading layers with a dense MLP instead.")
+        int, Meta(ge=0, le=MAX_LAYERS, description="Leading layers with a dense MLP instead.")
     ] = 0
 
 
@@ -56,7 +56,7 @@ class DimensionsModel(Wire, tag="dimensions", tag_field="source", frozen=True, k
         ),
     ] = "decoder"
     hidden_size: Annotated[Dim, Meta(description="Model width (d_model), elements.")]
-    num_layers: Annotated[int, Meta(ge=1, le=1_000_000, description="Layers (1 .. 10^6).")]
+    num_layers: Layers
     num_attention_heads: Annotated[Dim, Meta(description="Query heads per layer.")]
     num_key_value_heads: Annotated[
         Annotated[int, Meta(ge=1, le=1 << 24)] | None,
@@ -116,7 +116,7 @@ class DimensionsModel(Wire, tag="dimensions", tag_field="source", frozen=True, k
         int,
         Meta(
             ge=0,
-            le=1_000_000,
+            le=MAX_LAYERS,
             description="How many layers use the sliding window (the last ones); 0: none.",
         ),
     ] = 0

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from msgspec import Meta
 
 from . import rules
-from .limits import Degree, Wire
+from .limits import Degree, Stages, Wire
 
 __all__ = ["Parallelism"]
 
@@ -23,7 +23,7 @@ class Parallelism(Wire, frozen=True, kw_only=True):
         bool, Meta(description="Megatron sequence parallelism (training activations / tensor).")
     ] = False
     pipeline: Annotated[
-        Degree, Meta(description="Pipeline-parallel degree: stages the layers are cut into.")
+        Stages, Meta(description="Pipeline-parallel degree: stages the layers are cut into.")
     ] = 1
     pipeline_schedule: Annotated[
         Literal["1f1b", "gpipe", "interleaved_1f1b"],

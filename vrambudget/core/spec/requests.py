@@ -10,7 +10,15 @@ from msgspec import Meta
 from ..catalog import GPUId
 from ..dtypes import NativeDType
 from . import rules
-from .limits import Bytes, Fraction, Name, Wire
+from .limits import (
+    MAX_DEVICES,
+    MAX_FIT_DEVICE_COUNT,
+    MAX_SOLVED_DEVICE_COUNT,
+    Bytes,
+    Fraction,
+    Name,
+    Wire,
+)
 from .serving import LLMServingWorkload
 from .workloads import GenericWorkload, InferenceWorkload, TrainingWorkload
 
@@ -196,14 +204,15 @@ class FitRequest(Wire, frozen=True, kw_only=True):
         ),
     ]
     devices: Annotated[
-        Annotated[tuple[DeviceRef, ...], Meta(max_length=256)] | None,
+        Annotated[tuple[DeviceRef, ...], Meta(max_length=MAX_DEVICES)] | None,
         Meta(
-            description="Catalog GPUs and custom devices to check (at most 256); default "
+            description="Catalog GPUs and custom devices to check (at most 64: each is "
+            "checked at every device count); default "
             "(null): the whole catalog."
         ),
     ] = None
     device_counts: Annotated[
-        tuple[Annotated[int, Meta(ge=1, le=4096)], ...],
+        tuple[Annotated[int, Meta(ge=1, le=MAX_FIT_DEVICE_COUNT)], ...],
         Meta(
             min_length=1,
             max_length=16,
@@ -254,9 +263,9 @@ class FitRequest(Wire, frozen=True, kw_only=True):
         int,
         Meta(
             ge=1,
-            le=4096,
+            le=MAX_SOLVED_DEVICE_COUNT,
             description="Largest device count tried when solving "
-            "`device_count` (1 .. 8, then multiples of 8).",
+            "`device_count` (1 .. 8, then multiples of 8; at most 256).",
         ),
     ] = 64
     software: Annotated[

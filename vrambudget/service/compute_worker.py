@@ -1,0 +1,114 @@
+"""The worker side of the compute pool (:mod:`vrambudget.service.compute`): what a pool worker
+process imports and runs -- the analytic budget, fit or comparison of one canonical request --
+returning only bytes, strings and numbers across the process boundary. Imports the core only
+(no Litestar, no torch): a worker starts in a fraction of a second."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+import msgspec
+
+from vrambudget.core.calibration import ProfileSet, profiles_from
+from vrambudget.core.compare import compare, estimate_input
+from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownGPU, UnknownModel
+from vrambudget.core.estimate import estimate
+from vrambudget.core.fit import FitRequest, fit
+from vrambudget.core.probe_report import ProbeResource
+from vrambudget.core.result import Budget
+from vrambudget.core.spec import BudgetRequest, Headroom, Software
+
+__all__ = ["TASKS", "init_worker", "run_task", "software_of"]
+
+_ENCODER = msgspec.json.Encoder()
+_profiles: list[ProfileSet | None] = [None]
+"""In a worker: the calibration profiles, loaded once by :func:`init_worker`."""
+
+
+def init_worker(profiles_dir: str | None) -> None:
+    """pebble initializer, once per worker before its first task. It must not raise (pebble
+    would make that a broken pool); the settings validated the directory at start-up."""
+    try:
+        _profiles[0] = profiles_from(profiles_dir)
+    except Exception:  # noqa: BLE001 -- the server checked it; fall back to the defaults
+        _profiles[0] = profiles_from(None)
+
+
+def software_of(report: ProbeResource) -> Software | None:
+    """The target's versions as the report measured them (CUDA probes only)."""
+    res = report.result
+    if res is None or res.device != "cuda":
+        return None
+    return Software(
+        torch_version=res.torch_version[:64],
+        cuda_version=(res.cuda_version or "")[:32] or None,
+        driver_version=(res.driver_version or "")[:32] or None,
+    )
+
+
+def _budget(payload: bytes, *_: Any) -> Any:
+    req = msgspec.json.decode(payload, type=BudgetRequest)
+    return estimate(req.workloads, req.device, req.headroom, _profiles[0], req.software)
+
+
+def _fit(payload: bytes, *_: Any) -> Any:
+    return fit(msgspec.json.decode(payload, type=FitRequest), _profiles[0])
+
+
+def _comparison(
+    payload: bytes,
+    gpu: str | None,
+    tolerance_percent: float,
+    tolerance_bytes: int,
+    traced: bytes | None,
+) -> Any:
+    report = msgspec.json.decode(payload, type=ProbeResource)
+    inp = estimate_input(report, gpu)
+    estimates = {
+        "analytic": estimate(
+            (inp.workload,), inp.device, Headroom(fraction=0.0), _profiles[0], software_of(report)
+        )
+    }
+    if traced is not None:
+        estimates["trace"] = msgspec.json.decode(traced, type=Budget)
+    return compare(
+        report, estimates, inp, tolerance_percent=tolerance_percent, tolerance_bytes=tolerance_bytes
+    )
+
+
+TASKS = {"budget": _budget, "fit": _fit, "comparison": _comparison}
+
+
+def run_task(task: str, max_answer_bytes: int, payload: bytes, *args: Any) -> tuple[Any, ...]:
+    """The task a worker runs. Returns only bytes, strings and numbers:
+
+    ``("ok", answer, seconds)`` | ``("too-large", size, seconds)`` |
+    ``("invalid", field, message, seconds)`` | ``("unknown-model", id, seconds)`` |
+    ``("unknown-gpu", id, seconds)`` | ``("budget-error", message, seconds)`` |
+    ``("memory", message, seconds)`` | ``("error", summary, traceback, seconds)``
+    """
+    start = time.perf_counter()
+    try:
+        answer = _ENCODER.encode(TASKS[task](payload, *args))
+    except InvalidWorkload as exc:
+        return ("invalid", exc.field, exc.message, time.perf_counter() - start)
+    except UnknownModel as exc:
+        return ("unknown-model", exc.model_id, time.perf_counter() - start)
+    except UnknownGPU as exc:
+        return ("unknown-gpu", exc.gpu_id, time.perf_counter() - start)
+    except BudgetError as exc:
+        return ("budget-error", str(exc), time.perf_counter() - start)
+    except MemoryError as exc:
+        return ("memory", str(exc), time.perf_counter() - start)
+    except Exception as exc:  # noqa: BLE001 -- reported (500), never raised across the pipe
+        return (
+            "error",
+            f"{type(exc).__name__}: {exc}",
+            traceback.format_exc(),
+            time.perf_counter() - start,
+        )
+    if len(answer) > max_answer_bytes:
+        return ("too-large", len(answer), time.perf_counter() - start)
+    return ("ok", answer, time.perf_counter() - start)
