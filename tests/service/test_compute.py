@@ -34,8 +34,9 @@ def _dims(layers: int) -> dict[str, Any]:
 
 H100 = {"source": "catalog", "id": "h100-sxm5-80gb"}
 HEAVY_FIT = {
-    # in the schema's bounds, but ~80 s of CPU: a serving fit of a 1,024-layer model on 64
-    # devices at 16 device counts up to 1,024 -- the deadline, not the schema, stops it
+    # in the schema's bounds, the slowest request found (~7 s of CPU here): a serving fit of a
+    # 1,024-layer model on 64 devices at 16 device counts up to 1,024 -- the tests give it a
+    # deadline of 1 .. 3 s
     "workloads": [{"kind": "llm_serving", "model": _dims(1024)}],
     "devices": [H100] * 64,
     "device_counts": [1, 2, 3, 4, 5, 6, 7, 8, 16, 64, 128, 256, 384, 512, 768, 1024],
@@ -108,7 +109,7 @@ def test_a_request_past_the_deadline_is_stopped_with_422_naming_the_limit() -> N
         assert r.status_code == 422, r.text
         assert r.json()["type"].endswith("/compute-time-limit")
         assert "VRAMBUDGET_COMPUTE_TIME_LIMIT_S" in r.text and "1 s" in r.text
-        assert took < 6.0  # worker start + 1 s, never the ~80 s of work
+        assert took < 6.0  # worker start + 1 s, never the ~7 s of work
         # the killed worker is replaced: the next request is answered
         ok = c.post("/v1/budgets", json={"workloads": [{"kind": "training", "model": _dims(8)}]})
         assert ok.status_code == 200, ok.text
