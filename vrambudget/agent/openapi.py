@@ -59,6 +59,9 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
                 }
             if "400" in responses:
                 responses["400"] = {"description": "Malformed JSON", "content": PROBLEM_CONTENT}
+    for parameter in paths["/v1/probes"].get("get", {}).get("parameters", ()):
+        if parameter.get("name") == "limit":  # the handler's range (handlers.list_probes)
+            parameter["schema"] = {**parameter["schema"], "minimum": 1, "maximum": 500}
     post = paths["/v1/probes"]["post"]["responses"]
     post["422"] = {
         "description": "Invalid probe (field path and allowed range)",
@@ -89,6 +92,28 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
                     "content": PROBLEM_CONTENT,
                 }
     common_responses(document)
+    probe = components["ProbeRequest"]  # the cross-field rule the handler checks (spec.py)
+    components["ProbeRequest"] = {
+        **probe,
+        "allOf": [
+            *probe.get("allOf", ()),
+            {
+                "if": {
+                    "properties": {"concurrency": {"exclusiveMinimum": 1}},
+                    "required": ["concurrency"],
+                },
+                "then": {
+                    "properties": {
+                        "workload": {
+                            "properties": {"kind": {"const": "inference"}},
+                            "required": ["kind"],
+                        }
+                    }
+                },
+                "description": "concurrency > 1 needs an inference workload",
+            },
+        ],
+    }
     prometheus_text(document)
     install_components(document, components)
     document["components"]["securitySchemes"] = {

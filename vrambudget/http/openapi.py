@@ -94,6 +94,14 @@ def common_responses(document: dict[str, Any]) -> None:
                         "required": False,
                         "schema": {"type": "integer", "minimum": 1},
                     }
+            if operation.get("parameters"):
+                responses.setdefault(
+                    "422",
+                    {
+                        "description": "Invalid parameter (the field path is named)",
+                        "content": PROBLEM_CONTENT,
+                    },
+                )
             responses.setdefault(
                 "500",
                 {

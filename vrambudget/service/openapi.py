@@ -9,7 +9,7 @@ import msgspec
 from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 
-from vrambudget.core.catalog import GPU, ModelPreset
+from vrambudget.core.catalog import GPU, ModelPreset, gpus
 from vrambudget.core.comparison import Comparison
 from vrambudget.core.fit import FitRequest, FitResponse
 from vrambudget.core.probe_report import ProbeResource
@@ -90,6 +90,13 @@ def patch_openapi(app: Litestar) -> None:
             "description": "Not ready: a catalog is empty",
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Ready"}}},
         }
+    for parameter in document["paths"]["/v1/comparisons"]["post"].get("parameters", ()):
+        if parameter.get("name") == "gpu":  # the handler accepts catalog ids only
+            parameter["schema"] = {
+                "type": "string",
+                "enum": sorted(gpus()),
+                "description": parameter.get("description", ""),
+            }
     common_responses(document)
     prometheus_text(document)
     install_components(document, components)

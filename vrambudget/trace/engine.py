@@ -101,6 +101,25 @@ def gemm_workspaces(ctx: DeviceContext | None) -> tuple[tuple[str, int], ...]:
     return (("cuBLAS workspace", max(0, ov.workspace_bytes) - lt), ("cuBLASLt workspace", lt))
 
 
+def _check_matrices(arch: Any, model_field: str) -> None:
+    """The traced model stores a ``cols == 1`` tensor as a vector (norms, biases), so a
+    projection or table one column wide (``hidden_size`` or ``intermediate_size`` 1) cannot be
+    built: refused here, naming the dimension, instead of failing inside torch."""
+    from vrambudget.core.arch import Role
+
+    vectors = (Role.NORM, Role.BIAS)
+    groups = [g for layer, _ in arch.layer_runs for g in layer.tensors]
+    groups += [*arch.embeddings, *arch.head]
+    for g in groups:
+        if g.cols == 1 and g.role not in vectors:
+            dim = "hidden_size" if arch.hidden_size == 1 else "intermediate_size"
+            raise InvalidWorkload(
+                f"{model_field}.{dim}",
+                f"a {g.name} projection one column wide is not traced with method 'trace' "
+                f"(use 'analytic', or a dimension of at least 2)",
+            )
+
+
 def trace_workload(
     w: InferenceWorkload | TrainingWorkload,
     *,
@@ -116,6 +135,9 @@ def trace_workload(
         statics = statics_for(w, arch)  # the layout checks of the analytic tier
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
+    _check_matrices(
+        arch, f"{field}.model.config" if hasattr(w.model, "config") else f"{field}.model"
+    )
     if isinstance(w, TrainingWorkload) and not any(st.trainable_params for st in statics):
         # The analytic tier budgets it (with a warning); a real step has nothing to optimize.
         raise InvalidWorkload(
