@@ -33,7 +33,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "trace": {"torch"},
     "http": {"litestar"},
     "service": {"litestar", "uvicorn", "pebble", "prometheus_client"},
-    "agent": {"litestar", "uvicorn", "httpx", "pynvml", "torch"},
+    "agent": {"litestar", "uvicorn", "httpx", "pynvml", "torch", "publicsuffixlist"},
     "cli": {"uvicorn"},
 }
 # torch may appear in these agent modules only: they run in the spawned probe children.

@@ -104,7 +104,18 @@ def test_fragments_and_userinfo_are_refused(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "entry", ["*.co.uk", "https://*.com.au", "*.github.io", "*.herokuapp.com", "*.org.uk"]
+    "entry",
+    [
+        "*.co.uk",
+        "https://*.com.au",
+        "*.github.io",
+        "*.herokuapp.com",
+        "*.org.uk",
+        # beyond the common <generic>.<country> pairs: only the Public Suffix List knows these
+        "*.s3.amazonaws.com",
+        "*.pvt.k12.ma.us",
+        "*.kawasaki.jp",
+    ],
 )
 def test_public_suffix_wildcards_are_refused(entry: str) -> None:
     with pytest.raises(ValueError, match="public suffix"):

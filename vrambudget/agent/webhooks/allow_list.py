@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import httpx
+from publicsuffixlist import PublicSuffixList
 
 __all__ = ["callback_allowed", "validate_allow_list"]
 
@@ -64,62 +65,14 @@ def _parse_entry(entry: str) -> tuple[str, str, int, bool]:
     return (*parsed, wildcard)
 
 
-# Second-level public suffixes (a short list, not the whole Public Suffix List: the agent has no
-# dependency for it): the common ``<generic>.<country>`` registries and hosting platforms where
-# every subdomain belongs to someone else.
-_GENERIC_SLD = frozenset(
-    {
-        "ac",
-        "co",
-        "com",
-        "edu",
-        "gen",
-        "go",
-        "gob",
-        "gov",
-        "govt",
-        "gv",
-        "ltd",
-        "me",
-        "mil",
-        "ne",
-        "net",
-        "nic",
-        "nom",
-        "or",
-        "org",
-        "plc",
-        "sch",
-    }
-)
-_PLATFORM_SUFFIXES = frozenset(
-    {
-        "amazonaws.com",
-        "appspot.com",
-        "azurewebsites.net",
-        "blogspot.com",
-        "cloudfront.net",
-        "fly.dev",
-        "github.io",
-        "gitlab.io",
-        "herokuapp.com",
-        "netlify.app",
-        "ngrok.io",
-        "ngrok-free.app",
-        "onrender.com",
-        "pages.dev",
-        "vercel.app",
-        "workers.dev",
-    }
-)
+# The Public Suffix List (ICANN and private sections: ``co.uk``, ``github.io``,
+# ``s3.amazonaws.com`` ...), shipped as data by the ``publicsuffixlist`` package: no network.
+_PSL = PublicSuffixList()
 
 
 def _public_suffix(host: str) -> bool:
     """Is ``host`` (a wildcard's base) a public suffix: ``co.uk``, ``com.au``, ``github.io``?"""
-    labels = host.split(".")
-    if host in _PLATFORM_SUFFIXES:
-        return True
-    return len(labels) == 2 and len(labels[1]) == 2 and labels[0] in _GENERIC_SLD
+    return bool(_PSL.is_public(host))
 
 
 def validate_allow_list(allow_list: tuple[str, ...]) -> tuple[str, ...]:
