@@ -248,6 +248,7 @@ def main() -> None:
         for n in sorted(p.name for p in DATA.glob("digest_report*.json"))
     ]
     with TestClient(app=create_app()) as client:
+        logging.getLogger("vrambudget").setLevel(logging.WARNING)  # no access line per answer
         rows = [
             ("budgets", *_digest(client, "/v1/budgets", budgets())),
             ("serving", *_digest(client, "/v1/budgets", serving())),

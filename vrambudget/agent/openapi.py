@@ -92,28 +92,6 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
                     "content": PROBLEM_CONTENT,
                 }
     common_responses(document)
-    probe = components["ProbeRequest"]  # the cross-field rule the handler checks (spec.py)
-    components["ProbeRequest"] = {
-        **probe,
-        "allOf": [
-            *probe.get("allOf", ()),
-            {
-                "if": {
-                    "properties": {"concurrency": {"exclusiveMinimum": 1}},
-                    "required": ["concurrency"],
-                },
-                "then": {
-                    "properties": {
-                        "workload": {
-                            "properties": {"kind": {"const": "inference"}},
-                            "required": ["kind"],
-                        }
-                    }
-                },
-                "description": "concurrency > 1 needs an inference workload",
-            },
-        ],
-    }
     prometheus_text(document)
     install_components(document, components)
     document["components"]["securitySchemes"] = {

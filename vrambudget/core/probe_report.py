@@ -14,7 +14,7 @@ from msgspec import Meta
 
 from .comparison import Comparison
 from .result import Budget
-from .spec import InferenceWorkload, TrainingWorkload
+from .spec import InferenceWorkload, TrainingWorkload, rules
 
 __all__ = [
     "Callback",
@@ -141,8 +141,7 @@ class ProbeRequest(_Wire, frozen=True, kw_only=True):
     ] = None
 
     def __post_init__(self) -> None:
-        if self.concurrency > 1 and isinstance(self.workload, TrainingWorkload):
-            raise ValueError("concurrency > 1 needs an inference workload")
+        rules.check(self)
 
 
 class TorchView(_Wire, frozen=True, kw_only=True):
@@ -225,3 +224,7 @@ class ProbeResource(msgspec.Struct, frozen=True, kw_only=True):
     comparison: Comparison | None = None
     """The service's estimate-vs-measured comparison of this result (``service_url``)."""
     comparison_error: str | None = None
+
+
+SCHEMA_RULES = rules.schema_rules({"ProbeRequest": ProbeRequest})
+"""The probe request's cross-field rules as JSON Schema (declared in ``spec/rules.py``)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vrambudget.core.probe_report import SCHEMA_RULES as PROBE_RULES
 from vrambudget.core.spec import SCHEMA_RULES
 
 __all__ = ["PROBLEM_CONTENT", "common_responses", "install_components", "prometheus_text"]
@@ -29,7 +30,7 @@ def _refs(node: Any, found: set[str]) -> None:
 def install_components(document: dict[str, Any], components: dict[str, Any]) -> None:
     """Put msgspec's schemas (with the cross-field rules) into ``document``, drop the ones no
     path uses, and fail on a reference without a schema. Shared with the agent's document."""
-    for name, rules in SCHEMA_RULES.items():
+    for name, rules in {**SCHEMA_RULES, **PROBE_RULES}.items():
         if name in components:
             components[name] = {**components[name], "allOf": rules}
     schemas = document.setdefault("components", {}).setdefault("schemas", {})

@@ -11,6 +11,8 @@ import jsonschema_rs
 import msgspec
 import pytest
 
+from vrambudget.core.probe_report import SCHEMA_RULES as PROBE_RULES
+from vrambudget.core.probe_report import ProbeRequest
 from vrambudget.core.spec import SCHEMA_RULES, BudgetRequest, FitRequest
 from vrambudget.core.spec.rules import RULES
 from vrambudget.service.app import create_app
@@ -128,6 +130,11 @@ CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] =
         {"workloads": [SERVE], "device": H100, "method": "analytic"},
     ),
     ("FitRequest", 0): (FitRequest, {"workloads": [SERVE, INFER]}, {"workloads": [SERVE]}),
+    ("ProbeRequest", 0): (
+        ProbeRequest,
+        {"workload": TRAIN, "concurrency": 2},
+        {"workload": INFER, "concurrency": 2},
+    ),
 }
 
 
@@ -135,7 +142,7 @@ CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] =
 def validators() -> dict[str, Any]:
     document = openapi_document(create_app())
     out = {}
-    for name in ("BudgetRequest", "FitRequest"):
+    for name in ("BudgetRequest", "FitRequest", "ProbeRequest"):
         schema = {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
         out[name] = jsonschema_rs.validator_for(json.loads(json.dumps(schema)))
     return out
@@ -161,5 +168,5 @@ def test_rule_runtime_and_schema_agree(key: tuple[str, int], validators: dict[st
 
 def test_the_schema_rules_are_the_published_ones() -> None:
     document = openapi_document(create_app())
-    for name, rules in SCHEMA_RULES.items():
+    for name, rules in {**SCHEMA_RULES, **PROBE_RULES}.items():
         assert document["components"]["schemas"][name]["allOf"] == rules

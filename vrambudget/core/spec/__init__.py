@@ -149,5 +149,5 @@ __all__ = [
     "analytic_workloads",
 ]
 
-SCHEMA_RULES = schema_rules({name: globals()[name] for name in RULES})
+SCHEMA_RULES = schema_rules({name: globals()[name] for name in RULES if name in globals()})
 """The cross-field rules as JSON Schema, merged into the published components (``allOf``)."""

@@ -217,6 +217,13 @@ RULES: dict[str, tuple[Rule, ...]] = {
         ),
     ),
     "FitRequest": (_SERVING_ALONE,),
+    "ProbeRequest": (
+        Rule(
+            Cond(("workload", "kind"), "ne", "training"),
+            "concurrency > 1 needs an inference workload",
+            Cond(("concurrency",), "ge", 2),
+        ),
+    ),
 }
 """The rules of each wire type, in the order they are checked."""
 
@@ -232,8 +239,12 @@ def check(obj: Any) -> None:
 
 
 def schema_rules(types: dict[str, type[msgspec.Struct]]) -> dict[str, list[dict[str, Any]]]:
-    """The ``allOf`` of each struct's published schema, generated from ``RULES``."""
-    return {name: [r.schema(types[name]) for r in rules] for name, rules in RULES.items()}
+    """The ``allOf`` of each given struct's published schema, generated from ``RULES``."""
+    return {
+        name: [r.schema(types[name]) for r in rules]
+        for name, rules in RULES.items()
+        if name in types
+    }
 
 
 SCHEMA_RULES: dict[str, list[dict[str, Any]]] = {}
