@@ -5,20 +5,19 @@ returning only bytes, strings and numbers across the process boundary. Imports t
 
 from __future__ import annotations
 
-import time
-import traceback
 from typing import Any
 
 import msgspec
 
 from vrambudget.core.calibration import ProfileSet, profiles_from
 from vrambudget.core.compare import compare, estimate_input
-from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownGPU, UnknownModel
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import FitRequest, fit
 from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest, Headroom, Software
+
+from .outcome import outcome
 
 __all__ = ["TASKS", "init_worker", "run_task", "software_of"]
 
@@ -89,26 +88,7 @@ def run_task(task: str, max_answer_bytes: int, payload: bytes, *args: Any) -> tu
     ``("unknown-gpu", id, seconds)`` | ``("budget-error", message, seconds)`` |
     ``("memory", message, seconds)`` | ``("error", summary, traceback, seconds)``
     """
-    start = time.perf_counter()
-    try:
-        answer = _ENCODER.encode(TASKS[task](payload, *args))
-    except InvalidWorkload as exc:
-        return ("invalid", exc.field, exc.message, time.perf_counter() - start)
-    except UnknownModel as exc:
-        return ("unknown-model", exc.model_id, time.perf_counter() - start)
-    except UnknownGPU as exc:
-        return ("unknown-gpu", exc.gpu_id, time.perf_counter() - start)
-    except BudgetError as exc:
-        return ("budget-error", str(exc), time.perf_counter() - start)
-    except MemoryError as exc:
-        return ("memory", str(exc), time.perf_counter() - start)
-    except Exception as exc:  # noqa: BLE001 -- reported (500), never raised across the pipe
-        return (
-            "error",
-            f"{type(exc).__name__}: {exc}",
-            traceback.format_exc(),
-            time.perf_counter() - start,
-        )
-    if len(answer) > max_answer_bytes:
-        return ("too-large", len(answer), time.perf_counter() - start)
-    return ("ok", answer, time.perf_counter() - start)
+    result = outcome(lambda: _ENCODER.encode(TASKS[task](payload, *args)))
+    if result[0] == "ok" and len(result[1]) > max_answer_bytes:
+        return ("too-large", len(result[1]), result[2])
+    return result

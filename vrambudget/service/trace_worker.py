@@ -7,20 +7,14 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from vrambudget.core.errors import (
-    BudgetError,
-    InvalidWorkload,
-    UnknownGPU,
-    UnknownModel,
-)
 from vrambudget.core.spec import BudgetRequest
+
+from .outcome import outcome
 
 __all__ = [
     "DEFAULT_ENTRY",
@@ -105,24 +99,4 @@ def run_trace(entry: str, payload: bytes) -> tuple[Any, ...]:
     fn = _worker_entry(entry)
     if isinstance(fn, str):
         return ("unavailable", fn)
-    start = time.perf_counter()
-    try:
-        answer = encode_answer(fn(msgspec.json.decode(payload, type=BudgetRequest)))
-    except InvalidWorkload as exc:
-        return ("invalid", exc.field, exc.message, time.perf_counter() - start)
-    except UnknownModel as exc:
-        return ("unknown-model", exc.model_id, time.perf_counter() - start)
-    except UnknownGPU as exc:
-        return ("unknown-gpu", exc.gpu_id, time.perf_counter() - start)
-    except BudgetError as exc:
-        return ("budget-error", str(exc), time.perf_counter() - start)
-    except MemoryError as exc:
-        return ("memory", str(exc), time.perf_counter() - start)
-    except Exception as exc:  # noqa: BLE001 -- reported (500), never raised across the pipe
-        return (
-            "error",
-            f"{type(exc).__name__}: {exc}",
-            traceback.format_exc(),
-            time.perf_counter() - start,
-        )
-    return ("ok", answer, time.perf_counter() - start)
+    return outcome(lambda: encode_answer(fn(msgspec.json.decode(payload, type=BudgetRequest))))
