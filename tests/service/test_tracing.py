@@ -373,9 +373,9 @@ def test_idle_worker_killed_breaks_no_later_trace(client, calls_file):
             if line.endswith(" before-idle-kill")
         ).split()[0]
     )
-    pool = client.app.state.trace_pool._pool
+    pool = client.app.state.trace_pool.pool
     os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)  # pebble's manager notices within its 0.1 s poll
     r = client.post("/v1/budgets", json=body("after-idle-kill"))
     assert r.status_code == 200, r.text
-    assert client.app.state.trace_pool._pool is not pool  # a new pool took over
+    assert client.app.state.trace_pool.pool is not pool  # a new pool took over

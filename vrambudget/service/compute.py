@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import threading
 from typing import Any
 
 from litestar import Request, Response
@@ -33,6 +32,7 @@ from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownGPU, Unk
 from vrambudget.http.problems import internal, problem
 
 from .compute_worker import init_worker, run_task
+from .workers import WorkerProcesses
 
 __all__ = [
     "AnswerTooLarge",
@@ -161,9 +161,14 @@ class ComputePool:
         self.max_answer_bytes = max_answer_bytes
         self.profiles_dir = profiles_dir
         self._pending = 0
-        self._pool: Any = None  # pebble.ProcessPool, made on the first computation
-        self._lock = threading.Lock()
-        self._closed = False
+        self._processes = WorkerProcesses(
+            "compute",
+            workers,
+            init_worker,
+            (profiles_dir,),
+            lambda: ComputeUnavailable("the server is shutting down"),
+            join_timeout_s=5,
+        )
 
     @property
     def pending(self) -> int:
@@ -171,7 +176,7 @@ class ComputePool:
 
     @property
     def started(self) -> bool:
-        return self._pool is not None
+        return self._processes.started
 
     def _retry_after_s(self) -> int:
         return max(1, math.ceil(self.time_limit_s))
@@ -179,7 +184,7 @@ class ComputePool:
     async def run(self, task: str, payload: bytes, *args: Any) -> bytes:
         """The encoded answer of ``task`` (``budget``, ``fit``, ``comparison``) on ``payload``
         (the canonical request), computed in a worker process."""
-        if self._closed:
+        if self._processes.closed:
             raise ComputeUnavailable("the server is shutting down")
         if self._pending >= self.max_pending:
             raise ComputeBusy(
@@ -212,7 +217,7 @@ class ComputePool:
                 ) from None
             raise ComputeTimeLimit(self.time_limit_s) from None  # pebble killed the worker
         except BrokenProcessPool as exc:
-            self._discard(pool)
+            self._processes.discard(pool)
             raise ComputeWorkerDied(f"the pool broke: {exc}; it has been restarted") from None
         except ProcessExpired as exc:
             raise ComputeWorkerDied(f"exit code {exc.exitcode}") from None
@@ -239,7 +244,7 @@ class ComputePool:
 
     def _schedule(self, task: str, payload: bytes, args: tuple[Any, ...]) -> tuple[Any, Any]:
         for attempt in (1, 2):
-            pool = self._ensure_pool()
+            pool = self._processes.get()
             try:
                 return pool, pool.schedule(
                     run_task,
@@ -247,52 +252,16 @@ class ComputePool:
                     timeout=self.time_limit_s,
                 )
             except RuntimeError:  # "Unexpected error within the Pool" / "not active"
-                if attempt == 2 or self._closed:
+                if attempt == 2 or self._processes.closed:
                     raise ComputeWorkerDied("the compute pool is not running") from None
-                self._discard(pool)
+                self._processes.discard(pool)
         raise AssertionError("unreachable")
-
-    def _ensure_pool(self) -> Any:
-        with self._lock:
-            if self._closed:
-                raise ComputeUnavailable("the server is shutting down")
-            if self._pool is None:
-                import multiprocessing
-
-                import pebble
-
-                self._pool = pebble.ProcessPool(
-                    max_workers=self.workers,
-                    initializer=init_worker,
-                    initargs=(self.profiles_dir,),
-                    context=multiprocessing.get_context("spawn"),
-                )
-            return self._pool
-
-    def _discard(self, pool: Any) -> None:
-        with self._lock:
-            if pool is None or self._pool is not pool:
-                return
-            self._pool = None
-        threading.Thread(target=_stop, args=(pool,), name="compute-pool-stop", daemon=True).start()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def open(self) -> None:
-        self._closed = False
+        self._processes.open()
 
     async def close(self) -> None:
         """Stop the workers (app shutdown): computations still running are killed."""
-        self._closed = True
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            await asyncio.to_thread(_stop, pool)
-
-
-def _stop(pool: Any) -> None:
-    try:
-        pool.stop()
-        pool.join(timeout=5)
-    except Exception:  # shutting down a broken pool; nothing left to save
-        log.exception("stopping the compute pool")
+        await self._processes.close()

@@ -34,7 +34,6 @@ import asyncio
 import hashlib
 import logging
 import math
-import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.util import find_spec
@@ -66,6 +65,7 @@ from .trace_worker import (
     load_entry,
     run_trace,
 )
+from .workers import WorkerProcesses
 
 __all__ = [
     "DEFAULT_ENTRY",
@@ -191,12 +191,16 @@ class TracePool:
         self.max_pending = max_pending
         self._cache = cache
         self._inflight: dict[bytes, asyncio.Task[bytes]] = {}
-        self._pool: Any = None  # pebble.ProcessPool, made on the first trace
-        self._lock = threading.Lock()  # _pool is made and replaced from worker threads
+        self._processes = WorkerProcesses(
+            "trace",
+            workers,
+            init_worker,
+            (entry, self.env),
+            lambda: TraceUnavailable("the server is shutting down", temporary=True),
+        )
         self._problem: str | None = None
         self._checked = False
         self._typical_s: float | None = None  # EWMA of finished traces, for Retry-After
-        self._closed = False
         self._metrics = _metrics()
 
     # -- availability -------------------------------------------------------------------------
@@ -226,7 +230,7 @@ class TracePool:
         task = self._inflight.get(digest)
         leader = task is None
         if task is None:
-            if self._closed:
+            if self._processes.closed:
                 raise TraceUnavailable("the server is shutting down", temporary=True)
             if len(self._inflight) >= self.max_pending:
                 count("busy").inc()
@@ -281,7 +285,7 @@ class TracePool:
         except TimeoutError:  # pebble has killed the worker and is starting a new one
             raise TraceTimeLimit(self.time_limit_s) from None
         except BrokenProcessPool as exc:
-            self._discard(pool)
+            self._processes.discard(pool)
             raise TraceWorkerDied(
                 None, f"the trace pool broke ({exc}); it has been restarted"
             ) from None
@@ -320,69 +324,37 @@ class TracePool:
     def _schedule(self, payload: bytes) -> tuple[Any, Any]:
         """(the pool, the pebble future of the trace); a broken pool is replaced once."""
         for attempt in (1, 2):
-            pool = self._ensure_pool()
+            pool = self._processes.get()
             try:
                 return pool, pool.schedule(
                     run_trace, args=(self.entry, payload), timeout=self.time_limit_s
                 )
             except RuntimeError:  # "Unexpected error within the Pool" / "not active"
-                if attempt == 2 or self._closed:
+                if attempt == 2 or self._processes.closed:
                     raise TraceWorkerDied(None, "the trace pool is not running") from None
-                self._discard(pool)
+                self._processes.discard(pool)
         raise AssertionError("unreachable")
-
-    def _ensure_pool(self) -> Any:
-        with self._lock:
-            if self._closed:
-                raise TraceUnavailable("the server is shutting down", temporary=True)
-            if self._pool is None:
-                import multiprocessing
-
-                import pebble
-
-                self._pool = pebble.ProcessPool(
-                    max_workers=self.workers,
-                    initializer=init_worker,
-                    initargs=(self.entry, self.env),
-                    context=multiprocessing.get_context("spawn"),
-                )
-            return self._pool
-
-    def _discard(self, pool: Any) -> None:
-        """Forget a broken pool (the next trace makes a new one) and stop it in the background."""
-        with self._lock:
-            if pool is None or self._pool is not pool:
-                return
-            self._pool = None
-        threading.Thread(target=_stop, args=(pool,), name="trace-pool-stop", daemon=True).start()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     @property
     def started(self) -> bool:
-        return self._pool is not None
+        return self._processes.started
+
+    @property
+    def pool(self) -> Any:
+        """The running pebble pool, if any (tests kill its workers)."""
+        return self._processes.pool
 
     def open(self) -> None:
-        """Accept traces again (app start-up). An app's lifespan may run more than once, e.g.
-        under successive test clients; workers still start only on the first trace."""
-        self._closed = False
+        """Accept traces again (app start-up); workers still start only on the first trace."""
+        self._processes.open()
 
     async def close(self) -> None:
         """Cancel traces in flight and stop the workers (app shutdown)."""
-        self._closed = True
+        self._processes.closed = True
         tasks = list(self._inflight.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            await asyncio.to_thread(_stop, pool)
-
-
-def _stop(pool: Any) -> None:
-    try:
-        pool.stop()
-        pool.join()
-    except Exception:  # shutting down a broken pool; nothing left to save
-        log.exception("stopping the trace pool")
+        await self._processes.close()
