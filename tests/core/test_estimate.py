@@ -59,7 +59,8 @@ def test_mla_kv_cache_is_the_latent():
 def test_sliding_window_layers_cap_at_the_window():
     # Gemma 2 9B: 42 layers alternating sliding (4096) / global; 16 KV heads? No: 8 KV heads,
     # head_dim 256 -> 2 x 8 x 256 x 2 = 8,192 B per token per layer.
-    w = infer("gemma-2-9b", prompt_tokens=8000, generated_tokens=0)
+    # The checkpoint is fp32 (torch_dtype float32): asked for in bf16 here.
+    w = infer("gemma-2-9b", prompt_tokens=8000, generated_tokens=0, precision={"weights": "bf16"})
     per_layer_token = 2 * 8 * 256 * 2
     expected = 21 * per_layer_token * 8000 + 21 * per_layer_token * 4096
     assert lines(estimate((w,)))[C.KV_CACHE] == expected

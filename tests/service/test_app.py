@@ -150,7 +150,24 @@ def test_bad_input_is_422_problem_with_field_and_range(client, workload, field, 
     assert any(e["field"] == field and text in e["message"] for e in problem["errors"]), problem
 
 
-def test_unsupported_model_type_is_named(client):
+def test_unknown_model_type_is_named(client):
+    body = {
+        "workloads": [
+            {
+                "kind": "inference",
+                "model": {"source": "hf_config", "config": {"model_type": "no_such_family"}},
+            }
+        ]
+    }
+    r = client.post("/v1/budgets", json=body)
+    assert r.status_code == 422
+    error = r.json()["errors"][0]
+    assert error["field"] == "$.workloads[0].model.config.model_type"
+    assert "'no_such_family'" in error["message"] and "transformers" in error["message"]
+
+
+def test_a_config_transformers_refuses_is_a_422_naming_the_config(client):
+    # Falcon's default 71 heads do not divide a hidden size of 4096: FalconConfig refuses it.
     body = {
         "workloads": [
             {
@@ -165,8 +182,34 @@ def test_unsupported_model_type_is_named(client):
     r = client.post("/v1/budgets", json=body)
     assert r.status_code == 422
     error = r.json()["errors"][0]
-    assert error["field"] == "$.workloads[0].model.config.model_type"
-    assert "'falcon'" in error["message"] and "'llama'" in error["message"]
+    assert error["field"] == "$.workloads[0].model.config"
+    assert "transformers" in error["message"]
+
+
+def test_a_family_without_a_closed_form_is_built_by_the_framework(client):
+    # microsoft/phi-2's dimensions (config.json): 2,779,683,840 parameters (PhiForCausalLM).
+    config = {
+        "model_type": "phi",
+        "architectures": ["PhiForCausalLM"],
+        "hidden_size": 2560,
+        "intermediate_size": 10240,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "vocab_size": 51200,
+        "partial_rotary_factor": 0.4,
+        "torch_dtype": "float16",
+    }
+    r = post_budget(client, model={"source": "hf_config", "config": config})
+    assert r.status_code == 200, r.text
+    summary = r.json()["workloads"][0]
+    assert summary["num_params"] == 2_779_683_840
+    assert "PhiForCausalLM" in summary["model"]["source"]
+    assert summary["format"]["weights"] == "fp16"
+    weights = next(
+        line for line in r.json()["devices"][0]["lines"] if line["component"] == "weights"
+    )
+    # fp16 parameters plus the two fp32 rotary tables of 16 values (inv_freq, original_inv_freq)
+    assert weights["bytes"] == 2_779_683_840 * 2 + 2 * 16 * 4
 
 
 def test_inline_config_equals_preset(client):

@@ -24,6 +24,8 @@ PUBLIC = frozenset({"/healthz", "/readyz"})
 
 
 def agent_openapi_document(app: Litestar) -> dict[str, Any]:
+    from vrambudget.core.hf_config import HFConfig
+
     from .handlers import DeviceReport, Health, ProbePage
     from .spec import ProbeRequest, ProbeResource
 
@@ -32,7 +34,7 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
     if document.get("x-schemas-from") == "msgspec":
         return document
     _, components = msgspec.json.schema_components(
-        [ProbeRequest, ProbeResource, ProbePage, DeviceReport, Health, Problem],
+        [ProbeRequest, ProbeResource, ProbePage, DeviceReport, Health, Problem, HFConfig],
         ref_template="#/components/schemas/{name}",
     )
     paths = document["paths"]

@@ -45,7 +45,10 @@ class Role(StrEnum):
     BIAS = "bias"
     """A projection's bias vector."""
     VISION = "vision"
-    """Vision tower and projector of a multimodal checkpoint (not quantized here)."""
+    """Vision (or audio) tower and projector of a multimodal checkpoint (not quantized here)."""
+    OTHER = "other"
+    """Any other parameter or buffer: convolutions, state-space parameters, attention sinks,
+    rotary tables (stored unquantized, replicated)."""
 
 
 class Split(StrEnum):
@@ -78,9 +81,18 @@ class TensorGroup:
     role: Role
     split: Split
     count: int = 1
+    dtype: str | None = None
+    """A dtype the tensor keeps whatever the model's (fp32 rotary tables, integer buffers,
+    modules the framework keeps in fp32); None: the weights' dtype (or their quantization)."""
+    fp32_at_fp16: bool = False
+    """Kept in fp32 when the weights are fp16 (transformers ``_keep_in_fp32_modules``)."""
+    buffer: bool = False
+    """A buffer, not a parameter: loaded with the model, never trained."""
 
     @property
     def num_params(self) -> int:
+        if self.buffer:
+            return 0
         return self.rows * self.cols * self.count
 
 
@@ -92,6 +104,16 @@ class LayerType:
     window: int | None
     moe: bool
     tensors: tuple[TensorGroup, ...]
+    kv_elems: int | None = None
+    """K + V elements this layer caches per token on one device, as the framework's cache
+    keeps them (measured); None: ``2 x kv_heads x head_dim`` (or MLA's latent)."""
+    state: tuple[tuple[int, str | None], ...] = ()
+    """Per-sequence state the layer keeps whatever the context (Mamba / linear-attention conv
+    and recurrent states): (elements, fixed dtype or None for the compute dtype)."""
+    stored: tuple[int, int] | None = None
+    """(payload, quantization metadata) bytes of this layer as its checkpoint stores them
+    (exact, from the safetensors headers); None: computed from the tensors and the precision.
+    Buffers the checkpoint does not store are computed either way."""
 
     @property
     def num_params(self) -> int:
@@ -161,6 +183,9 @@ class Arch:
     checkpoint_only_params: int = 0
     """Parameters in the published checkpoint that inference stacks do not load by default
     (DeepSeek-V3's multi-token-prediction layer)."""
+    stored_top: tuple[tuple[str, int, int], ...] = ()
+    """(``embeddings`` | ``head`` | ``extras``, payload, metadata) bytes of the tensors outside
+    the layer stack as the checkpoint stores them; empty: computed."""
     _num_params: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .budget.analytic import analytic_budget
 from .calibration import ProfileSet
+from .deployed import deploy_all
 from .result import Budget
 from .serving.budget import serving_budget
 from .spec import DeviceRef, Headroom, Software, Workload, analytic_workloads
@@ -24,4 +25,5 @@ def estimate(
     analytic = analytic_workloads(workloads)
     if analytic is None:
         return serving_budget(workloads, device)
-    return analytic_budget(analytic, device, headroom, profiles, software)
+    deployed, notes = deploy_all(analytic)
+    return analytic_budget(deployed, device, headroom, profiles, software, notes)

@@ -4,8 +4,11 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from .budget.fit import analytic_fit
 from .calibration import ProfileSet
+from .deployed import deploy_all
 from .result import FitResponse
 from .serving.fit import serving_fit
 from .spec import FitRequest, analytic_workloads
@@ -17,4 +20,6 @@ def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
     workloads = analytic_workloads(req.workloads)
     if workloads is None:
         return serving_fit(req)
-    return analytic_fit(req, workloads, profiles)
+    deployed, notes = deploy_all(workloads)
+    answer = analytic_fit(msgspec.structs.replace(req, workloads=deployed), deployed, profiles)
+    return msgspec.structs.replace(answer, warnings=notes) if notes else answer

@@ -18,17 +18,22 @@ Gemma 3 checkpoints, for example, publish a sparse ``text_config`` and rely on
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 __all__ = [
+    "CLOSED_FORM_FAMILIES",
     "HFConfig",
     "HFRopeScaling",
     "HFTextConfig",
     "HFVisionConfig",
     "ModelType",
+    "check_config",
+    "typed_config",
 ]
 
 ModelType = Literal[
@@ -50,6 +55,11 @@ ModelType = Literal[
     "gpt2",
     "bert",
 ]
+
+CLOSED_FORM_FAMILIES: frozenset[str] = frozenset(get_args(ModelType))
+"""Model types whose tensor inventory has a closed form here (microseconds, no framework);
+every other ``model_type`` is built by the framework's own code."""
+MODEL_TYPE_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 
 Dim = Annotated[int, Meta(ge=1, le=1 << 24, description="A model dimension (1 .. 2^24).")]
 Count = Annotated[int, Meta(ge=0, le=1 << 20, description="A count (0 .. 2^20).")]
@@ -148,7 +158,14 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     ] = UNSET
     torch_dtype: Annotated[
         str | None | UnsetType,
-        Meta(description="The checkpoint's dtype; accepted, not used (precision.weights decides)."),
+        Meta(
+            description="The checkpoint's dtype (`bfloat16`, `float16`, `float32`): the weights' "
+            "dtype when `precision.weights` is `auto`."
+        ),
+    ] = UNSET
+    dtype: Annotated[
+        str | None | UnsetType,
+        Meta(description="The name transformers >= 4.56 saves `torch_dtype` under."),
     ] = UNSET
     attention_bias: Annotated[
         bool | None | UnsetType,
@@ -351,12 +368,27 @@ class HFVisionConfig(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tr
 
 
 class HFConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
-    """A Hugging Face ``config.json`` as published; keys that do not affect memory are ignored."""
+    """A Hugging Face ``config.json`` as published; keys that do not affect memory are ignored.
+    The keys listed are read by the closed forms of their families; any other family's keys are
+    read by ``transformers`` itself."""
 
     model_type: Annotated[
-        ModelType,
-        Meta(description="The family. Any other value is answered 422 naming it."),
+        str,
+        Meta(
+            pattern=MODEL_TYPE_PATTERN,
+            description="The family: any `model_type` the service's `transformers` knows. "
+            "Closed forms: " + ", ".join(get_args(ModelType)) + "; the others are built by the "
+            "framework.",
+        ),
     ]
+    quantization_config: Annotated[
+        dict[str, Any] | None | UnsetType,
+        Meta(
+            description="The checkpoint's quantization (`quant_method` awq, gptq, "
+            "bitsandbytes, fp8, compressed-tensors, mxfp4, modelopt ...): the deployed format "
+            "unless `precision.quantization` is given."
+        ),
+    ] = UNSET
     text_config: Annotated[
         HFTextConfig | None | UnsetType,
         Meta(
@@ -371,3 +403,42 @@ class HFConfig(_ConfigBase, frozen=True, kw_only=True, omit_defaults=True):
             "the language model; missing keys take SiglipVisionConfig's defaults."
         ),
     ] = UNSET
+
+
+_MODEL_TYPE = re.compile(MODEL_TYPE_PATTERN)
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """A pasted ``config.json``: ``model_type`` is a family name; a closed-form family's keys
+    have the types and ranges above (errors name the key, e.g. ``- at `$.config.hidden_size```).
+    Other families' keys are checked by ``transformers`` when the model is built."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not _MODEL_TYPE.match(model_type):
+        raise ValueError(
+            "model_type is required: a family name such as `llama` or `t5` (1..64 of "
+            "A-Z a-z 0-9 _ -) - at `$.config.model_type`"
+        )
+    if model_type in CLOSED_FORM_FAMILIES:
+        typed_config(config)
+
+
+def typed_config(config: Mapping[str, Any]) -> HFConfig:
+    """The typed view of a closed-form family's config (``ValueError`` naming the key)."""
+    key = msgspec.json.encode(config, order="sorted")
+    cached = _TYPED.get(key)
+    if cached is not None:
+        return cached
+    try:
+        typed = msgspec.convert(config, HFConfig)
+    except msgspec.ValidationError as exc:
+        message = str(exc).replace("- at `$", "- at `$.config", 1)
+        if "- at `$.config" not in message:
+            message += " - at `$.config`"
+        raise ValueError(message) from None
+    _TYPED[key] = typed
+    if len(_TYPED) > 512:
+        _TYPED.pop(next(iter(_TYPED)))
+    return typed
+
+
+_TYPED: dict[bytes, HFConfig] = {}

@@ -1,27 +1,80 @@
-"""Model sources to architectures, cached: a model is resolved once per process, not per request."""
+"""Model sources to architectures, cached: a model is resolved once per process, not per request.
+
+Presets, explicit dimensions and the configs of closed-form families resolve here, in
+microseconds. A Hub repository, a checkpoint's stored tensors and any other family need the
+service's lookups and the framework (:class:`~vrambudget.core.resolved.ResolvedModel`); given
+one of those unresolved, :class:`NeedsResolution` says so.
+"""
 
 from __future__ import annotations
 
 import itertools
 from functools import lru_cache
+from typing import Any
 
 from .arch import Arch, AttentionKind, LayerType, MoE, Role, Split, TensorGroup
-from .catalog import preset_arch
+from .catalog import preset, preset_arch
 from .errors import InvalidWorkload
 from .families import arch_from_hf_config, gated_mlp, linear, norm
-from .hf_config import HFConfig
-from .spec import DimensionsModel, HFConfigModel, ModelSource, PresetModel
+from .families.inventory import arch_from_inventory, assumptions
+from .hf_config import CLOSED_FORM_FAMILIES, typed_config
+from .memo import BoundedCache
+from .resolved import ResolvedModel
+from .result import ModelOrigin
+from .spec import DimensionsModel, HFConfigModel, HubModel, ModelSource, PresetModel
+from .stored import with_stored_tensors
 
-__all__ = ["model_name", "resolve_model"]
+__all__ = [
+    "AnyModel",
+    "NeedsResolution",
+    "model_name",
+    "model_origin",
+    "needs_resolution",
+    "resolve_model",
+]
+
+AnyModel = ModelSource | ResolvedModel
+"""What a workload's ``model`` holds: a wire source, or the service's resolution of one."""
 
 
-def resolve_model(source: ModelSource) -> Arch:
+class NeedsResolution(InvalidWorkload):
+    """The source needs the service's lookups or the framework before the core can use it."""
+
+
+def needs_resolution(source: AnyModel) -> bool:
+    """A Hub repository, a config with a checkpoint header, or a config of a family without a
+    closed form: the service resolves it (fetch, framework inventory) before computing."""
+    match source:
+        case HubModel():
+            return True
+        case HFConfigModel():
+            return (
+                source.checkpoint is not None
+                or source.config.get("model_type") not in CLOSED_FORM_FAMILIES
+            )
+    return False
+
+
+def resolve_model(source: AnyModel) -> Arch:
     """Errors name fields relative to the workload (``model.config.hidden_size``)."""
     match source:
         case PresetModel():
             return preset_arch(source.id)
+        case ResolvedModel():
+            return _from_resolved(source)
         case HFConfigModel():
+            if needs_resolution(source):
+                raise NeedsResolution(
+                    "model.config.model_type",
+                    f"{source.config.get('model_type')!r} has no closed form here; it is built "
+                    "by the framework (the service does this; in a program, resolve it with "
+                    "vrambudget.workloads.hf.resolve)",
+                )
             return _from_config(source.config)
+        case HubModel():
+            raise NeedsResolution(
+                "model", "a hub model is fetched by the service before it is budgeted"
+            )
         case DimensionsModel():
             try:
                 return _from_dimensions(source)
@@ -29,22 +82,83 @@ def resolve_model(source: ModelSource) -> Arch:
                 raise InvalidWorkload(f"model.{exc.field}", exc.message) from None
 
 
-def model_name(source: ModelSource) -> str:
+def model_name(source: AnyModel) -> str:
     match source:
         case PresetModel():
             return str(source.id)
+        case ResolvedModel():
+            return source.name
         case HFConfigModel():
-            return source.name or str(source.config.model_type)
+            return source.name or str(source.config.get("model_type"))
+        case HubModel():
+            return source.name or source.id
         case DimensionsModel():
             return source.name or "custom"
 
 
-@lru_cache(maxsize=512)
-def _from_config(config: HFConfig) -> Arch:
+def model_origin(source: AnyModel) -> ModelOrigin:
+    """Where the architecture came from, in words, with what is inferred (framework-built)."""
+    match source:
+        case PresetModel():
+            config = preset(source.id).config
+            family = config.model_type if config is not None else "?"
+            return ModelOrigin(source=f"preset {source.id}: closed form ({family})")
+        case ResolvedModel():
+            inv = source.inventory
+            if inv is None:
+                family = source.config.get("model_type")
+                return ModelOrigin(source=f"{source.origin}: closed form ({family})")
+            return ModelOrigin(
+                source=f"{source.origin}: {inv.library} {inv.architecture}",
+                assumptions=assumptions(inv),
+            )
+        case HFConfigModel():
+            return ModelOrigin(
+                source=f"inline config.json: closed form ({source.config.get('model_type')})"
+            )
+        case HubModel():
+            return ModelOrigin(source=f"hub {source.id} (unresolved)")
+        case DimensionsModel():
+            return ModelOrigin(source="dimensions: closed form")
+
+
+_CONFIGS: BoundedCache[bytes, Arch] = BoundedCache(512)
+_RESOLVED: BoundedCache[str, Arch] = BoundedCache(256)
+
+
+def _from_config(config: dict[str, Any]) -> Arch:
+    import msgspec
+
+    key = msgspec.json.encode(config, order="sorted")
+    cached = _CONFIGS.get(key)
+    if cached is not None:
+        return cached
     try:
-        return arch_from_hf_config(config)
+        arch = arch_from_hf_config(typed_config(config))
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"model.{exc.field}", exc.message) from None
+    _CONFIGS.put(key, arch)
+    return arch
+
+
+def _from_resolved(m: ResolvedModel) -> Arch:
+    cached = _RESOLVED.get(m.key)
+    if cached is not None:
+        return cached
+    try:
+        if m.inventory is not None:
+            base = arch_from_inventory(m.inventory)
+        elif m.config.get("model_type") in CLOSED_FORM_FAMILIES:
+            base = arch_from_hf_config(typed_config(m.config))
+        else:
+            raise NeedsResolution(
+                "model", "this model needs the framework's inventory, which is missing"
+            )
+        arch = with_stored_tensors(base, m.stored, m.inventory) if m.stored else base
+    except InvalidWorkload as exc:
+        raise InvalidWorkload(f"model.{exc.field}", exc.message) from None
+    _RESOLVED.put(m.key, arch)
+    return arch
 
 
 @lru_cache(maxsize=512)

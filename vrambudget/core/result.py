@@ -12,6 +12,7 @@ __all__ = [
     "Budget",
     "CalibrationUse",
     "Cheapest",
+    "DeployedFormat",
     "DeviceBudget",
     "DeviceSummary",
     "DiskBudget",
@@ -22,6 +23,7 @@ __all__ = [
     "LayoutFit",
     "Line",
     "Maxima",
+    "ModelOrigin",
     "OverheadOrigin",
     "Part",
     "Phase",
@@ -96,6 +98,34 @@ class DiskBudget(_Out, frozen=True, kw_only=True):
     total_bytes: int
 
 
+class DeployedFormat(_Out, frozen=True, kw_only=True):
+    """What the model runs in, and whether each choice is the checkpoint's."""
+
+    weights: str
+    """Dtype of the unquantized weights (fp32, fp16, bf16, fp8)."""
+    compute: str
+    """Dtype of activations."""
+    quantization: str | None
+    """The quantization in words (``AWQ 4-bit GEMM, group 128 ...``), or null."""
+    weights_from: Literal["checkpoint", "request"]
+    """``checkpoint``: the config's ``torch_dtype``; ``request``: the request's (or bf16 when
+    the model names no dtype)."""
+    quantization_from: Literal["checkpoint", "request", "none"]
+    stored_bytes: Literal["safetensors headers", "computed"]
+    """``safetensors headers``: weights and metadata are the checkpoint's stored bytes, read
+    from its headers; ``computed``: from the tensor shapes and the format."""
+
+
+class ModelOrigin(_Out, frozen=True, kw_only=True):
+    """Where the model's architecture came from and what the answer infers about it."""
+
+    source: str
+    """``preset``, ``closed form (<model_type>)``, ``dimensions``, or the framework that built
+    it (``transformers 5.23.0 Qwen3NextForCausalLM``); with where the config came from."""
+    assumptions: tuple[str, ...] = ()
+    """What is inferred rather than known (for a model built by the framework)."""
+
+
 class WorkloadSummary(_Out, frozen=True, kw_only=True):
     name: str
     kind: Literal["inference", "training", "generic", "llm_serving"]
@@ -104,6 +134,8 @@ class WorkloadSummary(_Out, frozen=True, kw_only=True):
     num_layers: int | None = None
     devices_per_instance: int
     instances: int
+    format: DeployedFormat | None = None
+    model: ModelOrigin | None = None
 
 
 class DeviceSummary(_Out, frozen=True, kw_only=True):
@@ -277,3 +309,5 @@ class FitResponse(msgspec.Struct, frozen=True, kw_only=True):
     gpus: tuple[GPUFit, ...]
     cheapest: Cheapest | None = None
     """``llm_serving`` workloads with `device_count` solved: the cheapest GPU type that fits."""
+    warnings: tuple[str, ...] = ()
+    """About the workload itself (its deployed format against the checkpoint's)."""

@@ -23,7 +23,7 @@ from .formulas.allocator_overhead import block_rounding
 from .formulas.kv_cache import elems_per_token
 from .formulas.optimizer_state import Optimizer, state_bytes, step_temporaries
 from .formulas.weights import stored_bytes
-from .layout import Stage, check_layout, per_device_shape, stages
+from .layout import Stage, check_layout, kv_heads_per_device, per_device_shape, stages
 from .quantization import quantized_roles
 from .spec import (
     FP8,
@@ -100,6 +100,11 @@ class StageStatic:
     """K+V elements per token per sequence over this stage's full-attention layers."""
     kv_sliding: tuple[tuple[int, int], ...]
     """(window, elements per token) over its sliding-window layers."""
+    state_elems: int = 0
+    """Per-sequence state elements in the compute dtype over its layers (Mamba /
+    linear-attention conv and recurrent states), whatever the context length."""
+    state_bytes: int = 0
+    """Per-sequence state bytes kept in a fixed dtype (fp32 recurrent states)."""
     step_gradient_bytes: int = 0
     """Gradients during the optimizer step: fp32 when the step runs on fp32 masters."""
     step_upcast_bytes: int = 0
@@ -137,15 +142,38 @@ def _last_trainable(arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: in
 
 
 def _groups(arch: Arch, stage: Stage, p: int) -> Iterator[tuple[TensorGroup, int]]:
-    for layer, n in stage.layer_runs:
+    for g, n, _ in _bucketed(arch, stage, p):
+        yield g, n
+
+
+def _bucketed(arch: Arch, stage: Stage, p: int) -> Iterator[tuple[TensorGroup, int, object]]:
+    """(tensor group, multiplicity, what it belongs to: (its run's index, its layer type), or
+    ``embeddings``, ``extras``, ``head``)."""
+    for run, (layer, n) in enumerate(stage.layer_runs):
         for g in layer.tensors:
-            yield g, n
+            yield g, n, (run, layer)
     if stage.first:
-        for g in (*arch.embeddings, *arch.extras):
-            yield g, 1
+        for g in arch.embeddings:
+            yield g, 1, "embeddings"
+        for g in arch.extras:
+            yield g, 1, "extras"
     if stage.last:
         for g in head_groups(arch, p):
-            yield g, 1
+            yield g, 1, "head"
+
+
+def _stored_of(arch: Arch, bucket: object) -> tuple[int, int] | None:
+    """A bucket's (payload, metadata) bytes as its checkpoint stores them, if known."""
+    if isinstance(bucket, tuple):
+        layer: LayerType = bucket[1]
+        return layer.stored
+    for name, payload, meta in arch.stored_top:
+        if name == bucket:
+            return payload, meta
+    return None
+
+
+TIED_COPY = "lm_head (tied copy)"
 
 
 def head_groups(arch: Arch, p: int) -> tuple[TensorGroup, ...]:
@@ -156,7 +184,7 @@ def head_groups(arch: Arch, p: int) -> tuple[TensorGroup, ...]:
         emb = arch.embeddings[0]
         return (
             *arch.head,
-            TensorGroup("lm_head (tied copy)", emb.rows, emb.cols, Role.LM_HEAD, Split.VOCAB),
+            TensorGroup(TIED_COPY, emb.rows, emb.cols, Role.LM_HEAD, Split.VOCAB),
         )
     return arch.head
 
@@ -194,21 +222,34 @@ def stage_statics(
         adapter_params = 0
         largest_linear = 0
         largest_trainable = 0
-        for g, mult in _groups(arch, stage, par.pipeline):
+        # Buckets whose bytes the checkpoint's headers give: (full, device) elements, per copy.
+        shares: dict[object, tuple[object, int, list[int]]] = {}
+        for g, mult, bucket in _bucketed(arch, stage, par.pipeline):
             rows, cols, count = per_device_shape(g, arch, t, ep)
             n = count * mult
             params += rows * cols * n
             payload, md = stored_bytes(
-                rows, cols, plain_bytes, quant if quant is not None and g.role in roles else None
+                rows,
+                cols,
+                _fixed_bytes(g, plain_dtype) or plain_bytes,
+                quant if quant is not None and g.role in roles and _quantizable(g) else None,
             )
-            weights += payload * n
-            meta += md * n
+            copied = g.name == TIED_COPY  # not in the checkpoint: a pipeline stage's own copy
+            stored = None if g.buffer or copied else _stored_of(arch, bucket)
+            if stored is not None:
+                key = bucket if isinstance(bucket, str) else bucket[0]  # type: ignore[index]
+                share = shares.setdefault(key, (bucket, mult, [0, 0]))[2]
+                share[0] += g.rows * g.cols * g.count
+                share[1] += rows * cols * count
+            else:
+                weights += payload * n
+                meta += md * n
             rounding += block_rounding(payload) * n
             if md:
                 rounding += block_rounding(md) * n
             if g.role in (Role.LINEAR, Role.EXPERT):
                 largest_linear = max(largest_linear, rows * cols)
-            if plan is None:
+            if plan is None or g.buffer:
                 continue
             # Routed experts are one stacked tensor per projection in the workload code.
             stacked = count if g.role is Role.EXPERT else 1
@@ -226,12 +267,17 @@ def stage_statics(
                 largest_trainable = max(
                     largest_trainable, plan.lora_rank * max(rows, cols) * stacked
                 )
+        for bucket, mult, (full, device) in shares.values():
+            stored_payload, stored_meta = _stored_of(arch, bucket) or (0, 0)
+            # A device's share of the stored bytes: its share of the bucket's elements.
+            weights += stored_payload * device // max(full, 1) * mult
+            meta += stored_meta * device // max(full, 1) * mult
         largest_layer = max(
             (_device_params(layer, arch, t, ep) for layer, _ in stage.layer_runs), default=0
         )
         kv_full = (
             sum(
-                elems_per_token(arch, t) * n
+                _layer_kv_elems(layer, arch, t) * n
                 for layer, n in stage.layer_runs
                 if layer.window is None
             )
@@ -239,12 +285,18 @@ def stage_statics(
             else 0
         )
         sliding: dict[int, int] = {}
+        state_elems = state_fixed = 0
         if arch.kind == "decoder":
             for layer, n in stage.layer_runs:
                 if layer.window is not None:
                     sliding[layer.window] = (
-                        sliding.get(layer.window, 0) + elems_per_token(arch, t) * n
+                        sliding.get(layer.window, 0) + _layer_kv_elems(layer, arch, t) * n
                     )
+                for numel, dtype in layer.state:
+                    if dtype is None:
+                        state_elems += ceil_div(numel, t) * n
+                    else:
+                        state_fixed += ceil_div(numel, t) * bytes_of(dtype) * n
         gradient = optimizer = master = host_opt = host_master = host_params = 0
         step_gradient = step_upcast = step_temporary = 0
         adapter_bytes = 0
@@ -321,12 +373,35 @@ def stage_statics(
                 largest_linear_params=largest_linear,
                 kv_full_elems=kv_full,
                 kv_sliding=tuple(sorted(sliding.items())),
+                state_elems=state_elems,
+                state_bytes=state_fixed,
                 step_gradient_bytes=step_gradient,
                 step_upcast_bytes=step_upcast,
                 step_temporary_bytes=step_temporary,
             )
         )
     return tuple(result)
+
+
+def _fixed_bytes(g: TensorGroup, weights_dtype: str) -> int:
+    """Bytes per element of a tensor that keeps its own dtype (0: it follows the weights)."""
+    if g.dtype is not None:
+        return bytes_of(g.dtype)
+    if g.fp32_at_fp16 and weights_dtype == "fp16":
+        return 4
+    return 0
+
+
+def _quantizable(g: TensorGroup) -> bool:
+    return g.dtype is None and not g.fp32_at_fp16
+
+
+def _layer_kv_elems(layer: LayerType, arch: Arch, t: int) -> int:
+    """K + V elements per token of one layer on one of ``t`` devices: the framework cache's
+    measured width (key/value heads divided as the layout divides them) or the formula's."""
+    if layer.kv_elems is None:
+        return elems_per_token(arch, t)
+    return layer.kv_elems * kv_heads_per_device(arch, t) // arch.num_kv_heads
 
 
 def effective_precision(w: InferenceWorkload | TrainingWorkload) -> Any:
@@ -337,6 +412,9 @@ def effective_precision(w: InferenceWorkload | TrainingWorkload) -> Any:
 
 
 def statics_for(w: InferenceWorkload | TrainingWorkload, arch: Arch) -> tuple[StageStatic, ...]:
-    """The cached per-stage statics of a model workload."""
+    """The cached per-stage statics of a model workload (deployed: its precision concrete)."""
+    from .deployed import deploy
+
+    w = deploy(w)
     plan = training_plan(w) if isinstance(w, TrainingWorkload) else None
     return stage_statics(arch, effective_precision(w), w.parallelism, plan)

@@ -105,13 +105,21 @@ def problem(
 
 
 _PATH = re.compile(r" - at `(?P<path>[^`]+)`$")
+_INNER = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 
 
 def _split(message: str) -> tuple[str, str]:
+    """(JSON path, message) of a msgspec error; a struct's own check that names a path inside
+    the struct (``- at `$.config.x``` before msgspec's ``- at `$.workloads[0].model```) gives
+    the joined path."""
     match = _PATH.search(message)
-    if match:
-        return match.group("path"), message[: match.start()]
-    return "$", message
+    if not match:
+        return "$", message
+    path, text = match.group("path"), message[: match.start()]
+    inner = _INNER.search(text)
+    if inner:
+        return path + inner.group("path"), text[: inner.start()]
+    return path, text
 
 
 _PATH_TOKEN = re.compile(r"\.(\w+)|\[(\d+)\]")
@@ -157,6 +165,10 @@ def _allowed(root: Any, path: str) -> str | None:
         nxt: list[Any] = []
         for t in types:
             if name and isinstance(t, mi.StructType):
+                typed = getattr(t.cls, "__typed_dicts__", {}).get(name)
+                if typed is not None:  # a JSON object checked against a struct of its own
+                    nxt += strip(mi.type_info(typed))
+                    continue
                 nxt += [x for f in t.fields if f.encode_name == name for x in strip(f.type)]
             elif index and isinstance(t, mi.ListType | mi.VarTupleType):
                 nxt += strip(t.item_type)

@@ -40,6 +40,7 @@ from vrambudget.http.problems import Problem
 
 from .compute import ComputeError, ComputePool, compute_error
 from .compute_worker import software_of
+from .models import ModelResolver, encode_resolutions
 from .openapi import patch_openapi
 from .problems import exception_handlers
 from .settings import Settings, SettingsError
@@ -105,11 +106,17 @@ def _encoded(body: bytes) -> Response[Any]:
     return Response(content=body, media_type="application/json")
 
 
-def _canonical(kind: str, data: msgspec.Struct) -> tuple[bytes, tuple[str, bytes]]:
+def _canonical(
+    kind: str, data: msgspec.Struct, resolved: dict[int, Any] | None = None
+) -> tuple[bytes, tuple[str, bytes]]:
     """(the decoded request re-encoded, its answer-cache key): defaults filled, key order and
-    whitespace irrelevant, and a 32-byte key whatever the body's size."""
+    whitespace irrelevant, and a 32-byte key whatever the body's size. The key covers what
+    the request's models resolved to (a moved Hub branch is a new answer)."""
     payload = _ENCODER.encode(data)
-    return payload, (kind, hashlib.sha256(payload).digest())
+    digest = hashlib.sha256(payload)
+    for i, m in sorted((resolved or {}).items()):
+        digest.update(f"\0{i}:{m.key}".encode())
+    return payload, (kind, digest.digest())
 
 
 @post(
@@ -129,15 +136,19 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     limit); its answers are cached by the canonical request, and identical requests in flight
     share one trace."""
     data = decode_body(await request.body(), BudgetRequest)
+    models: ModelResolver = request.app.state.models
+    resolved = await models.resolve(data.workloads)
     if data.method == "trace":
         pool: TracePool = request.app.state.trace_pool
-        return _encoded(await pool.answer(data))
-    payload, key = _canonical("budgets", data)
+        return _encoded(await pool.answer(data, encode_resolutions(resolved)))
+    payload, key = _canonical("budgets", data, resolved)
     answers: AnswerCache = request.app.state.answers
     cached = answers.get(key)
     if cached is None:
         compute: ComputePool = request.app.state.compute
-        cached = answers.put(key, await compute.run("budget", payload))
+        cached = answers.put(
+            key, await compute.run("budget", payload, encode_resolutions(resolved))
+        )
     return _encoded(cached)
 
 
@@ -151,12 +162,15 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
 async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     """Fit checks of a workload against catalog (or custom) GPUs and device counts, with the
     largest batch, context and concurrency that fit and the smallest device count per GPU."""
-    payload, key = _canonical("fits", decode_body(await request.body(), FitRequest))
+    data = decode_body(await request.body(), FitRequest)
+    models: ModelResolver = request.app.state.models
+    resolved = await models.resolve(data.workloads)
+    payload, key = _canonical("fits", data, resolved)
     answers: AnswerCache = request.app.state.answers
     cached = answers.get(key)
     if cached is None:
         compute: ComputePool = request.app.state.compute
-        cached = answers.put(key, await compute.run("fit", payload))
+        cached = answers.put(key, await compute.run("fit", payload, encode_resolutions(resolved)))
     return _encoded(cached)
 
 
@@ -230,6 +244,8 @@ async def create_comparison(
                 extra=[{"message": f"unknown GPU {gpu!r}; see GET /v1/gpus - at `$.gpu`"}],
             )
     inp = estimate_input(report, gpu)
+    models: ModelResolver = request.app.state.models
+    resolved = await models.resolve((inp.workload,), "workload")
     traced: bytes | None = None
     if methods and "trace" in methods:
         pool: TracePool = request.app.state.trace_pool
@@ -240,12 +256,19 @@ async def create_comparison(
                 device=inp.device,
                 headroom=Headroom(fraction=0.0),
                 software=software_of(report),
-            )
+            ),
+            encode_resolutions(resolved),
         )
     compute: ComputePool = request.app.state.compute
     return _encoded(
         await compute.run(
-            "comparison", _ENCODER.encode(report), gpu, tolerance_percent, tolerance_bytes, traced
+            "comparison",
+            _ENCODER.encode(report),
+            gpu,
+            tolerance_percent,
+            tolerance_bytes,
+            traced,
+            encode_resolutions(resolved),
         )
     )
 
@@ -338,7 +361,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
     )
     # Workers start on the first trace request, not here (see service/api/tracing.py); they
     # load the same calibration profiles.
-    app.state.trace_pool = TracePool(
+    app.state.trace_pool = trace_pool = TracePool(
         entry=settings.trace_entry,
         workers=settings.trace_workers,
         time_limit_s=settings.trace_time_limit_s,
@@ -346,6 +369,8 @@ def create_app(settings: Settings | None = None) -> Litestar:
         cache=AnswerCache(settings.trace_cache_entries),
         env={PROFILES_ENV: settings.profiles_dir} if settings.profiles_dir else {},
     )
+    # Hub repositories and families without a closed form, resolved before computing.
+    app.state.models = ModelResolver(trace_pool, settings.hub)
     return app
 
 

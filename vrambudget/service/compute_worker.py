@@ -5,6 +5,7 @@ returning only bytes, strings and numbers across the process boundary. Imports t
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgspec
@@ -18,6 +19,9 @@ from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest, Headroom, Software
 
 from .outcome import outcome
+from .resolutions import with_resolutions
+
+Resolutions = tuple[tuple[int, str, bytes], ...]
 
 __all__ = ["TASKS", "init_worker", "run_task", "software_of"]
 
@@ -47,13 +51,16 @@ def software_of(report: ProbeResource) -> Software | None:
     )
 
 
-def _budget(payload: bytes, *_: Any) -> Any:
+def _budget(payload: bytes, resolutions: Resolutions = ()) -> Any:
     req = msgspec.json.decode(payload, type=BudgetRequest)
-    return estimate(req.workloads, req.device, req.headroom, _profiles[0], req.software)
+    workloads = with_resolutions(req.workloads, resolutions)
+    return estimate(workloads, req.device, req.headroom, _profiles[0], req.software)
 
 
-def _fit(payload: bytes, *_: Any) -> Any:
-    return fit(msgspec.json.decode(payload, type=FitRequest), _profiles[0])
+def _fit(payload: bytes, resolutions: Resolutions = ()) -> Any:
+    req = msgspec.json.decode(payload, type=FitRequest)
+    workloads = with_resolutions(req.workloads, resolutions)
+    return fit(msgspec.structs.replace(req, workloads=workloads), _profiles[0])
 
 
 def _comparison(
@@ -62,9 +69,12 @@ def _comparison(
     tolerance_percent: float,
     tolerance_bytes: int,
     traced: bytes | None,
+    resolutions: Resolutions = (),
 ) -> Any:
     report = msgspec.json.decode(payload, type=ProbeResource)
     inp = estimate_input(report, gpu)
+    if resolutions:
+        inp = dataclasses.replace(inp, workload=with_resolutions((inp.workload,), resolutions)[0])
     estimates = {
         "analytic": estimate(
             (inp.workload,), inp.device, Headroom(fraction=0.0), _profiles[0], software_of(report)

@@ -23,6 +23,8 @@ from vrambudget.http.openapi import (
 )
 from vrambudget.http.problems import Problem
 
+from vrambudget.core.hf_config import HFConfig
+
 from .wire import Health, ModelDetail, ModelSummary, Ready
 
 __all__ = ["WIRE_TYPES", "openapi_document", "patch_openapi"]
@@ -43,6 +45,7 @@ def _wire_types() -> list[Any]:
         Problem,
         Health,
         Ready,
+        HFConfig,  # the schema of HFConfigModel.config, a free JSON object checked against it
     ]
 
 

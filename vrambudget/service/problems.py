@@ -10,7 +10,9 @@ from litestar import Request, Response
 from vrambudget.core.fit import FitRequest
 from vrambudget.core.spec import BudgetRequest
 from vrambudget.http.problems import exception_handlers as _handlers
-from vrambudget.http.problems import internal, problem
+from vrambudget.http.problems import ProblemError, internal, problem
+
+from .models import HubUnreachable
 
 from .tracing import (
     TIME_LIMIT_ENV,
@@ -85,6 +87,20 @@ def _trace_error(request: Request[Any, Any, Any], exc: TraceError) -> Response[A
     return internal(request, exc)
 
 
+def _hub_unreachable(request: Request[Any, Any, Any], exc: HubUnreachable) -> Response[Any]:
+    return problem(
+        request,
+        503,
+        "Hub unreachable",
+        f"{exc.field}: {exc.message}. Retry later, or give the model's config.json inline "
+        '({"source": "hf_config", "config": {...}}).',
+        (ProblemError(field=f"$.{exc.field}", message=exc.message),),
+        type_=_TRACE + "hub-unreachable",
+        headers={"Retry-After": "30"},
+    )
+
+
 exception_handlers = _handlers(
-    {"/v1/budgets": BudgetRequest, "/v1/fits": FitRequest}, {TraceError: _trace_error}
+    {"/v1/budgets": BudgetRequest, "/v1/fits": FitRequest},
+    {TraceError: _trace_error, HubUnreachable: _hub_unreachable},
 )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vrambudget.core.calibration import profiles_from
+from vrambudget.hub import HubSettings
 
 from .tracing import DEFAULT_ENTRY, ENTRY_PATTERN
 
@@ -68,6 +69,9 @@ class Settings:
     """An encoded answer larger than this is refused (422) instead of sent."""
     profiles_dir: str | None = None
     """Directory of calibration profiles (``vrambudget calibrate``); none: built-in defaults."""
+    hub: HubSettings = field(default_factory=HubSettings)
+    """Where `hub` models are fetched from (``VRAMBUDGET_HUB_ENDPOINT``, ``_TOKEN`` (else
+    ``HF_TOKEN``), ``_TIMEOUT_S``, ``_CACHE_DIR``); the token is never echoed."""
 
     def __post_init__(self) -> None:
         for name, (env, lo, hi) in _LIMITS.items():
@@ -123,4 +127,8 @@ class Settings:
             except ValueError:
                 article = "a number" if kind is float else "an integer"
                 raise SettingsError(f"{env} must be {article}, got {raw!r}") from None
+        try:
+            values["hub"] = HubSettings.from_env(os.environ)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
         return cls(**values)

@@ -15,6 +15,7 @@ import msgspec
 from vrambudget.core.spec import BudgetRequest
 
 from .outcome import outcome
+from .resolutions import with_resolutions
 
 __all__ = [
     "DEFAULT_ENTRY",
@@ -23,6 +24,7 @@ __all__ = [
     "encode_answer",
     "init_worker",
     "load_entry",
+    "run_inventory",
     "run_trace",
 ]
 
@@ -87,7 +89,9 @@ def init_worker(entry: str, env: dict[str, str] | None = None) -> None:
     _worker_entry(entry)
 
 
-def run_trace(entry: str, payload: bytes) -> tuple[Any, ...]:
+def run_trace(
+    entry: str, payload: bytes, resolutions: tuple[tuple[int, str, bytes], ...] = ()
+) -> tuple[Any, ...]:
     """The task a worker runs: decode the request, call the engine, encode the answer. Returns
     only bytes, strings and numbers:
 
@@ -99,4 +103,22 @@ def run_trace(entry: str, payload: bytes) -> tuple[Any, ...]:
     fn = _worker_entry(entry)
     if isinstance(fn, str):
         return ("unavailable", fn)
-    return outcome(lambda: encode_answer(fn(msgspec.json.decode(payload, type=BudgetRequest))))
+
+    def call() -> bytes:
+        request = msgspec.json.decode(payload, type=BudgetRequest)
+        workloads = with_resolutions(request.workloads, resolutions)
+        return encode_answer(fn(msgspec.structs.replace(request, workloads=workloads)))
+
+    return outcome(call)
+
+
+def run_inventory(config_json: bytes) -> tuple[Any, ...]:
+    """The task of a model's framework inventory (``transformers`` on the meta device):
+    ``("ok", encoded ModelInventory, seconds)`` or an error tag as :func:`run_trace`'s; errors
+    name fields under ``model.config``."""
+    try:
+        from vrambudget.workloads.hf.resolve import cached_inventory
+    except ImportError as exc:
+        return ("unavailable", f"{INSTALL_HINT} (the framework inventory: {exc})")
+    config = msgspec.json.decode(config_json)
+    return outcome(lambda: msgspec.json.encode(cached_inventory(config)))

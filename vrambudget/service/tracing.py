@@ -47,6 +47,8 @@ from vrambudget.core.errors import (
     UnknownGPU,
     UnknownModel,
 )
+from vrambudget.core.inventory import ModelInventory
+from vrambudget.core.memo import BoundedCache
 from vrambudget.core.spec import BudgetRequest
 
 from .trace_errors import (
@@ -63,6 +65,7 @@ from .trace_worker import (
     encode_answer,
     init_worker,
     load_entry,
+    run_inventory,
     run_trace,
 )
 from .workers import WorkerProcesses
@@ -202,6 +205,8 @@ class TracePool:
         self._checked = False
         self._typical_s: float | None = None  # EWMA of finished traces, for Retry-After
         self._metrics = _metrics()
+        self._inventories: BoundedCache[bytes, ModelInventory] = BoundedCache(128)
+        self._inventory_flight: dict[bytes, asyncio.Task[bytes]] = {}
 
     # -- availability -------------------------------------------------------------------------
 
@@ -213,15 +218,22 @@ class TracePool:
 
     # -- the request path ---------------------------------------------------------------------
 
-    async def answer(self, request: BudgetRequest) -> bytes:
+    async def answer(
+        self, request: BudgetRequest, resolutions: tuple[tuple[int, str, bytes], ...] = ()
+    ) -> bytes:
         """The encoded budget of a ``method: trace`` request, from the cache, from a trace of
-        the same workload already in flight, or from a new trace."""
+        the same workload already in flight, or from a new trace. ``resolutions`` are its
+        models as the service resolved them (:mod:`vrambudget.service.models`)."""
         count = self._metrics.requests.labels
         reason = self.unavailable()
         if reason is not None:
             count("unavailable").inc()
             raise TraceUnavailable(reason)
         payload, digest = canonical_key(request)
+        if resolutions:
+            digest = hashlib.sha256(
+                digest + b"".join(f"{i}:{k};".encode() for i, k, _ in resolutions)
+            ).digest()
         key = ("trace", digest)
         hit = self._cache.get(key)
         if hit is not None:
@@ -235,7 +247,7 @@ class TracePool:
             if len(self._inflight) >= self.max_pending:
                 count("busy").inc()
                 raise TraceBusy(self.max_pending, self._retry_after_s())
-            task = asyncio.get_running_loop().create_task(self._trace(key, payload))
+            task = asyncio.get_running_loop().create_task(self._trace(key, payload, resolutions))
             self._inflight[digest] = task
             task.add_done_callback(lambda t: self._settle(digest, t))
         try:
@@ -262,6 +274,39 @@ class TracePool:
         count("ok" if leader else "shared").inc()
         return answer
 
+    async def inventory(self, config: dict[str, Any]) -> ModelInventory:
+        """The framework inventory of a ``config.json`` (built in a worker, once per config:
+        cached, and shared by concurrent requests for the same config)."""
+        reason = self.unavailable()
+        if reason is not None:
+            raise TraceUnavailable(reason)
+        payload = msgspec.json.encode(config, order="sorted")
+        digest = hashlib.sha256(payload).digest()
+        hit = self._inventories.get(digest)
+        if hit is not None:
+            return hit
+        task = self._inventory_flight.get(digest)
+        if task is None:
+            if self._processes.closed:
+                raise TraceUnavailable("the server is shutting down", temporary=True)
+            if len(self._inflight) + len(self._inventory_flight) >= self.max_pending:
+                raise TraceBusy(self.max_pending, self._retry_after_s())
+            task = asyncio.get_running_loop().create_task(
+                self._job(run_inventory, (payload,), None)
+            )
+            self._inventory_flight[digest] = task
+            task.add_done_callback(lambda t: self._settle_inventory(digest, t))
+        encoded = await asyncio.shield(task)
+        return self._inventories.get_or(
+            digest, lambda: msgspec.json.decode(encoded, type=ModelInventory)
+        )
+
+    def _settle_inventory(self, digest: bytes, task: asyncio.Task[bytes]) -> None:
+        if self._inventory_flight.get(digest) is task:
+            del self._inventory_flight[digest]
+        if not task.cancelled():
+            task.exception()
+
     def _settle(self, digest: bytes, task: asyncio.Task[bytes]) -> None:
         if self._inflight.get(digest) is task:
             del self._inflight[digest]
@@ -274,10 +319,21 @@ class TracePool:
         typical = self._typical_s if self._typical_s is not None else min(5.0, self.time_limit_s)
         return max(1, min(math.ceil(typical), math.ceil(self.time_limit_s)))
 
-    async def _trace(self, key: tuple[str, bytes], payload: bytes) -> bytes:
+    async def _trace(
+        self,
+        key: tuple[str, bytes],
+        payload: bytes,
+        resolutions: tuple[tuple[int, str, bytes], ...] = (),
+    ) -> bytes:
+        return await self._job(run_trace, (self.entry, payload, resolutions), key)
+
+    async def _job(
+        self, fn: Any, args: tuple[Any, ...], key: tuple[str, bytes] | None
+    ) -> bytes:
+        """Run ``fn(*args)`` in a worker; its answer bytes (cached under ``key`` if given)."""
         from concurrent.futures.process import BrokenProcessPool
 
-        pool, future = await asyncio.to_thread(self._schedule, payload)
+        pool, future = await asyncio.to_thread(self._schedule, fn, args)
         from pebble import ProcessExpired  # imported by _schedule by now
 
         try:
@@ -294,7 +350,7 @@ class TracePool:
         kind = result[0]
         if kind == "ok":
             self._finished(result[2], "ok")
-            return self._cache.put(key, result[1])
+            return result[1] if key is None else self._cache.put(key, result[1])
         if kind == "unavailable":
             self._problem = result[1]  # the same on every worker: answer 501 from now on
             raise TraceUnavailable(result[1])
@@ -321,14 +377,12 @@ class TracePool:
 
     # -- the pebble pool (called in worker threads, never on the event loop) ------------------
 
-    def _schedule(self, payload: bytes) -> tuple[Any, Any]:
-        """(the pool, the pebble future of the trace); a broken pool is replaced once."""
+    def _schedule(self, fn: Any, args: tuple[Any, ...]) -> tuple[Any, Any]:
+        """(the pool, the pebble future of the job); a broken pool is replaced once."""
         for attempt in (1, 2):
             pool = self._processes.get()
             try:
-                return pool, pool.schedule(
-                    run_trace, args=(self.entry, payload), timeout=self.time_limit_s
-                )
+                return pool, pool.schedule(fn, args=args, timeout=self.time_limit_s)
             except RuntimeError:  # "Unexpected error within the Pool" / "not active"
                 if attempt == 2 or self._processes.closed:
                     raise TraceWorkerDied(None, "the trace pool is not running") from None
@@ -353,7 +407,7 @@ class TracePool:
     async def close(self) -> None:
         """Cancel traces in flight and stop the workers (app shutdown)."""
         self._processes.closed = True
-        tasks = list(self._inflight.values())
+        tasks = [*self._inflight.values(), *self._inventory_flight.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

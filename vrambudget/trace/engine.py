@@ -16,6 +16,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
+from vrambudget.core.deployed import deploy
 from vrambudget.core.components import Component
 from vrambudget.core.device import DeviceContext, resolve_device
 from vrambudget.core.errors import InvalidWorkload
@@ -129,6 +130,7 @@ def trace_workload(
     field: str = "workloads[0]",
 ) -> Replay:
     """Trace one process of ``w`` and replay it."""
+    w = deploy(w)
     check_traceable(w, field)
     try:
         arch = resolve_model(w.model)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from vrambudget.core.arch import Arch
+from vrambudget.core.deployed import deploy
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.spec import (
     Adafactor,
@@ -304,6 +305,7 @@ def prepare(
     w: InferenceWorkload | TrainingWorkload, arch: Arch, marks: Marks, device: torch.device
 ) -> Program:
     """Build the model (phase ``load``) and return the program."""
+    w = deploy(w)
     plan = build_plan(w, device)
     marks.phase("load")
     with marks.scope("weights"):

@@ -74,10 +74,10 @@ CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] =
     ),
     ("TrainingWorkload", 0): (
         BudgetRequest,
-        _budget(workloads=[{**TRAIN, "mixed_precision": "autocast"}]),
         _budget(
-            workloads=[{**TRAIN, "mixed_precision": "autocast", "precision": {"weights": "fp32"}}]
+            workloads=[{**TRAIN, "mixed_precision": "autocast", "precision": {"weights": "bf16"}}]
         ),
+        _budget(workloads=[{**TRAIN, "mixed_precision": "autocast"}]),
     ),
     ("TrainingWorkload", 1): (
         BudgetRequest,

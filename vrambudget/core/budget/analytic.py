@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..calibration import ProfileSet
 from ..components import Component
+from ..deployed import deploy
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
 from ..formulas.headroom import headroom_bytes
@@ -43,6 +44,7 @@ def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple
     Errors name the field as ``workloads[index].<path>``."""
     if isinstance(w, GenericWorkload):
         return (generic_stage(w, ov),)
+    w = deploy(w)
     try:
         arch = resolve_model(w.model)
         statics = statics_for(w, arch)
@@ -61,6 +63,7 @@ def device_totals(
     subtotal = 0
     for i, w in enumerate(workloads):
         if isinstance(w, InferenceWorkload):  # the solver's hot path
+            w = deploy(w)  # type: ignore[assignment]  # a no-op once deployed
             try:
                 arch = resolve_model(w.model)
                 statics = statics_for(w, arch)
@@ -84,15 +87,17 @@ def analytic_budget(
     headroom: Headroom | None = None,
     profiles: ProfileSet | None = None,
     software: Software | None = None,
+    notes: tuple[str, ...] = (),
 ) -> Budget:
     """The full answer for co-located inference, training and generic workloads on one device
-    type."""
+    type (deployed: :func:`vrambudget.core.deployed.deploy_all`); ``notes`` lead the
+    warnings."""
     headroom = headroom or Headroom()
     ctx = resolve_device(device, profiles, software)
     ov = ctx.overheads if ctx else DEFAULT_OVERHEADS
     per_workload = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
     archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]
-    warnings: list[str] = []
+    warnings: list[str] = list(notes)
     for w, arch in zip(workloads, archs, strict=True):
         warnings += workload_warnings(w, arch, ctx)
     devices: list[DeviceBudget] = []

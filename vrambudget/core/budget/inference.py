@@ -10,7 +10,7 @@ from ..formulas import communication_buffers
 from ..formulas.activations import inference_activations
 from ..formulas.allocator_overhead import overhead as allocator_bytes
 from ..formulas.allocator_overhead import parts as overhead_parts
-from ..formulas.kv_cache import cache_bytes, elem_bytes
+from ..formulas.kv_cache import cache_bytes, elem_bytes, state_bytes
 from ..formulas.logits import inference_logits
 from ..overheads import Overheads
 from ..spec import InferenceWorkload
@@ -35,6 +35,7 @@ def inference_terms(
     vocab, vocab_full = st.dims.vocab, st.dims.vocab_full
     kv = (
         cache_bytes(st.kv_full_elems, st.kv_sliding, n_seq, w.context_tokens, elem_bytes(w))
+        + state_bytes(st.state_elems, st.state_bytes, n_seq, e)
         if arch.kind == "decoder"
         else 0
     )

@@ -10,7 +10,8 @@ from ..components import Component
 from ..device import DeviceContext
 from ..dtypes import native_dtype_name
 from ..overheads import Overheads
-from ..resolve import model_name
+from ..deployed import deployed_format
+from ..resolve import model_name, model_origin
 from ..result import WorkloadSummary
 from ..spec import (
     AnalyticWorkload,
@@ -220,4 +221,6 @@ def summary(w: AnalyticWorkload, arch: Arch | None) -> WorkloadSummary:
         num_layers=arch.num_layers,
         devices_per_instance=w.parallelism.devices,
         instances=w.instances,
+        format=deployed_format(w),
+        model=model_origin(w.model),
     )

@@ -23,12 +23,14 @@ __all__ = [
     "elem_bytes",
     "elems_per_token",
     "model_bytes_per_token",
+    "state_bytes",
 ]
 
 FORMULA = (
     "sequences x bytes(kv) x [sum_full_layers 2*kv_heads*head_dim x context + "
     "sum_sliding_layers 2*kv_heads*head_dim x min(context, window)]; MLA: "
-    "(kv_lora_rank + qk_rope_head_dim) per layer"
+    "(kv_lora_rank + qk_rope_head_dim) per layer; + sequences x recurrent state "
+    "(Mamba / linear attention: conv + SSM state per layer, whatever the context)"
 )
 SOURCE = "Pope et al. 2022 §2; DeepSeek-V2 §2.1.2 (MLA); vLLM kv_cache_interface.py"
 
@@ -65,6 +67,16 @@ def cache_bytes(
     for window, elems in sliding:
         per_sequence += elems * min(context, window)
     return per_sequence * sequences * elem
+
+
+def state_bytes(elems: int, fixed_bytes: int, sequences: int, compute_bytes: int) -> int:
+    """``sequences x (elems x bytes(compute) + fixed_bytes)``: the state a recurrent layer keeps
+    per sequence, as the framework's cache holds it (transformers ``LinearAttentionLayer``:
+    ``conv_states`` in the model dtype, ``recurrent_states`` in fp32).
+
+    Worked number: Mamba-130m (24 layers, conv 1,536 x 4 in bf16, SSM 1,536 x 16 in fp32)
+    for 8 sequences: 8 x (24 x 6,144 x 2 + 24 x 24,576 x 4) = 21,233,664 B."""
+    return sequences * (elems * compute_bytes + fixed_bytes)
 
 
 def model_bytes_per_token(arch: Arch, elem: int) -> int:

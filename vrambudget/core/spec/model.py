@@ -1,16 +1,30 @@
-"""Where the model comes from: a preset, an inline ``config.json``, or its dimensions."""
+"""Where the model comes from: a preset, an inline ``config.json`` (with, optionally, its
+checkpoint's tensor headers), a Hugging Face Hub repository, or its dimensions."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
+import msgspec
 from msgspec import Meta
 
 from ..catalog import ModelId
-from ..hf_config import HFConfig
+from ..checkpoint import StoredTensor
+from ..hf_config import HFConfig, check_config
 from .limits import MAX_LAYERS, MAX_TOKENS, Dim, Layers, Name, Wire
 
-__all__ = ["DimensionsModel", "HFConfigModel", "MoESpec", "ModelSource", "PresetModel"]
+__all__ = [
+    "CheckpointHeader",
+    "DimensionsModel",
+    "HFConfigModel",
+    "HubModel",
+    "MoESpec",
+    "ModelSource",
+    "PresetModel",
+]
+
+MAX_CHECKPOINT_TENSORS = 1 << 18
+"""Tensors of an inline checkpoint header (DeepSeek-V3 stores ~91,000)."""
 
 
 class PresetModel(Wire, tag="preset", tag_field="source", frozen=True, kw_only=True):
@@ -19,12 +33,84 @@ class PresetModel(Wire, tag="preset", tag_field="source", frozen=True, kw_only=T
     id: Annotated[ModelId, Meta(description="Preset id, e.g. `llama-3.1-8b`.")]
 
 
-class HFConfigModel(Wire, tag="hf_config", tag_field="source", frozen=True, kw_only=True):
-    """An inline Hugging Face ``config.json``, pasted as published."""
+class CheckpointHeader(Wire, frozen=True, kw_only=True):
+    """What a checkpoint stores, as its safetensors headers say (read the header only, never the
+    data): the exact stored bytes of every tensor. ``vrambudget estimate --checkpoint DIR``
+    reads it from a local directory; a `hub` model has it fetched."""
 
-    config: Annotated[HFConfig, Meta(description="The model's `config.json` as published.")]
+    tensors: Annotated[
+        tuple[StoredTensor, ...],
+        Meta(
+            max_length=MAX_CHECKPOINT_TENSORS,
+            description="Every stored tensor as `[name, dtype, shape, nbytes]`: the "
+            "safetensors dtype code (`BF16`, `F8_E4M3`, `I32`, `U8`, `F4` ...), the shape, and "
+            "the stored bytes (`data_offsets` end - begin).",
+        ),
+    ]
+    total_size: Annotated[
+        Annotated[int, Meta(ge=0, le=1 << 62)] | None,
+        Meta(description="`metadata.total_size` of the index, when known."),
+    ] = None
+
+
+class HFConfigModel(Wire, tag="hf_config", tag_field="source", frozen=True, kw_only=True):
+    """An inline Hugging Face ``config.json``, pasted as published: any ``model_type`` the
+    service's ``transformers`` can build. The families with a closed form are computed in
+    microseconds; the others from the framework's own module tree (built once per config on the
+    meta device, then cached)."""
+
+    config: Annotated[
+        dict[str, Any],
+        Meta(
+            description="The model's `config.json` as published (keys that do not change "
+            "memory are ignored; `quantization_config` and `torch_dtype` set the deployed "
+            "format unless `precision` says otherwise).",
+            extra_json_schema={"$ref": "#/components/schemas/HFConfig"},
+        ),
+    ]
     name: Annotated[
         Name | None, Meta(description="Label in the answer; default: the config's model_type.")
+    ] = None
+    checkpoint: Annotated[
+        CheckpointHeader | None,
+        Meta(description="The checkpoint's tensor headers: exact stored bytes per tensor."),
+    ] = None
+
+    __typed_dicts__: ClassVar[dict[str, type]] = {"config": HFConfig}
+    """``config`` is a free JSON object checked against ``HFConfig`` (error hints read it)."""
+
+    def __post_init__(self) -> None:
+        check_config(self.config)
+
+    def __hash__(self) -> int:
+        return hash((_canonical(self.config), self.name, self.checkpoint))
+
+
+def _canonical(config: dict[str, Any]) -> bytes:
+    return msgspec.json.encode(config, order="sorted")
+
+
+class HubModel(Wire, tag="hub", tag_field="source", frozen=True, kw_only=True):
+    """A Hugging Face Hub repository: its ``config.json`` and the headers of its safetensors
+    files (HTTP range requests; never the weights), fetched by the service, cached per revision.
+    Gated repositories need a token in the service's environment."""
+
+    id: Annotated[
+        str,
+        Meta(
+            min_length=3,
+            max_length=96,
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$",
+            description="Repository id, `owner/name` (e.g. `Qwen/Qwen2.5-7B-Instruct-AWQ`).",
+        ),
+    ]
+    revision: Annotated[
+        Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")]
+        | None,
+        Meta(description="Branch, tag or commit sha; default (null): `main`."),
+    ] = None
+    name: Annotated[
+        Name | None, Meta(description="Label in the answer; default: the repository id.")
     ] = None
 
 
@@ -125,4 +211,4 @@ class DimensionsModel(Wire, tag="dimensions", tag_field="source", frozen=True, k
     ] = None
 
 
-ModelSource = PresetModel | HFConfigModel | DimensionsModel
+ModelSource = PresetModel | HFConfigModel | HubModel | DimensionsModel

@@ -20,7 +20,9 @@ import msgspec
 
 __all__ = ["SCHEMA_RULES", "Cond", "Rule", "check", "rules_of"]
 
-Op = Literal["eq", "ne", "ge", "null", "not_null", "max_items", "contains_kind"]
+Op = Literal[
+    "eq", "ne", "in", "ge", "null", "null_or_absent", "not_null", "max_items", "contains_kind"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +51,11 @@ class Cond:
                 return {"const": self.value}
             case "ne":
                 return {"not": {"const": self.value}}
+            case "in":
+                return {"enum": list(self.value)}
             case "ge":
                 return {"minimum": self.value}
-            case "null":
+            case "null" | "null_or_absent":
                 return {"type": "null"}
             case "not_null":
                 return {"not": {"type": "null"}}
@@ -74,8 +78,10 @@ def _contains_kind(v: Any, kind: Any) -> bool:
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "eq": lambda v, x: v == x,
     "ne": lambda v, x: v != x,
+    "in": lambda v, x: v in x,
     "ge": lambda v, x: v >= x,
     "null": lambda v, _: v is None,
+    "null_or_absent": lambda v, _: v is None or v is msgspec.UNSET,
     "not_null": lambda v, _: v is not None,
     "max_items": lambda v, x: len(v) <= x,
     "contains_kind": _contains_kind,
@@ -156,9 +162,42 @@ _SERVING_ALONE = Rule(
 RULES: dict[str, tuple[Rule, ...]] = {
     "GPTQ": (_GROUP_SIZE,),
     "AWQ": (_GROUP_SIZE,),
+    "CompressedTensors": (
+        Rule(
+            Cond(("group_size",), "not_null"),
+            "strategy 'group' and 'tensor_group' need a group_size",
+            Cond(("strategy",), "in", ("group", "tensor_group")),
+        ),
+        Rule(
+            Cond(("block_structure",), "not_null"),
+            "strategy 'block' needs a block_structure [rows, cols]",
+            Cond(("strategy",), "eq", "block"),
+        ),
+        Rule(
+            Cond(("type",), "eq", "int"),
+            "format 'pack-quantized' packs integer weights: type must be 'int'",
+            Cond(("format",), "eq", "pack-quantized"),
+        ),
+        Rule(
+            Cond(("type",), "eq", "int"),
+            "format 'int-quantized' stores integer weights: type must be 'int'",
+            Cond(("format",), "eq", "int-quantized"),
+        ),
+        Rule(
+            Cond(("type",), "eq", "float"),
+            "format 'float-quantized' stores fp8 weights: type must be 'float'",
+            Cond(("format",), "eq", "float-quantized"),
+        ),
+        Rule(
+            Cond(("num_bits",), "eq", 8),
+            "float weights are fp8 (num_bits 8); fp4 checkpoints are the schemes 'nvfp4' "
+            "and 'mxfp4'",
+            Cond(("type",), "eq", "float"),
+        ),
+    ),
     "Precision": (
         Rule(
-            Cond(("quantization",), "null"),
+            Cond(("quantization",), "null_or_absent"),
             "weights 'fp8' already implies fp8 quantization; set weights to the dtype of the "
             "unquantized layers instead",
             Cond(("weights",), "eq", "fp8"),
@@ -183,12 +222,13 @@ RULES: dict[str, tuple[Rule, ...]] = {
     ),
     "TrainingWorkload": (
         Rule(
-            Cond(("precision", "weights"), "eq", "fp32"),
-            "mixed_precision 'autocast' keeps fp32 parameters: set precision.weights to 'fp32'",
+            Cond(("precision", "weights"), "in", ("fp32", "auto")),
+            "mixed_precision 'autocast' keeps fp32 parameters: set precision.weights to 'fp32' "
+            "(or leave it 'auto')",
             Cond(("mixed_precision",), "eq", "autocast"),
         ),
         Rule(
-            Cond(("precision", "quantization"), "null"),
+            Cond(("precision", "quantization"), "null_or_absent"),
             "QLoRA sets the base quantization itself (method.quant_type, ...); leave "
             "precision.quantization empty",
             Cond(("method", "kind"), "eq", "qlora"),

@@ -1,0 +1,258 @@
+"""The deployed format of a model workload: the dtypes and the quantization it runs in.
+
+Left at their defaults (``precision.weights`` / ``compute`` ``auto``, ``quantization`` absent),
+they are the checkpoint's, read from its ``config.json`` as the loaders read it:
+
+- ``torch_dtype`` (``dtype`` in configs saved by transformers >= 4.56): the dtype
+  ``from_pretrained`` loads the unquantized weights in (``dtype="auto"``, the default of
+  transformers 5: ``modeling_utils.py`` ``_get_dtype``); fp32 checkpoints stay fp32. A model
+  with no dtype is bf16.
+- ``quantization_config``: the quantizer transformers and vLLM pick from it
+  (:mod:`vrambudget.core.quant_config`); its non-quantized tensors are in ``torch_dtype``.
+
+A value the request gives wins; when it differs from the checkpoint's, the answer says so.
+Every path that computes with a workload (analytic, fits, trace, probes) deploys it first, so
+nothing below sees ``auto`` or an absent quantization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from .catalog import preset
+from .memo import BoundedCache
+from .resolved import ResolvedModel
+from .result import DeployedFormat
+from .spec import (
+    DimensionsModel,
+    HFConfigModel,
+    HubModel,
+    InferenceWorkload,
+    PresetModel,
+    QLoRA,
+    Quantization,
+    TrainingWorkload,
+)
+
+__all__ = [
+    "Checkpoint",
+    "checkpoint_of",
+    "deploy",
+    "deploy_all",
+    "deployed_format",
+    "format_warnings",
+]
+
+_DTYPES = {
+    "float32": "fp32",
+    "float": "fp32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+}
+_FLOATS = ("fp32", "fp16", "bf16")
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What a model's ``config.json`` says of its deployed format."""
+
+    dtype: str | None
+    """fp32 / fp16 / bf16, or None when the config names none (or another dtype)."""
+    dtype_key: str | None
+    """The key it was read from (``torch_dtype`` or ``dtype``)."""
+    quantization: Any
+    """``CheckpointQuantization`` from ``quantization_config``, or None."""
+    stored: bool
+    """The checkpoint's tensor headers are known (exact stored bytes)."""
+
+
+_CHECKPOINTS: BoundedCache[object, Checkpoint] = BoundedCache(1024)
+
+
+def _config_of(model: object) -> dict[str, Any] | None:
+    match model:
+        case PresetModel():
+            config = preset(model.id).config
+            return msgspec.to_builtins(config) if config is not None else None
+        case HFConfigModel() | ResolvedModel():
+            return model.config
+    return None
+
+
+def checkpoint_of(model: object) -> Checkpoint | None:
+    """The checkpoint's deployed format (None: a model given by its dimensions)."""
+    if isinstance(model, DimensionsModel | HubModel):
+        return None
+    key = model.key if isinstance(model, ResolvedModel) else model
+    hit = _CHECKPOINTS.get(key)
+    if hit is not None:
+        return hit
+    config = _config_of(model) or {}
+    dtype_key = next(
+        (k for k in ("dtype", "torch_dtype") if isinstance(config.get(k), str)), None
+    )
+    dtype = _DTYPES.get(str(config.get(dtype_key, "")).removeprefix("torch.")) if dtype_key else None
+    qc = config.get("quantization_config")
+    quant = None
+    if isinstance(qc, dict):
+        from .errors import InvalidWorkload
+        from .quant_config import parse_quantization_config
+
+        try:
+            quant = parse_quantization_config(qc)
+        except InvalidWorkload as exc:
+            raise InvalidWorkload(f"model.config.{exc.field}", exc.message) from None
+    stored = isinstance(model, ResolvedModel) and model.stored is not None
+    return _CHECKPOINTS.put(key, Checkpoint(dtype, dtype_key, quant, stored))
+
+
+def _resolve_weights(requested: str, ckpt: Checkpoint | None, autocast: bool) -> str:
+    if requested != "auto":
+        return requested
+    if autocast:
+        return "fp32"  # autocast trains fp32 parameters
+    if ckpt is not None and ckpt.dtype in _FLOATS:
+        return ckpt.dtype
+    return "bf16"
+
+
+def _resolve_compute(requested: str, weights: str, ckpt: Checkpoint | None) -> str:
+    if requested != "auto":
+        return requested
+    if weights in _FLOATS:
+        return weights
+    q = ckpt.quantization if ckpt is not None else None
+    if q is not None and q.compute_dtype in _FLOATS:
+        return str(q.compute_dtype)
+    if ckpt is not None and ckpt.dtype in ("fp16", "bf16"):
+        return ckpt.dtype
+    return "bf16"
+
+
+def deploy(w: InferenceWorkload | TrainingWorkload) -> InferenceWorkload | TrainingWorkload:
+    """``w`` with its precision made concrete (the checkpoint's where the request left it)."""
+    p = w.precision
+    if (
+        p.weights != "auto"
+        and p.compute != "auto"
+        and p.quantization is not UNSET
+        and not isinstance(w.model, ResolvedModel)
+    ):
+        return w
+    ckpt = checkpoint_of(w.model)
+    autocast = isinstance(w, TrainingWorkload) and w.mixed_precision == "autocast"
+    quant: Quantization | None
+    if p.quantization is UNSET:
+        q = ckpt.quantization if ckpt is not None else None
+        quant = q.scheme if q is not None and not _qlora(w) else None
+    else:
+        quant = p.quantization  # type: ignore[assignment]
+    weights = _resolve_weights(p.weights, ckpt, autocast)
+    if weights == "fp8" and quant is not None:
+        weights = ckpt.dtype if ckpt is not None and ckpt.dtype in _FLOATS else "bf16"
+    compute = _resolve_compute(p.compute, weights, ckpt)
+    precision = msgspec.structs.replace(p, weights=weights, compute=compute, quantization=quant)
+    model = w.model
+    if isinstance(model, ResolvedModel) and model.stored is not None and not _as_stored(
+        precision, p, ckpt
+    ):
+        # The request loads it in another format than stored: bytes are computed, not read.
+        model = msgspec.structs.replace(model, stored=None, key=model.key + ":computed")
+    return msgspec.structs.replace(w, precision=precision, model=model)
+
+
+def _qlora(w: InferenceWorkload | TrainingWorkload) -> bool:
+    return isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
+
+
+def _as_stored(precision: Any, requested: Any, ckpt: Checkpoint | None) -> bool:
+    """The deployed format is the checkpoint's (so its stored bytes are the loaded bytes)."""
+    if ckpt is None:
+        return False
+    q = ckpt.quantization.scheme if ckpt.quantization is not None else None
+    same_quant = requested.quantization is UNSET or requested.quantization == q
+    same_dtype = ckpt.dtype is None or precision.weights == ckpt.dtype
+    return same_quant and same_dtype
+
+
+def format_warnings(w: InferenceWorkload | TrainingWorkload) -> list[str]:
+    """Where the request's precision differs from the checkpoint's (said in the answer)."""
+    ckpt = checkpoint_of(w.model)
+    if ckpt is None:
+        return []
+    out: list[str] = []
+    p = w.precision
+    if p.weights not in ("auto", "fp8") and ckpt.dtype is not None and p.weights != ckpt.dtype:
+        out.append(
+            f"precision.weights {p.weights!r} differs from the checkpoint's {ckpt.dtype_key} "
+            f"{ckpt.dtype!r}: the weights are budgeted in {p.weights} (converted at load)"
+        )
+    q = ckpt.quantization
+    if p.quantization is UNSET or _qlora(w):
+        if q is not None and _qlora(w):
+            out.append(
+                f"the checkpoint is quantized ({q.summary}); QLoRA's base_quantization is "
+                "budgeted instead"
+            )
+        return out
+    if q is not None and p.quantization != q.scheme:
+        given = "none" if p.quantization is None else p.quantization.__struct_config__.tag
+        out.append(
+            f"precision.quantization ({given}) differs from the checkpoint's "
+            f"quantization_config ({q.summary}): the request's is budgeted"
+        )
+    elif q is None and p.quantization is not None and ckpt.stored:
+        out.append(
+            "precision.quantization quantizes a checkpoint stored unquantized: the weights "
+            "are budgeted as quantized at load"
+        )
+    return out
+
+
+def deployed_format(w: InferenceWorkload | TrainingWorkload) -> DeployedFormat:
+    """What the deployed workload ``w`` runs in, and where each choice came from."""
+    ckpt = checkpoint_of(w.model)
+    p = w.precision
+    q = p.quantization if p.quantization is not UNSET else None
+    from_ckpt = ckpt is not None and ckpt.quantization is not None and (
+        q == ckpt.quantization.scheme
+    )
+    if q is None:
+        quant_words = None
+    elif from_ckpt and ckpt is not None:
+        quant_words = ckpt.quantization.summary
+    else:
+        quant_words = q.__struct_config__.tag  # type: ignore[union-attr]
+    stored = isinstance(w.model, ResolvedModel) and w.model.stored is not None
+    return DeployedFormat(
+        weights=str(p.weights),
+        compute=str(p.compute),
+        quantization=quant_words,
+        weights_from="checkpoint" if ckpt is not None and p.weights == ckpt.dtype else "request",
+        quantization_from=(
+            "checkpoint" if from_ckpt else ("request" if q is not None else "none")
+        ),
+        stored_bytes="safetensors headers" if stored else "computed",
+    )
+
+
+def deploy_all(
+    workloads: tuple[Any, ...],
+) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """Every model workload deployed (others as they are), and the format warnings, each
+    prefixed with its workload when there are several."""
+    out: list[Any] = []
+    notes: list[str] = []
+    for i, w in enumerate(workloads):
+        if isinstance(w, InferenceWorkload | TrainingWorkload):
+            prefix = f"workloads[{i}]: " if len(workloads) > 1 else ""
+            notes += [prefix + n for n in format_warnings(w)]
+            out.append(deploy(w))
+        else:
+            out.append(w)
+    return tuple(out), tuple(notes)

@@ -1,0 +1,89 @@
+"""Model sources to :class:`~vrambudget.core.resolved.ResolvedModel` in this process: the
+framework's inventory for a family without a closed form, the stored tensors of a checkpoint
+header. The service does the same in its worker processes (and fetches Hub repositories first);
+the CLI, the trace tier and the probe agent call this."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from vrambudget.core.checkpoint import Checkpoint, collapse
+from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
+from vrambudget.core.inventory import ModelInventory
+from vrambudget.core.memo import BoundedCache
+from vrambudget.core.resolve import AnyModel, needs_resolution
+from vrambudget.core.resolved import ResolvedModel, resolved_key
+from vrambudget.core.spec import HFConfigModel
+
+from .inventory import inventory
+
+__all__ = ["cached_inventory", "resolve_config", "resolve_source"]
+
+_INVENTORIES: BoundedCache[bytes, ModelInventory] = BoundedCache(64)
+
+
+def cached_inventory(config: dict[str, Any]) -> ModelInventory:
+    """The framework inventory of ``config``, once per process per config."""
+    key = msgspec.json.encode(config, order="sorted")
+    hit = _INVENTORIES.get(key)
+    if hit is not None:
+        return hit
+    try:
+        inv = inventory(config)
+    except InvalidWorkload as exc:
+        raise InvalidWorkload(f"model.{exc.field}", exc.message) from None
+    return _INVENTORIES.put(key, inv)
+
+
+def resolve_config(
+    config: dict[str, Any],
+    *,
+    name: str,
+    origin: str,
+    checkpoint: Checkpoint | None = None,
+    with_inventory: bool | None = None,
+) -> ResolvedModel:
+    """A config (and its checkpoint's stored tensors) resolved; the inventory is built when
+    the family has no closed form, or when ``with_inventory`` asks for it (the stored tensors
+    of a checkpoint are matched against the modules the framework builds)."""
+    closed = config.get("model_type") in CLOSED_FORM_FAMILIES
+    if with_inventory is None:
+        with_inventory = not closed or checkpoint is not None
+    inv = cached_inventory(config) if with_inventory else None
+    stored = collapse(checkpoint.tensors) if checkpoint is not None else None
+    total = None
+    if checkpoint is not None:
+        total = checkpoint.total_size if checkpoint.total_size is not None else (
+            checkpoint.stored_bytes
+        )
+    return ResolvedModel(
+        key=resolved_key(config, stored, inv, origin),
+        name=name,
+        origin=origin,
+        config=config,
+        inventory=inv,
+        stored=stored,
+        stored_total=total,
+    )
+
+
+def resolve_source(source: AnyModel) -> AnyModel:
+    """``source`` resolved when it needs it (a config of a family without a closed form, or
+    with a checkpoint header); other sources as they are. Hub repositories are fetched by the
+    caller (:mod:`vrambudget.hub`) and passed to :func:`resolve_config`."""
+    if not needs_resolution(source) or not isinstance(source, HFConfigModel):
+        return source
+    checkpoint = None
+    if source.checkpoint is not None:
+        checkpoint = Checkpoint(
+            tensors=source.checkpoint.tensors, total_size=source.checkpoint.total_size
+        )
+    return resolve_config(
+        source.config,
+        name=source.name or str(source.config.get("model_type")),
+        origin="inline config.json",
+        checkpoint=checkpoint,
+    )
