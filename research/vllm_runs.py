@@ -102,7 +102,7 @@ def _model(published: str, preset_id: str) -> dict[str, Any]:
         return {"source": "preset", "id": preset_id}
     from vrambudget.core.catalog import preset
 
-    config = msgspec.to_builtins(preset(preset_id).config)
+    config = dict(preset(preset_id).config or {})
     return {"source": "hf_config", "name": published, "config": {**config, **overrides}}
 
 

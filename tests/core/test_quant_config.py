@@ -169,7 +169,7 @@ GPT_OSS_20B: dict[str, Any] = {
 
 # "Verbatim hf_quant_config.json from nvidia/Llama-3.3-70B-Instruct-FP4", a Go test fixture in
 # a public GitHub repository (find_string id 61969877663); vLLM reads it as the
-# quantization_config (modelopt.py 330-346).
+# quantization_config (vLLM 0.34.0 modelopt.py 328-365).
 LLAMA33_70B_FP4_HF_QUANT: dict[str, Any] = {
     "producer": {"name": "modelopt", "version": "0.23.0"},
     "quantization": {
@@ -349,6 +349,8 @@ def test_awq_legacy_and_current_layout_keys() -> None:
     assert parse_quantization_config({"quant_method": "awq", "format": "gemv_fast"}).scheme == AWQ(
         version="gemv_fast"
     )
+    both = {"quant_method": "awq", "format": "gemm", "version": "gemv"}
+    assert parse_quantization_config(both).scheme == AWQ(version="gemv")
 
 
 def test_gptq_qwen25_coder_int4() -> None:
@@ -527,6 +529,16 @@ def test_compressed_tensors_fp8_dynamic_and_nvfp4() -> None:
     fp8 = parse_quantization_config(CT_FP8_DYNAMIC)
     assert fp8.scheme == CompressedTensors(
         format="float-quantized", type="float", num_bits=8, strategy="channel", group_size=None
+    )
+    fp8_tensor = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor"}
+    static = _ct("float-quantized", fp8_tensor, {**fp8_tensor, "dynamic": False})
+    assert parse_quantization_config(static).scheme == CompressedTensors(
+        format="float-quantized",
+        type="float",
+        num_bits=8,
+        strategy="tensor",
+        group_size=None,
+        input_scale=True,
     )
     assert parse_quantization_config(CT_NVFP4).scheme == NVFP4(input_scale=True)
     a16 = _ct("nvfp4-pack-quantized", {**_FP4, "dynamic": False}, None)

@@ -94,8 +94,32 @@ def test_awq_layouts_of_llama2_down_proj_by_hand() -> None:
     assert (gemm_meta, gemv_meta, fast_meta, marlin_meta) == (880_640, 901_120, 1_441_792, 704_512)
 
 
-@pytest.mark.parametrize("version", ["gemm", "gemv", "gemv_fast", "marlin"])
-def test_awq_layouts_match_autoawq_modules(version: str) -> None:
+def test_awq_gemv_pads_small_groups() -> None:
+    # group 64: the padded width is a multiple of 2 words, group 32 of 4 (gemv.py 13-23).
+    # Qwen2.5-1.5B gate_proj 8960 x 1536, group 64: 24 groups -> ceil(24 / 8) = 3 -> 4 words.
+    assert tensor_storage(AWQ(version="gemv", group_size=64), 8960, 1536, 1)[1] == (
+        8960 * 4 * 4 + 8960 * (4 * 8) * 2
+    )
+    # Llama 2 7B down_proj 4096 x 11008, group 32: 344 groups -> 43 -> 44 words.
+    assert tensor_storage(AWQ(version="gemv_fast", group_size=32), 4096, 11008, 1)[1] == (
+        2 * (44 * 8) * 4096 * 2
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "group", "cols", "rows"),
+    [
+        ("gemm", 128, 11008, 4096),
+        ("gemv", 128, 11008, 4096),
+        ("gemv_fast", 128, 11008, 4096),
+        ("marlin", 128, 11008, 4096),
+        ("gemv", 64, 1536, 8960),
+        ("gemv_fast", 64, 1536, 8960),
+        ("gemv", 32, 11008, 4096),
+        ("gemv_fast", 32, 11008, 4096),
+    ],
+)
+def test_awq_layouts_match_autoawq_modules(version: str, group: int, cols: int, rows: int) -> None:
     with _without_package_init("awq"):
         linear = importlib.import_module("awq.modules.linear")
         cls = {
@@ -104,10 +128,11 @@ def test_awq_layouts_match_autoawq_modules(version: str) -> None:
             "gemv_fast": linear.WQLinear_GEMVFast,
             "marlin": linear.WQLinear_Marlin,
         }[version]
-        module = cls(4, 128, 11008, 4096, False, "meta")  # (w_bit, group, in, out, bias, dev)
+        module = cls(4, group, cols, rows, False, "meta")  # (w_bit, group, in, out, bias, dev)
         sizes = _bytes(module.state_dict())
     payload = sizes.pop("qweight")
-    assert tensor_storage(AWQ(version=version), 4096, 11008, 1) == (payload, sum(sizes.values()))  # type: ignore[arg-type]
+    q = AWQ(version=version, group_size=group)  # type: ignore[arg-type]
+    assert tensor_storage(q, rows, cols, 1) == (payload, sum(sizes.values()))
 
 
 # --- GPTQ ---------------------------------------------------------------------------------------
@@ -341,6 +366,55 @@ def test_compressed_tensors_3bit_packs_densely_and_g_idx() -> None:
     )
 
 
+def test_compressed_tensors_scales_round_up_like_the_library() -> None:
+    # initialize.py 226-233: (rows, ceil(cols / group)); 1000 columns in groups of 128 -> 8.
+    q = CompressedTensors()
+    assert tensor_storage(q, 96, 1000, 1)[1] == 96 * 8 * 2 + 16
+    pytest.importorskip("compressed_tensors")
+    from compressed_tensors.quantization import preset_name_to_scheme
+    from compressed_tensors.quantization.lifecycle.initialize import (
+        initialize_module_for_quantization,
+    )
+
+    linear = torch.nn.Linear(1000, 96, bias=False, dtype=torch.bfloat16)
+    initialize_module_for_quantization(linear, preset_name_to_scheme("W4A16", ["Linear"]))
+    scale = linear.weight_scale
+    assert scale.numel() * scale.element_size() == 96 * 8 * 2
+
+
+def test_compressed_tensors_asymmetric_int8_keeps_unpacked_zero_points() -> None:
+    # int-quantized, asymmetric, per channel: weight int8 (rows, cols), weight_scale (rows, 1)
+    # bf16 and weight_zero_point (rows, 1) int8 (zp_dtype: quant_args.py 415-419).
+    q = CompressedTensors(format="int-quantized", num_bits=8, strategy="channel", symmetric=False)
+    rows, cols = 384, 640
+    assert tensor_storage(q, rows, cols, 1) == (rows * cols, rows * 2 + rows * 1)
+    pytest.importorskip("compressed_tensors")
+    from compressed_tensors.compressors.base import BaseCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+    from compressed_tensors.quantization.lifecycle.initialize import (
+        initialize_module_for_quantization,
+    )
+    from compressed_tensors.utils import get_direct_state_dict
+
+    scheme = QuantizationScheme(
+        targets=["Linear"],
+        weights=QuantizationArgs(num_bits=8, type="int", strategy="channel", symmetric=False),
+        input_activations=QuantizationArgs(
+            num_bits=8, type="int", strategy="token", symmetric=True, dynamic=True
+        ),
+    )
+    linear = torch.nn.Linear(cols, rows, bias=False, dtype=torch.bfloat16)
+    initialize_module_for_quantization(linear, scheme)
+    with torch.no_grad():
+        linear.weight_scale.fill_(1.0)
+        linear.weight_zero_point.zero_()
+    compressed = BaseCompressor.get_value_from_registry("int-quantized").compress(
+        get_direct_state_dict(linear), scheme
+    )
+    sizes = _bytes(compressed)
+    assert tensor_storage(q, rows, cols, 1) == (sizes.pop("weight"), sum(sizes.values()))
+
+
 def test_stacked_experts_multiply() -> None:
     for q in (AWQ(), GPTQ(), NVFP4(), CompressedTensors(), BitsAndBytes4bit(), FP8()):
         one = tensor_storage(q, 1536, 4096, 1)
@@ -355,6 +429,12 @@ _CT_PRESETS: dict[str, tuple[str, CompressedTensors | NVFP4 | MXFP4]] = {
     "FP8_DYNAMIC": (
         "float-quantized",
         CompressedTensors(format="float-quantized", type="float", num_bits=8, strategy="channel"),
+    ),
+    "FP8": (
+        "float-quantized",
+        CompressedTensors(
+            format="float-quantized", type="float", num_bits=8, strategy="tensor", input_scale=True
+        ),
     ),
     "FP8_BLOCK": (
         "float-quantized",

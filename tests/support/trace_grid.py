@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import msgspec
 
 from vrambudget.core.budget.inference import inference_terms
+from vrambudget.core.deployed import deploy
 from vrambudget.core.dtypes import bytes_of
 from vrambudget.core.formulas.activations import training_activations
 from vrambudget.core.overheads import DEFAULT_OVERHEADS
@@ -16,6 +17,7 @@ from vrambudget.core.resolve import resolve_model
 from vrambudget.core.spec import (
     BudgetRequest,
     InferenceWorkload,
+    TraceOptions,
     TrainingWorkload,
     Workload,
 )
@@ -90,7 +92,15 @@ GRID: list[tuple[str, dict[str, object]]] = [
         "qwen0.5b train fp16",
         _t("qwen2.5-0.5b", sequence_length=1024, precision={"weights": "fp16", "compute": "fp16"}),
     ),
-    ("gemma2-2b train LoRA", _t("gemma-2-2b", sequence_length=1024, method={"kind": "lora"})),
+    (
+        "gemma2-2b train LoRA",
+        _t(
+            "gemma-2-2b",
+            sequence_length=1024,
+            method={"kind": "lora"},
+            precision={"weights": "bf16"},  # the checkpoint is fp32
+        ),
+    ),
     ("gpt2 train dropout", _t("gpt2", sequence_length=1024, micro_batch_size=4, dropout=True)),
     ("bert-base train", _t("bert-base-uncased", sequence_length=512, micro_batch_size=8)),
     (
@@ -140,7 +150,13 @@ GRID: list[tuple[str, dict[str, object]]] = [
     ),
     (
         "gemma2-2b infer 8k sliding",
-        _i("gemma-2-2b", batch_size=2, prompt_tokens=8192, generated_tokens=64),
+        _i(
+            "gemma-2-2b",
+            batch_size=2,
+            prompt_tokens=8192,
+            generated_tokens=64,
+            precision={"weights": "bf16"},  # the checkpoint is fp32
+        ),
     ),
     ("gpt2 infer", _i("gpt2", batch_size=4, prompt_tokens=512)),
     (
@@ -194,6 +210,7 @@ class Row:
 def analytic_peaks(w: InferenceWorkload | TrainingWorkload) -> dict[str, int]:
     """Each component's largest value over the analytic phases (components peak at different
     moments: activations in the backward, optimizer temporaries in the step)."""
+    w = deploy(w)
     arch = resolve_model(w.model)
     st = max(statics_for(w, arch), key=lambda s: s.weights_bytes)
     out = {
@@ -218,12 +235,16 @@ def analytic_peaks(w: InferenceWorkload | TrainingWorkload) -> dict[str, int]:
     return out
 
 
-def compare(name: str, spec: dict[str, object]) -> list[Row]:
+def compare(name: str, spec: dict[str, object], code: str = "builtin") -> list[Row]:
     from vrambudget.core.estimate import estimate
     from vrambudget.trace.engine import trace_budget_with_replays
 
     w = msgspec.convert(spec, Workload)
-    request = BudgetRequest(workloads=(w,), method="trace")
+    request = BudgetRequest(
+        workloads=(w,),
+        method="trace",
+        trace=TraceOptions(code=code),  # type: ignore[arg-type]
+    )
     traced, (replay,) = trace_budget_with_replays(request)
     analytic = estimate((w,))
     peaks = analytic_peaks(w)  # type: ignore[arg-type]

@@ -29,6 +29,8 @@ KNOWN: dict[tuple[str, str], str] = {
     "(gradients of its intermediates) are not in the formula",
     ("qwen0.5b train QLoRA", "activations"): "frozen 4-bit projections save their input in the "
     "bitsandbytes model; the formula treats them like frozen bf16 layers",
+    ("qwen0.5b train QLoRA", "total"): "PEFT's fp32 norms and embeddings are cast to bf16 at "
+    "each use by the built-in builder (runtime workspace the formula does not count)",
     ("qwen1.5-moe train", "activations"): "router softmax/top-k and expert padding buffers",
     ("deepseek-v2-lite train LoRA", "activations"): "MLA's internal latent tensors (q_a, kv_a "
     "norms) under LoRA are not itemized by the formula",

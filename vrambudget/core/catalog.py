@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from .arch import Arch
 from .dtypes import NativeDType
 from .errors import UnknownGPU, UnknownModel
-from .hf_config import HFConfig
+from .hf_config import HFConfig, typed_config
 
 __all__ = [
     "GPU",
@@ -30,6 +30,7 @@ __all__ = [
     "match_gpu",
     "preset",
     "preset_arch",
+    "preset_config",
     "presets",
 ]
 
@@ -98,8 +99,12 @@ class ModelPreset(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     display_name: str
     hf_repo: str
-    config: HFConfig | None
-    """None only while an entry is incomplete; such entries are not served."""
+    config: Annotated[
+        dict[str, Any] | None,
+        msgspec.Meta(extra_json_schema={"$ref": "#/components/schemas/HFConfig"}),
+    ]
+    """The ``config.json`` as published (every key); None only while an entry is incomplete;
+    such entries are not served."""
     config_source: Source
     checkpoint: CheckpointFacts
     notes: str | None = None
@@ -145,13 +150,18 @@ def preset(model_id: str) -> ModelPreset:
         raise UnknownModel(model_id) from None
 
 
+def preset_config(model_id: str) -> HFConfig:
+    """The typed view of a preset's ``config.json``."""
+    config = preset(model_id).config
+    assert config is not None  # presets() serves complete entries only
+    return typed_config(config)
+
+
 @cache
 def preset_arch(model_id: str) -> Arch:
     from .families import arch_from_hf_config
 
-    config = preset(model_id).config
-    assert config is not None  # presets() serves complete entries only
-    return arch_from_hf_config(config)
+    return arch_from_hf_config(preset_config(model_id))
 
 
 def _literal(values: tuple[str, ...]) -> Any:

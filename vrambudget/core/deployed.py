@@ -77,8 +77,7 @@ _CHECKPOINTS: BoundedCache[object, Checkpoint] = BoundedCache(1024)
 def _config_of(model: object) -> dict[str, Any] | None:
     match model:
         case PresetModel():
-            config = preset(model.id).config
-            return msgspec.to_builtins(config) if config is not None else None
+            return preset(model.id).config
         case HFConfigModel() | ResolvedModel():
             return model.config
     return None
@@ -93,10 +92,10 @@ def checkpoint_of(model: object) -> Checkpoint | None:
     if hit is not None:
         return hit
     config = _config_of(model) or {}
-    dtype_key = next(
-        (k for k in ("dtype", "torch_dtype") if isinstance(config.get(k), str)), None
+    dtype_key = next((k for k in ("dtype", "torch_dtype") if isinstance(config.get(k), str)), None)
+    dtype = (
+        _DTYPES.get(str(config.get(dtype_key, "")).removeprefix("torch.")) if dtype_key else None
     )
-    dtype = _DTYPES.get(str(config.get(dtype_key, "")).removeprefix("torch.")) if dtype_key else None
     qc = config.get("quantization_config")
     quant = None
     if isinstance(qc, dict):
@@ -104,7 +103,7 @@ def checkpoint_of(model: object) -> Checkpoint | None:
         from .quant_config import parse_quantization_config
 
         try:
-            quant = parse_quantization_config(qc)
+            quant = parse_quantization_config(qc, model_dtype=dtype)
         except InvalidWorkload as exc:
             raise InvalidWorkload(f"model.config.{exc.field}", exc.message) from None
     stored = isinstance(model, ResolvedModel) and model.stored is not None
@@ -121,9 +120,13 @@ def _resolve_weights(requested: str, ckpt: Checkpoint | None, autocast: bool) ->
     return "bf16"
 
 
-def _resolve_compute(requested: str, weights: str, ckpt: Checkpoint | None) -> str:
+def _resolve_compute(
+    requested: str, weights: str, ckpt: Checkpoint | None, autocast: bool = False
+) -> str:
     if requested != "auto":
         return requested
+    if autocast:  # torch.autocast computes in a 16-bit dtype: the checkpoint's, else bf16
+        return ckpt.dtype if ckpt is not None and ckpt.dtype in ("fp16", "bf16") else "bf16"
     if weights in _FLOATS:
         return weights
     q = ckpt.quantization if ckpt is not None else None
@@ -155,11 +158,13 @@ def deploy(w: InferenceWorkload | TrainingWorkload) -> InferenceWorkload | Train
     weights = _resolve_weights(p.weights, ckpt, autocast)
     if weights == "fp8" and quant is not None:
         weights = ckpt.dtype if ckpt is not None and ckpt.dtype in _FLOATS else "bf16"
-    compute = _resolve_compute(p.compute, weights, ckpt)
+    compute = _resolve_compute(p.compute, weights, ckpt, autocast)
     precision = msgspec.structs.replace(p, weights=weights, compute=compute, quantization=quant)
     model = w.model
-    if isinstance(model, ResolvedModel) and model.stored is not None and not _as_stored(
-        precision, p, ckpt
+    if (
+        isinstance(model, ResolvedModel)
+        and model.stored is not None
+        and not _as_stored(precision, p, ckpt)
     ):
         # The request loads it in another format than stored: bytes are computed, not read.
         model = msgspec.structs.replace(model, stored=None, key=model.key + ":computed")
@@ -219,8 +224,8 @@ def deployed_format(w: InferenceWorkload | TrainingWorkload) -> DeployedFormat:
     ckpt = checkpoint_of(w.model)
     p = w.precision
     q = p.quantization if p.quantization is not UNSET else None
-    from_ckpt = ckpt is not None and ckpt.quantization is not None and (
-        q == ckpt.quantization.scheme
+    from_ckpt = (
+        ckpt is not None and ckpt.quantization is not None and (q == ckpt.quantization.scheme)
     )
     if q is None:
         quant_words = None
@@ -234,9 +239,7 @@ def deployed_format(w: InferenceWorkload | TrainingWorkload) -> DeployedFormat:
         compute=str(p.compute),
         quantization=quant_words,
         weights_from="checkpoint" if ckpt is not None and p.weights == ckpt.dtype else "request",
-        quantization_from=(
-            "checkpoint" if from_ckpt else ("request" if q is not None else "none")
-        ),
+        quantization_from=("checkpoint" if from_ckpt else ("request" if q is not None else "none")),
         stored_bytes="safetensors headers" if stored else "computed",
     )
 

@@ -24,7 +24,7 @@ Supported ``quant_method`` values and the tensors each selects (byte rules:
 - ``mxfp4`` (gpt-oss) -> :class:`~vrambudget.core.spec.MXFP4`.
 - ``modelopt`` (``quant_algo`` NVFP4 / W4A16_NVFP4 / FP8 / FP8_PER_CHANNEL_PER_TOKEN / FP8_PB_WO,
   flat as in ``config.json`` or nested under ``quantization`` as in ``hf_quant_config.json``;
-  ``ignore`` / ``exclude_modules``; vLLM 0.34.0 ``quantization/modelopt.py`` 320-365) ->
+  ``ignore`` / ``exclude_modules``; vLLM 0.34.0 ``quantization/modelopt.py`` 328-365) ->
   :class:`~vrambudget.core.spec.NVFP4` or :class:`~vrambudget.core.spec.FP8`.
 
 Errors are :class:`~vrambudget.core.errors.InvalidWorkload` with the field relative to the
@@ -573,7 +573,7 @@ def parse_quantization_config(
     unless the config names a ``scale_dtype``. Like transformers
     (``quantizers/auto.py`` ``AutoQuantizationConfig.from_dict``), ``load_in_4bit`` /
     ``load_in_8bit`` select bitsandbytes whatever the method; a config without ``quant_method``
-    but with ``quant_algo`` is ModelOpt's (vLLM ``modelopt.py`` 320-365)."""
+    but with ``quant_algo`` is ModelOpt's (vLLM ``modelopt.py`` 328-365)."""
     dtype = "bf16" if model_dtype is None else _DTYPE_NAMES.get(model_dtype.removeprefix("torch."))
     if dtype not in ("bf16", "fp16", "fp32"):
         raise InvalidWorkload(

@@ -193,12 +193,12 @@ def _mxfp4(rows: int, cols: int) -> tuple[int, int]:
 
 def _nvfp4(q: NVFP4, rows: int, cols: int) -> tuple[int, int]:
     """uint8 rows x ceil(cols/2) + fp8 scales rows x ceil(cols/16) + fp32 global scale (+ fp32
-    input scale for W4A4) (vLLM 0.34.0 ``modelopt.py`` 2146-2183, 2223-2230; compressed-tensors
+    input scale for W4A4) (vLLM 0.34.0 ``modelopt.py`` 2139-2182, 2221-2231; compressed-tensors
     0.20.1 ``compressors/nvfp4/base.py`` 37-54). 4096 x 4096: 8,388,608 + 4096 x 256 + 4 + 4 =
     1,048,584."""
     payload = rows * ceil_div(cols, 2)
     scales = rows * ceil_div(cols, NVFP4_GROUP)
-    return payload, scales + _FP32
+    return payload, scales + _FP32 + (_FP32 if q.input_scale else 0)
 
 
 def _ct_scale_count(q: CompressedTensors, rows: int, cols: int) -> tuple[int, int]:
@@ -216,7 +216,7 @@ def _ct_scale_count(q: CompressedTensors, rows: int, cols: int) -> tuple[int, in
 
 def _compressed_tensors(q: CompressedTensors, rows: int, cols: int) -> tuple[int, int]:
     """compressed-tensors 0.20.1. pack-quantized (``compressors/pack_quantized/base.py``
-    84-106, ``helpers.py`` 257): weight_packed rows x ceil(cols*bits/32) int32 + weight_shape
+    84-106, ``helpers.py`` 63): weight_packed rows x ceil(cols*bits/32) int32 + weight_shape
     int64 (2,) + packed zero points ceil(rows*bits/32) x groups int32 (asymmetric, group or
     channel). Other formats (``compressors/naive_quantized/base.py`` 75-93): weight rows x cols
     one byte each (int8 / fp8) + unpacked 1-byte zero points. Scales (``initialize.py``

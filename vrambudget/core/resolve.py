@@ -100,8 +100,8 @@ def model_origin(source: AnyModel) -> ModelOrigin:
     """Where the architecture came from, in words, with what is inferred (framework-built)."""
     match source:
         case PresetModel():
-            config = preset(source.id).config
-            family = config.model_type if config is not None else "?"
+            config = preset(source.id).config or {}
+            family = config.get("model_type", "?")
             return ModelOrigin(source=f"preset {source.id}: closed form ({family})")
         case ResolvedModel():
             inv = source.inventory

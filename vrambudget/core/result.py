@@ -172,6 +172,9 @@ class TraceSummary(_Out, frozen=True, kw_only=True):
     modelled: tuple[str, ...]
     """CUDA behaviour that CPU fake tensors lack and the trace adds explicitly."""
     torch_version: str
+    code: str = "built-in builders"
+    """The code that ran: ``framework: transformers 5.23.0 LlamaForCausalLM`` (the
+    framework's modelling code), or ``built-in builders`` (and why)."""
 
 
 class ServingSummary(_Out, frozen=True, kw_only=True):

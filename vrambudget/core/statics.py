@@ -213,6 +213,10 @@ def stage_statics(
         quant, plain_dtype = FP8(), precision.compute
     plain_bytes = bytes_of(plain_dtype)
     roles = quantized_roles(quant) if quant is not None else frozenset()
+    # QLoRA as PEFT prepares it (peft/utils/other.py prepare_model_for_kbit_training, which
+    # TRL's SFTTrainer calls for a 4-bit model): every 16-bit parameter that is not 4-bit is
+    # cast to fp32 -- embeddings, LM head, norms, routers.
+    kbit_bytes = max(plain_bytes, 4) if plan is not None and plan.method == "qlora" else plain_bytes
     training = plan is not None
     zero = par.zero_stage if training else 0
     result = []
@@ -228,11 +232,12 @@ def stage_statics(
             rows, cols, count = per_device_shape(g, arch, t, ep)
             n = count * mult
             params += rows * cols * n
+            quantized = quant is not None and g.role in roles and _quantizable(g)
             payload, md = stored_bytes(
                 rows,
                 cols,
-                _fixed_bytes(g, plain_dtype) or plain_bytes,
-                quant if quant is not None and g.role in roles and _quantizable(g) else None,
+                _fixed_bytes(g, plain_dtype) or (kbit_bytes if not quantized else plain_bytes),
+                quant if quantized else None,
             )
             copied = g.name == TIED_COPY  # not in the checkpoint: a pipeline stage's own copy
             stored = None if g.buffer or copied else _stored_of(arch, bucket)

@@ -63,10 +63,7 @@ def _module_path(pattern: str) -> str:
     """``model.layers.{}.self_attn.q_proj.qweight`` -> ``model.layers.{}.self_attn.q_proj``;
     bitsandbytes' ``q_proj.weight.absmax`` and ``q_proj.weight.quant_state.x`` too."""
     parts = pattern.split(".")
-    if "quant_state" in parts:
-        parts = parts[: parts.index("quant_state")]
-    else:
-        parts = parts[:-1]
+    parts = parts[: parts.index("quant_state")] if "quant_state" in parts else parts[:-1]
     if parts and parts[-1] in ("weight", "bias"):
         parts = parts[:-1]
     return ".".join(parts)
@@ -85,15 +82,17 @@ def _inventory_modules(inv: ModelInventory) -> tuple[set[str], set[str]]:
     return modules, recomputed
 
 
-def loaded(
-    g: StoredGroup, stack: str | None, num_layers: int, inv: ModelInventory | None
-) -> bool:
+def loaded(g: StoredGroup, stack: str | None, num_layers: int, inv: ModelInventory | None) -> bool:
     """Whether the model loads this stored tensor group (see the module docstring)."""
     if g.pattern.endswith("inv_freq"):
         return False
-    if stack is not None and g.pattern.startswith(stack) and g.layers:
-        if max(g.layers) >= num_layers:
-            return False
+    if (
+        stack is not None
+        and g.pattern.startswith(stack)
+        and g.layers
+        and max(g.layers) >= num_layers
+    ):
+        return False
     if inv is None:
         return True
     modules, recomputed = _inventory_modules(inv)

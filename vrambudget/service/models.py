@@ -135,8 +135,10 @@ def _build(
     stored = collapse(checkpoint.tensors) if checkpoint is not None else None
     total = None
     if checkpoint is not None:
-        total = checkpoint.total_size if checkpoint.total_size is not None else (
-            checkpoint.stored_bytes
+        total = (
+            checkpoint.total_size
+            if checkpoint.total_size is not None
+            else (checkpoint.stored_bytes)
         )
     return ResolvedModel(
         key=resolved_key(config, stored, inventory, origin),

@@ -12,6 +12,7 @@ from litestar._openapi.plugin import OpenAPIPlugin
 from vrambudget.core.catalog import GPU, ModelPreset, gpus
 from vrambudget.core.comparison import Comparison
 from vrambudget.core.fit import FitRequest, FitResponse
+from vrambudget.core.hf_config import HFConfig
 from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest
@@ -22,8 +23,6 @@ from vrambudget.http.openapi import (
     prometheus_text,
 )
 from vrambudget.http.problems import Problem
-
-from vrambudget.core.hf_config import HFConfig
 
 from .wire import Health, ModelDetail, ModelSummary, Ready
 

@@ -9,11 +9,10 @@ from litestar import Request, Response
 
 from vrambudget.core.fit import FitRequest
 from vrambudget.core.spec import BudgetRequest
-from vrambudget.http.problems import exception_handlers as _handlers
 from vrambudget.http.problems import ProblemError, internal, problem
+from vrambudget.http.problems import exception_handlers as _handlers
 
 from .models import HubUnreachable
-
 from .tracing import (
     TIME_LIMIT_ENV,
     TraceBusy,

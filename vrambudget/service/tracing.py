@@ -327,9 +327,7 @@ class TracePool:
     ) -> bytes:
         return await self._job(run_trace, (self.entry, payload, resolutions), key)
 
-    async def _job(
-        self, fn: Any, args: tuple[Any, ...], key: tuple[str, bytes] | None
-    ) -> bytes:
+    async def _job(self, fn: Any, args: tuple[Any, ...], key: tuple[str, bytes] | None) -> bytes:
         """Run ``fn(*args)`` in a worker; its answer bytes (cached under ``key`` if given)."""
         from concurrent.futures.process import BrokenProcessPool
 

@@ -16,8 +16,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
-from vrambudget.core.deployed import deploy
 from vrambudget.core.components import Component
+from vrambudget.core.deployed import deploy
 from vrambudget.core.device import DeviceContext, resolve_device
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
@@ -46,6 +46,8 @@ from vrambudget.core.spec import (
 )
 from vrambudget.core.statics import statics_for
 from vrambudget.workloads import kernels
+from vrambudget.workloads.hf.config import LIBRARY
+from vrambudget.workloads.hf.program import framework_unsupported, prepare_framework
 from vrambudget.workloads.run import check_traceable, prepare
 
 from .recorder import Recorder
@@ -53,10 +55,13 @@ from .replay import Replay, replay
 
 __all__ = [
     "MODELLED",
+    "MODELLED_FRAMEWORK",
     "gemm_workspaces",
     "trace_budget",
     "trace_budget_with_replays",
     "trace_workload",
+    "trace_workload_code",
+    "traced_code",
 ]
 
 C = Component
@@ -72,6 +77,28 @@ MODELLED = (
     "MoE routing balanced over experts (fake tensors carry no values)",
     "decode: the first and the last step are traced (steps between differ only in length)",
 )
+"""What the built-in builders' trace adds to the CPU trace."""
+
+MODELLED_FRAMEWORK = (
+    "the model is transformers' own modelling code (norms, rotary, masks, repeat_kv, cache "
+    "classes, loss) run on fake tensors; only kernels absent on the CPU are stand-ins:",
+    "SDPA: the CUDA backend sdp_utils.cpp selects -- flash (no mask, fp16/bf16, head dim "
+    "<= 256): output + fp32 log-sum-exp, backward dq_accum / softmax_d / GQA-expanded dk, dv "
+    "(flash_api.cpp); memory-efficient (a mask): output + fp32 log-sum-exp padded to 32 "
+    "rows, backward an fp32 delta (attention_backward.cu); else the math path as is",
+    "flash_attention_2: the same FlashAttention-2 allocations (flash_attn is not installed)",
+    "quantized linear layers: the scheme's stored bytes; bitsandbytes 4-bit dequantizes into "
+    "a compute-dtype scratch (gemv_4bit for one token), AWQ GEMM from 8 tokens, the other "
+    "schemes' fused GEMMs write only the output",
+    "cuBLAS + cuBLASLt workspaces allocated through the caching allocator at the first GEMM",
+    "non-fused torch optimizers keep their step counters on the host",
+    "MoE routing balanced over experts (fake tensors carry no values)",
+    "generate: prefill, the first decode step and the last, the DynamicCache resized to "
+    "the length it has then (steps between differ only in length)",
+    "Mamba / linear attention: transformers' reference PyTorch path (as without mamba_ssm "
+    "or flash-linear-attention installed)",
+)
+"""What the framework trace adds to the CPU trace."""
 
 _TRACED = (
     C.WEIGHTS,
@@ -128,18 +155,51 @@ def trace_workload(
     expandable_segments: bool = False,
     workspaces: tuple[tuple[str, int], ...] = (),
     field: str = "workloads[0]",
+    code: str = "framework",
 ) -> Replay:
-    """Trace one process of ``w`` and replay it."""
+    """Trace one process of ``w`` and replay it (:func:`traced_code` says which code ran)."""
+    return trace_workload_code(
+        w,
+        iterations=iterations,
+        expandable_segments=expandable_segments,
+        workspaces=workspaces,
+        field=field,
+        code=code,
+    )[0]
+
+
+def traced_code(w: InferenceWorkload | TrainingWorkload, code: str) -> tuple[str, str | None]:
+    """(``framework`` | ``builtin``, why the built-in builders run when the framework was
+    asked for)."""
+    if code != "framework":
+        return "builtin", None
+    reason = framework_unsupported(deploy(w))
+    return ("builtin", reason) if reason else ("framework", None)
+
+
+def trace_workload_code(
+    w: InferenceWorkload | TrainingWorkload,
+    *,
+    iterations: int = 2,
+    expandable_segments: bool = False,
+    workspaces: tuple[tuple[str, int], ...] = (),
+    field: str = "workloads[0]",
+    code: str = "framework",
+) -> tuple[Replay, str]:
+    """The replay, and the code that ran in words."""
     w = deploy(w)
-    check_traceable(w, field)
+    which, reason = traced_code(w, code)
+    if which == "builtin":
+        check_traceable(w, field)
     try:
         arch = resolve_model(w.model)
         statics = statics_for(w, arch)  # the layout checks of the analytic tier
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
-    _check_matrices(
-        arch, f"{field}.model.config" if hasattr(w.model, "config") else f"{field}.model"
-    )
+    if which == "builtin":
+        _check_matrices(
+            arch, f"{field}.model.config" if hasattr(w.model, "config") else f"{field}.model"
+        )
     if isinstance(w, TrainingWorkload) and not any(st.trainable_params for st in statics):
         # The analytic tier budgets it (with a warning); a real step has nothing to optimize.
         raise InvalidWorkload(
@@ -150,10 +210,22 @@ def trace_workload(
     _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     with FakeTensorMode(), kernels.emulation(), recorder.recording():
-        program = prepare(w, arch, recorder, torch.device("cpu"))
+        if which == "framework":
+            try:
+                program: Any = prepare_framework(
+                    w, arch, recorder, torch.device("cpu"), emulate=True
+                )
+            except InvalidWorkload as exc:
+                raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
+            words = f"framework: {LIBRARY} {type(program.model).__name__}"
+            if program.notes:
+                words += " (" + "; ".join(program.notes) + ")"
+        else:
+            program = prepare(w, arch, recorder, torch.device("cpu"))
+            words = "built-in builders" + (f" ({reason})" if reason else "")
         program.run(iterations)
         del program
-    return replay(recorder.trace, expandable_segments=expandable_segments)
+    return replay(recorder.trace, expandable_segments=expandable_segments), words
 
 
 def _check_positions(w: InferenceWorkload | TrainingWorkload, arch: Any, field: str) -> None:
@@ -212,12 +284,13 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
             raise InvalidWorkload(
                 f"workloads[{i}]", "an llm_serving workload is budgeted by method 'analytic' only"
             )
-        r = trace_workload(
+        r, code_words = trace_workload_code(
             w,
             iterations=request.trace.iterations,
             expandable_segments=request.trace.expandable_segments,
             workspaces=workspaces,
             field=f"workloads[{i}]",
+            code=request.trace.code,
         )
         replays.append(r)
         k = w.instances
@@ -244,8 +317,9 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                     TracePoint(iteration=it, phase=ph, allocated_bytes=a, reserved_bytes=rs)
                     for it, ph, a, rs in r.timeline
                 ),
-                modelled=MODELLED,
+                modelled=MODELLED_FRAMEWORK if code_words.startswith("framework") else MODELLED,
                 torch_version=str(torch.__version__),
+                code=code_words,
             )
     # Non-torch overheads keep the analytic tier's cited defaults (context per process, NCCL).
     values[C.CUDA_CONTEXT] = analytic_lines[C.CUDA_CONTEXT].bytes

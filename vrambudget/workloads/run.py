@@ -105,6 +105,7 @@ def build_plan(w: InferenceWorkload | TrainingWorkload, device: torch.device) ->
         autocast=w.mixed_precision == "autocast",
         dropout=0.1 if w.dropout else 0.0,
         checkpointing=w.checkpointing,
+        kbit_fp32=isinstance(m, QLoRA),
         **common,  # type: ignore[arg-type]
     )
 

@@ -138,6 +138,52 @@ CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] =
 }
 
 
+def _ct(**q: Any) -> dict[str, Any]:
+    return _quant({"scheme": "compressed_tensors", **q})
+
+
+CASES.update(
+    {
+        ("CompressedTensors", 0): (
+            BudgetRequest,
+            _ct(strategy="group", group_size=None),
+            _ct(strategy="group", group_size=64),
+        ),
+        ("CompressedTensors", 1): (
+            BudgetRequest,
+            _ct(format="float-quantized", type="float", num_bits=8, strategy="block"),
+            _ct(
+                format="float-quantized",
+                type="float",
+                num_bits=8,
+                strategy="block",
+                block_structure=[128, 128],
+            ),
+        ),
+        ("CompressedTensors", 2): (
+            BudgetRequest,
+            _ct(type="float", num_bits=8),
+            _ct(type="int", num_bits=8),
+        ),
+        ("CompressedTensors", 3): (
+            BudgetRequest,
+            _ct(format="int-quantized", type="float", num_bits=8, strategy="channel"),
+            _ct(format="int-quantized", type="int", num_bits=8, strategy="channel"),
+        ),
+        ("CompressedTensors", 4): (
+            BudgetRequest,
+            _ct(format="float-quantized", num_bits=8, strategy="channel"),
+            _ct(format="float-quantized", type="float", num_bits=8, strategy="channel"),
+        ),
+        ("CompressedTensors", 5): (
+            BudgetRequest,
+            _ct(format="naive-quantized", type="float", num_bits=4),
+            _ct(format="naive-quantized", type="float", num_bits=8),
+        ),
+    }
+)
+
+
 @pytest.fixture(scope="module")
 def validators() -> dict[str, Any]:
     document = openapi_document(create_app())

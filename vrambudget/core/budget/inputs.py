@@ -7,10 +7,10 @@ from typing import Any
 
 from ..arch import Arch
 from ..components import Component
+from ..deployed import deployed_format
 from ..device import DeviceContext
 from ..dtypes import native_dtype_name
 from ..overheads import Overheads
-from ..deployed import deployed_format
 from ..resolve import model_name, model_origin
 from ..result import WorkloadSummary
 from ..spec import (

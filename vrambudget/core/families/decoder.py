@@ -18,6 +18,9 @@ from .tensors import T, compress_runs, gated_mlp, linear, norm
 _QKV_BIAS_FAMILIES = frozenset({"qwen2", "qwen2_moe"})  # Qwen2Attention: q/k/v bias, o_proj none
 _QK_NORM_FAMILIES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
 _SANDWICH_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text"})
+# Phi-3 fuses q/k/v into qkv_proj and gate/up into gate_up_proj (modeling_phi3.py Phi3Attention,
+# Phi3MLP): the same parameters, but LoRA targets and tensor-parallel splits see two matrices.
+_FUSED_FAMILIES = frozenset({"phi3"})
 
 
 def _layer_attention_kinds(model_type: str, c: _Cfg, num_layers: int) -> list[int | None]:
@@ -100,6 +103,10 @@ def _attention_tensors(
     attention_bias = bool(c.get("attention_bias", False))
     qkv_bias = attention_bias or model_type in _QKV_BIAS_FAMILIES
     groups = []
+    if model_type in _FUSED_FAMILIES:  # Phi3Attention: one qkv_proj (modeling_phi3.py)
+        groups += linear("qkv_proj", a * d + 2 * kv * d, h, Split.COLUMN, bias=qkv_bias)
+        groups += linear("o_proj", h, a * d, Split.ROW, bias=attention_bias)
+        return groups
     groups += linear("q_proj", a * d, h, Split.COLUMN, bias=qkv_bias)
     groups += linear("k_proj", kv * d, h, Split.KV_COLUMN, bias=qkv_bias)
     groups += linear("v_proj", kv * d, h, Split.KV_COLUMN, bias=qkv_bias)
@@ -160,7 +167,14 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
     attention = _attention_tensors(model_type, c, h, a, kv, d, mla)
     norms = 4 if model_type in _SANDWICH_FAMILIES else 2
     norm_groups = [T("layernorms", h, 1, Role.NORM, Split.REPLICATED, norms)]
-    dense_mlp = gated_mlp("", h, f, bias=mlp_bias)
+    dense_mlp = (
+        [
+            *linear("gate_up_proj", 2 * f, h, Split.COLUMN, bias=mlp_bias),
+            *linear("down_proj", h, f, Split.ROW, bias=mlp_bias),
+        ]
+        if model_type in _FUSED_FAMILIES
+        else gated_mlp("", h, f, bias=mlp_bias)
+    )
     moe_mlp = _moe_tensors(model_type, c, h, moe) if moe else []
     cache: dict[tuple[int | None, bool], LayerType] = {}
     layers = []

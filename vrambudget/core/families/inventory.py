@@ -147,9 +147,7 @@ def _group(t: InvTensor, vocab: int, per_layer: bool, experts: set[int]) -> Tens
             if module == "lm_head" or (not per_layer and shape[0] == vocab):
                 bias_split = Split.VOCAB
             return TensorGroup(name, shape[0], 1, Role.BIAS, bias_split, multiplicity, **common)
-        return TensorGroup(
-            name, shape[0], 1, Role.OTHER, Split.REPLICATED, multiplicity, **common
-        )
+        return TensorGroup(name, shape[0], 1, Role.OTHER, Split.REPLICATED, multiplicity, **common)
     if len(shape) == 2 and leaf == "weight":
         if not per_layer and shape[0] == vocab and module in ("lm_head", "proj_out", "embed_out"):
             return TensorGroup(
@@ -238,9 +236,7 @@ def arch_from_inventory(inv: ModelInventory) -> Arch:
     num_experts = max(experts, default=0)
     moe = None
     if num_experts:
-        expert_rows = [
-            g for layer in layers for g in layer.tensors if g.role is Role.EXPERT
-        ]
+        expert_rows = [g for layer in layers for g in layer.tensors if g.role is Role.EXPERT]
         down = [g for g in expert_rows if g.name.endswith("down_proj")]
         width = down[0].cols if down else expert_rows[0].rows
         if down and down[0].rows != d.hidden_size:  # stored (in, out): the width is the rows
@@ -290,9 +286,7 @@ def assumptions(inv: ModelInventory) -> tuple[str, ...]:
         "(the trace tier runs the model's own code)",
     ]
     if inv.cache is not None:
-        out.append(
-            f"KV cache and state: {inv.library} {inv.cache.cache_class} per layer, measured"
-        )
+        out.append(f"KV cache and state: {inv.library} {inv.cache.cache_class} per layer, measured")
     else:
         out.append("KV cache: 2 x kv_heads x head_dim per layer and token (not profiled)")
     out.append("tensor-parallel splits: inferred from module names; unknown ones replicated")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arch import Arch
-from ..catalog import preset
+from ..deployed import checkpoint_of
 from ..dtypes import bytes_of
 from ..errors import InvalidWorkload
 from ..layout import check_layout
@@ -15,11 +15,9 @@ from ..spec import (
     AWQ,
     FP8,
     GPTQ,
-    HFConfigModel,
     Int8,
     LLMServingWorkload,
     Parallelism,
-    PresetModel,
     Quantization,
     ServingQuantization,
 )
@@ -36,13 +34,8 @@ def model_dtype(w: LLMServingWorkload) -> str:
     ``_get_and_verify_dtype``)."""
     if w.dtype != "auto":
         return _DTYPES[w.dtype]
-    config = None
-    if isinstance(w.model, PresetModel):
-        config = preset(w.model.id).config
-    elif isinstance(w.model, HFConfigModel):
-        config = w.model.config
-    stored = getattr(config, "torch_dtype", None) if config is not None else None
-    return "fp16" if stored in ("float16", "half") else "bf16"
+    ckpt = checkpoint_of(w.model)
+    return "fp16" if ckpt is not None and ckpt.dtype == "fp16" else "bf16"
 
 
 def weights_quantization(q: ServingQuantization | None) -> Quantization | None:

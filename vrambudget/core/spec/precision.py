@@ -194,7 +194,7 @@ class NVFP4(_QuantBase, tag="nvfp4", tag_field="scheme", frozen=True, kw_only=Tr
     """NVIDIA fp4 (e2m1) two per byte, one fp8 e4m3 scale per 16 input elements and a per-tensor
     fp32 global scale. ModelOpt (``quant_algo: NVFP4``): ``weight`` uint8 (out, in/2),
     ``weight_scale`` fp8 (out, in/16), ``weight_scale_2`` fp32 and, for W4A4, ``input_scale``
-    fp32 (vLLM 0.34.0 ``model_executor/layers/quantization/modelopt.py`` 2146-2183, 2223-2230).
+    fp32 (vLLM 0.34.0 ``model_executor/layers/quantization/modelopt.py`` 2139-2182, 2221-2231).
     compressed-tensors ``nvfp4-pack-quantized``: ``weight_packed`` uint8 (out, in/2),
     ``weight_scale`` fp8 (out, ceil(in/16)), ``weight_global_scale`` fp32 (1,) and
     ``input_global_scale`` fp32 (1,) when activations are quantized (compressed-tensors 0.20.1
@@ -213,7 +213,7 @@ class CompressedTensors(
     _QuantBase, tag="compressed_tensors", tag_field="scheme", frozen=True, kw_only=True
 ):
     """A ``compressed-tensors`` checkpoint (compressed-tensors 0.20.1). ``pack-quantized``
-    (``compressors/pack_quantized/base.py`` 45-58, 84-106; ``helpers.py`` 257):
+    (``compressors/pack_quantized/base.py`` 45-58, 84-106; ``helpers.py`` 63):
     ``weight_packed`` int32 (out, ceil(in*bits/32)), ``weight_shape`` int64 (2,), and when
     asymmetric with strategy group/channel ``weight_zero_point`` int32 packed along the output
     dimension (ceil(out*bits/32), groups). ``int-quantized`` / ``float-quantized`` /

@@ -116,6 +116,16 @@ class TraceOptions(Wire, frozen=True, kw_only=True):
     expandable_segments: Annotated[
         bool, Meta(description="Replay with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
     ] = False
+    code: Annotated[
+        Literal["framework", "builtin"],
+        Meta(
+            description="`framework` (default): the model built by transformers from its "
+            "config.json, generating as `generate` does and training as `Trainer` with PEFT "
+            "does. `builtin`: the service's own re-implementation of the family (also used, "
+            "and said so, where the framework program cannot run: a model given by its "
+            "dimensions, tensor parallelism, selective recomputation, quantized experts)."
+        ),
+    ] = "framework"
 
 
 class Software(Wire, frozen=True, kw_only=True):

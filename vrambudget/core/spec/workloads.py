@@ -152,30 +152,18 @@ class FullFineTune(Wire, tag="full", tag_field="kind", frozen=True, kw_only=True
     """Every parameter is trainable."""
 
 
-# Projection names as the families' modelling code calls them (Llama-style, MLA, GPT-2, BERT,
-# explicit-dimension dense MLPs).
-LoRATarget = Literal[
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-    "q_a_proj",
-    "q_b_proj",
-    "kv_a_proj_with_mqa",
-    "kv_b_proj",
-    "c_attn",
-    "c_proj",
-    "c_fc",
-    "query",
-    "key",
-    "value",
-    "dense",
-    "fc1",
-    "fc2",
+LoRATarget = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$",
+        description="A module name as the model's modelling code calls it, matched against "
+        "the last component of each linear layer's name (PEFT's rule): `q_proj`, `k_proj`, "
+        "`v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj` (Llama-style), `qkv_proj`, "
+        "`gate_up_proj` (Phi-3), `query_key_value`, `dense` (GPT-NeoX, Falcon), `c_attn`, "
+        "`c_proj`, `c_fc` (GPT-2), `query`, `key`, `value` (BERT), `fc1`, `fc2` ...",
+    ),
 ]
+"""A LoRA target: any module name (models built by the framework have their own names)."""
 
 
 class LoRA(Wire, tag="lora", tag_field="kind", frozen=True, kw_only=True):
@@ -190,7 +178,8 @@ class LoRA(Wire, tag="lora", tag_field="kind", frozen=True, kw_only=True):
         ),
     ] = 16
     target_modules: Annotated[
-        tuple[LoRATarget, ...], Meta(min_length=1, description="Projections that get adapters.")
+        tuple[LoRATarget, ...],
+        Meta(min_length=1, max_length=64, description="Projections that get adapters."),
     ] = ("q_proj", "k_proj", "v_proj", "o_proj")
     adapter_dtype: Annotated[
         Literal["fp32", "bf16", "fp16"],

@@ -149,18 +149,34 @@ def _dims(cfg: PreTrainedConfig) -> InvDims:
     head_dim = _get(text, "head_dim", "d_kv", default=max(1, h // max(heads, 1)))
     return InvDims(
         hidden_size=h,
-        num_layers=_get(text, "num_hidden_layers", "num_decoder_layers", "decoder_layers",
-                        "num_layers", "n_layer", default=1),  # fmt: skip
+        num_layers=_get(
+            text,
+            "num_hidden_layers",
+            "num_decoder_layers",
+            "decoder_layers",
+            "num_layers",
+            "n_layer",
+            default=1,
+        ),
         num_heads=heads,
         num_kv_heads=kv,
         head_dim=head_dim,
-        intermediate_size=_get(text, "intermediate_size", "d_ff", "decoder_ffn_dim", "n_inner",
-                               "ffn_dim", default=4 * h),  # fmt: skip
+        intermediate_size=_get(
+            text,
+            "intermediate_size",
+            "d_ff",
+            "decoder_ffn_dim",
+            "n_inner",
+            "ffn_dim",
+            default=4 * h,
+        ),
         vocab_size=_get(text, "vocab_size", default=1),
-        max_positions=_get(text, "max_position_embeddings", "n_positions",
-                           "max_target_positions", default=1 << 40),  # fmt: skip
-        experts_per_token=_get(text, "num_experts_per_tok", "num_experts_per_token",
-                               "moe_topk", "top_k", "moe_k"),  # fmt: skip
+        max_positions=_get(
+            text, "max_position_embeddings", "n_positions", "max_target_positions", default=1 << 40
+        ),
+        experts_per_token=_get(
+            text, "num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k", "moe_k"
+        ),
     )
 
 

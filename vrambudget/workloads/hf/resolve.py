@@ -56,8 +56,10 @@ def resolve_config(
     stored = collapse(checkpoint.tensors) if checkpoint is not None else None
     total = None
     if checkpoint is not None:
-        total = checkpoint.total_size if checkpoint.total_size is not None else (
-            checkpoint.stored_bytes
+        total = (
+            checkpoint.total_size
+            if checkpoint.total_size is not None
+            else (checkpoint.stored_bytes)
         )
     return ResolvedModel(
         key=resolved_key(config, stored, inv, origin),

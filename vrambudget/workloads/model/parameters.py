@@ -15,6 +15,11 @@ from .plan import BuildPlan
 __all__ = ["component_of"]
 
 
+def _dtype(plan: BuildPlan) -> torch.dtype:
+    """Unquantized parameters' dtype: fp32 under QLoRA's PEFT preparation."""
+    return torch.float32 if plan.kbit_fp32 else plan.param_dtype
+
+
 def _name(group: TensorGroup) -> str:
     return group.name.replace(".", "__")
 
@@ -55,7 +60,7 @@ class _Bank(nn.Module):
                     self.register_parameter(
                         f"{name}__{i}",
                         nn.Parameter(
-                            torch.empty(shape, dtype=plan.param_dtype, device=plan.device),
+                            torch.empty(shape, dtype=_dtype(plan), device=plan.device),
                             requires_grad=grad,
                         ),
                     )
@@ -63,7 +68,7 @@ class _Bank(nn.Module):
             self.register_parameter(
                 name,
                 nn.Parameter(
-                    torch.empty(shape, dtype=plan.param_dtype, device=plan.device),
+                    torch.empty(shape, dtype=_dtype(plan), device=plan.device),
                     requires_grad=grad,
                 ),
             )

@@ -34,3 +34,6 @@ class BuildPlan:
     """fp32 parameters cast to the compute dtype at each use (torch.autocast's weight cache)."""
     dropout: float = 0.0
     checkpointing: Literal["none", "selective", "full"] = "none"
+    kbit_fp32: bool = False
+    """QLoRA as PEFT prepares it: the parameters that are not 4-bit are fp32
+    (``prepare_model_for_kbit_training``)."""

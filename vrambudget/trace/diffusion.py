@@ -1,0 +1,37 @@
+"""The trace tier for image generation: the pipeline's components built by diffusers and
+transformers, one call run on fake tensors (:mod:`vrambudget.workloads.diffusion.program`),
+every allocation recorded and replayed through the caching-allocator model."""
+
+from __future__ import annotations
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from vrambudget.core.diffusion.pipeline import resolve_pipeline
+from vrambudget.core.spec.diffusion import ImageGenerationWorkload
+from vrambudget.workloads import kernels
+from vrambudget.workloads.diffusion.program import prepare_diffusion
+
+from .recorder import Recorder
+from .replay import Replay, replay
+
+__all__ = ["trace_image_generation"]
+
+
+def trace_image_generation(
+    w: ImageGenerationWorkload,
+    *,
+    iterations: int = 2,
+    expandable_segments: bool = False,
+    workspaces: tuple[tuple[str, int], ...] = (),
+    field: str = "workloads[0]",
+) -> Replay:
+    """Trace one process of ``w``: ``iterations`` denoising steps between the prompt encoding
+    and the VAE decode, then replay."""
+    pipeline = resolve_pipeline(w, field)
+    recorder = Recorder(gemm_workspaces=workspaces)
+    program = prepare_diffusion(w, pipeline, recorder, torch.device("cpu"))  # meta modules
+    with FakeTensorMode(), kernels.emulation(), recorder.recording():
+        program.run(iterations)
+        del program
+    return replay(recorder.trace, expandable_segments=expandable_segments)

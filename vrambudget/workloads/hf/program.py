@@ -1,0 +1,510 @@
+"""The workloads run through the framework's own code: a ``transformers`` model built from the
+model's ``config.json``, generating as ``GenerationMixin.generate`` does and training as
+``Trainer`` does, with PEFT's own LoRA wrappers.
+
+Run two ways, like the built-in programs (:mod:`vrambudget.workloads.run`): on fake tensors by
+the trace tier (kernels that do not exist on the CPU -- CUDA attention, bitsandbytes and other
+quantized GEMMs -- are stand-ins that allocate what they allocate:
+:mod:`~vrambudget.workloads.hf.attention`, :mod:`~vrambudget.workloads.hf.quantized`) and for
+real by the probe agent.
+
+Generation follows transformers 5.23.0 ``generation/utils.py`` (``_sample``, lines 3122-3270):
+a ``DynamicCache`` grown by ``torch.cat`` per layer and step (``cache_utils.py``
+``DynamicLayer.update``), ``prepare_inputs_for_generation`` / ``_update_model_kwargs_for_
+generation``, ``logits_to_keep=1`` at prefill, the last position's logits copied to fp32
+(``outputs.logits[:, -1].to(copy=True, dtype=torch.float32)``), greedy selection and the ids
+grown by ``torch.cat``. The trace runs the prefill, the first decode step and the last (the
+cache resized to the length it has then); the steps between differ only in length.
+
+Training follows ``trainer.py`` (``training_step``, ``compute_loss``): the model's forward, its
+``loss_function`` (``ForCausalLMLoss``: logits upcast to fp32), ``backward``, gradient clipping
+(``clip_grad_norm_``, ``max_grad_norm`` 1.0 by default), ``optimizer.step()`` and
+``model.zero_grad()`` (gradients set to None). LoRA is ``peft.get_peft_model``; QLoRA quantizes
+the base to 4-bit and runs ``prepare_model_for_kbit_training`` first, as TRL's ``SFTTrainer``
+does for a 4-bit model -- which casts every other 16-bit parameter to fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
+
+from vrambudget.core.arch import Arch
+from vrambudget.core.catalog import preset
+from vrambudget.core.deployed import checkpoint_of, deploy
+from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.quant_config import is_not_converted
+from vrambudget.core.resolved import ResolvedModel
+from vrambudget.core.spec import (
+    HFConfigModel,
+    InferenceWorkload,
+    LoRA,
+    PresetModel,
+    QLoRA,
+    TrainingWorkload,
+)
+
+from ..marks import HOST, Marks
+from ..optim import build_optimizer, host_state_tensors
+from ..run import TORCH_DTYPES
+from .attention import attn_implementation, cuda_sdpa
+from .config import build_config, model_class
+from .quantized import quantize_linears
+
+__all__ = ["FrameworkProgram", "framework_config", "framework_unsupported", "prepare_framework"]
+
+_MAX_GRAD_NORM = 1.0  # transformers TrainingArguments.max_grad_norm default
+
+
+def framework_config(model: object) -> dict[str, Any] | None:
+    """The ``config.json`` the framework builds the model from (None: a model given by its
+    dimensions, which only the built-in builders know)."""
+    match model:
+        case PresetModel():
+            config = preset(model.id).config
+            return dict(config) if config is not None else None
+        case HFConfigModel() | ResolvedModel():
+            return dict(model.config)
+    return None
+
+
+def framework_unsupported(w: InferenceWorkload | TrainingWorkload) -> str | None:
+    """Why the framework program cannot run ``w`` (None: it can). The built-in builders
+    cover these cases: one tensor-parallel rank's shard, explicit dimensions, selective
+    recomputation, quantized expert tensors."""
+    if framework_config(w.model) is None:
+        return "a model given by its dimensions has no config.json for the framework"
+    if w.parallelism.tensor > 1:
+        return "tensor parallelism: the framework program runs one whole model"
+    if isinstance(w, TrainingWorkload) and w.checkpointing == "selective":
+        return "selective recomputation is not a transformers option"
+    if isinstance(w, InferenceWorkload) and w.precision.kv_cache not in (
+        "auto",
+        w.precision.compute,
+    ):
+        return "transformers' DynamicCache keeps keys and values in the compute dtype"
+    if isinstance(w, InferenceWorkload) and w.prefill_chunk_tokens is not None:
+        return "chunked prefill is not generate's default"
+    return None
+
+
+def _materialize(model: nn.Module, device: torch.device) -> None:
+    """Allocate every parameter and buffer of a meta-device model on ``device`` (in module
+    order, tied tensors once, parameter subclasses kept)."""
+    done: dict[int, Any] = {}
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is None:
+                continue
+            new = done.get(id(p))
+            if new is None:
+                new = type(p)(
+                    torch.empty(p.shape, dtype=p.dtype, device=device),
+                    requires_grad=p.requires_grad,
+                )
+                done[id(p)] = new
+            module._parameters[name] = new
+        for name, b in list(module._buffers.items()):
+            if b is None:
+                continue
+            new = done.get(id(b))
+            if new is None:
+                new = done[id(b)] = torch.empty(b.shape, dtype=b.dtype, device=device)
+            module._buffers[name] = new
+
+
+def _output_names(model: nn.Module) -> set[str]:
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return {name for name, m in model.named_modules() if m is out}
+
+
+@dataclass
+class FrameworkProgram:
+    """A model built by the framework, ready to run ``iterations`` times."""
+
+    workload: InferenceWorkload | TrainingWorkload
+    arch: Arch
+    model: nn.Module
+    marks: Marks
+    device: torch.device
+    emulate: bool
+    every_decode_step: bool = False
+    last_output: torch.Tensor | None = None
+    kv_cache_bytes: int | None = None
+    kv_rounding: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    def outputs_finite(self) -> bool:
+        out = self.last_output
+        return out is None or bool(torch.isfinite(out.float()).all().item())
+
+    def _kernels(self) -> contextlib.AbstractContextManager[None]:
+        return cuda_sdpa() if self.emulate else contextlib.nullcontext()
+
+    def run(self, iterations: int) -> None:
+        with self._kernels():
+            if isinstance(self.workload, InferenceWorkload):
+                self._inference(self.workload, iterations)
+            else:
+                self._training(self.workload, iterations)
+
+    # ------------------------------------------------------------------------- inference --
+
+    def _tag_cache(self, cache: Any) -> int:
+        """Tag the cache's tensors (keys, values, states) as the KV cache; their bytes."""
+        total = 0
+        r = self.kv_rounding
+        for t in _cache_tensors(cache):
+            self.marks.tag(t, "kv_cache", "cache")
+            total += -(-t.untyped_storage().nbytes() // r) * r
+        return total
+
+    def _ids(self, n: int, s: int) -> torch.Tensor:
+        return torch.zeros(n, s, dtype=torch.long, device=self.device)
+
+    @torch.no_grad()
+    def _inference(self, w: InferenceWorkload, iterations: int) -> None:
+        model, marks = self.model, self.marks
+        n = w.num_sequences
+        if self.arch.kind == "encoder":
+            for it in range(iterations):
+                marks.iteration(it)
+                marks.phase("forward")
+                out = model(input_ids=self._ids(n, w.prompt_tokens), return_dict=True)
+                first = out[0] if isinstance(out, tuple) else next(iter(out.values()))
+                self.last_output = first.detach().reshape(-1)[:8].clone()
+                del out, first
+            return
+        from transformers import DynamicCache
+
+        # generate passes logits_to_keep=1 (utils.py 2950-2954); logits "all" asks for every
+        # position's (scoring a prompt), as a forward without it computes them.
+        supports = model._supports_logits_to_keep()  # type: ignore[operator]
+        keep = {"logits_to_keep": 1} if supports and w.logits == "last" else {}
+        for it in range(iterations):
+            marks.iteration(it)
+            marks.phase("prefill")
+            ids = self._ids(n, w.prompt_tokens)
+            kwargs: dict[str, Any] = {
+                "past_key_values": DynamicCache(config=model.config),
+                "use_cache": True,
+                "attention_mask": torch.ones(
+                    n, w.prompt_tokens, dtype=torch.long, device=self.device
+                ),
+                **keep,
+            }
+            ids, kwargs = self._step(ids, kwargs, first=True)
+            self.kv_cache_bytes = self._tag_cache(kwargs["past_key_values"])
+            if w.generated_tokens == 0:
+                continue
+            marks.phase("decode")
+            last = w.context_tokens - 1
+            positions = (
+                range(w.prompt_tokens, last + 1)
+                if self.every_decode_step
+                else sorted({w.prompt_tokens, last})
+            )
+            for pos in positions:
+                if ids.shape[1] < pos:  # skip ahead: the state generate has at this position
+                    ids, kwargs = self._fast_forward(kwargs, n, pos)
+                ids, kwargs = self._step(ids, kwargs, first=False)
+                self.kv_cache_bytes = self._tag_cache(kwargs["past_key_values"])
+            del kwargs
+
+    def _step(
+        self, ids: torch.Tensor, kwargs: dict[str, Any], *, first: bool
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """One iteration of ``_sample``: forward, cache update, the last logits to fp32, the
+        next token appended."""
+        model = self.model
+        inputs = (
+            model.prepare_inputs_for_generation(ids, is_first_iteration=True, **kwargs)  # type: ignore[operator]
+            if first
+            else model.prepare_inputs_for_generation(ids, next_sequence_length=1, **kwargs)  # type: ignore[operator]
+        )
+        out = model(**inputs, return_dict=True)
+        kwargs = model._update_model_kwargs_for_generation(  # type: ignore[operator]
+            out, kwargs, is_encoder_decoder=False
+        )
+        with self.marks.scope("logits"):
+            self.marks.tag(out.logits, "logits")
+            logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
+            tokens = torch.argmax(logits, dim=-1)
+            self.last_output = logits[..., :8].clone()
+            ids = torch.cat([ids, tokens[:, None]], dim=-1)
+        del out, logits, tokens
+        return ids, kwargs
+
+    def _fast_forward(
+        self, kwargs: dict[str, Any], n: int, pos: int
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The ids, mask and cache as ``generate`` holds them before position ``pos``: every
+        full-attention layer's keys and values ``pos`` long, a sliding layer's its window - 1
+        (``DynamicSlidingWindowLayer.update``); recurrent states as they are."""
+        cache = kwargs["past_key_values"]
+        with self.marks.scope("kv_cache"):
+            for layer in getattr(cache, "layers", ()):
+                keys = getattr(layer, "keys", None)
+                if not isinstance(keys, torch.Tensor) or keys.dim() != 4:
+                    continue
+                window = getattr(layer, "sliding_window", None)
+                length = min(pos, window - 1) if isinstance(window, int) else pos
+                values = layer.values
+                layer.keys = None
+                layer.values = None
+                layer.keys = keys.new_empty(*keys.shape[:2], length, keys.shape[3])
+                layer.values = values.new_empty(*values.shape[:2], length, values.shape[3])
+                del keys, values
+                if hasattr(layer, "cumulative_length"):
+                    layer.cumulative_length = pos
+        kwargs["attention_mask"] = torch.ones(n, pos, dtype=torch.long, device=self.device)
+        return self._ids(n, pos), kwargs
+
+    # -------------------------------------------------------------------------- training --
+
+    def _training(self, w: TrainingWorkload, iterations: int) -> None:
+        model, marks = self.model, self.marks
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        masters: list[torch.Tensor] = []
+        if w.mixed_precision == "master_fp32" and any(p.dtype != torch.float32 for p in params):
+            with marks.scope("master_weights"), torch.no_grad():
+                masters = [p.detach().float() for p in params]
+            for m in masters:
+                m.requires_grad_(True)
+        with marks.scope("optimizer_state"):
+            opt = build_optimizer(w.optimizer, masters or params)
+        micro_batches = min(w.gradient_accumulation_steps, 2)
+        autocast = (
+            torch.autocast(device_type=self.device.type, dtype=TORCH_DTYPES[w.precision.compute])
+            if w.mixed_precision == "autocast"
+            else contextlib.nullcontext()
+        )
+        for it in range(iterations):
+            marks.iteration(it)
+            for _ in range(micro_batches):
+                marks.phase("forward")
+                with autocast:
+                    loss = self._loss(w)
+                self.last_output = loss.detach()
+                marks.phase("backward")
+                # The backward starts in the loss and the LM head (the logits' gradients); it
+                # leaves them when the gradient of the LM head's input exists.
+                with marks.scope("logits" if self.arch.kind == "decoder" else "activations"):
+                    loss.backward()
+                del loss
+            marks.phase("optimizer_step")
+            for p in params:
+                if p.grad is not None:
+                    marks.tag(p.grad, "gradients")
+            with marks.scope("optimizer_state"):
+                if masters:
+                    for p, m in zip(params, masters, strict=True):
+                        m.grad = p.grad.float() if p.grad is not None else None
+                        if m.grad is not None:
+                            marks.tag(m.grad, "gradients")
+                        p.grad = None
+                torch.nn.utils.clip_grad_norm_(masters or params, _MAX_GRAD_NORM)
+                opt.step()
+                if masters:
+                    with torch.no_grad():
+                        for p, m in zip(params, masters, strict=True):
+                            p.copy_(m)
+            host = {id(t) for t in host_state_tensors(opt)}
+            for state in opt.state.values():
+                for v in state.values():
+                    if isinstance(v, torch.Tensor):
+                        marks.tag(
+                            v,
+                            HOST if id(v) in host else "optimizer_state",
+                            "moments and statistics",
+                        )
+            for q in getattr(opt, "qmaps", ()):
+                marks.tag(q, "optimizer_state", "moments and statistics")
+            opt.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=True)  # Trainer: model.zero_grad() after the step
+
+    _head_input: torch.Tensor | None = None
+
+    def _leave_logits(self, grad: torch.Tensor) -> None:
+        self.marks.pop_scope()
+        self.marks.push_scope("activations")
+
+    def watch_head(self) -> None:
+        """Keep the LM head's input of each forward (to switch scope in the backward)."""
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+        if head is None:
+            return
+
+        def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+            self._head_input = args[0] if args else None
+
+        head.register_forward_hook(hook)
+
+    def _loss(self, w: TrainingWorkload) -> torch.Tensor:
+        """``Trainer.compute_loss``: the forward without labels, then the model's own
+        ``loss_function`` on its logits (the same ops ``forward(labels=...)`` runs, outside it
+        so the logits' bytes are attributed)."""
+        model = self.model
+        ids = self._ids(w.micro_batch_size, w.sequence_length)
+        out = model(input_ids=ids, use_cache=False, return_dict=True)
+        if self.arch.kind == "encoder":
+            first = out[0] if isinstance(out, tuple) else next(iter(out.values()))
+            return first.float().pow(2).mean()
+        with self.marks.scope("logits"):
+            logits = out.logits
+            self.marks.tag(logits, "logits")
+            hidden = self._head_input
+            self._head_input = None
+            if hidden is not None and hidden.requires_grad:
+                hidden.register_hook(self._leave_logits)
+            del out
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            loss: torch.Tensor = base.loss_function(
+                logits=logits, labels=ids, vocab_size=base.config.vocab_size
+            )
+        return loss
+
+
+def _cache_tensors(cache: Any) -> Iterator[torch.Tensor]:
+    for layer in getattr(cache, "layers", ()):
+        for value in vars(layer).values():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                yield value
+            elif isinstance(value, list | tuple):
+                for v in value:
+                    if isinstance(v, torch.Tensor) and v.dim() > 0:
+                        yield v
+
+
+# ---------------------------------------------------------------------------------- build --
+
+
+def _quantization_keep(model: nn.Module, w: InferenceWorkload | TrainingWorkload) -> Any:
+    """Which linear layers stay unquantized: the output embedding (unless the scheme says
+    otherwise), the checkpoint's ``modules_to_not_convert`` / ``ignore``, MoE routers and the
+    vision/audio towers (transformers ``get_keys_to_not_convert`` and the quantizers'
+    defaults)."""
+    q = w.method.base_quantization if _qlora(w) else w.precision.quantization  # type: ignore[union-attr]
+    ckpt = checkpoint_of(w.model)
+    patterns = ckpt.quantization.not_converted if ckpt and ckpt.quantization else ()
+    outputs = _output_names(model)
+
+    def keep(name: str, module: nn.Linear) -> bool:
+        if name in outputs and not getattr(q, "quantize_lm_head", False):
+            return True
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in ("gate", "router") and module.out_features < 1024:
+            return True
+        if any(k in name for k in ("vision", "visual", "audio", "multi_modal_projector")):
+            return True
+        return bool(patterns) and is_not_converted(name, patterns)
+
+    return keep
+
+
+def _qlora(w: InferenceWorkload | TrainingWorkload) -> bool:
+    return isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
+
+
+def prepare_framework(
+    w: InferenceWorkload | TrainingWorkload,
+    arch: Arch,
+    marks: Marks,
+    device: torch.device,
+    *,
+    emulate: bool,
+) -> FrameworkProgram:
+    """Build the model with the framework (phase ``load``) and return the program."""
+    w = deploy(w)
+    reason = framework_unsupported(w)
+    if reason is not None:
+        raise InvalidWorkload("model", f"the framework program cannot run this: {reason}")
+    config = framework_config(w.model)
+    assert config is not None
+    cfg = build_config(config, "model.config")
+    cls = model_class(cfg, config)
+    cfg._attn_implementation = attn_implementation(w.attention, emulate)  # type: ignore[attr-defined]
+    fallback: str | None = None
+    param_dtype = TORCH_DTYPES[w.precision.weights]
+    training = isinstance(w, TrainingWorkload)
+    from .config import _quiet
+
+    quant = w.method.base_quantization if _qlora(w) else w.precision.quantization  # type: ignore[union-attr]
+    # Built on the meta device outside any fake-tensor mode (no memory, no recording), quantized
+    # and wrapped there, then allocated in module order: as from_pretrained loads tensor by
+    # tensor, nothing full-precision is ever allocated for a quantized layer.
+    with _disable_current_modes(), _quiet(), torch.device("meta"):
+        try:
+            model = cls._from_config(cfg, dtype=param_dtype)
+        except ValueError as exc:  # the class refuses this attention (Gemma 2 has no SDPA)
+            if "attention implementation" not in str(exc):
+                raise
+            cfg._attn_implementation = None  # type: ignore[attr-defined]
+            model = cls._from_config(cfg, dtype=param_dtype)
+            fallback = f"{cls.__name__} does not run attention {w.attention!r}: " + (
+                f"transformers' default {model.config._attn_implementation!r} ran"
+            )
+        if quant is not None:
+            quantize_linears(model, quant, _quantization_keep(model, w), param_dtype)
+            model.is_loaded_in_4bit = _qlora(w)  # type: ignore[assignment]
+        if training:
+            model = _prepare_training(model, w)  # type: ignore[arg-type]
+        else:
+            model.eval()
+    marks.phase("load")
+    with marks.scope("weights"):
+        _materialize(model, device)
+    for name, p in model.named_parameters():
+        marks.tag(p, "adapters" if "lora_" in name else "weights", name)
+    for name, b in model.named_buffers():
+        marks.tag(b, "quantization_metadata" if name.endswith("quant_meta") else "weights", name)
+    program = FrameworkProgram(w, arch, model, marks, device, emulate)
+    if fallback:
+        program.notes.append(fallback)
+    if training:
+        program.watch_head()
+    return program
+
+
+def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
+    """What a fine-tuning script does before ``Trainer``: gradient checkpointing, and for
+    LoRA / QLoRA the PEFT recipe; the model to train (PEFT's wrapper for LoRA)."""
+    method = w.method
+    if w.checkpointing == "full":
+        model.gradient_checkpointing_enable(  # type: ignore[operator]
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
+    if not isinstance(method, LoRA):
+        for p in model.parameters():
+            p.requires_grad_(p.dtype.is_floating_point)
+        return model
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if isinstance(method, QLoRA):
+        prepare_model_for_kbit_training(
+            model,
+            use_gradient_checkpointing=w.checkpointing == "full",
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+    lora = LoraConfig(
+        r=method.rank,
+        lora_alpha=2 * method.rank,
+        target_modules=list(method.target_modules),
+        lora_dropout=0.1 if w.dropout else 0.0,
+        bias="none",
+    )
+    peft_model = get_peft_model(model, lora, autocast_adapter_dtype=method.adapter_dtype == "fp32")
+    if method.adapter_dtype != "fp32":
+        dtype = TORCH_DTYPES[method.adapter_dtype]
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.data = p.data.to(dtype)
+    return peft_model  # type: ignore[no-any-return]
