@@ -44,7 +44,7 @@ def _features(run: dict[str, Any]) -> dict[str, Any] | None:
     arch = resolve_model(w.model)
     r = engine_args.resolve(w, arch, total, gpu)
     par = engine_args._layout(arch, r)
-    statics = vllm._statics(arch, r.dtype, engine_args.weights_quantization(w.quantization), par)
+    statics = vllm._statics(arch, r.dtype, engine_args.serving_quantization(w), par)
     st = statics[0]  # the first stage: the rank whose log lines were recorded
     T, S = r.max_num_batched_tokens, min(r.max_num_seqs, r.max_num_batched_tokens)
     q = ceil_div(T, S)

@@ -4,6 +4,9 @@
     vrambudget estimate --model llama-3.1-8b --batch 4 --prompt 2048 --generate 512 \
         --gpu h100-sxm5-80gb
     vrambudget estimate --file workload.json        # a BudgetRequest or a single workload
+    vrambudget estimate --hub Qwen/Qwen2.5-7B-Instruct-AWQ --gpu l4-24gb   # config + headers
+    vrambudget estimate --checkpoint ./my-model --batch 8   # a local checkpoint directory
+    vrambudget estimate --config config.json         # any model_type transformers knows
     vrambudget estimate --model qwen2.5-0.5b --method trace   # the trace tier, in-process
     vrambudget openapi > openapi/service.json
     vrambudget chart comparison.json -o comparison.svg   # a Comparison or a probe resource
@@ -58,11 +61,10 @@ def _request_from_args(args: argparse.Namespace) -> object:
         if isinstance(data, dict) and "workloads" in data:
             return msgspec.convert(data, BudgetRequest)
         return BudgetRequest(workloads=(msgspec.convert(data, Workload),))
-    if not args.model:
-        raise SystemExit("estimate: give --model PRESET or --file FILE")
+    model = _model_from_args(args)
     workload: dict[str, object] = {
         "kind": args.kind,
-        "model": {"source": "preset", "id": args.model},
+        "model": model,
         "precision": {"weights": args.weights, "compute": args.compute},
         "parallelism": {
             "tensor": args.tp,
@@ -97,7 +99,28 @@ def _request_from_args(args: argparse.Namespace) -> object:
     return msgspec.convert(request, BudgetRequest)
 
 
+def _model_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The model of ``--model``, ``--config``, ``--hub`` or ``--checkpoint`` (exactly one)."""
+    given = [a for a in ("model", "config", "hub", "checkpoint") if getattr(args, a)]
+    if len(given) != 1:
+        raise SystemExit(
+            "estimate: give one of --model PRESET, --config config.json, --hub OWNER/NAME[@REV], "
+            "--checkpoint DIR (or --file FILE)"
+        )
+    if args.model:
+        return {"source": "preset", "id": args.model}
+    if args.config:
+        return {"source": "hf_config", "config": json.loads(Path(args.config).read_bytes())}
+    if args.hub:
+        repo, _, revision = args.hub.partition("@")
+        return {"source": "hub", "id": repo, "revision": revision or None}
+    from vrambudget.cli.models import local_checkpoint_model
+
+    return local_checkpoint_model(args.checkpoint)
+
+
 def _estimate(args: argparse.Namespace) -> int:
+    from vrambudget.cli.models import resolve_models
     from vrambudget.core.errors import BudgetError
     from vrambudget.core.estimate import estimate
     from vrambudget.core.units import format_bytes
@@ -106,6 +129,10 @@ def _estimate(args: argparse.Namespace) -> int:
         req = _request_from_args(args)
         if args.method:
             req = msgspec.structs.replace(req, method=args.method)  # type: ignore[type-var]
+        req = msgspec.structs.replace(
+            req,  # type: ignore[type-var]
+            workloads=resolve_models(req.workloads),  # type: ignore[attr-defined]
+        )
         if req.method == "trace":  # type: ignore[attr-defined]
             budget = _trace_engine()(req)
         else:
@@ -125,6 +152,15 @@ def _estimate(args: argparse.Namespace) -> int:
             f"{w.name} ({w.kind}) {params}, {w.devices_per_instance} device(s) x "
             f"{w.instances} instance(s)"
         )
+        if w.model is not None:
+            print(f"  model: {w.model.source}")
+        if w.format is not None:
+            f = w.format
+            quant = f"; {f.quantization} ({f.quantization_from})" if f.quantization else ""
+            print(
+                f"  format: weights {f.weights} ({f.weights_from}), compute {f.compute}{quant}; "
+                f"bytes {f.stored_bytes}"
+            )
     for i, d in enumerate(budget.devices):
         mark = "  <- most loaded" if i == budget.most_loaded and len(budget.devices) > 1 else ""
         print(f"\n{d.label} (x{d.num_devices}), peak at {d.peak_phase}{mark}")
@@ -229,14 +265,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     est = sub.add_parser("estimate", help="print a budget table")
     est.add_argument("--file", help="JSON workload or BudgetRequest ('-' for stdin)")
     est.add_argument("--model", help="preset id (see GET /v1/models)")
+    est.add_argument("--config", help="a model's config.json (any model_type transformers knows)")
+    est.add_argument(
+        "--hub",
+        metavar="OWNER/NAME[@REVISION]",
+        help="a Hugging Face Hub repository: its config.json and safetensors headers are fetched "
+        "(VRAMBUDGET_HUB_ENDPOINT / _TOKEN or HF_TOKEN for gated repositories)",
+    )
+    est.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="a local checkpoint directory: config.json and the safetensors headers (exact "
+        "stored bytes; no tensor data is read)",
+    )
     est.add_argument("--kind", choices=["inference", "training"], default="inference")
     est.add_argument("--batch", type=int, default=1)
     est.add_argument("--prompt", type=int, default=1024, help="prompt (or sequence) tokens")
     est.add_argument("--generate", type=int, default=256)
     est.add_argument("--concurrency", type=int, default=1)
-    est.add_argument("--weights", default="bf16")
-    est.add_argument("--compute", default="bf16")
-    est.add_argument("--quant", choices=["int8", "fp8", "gptq", "awq", "bnb_4bit"])
+    est.add_argument(
+        "--weights",
+        default="auto",
+        choices=["auto", "fp32", "fp16", "bf16", "fp8"],
+        help="dtype of unquantized weights (default auto: the checkpoint's torch_dtype)",
+    )
+    est.add_argument(
+        "--compute",
+        default="auto",
+        choices=["auto", "fp32", "fp16", "bf16"],
+        help="activation dtype (default auto: the weights' dtype)",
+    )
+    est.add_argument(
+        "--quant",
+        choices=["int8", "fp8", "gptq", "awq", "bnb_4bit", "mxfp4", "nvfp4"],
+        help="quantize the linear layers (default: the checkpoint's quantization_config)",
+    )
     est.add_argument("--checkpointing", choices=["none", "selective", "full"], default="none")
     est.add_argument("--tp", type=int, default=1)
     est.add_argument("--pp", type=int, default=1)

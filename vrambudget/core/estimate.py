@@ -9,9 +9,14 @@ from .calibration import ProfileSet
 from .deployed import deploy_all
 from .result import Budget
 from .serving.budget import serving_budget
-from .spec import DeviceRef, Headroom, Software, Workload, analytic_workloads
+from .serving.engine_args import deploy_serving
+from .spec import DeviceRef, Headroom, LLMServingWorkload, Software, Workload, analytic_workloads
 
 __all__ = ["estimate"]
+
+
+def _serving(w: Workload) -> Workload:
+    return deploy_serving(w) if isinstance(w, LLMServingWorkload) else w
 
 
 def estimate(
@@ -24,6 +29,6 @@ def estimate(
     """The full answer for co-located workloads on one device type."""
     analytic = analytic_workloads(workloads)
     if analytic is None:
-        return serving_budget(workloads, device)
+        return serving_budget(tuple(_serving(w) for w in workloads), device)
     deployed, notes = deploy_all(analytic)
     return analytic_budget(deployed, device, headroom, profiles, software, notes)

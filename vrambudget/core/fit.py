@@ -10,8 +10,9 @@ from .budget.fit import analytic_fit
 from .calibration import ProfileSet
 from .deployed import deploy_all
 from .result import FitResponse
+from .serving.engine_args import deploy_serving
 from .serving.fit import serving_fit
-from .spec import FitRequest, analytic_workloads
+from .spec import FitRequest, LLMServingWorkload, analytic_workloads
 
 __all__ = ["FitRequest", "FitResponse", "fit"]
 
@@ -19,7 +20,10 @@ __all__ = ["FitRequest", "FitResponse", "fit"]
 def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
     workloads = analytic_workloads(req.workloads)
     if workloads is None:
-        return serving_fit(req)
+        serving = tuple(
+            deploy_serving(w) if isinstance(w, LLMServingWorkload) else w for w in req.workloads
+        )
+        return serving_fit(msgspec.structs.replace(req, workloads=serving))
     deployed, notes = deploy_all(workloads)
     answer = analytic_fit(msgspec.structs.replace(req, workloads=deployed), deployed, profiles)
     return msgspec.structs.replace(answer, warnings=notes) if notes else answer

@@ -9,12 +9,17 @@ from .catalog import preset
 from .dtypes import bytes_of
 from .layout import GPUS_PER_NODE
 from .resolve import model_name
+from .resolved import ResolvedModel
 from .result import DiskBudget, HostBudget, Item
 from .spec import (
     AWQ,
     FP8,
     GPTQ,
+    MXFP4,
+    NVFP4,
     AnalyticWorkload,
+    BitsAndBytes4bit,
+    CompressedTensors,
     GenericWorkload,
     InferenceWorkload,
     Parallelism,
@@ -37,14 +42,24 @@ _DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
 def _prequantized(w: InferenceWorkload | TrainingWorkload) -> bool:
+    """A checkpoint stored quantized (bitsandbytes only when saved so: it quantizes while
+    loading otherwise)."""
     q = w.precision.quantization
-    return w.precision.weights == "fp8" or isinstance(q, GPTQ | AWQ | FP8)
+    if isinstance(q, BitsAndBytes4bit):
+        return q.prequantized
+    return w.precision.weights == "fp8" or isinstance(
+        q, GPTQ | AWQ | FP8 | MXFP4 | NVFP4 | CompressedTensors
+    )
 
 
 def checkpoint_file_bytes(w: InferenceWorkload | TrainingWorkload, arch: Arch) -> int:
-    """Bytes of the model files to download: a pre-quantized checkpoint (GPTQ, AWQ, fp8) is as
-    large as its quantized tensors; otherwise the published checkpoint (bitsandbytes quantizes
-    while loading), exactly its safetensors total when the preset records it."""
+    """Bytes of the model files to download: exactly the stored tensors when the checkpoint's
+    headers are known; a pre-quantized checkpoint (GPTQ, AWQ, fp8, MXFP4, NVFP4,
+    compressed-tensors, a saved bitsandbytes one) is as large as its quantized tensors;
+    otherwise the published checkpoint (bitsandbytes quantizes while loading), exactly its
+    safetensors total when the preset records it."""
+    if isinstance(w.model, ResolvedModel) and w.model.stored_total is not None:
+        return w.model.stored_total
     if _prequantized(w):
         whole = stage_statics(arch, w.precision, Parallelism(), None)  # the whole model
         return sum(s.weights_bytes + s.metadata_bytes for s in whole)

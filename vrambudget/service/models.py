@@ -77,7 +77,7 @@ class ModelResolver:
                 if model.checkpoint is not None
                 else None
             )
-            origin = "inline config.json"
+            origin = "inline config.json" + (" and checkpoint headers" if checkpoint else "")
             name = model.name or str(config.get("model_type"))
             cache_key = model
         hit = self._resolved.get(cache_key)

@@ -12,7 +12,7 @@ from ..components import Component
 from ..device import require_device
 from ..errors import InvalidWorkload
 from ..host import host_and_disk
-from ..resolve import model_name, resolve_model
+from ..resolve import model_name, model_origin, resolve_model
 from ..result import (
     Budget,
     CalibrationUse,
@@ -34,7 +34,7 @@ from ..spec import (
     Workload,
 )
 from . import kv
-from .engine_args import weights_quantization
+from .engine_args import quantization_words, serving_format, serving_quantization
 from .vllm import ServingAccount, StageAccount, account
 
 __all__ = ["remedies", "serving_account", "serving_budget", "stage_values"]
@@ -193,12 +193,11 @@ def remedies(w: LLMServingWorkload, a: ServingAccount, total: int, name: str) ->
 
 def _inputs(w: LLMServingWorkload, a: ServingAccount) -> dict[str, Any]:
     r = a.resolved
-    q = w.quantization
     return {
         "engine_version": w.engine_version,
         "dtype": r.dtype,
         "kv_cache_dtype": w.kv_cache_dtype,
-        "quantization": q.method if q else None,
+        "quantization": quantization_words(w),
         "tensor_parallel": r.tensor,
         "pipeline_parallel": r.pipeline,
         "data_parallel": r.data,
@@ -311,7 +310,7 @@ def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) ->
             "graphs) exceeds what gpu_memory_utilization leaves free: expect an "
             "out-of-memory error while capturing CUDA graphs"
         )
-    if w.quantization is None and w.dtype == "float32":
+    if serving_quantization(w) is None and w.dtype == "float32":
         warnings.append(
             "float32 serving: activation peak calibrated on bfloat16 runs "
             "(under-estimated by ~12% in the one float32 run)"
@@ -349,7 +348,7 @@ def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) ->
         precision=Precision(
             weights=r.dtype,  # type: ignore[arg-type]
             compute=r.dtype,  # type: ignore[arg-type]
-            quantization=weights_quantization(w.quantization),
+            quantization=serving_quantization(w),
         ),
         parallelism=Parallelism(tensor=r.tensor, pipeline=r.pipeline, data=r.data),
     )
@@ -364,6 +363,8 @@ def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) ->
                 num_layers=arch.num_layers,
                 devices_per_instance=w.parallelism.devices,
                 instances=1,
+                format=serving_format(w, r.dtype),
+                model=model_origin(w.model),
             ),
         ),
         device=summary_device,

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+from msgspec import UNSET
+
 from ..arch import Arch
 from ..deployed import checkpoint_of
 from ..dtypes import bytes_of
 from ..errors import InvalidWorkload
 from ..layout import check_layout
+from ..resolved import ResolvedModel
+from ..result import DeployedFormat
 from ..spec import (
     AWQ,
     FP8,
@@ -23,7 +28,16 @@ from ..spec import (
 )
 from .calibration import EngineCalibration, calibration
 
-__all__ = ["Resolved", "model_dtype", "resolve", "weights_quantization"]
+__all__ = [
+    "Resolved",
+    "deploy_serving",
+    "model_dtype",
+    "quantization_words",
+    "resolve",
+    "serving_format",
+    "serving_quantization",
+    "weights_quantization",
+]
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
@@ -36,6 +50,63 @@ def model_dtype(w: LLMServingWorkload) -> str:
         return _DTYPES[w.dtype]
     ckpt = checkpoint_of(w.model)
     return "fp16" if ckpt is not None and ckpt.dtype == "fp16" else "bf16"
+
+
+def serving_quantization(w: LLMServingWorkload) -> Quantization | None:
+    """The weights' storage as vLLM loads this deployment: the request's ``--quantization``,
+    or -- left out -- the checkpoint's ``quantization_config`` (vLLM reads it from the config:
+    ``vllm/config/model.py`` ``_verify_quantization``), stored as the checkpoint stores it."""
+    if w.quantization is UNSET:
+        ckpt = checkpoint_of(w.model)
+        q = ckpt.quantization if ckpt is not None else None
+        return q.scheme if q is not None else None
+    return weights_quantization(w.quantization)  # type: ignore[arg-type]
+
+
+def quantization_words(w: LLMServingWorkload) -> str | None:
+    """The deployment's quantization in the answer's words (the method, or the checkpoint's)."""
+    if w.quantization is UNSET:
+        ckpt = checkpoint_of(w.model)
+        q = ckpt.quantization if ckpt is not None else None
+        return q.summary if q is not None else None
+    return w.quantization.method if w.quantization is not None else None  # type: ignore[union-attr]
+
+
+def deploy_serving(w: LLMServingWorkload) -> LLMServingWorkload:
+    """``w`` with a checkpoint's stored bytes dropped when vLLM loads it in another format
+    (a float32 checkpoint downcast by ``--dtype auto``, ``--quantization fp8`` applied at
+    load): the bytes are then computed from the shapes."""
+    m = w.model
+    if not isinstance(m, ResolvedModel) or m.stored is None:
+        return w
+    ckpt = checkpoint_of(m)
+    same_quant = w.quantization is UNSET
+    same_dtype = (
+        ckpt is None
+        or ckpt.dtype is None
+        or (ckpt.quantization is not None)
+        or (model_dtype(w) == ckpt.dtype)
+    )
+    if same_quant and same_dtype:
+        return w
+    model = msgspec.structs.replace(m, stored=None, key=m.key + ":computed")
+    return msgspec.structs.replace(w, model=model)
+
+
+def serving_format(w: LLMServingWorkload, dtype: str) -> DeployedFormat:
+    """What the engine runs the model in, and whether each choice is the checkpoint's."""
+    ckpt = checkpoint_of(w.model)
+    from_ckpt = w.quantization is UNSET and ckpt is not None and ckpt.quantization is not None
+    words = quantization_words(w)
+    stored = isinstance(w.model, ResolvedModel) and w.model.stored is not None
+    return DeployedFormat(
+        weights=dtype,
+        compute=dtype,
+        quantization=words,
+        weights_from="checkpoint" if ckpt is not None and ckpt.dtype == dtype else "request",
+        quantization_from="checkpoint" if from_ckpt else ("request" if words else "none"),
+        stored_bytes="safetensors headers" if stored else "computed",
+    )
 
 
 def weights_quantization(q: ServingQuantization | None) -> Quantization | None:

@@ -28,7 +28,7 @@ from ..spec import LLMServingWorkload, Parallelism, Precision, Quantization
 from ..statics import StageStatic, stage_statics
 from ..units import GiB
 from . import kv
-from .engine_args import Resolved, _layout, resolve, weights_quantization
+from .engine_args import Resolved, _layout, resolve, serving_quantization
 from .load import MLA_IMPORT_WORKSPACE_BYTES, load_memory
 from .quantities import (
     activation_peak_bytes,
@@ -126,7 +126,7 @@ def account(
     vLLM rejects at configuration time (field relative to the workload)."""
     r = resolve(w, arch, memory_total_bytes, gpu_name)
     par = _layout(arch, r)
-    quant = weights_quantization(w.quantization)
+    quant = serving_quantization(w)
     statics = _statics(arch, r.dtype, quant, par)
     loads = load_memory(arch, r.e, quant, r.tensor, r.pipeline, r.expert)
     workspace = (mla_import_workspaces(gpu_name) if arch.mla else 0) * MLA_IMPORT_WORKSPACE_BYTES

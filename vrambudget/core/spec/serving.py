@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 from ..serving.calibration import DEFAULT_ENGINE_VERSION, ENGINE_VERSIONS
 from . import rules
@@ -173,6 +173,10 @@ class LLMServingWorkload(Wire, tag="llm_serving", tag_field="kind", frozen=True,
         ),
     ] = False
     quantization: Annotated[
-        ServingQuantization | None,
-        Meta(description="Weight quantization; default (null): none (weights in `dtype`)."),
-    ] = None
+        ServingQuantization | None | UnsetType,
+        Meta(
+            description="Weight quantization (vLLM `--quantization`). Absent (default): the "
+            "checkpoint's `quantization_config`, as vLLM detects it (none when it has none); "
+            "null: none (weights in `dtype`)."
+        ),
+    ] = UNSET

@@ -86,6 +86,6 @@ def resolve_source(source: AnyModel) -> AnyModel:
     return resolve_config(
         source.config,
         name=source.name or str(source.config.get("model_type")),
-        origin="inline config.json",
+        origin="inline config.json" + (" and checkpoint headers" if checkpoint else ""),
         checkpoint=checkpoint,
     )

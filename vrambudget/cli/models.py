@@ -1,0 +1,74 @@
+"""The CLI's models, resolved in this process as the service resolves them: a Hub repository
+fetched (``config.json`` and safetensors headers), a local checkpoint directory read (headers
+only), a family without a closed form built by the framework (needs ``vrambudget[trace]``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.resolve import needs_resolution
+from vrambudget.core.spec import HFConfigModel, HubModel
+
+__all__ = ["local_checkpoint_model", "resolve_models"]
+
+
+def local_checkpoint_model(path: str) -> dict[str, Any]:
+    """A checkpoint directory as an inline model: its ``config.json`` and the headers of its
+    safetensors files (the exact stored bytes of every tensor; no tensor data is read)."""
+    from vrambudget.hub import HubError, read_local
+
+    try:
+        found = read_local(path)
+    except HubError as exc:
+        raise InvalidWorkload("model.checkpoint", exc.message) from None
+    model: dict[str, Any] = {"source": "hf_config", "config": found.config}
+    if found.checkpoint is not None:
+        model["checkpoint"] = msgspec.to_builtins(
+            {"tensors": found.checkpoint.tensors, "total_size": found.checkpoint.total_size}
+        )
+    return model
+
+
+def resolve_models(workloads: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The workloads with the models that need it resolved (Hub fetched, framework run)."""
+    out = []
+    for i, w in enumerate(workloads):
+        model = getattr(w, "model", None)
+        if model is None or not needs_resolution(model):
+            out.append(w)
+            continue
+        try:
+            resolved = _resolve(model)
+        except InvalidWorkload as exc:
+            raise InvalidWorkload(f"workloads[{i}].{exc.field}", exc.message) from None
+        out.append(msgspec.structs.replace(w, model=resolved))
+    return tuple(out)
+
+
+def _resolve(model: HFConfigModel | HubModel) -> Any:
+    try:
+        from vrambudget.workloads.hf.resolve import resolve_config, resolve_source
+    except ImportError as exc:
+        raise InvalidWorkload(
+            "model", f"this model needs the framework: pip install 'vrambudget[trace]' ({exc})"
+        ) from None
+    if isinstance(model, HFConfigModel):
+        return resolve_source(model)
+    from vrambudget.hub import HubError, HubSettings, fetch
+
+    try:
+        found = fetch(model.id, model.revision, settings=HubSettings.from_env(os.environ))
+    except HubError as exc:
+        field = f"model.{exc.field}" if exc.field in ("id", "revision") else "model"
+        raise InvalidWorkload(field, exc.message) from None
+    commit = (found.commit or found.revision or "main")[:12]
+    return resolve_config(
+        found.config,
+        name=model.name or model.id,
+        origin=f"hub {model.id}@{commit}",
+        checkpoint=found.checkpoint,
+    )
