@@ -70,3 +70,129 @@ def test_trace_agrees_with_formulas(name: str, spec: dict[str, object]) -> None:
             pytest.fail(f"{row.component} now within tolerance ({row.error:+.2%}): update KNOWN")
     if known:
         pytest.xfail("; ".join(KNOWN[(name, r.component)] for r, _ in known))
+
+
+# The framework's own code (transformers 5.23.0, PEFT 0.21.2) against the same formulas.
+# Each entry is an allocation the framework makes that the formulas (fitted to the built-in
+# builders' fused kernels) do not count, with the line that makes it (bench/
+# framework_allocations.py attributes every live storage at the peak to its source line;
+# docs/ACCURACY.md lists them).
+_UNFUSED = (
+    "transformers runs the MLP and norms unfused: act_fn(gate_proj(x)) * up_proj(x) keeps "
+    "the SiLU output and the product (models/qwen2/modeling_qwen2.py:46, activations.py:103), "
+    "the RMSNorm keeps fp32 copies (modeling_qwen2.py:241-244 via Qwen2RMSNorm)"
+)
+_QLORA_FP32 = (
+    "QLoRA as PEFT prepares it: prepare_model_for_kbit_training casts norms and embeddings to "
+    "fp32, so hidden states flow in fp32 and bitsandbytes computes in fp32 (its "
+    "Linear4bit.set_compute_type takes an fp32 input's dtype): every saved activation doubles "
+    "(peft/utils/other.py prepare_model_for_kbit_training; bitsandbytes nn/modules.py 575-636)"
+)
+_HF_CACHE = (
+    "DynamicLayer.update grows each layer by torch.cat: the old and the new keys/values are "
+    "live together for one layer (transformers cache_utils.py:136-137)"
+)
+KNOWN_FRAMEWORK: dict[tuple[str, str], str] = {
+    **{
+        (row, "activations"): _UNFUSED
+        for row in (
+            "qwen0.5b train foreach",
+            "qwen0.5b train fused",
+            "qwen0.5b train for-loop",
+            "qwen0.5b train pure bf16 SGD",
+            "qwen0.5b train 8-bit AdamW",
+            "qwen0.5b train mb4 accum2",
+            "qwen0.5b train fp16",
+            "qwen3-8b train LoRA all-linear",
+            "qwen1.5-moe train",
+            "phi3-mini train LoRA bf16",
+            "gemma2-2b train LoRA",
+        )
+    },
+    **{
+        (row, "total"): _UNFUSED + "; the step's fragmentation follows"
+        for row in ("qwen0.5b train foreach", "qwen0.5b train for-loop", "qwen0.5b train fp16")
+    },
+    ("qwen0.5b train full ckpt", "activations"): "transformers' gradient checkpointing "
+    "(modeling_utils.py gradient_checkpointing_enable, use_reentrant=False) recomputes a whole "
+    "decoder layer with its unfused MLP and norms live: " + _UNFUSED,
+    ("qwen0.5b train full ckpt", "total"): "as its activations",
+    ("qwen0.5b train QLoRA", "activations"): _QLORA_FP32,
+    ("qwen0.5b train QLoRA", "total"): _QLORA_FP32,
+    ("qwen0.5b train autocast fp32", "activations"): "torch.autocast casts each fp32 weight "
+    "to bf16 per use and saves the casts for backward, and the unfused MLP/norms as above",
+    ("qwen0.5b train autocast fp32", "total"): "as its activations",
+    ("gpt2 train dropout", "activations"): "GPT-2's eager attention materializes the scores "
+    "and their dropout mask (models/gpt2/modeling_gpt2.py eager_attention_forward)",
+    ("gpt2 train dropout", "gradients"): "GPT-2's last parameters in module order differ from "
+    "the formula's (tied head)",
+    ("gpt2 train dropout", "total"): "as its activations",
+    ("bert-base train", "activations"): "BertModel's SDPA path receives an attention mask, so "
+    "the memory-efficient kernel runs on every head (not flash), and its pooler, embeddings "
+    "LayerNorm and dropout keep their own copies",
+    ("bert-base train", "gradients"): "BERT's pooler is registered after the layers",
+    ("bert-base train", "total"): "as its activations",
+    ("deepseek-v2-lite train LoRA", "activations"): "transformers' DeepseekV2 attention "
+    "decompresses K and V per head (kv_b_proj output) and saves them; the formula counts the "
+    "latent (vLLM's MLA)",
+    **{
+        (row, "kv_cache"): _HF_CACHE
+        for row in (
+            "qwen0.5b infer",
+            "qwen0.5b infer eager",
+            "mistral-7b infer sliding",
+            "deepseek-v2-lite infer MLA",
+            "qwen1.5-moe infer",
+            "llama8b infer GPTQ",
+            "qwen7b infer fp16 concurrency",
+            "gpt2 infer",
+        )
+    },
+    ("qwen0.5b infer logits all", "logits"): "a forward without logits_to_keep returns bf16 "
+    "logits of every position; the formula adds the fp32 copy sampling takes (vLLM's)",
+    ("qwen0.5b infer logits all", "total"): "as its logits",
+    ("gemma2-2b infer 8k sliding", "kv_cache"): "DynamicSlidingWindowLayer keeps a view of the "
+    "whole prefill's keys/values (cache_utils.py update: full_key_states[:, :, -window+1:]), "
+    "so the prefill's storage stays until the next step",
+    ("gemma2-2b infer 8k sliding", "activations"): "Gemma 2 has no SDPA in transformers "
+    "(modeling_gemma2.py: _supports_sdpa = False, softcapping), so eager attention "
+    "materializes fp32 scores of 8k x 8k per head (eager_attention_forward 200-203)",
+    ("gemma2-2b infer 8k sliding", "total"): "as its activations",
+    ("gpt2 infer", "activations"): "GPT-2's eager attention materializes the scores",
+    ("bert-base infer", "activations"): "BERT's SDPA with an attention mask: the "
+    "memory-efficient kernel, and the encoder's dropout-free copies per layer",
+    ("bert-base infer", "total"): "as its activations",
+    ("deepseek-v2-lite infer MLA", "activations"): "transformers' DeepseekV2 decompresses K "
+    "and V per head for attention (the formula counts vLLM's latent attention)",
+    ("qwen1.5-moe infer", "activations"): "transformers' Qwen2-MoE runs the experts it routes "
+    "to on gathered tokens only, balanced routing assumed: less than the formula's padded "
+    "expert buffers",
+    ("qwen0.5b infer fp8 KV", "total"): "transformers keeps the cache in the compute dtype: "
+    "the built-in builders run it (as for the built-in grid, fragmentation 20%)",
+    ("mistral-7b infer sliding", "logits"): "the last position's logits copied to fp32 "
+    "(generation/utils.py _sample) beside the bf16 ones",
+}
+
+
+@pytest.mark.parametrize(("name", "spec"), _params())
+def test_framework_trace_agrees_with_formulas(name: str, spec: dict[str, object]) -> None:
+    """The trace of the framework's own code against the formulas (issue 14 item 6): rows
+    outside the tolerance are allocations the framework makes that the formulas do not count,
+    each listed with its source above."""
+    failures = []
+    known = []
+    for row in compare(name, spec, code="framework"):
+        ok = abs(row.error) <= row.tolerance
+        if (name, row.component) in KNOWN_FRAMEWORK:
+            known.append((row, ok))
+        elif not ok:
+            failures.append(
+                f"{row.component}: analytic {row.analytic:,} trace {row.traced:,} "
+                f"({row.error:+.2%}, tolerance {row.tolerance:.1%})"
+            )
+    assert not failures, failures
+    for row, ok in known:
+        if ok:
+            pytest.fail(f"{row.component} now within tolerance ({row.error:+.2%}): update KNOWN")
+    if known:
+        pytest.xfail("; ".join(KNOWN_FRAMEWORK[(name, r.component)] for r, _ in known)[:300])

@@ -19,6 +19,7 @@ import os
 
 from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownModel
 from vrambudget.core.estimate import estimate
+from vrambudget.core.resolve import needs_resolution
 
 from .settings import AgentSettings
 from .spec import CustomWorkload, ProbeRequest
@@ -60,6 +61,8 @@ def estimated_bytes(request: ProbeRequest) -> int | None:
     service would refuse."""
     workload = request.workload
     if isinstance(workload, CustomWorkload):
+        return None
+    if needs_resolution(workload.model):  # the child fetches and builds it (the framework)
         return None
     try:
         budget = estimate((workload,))

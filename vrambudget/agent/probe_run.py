@@ -50,10 +50,20 @@ def _program(req: ProbeRequest, entry_points: dict[str, str], marks: Any, device
         module, _, name = target.partition(":")
         factory: Callable[..., Any] = getattr(importlib.import_module(module), name)
         return factory(device=device, marks=marks, **w.arguments)
+    from vrambudget.core.deployed import deploy
     from vrambudget.core.resolve import resolve_model
+    from vrambudget.trace.models import resolve_models
+    from vrambudget.workloads.hf.program import framework_unsupported, prepare_framework
     from vrambudget.workloads.run import initialize, prepare
 
-    program = prepare(w, resolve_model(w.model), marks, device)
+    (w,) = resolve_models((w,))
+    w = deploy(w)
+    arch = resolve_model(w.model)
+    if req.code == "framework" and framework_unsupported(w) is None:
+        # The framework's own code, as the trace tier runs it, for real (synthetic weights).
+        program = prepare_framework(w, arch, marks, device, emulate=False)
+    else:
+        program = prepare(w, arch, marks, device)
     program.every_decode_step = True
     initialize(program.model)
     return program

@@ -114,17 +114,20 @@ def _model_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.hub:
         repo, _, revision = args.hub.partition("@")
         return {"source": "hub", "id": repo, "revision": revision or None}
-    from vrambudget.cli.models import local_checkpoint_model
+    from vrambudget.trace.models import local_checkpoint_model
 
     return local_checkpoint_model(args.checkpoint)
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from vrambudget.cli.models import resolve_models
     from vrambudget.core.errors import BudgetError
     from vrambudget.core.estimate import estimate
     from vrambudget.core.units import format_bytes
 
+    try:
+        from vrambudget.trace.models import resolve_models
+    except ImportError as exc:
+        resolve_models = _no_framework(exc)
     try:
         req = _request_from_args(args)
         if args.method:
@@ -204,6 +207,23 @@ def _estimate(args: argparse.Namespace) -> int:
     for warning in budget.warnings:
         print(f"warning: {warning}")
     return 0
+
+
+def _no_framework(exc: ImportError) -> Any:
+    """Without the trace extra: models that need the framework are refused, naming it."""
+    from vrambudget.core.errors import InvalidWorkload
+    from vrambudget.core.resolve import needs_resolution
+
+    def resolve(workloads: tuple[Any, ...]) -> tuple[Any, ...]:
+        for i, w in enumerate(workloads):
+            if getattr(w, "model", None) is not None and needs_resolution(w.model):
+                raise InvalidWorkload(
+                    f"workloads[{i}].model",
+                    f"needs the framework: pip install 'vrambudget[trace]' ({exc})",
+                )
+        return workloads
+
+    return resolve
 
 
 class _NoTraceTier(Exception):

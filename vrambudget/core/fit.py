@@ -9,15 +9,22 @@ import msgspec
 from .budget.fit import analytic_fit
 from .calibration import ProfileSet
 from .deployed import deploy_all
+from .errors import InvalidWorkload
 from .result import FitResponse
 from .serving.engine_args import deploy_serving
 from .serving.fit import serving_fit
 from .spec import FitRequest, LLMServingWorkload, analytic_workloads
+from .spec.diffusion import ImageGenerationWorkload
 
 __all__ = ["FitRequest", "FitResponse", "fit"]
 
 
 def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
+    for i, w in enumerate(req.workloads):
+        if isinstance(w, ImageGenerationWorkload):
+            raise InvalidWorkload(
+                f"workloads[{i}].kind", "image_generation is budgeted, not fitted"
+            )
     workloads = analytic_workloads(req.workloads)
     if workloads is None:
         serving = tuple(

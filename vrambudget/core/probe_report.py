@@ -101,6 +101,15 @@ class ProbeRequest(_Wire, frozen=True, kw_only=True):
     warmup_iterations: Annotated[
         int, Meta(ge=0, le=100, description="Iterations run before the peaks are reset (0 .. 100).")
     ] = 1
+    code: Annotated[
+        Literal["framework", "builtin"],
+        Meta(
+            description="`framework` (default): the model built by transformers from its "
+            "config.json and run as generate / Trainer with PEFT do -- the code path of the trace "
+            "tier's default; `builtin`: the service's own builders (used anyway where the "
+            "framework program cannot run: explicit dimensions, tensor parallelism)."
+        ),
+    ] = "framework"
     iterations: Annotated[
         int, Meta(ge=1, le=10_000, description="Measured iterations (1 .. 10,000).")
     ] = 3

@@ -128,7 +128,7 @@ class ModelOrigin(_Out, frozen=True, kw_only=True):
 
 class WorkloadSummary(_Out, frozen=True, kw_only=True):
     name: str
-    kind: Literal["inference", "training", "generic", "llm_serving"]
+    kind: Literal["inference", "training", "generic", "llm_serving", "image_generation"]
     model_type: str | None = None
     num_params: int | None = None
     num_layers: int | None = None

@@ -59,6 +59,14 @@ def is_metadata(pattern: str) -> bool:
     return leaf in METADATA_SUFFIXES or (leaf.endswith("_scales") and not leaf.endswith("_blocks"))
 
 
+def _unpacked_at_load(pattern: str) -> bool:
+    """Stored tensors the loader turns into Python state and does not keep on the device:
+    bitsandbytes' ``quant_state.bitsandbytes__nf4`` JSON (``functional.py`` 515-517
+    ``QuantState.from_dict``) and LLM.int8's one-byte ``weight_format``."""
+    parts = pattern.split(".")
+    return "quant_state" in parts or parts[-1] == "weight_format"
+
+
 def _module_path(pattern: str) -> str:
     """``model.layers.{}.self_attn.q_proj.qweight`` -> ``model.layers.{}.self_attn.q_proj``;
     bitsandbytes' ``q_proj.weight.absmax`` and ``q_proj.weight.quant_state.x`` too."""
@@ -84,15 +92,11 @@ def _inventory_modules(inv: ModelInventory) -> tuple[set[str], set[str]]:
 
 def loaded(g: StoredGroup, stack: str | None, num_layers: int, inv: ModelInventory | None) -> bool:
     """Whether the model loads this stored tensor group (see the module docstring)."""
-    if g.pattern.endswith("inv_freq"):
+    if g.pattern.endswith("inv_freq") or _unpacked_at_load(g.pattern):
         return False
-    if (
-        stack is not None
-        and g.pattern.startswith(stack)
-        and g.layers
-        and max(g.layers) >= num_layers
-    ):
-        return False
+    in_stack = stack is not None and g.pattern.startswith(stack) and bool(g.layers)
+    if in_stack and min(g.layers) >= num_layers:
+        return False  # only layers the model does not have (DeepSeek-V3's MTP layer 61)
     if inv is None:
         return True
     modules, recomputed = _inventory_modules(inv)
@@ -100,6 +104,13 @@ def loaded(g: StoredGroup, stack: str | None, num_layers: int, inv: ModelInvento
         return False
     path = _module_path(g.pattern)
     return any(path == m or path.startswith(m + ".") for m in modules) or path in modules
+
+
+def _offset_bytes(pattern: str) -> int:
+    """Device bytes a tensor's loading adds: bitsandbytes keeps a double-quantized state's fp32
+    ``offset`` on the device (``functional.py`` 523, ``QuantState.from_dict``), one per
+    ``nested_absmax``."""
+    return 4 if pattern.endswith("nested_absmax") else 0
 
 
 def _stack_of(arch: Arch, stored: tuple[StoredGroup, ...], inv: ModelInventory | None) -> str:
@@ -141,13 +152,15 @@ def with_stored_tensors(
         if not loaded(g, stack, arch.num_layers, inv):
             continue
         column = 1 if is_metadata(g.pattern) else 0
+        nbytes = g.nbytes + _offset_bytes(g.pattern)
         if g.pattern.startswith(stack) and g.layers:
-            each = g.nbytes * (g.count // len(g.layers))
+            each = nbytes * (g.count // len(g.layers))
             for i in g.layers:
-                per_layer.setdefault(i, [0, 0])[column] += each
+                if i < arch.num_layers:  # a layer the model has (not an MTP layer)
+                    per_layer.setdefault(i, [0, 0])[column] += each
         else:
             bucket = _top_bucket(g.pattern, arch.vocab_size, g.shape)
-            top.setdefault(bucket, [0, 0])[column] += g.nbytes * g.count
+            top.setdefault(bucket, [0, 0])[column] += nbytes * g.count
     flat = [layer for layer, n in arch.layer_runs for _ in range(n)]
     layers = [
         replace(layer, stored=tuple(per_layer.get(i, (0, 0))))  # type: ignore[arg-type]

@@ -10,12 +10,13 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from vrambudget.core.diffusion.pipeline import resolve_pipeline
 from vrambudget.core.spec.diffusion import ImageGenerationWorkload
 from vrambudget.workloads import kernels
+from vrambudget.workloads.diffusion.inventory import library
 from vrambudget.workloads.diffusion.program import prepare_diffusion
 
 from .recorder import Recorder
 from .replay import Replay, replay
 
-__all__ = ["trace_image_generation"]
+__all__ = ["trace_image_generation", "trace_image_generation_code"]
 
 
 def trace_image_generation(
@@ -35,3 +36,23 @@ def trace_image_generation(
         program.run(iterations)
         del program
     return replay(recorder.trace, expandable_segments=expandable_segments)
+
+
+def trace_image_generation_code(
+    w: ImageGenerationWorkload,
+    *,
+    iterations: int = 2,
+    expandable_segments: bool = False,
+    workspaces: tuple[tuple[str, int], ...] = (),
+    field: str = "workloads[0]",
+) -> tuple[Replay, str]:
+    """The replay and the words saying which code ran (the trace engine's ``code``)."""
+    r = trace_image_generation(
+        w,
+        iterations=iterations,
+        expandable_segments=expandable_segments,
+        workspaces=workspaces,
+        field=field,
+    )
+    pipeline = resolve_pipeline(w, field)
+    return r, f"framework: {library()} {pipeline.class_name}"

@@ -44,12 +44,14 @@ from vrambudget.core.spec import (
     LLMServingWorkload,
     TrainingWorkload,
 )
+from vrambudget.core.spec.diffusion import ImageGenerationWorkload
 from vrambudget.core.statics import statics_for
 from vrambudget.workloads import kernels
 from vrambudget.workloads.hf.config import LIBRARY
 from vrambudget.workloads.hf.program import framework_unsupported, prepare_framework
 from vrambudget.workloads.run import check_traceable, prepare
 
+from .diffusion import trace_image_generation_code
 from .recorder import Recorder
 from .replay import Replay, replay
 
@@ -284,14 +286,23 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
             raise InvalidWorkload(
                 f"workloads[{i}]", "an llm_serving workload is budgeted by method 'analytic' only"
             )
-        r, code_words = trace_workload_code(
-            w,
-            iterations=request.trace.iterations,
-            expandable_segments=request.trace.expandable_segments,
-            workspaces=workspaces,
-            field=f"workloads[{i}]",
-            code=request.trace.code,
-        )
+        if isinstance(w, ImageGenerationWorkload):
+            r, code_words = trace_image_generation_code(
+                w,
+                iterations=request.trace.iterations,
+                expandable_segments=request.trace.expandable_segments,
+                workspaces=workspaces,
+                field=f"workloads[{i}]",
+            )
+        else:
+            r, code_words = trace_workload_code(
+                w,
+                iterations=request.trace.iterations,
+                expandable_segments=request.trace.expandable_segments,
+                workspaces=workspaces,
+                field=f"workloads[{i}]",
+                code=request.trace.code,
+            )
         replays.append(r)
         k = w.instances
         traced_total = 0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ALLOC", "FREE", "Trace"]
+__all__ = ["ALLOC", "EMPTY_CACHE", "FREE", "Trace"]
 
-ALLOC, FREE = 0, 1
+ALLOC, FREE, EMPTY_CACHE = 0, 1, 2
 
 
 @dataclass
@@ -21,3 +21,6 @@ class Trace:
     modules: dict[int, str] = field(default_factory=dict)
     phases: list[tuple[int, str]] = field(default_factory=list)
     """(iteration, phase name) per phase index."""
+    sources: dict[int, str] = field(default_factory=dict)
+    """Where each storage was allocated (``package/file.py:line function``), when the recorder
+    was asked to keep sources (``Recorder(sources=True)``: the allocation attribution)."""

@@ -13,6 +13,7 @@ Tensors tagged ``host`` are kept off the device stream.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any
 
@@ -22,7 +23,7 @@ from torch.utils._pytree import tree_flatten
 
 from vrambudget.workloads.marks import Marks
 
-from .events import ALLOC, FREE, Trace
+from .events import ALLOC, EMPTY_CACHE, FREE, Trace
 
 __all__ = ["Recorder"]
 
@@ -54,9 +55,15 @@ class Recorder(Marks):
     """``Marks`` that records; use ``with recorder.recording():`` around the program."""
 
     def __init__(
-        self, *, gemm_workspaces: tuple[tuple[str, int], ...] = (), limit_bytes: int | None = None
+        self,
+        *,
+        gemm_workspaces: tuple[tuple[str, int], ...] = (),
+        limit_bytes: int | None = None,
+        sources: bool = False,
     ) -> None:
         self.trace = Trace()
+        self.sources = sources
+        """Keep the source line of each allocation (the first frame in the model's code)."""
         self.limit_bytes = limit_bytes
         """Raise ``torch.OutOfMemoryError`` when live bytes would exceed this (the CPU path's
         simulated device capacity)."""
@@ -108,6 +115,8 @@ class Recorder(Marks):
         nbytes = storage.nbytes()
         self._live[key] = handle
         self._record(handle, nbytes, self._scopes[-1])
+        if self.sources:
+            self.trace.sources[handle] = allocation_site()
         weakref.finalize(storage, self._release, key, handle)
         self._sizes[handle] = nbytes
         self.live_bytes += nbytes
@@ -134,6 +143,10 @@ class Recorder(Marks):
         """Like ``torch.cuda.reset_peak_memory_stats``: the peak restarts from what is live."""
         self.peak_bytes = self.live_bytes
 
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()``: the replay releases the cached free segments."""
+        self.trace.events.append((EMPTY_CACHE, 0, 0, self._phase_index))
+
     def phase(self, name: str) -> None:
         self.trace.phases.append((self._iteration, name))
         self._phase_index = len(self.trace.phases) - 1
@@ -154,6 +167,25 @@ class Recorder(Marks):
         self.trace.tags[handle] = tag
         if part is not None:
             self.trace.parts[handle] = part
+
+
+_SITE_PACKAGES = ("transformers", "peft", "diffusers", "vrambudget")
+_SKIPPED = ("vrambudget/trace/", "torch/")
+
+
+def allocation_site() -> str:
+    """``package/path.py:line function`` of the innermost frame in the model's code (the
+    frameworks' or the workload programs'), skipping torch and the recorder itself."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        for package in _SITE_PACKAGES:
+            marker = f"/{package}/"
+            at = path.rfind(marker)
+            if at >= 0 and not any(skip in path[at:] for skip in _SKIPPED):
+                return f"{path[at + 1 :]}:{frame.f_lineno} {frame.f_code.co_name}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "?"
 
 
 class _ModuleScope:

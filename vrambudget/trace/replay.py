@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from vrambudget.core.allocator import CachingAllocator
 from vrambudget.workloads.marks import HOST
 
-from .events import ALLOC, Trace
+from .events import ALLOC, EMPTY_CACHE, Trace
 
 __all__ = ["Replay", "replay"]
 
@@ -45,6 +45,9 @@ def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
     n = 0
     for i, (kind, handle, nbytes, phase_index) in enumerate(trace.events):
         if handle in skipped:
+            continue
+        if kind == EMPTY_CACHE:
+            alloc.empty_cache()
             continue
         n += 1
         tag = tags.get(handle, "activations")

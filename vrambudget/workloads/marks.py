@@ -50,6 +50,9 @@ class Marks:
         """Tensors created inside were made by module ``name`` (e.g. ``layers.3``)."""
         yield
 
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()`` runs (the cached free segments are released)."""
+
     def tag(self, tensor: torch.Tensor, tag: str, part: str | None = None) -> None:
         """``tensor``'s storage belongs to component ``tag`` (retroactively), optionally under a
         named part (e.g. a parameter's name)."""

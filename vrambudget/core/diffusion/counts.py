@@ -37,32 +37,37 @@ __all__ = ["component_inventory"]
 
 
 class _Modules:
-    """Collects leaf modules; the same (pattern, module, params, fp32) adds to one group."""
+    """Collects leaf modules; the same (pattern, module, tensors, fp32) adds to one group."""
 
     def __init__(self) -> None:
-        self.rows: dict[tuple[str, str, int, bool], int] = {}
+        self.rows: dict[tuple[str, str, tuple[int, ...], bool], int] = {}
 
     def add(
-        self, pattern: str, module: str, params: int, count: int = 1, fp32: bool = False
+        self,
+        pattern: str,
+        module: str,
+        tensors: tuple[int, ...],
+        count: int = 1,
+        fp32: bool = False,
     ) -> None:
-        if params <= 0 or count <= 0:
+        if count <= 0:
             return
-        key = (pattern, module, params, fp32)
+        key = (pattern, module, tensors, fp32)
         self.rows[key] = self.rows.get(key, 0) + count
 
     def linear(self, pattern: str, i: int, o: int, bias: bool = True, count: int = 1) -> None:
-        self.add(pattern, "Linear", i * o + (o if bias else 0), count)
+        self.add(pattern, "Linear", (o * i, o) if bias else (o * i,), count)
 
     def conv(self, pattern: str, i: int, o: int, k: int = 3, count: int = 1) -> None:
-        self.add(pattern, "Conv2d", i * o * k * k + o, count)
+        self.add(pattern, "Conv2d", (o * i * k * k, o), count)
 
     def norm(self, pattern: str, c: int, module: str = "GroupNorm", count: int = 1) -> None:
-        self.add(pattern, module, 2 * c, count)
+        self.add(pattern, module, (c, c), count)
 
     def groups(self) -> tuple[ModuleGroup, ...]:
         return tuple(
-            ModuleGroup(pattern=p, module=m, params=n, count=c, keep_fp32=f)
-            for (p, m, n, f), c in self.rows.items()
+            ModuleGroup(pattern=p, module=m, tensors=t, count=c, keep_fp32=f)
+            for (p, m, t, f), c in self.rows.items()
         )
 
 
@@ -235,9 +240,9 @@ def decoder_params(inv: ComponentInventory) -> int:
 
 def _qk_norm(m: _Modules, p: str, kind: str | None, head_dim: int, count: int) -> None:
     if kind == "rms_norm":
-        m.add(p, "RMSNorm", head_dim, count)
+        m.add(p, "RMSNorm", (head_dim,), count)
     elif kind == "layer_norm":
-        m.add(p, "LayerNorm", 2 * head_dim, count)
+        m.add(p, "LayerNorm", (head_dim, head_dim), count)
 
 
 def _ff(m: _Modules, p: str, dim: int, count: int) -> None:
@@ -252,7 +257,7 @@ def sd3_inventory(c: SD3Config, role: str = "transformer") -> ComponentInventory
     hd = c.attention_head_dim
     L = c.num_layers
     out = c.out_channels if c.out_channels is not None else c.in_channels
-    m.add("pos_embed.proj", "Conv2d", c.in_channels * d * c.patch_size**2 + d)
+    m.add("pos_embed.proj", "Conv2d", (d * c.in_channels * c.patch_size**2, d))
     _timestep_embedding(m, "time_text_embed.timestep_embedder", 256, d)
     m.linear("time_text_embed.text_embedder.linear_1", c.pooled_projection_dim, d)
     m.linear("time_text_embed.text_embedder.linear_2", d, d)
@@ -303,7 +308,7 @@ def flux_inventory(c: FluxConfig, role: str = "transformer") -> ComponentInvento
     b = "transformer_blocks.{}"
     m.linear(f"{b}.norm1|norm1_context.linear", d, 6 * d, count=2 * L)
     m.linear(f"{b}.attn.to_q|to_k|to_v|add_q|add_k|add_v|to_out.0|to_add_out", d, d, count=8 * L)
-    m.add(f"{b}.attn.norm_q|norm_k|norm_added_q|norm_added_k", "RMSNorm", hd, 4 * L)
+    m.add(f"{b}.attn.norm_q|norm_k|norm_added_q|norm_added_k", "RMSNorm", (hd,), 4 * L)
     _ff(m, f"{b}.ff", d, L)
     _ff(m, f"{b}.ff_context", d, L)
     s = "single_transformer_blocks.{}"
@@ -311,7 +316,7 @@ def flux_inventory(c: FluxConfig, role: str = "transformer") -> ComponentInvento
     m.linear(f"{s}.proj_mlp", d, 4 * d, count=S)
     m.linear(f"{s}.proj_out", 5 * d, d, count=S)
     m.linear(f"{s}.attn.to_q|to_k|to_v", d, d, count=3 * S)
-    m.add(f"{s}.attn.norm_q|norm_k", "RMSNorm", hd, 2 * S)
+    m.add(f"{s}.attn.norm_q|norm_k", "RMSNorm", (hd,), 2 * S)
     m.linear("norm_out.linear", d, 2 * d)
     m.linear("proj_out", d, c.patch_size**2 * out)
     return ComponentInventory(role=role, class_name="FluxTransformer2DModel", groups=m.groups())
@@ -326,8 +331,8 @@ def clip_inventory(c: CLIPTextConfig, role: str, projection: bool) -> ComponentI
     m = _Modules()
     h, f, L = c.hidden_size, c.intermediate_size, c.num_hidden_layers
     p = "text_model"
-    m.add(f"{p}.embeddings.token_embedding", "Embedding", c.vocab_size * h)
-    m.add(f"{p}.embeddings.position_embedding", "Embedding", c.max_position_embeddings * h)
+    m.add(f"{p}.embeddings.token_embedding", "Embedding", (c.vocab_size * h,))
+    m.add(f"{p}.embeddings.position_embedding", "Embedding", (c.max_position_embeddings * h,))
     e = f"{p}.encoder.layers.{{}}"
     m.linear(f"{e}.self_attn.q_proj|k_proj|v_proj|out_proj", h, h, count=4 * L)
     m.norm(f"{e}.layer_norm1|layer_norm2", h, "LayerNorm", count=2 * L)
@@ -355,21 +360,21 @@ def t5_inventory(c: T5Config, role: str) -> ComponentInventory:
     fp16: ``_keep_in_fp32_modules = ["wo"]``), T5LayerNorms (weight only)."""
     m = _Modules()
     d, L, inner = c.d_model, c.num_layers, c.num_heads * c.d_kv
-    m.add("shared", "Embedding", c.vocab_size * d)
+    m.add("shared", "Embedding", (c.vocab_size * d,))
     b = "encoder.block.{}"
     m.linear(f"{b}.layer.0.SelfAttention.q|k|v", d, inner, bias=False, count=3 * L)
     m.linear(f"{b}.layer.0.SelfAttention.o", inner, d, bias=False, count=L)
     m.add(
         "encoder.block.0.layer.0.SelfAttention.relative_attention_bias",
         "Embedding",
-        c.relative_attention_num_buckets * c.num_heads,
+        (c.relative_attention_num_buckets * c.num_heads,),
     )
-    m.add(f"{b}.layer.0|1.layer_norm", "T5LayerNorm", d, 2 * L)
+    m.add(f"{b}.layer.0|1.layer_norm", "T5LayerNorm", (d,), 2 * L)
     m.linear(
         f"{b}.layer.1.DenseReluDense.wi", d, c.d_ff, bias=False, count=(2 if c.gated else 1) * L
     )
-    m.add(f"{b}.layer.1.DenseReluDense.wo", "Linear", c.d_ff * d, L, fp32=True)
-    m.add("encoder.final_layer_norm", "T5LayerNorm", d)
+    m.add(f"{b}.layer.1.DenseReluDense.wo", "Linear", (c.d_ff * d,), L, fp32=True)
+    m.add("encoder.final_layer_norm", "T5LayerNorm", (d,))
     return ComponentInventory(role=role, class_name="T5EncoderModel", groups=m.groups())
 
 

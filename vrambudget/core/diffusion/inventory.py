@@ -25,12 +25,17 @@ class ModuleGroup(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     pattern: str
     module: str
     """Class name (``Conv2d``, ``Linear``, ``GroupNorm``, ``LayerNorm``, ``Embedding`` ...)."""
-    params: int
-    """Parameters of one module."""
+    tensors: tuple[int, ...]
+    """Elements of each parameter tensor of one module (weight, bias)."""
     count: int
     keep_fp32: bool = False
     """Kept in fp32 when the component is loaded in fp16 (transformers
     ``_keep_in_fp32_modules``: T5's ``wo``)."""
+
+    @property
+    def params(self) -> int:
+        """Parameters of one module."""
+        return sum(self.tensors)
 
 
 class BufferGroup(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
@@ -68,6 +73,16 @@ class ComponentInventory(msgspec.Struct, frozen=True, kw_only=True):
         return (
             self.num_params * e + self.kept_fp32_params(dtype) * (4 - e) + self.buffer_bytes(dtype)
         )
+
+    def tensor_sizes(self, dtype: str) -> list[int]:
+        """Bytes of every tensor on the device (parameters, then buffers), in module order."""
+        e = bytes_of(dtype)
+        out: list[int] = []
+        for g in self.groups:
+            b = 4 if g.keep_fp32 and dtype == "fp16" else e
+            out += [n * b for n in g.tensors] * g.count
+        out += [b.numel * (e if b.dtype == "float" else 8) for b in self.buffers]
+        return out
 
     def largest_module_bytes(self, dtype: str) -> int:
         """The largest leaf module's parameters: what sequential offload puts on the device at

@@ -121,8 +121,17 @@ def _moe_tensors(model_type: str, c: _Cfg, h: int, moe: MoE) -> list[TensorGroup
     groups = [T("router", moe.num_experts, h, Role.ROUTER, Split.REPLICATED)]
     if model_type == "deepseek_v3" and c.get("topk_method") == "noaux_tc":
         # DeepseekV3TopkRouter.e_score_correction_bias: one fp32 bias per expert.
+        # transformers keeps it in fp32 (DeepseekV3TopkRouter registers it as an fp32 tensor);
+        # the checkpoint stores it F32.
         groups.append(
-            T("router.e_score_correction_bias", moe.num_experts, 1, Role.ROUTER, Split.REPLICATED)
+            T(
+                "router.e_score_correction_bias",
+                moe.num_experts,
+                1,
+                Role.ROUTER,
+                Split.REPLICATED,
+                dtype="fp32",
+            )
         )
     groups += gated_mlp(
         "experts.", h, moe.expert_intermediate_size, role=Role.EXPERT, count=moe.num_experts

@@ -10,6 +10,7 @@ from msgspec import Meta
 from ..catalog import GPUId
 from ..dtypes import NativeDType
 from . import rules
+from .diffusion import ImageGenerationWorkload
 from .limits import (
     MAX_DEVICES,
     MAX_FIT_DEVICE_COUNT,
@@ -39,7 +40,13 @@ __all__ = [
 ]
 
 
-Workload = InferenceWorkload | TrainingWorkload | GenericWorkload | LLMServingWorkload
+Workload = (
+    InferenceWorkload
+    | TrainingWorkload
+    | GenericWorkload
+    | LLMServingWorkload
+    | ImageGenerationWorkload
+)
 ModelWorkload = InferenceWorkload | TrainingWorkload
 """A workload of a model the analytic tier builds tensor by tensor."""
 AnalyticWorkload = InferenceWorkload | TrainingWorkload | GenericWorkload

@@ -26,7 +26,13 @@ from torch import nn
 from vrambudget.core.diffusion.inventory import BufferGroup, ComponentInventory, ModuleGroup
 from vrambudget.core.errors import InvalidWorkload
 
-__all__ = ["DIFFUSERS_CLASSES", "TORCH_DTYPES", "build_component", "framework_inventory"]
+__all__ = [
+    "DIFFUSERS_CLASSES",
+    "TORCH_DTYPES",
+    "build_component",
+    "framework_inventory",
+    "library",
+]
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -85,6 +91,14 @@ def _transformers(class_name: str, config: Mapping[str, Any], dtype: torch.dtype
     return model
 
 
+def library() -> str:
+    """``diffusers 0.42.1, transformers 5.23.0``: the code the components are built with."""
+    import diffusers
+    import transformers
+
+    return f"diffusers {diffusers.__version__}, transformers {transformers.__version__}"
+
+
 def build_component(class_name: str, config: Mapping[str, Any], dtype: str) -> nn.Module:
     """``class_name`` built from ``config`` on the meta device in ``dtype`` (``fp16``,
     ``bf16``, ``fp32``), in eval mode."""
@@ -105,20 +119,20 @@ def framework_inventory(
     """The inventory of the module tree the library builds: every module that owns
     parameters, grouped by name pattern; fp32 modules of an fp16 build marked ``keep_fp32``."""
     model = build_component(class_name, config, "fp16")
-    rows: dict[tuple[str, str, int, bool], int] = {}
+    rows: dict[tuple[str, str, tuple[int, ...], bool], int] = {}
     seen: set[int] = set()  # a tied parameter (T5's shared embedding) is counted once
     for name, module in model.named_modules(remove_duplicate=False):
         own = [p for p in module.parameters(recurse=False) if id(p) not in seen]
         seen.update(id(p) for p in own)
         if not own:
             continue
-        params = sum(p.numel() for p in own)
+        tensors = tuple(p.numel() for p in own)
         fp32 = any(p.dtype == torch.float32 for p in own)
-        key = (_INT.sub("{}", name), type(module).__name__, params, fp32)
+        key = (_INT.sub("{}", name), type(module).__name__, tensors, fp32)
         rows[key] = rows.get(key, 0) + 1
     groups = tuple(
-        ModuleGroup(pattern=p, module=m, params=n, count=c, keep_fp32=f)
-        for (p, m, n, f), c in rows.items()
+        ModuleGroup(pattern=p, module=m, tensors=t, count=c, keep_fp32=f)
+        for (p, m, t, f), c in rows.items()
     )
     persistent = {
         f"{mn}.{bn}" if mn else bn

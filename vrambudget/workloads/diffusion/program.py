@@ -84,41 +84,54 @@ class DiffusionProgram:
 
     # ------------------------------------------------------------------ weights on device --
 
-    def _materialize(self, role: str, module: nn.Module, recurse: bool, params: bool = True,
-                     buffers: bool = True) -> None:  # fmt: skip
-        """Allocate ``module``'s tensors on the device (they are meta tensors before)."""
+    def _materialize(
+        self,
+        role: str,
+        module: nn.Module,
+        recurse: bool,
+        params: bool = True,
+        buffers: bool = True,
+    ) -> None:
+        """Allocate ``module``'s tensors on the device (they are meta tensors before); tied
+        tensors (T5's shared embedding) get one storage."""
         self.marks.push_scope(WEIGHTS)
+        done: dict[int, Any] = {}
         try:
             for owner, name, is_param in _params_and_buffers(module, recurse):
                 t = owner._parameters[name] if is_param else owner._buffers[name]
                 assert t is not None
-                if (
-                    t.device.type != "meta"
-                    or (is_param and not params)
-                    or (not is_param and not buffers)
-                ):
+                wanted = params if is_param else buffers
+                if t.device.type != "meta" or not wanted:
                     continue
-                new = torch.empty(t.shape, dtype=t.dtype, device=self.device)
+                new = done.get(id(t))
+                if new is None:
+                    empty = torch.empty(t.shape, dtype=t.dtype, device=self.device)
+                    new = nn.Parameter(empty, requires_grad=False) if is_param else empty
+                    done[id(t)] = new
+                    self.marks.tag(new, WEIGHTS, role)
                 if is_param:
-                    owner._parameters[name] = nn.Parameter(new, requires_grad=False)
+                    owner._parameters[name] = new
                 else:
                     owner._buffers[name] = new
-                self.marks.tag(new, WEIGHTS, role)
         finally:
             self.marks.pop_scope()
 
     @staticmethod
     def _offload(module: nn.Module, recurse: bool) -> None:
         """Back to the meta device: the device storage is released (the CPU copy is not
-        modelled on the device)."""
+        modelled on the device); tied parameters stay tied."""
+        done: dict[int, nn.Parameter] = {}
         for owner, name, is_param in _params_and_buffers(module, recurse):
             if not is_param:
                 continue
             t = owner._parameters[name]
             assert t is not None
-            with _disable_current_modes():  # a plain meta tensor, not a recorded fake one
-                meta = torch.empty(t.shape, dtype=t.dtype, device="meta")
-            owner._parameters[name] = nn.Parameter(meta, requires_grad=False)
+            meta = done.get(id(t))
+            if meta is None:
+                with _disable_current_modes():  # a plain meta tensor, not a recorded fake one
+                    empty = torch.empty(t.shape, dtype=t.dtype, device="meta")
+                meta = done[id(t)] = nn.Parameter(empty, requires_grad=False)
+            owner._parameters[name] = meta
 
     def _install_offload(self) -> None:
         mode = self.workload.cpu_offload
@@ -142,14 +155,20 @@ class DiffusionProgram:
                         self._hooks.append(m.register_forward_pre_hook(self._seq_pre(c.role)))
                         self._hooks.append(m.register_forward_hook(self._seq_post()))
 
+    def _onload(self, role: str, prev: str | None) -> None:
+        """``CpuOffload.pre_forward``: offload the predecessor if it is on the GPU and empty
+        the CUDA cache (``clear_device_cache``), then move this component to the GPU."""
+        if prev is not None and prev in self.resident:
+            self._offload(self.modules[prev], recurse=True)
+            self.resident.remove(prev)
+            self.marks.empty_cache()
+        if role not in self.resident:
+            self._materialize(role, self.modules[role], recurse=True)
+            self.resident.append(role)
+
     def _model_hook(self, role: str, prev: str | None) -> Any:
         def hook(module: nn.Module, args: Any) -> None:
-            if prev is not None and prev in self.resident:
-                self._offload(self.modules[prev], recurse=True)
-                self.resident.remove(prev)
-            if role not in self.resident:
-                self._materialize(role, module, recurse=True)
-                self.resident.append(role)
+            self._onload(role, prev)
 
         return hook
 
@@ -219,7 +238,9 @@ class DiffusionProgram:
             out = self.modules[c.role](
                 self._ids(n, self.pipeline.tokens(c)), output_hidden_states=hidden
             )
-        pooled = out[0]
+        # CLIPTextModelWithProjection's first output is text_embeds (SDXL, SD3 take
+        # prompt_embeds[0]); FLUX takes CLIPTextModel's pooler_output (pipeline_flux.py l. 301).
+        pooled = out[0] if c.class_name.endswith("Projection") else out.pooler_output
         states = out.hidden_states[-2] if hidden else out[0]
         return states, pooled
 
@@ -400,6 +421,9 @@ class DiffusionProgram:
         upcast = p.vae_decode_dtype != p.dtype
         if upcast:
             self._cast_vae(torch.float32)
+        if w.cpu_offload == "model":  # decode is not forward: apply_forward_hook runs the hook
+            order = [c.role for c in p.components]
+            self._onload("vae", order[order.index("vae") - 1])
         if p.class_name == "FluxPipeline":
             b, _, c4 = latents.shape
             scale = cfg.scale

@@ -27,6 +27,7 @@ does for a 4-bit model -- which casts every other 16-bit parameter to fp32.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,7 +149,9 @@ class FrameworkProgram:
         return cuda_sdpa() if self.emulate else contextlib.nullcontext()
 
     def run(self, iterations: int) -> None:
-        with self._kernels():
+        # PEFT and transformers call each other's deprecated spellings (FutureWarning).
+        with self._kernels(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
             if isinstance(self.workload, InferenceWorkload):
                 self._inference(self.workload, iterations)
             else:
@@ -479,8 +482,8 @@ def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
     LoRA / QLoRA the PEFT recipe; the model to train (PEFT's wrapper for LoRA)."""
     method = w.method
     if w.checkpointing == "full":
-        model.gradient_checkpointing_enable(  # type: ignore[operator]
-            gradient_checkpointing_kwargs={"use_reentrant": False}
+        model.activation_checkpointing_enable(  # type: ignore[operator]
+            activation_checkpointing_kwargs={"use_reentrant": False}
         )
     if not isinstance(method, LoRA):
         for p in model.parameters():
@@ -489,11 +492,13 @@ def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
     if isinstance(method, QLoRA):
-        prepare_model_for_kbit_training(
-            model,
-            use_gradient_checkpointing=w.checkpointing == "full",
-            gradient_checkpointing_kwargs={"use_reentrant": False},
-        )
+        with warnings.catch_warnings():  # PEFT calls transformers' deprecated spellings
+            warnings.simplefilter("ignore", FutureWarning)
+            prepare_model_for_kbit_training(
+                model,
+                use_gradient_checkpointing=w.checkpointing == "full",
+                gradient_checkpointing_kwargs={"use_reentrant": False},
+            )
     lora = LoraConfig(
         r=method.rank,
         lora_alpha=2 * method.rank,
@@ -501,7 +506,11 @@ def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
         lora_dropout=0.1 if w.dropout else 0.0,
         bias="none",
     )
-    peft_model = get_peft_model(model, lora, autocast_adapter_dtype=method.adapter_dtype == "fp32")
+    with warnings.catch_warnings():  # PEFT calls transformers' deprecated spellings
+        warnings.simplefilter("ignore", FutureWarning)
+        peft_model = get_peft_model(
+            model, lora, autocast_adapter_dtype=method.adapter_dtype == "fp32"
+        )
     if method.adapter_dtype != "fp32":
         dtype = TORCH_DTYPES[method.adapter_dtype]
         for name, p in peft_model.named_parameters():

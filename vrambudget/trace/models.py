@@ -1,6 +1,7 @@
-"""The CLI's models, resolved in this process as the service resolves them: a Hub repository
-fetched (``config.json`` and safetensors headers), a local checkpoint directory read (headers
-only), a family without a closed form built by the framework (needs ``vrambudget[trace]``)."""
+"""Models resolved in this process, as the service resolves them (the CLI and the probe agent's
+children use this): a Hub repository fetched (``config.json`` and safetensors headers), a local
+checkpoint directory read (headers only), a family without a closed form built by the
+framework."""
 
 from __future__ import annotations
 
@@ -50,12 +51,8 @@ def resolve_models(workloads: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _resolve(model: HFConfigModel | HubModel) -> Any:
-    try:
-        from vrambudget.workloads.hf.resolve import resolve_config, resolve_source
-    except ImportError as exc:
-        raise InvalidWorkload(
-            "model", f"this model needs the framework: pip install 'vrambudget[trace]' ({exc})"
-        ) from None
+    from vrambudget.workloads.hf.resolve import resolve_config, resolve_source
+
     if isinstance(model, HFConfigModel):
         return resolve_source(model)
     from vrambudget.hub import HubError, HubSettings, fetch
