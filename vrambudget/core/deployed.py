@@ -35,7 +35,10 @@ from .spec import (
     PresetModel,
     QLoRA,
     Quantization,
+    Seq2SeqWorkload,
+    SpeechToTextWorkload,
     TrainingWorkload,
+    VisionWorkload,
 )
 
 __all__ = [
@@ -47,6 +50,9 @@ __all__ = [
     "format_warnings",
 ]
 
+_Model = (
+    InferenceWorkload | TrainingWorkload | VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload
+)
 _DTYPES = {
     "float32": "fp32",
     "float": "fp32",
@@ -252,7 +258,7 @@ def deploy_all(
     out: list[Any] = []
     notes: list[str] = []
     for i, w in enumerate(workloads):
-        if isinstance(w, InferenceWorkload | TrainingWorkload):
+        if isinstance(w, _Model):
             prefix = f"workloads[{i}]: " if len(workloads) > 1 else ""
             notes += [prefix + n for n in format_warnings(w)]
             out.append(deploy(w))

@@ -19,6 +19,7 @@ import msgspec
 __all__ = [
     "CacheLayer",
     "CacheProfile",
+    "EncoderInfo",
     "InvDims",
     "InvTensor",
     "ModelInventory",
@@ -98,6 +99,30 @@ class CacheProfile(msgspec.Struct, frozen=True, kw_only=True):
     """KV tensors are in the compute dtype."""
 
 
+class EncoderInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """The model's encoder (or vision tower) as its config describes it, for workloads whose
+    inputs are images, audio or an input sequence."""
+
+    modality: Literal["vision", "audio", "text"]
+    dims: InvDims
+    """The encoder's own widths and layers (a vision tower's, Whisper's encoder's)."""
+    image_size: int = 0
+    patch_size: int = 0
+    num_channels: int = 3
+    extra_tokens: int = 0
+    """Tokens besides the patches (a class token: ViT and CLIP 1, SigLIP 0)."""
+    num_mel_bins: int = 0
+    frames_per_second: int = 0
+    """Log-mel frames per second of audio (Whisper: 100, a 10 ms hop)."""
+    max_frames: int = 0
+    """Frames of one input window (Whisper: 3,000 = 30 s)."""
+    stride: int = 1
+    """Frames per encoder position (Whisper's second convolution has stride 2)."""
+    cross_kv_elems: int = 0
+    """K + V elements the decoder's cross-attention caches per encoder position, over all
+    decoder layers (2 x heads x head_dim x layers)."""
+
+
 class ModelInventory(msgspec.Struct, frozen=True, kw_only=True):
     """Every tensor of a model as ``library`` builds it from a ``config.json``."""
 
@@ -115,5 +140,7 @@ class ModelInventory(msgspec.Struct, frozen=True, kw_only=True):
     """(name, the name it shares storage with)."""
     dims: InvDims
     cache: CacheProfile | None
+    encoder: EncoderInfo | None = None
+    """The encoder or vision tower (encoder-decoders, vision and speech models)."""
     notes: tuple[str, ...] = ()
     """What the framework path could not determine."""

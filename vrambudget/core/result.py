@@ -128,7 +128,16 @@ class ModelOrigin(_Out, frozen=True, kw_only=True):
 
 class WorkloadSummary(_Out, frozen=True, kw_only=True):
     name: str
-    kind: Literal["inference", "training", "generic", "llm_serving", "image_generation"]
+    kind: Literal[
+        "inference",
+        "training",
+        "generic",
+        "llm_serving",
+        "image_generation",
+        "vision",
+        "seq2seq",
+        "speech_to_text",
+    ]
     model_type: str | None = None
     num_params: int | None = None
     num_layers: int | None = None

@@ -15,6 +15,7 @@ import msgspec
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from vrambudget.core.budget.encoders import proxy
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
 from vrambudget.core.components import Component
 from vrambudget.core.deployed import deploy
@@ -42,7 +43,10 @@ from vrambudget.core.spec import (
     Headroom,
     InferenceWorkload,
     LLMServingWorkload,
+    Seq2SeqWorkload,
+    SpeechToTextWorkload,
     TrainingWorkload,
+    VisionWorkload,
 )
 from vrambudget.core.spec.diffusion import ImageGenerationWorkload
 from vrambudget.core.statics import statics_for
@@ -191,11 +195,19 @@ def trace_workload_code(
     """The replay, and the code that ran in words."""
     w = deploy(w)
     which, reason = traced_code(w, code)
+    encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
     if which == "builtin":
+        if encoder:
+            raise InvalidWorkload(
+                f"{field}.model",
+                f"a {w.__struct_config__.tag} workload is traced with the "
+                f"framework's code only, which cannot run this: {reason}",
+            )
         check_traceable(w, field)
     try:
         arch = resolve_model(w.model)
-        statics = statics_for(w, arch)  # the layout checks of the analytic tier
+        # the layout checks of the analytic tier
+        statics = statics_for(proxy(w) if encoder else w, arch)  # type: ignore[arg-type]
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
     if which == "builtin":
@@ -209,7 +221,8 @@ def trace_workload_code(
             "no LoRA target module matches this model's projections: there "
             "is nothing to train, so there is no training step to trace",
         )
-    _check_positions(w, arch, field)
+    if not encoder:
+        _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     with FakeTensorMode(), kernels.emulation(), recorder.recording():
         if which == "framework":

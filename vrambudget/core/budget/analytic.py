@@ -25,9 +25,13 @@ from ..spec import (
     GenericWorkload,
     Headroom,
     InferenceWorkload,
+    Seq2SeqWorkload,
     Software,
+    SpeechToTextWorkload,
+    VisionWorkload,
 )
 from ..statics import statics_for
+from .encoders import encoder_info, encoder_stage, proxy
 from .explain import NO_NAMES, calibration_use, device_budget
 from .generic import generic_stage
 from .inference import inference_stage, inference_total
@@ -45,6 +49,14 @@ def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple
     if isinstance(w, GenericWorkload):
         return (generic_stage(w, ov),)
     w = deploy(w)
+    if isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
+        info = encoder_info(w, f"workloads[{index}]")
+        try:
+            arch = resolve_model(w.model)
+            (st,) = statics_for(proxy(w), arch)
+        except InvalidWorkload as exc:
+            raise InvalidWorkload(f"workloads[{index}].{exc.field}", exc.message) from None
+        return (encoder_stage(w, arch, st, ov, info),)
     try:
         arch = resolve_model(w.model)
         statics = statics_for(w, arch)

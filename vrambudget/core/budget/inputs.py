@@ -18,7 +18,10 @@ from ..spec import (
     FullFineTune,
     GenericWorkload,
     InferenceWorkload,
+    Seq2SeqWorkload,
+    SpeechToTextWorkload,
     TrainingWorkload,
+    VisionWorkload,
 )
 from ..statics import effective_precision, statics_for
 
@@ -104,6 +107,19 @@ INPUT_NAMES: dict[str, dict[Component, tuple[str, ...]]] = {
         C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction", "largest_transient_bytes"),
     },
 }
+_ENCODE: dict[Component, tuple[str, ...]] = {
+    C.WEIGHTS: ("weights_dtype", "quantization", "tensor_parallel", "instances"),
+    C.QUANTIZATION_METADATA: ("quantization", "tensor_parallel", "instances"),
+    C.KV_CACHE: ("sequences", "encoder_positions", "generated_tokens", "kv_cache_dtype"),
+    C.ACTIVATIONS: ("sequences", "encoder_positions", "attention", "compute_dtype"),
+    C.LOGITS: ("sequences", "compute_dtype"),
+    C.CUDA_CONTEXT: ("instances",),
+    C.RUNTIME_WORKSPACE: ("instances",),
+    C.COMMUNICATION_BUFFERS: ("tensor_parallel",),
+    C.ALLOCATOR_OVERHEAD: ("fragmentation_fraction", "largest_transient_bytes"),
+}
+for _kind in ("vision", "seq2seq", "speech_to_text"):
+    INPUT_NAMES[_kind] = dict(_ENCODE)
 for _names in INPUT_NAMES.values():
     _names[C.HEADROOM] = ("headroom_fraction", "headroom_min_bytes", "subtotal_bytes")
 del _names
@@ -144,7 +160,18 @@ def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, A
             num_kv_heads=arch.num_kv_heads,
             head_dim=arch.head_dim,
         )
-    if isinstance(w, InferenceWorkload):
+    if isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
+        from .encoders import encoder_info, encoder_positions
+
+        n, positions = encoder_positions(w, encoder_info(w, "workload"))
+        common.update(
+            sequences=n,
+            encoder_positions=positions,
+            generated_tokens=0 if isinstance(w, VisionWorkload) else w.generated_tokens,
+            attention=w.attention,
+            kv_cache_dtype=w.precision.kv_cache,
+        )
+    elif isinstance(w, InferenceWorkload):
         common.update(
             sequences=w.num_sequences,
             context_tokens=w.context_tokens,
@@ -171,6 +198,8 @@ def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | Non
     out: list[str] = []
     if isinstance(w, GenericWorkload) or arch is None:
         return out
+    if isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
+        return out + (dtype_warnings(w, device) if device is not None else [])  # type: ignore[arg-type]
     if isinstance(w, InferenceWorkload):
         if arch.kind == "encoder" and w.generated_tokens:
             out.append("encoder models do not generate: generated_tokens is ignored")
@@ -215,7 +244,7 @@ def summary(w: AnalyticWorkload, arch: Arch | None) -> WorkloadSummary:
     assert arch is not None
     return WorkloadSummary(
         name=w.name or model_name(w.model),
-        kind="inference" if isinstance(w, InferenceWorkload) else "training",
+        kind=kind(w),  # type: ignore[arg-type]
         model_type=arch.model_type,
         num_params=arch.num_params,
         num_layers=arch.num_layers,

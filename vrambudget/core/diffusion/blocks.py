@@ -125,7 +125,6 @@ def attention(
     heads: int,
     e: int,
     *,
-    kv_dim: int | None = None,
     slice_size: int | None = None,
 ) -> int:
     """``Attention`` with ``AttnProcessor2_0`` on a 3-D input held by the caller: q, k, v
@@ -135,7 +134,6 @@ def attention(
     d = inner // heads
     kv = b * sk * inner * e
     u = b * sq * inner * e
-    del kv_dim
     if slice_size is None:
         q = w.alloc(u)  # to_q
         k = w.alloc(kv)  # to_k

@@ -134,7 +134,9 @@ def _prompt(w: Walk, pl: _Placement, p: Pipeline, b: int) -> tuple[int, list[int
     e = bytes_of(p.dtype)
     kind = p.class_name
     if kind == "StableDiffusionPipeline":
-        h, _ = _encoder(w, pl, p, p.component("text_encoder"), b, hidden=False)
+        h, pooled = _encoder(w, pl, p, p.component("text_encoder"), b, hidden=False)
+        if pooled is not None:  # computed by the model, not used (encode_prompt takes [0])
+            w.free(pooled)
         return h, []
     if kind == "StableDiffusionXLPipeline":
         h1, p1 = _encoder(w, pl, p, p.component("text_encoder"), b, hidden=True)

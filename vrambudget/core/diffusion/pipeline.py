@@ -178,7 +178,7 @@ def _build(w: ImageGenerationWorkload, field: str) -> Pipeline:
     else:
         assert isinstance(src, ComponentsPipeline)
         class_name = src.class_name
-        configs = dict(src.components)
+        configs = {str(role): config for role, config in src.components.items()}
         name = src.name or class_name
         where = f"{field}.pipeline.components"
     roles = CLASSES[class_name]

@@ -105,7 +105,7 @@ def unet_forward(
         prev_ch = rch[i - 1] if i else rch[0]
         hidden, hidden_ch = x, prev_ch
         for j in range(count):
-            skip, skip_ch = res[-1 - j]
+            _skip, skip_ch = res[-1 - j]  # the skip is concatenated, then held by res
             cat = w.alloc(n * (hidden_ch + skip_ch) * e)  # torch.cat([hidden, skip], dim=1)
             if hidden != x:
                 w.free(hidden)

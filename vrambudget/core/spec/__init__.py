@@ -15,6 +15,7 @@ callers import from ``vrambudget.core.spec``.
 
 from __future__ import annotations
 
+from .encoders import Seq2SeqWorkload, SpeechToTextWorkload, VisionWorkload
 from .limits import (
     MAX_TOKENS,
     Batch,
@@ -57,6 +58,7 @@ from .requests import (
     CatalogDevice,
     CustomDevice,
     DeviceRef,
+    EncoderWorkload,
     FitRequest,
     FitVariable,
     Headroom,
@@ -120,6 +122,7 @@ __all__ = [
     "DeviceRef",
     "Dim",
     "DimensionsModel",
+    "EncoderWorkload",
     "EngineVersion",
     "FitRequest",
     "FitVariable",
@@ -146,14 +149,17 @@ __all__ = [
     "PresetModel",
     "QLoRA",
     "Quantization",
+    "Seq2SeqWorkload",
     "ServingParallelism",
     "ServingQuantization",
     "SizedItem",
     "Software",
+    "SpeechToTextWorkload",
     "Tokens",
     "TokensOrZero",
     "TraceOptions",
     "TrainingWorkload",
+    "VisionWorkload",
     "Wire",
     "Workload",
     "analytic_workloads",

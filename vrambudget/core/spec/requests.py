@@ -11,6 +11,7 @@ from ..catalog import GPUId
 from ..dtypes import NativeDType
 from . import rules
 from .diffusion import ImageGenerationWorkload
+from .encoders import Seq2SeqWorkload, SpeechToTextWorkload, VisionWorkload
 from .limits import (
     MAX_DEVICES,
     MAX_FIT_DEVICE_COUNT,
@@ -29,6 +30,7 @@ __all__ = [
     "CatalogDevice",
     "CustomDevice",
     "DeviceRef",
+    "EncoderWorkload",
     "FitRequest",
     "FitVariable",
     "Headroom",
@@ -46,10 +48,18 @@ Workload = (
     | GenericWorkload
     | LLMServingWorkload
     | ImageGenerationWorkload
+    | VisionWorkload
+    | Seq2SeqWorkload
+    | SpeechToTextWorkload
 )
 ModelWorkload = InferenceWorkload | TrainingWorkload
 """A workload of a model the analytic tier builds tensor by tensor."""
-AnalyticWorkload = InferenceWorkload | TrainingWorkload | GenericWorkload
+EncoderWorkload = VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload
+"""A workload of a model whose inputs are not a text prompt (image, input sequence, audio)."""
+AnalyticWorkload = (
+    InferenceWorkload | TrainingWorkload | GenericWorkload | VisionWorkload | Seq2SeqWorkload
+    | SpeechToTextWorkload
+)  # fmt: skip
 """What the analytic tier budgets (a serving engine's workload goes to the engine's model)."""
 
 

@@ -88,7 +88,7 @@ def emulated_sdpa(
 def cuda_sdpa() -> Iterator[None]:
     """Within: ``F.scaled_dot_product_attention`` allocates as on CUDA (trace tier only)."""
     original = F.scaled_dot_product_attention
-    F.scaled_dot_product_attention = emulated_sdpa  # type: ignore[assignment]
+    F.scaled_dot_product_attention = emulated_sdpa
     try:
         yield
     finally:

@@ -110,7 +110,7 @@ class DiffusionProgram:
                     done[id(t)] = new
                     self.marks.tag(new, WEIGHTS, role)
                 if is_param:
-                    owner._parameters[name] = new
+                    owner._parameters[name] = new  # type: ignore[assignment]
                 else:
                     owner._buffers[name] = new
         finally:
@@ -416,7 +416,7 @@ class DiffusionProgram:
 
     def _decode(self, latents: torch.Tensor) -> None:
         p, w = self.pipeline, self.workload
-        vae = self.modules["vae"]
+        vae: Any = self.modules["vae"]
         cfg = p.vae.config
         upcast = p.vae_decode_dtype != p.dtype
         if upcast:
@@ -456,7 +456,7 @@ def prepare_diffusion(
         c.role: build_component(c.class_name, c.published, pipeline.dtype)
         for c in pipeline.components
     }
-    denoiser = modules[pipeline.denoiser.role]
+    denoiser: Any = modules[pipeline.denoiser.role]
     if w.attention_slicing != "none" and hasattr(denoiser, "set_attention_slice"):
         denoiser.set_attention_slice(w.attention_slicing)  # DiffusionPipeline.set_attention_slice
     vae: Any = modules["vae"]

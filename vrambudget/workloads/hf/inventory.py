@@ -24,6 +24,7 @@ from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.inventory import (
     CacheLayer,
     CacheProfile,
+    EncoderInfo,
     InvDims,
     InvTensor,
     ModelInventory,
@@ -180,6 +181,67 @@ def _dims(cfg: PreTrainedConfig) -> InvDims:
     )
 
 
+def _dims_of(c: Any, default_layers: int = 1) -> InvDims:
+    h = _get(c, "hidden_size", "d_model", default=1)
+    heads = _get(c, "num_attention_heads", "encoder_attention_heads", "num_heads", default=1)
+    return InvDims(
+        hidden_size=h,
+        num_layers=_get(
+            c, "encoder_layers", "num_layers", "num_hidden_layers", default=default_layers
+        ),  # fmt: skip
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=_get(c, "d_kv", "head_dim", default=max(1, h // heads)),
+        intermediate_size=_get(c, "encoder_ffn_dim", "d_ff", "intermediate_size", default=4 * h),
+        vocab_size=0,
+        max_positions=_get(
+            c, "max_source_positions", "max_position_embeddings", default=1 << 40
+        ),  # fmt: skip
+    )
+
+
+def _encoder(
+    cfg: PreTrainedConfig, tensors: tuple[InvTensor, ...], dims: InvDims, kind: str
+) -> EncoderInfo | None:
+    """The encoder or vision tower the config describes (None: a text decoder)."""
+    cross = 2 * dims.num_heads * dims.head_dim * dims.num_layers if kind == "encoder_decoder" else 0
+    vision = getattr(cfg, "vision_config", None)
+    if vision is None and getattr(cfg, "image_size", None) and getattr(cfg, "patch_size", None):
+        vision = cfg
+    if vision is not None and isinstance(getattr(vision, "patch_size", None), int):
+        image, patch = int(vision.image_size), int(vision.patch_size)
+        patches = (image // patch) ** 2
+        tables = [
+            t.shape[-2]  # (positions, hidden), or ViT's (1, positions, hidden)
+            for t in tensors
+            if "position_embedding" in t.pattern and ("vision" in t.pattern or vision is cfg)
+            and len(t.shape) >= 2
+        ]  # fmt: skip
+        rows = tables[0] if tables else patches
+        return EncoderInfo(
+            modality="vision",
+            dims=_dims_of(vision),
+            image_size=image,
+            patch_size=patch,
+            num_channels=_get(vision, "num_channels", default=3),
+            extra_tokens=max(0, rows - patches) if tables else 0,
+        )
+    if getattr(cfg, "num_mel_bins", None) and getattr(cfg, "max_source_positions", None):
+        positions = int(cfg.max_source_positions)
+        return EncoderInfo(
+            modality="audio",
+            dims=_dims_of(cfg),
+            num_mel_bins=int(cfg.num_mel_bins),
+            frames_per_second=100,  # WhisperFeatureExtractor: hop_length 160 at 16 kHz
+            max_frames=2 * positions,
+            stride=2,  # WhisperEncoder.conv2: stride 2
+            cross_kv_elems=cross,
+        )
+    if kind == "encoder_decoder":
+        return EncoderInfo(modality="text", dims=_dims_of(cfg), cross_kv_elems=cross)
+    return None
+
+
 def _kind(model: PreTrainedModel, cfg: PreTrainedConfig) -> str:
     if getattr(cfg, "is_encoder_decoder", False):
         return "encoder_decoder"
@@ -323,6 +385,7 @@ def inventory(config: Mapping[str, Any], *, profile_cache: bool = True) -> Model
             "cross-attention cache (encoder length x layers) is sized by the trace tier"
         )
     return ModelInventory(
+        encoder=_encoder(cfg, tensors, dims, kind),
         library=LIBRARY,
         architecture=cls.__name__,
         model_type=str(cfg.model_type),

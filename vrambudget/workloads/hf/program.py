@@ -48,7 +48,10 @@ from vrambudget.core.spec import (
     LoRA,
     PresetModel,
     QLoRA,
+    Seq2SeqWorkload,
+    SpeechToTextWorkload,
     TrainingWorkload,
+    VisionWorkload,
 )
 
 from ..marks import HOST, Marks
@@ -154,6 +157,10 @@ class FrameworkProgram:
             warnings.simplefilter("ignore", FutureWarning)
             if isinstance(self.workload, InferenceWorkload):
                 self._inference(self.workload, iterations)
+            elif isinstance(self.workload, VisionWorkload):
+                self._vision(self.workload, iterations)
+            elif isinstance(self.workload, Seq2SeqWorkload | SpeechToTextWorkload):
+                self._seq2seq(self.workload, iterations)
             else:
                 self._training(self.workload, iterations)
 
@@ -269,6 +276,104 @@ class FrameworkProgram:
         kwargs["attention_mask"] = torch.ones(n, pos, dtype=torch.long, device=self.device)
         return self._ids(n, pos), kwargs
 
+    # ------------------------------------------------------------- images, audio, seq2seq --
+
+    def _compute_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.workload.precision.compute]
+
+    @torch.no_grad()
+    def _vision(self, w: VisionWorkload, iterations: int) -> None:
+        """The image model's forward (``get_image_features`` of a two-tower model such as
+        CLIP / SigLIP, else the model's own forward) on a batch of images."""
+        info = _vision_config(self.model)
+        side = w.image_size or int(info.image_size)
+        model = self.model
+        for it in range(iterations):
+            self.marks.iteration(it)
+            self.marks.phase("forward")
+            pixels = torch.zeros(
+                w.batch_size, int(getattr(info, "num_channels", 3)), side, side,
+                dtype=self._compute_dtype(), device=self.device,
+            )  # fmt: skip
+            if hasattr(model, "get_image_features"):
+                out = model.get_image_features(pixel_values=pixels)  # type: ignore[operator]
+            else:
+                out = model(pixel_values=pixels, return_dict=True)
+            first = out if isinstance(out, torch.Tensor) else next(iter(out.values()))
+            self.last_output = first.detach().reshape(-1)[:8].clone()
+            del out, first, pixels
+
+    def _encoder_inputs(self, w: Seq2SeqWorkload | SpeechToTextWorkload) -> dict[str, Any]:
+        if isinstance(w, SpeechToTextWorkload):
+            cfg = self.model.config
+            windows = max(1, -(-int(w.audio_seconds * 1000) // 30_000))
+            frames = 2 * int(cfg.max_source_positions)
+            features = torch.zeros(
+                w.batch_size * windows, int(cfg.num_mel_bins), frames,
+                dtype=self._compute_dtype(), device=self.device,
+            )  # fmt: skip
+            return {"input_features": features}
+        return {"input_ids": self._ids(w.batch_size, w.input_tokens)}
+
+    @torch.no_grad()
+    def _seq2seq(self, w: Seq2SeqWorkload | SpeechToTextWorkload, iterations: int) -> None:
+        """``generate`` of an encoder-decoder: the encoder once (its output kept in
+        ``model_kwargs["encoder_outputs"]``), then the decoder token by token with an
+        ``EncoderDecoderCache`` (self-attention cache growing, cross-attention cache computed
+        at the first step); the first decode step and the last are traced."""
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        model, marks = self.model, self.marks
+        for it in range(iterations):
+            marks.iteration(it)
+            marks.phase("encode")
+            inputs = self._encoder_inputs(w)
+            encoder_outputs = model.get_encoder()(**inputs, return_dict=True)  # type: ignore[operator]
+            del inputs
+            n = encoder_outputs.last_hidden_state.shape[0]
+            if w.generated_tokens == 0:
+                del encoder_outputs
+                continue
+            marks.phase("decode")
+            cache = EncoderDecoderCache(
+                DynamicCache(config=model.config), DynamicCache(config=model.config)
+            )
+            positions = sorted({1, w.generated_tokens})
+            decoded = 0
+            for pos in positions:
+                if decoded and pos > decoded + 1:
+                    self._fast_forward_self(cache.self_attention_cache, pos - 1)
+                out = model(
+                    encoder_outputs=encoder_outputs,
+                    decoder_input_ids=self._ids(n, 1),
+                    past_key_values=cache,
+                    use_cache=True,
+                    return_dict=True,
+                )
+                decoded = pos
+                with marks.scope("logits"):
+                    marks.tag(out.logits, "logits")
+                    logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
+                    self.last_output = logits[..., :8].clone()
+                del out, logits
+                self.kv_cache_bytes = self._tag_cache(cache.self_attention_cache) + (
+                    self._tag_cache(cache.cross_attention_cache)
+                )
+            del cache, encoder_outputs
+
+    def _fast_forward_self(self, cache: Any, length: int) -> None:
+        """The self-attention cache as generate holds it after ``length`` tokens."""
+        with self.marks.scope("kv_cache"):
+            for layer in getattr(cache, "layers", ()):
+                keys = getattr(layer, "keys", None)
+                if not isinstance(keys, torch.Tensor) or keys.dim() != 4:
+                    continue
+                values = layer.values
+                layer.keys = layer.values = None
+                layer.keys = keys.new_empty(*keys.shape[:2], length, keys.shape[3])
+                layer.values = values.new_empty(*values.shape[:2], length, values.shape[3])
+                del keys, values
+
     # -------------------------------------------------------------------------- training --
 
     def _training(self, w: TrainingWorkload, iterations: int) -> None:
@@ -374,6 +479,11 @@ class FrameworkProgram:
                 logits=logits, labels=ids, vocab_size=base.config.vocab_size
             )
         return loss
+
+
+def _vision_config(model: nn.Module) -> Any:
+    cfg = model.config  # type: ignore[union-attr]
+    return getattr(cfg, "vision_config", None) or cfg
 
 
 def _cache_tensors(cache: Any) -> Iterator[torch.Tensor]:
