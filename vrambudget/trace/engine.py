@@ -99,8 +99,8 @@ MODELLED_FRAMEWORK = (
     "cuBLAS + cuBLASLt workspaces allocated through the caching allocator at the first GEMM",
     "non-fused torch optimizers keep their step counters on the host",
     "MoE routing balanced over experts (fake tensors carry no values)",
-    "generate: prefill, the first decode step and the last, the DynamicCache resized to "
-    "the length it has then (steps between differ only in length)",
+    "generate: the prefill and the last decode step, the DynamicCache resized to the length "
+    "it has then (the steps between differ only in length)",
     "Mamba / linear attention: transformers' reference PyTorch path (as without mamba_ssm "
     "or flash-linear-attention installed)",
 )

@@ -158,7 +158,8 @@ def test_components_source() -> None:
     ("workload", "field"),
     [
         ({**SD15, "num_frames": 8}, "workloads[0].num_frames"),
-        ({"pipeline": {"source": "preset", "id": "flux.1-dev"}, "height": 1000}, "workloads[0].height"),
+        ({"pipeline": {"source": "preset", "id": "flux.1-dev"}, "height": 1000},
+         "workloads[0].height"),
         ({**SD15, "max_sequence_length": 128}, "workloads[0].max_sequence_length"),
         (
             {"pipeline": {"source": "components", "class_name": "StableDiffusionPipeline",

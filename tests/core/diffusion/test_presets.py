@@ -107,7 +107,7 @@ def test_weights_to_the_byte() -> None:
 
 
 def test_preset_ids_are_the_data_file_ids() -> None:
-    assert PIPELINE_IDS == tuple(presets())
+    assert tuple(presets()) == PIPELINE_IDS
     assert set(PIPELINE_IDS) == {"sd-1.5", "sdxl-base-1.0", "sd3-medium", "flux.1-schnell",
                                  "flux.1-dev"}  # fmt: skip
 

@@ -83,7 +83,6 @@ def _joint_attention(
     *,
     context_out: bool,
     rope: bool,
-    image_first: bool,
     pre_only: bool = False,
 ) -> tuple[int, int | None]:
     """q, k, v of the image tokens and of the text tokens, concatenated along the sequence
@@ -117,7 +116,6 @@ def _joint_attention(
     if copy is not None:
         w.free(copy)
     w.free(out, *cats, aq, ak, av)
-    del image_first
     return o, ctx
 
 
@@ -139,7 +137,6 @@ def sd3_forward(w: Walk, c: SD3Config, b: int, h: int, wd: int, e: int, text: in
         nc = _ada_norm(w, uc)  # norm1_context (AdaLayerNormZero, or Continuous on the last)
         a, ca = _joint_attention(
             w, b, t, text, d, c.num_attention_heads, e, context_out=not last, rope=False,
-            image_first=True,
         )  # fmt: skip
         x2 = _gated_add(w, x, u, a)  # hidden_states + gate_msa * attn_output
         n2 = _ada_norm(w, u)  # norm2 and the modulation
@@ -184,7 +181,6 @@ def flux_forward(w: Walk, c: FluxConfig, b: int, h: int, wd: int, e: int, text: 
         nc = _ada_norm(w, uc)
         a, ca = _joint_attention(
             w, b, t, text, d, c.num_attention_heads, e, context_out=True, rope=True,
-            image_first=False,
         )  # fmt: skip
         assert ca is not None
         x2 = _gated_add(w, x, u, a)
@@ -208,8 +204,8 @@ def flux_forward(w: Walk, c: FluxConfig, b: int, h: int, wd: int, e: int, text: 
         act = w.alloc(4 * ut)  # act_mlp (GELU tanh)
         w.free(mlp)
         a, _ = _joint_attention(
-            w, b, t + text, 0, d, c.num_attention_heads, e, context_out=False, rope=True,
-            image_first=False, pre_only=True,
+            w, b, t + text, 0, d, c.num_attention_heads, e,
+            context_out=False, rope=True, pre_only=True,
         )  # fmt: skip
         both = w.alloc(5 * ut)  # torch.cat([attn_output, mlp_hidden_states], dim=2)
         w.free(a, act)

@@ -117,21 +117,26 @@ class DiffusionProgram:
             self.marks.pop_scope()
 
     @staticmethod
-    def _offload(module: nn.Module, recurse: bool) -> None:
+    def _offload(module: nn.Module, recurse: bool, buffers: bool = False) -> None:
         """Back to the meta device: the device storage is released (the CPU copy is not
-        modelled on the device); tied parameters stay tied."""
-        done: dict[int, nn.Parameter] = {}
+        modelled on the device); tied parameters stay tied. ``buffers``: the buffers too (model
+        offload moves the whole module, ``module.to("cpu")``)."""
+        done: dict[int, Any] = {}
         for owner, name, is_param in _params_and_buffers(module, recurse):
-            if not is_param:
+            if not is_param and not buffers:
                 continue
-            t = owner._parameters[name]
+            t = owner._parameters[name] if is_param else owner._buffers[name]
             assert t is not None
             meta = done.get(id(t))
             if meta is None:
                 with _disable_current_modes():  # a plain meta tensor, not a recorded fake one
                     empty = torch.empty(t.shape, dtype=t.dtype, device="meta")
-                meta = done[id(t)] = nn.Parameter(empty, requires_grad=False)
-            owner._parameters[name] = meta
+                meta = nn.Parameter(empty, requires_grad=False) if is_param else empty
+                done[id(t)] = meta
+            if is_param:
+                owner._parameters[name] = meta  # type: ignore[assignment]
+            else:
+                owner._buffers[name] = meta
 
     def _install_offload(self) -> None:
         mode = self.workload.cpu_offload
@@ -159,7 +164,7 @@ class DiffusionProgram:
         """``CpuOffload.pre_forward``: offload the predecessor if it is on the GPU and empty
         the CUDA cache (``clear_device_cache``), then move this component to the GPU."""
         if prev is not None and prev in self.resident:
-            self._offload(self.modules[prev], recurse=True)
+            self._offload(self.modules[prev], recurse=True, buffers=True)
             self.resident.remove(prev)
             self.marks.empty_cache()
         if role not in self.resident:
@@ -189,7 +194,7 @@ class DiffusionProgram:
         """``maybe_free_model_hooks``: every component offloaded after the call."""
         if self.workload.cpu_offload == "model":
             for role in list(self.resident):
-                self._offload(self.modules[role], recurse=True)
+                self._offload(self.modules[role], recurse=True, buffers=True)
             self.resident.clear()
 
     # ----------------------------------------------------------------------------- call --

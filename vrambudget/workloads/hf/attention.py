@@ -77,7 +77,9 @@ def _emulated_sdpa(
             query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), causal=is_causal
         )
         return out.transpose(1, 2)
-    if not enable_gqa and key.shape[1] == query.shape[1] and d <= 128:
+    # Memory-efficient: any head dim (sdp_utils.cpp check_head_dim_size_mem_efficient checks
+    # alignment only), no native GQA.
+    if not enable_gqa and key.shape[1] == query.shape[1]:
         result: torch.Tensor = _MemEfficientAttention.apply(query, key, value)
         return result
     math: Any = torch.ops.aten._scaled_dot_product_attention_math

@@ -13,8 +13,8 @@ a ``DynamicCache`` grown by ``torch.cat`` per layer and step (``cache_utils.py``
 ``DynamicLayer.update``), ``prepare_inputs_for_generation`` / ``_update_model_kwargs_for_
 generation``, ``logits_to_keep=1`` at prefill, the last position's logits copied to fp32
 (``outputs.logits[:, -1].to(copy=True, dtype=torch.float32)``), greedy selection and the ids
-grown by ``torch.cat``. The trace runs the prefill, the first decode step and the last (the
-cache resized to the length it has then); the steps between differ only in length.
+grown by ``torch.cat``. The trace runs the prefill and the last decode step (the cache resized to
+the length it has then); the steps between differ only in length.
 
 Training follows ``trainer.py`` (``training_step``, ``compute_loss``): the model's forward, its
 ``loss_function`` (``ForCausalLMLoss``: logits upcast to fp32), ``backward``, gradient clipping
@@ -215,11 +215,9 @@ class FrameworkProgram:
                 continue
             marks.phase("decode")
             last = w.context_tokens - 1
-            positions = (
-                range(w.prompt_tokens, last + 1)
-                if self.every_decode_step
-                else sorted({w.prompt_tokens, last})
-            )
+            # The trace runs the last step only: its cache is the largest, and the steps before
+            # differ only in length (real runs decode every step).
+            positions = range(w.prompt_tokens, last + 1) if self.every_decode_step else [last]
             for pos in positions:
                 if ids.shape[1] < pos:  # skip ahead: the state generate has at this position
                     ids, kwargs = self._fast_forward(kwargs, n, pos)
