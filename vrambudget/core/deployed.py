@@ -18,7 +18,7 @@ nothing below sees ``auto`` or an absent quantization.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import UNSET
@@ -53,6 +53,7 @@ __all__ = [
 _Model = (
     InferenceWorkload | TrainingWorkload | VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload
 )
+_W = TypeVar("_W", bound=_Model)
 _DTYPES = {
     "float32": "fp32",
     "float": "fp32",
@@ -143,7 +144,7 @@ def _resolve_compute(
     return "bf16"
 
 
-def deploy(w: InferenceWorkload | TrainingWorkload) -> InferenceWorkload | TrainingWorkload:
+def deploy(w: _W) -> _W:
     """``w`` with its precision made concrete (the checkpoint's where the request left it)."""
     p = w.precision
     if (
@@ -160,7 +161,7 @@ def deploy(w: InferenceWorkload | TrainingWorkload) -> InferenceWorkload | Train
         q = ckpt.quantization if ckpt is not None else None
         quant = q.scheme if q is not None and not _qlora(w) else None
     else:
-        quant = p.quantization  # type: ignore[assignment]
+        quant = p.quantization
     weights = _resolve_weights(p.weights, ckpt, autocast)
     if weights == "fp8" and quant is not None:
         weights = ckpt.dtype if ckpt is not None and ckpt.dtype in _FLOATS else "bf16"
@@ -177,7 +178,7 @@ def deploy(w: InferenceWorkload | TrainingWorkload) -> InferenceWorkload | Train
     return msgspec.structs.replace(w, precision=precision, model=model)
 
 
-def _qlora(w: InferenceWorkload | TrainingWorkload) -> bool:
+def _qlora(w: _Model) -> bool:
     return isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
 
 
@@ -191,7 +192,7 @@ def _as_stored(precision: Any, requested: Any, ckpt: Checkpoint | None) -> bool:
     return same_quant and same_dtype
 
 
-def format_warnings(w: InferenceWorkload | TrainingWorkload) -> list[str]:
+def format_warnings(w: _Model) -> list[str]:
     """Where the request's precision differs from the checkpoint's (said in the answer)."""
     ckpt = checkpoint_of(w.model)
     if ckpt is None:
@@ -225,7 +226,7 @@ def format_warnings(w: InferenceWorkload | TrainingWorkload) -> list[str]:
     return out
 
 
-def deployed_format(w: InferenceWorkload | TrainingWorkload) -> DeployedFormat:
+def deployed_format(w: _Model) -> DeployedFormat:
     """What the deployed workload ``w`` runs in, and where each choice came from."""
     ckpt = checkpoint_of(w.model)
     p = w.precision
@@ -238,7 +239,7 @@ def deployed_format(w: InferenceWorkload | TrainingWorkload) -> DeployedFormat:
     elif from_ckpt and ckpt is not None:
         quant_words = ckpt.quantization.summary
     else:
-        quant_words = q.__struct_config__.tag  # type: ignore[union-attr]
+        quant_words = q.__struct_config__.tag
     stored = isinstance(w.model, ResolvedModel) and w.model.stored is not None
     return DeployedFormat(
         weights=str(p.weights),

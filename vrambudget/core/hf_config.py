@@ -420,6 +420,52 @@ def check_config(config: Mapping[str, Any]) -> None:
         )
     if model_type in CLOSED_FORM_FAMILIES:
         typed_config(config)
+    else:
+        counts = _check_layer_counts(config, "$.config")
+        layers = max((v for k, v in counts if k == "layers"), default=1)
+        experts = max((v for k, v in counts if k == "experts"), default=1)
+        if layers * experts > MAX_FRAMEWORK_EXPERT_LAYERS:
+            raise ValueError(
+                f"layers x experts must be at most {MAX_FRAMEWORK_EXPERT_LAYERS} (a framework-built "
+                f"model has a module per expert and layer), got {layers} x {experts} "
+                "- at `$.config`"
+            )
+
+
+_LAYER_KEY = re.compile(r"(^|_)(layers?|blocks?|depth)$|^n_layers?$")
+MAX_FRAMEWORK_LAYERS = 1024
+"""The most layers a key of a framework-built config may name (the service builds the model on
+the meta device: a layer costs no memory but Python objects and time)."""
+
+
+_EXPERT_KEY = re.compile(r"(^|_)(experts|local_experts|routed_experts)$")
+MAX_FRAMEWORK_EXPERT_LAYERS = 1 << 16
+"""Layers x routed experts of a framework-built config (DeepSeek-V3: 61 x 256 = 15,616)."""
+
+
+def _check_layer_counts(
+    config: Mapping[str, Any], path: str, depth: int = 0
+) -> list[tuple[str, int]]:
+    """Layer counts of a config the framework builds stay within 0 .. 1024 (as a closed-form
+    family's ``num_hidden_layers``), in the config and its nested sub-configs; the layer and
+    expert counts found."""
+    found: list[tuple[str, int]] = []
+    if depth > 4:
+        return found
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            found += _check_layer_counts(value, f"{path}.{key}", depth + 1)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if _LAYER_KEY.search(key):
+                if not 0 <= value <= MAX_FRAMEWORK_LAYERS:
+                    raise ValueError(
+                        f"{key} must be in 0 .. {MAX_FRAMEWORK_LAYERS} (layers), got {value} "
+                        f"- at `{path}.{key}`"
+                    )
+                found.append(("layers", value))
+            elif _EXPERT_KEY.search(key) and value > 0:
+                found.append(("experts", value))
+    return found
 
 
 def typed_config(config: Mapping[str, Any]) -> HFConfig:

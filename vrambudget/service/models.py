@@ -22,7 +22,7 @@ import msgspec
 
 from vrambudget.core.checkpoint import Checkpoint, collapse
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
+from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES, check_config
 from vrambudget.core.inventory import ModelInventory
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.resolve import needs_resolution
@@ -104,7 +104,11 @@ class ModelResolver:
                 f"{model.id} has no model_type in its config.json (a diffusers pipeline or "
                 "another library's repository): give its component models",
             )
-        commit = (found.commit or found.revision or "main")[:12]
+        try:
+            check_config(config)  # the same checks as an inline config.json
+        except ValueError as exc:
+            raise InvalidWorkload(f"{field}.id", f"{model.id}'s config.json: {exc}") from None
+        commit = found.commit or found.revision or "main"
         return config, found.checkpoint, f"hub {model.id}@{commit}"
 
     async def _inventory(

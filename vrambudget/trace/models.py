@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.hf_config import check_config
 from vrambudget.core.resolve import needs_resolution
 from vrambudget.core.spec import HFConfigModel, HubModel
 
@@ -62,7 +63,11 @@ def _resolve(model: HFConfigModel | HubModel) -> Any:
     except HubError as exc:
         field = f"model.{exc.field}" if exc.field in ("id", "revision") else "model"
         raise InvalidWorkload(field, exc.message) from None
-    commit = (found.commit or found.revision or "main")[:12]
+    try:
+        check_config(found.config)
+    except ValueError as exc:
+        raise InvalidWorkload("model.id", f"{model.id}'s config.json: {exc}") from None
+    commit = found.commit or found.revision or "main"
     return resolve_config(
         found.config,
         name=model.name or model.id,

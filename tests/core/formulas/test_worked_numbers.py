@@ -82,6 +82,10 @@ def test_kv_cache() -> None:
     assert kv_cache.cache_bytes(0, ((1024, 100),), 1, 4096, 2) == 100 * 1024 * 2
     assert kv_cache.model_bytes_per_token(arch, 2) == 32 * 2_048 * 2 == 131_072
     _documented(kv_cache.model_bytes_per_token, 131_072)
+    # Mamba-130m: per layer conv 1,536 x 4 (bf16) and SSM 1,536 x 16 (fp32), 24 layers, 8 seqs.
+    state = kv_cache.state_bytes(24 * 1_536 * 4, 24 * 1_536 * 16 * 4, 8, 2)
+    assert state == 8 * (24 * 6_144 * 2 + 24 * 24_576 * 4) == 21_233_664
+    _documented(kv_cache.state_bytes, 21_233_664)
 
 
 def test_logits() -> None:

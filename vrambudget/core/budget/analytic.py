@@ -75,7 +75,7 @@ def device_totals(
     subtotal = 0
     for i, w in enumerate(workloads):
         if isinstance(w, InferenceWorkload):  # the solver's hot path
-            w = deploy(w)  # type: ignore[assignment]  # a no-op once deployed
+            w = deploy(w)  # a no-op once deployed
             try:
                 arch = resolve_model(w.model)
                 statics = statics_for(w, arch)

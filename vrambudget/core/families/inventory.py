@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Literal
 
 from ..arch import Arch, AttentionKind, LayerType, MoE, Role, Split, TensorGroup
 from ..inventory import CacheLayer, InvTensor, ModelInventory
@@ -104,69 +105,54 @@ def _group(t: InvTensor, vocab: int, per_layer: bool, experts: set[int]) -> Tens
         name = name.removesuffix(".weight")
     shape = t.shape or (1,)
     lowered = t.pattern.lower()
-    common = {"dtype": dtype, "fp32_at_fp16": t.fp32_at_fp16, "buffer": t.kind == "buffer"}
+
+    def make(rows: int, cols: int, role: Role, split: Split, count: int) -> TensorGroup:
+        return TensorGroup(
+            name, rows, cols, role, split, count,
+            dtype=dtype, fp32_at_fp16=t.fp32_at_fp16, buffer=t.kind == "buffer",
+        )  # fmt: skip
+
     if any(m in lowered for m in _MULTIMODAL) and not per_layer:
-        return TensorGroup(
-            name, shape[0], _numel(shape[1:]), Role.VISION, Split.REPLICATED, multiplicity,
-            **common,
-        )  # fmt: skip
+        return make(shape[0], _numel(shape[1:]), Role.VISION, Split.REPLICATED, multiplicity)
     if t.kind == "buffer" or not t.follows:
-        return TensorGroup(
-            name, shape[0], _numel(shape[1:]), Role.OTHER, Split.REPLICATED, multiplicity,
-            **common,
-        )  # fmt: skip
+        return make(shape[0], _numel(shape[1:]), Role.OTHER, Split.REPLICATED, multiplicity)
     if "Norm" in owner or "norm" in module.lower():
-        return TensorGroup(
-            name, _numel(shape), 1, Role.NORM, Split.REPLICATED, multiplicity, **common
-        )
+        return make(_numel(shape), 1, Role.NORM, Split.REPLICATED, multiplicity)
     if "Embedding" in owner and leaf == "weight":
         split = Split.VOCAB if shape[0] == vocab else Split.REPLICATED
-        return TensorGroup(
-            name, shape[0], _numel(shape[1:]), Role.EMBEDDING, split, multiplicity, **common
-        )
+        return make(shape[0], _numel(shape[1:]), Role.EMBEDDING, split, multiplicity)
     expert_like = len(shape) == 3 and ("Expert" in owner or "experts" in lowered)
     if expert_like:
         experts.add(shape[0])
         if leaf.endswith("bias"):
-            return TensorGroup(
-                name, shape[1], shape[2], Role.BIAS, Split.REPLICATED, shape[0] * multiplicity,
-                **common,
-            )  # fmt: skip
-        return TensorGroup(
-            name, shape[1], shape[2], Role.EXPERT, _split_of(parent, module, leaf),
-            shape[0] * multiplicity, **common,
-        )  # fmt: skip
-    if leaf.endswith("bias") and len(shape) == 2 and "Expert" in owner:
-        return TensorGroup(
-            name, shape[1], 1, Role.BIAS, Split.REPLICATED, shape[0] * multiplicity, **common
+            return make(shape[1], shape[2], Role.BIAS, Split.REPLICATED, shape[0] * multiplicity)
+        return make(
+            shape[1],
+            shape[2],
+            Role.EXPERT,
+            _split_of(parent, module, leaf),
+            shape[0] * multiplicity,
         )
+    if leaf.endswith("bias") and len(shape) == 2 and "Expert" in owner:
+        return make(shape[1], 1, Role.BIAS, Split.REPLICATED, shape[0] * multiplicity)
     if len(shape) == 1:
         if leaf == "bias":
             split = _split_of(parent, module, leaf)
             bias_split = Split.REPLICATED if split in (Split.ROW, Split.REPLICATED) else split
             if module == "lm_head" or (not per_layer and shape[0] == vocab):
                 bias_split = Split.VOCAB
-            return TensorGroup(name, shape[0], 1, Role.BIAS, bias_split, multiplicity, **common)
-        return TensorGroup(name, shape[0], 1, Role.OTHER, Split.REPLICATED, multiplicity, **common)
+            return make(shape[0], 1, Role.BIAS, bias_split, multiplicity)
+        return make(shape[0], 1, Role.OTHER, Split.REPLICATED, multiplicity)
     if len(shape) == 2 and leaf == "weight":
         if not per_layer and shape[0] == vocab and module in ("lm_head", "proj_out", "embed_out"):
-            return TensorGroup(
-                name, shape[0], shape[1], Role.LM_HEAD, Split.VOCAB, multiplicity, **common
-            )
+            return make(shape[0], shape[1], Role.LM_HEAD, Split.VOCAB, multiplicity)
         if module in ("gate", "router") and (
             "Router" in owner or "Gate" in owner or (shape[0] in experts)
         ):
-            return TensorGroup(
-                name, shape[0], shape[1], Role.ROUTER, Split.REPLICATED, multiplicity, **common
-            )
-        return TensorGroup(
-            name, shape[0], shape[1], Role.LINEAR, _split_of(parent, module, leaf),
-            multiplicity, **common,
-        )  # fmt: skip
+            return make(shape[0], shape[1], Role.ROUTER, Split.REPLICATED, multiplicity)
+        return make(shape[0], shape[1], Role.LINEAR, _split_of(parent, module, leaf), multiplicity)
     # Convolutions and other n-d parameters: first dim by the rest, replicated.
-    return TensorGroup(
-        name, shape[0], _numel(shape[1:]), Role.OTHER, Split.REPLICATED, multiplicity, **common
-    )
+    return make(shape[0], _numel(shape[1:]), Role.OTHER, Split.REPLICATED, multiplicity)
 
 
 def _routers(tensors: tuple[InvTensor, ...]) -> set[int]:
@@ -249,7 +235,7 @@ def arch_from_inventory(inv: ModelInventory) -> Arch:
             and g.role is Role.LINEAR
         )  # fmt: skip
         moe = MoE(num_experts, d.experts_per_token or 1, width, shared // 2 if shared else 0)
-    kind = "encoder" if inv.kind == "encoder" else "decoder"
+    kind: Literal["decoder", "encoder"] = "encoder" if inv.kind == "encoder" else "decoder"
     heads = d.num_heads
     kv_heads = d.num_kv_heads if d.num_kv_heads and heads % d.num_kv_heads == 0 else heads
     return Arch(
