@@ -138,7 +138,8 @@ def fit_speed(rounds: int) -> None:
         a.append(_median_s(lambda: fit(preset_req), 1))
         b.append(_median_s(lambda: fit(hub_req), 1))
     pa, pb = statistics.median(a), statistics.median(b)
-    print(f"whole-catalog fit (31 GPUs; batch, context, concurrency, device count solved): preset {pa * 1000:.1f} ms, the same model "
+    print(f"whole-catalog fit (31 GPUs; batch, context, concurrency, device count solved): "
+          f"preset {pa * 1000:.1f} ms, the same model "
           f"resolved from config + headers {pb * 1000:.1f} ms, ratio {pb / pa:.2f} "
           f"(medians of {rounds} alternating rounds)")  # fmt: skip
 

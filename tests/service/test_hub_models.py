@@ -56,7 +56,9 @@ def _write(root: Path, config: dict[str, Any]) -> int:
     model = cls(cfg).to(torch.bfloat16)
     root.mkdir(parents=True)
     (root / "config.json").write_text(json.dumps(config))
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, root / "model.safetensors")
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, root / "model.safetensors"
+    )
     return sum(p.numel() for p in model.parameters())
 
 
@@ -135,9 +137,7 @@ def test_hub_models_are_fetched_resolved_and_cached(
         assert TOKEN not in r.text
 
 
-def test_hub_refusals_name_the_field(
-    hub: tuple[FakeHub, dict[str, int]], tmp_path: Path
-) -> None:
+def test_hub_refusals_name_the_field(hub: tuple[FakeHub, dict[str, int]], tmp_path: Path) -> None:
     server, _ = hub
     settings = Settings(hub=HubSettings(endpoint=server.url, cache_dir=str(tmp_path), timeout_s=5))
     with TestClient(create_app(settings)) as client:

@@ -53,12 +53,17 @@ def _program(req: ProbeRequest, entry_points: dict[str, str], marks: Any, device
     from vrambudget.core.deployed import deploy
     from vrambudget.core.resolve import resolve_model
     from vrambudget.trace.models import resolve_models
-    from vrambudget.workloads.hf.program import framework_unsupported, prepare_framework
-    from vrambudget.workloads.run import initialize, prepare
+    from vrambudget.workloads.hf.program import (
+        FrameworkProgram,
+        framework_unsupported,
+        prepare_framework,
+    )
+    from vrambudget.workloads.run import Program, initialize, prepare
 
     (w,) = resolve_models((w,))
     w = deploy(w)
     arch = resolve_model(w.model)
+    program: FrameworkProgram | Program
     if req.code == "framework" and framework_unsupported(w) is None:
         # The framework's own code, as the trace tier runs it, for real (synthetic weights).
         program = prepare_framework(w, arch, marks, device, emulate=False)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from .catalog import preset
 from .memo import BoundedCache
@@ -47,6 +47,7 @@ __all__ = [
     "deploy",
     "deploy_all",
     "deployed_format",
+    "deployed_quantization",
     "format_warnings",
 ]
 
@@ -176,6 +177,12 @@ def deploy(w: _W) -> _W:
         # The request loads it in another format than stored: bytes are computed, not read.
         model = msgspec.structs.replace(model, stored=None, key=model.key + ":computed")
     return msgspec.structs.replace(w, precision=precision, model=model)
+
+
+def deployed_quantization(q: Quantization | None | UnsetType) -> Quantization | None:
+    """``precision.quantization`` of a deployed workload: ``deploy`` never leaves it absent."""
+    assert q is not UNSET, "precision.quantization is absent: deploy() the workload first"
+    return q
 
 
 def _qlora(w: _Model) -> bool:

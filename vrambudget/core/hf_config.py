@@ -426,8 +426,9 @@ def check_config(config: Mapping[str, Any]) -> None:
         experts = max((v for k, v in counts if k == "experts"), default=1)
         if layers * experts > MAX_FRAMEWORK_EXPERT_LAYERS:
             raise ValueError(
-                f"layers x experts must be at most {MAX_FRAMEWORK_EXPERT_LAYERS} (a framework-built "
-                f"model has a module per expert and layer), got {layers} x {experts} "
+                f"layers x experts must be at most {MAX_FRAMEWORK_EXPERT_LAYERS} "
+                "(a framework-built model has a module per expert and layer), "
+                f"got {layers} x {experts} "
                 "- at `$.config`"
             )
 

@@ -20,8 +20,9 @@ from .spec import (
     AnalyticWorkload,
     BitsAndBytes4bit,
     CompressedTensors,
+    EncoderWorkload,
     GenericWorkload,
-    InferenceWorkload,
+    ModelWorkload,
     Parallelism,
     PresetModel,
     TrainingWorkload,
@@ -41,7 +42,7 @@ PROCESS_RSS_BYTES = 2 * GiB
 _DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
-def _prequantized(w: InferenceWorkload | TrainingWorkload) -> bool:
+def _prequantized(w: ModelWorkload | EncoderWorkload) -> bool:
     """A checkpoint stored quantized (bitsandbytes only when saved so: it quantizes while
     loading otherwise)."""
     q = w.precision.quantization
@@ -52,7 +53,7 @@ def _prequantized(w: InferenceWorkload | TrainingWorkload) -> bool:
     )
 
 
-def checkpoint_file_bytes(w: InferenceWorkload | TrainingWorkload, arch: Arch) -> int:
+def checkpoint_file_bytes(w: ModelWorkload | EncoderWorkload, arch: Arch) -> int:
     """Bytes of the model files to download: exactly the stored tensors when the checkpoint's
     headers are known; a pre-quantized checkpoint (GPTQ, AWQ, fp8, MXFP4, NVFP4,
     compressed-tensors, a saved bitsandbytes one) is as large as its quantized tensors;

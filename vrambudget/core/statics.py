@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from .arch import Arch, LayerType, Role, Split, TensorGroup
+from .deployed import deployed_quantization
 from .dtypes import bytes_of
 from .formulas import communication_buffers, gradients, master_weights, optimizer_state
 from .formulas.activations import DeviceDims, device_dims
@@ -27,12 +28,13 @@ from .layout import Stage, check_layout, kv_heads_per_device, per_device_shape, 
 from .quantization import quantized_roles
 from .spec import (
     FP8,
+    EncoderWorkload,
     InferenceWorkload,
     LoRA,
+    ModelWorkload,
     Parallelism,
     Precision,
     QLoRA,
-    Quantization,
     TrainingWorkload,
 )
 from .units import ceil_div
@@ -207,10 +209,11 @@ def stage_statics(
     check_layout(arch, par)
     t, ep, dp = par.tensor, par.expert, par.data
     dims = device_dims(arch, t, ep)
-    quant: Quantization | None = precision.quantization
+    quant = precision.quantization
     plain_dtype = precision.weights
     if plain_dtype == "fp8":
         quant, plain_dtype = FP8(), precision.compute
+    quant = deployed_quantization(quant)
     plain_bytes = bytes_of(plain_dtype)
     roles = quantized_roles(quant) if quant is not None else frozenset()
     # QLoRA as PEFT prepares it (peft/utils/other.py prepare_model_for_kbit_training, which
@@ -409,7 +412,7 @@ def _layer_kv_elems(layer: LayerType, arch: Arch, t: int) -> int:
     return layer.kv_elems * kv_heads_per_device(arch, t) // arch.num_kv_heads
 
 
-def effective_precision(w: InferenceWorkload | TrainingWorkload) -> Any:
+def effective_precision(w: ModelWorkload | EncoderWorkload) -> Any:
     """The workload's precision, with QLoRA's base quantization as its weights' quantization."""
     if isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA):
         return msgspec.structs.replace(w.precision, quantization=w.method.base_quantization)

@@ -6,6 +6,7 @@ returning only bytes, strings and numbers across the process boundary. Imports t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -87,7 +88,7 @@ def _comparison(
     )
 
 
-TASKS = {"budget": _budget, "fit": _fit, "comparison": _comparison}
+TASKS: dict[str, Callable[..., Any]] = {"budget": _budget, "fit": _fit, "comparison": _comparison}
 
 
 def run_task(task: str, max_answer_bytes: int, payload: bytes, *args: Any) -> tuple[Any, ...]:

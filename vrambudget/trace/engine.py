@@ -39,10 +39,12 @@ from vrambudget.core.result import (
 )
 from vrambudget.core.spec import (
     BudgetRequest,
+    EncoderWorkload,
     GenericWorkload,
     Headroom,
     InferenceWorkload,
     LLMServingWorkload,
+    ModelWorkload,
     Seq2SeqWorkload,
     SpeechToTextWorkload,
     TrainingWorkload,
@@ -174,7 +176,7 @@ def trace_workload(
     )[0]
 
 
-def traced_code(w: InferenceWorkload | TrainingWorkload, code: str) -> tuple[str, str | None]:
+def traced_code(w: ModelWorkload | EncoderWorkload, code: str) -> tuple[str, str | None]:
     """(``framework`` | ``builtin``, why the built-in builders run when the framework was
     asked for)."""
     if code != "framework":
@@ -184,7 +186,7 @@ def traced_code(w: InferenceWorkload | TrainingWorkload, code: str) -> tuple[str
 
 
 def trace_workload_code(
-    w: InferenceWorkload | TrainingWorkload,
+    w: ModelWorkload | EncoderWorkload,
     *,
     iterations: int = 2,
     expandable_segments: bool = False,
@@ -197,7 +199,7 @@ def trace_workload_code(
     which, reason = traced_code(w, code)
     encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
     if which == "builtin":
-        if encoder:
+        if isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
             raise InvalidWorkload(
                 f"{field}.model",
                 f"a {w.__struct_config__.tag} workload is traced with the "
@@ -221,7 +223,7 @@ def trace_workload_code(
             "no LoRA target module matches this model's projections: there "
             "is nothing to train, so there is no training step to trace",
         )
-    if not encoder:
+    if not isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
         _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     with FakeTensorMode(), kernels.emulation(), recorder.recording():
@@ -236,6 +238,7 @@ def trace_workload_code(
             if program.notes:
                 words += " (" + "; ".join(program.notes) + ")"
         else:
+            assert isinstance(w, InferenceWorkload | TrainingWorkload)  # encoders raised above
             program = prepare(w, arch, recorder, torch.device("cpu"))
             words = "built-in builders" + (f" ({reason})" if reason else "")
         program.run(iterations)

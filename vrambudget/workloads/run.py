@@ -7,13 +7,14 @@ probe agent. They report phases and component tags to a ``Marks`` observer.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from vrambudget.core.arch import Arch
-from vrambudget.core.deployed import deploy
+from vrambudget.core.deployed import deploy, deployed_quantization
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.spec import (
     Adafactor,
@@ -84,19 +85,21 @@ def check_traceable(w: InferenceWorkload | TrainingWorkload, field: str) -> None
 
 def build_plan(w: InferenceWorkload | TrainingWorkload, device: torch.device) -> BuildPlan:
     p = w.precision
-    common = dict(
+    plan = BuildPlan(
         tensor_parallel=w.parallelism.tensor,
         param_dtype=TORCH_DTYPES[p.weights],
         compute_dtype=TORCH_DTYPES[p.compute],
+        quantization=deployed_quantization(p.quantization),
         attention=w.attention,
         device=device,
     )
     if isinstance(w, InferenceWorkload):
-        return BuildPlan(quantization=p.quantization, **common)  # type: ignore[arg-type]
+        return plan
     m = w.method
-    quant = m.base_quantization if isinstance(m, QLoRA) else p.quantization
+    quant = m.base_quantization if isinstance(m, QLoRA) else plan.quantization
     lora = isinstance(m, LoRA)
-    return BuildPlan(
+    return dataclasses.replace(
+        plan,
         quantization=quant,
         trainable="lora" if lora else "full",
         lora_rank=m.rank if isinstance(m, LoRA) else 0,
@@ -106,7 +109,6 @@ def build_plan(w: InferenceWorkload | TrainingWorkload, device: torch.device) ->
         dropout=0.1 if w.dropout else 0.0,
         checkpointing=w.checkpointing,
         kbit_fp32=isinstance(m, QLoRA),
-        **common,  # type: ignore[arg-type]
     )
 
 
@@ -285,7 +287,7 @@ class Program:
 
 
 @torch.no_grad()
-def initialize(model: TransformerModel, seed: int = 0) -> None:
+def initialize(model: torch.nn.Module, seed: int = 0) -> None:
     """Real runs: weights drawn N(0, 0.02), norms at one, packed payloads zero -- values that
     keep a forward pass finite (the trace tier never initializes: fake tensors have no values).
     """

@@ -15,9 +15,11 @@ from ..resolve import model_name, model_origin
 from ..result import WorkloadSummary
 from ..spec import (
     AnalyticWorkload,
+    EncoderWorkload,
     FullFineTune,
     GenericWorkload,
     InferenceWorkload,
+    ModelWorkload,
     Seq2SeqWorkload,
     SpeechToTextWorkload,
     TrainingWorkload,
@@ -199,7 +201,7 @@ def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | Non
     if isinstance(w, GenericWorkload) or arch is None:
         return out
     if isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
-        return out + (dtype_warnings(w, device) if device is not None else [])  # type: ignore[arg-type]
+        return out + (dtype_warnings(w, device) if device is not None else [])
     if isinstance(w, InferenceWorkload):
         if arch.kind == "encoder" and w.generated_tokens:
             out.append("encoder models do not generate: generated_tokens is ignored")
@@ -226,7 +228,7 @@ def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | Non
     return out
 
 
-def dtype_warnings(w: InferenceWorkload | TrainingWorkload, device: DeviceContext) -> list[str]:
+def dtype_warnings(w: ModelWorkload | EncoderWorkload, device: DeviceContext) -> list[str]:
     """Weights or compute dtypes the device has no native (tensor-core) support for."""
     out = []
     for dtype in sorted({w.precision.compute, w.precision.weights}):

@@ -60,7 +60,7 @@ def serving_quantization(w: LLMServingWorkload) -> Quantization | None:
         ckpt = checkpoint_of(w.model)
         q = ckpt.quantization if ckpt is not None else None
         return q.scheme if q is not None else None
-    return weights_quantization(w.quantization)  # type: ignore[arg-type]
+    return weights_quantization(w.quantization)
 
 
 def quantization_words(w: LLMServingWorkload) -> str | None:
@@ -69,7 +69,7 @@ def quantization_words(w: LLMServingWorkload) -> str | None:
         ckpt = checkpoint_of(w.model)
         q = ckpt.quantization if ckpt is not None else None
         return q.summary if q is not None else None
-    return w.quantization.method if w.quantization is not None else None  # type: ignore[union-attr]
+    return w.quantization.method if w.quantization is not None else None
 
 
 def deploy_serving(w: LLMServingWorkload) -> LLMServingWorkload:

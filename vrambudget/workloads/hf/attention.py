@@ -80,7 +80,9 @@ def _emulated_sdpa(
     # Memory-efficient: any head dim (sdp_utils.cpp check_head_dim_size_mem_efficient checks
     # alignment only), no native GQA.
     if not enable_gqa and key.shape[1] == query.shape[1]:
-        result: torch.Tensor = _MemEfficientAttention.apply(query, key, value)
+        # torch leaves Function.apply unannotated (called through the base class's type)
+        function: type[torch.autograd.Function] = _MemEfficientAttention
+        result: torch.Tensor = function.apply(query, key, value)
         return result
     math: Any = torch.ops.aten._scaled_dot_product_attention_math
     return math(  # type: ignore[no-any-return]
@@ -100,7 +102,7 @@ def _emulated_sdpa(
 def cuda_sdpa() -> Iterator[None]:
     """Within: ``F.scaled_dot_product_attention`` allocates as on CUDA (trace tier only)."""
     original = F.scaled_dot_product_attention
-    F.scaled_dot_product_attention = _emulated_sdpa  # type: ignore[assignment]
+    F.scaled_dot_product_attention = _emulated_sdpa
     try:
         yield
     finally:

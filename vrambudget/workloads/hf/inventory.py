@@ -47,7 +47,7 @@ def build_meta_model(
     """``cls`` built from ``cfg`` on the meta device, in eval mode."""
     try:
         with _quiet(), torch.device("meta"):
-            model = cls._from_config(cfg, dtype=dtype)
+            model: PreTrainedModel = cls._from_config(cfg, dtype=dtype)
     except InvalidWorkload:
         raise
     except Exception as exc:  # noqa: BLE001 - the config is the user's: any refusal is theirs
@@ -188,15 +188,13 @@ def _dims_of(c: Any, default_layers: int = 1) -> InvDims:
         hidden_size=h,
         num_layers=_get(
             c, "encoder_layers", "num_layers", "num_hidden_layers", default=default_layers
-        ),  # fmt: skip
+        ),
         num_heads=heads,
         num_kv_heads=heads,
         head_dim=_get(c, "d_kv", "head_dim", default=max(1, h // heads)),
         intermediate_size=_get(c, "encoder_ffn_dim", "d_ff", "intermediate_size", default=4 * h),
         vocab_size=0,
-        max_positions=_get(
-            c, "max_source_positions", "max_position_embeddings", default=1 << 40
-        ),  # fmt: skip
+        max_positions=_get(c, "max_source_positions", "max_position_embeddings", default=1 << 40),
     )
 
 

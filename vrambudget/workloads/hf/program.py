@@ -30,7 +30,7 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -38,14 +38,16 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from vrambudget.core.arch import Arch
 from vrambudget.core.catalog import preset
-from vrambudget.core.deployed import checkpoint_of, deploy
+from vrambudget.core.deployed import checkpoint_of, deploy, deployed_quantization
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.quant_config import is_not_converted
 from vrambudget.core.resolved import ResolvedModel
 from vrambudget.core.spec import (
+    EncoderWorkload,
     HFConfigModel,
     InferenceWorkload,
     LoRA,
+    ModelWorkload,
     PresetModel,
     QLoRA,
     Seq2SeqWorkload,
@@ -60,6 +62,9 @@ from ..run import TORCH_DTYPES
 from .attention import attn_implementation, cuda_sdpa
 from .config import build_config, model_class
 from .quantized import quantize_linears
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
 
 __all__ = ["FrameworkProgram", "framework_config", "framework_unsupported", "prepare_framework"]
 
@@ -78,7 +83,7 @@ def framework_config(model: object) -> dict[str, Any] | None:
     return None
 
 
-def framework_unsupported(w: InferenceWorkload | TrainingWorkload) -> str | None:
+def framework_unsupported(w: ModelWorkload | EncoderWorkload) -> str | None:
     """Why the framework program cannot run ``w`` (None: it can). The built-in builders
     cover these cases: one tensor-parallel rank's shard, explicit dimensions, selective
     recomputation, quantized expert tensors."""
@@ -124,7 +129,7 @@ def _materialize(model: nn.Module, device: torch.device) -> None:
 
 
 def _output_names(model: nn.Module) -> set[str]:
-    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None  # type: ignore[operator]
     return {name for name, m in model.named_modules() if m is out}
 
 
@@ -132,7 +137,7 @@ def _output_names(model: nn.Module) -> set[str]:
 class FrameworkProgram:
     """A model built by the framework, ready to run ``iterations`` times."""
 
-    workload: InferenceWorkload | TrainingWorkload
+    workload: ModelWorkload | EncoderWorkload
     arch: Arch
     model: nn.Module
     marks: Marks
@@ -202,7 +207,7 @@ class FrameworkProgram:
             marks.phase("prefill")
             ids = self._ids(n, w.prompt_tokens)
             kwargs: dict[str, Any] = {
-                "past_key_values": DynamicCache(config=model.config),
+                "past_key_values": DynamicCache(config=_config(model)),
                 "use_cache": True,
                 "attention_mask": torch.ones(
                     n, w.prompt_tokens, dtype=torch.long, device=self.device
@@ -303,7 +308,7 @@ class FrameworkProgram:
 
     def _encoder_inputs(self, w: Seq2SeqWorkload | SpeechToTextWorkload) -> dict[str, Any]:
         if isinstance(w, SpeechToTextWorkload):
-            cfg = self.model.config
+            cfg = _config(self.model)
             windows = max(1, -(-int(w.audio_seconds * 1000) // 30_000))
             frames = 2 * int(cfg.max_source_positions)
             features = torch.zeros(
@@ -334,7 +339,7 @@ class FrameworkProgram:
                 continue
             marks.phase("decode")
             cache = EncoderDecoderCache(
-                DynamicCache(config=model.config), DynamicCache(config=model.config)
+                DynamicCache(config=_config(model)), DynamicCache(config=_config(model))
             )
             positions = sorted({1, w.generated_tokens})
             decoded = 0
@@ -444,8 +449,8 @@ class FrameworkProgram:
 
     def watch_head(self) -> None:
         """Keep the LM head's input of each forward (to switch scope in the backward)."""
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model  # type: ignore[operator]
+        head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None  # type: ignore[operator]
         if head is None:
             return
 
@@ -462,7 +467,7 @@ class FrameworkProgram:
         ids = self._ids(w.micro_batch_size, w.sequence_length)
         out = model(input_ids=ids, use_cache=False, return_dict=True)
         if self.arch.kind == "encoder":
-            first = out[0] if isinstance(out, tuple) else next(iter(out.values()))
+            first: torch.Tensor = out[0] if isinstance(out, tuple) else next(iter(out.values()))
             return first.float().pow(2).mean()
         with self.marks.scope("logits"):
             logits = out.logits
@@ -472,15 +477,20 @@ class FrameworkProgram:
             if hidden is not None and hidden.requires_grad:
                 hidden.register_hook(self._leave_logits)
             del out
-            base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            loss: torch.Tensor = base.loss_function(
-                logits=logits, labels=ids, vocab_size=base.config.vocab_size
+            base: nn.Module = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
+            loss: torch.Tensor = base.loss_function(  # type: ignore[operator]
+                logits=logits, labels=ids, vocab_size=_config(base).vocab_size
             )
         return loss
 
 
+def _config(model: nn.Module) -> PreTrainedConfig:
+    """A transformers model's config (``Module.__getattr__`` types it as a tensor or module)."""
+    return cast("PreTrainedConfig", model.config)
+
+
 def _vision_config(model: nn.Module) -> Any:
-    cfg = model.config  # type: ignore[union-attr]
+    cfg = _config(model)
     return getattr(cfg, "vision_config", None) or cfg
 
 
@@ -498,7 +508,7 @@ def _cache_tensors(cache: Any) -> Iterator[torch.Tensor]:
 # ---------------------------------------------------------------------------------- build --
 
 
-def _quantization_keep(model: nn.Module, w: InferenceWorkload | TrainingWorkload) -> Any:
+def _quantization_keep(model: nn.Module, w: ModelWorkload | EncoderWorkload) -> Any:
     """Which linear layers stay unquantized: the output embedding (unless the scheme says
     otherwise), the checkpoint's ``modules_to_not_convert`` / ``ignore``, MoE routers and the
     vision/audio towers (transformers ``get_keys_to_not_convert`` and the quantizers'
@@ -521,12 +531,12 @@ def _quantization_keep(model: nn.Module, w: InferenceWorkload | TrainingWorkload
     return keep
 
 
-def _qlora(w: InferenceWorkload | TrainingWorkload) -> bool:
+def _qlora(w: ModelWorkload | EncoderWorkload) -> bool:
     return isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
 
 
 def prepare_framework(
-    w: InferenceWorkload | TrainingWorkload,
+    w: ModelWorkload | EncoderWorkload,
     arch: Arch,
     marks: Marks,
     device: torch.device,
@@ -542,13 +552,17 @@ def prepare_framework(
     assert config is not None
     cfg = build_config(config, "model.config")
     cls = model_class(cfg, config)
-    cfg._attn_implementation = attn_implementation(w.attention, emulate)  # type: ignore[attr-defined]
+    cfg._attn_implementation = attn_implementation(w.attention, emulate)
     fallback: str | None = None
     param_dtype = TORCH_DTYPES[w.precision.weights]
     training = isinstance(w, TrainingWorkload)
     from .config import _quiet
 
-    quant = w.method.base_quantization if _qlora(w) else w.precision.quantization  # type: ignore[union-attr]
+    quant = (
+        w.method.base_quantization
+        if isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
+        else deployed_quantization(w.precision.quantization)
+    )
     # Built on the meta device outside any fake-tensor mode (no memory, no recording), quantized
     # and wrapped there, then allocated in module order: as from_pretrained loads tensor by
     # tensor, nothing full-precision is ever allocated for a quantized layer.
@@ -558,14 +572,14 @@ def prepare_framework(
         except ValueError as exc:  # the class refuses this attention (Gemma 2 has no SDPA)
             if "attention implementation" not in str(exc):
                 raise
-            cfg._attn_implementation = None  # type: ignore[attr-defined]
+            cfg._attn_implementation = None
             model = cls._from_config(cfg, dtype=param_dtype)
             fallback = f"{cls.__name__} does not run attention {w.attention!r}: " + (
                 f"transformers' default {model.config._attn_implementation!r} ran"
             )
         if quant is not None:
             quantize_linears(model, quant, _quantization_keep(model, w), param_dtype)
-            model.is_loaded_in_4bit = _qlora(w)  # type: ignore[assignment]
+            model.is_loaded_in_4bit = _qlora(w)
         if training:
             model = _prepare_training(model, w)  # type: ignore[arg-type]
         else:
@@ -624,4 +638,4 @@ def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
         for name, p in peft_model.named_parameters():
             if "lora_" in name:
                 p.data = p.data.to(dtype)
-    return peft_model  # type: ignore[no-any-return]
+    return peft_model
