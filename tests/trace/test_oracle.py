@@ -43,6 +43,10 @@ KNOWN: dict[tuple[str, str], str] = {
     ("gpt2 train dropout", "gradients"): "GPT-2's last parameters in module order differ from "
     "the formula's (tied head)",
     ("bert-base train", "gradients"): "BERT's pooler is registered after the layers",
+    ("phi3-mini train LoRA bf16", "activations"): "Phi-3's fused gate_up_proj: the SiLU and "
+    "the product save views of one 2f-wide output, which keep its whole storage (Phi3MLP "
+    "chunks it); the formula counts gate and up as separate tensors, and with the default "
+    "targets only o_proj is adapted",
 }
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import msgspec
 
-from .checkpoint import StoredGroup
+from .checkpoint import Checkpoint, StoredGroup, collapse
 from .inventory import ModelInventory
 
-__all__ = ["ResolvedModel", "resolved_key"]
+__all__ = ["ResolvedModel", "resolved_key", "resolved_model"]
 
 
 class ResolvedModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,3 +58,31 @@ def resolved_key(
     h.update(b"\0")
     h.update(origin.encode())
     return h.hexdigest()
+
+
+def resolved_model(
+    config: dict[str, Any],
+    checkpoint: Checkpoint | None,
+    inventory: ModelInventory | None,
+    *,
+    origin: str,
+    name: str,
+) -> ResolvedModel:
+    """The resolution of a config, its checkpoint's stored tensors (folded by layer and
+    expert) and the framework's inventory; the stored total is the index's ``total_size``
+    when it has one, else the sum of the headers."""
+    stored = collapse(checkpoint.tensors) if checkpoint is not None else None
+    total = None
+    if checkpoint is not None:
+        total = checkpoint.total_size
+        if total is None:
+            total = checkpoint.stored_bytes
+    return ResolvedModel(
+        key=resolved_key(config, stored, inventory, origin),
+        name=name,
+        origin=origin,
+        config=config,
+        inventory=inventory,
+        stored=stored,
+        stored_total=total,
+    )

@@ -20,13 +20,13 @@ from typing import Any
 
 import msgspec
 
-from vrambudget.core.checkpoint import Checkpoint, collapse
+from vrambudget.core.checkpoint import Checkpoint
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES, check_config
 from vrambudget.core.inventory import ModelInventory
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.resolve import needs_resolution
-from vrambudget.core.resolved import ResolvedModel, resolved_key
+from vrambudget.core.resolved import ResolvedModel, resolved_model
 from vrambudget.core.spec import HFConfigModel, HubModel
 from vrambudget.hub import HubCache, HubError, HubSettings
 
@@ -84,7 +84,9 @@ class ModelResolver:
         if hit is not None:
             return hit
         inventory = await self._inventory(config, checkpoint, f"{field}.config")
-        resolved = await asyncio.to_thread(_build, config, checkpoint, inventory, origin, name)
+        resolved = await asyncio.to_thread(
+            resolved_model, config, checkpoint, inventory, origin=origin, name=name
+        )
         return self._resolved.put(cache_key, resolved)
 
     async def _fetch(
@@ -127,32 +129,6 @@ class ModelResolver:
                 log.warning("framework inventory unavailable; stored tensors matched by name")
                 return None
             raise
-
-
-def _build(
-    config: dict[str, Any],
-    checkpoint: Checkpoint | None,
-    inventory: ModelInventory | None,
-    origin: str,
-    name: str,
-) -> ResolvedModel:
-    stored = collapse(checkpoint.tensors) if checkpoint is not None else None
-    total = None
-    if checkpoint is not None:
-        total = (
-            checkpoint.total_size
-            if checkpoint.total_size is not None
-            else (checkpoint.stored_bytes)
-        )
-    return ResolvedModel(
-        key=resolved_key(config, stored, inventory, origin),
-        name=name,
-        origin=origin,
-        config=config,
-        inventory=inventory,
-        stored=stored,
-        stored_total=total,
-    )
 
 
 _ENCODER = msgspec.json.Encoder()

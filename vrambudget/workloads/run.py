@@ -24,9 +24,10 @@ from vrambudget.core.spec import (
     TrainingWorkload,
 )
 
-from .marks import HOST, Marks
+from .marks import Marks
 from .model import BuildPlan, TransformerModel, component_of
-from .optim import build_optimizer, host_state_tensors
+from .optim import build_optimizer
+from .step import masters_of, step
 
 __all__ = [
     "TORCH_DTYPES",
@@ -235,12 +236,7 @@ class Program:
     def _training(self, w: TrainingWorkload, iterations: int) -> None:
         model, marks = self.model, self.marks
         params = [p for p in model.parameters() if p.requires_grad]
-        masters: list[torch.Tensor] = []
-        if w.mixed_precision == "master_fp32" and any(p.dtype != torch.float32 for p in params):
-            with marks.scope("master_weights"), torch.no_grad():
-                masters = [p.detach().float() for p in params]
-            for m in masters:
-                m.requires_grad_(True)
+        masters = masters_of(params, w.mixed_precision, marks)
         with marks.scope("optimizer_state"):
             opt = build_optimizer(w.optimizer, masters or params)
         micro_batches = min(w.gradient_accumulation_steps, 2)
@@ -254,36 +250,7 @@ class Program:
                 with marks.scope("logits" if self.arch.kind == "decoder" else "activations"):
                     loss.backward()
                 del loss
-            marks.phase("optimizer_step")
-            for p in params:
-                if p.grad is not None:
-                    marks.tag(p.grad, "gradients")
-            with marks.scope("optimizer_state"):
-                if masters:
-                    # Mixed precision with fp32 masters: the low-precision gradient is upcast
-                    # into the master's gradient and freed, one tensor at a time.
-                    for p, m in zip(params, masters, strict=True):
-                        m.grad = p.grad.float() if p.grad is not None else None
-                        if m.grad is not None:
-                            marks.tag(m.grad, "gradients")
-                        p.grad = None
-                opt.step()
-                if masters:
-                    with torch.no_grad():
-                        for p, m in zip(params, masters, strict=True):
-                            p.copy_(m)
-            host = {id(t) for t in host_state_tensors(opt)}
-            for state in opt.state.values():
-                for v in state.values():
-                    if isinstance(v, torch.Tensor):
-                        marks.tag(
-                            v,
-                            HOST if id(v) in host else "optimizer_state",
-                            "moments and statistics",
-                        )
-            for q in getattr(opt, "qmaps", ()):
-                marks.tag(q, "optimizer_state", "moments and statistics")
-            opt.zero_grad(set_to_none=True)  # masters' or params' (the masters took theirs)
+            step(opt, params, masters, marks)
 
 
 @torch.no_grad()

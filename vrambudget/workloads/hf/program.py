@@ -56,9 +56,10 @@ from vrambudget.core.spec import (
     VisionWorkload,
 )
 
-from ..marks import HOST, Marks
-from ..optim import build_optimizer, host_state_tensors
+from ..marks import Marks
+from ..optim import build_optimizer
 from ..run import TORCH_DTYPES
+from ..step import masters_of, step
 from .attention import attn_implementation, cuda_sdpa
 from .config import build_config, model_class
 from .quantized import quantize_linears
@@ -383,12 +384,7 @@ class FrameworkProgram:
         model, marks = self.model, self.marks
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
-        masters: list[torch.Tensor] = []
-        if w.mixed_precision == "master_fp32" and any(p.dtype != torch.float32 for p in params):
-            with marks.scope("master_weights"), torch.no_grad():
-                masters = [p.detach().float() for p in params]
-            for m in masters:
-                m.requires_grad_(True)
+        masters = masters_of(params, w.mixed_precision, marks)
         with marks.scope("optimizer_state"):
             opt = build_optimizer(w.optimizer, masters or params)
         micro_batches = min(w.gradient_accumulation_steps, 2)
@@ -410,35 +406,7 @@ class FrameworkProgram:
                 with marks.scope("logits" if self.arch.kind == "decoder" else "activations"):
                     loss.backward()
                 del loss
-            marks.phase("optimizer_step")
-            for p in params:
-                if p.grad is not None:
-                    marks.tag(p.grad, "gradients")
-            with marks.scope("optimizer_state"):
-                if masters:
-                    for p, m in zip(params, masters, strict=True):
-                        m.grad = p.grad.float() if p.grad is not None else None
-                        if m.grad is not None:
-                            marks.tag(m.grad, "gradients")
-                        p.grad = None
-                torch.nn.utils.clip_grad_norm_(masters or params, _MAX_GRAD_NORM)
-                opt.step()
-                if masters:
-                    with torch.no_grad():
-                        for p, m in zip(params, masters, strict=True):
-                            p.copy_(m)
-            host = {id(t) for t in host_state_tensors(opt)}
-            for state in opt.state.values():
-                for v in state.values():
-                    if isinstance(v, torch.Tensor):
-                        marks.tag(
-                            v,
-                            HOST if id(v) in host else "optimizer_state",
-                            "moments and statistics",
-                        )
-            for q in getattr(opt, "qmaps", ()):
-                marks.tag(q, "optimizer_state", "moments and statistics")
-            opt.zero_grad(set_to_none=True)
+            step(opt, params, masters, marks, max_grad_norm=_MAX_GRAD_NORM)
             model.zero_grad(set_to_none=True)  # Trainer: model.zero_grad() after the step
 
     _head_input: torch.Tensor | None = None

@@ -9,13 +9,13 @@ from typing import Any
 
 import msgspec
 
-from vrambudget.core.checkpoint import Checkpoint, collapse
+from vrambudget.core.checkpoint import Checkpoint
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
 from vrambudget.core.inventory import ModelInventory
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.resolve import AnyModel, needs_resolution
-from vrambudget.core.resolved import ResolvedModel, resolved_key
+from vrambudget.core.resolved import ResolvedModel, resolved_model
 from vrambudget.core.spec import HFConfigModel
 
 from .inventory import inventory
@@ -53,23 +53,7 @@ def resolve_config(
     if with_inventory is None:
         with_inventory = not closed or checkpoint is not None
     inv = cached_inventory(config) if with_inventory else None
-    stored = collapse(checkpoint.tensors) if checkpoint is not None else None
-    total = None
-    if checkpoint is not None:
-        total = (
-            checkpoint.total_size
-            if checkpoint.total_size is not None
-            else (checkpoint.stored_bytes)
-        )
-    return ResolvedModel(
-        key=resolved_key(config, stored, inv, origin),
-        name=name,
-        origin=origin,
-        config=config,
-        inventory=inv,
-        stored=stored,
-        stored_total=total,
-    )
+    return resolved_model(config, checkpoint, inv, origin=origin, name=name)
 
 
 def resolve_source(source: AnyModel) -> AnyModel:

@@ -111,6 +111,12 @@ class _AttentionBlock:
             qkv = ops.linear(bank, "attn__c_attn", x)
             q, k, v = qkv.split(qkv.shape[-1] // 3, dim=-1)
             out_name = "attn__c_proj"
+        elif bank.has("qkv_proj"):  # Phi-3: fused qkv_proj, split by heads (Phi3Attention)
+            qkv = ops.linear(bank, "qkv_proj", x)
+            q_width = self.heads * a.head_dim
+            kv_width = self.kv_heads * a.head_dim
+            q, k, v = qkv.split((q_width, kv_width, kv_width), dim=-1)
+            out_name = "o_proj"
         elif bank.has("attention__self__query"):  # BERT
             q = ops.linear(bank, "attention__self__query", x)
             k = ops.linear(bank, "attention__self__key", x)

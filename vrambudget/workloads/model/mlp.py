@@ -48,6 +48,9 @@ class _FeedForward:
             )
         if bank.has("gate_proj"):
             return self._gated(bank, "", x)
+        if bank.has("gate_up_proj"):  # Phi-3: fused gate_up_proj, chunked (Phi3MLP)
+            gate, up = ops.linear(bank, "gate_up_proj", x).chunk(2, dim=-1)
+            return ops.linear(bank, "down_proj", self._act(gate) * up)
         return ops.linear(bank, "fc2", F.gelu(ops.linear(bank, "fc1", x)))
 
     def _experts(self, bank: _Bank, xe: torch.Tensor) -> torch.Tensor:
