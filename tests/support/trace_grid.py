@@ -38,6 +38,7 @@ def _i(model: str, **kw: object) -> dict[str, object]:
 
 
 FUSED = {"name": "adamw", "implementation": "fused"}
+BF16: dict[str, object] = {"precision": {"weights": "bf16"}}
 GRID: list[tuple[str, dict[str, object]]] = [
     ("qwen0.5b train foreach", _t("qwen2.5-0.5b", sequence_length=1024)),
     ("qwen0.5b train fused", _t("qwen2.5-0.5b", sequence_length=1024, optimizer=FUSED)),
@@ -101,8 +102,12 @@ GRID: list[tuple[str, dict[str, object]]] = [
             precision={"weights": "bf16"},  # the checkpoint is fp32
         ),
     ),
-    ("gpt2 train dropout", _t("gpt2", sequence_length=1024, micro_batch_size=4, dropout=True)),
-    ("bert-base train", _t("bert-base-uncased", sequence_length=512, micro_batch_size=8)),
+    # GPT-2 and BERT are stored fp32: the grid runs them in bf16, as their rows always have.
+    (
+        "gpt2 train dropout",
+        _t("gpt2", sequence_length=1024, micro_batch_size=4, dropout=True, **BF16),
+    ),
+    ("bert-base train", _t("bert-base-uncased", sequence_length=512, micro_batch_size=8, **BF16)),
     (
         "qwen3-8b train LoRA all-linear",
         _t(
@@ -158,10 +163,10 @@ GRID: list[tuple[str, dict[str, object]]] = [
             precision={"weights": "bf16"},  # the checkpoint is fp32
         ),
     ),
-    ("gpt2 infer", _i("gpt2", batch_size=4, prompt_tokens=512)),
+    ("gpt2 infer", _i("gpt2", batch_size=4, prompt_tokens=512, **BF16)),
     (
         "bert-base infer",
-        _i("bert-base-uncased", batch_size=16, prompt_tokens=512, generated_tokens=0),
+        _i("bert-base-uncased", batch_size=16, prompt_tokens=512, generated_tokens=0, **BF16),
     ),
     ("mistral-7b infer sliding", _i("mistral-7b-v0.1", batch_size=2, prompt_tokens=4096)),
     ("deepseek-v2-lite infer MLA", _i("deepseek-v2-lite", batch_size=2, prompt_tokens=1024)),

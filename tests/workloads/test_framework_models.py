@@ -103,3 +103,24 @@ def test_a_hybrid_keeps_state_and_kv_cache() -> None:
     short, long_ = _kv(config, 1, 1024, 0), _kv(config, 1, 2048, 0)
     # Doubling the context doubles only the attention layers' KV (12 layers x 1,024 x 2 B).
     assert long_ - short == 12 * 1_024 * 2 * 1024
+
+
+def test_what_the_framework_may_build_is_bounded() -> None:
+    """A config the framework builds: layer counts 0 .. 1024 (nested configs too), layers x
+    routed experts at most 65,536 (DeepSeek-V3: 61 x 256) -- a 422 naming the key, before
+    anything is built."""
+    import pytest
+
+    from vrambudget.core.errors import InvalidWorkload
+
+    too_deep = {"model_type": "phi", "num_hidden_layers": 5000}
+    with pytest.raises(InvalidWorkload) as exc:
+        _kv(too_deep, 1, 16, 0)
+    assert exc.value.field == "workloads[0].model.config.num_hidden_layers"
+    nested = {"model_type": "clip", "vision_config": {"num_hidden_layers": 2048}}
+    with pytest.raises(InvalidWorkload) as exc:
+        _kv(nested, 1, 16, 0)
+    assert exc.value.field == "workloads[0].model.config.vision_config.num_hidden_layers"
+    wide = {"model_type": "qwen3_next", "num_hidden_layers": 1000, "num_experts": 512}
+    with pytest.raises(InvalidWorkload, match="layers x experts"):
+        _kv(wide, 1, 16, 0)

@@ -104,6 +104,9 @@ def checkpoint_of(model: object) -> Checkpoint | None:
     dtype = (
         _DTYPES.get(str(config.get(dtype_key, "")).removeprefix("torch.")) if dtype_key else None
     )
+    if dtype is None:  # no dtype in the config: transformers reads the stored tensors' dtype
+        dtype = _stored_dtype(model)
+        dtype_key = "stored tensors" if dtype is not None else None
     qc = config.get("quantization_config")
     quant = None
     if isinstance(qc, dict):
@@ -116,6 +119,27 @@ def checkpoint_of(model: object) -> Checkpoint | None:
             raise InvalidWorkload(f"model.config.{exc.field}", exc.message) from None
     stored = isinstance(model, ResolvedModel) and model.stored is not None
     return _CHECKPOINTS.put(key, Checkpoint(dtype, dtype_key, quant, stored))
+
+
+_STORED_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+_HEADER_DTYPES = {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}
+
+
+def _stored_dtype(model: object) -> str | None:
+    """The dtype the checkpoint stores its floating tensors in, where the config names none
+    (GPT-2 and BERT's configs have no ``torch_dtype``): transformers' ``dtype="auto"`` then
+    takes the first floating tensor's dtype (``modeling_utils.py`` ``_get_dtype``). From a
+    preset's recorded checkpoint facts, or the headers (the dtype holding most bytes)."""
+    if isinstance(model, PresetModel):
+        return _STORED_DTYPES.get(preset(model.id).checkpoint.stored_dtype or "")
+    if isinstance(model, ResolvedModel) and model.stored:
+        by_dtype: dict[str, int] = {}
+        for g in model.stored:
+            if g.dtype in _HEADER_DTYPES:
+                by_dtype[g.dtype] = by_dtype.get(g.dtype, 0) + g.total_bytes
+        if by_dtype:
+            return _HEADER_DTYPES[max(by_dtype, key=lambda k: by_dtype[k])]
+    return None
 
 
 def _resolve_weights(requested: str, ckpt: Checkpoint | None, autocast: bool) -> str:

@@ -33,6 +33,7 @@ __all__ = [
     "HFVisionConfig",
     "ModelType",
     "check_config",
+    "check_framework_limits",
     "typed_config",
 ]
 
@@ -420,17 +421,33 @@ def check_config(config: Mapping[str, Any]) -> None:
         )
     if model_type in CLOSED_FORM_FAMILIES:
         typed_config(config)
-    else:
-        counts = _check_layer_counts(config, "$.config")
-        layers = max((v for k, v in counts if k == "layers"), default=1)
-        experts = max((v for k, v in counts if k == "experts"), default=1)
-        if layers * experts > MAX_FRAMEWORK_EXPERT_LAYERS:
-            raise ValueError(
-                f"layers x experts must be at most {MAX_FRAMEWORK_EXPERT_LAYERS} "
-                "(a framework-built model has a module per expert and layer), "
-                f"got {layers} x {experts} "
-                "- at `$.config`"
-            )
+
+
+def check_framework_limits(config: Mapping[str, Any]) -> None:
+    """What the framework may be asked to build: layer counts within 0 .. 1024 (in the config
+    and its nested sub-configs) and layers x routed experts at most 65,536 -- checked before a
+    model is built (``InvalidWorkload`` naming ``config.<key>``), since a framework-built model
+    has Python objects per layer and expert."""
+    from .errors import InvalidWorkload
+
+    try:
+        counts = _check_layer_counts(config, "config")
+    except _LimitError as exc:
+        raise InvalidWorkload(exc.field, exc.message) from None
+    layers = max((v for k, v in counts if k == "layers"), default=1)
+    experts = max((v for k, v in counts if k == "experts"), default=1)
+    if layers * experts > MAX_FRAMEWORK_EXPERT_LAYERS:
+        raise InvalidWorkload(
+            "config",
+            f"layers x experts must be at most {MAX_FRAMEWORK_EXPERT_LAYERS} (a framework-"
+            f"built model has a module per expert and layer), got {layers} x {experts}",
+        )
+
+
+class _LimitError(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field, self.message = field, message
 
 
 _LAYER_KEY = re.compile(r"(^|_)(layers?|blocks?|depth)$|^n_layers?$")
@@ -459,9 +476,9 @@ def _check_layer_counts(
         elif isinstance(value, int) and not isinstance(value, bool):
             if _LAYER_KEY.search(key):
                 if not 0 <= value <= MAX_FRAMEWORK_LAYERS:
-                    raise ValueError(
-                        f"{key} must be in 0 .. {MAX_FRAMEWORK_LAYERS} (layers), got {value} "
-                        f"- at `{path}.{key}`"
+                    raise _LimitError(
+                        f"{path}.{key}",
+                        f"must be in 0 .. {MAX_FRAMEWORK_LAYERS} (layers), got {value}",
                     )
                 found.append(("layers", value))
             elif _EXPERT_KEY.search(key) and value > 0:

@@ -22,7 +22,11 @@ import msgspec
 
 from vrambudget.core.checkpoint import Checkpoint
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES, check_config
+from vrambudget.core.hf_config import (
+    CLOSED_FORM_FAMILIES,
+    check_config,
+    check_framework_limits,
+)
 from vrambudget.core.inventory import ModelInventory
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.resolve import needs_resolution
@@ -119,6 +123,10 @@ class ModelResolver:
         closed = config.get("model_type") in CLOSED_FORM_FAMILIES
         if closed and checkpoint is None:
             return None
+        try:
+            check_framework_limits(config)  # before any worker builds it
+        except InvalidWorkload as exc:
+            raise InvalidWorkload(field + exc.field.removeprefix("config"), exc.message) from None
         try:
             return await self.trace_pool.inventory(config)
         except InvalidWorkload as exc:

@@ -11,7 +11,7 @@ import msgspec
 
 from vrambudget.core.checkpoint import Checkpoint
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
+from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES, check_framework_limits
 from vrambudget.core.inventory import ModelInventory
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.resolve import AnyModel, needs_resolution
@@ -32,6 +32,7 @@ def cached_inventory(config: dict[str, Any]) -> ModelInventory:
     if hit is not None:
         return hit
     try:
+        check_framework_limits(config)
         inv = inventory(config)
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"model.{exc.field}", exc.message) from None
