@@ -10,7 +10,7 @@ from msgspec import Meta
 
 from ..catalog import ModelId
 from ..checkpoint import StoredTensor
-from ..hf_config import HFConfig, check_config
+from ..hf_config import CLOSED_FORM_FAMILIES, MODEL_TYPE_PATTERN, HFConfig, check_config
 from .limits import MAX_LAYERS, MAX_TOKENS, Dim, Layers, Name, Wire
 
 __all__ = [
@@ -22,6 +22,19 @@ __all__ = [
     "ModelSource",
     "PresetModel",
 ]
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["model_type"],
+    "properties": {"model_type": {"type": "string", "pattern": MODEL_TYPE_PATTERN}},
+    "if": {
+        "properties": {"model_type": {"enum": sorted(CLOSED_FORM_FAMILIES)}},
+        "required": ["model_type"],
+    },
+    "then": {"$ref": "#/components/schemas/HFConfig"},
+}
+"""A ``config.json``: any object with a ``model_type``; a closed-form family's keys are
+checked against ``HFConfig`` (other families' keys are read by ``transformers``)."""
 
 MAX_CHECKPOINT_TENSORS = 1 << 18
 """Tensors of an inline checkpoint header (DeepSeek-V3 stores ~91,000)."""
@@ -65,7 +78,7 @@ class HFConfigModel(Wire, tag="hf_config", tag_field="source", frozen=True, kw_o
             description="The model's `config.json` as published (keys that do not change "
             "memory are ignored; `quantization_config` and `torch_dtype` set the deployed "
             "format unless `precision` says otherwise).",
-            extra_json_schema={"$ref": "#/components/schemas/HFConfig"},
+            extra_json_schema=CONFIG_SCHEMA,
         ),
     ]
     name: Annotated[
