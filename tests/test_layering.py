@@ -215,7 +215,8 @@ def test_third_party_imports_per_layer() -> None:
 def test_service_starts_without_torch() -> None:
     code = (
         "import sys; import vrambudget.service.app as a; a.create_app(); "
-        "assert 'torch' not in sys.modules"
+        "bad = [m for m in ('torch', 'transformers', 'peft', 'diffusers') if m in sys.modules]; "
+        "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 

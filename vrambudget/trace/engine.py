@@ -13,7 +13,11 @@ from typing import Any
 
 import msgspec
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
 
 from vrambudget.core.budget.encoders import proxy
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
@@ -226,6 +230,40 @@ def trace_workload_code(
     if not isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
         _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
+    try:
+        words = _run(w, arch, recorder, which, reason, iterations, field)
+    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        # The framework's code branches on tensor values somewhere (an MoE block that loops
+        # over the experts tokens were routed to): fake tensors have none. The built-in
+        # builders model balanced routing instead, where they can run the workload.
+        encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
+        if which != "framework" or encoder:
+            raise InvalidWorkload(
+                f"{field}.model",
+                f"its code depends on tensor values ({type(exc).__name__}), which a trace on "
+                "fake tensors does not have: use method 'analytic'",
+            ) from None
+        check_traceable(w, field)  # type: ignore[arg-type]
+        recorder = Recorder(gemm_workspaces=workspaces)
+        words = _run(w, arch, recorder, "builtin", None, iterations, field)
+        words += (
+            " (the framework's code depends on tensor values here -- "
+            f"{type(exc).__name__} -- which fake tensors do not have)"
+        )
+    return replay(recorder.trace, expandable_segments=expandable_segments), words
+
+
+def _run(
+    w: Any,
+    arch: Any,
+    recorder: Recorder,
+    which: str,
+    reason: str | None,
+    iterations: int,
+    field: str,
+) -> str:
+    """Build and run the program (``framework`` or ``builtin``) under the recorder; the code
+    that ran, in words."""
     with FakeTensorMode(), kernels.emulation(), recorder.recording():
         if which == "framework":
             try:
@@ -243,7 +281,7 @@ def trace_workload_code(
             words = "built-in builders" + (f" ({reason})" if reason else "")
         program.run(iterations)
         del program
-    return replay(recorder.trace, expandable_segments=expandable_segments), words
+    return words
 
 
 def _check_positions(w: InferenceWorkload | TrainingWorkload, arch: Any, field: str) -> None:

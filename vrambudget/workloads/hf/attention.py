@@ -49,6 +49,13 @@ def _flash_attention_2(
     return out, None
 
 
+def _unpadded_mask(*args: Any, **kwargs: Any) -> None:
+    """FlashAttention-2's mask for the trace's batches, which have no padding:
+    ``masking_utils.py`` ``flash_attention_mask`` returns None when the 2-D mask is all ones
+    (line 673) -- a test of tensor values, which fake tensors do not have."""
+    return None
+
+
 _REGISTERED: list[bool] = []
 
 
@@ -60,9 +67,7 @@ def register() -> None:
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     AttentionInterface.register(FLASH_ATTENTION_2, _flash_attention_2)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(
-        FLASH_ATTENTION_2, ALL_MASK_ATTENTION_FUNCTIONS["flash_attention_2"]
-    )
+    ALL_MASK_ATTENTION_FUNCTIONS.register(FLASH_ATTENTION_2, _unpadded_mask)
     _REGISTERED.append(True)
 
 
