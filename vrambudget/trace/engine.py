@@ -28,8 +28,10 @@ from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.headroom import headroom_bytes
 from vrambudget.core.formulas.runtime_workspace import CUBLASLT_WORKSPACE_BYTES
+from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
 from vrambudget.core.overheads import device_overheads
 from vrambudget.core.resolve import resolve_model
+from vrambudget.core.resolved import ResolvedModel
 from vrambudget.core.result import (
     Budget,
     CalibrationUse,
@@ -202,6 +204,12 @@ def trace_workload_code(
     w = deploy(w)
     which, reason = traced_code(w, code)
     encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
+    if which == "builtin" and _framework_only(w):
+        raise InvalidWorkload(
+            f"{field}.model",
+            "the built-in builders know the closed-form families only, and the framework "
+            f"program cannot run this workload ({reason or 'trace.code builtin'})",
+        )
     if which == "builtin":
         if isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
             raise InvalidWorkload(
@@ -237,7 +245,7 @@ def trace_workload_code(
         # over the experts tokens were routed to): fake tensors have none. The built-in
         # builders model balanced routing instead, where they can run the workload.
         encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
-        if which != "framework" or encoder:
+        if which != "framework" or encoder or _framework_only(w):
             raise InvalidWorkload(
                 f"{field}.model",
                 f"its code depends on tensor values ({type(exc).__name__}), which a trace on "
@@ -251,6 +259,16 @@ def trace_workload_code(
             f"{type(exc).__name__} -- which fake tensors do not have)"
         )
     return replay(recorder.trace, expandable_segments=expandable_segments), words
+
+
+def _framework_only(w: Any) -> bool:
+    """A model only the framework builds: its architecture came from its inventory."""
+    m = w.model
+    return (
+        isinstance(m, ResolvedModel)
+        and m.inventory is not None
+        and m.config.get("model_type") not in CLOSED_FORM_FAMILIES
+    )
 
 
 def _run(

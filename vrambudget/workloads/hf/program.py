@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
+from msgspec import UNSET
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -41,6 +42,7 @@ from vrambudget.core.catalog import preset
 from vrambudget.core.deployed import checkpoint_of, deploy, deployed_quantization
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.quant_config import is_not_converted
+from vrambudget.core.resolve import resolve_model
 from vrambudget.core.resolved import ResolvedModel
 from vrambudget.core.spec import (
     EncoderWorkload,
@@ -101,6 +103,10 @@ def framework_unsupported(w: ModelWorkload | EncoderWorkload) -> str | None:
         return "transformers' DynamicCache keeps keys and values in the compute dtype"
     if isinstance(w, InferenceWorkload) and w.prefill_chunk_tokens is not None:
         return "chunked prefill is not generate's default"
+    quant = w.method.base_quantization if _qlora(w) else w.precision.quantization  # type: ignore[union-attr]
+    if quant not in (None, UNSET) and resolve_model(w.model).moe is not None:
+        # The stand-ins replace nn.Linear layers; transformers' experts are 3-D parameters.
+        return "quantized expert tensors have no stand-in in the framework program"
     return None
 
 
