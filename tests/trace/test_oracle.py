@@ -54,14 +54,17 @@ def _params() -> list[object]:
     return [pytest.param(name, spec, id=name) for name, spec in GRID]
 
 
-@pytest.mark.parametrize(("name", "spec"), _params())
-def test_trace_agrees_with_formulas(name: str, spec: dict[str, object]) -> None:
-    assert len(GRID) >= 30
+def _check(
+    name: str, spec: dict[str, object], code: str, known_rows: dict[tuple[str, str], str]
+) -> None:
+    """Fail on any component outside its tolerance that `known_rows` does not explain; xfail
+    with the explanations when only known rows are out; fail when a known row is back within
+    tolerance (the formula was fixed: remove the entry)."""
     failures = []
     known = []
-    for row in compare(name, spec):
+    for row in compare(name, spec, code=code):
         ok = abs(row.error) <= row.tolerance
-        if (name, row.component) in KNOWN:
+        if (name, row.component) in known_rows:
             known.append((row, ok))
         elif not ok:
             failures.append(
@@ -70,10 +73,16 @@ def test_trace_agrees_with_formulas(name: str, spec: dict[str, object]) -> None:
             )
     assert not failures, failures
     for row, ok in known:
-        if ok:  # a fixed formula: remove it from KNOWN
+        if ok:
             pytest.fail(f"{row.component} now within tolerance ({row.error:+.2%}): update KNOWN")
     if known:
-        pytest.xfail("; ".join(KNOWN[(name, r.component)] for r, _ in known))
+        pytest.xfail("; ".join(known_rows[(name, r.component)] for r, _ in known)[:300])
+
+
+@pytest.mark.parametrize(("name", "spec"), _params())
+def test_trace_agrees_with_formulas(name: str, spec: dict[str, object]) -> None:
+    assert len(GRID) >= 30
+    _check(name, spec, "builtin", KNOWN)
 
 
 # The framework's own code (transformers 5.23.0, PEFT 0.21.2) against the same formulas.
@@ -183,20 +192,4 @@ def test_framework_trace_agrees_with_formulas(name: str, spec: dict[str, object]
     """The trace of the framework's own code against the formulas (issue 14 item 6): rows
     outside the tolerance are allocations the framework makes that the formulas do not count,
     each listed with its source above."""
-    failures = []
-    known = []
-    for row in compare(name, spec, code="framework"):
-        ok = abs(row.error) <= row.tolerance
-        if (name, row.component) in KNOWN_FRAMEWORK:
-            known.append((row, ok))
-        elif not ok:
-            failures.append(
-                f"{row.component}: analytic {row.analytic:,} trace {row.traced:,} "
-                f"({row.error:+.2%}, tolerance {row.tolerance:.1%})"
-            )
-    assert not failures, failures
-    for row, ok in known:
-        if ok:
-            pytest.fail(f"{row.component} now within tolerance ({row.error:+.2%}): update KNOWN")
-    if known:
-        pytest.xfail("; ".join(KNOWN_FRAMEWORK[(name, r.component)] for r, _ in known)[:300])
+    _check(name, spec, "framework", KNOWN_FRAMEWORK)
