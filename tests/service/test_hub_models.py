@@ -168,3 +168,4 @@ def test_an_unreachable_hub_is_a_503(tmp_path: Path) -> None:
         assert problem["type"].endswith("/hub-unreachable")
         assert r.headers["retry-after"] == "30"
         assert problem["errors"][0]["field"] == "$.workloads[0].model.id"
+        assert "branch. Retry later" in problem["detail"], problem["detail"]

@@ -91,8 +91,8 @@ def _hub_unreachable(request: Request[Any, Any, Any], exc: HubUnreachable) -> Re
         request,
         503,
         "Hub unreachable",
-        f"{exc.field}: {exc.message}. Retry later, or give the model's config.json inline "
-        '({"source": "hf_config", "config": {...}}).',
+        f"{exc.field}: {exc.message.rstrip('.')}. Retry later, or give the model's "
+        'config.json inline ({"source": "hf_config", "config": {...}}).',
         (ProblemError(field=f"$.{exc.field}", message=exc.message),),
         type_=_TRACE + "hub-unreachable",
         headers={"Retry-After": "30"},
