@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.core.test_catalog_sources import DENYLIST, _openable
+from tests.support.sources import openable, wording_hits
 from vrambudget.core.diffusion.configs import read_config
 from vrambudget.core.diffusion.counts import component_inventory, decoder_params
 from vrambudget.core.diffusion.pipeline import CLASSES, resolve_pipeline
@@ -130,7 +130,7 @@ SOURCES = [
     ids=[f"{p}:{r}:{f}" for p, r, f, _ in SOURCES],
 )
 def test_sources_are_openable_and_quoted(preset: str, role: str, field: str, source: Any) -> None:
-    assert _openable(source), (preset, role, field)
+    assert openable(source), (preset, role, field)
     assert source.quote and source.quote.strip()
 
 
@@ -141,24 +141,12 @@ def test_every_denoiser_count_has_a_source() -> None:
                 assert c.checkpoint.source is not None, p.id
 
 
-def _strings(node: Any, path: str = "") -> list[tuple[str, str]]:
-    if isinstance(node, str):
-        return [(path, node)]
-    if isinstance(node, dict):
-        return [x for k, v in node.items() for x in _strings(v, f"{path}.{k}")]
-    if isinstance(node, list):
-        return [x for i, v in enumerate(node) for x in _strings(v, f"{path}[{i}]")]
-    return []
-
-
-def test_no_first_person_wording() -> None:
+def test_no_private_ids_or_first_person_wording() -> None:
     raw = json.loads(resources.files("vrambudget.core.data").joinpath("pipelines.json").read_text())
-    bad = []
-    for e in raw["presets"]:
-        for role, c in e["components"].items():
-            prose = {k: v for k, v in c.items() if k != "config"}
-            for path, text in _strings(prose):
-                hits = [w for w in DENYLIST if w in f" {text} "]
-                if hits:
-                    bad.append((e["id"], role, path, hits))
+    bad = [
+        (e["id"], role, path, hits)
+        for e in raw["presets"]
+        for role, c in e["components"].items()
+        for path, hits in wording_hits(c)
+    ]
     assert not bad, bad
