@@ -677,6 +677,38 @@ def test_matching_rules_by_library() -> None:
     assert is_not_converted("model.layers.3.mlp.gate", ["*.mlp.gate"])
 
 
+def test_a_checkpoint_matches_its_skips_by_its_own_library_rule() -> None:
+    # `ignore: ["self_attn"]` left unquantized: compressed-tensors takes a non-`re:` name as an
+    # exact module path (utils/match.py 445), ModelOpt as a substring (vLLM is_layer_excluded),
+    # transformers as a module-boundary prefix or suffix -- `self_attn` is neither a prefix of
+    # nor a suffix of `model.layers.0.self_attn.q_proj`, and not equal to it.
+    ct = parse_quantization_config(
+        {
+            "quant_method": "compressed-tensors",
+            "format": "float-quantized",
+            "ignore": ["self_attn"],
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+                }
+            },
+        }
+    )
+    mo = parse_quantization_config(
+        {
+            "quant_method": "modelopt",
+            "quant_algo": "FP8",
+            "exclude_modules": ["self_attn"],
+        }
+    )
+    path = "model.layers.0.self_attn.q_proj"
+    assert not ct.leaves_unquantized(path)
+    assert ct.leaves_unquantized("self_attn")
+    assert mo.leaves_unquantized(path)
+    assert not is_not_converted(path, ["self_attn"])  # the default (transformers) rule
+
+
 def test_re_patterns_match_compressed_tensors_match_name() -> None:
     pytest.importorskip("compressed_tensors")
     from compressed_tensors.utils.match import match_name

@@ -93,6 +93,16 @@ def test_speech_positions_follow_whispers_window() -> None:
     assert encoder_positions(w, encoder_info(w, "w")) == (6, 1500)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("seconds", "windows"), [(0.5, 1), (30.0, 1), (30.0004, 2), (60.0, 2), (65.0, 3)]
+)
+def test_whisper_windows_round_up_to_30_seconds(seconds: float, windows: int) -> None:
+    """The budget and the traced program read one count: any audio past a 30 s boundary (even
+    a few samples at 16 kHz) opens another window."""
+    req = _request({**CASES[0][1](), "audio_seconds": seconds})
+    assert req.workloads[0].windows == windows  # type: ignore[union-attr]
+
+
 def test_vision_positions_are_patches_and_the_class_token() -> None:
     """ViT-base/16 at 384 px: (384 / 16)^2 = 576 patches + 1 class token."""
     from vrambudget.core.budget.encoders import encoder_info, encoder_positions

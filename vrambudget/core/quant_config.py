@@ -116,6 +116,13 @@ class CheckpointQuantization:
     summary: str
     """Words for the answer."""
 
+    def leaves_unquantized(self, module_path: str) -> bool:
+        """Whether the checkpoint leaves ``module_path`` unquantized, by the matching rule of
+        the library that reads this ``quant_method`` (:func:`is_not_converted`)."""
+        return bool(self.not_converted) and is_not_converted(
+            module_path, self.not_converted, method=self.method
+        )
+
 
 def _fail(field: str, message: str) -> InvalidWorkload:
     return InvalidWorkload(f"{_ROOT}.{field}" if field else _ROOT, message)

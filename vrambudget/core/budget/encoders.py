@@ -23,8 +23,6 @@ the stride-2 convolution: 1,500 positions per window.
 
 from __future__ import annotations
 
-import math
-
 from ..arch import Arch, AttentionKind, LayerType
 from ..components import Component
 from ..dtypes import bytes_of
@@ -51,8 +49,6 @@ __all__ = ["encoder_info", "encoder_positions", "encoder_stage", "proxy"]
 
 C = Component
 _DENSE = LayerType(AttentionKind.FULL, None, False, ())
-WHISPER_WINDOW_S = 30.0
-"""Whisper's feature extractor pads (or splits) audio into 30 s windows (``chunk_length``)."""
 
 
 def proxy(w: EncoderWorkload) -> InferenceWorkload:
@@ -93,7 +89,7 @@ def encoder_positions(w: EncoderWorkload, info: EncoderInfo) -> tuple[int, int]:
         patches = (side // info.patch_size) ** 2
         return w.batch_size, patches + info.extra_tokens
     if isinstance(w, SpeechToTextWorkload):
-        windows = max(1, math.ceil(w.audio_seconds / WHISPER_WINDOW_S))
+        windows = w.windows
         return w.batch_size * windows, info.max_frames // info.stride
     return w.batch_size, w.input_tokens
 

@@ -8,12 +8,16 @@ Hub repository) and is run by the framework's own code in the trace tier
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 from msgspec import Meta
 
 from .limits import Batch, Tokens, TokensOrZero
 from .workloads import Attention, _ModelWorkload
+
+WHISPER_WINDOW_S = 30.0
+"""Whisper's feature extractor pads (or splits) audio into 30 s windows (``chunk_length``)."""
 
 __all__ = ["Seq2SeqWorkload", "SpeechToTextWorkload", "VisionWorkload"]
 
@@ -70,3 +74,9 @@ class SpeechToTextWorkload(
         Meta(description="Tokens generated per window (Whisper: at most 448 in all)."),
     ] = 224
     attention: Attention = "sdpa"
+
+    @property
+    def windows(self) -> int:
+        """30 s windows per clip: Whisper's feature extractor pads a clip to its 30 s
+        ``chunk_length`` and longer audio is split into such windows, batched together."""
+        return max(1, math.ceil(self.audio_seconds / WHISPER_WINDOW_S))

@@ -41,7 +41,6 @@ from vrambudget.core.arch import Arch
 from vrambudget.core.catalog import preset
 from vrambudget.core.deployed import checkpoint_of, deploy, deployed_quantization
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.quant_config import is_not_converted
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.resolved import ResolvedModel
 from vrambudget.core.spec import (
@@ -316,10 +315,9 @@ class FrameworkProgram:
     def _encoder_inputs(self, w: Seq2SeqWorkload | SpeechToTextWorkload) -> dict[str, Any]:
         if isinstance(w, SpeechToTextWorkload):
             cfg = _config(self.model)
-            windows = max(1, -(-int(w.audio_seconds * 1000) // 30_000))
             frames = 2 * int(cfg.max_source_positions)
             features = torch.zeros(
-                w.batch_size * windows, int(cfg.num_mel_bins), frames,
+                w.batch_size * w.windows, int(cfg.num_mel_bins), frames,
                 dtype=self._compute_dtype(), device=self.device,
             )  # fmt: skip
             return {"input_features": features}
@@ -489,7 +487,7 @@ def _quantization_keep(model: nn.Module, w: ModelWorkload | EncoderWorkload) -> 
     defaults)."""
     q = w.method.base_quantization if _qlora(w) else w.precision.quantization  # type: ignore[union-attr]
     ckpt = checkpoint_of(w.model)
-    patterns = ckpt.quantization.not_converted if ckpt and ckpt.quantization else ()
+    stored = ckpt.quantization if ckpt is not None else None
     outputs = _output_names(model)
 
     def keep(name: str, module: nn.Linear) -> bool:
@@ -500,7 +498,7 @@ def _quantization_keep(model: nn.Module, w: ModelWorkload | EncoderWorkload) -> 
             return True
         if any(k in name for k in ("vision", "visual", "audio", "multi_modal_projector")):
             return True
-        return bool(patterns) and is_not_converted(name, patterns)
+        return stored is not None and stored.leaves_unquantized(name)
 
     return keep
 
