@@ -20,9 +20,7 @@ from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest, Headroom, Software
 
 from .outcome import outcome
-from .resolutions import with_resolutions
-
-Resolutions = tuple[tuple[int, str, bytes], ...]
+from .resolutions import Resolutions, with_resolutions
 
 __all__ = ["TASKS", "init_worker", "run_task", "software_of"]
 

@@ -34,10 +34,11 @@ from vrambudget.core.resolved import ResolvedModel, resolved_model
 from vrambudget.core.spec import HFConfigModel, HubModel
 from vrambudget.hub import HubCache, HubError, HubSettings
 
+from .resolutions import Resolutions
 from .trace_errors import TraceUnavailable
 from .tracing import TracePool
 
-__all__ = ["HubUnreachable", "ModelResolver", "encode_resolutions", "substitute"]
+__all__ = ["HubUnreachable", "ModelResolver", "encode_resolutions"]
 
 log = logging.getLogger("vrambudget.service")
 
@@ -142,16 +143,6 @@ class ModelResolver:
 _ENCODER = msgspec.json.Encoder()
 
 
-def encode_resolutions(resolved: dict[int, Any]) -> tuple[tuple[int, str, bytes], ...]:
+def encode_resolutions(resolved: dict[int, Any]) -> Resolutions:
     """What crosses to a compute worker: (workload index, key, encoded ResolvedModel)."""
     return tuple((i, m.key, _ENCODER.encode(m)) for i, m in sorted(resolved.items()))
-
-
-def substitute(workloads: tuple[Any, ...], resolved: dict[int, Any]) -> tuple[Any, ...]:
-    """The workloads with their models replaced by the resolutions."""
-    if not resolved:
-        return workloads
-    return tuple(
-        msgspec.structs.replace(w, model=resolved[i]) if i in resolved else w
-        for i, w in enumerate(workloads)
-    )

@@ -11,15 +11,17 @@ import msgspec
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.resolved import ResolvedModel
 
-__all__ = ["with_resolutions"]
+__all__ = ["Resolutions", "with_resolutions"]
+
+Resolutions = tuple[tuple[int, str, bytes], ...]
+"""What crosses to a worker with a request: (workload index, ResolvedModel key, the encoded
+ResolvedModel) per resolved model, by index."""
 
 _DECODED: BoundedCache[str, ResolvedModel] = BoundedCache(64)
 _DECODER = msgspec.json.Decoder(ResolvedModel)
 
 
-def with_resolutions(
-    workloads: tuple[Any, ...], resolutions: tuple[tuple[int, str, bytes], ...]
-) -> tuple[Any, ...]:
+def with_resolutions(workloads: tuple[Any, ...], resolutions: Resolutions) -> tuple[Any, ...]:
     if not resolutions:
         return workloads
     out = list(workloads)

@@ -15,7 +15,7 @@ import msgspec
 from vrambudget.core.spec import BudgetRequest
 
 from .outcome import outcome
-from .resolutions import with_resolutions
+from .resolutions import Resolutions, with_resolutions
 
 __all__ = [
     "DEFAULT_ENTRY",
@@ -89,9 +89,7 @@ def init_worker(entry: str, env: dict[str, str] | None = None) -> None:
     _worker_entry(entry)
 
 
-def run_trace(
-    entry: str, payload: bytes, resolutions: tuple[tuple[int, str, bytes], ...] = ()
-) -> tuple[Any, ...]:
+def run_trace(entry: str, payload: bytes, resolutions: Resolutions = ()) -> tuple[Any, ...]:
     """The task a worker runs: decode the request, call the engine, encode the answer. Returns
     only bytes, strings and numbers:
 

@@ -51,6 +51,7 @@ from vrambudget.core.inventory import ModelInventory
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.spec import BudgetRequest
 
+from .resolutions import Resolutions
 from .trace_errors import (
     TraceBusy,
     TraceError,
@@ -218,9 +219,7 @@ class TracePool:
 
     # -- the request path ---------------------------------------------------------------------
 
-    async def answer(
-        self, request: BudgetRequest, resolutions: tuple[tuple[int, str, bytes], ...] = ()
-    ) -> bytes:
+    async def answer(self, request: BudgetRequest, resolutions: Resolutions = ()) -> bytes:
         """The encoded budget of a ``method: trace`` request, from the cache, from a trace of
         the same workload already in flight, or from a new trace. ``resolutions`` are its
         models as the service resolved them (:mod:`vrambudget.service.models`)."""
@@ -320,10 +319,7 @@ class TracePool:
         return max(1, min(math.ceil(typical), math.ceil(self.time_limit_s)))
 
     async def _trace(
-        self,
-        key: tuple[str, bytes],
-        payload: bytes,
-        resolutions: tuple[tuple[int, str, bytes], ...] = (),
+        self, key: tuple[str, bytes], payload: bytes, resolutions: Resolutions = ()
     ) -> bytes:
         return await self._job(run_trace, (self.entry, payload, resolutions), key)
 

@@ -12,7 +12,6 @@ sequence (recurrent state): the per-layer cache profile.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -395,10 +394,3 @@ def inventory(config: Mapping[str, Any], *, profile_cache: bool = True) -> Model
         cache=cache,
         notes=tuple(notes),
     )
-
-
-def timed_inventory(config: Mapping[str, Any]) -> tuple[ModelInventory, float]:
-    """The inventory and the seconds it took (benchmarks)."""
-    t0 = time.perf_counter()
-    inv = inventory(config)
-    return inv, time.perf_counter() - t0
