@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from tests.support.workloads import workload
 from vrambudget.core.budget.analytic import device_totals
 from vrambudget.core.components import Component
+from vrambudget.core.deployed import deploy
 from vrambudget.core.device import resolve_device
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import FitRequest, fit
@@ -166,7 +167,7 @@ def test_solved_maxima_are_tight(model, capacity_gib, variable):
             generated_tokens=128,
         )
         fields[field] = x
-        return device_totals((workload(**fields),), ctx, Headroom())
+        return device_totals((deploy(workload(**fields)),), ctx, Headroom())
 
     x = value - 128 if variable == "context" and value else value
     if value == 0:
@@ -228,7 +229,7 @@ def test_solver_objective_equals_the_explained_budget(
         budget = estimate((w,))
     except ValueError:
         return
-    assert device_totals((w,), None, Headroom()) == budget.total_bytes
+    assert device_totals((deploy(w),), None, Headroom()) == budget.total_bytes
 
 
 @PROFILE

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.workloads import workload
+from vrambudget.core.deployed import deploy
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.statics import statics_for
 
@@ -33,6 +34,6 @@ def test_zero_model_states(stage, expected):
     )
     # The persistent model states (the optimizer step adds fp32 gradients and temporaries on
     # top, see tests/trace/test_oracle.py).
-    (st,) = statics_for(w, resolve_model(w.model))
+    (st,) = statics_for(deploy(w), resolve_model(w.model))
     total = st.weights_bytes + st.gradient_bytes + st.master_bytes + st.optimizer_bytes
     assert total == expected

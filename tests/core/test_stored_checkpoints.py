@@ -23,6 +23,7 @@ import math
 from typing import Any
 
 import msgspec
+import pytest
 
 from tests.core.test_quant_config import (
     DEEPSEEK_V3_FP8,
@@ -35,6 +36,7 @@ from tests.support.workloads import workload
 from vrambudget.core.catalog import preset
 from vrambudget.core.checkpoint import Checkpoint, StoredTensor, collapse
 from vrambudget.core.components import Component
+from vrambudget.core.deployed import deploy
 from vrambudget.core.estimate import estimate
 from vrambudget.core.families.inventory import arch_from_inventory
 from vrambudget.core.quantization import bnb_serialized_state_bytes
@@ -483,6 +485,7 @@ def test_stored_bytes_per_layer_of_a_bf16_header() -> None:
 def test_extra_layer_tensors_and_inv_freq_are_not_loaded() -> None:
     inv = cached_inventory(QWEN)
     dropped = collapse(_mtp_only() + _inv_freq())
+    assert len(dropped) == 6  # the MTP layer's 5 groups and the inv_freq group
     assert [loaded(g, inv.stack, 24, inv) for g in dropped] == [False] * len(dropped)
     assert _stored_layers(bf16_header() + _mtp_only() + _inv_freq()) == (((29_824_768, 0), 24),)
     config = qwen("bfloat16", {})
@@ -499,3 +502,43 @@ def test_an_extra_layer_shaped_like_the_stack_is_dropped_alone() -> None:
         if t.name.startswith("model.layers.0.")
     ]
     assert _stored_layers(bf16_header() + copy + _mtp_only()) == (((29_824_768, 0), 24),)
+
+
+# --- a run that loads the weights in another format than stored ---------------------------------
+
+
+def _qlora(model: Any) -> Any:
+    w = workload(
+        kind="training",
+        model={"source": "preset", "id": "qwen2.5-0.5b"},
+        method={"kind": "qlora"},
+        sequence_length=512,
+    )
+    return msgspec.structs.replace(w, model=model)
+
+
+@pytest.mark.parametrize(
+    ("config", "header"),
+    [
+        (GPTQ_CONFIG, gptq_header),
+        (
+            {k: v for k, v in qwen("bfloat16", {}).items() if k != "quantization_config"},
+            bf16_header,
+        ),
+    ],
+    ids=["gptq", "bf16"],
+)
+def test_qlora_budgets_its_nf4_base_not_the_stored_bytes(config: Any, header: Any) -> None:
+    """QLoRA quantizes the base to NF4 at load whatever the checkpoint stores, so the stored
+    bytes are not the loaded bytes; deploying is idempotent (the solver and the trace deploy
+    again). Weights by hand: the 4-bit linears packed two per byte, and everything else cast to
+    fp32 by PEFT's prepare_model_for_kbit_training (twice its bf16 bytes), and the rotary
+    buffers the headers count (fp32 either way)."""
+    model = resolve_config(
+        config, name="h", origin="test", checkpoint=Checkpoint(tensors=tuple(header()))
+    )
+    once = deploy(_qlora(model))
+    assert once.model.stored is None
+    assert deploy(once) is once
+    weights = {line.component: line.bytes for line in estimate((_qlora(model),)).devices[0].lines}
+    assert weights[Component.WEIGHTS] == 2 * UNQUANTIZED + PACKED_4BIT + ROTARY == 723_738_368

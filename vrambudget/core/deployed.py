@@ -170,16 +170,28 @@ def _resolve_compute(
 
 
 def deploy(w: _W) -> _W:
-    """``w`` with its precision made concrete (the checkpoint's where the request left it)."""
+    """``w`` with its precision made concrete (the checkpoint's where the request left it), and
+    its model's stored bytes dropped where it loads in another format than stored. Idempotent:
+    a deployed workload comes back as it is."""
     p = w.precision
-    if (
-        p.weights != "auto"
-        and p.compute != "auto"
-        and p.quantization is not UNSET
-        and not isinstance(w.model, ResolvedModel)
-    ):
+    model = w.model
+    headers = isinstance(model, ResolvedModel) and model.stored is not None
+    concrete = p.weights != "auto" and p.compute != "auto" and p.quantization is not UNSET
+    if concrete and not headers:
         return w
-    ckpt = checkpoint_of(w.model)
+    ckpt = checkpoint_of(model)
+    precision = p if concrete else _concrete(w, ckpt)
+    if headers and not _as_stored(w, precision, ckpt):
+        # The request loads it in another format than stored: bytes are computed, not read.
+        assert isinstance(model, ResolvedModel)
+        model = msgspec.structs.replace(model, stored=None, key=model.key + ":computed")
+    if precision is p and model is w.model:
+        return w
+    return msgspec.structs.replace(w, precision=precision, model=model)
+
+
+def _concrete(w: _Model, ckpt: Checkpoint | None) -> Any:
+    p = w.precision
     autocast = isinstance(w, TrainingWorkload) and w.mixed_precision == "autocast"
     quant: Quantization | None
     if p.quantization is UNSET:
@@ -191,16 +203,7 @@ def deploy(w: _W) -> _W:
     if weights == "fp8" and quant is not None:
         weights = ckpt.dtype if ckpt is not None and ckpt.dtype in _FLOATS else "bf16"
     compute = _resolve_compute(p.compute, weights, ckpt, autocast)
-    precision = msgspec.structs.replace(p, weights=weights, compute=compute, quantization=quant)
-    model = w.model
-    if (
-        isinstance(model, ResolvedModel)
-        and model.stored is not None
-        and not _as_stored(precision, p, ckpt)
-    ):
-        # The request loads it in another format than stored: bytes are computed, not read.
-        model = msgspec.structs.replace(model, stored=None, key=model.key + ":computed")
-    return msgspec.structs.replace(w, precision=precision, model=model)
+    return msgspec.structs.replace(p, weights=weights, compute=compute, quantization=quant)
 
 
 def deployed_quantization(q: Quantization | None | UnsetType) -> Quantization | None:
@@ -213,14 +216,15 @@ def _qlora(w: _Model) -> bool:
     return isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
 
 
-def _as_stored(precision: Any, requested: Any, ckpt: Checkpoint | None) -> bool:
-    """The deployed format is the checkpoint's (so its stored bytes are the loaded bytes)."""
+def _as_stored(w: _Model, precision: Any, ckpt: Checkpoint | None) -> bool:
+    """The deployed format loads the weights as the checkpoint stores them (so its stored bytes
+    are the loaded bytes): the same quantization -- QLoRA's base quantization for a QLoRA run --
+    and, where the config names one, the same dtype."""
     if ckpt is None:
         return False
-    q = ckpt.quantization.scheme if ckpt.quantization is not None else None
-    same_quant = requested.quantization is UNSET or requested.quantization == q
-    same_dtype = ckpt.dtype is None or precision.weights == ckpt.dtype
-    return same_quant and same_dtype
+    stored = ckpt.quantization.scheme if ckpt.quantization is not None else None
+    loaded = w.method.base_quantization if _qlora(w) else precision.quantization  # type: ignore[union-attr]
+    return loaded == stored and (ckpt.dtype is None or precision.weights == ckpt.dtype)
 
 
 def format_warnings(w: _Model) -> list[str]:

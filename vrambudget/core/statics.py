@@ -420,9 +420,9 @@ def effective_precision(w: ModelWorkload | EncoderWorkload) -> Any:
 
 
 def statics_for(w: InferenceWorkload | TrainingWorkload, arch: Arch) -> tuple[StageStatic, ...]:
-    """The cached per-stage statics of a model workload (deployed: its precision concrete)."""
-    from .deployed import deploy
-
-    w = deploy(w)
+    """The cached per-stage statics of a model workload, deployed
+    (:func:`vrambudget.core.deployed.deploy`: its precision concrete)."""
+    p = w.precision
+    assert p.weights != "auto" and p.compute != "auto", "deploy() the workload first"
     plan = training_plan(w) if isinstance(w, TrainingWorkload) else None
     return stage_statics(arch, effective_precision(w), w.parallelism, plan)

@@ -8,6 +8,7 @@ from fractions import Fraction
 import pytest
 
 from tests.support.workloads import workload
+from vrambudget.core.deployed import deploy
 from vrambudget.core.formulas.activations import device_dims, training_activations, training_saved
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.spec import DimensionsModel
@@ -102,6 +103,6 @@ def test_full_recompute_keeps_2sbh_per_layer():
         dropout=True,
     )
     arch = resolve_model(w.model)
-    (st,) = statics_for(w, arch)
+    (st,) = statics_for(deploy(w), arch)
     _, _, parts = training_activations(w, arch, st.stage, st.dims)
     assert dict(parts)["layer inputs (full recomputation)"] == 48 * 2 * 2048 * 6144

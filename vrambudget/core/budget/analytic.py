@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ..calibration import ProfileSet
 from ..components import Component
-from ..deployed import deploy
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
 from ..formulas.headroom import headroom_bytes
@@ -44,11 +43,11 @@ __all__ = ["analytic_budget", "device_totals", "workload_stages"]
 
 
 def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple[StageNumbers, ...]:
-    """Per pipeline stage of one workload: its peak-phase component bytes (headroom excluded).
-    Errors name the field as ``workloads[index].<path>``."""
+    """Per pipeline stage of one deployed workload (:func:`vrambudget.core.deployed.deploy_all`):
+    its peak-phase component bytes (headroom excluded). Errors name the field as
+    ``workloads[index].<path>``."""
     if isinstance(w, GenericWorkload):
         return (generic_stage(w, ov),)
-    w = deploy(w)
     if isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
         info = encoder_info(w, f"workloads[{index}]")
         try:
@@ -70,12 +69,12 @@ def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple
 def device_totals(
     workloads: tuple[AnalyticWorkload, ...], device: DeviceContext | None, headroom: Headroom
 ) -> int:
-    """Total bytes of the most loaded device, headroom included: the solver's objective."""
+    """Total bytes of the most loaded device, headroom included: the solver's objective (the
+    workloads deployed)."""
     ov = device.overheads if device else DEFAULT_OVERHEADS
     subtotal = 0
     for i, w in enumerate(workloads):
         if isinstance(w, InferenceWorkload):  # the solver's hot path
-            w = deploy(w)  # a no-op once deployed
             try:
                 arch = resolve_model(w.model)
                 statics = statics_for(w, arch)
