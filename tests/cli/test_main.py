@@ -115,3 +115,25 @@ def test_estimate_serving_prints_the_engine_summary(tmp_path, capsys):
 def test_estimate_error_is_clear(capsys):
     assert main(["estimate", "--model", "llama-2-7b", "--batch", "0"]) == 2
     assert "batch_size" in capsys.readouterr().err
+
+
+def test_without_the_framework_a_config_is_refused_naming_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without transformers installed, a config of a family without a closed form is a clear
+    error naming the field and the extra (the framework is imported lazily, so the check is
+    whether it is installed, not whether a module imports)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "transformers" else real(name, *a),
+    )
+    phi = tmp_path / "phi.json"
+    phi.write_text(json.dumps({"model_type": "phi", "hidden_size": 256, "num_hidden_layers": 2}))
+    assert main(["estimate", "--config", str(phi)]) == 2
+    err = capsys.readouterr().err
+    assert "workloads[0].model" in err and "transformers is not installed" in err
+    assert "vrambudget[trace]" in err

@@ -124,10 +124,11 @@ def _estimate(args: argparse.Namespace) -> int:
     from vrambudget.core.estimate import estimate
     from vrambudget.core.units import format_bytes
 
-    try:
+    missing = _missing_framework()
+    if missing:
+        resolve_models = _no_framework(missing)
+    else:
         from vrambudget.trace.models import resolve_models
-    except ImportError as exc:
-        resolve_models = _no_framework(exc)
     try:
         req = _request_from_args(args)
         if args.method:
@@ -209,7 +210,15 @@ def _estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _no_framework(exc: ImportError) -> Any:
+def _missing_framework() -> str | None:
+    """The first package a framework resolution imports (lazily, at the first model that needs
+    it) that is not installed, or None."""
+    import importlib.util
+
+    return next((m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None), None)
+
+
+def _no_framework(missing: str) -> Any:
     """Without the trace extra: models that need the framework are refused, naming it."""
     from vrambudget.core.errors import InvalidWorkload
     from vrambudget.core.resolve import needs_resolution
@@ -219,7 +228,8 @@ def _no_framework(exc: ImportError) -> Any:
             if getattr(w, "model", None) is not None and needs_resolution(w.model):
                 raise InvalidWorkload(
                     f"workloads[{i}].model",
-                    f"needs the framework: pip install 'vrambudget[trace]' ({exc})",
+                    f"needs the framework ({missing} is not installed): "
+                    "pip install 'vrambudget[trace]'",
                 )
         return workloads
 
