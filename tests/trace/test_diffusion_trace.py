@@ -24,11 +24,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from vrambudget.core.diffusion.budget import diffusion_outcome, workspaces
+from vrambudget.core.diffusion.budget import diffusion_outcome
 from vrambudget.core.diffusion.configs import read_config
 from vrambudget.core.diffusion.counts import component_inventory
 from vrambudget.core.diffusion.pipeline import CLASSES
 from vrambudget.core.diffusion.presets import presets
+from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
+from vrambudget.core.overheads import DEFAULT_OVERHEADS
 from vrambudget.core.spec import BudgetRequest
 from vrambudget.core.spec.diffusion import ImageGenerationWorkload
 from vrambudget.trace.diffusion import trace_image_generation
@@ -79,7 +81,7 @@ def _workload(preset: str, px: int, b: int, **kw: Any) -> ImageGenerationWorkloa
 
 
 def _compare(w: ImageGenerationWorkload, act_tol: float, reserved_tol: float) -> dict[str, Any]:
-    spaces = workspaces(None)
+    spaces = gemm_workspaces(DEFAULT_OVERHEADS.workspace_bytes)
     _, a = diffusion_outcome(w, spaces)
     t0 = time.perf_counter()
     t = trace_image_generation(w, workspaces=spaces)

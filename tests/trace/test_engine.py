@@ -4,6 +4,7 @@ traces with."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -107,3 +108,53 @@ def test_a_lora_run_with_no_matching_target_is_a_semantic_422_not_a_crash() -> N
     assert info.value.field == "workloads[0].method.target_modules"
     analytic = estimate(request.workloads)
     assert any("no LoRA target module matches" in w for w in analytic.warnings)
+
+
+@pytest.mark.parametrize(
+    ("device", "expected"),
+    [
+        # no device: the larger cuBLAS default 4096 x 8 KiB = 33,554,432 + cuBLASLt 1 MiB
+        (None, (("cuBLAS workspace", 33_554_432), ("cuBLASLt workspace", 1_048_576))),
+        # sm80: ":4096:2:16:8" = 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 + 1,048,576
+        ("a100-sxm4-80gb", (("cuBLAS workspace", 8_519_680), ("cuBLASLt workspace", 1_048_576))),
+        # gfx942: one hipBLAS workspace of 128 MiB = 134,217,728
+        ("mi300x-192gb", (("hipBLAS workspace", 134_217_728),)),
+    ],
+)
+def test_both_tiers_place_the_same_gemm_workspaces(
+    device: str | None, expected: tuple[tuple[str, int], ...]
+) -> None:
+    """One split of the device type's workspace serves the analytic image-generation walk and
+    the trace tier's recorder: the diffusion budget's workspace parts are these allocations."""
+    from vrambudget.core.device import resolve_device
+    from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
+    from vrambudget.core.overheads import DEFAULT_OVERHEADS
+    from vrambudget.core.spec import CatalogDevice
+
+    ctx = resolve_device(None if device is None else CatalogDevice(id=device))
+    ov = ctx.overheads if ctx else DEFAULT_OVERHEADS
+    assert gemm_workspaces(ov.workspace_bytes, ctx.vendor if ctx else "nvidia") == expected
+    body: dict[str, Any] = {
+        "workloads": [
+            {"kind": "image_generation", "pipeline": {"source": "preset", "id": "sd-1.5"},
+             "height": 256, "width": 256}
+        ]
+    }  # fmt: skip
+    if device is not None:
+        body["device"] = {"source": "catalog", "id": device}
+    r = msgspec.convert(body, BudgetRequest)
+    b = estimate(r.workloads, r.device, r.headroom)
+    line = next(ln for ln in b.devices[0].lines if ln.component is C.RUNTIME_WORKSPACE)
+    assert line.bytes == sum(n for _, n in expected)
+
+
+def test_a_calibrated_workspace_below_the_cublaslt_size_is_all_cublaslt() -> None:
+    """128 KiB measured (CUBLAS_WORKSPACE_CONFIG=:16:8): cuBLAS 0 + cuBLASLt 131,072; neither
+    part negative."""
+    from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
+
+    assert gemm_workspaces(131_072) == (
+        ("cuBLAS workspace", 0),
+        ("cuBLASLt workspace", 131_072),
+    )
+    assert gemm_workspaces(131_072, "amd") == (("hipBLAS workspace", 131_072),)

@@ -23,13 +23,13 @@ from vrambudget.core.budget.encoders import proxy
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
 from vrambudget.core.components import Component
 from vrambudget.core.deployed import deploy
-from vrambudget.core.device import DeviceContext, resolve_device
+from vrambudget.core.device import resolve_device
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
+from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
 from vrambudget.core.formulas.headroom import headroom_bytes
-from vrambudget.core.formulas.runtime_workspace import CUBLASLT_WORKSPACE_BYTES
 from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
-from vrambudget.core.overheads import device_overheads
+from vrambudget.core.overheads import DEFAULT_OVERHEADS
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.resolved import ResolvedModel
 from vrambudget.core.result import (
@@ -70,7 +70,6 @@ from .replay import Replay, replay
 __all__ = [
     "MODELLED",
     "MODELLED_FRAMEWORK",
-    "gemm_workspaces",
     "trace_budget",
     "trace_budget_with_replays",
     "trace_workload",
@@ -130,17 +129,6 @@ _SOURCE = (
     "trace tier: torch {version} on fake tensors, every storage recorded by a dispatch "
     "mode, replayed through a model of c10/cuda/CUDACachingAllocator.cpp"
 )
-
-
-def gemm_workspaces(ctx: DeviceContext | None) -> tuple[tuple[str, int], ...]:
-    """The BLAS workspaces of the analytic tier's device overheads, as allocations."""
-    ov = ctx.overheads if ctx else device_overheads(None, "nvidia", None)
-    if ctx is not None and ctx.vendor == "amd":
-        return (("hipBLAS workspace", ov.workspace_bytes),)
-    # A calibrated workspace may be below the built-in cuBLASLt size (CUBLAS_WORKSPACE_CONFIG,
-    # a unified workspace): no part may go negative.
-    lt = min(CUBLASLT_WORKSPACE_BYTES, max(0, ov.workspace_bytes))
-    return (("cuBLAS workspace", max(0, ov.workspace_bytes) - lt), ("cuBLASLt workspace", lt))
 
 
 def _check_matrices(arch: Any, model_field: str) -> None:
@@ -340,7 +328,8 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
         request.workloads, request.device, request.headroom, profiles, request.software
     )
     ctx = resolve_device(request.device, profiles, request.software)
-    workspaces = gemm_workspaces(ctx)
+    ov = ctx.overheads if ctx else DEFAULT_OVERHEADS
+    workspaces = gemm_workspaces(ov.workspace_bytes, ctx.vendor if ctx else "nvidia")
     source = _SOURCE.format(version=str(torch.__version__))
     values = {c: 0 for c in Component}
     parts: dict[Component, list[tuple[str, int]]] = {}

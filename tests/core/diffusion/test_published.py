@@ -35,7 +35,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from vrambudget.core.diffusion.budget import diffusion_outcome, workspaces
+from vrambudget.core.diffusion.budget import diffusion_outcome
+from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
+from vrambudget.core.overheads import DEFAULT_OVERHEADS
 from vrambudget.core.spec.diffusion import ImageGenerationWorkload
 
 GiB = 2**30
@@ -46,7 +48,7 @@ def _allocated(preset: str, **kw: Any) -> float:
         {"kind": "image_generation", "pipeline": {"source": "preset", "id": preset}, **kw},
         ImageGenerationWorkload,
     )
-    _, o = diffusion_outcome(w, workspaces(None))
+    _, o = diffusion_outcome(w, gemm_workspaces(DEFAULT_OVERHEADS.workspace_bytes))
     return o.peak_allocated / GiB
 
 

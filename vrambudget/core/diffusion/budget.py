@@ -26,7 +26,7 @@ from ..calibration import ProfileSet
 from ..components import Component
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
-from ..formulas.runtime_workspace import CUBLASLT_WORKSPACE_BYTES
+from ..formulas.gemm_workspaces import gemm_workspaces
 from ..host import PROCESS_RSS_BYTES
 from ..memo import BoundedCache
 from ..overheads import DEFAULT_OVERHEADS, Overheads
@@ -44,7 +44,7 @@ from .call import DENOISE_STEPS, walk_call
 from .pipeline import Pipeline, resolve_pipeline
 from .walk import Outcome, replay
 
-__all__ = ["INPUT_NAMES", "diffusion_budget", "diffusion_outcome", "workspaces"]
+__all__ = ["INPUT_NAMES", "diffusion_budget", "diffusion_outcome"]
 
 C = Component
 
@@ -100,17 +100,6 @@ _TEXTS = {
     C.ACTIVATIONS: (ACTIVATIONS_FORMULA, ACTIVATIONS_SOURCE),
     C.ALLOCATOR_OVERHEAD: (OVERHEAD_FORMULA, OVERHEAD_SOURCE),
 }
-
-
-def workspaces(ctx: DeviceContext | None) -> tuple[tuple[str, int], ...]:
-    """The BLAS workspaces of the device type's overheads, allocated at the first GEMM (as the
-    trace tier's recorder allocates them)."""
-    ov = ctx.overheads if ctx else DEFAULT_OVERHEADS
-    ws = max(0, ov.workspace_bytes)
-    if ctx is not None and ctx.vendor == "amd":
-        return (("hipBLAS workspace", ws),)
-    lt = min(CUBLASLT_WORKSPACE_BYTES, ws)
-    return (("cuBLAS workspace", ws - lt), ("cuBLASLt workspace", lt))
 
 
 _OUTCOMES: BoundedCache[tuple[object, ...], Outcome] = BoundedCache(256)
@@ -258,7 +247,7 @@ def diffusion_budget(
     headroom = headroom or Headroom()
     ctx = resolve_device(device, profiles, software)
     ov = ctx.overheads if ctx else DEFAULT_OVERHEADS
-    spaces = workspaces(ctx)
+    spaces = gemm_workspaces(ov.workspace_bytes, ctx.vendor if ctx else "nvidia")
     resolved = [diffusion_outcome(w, spaces, f"workloads[{i}]") for i, w in enumerate(workloads)]
     values: dict[Component, int] = {}
     parts: dict[Component, list[tuple[str, int]]] = {}
