@@ -22,15 +22,19 @@ import msgspec
 
 from vrambudget.core.checkpoint import Checkpoint
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.hf_config import (
-    CLOSED_FORM_FAMILIES,
-    check_config,
-    check_framework_limits,
-)
 from vrambudget.core.inventory import ModelInventory
 from vrambudget.core.memo import BoundedCache
-from vrambudget.core.resolve import needs_resolution
+from vrambudget.core.resolve import model_name, needs_resolution
 from vrambudget.core.resolved import ResolvedModel, resolved_model
+from vrambudget.core.sources import (
+    check_framework_config,
+    check_hub_config,
+    config_error,
+    hub_origin,
+    inline_checkpoint,
+    inline_origin,
+    needs_inventory,
+)
 from vrambudget.core.spec import HFConfigModel, HubModel
 from vrambudget.hub import HubCache, HubError, HubSettings
 
@@ -71,19 +75,14 @@ class ModelResolver:
 
     async def resolve_one(self, model: HFConfigModel | HubModel, field: str) -> ResolvedModel:
         checkpoint: Checkpoint | None
+        name = model_name(model)
         if isinstance(model, HubModel):
             config, checkpoint, origin = await self._fetch(model, field)  # cached by revision
-            name = model.name or model.id
             cache_key: object = ("hub", origin, name)  # the origin names the commit
         else:
             config = model.config
-            checkpoint = (
-                Checkpoint(tensors=model.checkpoint.tensors, total_size=model.checkpoint.total_size)
-                if model.checkpoint is not None
-                else None
-            )
-            origin = "inline config.json" + (" and checkpoint headers" if checkpoint else "")
-            name = model.name or str(config.get("model_type"))
+            checkpoint = inline_checkpoint(model)
+            origin = inline_origin(checkpoint)
             cache_key = model
         hit = self._resolved.get(cache_key)
         if hit is not None:
@@ -104,37 +103,22 @@ class ModelResolver:
             if exc.kind == "unreachable":
                 raise HubUnreachable(where, exc.message) from None
             raise InvalidWorkload(where, exc.message) from None
-        config = found.config
-        if not isinstance(config.get("model_type"), str):
-            raise InvalidWorkload(
-                f"{field}.id",
-                f"{model.id} has no model_type in its config.json (a diffusers pipeline or "
-                "another library's repository): give its component models",
-            )
-        try:
-            check_config(config)  # the same checks as an inline config.json
-        except ValueError as exc:
-            raise InvalidWorkload(f"{field}.id", f"{model.id}'s config.json: {exc}") from None
-        commit = found.commit or found.revision or "main"
-        return config, found.checkpoint, f"hub {model.id}@{commit}"
+        check_hub_config(model.id, found.config, f"{field}.id")
+        return found.config, found.checkpoint, hub_origin(model.id, found.commit, found.revision)
 
     async def _inventory(
         self, config: dict[str, Any], checkpoint: Checkpoint | None, field: str
     ) -> ModelInventory | None:
-        closed = config.get("model_type") in CLOSED_FORM_FAMILIES
-        if closed and checkpoint is None:
+        if not needs_inventory(config, checkpoint):
             return None
-        try:
-            check_framework_limits(config)  # before any worker builds it
-        except InvalidWorkload as exc:
-            raise InvalidWorkload(field + exc.field.removeprefix("config"), exc.message) from None
+        check_framework_config(config, field)  # before any worker builds it
         try:
             return await self.trace_pool.inventory(config)
         except InvalidWorkload as exc:
-            rest = exc.field.removeprefix("model.config").removeprefix("config")
-            raise InvalidWorkload(field + rest, exc.message) from None
+            raise config_error(exc, field) from None
         except TraceUnavailable:
-            if closed:  # the closed form stands; the stored bytes match without module names
+            if not needs_inventory(config, None):
+                # A closed form: it stands, and the stored bytes match without module names.
                 log.warning("framework inventory unavailable; stored tensors matched by name")
                 return None
             raise

@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.hf_config import check_config
-from vrambudget.core.resolve import needs_resolution
+from vrambudget.core.resolve import model_name, needs_resolution
+from vrambudget.core.sources import check_hub_config, hub_origin
 from vrambudget.core.spec import HFConfigModel, HubModel
 
 __all__ = ["local_checkpoint_model", "resolve_models"]
@@ -63,14 +63,10 @@ def _resolve(model: HFConfigModel | HubModel) -> Any:
     except HubError as exc:
         field = f"model.{exc.field}" if exc.field in ("id", "revision") else "model"
         raise InvalidWorkload(field, exc.message) from None
-    try:
-        check_config(found.config)
-    except ValueError as exc:
-        raise InvalidWorkload("model.id", f"{model.id}'s config.json: {exc}") from None
-    commit = found.commit or found.revision or "main"
+    check_hub_config(model.id, found.config, "model.id")  # as the service checks it
     return resolve_config(
         found.config,
-        name=model.name or model.id,
-        origin=f"hub {model.id}@{commit}",
+        name=model_name(model),
+        origin=hub_origin(model.id, found.commit, found.revision),
         checkpoint=found.checkpoint,
     )

@@ -11,11 +11,12 @@ import msgspec
 
 from vrambudget.core.checkpoint import Checkpoint
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES, check_framework_limits
+from vrambudget.core.hf_config import check_framework_limits
 from vrambudget.core.inventory import ModelInventory
 from vrambudget.core.memo import BoundedCache
-from vrambudget.core.resolve import AnyModel, needs_resolution
+from vrambudget.core.resolve import AnyModel, model_name, needs_resolution
 from vrambudget.core.resolved import ResolvedModel, resolved_model
+from vrambudget.core.sources import config_error, inline_checkpoint, inline_origin, needs_inventory
 from vrambudget.core.spec import HFConfigModel
 
 from .inventory import inventory
@@ -35,7 +36,7 @@ def cached_inventory(config: dict[str, Any]) -> ModelInventory:
         check_framework_limits(config)
         inv = inventory(config)
     except InvalidWorkload as exc:
-        raise InvalidWorkload(f"model.{exc.field}", exc.message) from None
+        raise config_error(exc, "model.config") from None
     return _INVENTORIES.put(key, inv)
 
 
@@ -50,9 +51,8 @@ def resolve_config(
     """A config (and its checkpoint's stored tensors) resolved; the inventory is built when
     the family has no closed form, or when ``with_inventory`` asks for it (the stored tensors
     of a checkpoint are matched against the modules the framework builds)."""
-    closed = config.get("model_type") in CLOSED_FORM_FAMILIES
     if with_inventory is None:
-        with_inventory = not closed or checkpoint is not None
+        with_inventory = needs_inventory(config, checkpoint)
     inv = cached_inventory(config) if with_inventory else None
     return resolved_model(config, checkpoint, inv, origin=origin, name=name)
 
@@ -63,14 +63,10 @@ def resolve_source(source: AnyModel) -> AnyModel:
     caller (:mod:`vrambudget.hub`) and passed to :func:`resolve_config`."""
     if not needs_resolution(source) or not isinstance(source, HFConfigModel):
         return source
-    checkpoint = None
-    if source.checkpoint is not None:
-        checkpoint = Checkpoint(
-            tensors=source.checkpoint.tensors, total_size=source.checkpoint.total_size
-        )
+    checkpoint = inline_checkpoint(source)
     return resolve_config(
         source.config,
-        name=source.name or str(source.config.get("model_type")),
-        origin="inline config.json" + (" and checkpoint headers" if checkpoint else ""),
+        name=model_name(source),
+        origin=inline_origin(checkpoint),
         checkpoint=checkpoint,
     )
