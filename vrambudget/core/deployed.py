@@ -24,6 +24,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from .catalog import preset
+from .dtypes import COMPUTE_DTYPES, float_dtype
 from .memo import BoundedCache
 from .resolved import ResolvedModel
 from .result import DeployedFormat
@@ -55,14 +56,7 @@ _Model = (
     InferenceWorkload | TrainingWorkload | VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload
 )
 _W = TypeVar("_W", bound=_Model)
-_DTYPES = {
-    "float32": "fp32",
-    "float": "fp32",
-    "float16": "fp16",
-    "half": "fp16",
-    "bfloat16": "bf16",
-}
-_FLOATS = ("fp32", "fp16", "bf16")
+_FLOATS = COMPUTE_DTYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +95,7 @@ def checkpoint_of(model: object) -> Checkpoint | None:
         return hit
     config = _config_of(model) or {}
     dtype_key = next((k for k in ("dtype", "torch_dtype") if isinstance(config.get(k), str)), None)
-    dtype = (
-        _DTYPES.get(str(config.get(dtype_key, "")).removeprefix("torch.")) if dtype_key else None
-    )
+    dtype = float_dtype(config[dtype_key]) if dtype_key else None
     if dtype is None:  # no dtype in the config: transformers reads the stored tensors' dtype
         dtype = _stored_dtype(model)
         dtype_key = "stored tensors" if dtype is not None else None
@@ -121,24 +113,21 @@ def checkpoint_of(model: object) -> Checkpoint | None:
     return _CHECKPOINTS.put(key, Checkpoint(dtype, dtype_key, quant, stored))
 
 
-_STORED_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-_HEADER_DTYPES = {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}
-
-
 def _stored_dtype(model: object) -> str | None:
     """The dtype the checkpoint stores its floating tensors in, where the config names none
     (GPT-2 and BERT's configs have no ``torch_dtype``): transformers' ``dtype="auto"`` then
     takes the first floating tensor's dtype (``modeling_utils.py`` ``_get_dtype``). From a
     preset's recorded checkpoint facts, or the headers (the dtype holding most bytes)."""
     if isinstance(model, PresetModel):
-        return _STORED_DTYPES.get(preset(model.id).checkpoint.stored_dtype or "")
+        return float_dtype(preset(model.id).checkpoint.stored_dtype)
     if isinstance(model, ResolvedModel) and model.stored:
         by_dtype: dict[str, int] = {}
         for g in model.stored:
-            if g.dtype in _HEADER_DTYPES:
-                by_dtype[g.dtype] = by_dtype.get(g.dtype, 0) + g.total_bytes
+            dtype = float_dtype(g.dtype)
+            if dtype is not None:
+                by_dtype[dtype] = by_dtype.get(dtype, 0) + g.total_bytes
         if by_dtype:
-            return _HEADER_DTYPES[max(by_dtype, key=lambda k: by_dtype[k])]
+            return max(by_dtype, key=lambda k: by_dtype[k])
     return None
 
 

@@ -12,7 +12,9 @@ __all__ = [
     "WeightDType",
     "bits_of",
     "bytes_of",
+    "float_dtype",
     "native_dtype_name",
+    "torch_dtype_name",
 ]
 
 WeightDType = Literal["fp32", "fp16", "bf16", "fp8"]
@@ -23,6 +25,41 @@ NativeDType = Literal[
 ]
 """What a device's tensor (matrix) cores run natively (a GPU's ``native_dtypes``)."""
 COMPUTE_DTYPES: tuple[str, ...] = get_args(ComputeDType)
+
+_TORCH_NAMES: dict[str, str] = {
+    "float32": "fp32",
+    "float": "fp32",
+    "float16": "fp16",
+    "half": "fp16",
+    "bfloat16": "bf16",
+    "float64": "fp64",
+    "double": "fp64",
+    "int64": "int64",
+    "int32": "int32",
+    "int16": "int16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+    "float8_e4m3fn": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2",
+    "float8_e8m0fnu": "fp8_e8m0",
+}
+"""torch's dtype names (``torch.bfloat16``, as configs and ``str(tensor.dtype)`` write them, and
+their aliases ``float``, ``half``, ``double``) in this vocabulary."""
+_SAFETENSORS_FLOATS: dict[str, str] = {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}
+
+
+def torch_dtype_name(name: object) -> str | None:
+    """``torch.bfloat16`` / ``bfloat16`` -> ``bf16``; None for a name torch does not have."""
+    return _TORCH_NAMES.get(str(name).removeprefix("torch."))
+
+
+def float_dtype(name: object) -> str | None:
+    """The floating dtype (fp32 / fp16 / bf16) a torch name or a safetensors header code
+    (``F32``, ``F16``, ``BF16``) names; None for any other."""
+    found = _SAFETENSORS_FLOATS.get(str(name)) or torch_dtype_name(name)
+    return found if found in COMPUTE_DTYPES else None
+
 
 _BITS: dict[str, int] = {
     "fp32": 32,

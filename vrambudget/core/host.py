@@ -6,7 +6,7 @@ from typing import Any
 
 from .arch import Arch
 from .catalog import preset
-from .dtypes import bytes_of
+from .dtypes import bytes_of, float_dtype
 from .layout import GPUS_PER_NODE
 from .resolve import model_name
 from .resolved import ResolvedModel
@@ -39,8 +39,6 @@ MAX_SHARD_BYTES = 5 * 10**9
 # (typical 1.5-3 GiB) until calibrated by probes.
 PROCESS_RSS_BYTES = 2 * GiB
 
-_DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-
 
 def _prequantized(w: ModelWorkload | EncoderWorkload) -> bool:
     """A checkpoint stored quantized (bitsandbytes only when saved so: it quantizes while
@@ -68,7 +66,7 @@ def checkpoint_file_bytes(w: ModelWorkload | EncoderWorkload, arch: Arch) -> int
         facts = preset(w.model.id).checkpoint
         if facts.total_size_bytes:
             return facts.total_size_bytes
-        dtype = _DTYPE_NAMES.get(facts.stored_dtype or "", "bf16")
+        dtype = float_dtype(facts.stored_dtype) or "bf16"
         return arch.checkpoint_num_params * bytes_of(dtype)
     return arch.checkpoint_num_params * bytes_of(w.precision.weights)  # fp8 returned above
 

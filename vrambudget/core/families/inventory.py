@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from ..arch import Arch, AttentionKind, LayerType, MoE, Role, Split, TensorGroup
+from ..dtypes import torch_dtype_name
 from ..inventory import CacheLayer, InvTensor, ModelInventory
 from .tensors import compress_runs
 
@@ -50,21 +51,6 @@ _MULTIMODAL = (
     "patch_embed",
     "speech",
 )
-_TORCH_DTYPES = {
-    "float32": "fp32",
-    "float16": "fp16",
-    "bfloat16": "bf16",
-    "float64": "fp64",
-    "int64": "int64",
-    "int32": "int32",
-    "int16": "int16",
-    "int8": "int8",
-    "uint8": "uint8",
-    "bool": "bool",
-    "float8_e4m3fn": "fp8_e4m3",
-    "float8_e5m2": "fp8_e5m2",
-    "float8_e8m0fnu": "fp8_e8m0",
-}
 
 
 def _numel(shape: Iterable[int]) -> int:
@@ -99,7 +85,7 @@ def _group(t: InvTensor, vocab: int, per_layer: bool, experts: set[int]) -> Tens
     parent, module, leaf = _module_name(t)
     owner = t.module
     multiplicity = t.count // max(len(t.layers), 1) if per_layer else t.count
-    dtype = None if t.follows else _TORCH_DTYPES.get(t.dtype, "fp32")
+    dtype = None if t.follows else (torch_dtype_name(t.dtype) or "fp32")
     name = t.pattern.split("{}.")[-1] if per_layer else t.pattern
     if leaf == "weight":
         name = name.removesuffix(".weight")
@@ -174,7 +160,7 @@ def _layer_type(groups: list[TensorGroup], cache: CacheLayer | None) -> LayerTyp
     moe = any(g.role is Role.EXPERT for g in groups)
     if cache is None:
         return LayerType(AttentionKind.FULL, None, moe, tuple(groups))
-    state = tuple((s.numel, None if s.follows else _TORCH_DTYPES.get(s.dtype, "fp32"))
+    state = tuple((s.numel, None if s.follows else (torch_dtype_name(s.dtype) or "fp32"))
                   for s in cache.state)  # fmt: skip
     sliding = cache.kind == "sliding" and cache.window is not None
     return LayerType(

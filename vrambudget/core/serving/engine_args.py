@@ -11,7 +11,7 @@ from msgspec import UNSET
 
 from ..arch import Arch
 from ..deployed import checkpoint_of
-from ..dtypes import bytes_of
+from ..dtypes import bytes_of, float_dtype
 from ..errors import InvalidWorkload
 from ..layout import check_layout
 from ..resolved import ResolvedModel
@@ -39,15 +39,15 @@ __all__ = [
     "weights_quantization",
 ]
 
-_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-
 
 def model_dtype(w: LLMServingWorkload) -> str:
     """``--dtype auto``: float16 checkpoints stay float16, everything else (bfloat16, and
     float32 checkpoints, which vLLM downcasts) runs in bfloat16 (vllm/config/model.py
     ``_get_and_verify_dtype``)."""
     if w.dtype != "auto":
-        return _DTYPES[w.dtype]
+        dtype = float_dtype(w.dtype)
+        assert dtype is not None, w.dtype  # the schema allows bfloat16, float16, float32
+        return dtype
     ckpt = checkpoint_of(w.model)
     return "fp16" if ckpt is not None and ckpt.dtype == "fp16" else "bf16"
 
