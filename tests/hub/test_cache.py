@@ -155,6 +155,43 @@ def test_a_commit_never_expires() -> None:
     assert len(fetcher.calls) == 1
 
 
+def test_peek_answers_fresh_entries_only_and_never_fetches_or_waits() -> None:
+    fetcher, clock = Fetcher(), Clock()
+    cache = _cache(fetcher, clock, ttl_s=300.0, max_entries=2)
+    assert cache.peek("org/a", "main") is None  # nothing cached: no fetch either
+    assert fetcher.calls == []
+    got = cache.get("org/a", "main")
+    assert cache.peek("org/a", "main") is got
+    assert cache.peek("org/a", "v1") is None and cache.peek("org/b", "main") is None
+    clock.now += 299.0
+    assert cache.peek("org/a", "main") is got
+    clock.now += 1.0
+    assert cache.peek("org/a", "main") is None  # past the TTL: get fetches again
+    assert len(fetcher.calls) == 1
+    assert cache.get("org/a", "main").config == {"n": 2}
+    assert cache.peek("org/a", "main").config == {"n": 2}  # type: ignore[union-attr]
+    # A commit stays fresh; a peek counts as a use for the LRU bound.
+    commit = cache.get("org/a", SHA)
+    clock.now += 10**9
+    assert cache.peek("org/a", SHA) is commit
+    cache.get("org/b", SHA)  # evicts the expired branch, the least recently used
+    assert cache.peek("org/a", SHA) is commit
+    cache.get("org/c", SHA)  # evicts org/b: org/a was peeked after it was fetched
+    assert cache.peek("org/a", SHA) is commit and cache.peek("org/b", SHA) is None
+    # A fetch in flight: a peek answers None at once instead of waiting for it.
+    fetcher.release = threading.Event()
+    fetcher.entered.clear()
+    side = threading.Thread(target=cache.get, args=("org/d", SHA))
+    side.start()
+    assert fetcher.entered.wait(5)
+    t = time.perf_counter()
+    assert cache.peek("org/d", SHA) is None
+    assert time.perf_counter() - t < 1.0
+    fetcher.release.set()
+    side.join(5)
+    assert cache.peek("org/d", SHA) is not None
+
+
 def test_short_or_uppercase_hex_is_a_name_not_a_commit() -> None:
     fetcher, clock = Fetcher(), Clock()
     cache = _cache(fetcher, clock, ttl_s=10.0)

@@ -94,3 +94,65 @@ def test_a_repository_without_model_type_is_refused_alike_by_the_service_and_the
     assert service.value.message == cli.value.message
     assert cli.value.message.startswith("org/pipeline's config.json: "), cli.value.message
     assert "hidden_size" in cli.value.message
+
+
+def test_a_hub_model_resolved_before_costs_no_fetch_no_thread_and_no_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second identical request: a peek at the Hub cache and a look-up of the resolution,
+    on the event loop; the config was checked once, when it was resolved."""
+    from vrambudget.service import models
+
+    fetcher = Fetcher(QWEN)
+    resolver = _resolver(fetcher)
+    hops: list[Any] = []
+    checks: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(fn)
+        return await to_thread(fn, *args, **kwargs)
+
+    def check(repo_id: str, config: Any, field: str) -> None:
+        checks.append(repo_id)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    monkeypatch.setattr(models, "check_hub_config", check)
+    workloads = _workloads({"source": "hub", "id": "org/qwen", "revision": "main"})
+
+    async def twice() -> tuple[Any, Any]:
+        first = await resolver.resolve(workloads)
+        assert len(fetcher.calls) == 1 and len(hops) == 2  # the fetch, then the resolution
+        assert checks == ["org/qwen"]
+        hops.clear()
+        return first, await resolver.resolve(workloads)
+
+    first, second = asyncio.run(twice())
+    assert second == first and first
+    assert fetcher.calls == [("org/qwen", "main")]
+    assert hops == []
+    assert checks == ["org/qwen"]
+    # Another name for the same commit is another resolution, from the cached fetch.
+    named = _workloads({"source": "hub", "id": "org/qwen", "revision": "main", "name": "q"})
+    asyncio.run(resolver.resolve(named))
+    assert len(fetcher.calls) == 1 and checks == ["org/qwen"] * 2
+    assert len(hops) == 1  # the resolution only
+
+
+def test_a_branch_past_the_hub_cache_ttl_is_fetched_again() -> None:
+    """The peek keeps the Hub cache's TTL: a branch older than it is fetched again (its
+    commit may have moved); the resolution of an unchanged commit is reused."""
+    fetcher = Fetcher(QWEN)
+    resolver = _resolver(fetcher)
+    now = [1000.0]
+    resolver.hub = HubCache(
+        HubSettings(endpoint="http://127.0.0.1:9"), fetcher=fetcher, clock=lambda: now[0]
+    )
+    workloads = _workloads({"source": "hub", "id": "org/qwen"})
+    first = asyncio.run(resolver.resolve(workloads))
+    now[0] += 299.0
+    assert asyncio.run(resolver.resolve(workloads)) == first
+    assert len(fetcher.calls) == 1
+    now[0] += 1.0
+    assert asyncio.run(resolver.resolve(workloads)) == first  # the same commit
+    assert len(fetcher.calls) == 2

@@ -79,17 +79,24 @@ class HubCache:
         with self._lock:
             return len(self._entries)
 
+    def peek(self, repo_id: str, revision: str | None) -> ResolvedCheckpoint | None:
+        """The cached checkpoint if it is fresh (a commit's, or a branch's younger than the
+        TTL), else ``None``: what :meth:`get` would return without fetching. Never fetches and
+        never waits for a fetch in flight -- the lock guards dict operations only -- so an event
+        loop may call it; on ``None``, call :meth:`get` in a thread."""
+        key: _Key = (self._endpoint, repo_id, revision)
+        with self._lock:
+            return self._fresh(key)
+
     def get(self, repo_id: str, revision: str | None) -> ResolvedCheckpoint:
         """The cached checkpoint, or the one a fetch (this call's or a concurrent one's)
         returns. Raises what the fetch raises (``HubError``)."""
         key: _Key = (self._endpoint, repo_id, revision)
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                if entry.expires is None or self._clock() < entry.expires:
-                    self._entries.move_to_end(key)
-                    return entry.value
-                del self._entries[key]
+            fresh = self._fresh(key)
+            if fresh is not None:
+                return fresh
+            self._entries.pop(key, None)  # stale
             flight = self._flights.get(key)
             leader = flight is None
             if flight is None:
@@ -114,6 +121,15 @@ class HubCache:
         flight.value = value
         flight.done.set()
         return value
+
+    def _fresh(self, key: _Key) -> ResolvedCheckpoint | None:
+        """The entry's value if it has not expired (made the most recently used); the lock is
+        held."""
+        entry = self._entries.get(key)
+        if entry is None or (entry.expires is not None and self._clock() >= entry.expires):
+            return None
+        self._entries.move_to_end(key)
+        return entry.value
 
     def clear(self) -> None:
         """Forget every entry (fetches in flight still complete and are stored)."""

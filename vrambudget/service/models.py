@@ -4,8 +4,9 @@ family without a closed form (in a trace worker), a checkpoint's stored tensors 
 
 Everything is cached: a repository revision by the Hub cache, an inventory per config by the
 trace pool, a resolved model by its source. A request for a model resolved before costs a dict
-look-up, so a whole-catalog fit of a Hub model after its first resolution is as fast as a
-preset's. Errors name the field (``workloads[0].model.id``): 422 for what the caller can change
+look-up on the event loop (a Hub model's: one in the Hub cache too, while its revision is fresh
+there; no thread), so a whole-catalog fit of a Hub model after its first resolution is as fast
+as a preset's. Errors name the field (``workloads[0].model.id``): 422 for what the caller can change
 (an unknown repository or revision, a gated repository the service's token cannot read, a
 config ``transformers`` refuses), 503 when the Hub cannot be reached, 501 when the framework is
 not installed.
@@ -36,7 +37,7 @@ from vrambudget.core.sources import (
     needs_inventory,
 )
 from vrambudget.core.spec import HFConfigModel, HubModel
-from vrambudget.hub import HubCache, HubError, HubSettings
+from vrambudget.hub import HubCache, HubError, HubSettings, ResolvedCheckpoint
 
 from .resolutions import Resolutions
 from .trace_errors import TraceUnavailable
@@ -74,37 +75,41 @@ class ModelResolver:
         return out
 
     async def resolve_one(self, model: HFConfigModel | HubModel, field: str) -> ResolvedModel:
-        checkpoint: Checkpoint | None
+        """A Hub repository fresh in the Hub cache and resolved before costs a look-up in each
+        cache, on the event loop: no thread, no check of its config again."""
         name = model_name(model)
         if isinstance(model, HubModel):
-            config, checkpoint, origin = await self._fetch(model, field)  # cached by revision
+            # a thread only on a miss (or a branch past the cache's TTL)
+            found = self.hub.peek(model.id, model.revision) or await self._fetch(model, field)
+            origin = hub_origin(model.id, found.commit, found.revision)
             cache_key: object = ("hub", origin, name)  # the origin names the commit
+            hit = self._resolved.get(cache_key)
+            if hit is not None:
+                return hit
+            check_hub_config(model.id, found.config, f"{field}.id")  # once per commit
+            config, checkpoint = found.config, found.checkpoint
         else:
+            cache_key = model
+            hit = self._resolved.get(cache_key)
+            if hit is not None:
+                return hit
             config = model.config
             checkpoint = inline_checkpoint(model)
             origin = inline_origin(checkpoint)
-            cache_key = model
-        hit = self._resolved.get(cache_key)
-        if hit is not None:
-            return hit
         inventory = await self._inventory(config, checkpoint, f"{field}.config")
         resolved = await asyncio.to_thread(
             resolved_model, config, checkpoint, inventory, origin=origin, name=name
         )
         return self._resolved.put(cache_key, resolved)
 
-    async def _fetch(
-        self, model: HubModel, field: str
-    ) -> tuple[dict[str, Any], Checkpoint | None, str]:
+    async def _fetch(self, model: HubModel, field: str) -> ResolvedCheckpoint:
         try:
-            found = await asyncio.to_thread(self.hub.get, model.id, model.revision)
+            return await asyncio.to_thread(self.hub.get, model.id, model.revision)
         except HubError as exc:
             where = f"{field}.{exc.field}" if exc.field in ("id", "revision") else field
             if exc.kind == "unreachable":
                 raise HubUnreachable(where, exc.message) from None
             raise InvalidWorkload(where, exc.message) from None
-        check_hub_config(model.id, found.config, f"{field}.id")
-        return found.config, found.checkpoint, hub_origin(model.id, found.commit, found.revision)
 
     async def _inventory(
         self, config: dict[str, Any], checkpoint: Checkpoint | None, field: str
