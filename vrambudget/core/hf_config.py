@@ -25,6 +25,9 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from .errors import InvalidWorkload
+from .memo import BoundedCache
+
 __all__ = [
     "CLOSED_FORM_FAMILIES",
     "HFConfig",
@@ -34,6 +37,7 @@ __all__ = [
     "ModelType",
     "check_config",
     "check_framework_limits",
+    "config_key",
     "typed_config",
 ]
 
@@ -428,12 +432,7 @@ def check_framework_limits(config: Mapping[str, Any]) -> None:
     and its nested sub-configs) and layers x routed experts at most 65,536 -- checked before a
     model is built (``InvalidWorkload`` naming ``config.<key>``), since a framework-built model
     has Python objects per layer and expert."""
-    from .errors import InvalidWorkload
-
-    try:
-        counts = _check_layer_counts(config, "config")
-    except _LimitError as exc:
-        raise InvalidWorkload(exc.field, exc.message) from None
+    counts = _check_layer_counts(config, "config")
     layers = max((v for k, v in counts if k == "layers"), default=1)
     experts = max((v for k, v in counts if k == "experts"), default=1)
     if layers * experts > MAX_FRAMEWORK_EXPERT_LAYERS:
@@ -442,12 +441,6 @@ def check_framework_limits(config: Mapping[str, Any]) -> None:
             f"layers x experts must be at most {MAX_FRAMEWORK_EXPERT_LAYERS} (a framework-"
             f"built model has a module per expert and layer), got {layers} x {experts}",
         )
-
-
-class _LimitError(Exception):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field, self.message = field, message
 
 
 _LAYER_KEY = re.compile(r"(^|_)(layers?|blocks?|depth)$|^n_layers?$")
@@ -476,7 +469,7 @@ def _check_layer_counts(
         elif isinstance(value, int) and not isinstance(value, bool):
             if _LAYER_KEY.search(key):
                 if not 0 <= value <= MAX_FRAMEWORK_LAYERS:
-                    raise _LimitError(
+                    raise InvalidWorkload(
                         f"{path}.{key}",
                         f"must be in 0 .. {MAX_FRAMEWORK_LAYERS} (layers), got {value}",
                     )
@@ -486,9 +479,26 @@ def _check_layer_counts(
     return found
 
 
+_KEYS: BoundedCache[int, tuple[Mapping[str, Any], bytes]] = BoundedCache(1024)
+
+
+def config_key(config: Mapping[str, Any]) -> bytes:
+    """The canonical encoding of a config (keys sorted): the key of every cache over configs.
+    Kept per config object, so a request's config is encoded once however many caches it
+    reaches (the entry holds the object, so its id cannot be reused while it is kept; a config
+    is never changed once decoded)."""
+    hit = _KEYS.get(id(config))
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    return _KEYS.put(id(config), (config, msgspec.json.encode(config, order="sorted")))[1]
+
+
+_TYPED: BoundedCache[bytes, HFConfig] = BoundedCache(512)
+
+
 def typed_config(config: Mapping[str, Any]) -> HFConfig:
     """The typed view of a closed-form family's config (``ValueError`` naming the key)."""
-    key = msgspec.json.encode(config, order="sorted")
+    key = config_key(config)
     cached = _TYPED.get(key)
     if cached is not None:
         return cached
@@ -499,10 +509,4 @@ def typed_config(config: Mapping[str, Any]) -> HFConfig:
         if "- at `$.config" not in message:
             message += " - at `$.config`"
         raise ValueError(message) from None
-    _TYPED[key] = typed
-    if len(_TYPED) > 512:
-        _TYPED.pop(next(iter(_TYPED)))
-    return typed
-
-
-_TYPED: dict[bytes, HFConfig] = {}
+    return _TYPED.put(key, typed)

@@ -17,7 +17,7 @@ from .catalog import preset, preset_arch
 from .errors import InvalidWorkload
 from .families import arch_from_hf_config, gated_mlp, linear, norm
 from .families.inventory import arch_from_inventory, assumptions
-from .hf_config import CLOSED_FORM_FAMILIES, typed_config
+from .hf_config import CLOSED_FORM_FAMILIES, config_key, typed_config
 from .memo import BoundedCache
 from .resolved import ResolvedModel
 from .result import ModelOrigin
@@ -127,9 +127,7 @@ _RESOLVED: BoundedCache[str, Arch] = BoundedCache(256)
 
 
 def _from_config(config: dict[str, Any]) -> Arch:
-    import msgspec
-
-    key = msgspec.json.encode(config, order="sorted")
+    key = config_key(config)
     cached = _CONFIGS.get(key)
     if cached is not None:
         return cached

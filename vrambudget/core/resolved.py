@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from .checkpoint import Checkpoint, StoredGroup, collapse
+from .hf_config import config_key
 from .inventory import ModelInventory
 
 __all__ = ["ResolvedModel", "resolved_key", "resolved_model"]
@@ -50,7 +51,7 @@ def resolved_key(
     origin: str,
 ) -> str:
     h = hashlib.sha256()
-    h.update(msgspec.json.encode(config, order="sorted"))
+    h.update(config_key(config))
     h.update(b"\0")
     h.update(msgspec.json.encode(stored))
     h.update(b"\0")

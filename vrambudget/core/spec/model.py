@@ -5,12 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-import msgspec
 from msgspec import Meta
 
 from ..catalog import ModelId
 from ..checkpoint import StoredTensor
-from ..hf_config import CLOSED_FORM_FAMILIES, MODEL_TYPE_PATTERN, HFConfig, check_config
+from ..hf_config import (
+    CLOSED_FORM_FAMILIES,
+    MODEL_TYPE_PATTERN,
+    HFConfig,
+    check_config,
+    config_key,
+)
 from .limits import MAX_LAYERS, MAX_TOKENS, Dim, Layers, Name, Wire
 
 __all__ = [
@@ -96,11 +101,7 @@ class HFConfigModel(Wire, tag="hf_config", tag_field="source", frozen=True, kw_o
         check_config(self.config)
 
     def __hash__(self) -> int:
-        return hash((_canonical(self.config), self.name, self.checkpoint))
-
-
-def _canonical(config: dict[str, Any]) -> bytes:
-    return msgspec.json.encode(config, order="sorted")
+        return hash((config_key(self.config), self.name, self.checkpoint))
 
 
 class HubModel(Wire, tag="hub", tag_field="source", frozen=True, kw_only=True):
