@@ -41,7 +41,7 @@ from vrambudget.core.estimate import estimate
 from vrambudget.core.families.inventory import arch_from_inventory
 from vrambudget.core.quantization import bnb_serialized_state_bytes
 from vrambudget.core.spec import BitsAndBytes4bit
-from vrambudget.core.stored import loaded, with_stored_tensors
+from vrambudget.core.stored import loaded_by, with_stored_tensors
 from vrambudget.workloads.hf.resolve import cached_inventory, resolve_config
 
 # Bytes per element of the safetensors dtype codes used here (the format's spec).
@@ -486,7 +486,8 @@ def test_extra_layer_tensors_and_inv_freq_are_not_loaded() -> None:
     inv = cached_inventory(QWEN)
     dropped = collapse(_mtp_only() + _inv_freq())
     assert len(dropped) == 6  # the MTP layer's 5 groups and the inv_freq group
-    assert [loaded(g, inv.stack, 24, inv) for g in dropped] == [False] * len(dropped)
+    loaded = loaded_by(inv.stack, 24, inv)
+    assert [loaded(g) for g in dropped] == [False] * len(dropped)
     assert _stored_layers(bf16_header() + _mtp_only() + _inv_freq()) == (((29_824_768, 0), 24),)
     config = qwen("bfloat16", {})
     del config["quantization_config"]

@@ -9,8 +9,9 @@ zero points, group indices, codes, shapes). Sources per scheme are in the docstr
 released library files and lines read); ``docs/COMPONENTS.md`` has worked numbers.
 
 A checkpoint can hold a few bytes that loading drops: bitsandbytes' JSON quant-state tensor
-(:func:`bnb_serialized_state_bytes`) and LLM.int8's ``weight_format`` byte
-(:data:`BNB_INT8_WEIGHT_FORMAT_BYTES`).
+(:func:`bnb_serialized_state_bytes`) and LLM.int8's one-byte ``weight_format``
+(``torch.tensor(0, dtype=torch.uint8)`` saved beside ``SCB``, bitsandbytes ``nn/modules.py``
+1109-1117; :mod:`vrambudget.core.stored` leaves both out).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 
 from .arch import Role
+from .dtypes import bytes_of
 from .spec import (
     AWQ,
     FP8,
@@ -29,11 +31,10 @@ from .spec import (
     Int8,
     Quantization,
 )
-from .units import ceil_div
+from .units import ceil_div, round_up
 
 __all__ = [
     "BNB_DYNAMIC_MAP_BYTES",
-    "BNB_INT8_WEIGHT_FORMAT_BYTES",
     "BNB_NESTED_BLOCKSIZE",
     "BNB_NF4_CODE_BYTES",
     "MXFP4_BLOCK",
@@ -54,16 +55,12 @@ BNB_NF4_CODE_BYTES = 16 * 4
 # (functional.py 296-346); serialized as ``nested_quant_map`` (as_dict 563).
 BNB_DYNAMIC_MAP_BYTES = 256 * 4
 BNB_OFFSET_BYTES = 4
-# bitsandbytes nn/modules.py 1109-1117: ``weight_format`` = torch.tensor(0, dtype=torch.uint8),
-# saved beside ``SCB``; not loaded onto the device.
-BNB_INT8_WEIGHT_FORMAT_BYTES = 1
 
 MXFP4_BLOCK = 32
 """Elements per MX block (one e8m0 scale; 16 bytes of packed fp4)."""
 NVFP4_GROUP = 16
 """Elements per NVFP4 fp8 scale."""
 
-_SCALE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8_e4m3": 1, "uint8": 1}
 _FP16 = 2
 _FP32 = 4
 _INT16 = 2
@@ -88,7 +85,7 @@ def quantized_roles(q: Quantization) -> frozenset[Role]:
 def _int8(q: Int8, rows: int, cols: int) -> tuple[int, int]:
     """int8 ``weight`` rows x cols + one scale per row (bitsandbytes 0.50.2 ``nn/modules.py``
     743-746: ``SCB`` fp32 (rows,)). 4096 x 4096: 16,777,216 + 4096 x 4 = 16,384 B."""
-    return rows * cols, rows * _SCALE_BYTES[q.scale_dtype]
+    return rows * cols, rows * bytes_of(q.scale_dtype)
 
 
 def _fp8(q: FP8, rows: int, cols: int) -> tuple[int, int]:
@@ -106,6 +103,12 @@ def _fp8(q: FP8, rows: int, cols: int) -> tuple[int, int]:
     return payload, (scales + (1 if q.input_scale else 0)) * _FP32
 
 
+def _marlin_payload(bits: int, rows: int, cols: int) -> int:
+    """A Marlin-packed weight, AutoGPTQ's and AutoAWQ's alike: ``B`` / ``qweight``
+    ceil(cols/16) x ceil(rows*16*bits/32) int32 (tiles of 16 x 16)."""
+    return ceil_div(cols, 16) * ceil_div(rows * 16 * bits, 32) * _INT32
+
+
 def _groups(group_size: int, cols: int) -> int:
     return 1 if group_size == -1 else ceil_div(cols, group_size)
 
@@ -121,8 +124,7 @@ def _gptq(q: GPTQ, rows: int, cols: int) -> tuple[int, int]:
     groups = _groups(q.group_size, cols)
     scales = groups * rows * _FP16
     if q.checkpoint_format == "marlin":
-        b = ceil_div(cols, 16) * ceil_div(rows * 16 * q.bits, 32) * _INT32
-        return b, scales
+        return _marlin_payload(q.bits, rows, cols), scales
     qweight = ceil_div(cols * q.bits, 32) * rows * _INT32
     qzeros = groups * ceil_div(rows * q.bits, 32) * _INT32
     g_idx = cols * _INT32
@@ -135,7 +137,7 @@ def _awq_zeros_width(cols: int, group_size: int) -> int:
     refuses other sizes; smaller ones are taken as 32 here)."""
     size_multiplier = 1 if group_size >= 128 else 2 if group_size >= 64 else 4
     base = ceil_div(cols // group_size, 8)
-    return ceil_div(base, size_multiplier) * size_multiplier
+    return round_up(base, size_multiplier)
 
 
 def _awq(q: AWQ, rows: int, cols: int) -> tuple[int, int]:
@@ -147,13 +149,13 @@ def _awq(q: AWQ, rows: int, cols: int) -> tuple[int, int]:
     (rows/4, cols/4 x 4), scales and qzeros fp16 8w x rows each. marlin (``marlin.py`` 60-75):
     qweight ceil(cols/16) x rows*2 int32, scales groups x rows fp16."""
     group_size = cols if q.group_size == -1 else q.group_size
-    groups = ceil_div(cols, group_size)
+    groups = _groups(q.group_size, cols)
     packed_rows = ceil_div(rows * q.bits, 32)
     if q.version in ("gemm", "exllama"):
         qweight = cols * packed_rows * _INT32
         return qweight, groups * packed_rows * _INT32 + groups * rows * _FP16
     if q.version == "marlin":
-        return ceil_div(cols, 16) * ceil_div(rows * 16 * q.bits, 32) * _INT32, groups * rows * _FP16
+        return _marlin_payload(q.bits, rows, cols), groups * rows * _FP16
     width = _awq_zeros_width(cols, group_size)
     if q.version == "gemv":
         qweight = rows * ceil_div(cols * q.bits, 32) * _INT32
@@ -225,7 +227,7 @@ def _compressed_tensors(q: CompressedTensors, rows: int, cols: int) -> tuple[int
     4096 x 512 x 4 = 8,388,608 + (4096 x 32 x 2 = 262,144 + 16 = 262,160); asymmetric adds
     512 x 32 x 4 = 65,536."""
     scale_rows, scale_cols = _ct_scale_count(q, rows, cols)
-    scale_bytes = _SCALE_BYTES[q.scale_dtype]
+    scale_bytes = bytes_of(q.scale_dtype)
     meta = scale_rows * scale_cols * scale_bytes
     if q.format == "pack-quantized":
         payload = rows * ceil_div(cols * q.num_bits, 32) * _INT32

@@ -13,12 +13,15 @@ the inventory's sizes. Payload and quantization metadata are told apart by the t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .arch import Arch
 from .checkpoint import StoredGroup
 from .families.tensors import compress_runs
 from .inventory import ModelInventory
+from .quantization import BNB_OFFSET_BYTES
 
-__all__ = ["METADATA_SUFFIXES", "is_metadata", "loaded", "with_stored_tensors"]
+__all__ = ["METADATA_SUFFIXES", "is_metadata", "loaded_by", "with_stored_tensors"]
 
 METADATA_SUFFIXES = (
     "scales",
@@ -56,7 +59,7 @@ def is_metadata(pattern: str) -> bool:
     leaf = parts[-1]
     if "quant_state" in parts:
         return True
-    return leaf in METADATA_SUFFIXES or (leaf.endswith("_scales") and not leaf.endswith("_blocks"))
+    return leaf in METADATA_SUFFIXES or leaf.endswith("_scales")
 
 
 def _unpacked_at_load(pattern: str) -> bool:
@@ -90,27 +93,35 @@ def _inventory_modules(inv: ModelInventory) -> tuple[set[str], set[str]]:
     return modules, recomputed
 
 
-def loaded(g: StoredGroup, stack: str | None, num_layers: int, inv: ModelInventory | None) -> bool:
-    """Whether the model loads this stored tensor group (see the module docstring)."""
-    if g.pattern.endswith("inv_freq") or _unpacked_at_load(g.pattern):
-        return False
-    in_stack = stack is not None and g.pattern.startswith(stack) and bool(g.layers)
-    if in_stack and min(g.layers) >= num_layers:
-        return False  # only layers the model does not have (DeepSeek-V3's MTP layer 61)
-    if inv is None:
-        return True
-    modules, recomputed = _inventory_modules(inv)
-    if g.pattern in recomputed:
-        return False
-    path = _module_path(g.pattern)
-    return any(path == m or path.startswith(m + ".") for m in modules) or path in modules
+def loaded_by(
+    stack: str | None, num_layers: int, inv: ModelInventory | None
+) -> Callable[[StoredGroup], bool]:
+    """Whether the model loads a stored tensor group (see the module docstring); the
+    inventory's modules are gathered once per checkpoint."""
+    modules, recomputed = _inventory_modules(inv) if inv is not None else (set(), set())
+
+    def loaded(g: StoredGroup) -> bool:
+        if g.pattern.endswith("inv_freq") or _unpacked_at_load(g.pattern):
+            return False
+        in_stack = stack is not None and g.pattern.startswith(stack) and bool(g.layers)
+        if in_stack and min(g.layers) >= num_layers:
+            return False  # only layers the model does not have (DeepSeek-V3's MTP layer 61)
+        if inv is None:
+            return True
+        if g.pattern in recomputed:
+            return False
+        # a module the framework builds, or a submodule of one (bitsandbytes' quant state)
+        parts = _module_path(g.pattern).split(".")
+        return any(".".join(parts[:i]) in modules for i in range(len(parts), 0, -1))
+
+    return loaded
 
 
 def _offset_bytes(pattern: str) -> int:
     """Device bytes a tensor's loading adds: bitsandbytes keeps a double-quantized state's fp32
     ``offset`` on the device (``functional.py`` 523, ``QuantState.from_dict``), one per
     ``nested_absmax``."""
-    return 4 if pattern.endswith("nested_absmax") else 0
+    return BNB_OFFSET_BYTES if pattern.endswith("nested_absmax") else 0
 
 
 def _stack_of(arch: Arch, stored: tuple[StoredGroup, ...], inv: ModelInventory | None) -> str:
@@ -146,10 +157,11 @@ def with_stored_tensors(
     from dataclasses import replace
 
     stack = _stack_of(arch, stored, inv)
+    loaded = loaded_by(stack, arch.num_layers, inv)
     per_layer: dict[int, list[int]] = {}
     top: dict[str, list[int]] = {}
     for g in stored:
-        if not loaded(g, stack, arch.num_layers, inv):
+        if not loaded(g):
             continue
         column = 1 if is_metadata(g.pattern) else 0
         nbytes = g.nbytes + _offset_bytes(g.pattern)
