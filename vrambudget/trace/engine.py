@@ -82,7 +82,8 @@ C = Component
 MODELLED = (
     "FlashAttention-2 (SDPA flash backend): output + fp32 log-sum-exp saved; backward "
     "dq_accum fp32 (s rounded to 128, head dim to 32/64), softmax_d, GQA-expanded dk/dv "
-    "(flash_api.cpp mha_bwd)",
+    "(flash_api.cpp mha_bwd); fp32 inputs: the SDPA backend sdp_utils.cpp selects "
+    "(memory-efficient, or math with GQA)",
     "fused RMSNorm/LayerNorm kernels: input and fp32 rstd (and mean) saved, no fp32 copies",
     "cuBLAS + cuBLASLt workspaces allocated through the caching allocator at the first GEMM",
     "bitsandbytes 4-bit: dequantized weight scratch per projection in forward and backward",
@@ -97,8 +98,8 @@ MODELLED_FRAMEWORK = (
     "classes, loss) run on fake tensors; only kernels absent on the CPU are stand-ins:",
     "SDPA: the CUDA backend sdp_utils.cpp selects -- flash (no mask, fp16/bf16, head dim "
     "<= 256): output + fp32 log-sum-exp, backward dq_accum / softmax_d / GQA-expanded dk, dv "
-    "(flash_api.cpp); memory-efficient (a mask): output + fp32 log-sum-exp padded to 32 "
-    "rows, backward an fp32 delta (attention_backward.cu); else the math path as is",
+    "(flash_api.cpp); memory-efficient (a mask, or fp32): output + fp32 log-sum-exp padded "
+    "to 32 rows, backward an fp32 delta (attention_backward.cu); else the math path as is",
     "flash_attention_2: the same FlashAttention-2 allocations (flash_attn is not installed)",
     "quantized linear layers: the scheme's stored bytes; bitsandbytes 4-bit dequantizes into "
     "a compute-dtype scratch (gemv_4bit for one token), AWQ GEMM from 8 tokens, the other "

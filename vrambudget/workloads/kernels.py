@@ -19,15 +19,24 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from vrambudget.core.formulas.sdpa import lse_rows, sdpa_backend
+from vrambudget.core.units import round_up
+
 __all__ = [
     "FLASH_HEAD_ROUND",
     "FLASH_SEQ_ROUND",
+    "HALF_DTYPES",
     "dequantized_linear",
+    "emulated_sdpa",
     "emulation",
     "flash_attention",
+    "flash_attention_2",
     "fused_norm",
     "packed_linear",
 ]
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+"""The 16-bit float dtypes (FlashAttention's, and the 8-element GEMM alignment's)."""
 
 _EMULATE: ContextVar[bool] = ContextVar("vrambudget_emulate_cuda_kernels", default=False)
 
@@ -50,13 +59,6 @@ FLASH_SEQ_ROUND = 128
 FLASH_HEAD_ROUND_SMALL, FLASH_HEAD_ROUND = 32, 64
 # mha_fwd returns an rng_state of two uint64 and an unused uint64 scalar (both on the device).
 _RNG_STATE_ELEMS = 2
-# Memory-efficient attention (the SDPA backend for fp32 inputs) pads its log-sum-exp to a
-# multiple of 32 rows (aten/src/ATen/native/transformers/cuda/attention.cu, kAlignLSE).
-MEM_EFFICIENT_LSE_ALIGN = 32
-
-
-def _round(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
 
 
 def _apply(function: type[torch.autograd.Function], *args: object) -> torch.Tensor:
@@ -67,14 +69,14 @@ def _apply(function: type[torch.autograd.Function], *args: object) -> torch.Tens
 
 
 class _FlashAttention(torch.autograd.Function):
-    """FlashAttention-2 as PyTorch's SDPA flash backend runs it (native GQA, O(s) memory)."""
+    """FlashAttention-2 as PyTorch's SDPA flash backend runs it (native GQA, O(s) memory),
+    on (b, s, h, d) inputs of a 16-bit dtype."""
 
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         b, sq, h, _ = q.shape
         out = torch.empty(b, sq, h, v.shape[-1], dtype=q.dtype, device=q.device)
-        rows = sq if q.dtype != torch.float32 else _round(sq, MEM_EFFICIENT_LSE_ALIGN)
-        lse = torch.empty(b, h, rows, dtype=torch.float32, device=q.device)
+        lse = torch.empty(b, h, lse_rows("flash", sq), dtype=torch.float32, device=q.device)
         rng = torch.empty(_RNG_STATE_ELEMS, dtype=torch.int64, device=q.device)
         ctx.save_for_backward(q, k, v, out, lse, rng)
         return out
@@ -84,8 +86,8 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, _out, _lse, _rng = ctx.saved_tensors
         b, sq, h, d = q.shape
         sk, hk = k.shape[1], k.shape[2]
-        d_round = _round(d, FLASH_HEAD_ROUND_SMALL if d <= 128 else FLASH_HEAD_ROUND)
-        sq_round = _round(sq, FLASH_SEQ_ROUND)
+        d_round = round_up(d, FLASH_HEAD_ROUND_SMALL if d <= 128 else FLASH_HEAD_ROUND)
+        sq_round = round_up(sq, FLASH_SEQ_ROUND)
         dq = torch.empty_like(q)
         dk = torch.empty_like(k)
         dv = torch.empty_like(v)
@@ -100,6 +102,93 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv
 
 
+class _MemEfficientAttention(torch.autograd.Function):
+    """``_efficient_attention_forward`` / ``_efficient_attention_backward`` on (b, h, s, d)
+    inputs: the output and an fp32 log-sum-exp padded to 32 rows; the backward the three
+    input gradients and an fp32 ``delta`` per row (``attention_backward.cu``)."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        b, h, sq, _ = q.shape
+        out = torch.empty(b, sq, h, v.shape[-1], dtype=q.dtype, device=q.device).transpose(1, 2)
+        rows = lse_rows("mem_efficient", sq)
+        lse = torch.empty(b, h, rows, dtype=torch.float32, device=q.device)
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
+        q, k, v, _out, _lse = ctx.saved_tensors
+        b, h, sq, _ = q.shape
+        delta = torch.empty(b, h, sq, dtype=torch.float32, device=q.device)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        del delta
+        return dq, dk, dv
+
+
+def emulated_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` on (b, h, s, d) as CUDA allocates it: the backend
+    :func:`vrambudget.core.formulas.sdpa.sdpa_backend` picks (``sdp_utils.cpp``), run as its
+    emulation (flash, memory-efficient) or as the math path itself. Emulation only: nothing
+    is computed."""
+    backend = sdpa_backend(
+        half=query.dtype in HALF_DTYPES,
+        head_dim=query.shape[-1],
+        v_head_dim=value.shape[-1],
+        mask=attn_mask is not None,
+        gqa=key.shape[1] != query.shape[1],
+    )
+    if backend == "flash":
+        out = _apply(
+            _FlashAttention, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+        )
+        return out.transpose(1, 2)
+    if backend == "mem_efficient":
+        return _apply(_MemEfficientAttention, query, key, value)
+    math: Any = torch.ops.aten._scaled_dot_product_attention_math
+    mathed: torch.Tensor = math(
+        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+        enable_gqa=enable_gqa,
+    )[0]  # fmt: skip
+    return mathed
+
+
+def _sdpa_bshd(
+    sdpa: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
+) -> torch.Tensor:
+    """``sdpa`` (``F.scaled_dot_product_attention`` or :func:`emulated_sdpa`) on (b, s, h, d)
+    inputs: causal only over a square prefill, native GQA when there are fewer kv heads."""
+    sq, sk = q.shape[1], k.shape[1]
+    out: torch.Tensor = sdpa(
+        q.transpose(1, 2),
+        k.transpose(1, 2),
+        v.transpose(1, 2),
+        is_causal=causal and sq == sk and sq > 1,
+        enable_gqa=q.shape[2] != k.shape[2],
+    )
+    return out.transpose(1, 2)
+
+
+def flash_attention_2(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = True
+) -> torch.Tensor:
+    """The ``flash_attn`` package's FlashAttention-2 on (b, s, h, d) inputs of a 16-bit dtype
+    (``flash_attn_func``, native GQA): the same buffers as SDPA's flash backend. Native mode
+    runs SDPA."""
+    if _EMULATE.get():
+        return _apply(_FlashAttention, q, k, v)
+    return _sdpa_bshd(F.scaled_dot_product_attention, q, k, v, causal)
+
+
 def flash_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -108,21 +197,19 @@ def flash_attention(
     causal: bool = True,
     window: int | None = None,
 ) -> torch.Tensor:
-    """(b, s_q, h, d) x (b, s_k, h_kv, d) -> (b, s_q, h, d_v); the queries are the last s_q
-    positions (prefill: all of them; decode: one). Native mode runs SDPA (the flash backend on
-    CUDA with half inputs); its sliding window is not applied to the values there (the window
-    changes no allocation of the flash kernel)."""
-    if _EMULATE.get():
+    """The built-in builders' attention: (b, s_q, h, d) x (b, s_k, h_kv, d) -> (b, s_q, h,
+    d_v); the queries are the last s_q positions (prefill: all of them; decode: one).
+    Emulated, 16-bit inputs run FlashAttention-2 (the builders' fused kernel, native GQA; also
+    the stand-in of vLLM's latent-attention decode kernel, whose 576-wide heads are outside
+    SDPA's flash rule); fp32 inputs, which no flash kernel takes, get the backend the
+    frameworks' SDPA gets for them (:func:`emulated_sdpa`: the memory-efficient kernel, or
+    math with GQA). Native mode runs SDPA. The sliding window is not applied to the values (it
+    changes no allocation of the kernels)."""
+    if not _EMULATE.get():
+        return _sdpa_bshd(F.scaled_dot_product_attention, q, k, v, causal)
+    if q.dtype in HALF_DTYPES:
         return _apply(_FlashAttention, q, k, v)
-    sq, sk = q.shape[1], k.shape[1]
-    out = F.scaled_dot_product_attention(
-        q.transpose(1, 2),
-        k.transpose(1, 2),
-        v.transpose(1, 2),
-        is_causal=causal and sq == sk and sq > 1,
-        enable_gqa=q.shape[2] != k.shape[2],
-    )
-    return out.transpose(1, 2)
+    return _sdpa_bshd(emulated_sdpa, q, k, v, causal)
 
 
 class _FusedNorm(torch.autograd.Function):

@@ -16,17 +16,17 @@ Sources (diffusers 0.42.1, ``models/``): ``resnet.py`` ``ResnetBlock2D.forward``
 ``transformers/transformer_2d.py`` (``_operate_on_continuous_inputs``,
 ``_get_output_for_continuous_inputs``), ``upsampling.py`` ``Upsample2D.forward`` (lines
 140-190), ``downsampling.py`` ``Downsample2D.forward``. The attention kernels allocate what
-PyTorch's CUDA SDPA backends allocate (``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``
-selects the backend; ``flash_api.cpp``, ``attention.cu``).
+PyTorch's CUDA SDPA backends allocate (the backend ``sdp_utils.cpp`` selects,
+:func:`vrambudget.core.formulas.sdpa.sdpa_backend`, the rule the trace tier emulates;
+``flash_api.cpp``, ``attention.cu``, ``attention.cpp`` ``_scaled_dot_product_attention_math``).
 """
 
 from __future__ import annotations
 
+from ..formulas.sdpa import lse_rows, sdpa_backend
 from .walk import Walk
 
 __all__ = [
-    "FLASH_MAX_HEAD",
-    "LSE_ALIGN",
     "attention",
     "downsample",
     "resnet",
@@ -34,12 +34,6 @@ __all__ = [
     "transformer_2d",
     "upsample",
 ]
-
-FLASH_MAX_HEAD = 256
-"""``check_head_dim_size_flash``: FlashAttention-2 takes head dims up to 256."""
-LSE_ALIGN = 32
-"""Memory-efficient attention pads its fp32 log-sum-exp to 32 rows (``attention.cu``
-``kAlignLSE``)."""
 
 
 def resnet(w: Walk, n: int, cin: int, cout: int, e: int, temb: bool) -> int:
@@ -76,15 +70,46 @@ def resnet(w: Walk, n: int, cin: int, cout: int, e: int, temb: bool) -> int:
 
 
 def sdpa(w: Walk, b: int, heads: int, sq: int, sk: int, d: int, e: int, mask: bool = False) -> int:
-    """``F.scaled_dot_product_attention`` on CUDA, inference: flash (fp16/bf16, head dim <= 256,
-    no mask) allocates the output and an fp32 log-sum-exp of ``b x heads x sq``; the
-    memory-efficient kernel (any other aligned head dim, fp32, an additive mask) the output and
-    the log-sum-exp padded to 32 rows. Both are O(s); the log-sum-exp is dropped on return."""
+    """``F.scaled_dot_product_attention`` on CUDA, inference, with the backend ``sdp_utils.cpp``
+    picks (:func:`~vrambudget.core.formulas.sdpa.sdpa_backend`): flash (fp16/bf16, head dim
+    <= 256 and a multiple of 8, no mask) allocates the output and an fp32 log-sum-exp of
+    ``b x heads x sq``; the memory-efficient kernel (an aligned head dim: fp32, a larger head,
+    an additive mask) the output and the log-sum-exp padded to 32 rows -- both O(s), the
+    log-sum-exp dropped on return; math (a head dim the kernels cannot align) materializes
+    the ``sq x sk`` scores (:func:`_math_sdpa`)."""
+    backend = sdpa_backend(half=e == 2, head_dim=d, v_head_dim=d, mask=mask, gqa=False)
+    if backend == "math":
+        return _math_sdpa(w, b * heads, sq, sk, d, e)
     out = w.alloc(b * sq * heads * d * e)
-    flash = not mask and e == 2 and d <= FLASH_MAX_HEAD and d % 8 == 0
-    rows = sq if flash else -(-sq // LSE_ALIGN) * LSE_ALIGN
-    w.temp(b * heads * rows * 4)
-    del sk
+    w.temp(b * heads * lse_rows(backend, sq) * 4)
+    return out
+
+
+def _math_sdpa(w: Walk, bh: int, sq: int, sk: int, d: int, e: int) -> int:
+    """``_scaled_dot_product_attention_math`` (a composite of plain ops, the same on every
+    device) on ``bh`` = batch x heads rows: 16-bit inputs are upcast to fp32 first (q, k, v
+    copies), q and the transposed k scaled by sqrt(scale), the fp32 scores, ``_safe_softmax``
+    (an additive mask is added in place), the probabilities cast back (returned as the second
+    output and dropped by ``F.scaled_dot_product_attention``), the product with v in fp32 and
+    its cast back. Worked number: 2 x 3 rows of 50 tokens, head dim 20, fp16: 222,000 B live
+    above the inputs at the cast-back output."""
+    nq, nk, ns = bh * sq * d, bh * sk * d, bh * sq * sk
+    upcast = e != 4
+    copies = [w.alloc(4 * n) for n in (nq, nk, nk)] if upcast else []  # query_acc, key_acc ...
+    q = w.alloc(4 * nq)  # query * sqrt(scale)
+    k = w.alloc(4 * nk)  # key.transpose(-2, -1) * sqrt(scale)
+    scores = w.alloc(4 * ns)  # matmul
+    w.free(k)
+    probs = w.alloc(4 * ns)  # _safe_softmax
+    w.free(scores)
+    if not upcast:
+        out = w.alloc(4 * nq)  # matmul(attn, value); .to(fp32) is the same tensor
+        w.free(q, probs)
+        return out
+    attn = w.alloc(e * ns)  # attn.to(origin dtype)
+    out32 = w.alloc(4 * nq)  # matmul(attn, value_acc)
+    out = w.alloc(e * nq)  # .to(origin dtype)
+    w.free(out32, probs, q, *reversed(copies), attn)
     return out
 
 

@@ -62,6 +62,10 @@ class Walk:
             self.events.append((FREE, h, 0, len(self.phases) - 1))
             self.live -= self._sizes.pop(h)
 
+    def size(self, handle: int) -> int:
+        """Bytes of the live tensor ``handle``."""
+        return self._sizes[handle]
+
     def temp(self, *sizes: int) -> None:
         """Tensors allocated in turn and all freed at once (a kernel's scratch)."""
         hs = [self.alloc(n) for n in sizes]

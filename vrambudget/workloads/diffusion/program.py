@@ -48,7 +48,7 @@ from vrambudget.core.diffusion.pipeline import Component, Pipeline
 from vrambudget.core.spec.diffusion import ImageGenerationWorkload
 
 from ..marks import Marks
-from .attention import cuda_sdpa
+from ..sdpa import cuda_sdpa
 from .inventory import TORCH_DTYPES, build_component
 
 __all__ = ["DiffusionProgram", "prepare_diffusion"]

@@ -23,7 +23,6 @@ from ..sdpa import cuda_sdpa
 __all__ = ["FLASH_ATTENTION_2", "attn_implementation", "cuda_sdpa", "register"]
 
 FLASH_ATTENTION_2 = "vrambudget_fa2"
-_HALF = (torch.float16, torch.bfloat16)
 
 
 def _flash_attention_2(
@@ -41,11 +40,12 @@ def _flash_attention_2(
     """``integrations/flash_attention.py`` ``flash_attention_forward``: (b, h, s, d) inputs
     transposed to flash's (b, s, h, d) views; fp32 inputs cast to the target dtype; the
     FlashAttention-2 kernel (``flash_attn_func``) with native GQA. Returns (b, s, h, d)."""
-    target = query.dtype if query.dtype in _HALF else torch.bfloat16
+    half = query.dtype in kernels.HALF_DTYPES
+    target = query.dtype if half else torch.bfloat16
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
-    if query.dtype not in _HALF:
+    if not half:
         q, k, v = q.to(target), k.to(target), v.to(target)
-    out: torch.Tensor = kernels.flash_attention(q, k, v, causal=query.shape[2] > 1)
+    out = kernels.flash_attention_2(q, k, v, causal=query.shape[2] > 1)
     return out, None
 
 
