@@ -20,7 +20,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -283,6 +283,9 @@ def _agent(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from vrambudget.core.dtypes import COMPUTE_DTYPES, WeightDType
+    from vrambudget.core.spec import Quantization
+
     parser = argparse.ArgumentParser(
         prog="vrambudget", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -316,18 +319,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     est.add_argument(
         "--weights",
         default="auto",
-        choices=["auto", "fp32", "fp16", "bf16", "fp8"],
+        choices=["auto", *get_args(WeightDType)],
         help="dtype of unquantized weights (default auto: the checkpoint's torch_dtype)",
     )
     est.add_argument(
         "--compute",
         default="auto",
-        choices=["auto", "fp32", "fp16", "bf16"],
+        choices=["auto", *COMPUTE_DTYPES],
         help="activation dtype (default auto: the weights' dtype)",
     )
     est.add_argument(
         "--quant",
-        choices=["int8", "fp8", "gptq", "awq", "bnb_4bit", "mxfp4", "nvfp4"],
+        choices=[t.__struct_config__.tag for t in get_args(Quantization)],
         help="quantize the linear layers (default: the checkpoint's quantization_config)",
     )
     est.add_argument("--checkpointing", choices=["none", "selective", "full"], default="none")

@@ -37,7 +37,7 @@ import fnmatch
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -53,6 +53,7 @@ from .spec import (
     Int8,
     Quantization,
 )
+from .spec.precision import AWQVersion, CTFormat, CTStrategy, GPTQFormat
 
 __all__ = [
     "SUPPORTED_METHODS",
@@ -90,11 +91,11 @@ _DTYPE_NAMES = {
     "uint8": "uint8",
 }
 
-_CT_FORMATS = ("pack-quantized", "int-quantized", "float-quantized", "naive-quantized")
+_CT_FORMATS: tuple[str, ...] = get_args(CTFormat)
 _CT_ALL_FORMATS = (*_CT_FORMATS, "nvfp4-pack-quantized", "mxfp4-pack-quantized")
-_CT_STRATEGIES = ("tensor", "channel", "group", "block", "tensor_group")
-_AWQ_VERSIONS = ("gemm", "gemv", "gemv_fast", "marlin", "exllama")
-_GPTQ_FORMATS = ("gptq", "gptq_v2", "marlin")
+_CT_STRATEGIES: tuple[str, ...] = get_args(CTStrategy)
+_AWQ_VERSIONS: tuple[str, ...] = get_args(AWQVersion)
+_GPTQ_FORMATS: tuple[str, ...] = get_args(GPTQFormat)
 _MODELOPT_ALGOS = ("NVFP4", "W4A16_NVFP4", "FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO")
 
 

@@ -20,14 +20,24 @@ __all__ = [
     "GPTQ",
     "MXFP4",
     "NVFP4",
+    "AWQVersion",
     "BitsAndBytes4bit",
+    "CTFormat",
+    "CTStrategy",
     "CompressedTensors",
+    "GPTQFormat",
     "Int8",
     "Precision",
     "Quantization",
 ]
 
 _Side = Annotated[int, Meta(ge=1, le=1 << 16)]
+
+
+GPTQFormat = Literal["gptq", "gptq_v2", "marlin"]
+AWQVersion = Literal["gemm", "gemv", "gemv_fast", "marlin", "exllama"]
+CTFormat = Literal["pack-quantized", "int-quantized", "float-quantized", "naive-quantized"]
+CTStrategy = Literal["tensor", "channel", "group", "block", "tensor_group"]
 
 
 class _QuantBase(Wire, frozen=True, kw_only=True):
@@ -99,7 +109,7 @@ class GPTQ(_QuantBase, tag="gptq", tag_field="scheme", frozen=True, kw_only=True
         int, Meta(ge=-1, le=1 << 16, description="Input features per group; -1: one group.")
     ] = 128
     checkpoint_format: Annotated[
-        Literal["gptq", "gptq_v2", "marlin"],
+        GPTQFormat,
         Meta(
             description="Serialized layout: `gptq` and `gptq_v2` store qweight, qzeros, scales "
             "and g_idx; `marlin` (AutoGPTQ, 4-bit) stores B and s only."
@@ -131,7 +141,7 @@ class AWQ(_QuantBase, tag="awq", tag_field="scheme", frozen=True, kw_only=True):
         ),
     ] = 128
     version: Annotated[
-        Literal["gemm", "gemv", "gemv_fast", "marlin", "exllama"],
+        AWQVersion,
         Meta(
             description="Packing layout (`version` / `format` of the config); `exllama` "
             "checkpoints are stored as `gemm`."
@@ -227,7 +237,7 @@ class CompressedTensors(
     (compressed-tensors 0.9.4 ``quantization/lifecycle/initialize.py`` 193-201)."""
 
     format: Annotated[
-        Literal["pack-quantized", "int-quantized", "float-quantized", "naive-quantized"],
+        CTFormat,
         Meta(description="The compressor that wrote the weights."),
     ] = "pack-quantized"
     num_bits: Annotated[int, Meta(ge=1, le=8, description="Bits per weight (1 .. 8).")] = 4
@@ -235,7 +245,7 @@ class CompressedTensors(
         Literal["int", "float"], Meta(description="Integer or floating-point (fp8) weights.")
     ] = "int"
     strategy: Annotated[
-        Literal["tensor", "channel", "group", "block", "tensor_group"],
+        CTStrategy,
         Meta(description="What one scale covers."),
     ] = "group"
     group_size: Annotated[
