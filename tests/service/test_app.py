@@ -13,6 +13,7 @@ import pytest
 from litestar.testing import TestClient
 
 from tests.support.reports import cuda_report
+from vrambudget.core.catalog import preset
 from vrambudget.core.compare import compare, estimate_input
 from vrambudget.core.estimate import estimate
 from vrambudget.core.probe_report import ProbeResource
@@ -349,3 +350,32 @@ def test_colocated_parts_name_each_workload_that_holds_bytes(client):
     assert "parts" not in by_component["gradients"]  # nobody trains here
     contexts = by_component["cuda_context"]["parts"]
     assert len(contexts) == 3  # each workload is its own process with its own context
+
+
+def test_presets_never_await_the_model_resolver(client, monkeypatch):
+    """A request whose models need no resolution (presets, closed-form configs) goes to the
+    compute workers with no resolutions, without the resolver: a budget, a fit and a
+    comparison."""
+    models = client.app.state.models
+    compute = client.app.state.compute
+    sent: list[tuple[str, Any]] = []
+    run = compute.run
+
+    async def resolve(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the resolver was awaited for presets")
+
+    async def spy(task: str, payload: bytes, *args: Any) -> bytes:
+        sent.append((task, args[-1]))
+        return await run(task, payload, *args)
+
+    monkeypatch.setattr(models, "resolve", resolve)
+    monkeypatch.setattr(compute, "run", spy)
+    inline = {"source": "hf_config", "config": dict(preset("llama-3.1-8b").config or {})}
+    for model in (LLAMA, inline):
+        body = {"workloads": [{"kind": "inference", "model": model, "batch_size": 3}]}
+        assert client.post("/v1/budgets", json=body).status_code == 200
+        assert client.post("/v1/fits", json={**body, "device_counts": [1]}).status_code == 200
+    r = client.post("/v1/comparisons", content=msgspec.json.encode(cuda_report()))
+    assert r.status_code == 200, r.text
+    assert [task for task, _ in sent] == ["budget", "fit"] * 2 + ["comparison"]
+    assert all(resolutions == () for _, resolutions in sent)

@@ -156,3 +156,17 @@ def test_a_branch_past_the_hub_cache_ttl_is_fetched_again() -> None:
     now[0] += 1.0
     assert asyncio.run(resolver.resolve(workloads)) == first  # the same commit
     assert len(fetcher.calls) == 2
+
+
+def test_a_resolution_is_encoded_once() -> None:
+    """What crosses to the workers is encoded when the model is resolved and sent as it is
+    with every later request (the same bytes object)."""
+    resolver = _resolver(Fetcher(QWEN))
+    workloads = _workloads({"source": "hub", "id": "org/qwen"})
+    first = asyncio.run(resolver.resolve(workloads))
+    second = asyncio.run(resolver.resolve(workloads))
+    ((index, key, encoded),) = first
+    assert index == 0 and key and second[0][1] == key and second[0][2] is encoded
+    assert (
+        asyncio.run(resolver.resolve(_workloads({"source": "preset", "id": "qwen2.5-0.5b"}))) == ()
+    )

@@ -40,9 +40,10 @@ from vrambudget.http.problems import Problem
 
 from .compute import ComputeError, ComputePool, compute_error
 from .compute_worker import software_of
-from .models import ModelResolver, encode_resolutions
+from .models import ModelResolver, pending
 from .openapi import patch_openapi
 from .problems import exception_handlers
+from .resolutions import Resolutions
 from .settings import Settings, SettingsError
 from .tracing import TracePool
 from .wire import Health, ModelDetail, ModelSummary, Ready, model_summary
@@ -107,16 +108,26 @@ def _encoded(body: bytes) -> Response[Any]:
 
 
 def _canonical(
-    kind: str, data: msgspec.Struct, resolved: dict[int, Any] | None = None
+    kind: str, data: msgspec.Struct, resolutions: Resolutions = ()
 ) -> tuple[bytes, tuple[str, bytes]]:
     """(the decoded request re-encoded, its answer-cache key): defaults filled, key order and
     whitespace irrelevant, and a 32-byte key whatever the body's size. The key covers what
     the request's models resolved to (a moved Hub branch is a new answer)."""
     payload = _ENCODER.encode(data)
     digest = hashlib.sha256(payload)
-    for i, m in sorted((resolved or {}).items()):
-        digest.update(f"\0{i}:{m.key}".encode())
+    for i, key, _ in resolutions:
+        digest.update(f"\0{i}:{key}".encode())
     return payload, (kind, digest.digest())
+
+
+async def _resolve(
+    request: Request[Any, Any, Any], workloads: Any, field: str = "workloads"
+) -> Resolutions:
+    """The request's models resolved (:mod:`~vrambudget.service.models`). Awaited only when
+    :func:`~vrambudget.service.models.pending` says a model needs it: a request of presets,
+    closed-form configs or dimensions has ``()`` at once."""
+    models: ModelResolver = request.app.state.models
+    return await models.resolve(workloads, field)
 
 
 @post(
@@ -136,19 +147,16 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     limit); its answers are cached by the canonical request, and identical requests in flight
     share one trace."""
     data = decode_body(await request.body(), BudgetRequest)
-    models: ModelResolver = request.app.state.models
-    resolved = await models.resolve(data.workloads)
+    resolutions = await _resolve(request, data.workloads) if pending(data.workloads) else ()
     if data.method == "trace":
         pool: TracePool = request.app.state.trace_pool
-        return _encoded(await pool.answer(data, encode_resolutions(resolved)))
-    payload, key = _canonical("budgets", data, resolved)
+        return _encoded(await pool.answer(data, resolutions))
+    payload, key = _canonical("budgets", data, resolutions)
     answers: AnswerCache = request.app.state.answers
     cached = answers.get(key)
     if cached is None:
         compute: ComputePool = request.app.state.compute
-        cached = answers.put(
-            key, await compute.run("budget", payload, encode_resolutions(resolved))
-        )
+        cached = answers.put(key, await compute.run("budget", payload, resolutions))
     return _encoded(cached)
 
 
@@ -163,14 +171,13 @@ async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     """Fit checks of a workload against catalog (or custom) GPUs and device counts, with the
     largest batch, context and concurrency that fit and the smallest device count per GPU."""
     data = decode_body(await request.body(), FitRequest)
-    models: ModelResolver = request.app.state.models
-    resolved = await models.resolve(data.workloads)
-    payload, key = _canonical("fits", data, resolved)
+    resolutions = await _resolve(request, data.workloads) if pending(data.workloads) else ()
+    payload, key = _canonical("fits", data, resolutions)
     answers: AnswerCache = request.app.state.answers
     cached = answers.get(key)
     if cached is None:
         compute: ComputePool = request.app.state.compute
-        cached = answers.put(key, await compute.run("fit", payload, encode_resolutions(resolved)))
+        cached = answers.put(key, await compute.run("fit", payload, resolutions))
     return _encoded(cached)
 
 
@@ -244,8 +251,8 @@ async def create_comparison(
                 extra=[{"message": f"unknown GPU {gpu!r}; see GET /v1/gpus - at `$.gpu`"}],
             )
     inp = estimate_input(report, gpu)
-    models: ModelResolver = request.app.state.models
-    resolved = await models.resolve((inp.workload,), "workload")
+    one = (inp.workload,)
+    resolutions = await _resolve(request, one, "workload") if pending(one) else ()
     traced: bytes | None = None
     if methods and "trace" in methods:
         pool: TracePool = request.app.state.trace_pool
@@ -257,7 +264,7 @@ async def create_comparison(
                 headroom=Headroom(fraction=0.0),
                 software=software_of(report),
             ),
-            encode_resolutions(resolved),
+            resolutions,
         )
     compute: ComputePool = request.app.state.compute
     return _encoded(
@@ -268,7 +275,7 @@ async def create_comparison(
             tolerance_percent,
             tolerance_bytes,
             traced,
-            encode_resolutions(resolved),
+            resolutions,
         )
     )
 

@@ -26,7 +26,7 @@ from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.inventory import ModelInventory
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.resolve import model_name, needs_resolution
-from vrambudget.core.resolved import ResolvedModel, resolved_model
+from vrambudget.core.resolved import resolved_model
 from vrambudget.core.sources import (
     check_framework_config,
     check_hub_config,
@@ -43,7 +43,7 @@ from .resolutions import Resolutions
 from .trace_errors import TraceUnavailable
 from .tracing import TracePool
 
-__all__ = ["HubUnreachable", "ModelResolver", "encode_resolutions"]
+__all__ = ["HubUnreachable", "ModelResolver", "pending"]
 
 log = logging.getLogger("vrambudget.service")
 
@@ -57,26 +57,41 @@ class HubUnreachable(Exception):
         self.message = message
 
 
+def pending(workloads: Sequence[Any]) -> bool:
+    """Whether a workload's model needs resolution: checked before awaiting
+    :meth:`ModelResolver.resolve`, so a request of presets pays no coroutine."""
+    for w in workloads:
+        model = getattr(w, "model", None)
+        if model is not None and needs_resolution(model):
+            return True
+    return False
+
+
 class ModelResolver:
     """Resolves the model sources of a request (one per app)."""
 
     def __init__(self, trace_pool: TracePool, hub: HubSettings) -> None:
         self.trace_pool = trace_pool
         self.hub = HubCache(hub)
-        self._resolved: BoundedCache[object, ResolvedModel] = BoundedCache(256)
+        self._resolved: BoundedCache[object, tuple[str, bytes]] = BoundedCache(256)
+        """(key, encoded ResolvedModel) by source: encoded once, sent with every request."""
 
-    async def resolve(self, workloads: Sequence[Any], field: str = "workloads") -> dict[int, Any]:
-        """{workload index: ResolvedModel} for the workloads whose model needs it."""
-        out: dict[int, Any] = {}
+    async def resolve(self, workloads: Sequence[Any], field: str = "workloads") -> Resolutions:
+        """What crosses to a worker with the request: (workload index, key, encoded
+        ResolvedModel) of each workload whose model needs resolution, by index (``()``: none
+        does)."""
+        out = []
         for i, w in enumerate(workloads):
             model = getattr(w, "model", None)
             if model is not None and needs_resolution(model):
-                out[i] = await self.resolve_one(model, f"{field}[{i}].model")
-        return out
+                key, encoded = await self.resolve_one(model, f"{field}[{i}].model")
+                out.append((i, key, encoded))
+        return tuple(out)
 
-    async def resolve_one(self, model: HFConfigModel | HubModel, field: str) -> ResolvedModel:
-        """A Hub repository fresh in the Hub cache and resolved before costs a look-up in each
-        cache, on the event loop: no thread, no check of its config again."""
+    async def resolve_one(self, model: HFConfigModel | HubModel, field: str) -> tuple[str, bytes]:
+        """(key, encoded ResolvedModel) of a model. A Hub repository fresh in the Hub cache and
+        resolved before costs a look-up in each cache, on the event loop: no thread, no check of
+        its config again."""
         name = model_name(model)
         if isinstance(model, HubModel):
             # a thread only on a miss (or a branch past the cache's TTL)
@@ -97,9 +112,7 @@ class ModelResolver:
             checkpoint = inline_checkpoint(model)
             origin = inline_origin(checkpoint)
         inventory = await self._inventory(config, checkpoint, f"{field}.config")
-        resolved = await asyncio.to_thread(
-            resolved_model, config, checkpoint, inventory, origin=origin, name=name
-        )
+        resolved = await asyncio.to_thread(_encoded, config, checkpoint, inventory, origin, name)
         return self._resolved.put(cache_key, resolved)
 
     async def _fetch(self, model: HubModel, field: str) -> ResolvedCheckpoint:
@@ -129,9 +142,14 @@ class ModelResolver:
             raise
 
 
-_ENCODER = msgspec.json.Encoder()
-
-
-def encode_resolutions(resolved: dict[int, Any]) -> Resolutions:
-    """What crosses to a compute worker: (workload index, key, encoded ResolvedModel)."""
-    return tuple((i, m.key, _ENCODER.encode(m)) for i, m in sorted(resolved.items()))
+def _encoded(
+    config: dict[str, Any],
+    checkpoint: Checkpoint | None,
+    inventory: ModelInventory | None,
+    origin: str,
+    name: str,
+) -> tuple[str, bytes]:
+    """(key, encoded ResolvedModel): in a thread (a large checkpoint's headers take
+    milliseconds to fold and encode)."""
+    resolved = resolved_model(config, checkpoint, inventory, origin=origin, name=name)
+    return resolved.key, msgspec.json.encode(resolved)
