@@ -18,14 +18,16 @@ nothing below sees ``auto`` or an absent quantization.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from .catalog import preset
 from .dtypes import COMPUTE_DTYPES, float_dtype
+from .errors import InvalidWorkload
 from .memo import BoundedCache
+from .quant_config import CheckpointQuantization, parse_quantization_config
 from .resolved import ResolvedModel
 from .result import DeployedFormat
 from .spec import (
@@ -43,13 +45,17 @@ from .spec import (
 )
 
 __all__ = [
-    "Checkpoint",
+    "CheckpointFormat",
     "checkpoint_of",
+    "checkpoint_quantization",
     "deploy",
     "deploy_all",
     "deployed_format",
     "deployed_quantization",
     "format_warnings",
+    "has_headers",
+    "stored_bytes_source",
+    "without_headers",
 ]
 
 _Model = (
@@ -60,20 +66,18 @@ _FLOATS = COMPUTE_DTYPES
 
 
 @dataclass(frozen=True, slots=True)
-class Checkpoint:
+class CheckpointFormat:
     """What a model's ``config.json`` says of its deployed format."""
 
     dtype: str | None
     """fp32 / fp16 / bf16, or None when the config names none (or another dtype)."""
     dtype_key: str | None
     """The key it was read from (``torch_dtype`` or ``dtype``)."""
-    quantization: Any
-    """``CheckpointQuantization`` from ``quantization_config``, or None."""
-    stored: bool
-    """The checkpoint's tensor headers are known (exact stored bytes)."""
+    quantization: CheckpointQuantization | None
+    """What ``quantization_config`` deploys, or None."""
 
 
-_CHECKPOINTS: BoundedCache[object, Checkpoint] = BoundedCache(1024)
+_CHECKPOINTS: BoundedCache[object, CheckpointFormat] = BoundedCache(1024)
 
 
 def _config_of(model: object) -> dict[str, Any] | None:
@@ -85,7 +89,7 @@ def _config_of(model: object) -> dict[str, Any] | None:
     return None
 
 
-def checkpoint_of(model: object) -> Checkpoint | None:
+def checkpoint_of(model: object) -> CheckpointFormat | None:
     """The checkpoint's deployed format (None: a model given by its dimensions)."""
     if isinstance(model, DimensionsModel | HubModel):
         return None
@@ -102,15 +106,27 @@ def checkpoint_of(model: object) -> Checkpoint | None:
     qc = config.get("quantization_config")
     quant = None
     if isinstance(qc, dict):
-        from .errors import InvalidWorkload
-        from .quant_config import parse_quantization_config
-
         try:
             quant = parse_quantization_config(qc, model_dtype=dtype)
         except InvalidWorkload as exc:
             raise InvalidWorkload(f"model.config.{exc.field}", exc.message) from None
-    stored = isinstance(model, ResolvedModel) and model.stored is not None
-    return _CHECKPOINTS.put(key, Checkpoint(dtype, dtype_key, quant, stored))
+    return _CHECKPOINTS.put(key, CheckpointFormat(dtype, dtype_key, quant))
+
+
+def checkpoint_quantization(model: object) -> CheckpointQuantization | None:
+    """What the checkpoint's ``quantization_config`` deploys (None: none, or no checkpoint)."""
+    ckpt = checkpoint_of(model)
+    return ckpt.quantization if ckpt is not None else None
+
+
+def has_headers(model: object) -> bool:
+    """The checkpoint's tensor headers are known: its stored bytes are exact."""
+    return isinstance(model, ResolvedModel) and model.stored is not None
+
+
+def without_headers(model: ResolvedModel) -> ResolvedModel:
+    """``model`` budgeted from its shapes: it loads in another format than stored."""
+    return msgspec.structs.replace(model, stored=None, key=model.key + ":computed")
 
 
 def _stored_dtype(model: object) -> str | None:
@@ -131,7 +147,7 @@ def _stored_dtype(model: object) -> str | None:
     return None
 
 
-def _resolve_weights(requested: str, ckpt: Checkpoint | None, autocast: bool) -> str:
+def _resolve_weights(requested: str, ckpt: CheckpointFormat | None, autocast: bool) -> str:
     if requested != "auto":
         return requested
     if autocast:
@@ -142,7 +158,7 @@ def _resolve_weights(requested: str, ckpt: Checkpoint | None, autocast: bool) ->
 
 
 def _resolve_compute(
-    requested: str, weights: str, ckpt: Checkpoint | None, autocast: bool = False
+    requested: str, weights: str, ckpt: CheckpointFormat | None, autocast: bool = False
 ) -> str:
     if requested != "auto":
         return requested
@@ -163,8 +179,8 @@ def deploy(w: _W) -> _W:
     its model's stored bytes dropped where it loads in another format than stored. Idempotent:
     a deployed workload comes back as it is."""
     p = w.precision
-    model = w.model
-    headers = isinstance(model, ResolvedModel) and model.stored is not None
+    model: Any = w.model
+    headers = has_headers(model)
     concrete = p.weights != "auto" and p.compute != "auto" and p.quantization is not UNSET
     if concrete and not headers:
         return w
@@ -172,14 +188,13 @@ def deploy(w: _W) -> _W:
     precision = p if concrete else _concrete(w, ckpt)
     if headers and not _as_stored(w, precision, ckpt):
         # The request loads it in another format than stored: bytes are computed, not read.
-        assert isinstance(model, ResolvedModel)
-        model = msgspec.structs.replace(model, stored=None, key=model.key + ":computed")
+        model = without_headers(model)
     if precision is p and model is w.model:
         return w
     return msgspec.structs.replace(w, precision=precision, model=model)
 
 
-def _concrete(w: _Model, ckpt: Checkpoint | None) -> Any:
+def _concrete(w: _Model, ckpt: CheckpointFormat | None) -> Any:
     p = w.precision
     autocast = isinstance(w, TrainingWorkload) and w.mixed_precision == "autocast"
     quant: Quantization | None
@@ -205,7 +220,7 @@ def _qlora(w: _Model) -> bool:
     return isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
 
 
-def _as_stored(w: _Model, precision: Any, ckpt: Checkpoint | None) -> bool:
+def _as_stored(w: _Model, precision: Any, ckpt: CheckpointFormat | None) -> bool:
     """The deployed format loads the weights as the checkpoint stores them (so its stored bytes
     are the loaded bytes): the same quantization -- QLoRA's base quantization for a QLoRA run --
     and, where the config names one, the same dtype."""
@@ -242,7 +257,7 @@ def format_warnings(w: _Model) -> list[str]:
             f"precision.quantization ({given}) differs from the checkpoint's "
             f"quantization_config ({q.summary}): the request's is budgeted"
         )
-    elif q is None and p.quantization is not None and ckpt.stored:
+    elif q is None and p.quantization is not None and has_headers(w.model):
         out.append(
             "precision.quantization quantizes a checkpoint stored unquantized: the weights "
             "are budgeted as quantized at load"
@@ -253,26 +268,29 @@ def format_warnings(w: _Model) -> list[str]:
 def deployed_format(w: _Model) -> DeployedFormat:
     """What the deployed workload ``w`` runs in, and where each choice came from."""
     ckpt = checkpoint_of(w.model)
+    stored_q = ckpt.quantization if ckpt is not None else None
     p = w.precision
     q = p.quantization if p.quantization is not UNSET else None
-    from_ckpt = (
-        ckpt is not None and ckpt.quantization is not None and (q == ckpt.quantization.scheme)
-    )
+    from_ckpt = stored_q is not None and q == stored_q.scheme
     if q is None:
         quant_words = None
-    elif from_ckpt and ckpt is not None:
-        quant_words = ckpt.quantization.summary
+    elif stored_q is not None and from_ckpt:
+        quant_words = stored_q.summary
     else:
-        quant_words = q.__struct_config__.tag
-    stored = isinstance(w.model, ResolvedModel) and w.model.stored is not None
+        quant_words = str(q.__struct_config__.tag)
     return DeployedFormat(
         weights=str(p.weights),
         compute=str(p.compute),
         quantization=quant_words,
         weights_from="checkpoint" if ckpt is not None and p.weights == ckpt.dtype else "request",
         quantization_from=("checkpoint" if from_ckpt else ("request" if q is not None else "none")),
-        stored_bytes="safetensors headers" if stored else "computed",
+        stored_bytes=stored_bytes_source(w.model),
     )
+
+
+def stored_bytes_source(model: object) -> Literal["safetensors headers", "computed"]:
+    """Where the answer's weight bytes come from, in its words."""
+    return "safetensors headers" if has_headers(model) else "computed"
 
 
 def deploy_all(

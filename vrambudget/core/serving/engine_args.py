@@ -10,7 +10,13 @@ import msgspec
 from msgspec import UNSET
 
 from ..arch import Arch
-from ..deployed import checkpoint_of
+from ..deployed import (
+    checkpoint_of,
+    checkpoint_quantization,
+    has_headers,
+    stored_bytes_source,
+    without_headers,
+)
 from ..dtypes import bytes_of, float_dtype
 from ..errors import InvalidWorkload
 from ..layout import check_layout
@@ -57,8 +63,7 @@ def serving_quantization(w: LLMServingWorkload) -> Quantization | None:
     or -- left out -- the checkpoint's ``quantization_config`` (vLLM reads it from the config:
     ``vllm/config/model.py`` ``_verify_quantization``), stored as the checkpoint stores it."""
     if w.quantization is UNSET:
-        ckpt = checkpoint_of(w.model)
-        q = ckpt.quantization if ckpt is not None else None
+        q = checkpoint_quantization(w.model)
         return q.scheme if q is not None else None
     return weights_quantization(w.quantization)
 
@@ -66,8 +71,7 @@ def serving_quantization(w: LLMServingWorkload) -> Quantization | None:
 def quantization_words(w: LLMServingWorkload) -> str | None:
     """The deployment's quantization in the answer's words (the method, or the checkpoint's)."""
     if w.quantization is UNSET:
-        ckpt = checkpoint_of(w.model)
-        q = ckpt.quantization if ckpt is not None else None
+        q = checkpoint_quantization(w.model)
         return q.summary if q is not None else None
     return w.quantization.method if w.quantization is not None else None
 
@@ -77,7 +81,7 @@ def deploy_serving(w: LLMServingWorkload) -> LLMServingWorkload:
     (a float32 checkpoint downcast by ``--dtype auto``, ``--quantization fp8`` applied at
     load): the bytes are then computed from the shapes."""
     m = w.model
-    if not isinstance(m, ResolvedModel) or m.stored is None:
+    if not isinstance(m, ResolvedModel) or not has_headers(m):
         return w
     ckpt = checkpoint_of(m)
     same_quant = w.quantization is UNSET
@@ -89,8 +93,7 @@ def deploy_serving(w: LLMServingWorkload) -> LLMServingWorkload:
     )
     if same_quant and same_dtype:
         return w
-    model = msgspec.structs.replace(m, stored=None, key=m.key + ":computed")
-    return msgspec.structs.replace(w, model=model)
+    return msgspec.structs.replace(w, model=without_headers(m))
 
 
 def serving_format(w: LLMServingWorkload, dtype: str) -> DeployedFormat:
@@ -98,14 +101,13 @@ def serving_format(w: LLMServingWorkload, dtype: str) -> DeployedFormat:
     ckpt = checkpoint_of(w.model)
     from_ckpt = w.quantization is UNSET and ckpt is not None and ckpt.quantization is not None
     words = quantization_words(w)
-    stored = isinstance(w.model, ResolvedModel) and w.model.stored is not None
     return DeployedFormat(
         weights=dtype,
         compute=dtype,
         quantization=words,
         weights_from="checkpoint" if ckpt is not None and ckpt.dtype == dtype else "request",
         quantization_from="checkpoint" if from_ckpt else ("request" if words else "none"),
-        stored_bytes="safetensors headers" if stored else "computed",
+        stored_bytes=stored_bytes_source(w.model),
     )
 
 
