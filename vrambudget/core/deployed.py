@@ -32,16 +32,14 @@ from .resolved import ResolvedModel
 from .result import DeployedFormat
 from .spec import (
     DimensionsModel,
+    EncoderWorkload,
     HFConfigModel,
     HubModel,
     InferenceWorkload,
     PresetModel,
     QLoRA,
     Quantization,
-    Seq2SeqWorkload,
-    SpeechToTextWorkload,
     TrainingWorkload,
-    VisionWorkload,
 )
 
 __all__ = [
@@ -58,9 +56,7 @@ __all__ = [
     "without_headers",
 ]
 
-_Model = (
-    InferenceWorkload | TrainingWorkload | VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload
-)
+_Model = InferenceWorkload | TrainingWorkload | EncoderWorkload
 _W = TypeVar("_W", bound=_Model)
 _FLOATS = COMPUTE_DTYPES
 

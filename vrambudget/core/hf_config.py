@@ -479,10 +479,10 @@ def _check_layer_counts(
     return found
 
 
-_KEYS: BoundedCache[int, tuple[Mapping[str, Any], bytes]] = BoundedCache(1024)
+_KEYS: BoundedCache[int, tuple[Mapping[Any, Any], bytes]] = BoundedCache(1024)
 
 
-def config_key(config: Mapping[str, Any]) -> bytes:
+def config_key(config: Mapping[Any, Any]) -> bytes:
     """The canonical encoding of a config (keys sorted): the key of every cache over configs.
     Kept per config object, so a request's config is encoded once however many caches it
     reaches (the entry holds the object, so its id cannot be reused while it is kept; a config

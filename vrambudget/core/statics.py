@@ -143,11 +143,6 @@ def _last_trainable(arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: in
     return rows * plan.lora_rank * (count if g.role is Role.EXPERT else 1)
 
 
-def _groups(arch: Arch, stage: Stage, p: int) -> Iterator[tuple[TensorGroup, int]]:
-    for g, n, _ in _bucketed(arch, stage, p):
-        yield g, n
-
-
 def _bucketed(arch: Arch, stage: Stage, p: int) -> Iterator[tuple[TensorGroup, int, object]]:
     """(tensor group, multiplicity, what it belongs to: (its run's index, its layer type), or
     ``embeddings``, ``extras``, ``head``)."""

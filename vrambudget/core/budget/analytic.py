@@ -21,13 +21,11 @@ from ..result import Budget, DeviceBudget, DiskBudget, HostBudget, WorkloadSumma
 from ..spec import (
     AnalyticWorkload,
     DeviceRef,
+    EncoderWorkload,
     GenericWorkload,
     Headroom,
     InferenceWorkload,
-    Seq2SeqWorkload,
     Software,
-    SpeechToTextWorkload,
-    VisionWorkload,
 )
 from ..statics import statics_for
 from .encoders import encoder_info, encoder_stage, proxy
@@ -48,7 +46,7 @@ def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple
     ``workloads[index].<path>``."""
     if isinstance(w, GenericWorkload):
         return (generic_stage(w, ov),)
-    if isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
+    if isinstance(w, EncoderWorkload):
         info = encoder_info(w, f"workloads[{index}]")
         try:
             arch = resolve_model(w.model)

@@ -20,8 +20,6 @@ from ..spec import (
     GenericWorkload,
     InferenceWorkload,
     ModelWorkload,
-    Seq2SeqWorkload,
-    SpeechToTextWorkload,
     TrainingWorkload,
     VisionWorkload,
 )
@@ -162,7 +160,7 @@ def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, A
             num_kv_heads=arch.num_kv_heads,
             head_dim=arch.head_dim,
         )
-    if isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
+    if isinstance(w, EncoderWorkload):
         from .encoders import encoder_info, encoder_positions
 
         n, positions = encoder_positions(w, encoder_info(w, "workload"))
@@ -200,7 +198,7 @@ def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | Non
     out: list[str] = []
     if isinstance(w, GenericWorkload) or arch is None:
         return out
-    if isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload):
+    if isinstance(w, EncoderWorkload):
         return out + (dtype_warnings(w, device) if device is not None else [])
     if isinstance(w, InferenceWorkload):
         if arch.kind == "encoder" and w.generated_tokens:

@@ -57,8 +57,7 @@ ModelWorkload = InferenceWorkload | TrainingWorkload
 EncoderWorkload = VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload
 """A workload of a model whose inputs are not a text prompt (image, input sequence, audio)."""
 AnalyticWorkload = (
-    InferenceWorkload | TrainingWorkload | GenericWorkload | VisionWorkload | Seq2SeqWorkload
-    | SpeechToTextWorkload
+    InferenceWorkload | TrainingWorkload | GenericWorkload | EncoderWorkload
 )  # fmt: skip
 """What the analytic tier budgets (a serving engine's workload goes to the engine's model)."""
 
