@@ -1,12 +1,14 @@
-"""The recorded event stream (pure data; the recorder fills it, the replay reads it)."""
+"""The recorded event stream (pure data; the recorder fills it, the replay reads it). The event
+kinds are the allocator replay's (:mod:`vrambudget.core.allocator.replay`), which the analytic
+walk of image generation writes too."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ALLOC", "EMPTY_CACHE", "FREE", "Trace"]
+from vrambudget.core.allocator.replay import ALLOC, EMPTY_CACHE, FREE
 
-ALLOC, FREE, EMPTY_CACHE = 0, 1, 2
+__all__ = ["ALLOC", "EMPTY_CACHE", "FREE", "Trace"]
 
 
 @dataclass

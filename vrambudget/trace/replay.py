@@ -1,14 +1,15 @@
-"""Replay a recorded trace through the caching-allocator model: peaks, the components live at
-the peak, and a per-phase timeline. Pure Python (no torch)."""
+"""Replay a recorded trace through the caching-allocator model (the loop the analytic walk
+replays with too, :func:`vrambudget.core.allocator.replay.replay_events`): peaks, the
+components live at the peak, and a per-phase timeline. Pure Python (no torch)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vrambudget.core.allocator import CachingAllocator
+from vrambudget.core.allocator.replay import replay_events
 from vrambudget.workloads.marks import HOST
 
-from .events import ALLOC, EMPTY_CACHE, Trace
+from .events import Trace
 
 __all__ = ["Replay", "replay"]
 
@@ -33,54 +34,16 @@ class Replay:
 
 
 def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
-    alloc = CachingAllocator(expandable_segments=expandable_segments)
     tags = trace.tags
-    skipped = {h for h, tag in tags.items() if tag == HOST}
-    best_allocated = -1
-    best_index = 0
-    per_phase: dict[int, list[int]] = {}
-    running: dict[str, int] = {}
-    component_peaks: dict[str, int] = {}
-    sizes: dict[int, int] = {}
-    n = 0
-    for i, (kind, handle, nbytes, phase_index) in enumerate(trace.events):
-        if handle in skipped:
-            continue
-        if kind == EMPTY_CACHE:
-            alloc.empty_cache()
-            continue
-        n += 1
-        tag = tags.get(handle, "activations")
-        if kind == ALLOC:
-            alloc.malloc(handle, nbytes)
-            sizes[handle] = nbytes
-            now = running[tag] = running.get(tag, 0) + nbytes
-            if now > component_peaks.get(tag, 0):
-                component_peaks[tag] = now
-        else:
-            alloc.free(handle)
-            running[tag] -= sizes.pop(handle)
-        allocated, reserved = alloc.allocated_bytes, alloc.reserved_bytes
-        if allocated > best_allocated:
-            best_allocated, best_index = allocated, i
-        slot = per_phase.get(phase_index)
-        if slot is None:
-            per_phase[phase_index] = [allocated, reserved]
-        else:
-            slot[0] = max(slot[0], allocated)
-            slot[1] = max(slot[1], reserved)
-    stats = alloc.stats()
-    live: dict[int, int] = {}
-    for kind, handle, nbytes, _ in trace.events[: best_index + 1]:
-        if handle in skipped:
-            continue
-        if kind == ALLOC:
-            live[handle] = nbytes
-        else:
-            live.pop(handle, None)
+    r = replay_events(
+        trace.events,
+        skip={h for h, tag in tags.items() if tag == HOST},
+        tags=tags,
+        expandable_segments=expandable_segments,
+    )
     components: dict[str, int] = {}
     by_part: dict[str, dict[str, int]] = {}
-    for handle, nbytes in live.items():
+    for handle, nbytes in r.live.items():
         tag = tags.get(handle, "activations")
         components[tag] = components.get(tag, 0) + nbytes
         label = trace.parts.get(handle) if tag in ("runtime_workspace",) else None
@@ -103,22 +66,22 @@ def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
             rest = sum(b for _, b in items[_TOP_PARTS - 1 :])
             items = [*items[: _TOP_PARTS - 1], ("other", rest)]
         parts[tag] = tuple(items)
-    peak_phase_index = trace.events[best_index][3] if trace.events else 0
+    peak_phase_index = trace.events[r.peak_index][3] if trace.events else 0
     iteration, phase = trace.phases[peak_phase_index]
     timeline = tuple(
-        (trace.phases[p][0], trace.phases[p][1], a, r) for p, (a, r) in sorted(per_phase.items())
+        (trace.phases[p][0], trace.phases[p][1], a, rs) for p, (a, rs) in sorted(r.phases.items())
     )
     return Replay(
-        peak_allocated_bytes=stats.peak_allocated_bytes,
-        peak_reserved_bytes=stats.peak_reserved_bytes,
+        peak_allocated_bytes=r.stats.peak_allocated_bytes,
+        peak_reserved_bytes=r.stats.peak_reserved_bytes,
         peak_phase=phase,
         peak_iteration=iteration,
         components=components,
         parts=parts,
         timeline=timeline,
-        num_events=n,
-        num_alloc_retries=stats.num_alloc_retries,
-        component_peaks=component_peaks,
+        num_events=r.num_events,
+        num_alloc_retries=r.stats.num_alloc_retries,
+        component_peaks=r.tag_peaks,
     )
 
 

@@ -4,9 +4,12 @@ in the order the library's code allocates them (sizes from the formulas of :mod:
 (:mod:`vrambudget.core.allocator`, a model of ``c10/cuda/CUDACachingAllocator.cpp``) for the
 reserved bytes.
 
-A walk is a list of events, not a closed form, because what the allocator reserves depends on
-the order and the sizes of the requests (a freed 1 GiB block is split for a 512 MiB request and
-cannot serve the next 1 GiB one); the live bytes at every point are exact sums of the formulas.
+A walk is a list of events (the stream format of :mod:`vrambudget.core.allocator.replay`, which
+the trace tier's recorder writes too), not a closed form, because what the allocator reserves
+depends on the order and the sizes of the requests (a freed 1 GiB block is split for a 512 MiB
+request and cannot serve the next 1 GiB one); the live bytes at every point are exact sums of
+the formulas.
+
 Tensors below 1 MiB are left out except where many are live at once (the weights): they go to
 the allocator's small pool and do not change the large-pool peaks that dominate.
 """
@@ -15,11 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..allocator import CachingAllocator
+from ..allocator.replay import ALLOC, EMPTY_CACHE, FREE, replay_events
 
-__all__ = ["ALLOC", "EMPTY", "FREE", "Outcome", "Walk", "replay"]
-
-ALLOC, FREE, EMPTY = 0, 1, 2
+__all__ = ["Outcome", "Walk", "replay"]
 
 
 @dataclass
@@ -72,7 +73,7 @@ class Walk:
         self.free(*hs)
 
     def empty_cache(self) -> None:
-        self.events.append((EMPTY, 0, 0, len(self.phases) - 1))
+        self.events.append((EMPTY_CACHE, 0, 0, len(self.phases) - 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,59 +88,30 @@ class Outcome:
     """Per tag, the bytes of each named part live at the allocated peak."""
     phase_reserved: tuple[tuple[str, int], ...]
     """(phase, the most bytes reserved during it) in order; a repeated phase name is merged."""
-    phase_live: tuple[tuple[str, int], ...]
-    """(phase, the most requested bytes live during it)."""
 
 
 def replay(w: Walk) -> Outcome:
     """Replay ``w`` through the caching-allocator model (default options)."""
-    alloc = CachingAllocator()
-    best, best_at = -1, 0
+    r = replay_events(w.events)
     per_reserved: dict[str, int] = {}
-    per_live: dict[str, int] = {}
-    live = 0
-    sizes: dict[int, int] = {}
-    for i, (kind, h, n, ph) in enumerate(w.events):
+    for ph, (_, reserved) in r.phases.items():
         name = w.phases[ph] if ph >= 0 else "setup"
-        if kind == EMPTY:
-            alloc.empty_cache()
-            continue
-        if kind == ALLOC:
-            alloc.malloc(h, n)
-            sizes[h] = n
-            live += n
-        else:
-            alloc.free(h)
-            live -= sizes.pop(h)
-        if alloc.allocated_bytes > best:
-            best, best_at = alloc.allocated_bytes, i
-        if alloc.reserved_bytes > per_reserved.get(name, -1):
-            per_reserved[name] = alloc.reserved_bytes
-        if live > per_live.get(name, -1):
-            per_live[name] = live
-    stats = alloc.stats()
-    at: dict[int, int] = {}
-    for kind, h, n, _ in w.events[: best_at + 1]:
-        if kind == ALLOC:
-            at[h] = n
-        elif kind == FREE:
-            at.pop(h, None)
+        per_reserved[name] = max(reserved, per_reserved.get(name, -1))
     components: dict[str, int] = {}
     parts: dict[str, dict[str, int]] = {}
-    for h, n in at.items():
+    for h, n in r.live.items():
         tag = w.tags.get(h, "activations")
         components[tag] = components.get(tag, 0) + n
         part = w.parts.get(h)
         if part is not None:
             bucket = parts.setdefault(tag, {})
             bucket[part] = bucket.get(part, 0) + n
-    ph = w.events[best_at][3] if w.events else -1
+    ph = w.events[r.peak_index][3] if w.events else -1
     return Outcome(
-        peak_allocated=stats.peak_allocated_bytes,
-        peak_reserved=stats.peak_reserved_bytes,
+        peak_allocated=r.stats.peak_allocated_bytes,
+        peak_reserved=r.stats.peak_reserved_bytes,
         peak_phase=w.phases[ph] if ph >= 0 else "setup",
         components=components,
         parts=parts,
         phase_reserved=tuple(per_reserved.items()),
-        phase_live=tuple(per_live.items()),
     )
