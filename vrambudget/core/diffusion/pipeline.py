@@ -24,12 +24,12 @@ CLIP encoders take 77 tokens (their tokenizer's ``model_max_length``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from ..errors import InvalidWorkload
+from ..hf_config import config_key
 from ..memo import BoundedCache
 from ..spec.diffusion import ComponentsPipeline, ImageGenerationWorkload, PresetPipeline
 from .configs import read_config
@@ -161,12 +161,15 @@ def _component(class_name: str, role: str, config: dict[str, Any], field: str) -
             field, f"is a {declared} config; the pipeline's {role} is a {class_name}"
         )
     typed = read_config(class_name, config, field)
-    key = (class_name, role, msgspec.json.encode(config, order="sorted"))
+    key = (class_name, role, config_key(config))
     inv = _INVENTORIES.get_or(key, lambda: component_inventory(class_name, typed, role))
     return Component(role, class_name, typed, config, inv)
 
 
 def _build(w: ImageGenerationWorkload, field: str) -> Pipeline:
+    """The pipeline of ``w``'s source, precision, guidance and T5 length, labelled with its
+    own name (the workload's ``name`` and the per-request checks are applied by
+    :func:`resolve_pipeline`)."""
     src = w.pipeline
     preset: PipelinePreset | None = None
     if isinstance(src, PresetPipeline):
@@ -195,8 +198,8 @@ def _build(w: ImageGenerationWorkload, field: str) -> Pipeline:
         _component(cls, role, configs[role], f"{where}.{role}") for role, cls in roles
     )
     guidance = w.guidance if w.guidance is not None else class_name != "FluxPipeline"
-    pipeline = Pipeline(
-        name=w.name or name,
+    return Pipeline(
+        name=name,
         class_name=class_name,
         dtype=w.precision or (preset.default_dtype if preset else _DEFAULT_DTYPE[class_name]),
         components=components,
@@ -204,8 +207,6 @@ def _build(w: ImageGenerationWorkload, field: str) -> Pipeline:
         t5_tokens=w.max_sequence_length or _T5_TOKENS.get(class_name, 0),
         preset=preset,
     )
-    _check(w, pipeline, field)
-    return pipeline
 
 
 def _check(w: ImageGenerationWorkload, p: Pipeline, field: str) -> None:
@@ -245,18 +246,12 @@ _PIPELINES: BoundedCache[tuple[object, ...], Pipeline] = BoundedCache(256)
 
 
 def resolve_pipeline(w: ImageGenerationWorkload, field: str = "workloads[0]") -> Pipeline:
-    """``w``'s pipeline, resolved (cached by what it depends on). Errors name ``field``."""
-    key = (
-        w.pipeline,
-        w.name,
-        w.precision,
-        w.guidance,
-        w.max_sequence_length,
-        w.height,
-        w.width,
-        w.num_frames,
-    )
+    """``w``'s pipeline, resolved (cached by what it depends on: the source, precision,
+    guidance and T5 length) and checked against ``w``'s resolution and frames; labelled with
+    ``w.name`` when it has one. Errors name ``field``."""
+    key = (w.pipeline, w.precision, w.guidance, w.max_sequence_length)
     hit = _PIPELINES.get(key)
     if hit is None:
         hit = _PIPELINES.put(key, _build(w, field))
-    return hit
+    _check(w, hit, field)
+    return dataclasses.replace(hit, name=w.name) if w.name else hit

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import msgspec
 from msgspec import Meta
 
 from ..diffusion.presets import PIPELINE_IDS
+from ..hf_config import config_key
 from .limits import Name, Wire
 
 __all__ = [
@@ -81,7 +81,8 @@ class ComponentsPipeline(Wire, tag="components", tag_field="source", frozen=True
     name: Annotated[Name | None, Meta(description="Label in the answer.")] = None
 
     def __hash__(self) -> int:
-        return hash((self.class_name, msgspec.json.encode(self.components, order="sorted")))
+        # encoded once per components object (config_key keeps the object with its encoding)
+        return hash((self.class_name, config_key(self.components)))
 
 
 PipelineSource = PresetPipeline | ComponentsPipeline
