@@ -5,6 +5,7 @@ shutdown, settings and the CLI."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -12,14 +13,17 @@ import os
 import signal
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib.util import find_spec
+from typing import Any
 
 import msgspec
 import pytest
 from litestar.testing import TestClient
 
 from tests.support.trace_entries import CALLS_ENV, calls
+from vrambudget.core.inventory import InvDims, ModelInventory
+from vrambudget.http.cache import AnswerCache
 from vrambudget.service import tracing
 from vrambudget.service.app import Settings, SettingsError, create_app
 
@@ -139,6 +143,9 @@ def test_full_pool_answers_503_with_retry_after_and_never_blocks_the_loop(client
         assert time.perf_counter() - t < 0.5  # (a blocked loop: > 1 s)
         refused = client.post("/v1/budgets", json=body("busy-3"))
         assert time.perf_counter() - t < 1.0
+        # An analytic request whose model the framework must build (its inventory, in a trace
+        # worker) is refused too, in words about the model's resolution.
+        resolving = client.post("/v1/budgets", json=_analytic(MAMBA))
         # An identical request joins its trace in flight instead of being refused.
         joined = client.post("/v1/budgets", json=body("sleep:1.5:busy-0"))
         responses = pending.result()
@@ -148,6 +155,95 @@ def test_full_pool_answers_503_with_retry_after_and_never_blocks_the_loop(client
     assert "VRAMBUDGET_TRACE_MAX_PENDING" in refused.json()["detail"]
     assert [r.status_code for r in responses] == [200] * 3
     assert joined.status_code == 200 and joined.content == responses[0].content
+    assert resolving.status_code == 503, resolving.text
+    problem = resolving.json()
+    assert problem["type"] == PROBLEMS + "trace-busy"
+    assert problem["title"] == "Model resolution busy"
+    assert "model's inventory is built by the framework" in problem["detail"]
+    assert "VRAMBUDGET_TRACE_MAX_PENDING" in problem["detail"]
+    assert "analytic" not in problem["detail"]  # it was an analytic request
+    assert 1 <= int(resolving.headers["retry-after"]) <= LIMIT_S
+
+
+MAMBA = {"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 256}
+
+
+def _analytic(config: dict[str, object]) -> dict[str, object]:
+    model = {"source": "hf_config", "config": config}
+    return {"workloads": [{"kind": "inference", "model": model, "prompt_tokens": 16}]}
+
+
+def _inventory() -> ModelInventory:
+    dims = InvDims(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=16,
+        intermediate_size=128,
+        vocab_size=256,
+        max_positions=2048,
+    )
+    return ModelInventory(
+        library="fixture",
+        architecture="MambaForCausalLM",
+        model_type="mamba",
+        kind="decoder",
+        tensors=(),
+        stack=None,
+        tied=(),
+        dims=dims,
+        cache=None,
+    )
+
+
+def test_inventories_share_one_flight_are_cached_and_leave_the_trace_stats_alone(monkeypatch):
+    """A model's inventory job: concurrent requests for one config share it, a later one is
+    a cache hit, and its duration is no trace's (no histogram sample, no Retry-After
+    average); at the cap, it is refused as a model resolution."""
+    from prometheus_client import REGISTRY
+
+    pool = tracing.TracePool(
+        entry="tests.support.trace_entries:scripted",
+        workers=1,
+        time_limit_s=30,
+        max_pending=1,
+        cache=AnswerCache(4),
+    )
+    encoded = msgspec.json.encode(_inventory())
+    scheduled: list[Any] = []
+    futures: list[Future[Any]] = []
+
+    def schedule(fn: Any, args: tuple[Any, ...]) -> tuple[None, Future[Any]]:
+        scheduled.append(fn)
+        futures.append(Future())
+        return None, futures[-1]
+
+    monkeypatch.setattr(pool, "_schedule", schedule)
+
+    def observed() -> float:
+        labels = {"outcome": "ok"}
+        return REGISTRY.get_sample_value("vrambudget_trace_duration_seconds_count", labels) or 0
+
+    before = observed()
+
+    async def run() -> None:
+        first = asyncio.ensure_future(pool.inventory(MAMBA))
+        second = asyncio.ensure_future(pool.inventory(dict(reversed(MAMBA.items()))))
+        while not futures:
+            await asyncio.sleep(0.01)
+        # At the cap (1 job): another config is refused as a model resolution.
+        with pytest.raises(tracing.TraceBusy) as busy:
+            await pool.inventory({**MAMBA, "hidden_size": 128})
+        assert busy.value.resolving and busy.value.retry_after_s == 5
+        futures[0].set_result(("ok", encoded, 42.0))  # 42 s: would move the average
+        assert await first == await second == _inventory()
+        assert await pool.inventory(MAMBA) == _inventory()  # cached
+
+    asyncio.run(run())
+    assert scheduled == [tracing.run_inventory]
+    assert observed() == before
+    assert pool._retry_after_s() == 5  # no trace finished: the default, not the 42 s job
 
 
 def test_worker_crash_is_503_and_the_next_trace_works(client):

@@ -3,7 +3,6 @@ Litestar, into the core's msgspec types) -> pure call -> encode."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -43,7 +42,7 @@ from .compute_worker import software_of
 from .models import ModelResolver, pending
 from .openapi import patch_openapi
 from .problems import exception_handlers
-from .resolutions import Resolutions
+from .resolutions import Resolutions, resolution_digest
 from .settings import Settings, SettingsError
 from .tracing import TracePool
 from .wire import Health, ModelDetail, ModelSummary, Ready, model_summary
@@ -114,10 +113,7 @@ def _canonical(
     whitespace irrelevant, and a 32-byte key whatever the body's size. The key covers what
     the request's models resolved to (a moved Hub branch is a new answer)."""
     payload = _ENCODER.encode(data)
-    digest = hashlib.sha256(payload)
-    for i, key, _ in resolutions:
-        digest.update(f"\0{i}:{key}".encode())
-    return payload, (kind, digest.digest())
+    return payload, (kind, resolution_digest(payload, resolutions))
 
 
 async def _resolve(

@@ -39,6 +39,18 @@ def _trace_error(request: Request[Any, Any, Any], exc: TraceError) -> Response[A
                 f"trace a smaller workload, or raise the limit with {TIME_LIMIT_ENV}.",
                 type_=_TRACE + "trace-time-limit",
             )
+        case TraceBusy() if exc.resolving:
+            return problem(
+                request,
+                503,
+                "Model resolution busy",
+                f"this model's inventory is built by the framework in the trace workers, and "
+                f"they are full: {exc.max_pending} traces and model resolutions running or "
+                f"waiting, the most VRAMBUDGET_TRACE_MAX_PENDING allows. Retry after "
+                f"{exc.retry_after_s} s.",
+                type_=_TRACE + "trace-busy",
+                headers={"Retry-After": str(exc.retry_after_s)},
+            )
         case TraceBusy():
             return problem(
                 request,

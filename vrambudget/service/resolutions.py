@@ -1,9 +1,11 @@
-"""The worker side of resolved models: the (index, key, encoded ResolvedModel) triples the
-service sends with a request, decoded once per key per worker and put in place of the
+"""Resolved models across the process boundary: the (index, key, encoded ResolvedModel) triples
+the service sends with a request, the digest of a request with them (the key of its cached
+answer), and the worker side: decoded once per key per worker and put in place of the
 workloads' models."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import msgspec
@@ -11,11 +13,21 @@ import msgspec
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.resolved import ResolvedModel
 
-__all__ = ["Resolutions", "with_resolutions"]
+__all__ = ["Resolutions", "resolution_digest", "with_resolutions"]
 
 Resolutions = tuple[tuple[int, str, bytes], ...]
 """What crosses to a worker with a request: (workload index, ResolvedModel key, the encoded
 ResolvedModel) per resolved model, by index."""
+
+
+def resolution_digest(payload: bytes, resolutions: Resolutions = ()) -> bytes:
+    """The sha256 of a canonical request and what its models resolved to (a moved Hub branch,
+    another commit, is another answer): the key of its cached answer."""
+    digest = hashlib.sha256(payload)
+    for i, key, _ in resolutions:
+        digest.update(f"\0{i}:{key}".encode())
+    return digest.digest()
+
 
 _DECODED: BoundedCache[str, ResolvedModel] = BoundedCache(64)
 _DECODER = msgspec.json.Decoder(ResolvedModel)

@@ -28,12 +28,16 @@ class TraceTimeLimit(TraceError):
 
 
 class TraceBusy(TraceError):
-    """As many traces as allowed are running or waiting (503 + Retry-After)."""
+    """As many traces as allowed are running or waiting (503 + Retry-After). ``resolving``: the
+    refused job is a model's resolution (its framework inventory, built by the trace workers
+    for any method), not a trace."""
 
-    def __init__(self, max_pending: int, retry_after_s: int) -> None:
-        super().__init__(f"{max_pending} traces running or waiting")
+    def __init__(self, max_pending: int, retry_after_s: int, *, resolving: bool = False) -> None:
+        what = "traces and model resolutions" if resolving else "traces"
+        super().__init__(f"{max_pending} {what} running or waiting")
         self.max_pending = max_pending
         self.retry_after_s = retry_after_s
+        self.resolving = resolving
 
 
 class TraceWorkerDied(TraceError):

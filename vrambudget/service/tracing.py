@@ -31,9 +31,11 @@ server imports pebble only on its first trace. Errors are plain exceptions
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import math
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib.util import find_spec
@@ -51,7 +53,7 @@ from vrambudget.core.inventory import ModelInventory
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.spec import BudgetRequest
 
-from .resolutions import Resolutions
+from .resolutions import Resolutions, resolution_digest
 from .trace_errors import (
     TraceBusy,
     TraceError,
@@ -112,12 +114,13 @@ exception in the engine (500)."""
 # ------------------------------------------------------------------------------ server side --
 
 
-def canonical_key(request: BudgetRequest) -> tuple[bytes, bytes]:
-    """(encoded request, its sha256): the worker's input and the cache key. Encoding the decoded
-    struct fills defaults and fixes field order, so equal workloads hash equal however the body
-    was written."""
+def canonical_key(request: BudgetRequest, resolutions: Resolutions = ()) -> tuple[bytes, bytes]:
+    """(encoded request, its digest with what its models resolved to): the worker's input and
+    the cache key (:func:`~vrambudget.service.resolutions.resolution_digest`, as the analytic
+    answers' key). Encoding the decoded struct fills defaults and fixes field order, so equal
+    workloads hash equal however the body was written."""
     payload = msgspec.json.encode(request)
-    return payload, hashlib.sha256(payload).digest()
+    return payload, resolution_digest(payload, resolutions)
 
 
 class _Cache(Protocol):
@@ -171,6 +174,17 @@ def trace_tier_problem(entry: str) -> str | None:
 
 _REJECTED = ("invalid", "unknown-model", "unknown-gpu", "budget-error")
 """Worker results where the engine rejected the workload (a 4xx answer)."""
+
+
+def _settle(
+    flights: dict[bytes, asyncio.Task[bytes]], digest: bytes, task: asyncio.Task[bytes]
+) -> None:
+    """A job done: out of the single-flight table, its exception retrieved (no "exception was
+    never retrieved" when nobody waits)."""
+    if flights.get(digest) is task:
+        del flights[digest]
+    if not task.cancelled():
+        task.exception()
 
 
 class TracePool:
@@ -228,27 +242,22 @@ class TracePool:
         if reason is not None:
             count("unavailable").inc()
             raise TraceUnavailable(reason)
-        payload, digest = canonical_key(request)
-        if resolutions:
-            digest = hashlib.sha256(
-                digest + b"".join(f"{i}:{k};".encode() for i, k, _ in resolutions)
-            ).digest()
+        payload, digest = canonical_key(request, resolutions)
         key = ("trace", digest)
         hit = self._cache.get(key)
         if hit is not None:
             count("cached").inc()
             return hit
-        task = self._inflight.get(digest)
-        leader = task is None
-        if task is None:
-            if self._processes.closed:
-                raise TraceUnavailable("the server is shutting down", temporary=True)
-            if len(self._inflight) >= self.max_pending:
-                count("busy").inc()
-                raise TraceBusy(self.max_pending, self._retry_after_s())
-            task = asyncio.get_running_loop().create_task(self._trace(key, payload, resolutions))
-            self._inflight[digest] = task
-            task.add_done_callback(lambda t: self._settle(digest, t))
+        try:
+            task, leader = self._flight(
+                self._inflight,
+                digest,
+                len(self._inflight),
+                lambda: self._job(run_trace, (self.entry, payload, resolutions), key),
+            )
+        except TraceBusy:
+            count("busy").inc()
+            raise
         try:
             # shield: a client that disconnects does not cancel a trace others may share (its
             # answer is cached either way); shutdown cancels the task itself.
@@ -284,33 +293,42 @@ class TracePool:
         hit = self._inventories.get(digest)
         if hit is not None:
             return hit
-        task = self._inventory_flight.get(digest)
-        if task is None:
-            if self._processes.closed:
-                raise TraceUnavailable("the server is shutting down", temporary=True)
-            if len(self._inflight) + len(self._inventory_flight) >= self.max_pending:
-                raise TraceBusy(self.max_pending, self._retry_after_s())
-            task = asyncio.get_running_loop().create_task(
-                self._job(run_inventory, (payload,), None)
-            )
-            self._inventory_flight[digest] = task
-            task.add_done_callback(lambda t: self._settle_inventory(digest, t))
+        task, _ = self._flight(
+            self._inventory_flight,
+            digest,
+            len(self._inflight) + len(self._inventory_flight),
+            lambda: self._job(run_inventory, (payload,), None, timed=False),
+            resolving=True,
+        )
         encoded = await asyncio.shield(task)
         return self._inventories.get_or(
             digest, lambda: msgspec.json.decode(encoded, type=ModelInventory)
         )
 
-    def _settle_inventory(self, digest: bytes, task: asyncio.Task[bytes]) -> None:
-        if self._inventory_flight.get(digest) is task:
-            del self._inventory_flight[digest]
-        if not task.cancelled():
-            task.exception()
-
-    def _settle(self, digest: bytes, task: asyncio.Task[bytes]) -> None:
-        if self._inflight.get(digest) is task:
-            del self._inflight[digest]
-        if not task.cancelled():
-            task.exception()  # retrieved: no "exception was never retrieved" when nobody waits
+    def _flight(
+        self,
+        flights: dict[bytes, asyncio.Task[bytes]],
+        digest: bytes,
+        load: int,
+        start: Callable[[], Coroutine[Any, Any, bytes]],
+        *,
+        resolving: bool = False,
+    ) -> tuple[asyncio.Task[bytes], bool]:
+        """Single flight: (the job in ``flights`` for ``digest``, False) to join, or (a job
+        ``start`` begins now, True). Refused when the server is shutting down, or busy
+        (:class:`TraceBusy`; ``resolving``: a model resolution's job) when ``load``, the jobs
+        counted against ``max_pending``, is at the cap."""
+        task = flights.get(digest)
+        if task is not None:
+            return task, False
+        if self._processes.closed:
+            raise TraceUnavailable("the server is shutting down", temporary=True)
+        if load >= self.max_pending:
+            raise TraceBusy(self.max_pending, self._retry_after_s(), resolving=resolving)
+        task = asyncio.get_running_loop().create_task(start())
+        flights[digest] = task
+        task.add_done_callback(functools.partial(_settle, flights, digest))
+        return task, True
 
     def _retry_after_s(self) -> int:
         """When a slot is likely free: a typical trace's duration (until one has finished, the
@@ -318,13 +336,12 @@ class TracePool:
         typical = self._typical_s if self._typical_s is not None else min(5.0, self.time_limit_s)
         return max(1, min(math.ceil(typical), math.ceil(self.time_limit_s)))
 
-    async def _trace(
-        self, key: tuple[str, bytes], payload: bytes, resolutions: Resolutions = ()
+    async def _job(
+        self, fn: Any, args: tuple[Any, ...], key: tuple[str, bytes] | None, *, timed: bool = True
     ) -> bytes:
-        return await self._job(run_trace, (self.entry, payload, resolutions), key)
-
-    async def _job(self, fn: Any, args: tuple[Any, ...], key: tuple[str, bytes] | None) -> bytes:
-        """Run ``fn(*args)`` in a worker; its answer bytes (cached under ``key`` if given)."""
+        """Run ``fn(*args)`` in a worker; its answer bytes (cached under ``key`` if given).
+        ``timed``: a trace, whose duration the histogram and ``Retry-After`` average (not a
+        model's inventory)."""
         from concurrent.futures.process import BrokenProcessPool
 
         pool, future = await asyncio.to_thread(self._schedule, fn, args)
@@ -343,12 +360,14 @@ class TracePool:
             raise TraceWorkerDied(exc.exitcode) from None
         kind = result[0]
         if kind == "ok":
-            self._finished(result[2], "ok")
+            if timed:
+                self._finished(result[2], "ok")
             return result[1] if key is None else self._cache.put(key, result[1])
         if kind == "unavailable":
             self._problem = result[1]  # the same on every worker: answer 501 from now on
             raise TraceUnavailable(result[1])
-        self._finished(result[-1], "invalid" if kind in _REJECTED else None)
+        if timed:
+            self._finished(result[-1], "invalid" if kind in _REJECTED else None)
         if kind == "invalid":
             raise InvalidWorkload(result[1], result[2])
         if kind == "unknown-model":
