@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from tests.support.workloads import workload
@@ -37,3 +38,31 @@ def test_zero_model_states(stage, expected):
     (st,) = statics_for(deploy(w), resolve_model(w.model))
     total = st.weights_bytes + st.gradient_bytes + st.master_bytes + st.optimizer_bytes
     assert total == expected
+
+
+def test_buffers_are_not_parameters() -> None:
+    """A framework-built model's buffers (GPT-NeoX's rotary inv_freq tables) take memory but
+    are not parameters: the autocast weight cache and ZeRO-3's gathered layer count parameters.
+    GPT-NeoX, hidden 128, 2 layers, MLP 512, vocab 1000, untied, by hand: embed_in and
+    embed_out 128,000 each; per layer two LayerNorms 256 each, query_key_value 128 x 384 + 384
+    = 49,536, dense 16,512, dense_h_to_4h 66,048, dense_4h_to_h 65,664 (198,272); final norm
+    256: 652,800."""
+    from vrambudget.workloads.hf.resolve import resolve_config
+
+    config = {
+        "model_type": "gpt_neox",
+        "hidden_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "max_position_embeddings": 256,
+        "torch_dtype": "float16",
+    }
+    model = resolve_config(config, name="neox", origin="test")
+    arch = resolve_model(model)
+    assert any(g.buffer for g in arch.extras)  # the rotary tables are in the inventory
+    w = train("llama-2-7b", mixed_precision="autocast")
+    w = deploy(msgspec.structs.replace(w, model=model))
+    (st,) = statics_for(w, arch)
+    assert st.num_params == arch.num_params == 652_800

@@ -189,8 +189,9 @@ def head_groups(arch: Arch, p: int) -> tuple[TensorGroup, ...]:
 def _device_params(layer: LayerType, arch: Arch, t: int, ep: int) -> int:
     total = 0
     for g in layer.tensors:
-        rows, cols, count = per_device_shape(g, arch, t, ep)
-        total += rows * cols * count
+        if not g.buffer:
+            rows, cols, count = per_device_shape(g, arch, t, ep)
+            total += rows * cols * count
     return total
 
 
@@ -229,7 +230,8 @@ def stage_statics(
         for g, mult, bucket in _bucketed(arch, stage, par.pipeline):
             rows, cols, count = per_device_shape(g, arch, t, ep)
             n = count * mult
-            params += rows * cols * n
+            if not g.buffer:  # parameters only, as Arch.num_params counts them
+                params += rows * cols * n
             quantized = quant is not None and g.role in roles and _quantizable(g)
             payload, md = stored_bytes(
                 rows,
