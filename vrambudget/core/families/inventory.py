@@ -81,7 +81,7 @@ def _split_of(parent: str, module: str, leaf: str) -> Split:
     return Split.REPLICATED
 
 
-def _group(t: InvTensor, vocab: int, per_layer: bool, experts: set[int]) -> TensorGroup:
+def _group(t: InvTensor, vocab: int, per_layer: bool, experts: frozenset[int]) -> TensorGroup:
     parent, module, leaf = _module_name(t)
     owner = t.module
     multiplicity = t.count // max(len(t.layers), 1) if per_layer else t.count
@@ -107,9 +107,7 @@ def _group(t: InvTensor, vocab: int, per_layer: bool, experts: set[int]) -> Tens
     if "Embedding" in owner and leaf == "weight":
         split = Split.VOCAB if shape[0] == vocab else Split.REPLICATED
         return make(shape[0], _numel(shape[1:]), Role.EMBEDDING, split, multiplicity)
-    expert_like = len(shape) == 3 and ("Expert" in owner or "experts" in lowered)
-    if expert_like:
-        experts.add(shape[0])
+    if _expert_like(t):
         if leaf.endswith("bias"):
             return make(shape[1], shape[2], Role.BIAS, Split.REPLICATED, shape[0] * multiplicity)
         return make(
@@ -141,13 +139,14 @@ def _group(t: InvTensor, vocab: int, per_layer: bool, experts: set[int]) -> Tens
     return make(shape[0], _numel(shape[1:]), Role.OTHER, Split.REPLICATED, multiplicity)
 
 
-def _routers(tensors: tuple[InvTensor, ...]) -> set[int]:
+def _expert_like(t: InvTensor) -> bool:
+    """A 3-D stack of per-expert parameters (experts first)."""
+    return len(t.shape) == 3 and ("Expert" in t.module or "experts" in t.pattern.lower())
+
+
+def _routers(tensors: tuple[InvTensor, ...]) -> frozenset[int]:
     """Expert counts of the model's 3-D expert parameters (to recognise its routers)."""
-    return {
-        t.shape[0]
-        for t in tensors
-        if len(t.shape) == 3 and ("Expert" in t.module or "experts" in t.pattern)
-    }
+    return frozenset(t.shape[0] for t in tensors if _expert_like(t))
 
 
 def _cache_layer(profile: tuple[CacheLayer, ...] | None, i: int) -> CacheLayer | None:
