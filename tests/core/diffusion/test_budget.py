@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from vrambudget.core.components import Component
+from vrambudget.core.diffusion.presets import presets
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import fit
@@ -143,8 +144,6 @@ def test_instances_multiply() -> None:
 
 def test_components_source() -> None:
     """A pipeline given by its class and configs answers like the preset with those configs."""
-    from vrambudget.core.diffusion.presets import presets
-
     comps = {r: c.config for r, c in presets()["sd-1.5"].components.items()}
     b = _budget(
         pipeline={"source": "components", "class_name": "StableDiffusionPipeline",
@@ -215,3 +214,32 @@ def test_co_located_image_workloads_add_up() -> None:
     both = _lines(estimate(r.workloads))
     one = _lines(estimate(r.workloads[:1]))
     assert both[C.WEIGHTS] == 2 * one[C.WEIGHTS]
+
+
+def _sd3_patched(patch: int, **workload: Any) -> Budget:
+    comps = {r: dict(c.config) for r, c in presets()["sd3-medium"].components.items()}
+    comps["transformer"]["patch_size"] = patch
+    pipeline = {"source": "components", "class_name": "StableDiffusion3Pipeline",
+                "components": comps}  # fmt: skip
+    return _budget(pipeline=pipeline, **workload)
+
+
+def test_denoiser_tokens_follow_the_sd3_patch_size() -> None:
+    """SD3 at 1024 x 1024: 128 x 128 latents; patch 2 (the published config): 64 x 64 = 4,096
+    patches + 77 CLIP + 256 T5 = 4,429 tokens; patch 4: 32 x 32 = 1,024 + 333 = 1,357 (the
+    answer said 4,429 with a hard-coded patch of 2 while the walk used 4)."""
+    sd3 = _budget(pipeline={"source": "preset", "id": "sd3-medium"})
+    assert sd3.devices[0].inputs["denoiser_tokens"] == 4_429
+    assert _sd3_patched(4).devices[0].inputs["denoiser_tokens"] == 1_357
+    flux = _budget(pipeline={"source": "preset", "id": "flux.1-schnell"})
+    assert flux.devices[0].inputs["denoiser_tokens"] == 64 * 64 + 512
+
+
+def test_a_side_must_be_whole_patches_of_the_sd3_patch_size() -> None:
+    """VAE factor 8 x patch 4 = 32: 1040 px (65 latents, not whole patches of 4) is refused;
+    the hard-coded patch of 2 let it through (a multiple of 16)."""
+    with pytest.raises(InvalidWorkload) as e:
+        _sd3_patched(4, height=1040)
+    assert e.value.field == "workloads[0].height"
+    assert "multiple of 32" in e.value.message
+    _sd3_patched(2, height=1040)  # 16 | 1040

@@ -118,11 +118,6 @@ def diffusion_outcome(
 
 
 def _inputs(w: ImageGenerationWorkload, p: Pipeline) -> dict[str, Any]:
-    scale = p.vae.config.scale
-    tokens: int | None = None
-    if p.denoiser.class_name != "UNet2DConditionModel":
-        text = p.t5_tokens + (77 if p.class_name == "StableDiffusion3Pipeline" else 0)
-        tokens = (w.height // scale // 2) * (w.width // scale // 2) + text
     return {
         "pipeline": p.name,
         "precision": p.dtype,
@@ -130,7 +125,7 @@ def _inputs(w: ImageGenerationWorkload, p: Pipeline) -> dict[str, Any]:
         "width": w.width,
         "batch_size": w.batch_size,
         "denoiser_batch": w.batch_size * p.cfg_batch,
-        "denoiser_tokens": tokens,
+        "denoiser_tokens": p.denoiser_tokens(w.height, w.width),
         "attention_slicing": w.attention_slicing,
         "vae_tiling": w.vae_tiling,
         "vae_slicing": w.vae_slicing,

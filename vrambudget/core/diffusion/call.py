@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..dtypes import bytes_of
 from ..spec.diffusion import ImageGenerationWorkload
 from .dit import flux_forward, sd3_forward
-from .pipeline import Component, Pipeline
+from .pipeline import CLIP_TOKENS, Component, Pipeline
 from .text import clip_forward, t5_forward
 from .unet import unet_forward
 from .vae import vae_decode
@@ -142,7 +142,7 @@ def _prompt(w: Walk, pl: _Placement, p: Pipeline, b: int) -> tuple[int, list[int
         h1, p1 = _encoder(w, pl, p, p.component("text_encoder"), b, hidden=True)
         h2, p2 = _encoder(w, pl, p, p.component("text_encoder_2"), b, hidden=True)
         c1, c2 = p.component("text_encoder").config, p.component("text_encoder_2").config
-        cat = w.alloc(b * 77 * (c1.hidden_size + c2.hidden_size) * e)  # torch.concat
+        cat = w.alloc(b * CLIP_TOKENS * (c1.hidden_size + c2.hidden_size) * e)  # torch.concat
         w.free(h1, h2, *(x for x in (p1,) if x is not None))
         return cat, [x for x in (p2,) if x is not None]
     if kind == "StableDiffusion3Pipeline":
@@ -152,11 +152,11 @@ def _prompt(w: Walk, pl: _Placement, p: Pipeline, b: int) -> tuple[int, list[int
         t5, _ = _encoder(w, pl, p, t5c, b, hidden=False)
         d = t5c.config.d_model
         c1, c2 = p.component("text_encoder").config, p.component("text_encoder_2").config
-        clip = w.alloc(b * 77 * (c1.hidden_size + c2.hidden_size) * e)  # cat, dim=-1
+        clip = w.alloc(b * CLIP_TOKENS * (c1.hidden_size + c2.hidden_size) * e)  # cat, dim=-1
         w.free(h1, h2)
-        padded = w.alloc(b * 77 * d * e)  # F.pad to the T5 width
+        padded = w.alloc(b * CLIP_TOKENS * d * e)  # F.pad to the T5 width
         w.free(clip)
-        joint = w.alloc(b * (77 + p.t5_tokens) * d * e)  # cat([clip, t5], dim=-2)
+        joint = w.alloc(b * p.text_tokens * d * e)  # cat([clip, t5], dim=-2)
         w.free(padded, t5)
         pooled = w.alloc(b * (c1.projection_dim + c2.projection_dim) * e)
         w.free(*(x for x in (p1, p2) if x is not None))
@@ -164,11 +164,6 @@ def _prompt(w: Walk, pl: _Placement, p: Pipeline, b: int) -> tuple[int, list[int
     _, pooled_clip = _encoder(w, pl, p, p.component("text_encoder"), b, hidden=False)
     t5, _ = _encoder(w, pl, p, p.component("text_encoder_2"), b, hidden=False)
     return t5, [x for x in (pooled_clip,) if x is not None]
-
-
-def _latent_dims(p: Pipeline, wl: ImageGenerationWorkload) -> tuple[int, int, int]:
-    scale = p.vae.config.scale
-    return p.vae.config.latent_channels, wl.height // scale, wl.width // scale
 
 
 def walk_call(
@@ -199,7 +194,7 @@ def walk_call(
         joined_extra = [w.alloc(2 * _size(w, x)) for x in extra]
         w.free(cond, negative[0], *extra, *negative[1])
         cond, extra, negative = joined, joined_extra, None
-    ch, lh, lw = _latent_dims(p, wl)
+    ch, lh, lw = p.latent_dims(wl.height, wl.width)
     lat = b * ch * lh * lw * e
     latents = w.alloc(lat)  # prepare_latents
     held: list[int] = []
@@ -212,12 +207,13 @@ def walk_call(
         model_in = w.alloc(bb * ch * lh * lw * e) if p.cfg_batch == 2 else None
         preds = []
         for _pass in range(p.denoiser_passes):
+            text = p.text_tokens
             if den.class_name == "UNet2DConditionModel":
-                out = unet_forward(w, den.config, bb, lh, lw, e, 77, wl.attention_slicing)
+                out = unet_forward(w, den.config, bb, lh, lw, e, text, wl.attention_slicing)
             elif den.class_name == "SD3Transformer2DModel":
-                out = sd3_forward(w, den.config, bb, lh, lw, e, 77 + p.t5_tokens)
+                out = sd3_forward(w, den.config, bb, lh, lw, e, text)
             else:
-                out = flux_forward(w, den.config, bb, lh, lw, e, p.t5_tokens)
+                out = flux_forward(w, den.config, bb, lh, lw, e, text)
             preds.append(out)
         pl.done(scratch)
         w.free(*held)

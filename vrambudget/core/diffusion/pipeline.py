@@ -134,7 +134,42 @@ class Pipeline:
         return self.guidance and self.class_name != "StableDiffusionXLPipeline"
 
     def tokens(self, c: Component) -> int:
+        """The prompt tokens text encoder ``c`` runs on: the T5 length, or CLIP's 77."""
         return self.t5_tokens if c.class_name == "T5EncoderModel" else CLIP_TOKENS
+
+    @property
+    def text_tokens(self) -> int:
+        """The text tokens the denoiser attends to: CLIP's 77 (the UNet's cross-attention),
+        77 CLIP + the T5 length joined (SD3), the T5 length (FLUX)."""
+        if self.class_name == "StableDiffusion3Pipeline":
+            return CLIP_TOKENS + self.t5_tokens
+        if self.class_name == "FluxPipeline":
+            return self.t5_tokens
+        return CLIP_TOKENS
+
+    @property
+    def patch(self) -> int:
+        """Latent pixels per denoiser token along a side: SD3's ``patch_size`` (2 in the
+        published configs), 2 for FLUX (``_pack_latents`` packs 2 x 2 latents into one token
+        whatever the transformer's ``patch_size``), 1 for the UNet (no tokens)."""
+        if self.class_name == "StableDiffusion3Pipeline":
+            return int(self.denoiser.config.patch_size)
+        return 2 if self.class_name == "FluxPipeline" else 1
+
+    def latent_dims(self, height: int, width: int) -> tuple[int, int, int]:
+        """(channels, height, width) of the latents of an image: the VAE's latent channels
+        and the image sides divided by its scale (8 for the SD VAEs)."""
+        c = self.vae.config
+        return c.latent_channels, height // c.scale, width // c.scale
+
+    def denoiser_tokens(self, height: int, width: int) -> int | None:
+        """The DiT's sequence for an image: ``(H / 8 / p) x (W / 8 / p)`` latent patches plus
+        :attr:`text_tokens` (None for a UNet). Worked number: SD3 at 1024 x 1024, 64 x 64 +
+        77 + 256 = 4,429."""
+        if self.denoiser.class_name == "UNet2DConditionModel":
+            return None
+        _, lh, lw = self.latent_dims(height, width)
+        return (lh // self.patch) * (lw // self.patch) + self.text_tokens
 
     @property
     def vae_decode_dtype(self) -> str:
@@ -211,7 +246,7 @@ def _build(w: ImageGenerationWorkload, field: str) -> Pipeline:
 
 def _check(w: ImageGenerationWorkload, p: Pipeline, field: str) -> None:
     scale = p.vae.config.scale
-    patch = 2 if p.class_name in ("StableDiffusion3Pipeline", "FluxPipeline") else 1
+    patch = p.patch
     step = scale * patch
     for name, v in (("height", w.height), ("width", w.width)):
         if v % step:

@@ -312,20 +312,16 @@ class DiffusionProgram:
 
     # --------------------------------------------------------------------------- denoise --
 
-    def _latent_shape(self) -> tuple[int, ...]:
-        w, p = self.workload, self.pipeline
-        scale = p.vae.config.scale
-        ch = p.vae.config.latent_channels
-        return (w.batch_size, ch, w.height // scale, w.width // scale)
-
     def _latents(self) -> torch.Tensor:
-        shape = self._latent_shape()
-        if self.pipeline.class_name == "FluxPipeline":
-            b, c, h, w = shape
-            latents = torch.empty(
-                b, (h // 2) * (w // 2), c * 4, dtype=self.dtype, device=self.device
-            )
-            return latents
+        """``prepare_latents``: (b, c, h, w), or FLUX's packed (b, tokens, c x 2 x 2)."""
+        w, p = self.workload, self.pipeline
+        c, h, wd = p.latent_dims(w.height, w.width)
+        b = w.batch_size
+        if p.class_name == "FluxPipeline":
+            k = p.patch
+            shape: tuple[int, ...] = (b, (h // k) * (wd // k), c * k * k)
+        else:
+            shape = (b, c, h, wd)
         return torch.empty(shape, dtype=self.dtype, device=self.device)
 
     def _step(
@@ -334,12 +330,9 @@ class DiffusionProgram:
         p = self.pipeline
         model = self.modules[p.denoiser.role]
         if p.class_name == "FluxPipeline":
-            b, _s, _ = latents.shape
-            w = self.workload
-            scale = p.vae.config.scale
-            h2, w2 = w.height // scale // 2, w.width // scale // 2
-            img_ids = torch.zeros(h2 * w2, 3, dtype=self.dtype, device=self.device)
-            txt_ids = torch.zeros(p.t5_tokens, 3, dtype=self.dtype, device=self.device)
+            b, s, _ = latents.shape
+            img_ids = torch.zeros(s, 3, dtype=self.dtype, device=self.device)
+            txt_ids = torch.zeros(p.text_tokens, 3, dtype=self.dtype, device=self.device)
             timestep = torch.zeros(b, dtype=self.dtype, device=self.device)
             guidance = (
                 torch.full([b], 3.5, dtype=torch.float32, device=self.device)
@@ -422,19 +415,18 @@ class DiffusionProgram:
     def _decode(self, latents: torch.Tensor) -> None:
         p, w = self.pipeline, self.workload
         vae: Any = self.modules["vae"]
-        cfg = p.vae.config
         upcast = p.vae_decode_dtype != p.dtype
         if upcast:
             self._cast_vae(torch.float32)
         if w.cpu_offload == "model":  # decode is not forward: apply_forward_hook runs the hook
             order = [c.role for c in p.components]
             self._onload("vae", order[order.index("vae") - 1])
-        if p.class_name == "FluxPipeline":
-            b, _, c4 = latents.shape
-            scale = cfg.scale
-            h, wd = w.height // scale, w.width // scale
-            latents = latents.view(b, h // 2, wd // 2, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
-            latents = latents.reshape(b, c4 // 4, h, wd)
+        if p.class_name == "FluxPipeline":  # _unpack_latents
+            b = latents.shape[0]
+            c, h, wd = p.latent_dims(w.height, w.width)
+            k = p.patch
+            latents = latents.view(b, h // k, wd // k, c, k, k).permute(0, 3, 1, 4, 2, 5)
+            latents = latents.reshape(b, c, h, wd)
         vae_dtype = next(iter(vae.parameters())).dtype
         latents = latents.to(vae_dtype) / 0.13
         if p.class_name in ("StableDiffusion3Pipeline", "FluxPipeline"):
