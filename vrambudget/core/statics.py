@@ -143,31 +143,24 @@ def _last_trainable(arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: in
     return rows * plan.lora_rank * (count if g.role is Role.EXPERT else 1)
 
 
-def _bucketed(arch: Arch, stage: Stage, p: int) -> Iterator[tuple[TensorGroup, int, object]]:
-    """(tensor group, multiplicity, what it belongs to: (its run's index, its layer type), or
-    ``embeddings``, ``extras``, ``head``)."""
+def _bucketed(
+    arch: Arch, stage: Stage, p: int
+) -> Iterator[tuple[TensorGroup, int, object, tuple[int, int] | None]]:
+    """(tensor group, multiplicity, the bucket it belongs to: its run's index, or
+    ``embeddings``, ``extras``, ``head``, and the bucket's (payload, metadata) bytes as the
+    checkpoint stores them, if known)."""
+    top = {name: (payload, meta) for name, payload, meta in arch.stored_top}
     for run, (layer, n) in enumerate(stage.layer_runs):
         for g in layer.tensors:
-            yield g, n, (run, layer)
+            yield g, n, run, layer.stored
     if stage.first:
         for g in arch.embeddings:
-            yield g, 1, "embeddings"
+            yield g, 1, "embeddings", top.get("embeddings")
         for g in arch.extras:
-            yield g, 1, "extras"
+            yield g, 1, "extras", top.get("extras")
     if stage.last:
         for g in head_groups(arch, p):
-            yield g, 1, "head"
-
-
-def _stored_of(arch: Arch, bucket: object) -> tuple[int, int] | None:
-    """A bucket's (payload, metadata) bytes as its checkpoint stores them, if known."""
-    if isinstance(bucket, tuple):
-        layer: LayerType = bucket[1]
-        return layer.stored
-    for name, payload, meta in arch.stored_top:
-        if name == bucket:
-            return payload, meta
-    return None
+            yield g, 1, "head", top.get("head")
 
 
 TIED_COPY = "lm_head (tied copy)"
@@ -226,8 +219,8 @@ def stage_statics(
         largest_linear = 0
         largest_trainable = 0
         # Buckets whose bytes the checkpoint's headers give: (full, device) elements, per copy.
-        shares: dict[object, tuple[object, int, list[int]]] = {}
-        for g, mult, bucket in _bucketed(arch, stage, par.pipeline):
+        shares: dict[object, tuple[tuple[int, int], int, list[int]]] = {}
+        for g, mult, bucket, bucket_stored in _bucketed(arch, stage, par.pipeline):
             rows, cols, count = per_device_shape(g, arch, t, ep)
             n = count * mult
             if not g.buffer:  # parameters only, as Arch.num_params counts them
@@ -240,10 +233,9 @@ def stage_statics(
                 quant if quantized else None,
             )
             copied = g.name == TIED_COPY  # not in the checkpoint: a pipeline stage's own copy
-            stored = None if g.buffer or copied else _stored_of(arch, bucket)
+            stored = None if g.buffer or copied else bucket_stored
             if stored is not None:
-                key = bucket if isinstance(bucket, str) else bucket[0]  # type: ignore[index]
-                share = shares.setdefault(key, (bucket, mult, [0, 0]))[2]
+                share = shares.setdefault(bucket, (stored, mult, [0, 0]))[2]
                 share[0] += g.rows * g.cols * g.count
                 share[1] += rows * cols * count
             else:
@@ -272,8 +264,7 @@ def stage_statics(
                 largest_trainable = max(
                     largest_trainable, plan.lora_rank * max(rows, cols) * stacked
                 )
-        for bucket, mult, (full, device) in shares.values():
-            stored_payload, stored_meta = _stored_of(arch, bucket) or (0, 0)
+        for (stored_payload, stored_meta), mult, (full, device) in shares.values():
             # A device's share of the stored bytes: its share of the bucket's elements.
             weights += stored_payload * device // max(full, 1) * mult
             meta += stored_meta * device // max(full, 1) * mult

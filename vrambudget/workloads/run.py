@@ -23,6 +23,7 @@ from vrambudget.core.spec import (
     QLoRA,
     TrainingWorkload,
 )
+from vrambudget.core.statics import effective_precision
 
 from .marks import Marks
 from .model import BuildPlan, TransformerModel, component_of
@@ -90,18 +91,16 @@ def build_plan(w: InferenceWorkload | TrainingWorkload, device: torch.device) ->
         tensor_parallel=w.parallelism.tensor,
         param_dtype=TORCH_DTYPES[p.weights],
         compute_dtype=TORCH_DTYPES[p.compute],
-        quantization=deployed_quantization(p.quantization),
+        quantization=deployed_quantization(effective_precision(w).quantization),
         attention=w.attention,
         device=device,
     )
     if isinstance(w, InferenceWorkload):
         return plan
     m = w.method
-    quant = m.base_quantization if isinstance(m, QLoRA) else plan.quantization
     lora = isinstance(m, LoRA)
     return dataclasses.replace(
         plan,
-        quantization=quant,
         trainable="lora" if lora else "full",
         lora_rank=m.rank if isinstance(m, LoRA) else 0,
         lora_targets=tuple(m.target_modules) if isinstance(m, LoRA) else (),

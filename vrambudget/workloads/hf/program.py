@@ -56,6 +56,7 @@ from vrambudget.core.spec import (
     TrainingWorkload,
     VisionWorkload,
 )
+from vrambudget.core.statics import effective_precision
 
 from ..marks import Marks
 from ..optim import build_optimizer
@@ -102,7 +103,7 @@ def framework_unsupported(w: ModelWorkload | EncoderWorkload) -> str | None:
         return "transformers' DynamicCache keeps keys and values in the compute dtype"
     if isinstance(w, InferenceWorkload) and w.prefill_chunk_tokens is not None:
         return "chunked prefill is not generate's default"
-    quant = w.method.base_quantization if _qlora(w) else w.precision.quantization  # type: ignore[union-attr]
+    quant = effective_precision(w).quantization
     if quant not in (None, UNSET) and resolve_model(w.model).moe is not None:
         # The stand-ins replace nn.Linear layers; transformers' experts are 3-D parameters.
         return "quantized expert tensors have no stand-in in the framework program"
@@ -485,7 +486,7 @@ def _quantization_keep(model: nn.Module, w: ModelWorkload | EncoderWorkload) -> 
     otherwise), the checkpoint's ``modules_to_not_convert`` / ``ignore``, MoE routers and the
     vision/audio towers (transformers ``get_keys_to_not_convert`` and the quantizers'
     defaults)."""
-    q = w.method.base_quantization if _qlora(w) else w.precision.quantization  # type: ignore[union-attr]
+    q = effective_precision(w).quantization
     ckpt = checkpoint_of(w.model)
     stored = ckpt.quantization if ckpt is not None else None
     outputs = _output_names(model)
@@ -501,10 +502,6 @@ def _quantization_keep(model: nn.Module, w: ModelWorkload | EncoderWorkload) -> 
         return stored is not None and stored.leaves_unquantized(name)
 
     return keep
-
-
-def _qlora(w: ModelWorkload | EncoderWorkload) -> bool:
-    return isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
 
 
 def prepare_framework(
@@ -530,11 +527,7 @@ def prepare_framework(
     training = isinstance(w, TrainingWorkload)
     from .config import _quiet
 
-    quant = (
-        w.method.base_quantization
-        if isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
-        else deployed_quantization(w.precision.quantization)
-    )
+    quant = deployed_quantization(effective_precision(w).quantization)
     # Built on the meta device outside any fake-tensor mode (no memory, no recording), quantized
     # and wrapped there, then allocated in module order: as from_pretrained loads tensor by
     # tensor, nothing full-precision is ever allocated for a quantized layer.
@@ -551,7 +544,8 @@ def prepare_framework(
             )
         if quant is not None:
             quantize_linears(model, quant, _quantization_keep(model, w), param_dtype)
-            model.is_loaded_in_4bit = _qlora(w)
+            qlora = isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
+            model.is_loaded_in_4bit = qlora
         if training:
             model = _prepare_training(model, w)  # type: ignore[arg-type]
         else:
