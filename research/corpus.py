@@ -1,0 +1,331 @@
+"""The corpus of published real measurements (``research/data/corpus/*.json``): each record is one
+number a person or a project measured on a real GPU and published, with its conditions, the
+memory view it reports, a verbatim quote and a source a reader can open; and the request that
+reproduces it, so the estimate can be compared with it.
+
+Records are grouped by source (``group``: one README table, one issue thread, one log): a
+group lands wholly in one split, so a table's rows never calibrate the band they are judged by.
+The split is fixed by the group's name alone (:func:`split_of`, a hash), chosen before any fit:
+about 35% of the groups are held out.
+
+Run from the repository root:
+    python -m research.corpus check [FILE...]   # validate, estimate and print every record
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from statistics import median
+from typing import Any, Literal
+
+import msgspec
+
+from vrambudget.core.components import Component
+from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.estimate import estimate
+from vrambudget.core.resolve import needs_resolution
+from vrambudget.core.result import Budget
+from vrambudget.core.spec import BudgetRequest
+
+__all__ = [
+    "CORPUS",
+    "Prediction",
+    "Record",
+    "load",
+    "predict",
+    "split_of",
+]
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+CONFIGS = Path(__file__).parent / "data" / "configs"
+
+Framework = Literal[
+    "transformers",  # transformers' Trainer / generate (PEFT, TRL, accelerate ride on it)
+    "peft",
+    "trl",
+    "accelerate",
+    "unsloth",
+    "axolotl",
+    "torchtune",
+    "litgpt",
+    "deepspeed",
+    "fsdp",
+    "megatron",
+    "nemo",
+    "pytorch",  # a hand-written loop over plain torch
+    "bitsandbytes",
+    "vllm",
+    "sglang",
+    "tgi",
+    "llama.cpp",
+    "ollama",
+    "diffusers",
+    "other",
+]
+
+View = Literal[
+    "nvidia_smi",  # the device's used memory (nvidia-smi, NVML, rocm-smi, a cloud monitor)
+    "torch_max_allocated",  # torch.cuda.max_memory_allocated
+    "torch_max_reserved",  # torch.cuda.max_memory_reserved
+    "engine_log",  # a serving engine's own startup line
+    "unspecified",  # "peak memory" without saying how: compared as nvidia_smi
+]
+
+Quantity = Literal[
+    "peak_device_bytes",  # the peak of one device (the most loaded one)
+    "weights_bytes",
+    "kv_cache_bytes",
+    "kv_cache_tokens",
+    "max_concurrency",
+]
+
+Unit = Literal["B", "KiB", "MiB", "GiB", "KB", "MB", "GB", "tokens", "x"]
+
+_UNITS = {
+    "B": 1,
+    "KiB": 1 << 10,
+    "MiB": 1 << 20,
+    "GiB": 1 << 30,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "tokens": 1,
+    "x": 1,
+}
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: str
+    """Unique, kebab-case: ``<source>-<model>-<setting>``."""
+    group: str
+    """The source it came from (one README table, one thread): the unit of the split."""
+    kind: Literal["training", "fine_tuning", "inference", "serving"]
+    framework: Framework
+    framework_version: str | None = None
+    torch_version: str | None = None
+    cuda_version: str | None = None
+    gpu: str
+    """The GPU as the source names it, verbatim."""
+    gpu_id: str | None
+    """Its catalog id (``vrambudget/core/data/gpus.json``), or None when the catalog lacks it."""
+    num_gpus: int = 1
+    view: View
+    quantity: Quantity
+    value: float
+    unit: Unit
+    conditions: str
+    """Everything the source says about the run that memory depends on, in plain words."""
+    quote: str
+    """The source's own words carrying the number, verbatim."""
+    url: str
+    """Where a reader opens it (a permalink where the source has one)."""
+    title: str = ""
+    published: str | None = None
+    workload: dict[str, Any] | None
+    """The vrambudget workload that reproduces the run (a ``workloads[]`` item of
+    ``/v1/budgets``); its model may be ``{"source": "corpus", "id": "org/name"}``, read from
+    ``research/data/configs``. None: not reproducible (``excluded`` says why)."""
+    excluded: str | None = None
+    """Why the record is not compared (kept for the record, never silently dropped)."""
+    notes: str | None = None
+
+    @property
+    def measured(self) -> float:
+        return self.value * _UNITS[self.unit]
+
+
+class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    schema: Literal["vrambudget.corpus/1"]
+    records: tuple[Record, ...]
+    about: str = ""
+
+
+def split_of(group: str) -> Literal["calibrate", "held_out"]:
+    """The split of a source group, fixed by its name before any fit: held out when the first
+    byte of SHA-256(group) is below 90 (35%)."""
+    return "held_out" if hashlib.sha256(group.encode()).digest()[0] < 90 else "calibrate"
+
+
+@cache
+def _config(repo: str) -> dict[str, Any]:
+    path = CONFIGS / (repo.replace("/", "--") + ".json")
+    data = json.loads(path.read_text())
+    return {"source": "hf_config", "config": data["config"], "name": repo.split("/")[-1]}
+
+
+def load(paths: list[Path] | None = None) -> tuple[Record, ...]:
+    """Every record of the corpus (or of ``paths``), ids checked unique."""
+    records: list[Record] = []
+    for path in paths or sorted(CORPUS.glob("*.json")):
+        records += msgspec.json.decode(path.read_bytes(), type=_File).records
+    seen: set[str] = set()
+    for r in records:
+        if r.id in seen:
+            raise ValueError(f"duplicate record id {r.id}")
+        seen.add(r.id)
+    return tuple(records)
+
+
+def _resolve_models(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if obj.get("source") == "corpus":
+            return _config(obj["id"])
+        return {k: _resolve_models(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_resolve_models(v) for v in obj]
+    return obj
+
+
+# The corpus's framework -> the request's ``software.framework`` (PEFT, TRL, accelerate and
+# bitsandbytes run on transformers: their version goes to ``software.libraries``).
+_STACK_FRAMEWORK = {
+    "transformers": "transformers",
+    "peft": "transformers",
+    "trl": "transformers",
+    "accelerate": "transformers",
+    "bitsandbytes": "transformers",
+    "torchtune": "torchtune",
+    "litgpt": "litgpt",
+    "deepspeed": "deepspeed",
+    "fsdp": "fsdp",
+    "unsloth": "unsloth",
+    "axolotl": "axolotl",
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "diffusers": "diffusers",
+}
+_LIBRARY = {"peft", "trl", "accelerate", "bitsandbytes", "deepspeed"}
+
+
+def _version(v: str | None) -> str | None:
+    """A version as the request takes it (``v0.6.3`` -> ``0.6.3``), or None if it is none."""
+    if not v:
+        return None
+    v = v.strip().lstrip("vV")
+    return v if re.fullmatch(r"[0-9][0-9A-Za-z.+_-]*", v) else None
+
+
+def software_of(r: Record) -> dict[str, Any]:
+    """The request's ``software`` for what the record says of its stack."""
+    sw: dict[str, Any] = {}
+    version = _version(r.framework_version)
+    framework = _STACK_FRAMEWORK.get(r.framework)
+    if framework is not None:
+        sw["framework"] = framework
+        if version and r.framework not in _LIBRARY:
+            sw["framework_version"] = version
+    if version and r.framework in _LIBRARY:
+        sw["libraries"] = {r.framework: version}
+    for key in ("torch_version", "cuda_version"):
+        v = _version(getattr(r, key))
+        if v:
+            sw[key] = v
+    return sw
+
+
+def request_of(r: Record) -> BudgetRequest:
+    """The budget request that reproduces a record: its workload on its GPU with its software
+    stack, no headroom."""
+    assert r.workload is not None
+    body: dict[str, Any] = {
+        "workloads": [_resolve_models(r.workload)],
+        "headroom": {"fraction": 0.0},
+        "software": software_of(r),
+    }
+    if r.gpu_id is not None:
+        body["device"] = {"source": "catalog", "id": r.gpu_id}
+    return msgspec.convert(body, BudgetRequest)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    record: Record
+    predicted: float
+    split: str
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the prediction: (predicted - measured) / measured."""
+        return (self.predicted - self.record.measured) / self.record.measured
+
+
+_OUTSIDE_ALLOCATOR = (Component.CUDA_CONTEXT, Component.COMMUNICATION_BUFFERS)
+
+
+def _device_view(b: Budget, view: View) -> int:
+    d = b.devices[b.most_loaded]
+    lines = {line.component: line.bytes for line in d.lines}
+    total = d.total_bytes - lines.get(Component.HEADROOM, 0)
+    if view in ("nvidia_smi", "unspecified", "engine_log"):
+        return total
+    reserved = total - sum(lines.get(c, 0) for c in _OUTSIDE_ALLOCATOR)
+    if view == "torch_max_reserved":
+        return reserved
+    return reserved - lines.get(Component.ALLOCATOR_OVERHEAD, 0)
+
+
+def value_of(b: Budget, r: Record) -> float:
+    """The budget's number for what the record measured."""
+    if r.quantity == "peak_device_bytes":
+        return _device_view(b, r.view)
+    s = b.serving
+    if r.quantity == "kv_cache_tokens" and s is not None:
+        return s.kv_cache_tokens
+    if r.quantity == "max_concurrency" and s is not None:
+        return s.max_concurrency
+    if r.quantity == "kv_cache_bytes" and s is not None:
+        return s.kv_cache_pool_bytes
+    d = b.devices[b.most_loaded]
+    lines = {line.component: line.bytes for line in d.lines}
+    if r.quantity == "weights_bytes":
+        return lines[Component.WEIGHTS] + lines.get(Component.QUANTIZATION_METADATA, 0)
+    return lines[Component.KV_CACHE]
+
+
+def predict(r: Record) -> Prediction:
+    req = request_of(r)
+    workloads = req.workloads
+    if any(needs_resolution(m) for m in (getattr(w, "model", None) for w in workloads) if m):
+        # A family without a closed form: built by transformers here, as the service's trace
+        # workers build it.
+        from vrambudget.trace.models import resolve_models
+
+        workloads = resolve_models(workloads)
+    b = estimate(workloads, req.device, req.headroom, software=req.software)
+    return Prediction(r, float(value_of(b, r)), split_of(r.group))
+
+
+def _check(paths: list[Path]) -> int:
+    bad = 0
+    errors: list[float] = []
+    for r in load(paths or None):
+        if r.workload is None or r.excluded:
+            print(f"- {r.id}: excluded ({r.excluded})")
+            continue
+        try:
+            p = predict(r)
+        except (InvalidWorkload, msgspec.ValidationError, KeyError, OSError) as e:
+            bad += 1
+            print(f"! {r.id}: {type(e).__name__}: {e}")
+            continue
+        errors.append(abs(p.error))
+        print(
+            f"  {r.id} [{p.split}] measured {r.measured:,.0f} predicted {p.predicted:,.0f} "
+            f"({100 * p.error:+.1f}%)"
+        )
+    if errors:
+        print(f"{len(errors)} compared, median |error| {100 * median(errors):.1f}%, {bad} failed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["check"]:
+        print(__doc__)
+        raise SystemExit(2)
+    raise SystemExit(_check([Path(a) for a in sys.argv[2:]]))
