@@ -26,12 +26,14 @@ from typing import Any, Literal
 
 import msgspec
 
+from research.releases import version_at
 from vrambudget.core.components import Component
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
 from vrambudget.core.resolve import needs_resolution
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest
+from vrambudget.core.stack import PINNED
 
 __all__ = [
     "CORPUS",
@@ -131,6 +133,10 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """The vrambudget workload that reproduces the run (a ``workloads[]`` item of
     ``/v1/budgets``); its model may be ``{"source": "corpus", "id": "org/name"}``, read from
     ``research/data/configs``. None: not reproducible (``excluded`` says why)."""
+    software: dict[str, Any] | None = None
+    """More of the stack the source states, as the request's ``software`` takes it (e.g.
+    ``{"libraries": {"bitsandbytes": "0.41.1"}}``, or a transformers version under a PEFT
+    record)."""
     excluded: str | None = None
     """Why the record is not compared (kept for the record, never silently dropped)."""
     notes: str | None = None
@@ -211,6 +217,12 @@ def _version(v: str | None) -> str | None:
     return v if re.fullmatch(r"[0-9][0-9A-Za-z.+_-]*", v) else None
 
 
+# A measurement that states no version ran on the last release before its publication
+# (research/releases.py, PyPI's upload dates); a library the framework pins is left to the
+# stack's pin (vrambudget.core.stack.PINNED).
+_DATED_LIBRARIES = ("bitsandbytes",)
+
+
 def software_of(r: Record) -> dict[str, Any]:
     """The request's ``software`` for what the record says of its stack."""
     sw: dict[str, Any] = {}
@@ -226,7 +238,40 @@ def software_of(r: Record) -> dict[str, Any]:
         v = _version(getattr(r, key))
         if v:
             sw[key] = v
+    for key, value in (r.software or {}).items():
+        if isinstance(value, dict) and isinstance(sw.get(key), dict):
+            sw[key] = {**sw[key], **value}
+        else:
+            sw[key] = value
+    if r.published:
+        _dated(sw, r)
     return sw
+
+
+def _dated(sw: dict[str, Any], r: Record) -> None:
+    """Versions the source does not state, from its publication date."""
+    assert r.published is not None
+    when = r.published
+    framework = sw.get("framework")
+    if framework is not None and "framework_version" not in sw:
+        package = {"fsdp": "torch"}.get(framework, framework)
+        found = version_at(package, when) if package != "torch" else None
+        if found:
+            sw["framework_version"] = found
+    if "torch_version" not in sw:
+        found = version_at("torch", when)
+        if found:
+            sw["torch_version"] = found
+    libraries = sw.setdefault("libraries", {})
+    if r.framework in _LIBRARY and r.framework not in libraries:
+        found = version_at(r.framework, when)
+        if found:
+            libraries[r.framework] = found
+    for library in _DATED_LIBRARIES:
+        if library not in libraries and library not in PINNED.get(framework or "", {}):
+            found = version_at(library, when)
+            if found:
+                libraries[library] = found
 
 
 def request_of(r: Record) -> BudgetRequest:

@@ -128,11 +128,11 @@ def test_the_pre_run_estimate_names_the_software_so_the_profile_matches(
     h100 = CatalogDevice(id="h100-sxm5-80gb")
     answer, error = fetch_estimate(req, h100, httpx.MockTransport(service), sw)
     assert error is None and answer is not None
-    assert sent[-1]["software"] == {
-        "torch_version": "2.13.0+cu128",
-        "cuda_version": "12.8",
-        "driver_version": "580.82.07",
-    }
+    from vrambudget.core.spec import Software
+
+    assert msgspec.convert(sent[-1]["software"], Software) == Software(
+        torch_version="2.13.0+cu128", cuda_version="12.8", driver_version="580.82.07"
+    )
     budget = msgspec.json.decode(answer, type=Budget)
     assert budget.calibration is not None and budget.calibration.profile == "h100-cu128"
     lines = {ln.component.value: ln.bytes for ln in budget.devices[0].lines}

@@ -12,7 +12,7 @@ from .calibration import ProfileSet, apply_profile
 from .catalog import GPU, gpu
 from .errors import InvalidWorkload
 from .memo import BoundedCache
-from .overheads import DEFAULT_OVERHEADS, Overheads, device_overheads
+from .overheads import DEFAULT_OVERHEADS, Overheads, device_overheads, with_software
 from .result import DeviceSummary
 from .spec import CatalogDevice, CustomDevice, DeviceRef, Software
 
@@ -42,6 +42,7 @@ _CONTEXTS: BoundedCache[str, DeviceContext] = BoundedCache(1024)  # by catalog i
 _CALIBRATED: BoundedCache[tuple[DeviceContext, str, tuple[str, ...]], DeviceContext] = BoundedCache(
     4096
 )  # custom devices are part of the key: bounded
+_STACKED: BoundedCache[tuple[DeviceContext, Software], DeviceContext] = BoundedCache(4096)
 
 
 def resolve_device(
@@ -70,6 +71,11 @@ def resolve_device(
             )
         case _:
             raise TypeError(ref)
+    if software is not None:
+        ctx = _STACKED.get_or(
+            (ctx, software),
+            lambda: dataclasses.replace(ctx, overheads=with_software(ctx.overheads, software)),
+        )
     if profiles:
         profile, matched = profiles.best(ctx.id, ctx.name, software)
         if profile is not None:

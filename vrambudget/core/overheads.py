@@ -4,6 +4,7 @@ profile's measurements (:mod:`vrambudget.core.calibration` replaces them)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .formulas.allocator_overhead import (
@@ -14,10 +15,16 @@ from .formulas.allocator_overhead import (
     ppm,
 )
 from .formulas.communication_buffers import NCCL_SOURCE
-from .formulas.cuda_context import default_context
+from .formulas.cuda_context import (
+    CUDA_CONTEXT_EAGER_BYTES,
+    CUDA_CONTEXT_EAGER_SOURCE,
+    default_context,
+)
 from .formulas.runtime_workspace import default_workspace
+from .spec import Software
+from .stack import DEFAULT_STACK, Stack, resolve_stack
 
-__all__ = ["DEFAULT_OVERHEADS", "Overheads", "device_overheads"]
+__all__ = ["DEFAULT_OVERHEADS", "Overheads", "device_overheads", "with_software"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +47,8 @@ class Overheads:
     """The calibration profile these values came from (None: built-in defaults)."""
     profile_match: tuple[str, ...] = ()
     """What the profile matched on (``gpu``, ``torch``, ``cuda``, ``driver``)."""
+    stack: Stack = DEFAULT_STACK
+    """The software these overheads are for, and the behaviours the formulas follow."""
 
 
 def device_overheads(
@@ -53,3 +62,19 @@ def device_overheads(
 
 DEFAULT_OVERHEADS = device_overheads(None, "nvidia", None)
 """A device of unknown type (or none named): the larger cuBLAS default, the 426 MiB context."""
+
+
+def with_software(ov: Overheads, software: Software | None) -> Overheads:
+    """The overheads for a software stack: its behaviours, and the eager-loading context where
+    the stack loads modules eagerly (a calibration profile's measured context is kept)."""
+    stack = resolve_stack(software)
+    if stack is ov.stack:
+        return ov
+    ov = dataclasses.replace(ov, stack=stack)
+    if stack.eager_modules and ov.profile is None:
+        ov = dataclasses.replace(
+            ov,
+            cuda_context_bytes=max(ov.cuda_context_bytes, CUDA_CONTEXT_EAGER_BYTES),
+            cuda_context_source=CUDA_CONTEXT_EAGER_SOURCE,
+        )
+    return ov

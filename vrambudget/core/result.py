@@ -16,6 +16,7 @@ __all__ = [
     "DeviceBudget",
     "DeviceSummary",
     "DiskBudget",
+    "ErrorBand",
     "FitResponse",
     "GPUFit",
     "HostBudget",
@@ -28,6 +29,8 @@ __all__ = [
     "Part",
     "Phase",
     "ServingSummary",
+    "StackBehaviour",
+    "StackUse",
     "TracePoint",
     "TraceSummary",
     "WorkloadSummary",
@@ -64,6 +67,22 @@ class Phase(_Out, frozen=True, kw_only=True):
     total_bytes: int
 
 
+class ErrorBand(_Out, frozen=True, kw_only=True):
+    """Where the real peak of this device is expected to fall, from the residuals of published
+    measurements of the same workload class (split conformal): the measured peak lay inside
+    ``[low_bytes, high_bytes]`` for ``coverage`` of them."""
+
+    low_bytes: int
+    high_bytes: int
+    coverage: float
+    """The fraction of measurements the band is calibrated to hold (e.g. 0.9)."""
+    workload_class: str
+    measurements: int
+    """How many calibration measurements of this class the band comes from (0: none; the
+    band is the pooled one, widened)."""
+    basis: str
+
+
 class DeviceBudget(_Out, frozen=True, kw_only=True):
     label: str
     pipeline_stage: int | None
@@ -76,6 +95,8 @@ class DeviceBudget(_Out, frozen=True, kw_only=True):
     inputs: dict[str, InputValue]
     """Values of the workload inputs the lines' formulas name (listed once per device)."""
     phases: tuple[Phase, ...]
+    band: ErrorBand | None = None
+    """The error band of the subtotal (headroom excluded); null where none is calibrated."""
 
 
 class Item(_Out, frozen=True, kw_only=True):
@@ -243,6 +264,23 @@ class CalibrationUse(_Out, frozen=True, kw_only=True):
     overheads: tuple[OverheadOrigin, ...]
 
 
+class StackBehaviour(_Out, frozen=True, kw_only=True):
+    """One behaviour of the software the budget assumed, and where it was read."""
+
+    name: str
+    assumed: str
+    source: str
+
+
+class StackUse(_Out, frozen=True, kw_only=True):
+    """The software stack the budget is for: named in the request, or the current releases."""
+
+    framework: str
+    framework_version: str
+    torch_version: str
+    behaviours: tuple[StackBehaviour, ...]
+
+
 class Budget(_Out, frozen=True, kw_only=True):
     method: Literal["analytic", "trace"] = "analytic"
     workloads: tuple[WorkloadSummary, ...]
@@ -259,6 +297,8 @@ class Budget(_Out, frozen=True, kw_only=True):
     serving: ServingSummary | None = None
     calibration: CalibrationUse | None = None
     """Which profile (or built-in default) each overhead line came from."""
+    stack: StackUse | None = None
+    """The software the budget assumed and the behaviours it follows, each with its source."""
 
 
 # ---------------------------------------------------------------------------------- fits --
@@ -285,6 +325,10 @@ class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):
     pipeline: int
     data: int
     fits: bool
+    """The device holds the budget with its headroom (``verdict`` is ``fits``)."""
+    verdict: Literal["fits", "fits_if_low", "does_not_fit"] = "fits"
+    """Against the error band: ``fits`` (its high end fits), ``fits_if_low`` (only if the real
+    peak falls near the band's low end), ``does_not_fit`` (not even the low end fits)."""
     total_bytes: int
     capacity_bytes: int
     free_bytes: int

@@ -102,6 +102,9 @@ class StageStatic:
     """K+V elements per token per sequence over this stage's full-attention layers."""
     kv_sliding: tuple[tuple[int, int], ...]
     """(window, elements per token) over its sliding-window layers."""
+    kv_layer_elems: int = 0
+    """K+V elements per token per sequence of its largest full-attention layer (what
+    ``generate``'s ``torch.cat`` copies for one layer at a time)."""
     state_elems: int = 0
     """Per-sequence state elements in the compute dtype over its layers (Mamba /
     linear-attention conv and recurrent states), whatever the context length."""
@@ -271,15 +274,17 @@ def stage_statics(
         largest_layer = max(
             (_device_params(layer, arch, t, ep) for layer, _ in stage.layer_runs), default=0
         )
-        kv_full = (
-            sum(
-                _layer_kv_elems(layer, arch, t) * n
+        full_layers = (
+            [
+                (_layer_kv_elems(layer, arch, t), n)
                 for layer, n in stage.layer_runs
                 if layer.window is None
-            )
+            ]
             if arch.kind == "decoder"
-            else 0
+            else []
         )
+        kv_full = sum(elems * n for elems, n in full_layers)
+        kv_layer = max((elems for elems, _ in full_layers), default=0)
         sliding: dict[int, int] = {}
         state_elems = state_fixed = 0
         if arch.kind == "decoder":
@@ -368,6 +373,7 @@ def stage_statics(
                 largest_layer_params=largest_layer,
                 largest_linear_params=largest_linear,
                 kv_full_elems=kv_full,
+                kv_layer_elems=kv_layer,
                 kv_sliding=tuple(sorted(sliding.items())),
                 state_elems=state_elems,
                 state_bytes=state_fixed,

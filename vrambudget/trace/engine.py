@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import (
     FakeTensorMode,
 )
 
+from vrambudget.core.bands import band_of, band_rule, resolve_headroom, workload_class
 from vrambudget.core.budget.encoders import proxy
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
 from vrambudget.core.components import Component
@@ -29,7 +30,7 @@ from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
 from vrambudget.core.formulas.headroom import headroom_bytes
 from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
-from vrambudget.core.overheads import DEFAULT_OVERHEADS
+from vrambudget.core.overheads import DEFAULT_OVERHEADS, with_software
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.resolved import ResolvedModel
 from vrambudget.core.result import (
@@ -329,7 +330,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
         request.workloads, request.device, request.headroom, profiles, request.software
     )
     ctx = resolve_device(request.device, profiles, request.software)
-    ov = ctx.overheads if ctx else DEFAULT_OVERHEADS
+    ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, request.software)
     workspaces = gemm_workspaces(ov.workspace_bytes, ctx.vendor if ctx else "nvidia")
     source = _SOURCE.format(version=str(torch.__version__))
     values = {c: 0 for c in Component}
@@ -399,7 +400,9 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     values[C.COMMUNICATION_BUFFERS] = analytic_lines[C.COMMUNICATION_BUFFERS].bytes
     outside_torch = values[C.CUDA_CONTEXT] + values[C.COMMUNICATION_BUFFERS]
     subtotal = sum(values.values())
-    room = headroom_bytes(subtotal, request.headroom)
+    band = band_rule(tuple(workload_class(w) for w in request.workloads), ov.stack)
+    headroom = resolve_headroom(request.headroom, band)
+    room = headroom_bytes(subtotal, headroom)
     values[C.HEADROOM] = room
     lines = []
     for c in Component:
@@ -436,9 +439,10 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
         total_bytes=total,
         inputs=analytic_device.inputs,
         phases=tuple(
-            _phase(p, outside_torch, summary_instances, request.headroom)
+            _phase(p, outside_torch, summary_instances, headroom)
             for p in (summary.timeline if summary and len(request.workloads) == 1 else ())
         ),
+        band=band_of(band, subtotal),
     )
     budget = msgspec.structs.replace(
         analytic,

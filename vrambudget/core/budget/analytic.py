@@ -8,6 +8,7 @@ the same stage functions, so an explained number and a solved number cannot drif
 
 from __future__ import annotations
 
+from ..bands import band_rule, resolve_headroom, workload_class
 from ..calibration import ProfileSet
 from ..components import Component
 from ..device import DeviceContext, resolve_device
@@ -15,7 +16,7 @@ from ..errors import InvalidWorkload
 from ..formulas.headroom import headroom_bytes
 from ..host import host_and_disk, persistent_key
 from ..memo import BoundedCache
-from ..overheads import DEFAULT_OVERHEADS, Overheads
+from ..overheads import DEFAULT_OVERHEADS, Overheads, with_software
 from ..resolve import resolve_model
 from ..result import Budget, DeviceBudget, DiskBudget, HostBudget, WorkloadSummary
 from ..spec import (
@@ -25,7 +26,9 @@ from ..spec import (
     GenericWorkload,
     Headroom,
     InferenceWorkload,
+    QLoRA,
     Software,
+    TrainingWorkload,
 )
 from ..statics import statics_for
 from .encoders import encoder_info, encoder_stage, proxy
@@ -37,7 +40,7 @@ from .inputs import warnings as workload_warnings
 from .stage import StageNumbers
 from .training import training_stage
 
-__all__ = ["analytic_budget", "device_totals", "workload_stages"]
+__all__ = ["analytic_budget", "device_subtotal", "device_totals", "workload_stages"]
 
 
 def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple[StageNumbers, ...]:
@@ -64,11 +67,8 @@ def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple
     return tuple([training_stage(w, arch, st, ov) for st in statics])
 
 
-def device_totals(
-    workloads: tuple[AnalyticWorkload, ...], device: DeviceContext | None, headroom: Headroom
-) -> int:
-    """Total bytes of the most loaded device, headroom included: the solver's objective (the
-    workloads deployed)."""
+def device_subtotal(workloads: tuple[AnalyticWorkload, ...], device: DeviceContext | None) -> int:
+    """Bytes of the most loaded device, headroom excluded (the workloads deployed)."""
     ov = device.overheads if device else DEFAULT_OVERHEADS
     subtotal = 0
     for i, w in enumerate(workloads):
@@ -81,6 +81,20 @@ def device_totals(
             subtotal += max(inference_total(w, arch, st, ov) for st in statics)
         else:
             subtotal += max(sum(s.values.values()) for s in workload_stages(w, ov, i))
+    return subtotal
+
+
+def device_totals(
+    workloads: tuple[AnalyticWorkload, ...], device: DeviceContext | None, headroom: Headroom
+) -> int:
+    """Total bytes of the most loaded device, headroom included: the solver's objective (the
+    workloads deployed; the headroom resolved, :func:`vrambudget.core.bands.resolve_headroom`)."""
+    subtotal = device_subtotal(workloads, device)
+    if headroom.fraction is None:  # the default: the band's high end
+        stack = (device.overheads if device else DEFAULT_OVERHEADS).stack
+        headroom = resolve_headroom(
+            headroom, band_rule(tuple(workload_class(w) for w in workloads), stack)
+        )
     return subtotal + headroom_bytes(subtotal, headroom)
 
 
@@ -88,6 +102,13 @@ def device_totals(
 _PERSISTENT: BoundedCache[object, tuple[tuple[WorkloadSummary, ...], HostBudget, DiskBudget]] = (
     BoundedCache(1024)
 )
+
+
+def stack_kinds(w: AnalyticWorkload) -> frozenset[str]:
+    """The kinds of workload a stack behaviour may apply to."""
+    if isinstance(w, TrainingWorkload):
+        return frozenset({"training", "qlora"} if isinstance(w.method, QLoRA) else {"training"})
+    return frozenset({"inference" if isinstance(w, InferenceWorkload) else "other"})
 
 
 def analytic_budget(
@@ -101,9 +122,10 @@ def analytic_budget(
     """The full answer for co-located inference, training and generic workloads on one device
     type (deployed: :func:`vrambudget.core.deployed.deploy_all`); ``notes`` lead the
     warnings."""
-    headroom = headroom or Headroom()
     ctx = resolve_device(device, profiles, software)
-    ov = ctx.overheads if ctx else DEFAULT_OVERHEADS
+    ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, software)
+    band = band_rule(tuple(workload_class(w) for w in workloads), ov.stack)
+    headroom = resolve_headroom(headroom or Headroom(), band)
     per_workload = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
     archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]
     warnings: list[str] = list(notes)
@@ -133,6 +155,7 @@ def analytic_budget(
                     headroom,
                     ov,
                     s.transient_bytes,
+                    band,
                 )
             )
     else:
@@ -161,6 +184,7 @@ def analytic_budget(
                 NO_NAMES,
                 headroom,
                 ov,
+                band=band,
             )
         )
     most = (
@@ -182,4 +206,5 @@ def analytic_budget(
         disk=disk,
         warnings=tuple(warnings),
         calibration=calibration_use(ov),
+        stack=ov.stack.use(frozenset().union(*(stack_kinds(w) for w in workloads))),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..bands import BandRule, band_of
 from ..components import Component
 from ..formulas import TEXTS, allocator_overhead, communication_buffers
 from ..formulas.headroom import headroom as headroom_of
@@ -107,8 +108,11 @@ def device_budget(
     headroom: Headroom,
     ov: Overheads,
     transient: int | None = None,
+    band: BandRule | None = None,
 ) -> DeviceBudget:
+    """One device's explained budget; ``headroom`` resolved (its fraction set)."""
     subtotal = sum(values.values())
+    assert headroom.fraction is not None, "resolve_headroom() first"
     ppm, floor = round(headroom.fraction * 1_000_000), headroom.min_bytes
     room = headroom_of(subtotal, ppm, floor)
     inputs = {
@@ -141,6 +145,7 @@ def device_budget(
         phases=tuple(
             [Phase(name=n, total_bytes=t + headroom_of(t, ppm, floor)) for n, t in phases]
         ),
+        band=None if band is None else band_of(band, subtotal),
     )
 
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Literal
 
 import msgspec
 
+from ..bands import BandRule, band_rule, resolve_headroom, workload_class
 from ..calibration import ProfileSet
 from ..catalog import GPU, gpus
 from ..components import Component
@@ -34,8 +36,9 @@ from ..spec import (
     Parallelism,
     TrainingWorkload,
 )
+from ..stack import resolve_stack
 from ..statics import statics_for
-from .analytic import device_totals, workload_stages
+from .analytic import device_subtotal, device_totals, workload_stages
 from .inference import inference_total
 from .inputs import dtype_warnings
 
@@ -136,6 +139,8 @@ def analytic_fit(
     are the request's, as the analytic tier's."""
     primary, rest = workloads[0], workloads[1:]
     targets = _targets(req, profiles)
+    band = band_rule(tuple(workload_class(w) for w in workloads), resolve_stack(req.software))
+    headroom = resolve_headroom(req.headroom, band)
     layouts: dict[int, Parallelism | None] = {
         n: layout_for(primary, n) for n in sorted(set(req.device_counts))
     }
@@ -152,7 +157,10 @@ def analytic_fit(
     rest_subtotals: dict[Overheads, int] = {}
 
     def total(w0: AnalyticWorkload, ctx: DeviceContext) -> int:
-        return device_totals((w0, *rest), ctx, req.headroom)
+        return device_totals((w0, *rest), ctx, headroom)
+
+    def subtotal(w0: AnalyticWorkload, ctx: DeviceContext) -> int:
+        return device_subtotal((w0, *rest), ctx)
 
     def objective(
         make: Callable[[int], AnalyticWorkload], w0: AnalyticWorkload, ctx: DeviceContext
@@ -170,7 +178,7 @@ def analytic_fit(
         base = rest_subtotals[okey]
         arch = resolve_model(w0.model)
         statics = statics_for(w0, arch)
-        ov, headroom = ctx.overheads, req.headroom
+        ov = ctx.overheads
 
         def f(x: int) -> int:
             w = make(x)
@@ -183,9 +191,13 @@ def analytic_fit(
 
     def total_on(n: int, w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         """The placed workload's total on n devices of this overhead class (memoized)."""
+        sub = subtotal_on(n, w0, ctx)
+        return sub + headroom_bytes(sub, headroom)
+
+    def subtotal_on(n: int, w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         tkey = (n, _overhead_key(ctx))
         if tkey not in totals:
-            totals[tkey] = total(w0, ctx)
+            totals[tkey] = subtotal(w0, ctx)
         return totals[tkey]
 
     results = []
@@ -198,7 +210,9 @@ def analytic_fit(
                 continue
             tkey = (n, key)
             t = total_on(n, w0, target)
-            fits = t <= target.memory_total_bytes
+            capacity = target.memory_total_bytes
+            fits = t <= capacity
+            verdict = _verdict(t, subtotal_on(n, w0, target), band, capacity)
             maxima: dict[str, object] = {}
             for variable in req.solve:
                 if variable == "device_count":
@@ -235,6 +249,7 @@ def analytic_fit(
                     pipeline=par.pipeline,
                     data=par.data,
                     fits=fits,
+                    verdict=verdict,
                     total_bytes=t,
                     capacity_bytes=target.memory_total_bytes,
                     free_bytes=free,
@@ -270,6 +285,16 @@ def analytic_fit(
             )
         )
     return FitResponse(gpus=tuple(results))
+
+
+def _verdict(
+    total: int, sub: int, band: BandRule, capacity: int
+) -> Literal["fits", "fits_if_low", "does_not_fit"]:
+    """``fits`` when the total with its headroom and the band's high end both fit,
+    ``fits_if_low`` when only the band's low end does, else ``does_not_fit``."""
+    if total <= capacity and math.ceil(sub * band.high) <= capacity:
+        return "fits"
+    return "fits_if_low" if math.floor(sub * band.low) <= capacity else "does_not_fit"
 
 
 def _fit_warnings(w: AnalyticWorkload, target: DeviceContext, n: int) -> list[str]:

@@ -64,7 +64,9 @@ def inference_terms(
         acts = inference_activations(
             st.layer_kinds, arch, st.dims, n_seq, w.prompt_tokens, w.prompt_tokens, e, w.attention
         )
-        rows = prompt_total if w.logits == "all" else n_seq
+        # transformers before 4.45 returns (and upcasts) every prompt position's logits.
+        every = w.logits == "all" or ov.stack.prefill_logits == "all_fp32"
+        rows = prompt_total if every else n_seq
     phases = [
         (
             "prefill" if arch.kind == "decoder" else "forward",
@@ -76,6 +78,14 @@ def inference_terms(
         acts = inference_activations(
             st.layer_kinds, arch, st.dims, n_seq, 1, w.context_tokens, e, w.attention
         )
+        if ov.stack.cache_copy_all:
+            # transformers < 4.42: the legacy cache round trip keeps every layer's old cache.
+            acts += cache_bytes(
+                st.kv_full_elems, st.kv_sliding, n_seq, w.context_tokens - 1, elem_bytes(w)
+            )
+        elif ov.stack.cache_concat:
+            # generate's torch.cat: one layer's old and new cache live together.
+            acts += st.kv_layer_elems * w.context_tokens * n_seq * elem_bytes(w)
         phases.append(
             ("decode", acts * k, (inference_logits(n_seq, vocab, vocab_full, e) * k if head else 0))
         )

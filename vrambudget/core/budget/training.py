@@ -24,17 +24,30 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     e = bytes_of(w.precision.compute)
     tokens = w.sequence_length * w.micro_batch_size
     acts, one_layer, act_parts = training_activations(w, arch, st.stage, st.dims)
+    if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":
+        # Each 4-bit projection's input stays on its autograd context for the whole step: the
+        # attention input (shared by q, k, v), the attention output, the MLP input (shared by
+        # gate and up) and the MLP's inner activation, per layer of the stage. Under
+        # checkpointing the frameworks' checkpointed forward runs without autograd recording
+        # (reentrant: transformers 4.38-4.57, PEFT's prepare_model_for_kbit_training), so no
+        # context keeps them.
+        d = st.dims
+        # (q, k, v and gate, up read the full hidden state; o and down their shard.)
+        kept = tokens * e * st.stage.num_layers * (2 * d.h + d.h // d.t + d.f)
+        acts += kept
+        act_parts.append(("4-bit layer inputs kept by bitsandbytes", kept))
     has_head = st.stage.last and arch.kind == "decoder"  # encoders here have no LM head
     # Forward: the LM-head output, its fp32 copy and the fp32 log-softmax are live together.
     # Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
     # input gradient (the forward's low-precision logits and fp32 copy are freed by then: no
     # backward needs them).
-    logits = (
-        sum(b for _, b in training_forward_parts(tokens, st.dims.vocab, e)) if (has_head) else 0
+    stack = ov.stack
+    fwd_parts = training_forward_parts(
+        tokens, st.dims.vocab, e, stack.loss, stack.loss_chunks, stack.loss_shift_copy
     )
-    logits_bwd = (
-        sum(b for _, b in training_backward_parts(tokens, st.dims.vocab)) if (has_head) else 0
-    )
+    bwd_parts = training_backward_parts(tokens, st.dims.vocab, stack.loss, stack.loss_chunks)
+    logits = sum(b for _, b in fwd_parts) if has_head else 0
+    logits_bwd = sum(b for _, b in bwd_parts) if has_head else 0
     context = cuda_context.per_device(ov.cuda_context_bytes, w.instances)
     workspace = ov.workspace_bytes * w.instances
     extra_ws: list[tuple[str, int]] = [("cuBLAS/cuBLASLt workspace", workspace)]
@@ -48,7 +61,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             extra_ws.append(("autocast low-precision weight cache", cast * w.instances))
             workspace += cast * w.instances
     k = w.instances
-    grads_live = st.gradient_bytes if (w.gradient_accumulation_steps > 1) else 0
+    # Gradients live through the forward with accumulation, or where zero_grad keeps them.
+    grads_live = st.gradient_bytes if (w.gradient_accumulation_steps > 1 or stack.grads_kept) else 0
     base = {
         C.WEIGHTS: st.weights_bytes * k,
         C.QUANTIZATION_METADATA: st.metadata_bytes * k,
@@ -122,11 +136,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     elif numbers.peak_phase == "backward_end":
         parts[C.ACTIVATIONS] = (("one layer's saved tensors (last gradients)", one_layer * k),)
     elif has_head:
-        logit_parts = (
-            training_backward_parts(tokens, st.dims.vocab)
-            if numbers.peak_phase == "backward_start"
-            else training_forward_parts(tokens, st.dims.vocab, e)
-        )
+        logit_parts = bwd_parts if numbers.peak_phase == "backward_start" else fwd_parts
         parts[C.LOGITS] = times(logit_parts, k)
     return numbers
 

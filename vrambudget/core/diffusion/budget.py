@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from ..bands import band_rule, resolve_headroom
 from ..budget.explain import calibration_use, device_budget
 from ..calibration import ProfileSet
 from ..components import Component
@@ -29,7 +30,7 @@ from ..errors import InvalidWorkload
 from ..formulas.gemm_workspaces import gemm_workspaces
 from ..host import PROCESS_RSS_BYTES
 from ..memo import BoundedCache
-from ..overheads import DEFAULT_OVERHEADS, Overheads
+from ..overheads import DEFAULT_OVERHEADS, Overheads, with_software
 from ..result import (
     Budget,
     DeviceBudget,
@@ -239,9 +240,10 @@ def diffusion_budget(
                 "an image_generation workload is budgeted with other image_generation "
                 "workloads only",
             )
-    headroom = headroom or Headroom()
     ctx = resolve_device(device, profiles, software)
-    ov = ctx.overheads if ctx else DEFAULT_OVERHEADS
+    ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, software)
+    band = band_rule(("other",), ov.stack)
+    headroom = resolve_headroom(headroom or Headroom(), band)
     spaces = gemm_workspaces(ov.workspace_bytes, ctx.vendor if ctx else "nvidia")
     resolved = [diffusion_outcome(w, spaces, f"workloads[{i}]") for i, w in enumerate(workloads)]
     values: dict[Component, int] = {}
@@ -276,6 +278,7 @@ def diffusion_budget(
         INPUT_NAMES,
         headroom,
         ov,
+        band=band,
     )
     dev = _retext(dev)
     host, disk = _host_disk([(w, p) for w, (p, _) in zip(workloads, resolved, strict=True)])

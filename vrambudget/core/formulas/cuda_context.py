@@ -16,6 +16,8 @@ __all__ = [
     "CUDA_CONTEXT_BYTES",
     "CUDA_CONTEXT_DATACENTER_BYTES",
     "CUDA_CONTEXT_DATACENTER_SOURCE",
+    "CUDA_CONTEXT_EAGER_BYTES",
+    "CUDA_CONTEXT_EAGER_SOURCE",
     "CUDA_CONTEXT_SOURCE",
     "FORMULA",
     "SOURCE",
@@ -47,6 +49,17 @@ CUDA_CONTEXT_DATACENTER_SOURCE = (
     "public range 256-616 MiB (research/overhead_measurements.md)"
 )
 SOURCE = CUDA_CONTEXT_SOURCE
+# Eager module loading (CUDA_MODULE_LOADING=EAGER, or a CUDA runtime before 11.7): every kernel
+# image of torch's libraries is loaded into the context at creation. The one same-machine A/B
+# (pytorch/pytorch#86509, torch 1.13): 666,632,192 B eager against 287,047,680 B lazy,
+# cudaMemGetInfo total - free with a 6.4 MB tensor. Other eager points: 721 MB GTX 1080 cu101,
+# 1,687 MB RTX 3090 cu111 (pytorch/pytorch#55277), 543 MiB (pytorch/pytorch#81257).
+CUDA_CONTEXT_EAGER_BYTES = 666_632_192
+CUDA_CONTEXT_EAGER_SOURCE = (
+    "measured: 666,632,192 B with eager module loading against 287,047,680 B lazy on one "
+    "machine (pytorch/pytorch#86509); eager range 543 MiB - 1,687 MB "
+    "(research/overhead_measurements.md)"
+)
 
 
 def default_context(compute_capability: str | None, vendor: str) -> tuple[int, str]:

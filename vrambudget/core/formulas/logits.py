@@ -31,26 +31,52 @@ def inference_logits(rows: int, vocab: int, vocab_full: int, e: int) -> int:
     return rows * (vocab * e + vocab_full * FP32)
 
 
-def training_forward_parts(tokens: int, vocab: int, e: int) -> tuple[tuple[str, int], ...]:
+def training_forward_parts(
+    tokens: int,
+    vocab: int,
+    e: int,
+    loss: str = "cross_entropy",
+    chunks: int = 1,
+    shift_copy: bool = False,
+) -> tuple[tuple[str, int], ...]:
     """Forward: the LM head's output, its fp32 copy and the fp32 log-softmax live together:
-    ``tokens x vocab x (e + 4 + 4)``.
+    ``tokens x vocab x (e + 4 + 4)``. A chunked loss (torchtune) upcasts one of ``chunks``
+    slices at a time and keeps every slice's log-softmax: ``tokens x vocab x (e + 4) +
+    ceil(tokens / chunks) x vocab x 4``; a fused linear cross-entropy (Liger) materializes no
+    logits.
 
-    Worked number: 4,096 tokens, vocab 128,256, bf16: 4,096 x 128,256 x 10 = 5,253,365,760 B."""
+    Worked number: 4,096 tokens, vocab 128,256, bf16: 4,096 x 128,256 x 10 = 5,253,365,760 B;
+    chunked in 8: 4,096 x 128,256 x 6 + 512 x 128,256 x 4 = 3,414,687,744 B."""
     v = tokens * vocab
+    if loss == "fused_linear_cross_entropy":
+        return ()
+    if loss == "chunked_cross_entropy":
+        return (
+            ("lm_head output", v * e),
+            ("log-softmax saved by cross-entropy, every chunk", v * FP32),
+            ("fp32 upcast of one chunk", -(-tokens // chunks) * vocab * FP32),
+        )
+    shifted = (("shifted fp32 logits (contiguous copy)", v * FP32),) if shift_copy else ()
     return (
         ("lm_head output", v * e),
         ("fp32 upcast for the loss", v * FP32),
+        *shifted,
         ("log-softmax saved by cross-entropy", v * FP32),
     )
 
 
-def training_backward_parts(tokens: int, vocab: int) -> tuple[tuple[str, int], ...]:
+def training_backward_parts(
+    tokens: int, vocab: int, loss: str = "cross_entropy", chunks: int = 1
+) -> tuple[tuple[str, int], ...]:
     """Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
     input gradient (the forward's low-precision logits and fp32 copy are freed by then):
-    ``tokens x vocab x 12``."""
+    ``tokens x vocab x 12``; chunked, the two gradients of one chunk at a time; fused, none."""
     v = tokens * vocab
+    if loss == "fused_linear_cross_entropy":
+        return ()
+    chunk = v if loss != "chunked_cross_entropy" else -(-tokens // chunks) * vocab
     return (
         ("log-softmax saved by cross-entropy (fp32)", v * FP32),
-        ("loss gradient (fp32)", v * FP32),
-        ("log-softmax input gradient (fp32)", v * FP32),
+        ("loss gradient (fp32)", chunk * FP32),
+        ("log-softmax input gradient (fp32)", chunk * FP32),
     )

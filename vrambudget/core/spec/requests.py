@@ -33,7 +33,10 @@ __all__ = [
     "EncoderWorkload",
     "FitRequest",
     "FitVariable",
+    "Framework",
     "Headroom",
+    "Libraries",
+    "LossImplementation",
     "ModelWorkload",
     "Software",
     "TraceOptions",
@@ -109,7 +112,14 @@ DeviceRef = CatalogDevice | CustomDevice
 class Headroom(Wire, frozen=True, kw_only=True):
     """Safety margin kept free on top of the estimate."""
 
-    fraction: Annotated[Fraction, Meta(description="Of the device subtotal (default 5%).")] = 0.05
+    fraction: Annotated[
+        Fraction | None,
+        Meta(
+            description="Of the device subtotal. Default (null): the high end of the "
+            "answer's error band (`devices[].band`), calibrated on published measurements of "
+            "the workload's class."
+        ),
+    ] = None
     min_bytes: Annotated[
         Bytes,
         Meta(description="Floor of the headroom, bytes: max(fraction x subtotal, min_bytes)."),
@@ -144,9 +154,78 @@ class TraceOptions(Wire, frozen=True, kw_only=True):
     ] = "framework"
 
 
-class Software(Wire, frozen=True, kw_only=True):
-    """The software a budget is for; a profile measured on other versions is not used."""
+Framework = Literal[
+    "transformers",
+    "torchtune",
+    "litgpt",
+    "deepspeed",
+    "fsdp",
+    "unsloth",
+    "axolotl",
+    "vllm",
+    "sglang",
+    "diffusers",
+]
+"""The program that runs the workload (PEFT, TRL and accelerate ride on ``transformers``:
+name them in ``libraries``)."""
 
+LossImplementation = Literal["cross_entropy", "chunked_cross_entropy", "fused_linear_cross_entropy"]
+
+Version = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[0-9][0-9A-Za-z.+_-]*$")]
+
+
+class Libraries(Wire, frozen=True, kw_only=True):
+    """Versions of the libraries the framework runs with (each optional; default: the current
+    release, or the version the framework's release pins)."""
+
+    peft: Annotated[Version | None, Meta(description="PEFT (LoRA / QLoRA wrappers).")] = None
+    trl: Annotated[Version | None, Meta(description="TRL (SFTTrainer and friends).")] = None
+    accelerate: Annotated[Version | None, Meta(description="accelerate.")] = None
+    bitsandbytes: Annotated[
+        Version | None,
+        Meta(description="bitsandbytes: before 0.43.2 its 4-bit layers keep their inputs."),
+    ] = None
+    deepspeed: Annotated[Version | None, Meta(description="DeepSpeed.")] = None
+    flash_attn: Annotated[Version | None, Meta(description="flash-attn.")] = None
+    liger_kernel: Annotated[
+        Version | None,
+        Meta(description="Liger kernels: named, the loss is its fused linear cross-entropy."),
+    ] = None
+
+
+class Software(Wire, frozen=True, kw_only=True):
+    """The software stack a budget is for. Every field is optional: what is not named defaults
+    to the current release, and the answer's ``stack`` lists the behaviours assumed, each
+    with its source. A calibration profile measured on other versions is not used."""
+
+    framework: Annotated[
+        Framework | None,
+        Meta(
+            description="What runs the workload. Default: `transformers` (generate, Trainer "
+            "with PEFT) for inference and training, `vllm` for `llm_serving`, `diffusers` for "
+            "image generation."
+        ),
+    ] = None
+    framework_version: Annotated[
+        Version | None,
+        Meta(description="e.g. `4.46.3` (compared on major.minor). Default: the current release."),
+    ] = None
+    libraries: Annotated[
+        Libraries,
+        Meta(
+            description='Versions of the libraries the framework uses, e.g. `{"peft": "0.13.2"}`.'
+        ),
+    ] = Libraries()
+    loss: Annotated[
+        LossImplementation | None,
+        Meta(
+            description="Training loss implementation. `cross_entropy`: the full logits and "
+            "their fp32 copy (transformers' ForCausalLMLoss); `chunked_cross_entropy`: fp32 per "
+            "chunk of the sequence (torchtune's CEWithChunkedOutputLoss); "
+            "`fused_linear_cross_entropy`: no logits materialized (Liger, Unsloth). Default: the "
+            "framework's own."
+        ),
+    ] = None
     torch_version: Annotated[
         Annotated[str, Meta(max_length=64)] | None,
         Meta(description="e.g. `2.13.0+cu130` (compared on major.minor)."),
@@ -155,9 +234,21 @@ class Software(Wire, frozen=True, kw_only=True):
         Annotated[str, Meta(max_length=32)] | None,
         Meta(description="CUDA runtime of the torch build, e.g. `13.0` (major.minor)."),
     ] = None
+    rocm_version: Annotated[
+        Annotated[str, Meta(max_length=32)] | None,
+        Meta(description="ROCm runtime of the torch build, e.g. `6.4` (AMD GPUs)."),
+    ] = None
     driver_version: Annotated[
         Annotated[str, Meta(max_length=32)] | None,
         Meta(description="NVIDIA driver, e.g. `580.82.07` (compared on the major)."),
+    ] = None
+    cuda_module_loading: Annotated[
+        Literal["lazy", "eager"] | None,
+        Meta(
+            description="`CUDA_MODULE_LOADING`: `lazy` is the default from CUDA 11.7 with "
+            "torch 1.13; `eager` loads every kernel image into the context. Default: from "
+            "`cuda_version` (lazy when absent)."
+        ),
     ] = None
 
 

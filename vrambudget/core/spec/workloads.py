@@ -185,6 +185,16 @@ class LoRA(Wire, tag="lora", tag_field="kind", frozen=True, kw_only=True):
         Literal["fp32", "bf16", "fp16"],
         Meta(description="PEFT keeps adapters in fp32 by default (autocast_adapter_dtype)."),
     ] = "fp32"
+    dropout: Annotated[
+        float,
+        Meta(
+            ge=0.0,
+            lt=1.0,
+            description="`lora_dropout`: above 0, each adapted projection's input is dropped "
+            "out into a new tensor saved for lora_A's backward, with a 1-byte mask (PEFT and "
+            "LitGPT apply it per adapter). Default 0, PEFT's default (LitGPT's is 0.05).",
+        ),
+    ] = 0.0
 
 
 class QLoRA(LoRA, tag="qlora", tag_field="kind", frozen=True, kw_only=True):

@@ -591,7 +591,7 @@ def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
         r=method.rank,
         lora_alpha=2 * method.rank,
         target_modules=list(method.target_modules),
-        lora_dropout=0.1 if w.dropout else 0.0,
+        lora_dropout=method.dropout,
         bias="none",
     )
     with warnings.catch_warnings():  # PEFT calls transformers' deprecated spellings

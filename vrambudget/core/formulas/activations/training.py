@@ -69,18 +69,25 @@ def lora_trainable(
     rank: int,
     adapter_bytes: int,
     e: int,
+    dropout: bool = False,
 ) -> Trainable:
     """``Trainable`` of one layer kind under LoRA on ``targets`` (dense layers; routed experts
-    are counted as fully saved). Cached: the fit solver asks once per evaluation."""
+    are counted as fully saved). With ``lora_dropout`` each adapter saves its own dropped-out
+    copy of the input (adapter dtype) and a 1-byte mask instead of the input itself (PEFT
+    ``lora.Linear.forward``: ``lora_B(lora_A(dropout(x)))``; LitGPT ``lora.py``
+    ``self.lora_dropout(x) @ self.lora_A``). Cached: the fit solver asks once per evaluation."""
     adapted = [
         g for g in layer.tensors if g.name.rsplit(".", 1)[-1] in targets and g.role is Role.LINEAR
     ]
     names = {g.name for g in adapted}
-    same = adapter_bytes == e  # the cast is a no-op: the adapter saves the base input itself
+    # The cast is a no-op and no dropout: the adapter saves the base input itself.
+    same = adapter_bytes == e and not dropout
     per_token = 0
     for g in adapted:
         _, cols, _ = per_device_shape(g, arch, t, 1)
         per_token += rank * adapter_bytes + (0 if same else cols * adapter_bytes)
+        if dropout:
+            per_token += cols * MASK
     return Trainable(
         qkv_input=same and bool(names & _QKV_CONSUMERS),
         mlp_input=layer.moe or (same and bool(names & _MLP_IN)),
@@ -217,6 +224,7 @@ def training_activations(
                 m.rank,
                 bytes_of(m.adapter_dtype),
                 e,
+                m.dropout > 0.0,
             )
         saved = training_saved(
             layer,

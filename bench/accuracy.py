@@ -1,0 +1,202 @@
+"""Accuracy against the corpus of published real measurements (research/data/corpus): the
+estimate's error and its band's coverage per split, workload class, framework, GPU and version,
+the worst cases, and the issue's targets.
+
+Run from the repository root:
+    .venv/bin/python -m bench.accuracy            # markdown tables (docs/ACCURACY.md)
+    .venv/bin/python -m bench.accuracy --json     # the summary as JSON (the tests read it)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from statistics import median
+
+from research.corpus import Prediction, load, predict, request_of
+from vrambudget.core.bands import band_rule, workload_class
+from vrambudget.core.stack import resolve_stack
+
+__all__ = ["TARGETS", "Row", "rows", "summarize"]
+
+TARGETS = {
+    "peak_median_abs_error": 0.05,
+    "serving_kv_tokens_median_abs_error": 0.03,
+    "coverage": 0.90,
+    "band_median_half_width": 0.10,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    prediction: Prediction
+    workload_class: str
+    low: float
+    high: float
+    """The band's ends, bytes (peaks) or the prediction itself (other quantities)."""
+
+    @property
+    def record(self):  # type: ignore[no-untyped-def]
+        return self.prediction.record
+
+    @property
+    def inside(self) -> bool:
+        return self.low <= self.record.measured <= self.high
+
+    @property
+    def half_width(self) -> float:
+        """Half the band's width relative to the estimate."""
+        return (self.high - self.low) / 2 / self.prediction.predicted
+
+    @property
+    def says_fits_but_exceeded(self) -> bool:
+        """On a device one byte smaller than the measured peak (the run would not fit), the
+        answer would still say ``fits``: the band's high end is below the measured peak."""
+        return self.high < self.record.measured
+
+
+def rows() -> list[Row]:
+    out = []
+    for r in load():
+        if r.workload is None or r.excluded:
+            continue
+        p = predict(r)
+        req = request_of(r)
+        cls = workload_class(req.workloads[0])
+        if r.quantity == "peak_device_bytes":
+            rule = band_rule((cls,), resolve_stack(req.software))
+            low, high = p.predicted * rule.low, p.predicted * rule.high
+        else:
+            cls = f"serving_{r.quantity}"
+            low = high = p.predicted
+        out.append(Row(p, cls, low, high))
+    return out
+
+
+def summarize(rs: Iterable[Row]) -> dict[str, float | int]:
+    rs = list(rs)
+    errors = [abs(r.prediction.error) for r in rs]
+    signed = [r.prediction.error for r in rs]
+    return {
+        "n": len(rs),
+        "median_abs_error": median(errors) if errors else math.nan,
+        "max_abs_error": max(errors) if errors else math.nan,
+        "median_signed_error": median(signed) if signed else math.nan,
+        "under": sum(e < 0 for e in signed),
+        "coverage": sum(r.inside for r in rs) / len(rs) if rs else math.nan,
+        "median_half_width": median(r.half_width for r in rs) if rs else math.nan,
+        "exceeded_but_fits": sum(r.says_fits_but_exceeded for r in rs),
+    }
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _table(title: str, groups: dict[str, list[Row]], band: bool) -> None:
+    print(f"\n#### {title}\n")
+    cols = "| group | n | median abs. error | max | median signed | under"
+    cols += " | inside band | band median half-width | high end below measured |" if band else " |"
+    print(cols)
+    print("|---" * (cols.count("|") - 1) + "|")
+    for name, rs in sorted(groups.items()):
+        s = summarize(rs)
+        line = (
+            f"| {name} | {s['n']} | {_pct(s['median_abs_error'])} | {_pct(s['max_abs_error'])} "
+            f"| {_pct(s['median_signed_error'])} | {s['under']}"
+        )
+        if band:
+            line += (
+                f" | {_pct(s['coverage'])} | {_pct(s['median_half_width'])} "
+                f"| {s['exceeded_but_fits']} |"
+            )
+        else:
+            line += " |"
+        print(line)
+
+
+def _by(rs: list[Row], key: Callable[[Row], str]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = defaultdict(list)
+    for r in rs:
+        out[key(r)].append(r)
+    return out
+
+
+def report(rs: list[Row]) -> dict[str, dict[str, float | int]]:
+    """The markdown tables; returns the held-out summaries the targets are judged on."""
+    peaks = [r for r in rs if r.record.quantity == "peak_device_bytes"]
+    serving = [r for r in rs if r.record.quantity != "peak_device_bytes"]
+    for split in ("held_out", "calibrate"):
+        ps = [r for r in peaks if r.prediction.split == split]
+        ss = [r for r in serving if r.prediction.split == split]
+        print(f"\n### {split.replace('_', '-')} split\n")
+        _table("Device peaks by workload class", _by(ps, lambda r: r.workload_class), True)
+        _table("Device peaks by framework", _by(ps, lambda r: r.record.framework), True)
+        _table("Device peaks by GPU", _by(ps, lambda r: r.record.gpu_id or r.record.gpu), True)
+        _table("Device peaks by memory view", _by(ps, lambda r: r.record.view), True)
+        _table(
+            "Serving engines by quantity and version",
+            _by(
+                ss,
+                lambda r: (
+                    f"{r.record.framework} {r.record.framework_version or '?'} {r.record.quantity}"
+                ),
+            ),
+            False,
+        )
+    held = [r for r in peaks if r.prediction.split == "held_out"]
+    print("\n### Worst held-out peaks\n")
+    print("| record | class | view | measured GB | estimate GB | error | band |")
+    print("|---|---|---|---:|---:|---:|---|")
+    for r in sorted(held, key=lambda r: -abs(r.prediction.error))[:12]:
+        print(
+            f"| {r.record.id} | {r.workload_class} | {r.record.view} | "
+            f"{r.record.measured / 1e9:.2f} | {r.prediction.predicted / 1e9:.2f} | "
+            f"{100 * r.prediction.error:+.1f}% | {r.low / 1e9:.2f} .. {r.high / 1e9:.2f} |"
+        )
+    kv = [
+        r
+        for r in serving
+        if r.prediction.split == "held_out" and r.record.quantity == "kv_cache_tokens"
+    ]
+    return {
+        "peaks_held_out": summarize(held),
+        "peaks_calibrate": summarize([r for r in peaks if r.prediction.split == "calibrate"]),
+        "serving_kv_tokens_held_out": summarize(kv),
+        **{
+            f"class_{k}_held_out": summarize(v)
+            for k, v in _by(held, lambda r: r.workload_class).items()
+        },
+    }
+
+
+def main(argv: list[str]) -> int:
+    rs = rows()
+    if "--json" in argv:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            out = report(rs)
+        print(json.dumps(out, indent=1))
+        return 0
+    out = report(rs)
+    s = out["peaks_held_out"]
+    kv = out["serving_kv_tokens_held_out"]
+    print("\n### Targets (held-out split)\n")
+    print("| target | goal | measured |")
+    print("|---|---:|---:|")
+    print(f"| device peak median abs. error | <= 5% | {_pct(s['median_abs_error'])} |")
+    print(f"| serving KV tokens median abs. error | <= 3% | {_pct(kv['median_abs_error'])} |")
+    print(f"| peaks inside their band | >= 90% | {_pct(s['coverage'])} |")
+    print(f"| band median half-width | <= 10% | {_pct(s['median_half_width'])} |")
+    print(f"| 'fits' for a run that exceeded its device | 0 | {s['exceeded_but_fits']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

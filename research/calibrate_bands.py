@@ -1,0 +1,157 @@
+"""Fit the error bands (``vrambudget/core/data/error_bands.json``) from the corpus's calibrate
+split: per workload class, the split-conformal quantiles of ``log(measured / predicted)`` of
+each device peak, at 90% coverage.
+
+Split conformal (Vovk et al. 2005; Lei et al. 2018): with n calibration scores sorted
+ascending, the two-sided interval at coverage 1 - a takes the floor((n + 1) a / 2)-th and the
+ceil((n + 1)(1 - a / 2))-th; a new measurement exchangeable with them falls inside with
+probability >= 1 - a. Where n is too small for those ranks, the extreme score is taken and the
+band is marked as such. The held-out split never enters (``research/corpus.py`` fixes it by
+the source's name).
+
+Run from the repository root:
+    python -m research.calibrate_bands          # write the file
+    python -m research.calibrate_bands --check  # fail if the file differs from a fresh fit
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import defaultdict
+from fractions import Fraction
+from pathlib import Path
+
+import msgspec
+
+from research.corpus import Prediction, load, predict, request_of
+from vrambudget.core.bands import family_of, workload_class
+
+OUT = Path(__file__).parents[1] / "vrambudget" / "core" / "data" / "error_bands.json"
+COVERAGE = 0.9
+MIN_MEASUREMENTS = 8
+MIN_SOURCES = 9
+"""A new source's bias exceeds the largest of k calibration sources' with probability about
+1 / (k + 1): below 9 sources the band cannot claim 90% for a source it has not seen, and is
+widened."""
+WIDEN = 1.5
+SOURCE = "research/data/corpus, calibrate split; research/calibrate_bands.py"
+
+
+def conformal(scores: list[float], coverage: float = COVERAGE) -> tuple[float, float]:
+    """(low, high) split-conformal quantiles of ``scores`` at ``coverage``."""
+    s = sorted(scores)
+    n = len(s)
+    a = Fraction(1) - Fraction(str(coverage))  # exact: 1 - 0.9 is not 0.1 in binary
+    lo = max(math.floor((n + 1) * a / 2), 1)
+    hi = min(math.ceil((n + 1) * (1 - a / 2)), n)
+    return s[lo - 1], s[hi - 1]
+
+
+def class_of(p: Prediction) -> str:
+    return workload_class(request_of(p.record).workloads[0])
+
+
+def peak_predictions(split: str | None = "calibrate") -> list[Prediction]:
+    """Predictions of every compared device-peak record (of ``split``; None: both)."""
+    out = []
+    for r in load():
+        if r.workload is None or r.excluded or r.quantity != "peak_device_bytes":
+            continue
+        p = predict(r)
+        if split is None or p.split == split:
+            out.append(p)
+    return out
+
+
+def fit() -> dict[str, object]:
+    by_class: dict[str, list[Prediction]] = defaultdict(list)
+    for p in peak_predictions():
+        cls = class_of(p)
+        by_class[cls].append(p)
+        by_class[f"{cls}|{_stack_framework(p)}"].append(p)
+        by_class[f"family:{family_of(cls)}"].append(p)
+    classes = {}
+    everything: list[float] = []
+    pool_sources: set[str] = set()
+    for cls, ps in sorted(by_class.items()):
+        scores = [math.log(p.record.measured / p.predicted) for p in ps]
+        if "|" not in cls and not cls.startswith("family:") and not cls.endswith("_multi_gpu"):
+            everything += scores  # the pool of one-device classes
+            pool_sources |= {p.record.group for p in ps}
+        low, high = conformal(scores)
+        classes[cls] = {
+            "measurements": len(ps),
+            "sources": len({p.record.group for p in ps}),
+            "log_low": round(low, 6),
+            "log_high": round(high, 6),
+            "frameworks": sorted({_stack_framework(p) for p in ps}),
+        }
+    low, high = conformal(everything) if everything else (0.0, 0.0)
+    return {
+        "schema": "vrambudget.error_bands/1",
+        "coverage": COVERAGE,
+        "min_measurements": MIN_MEASUREMENTS,
+        "min_sources": MIN_SOURCES,
+        "widen": WIDEN,
+        "source": SOURCE,
+        "pooled": {
+            "measurements": len(everything),
+            "sources": len(pool_sources),
+            "log_low": round(low, 6),
+            "log_high": round(high, 6),
+            "frameworks": sorted(
+                {
+                    f
+                    for k, c in classes.items()
+                    if "|" not in k and ":" not in k and not k.endswith("_multi_gpu")
+                    for f in c["frameworks"]  # type: ignore[attr-defined]
+                }
+            ),
+        },
+        "classes": classes,
+    }
+
+
+def _stack_framework(p: Prediction) -> str:
+    sw = request_of(p.record).software
+    return sw.framework if sw is not None and sw.framework is not None else p.record.framework
+
+
+def main(argv: list[str]) -> int:
+    if not OUT.exists():  # a first fit: the estimates do not read the band's numbers
+        OUT.write_text(json.dumps(_neutral(), indent=1) + "\n")
+    data = fit()
+    text = json.dumps(data, indent=1, sort_keys=False) + "\n"
+    if "--check" in argv:
+        if OUT.read_text() != text:
+            print(f"{OUT} differs from a fresh fit: run python -m research.calibrate_bands")
+            return 1
+        return 0
+    OUT.write_text(text)
+    for cls, c in data["classes"].items():  # type: ignore[attr-defined]
+        print(
+            f"{cls}: n={c['measurements']} sources={c['sources']} "
+            f"band x{math.exp(c['log_low']):.3f} .. x{math.exp(c['log_high']):.3f}"
+        )
+    msgspec.json.decode(OUT.read_bytes())
+    return 0
+
+
+def _neutral() -> dict[str, object]:
+    zero = {"measurements": 0, "sources": 0, "log_low": 0.0, "log_high": 0.0, "frameworks": []}
+    return {
+        "schema": "vrambudget.error_bands/1",
+        "coverage": COVERAGE,
+        "min_measurements": MIN_MEASUREMENTS,
+        "min_sources": MIN_SOURCES,
+        "widen": WIDEN,
+        "source": SOURCE,
+        "pooled": zero,
+        "classes": {},
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

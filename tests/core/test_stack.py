@@ -1,0 +1,175 @@
+"""The software stack as an input: each behaviour switched by the version that introduced it,
+its bytes against a hand computation, and the answer's list of what it assumed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from vrambudget.core.components import Component
+from vrambudget.core.estimate import estimate
+from vrambudget.core.formulas.logits import training_forward_parts
+from vrambudget.core.spec import BudgetRequest, Software
+from vrambudget.core.stack import CURRENT, resolve_stack, version_tuple
+
+C = Component
+LLAMA31 = {"source": "preset", "id": "llama-3.1-8b"}
+
+
+def _budget(workload: dict[str, Any], software: dict[str, Any] | None = None, **extra: Any):
+    body: dict[str, Any] = {"workloads": [workload], "headroom": {"fraction": 0.0}, **extra}
+    if software is not None:
+        body["software"] = software
+    r = msgspec.convert(body, BudgetRequest)
+    return estimate(r.workloads, r.device, r.headroom, software=r.software)
+
+
+def _phases(b) -> dict[str, int]:
+    return {p.name: p.total_bytes for p in b.devices[0].phases}
+
+
+def _lines(b) -> dict[Component, int]:
+    return {line.component: line.bytes for line in b.devices[0].lines}
+
+
+INFER = {
+    "kind": "inference",
+    "model": LLAMA31,
+    "batch_size": 4,
+    "prompt_tokens": 4096,
+    "generated_tokens": 256,
+}
+
+
+def test_versions_compare_numerically() -> None:
+    assert version_tuple("4.46.3+cu121") == (4, 46, 3)
+    assert version_tuple("0.6.5.dev12") == (0, 6, 5)
+    assert version_tuple("4.9.0") < version_tuple("4.45.0")
+
+
+def test_defaults_are_the_current_releases() -> None:
+    s = resolve_stack(None)
+    assert (s.framework, s.framework_version, s.torch_version) == (
+        "transformers",
+        CURRENT["transformers"],
+        CURRENT["torch"],
+    )
+    assert (s.loss, s.prefill_logits, s.cache_concat, s.grads_kept, s.eager_modules) == (
+        "cross_entropy",
+        "last",
+        True,
+        False,
+        False,
+    )
+    assert not s.named
+
+
+def test_generate_cache_growth_is_one_layer_of_kv_at_the_full_length() -> None:
+    """transformers' torch.cat against a preallocated pool: the decode phase differs by one
+    layer's K + V at the last step's length. Llama 3.1 8B: 2 x 8 KV heads x 128 x 2 B =
+    4,096 B per token per layer; 4 sequences x (4,096 + 256) tokens: 71,303,168 B."""
+    hf = _phases(_budget(INFER))
+    vllm = _phases(_budget(INFER, {"framework": "vllm"}))
+    assert hf["decode"] - vllm["decode"] == 4 * 4_352 * 4_096 == 71_303_168
+    assert hf["prefill"] == vllm["prefill"]
+
+
+def test_transformers_before_4_45_keeps_every_prompt_logit_in_fp32() -> None:
+    """Before ``logits_to_keep`` the prefill returns all 4 x 4,096 positions' logits, bf16 and
+    their fp32 copy: 16,384 x 128,256 x (2 + 4) = 12,608,077,824 B (current releases: the
+    last position of each sequence, 4 x 128,256 x 6 = 3,078,144 B)."""
+    old = _lines(_budget(INFER, {"framework_version": "4.44.2"}))
+    new = _lines(_budget(INFER, {"framework_version": "4.45.0"}))
+    assert old[C.LOGITS] == 16_384 * 128_256 * 6 == 12_608_077_824
+    assert new[C.LOGITS] == 4 * 128_256 * 6 == 3_078_144
+
+
+TRAIN = {
+    "kind": "training",
+    "model": LLAMA31,
+    "micro_batch_size": 1,
+    "sequence_length": 4096,
+    "method": {"kind": "lora", "rank": 16},
+    "checkpointing": "full",
+}
+
+
+@pytest.mark.parametrize(
+    ("software", "expected"),
+    [
+        # lm_head output bf16 + fp32 copy + fp32 log-softmax: 4,096 x 128,256 x 10.
+        ({}, 4_096 * 128_256 * 10),
+        # torchtune: bf16 logits + every chunk's fp32 log-softmax + one chunk's fp32 copy.
+        ({"framework": "torchtune"}, 4_096 * 128_256 * 6 + 512 * 128_256 * 4),
+        # Liger's fused linear cross-entropy: no logits.
+        ({"libraries": {"liger_kernel": "0.5.0"}}, 0),
+    ],
+)
+def test_loss_implementation_sets_the_forward_logits(
+    software: dict[str, Any], expected: int
+) -> None:
+    stack = resolve_stack(msgspec.convert(software, Software))
+    parts = training_forward_parts(4_096, 128_256, 2, stack.loss, stack.loss_chunks)
+    assert sum(b for _, b in parts) == expected
+
+    # Through the budget: the forward phase carries those bytes over the fused loss's (plus the
+    # allocator's fragmentation share of them: the phase can only grow by more).
+    def forward(b) -> int:
+        return next(p for p in b.devices[0].phases if p.name == "forward").total_bytes
+
+    fused = forward(_budget(TRAIN, {"loss": "fused_linear_cross_entropy"}))
+    assert forward(_budget(TRAIN, software)) - fused >= expected
+
+
+def test_zero_grad_before_torch_2_keeps_gradients_through_the_forward() -> None:
+    """torch < 2.0 zeroes gradients in place: they stay allocated through the next forward.
+    GPT-2's checkpoint is fp32, so full fine-tuning keeps fp32 gradients: 124,439,808 x 4 =
+    497,759,232 B more in the forward phase (not transient: no fragmentation share)."""
+    w = {
+        "kind": "training",
+        "model": {"source": "preset", "id": "gpt2"},
+        "micro_batch_size": 1,
+        "sequence_length": 128,
+    }
+
+    def forward(b) -> int:
+        return next(p for p in b.devices[0].phases if p.name == "forward").total_bytes
+
+    old = forward(_budget(w, {"torch_version": "1.13.1"}))
+    new = forward(_budget(w, {"torch_version": "2.0.0"}))
+    assert old - new == 124_439_808 * 4 == 497_759_232
+
+
+def test_eager_module_loading_takes_the_eager_context() -> None:
+    """CUDA 11.6 (before lazy loading) or CUDA_MODULE_LOADING=eager: 666,632,192 B
+    (pytorch/pytorch#86509); lazy on an H100: 534 MiB = 559,939,584 B."""
+    dev = {"device": {"source": "catalog", "id": "h100-sxm5-80gb"}}
+    lazy = _lines(_budget(INFER, {}, **dev))[C.CUDA_CONTEXT]
+    eager = _lines(_budget(INFER, {"cuda_version": "11.6"}, **dev))[C.CUDA_CONTEXT]
+    forced = _lines(_budget(INFER, {"cuda_module_loading": "eager"}, **dev))[C.CUDA_CONTEXT]
+    assert lazy == 534 * 1024 * 1024 == 559_939_584
+    assert eager == forced == 666_632_192
+
+
+def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:
+    infer = _budget(INFER).stack
+    assert infer is not None
+    names = {b.name for b in infer.behaviours}
+    assert names == {"kv_cache_growth", "prefill_logits", "cuda_module_loading"}
+    assert all(b.source for b in infer.behaviours)
+    qlora = _budget({**TRAIN, "method": {"kind": "qlora", "rank": 16}}, {"framework": "torchtune"})
+    assert qlora.stack is not None
+    assert qlora.stack.framework == "torchtune"
+    assert qlora.stack.framework_version == CURRENT["torchtune"]
+    names = {b.name for b in qlora.stack.behaviours}
+    assert names == {"loss", "gradient_lifetime", "cuda_module_loading", "quantized_saved_tensors"}
+    loss = next(b for b in qlora.stack.behaviours if b.name == "loss")
+    assert "ce_chunked_output_loss.py" in loss.source
+
+
+def test_a_bad_version_is_refused_naming_the_field() -> None:
+    with pytest.raises(msgspec.ValidationError) as e:
+        msgspec.convert({"framework_version": "latest"}, Software)
+    assert "framework_version" in str(e.value)

@@ -1,0 +1,129 @@
+"""The corpus of published measurements: every record verifiable and reproducible, the bands
+fitted from its calibrate split only, and the accuracy targets on its held-out split."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.accuracy import rows, summarize
+from research.calibrate_bands import OUT, conformal, fit
+from research.corpus import CONFIGS, load, predict, split_of
+from vrambudget.core.catalog import gpus
+
+
+@pytest.fixture(scope="module")
+def records():
+    return load()
+
+
+def test_the_corpus_is_broad(records) -> None:
+    """>= 200 published measurements across >= 6 frameworks and >= 6 GPU types."""
+    assert len(records) >= 200
+    assert len({r.framework for r in records}) >= 6
+    assert len({r.gpu_id for r in records if r.gpu_id}) >= 6
+    assert {"fine_tuning", "inference", "serving"} <= {r.kind for r in records}
+    full = [r for r in records if r.workload and r.workload.get("kind") == "training"
+            and (r.workload.get("method") or {}).get("kind", "full") == "full"]  # fmt: skip
+    assert len(full) >= 20  # full fine-tuning / training runs
+
+
+def test_every_record_is_verifiable(records) -> None:
+    catalog = set(gpus())
+    for r in records:
+        assert r.url.startswith("http"), r.id
+        assert len(r.quote) >= 10, r.id
+        assert r.conditions, r.id
+        assert r.value > 0, r.id
+        assert r.gpu_id is None or r.gpu_id in catalog, r.id
+        assert (r.workload is None) <= (r.excluded is not None), f"{r.id}: excluded says why"
+
+
+def test_every_corpus_config_names_its_source() -> None:
+    import json
+
+    for path in CONFIGS.glob("*.json"):
+        data = json.loads(path.read_text())
+        assert data["url"].startswith("https://huggingface.co/"), path.name
+        assert "model_type" in data["config"], path.name
+
+
+def test_every_compared_record_estimates(records) -> None:
+    for r in records:
+        if r.workload is not None and not r.excluded:
+            p = predict(r)
+            assert p.predicted > 0, r.id
+
+
+def test_the_split_is_fixed_by_the_source_name() -> None:
+    """A hash of the group's name, so a source's rows never straddle the split and no fit
+    result can move a record from one split to the other."""
+    assert split_of("srv-vllm-issue-10517") == split_of("srv-vllm-issue-10517")
+    groups = {r.group for r in load()}
+    held = sum(split_of(g) == "held_out" for g in groups)
+    assert 0.2 < held / len(groups) < 0.5
+
+
+def test_conformal_ranks_by_hand() -> None:
+    """n = 19 scores 1..19 at 90%: ranks floor(20 x 0.05) = 1 and ceil(20 x 0.95) = 19."""
+    assert conformal([float(x) for x in range(19, 0, -1)]) == (1.0, 19.0)
+    # n = 59: ranks 3 and 57.
+    assert conformal([float(x) for x in range(1, 60)]) == (3.0, 57.0)
+
+
+def test_the_committed_bands_are_a_fresh_fit_of_the_calibrate_split() -> None:
+    import json
+
+    assert json.loads(OUT.read_text()) == fit()
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    rs = rows()
+    return [
+        r
+        for r in rs
+        if r.prediction.split == "held_out" and r.record.quantity == "peak_device_bytes"
+    ]
+
+
+def _class(held, name):
+    return summarize([r for r in held if r.workload_class == name])
+
+
+def test_inference_peaks_meet_the_targets(held_out) -> None:
+    """Inference on one device, held out: median error <= 5%, >= 90% of measurements inside
+    their band, no 'fits' for a run whose measured peak exceeds the band."""
+    s = _class(held_out, "inference")
+    assert s["n"] >= 10
+    assert s["median_abs_error"] <= 0.05
+    assert s["coverage"] >= 0.90
+    assert s["exceeded_but_fits"] == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
+    "peaks median 9.2%, 78.9% inside their band, band median half-width 20%, 12 runs whose "
+    "measured peak is above the band's high end (LitGPT QLoRA and full fine-tuning on one "
+    "device, the V100 BERT runs of the transformers docs)",
+)
+def test_held_out_peaks_meet_every_target(held_out) -> None:
+    s = summarize(held_out)
+    assert s["median_abs_error"] <= 0.05
+    assert s["coverage"] >= 0.90
+    assert s["median_half_width"] <= 0.10
+    assert s["exceeded_but_fits"] == 0
+
+
+def test_held_out_accuracy_does_not_regress(held_out) -> None:
+    """The held-out numbers as docs/ACCURACY.md reports them, as bounds a change may only
+    improve."""
+    s = summarize(held_out)
+    assert s["n"] >= 80
+    assert s["median_abs_error"] <= 0.093
+    assert s["coverage"] >= 0.78
+    assert s["exceeded_but_fits"] <= 12
+    assert s["median_half_width"] <= 0.21
+    assert not math.isnan(s["median_signed_error"])

@@ -1,0 +1,181 @@
+"""Error bands: how far the real peak of a device may lie from the estimate, from the residuals
+of published measurements (``research/data/corpus``) of the same workload class.
+
+``data/error_bands.json`` is written by ``research/calibrate_bands.py`` from the corpus's
+calibrate split only: per class, the split-conformal quantiles of ``log(measured /
+predicted)`` at the band's coverage. A budget's band is ``[subtotal x exp(low), subtotal x
+exp(high)]``; its default headroom is the band's high end (``exp(high) - 1`` of the subtotal).
+A class without enough measurements, or a stack the corpus has no measurement of, takes the
+pooled band of every class, widened by ``widen`` (and says so).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import msgspec
+
+from .result import ErrorBand
+from .spec import (
+    FullFineTune,
+    Headroom,
+    InferenceWorkload,
+    QLoRA,
+    TrainingWorkload,
+    Workload,
+)
+from .stack import Stack
+
+__all__ = [
+    "BandRule",
+    "band_of",
+    "band_rule",
+    "family_of",
+    "resolve_headroom",
+    "workload_class",
+]
+
+
+class _Class(msgspec.Struct, frozen=True):
+    """One class's (or ``class|framework`` cell's) calibration."""
+
+    measurements: int
+    sources: int
+    """Distinct published sources (one table, one thread) among them."""
+    log_low: float
+    log_high: float
+    frameworks: tuple[str, ...]
+
+
+class _Bands(msgspec.Struct, frozen=True):
+    schema: str
+    coverage: float
+    min_measurements: int
+    min_sources: int
+    widen: float
+    source: str
+    pooled: _Class
+    classes: dict[str, _Class]
+
+
+@cache
+def _bands() -> _Bands:
+    raw = resources.files("vrambudget.core.data").joinpath("error_bands.json").read_bytes()
+    return msgspec.json.decode(raw, type=_Bands)
+
+
+@dataclass(frozen=True, slots=True)
+class BandRule:
+    """The band of one workload class as ratios of the estimate."""
+
+    workload_class: str
+    low: float
+    """measured / predicted at the band's low end."""
+    high: float
+    coverage: float
+    measurements: int
+    basis: str
+
+    @property
+    def headroom_fraction(self) -> float:
+        """The headroom that reaches the band's high end (0 when the band lies below the
+        estimate)."""
+        return max(0.0, self.high - 1.0)
+
+
+def workload_class(w: Workload) -> str:
+    """``training_full``, ``fine_tuning_lora``, ``fine_tuning_qlora``, ``inference`` or
+    ``other`` (encoders, generic, image generation); ``_multi_gpu`` appended when one
+    instance spans several devices (sharding, gathers and per-rank loading err differently)."""
+    if isinstance(w, TrainingWorkload):
+        if isinstance(w.method, FullFineTune):
+            cls = "training_full"
+        else:
+            cls = "fine_tuning_qlora" if isinstance(w.method, QLoRA) else "fine_tuning_lora"
+    elif isinstance(w, InferenceWorkload):
+        cls = "inference"
+    else:
+        return "other"
+    par = w.parallelism
+    return cls + ("_multi_gpu" if par.tensor * par.pipeline * par.data > 1 else "")
+
+
+def family_of(cls: str) -> str:
+    """The classes pooled when one has too few measurements: training (full, LoRA, QLoRA) or
+    inference, on one device or several."""
+    kind = "training" if cls.startswith(("training", "fine_tuning")) else cls.split("_multi")[0]
+    return kind + ("_multi_gpu" if cls.endswith("_multi_gpu") else "")
+
+
+def band_rule(classes: tuple[str, ...], stack: Stack) -> BandRule:
+    """The widest band over the workload classes on a device, for ``stack``."""
+    rules = [_rule(c, stack) for c in classes] or [_rule("other", stack)]
+    return max(rules, key=lambda r: (r.high - r.low, r.high))
+
+
+@cache
+def _rule(cls: str, stack: Stack) -> BandRule:
+    """The class's band: its own (or its framework's, where that cell has enough
+    measurements), widened where the measurements come from fewer sources than a new source's
+    bias can be bounded with, or the stack's framework was never measured in the class; a class
+    with too few measurements takes its family's band, widened."""
+    b = _bands()
+    pct = f"{100 * b.coverage:.0f}%"
+    cell = b.classes.get(f"{cls}|{stack.framework}")
+    c = b.classes.get(cls)
+    if cell is not None and cell.measurements >= b.min_measurements:
+        base, words = cell, f"{cls} on {stack.framework}"
+    elif c is not None and c.measurements >= b.min_measurements:
+        base, words = c, cls
+    else:
+        fam = family_of(cls)
+        f = b.classes.get(f"family:{fam}")
+        base, words = (
+            (f, f"{fam} workloads")
+            if f is not None and f.measurements >= b.min_measurements
+            else (b.pooled, "every one-device class")
+        )
+    reasons = []
+    if base is not cell and base is not c:
+        own = 0 if c is None else c.measurements
+        reasons.append(f"{own} of {cls}, fewer than {b.min_measurements}")
+    if base.sources < b.min_sources:
+        reasons.append(f"{base.sources} sources, fewer than {b.min_sources}")
+    if stack.named and stack.framework not in base.frameworks:
+        reasons.append(f"none on {stack.framework}")
+    widen = b.widen if reasons else 1.0
+    basis = (
+        f"split conformal, {pct}, over {base.measurements} published measurements of {words}"
+        + (f", widened x{b.widen:g} ({'; '.join(reasons)})" if reasons else "")
+        + f" ({b.source})"
+    )
+    return BandRule(
+        cls,
+        math.exp(base.log_low * widen),
+        math.exp(base.log_high * widen),
+        b.coverage,
+        base.measurements,
+        basis,
+    )
+
+
+def band_of(rule: BandRule, subtotal: int) -> ErrorBand:
+    """The band of a device's subtotal (headroom excluded)."""
+    return ErrorBand(
+        low_bytes=math.floor(subtotal * rule.low),
+        high_bytes=math.ceil(subtotal * rule.high),
+        coverage=rule.coverage,
+        workload_class=rule.workload_class,
+        measurements=rule.measurements,
+        basis=rule.basis,
+    )
+
+
+def resolve_headroom(h: Headroom, rule: BandRule) -> Headroom:
+    """The caller's headroom, or (``fraction`` null, the default) the band's high end."""
+    if h.fraction is not None:
+        return h
+    return Headroom(fraction=round(rule.headroom_fraction, 6), min_bytes=h.min_bytes)

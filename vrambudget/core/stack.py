@@ -1,0 +1,317 @@
+"""The software stack a budget is for: the framework and library versions a request names (or
+the current releases), resolved into the memory behaviours the formulas follow, each with the
+source it was read from.
+
+A behaviour is a fact of one framework version's code: how ``generate`` grows its KV cache,
+which logits a forward materializes, what the training loss keeps, when gradients are freed,
+how the CUDA runtime loads kernels. The formulas read the resolved :class:`Stack`; the answer
+lists every behaviour assumed (``Budget.stack``), so a caller on another version sees what to
+check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .memo import BoundedCache
+from .result import StackBehaviour, StackUse
+from .spec import Software
+
+__all__ = [
+    "CURRENT",
+    "DEFAULT_STACK",
+    "PINNED",
+    "Stack",
+    "resolve_stack",
+    "version_tuple",
+]
+
+CURRENT: dict[str, str] = {
+    # The newest release of each on PyPI (the registry's index, 2026-11).
+    "transformers": "5.23.0",
+    "peft": "0.21.2",
+    "trl": "1.16.0",
+    "accelerate": "1.15.0",
+    "bitsandbytes": "0.50.2",
+    "torchtune": "0.6.1",
+    "litgpt": "0.5.13",
+    "deepspeed": "0.19.8",
+    "unsloth": "2026.10.9",
+    "axolotl": "0.21.0",
+    "liger_kernel": "0.8.5",
+    "vllm": "0.33.0",
+    "sglang": "0.5.23",
+    "diffusers": "0.36.0",
+    "torch": "2.15.0",
+}
+"""Versions assumed where a request names none."""
+
+Loss = Literal["cross_entropy", "chunked_cross_entropy", "fused_linear_cross_entropy"]
+
+
+def version_tuple(v: str) -> tuple[int, ...]:
+    """``"4.46.3+cu121"`` -> (4, 46, 3); non-numeric tails ignored."""
+    out: list[int] = []
+    for part in v.split("+")[0].split("."):
+        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """What the formulas need to know of the software, and the behaviours shown to the caller."""
+
+    framework: str
+    framework_version: str
+    torch_version: str
+    loss: Loss
+    loss_chunks: int
+    """Chunks of the sequence the loss upcasts at a time (1: the whole sequence)."""
+    prefill_logits: Literal["last", "all_fp32"]
+    """``last``: generate's prefill computes the last position's logits only
+    (``logits_to_keep``); ``all_fp32``: every position's logits, upcast to fp32 by the forward."""
+    cache_concat: bool
+    """``generate`` grows each layer's KV cache by ``torch.cat``: the old and the new tensor of
+    one layer are live together."""
+    cache_copy_all: bool
+    """transformers < 4.42: ``generate`` passes the legacy tuple cache, converted to and from
+    ``DynamicCache`` each step: the old cache of every layer stays live through the step."""
+    loss_shift_copy: bool
+    """transformers < 4.49: the loss shifts the fp32 logits with a contiguous copy
+    (``shift_logits = logits[..., :-1, :].contiguous()``): one more fp32 tokens x vocab."""
+    bnb_keeps_inputs: bool
+    """bitsandbytes < 0.43.2: ``MatMul4Bit`` keeps each 4-bit layer's input on its autograd
+    context (``ctx.tensors = (A, B)``), outside ``save_for_backward``: checkpointing cannot
+    drop it."""
+    grads_kept: bool
+    """``zero_grad`` zeroes gradients instead of freeing them (torch < 2.0): they stay through
+    the next forward."""
+    eager_modules: bool
+    """CUDA_MODULE_LOADING=EAGER (or CUDA < 11.7): every kernel image loaded at context creation."""
+    behaviours: tuple[StackBehaviour, ...]
+    named: bool
+    """The request named the framework (else the current release of the default one)."""
+
+    def use(self, kinds: frozenset[str]) -> StackUse:
+        """What the answer shows for workloads of ``kinds`` (``inference``, ``training``,
+        ``qlora``, ...): the behaviours that apply to them."""
+        return StackUse(
+            framework=self.framework,
+            framework_version=self.framework_version,
+            torch_version=self.torch_version,
+            behaviours=tuple(b for b in self.behaviours if _APPLIES.get(b.name, kinds) & kinds),
+        )
+
+
+_B = StackBehaviour
+
+_CONCAT = _B(
+    name="kv_cache_growth",
+    assumed="generate grows each layer's KV cache by torch.cat: for one layer the old and the "
+    "new cache are live together (one layer's keys and values at the full length on top of "
+    "the cache)",
+    source="transformers cache_utils.py DynamicLayer.update (5.23.0: lines 136-137; "
+    "DynamicCache.update since 4.36; the legacy tuple cache before it concatenated too)",
+)
+_COPY_ALL = _B(
+    name="kv_cache_growth",
+    assumed="generate passes the legacy tuple cache, converted to and from DynamicCache each "
+    "step: every layer's old cache stays live while the new one is built (two caches at the "
+    "peak)",
+    source="transformers 4.36-4.41 generation/utils.py (past_key_values tuples) and "
+    "cache_utils.py DynamicCache.from_legacy_cache / to_legacy_cache; a single DynamicCache "
+    "is passed from 4.42 (research/stack_behaviours.md section 1)",
+)
+_PREALLOCATED = _B(
+    name="kv_cache_growth",
+    assumed="the KV cache is preallocated (blocks or a static cache): no copy when it grows",
+    source="the engine's block pool (vLLM, SGLang)",
+)
+_LAST_LOGITS = _B(
+    name="prefill_logits",
+    assumed="generate's prefill computes the last position's logits only, copied to fp32 for "
+    "sampling",
+    source="transformers generation/utils.py _sample (logits_to_keep=1, since 4.45; "
+    "next_token_logits .to(torch.float32))",
+)
+_ALL_LOGITS = _B(
+    name="prefill_logits",
+    assumed="the prefill forward returns every position's logits, upcast to fp32 by the model "
+    "(logits = logits.float()): prompt x vocab x (compute bytes + 4)",
+    source="transformers < 4.45 modeling_llama.py LlamaForCausalLM.forward (logits.float()); "
+    "num_logits_to_keep arrived in 4.45",
+)
+_LOSSES: dict[Loss, StackBehaviour] = {
+    "cross_entropy": _B(
+        name="loss",
+        assumed="the loss upcasts the whole sequence's logits to fp32: logits, fp32 copy and "
+        "fp32 log-softmax live together, then the fp32 gradients in backward",
+        source="transformers loss/loss_utils.py ForCausalLMLoss (logits.float()); torch "
+        "cross_entropy = log_softmax + nll_loss",
+    ),
+    "chunked_cross_entropy": _B(
+        name="loss",
+        assumed="the loss upcasts the logits to fp32 one chunk of the sequence at a time (8 "
+        "chunks): the low-precision logits stay, fp32 copies of one chunk",
+        source="torchtune modules/loss/ce_chunked_output_loss.py CEWithChunkedOutputLoss "
+        "(num_output_chunks=8)",
+    ),
+    "fused_linear_cross_entropy": _B(
+        name="loss",
+        assumed="the LM head and the loss run fused per chunk: the full logits are never "
+        "materialized",
+        source="liger_kernel ops/fused_linear_cross_entropy.py "
+        "(LigerFusedLinearCrossEntropyFunction); Unsloth's fused loss",
+    ),
+}
+_SHIFT_COPY = _B(
+    name="loss_shift_copy",
+    assumed="the loss shifts the fp32 logits with a contiguous copy before the log-softmax: "
+    "one more fp32 tokens x vocab in the forward",
+    source="transformers < 4.49 loss/loss_utils.py ForCausalLMLoss (shift_logits = "
+    "logits[..., :-1, :].contiguous()); from 4.49 the labels are shifted instead "
+    "(research/stack_behaviours.md section 2)",
+)
+_BNB_INPUTS = _B(
+    name="quantized_saved_tensors",
+    assumed="bitsandbytes keeps each 4-bit layer's input on its autograd context (outside "
+    "save_for_backward): without activation checkpointing the inputs of every quantized "
+    "projection stay for the whole step, plus the dequantized weight scratch (a reentrant "
+    "checkpointed forward records no context)",
+    source="bitsandbytes < 0.43.2 autograd/_functions.py MatMul4Bit.forward (ctx.tensors = "
+    "(A, B)); 0.43.2 keeps (None, B) ('fix QLoRA mem bug', 2024-07-16; "
+    "research/stack_behaviours.md section 4)",
+)
+_GRADS_FREED = _B(
+    name="gradient_lifetime",
+    assumed="zero_grad frees gradients (set_to_none=True): they exist from the backward to the "
+    "optimizer step only (with gradient accumulation, through the next micro-batch)",
+    source="torch optim/optimizer.py zero_grad(set_to_none=True) default since torch 2.0; "
+    "transformers Trainer model.zero_grad()",
+)
+_GRADS_KEPT = _B(
+    name="gradient_lifetime",
+    assumed="zero_grad zeroes gradients in place (set_to_none=False before torch 2.0): they "
+    "stay allocated through the next forward",
+    source="torch < 2.0 optim/optimizer.py zero_grad(set_to_none=False)",
+)
+_LAZY = _B(
+    name="cuda_module_loading",
+    assumed="CUDA loads kernel images lazily (CUDA_MODULE_LOADING=LAZY): the context holds "
+    "only the kernels that have run",
+    source="CUDA 11.7+ lazy loading, torch >= 1.13 sets it by default (pytorch/pytorch#86509: "
+    "666.6 MB eager vs 287.0 MB lazy on one machine)",
+)
+_EAGER = _B(
+    name="cuda_module_loading",
+    assumed="CUDA loads every kernel image at context creation (eager): the context is the "
+    "eager measurement for the device's class",
+    source="pytorch/pytorch#86509 (666.6 MB eager vs 287.0 MB lazy); pytorch/pytorch#55277 "
+    "(721 MB GTX 1080 cu101, 1,687 MB RTX 3090 cu111)",
+)
+_QLORA = _B(
+    name="quantized_saved_tensors",
+    assumed="bitsandbytes 4-bit layers save the input for backward and dequantize the weight "
+    "into a compute-dtype scratch in forward and again in backward (the largest projection's "
+    "scratch counted)",
+    source="bitsandbytes autograd/_functions.py MatMul4Bit.forward/backward "
+    "(dequantize_4bit(B, ...).to(A.dtype))",
+)
+
+_APPLIES: dict[str, frozenset[str]] = {
+    "kv_cache_growth": frozenset({"inference"}),
+    "prefill_logits": frozenset({"inference"}),
+    "loss": frozenset({"training"}),
+    "loss_shift_copy": frozenset({"training"}),
+    "gradient_lifetime": frozenset({"training"}),
+    "quantized_saved_tensors": frozenset({"qlora"}),
+}
+"""The workload kinds a behaviour applies to (absent: every kind)."""
+
+# Libraries a framework release pins (its wheel's Requires-Dist), used where the request names
+# no version of the library: (first release without the pin, pinned version).
+PINNED: dict[str, dict[str, tuple[tuple[int, ...], str]]] = {
+    # litgpt 0.3.x-0.5.4 METADATA: "Requires-Dist: bitsandbytes==0.42.0; extra == 'all'";
+    # 0.5.5 moved to bitsandbytes>=0.44.0,<0.44.2.
+    "litgpt": {"bitsandbytes": ((0, 5, 5), "0.42.0")},
+}
+
+_DEFAULT_FRAMEWORK = {"inference": "transformers", "training": "transformers"}
+_DEFAULT_LOSS: dict[str, Loss] = {
+    "torchtune": "chunked_cross_entropy",
+    "unsloth": "fused_linear_cross_entropy",
+}
+
+_CACHE: BoundedCache[tuple[Software | None, str], Stack] = BoundedCache(1024)
+
+
+def resolve_stack(software: Software | None, kind: str = "training") -> Stack:
+    """The stack of a request's software for a workload of ``kind`` (``inference``,
+    ``training``, ``llm_serving``, ...): named versions, or the current releases."""
+    return _CACHE.get_or((software, kind), lambda: _resolve(software, kind))
+
+
+def _resolve(software: Software | None, kind: str) -> Stack:
+    sw = software or Software()
+    framework = sw.framework or _DEFAULT_FRAMEWORK.get(kind, "transformers")
+    version = sw.framework_version or CURRENT.get(framework, "")
+    torch_v = sw.torch_version or CURRENT["torch"]
+    behaviours: list[StackBehaviour] = []
+    tf = version_tuple(version) if framework == "transformers" else (99,)
+    preallocated = framework in ("vllm", "sglang")
+    concat = not preallocated
+    copy_all = concat and tf < (4, 42)
+    behaviours.append(_COPY_ALL if copy_all else _CONCAT if concat else _PREALLOCATED)
+    all_logits = framework == "transformers" and tf < (4, 45)
+    behaviours.append(_ALL_LOGITS if all_logits else _LAST_LOGITS)
+    loss: Loss = sw.loss or (
+        "fused_linear_cross_entropy"
+        if sw.libraries.liger_kernel is not None
+        else _DEFAULT_LOSS.get(framework, "cross_entropy")
+    )
+    behaviours.append(_LOSSES[loss])
+    shift_copy = loss == "cross_entropy" and tf < (4, 49)
+    if shift_copy:
+        behaviours.append(_SHIFT_COPY)
+    grads_kept = version_tuple(torch_v) < (2, 0)
+    behaviours.append(_GRADS_KEPT if grads_kept else _GRADS_FREED)
+    eager = sw.cuda_module_loading == "eager" or (
+        sw.cuda_module_loading is None
+        and sw.cuda_version is not None
+        and version_tuple(sw.cuda_version) < (11, 7)
+    )
+    behaviours.append(_EAGER if eager else _LAZY)
+    bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")
+    bnb_inputs = version_tuple(bnb) < (0, 43, 2)
+    behaviours.append(_BNB_INPUTS if bnb_inputs else _QLORA)
+    return Stack(
+        framework=framework,
+        framework_version=version,
+        torch_version=torch_v,
+        loss=loss,
+        loss_chunks=8 if loss == "chunked_cross_entropy" else 1,
+        prefill_logits="all_fp32" if all_logits else "last",
+        cache_concat=concat,
+        cache_copy_all=copy_all,
+        loss_shift_copy=shift_copy,
+        bnb_keeps_inputs=bnb_inputs,
+        grads_kept=grads_kept,
+        eager_modules=eager,
+        behaviours=tuple(behaviours),
+        named=sw.framework is not None,
+    )
+
+
+def _pinned(framework: str, version: str, library: str) -> str:
+    """The version of ``library`` a framework release installs: its pin, or the current."""
+    pin = PINNED.get(framework, {}).get(library)
+    if pin is not None and version_tuple(version) < pin[0]:
+        return pin[1]
+    return CURRENT[library]
+
+
+DEFAULT_STACK = resolve_stack(None)
