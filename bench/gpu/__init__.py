@@ -1,0 +1,1 @@
+"""The GPU campaign (``campaign.sh``, ``campaign.py``) and its wheels (``prepare.sh``)."""
