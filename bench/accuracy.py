@@ -4,17 +4,22 @@ the worst cases, and the issue's targets.
 
 Run from the repository root:
     .venv/bin/python -m bench.accuracy            # markdown tables (docs/ACCURACY.md)
-    .venv/bin/python -m bench.accuracy --json     # the summary as JSON (the tests read it)
+    .venv/bin/python -m bench.accuracy --json     # the held-out summary as JSON
+    .venv/bin/python -m bench.accuracy --write-docs   # rewrite the tables in docs/ACCURACY.md
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import median
 
 from research.corpus import Prediction, load, predict, request_of
@@ -174,16 +179,34 @@ def report(rs: list[Row]) -> dict[str, dict[str, float | int]]:
     }
 
 
+DOCS = Path(__file__).parents[1] / "docs" / "ACCURACY.md"
+_BLOCK = re.compile(r"(<!-- accuracy-tables -->\n).*?(<!-- /accuracy-tables -->)", re.S)
+
+
+def docs_with_tables(doc: str, rs: list[Row]) -> str:
+    """``doc`` with its accuracy-tables block replaced by the tables of ``rs``."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        _print_all(rs)
+    text = out.getvalue().strip()
+    return _BLOCK.sub(lambda m: m.group(1) + text + "\n" + m.group(2), doc)
+
+
 def main(argv: list[str]) -> int:
     rs = rows()
-    if "--json" in argv:
-        import contextlib
-        import io
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            out = report(rs)
-        print(json.dumps(out, indent=1))
+    if "--write-docs" in argv:
+        DOCS.write_text(docs_with_tables(DOCS.read_text(), rs))
         return 0
+    if "--json" in argv:
+        with contextlib.redirect_stdout(io.StringIO()):
+            summary = report(rs)
+        print(json.dumps(summary, indent=1))
+        return 0
+    _print_all(rs)
+    return 0
+
+
+def _print_all(rs: list[Row]) -> None:
     out = report(rs)
     s = out["peaks_held_out"]
     kv = out["serving_kv_tokens_held_out"]
@@ -195,7 +218,6 @@ def main(argv: list[str]) -> int:
     print(f"| peaks inside their band | >= 90% | {_pct(s['coverage'])} |")
     print(f"| band median half-width | <= 10% | {_pct(s['median_half_width'])} |")
     print(f"| 'fits' for a run that exceeded its device | 0 | {s['exceeded_but_fits']} |")
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ Everything (what ``scripts/test`` and the README run):
 
 Markers (registered in pyproject.toml, ``--strict-markers``): ``e2e`` is set here on every test
 under tests/e2e/ (real agent/service processes on 127.0.0.1), ``fuzz`` on every test under
-tests/fuzz/ (schemathesis), ``trace_grid`` by tests/trace/test_oracle.py (the oracle grid) and the GPU campaign's CPU dry run (tests/bench), ``gpu``
-by tests that need a CUDA device. Plain helpers (functions, classes) are in tests/support/.
+tests/fuzz/ (schemathesis), ``trace_grid`` by tests/trace/test_oracle.py (the oracle grid) and
+the GPU campaign's CPU dry run (tests/bench), ``gpu`` by tests that need a CUDA device. Plain
+helpers (functions, classes) are in tests/support/.
 """
 
 from __future__ import annotations

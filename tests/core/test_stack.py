@@ -173,3 +173,16 @@ def test_a_bad_version_is_refused_naming_the_field() -> None:
     with pytest.raises(msgspec.ValidationError) as e:
         msgspec.convert({"framework_version": "latest"}, Software)
     assert "framework_version" in str(e.value)
+
+
+def test_the_torch_release_sets_the_blas_workspaces() -> None:
+    """cuBLAS on an A100 (8.0): 8,519,680 B; torch 2.11 adds cuBLASLt's own 1 MiB (9,568,256 B),
+    torch >= 2.12 shares it (CublasHandlePool.cpp / CUDABlas.cpp, research/stack_behaviours.md
+    section 5). A B200 (10.0) gets 32 MiB only from 2.12."""
+    a100 = {"device": {"source": "catalog", "id": "a100-sxm4-80gb"}}
+    b200 = {"device": {"source": "catalog", "id": "b200-180gb"}}
+    ws = C.RUNTIME_WORKSPACE
+    assert _lines(_budget(INFER, {}, **a100))[ws] == 8_519_680
+    assert _lines(_budget(INFER, {"torch_version": "2.11.0"}, **a100))[ws] == 9_568_256
+    assert _lines(_budget(INFER, {"torch_version": "2.11.0"}, **b200))[ws] == 9_568_256
+    assert _lines(_budget(INFER, {"torch_version": "2.12.0"}, **b200))[ws] == 33_554_432

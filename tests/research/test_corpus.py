@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bench.accuracy import rows, summarize
+from bench.accuracy import DOCS, docs_with_tables, rows, summarize
 from research.calibrate_bands import OUT, conformal, fit
 from research.corpus import CONFIGS, load, predict, split_of
 from vrambudget.core.catalog import gpus
@@ -127,3 +127,11 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     assert s["exceeded_but_fits"] <= 12
     assert s["median_half_width"] <= 0.21
     assert not math.isnan(s["median_signed_error"])
+
+
+def test_docs_accuracy_carries_the_current_tables() -> None:
+    """docs/ACCURACY.md's tables are what bench/accuracy.py prints now (rewrite them with
+    ``python -m bench.accuracy --write-docs``)."""
+    doc = DOCS.read_text()
+    assert "<!-- accuracy-tables -->" in doc
+    assert docs_with_tables(doc, rows()) == doc

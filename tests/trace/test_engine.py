@@ -113,10 +113,11 @@ def test_a_lora_run_with_no_matching_target_is_a_semantic_422_not_a_crash() -> N
 @pytest.mark.parametrize(
     ("device", "expected"),
     [
-        # no device: the larger cuBLAS default 4096 x 8 KiB = 33,554,432 + cuBLASLt 1 MiB
-        (None, (("cuBLAS workspace", 33_554_432), ("cuBLASLt workspace", 1_048_576))),
-        # sm80: ":4096:2:16:8" = 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 + 1,048,576
-        ("a100-sxm4-80gb", (("cuBLAS workspace", 8_519_680), ("cuBLASLt workspace", 1_048_576))),
+        # no device: the larger cuBLAS default 4096 x 8 KiB = 33,554,432, shared with cuBLASLt
+        # (torch >= 2.12)
+        (None, (("cuBLAS workspace (shared with cuBLASLt)", 33_554_432),)),
+        # sm80: ":4096:2:16:8" = 4096 KiB x 2 + 16 KiB x 8 = 8,519,680
+        ("a100-sxm4-80gb", (("cuBLAS workspace (shared with cuBLASLt)", 8_519_680),)),
         # gfx942: one hipBLAS workspace of 128 MiB = 134,217,728
         ("mi300x-192gb", (("hipBLAS workspace", 134_217_728),)),
     ],
@@ -149,12 +150,13 @@ def test_both_tiers_place_the_same_gemm_workspaces(
 
 
 def test_a_calibrated_workspace_below_the_cublaslt_size_is_all_cublaslt() -> None:
-    """128 KiB measured (CUBLAS_WORKSPACE_CONFIG=:16:8): cuBLAS 0 + cuBLASLt 131,072; neither
-    part negative."""
+    """128 KiB measured (CUBLAS_WORKSPACE_CONFIG=:16:8) on torch < 2.12: cuBLAS 0 + cuBLASLt
+    131,072; neither part negative. From 2.12 the one workspace is shared."""
     from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
 
-    assert gemm_workspaces(131_072) == (
+    assert gemm_workspaces(131_072, separate_lt=True) == (
         ("cuBLAS workspace", 0),
         ("cuBLASLt workspace", 131_072),
     )
+    assert gemm_workspaces(131_072) == (("cuBLAS workspace (shared with cuBLASLt)", 131_072),)
     assert gemm_workspaces(131_072, "amd") == (("hipBLAS workspace", 131_072),)

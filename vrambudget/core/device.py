@@ -28,6 +28,8 @@ class DeviceContext:
     vendor: str
     native_dtypes: frozenset[str]
     overheads: Overheads
+    compute_capability: str | None = None
+    gfx_target: str | None = None
 
     def summary(self) -> DeviceSummary:
         return DeviceSummary(
@@ -74,7 +76,12 @@ def resolve_device(
     if software is not None:
         ctx = _STACKED.get_or(
             (ctx, software),
-            lambda: dataclasses.replace(ctx, overheads=with_software(ctx.overheads, software)),
+            lambda: dataclasses.replace(
+                ctx,
+                overheads=with_software(
+                    ctx.overheads, software, ctx.compute_capability, ctx.vendor, ctx.gfx_target
+                ),
+            ),
         )
     if profiles:
         profile, matched = profiles.best(ctx.id, ctx.name, software)
@@ -113,6 +120,8 @@ def _catalog_context(g: GPU) -> DeviceContext:
                 g.vendor,
                 frozenset(g.native_dtypes),
                 device_overheads(g.compute_capability, g.vendor, g.gfx_target),
+                g.compute_capability,
+                g.gfx_target,
             ),
         )
     return ctx

@@ -22,7 +22,7 @@ from .formulas.cuda_context import (
 )
 from .formulas.runtime_workspace import default_workspace
 from .spec import Software
-from .stack import DEFAULT_STACK, Stack, resolve_stack
+from .stack import DEFAULT_STACK, Stack, resolve_stack, version_tuple
 
 __all__ = ["DEFAULT_OVERHEADS", "Overheads", "device_overheads", "with_software"]
 
@@ -64,13 +64,25 @@ DEFAULT_OVERHEADS = device_overheads(None, "nvidia", None)
 """A device of unknown type (or none named): the larger cuBLAS default, the 426 MiB context."""
 
 
-def with_software(ov: Overheads, software: Software | None) -> Overheads:
-    """The overheads for a software stack: its behaviours, and the eager-loading context where
-    the stack loads modules eagerly (a calibration profile's measured context is kept)."""
+def with_software(
+    ov: Overheads,
+    software: Software | None,
+    compute_capability: str | None = None,
+    vendor: str = "nvidia",
+    gfx_target: str | None = None,
+) -> Overheads:
+    """The overheads of a device type for a software stack: its behaviours, the BLAS
+    workspaces of its torch release, and the eager-loading context where the stack loads
+    modules eagerly (a calibration profile's measurements are kept)."""
     stack = resolve_stack(software)
     if stack is ov.stack:
         return ov
     ov = dataclasses.replace(ov, stack=stack)
+    if ov.profile is None:
+        ws, ws_source = default_workspace(
+            compute_capability, vendor, gfx_target, version_tuple(stack.torch_version)
+        )
+        ov = dataclasses.replace(ov, workspace_bytes=ws, workspace_source=ws_source)
     if stack.eager_modules and ov.profile is None:
         ov = dataclasses.replace(
             ov,

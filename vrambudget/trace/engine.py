@@ -29,6 +29,7 @@ from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
 from vrambudget.core.formulas.headroom import headroom_bytes
+from vrambudget.core.formulas.runtime_workspace import separate_cublaslt
 from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
 from vrambudget.core.overheads import DEFAULT_OVERHEADS, with_software
 from vrambudget.core.resolve import resolve_model
@@ -58,6 +59,7 @@ from vrambudget.core.spec import (
     VisionWorkload,
 )
 from vrambudget.core.spec.diffusion import ImageGenerationWorkload
+from vrambudget.core.stack import version_tuple
 from vrambudget.core.statics import statics_for
 from vrambudget.workloads import kernels
 from vrambudget.workloads.hf.config import LIBRARY
@@ -331,7 +333,11 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     )
     ctx = resolve_device(request.device, profiles, request.software)
     ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, request.software)
-    workspaces = gemm_workspaces(ov.workspace_bytes, ctx.vendor if ctx else "nvidia")
+    workspaces = gemm_workspaces(
+        ov.workspace_bytes,
+        ctx.vendor if ctx else "nvidia",
+        separate_cublaslt(version_tuple(ov.stack.torch_version)),
+    )
     source = _SOURCE.format(version=str(torch.__version__))
     values = {c: 0 for c in Component}
     parts: dict[Component, list[tuple[str, int]]] = {}

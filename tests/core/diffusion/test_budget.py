@@ -69,7 +69,8 @@ def test_lines_add_up_at_the_peak() -> None:
     # the decoder's 768 channels at 512^2, and three latent-sized tensors: the latents, their
     # scaled copy (latents / scaling_factor) and post_quant_conv's output
     assert lines[C.ACTIVATIONS] == 768 * 512 * 512 * 2 + 3 * 4 * 64 * 64 * 2
-    assert lines[C.RUNTIME_WORKSPACE] == 32 * 2**20 + 1 * 2**20 + 0
+    # H100, torch 2.15: one cuBLAS workspace of 32 MiB, shared with cuBLASLt (torch >= 2.12)
+    assert lines[C.RUNTIME_WORKSPACE] == 32 * 2**20
     assert lines[C.CUDA_CONTEXT] == 534 * 2**20
     assert lines[C.ALLOCATOR_OVERHEAD] > 0
     assert lines[C.KV_CACHE] == lines[C.GRADIENTS] == 0

@@ -129,17 +129,19 @@ def test_overheads() -> None:
     )
     _documented(cuda_context.per_device, 1_119_879_168)
     assert cuda_context.default_context("8.9", "nvidia")[0] == 426 * MiB
-    assert (
-        runtime_workspace.default_workspace("9.0", "nvidia", None)[0]
-        == (32 * MiB + MiB)
-        == 34_603_008
-    )
-    assert (
-        runtime_workspace.default_workspace("8.0", "nvidia", None)[0]
-        == (4096 * 1024 * 2 + 16 * 1024 * 8 + MiB)
-        == 9_568_256
-    )
-    _documented(runtime_workspace.default_workspace, 34_603_008)
+    # torch 2.15 (current): cuBLASLt shares the cuBLAS workspace; 32 MiB for major 9-12.
+    ws = runtime_workspace.default_workspace
+    assert ws("9.0", "nvidia", None)[0] == 32 * MiB == 33_554_432
+    assert ws("8.0", "nvidia", None)[0] == 4096 * 1024 * 2 + 16 * 1024 * 8 == 8_519_680
+    assert ws("11.0", "nvidia", None)[0] == 33_554_432
+    # torch 2.0-2.11: 32 MiB for 9.0 only, plus a cuBLASLt workspace of 1 MiB.
+    assert ws("9.0", "nvidia", None, (2, 11, 0))[0] == 32 * MiB + MiB == 34_603_008
+    assert ws("8.0", "nvidia", None, (2, 11, 0))[0] == 8_519_680 + MiB == 9_568_256
+    assert ws("10.0", "nvidia", None, (2, 11, 0))[0] == 9_568_256
+    # torch 2.12: major 9, 10 and 12 (not 11).
+    assert ws("10.0", "nvidia", None, (2, 12, 0))[0] == 33_554_432
+    assert ws("11.0", "nvidia", None, (2, 12, 0))[0] == 8_519_680
+    _documented(runtime_workspace.default_workspace, 33_554_432)
     _documented(runtime_workspace.default_workspace, 9_568_256)
     parts = communication_buffers.stage_parts(1, 1, 8, 0, True, 494_032_768, 2, 0, 0, 2)
     assert parts == [

@@ -28,6 +28,7 @@ from ..components import Component
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
 from ..formulas.gemm_workspaces import gemm_workspaces
+from ..formulas.runtime_workspace import separate_cublaslt
 from ..host import PROCESS_RSS_BYTES
 from ..memo import BoundedCache
 from ..overheads import DEFAULT_OVERHEADS, Overheads, with_software
@@ -41,6 +42,7 @@ from ..result import (
 )
 from ..spec import DeviceRef, Headroom, Software
 from ..spec.diffusion import ImageGenerationWorkload
+from ..stack import version_tuple
 from .call import DENOISE_STEPS, walk_call
 from .pipeline import Pipeline, resolve_pipeline
 from .walk import Outcome, replay
@@ -244,7 +246,11 @@ def diffusion_budget(
     ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, software)
     band = band_rule(("other",), ov.stack)
     headroom = resolve_headroom(headroom or Headroom(), band)
-    spaces = gemm_workspaces(ov.workspace_bytes, ctx.vendor if ctx else "nvidia")
+    spaces = gemm_workspaces(
+        ov.workspace_bytes,
+        ctx.vendor if ctx else "nvidia",
+        separate_cublaslt(version_tuple(ov.stack.torch_version)),
+    )
     resolved = [diffusion_outcome(w, spaces, f"workloads[{i}]") for i, w in enumerate(workloads)]
     values: dict[Component, int] = {}
     parts: dict[Component, list[tuple[str, int]]] = {}

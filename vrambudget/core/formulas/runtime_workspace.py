@@ -3,8 +3,8 @@ keeps (a QLoRA dequantized weight, the autocast weight cache).
 
 Shown in answers::
 
-    cuBLAS + cuBLASLt workspace per process (+ QLoRA dequantization buffer, autocast weight
-    cache)
+    cuBLAS (+ cuBLASLt before torch 2.12) workspace per process (+ QLoRA dequantization
+    buffer, autocast weight cache)
 """
 
 from __future__ import annotations
@@ -20,48 +20,77 @@ __all__ = [
     "SOURCE",
     "cublas_workspace_bytes",
     "default_workspace",
+    "separate_cublaslt",
 ]
 
 FORMULA = (
-    "cuBLAS + cuBLASLt workspace per process (+ QLoRA dequantization buffer, autocast weight cache)"
+    "cuBLAS (+ cuBLASLt before torch 2.12) workspace per process (+ QLoRA dequantization "
+    "buffer, autocast weight cache)"
 )
 
-# aten/src/ATen/cuda/CublasHandlePool.cpp: default workspace ":4096:2:16:8" = 8,519,680 B, and
-# 32 MiB (4096 * 8 * 1024) on compute capability 9.x/10.x/11.x/12.x (torch main: Hopper and
-# Blackwell); one per (handle, stream).
+# aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize, one per (handle, stream), read
+# from the released wheels (research/stack_behaviours.md section 5): ":4096:2:16:8" = 8,519,680 B
+# by default; 32 MiB (4096 * 8 * 1024) for compute capability exactly 9.0 in torch 2.0-2.11, for
+# major 9, 10 and 12 in 2.12, for major 9-12 in 2.14 (2.13 taken as 2.14).
 CUBLAS_WORKSPACE_DEFAULT_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
 CUBLAS_WORKSPACE_LARGE_BYTES = 4096 * 8 * 1024
-# aten/src/ATen/cuda/CUDABlas.cpp: cuBLASLt workspace 1024 KiB ("default size in KiB according
-# to #73328"), a separate persistent block per handle+stream in torch 2.8/2.9 (#156495).
+# aten/src/ATen/cuda/CUDABlas.cpp: a separate cuBLASLt workspace of 1024 KiB in torch 2.0-2.11;
+# from 2.12 cuBLASLt shares the cuBLAS workspace of its handle and stream by default
+# (unified_cublas_and_lt_workspaces(), TORCH_CUBLASLT_UNIFIED_WORKSPACE unset).
 CUBLASLT_WORKSPACE_BYTES = 1024 * 1024
 CUBLAS_SOURCE = "pytorch aten/src/ATen/cuda/CublasHandlePool.cpp (getChosenWorkspaceSize)"
-SOURCE = f"{CUBLAS_SOURCE} + cuBLASLt 1 MiB (CUDABlas.cpp)"
+SOURCE = (
+    f"{CUBLAS_SOURCE}; cuBLASLt shares it from torch 2.12, 1 MiB of its own before (CUDABlas.cpp)"
+)
 _HIPBLAS_SOURCE = "pytorch CublasHandlePool.cpp: hipBLAS 32 MiB, 128 MiB for gfx94x/gfx95x"
+_UNIFIED = (2, 12)
 
 
-def cublas_workspace_bytes(compute_capability: str | None, vendor: str = "nvidia") -> int:
-    """cuBLAS workspace of one handle/stream. ROCm (hipBLAS) uses 32 MiB, 128 MiB on gfx94x."""
+def _torch(version: tuple[int, ...] | None) -> tuple[int, ...]:
+    return version if version else (2, 15)  # the current release
+
+
+def separate_cublaslt(torch_version: tuple[int, ...] | None = None) -> bool:
+    """torch before 2.12 keeps a cuBLASLt workspace of its own beside cuBLAS's."""
+    return _torch(torch_version)[:2] < _UNIFIED
+
+
+def cublas_workspace_bytes(
+    compute_capability: str | None,
+    vendor: str = "nvidia",
+    torch_version: tuple[int, ...] | None = None,
+) -> int:
+    """cuBLAS workspace of one handle/stream for a torch release (default: the current one).
+    ROCm (hipBLAS) uses 32 MiB, 128 MiB on gfx94x."""
     if vendor == "amd":
         return 32 * MiB
     if compute_capability is None:
         return CUBLAS_WORKSPACE_LARGE_BYTES  # unknown device: the larger default
-    major = int(compute_capability.split(".")[0])
-    return (
-        CUBLAS_WORKSPACE_LARGE_BYTES
-        if major in (9, 10, 11, 12)
-        else (CUBLAS_WORKSPACE_DEFAULT_BYTES)
-    )
+    major, _, minor = compute_capability.partition(".")
+    t = _torch(torch_version)[:2]
+    if t < (2, 12):
+        large = (int(major), int(minor or 0)) == (9, 0)
+    elif t < (2, 13):
+        large = int(major) in (9, 10, 12)
+    else:
+        large = int(major) in (9, 10, 11, 12)
+    return CUBLAS_WORKSPACE_LARGE_BYTES if large else CUBLAS_WORKSPACE_DEFAULT_BYTES
 
 
 def default_workspace(
-    compute_capability: str | None, vendor: str, gfx_target: str | None
+    compute_capability: str | None,
+    vendor: str,
+    gfx_target: str | None,
+    torch_version: tuple[int, ...] | None = None,
 ) -> tuple[int, str]:
-    """(bytes, source) of one process's library workspaces on a device type: cuBLAS +
-    cuBLASLt on NVIDIA, hipBLAS on AMD.
+    """(bytes, source) of one process's library workspaces on a device type: cuBLAS (and,
+    before torch 2.12, cuBLASLt's own) on NVIDIA, hipBLAS on AMD.
 
-    Worked number: an H100 (9.0): 33,554,432 + 1,048,576 = 34,603,008 B; an A100 (8.0):
+    Worked numbers (torch 2.15): an H100 (9.0) 33,554,432 B; an A100 (8.0) 8,519,680 B;
+    torch 2.11 on an A100: 8,519,680 + 1,048,576 = 9,568,256 B; torch 2.11 on a B200 (10.0):
     8,519,680 + 1,048,576 = 9,568,256 B."""
     if vendor == "amd":
         ws = 128 * MiB if (gfx_target or "").startswith(("gfx94", "gfx95")) else 32 * MiB
         return ws, _HIPBLAS_SOURCE
-    return cublas_workspace_bytes(compute_capability) + CUBLASLT_WORKSPACE_BYTES, SOURCE
+    lt = CUBLASLT_WORKSPACE_BYTES if separate_cublaslt(torch_version) else 0
+    return cublas_workspace_bytes(compute_capability, vendor, torch_version) + lt, SOURCE
