@@ -186,3 +186,24 @@ def test_the_torch_release_sets_the_blas_workspaces() -> None:
     assert _lines(_budget(INFER, {"torch_version": "2.11.0"}, **a100))[ws] == 9_568_256
     assert _lines(_budget(INFER, {"torch_version": "2.11.0"}, **b200))[ws] == 9_568_256
     assert _lines(_budget(INFER, {"torch_version": "2.12.0"}, **b200))[ws] == 33_554_432
+
+
+def test_serving_and_image_answers_name_their_stack() -> None:
+    serving = _budget(
+        {"kind": "llm_serving", "model": {"source": "preset", "id": "qwen2.5-7b"}},
+        device={"source": "catalog", "id": "h100-sxm5-80gb"},
+    ).stack
+    assert serving is not None
+    assert (serving.framework, serving.framework_version) == ("vllm", "0.19.0")
+    assert {b.name for b in serving.behaviours} == {"kv_cache_growth", "engine_accounting"}
+    image = _budget(
+        {
+            "kind": "image_generation",
+            "pipeline": {"source": "preset", "id": "sd-1.5"},
+            "height": 256,
+            "width": 256,
+        }
+    ).stack
+    assert image is not None
+    assert (image.framework, image.framework_version) == ("diffusers", CURRENT["diffusers"])
+    assert {b.name for b in image.behaviours} == {"cuda_module_loading"}

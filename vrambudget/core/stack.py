@@ -24,6 +24,7 @@ __all__ = [
     "PINNED",
     "Stack",
     "resolve_stack",
+    "serving_use",
     "version_tuple",
 ]
 
@@ -42,7 +43,7 @@ CURRENT: dict[str, str] = {
     "liger_kernel": "0.8.5",
     "vllm": "0.33.0",
     "sglang": "0.5.23",
-    "diffusers": "0.36.0",
+    "diffusers": "0.42.1",
     "torch": "2.15.0",
 }
 """Versions assumed where a request names none."""
@@ -96,12 +97,16 @@ class Stack:
     named: bool
     """The request named the framework (else the current release of the default one)."""
 
-    def use(self, kinds: frozenset[str]) -> StackUse:
+    def use(self, kinds: frozenset[str], default_framework: str | None = None) -> StackUse:
         """What the answer shows for workloads of ``kinds`` (``inference``, ``training``,
-        ``qlora``, ...): the behaviours that apply to them."""
+        ``qlora``, ...): the behaviours that apply to them; ``default_framework`` names what
+        runs them when the request named none (``diffusers`` for image generation)."""
+        framework, version = self.framework, self.framework_version
+        if default_framework is not None and not self.named:
+            framework, version = default_framework, CURRENT.get(default_framework, "")
         return StackUse(
-            framework=self.framework,
-            framework_version=self.framework_version,
+            framework=framework,
+            framework_version=version,
             torch_version=self.torch_version,
             behaviours=tuple(b for b in self.behaviours if _APPLIES.get(b.name, kinds) & kinds),
         )
@@ -303,6 +308,28 @@ def _resolve(software: Software | None, kind: str) -> Stack:
         eager_modules=eager,
         behaviours=tuple(behaviours),
         named=sw.framework is not None,
+    )
+
+
+def serving_use(engine: str, engine_version: str, software: Software | None = None) -> StackUse:
+    """The stack of an ``llm_serving`` answer: the engine release its accounting follows."""
+    torch_v = (software.torch_version if software else None) or CURRENT["torch"]
+    return StackUse(
+        framework=engine,
+        framework_version=engine_version,
+        torch_version=torch_v,
+        behaviours=(
+            _PREALLOCATED,
+            _B(
+                name="engine_accounting",
+                assumed=f"{engine} {engine_version}'s own memory accounting: weights, the "
+                "profile run's activation peak, CUDA graphs and non-torch memory inside "
+                "gpu_memory_utilization, the KV pool from what is left",
+                source=f"{engine} {engine_version} worker and executor code "
+                "(vrambudget/core/serving/vllm.py cites file and line; "
+                "research/vllm_accounting.md)",
+            ),
+        ),
     )
 
 

@@ -298,6 +298,7 @@ def diffusion_budget(
         disk=disk,
         warnings=tuple(_warnings(workloads, resolved, ctx)),
         calibration=calibration_use(ov),
+        stack=ov.stack.use(frozenset({"other"}), default_framework="diffusers"),
     )
 
 

@@ -33,6 +33,7 @@ from ..spec import (
     Precision,
     Workload,
 )
+from ..stack import serving_use
 from . import kv
 from .engine_args import quantization_words, serving_format, serving_quantization
 from .vllm import ServingAccount, StageAccount, account
@@ -376,6 +377,7 @@ def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) ->
         warnings=tuple(warnings),
         serving=serving,
         calibration=_engine_calibration(devices[most]),
+        stack=serving_use(w.engine, w.engine_version),
     )
 
 
