@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 import msgspec
@@ -110,6 +110,7 @@ def family_of(cls: str) -> str:
     return kind + ("_multi_gpu" if cls.endswith("_multi_gpu") else "")
 
 
+@lru_cache(maxsize=4096)
 def band_rule(classes: tuple[str, ...], stack: Stack) -> BandRule:
     """The widest band over the workload classes on a device, for ``stack``."""
     rules = [_rule(c, stack) for c in classes] or [_rule("other", stack)]
@@ -174,6 +175,7 @@ def band_of(rule: BandRule, subtotal: int) -> ErrorBand:
     )
 
 
+@lru_cache(maxsize=4096)
 def resolve_headroom(h: Headroom, rule: BandRule) -> Headroom:
     """The caller's headroom, or (``fraction`` null, the default) the band's high end."""
     if h.fraction is not None:

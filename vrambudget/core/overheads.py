@@ -74,6 +74,8 @@ def with_software(
     """The overheads of a device type for a software stack: its behaviours, the BLAS
     workspaces of its torch release, and the eager-loading context where the stack loads
     modules eagerly (a calibration profile's measurements are kept)."""
+    if software is None:
+        return ov
     stack = resolve_stack(software)
     if stack is ov.stack:
         return ov

@@ -12,6 +12,7 @@ check.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from .memo import BoundedCache
@@ -62,9 +63,11 @@ def version_tuple(v: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Stack:
-    """What the formulas need to know of the software, and the behaviours shown to the caller."""
+    """What the formulas need to know of the software, and the behaviours shown to the caller.
+    Interned by :func:`resolve_stack` (one object per software), so it compares and hashes by
+    identity: cheap as a cache key."""
 
     framework: str
     framework_version: str
@@ -101,6 +104,9 @@ class Stack:
         """What the answer shows for workloads of ``kinds`` (``inference``, ``training``,
         ``qlora``, ...): the behaviours that apply to them; ``default_framework`` names what
         runs them when the request named none (``diffusers`` for image generation)."""
+        return _use(self, kinds, default_framework)
+
+    def _use(self, kinds: frozenset[str], default_framework: str | None) -> StackUse:
         framework, version = self.framework, self.framework_version
         if default_framework is not None and not self.named:
             framework, version = default_framework, CURRENT.get(default_framework, "")
@@ -110,6 +116,11 @@ class Stack:
             torch_version=self.torch_version,
             behaviours=tuple(b for b in self.behaviours if _APPLIES.get(b.name, kinds) & kinds),
         )
+
+
+@lru_cache(maxsize=1024)
+def _use(stack: Stack, kinds: frozenset[str], default_framework: str | None) -> StackUse:
+    return stack._use(kinds, default_framework)
 
 
 _B = StackBehaviour

@@ -8,7 +8,7 @@ the same stage functions, so an explained number and a solved number cannot drif
 
 from __future__ import annotations
 
-from ..bands import band_rule, resolve_headroom, workload_class
+from ..bands import BandRule, band_rule, resolve_headroom, workload_class
 from ..calibration import ProfileSet
 from ..components import Component
 from ..device import DeviceContext, resolve_device
@@ -18,7 +18,7 @@ from ..host import host_and_disk, persistent_key
 from ..memo import BoundedCache
 from ..overheads import DEFAULT_OVERHEADS, Overheads, with_software
 from ..resolve import resolve_model
-from ..result import Budget, DeviceBudget, DiskBudget, HostBudget, WorkloadSummary
+from ..result import Budget, DeviceBudget, DiskBudget, HostBudget, StackUse, WorkloadSummary
 from ..spec import (
     AnalyticWorkload,
     DeviceRef,
@@ -30,6 +30,7 @@ from ..spec import (
     Software,
     TrainingWorkload,
 )
+from ..stack import Stack
 from ..statics import statics_for
 from .encoders import encoder_info, encoder_stage, proxy
 from .explain import NO_NAMES, calibration_use, device_budget
@@ -104,6 +105,10 @@ _PERSISTENT: BoundedCache[object, tuple[tuple[WorkloadSummary, ...], HostBudget,
 )
 
 
+# The band and the stack's behaviours of workloads (by what they depend on) under a stack.
+_TAGS: BoundedCache[tuple[object, Stack], tuple[BandRule, StackUse]] = BoundedCache(1024)
+
+
 def stack_kinds(w: AnalyticWorkload) -> frozenset[str]:
     """The kinds of workload a stack behaviour may apply to."""
     if isinstance(w, TrainingWorkload):
@@ -124,7 +129,14 @@ def analytic_budget(
     warnings."""
     ctx = resolve_device(device, profiles, software)
     ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, software)
-    band = band_rule(tuple(workload_class(w) for w in workloads), ov.stack)
+    keys = tuple([persistent_key(w) for w in workloads])
+    band, stack_use = _TAGS.get_or(
+        (keys, ov.stack),
+        lambda: (
+            band_rule(tuple(workload_class(w) for w in workloads), ov.stack),
+            ov.stack.use(frozenset().union(*(stack_kinds(w) for w in workloads))),
+        ),
+    )
     headroom = resolve_headroom(headroom or Headroom(), band)
     per_workload = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
     archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]
@@ -193,7 +205,7 @@ def analytic_budget(
     summary_device = ctx.summary() if ctx is not None else None
     pairs = tuple(zip(workloads, archs, strict=True))
     summaries, host_ram, disk = _PERSISTENT.get_or(
-        tuple([persistent_key(w) for w in workloads]),
+        keys,
         lambda: (tuple(summary(w, a) for w, a in pairs), *host_and_disk(pairs)),
     )
     return Budget(
@@ -206,5 +218,5 @@ def analytic_budget(
         disk=disk,
         warnings=tuple(warnings),
         calibration=calibration_use(ov),
-        stack=ov.stack.use(frozenset().union(*(stack_kinds(w) for w in workloads))),
+        stack=stack_use,
     )
