@@ -39,6 +39,16 @@ WIDEN = 1.5
 SOURCE = "research/data/corpus, calibrate split; research/calibrate_bands.py"
 
 
+_HEADER = {
+    "schema": "vrambudget.error_bands/1",
+    "coverage": COVERAGE,
+    "min_measurements": MIN_MEASUREMENTS,
+    "min_sources": MIN_SOURCES,
+    "widen": WIDEN,
+    "source": SOURCE,
+}
+
+
 def conformal(scores: list[float], coverage: float = COVERAGE) -> tuple[float, float]:
     """(low, high) split-conformal quantiles of ``scores`` at ``coverage``."""
     s = sorted(scores)
@@ -90,12 +100,7 @@ def fit() -> dict[str, object]:
         }
     low, high = conformal(everything) if everything else (0.0, 0.0)
     return {
-        "schema": "vrambudget.error_bands/1",
-        "coverage": COVERAGE,
-        "min_measurements": MIN_MEASUREMENTS,
-        "min_sources": MIN_SOURCES,
-        "widen": WIDEN,
-        "source": SOURCE,
+        **_HEADER,
         "pooled": {
             "measurements": len(everything),
             "sources": len(pool_sources),
@@ -142,12 +147,7 @@ def main(argv: list[str]) -> int:
 def _neutral() -> dict[str, object]:
     zero = {"measurements": 0, "sources": 0, "log_low": 0.0, "log_high": 0.0, "frameworks": []}
     return {
-        "schema": "vrambudget.error_bands/1",
-        "coverage": COVERAGE,
-        "min_measurements": MIN_MEASUREMENTS,
-        "min_sources": MIN_SOURCES,
-        "widen": WIDEN,
-        "source": SOURCE,
+        **_HEADER,
         "pooled": zero,
         "classes": {},
     }
