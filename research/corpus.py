@@ -4,9 +4,10 @@ memory view it reports, a verbatim quote and a source a reader can open; and the
 reproduces it, so the estimate can be compared with it.
 
 Records are grouped by source (``group``: one README table, one issue thread, one log): a
-group lands wholly in one split, so a table's rows never calibrate the band they are judged by.
-The split is fixed by the group's name alone (:func:`split_of`, a hash), chosen before any fit:
-about 35% of the groups are held out.
+group lands wholly in one split, and so do groups that quote the same document (one group per
+model of one table), so a table's rows never calibrate the band they are judged by. The split is
+fixed by the source's name alone (:func:`split_of`, a hash), chosen before any fit: about 35% of
+the groups are held out.
 
 Run from the repository root:
     python -m research.corpus check [FILE...]   # validate, estimate and print every record
@@ -39,8 +40,10 @@ __all__ = [
     "CORPUS",
     "Prediction",
     "Record",
+    "document_of",
     "load",
     "predict",
+    "split_for",
     "split_of",
 ]
 
@@ -150,6 +153,41 @@ class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     schema: Literal["vrambudget.corpus/1"]
     records: tuple[Record, ...]
     about: str = ""
+
+
+def document_of(url: str) -> str:
+    """The document a URL opens, whatever the anchor or the commit of a permalink."""
+    url = url.split("#", 1)[0]
+    return re.sub(r"/(blob|tree|raw)/[0-9a-f]{7,40}/", r"/\1/-/", url)
+
+
+@cache
+def _split_groups() -> dict[str, str]:
+    """Each group's split key: the alphabetically first group that shares a document with it
+    (transitively), so the rows of one document never straddle the split even where they were
+    filed under several groups (one per model of a table)."""
+    parent: dict[str, str] = {}
+
+    def find(g: str) -> str:
+        while parent.setdefault(g, g) != g:
+            g = parent[g]
+        return g
+
+    first: dict[str, str] = {}
+    for r in load():
+        find(r.group)
+        doc = document_of(r.url)
+        if doc in first:
+            a, b = sorted((find(first[doc]), find(r.group)))
+            parent[b] = a
+        else:
+            first[doc] = r.group
+    return {g: find(g) for g in parent}
+
+
+def split_for(r: Record) -> Literal["calibrate", "held_out"]:
+    """A record's split: its source's (:func:`split_of` of the group that keys its documents)."""
+    return split_of(_split_groups().get(r.group, r.group))
 
 
 def split_of(group: str) -> Literal["calibrate", "held_out"]:
@@ -343,7 +381,7 @@ def predict(r: Record) -> Prediction:
 
         workloads = resolve_models(workloads)
     b = estimate(workloads, req.device, req.headroom, software=req.software)
-    return Prediction(r, float(value_of(b, r)), split_of(r.group))
+    return Prediction(r, float(value_of(b, r)), split_for(r))
 
 
 def _check(paths: list[Path]) -> int:

@@ -199,11 +199,7 @@ def records(doc: dict[str, Any], lines: dict[str, str], url: str) -> list[Record
             if suffix == "weights" and lora:
                 continue  # the measured bytes hold the adapters too (a separate component)
             framework: Framework = "transformers" if r["code"] == "framework" else "pytorch"
-            version = (
-                f"transformers {packages.get('transformers')}"
-                if framework == "transformers"
-                else f"torch {packages.get('torch')}"
-            )
+            version = packages.get("transformers") if framework == "transformers" else None
             notes = _CPU_WHAT if m.get("device") != "cuda" else _WHAT[suffix]
             if r.get("estimate_notes"):
                 notes += "; " + "; ".join(r["estimate_notes"])

@@ -15,6 +15,8 @@ from datetime import date
 from functools import cache
 from pathlib import Path
 
+from vrambudget.core.stack import version_tuple
+
 OUT = Path(__file__).parent / "data" / "releases.json"
 PACKAGES = (
     "transformers",
@@ -52,11 +54,8 @@ def releases() -> dict[str, list[tuple[str, str]]]:
 
 def version_at(name: str, when: str) -> str | None:
     """The last release of ``name`` uploaded on or before ``when`` (YYYY-MM-DD)."""
-    best = None
-    for day, version in releases().get(name, []):
-        if day <= when:
-            best = version
-    return best
+    found = [version for day, version in releases().get(name, []) if day <= when]
+    return max(found, key=version_tuple, default=None)
 
 
 def main() -> int:

@@ -3,7 +3,9 @@ against it; numbers by hand from the rule's ratios."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -41,26 +43,57 @@ INFER = {
 }
 
 
+BANDS = json.loads(
+    (Path(__file__).parents[2] / "vrambudget/core/data/error_bands.json").read_text()
+)
+
+
 def test_every_device_budget_carries_its_band_and_default_headroom() -> None:
+    """From the committed file, by hand: the inference class's (or, with enough of them, its
+    transformers cell's) conformal ends, not widened when its sources suffice."""
     r = msgspec.convert({"workloads": [INFER]}, BudgetRequest)
-    b = estimate(r.workloads, r.device, r.headroom)
-    d = b.devices[0]
-    rule = band_rule(("inference",), resolve_stack(None))
+    d = estimate(r.workloads, r.device, r.headroom).devices[0]
+    cell = BANDS["classes"].get("inference|transformers")
+    c = cell if cell and cell["measurements"] >= BANDS["min_measurements"] else None
+    c = c or BANDS["classes"]["inference"]
+    assert c["sources"] >= BANDS["min_sources"]  # the inference bands rest on enough sources
     sub = d.inputs["subtotal_bytes"]
-    assert isinstance(sub, int)
-    assert d.band is not None
-    assert d.band.low_bytes == math.floor(sub * rule.low)
-    assert d.band.high_bytes == math.ceil(sub * rule.high)
-    assert d.inputs["headroom_fraction"] == round(rule.headroom_fraction, 6)
+    assert isinstance(sub, int) and d.band is not None
+    assert d.band.low_bytes == math.floor(sub * math.exp(c["log_low"]))
+    assert d.band.high_bytes == math.ceil(sub * math.exp(c["log_high"]))
+    assert d.inputs["headroom_fraction"] == round(max(0.0, math.exp(c["log_high"]) - 1), 6)
     assert d.band.workload_class == "inference"
+    assert d.band.measurements == c["measurements"]
 
 
-def test_an_unmeasured_framework_widens_the_band() -> None:
-    plain = band_rule(("inference",), resolve_stack(None))
-    other = band_rule(("inference",), resolve_stack(Software(framework="sglang")))
-    if plain.measurements:  # the corpus has inference measurements on transformers
-        assert other.high > plain.high and other.low < plain.low
-        assert "none on sglang" in other.basis
+@pytest.mark.parametrize(
+    "cls",
+    [
+        "inference",
+        "fine_tuning_lora",
+        "fine_tuning_qlora",
+        "training_full",
+        "other",
+        "fine_tuning_lora_multi_gpu",
+    ],
+)
+def test_a_framework_never_measured_widens_the_band(cls: str) -> None:
+    """Widened about its middle in log space (never narrowed), and once more per missing kind
+    of evidence: the band of a framework the class never saw holds the default's."""
+    plain = band_rule((cls,), resolve_stack(None))
+    other = band_rule((cls,), resolve_stack(Software(framework="sglang")))
+    assert other.low <= plain.low and other.high >= plain.high
+    assert other.high - other.low > plain.high - plain.low or plain.high == plain.low
+    assert "none on sglang" in other.basis
+
+
+def test_the_default_headroom_stops_at_the_largest_a_request_may_ask() -> None:
+    """A band far above the estimate (several devices: per-rank loading peaks that the corpus
+    measured 2-4.5x over the sharded estimate) sets 0.9, the Fraction limit; its verdict still
+    reads the whole band."""
+    rule = band_rule(("fine_tuning_lora_multi_gpu",), resolve_stack(None))
+    assert rule.high > 1.9
+    assert resolve_headroom(Headroom(), rule).fraction == 0.9
 
 
 @pytest.mark.parametrize(
@@ -90,3 +123,29 @@ def test_fit_verdict_against_the_band(capacity_of, verdict) -> None:
     layout = fit(req).gpus[0].layouts[0]
     assert layout.verdict == verdict
     assert layout.fits == (sub <= capacity)
+
+
+def test_a_multi_gpu_fit_uses_the_band_of_its_own_layout() -> None:
+    """/v1/fits places the workload on n devices; each layout's total is the /v1/budgets total
+    of that placed workload (its class one device or several, its default headroom)."""
+    w = {"kind": "training", "model": {"source": "preset", "id": "llama-3.1-8b"},
+         "micro_batch_size": 1, "sequence_length": 1024, "method": {"kind": "lora"}}  # fmt: skip
+    req = msgspec.convert(
+        {
+            "workloads": [w],
+            "devices": [{"source": "catalog", "id": "h100-sxm5-80gb"}],
+            "device_counts": [1, 2],
+            "solve": [],
+        },
+        FitRequest,
+    )
+    layouts = {lf.device_count: lf for lf in fit(req).gpus[0].layouts}
+    for n, layout in layouts.items():
+        placed = {**w, "parallelism": {"data": layout.data, "tensor": layout.tensor}}
+        b = msgspec.convert(
+            {"workloads": [placed], "device": {"source": "catalog", "id": "h100-sxm5-80gb"}},
+            BudgetRequest,
+        )
+        assert estimate(b.workloads, b.device, b.headroom).total_bytes == layout.total_bytes, n
+    assert layouts[1].verdict == "fits"
+    assert layouts[2].verdict == "fits_if_low"  # the multi-GPU band's high end is above 80 GB

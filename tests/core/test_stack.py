@@ -47,6 +47,24 @@ def test_versions_compare_numerically() -> None:
     assert version_tuple("4.46.3+cu121") == (4, 46, 3)
     assert version_tuple("0.6.5.dev12") == (0, 6, 5)
     assert version_tuple("4.9.0") < version_tuple("4.45.0")
+    assert version_tuple("4.44rc1") == (4, 44)  # not (4, 441)
+    assert version_tuple("2.\u00b2") == (2,)  # a superscript digit is no digit here
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("torch_version", "2.\u00b2"),
+        ("torch_version", "v2.4.0"),
+        ("torch_version", "nightly"),
+        ("cuda_version", "cu121"),
+        ("driver_version", "r550"),
+    ],
+)
+def test_a_version_that_is_not_one_is_refused_naming_the_field(field: str, value: str) -> None:
+    with pytest.raises(msgspec.ValidationError) as e:
+        msgspec.convert({field: value}, Software)
+    assert field in str(e.value)
 
 
 def test_defaults_are_the_current_releases() -> None:
@@ -76,6 +94,14 @@ def test_generate_cache_growth_is_one_layer_of_kv_at_the_full_length() -> None:
     assert hf["prefill"] == vllm["prefill"]
 
 
+def test_litgpt_and_torchtune_preallocate_their_caches() -> None:
+    """LitGPT's DenseKVCache and torchtune's KVCache are allocated at full length: no torch.cat
+    copy at decode, as with an engine's block pool."""
+    hf = _phases(_budget(INFER))["decode"]
+    for framework in ("litgpt", "torchtune", "vllm"):
+        assert hf - _phases(_budget(INFER, {"framework": framework}))["decode"] == 71_303_168
+
+
 def test_transformers_before_4_45_keeps_every_prompt_logit_in_fp32() -> None:
     """Before ``logits_to_keep`` the prefill returns all 4 x 4,096 positions' logits, bf16 and
     their fp32 copy: 16,384 x 128,256 x (2 + 4) = 12,608,077,824 B (current releases: the
@@ -103,7 +129,7 @@ TRAIN = {
         ({}, 4_096 * 128_256 * 10),
         # torchtune: bf16 logits + every chunk's fp32 log-softmax + one chunk's fp32 copy.
         ({"framework": "torchtune"}, 4_096 * 128_256 * 6 + 512 * 128_256 * 4),
-        # Liger's fused linear cross-entropy: no logits.
+        # Liger's fused linear cross-entropy: no logits (the same forward as the fused loss).
         ({"libraries": {"liger_kernel": "0.5.0"}}, 0),
     ],
 )
@@ -120,7 +146,9 @@ def test_loss_implementation_sets_the_forward_logits(
         return next(p for p in b.devices[0].phases if p.name == "forward").total_bytes
 
     fused = forward(_budget(TRAIN, {"loss": "fused_linear_cross_entropy"}))
-    assert forward(_budget(TRAIN, software)) - fused >= expected
+    extra = forward(_budget(TRAIN, software)) - fused
+    assert extra >= expected
+    assert (extra == 0) == (expected == 0)
 
 
 def test_zero_grad_before_torch_2_keeps_gradients_through_the_forward() -> None:
@@ -207,3 +235,20 @@ def test_serving_and_image_answers_name_their_stack() -> None:
     assert image is not None
     assert (image.framework, image.framework_version) == ("diffusers", CURRENT["diffusers"])
     assert {b.name for b in image.behaviours} == {"cuda_module_loading"}
+
+
+def test_the_cli_estimate_follows_the_requests_software(tmp_path, capsys) -> None:
+    """`vrambudget estimate --file` with transformers 4.44.2: every prompt position's logits
+    (12,608,077,824 B, as by hand above), and the answer's stack says so."""
+    import json
+
+    from vrambudget.cli.main import main
+
+    body = {"workloads": [INFER], "software": {"framework_version": "4.44.2"}}
+    f = tmp_path / "req.json"
+    f.write_text(json.dumps(body))
+    assert main(["estimate", "--file", str(f), "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    logits = next(ln for ln in answer["devices"][0]["lines"] if ln["component"] == "logits")
+    assert logits["bytes"] == 12_608_077_824
+    assert answer["stack"]["framework_version"] == "4.44.2"

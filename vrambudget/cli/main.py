@@ -140,7 +140,12 @@ def _estimate(args: argparse.Namespace) -> int:
         if req.method == "trace":  # type: ignore[attr-defined]
             budget = _trace_engine()(req)
         else:
-            budget = estimate(req.workloads, req.device, req.headroom)  # type: ignore[attr-defined]
+            budget = estimate(
+                req.workloads,  # type: ignore[attr-defined]
+                req.device,  # type: ignore[attr-defined]
+                req.headroom,  # type: ignore[attr-defined]
+                software=req.software,  # type: ignore[attr-defined]
+            )
     except (msgspec.ValidationError, BudgetError, _NoTraceTier) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -67,6 +67,10 @@ def _bands() -> _Bands:
     return msgspec.json.decode(raw, type=_Bands)
 
 
+MAX_DEFAULT_HEADROOM = 0.9
+"""The largest ``headroom.fraction`` a request may set (spec ``Fraction``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BandRule:
     """The band of one workload class as ratios of the estimate."""
@@ -82,8 +86,9 @@ class BandRule:
     @property
     def headroom_fraction(self) -> float:
         """The headroom that reaches the band's high end (0 when the band lies below the
-        estimate)."""
-        return max(0.0, self.high - 1.0)
+        estimate), at most the 0.9 a request may ask (the band itself keeps its high end, so
+        the verdict says where a wider band leaves a run)."""
+        return min(MAX_DEFAULT_HEADROOM, max(0.0, self.high - 1.0))
 
 
 def workload_class(w: Workload) -> str:
@@ -113,22 +118,23 @@ def family_of(cls: str) -> str:
 @lru_cache(maxsize=4096)
 def band_rule(classes: tuple[str, ...], stack: Stack) -> BandRule:
     """The widest band over the workload classes on a device, for ``stack``."""
-    rules = [_rule(c, stack) for c in classes] or [_rule("other", stack)]
+    key = (stack.framework, stack.named)
+    rules = [_rule(c, *key) for c in classes] or [_rule("other", *key)]
     return max(rules, key=lambda r: (r.high - r.low, r.high))
 
 
-@cache
-def _rule(cls: str, stack: Stack) -> BandRule:
+@lru_cache(maxsize=1024)
+def _rule(cls: str, framework: str, named: bool) -> BandRule:
     """The class's band: its own (or its framework's, where that cell has enough
     measurements), widened where the measurements come from fewer sources than a new source's
     bias can be bounded with, or the stack's framework was never measured in the class; a class
     with too few measurements takes its family's band, widened."""
     b = _bands()
     pct = f"{100 * b.coverage:.0f}%"
-    cell = b.classes.get(f"{cls}|{stack.framework}")
+    cell = b.classes.get(f"{cls}|{framework}")
     c = b.classes.get(cls)
     if cell is not None and cell.measurements >= b.min_measurements:
-        base, words = cell, f"{cls} on {stack.framework}"
+        base, words = cell, f"{cls} on {framework}"
     elif c is not None and c.measurements >= b.min_measurements:
         base, words = c, cls
     else:
@@ -145,21 +151,19 @@ def _rule(cls: str, stack: Stack) -> BandRule:
         reasons.append(f"{own} of {cls}, fewer than {b.min_measurements}")
     if base.sources < b.min_sources:
         reasons.append(f"{base.sources} sources, fewer than {b.min_sources}")
-    if stack.named and stack.framework not in base.frameworks:
-        reasons.append(f"none on {stack.framework}")
-    widen = b.widen if reasons else 1.0
+    if named and framework not in base.frameworks:
+        reasons.append(f"none on {framework}")
+    widen = b.widen ** len(reasons)  # each missing kind of evidence widens it again
+    # Widened about its middle, so the band only grows (both ends can lie on one side of 0).
+    mid = (base.log_low + base.log_high) / 2
+    half = (base.log_high - base.log_low) / 2 * widen
     basis = (
         f"split conformal, {pct}, over {base.measurements} published measurements of {words}"
-        + (f", widened x{b.widen:g} ({'; '.join(reasons)})" if reasons else "")
+        + (f", widened x{widen:g} ({'; '.join(reasons)})" if reasons else "")
         + f" ({b.source})"
     )
     return BandRule(
-        cls,
-        math.exp(base.log_low * widen),
-        math.exp(base.log_high * widen),
-        b.coverage,
-        base.measurements,
-        basis,
+        cls, math.exp(mid - half), math.exp(mid + half), b.coverage, base.measurements, basis
     )
 
 

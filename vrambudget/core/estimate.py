@@ -33,6 +33,6 @@ def estimate(
         return diffusion_budget(workloads, device, headroom, profiles, software)
     analytic = analytic_workloads(workloads)
     if analytic is None:
-        return serving_budget(tuple(_serving(w) for w in workloads), device)
+        return serving_budget(tuple(_serving(w) for w in workloads), device, software)
     deployed, notes = deploy_all(analytic)
     return analytic_budget(deployed, device, headroom, profiles, software, notes)

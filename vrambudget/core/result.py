@@ -325,7 +325,9 @@ class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):
     pipeline: int
     data: int
     fits: bool
-    """The device holds the budget with its headroom (``verdict`` is ``fits``)."""
+    """The device holds the budget with its headroom (with the default headroom, the band's
+    high end: then ``verdict`` is ``fits`` too; a smaller requested headroom may fit where the
+    verdict is ``fits_if_low``)."""
     verdict: Literal["fits", "fits_if_low", "does_not_fit"] = "fits"
     """Against the error band: ``fits`` (its high end fits), ``fits_if_low`` (only if the real
     peak falls near the band's low end), ``does_not_fit`` (not even the low end fits)."""

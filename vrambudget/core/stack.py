@@ -11,6 +11,7 @@ check.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -52,14 +53,20 @@ CURRENT: dict[str, str] = {
 Loss = Literal["cross_entropy", "chunked_cross_entropy", "fused_linear_cross_entropy"]
 
 
+_LEADING = re.compile(r"[0-9]+")
+
+
 def version_tuple(v: str) -> tuple[int, ...]:
-    """``"4.46.3+cu121"`` -> (4, 46, 3); non-numeric tails ignored."""
+    """``"4.46.3+cu121"`` -> (4, 46, 3), ``"4.44rc1"`` -> (4, 44): each dot-separated part's
+    leading ASCII digits, up to the first part without any."""
     out: list[int] = []
     for part in v.split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
+        m = _LEADING.match(part)
+        if m is None:
             break
-        out.append(int(digits))
+        out.append(int(m.group()))
+        if m.end() < len(part):  # a pre-release tail ends the release number
+            break
     return tuple(out)
 
 
@@ -145,7 +152,8 @@ _COPY_ALL = _B(
 _PREALLOCATED = _B(
     name="kv_cache_growth",
     assumed="the KV cache is preallocated (blocks or a static cache): no copy when it grows",
-    source="the engine's block pool (vLLM, SGLang)",
+    source="vLLM / SGLang block pools; LitGPT kvcache DenseKVCache and torchtune "
+    "modules/kv_cache.py KVCache (allocated at max length when generation starts)",
 )
 _LAST_LOGITS = _B(
     name="prefill_logits",
@@ -278,7 +286,9 @@ def _resolve(software: Software | None, kind: str) -> Stack:
     torch_v = sw.torch_version or CURRENT["torch"]
     behaviours: list[StackBehaviour] = []
     tf = version_tuple(version) if framework == "transformers" else (99,)
-    preallocated = framework in ("vllm", "sglang")
+    # vLLM and SGLang allocate a block pool; LitGPT (DenseKVCache) and torchtune (KVCache)
+    # preallocate the whole cache when generation starts.
+    preallocated = framework in ("vllm", "sglang", "litgpt", "torchtune")
     concat = not preallocated
     copy_all = concat and tf < (4, 42)
     behaviours.append(_COPY_ALL if copy_all else _CONCAT if concat else _PREALLOCATED)
@@ -323,6 +333,7 @@ def _resolve(software: Software | None, kind: str) -> Stack:
 
 
 def serving_use(engine: str, engine_version: str, software: Software | None = None) -> StackUse:
+    """The stack of an ``llm_serving`` answer (its torch release, if the request names one)."""
     """The stack of an ``llm_serving`` answer: the engine release its accounting follows."""
     torch_v = (software.torch_version if software else None) or CURRENT["torch"]
     return StackUse(

@@ -32,6 +32,7 @@ from ..spec import (
     FitRequest,
     FitVariable,
     GenericWorkload,
+    Headroom,
     InferenceWorkload,
     Parallelism,
     TrainingWorkload,
@@ -139,8 +140,7 @@ def analytic_fit(
     are the request's, as the analytic tier's."""
     primary, rest = workloads[0], workloads[1:]
     targets = _targets(req, profiles)
-    band = band_rule(tuple(workload_class(w) for w in workloads), resolve_stack(req.software))
-    headroom = resolve_headroom(req.headroom, band)
+    stack = resolve_stack(req.software)
     layouts: dict[int, Parallelism | None] = {
         n: layout_for(primary, n) for n in sorted(set(req.device_counts))
     }
@@ -155,20 +155,32 @@ def analytic_fit(
         return primary if isinstance(primary, GenericWorkload) else _with(primary, parallelism=par)
 
     rest_subtotals: dict[Overheads, int] = {}
+    rules: dict[int, tuple[BandRule, Headroom]] = {}
 
-    def total(w0: AnalyticWorkload, ctx: DeviceContext) -> int:
+    def rule_on(n: int, w0: AnalyticWorkload) -> tuple[BandRule, Headroom]:
+        """The band of the layout on n devices (its class follows the layout: one device or
+        several) and the headroom it sets by default."""
+        if n not in rules:
+            band = band_rule(tuple(workload_class(w) for w in (w0, *rest)), stack)
+            rules[n] = band, resolve_headroom(req.headroom, band)
+        return rules[n]
+
+    def total(w0: AnalyticWorkload, ctx: DeviceContext, headroom: Headroom) -> int:
         return device_totals((w0, *rest), ctx, headroom)
 
     def subtotal(w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         return device_subtotal((w0, *rest), ctx)
 
     def objective(
-        make: Callable[[int], AnalyticWorkload], w0: AnalyticWorkload, ctx: DeviceContext
+        make: Callable[[int], AnalyticWorkload],
+        w0: AnalyticWorkload,
+        ctx: DeviceContext,
+        headroom: Headroom,
     ) -> Callable[[int], int]:
         """f(x) for the solver: only the primary workload varies, so the co-located ones are
         summed once, and an inference workload skips building its explained budget."""
         if not isinstance(w0, InferenceWorkload):
-            return lambda x: total(make(x), ctx)
+            return lambda x: total(make(x), ctx, headroom)
         okey = _overhead_key(ctx)
         if okey not in rest_subtotals:
             rest_subtotals[okey] = sum(
@@ -192,7 +204,7 @@ def analytic_fit(
     def total_on(n: int, w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         """The placed workload's total on n devices of this overhead class (memoized)."""
         sub = subtotal_on(n, w0, ctx)
-        return sub + headroom_bytes(sub, headroom)
+        return sub + headroom_bytes(sub, rule_on(n, w0)[1])
 
     def subtotal_on(n: int, w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         tkey = (n, _overhead_key(ctx))
@@ -212,6 +224,7 @@ def analytic_fit(
             t = total_on(n, w0, target)
             capacity = target.memory_total_bytes
             fits = t <= capacity
+            band, headroom = rule_on(n, w0)
             verdict = _verdict(t, subtotal_on(n, w0, target), band, capacity)
             maxima: dict[str, object] = {}
             for variable in req.solve:
@@ -225,7 +238,10 @@ def analytic_fit(
                 memo = memos.get((n, key, variable)) or memos.setdefault((n, key, variable), Memo())
                 best = (
                     max_fitting(
-                        objective(make, w0, target), target.memory_total_bytes, max(bound, 1), memo
+                        objective(make, w0, target, headroom),
+                        target.memory_total_bytes,
+                        max(bound, 1),
+                        memo,
                     )
                     if bound >= 1
                     else 0

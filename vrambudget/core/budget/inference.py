@@ -78,7 +78,9 @@ def inference_terms(
         acts = inference_activations(
             st.layer_kinds, arch, st.dims, n_seq, 1, w.context_tokens, e, w.attention
         )
-        if ov.stack.cache_copy_all:
+        if chunk is not None:
+            pass  # chunked prefill is an engine's: its KV blocks are preallocated
+        elif ov.stack.cache_copy_all:
             # transformers < 4.42: the legacy cache round trip keeps every layer's old cache.
             acts += cache_bytes(
                 st.kv_full_elems, st.kv_sliding, n_seq, w.context_tokens - 1, elem_bytes(w)

@@ -8,7 +8,7 @@ from ..arch import Arch
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context
-from ..formulas.activations import training_activations
+from ..formulas.activations import lora_trainable, training_activations
 from ..formulas.logits import training_backward_parts, training_forward_parts
 from ..overheads import Overheads
 from ..spec import FullFineTune, QLoRA, TrainingWorkload
@@ -31,9 +31,29 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         # checkpointing the frameworks' checkpointed forward runs without autograd recording
         # (reentrant: transformers 4.38-4.57, PEFT's prepare_model_for_kbit_training), so no
         # context keeps them.
-        d = st.dims
-        # (q, k, v and gate, up read the full hidden state; o and down their shard.)
-        kept = tokens * e * st.stage.num_layers * (2 * d.h + d.h // d.t + d.f)
+        # Only the inputs nothing else saves: q, k, v and gate, up read the hidden state (saved
+        # when an adapter reads it in the compute dtype), o the attention output (which SDPA
+        # and flash save), down the MLP's product.
+        d, m = st.dims, w.method
+        kept = 0
+        for layer, n in st.stage.layer_runs:
+            tr = lora_trainable(
+                layer,
+                arch,
+                d.t,
+                tuple(m.target_modules),
+                m.rank,
+                bytes_of(m.adapter_dtype),
+                e,
+                m.dropout > 0.0,
+            )
+            per_token = (
+                (0 if tr.qkv_input else d.h)
+                + (0 if tr.attention_output or w.attention != "eager" else d.heads * d.v_head_dim)
+                + (0 if tr.mlp_input else d.h)
+                + (0 if tr.mlp_output_input else d.f)
+            )
+            kept += tokens * e * n * per_token
         acts += kept
         act_parts.append(("4-bit layer inputs kept by bitsandbytes", kept))
     has_head = st.stage.last and arch.kind == "decoder"  # encoders here have no LM head

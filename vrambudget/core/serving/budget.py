@@ -31,6 +31,7 @@ from ..spec import (
     LLMServingWorkload,
     Parallelism,
     Precision,
+    Software,
     Workload,
 )
 from ..stack import serving_use
@@ -225,7 +226,9 @@ def stage_values(s: StageAccount, pool: int) -> dict[Component, int]:
     }
 
 
-def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) -> Budget:
+def serving_budget(
+    workloads: tuple[Workload, ...], device: DeviceRef | None, software: Software | None = None
+) -> Budget:
     if len(workloads) != 1:
         raise InvalidWorkload("workloads", "an llm_serving workload must be the only workload")
     w = workloads[0]
@@ -377,7 +380,7 @@ def serving_budget(workloads: tuple[Workload, ...], device: DeviceRef | None) ->
         warnings=tuple(warnings),
         serving=serving,
         calibration=_engine_calibration(devices[most]),
-        stack=serving_use(w.engine, w.engine_version),
+        stack=serving_use(w.engine, w.engine_version, software),
     )
 
 

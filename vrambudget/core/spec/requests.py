@@ -227,19 +227,19 @@ class Software(Wire, frozen=True, kw_only=True):
         ),
     ] = None
     torch_version: Annotated[
-        Annotated[str, Meta(max_length=64)] | None,
+        Version | None,
         Meta(description="e.g. `2.13.0+cu130` (compared on major.minor)."),
     ] = None
     cuda_version: Annotated[
-        Annotated[str, Meta(max_length=32)] | None,
+        Version | None,
         Meta(description="CUDA runtime of the torch build, e.g. `13.0` (major.minor)."),
     ] = None
     rocm_version: Annotated[
-        Annotated[str, Meta(max_length=32)] | None,
+        Version | None,
         Meta(description="ROCm runtime of the torch build, e.g. `6.4` (AMD GPUs)."),
     ] = None
     driver_version: Annotated[
-        Annotated[str, Meta(max_length=32)] | None,
+        Version | None,
         Meta(description="NVIDIA driver, e.g. `580.82.07` (compared on the major)."),
     ] = None
     cuda_module_loading: Annotated[
