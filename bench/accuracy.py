@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
-from research.corpus import Prediction, load, predict, request_of
+from research.corpus import Prediction, Record, load, predict, request_of
 from vrambudget.core.bands import band_rule, workload_class
 from vrambudget.core.stack import resolve_stack
 
@@ -45,7 +45,7 @@ class Row:
     """The band's ends, bytes (peaks) or the prediction itself (other quantities)."""
 
     @property
-    def record(self):  # type: ignore[no-untyped-def]
+    def record(self) -> Record:
         return self.prediction.record
 
     @property

@@ -7,17 +7,11 @@ from typing import ClassVar
 
 import msgspec
 
+from tests.support.workloads import TINIEST
 from vrambudget.agent.runner import ProbeProcess
 from vrambudget.agent.spec import DeviceView, ProbeRequest, ProbeResult
 
-TINY = {
-    "source": "dimensions",
-    "hidden_size": 64,
-    "num_layers": 1,
-    "num_attention_heads": 2,
-    "intermediate_size": 128,
-    "vocab_size": 100,
-}
+TINY = TINIEST
 
 
 class _FakeSampler:

@@ -22,6 +22,7 @@ from bench.gpu.campaign import Case, _measured, _Nvml, _probe, dumps, matrix
 from research.corpus import load, request_of
 from research.gpu_campaign import ingest, records, result_lines
 from tests.support.fake_nvml import FakeGPU, FakeNVML
+from tests.support.workloads import TINIEST
 from vrambudget.agent import nvml
 from vrambudget.agent.nvml import binding
 from vrambudget.agent.sampler import SamplerResult
@@ -204,14 +205,7 @@ def test_nvml_wiring_with_a_fake_binding(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(nvml, "load_binding", lambda: fake)
     meter = _Nvml.open()
     assert meter is not None and meter.idle() == 600 << 20
-    tiny = {
-        "source": "dimensions",
-        "hidden_size": 64,
-        "num_layers": 1,
-        "num_attention_heads": 2,
-        "intermediate_size": 128,
-        "vocab_size": 100,
-    }
+    tiny = TINIEST
     case = Case(
         "tiny",
         "builtin",

@@ -72,28 +72,27 @@ def test_a_repository_without_model_type_is_refused_alike_by_the_service_and_the
     from vrambudget.trace.models import resolve_models
 
     workloads = _workloads({"source": "hub", "id": "org/pipeline"})
-    with pytest.raises(InvalidWorkload) as service:
-        asyncio.run(_resolver(Fetcher(PIPELINE)).resolve(workloads))
-    monkeypatch.setattr(hub, "fetch", Fetcher(PIPELINE))
-    with pytest.raises(InvalidWorkload) as cli:
-        resolve_models(workloads)
-    assert service.value.field == cli.value.field == "workloads[0].model.id"
-    assert service.value.message == cli.value.message
-    assert cli.value.message == (
+
+    def both(found: dict[str, Any]) -> tuple[InvalidWorkload, InvalidWorkload]:
+        """The service's and the CLI's refusal of a repository whose config.json is found."""
+        with pytest.raises(InvalidWorkload) as service:
+            asyncio.run(_resolver(Fetcher(found)).resolve(workloads))
+        monkeypatch.setattr(hub, "fetch", Fetcher(found))
+        with pytest.raises(InvalidWorkload) as cli:
+            resolve_models(workloads)
+        assert service.value.field == cli.value.field == "workloads[0].model.id"
+        assert service.value.message == cli.value.message
+        return service.value, cli.value
+
+    _, cli = both(PIPELINE)
+    assert cli.message == (
         "org/pipeline has no model_type in its config.json (a diffusers pipeline or another "
         "library's repository): give its component models"
     )
     # A config.json the checks refuse: the same words from both, too.
-    bad = {**QWEN, "hidden_size": -1}
-    with pytest.raises(InvalidWorkload) as service:
-        asyncio.run(_resolver(Fetcher(bad)).resolve(workloads))
-    monkeypatch.setattr(hub, "fetch", Fetcher(bad))
-    with pytest.raises(InvalidWorkload) as cli:
-        resolve_models(workloads)
-    assert service.value.field == cli.value.field == "workloads[0].model.id"
-    assert service.value.message == cli.value.message
-    assert cli.value.message.startswith("org/pipeline's config.json: "), cli.value.message
-    assert "hidden_size" in cli.value.message
+    _, cli = both({**QWEN, "hidden_size": -1})
+    assert cli.message.startswith("org/pipeline's config.json: "), cli.message
+    assert "hidden_size" in cli.message
 
 
 def test_a_hub_model_resolved_before_costs_no_fetch_no_thread_and_no_check(

@@ -22,6 +22,15 @@ TINY = {
     "intermediate_size": 256,
     "vocab_size": 500,
 }
+# The smallest model a probe child builds (one layer): for tests of the probe plumbing.
+TINIEST = {
+    "source": "dimensions",
+    "hidden_size": 64,
+    "num_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 100,
+}
 FP32 = {"weights": "fp32", "compute": "fp32"}
 INFER = {
     "kind": "inference",

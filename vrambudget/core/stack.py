@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Literal
 
 from .memo import BoundedCache
@@ -111,9 +110,6 @@ class Stack:
         """What the answer shows for workloads of ``kinds`` (``inference``, ``training``,
         ``qlora``, ...): the behaviours that apply to them; ``default_framework`` names what
         runs them when the request named none (``diffusers`` for image generation)."""
-        return _use(self, kinds, default_framework)
-
-    def _use(self, kinds: frozenset[str], default_framework: str | None) -> StackUse:
         framework, version = self.framework, self.framework_version
         if default_framework is not None and not self.named:
             framework, version = default_framework, CURRENT.get(default_framework, "")
@@ -123,11 +119,6 @@ class Stack:
             torch_version=self.torch_version,
             behaviours=tuple(b for b in self.behaviours if _APPLIES.get(b.name, kinds) & kinds),
         )
-
-
-@lru_cache(maxsize=1024)
-def _use(stack: Stack, kinds: frozenset[str], default_framework: str | None) -> StackUse:
-    return stack._use(kinds, default_framework)
 
 
 _B = StackBehaviour
@@ -264,24 +255,24 @@ PINNED: dict[str, dict[str, tuple[tuple[int, ...], str]]] = {
     "litgpt": {"bitsandbytes": ((0, 5, 5), "0.42.0")},
 }
 
-_DEFAULT_FRAMEWORK = {"inference": "transformers", "training": "transformers"}
 _DEFAULT_LOSS: dict[str, Loss] = {
     "torchtune": "chunked_cross_entropy",
     "unsloth": "fused_linear_cross_entropy",
 }
 
-_CACHE: BoundedCache[tuple[Software | None, str], Stack] = BoundedCache(1024)
+_CACHE: BoundedCache[Software | None, Stack] = BoundedCache(1024)
 
 
-def resolve_stack(software: Software | None, kind: str = "training") -> Stack:
-    """The stack of a request's software for a workload of ``kind`` (``inference``,
-    ``training``, ``llm_serving``, ...): named versions, or the current releases."""
-    return _CACHE.get_or((software, kind), lambda: _resolve(software, kind))
+def resolve_stack(software: Software | None) -> Stack:
+    """The stack of a request's software: named versions, or the current releases (of
+    transformers where no framework is named; serving and image answers name their engine and
+    diffusers themselves, :func:`serving_use` and :meth:`Stack.use`)."""
+    return _CACHE.get_or(software, lambda: _resolve(software))
 
 
-def _resolve(software: Software | None, kind: str) -> Stack:
+def _resolve(software: Software | None) -> Stack:
     sw = software or Software()
-    framework = sw.framework or _DEFAULT_FRAMEWORK.get(kind, "transformers")
+    framework = sw.framework or "transformers"
     version = sw.framework_version or CURRENT.get(framework, "")
     torch_v = sw.torch_version or CURRENT["torch"]
     behaviours: list[StackBehaviour] = []

@@ -26,9 +26,7 @@ from ..spec import (
     GenericWorkload,
     Headroom,
     InferenceWorkload,
-    QLoRA,
     Software,
-    TrainingWorkload,
 )
 from ..stack import Stack
 from ..statics import statics_for
@@ -109,11 +107,20 @@ _PERSISTENT: BoundedCache[object, tuple[tuple[WorkloadSummary, ...], HostBudget,
 _TAGS: BoundedCache[tuple[object, Stack], tuple[BandRule, StackUse]] = BoundedCache(1024)
 
 
-def stack_kinds(w: AnalyticWorkload) -> frozenset[str]:
-    """The kinds of workload a stack behaviour may apply to."""
-    if isinstance(w, TrainingWorkload):
-        return frozenset({"training", "qlora"} if isinstance(w.method, QLoRA) else {"training"})
-    return frozenset({"inference" if isinstance(w, InferenceWorkload) else "other"})
+def _tags(workloads: tuple[AnalyticWorkload, ...], stack: Stack) -> tuple[BandRule, StackUse]:
+    """The band of workloads (by their classes) and the stack's behaviours that apply to them."""
+    classes = tuple(workload_class(w) for w in workloads)
+    kinds = frozenset().union(*(stack_kinds(c) for c in classes))
+    return band_rule(classes, stack), stack.use(kinds)
+
+
+def stack_kinds(workload_class: str) -> frozenset[str]:
+    """The kinds of workload a stack behaviour may apply to, from the workload's class."""
+    if workload_class.startswith("fine_tuning_qlora"):
+        return frozenset({"training", "qlora"})
+    if workload_class.startswith(("training", "fine_tuning")):
+        return frozenset({"training"})
+    return frozenset({"inference" if workload_class.startswith("inference") else "other"})
 
 
 def analytic_budget(
@@ -130,13 +137,7 @@ def analytic_budget(
     ctx = resolve_device(device, profiles, software)
     ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, software)
     keys = tuple([persistent_key(w) for w in workloads])
-    band, stack_use = _TAGS.get_or(
-        (keys, ov.stack),
-        lambda: (
-            band_rule(tuple(workload_class(w) for w in workloads), ov.stack),
-            ov.stack.use(frozenset().union(*(stack_kinds(w) for w in workloads))),
-        ),
-    )
+    band, stack_use = _TAGS.get_or((keys, ov.stack), lambda: _tags(workloads, ov.stack))
     headroom = resolve_headroom(headroom or Headroom(), band)
     per_workload = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
     archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]

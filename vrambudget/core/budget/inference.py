@@ -78,14 +78,13 @@ def inference_terms(
         acts = inference_activations(
             st.layer_kinds, arch, st.dims, n_seq, 1, w.context_tokens, e, w.attention
         )
-        if chunk is not None:
-            pass  # chunked prefill is an engine's: its KV blocks are preallocated
-        elif ov.stack.cache_copy_all:
+        # (Chunked prefill is an engine's: its KV blocks are preallocated, nothing copied.)
+        if chunk is None and ov.stack.cache_copy_all:
             # transformers < 4.42: the legacy cache round trip keeps every layer's old cache.
             acts += cache_bytes(
                 st.kv_full_elems, st.kv_sliding, n_seq, w.context_tokens - 1, elem_bytes(w)
             )
-        elif ov.stack.cache_concat:
+        elif chunk is None and ov.stack.cache_concat:
             # generate's torch.cat: one layer's old and new cache live together.
             acts += st.kv_layer_elems * w.context_tokens * n_seq * elem_bytes(w)
         phases.append(
