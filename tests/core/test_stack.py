@@ -222,7 +222,8 @@ def test_serving_and_image_answers_name_their_stack() -> None:
         device={"source": "catalog", "id": "h100-sxm5-80gb"},
     ).stack
     assert serving is not None
-    assert (serving.framework, serving.framework_version) == ("vllm", "0.19.0")
+    # the default release: the newest modelled
+    assert (serving.framework, serving.framework_version) == ("vllm", "0.34.0")
     assert {b.name for b in serving.behaviours} == {"kv_cache_growth", "engine_accounting"}
     image = _budget(
         {

@@ -38,6 +38,7 @@ def test_budget_lines_sum_to_the_device_and_kv_is_the_pool():
                 "model": {"source": "preset", "id": "llama-3.1-8b"},
                 "max_model_len": 8192,
                 "gpu_memory_utilization": 0.95,
+                "engine_version": "0.19.0",
             }
         ],
         device=H100,
@@ -47,11 +48,17 @@ def test_budget_lines_sum_to_the_device_and_kv_is_the_pool():
     lines = {ln["component"]: ln["bytes"] for ln in dev["lines"]}
     assert len(dev["lines"]) == 14
     assert dev["total_bytes"] == sum(lines.values()) == 85_045_477_376
-    assert lines["kv_cache"] == s["kv_cache_pool_bytes"] == s["num_gpu_blocks"] * 65_536 * 32
-    assert s["kv_cache_tokens"] == s["num_gpu_blocks"] * 16
-    assert s["max_concurrency"] == pytest.approx(s["num_gpu_blocks"] / 512, abs=1e-4)
-    assert s["would_start"] and s["remedies"] == [] and s["engine_version"] == "0.19.0"
-    assert s["max_num_seqs"] == 1024 and s["max_num_batched_tokens"] == 8192  # H100 defaults
+    assert (
+        lines["kv_cache"]
+        == s["kv_cache_pool_bytes"]
+        == s["details"]["num_gpu_blocks"] * 65_536 * 32
+    )
+    assert s["kv_cache_tokens"] == s["details"]["num_gpu_blocks"] * 16
+    assert s["max_concurrency"] == pytest.approx(s["details"]["num_gpu_blocks"] / 512, abs=1e-4)
+    assert s["would_start"] and s["remedies"] == [] and s["engine_version"] == s["modelled_version"]
+    assert (
+        s["details"]["max_num_seqs"] == 1024 and s["details"]["max_num_batched_tokens"] == 8192
+    )  # H100 defaults
 
 
 def test_refusal_names_the_reason_and_checked_remedies():
@@ -133,7 +140,7 @@ LLAMA = {"source": "preset", "id": "llama-3.1-8b"}
                 "device": H100,
             },
             "$.workloads[0].engine_version",
-            "'0.19.0'",
+            "older than modelled: modelled vllm releases are",
         ),
         (
             {

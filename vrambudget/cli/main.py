@@ -183,14 +183,18 @@ def _estimate(args: argparse.Namespace) -> int:
     if budget.serving:
         sv = budget.serving
         start = "starts" if sv.would_start else f"would NOT start: {sv.reason}"
+        rules = sv.modelled_version
         print(
-            f"\n{sv.engine} {sv.engine_version} on {budget.device.name if budget.device else '?'}"
-            f": {start}\n  KV pool {format_bytes(sv.kv_cache_pool_bytes)} = "
-            f"{sv.kv_cache_tokens:,} tokens ({sv.num_gpu_blocks:,} blocks of {sv.block_size}); "
-            f"max concurrency {sv.max_concurrency:g} at max_model_len {sv.max_model_len:,}"
+            f"\n{sv.engine} {sv.engine_version} (rules of {rules}) on "
+            f"{budget.device.name if budget.device else '?'}: {start}\n  KV pool "
+            f"{format_bytes(sv.kv_cache_pool_bytes)} = {sv.kv_cache_tokens:,} tokens; max "
+            f"concurrency {sv.max_concurrency:g} at {sv.max_model_len:,} tokens per request"
         )
+        if sv.version_note:
+            print(f"  note: {sv.version_note}")
         for remedy in sv.remedies:
             print(f"  remedy: {remedy}")
+        print(f"  launch: {sv.launch}")
     elif budget.device:
         free = budget.device.memory_total_bytes - budget.total_bytes
         verdict = "fits" if free >= 0 else "does NOT fit"

@@ -16,8 +16,11 @@ __all__ = [
     "DeviceBudget",
     "DeviceSummary",
     "DiskBudget",
+    "EngineDetails",
     "ErrorBand",
     "FitResponse",
+    "GGUFDetails",
+    "GGUFDeviceBuffers",
     "GPUFit",
     "HostBudget",
     "Item",
@@ -25,14 +28,17 @@ __all__ = [
     "Line",
     "Maxima",
     "ModelOrigin",
+    "OllamaPeer",
     "OverheadOrigin",
     "Part",
     "Phase",
+    "SGLangDetails",
     "ServingSummary",
     "StackBehaviour",
     "StackUse",
     "TracePoint",
     "TraceSummary",
+    "VLLMDetails",
     "WorkloadSummary",
 ]
 
@@ -207,41 +213,132 @@ class TraceSummary(_Out, frozen=True, kw_only=True):
     framework's modelling code), or ``built-in builders`` (and why)."""
 
 
-class ServingSummary(_Out, frozen=True, kw_only=True):
-    """A serving engine's own numbers for the deployment (``llm_serving`` workloads), per GPU of
-    one engine replica; how each is computed is in docs/COMPONENTS.md (*Serving engines*)."""
+class VLLMDetails(_Out, tag="vllm", tag_field="engine", frozen=True, kw_only=True):
+    """vLLM's own numbers (``engine: vllm``)."""
 
-    engine: str
-    engine_version: str
-    calibration: str
-    """What the version's accounting subtracts, and where its constants come from."""
     gpu_memory_utilization: float
-    requested_memory_bytes: int
-    """ceil(total x gpu_memory_utilization): the memory the engine's accounting may use."""
-    available_kv_cache_bytes: int
-    """requested - weights - activation peak - non-torch increase, on the most constrained
-    pipeline stage ("Available KV cache memory")."""
-    kv_cache_pool_bytes: int
-    """The KV tensors allocated on that GPU: num_gpu_blocks x page x layers per group."""
     num_gpu_blocks: int
     block_size: int
     num_kv_cache_groups: int
-    kv_cache_bytes_per_token: int
-    """K+V bytes of one token over the layers of the most loaded stage (windows not applied)."""
-    kv_cache_tokens: int
-    """"GPU KV cache size: N tokens" (block-aligned)."""
-    max_model_len: int
     max_num_seqs: int
     max_num_batched_tokens: int
+    cudagraph_memory: str
+    """Where CUDA-graph memory sits in this release's accounting: ``outside`` (captured after
+    the KV cache), ``estimated`` (profiled and subtracted from the KV budget)."""
+    kv_cache_memory_bytes: int | None = None
+    """``--kv-cache-memory`` when given: the pool's size, profiling skipped."""
+
+
+class SGLangDetails(_Out, tag="sglang", tag_field="engine", frozen=True, kw_only=True):
+    """SGLang's own numbers (``engine: sglang``)."""
+
+    mem_fraction_static: float
+    mem_fraction_static_source: str
+    """``request`` or the release's rule that chose it."""
+    max_total_num_tokens: int
+    max_running_requests: int
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    page_size: int
+    weights_bytes: int
+    """"Load weight end ... mem usage"."""
+
+
+class GGUFDeviceBuffers(_Out, frozen=True, kw_only=True):
+    """One backend's buffers as llama.cpp logs them."""
+
+    device: str
+    """``CUDA0`` ... or ``CPU`` (host memory)."""
+    model_buffer_bytes: int
+    kv_buffer_bytes: int
+    compute_buffer_bytes: int
+    layers: int
+    """Repeating layers placed here."""
+    output_layer: bool
+
+
+class OllamaPeer(_Out, frozen=True, kw_only=True):
+    """Ollama's own estimate for the same deployment (``llm/memory.go`` of v0.12.10), as its
+    ``msg=offload`` log line shows it: a peer to compare with, not vrambudget's answer."""
+
+    layers_offload: int
+    memory_required_full_bytes: int
+    memory_required_partial_bytes: int
+    memory_required_kv_bytes: int
+    memory_graph_full_bytes: int
+    memory_graph_partial_bytes: int
+
+
+class GGUFDetails(_Out, tag="gguf", tag_field="engine", frozen=True, kw_only=True):
+    """llama.cpp's (and Ollama's) own numbers (``engine: llama_cpp`` / ``ollama``)."""
+
+    file_type: str
+    file_bytes: int
+    """Tensor data of the GGUF file (its size less the header)."""
+    tensor_types: dict[str, int]
+    """Tensors per ggml type in the file (the quantization recipe's outcome)."""
+    n_ctx: int
+    """KV cells (context padded as llama.cpp pads it)."""
+    n_ctx_per_slot: int
+    n_parallel: int
+    kv_unified: bool
+    n_gpu_layers: int
+    """Layers on the GPUs, the output layer counted (n_layer + 1 = everything)."""
+    n_layer: int
+    flash_attn: bool
+    n_ubatch: int
+    cache_type_k: str
+    cache_type_v: str
+    buffers: tuple[GGUFDeviceBuffers, ...]
+    fitted: str | None = None
+    """What llama.cpp's ``--fit`` (or Ollama's scheduler) changed to fit, in words."""
+    ollama_estimate: OllamaPeer | None = None
+
+
+EngineDetails = VLLMDetails | SGLangDetails | GGUFDetails
+
+
+class ServingSummary(_Out, frozen=True, kw_only=True):
+    """A serving engine's own numbers for the deployment (``llm_serving`` workloads), per GPU of
+    one engine replica, the same shape for every engine; what only one engine has is in
+    ``details`` (tagged by ``details.engine``). How each is computed: docs/SERVING.md."""
+
+    engine: str
+    engine_version: str
+    """The release the request named (or the default: the newest modelled)."""
+    modelled_version: str
+    """The release whose rules this answer follows."""
+    version_note: str | None = None
+    """Why ``modelled_version`` differs from ``engine_version``."""
+    calibration: str
+    """What the release's accounting subtracts, and where its constants come from."""
+    requested_memory_bytes: int
+    """The memory the engine's own accounting may use on the most constrained GPU (vLLM:
+    ceil(total x gpu_memory_utilization); SGLang: total x mem_fraction_static; llama.cpp: the
+    device's memory)."""
+    available_kv_cache_bytes: int
+    """What that accounting leaves for the KV cache before rounding to blocks / pages / cells."""
+    kv_cache_pool_bytes: int
+    """The KV tensors allocated on the most constrained GPU."""
+    kv_cache_bytes_per_token: int
+    """K+V bytes of one token over that GPU's layers (windows not applied)."""
+    kv_cache_tokens: int
+    """Tokens the pool holds ("GPU KV cache size", SGLang "#tokens", llama.cpp n_ctx)."""
+    max_model_len: int
+    """Longest request (prompt + output), tokens."""
     max_concurrency: float
-    """"Maximum concurrency for max_model_len tokens per request" of one replica."""
+    """Requests of max_model_len tokens the pool holds at once (one replica)."""
     data_parallel: int
     max_concurrency_all_replicas: float
     would_start: bool
     reason: str | None = None
-    """Why the engine would refuse to start (null when it starts)."""
+    """Why the engine would refuse to start or run out of memory (null when it starts)."""
     remedies: tuple[str, ...] = ()
-    """Concrete changes that would make it start (or hold more sequences)."""
+    """Concrete changes that would make it start (each checked)."""
+    launch: str
+    """The command line this budget assumes (every setting that changes memory), so what
+    was budgeted is what starts."""
+    details: EngineDetails
 
 
 class OverheadOrigin(_Out, frozen=True, kw_only=True):
@@ -317,6 +414,11 @@ class Maxima(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ``target_concurrency`` sequences)."""
     max_concurrency: float | None = None
     """``llm_serving``: the engine's maximum concurrency at the workload's max_model_len."""
+    n_gpu_layers: int | None = None
+    """llama.cpp / Ollama: the most layers (output layer counted) that fit on the GPUs."""
+    file_type: str | None = None
+    """llama.cpp / Ollama: the largest GGUF quantization (F16 ... IQ2_M) that fits whole on
+    the GPUs with the workload's context; null when none does."""
 
 
 class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):

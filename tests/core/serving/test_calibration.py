@@ -21,14 +21,23 @@ def test_calibration_file_is_fresh():
     assert main(["--check"]) == 0
 
 
-def test_request_default_version_is_a_calibrated_one():
-    from vrambudget.core.serving.calibration import (
-        DEFAULT_ENGINE_VERSION,
-        ENGINE_VERSIONS,
-    )
+def test_release_table_is_fresh():
+    """vrambudget/core/data/vllm_releases.json is research/vllm_releases.py's output of
+    research/data/vllm_versions.json (what was read from each release's source)."""
+    from research.vllm_releases import main
 
-    assert DEFAULT_ENGINE_VERSION in ENGINE_VERSIONS
+    assert main(["--check"]) == 0
+
+
+def test_request_default_version_is_the_newest_modelled_release():
+    from vrambudget.core.serving.calibration import CALIBRATED_VERSION, vllm_releases
+    from vrambudget.core.serving.releases import engine_release
+
     w = msgspec.convert(
         {"workloads": [{"kind": "llm_serving", "model": LLAMA}], "device": H100}, BudgetRequest
     ).workloads[0]
-    assert w.engine_version == DEFAULT_ENGINE_VERSION
+    assert w.engine_version is None
+    newest = max(vllm_releases(), key=lambda r: tuple(int(x) for x in r.version.split(".")))
+    assert engine_release("vllm", None).modelled == newest.version
+    # the release the constants were fitted on is itself a modelled release
+    assert CALIBRATED_VERSION in {r.version for r in vllm_releases()}

@@ -32,6 +32,7 @@ def test_smallest_gpu_count_and_largest_max_model_len_are_exact():
         "kind": "llm_serving",
         "model": {"source": "preset", "id": "llama-3.1-70b"},
         "max_model_len": 32768,
+        "engine_version": "0.19.0",
     }
     req = fit_request(
         workloads=[w],
@@ -50,7 +51,9 @@ def test_smallest_gpu_count_and_largest_max_model_len_are_exact():
 
     def conc(length: int) -> float:
         a = account(
-            serving("llama-3.1-70b", parallelism=four, max_model_len=length),
+            serving(
+                "llama-3.1-70b", parallelism=four, max_model_len=length, engine_version="0.19.0"
+            ),
             arch,
             h100,
             "NVIDIA H100 SXM5 80GB",

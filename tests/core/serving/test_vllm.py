@@ -22,10 +22,13 @@ def serving(model: str, **fields: object) -> LLMServingWorkload:
 
 def test_fp8_kv_doubles_tokens_not_bytes():
     a16 = account(
-        serving("llama-3.1-8b", max_model_len=8192), preset_arch("llama-3.1-8b"), 80 * GiB, "H100"
+        serving("llama-3.1-8b", max_model_len=8192, engine_version="0.19.0"),
+        preset_arch("llama-3.1-8b"),
+        80 * GiB,
+        "H100",
     )
     a8 = account(
-        serving("llama-3.1-8b", max_model_len=8192, kv_cache_dtype="fp8"),
+        serving("llama-3.1-8b", max_model_len=8192, kv_cache_dtype="fp8", engine_version="0.19.0"),
         preset_arch("llama-3.1-8b"),
         80 * GiB,
         "H100",

@@ -184,6 +184,82 @@ CASES.update(
 )
 
 
+def _serve(**fields: Any) -> dict[str, Any]:
+    return {"workloads": [{**SERVE, **fields}], "device": H100}
+
+
+_GGUF_BAD: dict[str, Any] = {
+    "gpu_memory_utilization": 0.8,
+    "max_model_len": 4096,
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 4096,
+    "block_size": 32,
+    "enforce_eager": True,
+    "kv_cache_memory_bytes": 1 << 30,
+    "kv_cache_dtype": "fp8",
+    "dtype": "float16",
+    "quantization": {"method": "awq"},
+    "entrypoint": "llm_class",
+    "disable_hybrid_kv_cache_manager": True,
+    "parallelism.tensor": 2,
+    "parallelism.pipeline": 2,
+    "parallelism.data": 2,
+}
+_SGLANG_BAD: dict[str, Any] = {
+    "gpu_memory_utilization": 0.8,
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 4096,
+    "block_size": 32,
+    "enforce_eager": True,
+    "kv_cache_memory_bytes": 1 << 30,
+    "entrypoint": "llm_class",
+    "disable_hybrid_kv_cache_manager": True,
+}
+
+
+def _field(name: str, value: Any) -> dict[str, Any]:
+    if name.startswith("parallelism."):
+        return {"parallelism": {name.split(".")[1]: value}}
+    return {name: value}
+
+
+CASES.update(
+    {
+        ("GGUFOptions", 0): (
+            BudgetRequest,
+            _serve(engine="llama_cpp", gguf={"cache_type_v": "q8_0", "flash_attn": "off"}),
+            _serve(engine="llama_cpp", gguf={"cache_type_v": "q8_0", "flash_attn": "on"}),
+        ),
+        ("LLMServingWorkload", 0): (
+            BudgetRequest,
+            _serve(sglang={"page_size": 16}),
+            _serve(engine="sglang", sglang={"page_size": 16}),
+        ),
+        ("LLMServingWorkload", 1): (
+            BudgetRequest,
+            _serve(gguf={"n_ctx": 4096}),
+            _serve(engine="llama_cpp", gguf={"n_ctx": 4096}),
+        ),
+        **{
+            ("LLMServingWorkload", 2 + i): (
+                BudgetRequest,
+                _serve(engine="sglang", **_field(name, value)),
+                _serve(engine="vllm", **_field(name, value)),
+            )
+            for i, (name, value) in enumerate(_SGLANG_BAD.items())
+        },
+        **{
+            ("LLMServingWorkload", 2 + len(_SGLANG_BAD) + i): (
+                BudgetRequest,
+                _serve(engine="ollama", **_field(name, value)),
+                _serve(engine="vllm", **_field(name, value)),
+            )
+            for i, (name, value) in enumerate(_GGUF_BAD.items())
+        },
+    }
+)
+
+
 @pytest.fixture(scope="module")
 def validators() -> dict[str, Any]:
     document = openapi_document(create_app())

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from ..components import Component
 from ..device import require_device
@@ -22,6 +23,7 @@ from ..result import (
     Part,
     Phase,
     ServingSummary,
+    VLLMDetails,
     WorkloadSummary,
 )
 from ..search import largest_true
@@ -37,7 +39,9 @@ from ..spec import (
 from ..stack import serving_use
 from . import kv
 from .engine_args import quantization_words, serving_format, serving_quantization
-from .vllm import ServingAccount, StageAccount, account
+from .engines_budget import gguf_budget, sglang_budget
+from .releases import engine_release
+from .vllm import ServingAccount, StageAccount, account, utilization
 
 __all__ = ["remedies", "serving_account", "serving_budget", "stage_values"]
 
@@ -163,7 +167,7 @@ def remedies(w: LLMServingWorkload, a: ServingAccount, total: int, name: str) ->
     best = largest_true(1, cap, lambda x: _starts(w, total, name, max_model_len=x) is not None)
     if best >= 1:
         out.append(f"lower max_model_len to {best} (the largest that starts)")
-    permille = round(w.gpu_memory_utilization * 1000)
+    permille = round(utilization(w, a.resolved) * 1000)
     util = largest_true(
         permille + 1,
         1000,
@@ -196,14 +200,14 @@ def remedies(w: LLMServingWorkload, a: ServingAccount, total: int, name: str) ->
 def _inputs(w: LLMServingWorkload, a: ServingAccount) -> dict[str, Any]:
     r = a.resolved
     return {
-        "engine_version": w.engine_version,
+        "engine_version": engine_release("vllm", w.engine_version).modelled,
         "dtype": r.dtype,
         "kv_cache_dtype": w.kv_cache_dtype,
         "quantization": quantization_words(w),
         "tensor_parallel": r.tensor,
         "pipeline_parallel": r.pipeline,
         "data_parallel": r.data,
-        "gpu_memory_utilization": w.gpu_memory_utilization,
+        "gpu_memory_utilization": utilization(w, a.resolved),
         "max_model_len": r.max_model_len,
         "max_num_seqs": r.max_num_seqs,
         "max_num_batched_tokens": r.max_num_batched_tokens,
@@ -226,6 +230,41 @@ def stage_values(s: StageAccount, pool: int) -> dict[Component, int]:
     }
 
 
+def vllm_launch(w: LLMServingWorkload, a: ServingAccount) -> str:
+    """``vllm serve`` with every setting the budget assumed."""
+    r = a.resolved
+    parts = [
+        "vllm serve",
+        model_name(w.model),
+        f"--tensor-parallel-size {r.tensor}",
+        f"--gpu-memory-utilization {utilization(w, r):g}",
+        f"--max-model-len {r.max_model_len}",
+        f"--max-num-seqs {r.max_num_seqs}",
+        f"--max-num-batched-tokens {r.max_num_batched_tokens}",
+        f"--block-size {r.block_size}",
+    ]
+    if r.pipeline > 1:
+        parts.append(f"--pipeline-parallel-size {r.pipeline}")
+    if r.data > 1:
+        parts.append(f"--data-parallel-size {r.data}")
+    if w.parallelism.enable_expert_parallel:
+        parts.append("--enable-expert-parallel")
+    if w.dtype != "auto":
+        parts.append(f"--dtype {w.dtype}")
+    if w.kv_cache_dtype != "auto":
+        parts.append(f"--kv-cache-dtype {w.kv_cache_dtype}")
+    if w.enforce_eager:
+        parts.append("--enforce-eager")
+    if w.disable_hybrid_kv_cache_manager:
+        parts.append("--disable-hybrid-kv-cache-manager")
+    if w.kv_cache_memory_bytes is not None:
+        parts.append(f"--kv-cache-memory {w.kv_cache_memory_bytes}")
+    if w.quantization is not UNSET and w.quantization is not None:
+        q = w.quantization.method
+        parts.append(f"--quantization {'fp8' if q.startswith('fp8') else q}")
+    return " ".join(parts)
+
+
 def serving_budget(
     workloads: tuple[Workload, ...], device: DeviceRef | None, software: Software | None = None
 ) -> Budget:
@@ -234,10 +273,15 @@ def serving_budget(
     w = workloads[0]
     assert isinstance(w, LLMServingWorkload)
     ctx = require_device(device, "an llm_serving workload needs a device")
+    if w.engine == "sglang":
+        return sglang_budget(w, ctx, software)
+    if w.engine in ("llama_cpp", "ollama"):
+        return gguf_budget(w, ctx, software)
     total, gpu_name, summary_device = ctx.memory_total_bytes, ctx.name, ctx.summary()
     a = serving_account(w, total, gpu_name)
     arch = resolve_model(w.model)
     inputs = _inputs(w, a)
+    r_version = engine_release("vllm", w.engine_version).modelled
     devices = []
     for s in a.stages:
         values = stage_values(s, a.pool_bytes(s) if s.available_bytes > 0 else 0)
@@ -279,7 +323,7 @@ def serving_budget(
                 )
                 and source != "-"
             ):
-                source = f"{source}; engine {w.engine_version}"
+                source = f"{source}; engine {r_version}"
             p = tuple(Part(name=n, bytes=b) for n, b in parts.get(c, ()) if b)
             lines.append(Line(c, values.get(c, 0), formula, names, source, p))
         label = "every device" if len(a.stages) == 1 else f"pipeline stage {s.stage}"
@@ -320,17 +364,16 @@ def serving_budget(
             "(under-estimated by ~12% in the one float32 run)"
         )
     r = a.resolved
+    rel = engine_release("vllm", w.engine_version)
     serving = ServingSummary(
         engine=w.engine,
-        engine_version=w.engine_version,
+        engine_version=rel.requested,
+        modelled_version=rel.modelled,
+        version_note=rel.note,
         calibration=r.cal.description,
-        gpu_memory_utilization=w.gpu_memory_utilization,
         requested_memory_bytes=limiting.requested_bytes,
         available_kv_cache_bytes=limiting.available_bytes,
         kv_cache_pool_bytes=a.pool_bytes(limiting) if limiting.available_bytes > 0 else 0,
-        num_gpu_blocks=a.num_blocks,
-        block_size=r.block_size,
-        num_kv_cache_groups=a.groups.num_groups,
         kv_cache_bytes_per_token=kv.per_token_bytes(
             kv.layer_specs(arch, r.tensor, r.kv_bytes)[
                 slice(*a.groups.stage_layers[limiting.stage])
@@ -338,14 +381,23 @@ def serving_budget(
         ),
         kv_cache_tokens=a.kv_tokens,
         max_model_len=r.max_model_len,
-        max_num_seqs=r.max_num_seqs,
-        max_num_batched_tokens=r.max_num_batched_tokens,
         max_concurrency=round(a.max_concurrency, 4),
         data_parallel=r.data,
         max_concurrency_all_replicas=round(a.max_concurrency * r.data, 4),
         would_start=a.would_start,
         reason=a.reason,
         remedies=remedies(w, a, total, gpu_name),
+        launch=vllm_launch(w, a),
+        details=VLLMDetails(
+            gpu_memory_utilization=utilization(w, r),
+            num_gpu_blocks=a.num_blocks,
+            block_size=r.block_size,
+            num_kv_cache_groups=a.groups.num_groups,
+            max_num_seqs=r.max_num_seqs,
+            max_num_batched_tokens=r.max_num_batched_tokens,
+            cudagraph_memory="estimated" if r.cal.cudagraph_in_budget else "outside",
+            kv_cache_memory_bytes=w.kv_cache_memory_bytes,
+        ),
     )
     shadow = InferenceWorkload(
         model=w.model,
@@ -380,7 +432,7 @@ def serving_budget(
         warnings=tuple(warnings),
         serving=serving,
         calibration=_engine_calibration(devices[most]),
-        stack=serving_use(w.engine, w.engine_version, software),
+        stack=serving_use(w.engine, rel.modelled, software),
     )
 
 

@@ -15,11 +15,13 @@ from typing import Literal
 import msgspec
 
 __all__ = [
-    "DEFAULT_ENGINE_VERSION",
-    "ENGINE_VERSIONS",
+    "CALIBRATED_VERSION",
     "Constant",
     "EngineCalibration",
+    "VLLMRelease",
     "calibration",
+    "vllm_release",
+    "vllm_releases",
 ]
 
 
@@ -44,6 +46,36 @@ class Defaults(msgspec.Struct, frozen=True, kw_only=True):
     max_num_batched_tokens_small: dict[str, int]
     block_size: int
     source: str
+    xlarge_gpu_min_bytes: int | None = None
+    """From 0.28: GPUs of at least this size get the xlarge tier (both entrypoints)."""
+    max_num_seqs_xlarge: int | None = None
+    max_num_batched_tokens_xlarge: dict[str, int] | None = None
+
+
+class VLLMRelease(msgspec.Struct, frozen=True, kw_only=True):
+    """One vLLM minor release's memory rules, read from its released source
+    (``data/vllm_releases.json``, written by ``research/vllm_releases.py`` from
+    research/data/vllm_versions.json; research/vllm_versions.md quotes each line)."""
+
+    version: str
+    released: str | None
+    cudagraph: Literal["outside", "estimated_logged", "estimated_subtracted"]
+    """CUDA graphs captured after the KV cache and outside the budget; profiled and only
+    logged; profiled and subtracted from the KV budget."""
+    kv_cache_memory_flag: bool
+    """``--kv-cache-memory`` exists."""
+    hybrid_kv_cache_manager: bool
+    defaults: Defaults
+    summary: str
+    sources: tuple[str, ...] = ()
+    gpu_memory_utilization_default: float = 0.9
+    requested_ceil: bool = True
+    """``ceil(total x util)`` (0.14 on); before, the unrounded float product."""
+    nccl_in_budget: bool = False
+    """The init snapshot precedes NCCL's initialisation (0.10): its buffers count in non_kv."""
+    extensible_kv_cache: bool = False
+    """0.34: the KV cache is sized after warm-up and CUDA-graph capture from measured free
+    memory (vllm/v1/worker/extensible_kv_cache.py), utilization default 1.0."""
 
 
 class EngineCalibration(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +93,10 @@ class EngineCalibration(msgspec.Struct, frozen=True, kw_only=True):
     ``gpu_memory_utilization``."""
     defaults: Defaults
     constants: dict[str, Constant]
+    gpu_memory_utilization_default: float = 0.9
+    requested_ceil: bool = True
+    nccl_in_budget: bool = False
+    extensible_kv_cache: bool = False
 
     def c(self, name: str) -> float:
         return self.constants[name].value
@@ -73,18 +109,60 @@ class _File(msgspec.Struct, frozen=True):
     note: str = ""
 
 
+class _Releases(msgspec.Struct, frozen=True):
+    schema: Literal["vrambudget.vllm_releases/1"]
+    releases: tuple[VLLMRelease, ...]
+    note: str = ""
+
+
 @cache
 def _file() -> _File:
     raw = resources.files("vrambudget.core.data").joinpath("vllm_calibration.json").read_bytes()
     return msgspec.json.decode(raw, type=_File)
 
 
-def calibration(version: str) -> EngineCalibration:
-    for v in _file().versions:
-        if v.version == version:
-            return v
+@cache
+def vllm_releases() -> tuple[VLLMRelease, ...]:
+    raw = resources.files("vrambudget.core.data").joinpath("vllm_releases.json").read_bytes()
+    return msgspec.json.decode(raw, type=_Releases).releases
+
+
+def vllm_release(version: str) -> VLLMRelease:
+    for r in vllm_releases():
+        if r.version == version:
+            return r
     raise KeyError(version)
 
 
-ENGINE_VERSIONS: tuple[str, ...] = tuple(v.version for v in _file().versions)
-DEFAULT_ENGINE_VERSION: str = _file().default_version
+CALIBRATED_VERSION: str = _file().default_version
+"""The release the constants were fitted on (published launch logs)."""
+
+
+@cache
+def calibration(version: str) -> EngineCalibration:
+    """The accounting of a modelled release: its own rules (defaults, CUDA-graph placement,
+    hybrid KV manager) with the constants fitted on the calibrated release's launches
+    (the only release with enough published logs; docs/SERVING.md says what that costs)."""
+    base = next(v for v in _file().versions if v.version == CALIBRATED_VERSION)
+    r = vllm_release(version)
+    if version == CALIBRATED_VERSION:
+        return msgspec.structs.replace(
+            base,
+            defaults=r.defaults,
+            gpu_memory_utilization_default=r.gpu_memory_utilization_default,
+            requested_ceil=r.requested_ceil,
+            nccl_in_budget=r.nccl_in_budget,
+        )
+    return msgspec.structs.replace(
+        base,
+        version=version,
+        description=f"vLLM {version} (V1 engine): {r.summary}; constants fitted on "
+        f"{CALIBRATED_VERSION} launches (research/vllm_versions.md)",
+        hybrid_kv_cache_manager=r.hybrid_kv_cache_manager,
+        cudagraph_in_budget=r.cudagraph == "estimated_subtracted",
+        defaults=r.defaults,
+        gpu_memory_utilization_default=r.gpu_memory_utilization_default,
+        requested_ceil=r.requested_ceil,
+        nccl_in_budget=r.nccl_in_budget,
+        extensible_kv_cache=r.extensible_kv_cache,
+    )

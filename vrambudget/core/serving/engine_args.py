@@ -32,7 +32,15 @@ from ..spec import (
     Quantization,
     ServingQuantization,
 )
-from .calibration import EngineCalibration, calibration
+from .calibration import EngineCalibration, calibration, vllm_release
+from .releases import engine_release
+
+
+def vllm_release_has_kv_memory(version: str) -> bool:
+    from .calibration import CALIBRATED_VERSION
+
+    return version == CALIBRATED_VERSION or vllm_release(version).kv_cache_memory_flag
+
 
 __all__ = [
     "Resolved",
@@ -156,14 +164,29 @@ class Resolved:
 def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str) -> Resolved:
     """Fill the engine defaults (``EngineArgs.get_batch_defaults``: the larger batch on GPUs of
     at least 70 GiB that are not A100s) and check what vLLM checks at configuration time."""
-    cal = calibration(w.engine_version)
+    rel = engine_release("vllm", w.engine_version)
+    cal = calibration(rel.modelled)
+    if w.kv_cache_memory_bytes is not None and not vllm_release_has_kv_memory(rel.modelled):
+        raise InvalidWorkload(
+            "kv_cache_memory_bytes",
+            f"--kv-cache-memory does not exist in vLLM {rel.modelled} (added in 0.11)",
+        )
     d = cal.defaults
     large = memory_total_bytes >= d.large_gpu_min_bytes and not any(
         x in gpu_name.lower() for x in d.large_gpu_excluded
     )
-    seqs = w.max_num_seqs or (d.max_num_seqs_large if large else d.max_num_seqs_small)
-    table = d.max_num_batched_tokens_large if large else d.max_num_batched_tokens_small
-    batched = w.max_num_batched_tokens or table[w.entrypoint]
+    xlarge = (
+        large
+        and d.xlarge_gpu_min_bytes is not None
+        and memory_total_bytes >= d.xlarge_gpu_min_bytes
+    )
+    if xlarge and d.max_num_seqs_xlarge and d.max_num_batched_tokens_xlarge:
+        seqs = w.max_num_seqs or d.max_num_seqs_xlarge
+        batched = w.max_num_batched_tokens or d.max_num_batched_tokens_xlarge[w.entrypoint]
+    else:
+        seqs = w.max_num_seqs or (d.max_num_seqs_large if large else d.max_num_seqs_small)
+        table = d.max_num_batched_tokens_large if large else d.max_num_batched_tokens_small
+        batched = w.max_num_batched_tokens or table[w.entrypoint]
     if batched < seqs:
         raise InvalidWorkload(
             "max_num_batched_tokens" if w.max_num_batched_tokens else "max_num_seqs",

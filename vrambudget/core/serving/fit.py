@@ -22,6 +22,7 @@ from ..result import Cheapest, FitResponse, GPUFit, LayoutFit, Maxima
 from ..search import largest_true
 from ..spec import FitRequest, LLMServingWorkload, Parallelism
 from .budget import stage_values
+from .engines_fit import gguf_fits, gguf_layout, sglang_fits, sglang_layout
 from .vllm import ServingAccount, account
 
 __all__ = ["serving_fit"]
@@ -71,6 +72,8 @@ def serving_fit(req: FitRequest) -> FitResponse:
     targets = [c for c in (resolve_device(r) for r in refs) if c is not None]
     target = req.target_concurrency
     results = []
+    if w.engine != "vllm":
+        return _other_engine_fit(req, w, targets)
     for ctx in targets:
         layouts = []
         for n in req.device_counts:
@@ -129,6 +132,50 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 layouts=tuple(layouts),
                 min_device_count=min_count,
                 warnings=gpu_warnings,
+            )
+        )
+    return FitResponse(gpus=tuple(results), cheapest=_cheapest(results, req.prices))
+
+
+def _other_engine_fit(
+    req: FitRequest, w: LLMServingWorkload, targets: list[DeviceContext]
+) -> FitResponse:
+    """SGLang (tensor parallel layouts) and the GGUF engines (layers split over n GPUs)."""
+    gguf = w.engine in ("llama_cpp", "ollama")
+    target = req.target_concurrency
+    results = []
+    for ctx in targets:
+        layouts = []
+        for n in req.device_counts:
+            if gguf:
+                if n > 64:
+                    continue
+                layouts.append(gguf_layout(w, ctx, n, req))
+            else:
+                lay = sglang_layout(w, ctx, n, req)
+                if lay is not None:
+                    layouts.append(lay)
+        min_count = None
+        if "device_count" in req.solve:
+            for n in device_count_candidates(req.max_device_count):
+                ok = gguf_fits(w, ctx, n, target) if gguf else sglang_fits(w, ctx, n, target)
+                if ok:
+                    min_count = n
+                    break
+        warnings: tuple[str, ...] = ()
+        if "device_count" in req.solve and min_count is None:
+            warnings = (
+                f"does not fit whole (or reach the target concurrency) on up to "
+                f"{req.max_device_count} devices of {ctx.name}",
+            )
+        results.append(
+            GPUFit(
+                gpu_id=ctx.id,
+                name=ctx.name,
+                memory_total_bytes=ctx.memory_total_bytes,
+                layouts=tuple(layouts),
+                min_device_count=min_count,
+                warnings=warnings,
             )
         )
     return FitResponse(gpus=tuple(results), cheapest=_cheapest(results, req.prices))

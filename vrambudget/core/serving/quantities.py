@@ -23,12 +23,13 @@ __all__ = [
 # ------------------------------------------------------------------------- the quantities --
 
 
-def requested_bytes(total: int, utilization: float) -> int:
+def requested_bytes(total: int, utilization: float, ceil: bool = True) -> int:
     """``requested_memory = ceil(total x gpu_memory_utilization)`` (vllm/v1/worker/utils.py
-    ``request_memory``), with the fraction taken to a millionth. H100 80GB HBM3 (85,030,… B,
-    79.19 GiB) x 0.95 = 75.23 GiB."""
+    ``request_memory``, 0.14 on; before, the float product, whose fraction of a byte the
+    blocks' floor division drops), with the fraction taken to a millionth. H100 80GB HBM3
+    (85,030,… B, 79.19 GiB) x 0.95 = 75.23 GiB."""
     ppm = round(utilization * 1_000_000)
-    return ceil_div(total * ppm, 1_000_000)
+    return ceil_div(total * ppm, 1_000_000) if ceil else total * ppm // 1_000_000
 
 
 def _moe_workspace(arch: Arch, st: StageStatic, tokens: int, e: int) -> int:

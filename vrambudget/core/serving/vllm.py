@@ -132,7 +132,9 @@ def account(
     workspace = (mla_import_workspaces(gpu_name) if arch.mla else 0) * MLA_IMPORT_WORKSPACE_BYTES
     hybrid = r.cal.hybrid_kv_cache_manager and not w.disable_hybrid_kv_cache_manager
     groups = kv.kv_groups(arch, r.tensor, r.pipeline, r.kv_bytes, r.block_size, hybrid)
-    requested = requested_bytes(memory_total_bytes, w.gpu_memory_utilization)
+    extensible = r.cal.extensible_kv_cache and w.gpu_memory_utilization is None
+    util = utilization(w, r)
+    requested = requested_bytes(memory_total_bytes, util, r.cal.requested_ceil)
     nt, nt_comm = non_torch_bytes(r)
     context, nccl = baseline_bytes(r)
     out = []
@@ -152,6 +154,30 @@ def account(
             available -= graphs
         if r.cal.baseline_in_budget:
             available -= context + nccl
+        elif r.cal.nccl_in_budget:
+            available -= nccl
+        if extensible:
+            # 0.34 extensible KV cache, sized after warm-up and graph capture
+            # (vllm/v1/worker/extensible_kv_cache.py:613):
+            #   available = min(requested - non_kv_used, headroom - margin) - transient peak
+            # non_kv_used: what stays allocated since the init snapshot (weights, non-torch,
+            # graphs); headroom: the free memory then; margin max(1 GiB, 0.75 x peak)
+            used = (
+                st.weights_bytes
+                + st.metadata_bytes
+                + rope
+                + load.rounding_bytes
+                + workspace
+                + nt
+                + graphs
+            )
+            headroom = memory_total_bytes - context - nccl - used
+            margin = max(EXTENSIBLE_MARGIN_FLOOR_BYTES, act * 3 // 4)
+            available = min(requested - used, headroom - margin) - act
+        if w.kv_cache_memory_bytes is not None:
+            # --kv-cache-memory: the pool's size as given, no profiling budget
+            # (vllm/v1/worker/gpu_worker.py determine_available_memory)
+            available = w.kv_cache_memory_bytes
         i = st.stage.index
         out.append(
             StageAccount(
@@ -183,6 +209,18 @@ def account(
     return ServingAccount(
         r, groups, tuple(out), blocks, tokens, concurrency, reason is None, reason
     )
+
+
+EXTENSIBLE_MARGIN_FLOOR_BYTES = 1 << 30
+"""vllm/v1/worker/extensible_kv_cache.py:64 KV_CACHE_MARGIN_FLOOR_BYTES (CUDA; 3 GiB on ROCm)."""
+
+
+def utilization(w: LLMServingWorkload, r: Resolved) -> float:
+    """The request's gpu_memory_utilization, or the release's default (0.9; 0.92 from 0.20;
+    1.0 with 0.34's extensible KV cache)."""
+    if w.gpu_memory_utilization is not None:
+        return w.gpu_memory_utilization
+    return 1.0 if r.cal.extensible_kv_cache else r.cal.gpu_memory_utilization_default
 
 
 def _gib(b: int) -> str:

@@ -73,10 +73,14 @@ from .requests import (
 )
 from .rules import RULES, schema_rules
 from .serving import (
+    Engine,
     EngineVersion,
+    GGUFFileType,
+    GGUFOptions,
     LLMServingWorkload,
     ServingParallelism,
     ServingQuantization,
+    SGLangOptions,
 )
 from .workloads import (
     SGD,
@@ -126,12 +130,15 @@ __all__ = [
     "Dim",
     "DimensionsModel",
     "EncoderWorkload",
+    "Engine",
     "EngineVersion",
     "FitRequest",
     "FitVariable",
     "Fraction",
     "Framework",
     "FullFineTune",
+    "GGUFFileType",
+    "GGUFOptions",
     "GenericWorkload",
     "HFConfigModel",
     "Headroom",
@@ -155,6 +162,7 @@ __all__ = [
     "PresetModel",
     "QLoRA",
     "Quantization",
+    "SGLangOptions",
     "Seq2SeqWorkload",
     "ServingParallelism",
     "ServingQuantization",

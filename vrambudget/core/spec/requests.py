@@ -304,7 +304,9 @@ class BudgetRequest(Wire, frozen=True, kw_only=True):
         rules.check(self)
 
 
-FitVariable = Literal["batch", "context", "concurrency", "device_count", "max_model_len"]
+FitVariable = Literal[
+    "batch", "context", "concurrency", "device_count", "max_model_len", "gpu_layers", "file_type"
+]
 
 
 class FitRequest(Wire, frozen=True, kw_only=True):
@@ -346,11 +348,14 @@ class FitRequest(Wire, frozen=True, kw_only=True):
         tuple[FitVariable, ...],
         Meta(
             description="Maxima to solve. `max_model_len` (and `context`) of an `llm_serving` "
-            "workload: the largest max_model_len at which the engine starts and holds "
-            "`target_concurrency` sequences; `concurrency`: its maximum concurrency; "
-            "`device_count`: the smallest GPU count that reaches `target_concurrency`."
+            "workload: the largest max_model_len (llama.cpp / Ollama: context) at which the "
+            "engine starts and holds `target_concurrency` sequences; `concurrency`: its maximum "
+            "concurrency; `device_count`: the smallest GPU count that reaches "
+            "`target_concurrency`; `gpu_layers` (llama.cpp / Ollama): the most layers that fit "
+            "on the GPUs; `file_type` (llama.cpp / Ollama): the largest GGUF quantization that "
+            "fits whole on the GPUs."
         ),
-    ] = ("batch", "context", "concurrency", "device_count")
+    ] = ("batch", "context", "concurrency", "device_count", "gpu_layers", "file_type")
     target_concurrency: Annotated[
         Annotated[float, Meta(gt=0.0, le=float(1 << 24))] | None,
         Meta(

@@ -159,6 +159,37 @@ _SERVING_ALONE = Rule(
     _SERVING,
 )
 
+_SGLANG_NOT_VLLM: tuple[tuple[str, Op, Any, str], ...] = (
+    ("gpu_memory_utilization", "null", None, "sglang.mem_fraction_static"),
+    ("max_num_seqs", "null", None, "sglang.max_running_requests"),
+    ("max_num_batched_tokens", "null", None, "sglang.chunked_prefill_size"),
+    ("block_size", "null", None, "sglang.page_size"),
+    ("enforce_eager", "eq", False, "sglang.disable_cuda_graph"),
+    ("kv_cache_memory_bytes", "null", None, "sglang.max_total_tokens"),
+    ("entrypoint", "eq", "api_server", "the server (launch_server)"),
+    ("disable_hybrid_kv_cache_manager", "eq", False, "the default"),
+)
+"""vLLM settings that engine ``sglang`` does not take (with the SGLang setting to use)."""
+
+_GGUF_NOT_VLLM: tuple[tuple[tuple[str, ...], Op, Any, str], ...] = (
+    (("gpu_memory_utilization",), "null", None, "gguf.n_gpu_layers"),
+    (("max_model_len",), "null", None, "gguf.n_ctx"),
+    (("max_num_seqs",), "null", None, "gguf.n_parallel"),
+    (("max_num_batched_tokens",), "null", None, "gguf.n_batch"),
+    (("block_size",), "null", None, "the defaults"),
+    (("enforce_eager",), "eq", False, "the defaults"),
+    (("kv_cache_memory_bytes",), "null", None, "gguf.n_ctx"),
+    (("kv_cache_dtype",), "eq", "auto", "gguf.cache_type_k and gguf.cache_type_v"),
+    (("dtype",), "eq", "auto", "gguf.file_type"),
+    (("quantization",), "null_or_absent", None, "gguf.file_type"),
+    (("entrypoint",), "eq", "api_server", "the defaults"),
+    (("disable_hybrid_kv_cache_manager",), "eq", False, "the defaults"),
+    (("parallelism", "tensor"), "eq", 1, "gguf.devices and gguf.tensor_split"),
+    (("parallelism", "pipeline"), "eq", 1, "gguf.devices and gguf.tensor_split"),
+    (("parallelism", "data"), "eq", 1, "one budget per server"),
+)
+"""vLLM settings that the GGUF engines do not take (with their setting to use)."""
+
 RULES: dict[str, tuple[Rule, ...]] = {
     "GPTQ": (_GROUP_SIZE,),
     "AWQ": (_GROUP_SIZE,),
@@ -240,6 +271,43 @@ RULES: dict[str, tuple[Rule, ...]] = {
             Cond(("method",), "eq", "fp8"),
             "applied_at_load needs method 'fp8' (vLLM quantizes only to fp8 while loading)",
             Cond(("applied_at_load",), "eq", True),
+        ),
+    ),
+    "GGUFOptions": (
+        Rule(
+            Cond(("flash_attn",), "ne", "off"),
+            "a quantized V cache (cache_type_v other than f32/f16/bf16) needs flash attention: "
+            "flash_attn 'auto' or 'on'",
+            Cond(("cache_type_v",), "in", ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")),
+        ),
+    ),
+    "LLMServingWorkload": (
+        Rule(
+            Cond(("sglang",), "null"),
+            "sglang settings apply only to engine 'sglang'",
+            Cond(("engine",), "ne", "sglang"),
+        ),
+        Rule(
+            Cond(("gguf",), "null"),
+            "gguf settings apply only to engines 'llama_cpp' and 'ollama'",
+            Cond(("engine",), "in", ("vllm", "sglang")),
+        ),
+        *(
+            Rule(
+                Cond((name,), op, value),
+                f"{name} is a vLLM setting; for engine 'sglang' use {instead}",
+                Cond(("engine",), "eq", "sglang"),
+            )
+            for name, op, value, instead in _SGLANG_NOT_VLLM
+        ),
+        *(
+            Rule(
+                Cond(path, op, value),
+                f"{'.'.join(path)} is not a setting of a GGUF engine; for engines "
+                f"'llama_cpp' and 'ollama' use {instead}",
+                Cond(("engine",), "in", ("llama_cpp", "ollama")),
+            )
+            for path, op, value, instead in _GGUF_NOT_VLLM
         ),
     ),
     "BudgetRequest": (

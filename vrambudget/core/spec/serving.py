@@ -6,15 +6,187 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, UnsetType
 
-from ..serving.calibration import DEFAULT_ENGINE_VERSION, ENGINE_VERSIONS
 from . import rules
 from .limits import MAX_TOKENS, Degree, Name, Wire
 from .model import ModelSource
 
-__all__ = ["EngineVersion", "LLMServingWorkload", "ServingParallelism", "ServingQuantization"]
+__all__ = [
+    "Engine",
+    "EngineVersion",
+    "GGUFFileType",
+    "GGUFOptions",
+    "LLMServingWorkload",
+    "SGLangOptions",
+    "ServingParallelism",
+    "ServingQuantization",
+]
+
+Engine = Literal["vllm", "sglang", "llama_cpp", "ollama"]
+
+EngineVersion = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=32,
+        pattern=r"^(b[0-9]{1,6}|[0-9]{1,3}(\.[0-9]{1,4}){1,2}(\.post[0-9]{1,3})?)$",
+        description="An engine release: `0.11`, `0.11.2` (vLLM, SGLang, Ollama) or a llama.cpp "
+        "build `b6500`.",
+    ),
+]
+
+GGUFFileType = Literal[
+    "F32",
+    "F16",
+    "BF16",
+    "Q8_0",
+    "Q6_K",
+    "Q5_K_M",
+    "Q5_K_S",
+    "Q5_1",
+    "Q5_0",
+    "Q4_K_M",
+    "Q4_K_S",
+    "Q4_1",
+    "Q4_0",
+    "IQ4_XS",
+    "IQ4_NL",
+    "Q3_K_L",
+    "Q3_K_M",
+    "Q3_K_S",
+    "IQ3_M",
+    "IQ3_S",
+    "IQ3_XS",
+    "IQ3_XXS",
+    "Q2_K",
+    "Q2_K_S",
+    "IQ2_M",
+    "IQ2_S",
+    "IQ2_XS",
+    "IQ2_XXS",
+    "IQ1_M",
+    "IQ1_S",
+]
+"""llama-quantize's named file types (``LLAMA_FTYPE_MOSTLY_*``, tools/quantize/quantize.cpp)."""
+
+CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 
-EngineVersion = Literal[ENGINE_VERSIONS]  # type: ignore[valid-type]
+class GGUFOptions(Wire, frozen=True, kw_only=True):
+    """A GGUF deployment's settings, in llama.cpp's names (the Ollama equivalent in brackets)."""
+
+    file_type: Annotated[
+        GGUFFileType,
+        Meta(
+            description="The GGUF file's quantization as llama-quantize names it (Q4_K_M, "
+            "Q8_0, IQ4_XS, ...): each tensor's type follows llama.cpp's recipe for it."
+        ),
+    ] = "Q4_K_M"
+    n_ctx: Annotated[
+        Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None,
+        Meta(
+            description="`-c` [num_ctx]: llama.cpp's context size in tokens, shared by all "
+            "slots (each of the n_parallel slots gets n_ctx / n_parallel); for Ollama, the "
+            "context of one request (Ollama allocates num_ctx x num_parallel). Default "
+            "(null): the engine's default for its version."
+        ),
+    ] = None
+    n_gpu_layers: Annotated[
+        Annotated[int, Meta(ge=0, le=1 << 16)] | None,
+        Meta(
+            description="`-ngl` [num_gpu]: layers on the GPUs (the output layer counts as one "
+            "more: n_layer + 1 offloads everything). Default (null): all (llama.cpp), or as "
+            "many as fit (Ollama's own estimate)."
+        ),
+    ] = None
+    devices: Annotated[
+        Annotated[int, Meta(ge=1, le=64)],
+        Meta(description="GPUs the layers are split over (`--split-mode layer`)."),
+    ] = 1
+    tensor_split: Annotated[
+        tuple[Annotated[float, Meta(ge=0.0, le=1e6)], ...] | None,
+        Meta(
+            description="`--tensor-split`: the proportion of layers per GPU (one number per "
+            "device); default (null): equal GPUs split evenly."
+        ),
+    ] = None
+    n_parallel: Annotated[
+        Annotated[int, Meta(ge=1, le=4096)] | None,
+        Meta(
+            description="`-np` [OLLAMA_NUM_PARALLEL]: concurrent request slots; default "
+            "(null): the engine's default for its version."
+        ),
+    ] = None
+    cache_type_k: Annotated[
+        CacheType, Meta(description="`-ctk` [OLLAMA_KV_CACHE_TYPE]: the K cache's type.")
+    ] = "f16"
+    cache_type_v: Annotated[
+        CacheType,
+        Meta(
+            description="`-ctv` [OLLAMA_KV_CACHE_TYPE]: the V cache's type (a quantized V "
+            "cache needs flash attention)."
+        ),
+    ] = "f16"
+    flash_attn: Annotated[
+        Literal["auto", "on", "off"],
+        Meta(
+            description="`-fa` [OLLAMA_FLASH_ATTENTION]: `auto` is on where the backend "
+            "supports it (llama.cpp >= b6325 default)."
+        ),
+    ] = "auto"
+    n_batch: Annotated[
+        Annotated[int, Meta(ge=1, le=1 << 20)],
+        Meta(description="`-b` [num_batch]: logical batch (tokens per llama_decode)."),
+    ] = 2048
+    n_ubatch: Annotated[
+        Annotated[int, Meta(ge=1, le=1 << 20)] | None,
+        Meta(
+            description="`-ub`: physical batch, which sizes the compute buffers; default "
+            "(null): 512 (Ollama: num_batch)."
+        ),
+    ] = None
+    kv_offload: Annotated[
+        bool,
+        Meta(description="`--no-kv-offload` off: the KV cache of GPU layers on their GPU."),
+    ] = True
+
+    def __post_init__(self) -> None:
+        rules.check(self)
+
+
+class SGLangOptions(Wire, frozen=True, kw_only=True):
+    """SGLang's `launch_server` memory settings (`python/sglang/srt/server_args.py`)."""
+
+    mem_fraction_static: Annotated[
+        Annotated[float, Meta(gt=0.0, lt=1.0)] | None,
+        Meta(
+            description="`--mem-fraction-static`: the fraction of GPU memory for weights and "
+            "the KV pool; default (null): the release's automatic value for the GPU and TP."
+        ),
+    ] = None
+    max_running_requests: Annotated[
+        Annotated[int, Meta(ge=1, le=1 << 20)] | None,
+        Meta(description="`--max-running-requests`; default (null): from the pool."),
+    ] = None
+    max_total_tokens: Annotated[
+        Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None,
+        Meta(description="`--max-total-tokens`: caps the token pool."),
+    ] = None
+    chunked_prefill_size: Annotated[
+        Annotated[int, Meta(ge=-1, le=1 << 24)] | None,
+        Meta(
+            description="`--chunked-prefill-size` (-1 disables); default (null): the "
+            "release's value for the GPU."
+        ),
+    ] = None
+    cuda_graph_max_bs: Annotated[
+        Annotated[int, Meta(ge=1, le=1 << 16)] | None,
+        Meta(description="`--cuda-graph-max-bs`; default (null): the release's value."),
+    ] = None
+    disable_cuda_graph: Annotated[bool, Meta(description="`--disable-cuda-graph`.")] = False
+    page_size: Annotated[
+        Annotated[int, Meta(ge=1, le=1 << 12)],
+        Meta(description="`--page-size`: tokens per KV page."),
+    ] = 1
 
 
 class ServingParallelism(Wire, frozen=True, kw_only=True):
@@ -96,14 +268,21 @@ class LLMServingWorkload(Wire, tag="llm_serving", tag_field="kind", frozen=True,
     name: Annotated[
         Name | None, Meta(description="Label in the answer; default: the model's name.")
     ] = None
-    engine: Annotated[Literal["vllm"], Meta(description="The serving engine.")] = "vllm"
-    engine_version: Annotated[
-        EngineVersion,
+    engine: Annotated[
+        Engine,
         Meta(
-            description="Engine version whose accounting and calibration are used "
-            f"(default {DEFAULT_ENGINE_VERSION}; see docs/ACCURACY.md)."
+            description="The serving engine: `vllm`, `sglang`, `llama_cpp` (llama-server) or "
+            "`ollama`."
         ),
-    ] = DEFAULT_ENGINE_VERSION
+    ] = "vllm"
+    engine_version: Annotated[
+        EngineVersion | None,
+        Meta(
+            description="The engine release whose accounting is used; a release between two "
+            "modelled ones uses the earlier (the answer says which). Default (null): the "
+            "newest modelled release of the engine (see docs/SERVING.md)."
+        ),
+    ] = None
     model: Annotated[
         ModelSource,
         Meta(description="The model: a preset id, an inline `config.json`, or its dimensions."),
@@ -112,14 +291,13 @@ class LLMServingWorkload(Wire, tag="llm_serving", tag_field="kind", frozen=True,
         ServingParallelism, Meta(description="Tensor / pipeline / data parallel sizes.")
     ] = ServingParallelism()
     gpu_memory_utilization: Annotated[
-        float,
+        Annotated[float, Meta(gt=0.0, le=1.0)] | None,
         Meta(
-            gt=0.0,
-            le=1.0,
-            description="Fraction of each GPU's total memory the "
-            "engine may use (vLLM default 0.9).",
+            description="vLLM: the fraction of each GPU's total memory the engine may use; "
+            "default (null): the release's (0.9; 0.92 from 0.20; 1.0 with 0.34's extensible KV "
+            "cache)."
         ),
-    ] = 0.9
+    ] = None
     max_model_len: Annotated[
         Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None,
         Meta(
@@ -175,8 +353,30 @@ class LLMServingWorkload(Wire, tag="llm_serving", tag_field="kind", frozen=True,
     quantization: Annotated[
         ServingQuantization | None | UnsetType,
         Meta(
-            description="Weight quantization (vLLM `--quantization`). Absent (default): the "
-            "checkpoint's `quantization_config`, as vLLM detects it (none when it has none); "
-            "null: none (weights in `dtype`)."
+            description="Weight quantization (vLLM / SGLang `--quantization`). Absent "
+            "(default): the checkpoint's `quantization_config`, as the engine detects it "
+            "(none when it has none); null: none (weights in `dtype`)."
         ),
     ] = UNSET
+    kv_cache_memory_bytes: Annotated[
+        Annotated[int, Meta(ge=1, le=1 << 50)] | None,
+        Meta(
+            description="vLLM `--kv-cache-memory` (releases that have it): the KV pool's size "
+            "in bytes per GPU; the engine skips its profiling budget and ignores "
+            "gpu_memory_utilization."
+        ),
+    ] = None
+    sglang: Annotated[
+        SGLangOptions | None,
+        Meta(description="SGLang settings (engine `sglang` only; default: its defaults)."),
+    ] = None
+    gguf: Annotated[
+        GGUFOptions | None,
+        Meta(
+            description="The GGUF deployment (engines `llama_cpp` and `ollama`; default: "
+            "Q4_K_M with the engine's defaults)."
+        ),
+    ] = None
+
+    def __post_init__(self) -> None:
+        rules.check(self)

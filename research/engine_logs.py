@@ -1,0 +1,269 @@
+"""vrambudget's serving answers against published engine startup logs
+(``research/data/engine_logs.json``): every log whose model, settings and GPU the source states
+is re-created as a request and each number the engine printed is compared.
+
+No constant of the engine models was fitted on these logs (vLLM's constants come from the
+0.19.0 launches of research/data/vllm_runs.json, llama.cpp's from its source and the CPU
+benchmark), so all of them are held out. Logs from one source share a group.
+
+    .venv/bin/python -m research.engine_logs            # the table docs/ACCURACY.md quotes
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from vrambudget.core.catalog import gpu
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.serving.gguf.llamacpp import LlamaSettings, llama_account
+from vrambudget.core.serving.vllm import account
+from vrambudget.core.spec import LLMServingWorkload, ModelSource, PresetModel
+
+LOGS = Path(__file__).parent / "data" / "engine_logs.json"
+MiB, GiB = 1 << 20, 1 << 30
+
+
+@dataclass(frozen=True)
+class Check:
+    log: str
+    engine: str
+    quantity: str
+    measured: float
+    predicted: float
+    unit: str
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured
+
+
+def _llama(
+    log: str,
+    preset: str,
+    file_type: str,
+    n_ctx: int,
+    flash: bool,
+    devices: int,
+    measured: dict[str, Any],
+    ngl: int | None = None,
+    n_parallel: int = 1,
+    n_ubatch: int = 512,
+    engine: str = "ollama",
+) -> list[Check]:
+    """llama.cpp's buffers (the lines Ollama and llama-server print) for the stated settings."""
+    arch = resolve_model(_model(preset))
+    s = LlamaSettings(
+        n_ctx=n_ctx,
+        n_ctx_seq=n_ctx // n_parallel,
+        n_parallel=n_parallel,
+        kv_unified=False,
+        n_gpu_layers=ngl if ngl is not None else arch.num_layers + 1,
+        flash_attn=flash,
+        n_ubatch=n_ubatch,
+        n_batch=max(n_ubatch, 512),
+        type_k="f16",
+        type_v="f16",
+        devices=devices,
+        splits=(1.0,) * devices,
+        kv_offload=True,
+    )
+    a = llama_account(arch, file_type, s)
+    out: list[Check] = []
+    for d in a.devices:
+        name = (
+            f"CUDA{d.index}"
+            if f"CUDA{d.index}" in measured["model_buffer_mib"]
+            else f"Vulkan{d.index + 1}"
+        )
+        for quantity, pred, table in (
+            ("model buffer", d.weights_bytes, "model_buffer_mib"),
+            ("KV buffer", d.kv_bytes, "kv_buffer_mib"),
+            ("compute buffer", d.compute_bytes, "compute_buffer_mib"),
+        ):
+            value = measured.get(table, {}).get(name)
+            if value is not None:
+                out.append(Check(log, engine, quantity, value, pred / MiB, "MiB"))
+    cpu = measured["model_buffer_mib"].get("CPU_Mapped")
+    if cpu is not None:
+        out.append(Check(log, engine, "model buffer (CPU)", cpu, a.host_weights_bytes / MiB, "MiB"))
+    return out
+
+
+def _model(name: str) -> Any:
+    """A preset id, or ``org/name`` of a config in research/data/configs."""
+    if "/" in name:
+        from research.corpus import _config
+
+        return msgspec.convert(_config(name), ModelSource)
+    return PresetModel(id=name)
+
+
+def _vllm(
+    log: str, workload: dict[str, Any], gpu_id: str | None, measured: dict[str, Any]
+) -> list[Check]:
+    w = msgspec.convert({"kind": "llm_serving", **workload}, LLMServingWorkload)
+    arch = resolve_model(w.model)
+    g = gpu(gpu_id or "h100-sxm5-80gb")
+    a = account(w, arch, g.memory_total_bytes, g.name)
+    out = [
+        Check(
+            log,
+            "vllm",
+            "weights",
+            measured["weights_gib"],
+            a.stages[0].weights_memory_bytes / GiB,
+            "GiB",
+        )
+    ]
+    if gpu_id is not None:
+        out.append(Check(log, "vllm", "KV tokens", measured["kv_cache_tokens"], a.kv_tokens, "tok"))
+        if measured.get("max_concurrency"):
+            out.append(
+                Check(
+                    log,
+                    "vllm",
+                    "max concurrency",
+                    measured["max_concurrency"],
+                    a.max_concurrency,
+                    "x",
+                )
+            )
+    return out
+
+
+def _by_id() -> dict[str, dict[str, Any]]:
+    return {entry["id"]: entry for entry in json.loads(LOGS.read_text())["logs"]}
+
+
+def checks() -> list[Check]:
+    logs = _by_id()
+
+    def m(prefix: str) -> tuple[str, dict[str, Any]]:
+        keys = [k for k in logs if k.startswith(prefix)]
+        key = min(keys, key=len)  # the exact id when one id prefixes another
+        return key, logs[key]["measured"]
+
+    out: list[Check] = []
+    # llama.cpp buffers printed by Ollama's runner (Llama 3.1 70B, Llama 3.2 1B) and llama-server
+    k, x = m("ollama-ticketllm-llama31-70b-q4km-l40s")
+    out += _llama(k, "llama-3.1-70b", "Q4_K_M", 8192, True, 1, x)
+    k, x = m("ollama-ticketllm-llama31-70b-q4km-l40s-c")
+    out += _llama(k, "llama-3.1-70b", "Q4_K_M", 4096, True, 1, x)
+    k, x = m("ollama-ticketllm-llama31-70b-q4km-2xquad")
+    out += _llama(k, "llama-3.1-70b", "Q4_K_M", 4096, True, 2, x)
+    k, x = m("ollama-podcast-llama31-70b-q4_0-2xh100mi")
+    out += _llama(k, "llama-3.1-70b", "Q4_0", 4096, False, 2, x)
+    k, x = m("ollama-cs6501-llama32-1b-q8-t4")
+    out += _llama(k, "meta-llama/Llama-3.2-1B-Instruct", "Q8_0", 4096, True, 1, x)
+    k, x = m("llamacpp-aigis-b8179-qwen25-3b-q4km")
+    # the KV split (68 + 4 MiB of 72) shows 34 of 36 layers on the GPU: -ngl 35
+    out += _llama(
+        k, "qwen2.5-3b", "Q4_K_M", 2048, True, 1, x, ngl=35, n_parallel=4, engine="llama_cpp"
+    )
+    # vLLM: "Model loading took", "GPU KV cache size", "Maximum concurrency"
+    for key, entry in logs.items():
+        if not key.startswith("vllm-dennislee-qwen2-7b"):
+            continue
+        st = entry["settings"]
+        out += _vllm(
+            key,
+            {
+                "engine_version": "0.10.1",
+                # Qwen2-7B-Instruct has Qwen2.5-7B's shapes (28 layers, 3584 wide, 4 KV heads,
+                # vocabulary 152,064)
+                "model": {"source": "preset", "id": "qwen2.5-7b"},
+                "max_model_len": st["max_model_len"],
+                "gpu_memory_utilization": st["gpu_memory_utilization"],
+                "parallelism": {"tensor": st.get("tensor_parallel", 1)},
+            },
+            entry["gpu_id"],
+            entry["measured"],
+        )
+    k, x = m("vllm-demoenvl4-llama31-8b-32k-l4")
+    out += _vllm(
+        k,
+        {
+            "engine_version": "0.11.0",
+            "model": {"source": "preset", "id": "llama-3.1-8b"},
+            "max_model_len": 32000,
+            "gpu_memory_utilization": 0.92,
+            "max_num_seqs": 128,
+        },
+        "l4-24gb",
+        x,
+    )
+    k, x = m("vllm-duotalk-qwen25-14b-awq-a5000")
+    out += _vllm(
+        k,
+        {
+            "engine_version": "0.13.0",
+            "model": {"source": "preset", "id": "qwen2.5-14b"},
+            "max_model_len": 8192,
+            "dtype": "float16",
+            "quantization": {"method": "awq"},
+        },
+        "rtx-a5000-24gb",
+        x,
+    )
+    for prefix, version, preset in (
+        ("vllm-energyllm-llama31-8b-4k", "0.11.0", "llama-3.1-8b"),
+        ("vllm-memsuit-llama31-8b-32k", "0.17.0", "llama-3.1-8b"),
+        ("vllm-arno-qwen25-7b-fp16-rocm", "0.17.0", "qwen2.5-7b"),
+        ("vllm-vediosifter-qwen3-30b-a3b", "0.12.0", "qwen3-30b-a3b"),
+    ):
+        k, x = m(prefix)
+        out += _vllm(
+            k,
+            {
+                "engine_version": version,
+                "model": {"source": "preset", "id": preset},
+                "max_model_len": 4096,
+            },
+            None,
+            x,
+        )
+    return out
+
+
+def summary(rows: list[Check]) -> list[tuple[str, str, int, float, float, int]]:
+    """(engine, quantity, n, median |error|, max |error|, predictions below the measurement)."""
+    out = []
+    for engine, quantity in sorted({(r.engine, r.quantity) for r in rows}):
+        errs = [r.error for r in rows if (r.engine, r.quantity) == (engine, quantity)]
+        out.append(
+            (
+                engine,
+                quantity,
+                len(errs),
+                statistics.median(abs(e) for e in errs),
+                max(abs(e) for e in errs),
+                sum(1 for e in errs if e < -1e-4),
+            )
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    rows = checks()
+    args = sys.argv[1:] if argv is None else argv
+    if "--rows" in args:
+        for r in rows:
+            print(
+                f"{r.log[:44]:<46}{r.quantity:<20}{r.measured:>12.2f}"
+                f"{r.predicted:>12.2f} {r.unit:<7}{r.error:>+8.1%}"
+            )
+    print(f"{'engine':<10}{'quantity':<20}{'n':>4}{'median':>9}{'max':>9}{'below':>7}")
+    for engine, quantity, n, med, mx, below in summary(rows):
+        print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

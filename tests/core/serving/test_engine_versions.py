@@ -1,0 +1,231 @@
+"""vLLM per minor release (0.10 - 0.34) and SGLang per release: the rules each release's source
+gives (research/vllm_versions.md, research/sglang_accounting.md), checked as differences
+between releases that hold everything else equal, and SGLang's pool by hand."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+import pytest
+
+from vrambudget.core.catalog import gpu
+from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.estimate import estimate
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.result import SGLangDetails, VLLMDetails
+from vrambudget.core.serving.calibration import vllm_releases
+from vrambudget.core.serving.releases import engine_release
+from vrambudget.core.serving.sglang import (
+    _prefill_graph_sizes,
+    mem_fraction_default,
+    sglang_release,
+)
+from vrambudget.core.serving.vllm import account
+from vrambudget.core.spec import BudgetRequest, LLMServingWorkload
+from vrambudget.core.units import GiB
+
+LLAMA = {"source": "preset", "id": "llama-3.1-8b"}
+H100 = gpu("h100-sxm5-80gb")
+
+
+def _w(**kw: object) -> LLMServingWorkload:
+    return msgspec.convert({"kind": "llm_serving", "model": LLAMA, **kw}, LLMServingWorkload)
+
+
+def _acct(g=H100, **kw: object):
+    w = _w(**kw)
+    return account(w, resolve_model(w.model), g.memory_total_bytes, g.name)
+
+
+def test_every_minor_release_from_0_10_is_modelled():
+    minors = [r.version for r in vllm_releases()]
+    assert minors == [f"0.{m}.0" for m in range(10, 35)]
+    assert engine_release("vllm", None).modelled == "0.34.0"
+    r = engine_release("vllm", "0.11.2")
+    assert r.modelled == "0.11.0" and r.note and "0.11.0" in r.note
+    assert (
+        engine_release("vllm", "0.27").modelled == "0.27.0"
+        and engine_release("vllm", "0.27").note is None
+    )
+    for bad, words in (
+        ("0.9.2", "older than modelled"),
+        ("0.35.0", "newer than modelled"),
+        ("b5000", "version like"),
+    ):
+        with pytest.raises(InvalidWorkload, match=words):
+            engine_release("vllm", bad)
+
+
+def test_0_20_utilization_default_and_graph_estimate_in_the_budget():
+    """0.20: gpu_memory_utilization 0.9 -> 0.92 and the CUDA-graph estimate subtracted
+    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1)."""
+    a19 = _acct(engine_version="0.19.0", max_model_len=8192)
+    a20 = _acct(engine_version="0.20.0", max_model_len=8192)
+    s19, s20 = a19.stages[0], a20.stages[0]
+    total = H100.memory_total_bytes
+    assert s19.requested_bytes == math.ceil(total * 0.9)
+    assert s20.requested_bytes == math.ceil(total * 0.92)
+    assert s20.cuda_graph_bytes > 0
+    assert (
+        s20.available_bytes
+        == s19.available_bytes + (s20.requested_bytes - s19.requested_bytes) - s20.cuda_graph_bytes
+    )
+    # the same utilization named explicitly: only the graphs differ
+    e19 = _acct(engine_version="0.19.0", max_model_len=8192, gpu_memory_utilization=0.9)
+    e20 = _acct(engine_version="0.20.0", max_model_len=8192, gpu_memory_utilization=0.9)
+    assert (
+        e19.stages[0].available_bytes - e20.stages[0].available_bytes
+        == e20.stages[0].cuda_graph_bytes
+    )
+
+
+def test_0_10_counts_nccl_in_the_budget():
+    """0.10 took its init snapshot before NCCL's initialisation: at TP 2 the communicators
+    count against the KV budget; 0.11 took it after."""
+    a10 = _acct(engine_version="0.10.0", max_model_len=8192, parallelism={"tensor": 2})
+    a11 = _acct(engine_version="0.11.0", max_model_len=8192, parallelism={"tensor": 2})
+    s10, s11 = a10.stages[0], a11.stages[0]
+    assert s10.nccl_init_bytes > 0
+    assert s11.available_bytes - s10.available_bytes == s10.nccl_init_bytes
+
+
+def test_requested_memory_rounding_before_0_14():
+    total = H100.memory_total_bytes
+    a13 = _acct(engine_version="0.13.0", max_model_len=8192, gpu_memory_utilization=0.93)
+    a14 = _acct(engine_version="0.14.0", max_model_len=8192, gpu_memory_utilization=0.93)
+    assert a13.stages[0].requested_bytes == total * 930_000 // 1_000_000
+    assert a14.stages[0].requested_bytes == -(-total * 930_000 // 1_000_000)
+
+
+def test_0_28_xlarge_batch_tier_on_a_b200():
+    b200 = gpu("b200-180gb")
+    r27 = _acct(b200, engine_version="0.27.0", max_model_len=8192).resolved
+    r28 = _acct(b200, engine_version="0.28.0", max_model_len=8192).resolved
+    assert r27.max_num_batched_tokens == 8192
+    assert r28.max_num_batched_tokens == 16384 and r28.max_num_seqs == 1024
+
+
+def test_0_34_block_64_and_the_extensible_cache():
+    a = _acct(engine_version="0.34.0", max_model_len=8192)
+    s = a.stages[0]
+    assert a.resolved.block_size == 64
+    total = H100.memory_total_bytes
+    non_kv = (
+        s.weights_bytes
+        + s.metadata_bytes
+        + s.load_rounding_bytes
+        + s.load_workspace_bytes
+        + s.non_torch_bytes
+        + s.cuda_context_bytes
+        + s.nccl_init_bytes
+    )
+    graphs = s.cuda_graph_bytes
+    margin = max(1 << 30, s.activation_bytes * 3 // 4)
+    assert s.requested_bytes == total  # utilization 1.0 by default
+    # free after warm-up and capture, less the margin, less the transient peak
+    assert s.available_bytes == total - non_kv - graphs - margin - s.activation_bytes
+    # an explicit utilization turns the profiling budget back on
+    b = _acct(engine_version="0.34.0", max_model_len=8192, gpu_memory_utilization=0.9)
+    assert b.stages[0].requested_bytes == math.ceil(total * 0.9)
+
+
+def test_kv_cache_memory_sets_the_pool():
+    a = _acct(engine_version="0.19.0", max_model_len=8192, kv_cache_memory_bytes=8 * GiB)
+    assert a.stages[0].available_bytes == 8 * GiB
+    # Llama 3.1 8B page: 16 tokens x 8 heads x 128 x 2 (K, V) x 2 B = 65,536 per layer
+    assert a.num_blocks == 8 * GiB // (65_536 * 32)
+    with pytest.raises(InvalidWorkload, match="kv-cache-memory"):
+        _acct(engine_version="0.10.0", max_model_len=8192, kv_cache_memory_bytes=GiB)
+
+
+def test_budget_answer_carries_the_release_and_the_launch():
+    req = msgspec.convert(
+        {
+            "workloads": [
+                {
+                    "kind": "llm_serving",
+                    "model": LLAMA,
+                    "engine_version": "0.12.1",
+                    "max_model_len": 8192,
+                }
+            ],
+            "device": {"source": "catalog", "id": "h100-sxm5-80gb"},
+        },
+        BudgetRequest,
+    )
+    b = estimate(req.workloads, req.device, None, None, req.software)
+    s = b.serving
+    assert s is not None and s.engine_version == "0.12.1" and s.modelled_version == "0.12.0"
+    assert s.version_note and isinstance(s.details, VLLMDetails)
+    assert s.details.cudagraph_memory == "outside"
+    assert "--max-model-len 8192" in s.launch and "--gpu-memory-utilization 0.9" in s.launch
+
+
+# ------------------------------------------------------------------------------------ SGLang --
+
+
+def test_sglang_fraction_rules_by_release():
+    r40, r46, r520 = sglang_release("0.4.0"), sglang_release("0.4.6"), sglang_release("0.5.20")
+    assert mem_fraction_default(r40, 81_559, 1, 8192, 160, False, True) == 0.88
+    assert mem_fraction_default(r40, 81_559, 2, 8192, 160, False, True) == 0.87
+    # 0.4.6: cards over 80 GiB keep 13 GiB out
+    assert mem_fraction_default(r46, 143_771, 1, 8192, 160, False, True) == pytest.approx(
+        (143_771 - 13 * 1024) / 143_771
+    )
+    # 0.5.20 on an 80 GB card: 512 + 1.5 x 8192 + 2 x 256 + 1/8 GiB + 8 MiB x 42 prefill graphs
+    assert _prefill_graph_sizes() == 42
+    reserved = 512 + 8192 * 1.5 + 256 * 2 + 1 / 8 * 1024 + 42 * 8
+    assert mem_fraction_default(r520, 81_559, 1, 8192, 256, False, True) == round(
+        (81_559 - reserved) / 81_559, 3
+    )
+
+
+def _sglang(**kw: object):
+    req = msgspec.convert(
+        {
+            "workloads": [{"kind": "llm_serving", "engine": "sglang", "model": LLAMA, **kw}],
+            "device": {"source": "catalog", "id": "h100-sxm5-80gb"},
+        },
+        BudgetRequest,
+    )
+    return estimate(req.workloads, req.device, None, None, req.software)
+
+
+def test_sglang_pool_by_hand():
+    b = _sglang(max_model_len=8192, engine_version="0.5.23", sglang={"mem_fraction_static": 0.85})
+    s = b.serving
+    assert s is not None and isinstance(s.details, SGLangDetails)
+    assert s.modelled_version == "0.5.20" and s.version_note
+    d = s.details
+    lines = {ln.component.value: ln.bytes for ln in b.devices[0].lines}
+    total = H100.memory_total_bytes
+    free = total - lines["cuda_context"]
+    weights = d.weights_bytes
+    rest_gib = (free - weights) / GiB - free / GiB * (1 - 0.85)
+    cell = 32 * 8 * 128 * 2 * 2  # layers x kv heads x (head_dim + v_head_dim) x bf16
+    tokens = int(rest_gib * (1 << 30) // cell)
+    assert s.kv_cache_bytes_per_token == cell
+    assert d.max_total_num_tokens == s.kv_cache_tokens == tokens
+    assert lines["kv_cache"] == (tokens + 1) * cell  # one padding page of size 1
+    assert d.max_running_requests == min(max(int(tokens / 8192 * 512), 2048), 4096, tokens // 2)
+    assert "--mem-fraction-static 0.850" in s.launch
+
+
+def test_sglang_refuses_when_the_weights_exceed_the_fraction():
+    b = _sglang(
+        model={"source": "preset", "id": "llama-3.1-70b"},
+        max_model_len=8192,
+        parallelism={"tensor": 2},
+        sglang={"mem_fraction_static": 0.5},
+    )
+    s = b.serving
+    assert s is not None and not s.would_start and "mem-fraction-static" in (s.reason or "")
+    assert any("mem_fraction_static" in r or "tensor parallel" in r for r in s.remedies)
+
+
+def test_sglang_settings_only_for_sglang():
+    with pytest.raises(msgspec.ValidationError, match="sglang settings apply only"):
+        _w(sglang={"mem_fraction_static": 0.8})
+    with pytest.raises(msgspec.ValidationError, match=r"sglang\.mem_fraction_static"):
+        _w(engine="sglang", gpu_memory_utilization=0.8)

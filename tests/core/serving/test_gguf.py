@@ -1,0 +1,342 @@
+"""llama.cpp / Ollama deployments of GGUF models: the ggml type table, the quantization recipe,
+layer placement, KV and compute buffers (exact numbers computed by hand below), the release
+rules, and the answers through the service's entry points."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.estimate import estimate
+from vrambudget.core.fit import fit
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.result import GGUFDetails
+from vrambudget.core.serving.gguf.llamacpp import (
+    LlamaSettings,
+    compute_buffer,
+    kv_cells,
+    kv_layer_bytes,
+    layer_devices,
+    llama_account,
+)
+from vrambudget.core.serving.gguf.ollama_estimate import ollama_estimate
+from vrambudget.core.serving.gguf.recipe import file_type_default
+from vrambudget.core.serving.gguf.tensors import gguf_tensors
+from vrambudget.core.serving.gguf.types import BLOCKS, row_bytes
+from vrambudget.core.serving.releases import engine_release
+from vrambudget.core.spec import BudgetRequest, FitRequest, PresetModel
+
+MiB = 1 << 20
+LLAMA8B = PresetModel(id="llama-3.1-8b")
+
+
+def _settings(**kw: object) -> LlamaSettings:
+    base: dict[str, object] = dict(
+        n_ctx=8192,
+        n_ctx_seq=8192,
+        n_parallel=1,
+        kv_unified=False,
+        n_gpu_layers=33,
+        flash_attn=True,
+        n_ubatch=512,
+        n_batch=2048,
+        type_k="f16",
+        type_v="f16",
+        devices=1,
+        splits=(1.0,),
+        kv_offload=True,
+    )
+    base.update(kw)
+    return LlamaSettings(**base)  # type: ignore[arg-type]
+
+
+def test_type_table_matches_the_gguf_package():
+    gguf = pytest.importorskip("gguf")
+    theirs = {t.name: v for t, v in gguf.GGML_QUANT_SIZES.items()}
+    for name, blocks in BLOCKS.items():
+        if name == "Q8_1":
+            # never stored in files; gguf 0.19.0 says 40 bytes, ggml's block_q8_1 is 36
+            # (ggml/src/ggml-common.h static_assert)
+            assert blocks == (32, 36)
+            continue
+        assert theirs[name] == blocks, name
+
+
+def test_row_bytes_refuse_partial_blocks():
+    assert row_bytes("Q4_K", 4096) == 16 * 144
+    assert row_bytes("Q8_0", 4096) == 128 * 34
+    with pytest.raises(ValueError):
+        row_bytes("Q4_K", 4000)
+
+
+def _use_more_bits(i: int, n: int) -> bool:
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def test_llama_8b_q4_k_m_by_hand():
+    """Q4_K_M: Q4_K everywhere, Q6_K for the output head and for attn_v / ffn_down of the
+    layers use_more_bits picks (16 of 32), F32 norms; the token embeddings stay Q4_K."""
+    arch = resolve_model(LLAMA8B)
+    tensors = {t.name: t for t in gguf_tensors(arch, "Q4_K_M")}
+    more = [i for i in range(32) if _use_more_bits(i, 32)]
+    assert len(more) == 16
+    for i in range(32):
+        want = "Q6_K" if i in more else "Q4_K"
+        assert tensors[f"blk.{i}.attn_v.weight"].type == want
+        assert tensors[f"blk.{i}.ffn_down.weight"].type == want
+        assert tensors[f"blk.{i}.attn_q.weight"].type == "Q4_K"
+    assert tensors["output.weight"].type == "Q6_K"
+    assert tensors["token_embd.weight"].type == "Q4_K"
+    # bytes: a Q4_K block is 256 elements in 144 B, Q6_K 256 in 210 B
+    q4 = lambda n: n // 256 * 144  # noqa: E731
+    q6 = lambda n: n // 256 * 210  # noqa: E731
+    embd = q4(128256 * 4096)
+    head = q6(128256 * 4096)
+    norms = 32 * 2 * 4096 * 4 + 4096 * 4
+    layer = q4(4096 * 4096) * 2 + q4(1024 * 4096) + q4(14336 * 4096) * 2
+    v_down = {True: q6(1024 * 4096) + q6(4096 * 14336), False: q4(1024 * 4096) + q4(4096 * 14336)}
+    total = embd + head + norms + sum(layer + v_down[i in more] for i in range(32))
+    assert sum(t.nbytes for t in tensors.values()) == total == 4_912_898_048
+    assert embd == 295_501_824  # llama.cpp's CPU_Mapped 281.81 MiB (the input layer)
+
+
+def test_file_type_defaults_and_fallback():
+    assert file_type_default("IQ2_M") == "IQ2_S"
+    assert file_type_default("Q3_K_L") == "Q3_K"
+    # Qwen2.5-0.5B's 896-wide rows are not whole 256-element K-quant blocks: its attention
+    # projections fall back from Q4_K to Q5_0; ffn_down's 4864-wide rows (19 blocks) keep Q4_K
+    qwen = {
+        t.name: t.type
+        for t in gguf_tensors(resolve_model(PresetModel(id="qwen2.5-0.5b")), "Q4_K_M")
+    }
+    assert qwen["blk.1.attn_q.weight"] == "Q5_0"
+    assert qwen["blk.4.ffn_down.weight"] == "Q4_K"  # layer 4 of 24: not use_more_bits
+
+
+def test_tied_embeddings_take_the_output_rule():
+    gemma = resolve_model(PresetModel(id="gemma-2-9b"))
+    embd = next(t for t in gguf_tensors(gemma, "Q4_K_M") if t.name == "token_embd.weight")
+    assert embd.type == "Q6_K"
+
+
+def test_layer_placement_output_first():
+    """i_gpu_start = n_layer + 1 - ngl: the output layer is offloaded first, then the last
+    repeating layers (src/llama-model.cpp:1589-1612)."""
+    assert layer_devices(32, 1, (1.0,)) == (-1,) * 32 + (0,)
+    assert layer_devices(32, 33, (1.0,)) == (0,) * 33
+    assert layer_devices(32, 0, (1.0,)) == (-1,) * 33
+    # two equal GPUs, everything offloaded: 33 layer indices at x = i / 33; x < 0.5 -> GPU 0
+    two = layer_devices(32, 33, (1.0, 1.0))
+    assert two.count(0) == 17 and two.count(1) == 16 and two[-1] == 1
+    # 3:1 split
+    assert layer_devices(32, 33, (3.0, 1.0)).count(0) == 25
+
+
+def test_kv_buffer_by_hand():
+    arch = resolve_model(LLAMA8B)
+    s = _settings()
+    cells = kv_cells(arch, s)
+    # 8192 cells x 32 layers x (1024 K + 1024 V) x 2 B
+    assert sum(kv_layer_bytes(arch, s, c) for c in cells) == 8192 * 32 * 2048 * 2 == 1 << 30
+    q8 = _settings(type_k="q8_0", type_v="q8_0")
+    assert sum(kv_layer_bytes(arch, q8, c) for c in cells) == 8192 * 32 * 2 * (1024 // 32 * 34)
+    # sliding-window layers: min(n_ctx, window x 1 + n_ubatch) padded to 256
+    gemma = resolve_model(PresetModel(id="gemma-2-9b"))
+    g_cells = kv_cells(gemma, _settings(n_ctx=8192))
+    assert set(g_cells) == {8192, 4096 + 512}
+
+
+def test_compute_buffer_by_hand():
+    arch = resolve_model(LLAMA8B)
+    s = _settings()
+    cells = kv_cells(arch, s)
+    every = tuple(range(32))
+    # the CPU backend (fitted on 345 real loads): with flash attention the logits dominate
+    assert compute_buffer(arch, s, every, True, cells, gpu=False) == 512 * (
+        4 * 128256 + 8 * 4096 + 4
+    )
+    # without flash attention the scores of 32 heads over 8192 cells dominate
+    off = _settings(flash_attn=False)
+    per = 8192 * (4 * 32 + 4) + 20 * 4096 + 8 * 1024 + 20
+    assert compute_buffer(arch, off, every, True, cells, gpu=False) == 512 * per
+    # a GPU keeps more alive: logits 4 V + 24 E on the output GPU,
+    # 12 n_ff + 36 E + 2 n_kv for layers with flash attention, 4 H n_kv + 12 n_ff + 2 E without
+    assert compute_buffer(arch, s, every, True, cells) == 512 * (4 * 128256 + 24 * 4096)
+    assert compute_buffer(arch, s, (0, 1), False, cells) == 512 * (
+        12 * 14336 + 36 * 4096 + 2 * 8192
+    )
+    assert compute_buffer(arch, off, (0, 1), False, cells) == 512 * (
+        4 * 32 * 8192 + 12 * 14336 + 2 * 4096
+    )
+
+
+def test_account_splits_weights_and_keeps_embeddings_on_the_host():
+    arch = resolve_model(LLAMA8B)
+    a = llama_account(arch, "Q4_K_M", _settings())
+    (d,) = a.devices
+    assert a.host_weights_bytes == 295_501_824
+    assert d.weights_bytes == 4_912_898_048 - 295_501_824
+    assert d.kv_bytes == 1 << 30 and a.host_kv_bytes == 0
+    partial = llama_account(arch, "Q4_K_M", _settings(n_gpu_layers=17))
+    # the output layer and the last 16 repeating layers on the GPU
+    assert partial.devices[0].layers == tuple(range(16, 32)) and partial.devices[0].output
+    assert partial.host_kv_bytes == 16 * 8192 * 2048 * 2
+
+
+def test_ollama_graph_and_kv_by_hand():
+    """llm/memory.go + GraphSize (v0.12.10) for Llama 3.1 8B at num_ctx 4096, one slot, f16."""
+    arch = resolve_model(LLAMA8B)
+    layers = tuple([200_000_000] * 32)
+    est = ollama_estimate(arch, layers, 400_000_000, (80 << 30,), 4096, 1, 512, "f16", False)
+    assert est.kv == 32 * 4096 * (128 + 128) * 8 * 2
+    batch = 512
+    full = max(4 * batch * (1 + 4 * 4096 + 4096 * 33), 4 * batch * (4096 + 128256))
+    assert est.graph_full == full == 310_380_544
+    assert est.layers == 33
+    # 457 MiB minimum + one layer's buffer + 32 layers + output + the full graph
+    per_layer = 200_000_000 + 4096 * 256 * 8 * 2
+    assert est.required_partial == 457 * MiB + per_layer * 33 + 400_000_000 + full
+
+
+def test_release_mapping_and_refusals():
+    r = engine_release("llama_cpp", "b7000")
+    assert r.modelled == "b6327" and r.note and "b6327" in r.note
+    assert engine_release("llama_cpp", "b9999").modelled == "b7815"
+    assert engine_release("ollama", "0.13.5").modelled == "0.12.11"
+    with pytest.raises(InvalidWorkload, match="older than modelled"):
+        engine_release("llama_cpp", "b3000")
+    with pytest.raises(InvalidWorkload, match="build number"):
+        engine_release("llama_cpp", "0.3.1")
+    with pytest.raises(InvalidWorkload, match="older than modelled"):
+        engine_release("ollama", "0.5.1")
+
+
+def _budget(workload: dict, gpu: str = "rtx-4090-24gb"):
+    body = {"workloads": [workload], "device": {"source": "catalog", "id": gpu}}
+    req = msgspec.convert(body, BudgetRequest)
+    return estimate(req.workloads, req.device, None, None, req.software)
+
+
+def test_llama_cpp_budget_lines_are_the_buffers():
+    b = _budget(
+        {
+            "kind": "llm_serving",
+            "engine": "llama_cpp",
+            "engine_version": "b6500",
+            "model": {"source": "preset", "id": "llama-3.1-8b"},
+            "gguf": {"n_ctx": 8192},
+        }
+    )
+    s = b.serving
+    assert s is not None and s.would_start and s.modelled_version == "b6327"
+    assert isinstance(s.details, GGUFDetails)
+    lines = {ln.component.value: ln.bytes for ln in b.devices[0].lines}
+    assert lines["weights"] == 4_912_898_048 - 295_501_824
+    assert lines["kv_cache"] == s.kv_cache_pool_bytes == 1 << 30
+    assert lines["activations"] == 512 * (4 * 128256 + 24 * 4096)
+    assert b.devices[0].total_bytes == b.device.memory_total_bytes  # type: ignore[union-attr]
+    assert "-c 8192" in s.launch and "-ngl 33" in s.launch and "--fit" not in s.launch
+    assert b.disk.total_bytes == 4_912_898_048
+
+
+def test_fit_era_reduces_context_and_says_so():
+    """llama.cpp with --fit (b7815 on): -c unset means the trained context (131072 for Llama
+    3.1 8B, 16 GiB of f16 KV); on a 16 GB card the context is reduced until 1 GiB stays free."""
+    b = _budget(
+        {
+            "kind": "llm_serving",
+            "engine": "llama_cpp",
+            "model": {"source": "preset", "id": "llama-3.1-8b"},
+        },
+        "rtx-4080-16gb",
+    )
+    s = b.serving
+    assert s is not None and s.would_start
+    d = s.details
+    assert isinstance(d, GGUFDetails)
+    assert d.fitted and "context reduced from 131072" in d.fitted
+    used = sum(ln.bytes for ln in b.devices[0].lines if ln.component.value != "headroom")
+    assert b.device.memory_total_bytes - used >= 1 << 30  # type: ignore[union-attr]
+    assert 4096 <= d.n_ctx < 131072
+
+
+def test_ollama_too_big_for_one_gpu_offloads_layers():
+    b = _budget(
+        {
+            "kind": "llm_serving",
+            "engine": "ollama",
+            "engine_version": "0.10.0",
+            "model": {"source": "preset", "id": "llama-3.1-70b"},
+        }
+    )
+    s = b.serving
+    d = s.details  # type: ignore[union-attr]
+    assert d.ollama_estimate is not None and d.ollama_estimate.layers_offload < 81
+    assert d.n_gpu_layers == d.ollama_estimate.layers_offload
+    assert any("run on the CPU" in w for w in b.warnings)
+
+
+def test_bad_gguf_settings_are_field_errors():
+    with pytest.raises(msgspec.ValidationError, match=r"gguf\.n_ctx"):
+        msgspec.convert(
+            {
+                "workloads": [
+                    {
+                        "kind": "llm_serving",
+                        "engine": "llama_cpp",
+                        "max_model_len": 4096,
+                        "model": {"source": "preset", "id": "llama-3.1-8b"},
+                    }
+                ],
+                "device": {"source": "catalog", "id": "rtx-4090-24gb"},
+            },
+            BudgetRequest,
+        )
+    with pytest.raises(msgspec.ValidationError, match="needs flash attention"):
+        msgspec.convert({"cache_type_v": "q4_0", "flash_attn": "off"}, type=_gguf_type())
+    with pytest.raises(InvalidWorkload, match="tensor_split"):
+        _budget(
+            {
+                "kind": "llm_serving",
+                "engine": "llama_cpp",
+                "model": {"source": "preset", "id": "llama-3.1-8b"},
+                "gguf": {"devices": 2, "tensor_split": [1, 1, 1]},
+            }
+        )
+
+
+def _gguf_type():
+    from vrambudget.core.spec import GGUFOptions
+
+    return GGUFOptions
+
+
+def test_fit_answers_the_inverse_questions():
+    body = {
+        "workloads": [
+            {
+                "kind": "llm_serving",
+                "engine": "llama_cpp",
+                "engine_version": "b6500",
+                "model": {"source": "preset", "id": "llama-3.1-70b"},
+                "gguf": {"n_ctx": 8192},
+            }
+        ],
+        "devices": [{"source": "catalog", "id": "rtx-4090-24gb"}],
+        "device_counts": [1, 2],
+    }
+    r = fit(msgspec.convert(body, FitRequest))
+    one, two = r.gpus[0].layouts
+    assert not one.fits and two.fits
+    assert 0 < (one.maxima.n_gpu_layers or 0) < 81
+    assert two.maxima.file_type is not None and one.maxima.file_type in (None, "IQ2_M", "Q2_K")
+    # the largest context on two cards starts, one cell more does not
+    assert two.maxima.context_tokens and two.maxima.context_tokens >= 8192
+    assert r.gpus[0].min_device_count == 2
+    # each maximum is where the engine's own check flips
+    w = body["workloads"][0]
+    ngl = one.maxima.n_gpu_layers
+    ok = _budget({**w, "gguf": {"n_ctx": 8192, "n_gpu_layers": ngl}})
+    bad = _budget({**w, "gguf": {"n_ctx": 8192, "n_gpu_layers": ngl + 1}})
+    assert ok.serving.would_start and not bad.serving.would_start  # type: ignore[union-attr]

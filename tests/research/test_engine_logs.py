@@ -1,0 +1,57 @@
+"""The serving answers against published engine startup logs (research/engine_logs.py): what is
+exact stays exact, and the errors that remain are pinned so they can only shrink."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from research.engine_logs import checks
+
+ROWS = checks()
+
+
+def _errors(engine: str, quantity: str) -> list[float]:
+    return [r.error for r in ROWS if (r.engine, r.quantity) == (engine, quantity)]
+
+
+@pytest.mark.parametrize("quantity", ["model buffer", "model buffer (CPU)", "KV buffer"])
+def test_gguf_buffers_are_exact_to_the_printed_mib(quantity):
+    rows = [r for r in ROWS if r.engine in ("ollama", "llama_cpp") and r.quantity == quantity]
+    assert len(rows) >= 6
+    for r in rows:
+        # llama.cpp prints MiB to two decimals
+        assert abs(r.predicted - r.measured) <= 0.0051, r
+
+
+def test_gguf_compute_buffers_never_fall_short_by_more_than_print_rounding():
+    rows = [
+        r for r in ROWS if r.engine in ("ollama", "llama_cpp") and r.quantity == "compute buffer"
+    ]
+    assert all(r.predicted - r.measured >= -0.06 for r in rows), rows
+    assert max(abs(r.error) for r in rows) <= 0.31
+
+
+def test_vllm_weights_within_target():
+    errs = _errors("vllm", "weights")
+    assert len(errs) >= 10
+    assert statistics.median(abs(e) for e in errs) <= 0.005  # target: 0.5%
+    assert max(abs(e) for e in errs) <= 0.0075  # ratchet: 0.68% (a ROCm run)
+
+
+def test_vllm_kv_tokens_ratchet():
+    errs = _errors("vllm", "KV tokens")
+    assert statistics.median(abs(e) for e in errs) <= 0.059
+    assert max(abs(e) for e in errs) <= 0.25
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="vLLM 0.10 tensor-parallel runs on A100 hold 9-25% more KV than the TP overhead "
+    "calibrated on H100 0.19.0 launches leaves (docs/ACCURACY.md)",
+)
+def test_vllm_kv_tokens_targets():
+    errs = _errors("vllm", "KV tokens")
+    assert statistics.median(abs(e) for e in errs) <= 0.03
+    assert max(abs(e) for e in errs) <= 0.10

@@ -1,0 +1,536 @@
+"""Budgets of the engines other than vLLM: SGLang (its pool accounting) and the GGUF engines
+(llama.cpp, Ollama: their buffers). Each answer has the same shape as vLLM's: device budgets,
+host RAM and disk, and one ``ServingSummary`` with the engine's own numbers in ``details``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from ..arch import Arch
+from ..components import Component
+from ..device import DeviceContext
+from ..errors import InvalidWorkload
+from ..host import host_and_disk
+from ..resolve import model_name, model_origin, resolve_model
+from ..result import (
+    Budget,
+    CalibrationUse,
+    DeployedFormat,
+    DeviceBudget,
+    Line,
+    OverheadOrigin,
+    Phase,
+    ServingSummary,
+    SGLangDetails,
+    WorkloadSummary,
+)
+from ..search import largest_true
+from ..spec import (
+    GGUFOptions,
+    InferenceWorkload,
+    LLMServingWorkload,
+    Parallelism,
+    Precision,
+    SGLangOptions,
+    Software,
+)
+from ..stack import serving_use
+from ..statics import stage_statics
+from .calibration import calibration
+from .engine_args import model_dtype, serving_format, serving_quantization
+from .gguf.budget import gguf_details, gguf_devices, gguf_host_and_disk
+from .gguf.engine import GGUFAccount, gguf_account, launch_command
+from .releases import EngineRelease, engine_release
+from .sglang import SGLangAccount, sglang_account, sglang_release
+
+__all__ = ["gguf_budget", "gguf_engine", "sglang_budget", "sglang_engine"]
+
+C = Component
+
+
+def _field(exc: InvalidWorkload, index: int) -> InvalidWorkload:
+    return InvalidWorkload(f"workloads[{index}].{exc.field}", exc.message)
+
+
+# ------------------------------------------------------------------------------ GGUF engines --
+
+
+def gguf_engine(
+    w: LLMServingWorkload, ctx: DeviceContext, index: int = 0
+) -> tuple[EngineRelease, GGUFAccount]:
+    try:
+        rel = engine_release(w.engine, w.engine_version)
+        arch = resolve_model(w.model)
+        if arch.kind != "decoder":
+            raise InvalidWorkload("model", "llama.cpp serves decoder language models here")
+        g = gguf_account(
+            w, arch, ctx.memory_total_bytes, ctx.overheads.cuda_context_bytes, rel.modelled
+        )
+    except InvalidWorkload as exc:
+        raise _field(exc, index) from None
+    return rel, g
+
+
+def _gguf_remedies(w: LLMServingWorkload, g: GGUFAccount, ctx: DeviceContext) -> tuple[str, ...]:
+    if g.would_start:
+        return ()
+    o = w.gguf if w.gguf is not None else GGUFOptions()
+    out: list[str] = []
+    arch = resolve_model(w.model)
+
+    def starts(**changes: object) -> GGUFAccount | None:
+        w2 = msgspec.structs.replace(w, gguf=msgspec.structs.replace(o, **changes))
+        try:
+            _, g2 = gguf_engine(w2, ctx)
+        except InvalidWorkload:
+            return None
+        return g2 if g2.would_start else None
+
+    full = arch.num_layers + 1
+    ngl = largest_true(0, full, lambda n: starts(n_gpu_layers=n) is not None)
+    if ngl >= 0 and starts(n_gpu_layers=ngl) is not None:
+        out.append(f"n_gpu_layers {ngl} (the most that fit; the rest run on the CPU)")
+    n_ctx = g.settings.n_ctx
+    best = largest_true(1, max(n_ctx - 1, 1), lambda n: starts(n_ctx=n) is not None)
+    if best >= 1 and starts(n_ctx=best) is not None:
+        out.append(f"n_ctx {best} (the largest that fits with every layer as set)")
+    if o.cache_type_k == "f16":
+        fixed = starts(cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on")
+        if fixed is not None:
+            out.append("cache_type_k / cache_type_v q8_0 with flash attention")
+    for ft in _SMALLER.get(o.file_type, ()):
+        if starts(file_type=ft) is not None:
+            out.append(f"file_type {ft} (the largest quantization that fits)")
+            break
+    if not out:
+        out.append("a GPU with more memory, or more GPUs (gguf.devices)")
+    return tuple(out)
+
+
+_LADDER = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "IQ4_XS", "Q3_K_M", "IQ3_M", "Q2_K", "IQ2_M")
+_SMALLER: dict[str, tuple[str, ...]] = {
+    ft: _LADDER[_LADDER.index(ft) + 1 :] if ft in _LADDER else _LADDER[4:]
+    for ft in (
+        "F32",
+        "BF16",
+        *_LADDER,
+        "Q5_K_S",
+        "Q5_1",
+        "Q5_0",
+        "Q4_K_S",
+        "Q4_1",
+        "Q4_0",
+        "IQ4_NL",
+        "Q3_K_L",
+        "Q3_K_S",
+        "IQ3_S",
+        "IQ3_XS",
+        "IQ3_XXS",
+        "Q2_K_S",
+        "IQ2_S",
+        "IQ2_XS",
+        "IQ2_XXS",
+        "IQ1_M",
+        "IQ1_S",
+    )
+}
+
+
+def gguf_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software | None) -> Budget:
+    rel, g = gguf_engine(w, ctx)
+    arch = resolve_model(w.model)
+    devices = gguf_devices(w, g, ctx)
+    host, disk = gguf_host_and_disk(g)
+    s = g.settings
+    most = max(range(len(devices)), key=lambda i: _used(devices[i]))
+    limiting = g.account.devices[most] if g.account.devices else None
+    pool = sum(d.kv_bytes for d in g.account.devices)
+    per_token = g.account.kv_bytes_per_cell
+    per_request = g.n_ctx_requested
+    concurrency = s.n_parallel if s.n_ctx_seq >= per_request else s.n_ctx / max(per_request, 1)
+    name = model_name(w.model)
+    summary = ServingSummary(
+        engine=w.engine,
+        engine_version=rel.requested,
+        modelled_version=rel.modelled,
+        version_note=rel.note,
+        calibration=f"{g.release.summary} ({g.release.source})",
+        requested_memory_bytes=ctx.memory_total_bytes,
+        available_kv_cache_bytes=max(
+            ctx.memory_total_bytes - (g.device_used(most) - (limiting.kv_bytes if limiting else 0)),
+            0,
+        ),
+        kv_cache_pool_bytes=pool,
+        kv_cache_bytes_per_token=per_token,
+        kv_cache_tokens=s.n_ctx,
+        max_model_len=per_request,
+        max_concurrency=float(concurrency),
+        data_parallel=1,
+        max_concurrency_all_replicas=float(concurrency),
+        would_start=g.would_start,
+        reason=g.reason,
+        remedies=_gguf_remedies(w, g, ctx),
+        launch=launch_command(w, g, name),
+        details=gguf_details(w, g),
+    )
+    warnings = []
+    if g.fitted:
+        warnings.append(f"{w.engine} adjusts unset settings to fit: {g.fitted}")
+    if s.n_gpu_layers < arch.num_layers + 1:
+        warnings.append(
+            f"{arch.num_layers + 1 - s.n_gpu_layers} of {arch.num_layers + 1} layers run on the "
+            "CPU from host memory: generation is limited by host memory bandwidth"
+        )
+    if (s.type_k != "f16" or s.type_v != "f16") and s.flash_attn:
+        warnings.append(
+            "quantized KV cache: the compute buffer adds llama.cpp's f16 copies of K and V "
+            "(measured up to 23% above the plain formula on the CPU backend)"
+        )
+    o = w.gguf if w.gguf is not None else GGUFOptions()
+    return Budget(
+        workloads=(
+            WorkloadSummary(
+                name=w.name or name,
+                kind="llm_serving",
+                model_type=arch.model_type,
+                num_params=arch.num_params,
+                num_layers=arch.num_layers,
+                devices_per_instance=s.devices,
+                instances=1,
+                format=DeployedFormat(
+                    weights=o.file_type,
+                    compute="f32",
+                    quantization=f"GGUF {o.file_type} (llama-quantize recipe)",
+                    weights_from="request",
+                    quantization_from="request",
+                    stored_bytes="computed",
+                ),
+                model=model_origin(w.model),
+            ),
+        ),
+        device=ctx.summary(),
+        devices=devices,
+        most_loaded=most,
+        total_bytes=devices[most].total_bytes,
+        host_ram=host,
+        disk=disk,
+        warnings=tuple(warnings),
+        serving=summary,
+        calibration=_calibration_use(devices[most]),
+        stack=serving_use(w.engine, rel.modelled, software),
+    )
+
+
+def _used(d: DeviceBudget) -> int:
+    return sum(ln.bytes for ln in d.lines if ln.component is not C.HEADROOM)
+
+
+def _calibration_use(device: DeviceBudget) -> CalibrationUse:
+    sources = {ln.component: ln.source for ln in device.lines}
+    return CalibrationUse(
+        profile=None,
+        matched_on=(),
+        overheads=tuple(
+            OverheadOrigin(component=c, origin="builtin", profile=None, source=sources[c])
+            for c in (
+                C.CUDA_CONTEXT,
+                C.RUNTIME_WORKSPACE,
+                C.COMMUNICATION_BUFFERS,
+                C.ALLOCATOR_OVERHEAD,
+            )
+        ),
+    )
+
+
+# ------------------------------------------------------------------------------------ SGLang --
+
+
+@dataclass(frozen=True, slots=True)
+class _SGLangRun:
+    release: EngineRelease
+    account: SGLangAccount
+    tp: int
+    dtype: str
+    kv_bytes: int
+    context_len: int
+    baseline: int
+
+
+def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> _SGLangRun:
+    try:
+        rel = engine_release("sglang", w.engine_version)
+        r = sglang_release(rel.modelled)
+        arch = resolve_model(w.model)
+        if w.parallelism.pipeline != 1 or w.parallelism.data != 1:
+            raise InvalidWorkload(
+                "parallelism",
+                "SGLang is modelled with tensor parallelism only (pipeline 1, data 1)",
+            )
+        tp = w.parallelism.tensor
+        if arch.num_heads % tp:
+            raise InvalidWorkload(
+                "parallelism.tensor",
+                f"must divide the model's {arch.num_heads} attention heads",
+            )
+        dtype = model_dtype(w)
+        kv_bytes = 1 if w.kv_cache_dtype.startswith("fp8") else (4 if dtype == "fp32" else 2)
+        weights = _weights_per_rank(w, arch, dtype, tp)
+        context_len = w.max_model_len or arch.max_positions
+        o = w.sglang if w.sglang is not None else SGLangOptions()
+        cal = calibration(calibration_version())
+        baseline = int(cal.c("cuda_context_bytes")) + (
+            int(cal.c("nccl_init_bytes")) if tp > 1 else 0
+        )
+        a = sglang_account(
+            arch,
+            r,
+            ctx.memory_total_bytes,
+            baseline,
+            weights,
+            tp,
+            kv_bytes,
+            context_len,
+            o.mem_fraction_static,
+            o.chunked_prefill_size,
+            o.cuda_graph_max_bs,
+            o.disable_cuda_graph,
+            o.max_running_requests,
+            o.max_total_tokens,
+            o.page_size,
+        )
+    except InvalidWorkload as exc:
+        raise _field(exc, index) from None
+    return _SGLangRun(rel, a, tp, dtype, kv_bytes, context_len, baseline)
+
+
+def calibration_version() -> str:
+    """The vLLM calibration whose CUDA-context and NCCL constants SGLang shares (the same
+    torch / NCCL process start)."""
+    from .calibration import CALIBRATED_VERSION
+
+    return CALIBRATED_VERSION
+
+
+def _weights_per_rank(w: LLMServingWorkload, arch: Arch, dtype: str, tp: int) -> int:
+    quant = serving_quantization(w)
+    precision = Precision(weights=dtype, compute=dtype, quantization=quant)  # type: ignore[arg-type]
+    st = stage_statics(arch, precision, Parallelism(tensor=tp), None)[0]
+    return st.weights_bytes + st.metadata_bytes
+
+
+def _sglang_launch(w: LLMServingWorkload, run: _SGLangRun) -> str:
+    a = run.account
+    o = w.sglang if w.sglang is not None else SGLangOptions()
+    parts = [
+        "python -m sglang.launch_server",
+        f"--model-path {model_name(w.model)}",
+        f"--tp {run.tp}",
+        f"--context-length {run.context_len}",
+        f"--mem-fraction-static {a.mem_fraction_static:.3f}",
+        f"--chunked-prefill-size {a.chunked_prefill_size}",
+        f"--cuda-graph-max-bs {a.cuda_graph_max_bs}",
+        f"--max-running-requests {a.max_running_requests}",
+    ]
+    if o.page_size != 1:
+        parts.append(f"--page-size {o.page_size}")
+    if o.max_total_tokens is not None:
+        parts.append(f"--max-total-tokens {o.max_total_tokens}")
+    if w.kv_cache_dtype != "auto":
+        parts.append(
+            f"--kv-cache-dtype {'fp8_e4m3' if w.kv_cache_dtype == 'fp8' else w.kv_cache_dtype}"
+        )
+    if o.disable_cuda_graph:
+        parts.append("--disable-cuda-graph")
+    if w.dtype != "auto":
+        parts.append(f"--dtype {w.dtype}")
+    return " ".join(parts)
+
+
+def _sglang_remedies(w: LLMServingWorkload, run: _SGLangRun, ctx: DeviceContext) -> tuple[str, ...]:
+    if run.account.would_start and run.account.max_total_num_tokens >= run.context_len:
+        return ()
+    out: list[str] = []
+    o = w.sglang if w.sglang is not None else SGLangOptions()
+
+    def ok(w2: LLMServingWorkload) -> bool:
+        try:
+            r2 = sglang_engine(w2, ctx)
+        except InvalidWorkload:
+            return False
+        return r2.account.would_start and r2.account.max_total_num_tokens >= r2.context_len
+
+    arch = resolve_model(w.model)
+    best = largest_true(
+        1,
+        min(run.context_len, arch.max_positions) - 1,
+        lambda n: ok(msgspec.structs.replace(w, max_model_len=n)),
+    )
+    if best >= 1 and ok(msgspec.structs.replace(w, max_model_len=best)):
+        out.append(f"lower max_model_len (--context-length) to {best}")
+    t = run.tp * 2
+    while t <= 8 and arch.num_heads % t == 0:
+        w2 = msgspec.structs.replace(
+            w, parallelism=msgspec.structs.replace(w.parallelism, tensor=t)
+        )
+        if ok(w2):
+            out.append(f"tensor parallel {t}")
+            break
+        t *= 2
+    if w.kv_cache_dtype == "auto" and ok(msgspec.structs.replace(w, kv_cache_dtype="fp8")):
+        out.append("kv_cache_dtype fp8")
+    permille = round(run.account.mem_fraction_static * 1000)
+
+    def with_fraction(x: int) -> LLMServingWorkload:
+        return msgspec.structs.replace(
+            w, sglang=msgspec.structs.replace(o, mem_fraction_static=x / 1000)
+        )
+
+    last_bad = largest_true(permille + 1, 999, lambda x: not ok(with_fraction(x)))
+    if permille < last_bad + 1 <= 999 and ok(with_fraction(last_bad + 1)):
+        out.append(f"raise mem_fraction_static to {(last_bad + 1) / 1000:.3f}")
+    if not out:
+        out.append("a GPU with more memory, or more GPUs")
+    return tuple(out)
+
+
+def sglang_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software | None) -> Budget:
+    run = sglang_engine(w, ctx)
+    a = run.account
+    arch = resolve_model(w.model)
+    total = ctx.memory_total_bytes
+    values = {
+        C.WEIGHTS: a.weights_bytes,
+        C.KV_CACHE: a.pool_bytes,
+        C.ACTIVATIONS: a.graph_bytes,
+        C.CUDA_CONTEXT: run.baseline
+        if run.tp == 1
+        else int(calibration(calibration_version()).c("cuda_context_bytes")),
+        C.COMMUNICATION_BUFFERS: run.baseline
+        - int(calibration(calibration_version()).c("cuda_context_bytes"))
+        if run.tp > 1
+        else 0,
+    }
+    used = sum(values.values())
+    values[C.HEADROOM] = max(total - used, 0)
+    formulas = {
+        C.WEIGHTS: (
+            "this rank's weights (TP shards) as SGLang loads them",
+            "SGLang model_runner load_model; tensor inventory",
+        ),
+        C.KV_CACHE: (
+            "(max_total_num_tokens + page_size) x cell; tokens = (post - pre x (1 - "
+            "mem_fraction_static)) // cell, floored to pages",
+            "sglang/srt/model_executor/model_runner.py profile_max_num_token",
+        ),
+        C.ACTIVATIONS: (
+            "decode CUDA graphs (2 MiB per captured batch size) + prefill CUDA graphs (8 MiB "
+            "per captured size; 1.5 GiB with MLA) + a prefill chunk's working set "
+            "(chunked_prefill_size x (2 n_ff / tp + 4 hidden) x 2 B)",
+            "sglang/srt/arg_groups/memory_hook.py (0.5.23) for the graphs; the chunk's working "
+            "set is vrambudget's estimate; not calibrated on logs",
+        ),
+        C.CUDA_CONTEXT: (
+            "CUDA context and torch before SGLang measures free memory",
+            "vLLM-calibrated CUDA context (same torch process start)",
+        ),
+        C.COMMUNICATION_BUFFERS: (
+            "NCCL communicators made before the measurement (TP > 1)",
+            "vLLM-calibrated NCCL init",
+        ),
+        C.HEADROOM: ("device total - everything above", "SGLang mem_fraction_static"),
+    }
+    lines = []
+    for c in Component:
+        formula, source = formulas.get(c, ("0 (not used by SGLang)", "-"))
+        lines.append(Line(c, values.get(c, 0), formula, (), source))
+    device_total = used + values[C.HEADROOM]
+    device = DeviceBudget(
+        label="every device",
+        pipeline_stage=None,
+        num_devices=run.tp,
+        peak_phase="serving",
+        lines=tuple(lines),
+        total_bytes=device_total,
+        inputs={
+            "engine_version": run.release.modelled,
+            "mem_fraction_static": a.mem_fraction_static,
+            "tensor_parallel": run.tp,
+            "context_len": run.context_len,
+        },
+        phases=(Phase(name="serving", total_bytes=device_total),),
+    )
+    concurrency = a.max_total_num_tokens / max(run.context_len, 1)
+    summary = ServingSummary(
+        engine="sglang",
+        engine_version=run.release.requested,
+        modelled_version=run.release.modelled,
+        version_note=run.release.note,
+        calibration=f"SGLang {run.release.modelled}: {a.release.summary}; pool from free memory "
+        "after the CUDA context (research/sglang_accounting.md)",
+        requested_memory_bytes=int(a.free_before * a.mem_fraction_static),
+        available_kv_cache_bytes=max(a.rest_bytes, 0),
+        kv_cache_pool_bytes=a.pool_bytes,
+        kv_cache_bytes_per_token=a.cell_bytes,
+        kv_cache_tokens=a.max_total_num_tokens,
+        max_model_len=run.context_len,
+        max_concurrency=round(concurrency, 4),
+        data_parallel=1,
+        max_concurrency_all_replicas=round(concurrency, 4),
+        would_start=a.would_start,
+        reason=a.reason,
+        remedies=_sglang_remedies(w, run, ctx),
+        launch=_sglang_launch(w, run),
+        details=SGLangDetails(
+            mem_fraction_static=a.mem_fraction_static,
+            mem_fraction_static_source=a.fraction_source,
+            max_total_num_tokens=a.max_total_num_tokens,
+            max_running_requests=a.max_running_requests,
+            chunked_prefill_size=a.chunked_prefill_size,
+            cuda_graph_max_bs=a.cuda_graph_max_bs,
+            page_size=a.page_size,
+            weights_bytes=a.weights_bytes,
+        ),
+    )
+    shadow = InferenceWorkload(
+        model=w.model,
+        precision=Precision(
+            weights=run.dtype,  # type: ignore[arg-type]
+            compute=run.dtype,  # type: ignore[arg-type]
+            quantization=serving_quantization(w),
+        ),
+        parallelism=Parallelism(tensor=run.tp),
+    )
+    host_ram, disk = host_and_disk(((shadow, arch),))
+    warnings = []
+    if concurrency < 1 and a.would_start:
+        warnings.append(
+            f"the pool holds {a.max_total_num_tokens} tokens, fewer than one request of "
+            f"{run.context_len}"
+        )
+    return Budget(
+        workloads=(
+            WorkloadSummary(
+                name=w.name or model_name(w.model),
+                kind="llm_serving",
+                model_type=arch.model_type,
+                num_params=arch.num_params,
+                num_layers=arch.num_layers,
+                devices_per_instance=run.tp,
+                instances=1,
+                format=serving_format(w, run.dtype),
+                model=model_origin(w.model),
+            ),
+        ),
+        device=ctx.summary(),
+        devices=(device,),
+        most_loaded=0,
+        total_bytes=device_total,
+        host_ram=host_ram,
+        disk=disk,
+        warnings=tuple(warnings),
+        serving=summary,
+        calibration=_calibration_use(device),
+        stack=serving_use("sglang", run.release.modelled, software),
+    )

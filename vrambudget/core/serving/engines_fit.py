@@ -1,0 +1,194 @@
+"""``/v1/fits`` for SGLang and the GGUF engines: per GPU type and device count, whether the
+engine starts (and, for GGUF engines, holds every layer on the GPUs), and the maxima: the
+largest context, the most GPU layers, the largest quantization that fits.
+
+Every maximum is exact: bisection over integers of the engine's own check (monotone in the
+context, the layer count and the quantization ladder)."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from ..components import Component
+from ..device import DeviceContext
+from ..errors import InvalidWorkload
+from ..resolve import resolve_model
+from ..result import LayoutFit, Maxima
+from ..search import largest_true
+from ..spec import FitRequest, GGUFOptions, LLMServingWorkload
+from .engines_budget import _LADDER, gguf_engine, sglang_engine
+from .gguf.engine import GGUFAccount
+
+__all__ = ["gguf_layout", "sglang_layout"]
+
+C = Component
+
+
+def _opts(w: LLMServingWorkload) -> GGUFOptions:
+    return w.gguf if w.gguf is not None else GGUFOptions()
+
+
+def _with(w: LLMServingWorkload, **changes: object) -> LLMServingWorkload:
+    return msgspec.structs.replace(w, gguf=msgspec.structs.replace(_opts(w), **changes))
+
+
+def _whole(w: LLMServingWorkload, g: GGUFAccount) -> bool:
+    """Starts with every layer on the GPUs (or with the layers the request fixed)."""
+    full = resolve_model(w.model).num_layers + 1
+    return g.would_start and (_opts(w).n_gpu_layers is not None or g.settings.n_gpu_layers >= full)
+
+
+def _try(w: LLMServingWorkload, ctx: DeviceContext) -> GGUFAccount | None:
+    try:
+        return gguf_engine(w, ctx)[1]
+    except InvalidWorkload:
+        return None
+
+
+def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitRequest) -> LayoutFit:
+    placed = _with(
+        w, devices=n, tensor_split=None if n != _opts(w).devices else _opts(w).tensor_split
+    )
+    _, g = gguf_engine(placed, ctx)
+    arch = resolve_model(w.model)
+    d = max(g.account.devices, key=lambda x: x.buffers_bytes)
+    values = {
+        C.WEIGHTS: d.weights_bytes,
+        C.KV_CACHE: d.kv_bytes,
+        C.ACTIVATIONS: d.compute_bytes,
+        C.CUDA_CONTEXT: g.context_bytes,
+    }
+    used = sum(values.values())
+    slots = g.settings.n_parallel
+    target = req.target_concurrency
+    fits = _whole(placed, g) and (target is None or slots >= target)
+    maxima: dict[str, object] = {}
+    if "concurrency" in req.solve:
+        maxima["max_concurrency"] = float(slots)
+        maxima["concurrent_requests"] = slots
+    if "context" in req.solve or "max_model_len" in req.solve:
+
+        def ctx_ok(x: int) -> bool:
+            g2 = _try(_with(placed, n_ctx=x), ctx)
+            return g2 is not None and _whole(placed, g2)
+
+        cap = arch.max_positions * (slots if w.engine == "llama_cpp" else 1)
+        best = largest_true(1, cap, ctx_ok)
+        maxima["context_tokens"] = best
+        maxima["context_limited_by_model"] = best >= cap
+    if "gpu_layers" in req.solve:
+        full = arch.num_layers + 1
+
+        def ngl_ok(x: int) -> bool:
+            g2 = _try(_with(placed, n_gpu_layers=x), ctx)
+            return g2 is not None and g2.would_start
+
+        maxima["n_gpu_layers"] = max(largest_true(0, full, ngl_ok), 0) if ngl_ok(0) else 0
+    if "file_type" in req.solve:
+        best_ft = None
+        for ft in _LADDER:
+            g2 = _try(_with(placed, file_type=ft), ctx)
+            if g2 is not None and _whole(placed, g2):
+                best_ft = ft
+                break
+        maxima["file_type"] = best_ft
+    warnings: list[str] = []
+    if not g.would_start:
+        warnings.append(f"would not start: {g.reason}")
+    elif not _whole(placed, g):
+        warnings.append(
+            f"only {g.settings.n_gpu_layers} of {arch.num_layers + 1} layers fit on the GPUs "
+            f"({g.fitted})"
+        )
+    free = ctx.memory_total_bytes - used
+    return LayoutFit(
+        device_count=n,
+        tensor=1,
+        pipeline=n,
+        data=1,
+        fits=fits,
+        verdict="fits" if fits else "does_not_fit",
+        total_bytes=used,
+        capacity_bytes=ctx.memory_total_bytes,
+        free_bytes=free,
+        free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
+        limiting_component=max(values, key=lambda c: values[c]),
+        warnings=tuple(warnings),
+        maxima=Maxima(**maxima),  # type: ignore[arg-type]
+    )
+
+
+def gguf_fits(w: LLMServingWorkload, ctx: DeviceContext, n: int, target: float | None) -> bool:
+    g = _try(_with(w, devices=n, tensor_split=None), ctx)
+    return g is not None and _whole(w, g) and (target is None or g.settings.n_parallel >= target)
+
+
+def _sglang_ok(w: LLMServingWorkload, ctx: DeviceContext, target: float | None) -> bool:
+    try:
+        run = sglang_engine(w, ctx)
+    except InvalidWorkload:
+        return False
+    a = run.account
+    conc = a.max_total_num_tokens / max(run.context_len, 1)
+    return a.would_start and conc >= (target if target is not None else 1.0)
+
+
+def sglang_placed(w: LLMServingWorkload, n: int) -> LLMServingWorkload | None:
+    arch = resolve_model(w.model)
+    if n > 8 or arch.num_heads % n:
+        return None
+    return msgspec.structs.replace(w, parallelism=msgspec.structs.replace(w.parallelism, tensor=n))
+
+
+def sglang_fits(w: LLMServingWorkload, ctx: DeviceContext, n: int, target: float | None) -> bool:
+    placed = sglang_placed(w, n)
+    return placed is not None and _sglang_ok(placed, ctx, target)
+
+
+def sglang_layout(
+    w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitRequest
+) -> LayoutFit | None:
+    placed = sglang_placed(w, n)
+    if placed is None:
+        return None
+    run = sglang_engine(placed, ctx)
+    a = run.account
+    values = {
+        C.WEIGHTS: a.weights_bytes,
+        C.KV_CACHE: a.pool_bytes,
+        C.ACTIVATIONS: a.graph_bytes,
+        C.CUDA_CONTEXT: run.baseline,
+    }
+    used = sum(values.values())
+    conc = a.max_total_num_tokens / max(run.context_len, 1)
+    target = req.target_concurrency
+    maxima: dict[str, object] = {}
+    if "concurrency" in req.solve:
+        maxima["max_concurrency"] = round(conc, 4)
+        maxima["concurrent_requests"] = math.floor(conc)
+    if "max_model_len" in req.solve or "context" in req.solve:
+        cap = resolve_model(w.model).max_positions
+        maxima["max_model_len"] = largest_true(
+            1,
+            cap,
+            lambda x: _sglang_ok(msgspec.structs.replace(placed, max_model_len=x), ctx, target),
+        )
+    fits = _sglang_ok(placed, ctx, target)
+    free = ctx.memory_total_bytes - used
+    return LayoutFit(
+        device_count=n,
+        tensor=n,
+        pipeline=1,
+        data=1,
+        fits=fits,
+        verdict="fits" if fits else "does_not_fit",
+        total_bytes=used,
+        capacity_bytes=ctx.memory_total_bytes,
+        free_bytes=free,
+        free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
+        limiting_component=max(values, key=lambda c: values[c]),
+        warnings=() if a.would_start else (f"would not start: {a.reason}",),
+        maxima=Maxima(**maxima),  # type: ignore[arg-type]
+    )

@@ -1,0 +1,341 @@
+"""A ``llama_cpp`` or ``ollama`` deployment on one GPU type: the settings the release builds from
+the request and its defaults, who decides what stays on the GPUs (``--fit``, Ollama's estimate,
+or the request), the buffers that result, and whether it starts.
+
+The engines do not refuse ahead of time the way vLLM does: llama.cpp allocates each buffer and
+fails with ``cudaMalloc failed: out of memory`` when one does not fit. ``would_start`` is that
+check: every GPU's buffers plus the backend's own context within the GPU's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from msgspec.structs import replace as replace_struct
+
+from ...arch import Arch
+from ...errors import InvalidWorkload
+from ...spec import GGUFOptions, LLMServingWorkload
+from ...units import GiB, MiB
+from .llamacpp import LlamaAccount, LlamaSettings, llama_account, split_fractions
+from .ollama_estimate import OllamaEstimate, ollama_estimate
+from .releases import GGUFRelease, gguf_release
+from .tensors import INPUT
+
+__all__ = ["GGUFAccount", "gguf_account", "launch_command"]
+
+FIT_MARGIN_BYTES = 1 << 30
+"""llama.cpp ``--fit-target`` default: 1024 MiB left free per device (common/common.h:483)."""
+FIT_MIN_CTX = 4096
+"""``--fit-ctx`` default: the context ``--fit`` never reduces below (common/common.h:480)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFAccount:
+    release: GGUFRelease
+    settings: LlamaSettings
+    account: LlamaAccount
+    context_bytes: int
+    """The backend's own device memory per GPU (CUDA context, cuBLAS handles)."""
+    device_total_bytes: int
+    would_start: bool
+    reason: str | None
+    fitted: str | None
+    ollama: OllamaEstimate | None
+    n_ctx_requested: int
+    """Context per request: n_ctx / n_parallel for llama.cpp (unless unified), num_ctx for
+    Ollama."""
+
+    def device_used(self, d: int) -> int:
+        return self.account.devices[d].buffers_bytes + self.context_bytes
+
+
+def _opts(w: LLMServingWorkload) -> GGUFOptions:
+    return w.gguf if w.gguf is not None else GGUFOptions()
+
+
+def _n_ctx_default(r: GGUFRelease, arch: Arch, total: int) -> int:
+    d = r.n_ctx_default
+    if d == "model":
+        return arch.max_positions
+    if d == "vram":
+        # Ollama >= 0.15.5: 4096 below 23 GiB of VRAM, 32768 below 47 GiB, else 262144, capped
+        # at the trained context (research/ollama_accounting.md, num_ctx)
+        n = 4096 if total < 23 * GiB else (32768 if total < 47 * GiB else 262144)
+        return min(n, arch.max_positions)
+    return min(d, arch.max_positions) if r.version.startswith("0.") else d
+
+
+def _settings(
+    w: LLMServingWorkload, r: GGUFRelease, arch: Arch, total: int, n_ctx: int, ngl: int
+) -> LlamaSettings:
+    o = _opts(w)
+    parallel = o.n_parallel if o.n_parallel is not None else r.n_parallel_default
+    unified = False
+    if parallel < 0:  # llama-server auto: 4 slots, one unified cache (tools/server/server.cpp:156)
+        parallel, unified = 4, True
+    if w.engine == "ollama":
+        n_ctx = n_ctx * parallel  # Ollama starts the runner with -c num_ctx x num_parallel
+    flash = o.flash_attn == "on" or (o.flash_attn == "auto" and r.flash_attn_default == "auto")
+    # 256 cells (before b7079: 256 with flash attention, else 32; llama_kv_cache_get_padding)
+    pad = 256 if (r.pad == 256 or flash) else r.pad
+    cells = _pad(n_ctx, pad)
+    if not unified:
+        per = _pad(cells // parallel, pad) if r.pad == 256 else cells // parallel
+        cells = per * parallel
+    ubatch = o.n_ubatch if o.n_ubatch is not None else r.n_ubatch_default
+    if w.engine == "ollama":
+        ubatch = o.n_ubatch if o.n_ubatch is not None else o.n_batch if o.n_batch != 2048 else 512
+    return LlamaSettings(
+        n_ctx=cells,
+        n_ctx_seq=cells if unified else cells // parallel,
+        n_parallel=parallel,
+        kv_unified=unified,
+        n_gpu_layers=ngl,
+        flash_attn=flash,
+        n_ubatch=min(ubatch, o.n_batch),
+        n_batch=o.n_batch,
+        type_k=o.cache_type_k,
+        type_v=o.cache_type_v,
+        devices=o.devices,
+        splits=split_fractions(o.devices, o.tensor_split),
+        kv_offload=o.kv_offload,
+    )
+
+
+def _pad(x: int, to: int) -> int:
+    return (x + to - 1) // to * to
+
+
+def _fits(a: LlamaAccount, context: int, total: int, margin: int) -> bool:
+    return all(d.buffers_bytes + context + margin <= total for d in a.devices)
+
+
+@lru_cache(maxsize=1024)
+def gguf_account(
+    w: LLMServingWorkload, arch: Arch, total: int, context_bytes: int, modelled: str
+) -> GGUFAccount:
+    """The deployment on GPUs of ``total`` bytes each, ``context_bytes`` of which the backend
+    takes before any buffer. Errors name fields under ``gguf``."""
+    o = _opts(w)
+    r = gguf_release(w.engine, modelled)
+    n_layer = arch.num_layers
+    if o.tensor_split is not None and len(o.tensor_split) != o.devices:
+        raise InvalidWorkload(
+            "gguf.tensor_split",
+            f"one proportion per device: {o.devices} expected, {len(o.tensor_split)} given",
+        )
+    if o.n_gpu_layers is not None and o.n_gpu_layers > n_layer + 1:
+        ngl_req: int | None = n_layer + 1  # llama.cpp caps at n_layer + 1 (act_gpu_layers)
+    else:
+        ngl_req = o.n_gpu_layers
+    ctx_req = o.n_ctx if o.n_ctx is not None else _n_ctx_default(r, arch, total)
+    fitted: list[str] = []
+    est: OllamaEstimate | None = None
+    full = n_layer + 1
+    s = _settings(w, r, arch, total, ctx_req, ngl_req if ngl_req is not None else full)
+    a = llama_account(arch, o.file_type, s)
+    margin = FIT_MARGIN_BYTES if r.fit == "llama_fit" else 0
+    if (
+        r.fit == "ollama_estimate"
+        and r.n_parallel_default == 2
+        and o.n_parallel is None
+        and ngl_req is None
+    ):
+        # Ollama 0.6.7 - 0.9: two slots when the model fits whole with them, else one
+        trial = _ollama(w, r, arch, a, total - context_bytes, None)
+        if trial.layers < full:
+            w = _with_parallel(w, 1)
+            o = _opts(w)
+            s = _settings(w, r, arch, total, ctx_req, full)
+            a = llama_account(arch, o.file_type, s)
+    if r.fit == "llama_fit" and not _fits(a, context_bytes, total, margin):
+        if w.engine == "llama_cpp" and o.n_ctx is None and ctx_req > FIT_MIN_CTX:
+            best = _largest_ctx(w, r, arch, total, context_bytes, ctx_req, s.n_gpu_layers, margin)
+            if best != ctx_req:
+                fitted.append(f"context reduced from {ctx_req} to {best}")
+                ctx_req = best
+                s = _settings(w, r, arch, total, ctx_req, s.n_gpu_layers)
+                a = llama_account(arch, o.file_type, s)
+        if ngl_req is None and not _fits(a, context_bytes, total, margin):
+            ngl = _most_layers(w, r, arch, total, context_bytes, ctx_req, margin)
+            fitted.append(f"{ngl} of {full} layers on the GPUs, the rest in host memory")
+            s = _settings(w, r, arch, total, ctx_req, ngl)
+            a = llama_account(arch, o.file_type, s)
+    elif r.fit == "ollama_estimate" and o.devices >= 1:
+        est = _ollama(w, r, arch, a, total - context_bytes, ngl_req)
+        if ngl_req is None and est.layers < full:
+            fitted.append(f"Ollama's estimate offloads {est.layers} of {full} layers")
+            s = _settings(w, r, arch, total, ctx_req, est.layers)
+            a = llama_account(arch, o.file_type, s)
+    elif r.fit == "ollama_backend" and ngl_req is None and not _fits(a, context_bytes, total, 0):
+        ngl = _most_layers(w, r, arch, total, context_bytes, ctx_req, 0)
+        fitted.append(f"Ollama's scheduler offloads {ngl} of {full} layers")
+        s = _settings(w, r, arch, total, ctx_req, ngl)
+        a = llama_account(arch, o.file_type, s)
+    reason = None
+    for d in a.devices:
+        used = d.buffers_bytes + context_bytes
+        if used > total:
+            reason = (
+                f"GPU {d.index} needs {used / MiB:,.0f} MiB (model {d.weights_bytes / MiB:,.0f} "
+                f"+ KV {d.kv_bytes / MiB:,.0f} + compute {d.compute_bytes / MiB:,.0f} + backend "
+                f"{context_bytes / MiB:,.0f}) of its {total / MiB:,.0f} MiB: cudaMalloc fails "
+                "while loading"
+            )
+            break
+    per_request = s.n_ctx if s.kv_unified else s.n_ctx_seq
+    if w.engine == "ollama":
+        per_request = s.n_ctx // s.n_parallel
+    return GGUFAccount(
+        release=r,
+        settings=s,
+        account=a,
+        context_bytes=context_bytes,
+        device_total_bytes=total,
+        would_start=reason is None,
+        reason=reason,
+        fitted="; ".join(fitted) or None,
+        ollama=est,
+        n_ctx_requested=per_request,
+    )
+
+
+def _with_parallel(w: LLMServingWorkload, n: int) -> LLMServingWorkload:
+    o = replace_struct(_opts(w), n_parallel=n)
+    return replace_struct(w, gguf=o)
+
+
+def _largest_ctx(
+    w: LLMServingWorkload,
+    r: GGUFRelease,
+    arch: Arch,
+    total: int,
+    context: int,
+    start: int,
+    ngl: int,
+    margin: int,
+) -> int:
+    """--fit's context reduction (common/fit.cpp:393-452): the largest context, in steps of
+    256 and not below 4096, whose projected use leaves the margin; 4096 when none does."""
+    o = _opts(w)
+    lo, hi = FIT_MIN_CTX // 256, max(start // 256, FIT_MIN_CTX // 256)
+
+    def ok(k: int) -> bool:
+        s = _settings(w, r, arch, total, k * 256, ngl)
+        return _fits(llama_account(arch, o.file_type, s), context, total, margin)
+
+    if not ok(lo):
+        return FIT_MIN_CTX
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * 256
+
+
+def _most_layers(
+    w: LLMServingWorkload,
+    r: GGUFRelease,
+    arch: Arch,
+    total: int,
+    context: int,
+    n_ctx: int,
+    margin: int,
+) -> int:
+    """The most GPU layers (output layer counted) that leave the margin; 0 when none do."""
+    o = _opts(w)
+    best = 0
+    lo, hi = 0, arch.num_layers + 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        s = _settings(w, r, arch, total, n_ctx, mid)
+        if _fits(llama_account(arch, o.file_type, s), context, total, margin):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def _ollama(
+    w: LLMServingWorkload,
+    r: GGUFRelease,
+    arch: Arch,
+    a: LlamaAccount,
+    free: int,
+    ngl: int | None,
+) -> OllamaEstimate:
+    o = _opts(w)
+    per_layer = [0] * arch.num_layers
+    output = 0
+    for t in a.tensors:
+        if t.layer == INPUT:
+            continue
+        if t.layer < arch.num_layers:
+            per_layer[t.layer] += t.nbytes
+        else:
+            output += t.nbytes
+    if not any(t.name == "output.weight" for t in a.tensors):
+        output += next(t.nbytes for t in a.tensors if t.name == "token_embd.weight")
+    s = a.settings
+    return ollama_estimate(
+        arch,
+        tuple(per_layer),
+        output,
+        (free,) * o.devices,
+        num_ctx=s.n_ctx // s.n_parallel,
+        num_parallel=s.n_parallel,
+        num_batch=o.n_batch if o.n_batch != 2048 else 512,
+        cache_type=o.cache_type_k,
+        flash_attention=s.flash_attn,
+        num_gpu=-1 if ngl is None else ngl,
+    )
+
+
+def launch_command(w: LLMServingWorkload, g: GGUFAccount, model_ref: str) -> str:
+    """The command that starts what was budgeted."""
+    s = g.settings
+    o = _opts(w)
+    if w.engine == "ollama":
+        env = []
+        if s.n_parallel != 1:
+            env.append(f"OLLAMA_NUM_PARALLEL={s.n_parallel}")
+        if s.flash_attn:
+            env.append("OLLAMA_FLASH_ATTENTION=1")
+        if s.type_k != "f16":
+            env.append(f"OLLAMA_KV_CACHE_TYPE={s.type_k}")
+        opts = [f'"num_ctx": {s.n_ctx // s.n_parallel}']
+        if o.n_gpu_layers is not None:
+            opts.append(f'"num_gpu": {o.n_gpu_layers}')
+        if o.n_batch != 2048:
+            opts.append(f'"num_batch": {o.n_batch}')
+        prefix = " ".join(env) + " " if env else ""
+        return (
+            f"{prefix}ollama serve; curl localhost:11434/api/generate -d "
+            f'\'{{"model": "{model_ref}:{o.file_type.lower()}", "options": '
+            f"{{{', '.join(opts)}}}}}'"
+        )
+    parts = [
+        "llama-server",
+        f"-m {model_ref}-{o.file_type}.gguf",
+        f"-c {s.n_ctx}",
+        f"-np {s.n_parallel if not (s.kv_unified and o.n_parallel is None) else -1}",
+        f"-ngl {s.n_gpu_layers}",
+        f"-fa {'on' if s.flash_attn else 'off'}",
+        f"-b {s.n_batch}",
+        f"-ub {s.n_ubatch}",
+    ]
+    if s.type_k != "f16":
+        parts.append(f"-ctk {s.type_k}")
+    if s.type_v != "f16":
+        parts.append(f"-ctv {s.type_v}")
+    if s.devices > 1:
+        parts.append("--split-mode layer --tensor-split " + ",".join(f"{x:g}" for x in s.splits))
+    if not s.kv_offload:
+        parts.append("--no-kv-offload")
+    if g.release.fit == "llama_fit":
+        parts.append("--fit off")  # the budget fixed every setting: start exactly that
+    return " ".join(parts)

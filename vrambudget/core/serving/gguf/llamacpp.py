@@ -1,0 +1,323 @@
+"""llama.cpp's allocations for a GGUF model, per device: what ``llama-server`` logs as each
+backend's model buffer, KV buffer and compute buffer.
+
+- **Model buffers** (``llama_model::load_tensors``, src/llama-model.cpp:1556-1612): the input
+  layer (token embeddings) always on the CPU; of the ``n_layer`` repeating layers and the output
+  layer, the last ``n_gpu_layers`` go to the GPUs (``i_gpu_start = max(n_layer + 1 - ngl, 0)``),
+  split over the GPUs by the cumulative ``--tensor-split`` fractions (``upper_bound`` of
+  ``(il - i_gpu_start) / act_gpu_layers``, in float32). A model with tied embeddings keeps a
+  duplicate of ``token_embd`` in the output layer (``TENSOR_DUPLICATED``).
+- **KV cache** (src/llama-kv-cache.cpp, llama-kv-cache-iswa.cpp:73): ``n_ctx`` cells, padded to
+  256 (src/llama-context.cpp:290); per layer ``cells x (row(type_k, n_embd_k_gqa) +
+  row(type_v, n_embd_v_gqa))`` on the layer's device; sliding-window layers get
+  ``pad(min(n_ctx, n_swa x (unified ? n_seq : 1) + n_ubatch), 256)`` cells.
+- **Compute buffers** (``graph_reserve`` at ``n_ubatch`` tokens with every token an output,
+  src/llama-context.cpp:896): the peak of the graph allocator per backend. Modelled as the
+  largest of the attention scores (without flash attention), the FFN intermediates and the
+  logits of the output layer, plus activations of width ``n_embd`` (``compute_buffer``).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ...arch import Arch, AttentionKind
+from .tensors import INPUT, GGUFTensor, gguf_tensors
+from .types import row_bytes
+
+__all__ = [
+    "DeviceUse",
+    "LlamaAccount",
+    "LlamaSettings",
+    "compute_buffer",
+    "kv_cells",
+    "layer_devices",
+    "llama_account",
+]
+
+MiB = 1 << 20
+QUANTIZED_KV_COMPUTE_FACTOR = 1.3
+"""A quantized KV cache with flash attention: measured 0.93 - 1.29 x the f16 compute buffer
+(bench/llamacpp_compare.py)."""
+QUANTIZED_K_COMPUTE_FACTOR = 1.08
+"""A quantized K cache without flash attention: measured 0.93 - 1.07 x the f16 buffer."""
+_QUANTIZED_KV = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaSettings:
+    """The context llama.cpp builds once its defaults and rules are applied."""
+
+    n_ctx: int
+    """KV cells (the requested context padded to 256)."""
+    n_ctx_seq: int
+    """The context of one slot (n_ctx when the KV cache is unified, else n_ctx / n_parallel)."""
+    n_parallel: int
+    kv_unified: bool
+    n_gpu_layers: int
+    """Layers on the GPUs, the output layer counted (n_layer + 1 = everything)."""
+    flash_attn: bool
+    n_ubatch: int
+    n_batch: int
+    type_k: str
+    type_v: str
+    devices: int
+    splits: tuple[float, ...]
+    kv_offload: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUse:
+    """One GPU's buffers."""
+
+    index: int
+    weights_bytes: int
+    kv_bytes: int
+    compute_bytes: int
+    layers: tuple[int, ...]
+    """Repeating layers on this GPU."""
+    output: bool
+    """Holds the output layer (norm + head, and the logits)."""
+
+    @property
+    def buffers_bytes(self) -> int:
+        return self.weights_bytes + self.kv_bytes + self.compute_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaAccount:
+    settings: LlamaSettings
+    devices: tuple[DeviceUse, ...]
+    host_weights_bytes: int
+    """CPU model buffer: the input layer and every layer not offloaded (memory-mapped)."""
+    host_kv_bytes: int
+    host_compute_bytes: int
+    output_buffer_bytes: int
+    """Logits of n_parallel sequences in host memory (``output_reserve``)."""
+    kv_bytes_per_cell: int
+    """K+V bytes of one cell over the full-attention layers (sliding-window layers excluded)."""
+    file_bytes: int
+    """Tensor data of the GGUF file."""
+    tensors: tuple[GGUFTensor, ...]
+
+
+def _f32(x: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def layer_devices(n_layer: int, n_gpu_layers: int, splits: tuple[float, ...]) -> tuple[int, ...]:
+    """The device of each layer index 0 .. n_layer (the last is the output layer): -1 for
+    the CPU, else the GPU index (src/llama-model.cpp:1578-1612)."""
+    n = len(splits)
+    cum: list[float] = []
+    total = 0.0
+    for s in splits:
+        total = _f32(total + s)
+        cum.append(total)
+    cum = [_f32(c / total) for c in cum]
+    i_gpu_start = max(n_layer + 1 - n_gpu_layers, 0)
+    act = min(n_gpu_layers, n_layer + 1) if n else 0
+    out: list[int] = []
+    for il in range(n_layer + 1):
+        if il < i_gpu_start or (il - i_gpu_start) >= act:
+            out.append(-1)
+            continue
+        x = _f32((il - i_gpu_start) / act)
+        j = 0
+        while j < n and cum[j] <= x:  # std::upper_bound
+            j += 1
+        out.append(min(j, n - 1))
+    return tuple(out)
+
+
+def _pad(x: int, to: int = 256) -> int:
+    return (x + to - 1) // to * to
+
+
+def kv_cells(arch: Arch, s: LlamaSettings) -> tuple[int, ...]:
+    """Cells of each repeating layer's cache: n_ctx for full attention, the iSWA size for
+    sliding-window layers (llama-kv-cache-iswa.cpp:73)."""
+    out: list[int] = []
+    for layer, count in arch.layer_runs:
+        if layer.attention is AttentionKind.SLIDING and layer.window:
+            swa = _pad(
+                min(s.n_ctx, layer.window * (s.n_parallel if s.kv_unified else 1) + s.n_ubatch)
+            )
+            out.extend([swa] * count)
+        else:
+            out.extend([s.n_ctx] * count)
+    return tuple(out)
+
+
+def _kv_widths(arch: Arch) -> tuple[int, int]:
+    """(n_embd_k_gqa, n_embd_v_gqa) per cell of one layer (MLA: the compressed latent and
+    the rope part in K, the latent in V)."""
+    if arch.mla is not None:
+        m = arch.mla
+        return m.kv_lora_rank + m.qk_rope_head_dim, m.kv_lora_rank
+    w = arch.num_kv_heads * arch.head_dim
+    return w, w
+
+
+def kv_layer_bytes(arch: Arch, s: LlamaSettings, cells: int) -> int:
+    k, v = _kv_widths(arch)
+    return cells * (row_bytes(s.type_k, k) + row_bytes(s.type_v, v))
+
+
+def _ff(arch: Arch) -> int:
+    if arch.moe is not None:
+        return arch.moe.expert_intermediate_size * arch.moe.experts_per_token
+    return arch.intermediate_size
+
+
+def compute_buffer(
+    arch: Arch,
+    s: LlamaSettings,
+    layers: tuple[int, ...],
+    output: bool,
+    cells: tuple[int, ...],
+    gpu: bool = True,
+) -> int:
+    """One backend's compute buffer: ``T x`` the largest per-token term of the stages it runs,
+    ``T = min(n_ctx, n_ubatch)`` (graph_reserve, src/llama-context.cpp:629-670: every token an
+    output):
+
+    - logits (the output layer's backend): ``4 n_vocab + 8 n_embd + 4``;
+    - FFN with flash attention: ``2 n_kv + 16 n_embd + 12 n_ff + 28`` (the f16 mask);
+    - attention without flash attention: ``n_kv (4 n_head + 4) + 20 n_embd + 8 n_embd_kv + 20``
+      (the f32 scores and mask);
+    - FFN without flash attention: ``4 n_kv + 16 n_embd + 12 n_ff + 28``;
+
+    ``n_kv`` the cells one stream attends over. Fitted on 345 real llama.cpp loads on the CPU
+    backend (bench/llamacpp_cpu.py, llama.cpp 0c1e570; bench/llamacpp_compare.py): exact for
+    every f16-cache run with flash attention, within 4.1% without. A quantized cache with flash
+    attention adds f16 copies of K and V whose reuse by the allocator follows no simple rule:
+    measured 0.93 - 1.29 x the f16 buffer, so the budget takes ``QUANTIZED_KV_COMPUTE_FACTOR``
+    (1.3) x.
+
+    A GPU backend's graph keeps more alive than the CPU's. Published llama.cpp buffer lines of
+    Llama 3.1 70B on CUDA (Ollama 0.11 / 0.13 logs, research/data/engine_logs.json) give, per
+    token: without flash attention ``4 n_head n_kv + 12 n_ff + 2 n_embd`` (688.02 MiB at n_kv
+    4096), with it ``12 n_ff + 36 n_embd + 2 n_kv`` on a GPU without the output layer (316.04
+    MiB) and ``4 n_vocab + 24 n_embd`` on the one with it (346.55 MiB); a GPU buffer is the
+    larger of those and the CPU terms (one single-GPU log measured 266.50 MiB where this
+    gives 346.55: the GPU terms err high, never low, on these logs).
+    """
+    t = min(s.n_ctx, s.n_ubatch)
+    e = arch.hidden_size
+    ff = _ff(arch)
+    k, _ = _kv_widths(arch)
+    per = 0
+    factor = 1.0
+    if layers:
+        n_kv = max(cells[i] for i in layers)
+        if not s.kv_unified:
+            n_kv = min(n_kv, s.n_ctx_seq)
+        if s.flash_attn:
+            per = 2 * n_kv + 16 * e + 12 * ff + 28
+            if s.type_k in _QUANTIZED_KV or s.type_v in _QUANTIZED_KV:
+                factor = QUANTIZED_KV_COMPUTE_FACTOR
+        else:
+            per = max(
+                n_kv * (4 * arch.num_heads + 4) + 20 * e + 8 * k + 20,
+                4 * n_kv + 16 * e + 12 * ff + 28,
+            )
+            if s.type_k in _QUANTIZED_KV:
+                factor = QUANTIZED_K_COMPUTE_FACTOR
+        if gpu:
+            if s.flash_attn:
+                per = max(per, 12 * ff + 36 * e + 2 * n_kv)
+            else:
+                per = max(per, 4 * arch.num_heads * n_kv + 12 * ff + 2 * e)
+    if output:
+        per = max(per, 4 * arch.vocab_size + 8 * e + 4)
+        if gpu:
+            per = max(per, 4 * arch.vocab_size + 24 * e)
+    return math.ceil(t * per * factor)
+
+
+@lru_cache(maxsize=1024)
+def llama_account(arch: Arch, file_type: str, s: LlamaSettings) -> LlamaAccount:
+    tensors = gguf_tensors(arch, file_type)
+    n_layer = arch.num_layers
+    where = layer_devices(n_layer, s.n_gpu_layers if s.devices else 0, s.splits)
+    weights = [0] * s.devices
+    host_weights = 0
+    tied_embd = 0
+    has_output = any(t.name == "output.weight" for t in tensors)
+    for t in tensors:
+        if t.layer == INPUT:
+            host_weights += t.nbytes
+            if t.name == "token_embd.weight":
+                tied_embd = t.nbytes
+            continue
+        d = where[t.layer]
+        if d < 0:
+            host_weights += t.nbytes
+        else:
+            weights[d] += t.nbytes
+    if not has_output and tied_embd:
+        d = where[n_layer]
+        if d < 0:
+            host_weights += tied_embd
+        else:
+            weights[d] += tied_embd
+    cells = kv_cells(arch, s)
+    kv = [0] * s.devices
+    host_kv = 0
+    for i in range(n_layer):
+        b = kv_layer_bytes(arch, s, cells[i])
+        if where[i] >= 0 and s.kv_offload:
+            kv[where[i]] += b
+        else:
+            host_kv += b
+    devices = []
+    for d in range(s.devices):
+        layers = tuple(i for i in range(n_layer) if where[i] == d)
+        out = where[n_layer] == d
+        devices.append(
+            DeviceUse(
+                index=d,
+                weights_bytes=weights[d],
+                kv_bytes=kv[d],
+                compute_bytes=compute_buffer(arch, s, layers, out, cells) if layers or out else 0,
+                layers=layers,
+                output=out,
+            )
+        )
+    cpu_layers = tuple(i for i in range(n_layer) if where[i] < 0)
+    host_compute = compute_buffer(arch, s, cpu_layers, where[n_layer] < 0, cells, gpu=False)
+    if not cpu_layers and where[n_layer] >= 0:
+        # the input layer's get_rows and the transfers (CUDA_Host compute buffer)
+        host_compute = 3 * arch.hidden_size * min(s.n_ctx, s.n_ubatch) * 4
+    per_cell = sum(
+        kv_layer_bytes(arch, s, 1)
+        for layer, count in arch.layer_runs
+        for _ in range(count)
+        if layer.attention is not AttentionKind.SLIDING
+    )
+    return LlamaAccount(
+        settings=s,
+        devices=tuple(devices),
+        host_weights_bytes=host_weights,
+        host_kv_bytes=host_kv,
+        host_compute_bytes=host_compute,
+        output_buffer_bytes=arch.vocab_size * 4 * s.n_parallel,
+        kv_bytes_per_cell=per_cell,
+        file_bytes=sum(t.nbytes for t in tensors),
+        tensors=tensors,
+    )
+
+
+def split_fractions(devices: int, tensor_split: tuple[float, ...] | None) -> tuple[float, ...]:
+    """``--tensor-split`` (all zero or absent: equal GPUs split evenly)."""
+    if tensor_split is None or not any(tensor_split):
+        return (1.0,) * devices
+    return tuple(float(x) for x in tensor_split)
+
+
+def ceil_mib(b: int) -> int:
+    return math.ceil(b / MiB)

@@ -1,0 +1,162 @@
+"""The rules of each modelled llama.cpp build and Ollama release that change memory: their
+defaults (context, slots, flash attention, micro-batch), whether ``--fit`` adjusts unset
+settings to the free memory, and how layers are placed. A build between two modelled ones
+follows the earlier (``releases.engine_release``). Sources: research/llamacpp_accounting.md and
+research/ollama_accounting.md (file and line of each rule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["LLAMA_CPP_RELEASES", "OLLAMA_RELEASES", "GGUFRelease", "gguf_release"]
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFRelease:
+    version: str
+    n_ctx_default: Literal["model", "vram"] | int
+    """``model``: the model's trained context (llama-server ``-c 0``); ``vram``: Ollama's
+    default by total VRAM; else tokens."""
+    n_parallel_default: int
+    """Slots; -1: llama-server's auto (4 slots sharing a unified KV cache)."""
+    flash_attn_default: Literal["auto", "off"]
+    fit: Literal["none", "llama_fit", "ollama_estimate", "ollama_backend"]
+    """Who decides unset GPU layers (and context): nobody (all layers, as given), llama.cpp's
+    ``--fit`` (reduce context to >= 4096, then layers, leaving 1 GiB per GPU), Ollama's own
+    estimate (v0.6.7 - v0.12.10), or Ollama's scheduler on the backend's sizes."""
+    n_ubatch_default: int
+    pad: int
+    """n_ctx padding (256; 32 in builds without flash attention before the padding change)."""
+    summary: str
+    source: str
+
+
+_LLAMA = "research/llamacpp_accounting.md"
+_OLLAMA = "research/ollama_accounting.md"
+
+LLAMA_CPP_RELEASES: tuple[GGUFRelease, ...] = (
+    GGUFRelease(
+        version="b4000",
+        n_ctx_default=4096,
+        n_parallel_default=1,
+        flash_attn_default="off",
+        fit="none",
+        n_ubatch_default=512,
+        pad=32,
+        summary="-c 4096 by default, one slot, flash attention off, every layer as -ngl says",
+        source="ggml-org/llama.cpp#10136 (2024-11-02: the examples' default context becomes "
+        "4096); n_ctx padded to 32 without flash attention (llama_kv_cache_get_padding); " + _LLAMA,
+    ),
+    GGUFRelease(
+        version="b6327",
+        n_ctx_default=4096,
+        n_parallel_default=1,
+        flash_attn_default="auto",
+        fit="none",
+        n_ubatch_default=512,
+        pad=32,
+        summary="flash attention 'auto' by default (on where the backend supports it)",
+        source="flash_attn_type auto|on|off introduced (mybigday/llama.node#102 syncs b6327, "
+        "2025-08-31); " + _LLAMA,
+    ),
+    GGUFRelease(
+        version="b7079",
+        n_ctx_default=4096,
+        n_parallel_default=-1,
+        flash_attn_default="auto",
+        fit="none",
+        n_ubatch_default=512,
+        pad=256,
+        summary="llama-server: 4 slots sharing one unified KV cache unless -np is given; "
+        "n_ctx padded to 256",
+        source="ggml-org/llama.cpp#16736 (-np auto: 4 slots, kv_unified; in b7079 per "
+        "ggml-org/llama.cpp#17300); src/llama-context.cpp:290 GGML_PAD(n_ctx, 256); " + _LLAMA,
+    ),
+    GGUFRelease(
+        version="b7815",
+        n_ctx_default="model",
+        n_parallel_default=-1,
+        flash_attn_default="auto",
+        fit="llama_fit",
+        n_ubatch_default=512,
+        pad=256,
+        summary="--fit on by default: unset context (default: the model's trained context) "
+        "and GPU layers are reduced until 1 GiB stays free per GPU (context not below 4096)",
+        source="ggml-org/llama.cpp#16653 (llama_params_fit, merged Dec 2025; 'default option "
+        "of fit=on' in ggml-org/llama.cpp#18175, 2025-12-18; b7815 is the first build modelled "
+        "with it); common/common.h:452,475-483; common/fit.cpp:182-452 (commit 0c1e570); " + _LLAMA,
+    ),
+)
+
+OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
+    GGUFRelease(
+        version="0.6.7",
+        n_ctx_default=4096,
+        n_parallel_default=2,
+        flash_attn_default="off",
+        fit="ollama_estimate",
+        n_ubatch_default=512,
+        pad=32,
+        summary="num_ctx 4096, 2 slots (1 when the model does not fit with 2), flash attention "
+        "off, layers offloaded as Ollama's own estimate decides",
+        source="api/types.go DefaultOptions, server/sched.go, llm/memory.go (v0.6.7); " + _OLLAMA,
+    ),
+    GGUFRelease(
+        version="0.10.0",
+        n_ctx_default=4096,
+        n_parallel_default=1,
+        flash_attn_default="off",
+        fit="ollama_estimate",
+        n_ubatch_default=512,
+        pad=32,
+        summary="one slot by default (OLLAMA_NUM_PARALLEL 1)",
+        source="envconfig/config.go NumParallel default 1 (v0.10.0); " + _OLLAMA,
+    ),
+    GGUFRelease(
+        version="0.12.11",
+        n_ctx_default=4096,
+        n_parallel_default=1,
+        flash_attn_default="off",
+        fit="ollama_backend",
+        n_ubatch_default=512,
+        pad=256,
+        summary="llm/memory.go removed: layers placed from the backend's own allocation sizes",
+        source="commit f560bd077 'llm: Use Ollama engine memory layouts for both old and new "
+        "engines' (first in v0.12.11); " + _OLLAMA,
+    ),
+    GGUFRelease(
+        version="0.15.5",
+        n_ctx_default="vram",
+        n_parallel_default=1,
+        flash_attn_default="off",
+        fit="ollama_backend",
+        n_ubatch_default=512,
+        pad=256,
+        summary="num_ctx by total VRAM: 4096 below 23 GiB, 32768 below 47 GiB, else 262144 "
+        "(capped at the model's trained context)",
+        source="server/routes.go / envconfig default context length by VRAM (v0.15.5); " + _OLLAMA,
+    ),
+    GGUFRelease(
+        version="0.30.0",
+        n_ctx_default="vram",
+        n_parallel_default=1,
+        flash_attn_default="auto",
+        fit="llama_fit",
+        n_ubatch_default=512,
+        pad=256,
+        summary="runs upstream llama-server: -c num_ctx x num_parallel -np num_parallel -b/-ub "
+        "num_batch --flash-attn auto, no -ngl (llama-server's --fit places the layers)",
+        source="commit 9db4bdbad 'runner: ... use llama-server exclusively for GGML models' "
+        "(v0.30.0); llm/llama_server.go:375-410,590-622 (v0.32.15); " + _OLLAMA,
+    ),
+)
+
+
+def gguf_release(engine: str, version: str) -> GGUFRelease:
+    table = LLAMA_CPP_RELEASES if engine == "llama_cpp" else OLLAMA_RELEASES
+    for r in table:
+        if r.version == version:
+            return r
+    raise KeyError((engine, version))

@@ -1,0 +1,154 @@
+"""A model's tensors as a GGUF file of a named quantization holds them: llama.cpp's names, the
+ggml type llama-quantize gives each (``recipe``), their shapes and bytes, and the layer each
+belongs to (the input layer, a repeating layer, or the output layer).
+
+The shapes come from the architecture's tensor inventory (the same one every other budget
+uses), renamed as ``convert_hf_to_gguf.py`` names them; ggml shapes list the input features
+first (``ne[0]``), then the output features, then the experts of a merged MoE tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ...arch import Arch, Role, TensorGroup
+from .recipe import QuantState, file_type_default, tensor_type
+from .types import tensor_bytes
+
+__all__ = ["INPUT", "GGUFTensor", "gguf_tensors", "layer_bytes"]
+
+INPUT = -1
+"""The layer index of the input layer (the token embeddings): llama.cpp keeps it on the CPU."""
+
+# the Hugging Face module name of a layer's tensor -> the GGUF tensor name (convert_hf_to_gguf
+# tensor_mapping.py); anything else keeps a generic name and the file type's default rule
+_LAYER_NAMES: dict[str, str] = {
+    "q_proj": "attn_q",
+    "k_proj": "attn_k",
+    "v_proj": "attn_v",
+    "o_proj": "attn_output",
+    "qkv_proj": "attn_qkv",
+    "attn.c_attn": "attn_qkv",
+    "attn.c_proj": "attn_output",
+    "q_a_proj": "attn_q_a",
+    "q_b_proj": "attn_q_b",
+    "kv_a_proj_with_mqa": "attn_kv_a_mqa",
+    "kv_b_proj": "attn_kv_b",
+    "gate_proj": "ffn_gate",
+    "up_proj": "ffn_up",
+    "gate_up_proj": "ffn_up",
+    "down_proj": "ffn_down",
+    "mlp.c_fc": "ffn_up",
+    "mlp.c_proj": "ffn_down",
+    "experts.gate_proj": "ffn_gate_exps",
+    "experts.up_proj": "ffn_up_exps",
+    "experts.down_proj": "ffn_down_exps",
+    "shared_experts.gate_proj": "ffn_gate_shexp",
+    "shared_experts.up_proj": "ffn_up_shexp",
+    "shared_experts.down_proj": "ffn_down_shexp",
+    "router": "ffn_gate_inp",
+    "shared_expert_gate": "ffn_gate_inp_shexp",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFTensor:
+    name: str
+    type: str
+    shape: tuple[int, ...]
+    layer: int
+    """INPUT, a repeating layer 0 .. n_layer - 1, or n_layer for the output layer."""
+    nbytes: int
+
+
+def _shape(t: TensorGroup, experts: bool) -> tuple[int, ...]:
+    if t.cols == 1:
+        return (t.rows,)
+    if experts:
+        return (t.cols, t.rows, t.count)
+    return (t.cols, t.rows)
+
+
+def _unquantized(t: TensorGroup, shape: tuple[int, ...]) -> bool:
+    """Tensors llama-quantize leaves in the converted file's F32: vectors (norms, biases) and
+    the MoE routers (llama-quant.cpp ``quantize &= ... ffn_gate_inp``; convert_hf_to_gguf
+    writes them F32)."""
+    return len(shape) == 1 or t.role in (Role.NORM, Role.BIAS, Role.ROUTER)
+
+
+@lru_cache(maxsize=512)
+def gguf_tensors(arch: Arch, file_type: str) -> tuple[GGUFTensor, ...]:
+    """Every tensor of the GGUF file, in the file's order (token embeddings, the layers, the
+    output norm and head). Vision towers are not in the text GGUF (llama.cpp loads them from a
+    separate mmproj file) and are left out."""
+    default = file_type_default(file_type)
+    state = QuantState.start(arch, file_type)
+    out: list[GGUFTensor] = []
+
+    def add(name: str, t: TensorGroup, layer: int, kind: str, experts: bool = False) -> None:
+        shape = _shape(t, experts)
+        if _unquantized(t, shape):
+            typ = "F32"
+        else:
+            typ = tensor_type(state, default, kind, name, shape, layer)
+        out.append(GGUFTensor(name, typ, shape, layer, tensor_bytes(typ, shape)))
+
+    for t in arch.embeddings:
+        if t.role is Role.VISION:
+            continue
+        kind = "token_embd" if t.name in ("embed_tokens", "wte") else "position_embd"
+        name = f"{kind}.weight"
+        if kind == "position_embd":
+            shape = _shape(t, False)
+            out.append(GGUFTensor(name, "F32", shape, INPUT, tensor_bytes("F32", shape)))
+            continue
+        shape = _shape(t, False)
+        typ = tensor_type(state, default, "token_embd", name, shape, INPUT)
+        out.append(GGUFTensor(name, typ, shape, INPUT, tensor_bytes(typ, shape)))
+    i = 0
+    for layer_type, count in arch.layer_runs:
+        for _ in range(count):
+            for t in layer_type.tensors:
+                if t.role is Role.VISION or t.buffer:
+                    continue
+                kind = _LAYER_NAMES.get(t.name, t.name.replace(".", "_"))
+                experts = t.role is Role.EXPERT
+                if t.role in (Role.NORM, Role.BIAS) or t.cols == 1:
+                    # norms and biases: F32 vectors, one tensor per count
+                    for j in range(t.count):
+                        shape = (t.rows,)
+                        out.append(
+                            GGUFTensor(
+                                f"blk.{i}.{kind}.{j}", "F32", shape, i, tensor_bytes("F32", shape)
+                            )
+                        )
+                    continue
+                if experts or t.count == 1:
+                    add(f"blk.{i}.{kind}.weight", t, i, kind, experts)
+                else:
+                    for j in range(t.count):
+                        add(f"blk.{i}.{kind}.{j}.weight", t, i, kind)
+            i += 1
+    n_layer = i
+    for t in arch.head:
+        if t.role is Role.VISION:
+            continue
+        if t.role is Role.LM_HEAD:
+            shape = _shape(t, False)
+            typ = tensor_type(state, default, "output", "output.weight", shape, n_layer)
+            out.append(GGUFTensor("output.weight", typ, shape, n_layer, tensor_bytes(typ, shape)))
+        else:
+            shape = (t.rows,)
+            out.append(
+                GGUFTensor("output_norm.weight", "F32", shape, n_layer, tensor_bytes("F32", shape))
+            )
+    return tuple(out)
+
+
+def layer_bytes(tensors: tuple[GGUFTensor, ...], n_layer: int) -> tuple[int, ...]:
+    """Bytes per layer index: [input, layer 0 .. n_layer - 1, output]."""
+    out = [0] * (n_layer + 2)
+    for t in tensors:
+        out[t.layer + 1] += t.nbytes
+    return tuple(out)

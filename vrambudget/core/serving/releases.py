@@ -1,0 +1,93 @@
+"""Which release's accounting answers a request: per engine, the modelled releases (each with
+its own rules), a requested version mapped onto the newest modelled release at or before it.
+
+A request names ``engine_version`` as the engine does (``0.11.2``, ``0.5.4.post1``, ``b6500``);
+a release between two modelled ones uses the earlier one and the answer says so. A version
+before the first modelled release, or after the newest, is refused with the range: the rules
+of releases nobody has read are not guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+from ..errors import InvalidWorkload
+from .engines import modelled_releases
+
+__all__ = ["EngineRelease", "engine_release", "parse_version"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRelease:
+    engine: str
+    requested: str
+    """The version the request named (or the default: the newest modelled)."""
+    modelled: str
+    """The release whose rules apply."""
+    note: str | None
+    """Why ``modelled`` differs from ``requested``, or None."""
+
+
+_NUM = re.compile(
+    r"^(?:b(?P<build>[0-9]+)|(?P<dotted>[0-9]+(?:\.[0-9]+)*)(?:\.post(?P<post>[0-9]+))?)$"
+)
+
+
+def parse_version(engine: str, v: str) -> tuple[int, ...]:
+    """``0.11.2`` → (0, 11, 2, 0); ``0.5.4.post1`` → (0, 5, 4, 1); ``b6500`` → (6500,).
+    Raises ValueError for a version of another scheme than the engine's."""
+    m = _NUM.match(v)
+    if m is None:
+        raise ValueError(v)
+    if engine == "llama_cpp":
+        if m["build"] is None:
+            raise ValueError(v)
+        return (int(m["build"]),)
+    if m["dotted"] is None:
+        raise ValueError(v)
+    parts = [int(x) for x in m["dotted"].split(".")]
+    parts += [0] * (3 - len(parts))
+    return (*parts[:3], int(m["post"] or 0))
+
+
+@cache
+def _sorted(engine: str) -> tuple[tuple[tuple[int, ...], str], ...]:
+    return tuple(sorted((parse_version(engine, r), r) for r in modelled_releases(engine)))
+
+
+def engine_release(engine: str, requested: str | None) -> EngineRelease:
+    """The modelled release for ``requested`` (field ``engine_version`` in errors)."""
+    releases = _sorted(engine)
+    first, newest = releases[0][1], releases[-1][1]
+    if requested is None:
+        return EngineRelease(engine, newest, newest, None)
+    scheme = "a build number like b6500" if engine == "llama_cpp" else "a version like 0.11.2"
+    try:
+        key = parse_version(engine, requested)
+    except ValueError:
+        raise InvalidWorkload(
+            "engine_version", f"{engine} releases are named as {scheme}, not {requested!r}"
+        ) from None
+    allowed = f"modelled {engine} releases are {first} to {newest}"
+    if engine != "llama_cpp" and key[:2] > releases[-1][0][:2]:
+        raise InvalidWorkload("engine_version", f"{requested} is newer than modelled: {allowed}")
+    if engine == "llama_cpp" and key > releases[-1][0]:
+        # builds are daily: a newer build keeps the newest modelled rules until one is read
+        return EngineRelease(
+            engine,
+            requested,
+            newest,
+            f"build {requested} is newer than the newest modelled ({newest}); its rules apply",
+        )
+    earlier = [r for k, r in releases if k <= key]
+    if not earlier:
+        raise InvalidWorkload("engine_version", f"{requested} is older than modelled: {allowed}")
+    modelled = earlier[-1]
+    note = None
+    if parse_version(engine, modelled) != key:
+        note = (
+            f"{requested} uses the rules of {modelled}, the newest modelled release at or before it"
+        )
+    return EngineRelease(engine, requested, modelled, note)
