@@ -367,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from vrambudget.cli.calibrate import add_parser as add_calibrate
 
     add_calibrate(sub)
+    from vrambudget.cli.gguf_file import add_parser as add_gguf
+
+    add_gguf(sub)
     ch = sub.add_parser("chart", help="draw a comparison (estimate vs measured) as SVG")
     ch.add_argument(
         "file", help="JSON Comparison, or a probe resource with a 'comparison' key ('-' for stdin)"

@@ -41,7 +41,7 @@ from ..statics import stage_statics
 from .calibration import calibration
 from .engine_args import model_dtype, serving_format, serving_quantization
 from .gguf.budget import gguf_details, gguf_devices, gguf_host_and_disk
-from .gguf.engine import GGUFAccount, gguf_account, launch_command
+from .gguf.engine import GGUFAccount, concurrency, gguf_account, launch_command
 from .releases import EngineRelease, engine_release
 from .sglang import SGLangAccount, sglang_account, sglang_release
 
@@ -100,7 +100,7 @@ def _gguf_remedies(w: LLMServingWorkload, g: GGUFAccount, ctx: DeviceContext) ->
         fixed = starts(cache_type_k="q8_0", cache_type_v="q8_0", flash_attn="on")
         if fixed is not None:
             out.append("cache_type_k / cache_type_v q8_0 with flash attention")
-    for ft in _SMALLER.get(o.file_type, ()):
+    for ft in _SMALLER.get(o.file_type, ()) if o.tensors is None else ():
         if starts(file_type=ft) is not None:
             out.append(f"file_type {ft} (the largest quantization that fits)")
             break
@@ -149,7 +149,7 @@ def gguf_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software | 
     pool = sum(d.kv_bytes for d in g.account.devices)
     per_token = g.account.kv_bytes_per_cell
     per_request = g.n_ctx_requested
-    concurrency = s.n_parallel if s.n_ctx_seq >= per_request else s.n_ctx / max(per_request, 1)
+    held = concurrency(g)
     name = model_name(w.model)
     summary = ServingSummary(
         engine=w.engine,
@@ -166,9 +166,9 @@ def gguf_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software | 
         kv_cache_bytes_per_token=per_token,
         kv_cache_tokens=s.n_ctx,
         max_model_len=per_request,
-        max_concurrency=float(concurrency),
+        max_concurrency=round(held, 4),
         data_parallel=1,
-        max_concurrency_all_replicas=float(concurrency),
+        max_concurrency_all_replicas=round(held, 4),
         would_start=g.would_start,
         reason=g.reason,
         remedies=_gguf_remedies(w, g, ctx),
@@ -461,7 +461,7 @@ def sglang_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software 
         },
         phases=(Phase(name="serving", total_bytes=device_total),),
     )
-    concurrency = a.max_total_num_tokens / max(run.context_len, 1)
+    held = a.max_total_num_tokens / max(run.context_len, 1)
     summary = ServingSummary(
         engine="sglang",
         engine_version=run.release.requested,
@@ -475,9 +475,9 @@ def sglang_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software 
         kv_cache_bytes_per_token=a.cell_bytes,
         kv_cache_tokens=a.max_total_num_tokens,
         max_model_len=run.context_len,
-        max_concurrency=round(concurrency, 4),
+        max_concurrency=round(held, 4),
         data_parallel=1,
-        max_concurrency_all_replicas=round(concurrency, 4),
+        max_concurrency_all_replicas=round(held, 4),
         would_start=a.would_start,
         reason=a.reason,
         remedies=_sglang_remedies(w, run, ctx),
@@ -504,7 +504,7 @@ def sglang_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software 
     )
     host_ram, disk = host_and_disk(((shadow, arch),))
     warnings = []
-    if concurrency < 1 and a.would_start:
+    if held < 1 and a.would_start:
         warnings.append(
             f"the pool holds {a.max_total_num_tokens} tokens, fewer than one request of "
             f"{run.context_len}"

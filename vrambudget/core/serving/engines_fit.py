@@ -19,7 +19,7 @@ from ..result import LayoutFit, Maxima
 from ..search import largest_true
 from ..spec import FitRequest, GGUFOptions, LLMServingWorkload
 from .engines_budget import _LADDER, gguf_engine, sglang_engine
-from .gguf.engine import GGUFAccount
+from .gguf.engine import GGUFAccount, concurrency
 
 __all__ = ["gguf_layout", "sglang_layout"]
 
@@ -61,20 +61,20 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
         C.CUDA_CONTEXT: g.context_bytes,
     }
     used = sum(values.values())
-    slots = g.settings.n_parallel
+    slots = concurrency(g)
     target = req.target_concurrency
     fits = _whole(placed, g) and (target is None or slots >= target)
     maxima: dict[str, object] = {}
     if "concurrency" in req.solve:
-        maxima["max_concurrency"] = float(slots)
-        maxima["concurrent_requests"] = slots
+        maxima["max_concurrency"] = round(slots, 4)
+        maxima["concurrent_requests"] = math.floor(slots)
     if "context" in req.solve or "max_model_len" in req.solve:
 
         def ctx_ok(x: int) -> bool:
             g2 = _try(_with(placed, n_ctx=x), ctx)
             return g2 is not None and _whole(placed, g2)
 
-        cap = arch.max_positions * (slots if w.engine == "llama_cpp" else 1)
+        cap = arch.max_positions * (g.settings.n_parallel if w.engine == "llama_cpp" else 1)
         best = largest_true(1, cap, ctx_ok)
         maxima["context_tokens"] = best
         maxima["context_limited_by_model"] = best >= cap
@@ -86,7 +86,7 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
             return g2 is not None and g2.would_start
 
         maxima["n_gpu_layers"] = max(largest_true(0, full, ngl_ok), 0) if ngl_ok(0) else 0
-    if "file_type" in req.solve:
+    if "file_type" in req.solve and _opts(w).tensors is None:
         best_ft = None
         for ft in _LADDER:
             g2 = _try(_with(placed, file_type=ft), ctx)
@@ -122,7 +122,7 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
 
 def gguf_fits(w: LLMServingWorkload, ctx: DeviceContext, n: int, target: float | None) -> bool:
     g = _try(_with(w, devices=n, tensor_split=None), ctx)
-    return g is not None and _whole(w, g) and (target is None or g.settings.n_parallel >= target)
+    return g is not None and _whole(w, g) and (target is None or concurrency(g) >= target)
 
 
 def _sglang_ok(w: LLMServingWorkload, ctx: DeviceContext, target: float | None) -> bool:

@@ -15,6 +15,7 @@ __all__ = [
     "EngineVersion",
     "GGUFFileType",
     "GGUFOptions",
+    "GGUFTensorSpec",
     "LLMServingWorkload",
     "SGLangOptions",
     "ServingParallelism",
@@ -67,6 +68,25 @@ GGUFFileType = Literal[
     "IQ1_S",
 ]
 """llama-quantize's named file types (``LLAMA_FTYPE_MOSTLY_*``, tools/quantize/quantize.cpp)."""
+
+GGMLType = Literal[
+    "F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+    "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS",
+    "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "IQ1_M", "TQ1_0", "TQ2_0", "MXFP4",
+]  # fmt: skip
+"""ggml tensor types a GGUF file may hold (ggml.h ``ggml_type``)."""
+
+
+class GGUFTensorSpec(Wire, frozen=True, kw_only=True):
+    """One tensor of a GGUF file as its header lists it (``vrambudget gguf FILE`` writes them)."""
+
+    name: Annotated[str, Meta(min_length=1, max_length=256, description="`blk.3.attn_q.weight`.")]
+    type: Annotated[GGMLType, Meta(description="Its ggml type.")]
+    shape: Annotated[
+        tuple[Annotated[int, Meta(ge=1, le=1 << 40)], ...],
+        Meta(min_length=1, max_length=4, description="ggml shape: ne[0] (row length) first."),
+    ]
+
 
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
@@ -148,6 +168,14 @@ class GGUFOptions(Wire, frozen=True, kw_only=True):
         bool,
         Meta(description="`--no-kv-offload` off: the KV cache of GPU layers on their GPU."),
     ] = True
+    tensors: Annotated[
+        Annotated[tuple[GGUFTensorSpec, ...], Meta(min_length=1, max_length=1 << 16)] | None,
+        Meta(
+            description="The file's own tensors (from its header: `vrambudget gguf FILE`): "
+            "the model buffers use them instead of file_type's recipe. Default (null): the "
+            "recipe.",
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         rules.check(self)

@@ -23,7 +23,7 @@ from .ollama_estimate import OllamaEstimate, ollama_estimate
 from .releases import GGUFRelease, gguf_release
 from .tensors import INPUT
 
-__all__ = ["GGUFAccount", "gguf_account", "launch_command"]
+__all__ = ["GGUFAccount", "concurrency", "gguf_account", "launch_command"]
 
 FIT_MARGIN_BYTES = 1 << 30
 """llama.cpp ``--fit-target`` default: 1024 MiB left free per device (common/common.h:483)."""
@@ -49,6 +49,15 @@ class GGUFAccount:
 
     def device_used(self, d: int) -> int:
         return self.account.devices[d].buffers_bytes + self.context_bytes
+
+
+def concurrency(g: GGUFAccount) -> float:
+    """Requests of ``n_ctx_requested`` tokens held at once: every slot with its own context
+    holds one; a unified cache holds n_ctx tokens in all, at most one per slot."""
+    s = g.settings
+    if s.kv_unified:
+        return min(float(s.n_parallel), s.n_ctx / max(g.n_ctx_requested, 1))
+    return float(s.n_parallel)
 
 
 def _opts(w: LLMServingWorkload) -> GGUFOptions:
@@ -135,7 +144,7 @@ def gguf_account(
     est: OllamaEstimate | None = None
     full = n_layer + 1
     s = _settings(w, r, arch, total, ctx_req, ngl_req if ngl_req is not None else full)
-    a = llama_account(arch, o.file_type, s)
+    a = llama_account(arch, o.file_type, s, o.tensors)
     margin = FIT_MARGIN_BYTES if r.fit == "llama_fit" else 0
     if (
         r.fit == "ollama_estimate"
@@ -149,7 +158,7 @@ def gguf_account(
             w = _with_parallel(w, 1)
             o = _opts(w)
             s = _settings(w, r, arch, total, ctx_req, full)
-            a = llama_account(arch, o.file_type, s)
+            a = llama_account(arch, o.file_type, s, o.tensors)
     if r.fit == "llama_fit" and not _fits(a, context_bytes, total, margin):
         if w.engine == "llama_cpp" and o.n_ctx is None and ctx_req > FIT_MIN_CTX:
             best = _largest_ctx(w, r, arch, total, context_bytes, ctx_req, s.n_gpu_layers, margin)
@@ -157,23 +166,23 @@ def gguf_account(
                 fitted.append(f"context reduced from {ctx_req} to {best}")
                 ctx_req = best
                 s = _settings(w, r, arch, total, ctx_req, s.n_gpu_layers)
-                a = llama_account(arch, o.file_type, s)
+                a = llama_account(arch, o.file_type, s, o.tensors)
         if ngl_req is None and not _fits(a, context_bytes, total, margin):
             ngl = _most_layers(w, r, arch, total, context_bytes, ctx_req, margin)
             fitted.append(f"{ngl} of {full} layers on the GPUs, the rest in host memory")
             s = _settings(w, r, arch, total, ctx_req, ngl)
-            a = llama_account(arch, o.file_type, s)
+            a = llama_account(arch, o.file_type, s, o.tensors)
     elif r.fit == "ollama_estimate" and o.devices >= 1:
         est = _ollama(w, r, arch, a, total - context_bytes, ngl_req)
         if ngl_req is None and est.layers < full:
             fitted.append(f"Ollama's estimate offloads {est.layers} of {full} layers")
             s = _settings(w, r, arch, total, ctx_req, est.layers)
-            a = llama_account(arch, o.file_type, s)
+            a = llama_account(arch, o.file_type, s, o.tensors)
     elif r.fit == "ollama_backend" and ngl_req is None and not _fits(a, context_bytes, total, 0):
         ngl = _most_layers(w, r, arch, total, context_bytes, ctx_req, 0)
         fitted.append(f"Ollama's scheduler offloads {ngl} of {full} layers")
         s = _settings(w, r, arch, total, ctx_req, ngl)
-        a = llama_account(arch, o.file_type, s)
+        a = llama_account(arch, o.file_type, s, o.tensors)
     reason = None
     for d in a.devices:
         used = d.buffers_bytes + context_bytes
@@ -224,7 +233,7 @@ def _largest_ctx(
 
     def ok(k: int) -> bool:
         s = _settings(w, r, arch, total, k * 256, ngl)
-        return _fits(llama_account(arch, o.file_type, s), context, total, margin)
+        return _fits(llama_account(arch, o.file_type, s, o.tensors), context, total, margin)
 
     if not ok(lo):
         return FIT_MIN_CTX
@@ -253,7 +262,7 @@ def _most_layers(
     while lo <= hi:
         mid = (lo + hi) // 2
         s = _settings(w, r, arch, total, n_ctx, mid)
-        if _fits(llama_account(arch, o.file_type, s), context, total, margin):
+        if _fits(llama_account(arch, o.file_type, s, o.tensors), context, total, margin):
             best, lo = mid, mid + 1
         else:
             hi = mid - 1

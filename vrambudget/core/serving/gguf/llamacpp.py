@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...arch import Arch, AttentionKind
-from .tensors import INPUT, GGUFTensor, gguf_tensors
+from ...spec import GGUFTensorSpec
+from .tensors import INPUT, GGUFTensor, file_tensors, gguf_tensors
 from .types import row_bytes
 
 __all__ = [
@@ -240,8 +241,16 @@ def compute_buffer(
 
 
 @lru_cache(maxsize=1024)
-def llama_account(arch: Arch, file_type: str, s: LlamaSettings) -> LlamaAccount:
-    tensors = gguf_tensors(arch, file_type)
+def llama_account(
+    arch: Arch,
+    file_type: str,
+    s: LlamaSettings,
+    given: tuple[GGUFTensorSpec, ...] | None = None,
+) -> LlamaAccount:
+    """The buffers of the file type's recipe, or of the file's own tensors (``given``)."""
+    tensors = (
+        gguf_tensors(arch, file_type) if given is None else file_tensors(given, arch.num_layers)
+    )
     n_layer = arch.num_layers
     where = layer_devices(n_layer, s.n_gpu_layers if s.devices else 0, s.splits)
     weights = [0] * s.devices

@@ -9,14 +9,19 @@ first (``ne[0]``), then the output features, then the experts of a merged MoE te
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
 from ...arch import Arch, Role, TensorGroup
+from ...errors import InvalidWorkload
+from ...spec import GGUFTensorSpec
 from .recipe import QuantState, file_type_default, tensor_type
 from .types import tensor_bytes
 
 __all__ = ["INPUT", "GGUFTensor", "gguf_tensors", "layer_bytes"]
+
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 INPUT = -1
 """The layer index of the input layer (the token embeddings): llama.cpp keeps it on the CPU."""
@@ -143,6 +148,35 @@ def gguf_tensors(arch: Arch, file_type: str) -> tuple[GGUFTensor, ...]:
             out.append(
                 GGUFTensor("output_norm.weight", "F32", shape, n_layer, tensor_bytes("F32", shape))
             )
+    return tuple(out)
+
+
+_INPUT_NAMES = ("token_embd.", "token_types.", "position_embd.", "per_layer_token_embd.")
+
+
+def file_tensors(specs: tuple[GGUFTensorSpec, ...], n_layer: int) -> tuple[GGUFTensor, ...]:
+    """A GGUF file's own tensors (its header), placed as llama.cpp places them: ``blk.N.*`` in
+    layer N, the token embeddings in the input layer, everything else (output norm and head,
+    rope tables) in the output layer. Raises InvalidWorkload naming ``gguf.tensors[i]``."""
+    out = []
+    for i, t in enumerate(specs):
+        m = _BLOCK.match(t.name)
+        if m is not None:
+            layer = int(m.group(1))
+            if layer >= n_layer:
+                raise InvalidWorkload(
+                    f"gguf.tensors[{i}].name",
+                    f"layer {layer} of {t.name!r} is beyond the model's {n_layer} layers",
+                )
+        elif t.name.startswith(_INPUT_NAMES):
+            layer = INPUT
+        else:
+            layer = n_layer
+        try:
+            nbytes = tensor_bytes(t.type, t.shape)
+        except ValueError as exc:
+            raise InvalidWorkload(f"gguf.tensors[{i}].shape", str(exc)) from None
+        out.append(GGUFTensor(t.name, t.type, t.shape, layer, nbytes))
     return tuple(out)
 
 
