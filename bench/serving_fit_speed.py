@@ -1,6 +1,7 @@
 """Whole-catalog ``/v1/fits`` for ``llm_serving`` workloads, in-process, side by side.
 
-    .venv/bin/python bench/serving_fit_speed.py [TREE]      (TREE: a checkout, default this one)
+    .venv/bin/python bench/serving_fit_speed.py [TREE] [ENGINE]
+        (TREE: a checkout, default this one; ENGINE: vllm (default), sglang, llama_cpp, ollama)
 
 One round = a default serving fit (device counts 1, 2, 4, 8; context, concurrency and device
 count solved) of every decoder preset against the whole catalog; prints each round and the
@@ -16,7 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parents[1]
+ROOT = (
+    Path(sys.argv[1]).resolve()
+    if len(sys.argv) > 1 and sys.argv[1] != "."
+    else Path(__file__).resolve().parents[1]
+)
+ENGINE = sys.argv[2] if len(sys.argv) > 2 else "vllm"
 sys.path.insert(0, str(ROOT))
 
 import msgspec  # noqa: E402
@@ -33,7 +39,10 @@ def main() -> None:
     requests = [
         msgspec.convert(
             {
-                "workloads": [{"kind": "llm_serving", "model": {"source": "preset", "id": m}}],
+                "workloads": [
+                    {"kind": "llm_serving", "model": {"source": "preset", "id": m}}
+                    | ({"engine": ENGINE} if ENGINE != "vllm" else {})
+                ],
                 "device_counts": [1, 2, 4, 8],
                 "solve": ["context", "concurrency", "device_count"],
             },
@@ -50,8 +59,8 @@ def main() -> None:
             except InvalidWorkload:
                 pass
         times.append(time.perf_counter() - t0)
-        print(f"round {r}: {times[-1]:.2f} s for {len(ids)} whole-catalog serving fits")
-    print(f"median of {ROUNDS}: {statistics.median(times):.2f} s ({ROOT})")
+        print(f"round {r}: {times[-1]:.2f} s for {len(ids)} whole-catalog {ENGINE} fits")
+    print(f"median of {ROUNDS}: {statistics.median(times):.2f} s ({ROOT}, {ENGINE})")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from ..errors import InvalidWorkload
 from .engines import modelled_releases
@@ -57,6 +57,7 @@ def _sorted(engine: str) -> tuple[tuple[tuple[int, ...], str], ...]:
     return tuple(sorted((parse_version(engine, r), r) for r in modelled_releases(engine)))
 
 
+@lru_cache(maxsize=256)
 def engine_release(engine: str, requested: str | None) -> EngineRelease:
     """The modelled release for ``requested`` (field ``engine_version`` in errors)."""
     releases = _sorted(engine)
