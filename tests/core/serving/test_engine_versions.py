@@ -135,6 +135,8 @@ def test_kv_cache_memory_sets_the_pool():
     assert a.stages[0].available_bytes == 8 * GiB
     # Llama 3.1 8B page: 16 tokens x 8 heads x 128 x 2 (K, V) x 2 B = 65,536 per layer
     assert a.num_blocks == 8 * GiB // (65_536 * 32)
+    too_big = _acct(engine_version="0.19.0", max_model_len=8192, kv_cache_memory_bytes=80 * GiB)
+    assert not too_big.would_start and "out of memory" in (too_big.reason or "")
     with pytest.raises(InvalidWorkload, match="kv-cache-memory"):
         _acct(engine_version="0.10.0", max_model_len=8192, kv_cache_memory_bytes=GiB)
 

@@ -206,6 +206,25 @@ def account(
     tokens = kv.num_tokens(blocks, groups)
     concurrency = kv.max_concurrency(blocks, groups, r.max_model_len, r.max_num_batched_tokens)
     reason = _refusal(out, r, arch)
+    if reason is None and w.kv_cache_memory_bytes is not None:
+        pool = blocks * groups.page_bytes
+        for st in out:
+            used = (
+                st.weights_memory_bytes
+                + st.activation_bytes
+                + st.non_torch_bytes
+                + st.cuda_context_bytes
+                + st.nccl_init_bytes
+                + st.cuda_graph_bytes
+                + pool * st.group_size
+            )
+            if used > memory_total_bytes:
+                reason = (
+                    f"--kv-cache-memory {_gib(w.kv_cache_memory_bytes)}: with the weights, "
+                    f"activations, CUDA context and graphs it needs {_gib(used)} of the GPU's "
+                    f"{_gib(memory_total_bytes)} (out of memory while allocating the KV cache)"
+                )
+                break
     return ServingAccount(
         r, groups, tuple(out), blocks, tokens, concurrency, reason is None, reason
     )
