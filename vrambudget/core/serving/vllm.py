@@ -208,15 +208,15 @@ def account(
     reason = _refusal(out, r, arch)
     if reason is None and w.kv_cache_memory_bytes is not None:
         pool = blocks * groups.page_bytes
-        for st in out:
+        for sa in out:
             used = (
-                st.weights_memory_bytes
-                + st.activation_bytes
-                + st.non_torch_bytes
-                + st.cuda_context_bytes
-                + st.nccl_init_bytes
-                + st.cuda_graph_bytes
-                + pool * st.group_size
+                sa.weights_memory_bytes
+                + sa.activation_bytes
+                + sa.non_torch_bytes
+                + sa.cuda_context_bytes
+                + sa.nccl_init_bytes
+                + sa.cuda_graph_bytes
+                + pool * sa.group_size
             )
             if used > memory_total_bytes:
                 reason = (
