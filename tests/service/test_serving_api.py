@@ -140,7 +140,7 @@ LLAMA = {"source": "preset", "id": "llama-3.1-8b"}
                 "device": H100,
             },
             "$.workloads[0].engine_version",
-            "older than modelled: modelled vllm releases are",
+            "older than modelled: vllm releases 0.10.0 to 0.34.x are modelled",
         ),
         (
             {

@@ -231,3 +231,58 @@ def test_sglang_settings_only_for_sglang():
         _w(sglang={"mem_fraction_static": 0.8})
     with pytest.raises(msgspec.ValidationError, match=r"sglang\.mem_fraction_static"):
         _w(engine="sglang", gpu_memory_utilization=0.8)
+
+
+# ------------------------------------------------------------------- review regressions --
+
+
+def test_0_34_explicit_utilization_keeps_the_extensible_cache():
+    """vllm/config/cache.py 0.34: the extensible cache is off only with --kv-cache-memory; an
+    explicit utilization changes `requested` only."""
+    a = _acct(engine_version="0.34.0", max_model_len=8192, gpu_memory_utilization=1.0)
+    b = _acct(engine_version="0.34.0", max_model_len=8192)
+    assert a.stages[0].available_bytes == b.stages[0].available_bytes
+    assert a.kv_tokens == b.kv_tokens
+
+
+def test_more_than_the_gpu_outside_the_budget_does_not_start():
+    """CUDA context, NCCL and graphs outside vLLM's budget: out of memory at graph capture."""
+    g = gpu("l4-24gb")
+    w = _w(
+        engine_version="0.19.0",
+        model={"source": "preset", "id": "llama-3.1-70b"},
+        parallelism={"tensor": 8},
+        max_model_len=4096,
+    )
+    a = account(w, resolve_model(w.model), g.memory_total_bytes, g.name)
+    assert not a.would_start and "capturing CUDA graphs" in (a.reason or "")
+
+
+@pytest.mark.parametrize(
+    ("version", "modelled"),
+    [("0.5.23", "0.5.20"), ("0.10.1.1", None), ("0.32.15", "0.30.0")],
+)
+def test_newest_read_releases_are_accepted(version, modelled):
+    engine = {"0.5.23": "sglang", "0.10.1.1": "vllm", "0.32.15": "ollama"}[version]
+    r = engine_release(engine, version)
+    assert r.modelled == (modelled or "0.10.0")
+
+
+@pytest.mark.parametrize(("engine", "version"), [("sglang", "0.5.24"), ("ollama", "0.33.0")])
+def test_releases_newer_than_read_are_refused(engine, version):
+    with pytest.raises(InvalidWorkload, match="newer than modelled"):
+        engine_release(engine, version)
+
+
+def test_sglang_refusals():
+    long = _sglang(max_model_len=131073)
+    assert not long.serving.would_start  # type: ignore[union-attr]
+    assert "max_position_embeddings" in (long.serving.reason or "")  # type: ignore[union-attr]
+    assert any("131072" in r for r in long.serving.remedies)  # type: ignore[union-attr]
+    tiny = _sglang(max_model_len=4096, sglang={"max_total_tokens": 1})
+    assert not tiny.serving.would_start  # type: ignore[union-attr]
+    huge = _sglang(max_model_len=4096, sglang={"chunked_prefill_size": 16_777_216})
+    assert not huge.serving.would_start  # type: ignore[union-attr]
+    assert "automatic mem_fraction_static" in (huge.serving.reason or "")  # type: ignore[union-attr]
+    q = _sglang(max_model_len=4096, quantization={"method": "fp8", "applied_at_load": True})
+    assert "--quantization fp8" in q.serving.launch  # type: ignore[union-attr]

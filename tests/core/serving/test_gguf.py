@@ -340,3 +340,91 @@ def test_fit_answers_the_inverse_questions():
     ok = _budget({**w, "gguf": {"n_ctx": 8192, "n_gpu_layers": ngl}})
     bad = _budget({**w, "gguf": {"n_ctx": 8192, "n_gpu_layers": ngl + 1}})
     assert ok.serving.would_start and not bad.serving.would_start  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------- review regressions --
+
+
+def test_quantized_v_without_flash_attention_is_refused():
+    with pytest.raises(InvalidWorkload, match="flash attention") as err:
+        _budget(
+            {
+                "kind": "llm_serving",
+                "engine": "llama_cpp",
+                "engine_version": "b4000",
+                "model": {"source": "preset", "id": "llama-3.1-8b"},
+                "gguf": {"cache_type_k": "q8_0", "cache_type_v": "q8_0"},
+            }
+        )
+    assert err.value.field == "workloads[0].gguf.cache_type_v"
+
+
+def test_ollama_cache_type_rules():
+    # flash attention off by default before 0.30: Ollama ignores OLLAMA_KV_CACHE_TYPE
+    b = _budget(
+        {
+            "kind": "llm_serving",
+            "engine": "ollama",
+            "engine_version": "0.10.0",
+            "model": {"source": "preset", "id": "llama-3.1-8b"},
+            "gguf": {"cache_type_k": "q8_0", "cache_type_v": "q8_0", "n_ctx": 4096},
+        }
+    )
+    d = b.serving.details  # type: ignore[union-attr]
+    assert d.cache_type_k == "f16" and "OLLAMA_KV_CACHE_TYPE" not in b.serving.launch  # type: ignore[union-attr]
+    with pytest.raises(InvalidWorkload, match="both caches"):
+        _budget(
+            {
+                "kind": "llm_serving",
+                "engine": "ollama",
+                "model": {"source": "preset", "id": "llama-3.1-8b"},
+                "gguf": {"cache_type_k": "iq4_nl", "cache_type_v": "q5_1"},
+            }
+        )
+
+
+def test_context_below_the_slots_is_refused():
+    with pytest.raises(InvalidWorkload, match="n_ctx_seq") as err:
+        _budget(
+            {
+                "kind": "llm_serving",
+                "engine": "llama_cpp",
+                "engine_version": "b4000",
+                "model": {"source": "preset", "id": "llama-3.1-8b"},
+                "gguf": {"n_ctx": 32, "n_parallel": 64},
+            }
+        )
+    assert err.value.field == "workloads[0].gguf.n_ctx"
+
+
+def test_old_builds_take_the_flash_attention_switch():
+    b = _budget(
+        {
+            "kind": "llm_serving",
+            "engine": "llama_cpp",
+            "engine_version": "b4000",
+            "model": {"source": "preset", "id": "llama-3.1-8b"},
+            "gguf": {"n_ctx": 4096, "flash_attn": "on"},
+        }
+    )
+    launch = b.serving.launch  # type: ignore[union-attr]
+    assert " -fa " in launch + " " and "-fa on" not in launch and "--fit" not in launch
+
+
+def test_fits_stay_within_64_gpus():
+    body = {
+        "workloads": [
+            {
+                "kind": "llm_serving",
+                "engine": "llama_cpp",
+                "model": {"source": "preset", "id": "llama-3.1-405b"},
+                "gguf": {"file_type": "F32", "n_ctx": 4096},
+            }
+        ],
+        "devices": [{"source": "catalog", "id": "t4-16gb"}],
+        "device_counts": [1],
+        "solve": ["device_count"],
+        "max_device_count": 256,
+    }
+    g = fit(msgspec.convert(body, FitRequest)).gpus[0]
+    assert g.min_device_count is None or g.min_device_count <= 64

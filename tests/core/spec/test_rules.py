@@ -204,6 +204,7 @@ _GGUF_BAD: dict[str, Any] = {
     "parallelism.tensor": 2,
     "parallelism.pipeline": 2,
     "parallelism.data": 2,
+    "parallelism.enable_expert_parallel": True,
 }
 _SGLANG_BAD: dict[str, Any] = {
     "gpu_memory_utilization": 0.8,
@@ -214,6 +215,7 @@ _SGLANG_BAD: dict[str, Any] = {
     "kv_cache_memory_bytes": 1 << 30,
     "entrypoint": "llm_class",
     "disable_hybrid_kv_cache_manager": True,
+    "parallelism.enable_expert_parallel": True,
 }
 
 

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from functools import cache
 
-__all__ = ["ENGINES", "modelled_releases"]
+__all__ = ["ENGINES", "NEWEST_READ", "modelled_releases"]
 
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "llama_cpp", "ollama")
+
+NEWEST_READ: dict[str, str | None] = {
+    "vllm": None,  # every minor release is modelled: patches of the newest minor are accepted
+    "sglang": "0.5.23",  # research/sglang_accounting.md: every 0.5.N release read up to it
+    "ollama": "0.32.15",  # research/ollama_accounting.md: tags read up to it
+    "llama_cpp": None,  # daily builds: a newer build keeps the newest modelled rules
+}
+"""The newest release whose source was read for each engine: newer ones are refused."""
 
 
 @cache

@@ -33,6 +33,7 @@ from ..spec import (
     LLMServingWorkload,
     Parallelism,
     Precision,
+    ServingQuantization,
     SGLangOptions,
     Software,
 )
@@ -345,6 +346,9 @@ def _sglang_launch(w: LLMServingWorkload, run: _SGLangRun) -> str:
         parts.append("--disable-cuda-graph")
     if w.dtype != "auto":
         parts.append(f"--dtype {w.dtype}")
+    q = w.quantization
+    if isinstance(q, ServingQuantization):
+        parts.append(f"--quantization {'fp8' if q.method.startswith('fp8') else q.method}")
     return " ".join(parts)
 
 
@@ -364,7 +368,7 @@ def _sglang_remedies(w: LLMServingWorkload, run: _SGLangRun, ctx: DeviceContext)
     arch = resolve_model(w.model)
     best = largest_true(
         1,
-        min(run.context_len, arch.max_positions) - 1,
+        min(run.context_len - 1, arch.max_positions),
         lambda n: ok(msgspec.structs.replace(w, max_model_len=n)),
     )
     if best >= 1 and ok(msgspec.structs.replace(w, max_model_len=best)):
@@ -387,9 +391,25 @@ def _sglang_remedies(w: LLMServingWorkload, run: _SGLangRun, ctx: DeviceContext)
             w, sglang=msgspec.structs.replace(o, mem_fraction_static=x / 1000)
         )
 
+    permille = max(permille, 1)
     last_bad = largest_true(permille + 1, 999, lambda x: not ok(with_fraction(x)))
     if permille < last_bad + 1 <= 999 and ok(with_fraction(last_bad + 1)):
         out.append(f"raise mem_fraction_static to {(last_bad + 1) / 1000:.3f}")
+    elif permille > 1:
+        # too high a fraction leaves no room for the graphs: the largest lower one whose pool
+        # still leaves it (monotone in the fraction), if it starts
+        def room(x: int) -> bool:
+            try:
+                a = sglang_engine(with_fraction(x), ctx).account
+            except InvalidWorkload:
+                return False
+            return run.baseline + a.weights_bytes + a.pool_bytes + a.graph_bytes <= (
+                ctx.memory_total_bytes
+            )
+
+        lower = largest_true(1, permille - 1, room)
+        if lower >= 1 and ok(with_fraction(lower)):
+            out.append(f"lower mem_fraction_static to {lower / 1000:.3f}")
     if not out:
         out.append("a GPU with more memory, or more GPUs")
     return tuple(out)

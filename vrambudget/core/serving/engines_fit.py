@@ -24,6 +24,8 @@ from .gguf.engine import GGUFAccount, concurrency
 __all__ = ["gguf_layout", "sglang_layout"]
 
 C = Component
+MAX_GGUF_DEVICES = 64
+"""The most GPUs a GGUF deployment is budgeted over (``gguf.devices``)."""
 
 
 def _opts(w: LLMServingWorkload) -> GGUFOptions:
@@ -121,6 +123,8 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
 
 
 def gguf_fits(w: LLMServingWorkload, ctx: DeviceContext, n: int, target: float | None) -> bool:
+    if n > MAX_GGUF_DEVICES:
+        return False
     g = _try(_with(w, devices=n, tensor_split=None), ctx)
     return g is not None and _whole(w, g) and (target is None or concurrency(g) >= target)
 

@@ -22,7 +22,7 @@ from ..result import Cheapest, FitResponse, GPUFit, LayoutFit, Maxima
 from ..search import largest_true
 from ..spec import FitRequest, LLMServingWorkload, Parallelism
 from .budget import stage_values
-from .engines_fit import gguf_fits, gguf_layout, sglang_fits, sglang_layout
+from .engines_fit import MAX_GGUF_DEVICES, gguf_fits, gguf_layout, sglang_fits, sglang_layout
 from .vllm import ServingAccount, account
 
 __all__ = ["serving_fit"]
@@ -148,7 +148,7 @@ def _other_engine_fit(
         layouts = []
         for n in req.device_counts:
             if gguf:
-                if n > 64:
+                if n > MAX_GGUF_DEVICES:
                     continue
                 layouts.append(gguf_layout(w, ctx, n, req))
             else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 from ..errors import InvalidWorkload
-from .engines import modelled_releases
+from .engines import NEWEST_READ, modelled_releases
 
 __all__ = ["EngineRelease", "engine_release", "parse_version"]
 
@@ -71,8 +71,19 @@ def engine_release(engine: str, requested: str | None) -> EngineRelease:
         raise InvalidWorkload(
             "engine_version", f"{engine} releases are named as {scheme}, not {requested!r}"
         ) from None
-    allowed = f"modelled {engine} releases are {first} to {newest}"
-    if engine != "llama_cpp" and key[:2] > releases[-1][0][:2]:
+    read = NEWEST_READ.get(engine)
+    last = (
+        read
+        if read is not None
+        else (f"{newest.rsplit('.', 1)[0]}.x" if engine == "vllm" else newest)
+    )
+    allowed = f"{engine} releases {first} to {last} are modelled"
+    too_new = (
+        key > parse_version(engine, read)
+        if read is not None
+        else (engine != "llama_cpp" and key[:2] > releases[-1][0][:2])
+    )
+    if too_new:
         raise InvalidWorkload("engine_version", f"{requested} is newer than modelled: {allowed}")
     if engine == "llama_cpp" and key > releases[-1][0]:
         # builds are daily: a newer build keeps the newest modelled rules until one is read

@@ -341,10 +341,26 @@ def sglang_account(
     graphs = runtime_bytes(arch, r, tp, chunk, gbs, disable_graphs)
     activation = 0
     reason = None
-    if tokens <= 0:
+    if context_len > arch.max_positions:
+        reason = (
+            f"context_length {context_len} exceeds the model's max_position_embeddings "
+            f"{arch.max_positions} (SGLang refuses unless "
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1)"
+        )
+    elif frac <= 0:
+        reason = (
+            f"the automatic mem_fraction_static is {frac:.3f}: the reserve for a "
+            f"chunked_prefill_size of {chunk} and {gbs} CUDA-graph batch sizes exceeds the GPU"
+        )
+    elif rest_gib <= 0:
         reason = (
             "Not enough memory: the weights take more than mem_fraction_static "
             f"({frac:.3f}) of the free memory; raise --mem-fraction-static"
+        )
+    elif tokens <= 0 or running < 1:
+        reason = (
+            f"the token pool holds {tokens} tokens (page_size {page_size}): no request fits "
+            "(max_running_requests 0)"
         )
     elif baseline + weights + pool + graphs + activation > total:
         reason = (

@@ -132,7 +132,14 @@ def account(
     workspace = (mla_import_workspaces(gpu_name) if arch.mla else 0) * MLA_IMPORT_WORKSPACE_BYTES
     hybrid = r.cal.hybrid_kv_cache_manager and not w.disable_hybrid_kv_cache_manager
     groups = kv.kv_groups(arch, r.tensor, r.pipeline, r.kv_bytes, r.block_size, hybrid)
-    extensible = r.cal.extensible_kv_cache and w.gpu_memory_utilization is None
+    # 0.34: on unless --kv-cache-memory is given (vllm/config/cache.py); an explicit
+    # utilization only changes `requested`
+    extensible = r.cal.extensible_kv_cache and w.kv_cache_memory_bytes is None
+    margin_floor = (
+        3 * EXTENSIBLE_MARGIN_FLOOR_BYTES
+        if _vendor(gpu_name) == "amd"
+        else EXTENSIBLE_MARGIN_FLOOR_BYTES
+    )
     util = utilization(w, r)
     requested = requested_bytes(memory_total_bytes, util, r.cal.requested_ceil)
     nt, nt_comm = non_torch_bytes(r)
@@ -172,7 +179,7 @@ def account(
                 + graphs
             )
             headroom = memory_total_bytes - context - nccl - used
-            margin = max(EXTENSIBLE_MARGIN_FLOOR_BYTES, act * 3 // 4)
+            margin = max(margin_floor, act * 3 // 4)
             available = min(requested - used, headroom - margin) - act
         if w.kv_cache_memory_bytes is not None:
             # --kv-cache-memory: the pool's size as given, no profiling budget
@@ -206,6 +213,25 @@ def account(
     tokens = kv.num_tokens(blocks, groups)
     concurrency = kv.max_concurrency(blocks, groups, r.max_model_len, r.max_num_batched_tokens)
     reason = _refusal(out, r, arch)
+    if reason is None and not extensible:
+        pool = blocks * groups.page_bytes
+        for sa in out:
+            resident = (
+                sa.cuda_context_bytes
+                + sa.nccl_init_bytes
+                + sa.weights_memory_bytes
+                + sa.non_torch_bytes
+                + pool * sa.group_size
+                + sa.cuda_graph_bytes
+            )
+            if resident > memory_total_bytes and not r.cal.cudagraph_in_budget:
+                reason = (
+                    f"the CUDA context, NCCL and CUDA graphs outside the engine's budget need "
+                    f"{_gib(resident - memory_total_bytes)} more than the GPU has once the KV "
+                    "cache is allocated: out of memory while capturing CUDA graphs (lower "
+                    "gpu_memory_utilization or set enforce_eager)"
+                )
+                break
     if reason is None and w.kv_cache_memory_bytes is not None:
         pool = blocks * groups.page_bytes
         for sa in out:
@@ -232,6 +258,12 @@ def account(
 
 EXTENSIBLE_MARGIN_FLOOR_BYTES = 1 << 30
 """vllm/v1/worker/extensible_kv_cache.py:64 KV_CACHE_MARGIN_FLOOR_BYTES (CUDA; 3 GiB on ROCm)."""
+
+
+@lru_cache(maxsize=256)
+def _vendor(gpu_name: str) -> str:
+    g = match_gpu(gpu_name, None, None)
+    return g.vendor if g is not None else "nvidia"
 
 
 def utilization(w: LLMServingWorkload, r: Resolved) -> float:

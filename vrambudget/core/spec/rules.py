@@ -168,6 +168,7 @@ _SGLANG_NOT_VLLM: tuple[tuple[str, Op, Any, str], ...] = (
     ("kv_cache_memory_bytes", "null", None, "sglang.max_total_tokens"),
     ("entrypoint", "eq", "api_server", "the server (launch_server)"),
     ("disable_hybrid_kv_cache_manager", "eq", False, "the default"),
+    ("parallelism.enable_expert_parallel", "eq", False, "tensor parallelism"),
 )
 """vLLM settings that engine ``sglang`` does not take (with the SGLang setting to use)."""
 
@@ -187,6 +188,7 @@ _GGUF_NOT_VLLM: tuple[tuple[tuple[str, ...], Op, Any, str], ...] = (
     (("parallelism", "tensor"), "eq", 1, "gguf.devices and gguf.tensor_split"),
     (("parallelism", "pipeline"), "eq", 1, "gguf.devices and gguf.tensor_split"),
     (("parallelism", "data"), "eq", 1, "one budget per server"),
+    (("parallelism", "enable_expert_parallel"), "eq", False, "gguf.devices"),
 )
 """vLLM settings that the GGUF engines do not take (with their setting to use)."""
 
@@ -294,7 +296,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
         ),
         *(
             Rule(
-                Cond((name,), op, value),
+                Cond(tuple(name.split(".")), op, value),
                 f"{name} is a vLLM setting; for engine 'sglang' use {instead}",
                 Cond(("engine",), "eq", "sglang"),
             )

@@ -29,9 +29,9 @@ EngineVersion = Annotated[
     Meta(
         min_length=1,
         max_length=32,
-        pattern=r"^(b[0-9]{1,6}|[0-9]{1,3}(\.[0-9]{1,4}){1,2}(\.post[0-9]{1,3})?)$",
-        description="An engine release: `0.11`, `0.11.2` (vLLM, SGLang, Ollama) or a llama.cpp "
-        "build `b6500`.",
+        pattern=r"^(b[0-9]{1,6}|[0-9]{1,3}(\.[0-9]{1,4}){1,3}(\.post[0-9]{1,3})?)$",
+        description="An engine release: `0.11`, `0.11.2`, `0.10.1.1` (vLLM, SGLang, Ollama) or a "
+        "llama.cpp build `b6500`.",
     ),
 ]
 
@@ -102,7 +102,7 @@ class GGUFOptions(Wire, frozen=True, kw_only=True):
         ),
     ] = "Q4_K_M"
     n_ctx: Annotated[
-        Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None,
+        Annotated[int, Meta(ge=1, le=(1 << 32) - 1)] | None,
         Meta(
             description="`-c` [num_ctx]: llama.cpp's context size in tokens, shared by all "
             "slots (each of the n_parallel slots gets n_ctx / n_parallel); for Ollama, the "
@@ -130,10 +130,10 @@ class GGUFOptions(Wire, frozen=True, kw_only=True):
         ),
     ] = None
     n_parallel: Annotated[
-        Annotated[int, Meta(ge=1, le=4096)] | None,
+        Annotated[int, Meta(ge=1, le=256)] | None,
         Meta(
-            description="`-np` [OLLAMA_NUM_PARALLEL]: concurrent request slots; default "
-            "(null): the engine's default for its version."
+            description="`-np` [OLLAMA_NUM_PARALLEL]: concurrent request slots (llama.cpp's "
+            "LLAMA_MAX_SEQ: 256); default (null): the engine's default for its version."
         ),
     ] = None
     cache_type_k: Annotated[
@@ -154,14 +154,17 @@ class GGUFOptions(Wire, frozen=True, kw_only=True):
         ),
     ] = "auto"
     n_batch: Annotated[
-        Annotated[int, Meta(ge=1, le=1 << 20)],
-        Meta(description="`-b` [num_batch]: logical batch (tokens per llama_decode)."),
-    ] = 2048
+        Annotated[int, Meta(ge=1, le=1 << 20)] | None,
+        Meta(
+            description="`-b` [num_batch]: logical batch (tokens per llama_decode); default "
+            "(null): 2048 (llama.cpp), 512 (Ollama)."
+        ),
+    ] = None
     n_ubatch: Annotated[
         Annotated[int, Meta(ge=1, le=1 << 20)] | None,
         Meta(
             description="`-ub`: physical batch, which sizes the compute buffers; default "
-            "(null): 512 (Ollama: num_batch)."
+            "(null): 512 (llama.cpp only: Ollama runs num_batch)."
         ),
     ] = None
     kv_offload: Annotated[

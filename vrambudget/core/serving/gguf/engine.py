@@ -46,6 +46,8 @@ class GGUFAccount:
     n_ctx_requested: int
     """Context per request: n_ctx / n_parallel for llama.cpp (unless unified), num_ctx for
     Ollama."""
+    ctx_asked: int
+    """The context the engine is started with, before padding (-c; Ollama's num_ctx)."""
 
     def device_used(self, d: int) -> int:
         return self.account.devices[d].buffers_bytes + self.context_bytes
@@ -76,6 +78,55 @@ def _n_ctx_default(r: GGUFRelease, arch: Arch, total: int) -> int:
     return min(d, arch.max_positions) if r.version.startswith("0.") else d
 
 
+_QUANTIZED = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+_OLLAMA_CACHE = ("f16", "q8_0", "q4_0")
+
+
+def _batch(w: LLMServingWorkload) -> int:
+    """``-b``: 2048 (llama.cpp), ``num_batch`` 512 (Ollama, which runs -b and -ub at it)."""
+    o = _opts(w)
+    return o.n_batch if o.n_batch is not None else (512 if w.engine == "ollama" else 2048)
+
+
+def _flash(w: LLMServingWorkload, r: GGUFRelease) -> bool:
+    o = _opts(w)
+    return o.flash_attn == "on" or (o.flash_attn == "auto" and r.flash_attn_default == "auto")
+
+
+def check_options(w: LLMServingWorkload, r: GGUFRelease, ctx_req: int) -> None:
+    """What llama.cpp (or Ollama) refuses, or cannot be told, as field errors."""
+    o = _opts(w)
+    flash = _flash(w, r)
+    if w.engine == "ollama":
+        if o.n_ubatch is not None:
+            raise InvalidWorkload(
+                "gguf.n_ubatch", "Ollama runs -b and -ub at num_batch: set gguf.n_batch instead"
+            )
+        if o.tensor_split is not None:
+            raise InvalidWorkload(
+                "gguf.tensor_split", "Ollama splits layers itself: leave tensor_split null"
+            )
+        if o.cache_type_k != o.cache_type_v or o.cache_type_k not in _OLLAMA_CACHE:
+            raise InvalidWorkload(
+                "gguf.cache_type_k",
+                "Ollama's OLLAMA_KV_CACHE_TYPE sets both caches: f16, q8_0 or q4_0, the same "
+                "for K and V",
+            )
+    elif o.cache_type_v in _QUANTIZED and not flash:
+        raise InvalidWorkload(
+            "gguf.cache_type_v",
+            f"a quantized V cache needs flash attention, which llama.cpp {r.version} leaves off "
+            "by default: set gguf.flash_attn 'on'",
+        )
+    parallel = o.n_parallel if o.n_parallel is not None else r.n_parallel_default
+    if parallel > 0 and w.engine == "llama_cpp" and ctx_req < parallel:
+        raise InvalidWorkload(
+            "gguf.n_ctx",
+            f"n_ctx {ctx_req} leaves each of the {parallel} slots no cells (llama.cpp "
+            f"throws n_ctx_seq == 0): at least {parallel}",
+        )
+
+
 def _settings(
     w: LLMServingWorkload, r: GGUFRelease, arch: Arch, total: int, n_ctx: int, ngl: int
 ) -> LlamaSettings:
@@ -86,16 +137,22 @@ def _settings(
         parallel, unified = 4, True
     if w.engine == "ollama":
         n_ctx = n_ctx * parallel  # Ollama starts the runner with -c num_ctx x num_parallel
-    flash = o.flash_attn == "on" or (o.flash_attn == "auto" and r.flash_attn_default == "auto")
+    flash = _flash(w, r)
     # 256 cells (before b7079: 256 with flash attention, else 32; llama_kv_cache_get_padding)
     pad = 256 if (r.pad == 256 or flash) else r.pad
     cells = _pad(n_ctx, pad)
     if not unified:
         per = _pad(cells // parallel, pad) if r.pad == 256 else cells // parallel
         cells = per * parallel
-    ubatch = o.n_ubatch if o.n_ubatch is not None else r.n_ubatch_default
+    batch = _batch(w)
     if w.engine == "ollama":
-        ubatch = o.n_ubatch if o.n_ubatch is not None else o.n_batch if o.n_batch != 2048 else 512
+        ubatch = batch
+    else:
+        ubatch = o.n_ubatch if o.n_ubatch is not None else r.n_ubatch_default
+    type_k, type_v = o.cache_type_k, o.cache_type_v
+    if w.engine == "ollama" and not flash:
+        # Ollama applies OLLAMA_KV_CACHE_TYPE only with flash attention (llm/memory.go:219-225)
+        type_k = type_v = "f16"
     return LlamaSettings(
         n_ctx=cells,
         n_ctx_seq=cells if unified else cells // parallel,
@@ -103,10 +160,10 @@ def _settings(
         kv_unified=unified,
         n_gpu_layers=ngl,
         flash_attn=flash,
-        n_ubatch=min(ubatch, o.n_batch),
-        n_batch=o.n_batch,
-        type_k=o.cache_type_k,
-        type_v=o.cache_type_v,
+        n_ubatch=min(ubatch, batch),
+        n_batch=batch,
+        type_k=type_k,
+        type_v=type_v,
         devices=o.devices,
         splits=split_fractions(o.devices, o.tensor_split),
         kv_offload=o.kv_offload,
@@ -140,6 +197,7 @@ def gguf_account(
     else:
         ngl_req = o.n_gpu_layers
     ctx_req = o.n_ctx if o.n_ctx is not None else _n_ctx_default(r, arch, total)
+    check_options(w, r, ctx_req)
     fitted: list[str] = []
     est: OllamaEstimate | None = None
     full = n_layer + 1
@@ -208,6 +266,7 @@ def gguf_account(
         fitted="; ".join(fitted) or None,
         ollama=est,
         n_ctx_requested=per_request,
+        ctx_asked=ctx_req,
     )
 
 
@@ -297,11 +356,22 @@ def _ollama(
         (free,) * o.devices,
         num_ctx=s.n_ctx // s.n_parallel,
         num_parallel=s.n_parallel,
-        num_batch=o.n_batch if o.n_batch != 2048 else 512,
+        num_batch=s.n_batch,
         cache_type=o.cache_type_k,
         flash_attention=s.flash_attn,
         num_gpu=-1 if ngl is None else ngl,
     )
+
+
+def _fa_flag(r: GGUFRelease, flash: bool) -> str:
+    """``-fa on|off`` from b6327 (flash_attn_type); before, ``-fa`` is a switch."""
+    if parse_build(r.version) >= 6327:
+        return f"-fa {'on' if flash else 'off'}"
+    return "-fa" if flash else ""
+
+
+def parse_build(version: str) -> int:
+    return int(version.removeprefix("b")) if version.startswith("b") else 0
 
 
 def launch_command(w: LLMServingWorkload, g: GGUFAccount, model_ref: str) -> str:
@@ -314,13 +384,13 @@ def launch_command(w: LLMServingWorkload, g: GGUFAccount, model_ref: str) -> str
             env.append(f"OLLAMA_NUM_PARALLEL={s.n_parallel}")
         if s.flash_attn:
             env.append("OLLAMA_FLASH_ATTENTION=1")
-        if s.type_k != "f16":
-            env.append(f"OLLAMA_KV_CACHE_TYPE={s.type_k}")
-        opts = [f'"num_ctx": {s.n_ctx // s.n_parallel}']
+            if s.type_k != "f16":
+                env.append(f"OLLAMA_KV_CACHE_TYPE={s.type_k}")
+        opts = [f'"num_ctx": {g.ctx_asked}']
         if o.n_gpu_layers is not None:
             opts.append(f'"num_gpu": {o.n_gpu_layers}')
-        if o.n_batch != 2048:
-            opts.append(f'"num_batch": {o.n_batch}')
+        if s.n_batch != 512:
+            opts.append(f'"num_batch": {s.n_batch}')
         prefix = " ".join(env) + " " if env else ""
         return (
             f"{prefix}ollama serve; curl localhost:11434/api/generate -d "
@@ -333,7 +403,7 @@ def launch_command(w: LLMServingWorkload, g: GGUFAccount, model_ref: str) -> str
         f"-c {s.n_ctx}",
         f"-np {s.n_parallel if not (s.kv_unified and o.n_parallel is None) else -1}",
         f"-ngl {s.n_gpu_layers}",
-        f"-fa {'on' if s.flash_attn else 'off'}",
+        _fa_flag(g.release, s.flash_attn),
         f"-b {s.n_batch}",
         f"-ub {s.n_ubatch}",
     ]
@@ -347,4 +417,5 @@ def launch_command(w: LLMServingWorkload, g: GGUFAccount, model_ref: str) -> str
         parts.append("--no-kv-offload")
     if g.release.fit == "llama_fit":
         parts.append("--fit off")  # the budget fixed every setting: start exactly that
+    parts = [p for p in parts if p]
     return " ".join(parts)
