@@ -36,7 +36,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "http": {"litestar"},
     "service": {"litestar", "uvicorn", "pebble", "prometheus_client"},
     "agent": {"litestar", "uvicorn", "httpx", "pynvml", "torch", "publicsuffixlist"},
-    "cli": {"uvicorn"},
+    "cli": {"uvicorn", "gguf"},
 }
 # torch may appear in these agent modules only: they run in the spawned probe children.
 AGENT_TORCH = {"probe.py", "probe_cpu.py", "probe_cuda.py"}
