@@ -27,7 +27,9 @@ def request_of(path: str, engine: str = "llama_cpp", gpu: str | None = None) -> 
     try:
         import gguf
     except ImportError:
-        raise SystemExit("vrambudget gguf needs the gguf package: pip install 'vrambudget[gguf]'") from None
+        raise SystemExit(
+            "vrambudget gguf needs the gguf package: pip install 'vrambudget[gguf]'"
+        ) from None
     reader = gguf.GGUFReader(path)
     fields = reader.fields
     arch = _field(fields, "general.architecture")
