@@ -12,7 +12,6 @@ from msgspec import UNSET
 from ..components import Component
 from ..device import require_device
 from ..errors import InvalidWorkload
-from ..host import host_and_disk
 from ..resolve import model_name, model_origin, resolve_model
 from ..result import (
     Budget,
@@ -29,16 +28,18 @@ from ..result import (
 from ..search import largest_true
 from ..spec import (
     DeviceRef,
-    InferenceWorkload,
     LLMServingWorkload,
-    Parallelism,
-    Precision,
     Software,
     Workload,
 )
 from ..stack import serving_use
 from . import kv
-from .engine_args import quantization_words, serving_format, serving_quantization
+from .engine_args import (
+    quantization_words,
+    serving_format,
+    serving_host_and_disk,
+    serving_quantization,
+)
 from .engines_budget import gguf_budget, sglang_budget
 from .releases import engine_release
 from .vllm import ServingAccount, StageAccount, account, utilization
@@ -399,16 +400,7 @@ def serving_budget(
             kv_cache_memory_bytes=w.kv_cache_memory_bytes,
         ),
     )
-    shadow = InferenceWorkload(
-        model=w.model,
-        precision=Precision(
-            weights=r.dtype,  # type: ignore[arg-type]
-            compute=r.dtype,  # type: ignore[arg-type]
-            quantization=serving_quantization(w),
-        ),
-        parallelism=Parallelism(tensor=r.tensor, pipeline=r.pipeline, data=r.data),
-    )
-    host_ram, disk = host_and_disk(((shadow, arch),))
+    host_ram, disk = serving_host_and_disk(w, arch, r.dtype, r.tensor, r.pipeline, r.data)
     return Budget(
         workloads=(
             WorkloadSummary(

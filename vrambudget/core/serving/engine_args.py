@@ -19,16 +19,19 @@ from ..deployed import (
 )
 from ..dtypes import bytes_of, float_dtype
 from ..errors import InvalidWorkload
+from ..host import host_and_disk
 from ..layout import check_layout
 from ..resolved import ResolvedModel
-from ..result import DeployedFormat
+from ..result import DeployedFormat, DiskBudget, HostBudget
 from ..spec import (
     AWQ,
     FP8,
     GPTQ,
+    InferenceWorkload,
     Int8,
     LLMServingWorkload,
     Parallelism,
+    Precision,
     Quantization,
     ServingQuantization,
 )
@@ -49,6 +52,7 @@ __all__ = [
     "quantization_words",
     "resolve",
     "serving_format",
+    "serving_host_and_disk",
     "serving_quantization",
     "weights_quantization",
 ]
@@ -117,6 +121,23 @@ def serving_format(w: LLMServingWorkload, dtype: str) -> DeployedFormat:
         quantization_from="checkpoint" if from_ckpt else ("request" if words else "none"),
         stored_bytes=stored_bytes_source(w.model),
     )
+
+
+def serving_host_and_disk(
+    w: LLMServingWorkload, arch: Arch, dtype: str, tensor: int, pipeline: int = 1, data: int = 1
+) -> tuple[HostBudget, DiskBudget]:
+    """Host RAM and disk of a served checkpoint: those of the same model as an inference
+    workload in the engine's dtype and quantization."""
+    shadow = InferenceWorkload(
+        model=w.model,
+        precision=Precision(
+            weights=dtype,  # type: ignore[arg-type]
+            compute=dtype,  # type: ignore[arg-type]
+            quantization=serving_quantization(w),
+        ),
+        parallelism=Parallelism(tensor=tensor, pipeline=pipeline, data=data),
+    )
+    return host_and_disk(((shadow, arch),))
 
 
 def weights_quantization(q: ServingQuantization | None) -> Quantization | None:

@@ -12,7 +12,6 @@ from ..arch import Arch
 from ..components import Component
 from ..device import DeviceContext
 from ..errors import InvalidWorkload
-from ..host import host_and_disk
 from ..resolve import model_name, model_origin, resolve_model
 from ..result import (
     Budget,
@@ -29,7 +28,6 @@ from ..result import (
 from ..search import largest_true
 from ..spec import (
     GGUFOptions,
-    InferenceWorkload,
     LLMServingWorkload,
     Parallelism,
     Precision,
@@ -40,7 +38,7 @@ from ..spec import (
 from ..stack import serving_use
 from ..statics import stage_statics
 from .calibration import calibration
-from .engine_args import model_dtype, serving_format, serving_quantization
+from .engine_args import model_dtype, serving_format, serving_host_and_disk, serving_quantization
 from .gguf.budget import gguf_details, gguf_devices, gguf_host_and_disk
 from .gguf.engine import GGUFAccount, concurrency, gguf_account, launch_command
 from .releases import EngineRelease, engine_release
@@ -513,16 +511,7 @@ def sglang_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software 
             weights_bytes=a.weights_bytes,
         ),
     )
-    shadow = InferenceWorkload(
-        model=w.model,
-        precision=Precision(
-            weights=run.dtype,  # type: ignore[arg-type]
-            compute=run.dtype,  # type: ignore[arg-type]
-            quantization=serving_quantization(w),
-        ),
-        parallelism=Parallelism(tensor=run.tp),
-    )
-    host_ram, disk = host_and_disk(((shadow, arch),))
+    host_ram, disk = serving_host_and_disk(w, arch, run.dtype, run.tp)
     warnings = []
     if held < 1 and a.would_start:
         warnings.append(

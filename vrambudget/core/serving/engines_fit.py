@@ -28,6 +28,35 @@ MAX_GGUF_DEVICES = 64
 """The most GPUs a GGUF deployment is budgeted over (``gguf.devices``)."""
 
 
+def _layout_fit(
+    ctx: DeviceContext,
+    n: int,
+    tp: tuple[int, int],
+    fits: bool,
+    values: dict[Component, int],
+    warnings: tuple[str, ...],
+    maxima: dict[str, object],
+) -> LayoutFit:
+    """One layout's row: ``values`` the most loaded GPU's lines, ``tp`` (tensor, pipeline)."""
+    used = sum(values.values())
+    free = ctx.memory_total_bytes - used
+    return LayoutFit(
+        device_count=n,
+        tensor=tp[0],
+        pipeline=tp[1],
+        data=1,
+        fits=fits,
+        verdict="fits" if fits else "does_not_fit",
+        total_bytes=used,
+        capacity_bytes=ctx.memory_total_bytes,
+        free_bytes=free,
+        free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
+        limiting_component=max(values, key=lambda c: values[c]),
+        warnings=warnings,
+        maxima=Maxima(**maxima),  # type: ignore[arg-type]
+    )
+
+
 def _opts(w: LLMServingWorkload) -> GGUFOptions:
     return w.gguf if w.gguf is not None else GGUFOptions()
 
@@ -62,7 +91,6 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
         C.ACTIVATIONS: d.compute_bytes,
         C.CUDA_CONTEXT: g.context_bytes,
     }
-    used = sum(values.values())
     slots = concurrency(g)
     target = req.target_concurrency
     fits = _whole(placed, g) and (target is None or slots >= target)
@@ -104,22 +132,7 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
             f"only {g.settings.n_gpu_layers} of {arch.num_layers + 1} layers fit on the GPUs "
             f"({g.fitted})"
         )
-    free = ctx.memory_total_bytes - used
-    return LayoutFit(
-        device_count=n,
-        tensor=1,
-        pipeline=n,
-        data=1,
-        fits=fits,
-        verdict="fits" if fits else "does_not_fit",
-        total_bytes=used,
-        capacity_bytes=ctx.memory_total_bytes,
-        free_bytes=free,
-        free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
-        limiting_component=max(values, key=lambda c: values[c]),
-        warnings=tuple(warnings),
-        maxima=Maxima(**maxima),  # type: ignore[arg-type]
-    )
+    return _layout_fit(ctx, n, (1, n), fits, values, tuple(warnings), maxima)
 
 
 def gguf_fits(w: LLMServingWorkload, ctx: DeviceContext, n: int, target: float | None) -> bool:
@@ -165,7 +178,6 @@ def sglang_layout(
         C.ACTIVATIONS: a.graph_bytes,
         C.CUDA_CONTEXT: run.baseline,
     }
-    used = sum(values.values())
     conc = a.max_total_num_tokens / max(run.context_len, 1)
     target = req.target_concurrency
     maxima: dict[str, object] = {}
@@ -180,19 +192,5 @@ def sglang_layout(
             lambda x: _sglang_ok(msgspec.structs.replace(placed, max_model_len=x), ctx, target),
         )
     fits = _sglang_ok(placed, ctx, target)
-    free = ctx.memory_total_bytes - used
-    return LayoutFit(
-        device_count=n,
-        tensor=n,
-        pipeline=1,
-        data=1,
-        fits=fits,
-        verdict="fits" if fits else "does_not_fit",
-        total_bytes=used,
-        capacity_bytes=ctx.memory_total_bytes,
-        free_bytes=free,
-        free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
-        limiting_component=max(values, key=lambda c: values[c]),
-        warnings=() if a.would_start else (f"would not start: {a.reason}",),
-        maxima=Maxima(**maxima),  # type: ignore[arg-type]
-    )
+    warnings = () if a.would_start else (f"would not start: {a.reason}",)
+    return _layout_fit(ctx, n, (n, 1), fits, values, warnings, maxima)

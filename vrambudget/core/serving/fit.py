@@ -116,24 +116,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 if placed is not None and _fits(_account(placed, ctx), target):
                     min_count = n
                     break
-        gpu_warnings: tuple[str, ...] = ()
-        if "device_count" in req.solve and min_count is None:
-            gpu_warnings = (
-                (
-                    f"does not start (or reach the target concurrency) on any layout "
-                    f"of up to {req.max_device_count} devices of {ctx.name}"
-                ),
-            )
-        results.append(
-            GPUFit(
-                gpu_id=ctx.id,
-                name=ctx.name,
-                memory_total_bytes=ctx.memory_total_bytes,
-                layouts=tuple(layouts),
-                min_device_count=min_count,
-                warnings=gpu_warnings,
-            )
-        )
+        results.append(_gpu_fit(req, ctx, layouts, min_count, "start"))
     return FitResponse(gpus=tuple(results), cheapest=_cheapest(results, req.prices))
 
 
@@ -162,23 +145,32 @@ def _other_engine_fit(
                 if ok:
                     min_count = n
                     break
-        warnings: tuple[str, ...] = ()
-        if "device_count" in req.solve and min_count is None:
-            warnings = (
-                f"does not fit whole (or reach the target concurrency) on up to "
-                f"{req.max_device_count} devices of {ctx.name}",
-            )
-        results.append(
-            GPUFit(
-                gpu_id=ctx.id,
-                name=ctx.name,
-                memory_total_bytes=ctx.memory_total_bytes,
-                layouts=tuple(layouts),
-                min_device_count=min_count,
-                warnings=warnings,
-            )
-        )
+        verb = "fit whole" if gguf else "start"
+        results.append(_gpu_fit(req, ctx, layouts, min_count, verb))
     return FitResponse(gpus=tuple(results), cheapest=_cheapest(results, req.prices))
+
+
+def _gpu_fit(
+    req: FitRequest,
+    ctx: DeviceContext,
+    layouts: list[LayoutFit],
+    min_count: int | None,
+    verb: str,
+) -> GPUFit:
+    warnings: tuple[str, ...] = ()
+    if "device_count" in req.solve and min_count is None:
+        warnings = (
+            f"does not {verb} (or reach the target concurrency) on any layout of up to "
+            f"{req.max_device_count} devices of {ctx.name}",
+        )
+    return GPUFit(
+        gpu_id=ctx.id,
+        name=ctx.name,
+        memory_total_bytes=ctx.memory_total_bytes,
+        layouts=tuple(layouts),
+        min_device_count=min_count,
+        warnings=warnings,
+    )
 
 
 def _cheapest(results: list[GPUFit], prices: dict[str, float] | None) -> Cheapest | None:
