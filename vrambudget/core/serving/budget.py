@@ -15,10 +15,8 @@ from ..errors import InvalidWorkload
 from ..resolve import model_name, model_origin, resolve_model
 from ..result import (
     Budget,
-    CalibrationUse,
     DeviceBudget,
     Line,
-    OverheadOrigin,
     Part,
     Phase,
     ServingSummary,
@@ -40,7 +38,7 @@ from .engine_args import (
     serving_host_and_disk,
     serving_quantization,
 )
-from .engines_budget import gguf_budget, sglang_budget
+from .engines_budget import engine_calibration, gguf_budget, sglang_budget
 from .releases import engine_release
 from .vllm import ServingAccount, StageAccount, account, utilization
 
@@ -423,23 +421,6 @@ def serving_budget(
         disk=disk,
         warnings=tuple(warnings),
         serving=serving,
-        calibration=_engine_calibration(devices[most]),
+        calibration=engine_calibration(devices[most]),
         stack=serving_use(w.engine, rel.modelled, software),
-    )
-
-
-_OVERHEADS = (C.CUDA_CONTEXT, C.RUNTIME_WORKSPACE, C.COMMUNICATION_BUFFERS, C.ALLOCATOR_OVERHEAD)
-
-
-def _engine_calibration(device: DeviceBudget) -> CalibrationUse:
-    """Serving budgets take their overheads from the engine version's calibration
-    (data/vllm_calibration.json), not from probe profiles: each line's source says which."""
-    sources = {ln.component: ln.source for ln in device.lines}
-    return CalibrationUse(
-        profile=None,
-        matched_on=(),
-        overheads=tuple(
-            OverheadOrigin(component=c, origin="builtin", profile=None, source=sources[c])
-            for c in _OVERHEADS
-        ),
     )

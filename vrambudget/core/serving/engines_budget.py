@@ -217,7 +217,7 @@ def gguf_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software | 
         disk=disk,
         warnings=tuple(warnings),
         serving=summary,
-        calibration=_calibration_use(devices[most]),
+        calibration=engine_calibration(devices[most]),
         stack=serving_use(w.engine, rel.modelled, software),
     )
 
@@ -226,7 +226,10 @@ def _used(d: DeviceBudget) -> int:
     return sum(ln.bytes for ln in d.lines if ln.component is not C.HEADROOM)
 
 
-def _calibration_use(device: DeviceBudget) -> CalibrationUse:
+def engine_calibration(device: DeviceBudget) -> CalibrationUse:
+    """Serving budgets take their overheads from the engine release's rules and calibration
+    (data/vllm_calibration.json, the engines' own sources), not from probe profiles: each
+    line's source says which."""
     sources = {ln.component: ln.source for ln in device.lines}
     return CalibrationUse(
         profile=None,
@@ -540,6 +543,6 @@ def sglang_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software 
         disk=disk,
         warnings=tuple(warnings),
         serving=summary,
-        calibration=_calibration_use(device),
+        calibration=engine_calibration(device),
         stack=serving_use("sglang", run.release.modelled, software),
     )
