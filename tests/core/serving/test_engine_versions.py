@@ -259,13 +259,15 @@ def test_more_than_the_gpu_outside_the_budget_does_not_start():
 
 
 @pytest.mark.parametrize(
-    ("version", "modelled"),
-    [("0.5.23", "0.5.20"), ("0.10.1.1", None), ("0.32.15", "0.30.0")],
+    ("engine", "version", "modelled"),
+    [
+        ("sglang", "0.5.23", "0.5.20"),
+        ("vllm", "0.10.1.1", "0.10.0"),
+        ("ollama", "0.32.15", "0.30.0"),
+    ],
 )
-def test_newest_read_releases_are_accepted(version, modelled):
-    engine = {"0.5.23": "sglang", "0.10.1.1": "vllm", "0.32.15": "ollama"}[version]
-    r = engine_release(engine, version)
-    assert r.modelled == (modelled or "0.10.0")
+def test_newest_read_releases_are_accepted(engine, version, modelled):
+    assert engine_release(engine, version).modelled == modelled
 
 
 @pytest.mark.parametrize(("engine", "version"), [("sglang", "0.5.24"), ("ollama", "0.33.0")])

@@ -25,7 +25,7 @@ from vrambudget.core.serving.gguf.recipe import file_type_default
 from vrambudget.core.serving.gguf.tensors import gguf_tensors
 from vrambudget.core.serving.gguf.types import BLOCKS, row_bytes
 from vrambudget.core.serving.releases import engine_release
-from vrambudget.core.spec import BudgetRequest, FitRequest, PresetModel
+from vrambudget.core.spec import BudgetRequest, FitRequest, GGUFOptions, PresetModel
 
 MiB = 1 << 20
 LLAMA8B = PresetModel(id="llama-3.1-8b")
@@ -294,7 +294,7 @@ def test_bad_gguf_settings_are_field_errors():
             BudgetRequest,
         )
     with pytest.raises(msgspec.ValidationError, match="needs flash attention"):
-        msgspec.convert({"cache_type_v": "q4_0", "flash_attn": "off"}, type=_gguf_type())
+        msgspec.convert({"cache_type_v": "q4_0", "flash_attn": "off"}, type=GGUFOptions)
     with pytest.raises(InvalidWorkload, match="tensor_split"):
         _budget(
             {
@@ -304,12 +304,6 @@ def test_bad_gguf_settings_are_field_errors():
                 "gguf": {"devices": 2, "tensor_split": [1, 1, 1]},
             }
         )
-
-
-def _gguf_type():
-    from vrambudget.core.spec import GGUFOptions
-
-    return GGUFOptions
 
 
 def test_fit_answers_the_inverse_questions():

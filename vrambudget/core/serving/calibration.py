@@ -145,19 +145,16 @@ def calibration(version: str) -> EngineCalibration:
     (the only release with enough published logs; docs/SERVING.md says what that costs)."""
     base = next(v for v in _file().versions if v.version == CALIBRATED_VERSION)
     r = vllm_release(version)
-    if version == CALIBRATED_VERSION:
-        return msgspec.structs.replace(
-            base,
-            defaults=r.defaults,
-            gpu_memory_utilization_default=r.gpu_memory_utilization_default,
-            requested_ceil=r.requested_ceil,
-            nccl_in_budget=r.nccl_in_budget,
+    description = base.description
+    if version != CALIBRATED_VERSION:
+        description = (
+            f"vLLM {version} (V1 engine): {r.summary}; constants fitted on "
+            f"{CALIBRATED_VERSION} launches (research/vllm_versions.md)"
         )
     return msgspec.structs.replace(
         base,
         version=version,
-        description=f"vLLM {version} (V1 engine): {r.summary}; constants fitted on "
-        f"{CALIBRATED_VERSION} launches (research/vllm_versions.md)",
+        description=description,
         hybrid_kv_cache_manager=r.hybrid_kv_cache_manager,
         cudagraph_in_budget=r.cudagraph == "estimated_subtracted",
         defaults=r.defaults,

@@ -37,7 +37,7 @@ from ..spec import (
 )
 from ..stack import serving_use
 from ..statics import stage_statics
-from .calibration import calibration
+from .calibration import CALIBRATED_VERSION, calibration
 from .engine_args import model_dtype, serving_format, serving_host_and_disk, serving_quantization
 from .gguf.budget import gguf_details, gguf_devices, gguf_host_and_disk
 from .gguf.engine import GGUFAccount, concurrency, gguf_account, launch_command
@@ -257,7 +257,14 @@ class _SGLangRun:
     dtype: str
     kv_bytes: int
     context_len: int
-    baseline: int
+    cuda_context: int
+    nccl: int
+    """The CUDA context and NCCL communicators before SGLang measures free memory: the
+    calibrated vLLM values (the same torch / NCCL process start)."""
+
+    @property
+    def baseline(self) -> int:
+        return self.cuda_context + self.nccl
 
 
 def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> _SGLangRun:
@@ -281,15 +288,14 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
         weights = _weights_per_rank(w, arch, dtype, tp)
         context_len = w.max_model_len or arch.max_positions
         o = w.sglang if w.sglang is not None else SGLangOptions()
-        cal = calibration(calibration_version())
-        baseline = int(cal.c("cuda_context_bytes")) + (
-            int(cal.c("nccl_init_bytes")) if tp > 1 else 0
-        )
+        cal = calibration(CALIBRATED_VERSION)
+        context = round(cal.c("cuda_context_bytes"))
+        nccl = round(cal.c("nccl_init_bytes")) if tp > 1 else 0
         a = sglang_account(
             arch,
             r,
             ctx.memory_total_bytes,
-            baseline,
+            context + nccl,
             weights,
             tp,
             kv_bytes,
@@ -304,15 +310,7 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
         )
     except InvalidWorkload as exc:
         raise _field(exc, index) from None
-    return _SGLangRun(rel, a, tp, dtype, kv_bytes, context_len, baseline)
-
-
-def calibration_version() -> str:
-    """The vLLM calibration whose CUDA-context and NCCL constants SGLang shares (the same
-    torch / NCCL process start)."""
-    from .calibration import CALIBRATED_VERSION
-
-    return CALIBRATED_VERSION
+    return _SGLangRun(rel, a, tp, dtype, kv_bytes, context_len, context, nccl)
 
 
 def _weights_per_rank(w: LLMServingWorkload, arch: Arch, dtype: str, tp: int) -> int:
@@ -425,13 +423,8 @@ def sglang_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software 
         C.WEIGHTS: a.weights_bytes,
         C.KV_CACHE: a.pool_bytes,
         C.ACTIVATIONS: a.graph_bytes,
-        C.CUDA_CONTEXT: run.baseline
-        if run.tp == 1
-        else int(calibration(calibration_version()).c("cuda_context_bytes")),
-        C.COMMUNICATION_BUFFERS: run.baseline
-        - int(calibration(calibration_version()).c("cuda_context_bytes"))
-        if run.tp > 1
-        else 0,
+        C.CUDA_CONTEXT: run.cuda_context,
+        C.COMMUNICATION_BUFFERS: run.nccl,
     }
     used = sum(values.values())
     values[C.HEADROOM] = max(total - used, 0)

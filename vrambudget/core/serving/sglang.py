@@ -36,8 +36,6 @@ class SGLangRelease:
     fraction: Literal["tp_table", "tp_table_13g", "bands", "reserved"]
     chunked: Literal["0.4.0", "0.4.10", "0.5.3", "0.5.20"]
     graph_bs: Literal["0.4.0", "0.4.6", "0.5.3", "0.5.5", "0.5.20"]
-    cell_v_head_dim: bool
-    """The cell is head_dim + v_head_dim (0.5.7 on; before: 2 x head_dim)."""
     page_floor: bool
     """The token count is floored to a multiple of page_size (0.4.6 on)."""
     prefill_graphs: bool
@@ -53,7 +51,6 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         "0.4.0",
         False,
         False,
-        False,
         "mem_fraction_static by TP size (0.88 / 0.87 / 0.85 / 0.81 / 0.79)",
     ),
     SGLangRelease(
@@ -61,7 +58,6 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         "tp_table_13g",
         "0.4.0",
         "0.4.6",
-        False,
         True,
         False,
         "cards over 80 GiB keep 13 GiB outside mem_fraction_static; pool floored to pages",
@@ -71,7 +67,6 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         "bands",
         "0.4.10",
         "0.4.6",
-        False,
         True,
         False,
         "a reserve per GPU-size band (2.8 / 9.5 / 12 GiB + TP x PP / 10 or / 2, "
@@ -82,7 +77,6 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         "reserved",
         "0.5.3",
         "0.5.3",
-        False,
         True,
         False,
         "reserve = 512 MiB + 1.5 MiB per chunked-prefill token + 2 MiB per CUDA-graph "
@@ -93,7 +87,6 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         "reserved",
         "0.5.3",
         "0.5.5",
-        False,
         True,
         False,
         "cuda_graph_max_bs 24 (TP < 4) on 20-35 GiB cards",
@@ -104,16 +97,14 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         "0.5.3",
         "0.5.5",
         True,
-        True,
         False,
-        "KV cell counts head_dim + v_head_dim",
+        "KV cell counted as head_dim + v_head_dim (2 x head_dim for every model here)",
     ),
     SGLangRelease(
         "0.5.10",
         "reserved",
         "0.5.3",
         "0.5.5",
-        True,
         True,
         True,
         "prefill CUDA graphs on by default: 8 MiB per captured size reserved (1.5 GiB with MLA)",
@@ -123,7 +114,6 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         "reserved",
         "0.5.20",
         "0.5.20",
-        True,
         True,
         True,
         "20-35 GiB cards: chunked_prefill_size 4096, cuda_graph_max_bs 48 (TP < 4) / 160",
@@ -285,13 +275,13 @@ def runtime_bytes(
     return work + graphs
 
 
-def cell_bytes(arch: Arch, tp: int, kv_bytes: int, v_head: bool) -> int:
+def cell_bytes(arch: Arch, tp: int, kv_bytes: int) -> int:
+    """K+V bytes of one token on one rank. SGLang 0.5.7 on counts head_dim + v_head_dim,
+    before 2 x head_dim: the same for every model here (one head_dim for K and V)."""
     if arch.mla is not None:
         return arch.num_layers * (arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim) * kv_bytes
     heads = max(arch.num_kv_heads // tp, 1)
-    # 0.5.7 on: head_dim + v_head_dim; before: 2 x head_dim (the same for these models)
-    dims = arch.head_dim * 2 if not v_head else arch.head_dim + arch.head_dim
-    return arch.num_layers * heads * dims * kv_bytes
+    return arch.num_layers * heads * 2 * arch.head_dim * kv_bytes
 
 
 @lru_cache(maxsize=1024)
@@ -327,19 +317,16 @@ def sglang_account(
     pre_gib = free_before / GiB
     post_gib = (free_before - weights) / GiB
     rest_gib = post_gib - pre_gib * (1 - frac)
-    cell = cell_bytes(arch, tp, kv_bytes, r.cell_v_head_dim)
+    cell = cell_bytes(arch, tp, kv_bytes)
     tokens = int(rest_gib * (1 << 30) // cell) if rest_gib > 0 else 0
     if max_total_tokens is not None:
         tokens = min(tokens, max_total_tokens)
     if r.page_floor:
         tokens = tokens // page_size * page_size
     estimated = min(max(int(tokens / max(context_len, 1) * 512), 2048), 4096)
-    running = min(max_running if max_running is not None else estimated, max(tokens // 2, 0))
-    if max_running is None:
-        running = min(estimated, tokens // 2)
+    running = min(max_running if max_running is not None else estimated, tokens // 2)
     pool = (tokens + page_size) * cell  # each K and V buffer keeps one padding page
     graphs = runtime_bytes(arch, r, tp, chunk, gbs, disable_graphs)
-    activation = 0
     reason = None
     if context_len > arch.max_positions:
         reason = (
@@ -362,7 +349,7 @@ def sglang_account(
             f"the token pool holds {tokens} tokens (page_size {page_size}): no request fits "
             "(max_running_requests 0)"
         )
-    elif baseline + weights + pool + graphs + activation > total:
+    elif baseline + weights + pool + graphs > total:
         reason = (
             f"the pool leaves {(total - baseline - weights - pool) / GiB:.2f} GiB for CUDA graphs "
             "and the prefill chunk's activations, less than SGLang reserves for them: expect an "
@@ -383,7 +370,7 @@ def sglang_account(
         pool_bytes=pool if tokens > 0 else 0,
         max_running_requests=max(running, 0),
         context_len=context_len,
-        graph_bytes=graphs + activation,
+        graph_bytes=graphs,
         would_start=reason is None,
         reason=reason,
     )

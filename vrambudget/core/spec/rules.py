@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -23,6 +24,9 @@ __all__ = ["SCHEMA_RULES", "Cond", "Rule", "check", "rules_of"]
 Op = Literal[
     "eq", "ne", "in", "ge", "null", "null_or_absent", "not_null", "max_items", "contains_kind"
 ]
+
+
+_TAG = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +40,9 @@ class Cond:
     def holds(self, obj: Any) -> bool:
         v = obj
         for name in self.path:
-            config = getattr(v, "__struct_config__", None)
-            v = config.tag if config is not None and config.tag_field == name else getattr(v, name)
+            field = getattr(v, name, _TAG)
+            # a struct's tag (``kind``, ``engine`` of a union member) is not an attribute
+            v = v.__struct_config__.tag if field is _TAG else field
         return _OPS[self.op](v, self.value)
 
     def schema(
@@ -342,10 +347,30 @@ def rules_of(obj: Any) -> tuple[Rule, ...]:
     return RULES.get(type(obj).__name__, ())
 
 
+@cache
+def _runs(name: str) -> tuple[tuple[Cond | None, tuple[Cond, ...], tuple[str, ...]], ...]:
+    """The struct's rules as runs of consecutive rules sharing one ``when``: each condition is
+    evaluated once per run (a serving workload's per-engine rules come in runs of 9 and 16,
+    and the fits' bisections decode it tens of thousands of times)."""
+    out: list[tuple[Cond | None, list[Cond], list[str]]] = []
+    for rule in RULES[name]:
+        if out and out[-1][0] == rule.when:
+            out[-1][1].append(rule.then)
+            out[-1][2].append(rule.message)
+        else:
+            out.append((rule.when, [rule.then], [rule.message]))
+    return tuple((when, tuple(thens), tuple(msgs)) for when, thens, msgs in out)
+
+
 def check(obj: Any) -> None:
-    """Run the struct's rules (from its ``__post_init__``); the first that fails raises."""
-    for rule in RULES[type(obj).__name__]:
-        rule.check(obj)
+    """Run the struct's rules (from its ``__post_init__``), in order; the first that fails
+    raises."""
+    for when, thens, messages in _runs(type(obj).__name__):
+        if when is not None and not when.holds(obj):
+            continue
+        for then, message in zip(thens, messages, strict=True):
+            if not then.holds(obj):
+                raise ValueError(message)
 
 
 def schema_rules(types: dict[str, type[msgspec.Struct]]) -> dict[str, list[dict[str, Any]]]:

@@ -410,9 +410,4 @@ class LLMServingWorkload(Wire, tag="llm_serving", tag_field="kind", frozen=True,
     ] = None
 
     def __post_init__(self) -> None:
-        # a vLLM workload with neither engine's settings satisfies every rule (the others
-        # apply to engines sglang / llama_cpp / ollama only): the fits' bisections replace
-        # fields of it tens of thousands of times
-        if self.engine == "vllm" and self.sglang is None and self.gguf is None:
-            return
         rules.check(self)

@@ -99,8 +99,11 @@ def gguf_devices(
             parts: tuple[Part, ...] = ()
             if c is C.WEIGHTS and d.output:
                 parts = (
-                    Part(name=f"{len(d.layers)} repeating layers", bytes=d.weights_bytes - _out(g)),
-                    Part(name="output layer", bytes=_out(g)),
+                    Part(
+                        name=f"{len(d.layers)} repeating layers",
+                        bytes=d.weights_bytes - g.account.layer_weights[-1],
+                    ),
+                    Part(name="output layer", bytes=g.account.layer_weights[-1]),
                 )
             lines.append(Line(c, values.get(c, 0), formula, names, source, parts))
         span = f"layers {d.layers[0]}-{d.layers[-1]}" if d.layers else "no repeating layers"
@@ -121,16 +124,6 @@ def gguf_devices(
             )
         )
     return tuple(out)
-
-
-def _out(g: GGUFAccount) -> int:
-    """Bytes of the output layer (norm, head or the tied embeddings' duplicate)."""
-    tensors = g.account.tensors
-    last = max(t.layer for t in tensors)
-    b = sum(t.nbytes for t in tensors if t.layer == last)
-    if not any(t.name == "output.weight" for t in tensors):
-        b += next((t.nbytes for t in tensors if t.name == "token_embd.weight"), 0)
-    return b
 
 
 def gguf_host_and_disk(g: GGUFAccount) -> tuple[HostBudget, DiskBudget]:
@@ -187,7 +180,7 @@ def gguf_details(w: LLMServingWorkload, g: GGUFAccount) -> GGUFDetails:
         )
         for d in a.devices
     ]
-    n_layer = max(t.layer for t in a.tensors)
+    n_layer = len(a.layer_weights) - 1
     cpu_layers = n_layer - sum(len(d.layers) for d in a.devices)
     buffers.append(
         GGUFDeviceBuffers(

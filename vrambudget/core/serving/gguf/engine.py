@@ -21,7 +21,6 @@ from ...units import GiB, MiB
 from .llamacpp import LlamaAccount, LlamaSettings, llama_account, split_fractions
 from .ollama_estimate import OllamaEstimate, ollama_estimate
 from .releases import GGUFRelease, gguf_release
-from .tensors import INPUT
 
 __all__ = ["GGUFAccount", "concurrency", "gguf_account", "launch_command"]
 
@@ -337,22 +336,11 @@ def _ollama(
     ngl: int | None,
 ) -> OllamaEstimate:
     o = _opts(w)
-    per_layer = [0] * arch.num_layers
-    output = 0
-    for t in a.tensors:
-        if t.layer == INPUT:
-            continue
-        if t.layer < arch.num_layers:
-            per_layer[t.layer] += t.nbytes
-        else:
-            output += t.nbytes
-    if not any(t.name == "output.weight" for t in a.tensors):
-        output += next(t.nbytes for t in a.tensors if t.name == "token_embd.weight")
     s = a.settings
     return ollama_estimate(
         arch,
-        tuple(per_layer),
-        output,
+        a.layer_weights[:-1],
+        a.layer_weights[-1],
         (free,) * o.devices,
         num_ctx=s.n_ctx // s.n_parallel,
         num_parallel=s.n_parallel,

@@ -39,7 +39,6 @@ __all__ = [
     "llama_account",
 ]
 
-MiB = 1 << 20
 QUANTIZED_KV_COMPUTE_FACTOR = 1.3
 """A quantized KV cache with flash attention: measured 0.93 - 1.29 x the f16 compute buffer
 (bench/llamacpp_compare.py)."""
@@ -103,6 +102,9 @@ class LlamaAccount:
     file_bytes: int
     """Tensor data of the GGUF file."""
     tensors: tuple[GGUFTensor, ...]
+    layer_weights: tuple[int, ...]
+    """Bytes of each layer index: the n_layer repeating layers, then the output layer (with a
+    tied head's duplicate of the token embeddings)."""
 
 
 def _f32(x: float) -> float:
@@ -253,27 +255,23 @@ def llama_account(
     )
     n_layer = arch.num_layers
     where = layer_devices(n_layer, s.n_gpu_layers if s.devices else 0, s.splits)
-    weights = [0] * s.devices
+    # bytes of each layer index 0 .. n_layer (the output layer last; a tied head loads a
+    # duplicate of the token embeddings there: TENSOR_DUPLICATED)
+    per_layer = [0] * (n_layer + 1)
     host_weights = 0
-    tied_embd = 0
-    has_output = any(t.name == "output.weight" for t in tensors)
     for t in tensors:
         if t.layer == INPUT:
             host_weights += t.nbytes
-            if t.name == "token_embd.weight":
-                tied_embd = t.nbytes
-            continue
-        d = where[t.layer]
-        if d < 0:
-            host_weights += t.nbytes
         else:
-            weights[d] += t.nbytes
-    if not has_output and tied_embd:
-        d = where[n_layer]
-        if d < 0:
-            host_weights += tied_embd
+            per_layer[t.layer] += t.nbytes
+    if not any(t.name == "output.weight" for t in tensors):
+        per_layer[n_layer] += next((t.nbytes for t in tensors if t.name == "token_embd.weight"), 0)
+    weights = [0] * s.devices
+    for il, b in enumerate(per_layer):
+        if where[il] < 0:
+            host_weights += b
         else:
-            weights[d] += tied_embd
+            weights[where[il]] += b
     cells = kv_cells(arch, s)
     kv = [0] * s.devices
     host_kv = 0
@@ -318,6 +316,7 @@ def llama_account(
         kv_bytes_per_cell=per_cell,
         file_bytes=sum(t.nbytes for t in tensors),
         tensors=tensors,
+        layer_weights=tuple(per_layer),
     )
 
 
@@ -326,7 +325,3 @@ def split_fractions(devices: int, tensor_split: tuple[float, ...] | None) -> tup
     if tensor_split is None or not any(tensor_split):
         return (1.0,) * devices
     return tuple(float(x) for x in tensor_split)
-
-
-def ceil_mib(b: int) -> int:
-    return math.ceil(b / MiB)

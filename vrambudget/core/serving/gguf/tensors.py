@@ -19,7 +19,7 @@ from ...spec import GGUFTensorSpec
 from .recipe import QuantState, file_type_default, tensor_type
 from .types import tensor_bytes
 
-__all__ = ["INPUT", "GGUFTensor", "gguf_tensors", "layer_bytes"]
+__all__ = ["INPUT", "GGUFTensor", "file_tensors", "gguf_tensors"]
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
@@ -75,42 +75,28 @@ def _shape(t: TensorGroup, experts: bool) -> tuple[int, ...]:
     return (t.cols, t.rows)
 
 
-def _unquantized(t: TensorGroup, shape: tuple[int, ...]) -> bool:
-    """Tensors llama-quantize leaves in the converted file's F32: vectors (norms, biases) and
-    the MoE routers (llama-quant.cpp ``quantize &= ... ffn_gate_inp``; convert_hf_to_gguf
-    writes them F32)."""
-    return len(shape) == 1 or t.role in (Role.NORM, Role.BIAS, Role.ROUTER)
-
-
 @lru_cache(maxsize=512)
 def gguf_tensors(arch: Arch, file_type: str) -> tuple[GGUFTensor, ...]:
     """Every tensor of the GGUF file, in the file's order (token embeddings, the layers, the
     output norm and head). Vision towers are not in the text GGUF (llama.cpp loads them from a
-    separate mmproj file) and are left out."""
+    separate mmproj file) and are left out. Vectors (norms, biases) and the MoE routers stay in
+    the converted file's F32 (llama-quantize skips 1-D tensors and ``ffn_gate_inp``)."""
     default = file_type_default(file_type)
     state = QuantState.start(arch, file_type)
     out: list[GGUFTensor] = []
 
-    def add(name: str, t: TensorGroup, layer: int, kind: str, experts: bool = False) -> None:
-        shape = _shape(t, experts)
-        if _unquantized(t, shape):
-            typ = "F32"
-        else:
-            typ = tensor_type(state, default, kind, name, shape, layer)
+    def add(name: str, shape: tuple[int, ...], layer: int, kind: str | None) -> None:
+        """``kind`` None: kept F32; else the recipe's type for that kind of tensor."""
+        typ = "F32" if kind is None else tensor_type(state, default, kind, name, shape, layer)
         out.append(GGUFTensor(name, typ, shape, layer, tensor_bytes(typ, shape)))
 
     for t in arch.embeddings:
         if t.role is Role.VISION:
             continue
-        kind = "token_embd" if t.name in ("embed_tokens", "wte") else "position_embd"
-        name = f"{kind}.weight"
-        if kind == "position_embd":
-            shape = _shape(t, False)
-            out.append(GGUFTensor(name, "F32", shape, INPUT, tensor_bytes("F32", shape)))
-            continue
-        shape = _shape(t, False)
-        typ = tensor_type(state, default, "token_embd", name, shape, INPUT)
-        out.append(GGUFTensor(name, typ, shape, INPUT, tensor_bytes(typ, shape)))
+        if t.name in ("embed_tokens", "wte"):
+            add("token_embd.weight", _shape(t, False), INPUT, "token_embd")
+        else:
+            add("position_embd.weight", _shape(t, False), INPUT, None)
     i = 0
     for layer_type, count in arch.layer_runs:
         for _ in range(count):
@@ -118,36 +104,21 @@ def gguf_tensors(arch: Arch, file_type: str) -> tuple[GGUFTensor, ...]:
                 if t.role is Role.VISION or t.buffer:
                     continue
                 kind = _LAYER_NAMES.get(t.name, t.name.replace(".", "_"))
-                experts = t.role is Role.EXPERT
                 if t.role in (Role.NORM, Role.BIAS) or t.cols == 1:
-                    # norms and biases: F32 vectors, one tensor per count
-                    for j in range(t.count):
-                        shape = (t.rows,)
-                        out.append(
-                            GGUFTensor(
-                                f"blk.{i}.{kind}.{j}", "F32", shape, i, tensor_bytes("F32", shape)
-                            )
-                        )
-                    continue
-                if experts or t.count == 1:
-                    add(f"blk.{i}.{kind}.weight", t, i, kind, experts)
+                    for j in range(t.count):  # one F32 vector per count
+                        add(f"blk.{i}.{kind}.{j}", (t.rows,), i, None)
+                elif t.role is Role.EXPERT or t.count == 1:
+                    quantized = None if t.role is Role.ROUTER else kind
+                    add(f"blk.{i}.{kind}.weight", _shape(t, t.role is Role.EXPERT), i, quantized)
                 else:
                     for j in range(t.count):
-                        add(f"blk.{i}.{kind}.{j}.weight", t, i, kind)
+                        add(f"blk.{i}.{kind}.{j}.weight", _shape(t, False), i, kind)
             i += 1
-    n_layer = i
     for t in arch.head:
-        if t.role is Role.VISION:
-            continue
         if t.role is Role.LM_HEAD:
-            shape = _shape(t, False)
-            typ = tensor_type(state, default, "output", "output.weight", shape, n_layer)
-            out.append(GGUFTensor("output.weight", typ, shape, n_layer, tensor_bytes(typ, shape)))
-        else:
-            shape = (t.rows,)
-            out.append(
-                GGUFTensor("output_norm.weight", "F32", shape, n_layer, tensor_bytes("F32", shape))
-            )
+            add("output.weight", _shape(t, False), i, "output")
+        elif t.role is not Role.VISION:
+            add("output_norm.weight", (t.rows,), i, None)
     return tuple(out)
 
 
@@ -177,12 +148,4 @@ def file_tensors(specs: tuple[GGUFTensorSpec, ...], n_layer: int) -> tuple[GGUFT
         except ValueError as exc:
             raise InvalidWorkload(f"gguf.tensors[{i}].shape", str(exc)) from None
         out.append(GGUFTensor(t.name, t.type, t.shape, layer, nbytes))
-    return tuple(out)
-
-
-def layer_bytes(tensors: tuple[GGUFTensor, ...], n_layer: int) -> tuple[int, ...]:
-    """Bytes per layer index: [input, layer 0 .. n_layer - 1, output]."""
-    out = [0] * (n_layer + 2)
-    for t in tensors:
-        out[t.layer + 1] += t.nbytes
     return tuple(out)
