@@ -22,7 +22,7 @@ from msgspec import Meta
 
 from .errors import InvalidWorkload
 from .overheads import Overheads
-from .probe_report import ProbeResource
+from .probe_report import ProbeResource, measured_torch
 from .result import Budget
 from .spec import Software
 
@@ -211,9 +211,9 @@ def measured_overheads(report: ProbeResource, estimate: Budget | None) -> dict[s
     out: dict[str, float] = {}
     if res.nvml is not None and res.nvml.cuda_context_bytes > 0:
         out["cuda_context_bytes"] = res.nvml.cuda_context_bytes
-    if res.torch.workspace_bytes is not None:
-        out["workspace_bytes"] = res.torch.workspace_bytes
-    t = res.torch
+    t = measured_torch(res)
+    if t.workspace_bytes is not None:
+        out["workspace_bytes"] = t.workspace_bytes
     if estimate is not None and t.reserved_peak_bytes is not None:
         dev = estimate.devices[estimate.most_loaded]
         transient = dev.inputs.get("largest_transient_bytes")

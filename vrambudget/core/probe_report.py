@@ -13,20 +13,29 @@ import msgspec
 from msgspec import Meta
 
 from .comparison import Comparison
+from .errors import InvalidWorkload
+from .probe_engine import EngineLoad, EngineReport
+from .probe_quality import QualityCheck, QualityReport
 from .result import Budget
-from .spec import InferenceWorkload, TrainingWorkload, rules
+from .spec import InferenceWorkload, LLMServingWorkload, TrainingWorkload, rules
 
 __all__ = [
     "Callback",
     "CustomWorkload",
     "DeviceView",
     "Iteration",
+    "ObservedHeadroom",
+    "OverlapMember",
+    "OverlapWorkload",
     "ProbeRequest",
     "ProbeResource",
     "ProbeResult",
     "ProbeStatus",
     "ProbeWorkload",
+    "SnapshotInfo",
     "TorchView",
+    "WeightsSource",
+    "measured_torch",
 ]
 
 ProbeStatus = Literal[
@@ -66,7 +75,8 @@ class CustomWorkload(_Wire, frozen=True, tag="custom", tag_field="kind", kw_only
     ] = {}
 
 
-ProbeWorkload = InferenceWorkload | TrainingWorkload | CustomWorkload
+ProbeWorkload = InferenceWorkload | TrainingWorkload | LLMServingWorkload | CustomWorkload
+OverlapWorkload = InferenceWorkload | TrainingWorkload | CustomWorkload
 
 
 class Callback(_Wire, frozen=True, kw_only=True):
@@ -86,9 +96,10 @@ class ProbeRequest(_Wire, frozen=True, kw_only=True):
     workload: Annotated[
         ProbeWorkload,
         Meta(
-            description="What to run: the service's workload "
-            "spec (inference or training) or a configured "
-            "entry point."
+            description="What to run: the service's workload spec (inference or training: "
+            "run in a child process with PyTorch; llm_serving: the engine started from the "
+            "host's configured launcher and driven through its OpenAI-compatible API) or a "
+            "configured entry point."
         ),
     ]
     device: Annotated[
@@ -110,6 +121,17 @@ class ProbeRequest(_Wire, frozen=True, kw_only=True):
             "framework program cannot run: explicit dimensions, tensor parallelism)."
         ),
     ] = "framework"
+    weights: Annotated[
+        Literal["auto", "checkpoint", "synthetic"],
+        Meta(
+            description="`auto` (default): the real checkpoint when the host has it (the "
+            "model's repository -- a `hub` model's id, a preset's source repository -- in a "
+            "directory of `VRAMBUDGET_AGENT_MODEL_DIRS` or in the host's Hugging Face cache; "
+            "gated files with the agent's own token), synthetic weights of the real shapes "
+            "otherwise; `checkpoint`: the real weights or fail; `synthetic`: never load them. "
+            "The result says which was used."
+        ),
+    ] = "auto"
     iterations: Annotated[
         int, Meta(ge=1, le=10_000, description="Measured iterations (1 .. 10,000).")
     ] = 3
@@ -143,6 +165,42 @@ class ProbeRequest(_Wire, frozen=True, kw_only=True):
             "tracker), 1 MiB .. 1 PiB; exceeding it is an OOM result."
         ),
     ] = None
+    engine: Annotated[
+        EngineLoad | None,
+        Meta(description="The load of an llm_serving probe; default (null): `EngineLoad`'s."),
+    ] = None
+    recipe_gpu: Annotated[
+        Annotated[str, Meta(min_length=1, max_length=64)] | None,
+        Meta(
+            description="llm_serving: the catalog GPU whose recipe fills the engine command "
+            "when NVML does not identify the device (default: the catalog GPU NVML's name "
+            "matches)."
+        ),
+    ] = None
+    quality: Annotated[
+        QualityCheck | None,
+        Meta(
+            description="After the measurement: compare the output of a reference precision "
+            "with candidates on an evaluation set (inference workloads)."
+        ),
+    ] = None
+    overlap: Annotated[
+        tuple[OverlapWorkload, ...],
+        Meta(
+            max_length=7,
+            description="Workloads run at the same time on the same device, each in its own "
+            "process with this probe's iteration settings (at most 7): the realistic overlap "
+            "of jobs. The result reports each one's peak and the device's.",
+        ),
+    ] = ()
+    memory_snapshot: Annotated[
+        bool,
+        Meta(
+            description="Record PyTorch's memory history around the measured phase (and an "
+            "out-of-memory), kept privately in the agent's data directory and served only by "
+            "`GET /v1/probes/{id}/snapshot` (never in callbacks); off by default."
+        ),
+    ] = False
     callback: Annotated[Callback | None, Meta(description="Signed webhook on completion.")] = None
     service_url: Annotated[
         Annotated[str, Meta(max_length=2048, pattern=r"^https?://")] | None,
@@ -201,13 +259,50 @@ class Iteration(_Wire, frozen=True, kw_only=True):
     errors: int
 
 
+class WeightsSource(_Wire, frozen=True, kw_only=True):
+    """Which weights the probe ran."""
+
+    kind: Literal["checkpoint", "synthetic"]
+    path: str | None = None
+    """The checkpoint's directory on the host."""
+    revision: str | None = None
+    """The Hub commit of a cached checkpoint."""
+    reason: str
+    """Why these weights (e.g. "not in the hub cache: meta-llama/Llama-3.1-8B")."""
+
+
+class SnapshotInfo(_Wire, frozen=True, kw_only=True):
+    """A private memory-history snapshot kept by the agent (``GET /v1/probes/{id}/snapshot``)."""
+
+    bytes: int
+    entries: int
+    """Allocation events recorded."""
+    trigger: Literal["measured", "oom"]
+    format: str
+    """`torch.cuda.memory._snapshot` pickle (open it at https://pytorch.org/memory_viz)."""
+    expires_at: float
+    """When the agent deletes it (Unix time)."""
+
+
+class OverlapMember(_Wire, frozen=True, kw_only=True):
+    """One workload of ``overlap``, run in its own process at the same time as the probe's."""
+
+    index: int
+    """Its position in the request's ``overlap`` (0-based)."""
+    status: str
+    error: str | None = None
+    result: ProbeResult | None = None
+
+
 class ProbeResult(_Wire, frozen=True, kw_only=True):
     device: Literal["cuda", "cpu"]
     device_name: str
-    torch_version: str
+    torch_version: str | None
+    """The probe child's torch (null for an engine probe: the engine runs its own)."""
     cuda_version: str | None
     driver_version: str | None
-    torch: TorchView
+    torch: TorchView | None
+    """PyTorch's counters in the probe's process (null for an engine probe)."""
     nvml: DeviceView | None
     host_peak_rss_bytes: int
     iterations: Iteration
@@ -217,6 +312,45 @@ class ProbeResult(_Wire, frozen=True, kw_only=True):
     memory_total_bytes: int | None = None
     """The device's total memory as the CUDA runtime reports it (null on the CPU)."""
     compute_capability: str | None = None
+    weights: WeightsSource | None = None
+    """Which weights ran (null for custom entry points and engine probes)."""
+    engine: EngineReport | None = None
+    """llm_serving: the engine's start, its own figures and the load's latencies."""
+    quality: QualityReport | None = None
+    overlap: tuple[OverlapMember, ...] = ()
+    """The overlapping workloads' results; ``nvml.peak_used_bytes`` is the device's peak
+    while all of them ran."""
+    snapshot: SnapshotInfo | None = None
+
+
+def measured_torch(res: ProbeResult) -> TorchView:
+    """The PyTorch view of a result, which every probe but an engine probe has."""
+    if res.torch is None:
+        raise InvalidWorkload(
+            "result.torch",
+            "an engine probe measures no PyTorch process of its own: compare its startup "
+            "figures (result.engine)",
+        )
+    return res.torch
+
+
+class ObservedHeadroom(_Wire, frozen=True, kw_only=True):
+    """Headroom advised from what was observed: the spread of the measured iterations' peaks
+    and of the peaks of earlier probes of the same workload on the same device."""
+
+    advised_bytes: int
+    advised_fraction: float
+    """advised_bytes / the peak it is added to."""
+    peak_bytes: int
+    """The peak the headroom is added to (the largest observed)."""
+    basis: str
+    """Which peak (allocated / reserved / NVML device used) and why this much."""
+    iterations: int
+    """Measured iterations this probe's spread rests on."""
+    iteration_spread_bytes: int | None
+    probes: int
+    """Probes of the same workload on this device (this one included) the spread rests on."""
+    probe_spread_bytes: int | None
 
 
 class ProbeResource(msgspec.Struct, frozen=True, kw_only=True):
@@ -233,6 +367,8 @@ class ProbeResource(msgspec.Struct, frozen=True, kw_only=True):
     comparison: Comparison | None = None
     """The service's estimate-vs-measured comparison of this result (``service_url``)."""
     comparison_error: str | None = None
+    headroom: ObservedHeadroom | None = None
+    """Headroom advised from the observed spread (finished probes)."""
 
 
 SCHEMA_RULES = rules.schema_rules({"ProbeRequest": ProbeRequest})

@@ -44,7 +44,7 @@ def software_of(report: ProbeResource) -> Software | None:
     if res is None or res.device != "cuda":
         return None
     return Software(
-        torch_version=res.torch_version[:64],
+        torch_version=(res.torch_version or "")[:64],
         cuda_version=(res.cuda_version or "")[:32] or None,
         driver_version=(res.driver_version or "")[:32] or None,
     )

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from ..comparison import Comparison
 from ..errors import InvalidWorkload
-from ..probe_report import ProbeResource
+from ..probe_report import ProbeResource, measured_torch
 from ..result import Budget
 from ..spec import InferenceWorkload
 from .headroom import HEADROOM_FLOOR_FRACTION, _headroom
@@ -101,7 +101,9 @@ def compare(
                 "NVML could not tell this process's memory from other processes' "
                 "(PID namespace): device_used_peak may include them"
             )
-    if res.torch.kv_cache_bytes is None and isinstance(report.request.workload, InferenceWorkload):
+    if measured_torch(res).kv_cache_bytes is None and isinstance(
+        report.request.workload, InferenceWorkload
+    ):
         degraded.append("no KV-cache view: the KV cache is compared inside working_set_peak")
     if report.status == "oom":
         degraded.append("out of memory: measured peaks are those reached before the failure")

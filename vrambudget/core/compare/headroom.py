@@ -4,7 +4,7 @@ iterations and what sat stranded in split blocks, with a floor."""
 from __future__ import annotations
 
 from ..comparison import HeadroomAdvice, TierComparison
-from ..probe_report import ProbeResource
+from ..probe_report import ProbeResource, measured_torch
 
 __all__ = ["HEADROOM_FLOOR_FRACTION", "MAX_HEADROOM_FRACTION"]
 
@@ -19,7 +19,7 @@ def _headroom(
 ) -> HeadroomAdvice:
     res = report.result
     assert res is not None
-    t = res.torch
+    t = measured_torch(res)
     reasons: list[str] = []
     subtotal = observed["comparable"] or analytic.estimate_subtotal_bytes
     if observed["device_used"] is not None:

@@ -46,6 +46,12 @@ def estimate_input(report: ProbeResource, gpu_id: str | None = None) -> Estimate
             "a custom entry point has no workload "
             "spec to estimate; compare inference or training probes",
         )
+    if report.result.torch is None:
+        raise InvalidWorkload(
+            "request.workload.kind",
+            "an engine probe has no PyTorch view to compare; its result carries the engine's "
+            "own figures beside the estimate's (result.engine.expected)",
+        )
     notes: list[str] = []
     concurrency = report.request.concurrency
     workload: Workload = w

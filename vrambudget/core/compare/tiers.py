@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..comparison import ComponentComparison, QuantityComparison, TierComparison, Verdict
 from ..components import Component
 from ..formulas.allocator_overhead import ROUNDING_PART
-from ..probe_report import ProbeResult
+from ..probe_report import ProbeResult, measured_torch
 from ..result import DeviceBudget, Line
 
 __all__ = ["DEFAULT_TOLERANCE_BYTES", "DEFAULT_TOLERANCE_PERCENT"]
@@ -102,7 +102,7 @@ def _tier(
     lines = {ln.component: ln for ln in dev.lines}
     est = {c: ln.bytes for c, ln in lines.items()}
     cuda = res.device == "cuda"
-    t = res.torch
+    t = measured_torch(res)
     nv = res.nvml
     rounding = _parts(lines[C.ALLOCATOR_OVERHEAD]).get(ROUNDING_PART, 0) if cuda else 0
     blas, ws_rest = _split_workspace(lines[C.RUNTIME_WORKSPACE])

@@ -338,6 +338,37 @@ RULES: dict[str, tuple[Rule, ...]] = {
             "concurrency > 1 needs an inference workload",
             Cond(("concurrency",), "ge", 2),
         ),
+        Rule(
+            Cond(("workload", "kind"), "ne", "llm_serving"),
+            "an llm_serving probe's load is engine.concurrency (concurrency must be 1)",
+            Cond(("concurrency",), "ge", 2),
+        ),
+        Rule(
+            Cond(("workload", "kind"), "eq", "llm_serving"),
+            "engine (the load of an engine probe) needs an llm_serving workload",
+            Cond(("engine",), "not_null"),
+        ),
+        Rule(
+            Cond(("workload", "kind"), "eq", "llm_serving"),
+            "recipe_gpu needs an llm_serving workload",
+            Cond(("recipe_gpu",), "not_null"),
+        ),
+        Rule(
+            Cond(("workload", "kind"), "eq", "inference"),
+            "quality needs an inference workload",
+            Cond(("quality",), "not_null"),
+        ),
+        Rule(
+            Cond(("overlap",), "max_items", 0),
+            "overlap is for PyTorch probes (an engine probe's engine is its own process)",
+            Cond(("workload", "kind"), "eq", "llm_serving"),
+        ),
+        Rule(
+            Cond(("memory_snapshot",), "eq", False),
+            "memory_snapshot records PyTorch's allocator in the probe's process: not "
+            "available for an llm_serving probe",
+            Cond(("workload", "kind"), "eq", "llm_serving"),
+        ),
     ),
 }
 """The rules of each wire type, in the order they are checked."""
