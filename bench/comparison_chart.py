@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from vrambudget.agent.child import ChildSettings
 from vrambudget.agent.probe import measure
 from vrambudget.agent.spec import ProbeRequest, ProbeResource
 from vrambudget.core.chart import render_comparison_svg
@@ -69,7 +70,7 @@ def cpu_comparison(name: str, spec: dict[str, Any]) -> Comparison:
     """The CPU probe of ``spec`` (in this process) compared with its analytic and trace
     estimates."""
     req = msgspec.convert({"workload": spec, "iterations": 2}, ProbeRequest)
-    out = measure(req, {})
+    out = measure(req, ChildSettings())
     rep = ProbeResource(
         id=f"cpu-{name}",
         status=out.status,

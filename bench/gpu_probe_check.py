@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from vrambudget.agent.child import ChildSettings
 from vrambudget.agent.runner import ProbeProcess
 from vrambudget.agent.spec import ProbeRequest, ProbeResource, ProbeResult
 from vrambudget.core.calibration import build_profiles
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> None:
     calibration_inputs = []
     for name, body in PROBES.items():
         req = msgspec.convert(body, ProbeRequest)
-        process = ProbeProcess(msgspec.json.encode(req), {}, 600)
+        process = ProbeProcess(msgspec.json.encode(req), ChildSettings(), 600)
         process.start()
         done = process.wait()
         if done.result_json is None:

@@ -52,6 +52,7 @@ def cpu_comparison() -> Any:
     import msgspec
 
     from tests.support.workloads import INFER
+    from vrambudget.agent.child import ChildSettings
     from vrambudget.agent.probe import measure
     from vrambudget.agent.spec import ProbeRequest, ProbeResource
     from vrambudget.core.compare import compare, estimate_input
@@ -59,7 +60,7 @@ def cpu_comparison() -> Any:
     from vrambudget.core.spec import Headroom
 
     req = msgspec.convert({"workload": INFER, "iterations": 2}, ProbeRequest)
-    out = measure(req, {})
+    out = measure(req, ChildSettings())
     rep = ProbeResource(
         id="p1", status=out.status, created_at=0, updated_at=0, request=req, result=out.result
     )

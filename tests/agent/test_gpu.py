@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from vrambudget.agent import nvml
+from vrambudget.agent.child import ChildSettings
 from vrambudget.agent.runner import ProbeProcess
 from vrambudget.agent.sampler import NVMLSampler
 from vrambudget.agent.spec import ProbeRequest, ProbeResult
@@ -35,7 +36,7 @@ SPEC = {
 def test_cuda_probe_reports_both_views_and_matches_the_trace() -> None:
     req = msgspec.convert({"workload": SPEC, "iterations": 2}, ProbeRequest)
     handle, _ = nvml.resolve_device(0)
-    p = ProbeProcess(msgspec.json.encode(req), {}, 300, lambda pid: NVMLSampler(handle, pid=pid))
+    p = ProbeProcess(msgspec.json.encode(req), ChildSettings(), 300, lambda pid: NVMLSampler(handle, pid=pid))
     p.start()
     out = p.wait()
     assert out.status == "succeeded", out.error

@@ -11,6 +11,7 @@ def test_cpu_probe_kv_view_counts_every_stream() -> None:
     """The KV view is the known allocation of one request's cache (the exact K/V tensor bytes of
     the tiny model: layers x 2 x sequences x context x kv_heads x head_dim x 4 B) times the
     streams that each hold one."""
+    from vrambudget.agent.child import ChildSettings
     from vrambudget.agent.probe import measure
 
     tiny = {
@@ -35,6 +36,6 @@ def test_cpu_probe_kv_view_counts_every_stream() -> None:
         req = msgspec.convert(
             {"workload": spec, "iterations": 1, "concurrency": streams}, ProbeRequest
         )
-        out = measure(req, {})
+        out = measure(req, ChildSettings())
         assert out.result is not None
         assert out.result.torch.kv_cache_bytes == one_cache * streams

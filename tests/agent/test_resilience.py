@@ -26,6 +26,7 @@ import vrambudget.agent.worker as agent_worker
 from tests.support.workloads import INFER
 from vrambudget.agent.api import create_agent_app
 from vrambudget.agent.limits import cpu_memory_cap, cpu_memory_limit
+from vrambudget.agent.child import ChildSettings
 from vrambudget.agent.runner import ChildResult, ProbeProcess, scrubbed
 from vrambudget.agent.settings import AgentSettings, AgentSettingsError
 from vrambudget.agent.spec import ProbeRequest
@@ -331,7 +332,7 @@ def test_the_child_environment_has_no_agent_secrets(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("VRAMBUDGET_AGENT_TOKENS", "tok-secret")
     monkeypatch.setenv("VRAMBUDGET_AGENT_WEBHOOK_SECRET", "whsec_c2VjcmV0")
     monkeypatch.setenv("KEEP_ME", "1")
-    env = _run_target(ProbeProcess(b"{}", {}, 5), _report_env)
+    env = _run_target(ProbeProcess(b"{}", ChildSettings(), 5), _report_env)
     assert "KEEP_ME=1" in env
     assert not [e for e in env if e.startswith("VRAMBUDGET_AGENT_")]
     assert os.environ["VRAMBUDGET_AGENT_TOKENS"] == "tok-secret"  # the agent keeps its own
@@ -340,7 +341,7 @@ def test_the_child_environment_has_no_agent_secrets(monkeypatch: pytest.MonkeyPa
 
 def test_the_memory_cap_is_applied_in_the_child() -> None:
     limit = 1 << 30
-    p = ProbeProcess(b"{}", {}, 5, memory_limit_bytes=limit)
+    p = ProbeProcess(b"{}", ChildSettings(), 5, memory_limit_bytes=limit)
     assert p._process._args[3] == limit  # type: ignore[attr-defined]  # child_main's argument
     soft, outcome = _run_target(p, _report_limit, limit)
     assert soft == limit and outcome == "MemoryError"

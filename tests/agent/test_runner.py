@@ -8,6 +8,7 @@ from typing import ClassVar
 import msgspec
 
 from tests.support.workloads import TINIEST
+from vrambudget.agent.child import ChildSettings
 from vrambudget.agent.runner import ProbeProcess
 from vrambudget.agent.spec import DeviceView, ProbeRequest, ProbeResult
 
@@ -42,7 +43,7 @@ def test_sampler_brackets_the_load_phase() -> None:
         },
         ProbeRequest,
     )
-    p = ProbeProcess(msgspec.json.encode(req), {}, 60, _FakeSampler)
+    p = ProbeProcess(msgspec.json.encode(req), ChildSettings(), 60, _FakeSampler)
     p.start()
     out = p.wait()
     assert out.status == "succeeded", out.error
@@ -90,7 +91,7 @@ def test_merge_fills_the_device_view_and_flags_others() -> None:
         },
         ProbeResult,
     )
-    p = ProbeProcess(b"{}", {}, 1)
+    p = ProbeProcess(b"{}", ChildSettings(), 1)
     p._samples = Samples()
     out = p._merge("succeeded", msgspec.json.encode(result), None)
     merged = msgspec.json.decode(out.result_json or b"", type=ProbeResult)

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from .child import ChildSettings
 from .probe_cpu import _measure_cpu
 from .probe_cuda import _measure_cuda
 from .spec import ProbeRequest, ProbeResult
@@ -42,7 +43,7 @@ def _ignore(message: tuple[str, Any]) -> None:
 
 def measure(
     req: ProbeRequest,
-    entry_points: dict[str, str],
+    child: ChildSettings,
     notify: Callable[[tuple[str, Any]], None] = _ignore,
 ) -> ChildOutcome:
     """Run the probe in this process (the child) and classify the outcome; ``notify`` tells
@@ -50,7 +51,7 @@ def measure(
     import torch
 
     run = _measure_cuda if torch.cuda.is_available() else _measure_cpu
-    result = run(req, entry_points, notify)
+    result = run(req, child, notify)
     if result.message is not None:  # both paths set a message only on out-of-memory
         return ChildOutcome("oom", result, result.message)
     return ChildOutcome("succeeded", result, None)
@@ -99,7 +100,7 @@ def _die_with_parent() -> None:
 
 def child_main(
     request_json: bytes,
-    entry_points: dict[str, str],
+    child: ChildSettings,
     conn: Connection,
     memory_limit_bytes: int | None = None,
 ) -> None:
@@ -109,7 +110,7 @@ def child_main(
         if memory_limit_bytes is not None:
             _limit_memory(memory_limit_bytes)
         req = msgspec.json.decode(request_json, type=ProbeRequest)
-        outcome = measure(req, entry_points, conn.send)
+        outcome = measure(req, child, conn.send)
         payload = (
             outcome.status,
             msgspec.json.encode(outcome.result) if outcome.result else None,

@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .child import ChildSettings
 from .probe_run import _iterations, _kv_bytes, _load, _own_pid, _peak_rss_bytes, _program
 from .spec import ProbeRequest, ProbeResult, TorchView
 
 
 def _measure_cpu(
-    req: ProbeRequest, entry_points: dict[str, str], notify: Callable[[tuple[str, Any]], None]
+    req: ProbeRequest, child: ChildSettings, notify: Callable[[tuple[str, Any]], None]
 ) -> ProbeResult:
     import torch
 
@@ -40,7 +41,7 @@ def _measure_cpu(
     notified = False
     try:
         with recorder.recording():
-            program = _program(req, entry_points, recorder, device)
+            program = _program(req, child, recorder, device)
         weights = recorder.live_bytes
         state["phase"] = "warm-up"
         for _ in range(req.warmup_iterations):

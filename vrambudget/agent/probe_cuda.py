@@ -10,12 +10,13 @@ from typing import Any
 
 from vrambudget.core.allocator import MIN_BLOCK_SIZE_BYTES
 
+from .child import ChildSettings
 from .probe_run import _iterations, _kv_bytes, _load, _own_pid, _peak_rss_bytes, _program
 from .spec import DeviceView, ProbeRequest, ProbeResult, TorchView
 
 
 def _measure_cuda(
-    req: ProbeRequest, entry_points: dict[str, str], notify: Callable[[tuple[str, Any]], None]
+    req: ProbeRequest, child: ChildSettings, notify: Callable[[tuple[str, Any]], None]
 ) -> ProbeResult:
     import torch
 
@@ -43,7 +44,7 @@ def _measure_cuda(
         torch.cuda.set_per_process_memory_fraction(min(1.0, req.memory_limit_bytes / total))
     device = torch.device("cuda", index or 0)
     workspace, base = _gemm_workspace(req, device)
-    program = _program(req, entry_points, Marks(), device)
+    program = _program(req, child, Marks(), device)
     if hasattr(program, "kv_rounding"):
         program.kv_rounding = MIN_BLOCK_SIZE_BYTES  # the caching allocator's block size
     torch.cuda.synchronize()

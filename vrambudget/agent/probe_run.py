@@ -15,6 +15,7 @@ from typing import Any
 
 from vrambudget.core.spec import TrainingWorkload
 
+from .child import ChildSettings
 from .spec import CustomWorkload, Iteration, ProbeRequest
 
 
@@ -40,13 +41,13 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
-def _program(req: ProbeRequest, entry_points: dict[str, str], marks: Any, device: Any) -> Any:
+def _program(req: ProbeRequest, child: ChildSettings, marks: Any, device: Any) -> Any:
     """The runnable program: the shared builders for a workload spec, or a configured entry
     point (``module:function(device=..., marks=..., **arguments)`` returning an object with
     ``run(iterations)``)."""
     w = req.workload
     if isinstance(w, CustomWorkload):
-        target = entry_points[w.entry_point]  # checked by the API before the child starts
+        target = child.entry_points[w.entry_point]  # checked by the API before the child starts
         module, _, name = target.partition(":")
         factory: Callable[..., Any] = getattr(importlib.import_module(module), name)
         return factory(device=device, marks=marks, **w.arguments)

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from .child import ChildSettings
 from .probe import child_main, classify
 from .spec import ProbeResult
 
@@ -49,7 +50,7 @@ class ProbeProcess:
     def __init__(
         self,
         request_json: bytes,
-        entry_points: dict[str, str],
+        child: ChildSettings,
         time_limit_s: float,
         sampler_factory: Callable[[int], Any] | None = None,
         *,
@@ -66,7 +67,7 @@ class ProbeProcess:
         self._recv, send = ctx.Pipe(duplex=False)
         self._process = ctx.Process(
             target=child_main,
-            args=(request_json, entry_points, send, memory_limit_bytes),
+            args=(request_json, child, send, memory_limit_bytes),
             daemon=True,
             name="vrambudget-probe",
         )

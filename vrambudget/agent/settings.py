@@ -50,6 +50,9 @@ class AgentSettings:
     """Below this much free space under ``data_dir``, /readyz fails and submissions get 503."""
     delivery_concurrency: int = 8
     """Callbacks (and comparison requests) in flight at once."""
+    model_dirs: tuple[Path, ...] = ()
+    """Directories of checkpoints (``<dir>/<owner>/<name>``) a probe loads real weights from
+    (besides the host's Hugging Face cache)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -120,6 +123,11 @@ class AgentSettings:
                 x.strip() for x in (get("SERVICE_ALLOW") or "").split(",") if x.strip()
             ),
         }
+        model_dirs = [Path(x) for x in (get("MODEL_DIRS") or "").split(os.pathsep) if x.strip()]
+        for d in model_dirs:
+            if not d.is_dir():
+                raise AgentSettingsError(f"VRAMBUDGET_AGENT_MODEL_DIRS: {d} is not a directory")
+        kwargs["model_dirs"] = tuple(model_dirs)
         if get("HOST"):
             kwargs["host"] = get("HOST")
         if get("DATA_DIR"):

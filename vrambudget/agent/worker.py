@@ -14,6 +14,7 @@ import msgspec
 from vrambudget.core.compare import COMPARABLE_STATUSES
 
 from . import nvml
+from .child import ChildSettings
 from .limits import cpu_memory_limit
 from .roundtrip import comparison_entry, device_ref, fetch_estimate, local_software
 from .runner import ProbeProcess
@@ -84,7 +85,7 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
     request = msgspec.json.decode(row.request, type=ProbeRequest)
     process = ProbeProcess(
         row.request.encode(),
-        dict(st.settings.entry_points),
+        ChildSettings.of(st.settings),
         request.time_limit_s,
         _sampler_factory(st, row.device_key),
         memory_limit_bytes=(
