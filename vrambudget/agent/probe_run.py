@@ -13,10 +13,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vrambudget.core.spec import TrainingWorkload
+import msgspec
+
+from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.spec import HFConfigModel, TrainingWorkload
 
 from .child import ChildSettings
-from .spec import CustomWorkload, Iteration, ProbeRequest
+from .spec import CustomWorkload, Iteration, ProbeRequest, WeightsSource
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -51,7 +54,7 @@ def _program(req: ProbeRequest, child: ChildSettings, marks: Any, device: Any) -
         module, _, name = target.partition(":")
         factory: Callable[..., Any] = getattr(importlib.import_module(module), name)
         return factory(device=device, marks=marks, **w.arguments)
-    from vrambudget.core.deployed import deploy
+    from vrambudget.core.deployed import deploy, deployed_quantization
     from vrambudget.core.resolve import resolve_model
     from vrambudget.trace.models import resolve_models
     from vrambudget.workloads.hf.program import (
@@ -61,18 +64,67 @@ def _program(req: ProbeRequest, child: ChildSettings, marks: Any, device: Any) -
     )
     from vrambudget.workloads.run import Program, initialize, prepare
 
+    source, w = _weights(req, child, w)
     (w,) = resolve_models((w,))
     w = deploy(w)
     arch = resolve_model(w.model)
+    if source.kind == "checkpoint" and deployed_quantization(w.precision.quantization):
+        why = "real weights of a quantized deployment need the format's kernels"
+        if req.weights == "checkpoint":
+            raise InvalidWorkload("weights", f"no usable checkpoint: {why}")
+        source = msgspec.structs.replace(source, kind="synthetic", reason=why)
     program: FrameworkProgram | Program
-    if req.code == "framework" and framework_unsupported(w) is None:
-        # The framework's own code, as the trace tier runs it, for real (synthetic weights).
-        program = prepare_framework(w, arch, marks, device, emulate=False)
+    framework = req.code == "framework" and framework_unsupported(w) is None
+    if source.kind == "checkpoint":
+        if not framework:
+            raise InvalidWorkload(
+                "weights",
+                "real weights load through the framework program (code: framework), which "
+                f"cannot run this workload: {framework_unsupported(w) or 'code is builtin'}",
+            )
+        # The framework's own code, as the trace tier runs it, with the real weights.
+        program = prepare_framework(w, arch, marks, device, emulate=False, checkpoint=source.path)
     else:
-        program = prepare(w, arch, marks, device)
+        if framework:  # the framework's own code, as the trace tier runs it, for real
+            program = prepare_framework(w, arch, marks, device, emulate=False)
+        else:
+            program = prepare(w, arch, marks, device)
+        initialize(program.model)
     program.every_decode_step = True
-    initialize(program.model)
+    program.weights_source = source  # type: ignore[union-attr]
     return program
+
+
+def _weights(req: ProbeRequest, child: ChildSettings, w: Any) -> tuple[WeightsSource, Any]:
+    """Which weights the probe runs, and the workload with its model read from that checkpoint
+    (so the host's own files, not a Hub fetch, define it)."""
+    from vrambudget.trace.checkpoints import Found, find_checkpoint
+    from vrambudget.trace.models import local_checkpoint_model
+
+    found = find_checkpoint(w.model, child.model_dirs)
+    if not isinstance(found, Found):
+        if req.weights == "checkpoint":
+            raise InvalidWorkload("weights", f"no usable checkpoint: {found.reason}")
+        reason = (
+            "the request asked for synthetic weights"
+            if req.weights == "synthetic"
+            else found.reason
+        )
+        return WeightsSource(kind="synthetic", reason=reason), w
+    # The host's own files define the model (no Hub fetch), whichever weights run.
+    local = msgspec.convert(local_checkpoint_model(str(found.path)), type=HFConfigModel)
+    w = msgspec.structs.replace(w, model=local)
+    where = dict(path=str(found.path), revision=found.revision)
+    if req.weights == "synthetic":
+        return WeightsSource(
+            kind="synthetic", reason="the request asked for synthetic weights", **where
+        ), w
+    if req.code != "framework":
+        why = "code builtin runs the service's own builders, which have their own tensor names"
+        if req.weights == "checkpoint":
+            raise InvalidWorkload("weights", f"no usable checkpoint: {why}")
+        return WeightsSource(kind="synthetic", reason=why, **where), w
+    return WeightsSource(kind="checkpoint", reason=f"found in the {found.where}", **where), w
 
 
 def _load(req: ProbeRequest, run_one: Callable[[], None]) -> tuple[list[float], float]:

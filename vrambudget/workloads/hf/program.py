@@ -511,8 +511,13 @@ def prepare_framework(
     device: torch.device,
     *,
     emulate: bool,
+    checkpoint: str | None = None,
 ) -> FrameworkProgram:
-    """Build the model with the framework (phase ``load``) and return the program."""
+    """Build the model with the framework (phase ``load``) and return the program.
+
+    ``checkpoint``: a directory of the real weights (unquantized deployments only), loaded by
+    ``from_pretrained`` onto ``device`` (real runs; otherwise the parameters are allocated
+    uninitialized, in module order, for the caller to fill)."""
     w = deploy(w)
     reason = framework_unsupported(w)
     if reason is not None:
@@ -551,8 +556,20 @@ def prepare_framework(
         else:
             model.eval()
     marks.phase("load")
-    with marks.scope("weights"):
-        _materialize(model, device)
+    if checkpoint is not None:
+        if quant is not None:
+            raise InvalidWorkload(
+                "model", "real weights of a quantized deployment need the format's kernels"
+            )
+        with marks.scope("weights"), _quiet():
+            model = _from_pretrained(cls, checkpoint, cfg, param_dtype, device)
+        if training:
+            model = _prepare_training(model, w)  # type: ignore[arg-type]
+        else:
+            model.eval()
+    else:
+        with marks.scope("weights"):
+            _materialize(model, device)
     for name, p in model.named_parameters():
         marks.tag(p, "adapters" if "lora_" in name else "weights", name)
     for name, b in model.named_buffers():
@@ -563,6 +580,23 @@ def prepare_framework(
     if training:
         program.watch_head()
     return program
+
+
+def _from_pretrained(
+    cls: Any, path: str, cfg: Any, dtype: torch.dtype, device: torch.device
+) -> nn.Module:
+    """The real weights, loaded as transformers loads them (straight onto a CUDA device)."""
+    kwargs: dict[str, Any] = {"config": cfg, "dtype": dtype}
+    if device.type == "cuda":
+        kwargs["device_map"] = {"": device}
+    model = cls.from_pretrained(path, **kwargs)
+    if device.type != "cuda":
+        # On the CPU transformers leaves the tensors in the safetensors files' memory maps,
+        # which no allocator sees; copied into owned memory, as a GPU holds them.
+        with torch.no_grad():
+            for t in [*model.parameters(), *model.buffers()]:
+                t.data = t.data.to(device).clone()
+    return cast(nn.Module, model)
 
 
 def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
