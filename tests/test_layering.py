@@ -35,7 +35,15 @@ THIRD_PARTY: dict[str, set[str]] = {
     "trace": {"torch"},
     "http": {"litestar"},
     "service": {"litestar", "uvicorn", "pebble", "prometheus_client"},
-    "agent": {"litestar", "uvicorn", "httpx", "pynvml", "torch", "publicsuffixlist"},
+    "agent": {
+        "litestar",
+        "uvicorn",
+        "httpx",
+        "pynvml",
+        "torch",
+        "publicsuffixlist",
+        "prometheus_client",
+    },
     "cli": {"uvicorn", "gguf"},
 }
 # torch may appear in these agent modules only: they run in the spawned probe children.

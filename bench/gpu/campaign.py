@@ -62,6 +62,7 @@ from typing import Any, Literal
 import msgspec
 
 from vrambudget.agent import nvml
+from vrambudget.agent.child import ChildSettings
 from vrambudget.agent.probe import child_main
 from vrambudget.agent.runner import ProbeProcess
 from vrambudget.agent.sampler import NVMLSampler, SamplerResult
@@ -410,15 +411,17 @@ class _Probe(ProbeProcess):
         time_limit_s: float,
         sampler_factory: Callable[[int], Any] | None,
         ctx: BaseContext | None,
+        child: ChildSettings | None = None,
     ) -> None:
-        super().__init__(request_json, {}, time_limit_s, sampler_factory)
+        child = child or ChildSettings()
+        super().__init__(request_json, child, time_limit_s, sampler_factory)
         if ctx is not None:
             self._recv.close()
             self._send.close()
             self._recv, self._send = ctx.Pipe(duplex=False)
             self._process = ctx.Process(  # type: ignore[attr-defined]
                 target=child_main,
-                args=(request_json, {}, self._send, None),
+                args=(request_json, child, self._send, None),
                 daemon=True,
                 name="vrambudget-probe",
             )

@@ -36,7 +36,9 @@ SPEC = {
 def test_cuda_probe_reports_both_views_and_matches_the_trace() -> None:
     req = msgspec.convert({"workload": SPEC, "iterations": 2}, ProbeRequest)
     handle, _ = nvml.resolve_device(0)
-    p = ProbeProcess(msgspec.json.encode(req), ChildSettings(), 300, lambda pid: NVMLSampler(handle, pid=pid))
+    p = ProbeProcess(
+        msgspec.json.encode(req), ChildSettings(), 300, lambda pid: NVMLSampler(handle, pid=pid)
+    )
     p.start()
     out = p.wait()
     assert out.status == "succeeded", out.error

@@ -25,8 +25,8 @@ from litestar.testing import AsyncTestClient, TestClient
 import vrambudget.agent.worker as agent_worker
 from tests.support.workloads import INFER
 from vrambudget.agent.api import create_agent_app
-from vrambudget.agent.limits import cpu_memory_cap, cpu_memory_limit
 from vrambudget.agent.child import ChildSettings
+from vrambudget.agent.limits import cpu_memory_cap, cpu_memory_limit
 from vrambudget.agent.runner import ChildResult, ProbeProcess, scrubbed
 from vrambudget.agent.settings import AgentSettings, AgentSettingsError
 from vrambudget.agent.spec import ProbeRequest
@@ -42,13 +42,13 @@ def _settings(tmp_path: Path, **kw: Any) -> AgentSettings:
 
 
 class FakeProcess:
-    """Stands in for ProbeProcess in the worker: no child, an outcome chosen by the test."""
+    """Stands in for ProbeGroup in the worker: no child, an outcome chosen by the test."""
 
     outcomes: ClassVar[list[Any]] = []
     created: ClassVar[list[dict[str, Any]]] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        FakeProcess.created.append(kwargs)
+        FakeProcess.created.append({"args": args, **kwargs})
         self.pid: int | None = None
 
     def start(self) -> None:
@@ -73,7 +73,7 @@ class FakeProcess:
 def fake_process(monkeypatch: pytest.MonkeyPatch) -> type[FakeProcess]:
     FakeProcess.outcomes = []
     FakeProcess.created = []
-    monkeypatch.setattr(agent_worker, "ProbeProcess", FakeProcess)
+    monkeypatch.setattr(agent_worker, "ProbeGroup", FakeProcess)
     return FakeProcess
 
 
@@ -361,7 +361,8 @@ def test_cpu_probes_get_a_default_memory_limit(
     with TestClient(create_agent_app(settings)) as client:
         probe_id = client.post("/v1/probes", json=PROBE, headers=AUTH).json()["id"]
         _wait_status(client, probe_id, {"failed"})
-    assert fake_process.created[0]["memory_limit_bytes"] == limit
+    memory_limit = fake_process.created[0]["args"][3]  # ProbeGroup: the limit of each job
+    assert memory_limit(req) == limit
 
 
 def test_a_workload_over_the_cpu_cap_is_refused_at_submission(tmp_path: Path) -> None:

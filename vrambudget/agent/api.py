@@ -13,17 +13,18 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from litestar import Litestar
+from litestar import Litestar, Request, Response, get
 from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from vrambudget.core.comparison import Comparison
 from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import exception_handlers as problem_handlers
 
-from . import nvml
+from . import nvml, observe
 from .handlers import (
     QueueFull,
     StorageUnavailable,
@@ -37,6 +38,7 @@ from .handlers import (
 )
 from .openapi import agent_openapi_document
 from .settings import AgentSettings
+from .snapshot_routes import expire_periodically, get_snapshot
 from .spec import ProbeRequest
 from .state import AgentState, _callback
 from .storage import storage_checker
@@ -101,7 +103,7 @@ def create_agent_app(
                 row.error,
             )
 
-        store.recover(time.time(), callback_for=interrupted)
+        recovered = store.recover(time.time(), callback_for=interrupted)
 
         def compared(ob: Any, body: str | None, error: str | None) -> None:
             """The service answered the comparison (or it was given up): store it and send
@@ -150,6 +152,16 @@ def create_agent_app(
             or storage_checker(settings.data_dir, settings.min_free_bytes),
             resolver=resolver,
         )
+        for probe_id in recovered:
+            observe.finished(
+                app.state.agent.metrics,
+                probe_id,
+                "",
+                "interrupted",
+                error="the agent stopped while the probe was queued or running",
+            )
+        # Expired memory snapshots go now and every hour.
+        app.state.agent.workers.append(asyncio.create_task(expire_periodically(settings)))
 
     async def shutdown(app: Litestar) -> None:
         st: AgentState | None = getattr(app.state, "agent", None)
@@ -165,9 +177,27 @@ def create_agent_app(
     class Metrics(PrometheusController):
         path = "/metrics"
 
+        @get()
+        async def get(self, request: Request[Any, Any, Any]) -> Response[bytes]:
+            """Litestar's request metrics (the process-wide registry), then this app's probe
+            metrics (its own registry: ``observe``)."""
+            st: AgentState = request.app.state.agent
+            body = generate_latest(REGISTRY) + generate_latest(st.metrics.registry)
+            return Response(body, media_type=CONTENT_TYPE_LATEST)
+
     prometheus = PrometheusConfig(app_name="vrambudget_agent", group_path=True)
     return Litestar(
-        route_handlers=[healthz, readyz, device, submit, get_probe, list_probes, cancel, Metrics],
+        route_handlers=[
+            healthz,
+            readyz,
+            device,
+            submit,
+            get_probe,
+            list_probes,
+            cancel,
+            get_snapshot,
+            Metrics,
+        ],
         on_startup=[agent_openapi_document, startup],  # the served document is the published one
         on_shutdown=[shutdown],
         guards=[_bearer_guard],

@@ -7,6 +7,7 @@ pickled to the spawned child)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .settings import AgentSettings
 
@@ -27,7 +28,15 @@ class ChildSettings:
     """The host's evaluation files for quality checks."""
     snapshot_path: str | None = None
     """Where this probe's memory snapshot goes (only when the request asked for one)."""
+    start_gate: Any = None
+    """A ``multiprocessing.Barrier`` the overlapping jobs of one probe pass together before
+    their load phases (``overlap``)."""
     snapshot_max_entries: int = 100_000
+    """Allocation events the snapshot keeps (the newest)."""
+    snapshot_max_bytes: int = 256 << 20
+    """A snapshot larger than this is not written (the result says why)."""
+    snapshot_retention_s: float = 7 * 86_400.0
+    """How long the agent keeps it (the result states its expiry)."""
 
     @classmethod
     def of(cls, settings: AgentSettings, **probe: object) -> ChildSettings:
@@ -36,5 +45,11 @@ class ChildSettings:
         return cls(
             entry_points=dict(settings.entry_points),
             model_dirs=tuple(str(d) for d in settings.model_dirs),
+            engines=dict(settings.engines),
+            gguf_dir=str(settings.gguf_dir) if settings.gguf_dir is not None else None,
+            eval_dir=str(settings.eval_dir) if settings.eval_dir is not None else None,
+            snapshot_max_entries=settings.snapshot_max_entries,
+            snapshot_max_bytes=settings.snapshot_max_bytes,
+            snapshot_retention_s=settings.snapshot_retention_s,
             **probe,  # type: ignore[arg-type]
         )

@@ -19,9 +19,11 @@ from litestar.params import FromPath, FromQuery
 
 from vrambudget.http.body import decode_body
 
-from . import nvml
+from . import nvml, observe
 from .limits import WorkloadRefused, validate_workload
 from .nvml import HostInfo, NVMLInventory
+from .overlap import member_request
+from .snapshot_routes import drop_snapshot
 from .spec import CustomWorkload, ProbeRequest, ProbeResource
 from .state import AgentState, _callback, _resource, _state
 from .store import TERMINAL_STATUSES
@@ -131,14 +133,16 @@ async def submit(request: Request[Any, Any, Any]) -> Response[ProbeResource]:
             status_code=413, detail=f"request body over {st.settings.max_body_bytes} bytes"
         )
     probe = decode_body(body, ProbeRequest)
-    if isinstance(probe.workload, CustomWorkload) and (
-        probe.workload.entry_point not in st.settings.entry_points
-    ):
-        names = ", ".join(sorted(st.settings.entry_points)) or "none are configured"
-        raise _unprocessable(
-            "$.workload.entry_point",
-            f"unknown entry point {probe.workload.entry_point!r}; allowed: {names}",
-        )
+    jobs = [("$.workload", probe.workload)] + [
+        (f"$.overlap[{i}]", w) for i, w in enumerate(probe.overlap)
+    ]
+    for path, job in jobs:
+        if isinstance(job, CustomWorkload) and job.entry_point not in st.settings.entry_points:
+            names = ", ".join(sorted(st.settings.entry_points)) or "none are configured"
+            raise _unprocessable(
+                f"{path}.entry_point",
+                f"unknown entry point {job.entry_point!r}; allowed: {names}",
+            )
     if probe.callback is not None and not callback_allowed(
         probe.callback.url, st.settings.callback_allow_list
     ):
@@ -166,17 +170,21 @@ async def submit(request: Request[Any, Any, Any]) -> Response[ProbeResource]:
         raise _unprocessable(
             "$.time_limit_s", f"must be <= {st.settings.max_time_limit_s:g} (the agent's limit)"
         )
-    try:
-        await asyncio.wait_for(
-            asyncio.to_thread(validate_workload, st.settings, probe, cpu=not st.cuda),
-            _VALIDATE_TIMEOUT_S,
-        )
-    except WorkloadRefused as exc:
-        raise _unprocessable(exc.field, exc.message) from None
-    except TimeoutError:
-        raise _unprocessable(
-            "$.workload", f"too large to validate within {_VALIDATE_TIMEOUT_S:g} s"
-        ) from None
+    jobs_to_check = [("$.workload", probe)] + [
+        (f"$.overlap[{i}]", member_request(probe, i)) for i in range(len(probe.overlap))
+    ]
+    for path, job_request in jobs_to_check:
+        try:
+            await asyncio.wait_for(
+                asyncio.to_thread(validate_workload, st.settings, job_request, cpu=not st.cuda),
+                _VALIDATE_TIMEOUT_S,
+            )
+        except WorkloadRefused as exc:
+            raise _unprocessable(exc.field.replace("$.workload", path, 1), exc.message) from None
+        except TimeoutError:
+            raise _unprocessable(
+                path, f"too large to validate within {_VALIDATE_TIMEOUT_S:g} s"
+            ) from None
     key = await asyncio.to_thread(_device_key, st, probe)
     reason = await asyncio.to_thread(st.storage_check)
     if reason is not None:
@@ -209,11 +217,13 @@ async def submit(request: Request[Any, Any, Any]) -> Response[ProbeResource]:
                 await stored
             if stored.done() and not stored.cancelled() and stored.exception() is None:
                 queue.put_nowait(probe_id)
+                observe.queued(probe_id, key, probe)
             raise
         except sqlite3.Error as exc:
             log.exception("probe %s could not be stored", probe_id)
             raise _storage_unavailable(st, f"the probe could not be stored: {exc}") from None
         queue.put_nowait(probe_id)
+    observe.queued(probe_id, key, probe)
     row = await asyncio.to_thread(st.store.get_probe, probe_id)
     return Response(_resource(row), status_code=202, headers={"Location": f"/v1/probes/{probe_id}"})
 
@@ -267,7 +277,11 @@ async def list_probes(
     return ProbePage(items=tuple(_with_unrecorded(st, _resource(r)) for r in rows), next=nxt)
 
 
-@delete("/v1/probes/{probe_id:str}", summary="Cancel a probe", status_code=202)
+@delete(
+    "/v1/probes/{probe_id:str}",
+    summary="Cancel a probe and delete its memory snapshot",
+    status_code=202,
+)
 async def cancel(request: Request[Any, Any, Any], probe_id: FromPath[str]) -> ProbeResource:
     st = _state(request)
     row = await asyncio.to_thread(st.store.get_probe, probe_id)
@@ -296,6 +310,8 @@ async def cancel(request: Request[Any, Any, Any], probe_id: FromPath[str]) -> Pr
             "cancelled by request",
             expected={"queued"},
         )
+        if done:
+            observe.finished(st.metrics, probe_id, row.device_key, "cancelled")
         if done and callback is not None:
             st.deliverer.wake()
     elif row.status == "running" and probe_id in st.running:
@@ -305,5 +321,6 @@ async def cancel(request: Request[Any, Any, Any], probe_id: FromPath[str]) -> Pr
             row = await asyncio.to_thread(st.store.get_probe, probe_id)
             if row is not None and row.status in TERMINAL_STATUSES:
                 break
+    await drop_snapshot(st, probe_id)  # whatever the status: a private file goes with a DELETE
     row = await asyncio.to_thread(st.store.get_probe, probe_id)
     return _resource(row)

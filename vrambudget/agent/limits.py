@@ -20,7 +20,9 @@ import os
 from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownModel
 from vrambudget.core.estimate import estimate
 from vrambudget.core.resolve import needs_resolution
+from vrambudget.core.spec import LLMServingWorkload
 
+from .quality import quality_refusal
 from .settings import AgentSettings
 from .spec import CustomWorkload, ProbeRequest
 
@@ -81,6 +83,12 @@ def estimated_bytes(request: ProbeRequest) -> int | None:
 def validate_workload(settings: AgentSettings, request: ProbeRequest, *, cpu: bool) -> None:
     """Refuse (:class:`WorkloadRefused`) what the service would refuse, and on a CPU host a
     workload whose estimate alone is over the CPU memory cap."""
+    if isinstance(request.workload, LLMServingWorkload):  # an engine probe: its own checks
+        _validate_engine(settings, request, cpu=cpu)
+        return
+    refused = quality_refusal(settings.eval_dir, request)
+    if refused is not None:
+        raise WorkloadRefused(*refused)
     need = estimated_bytes(request)
     if not cpu or need is None:
         return
@@ -91,6 +99,28 @@ def validate_workload(settings: AgentSettings, request: ProbeRequest, *, cpu: bo
             f"estimated {need} bytes; over this agent's CPU memory cap of {cap} bytes "
             "(VRAMBUDGET_AGENT_CPU_MEMORY_LIMIT_BYTES)",
         )
+
+
+def _validate_engine(settings: AgentSettings, request: ProbeRequest, *, cpu: bool) -> None:
+    """The engine is configured here, the recipe's GPU is known, the estimate and the command
+    can be made (``engine.recipe.plan``, which the child runs again)."""
+    from .engine.recipe import EngineRefused, plan
+
+    inventory = None
+    if not cpu and request.recipe_gpu is None:
+        from . import nvml
+
+        inventory = nvml.inventory()
+    try:
+        plan(
+            request,
+            settings.engines,
+            inventory,
+            model_dirs=tuple(str(d) for d in settings.model_dirs),
+            gguf_dir=str(settings.gguf_dir) if settings.gguf_dir is not None else None,
+        )
+    except EngineRefused as exc:
+        raise WorkloadRefused(exc.field, exc.message) from None
 
 
 def cpu_memory_limit(settings: AgentSettings, request: ProbeRequest) -> int | None:

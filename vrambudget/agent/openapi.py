@@ -93,6 +93,23 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
                     "description": "No such probe",
                     "content": PROBLEM_CONTENT,
                 }
+    snapshot = paths.get("/v1/probes/{probe_id}/snapshot", {}).get("get")
+    if snapshot is not None:  # snapshot_routes.get_snapshot
+        ok = snapshot["responses"]["200"]
+        ok["description"] = (
+            "The probe's memory snapshot: a `torch.cuda.memory._snapshot()` pickle (open it at "
+            "https://pytorch.org/memory_viz)"
+        )
+        ok.setdefault("headers", {})["Content-Disposition"] = {
+            "description": "`attachment; filename=<id>.pickle`",
+            "required": True,
+            "schema": {"type": "string"},
+        }
+        snapshot["responses"]["404"] = {
+            "description": "No such probe, or no snapshot to serve (not asked for, not yet "
+            "written, over the size cap, deleted, expired): the reason is named",
+            "content": PROBLEM_CONTENT,
+        }
     common_responses(document)
     prometheus_text(document)
     install_components(document, components)

@@ -48,12 +48,22 @@ def measure(
 ) -> ChildOutcome:
     """Run the probe in this process (the child) and classify the outcome; ``notify`` tells
     the parent when the load phase starts and ends."""
+    from vrambudget.core.spec import LLMServingWorkload
+
+    if isinstance(req.workload, LLMServingWorkload):  # the engine brings its own torch
+        from .engine.run import measure_engine
+
+        return ChildOutcome(*measure_engine(req, child, notify))
     import torch
 
     run = _measure_cuda if torch.cuda.is_available() else _measure_cpu
     result = run(req, child, notify)
     if result.message is not None:  # both paths set a message only on out-of-memory
         return ChildOutcome("oom", result, result.message)
+    if req.quality is not None:  # after the measurement: it cannot disturb the peaks
+        from .probe_quality import with_quality
+
+        return ChildOutcome(*with_quality(req, child, result))
     return ChildOutcome("succeeded", result, None)
 
 

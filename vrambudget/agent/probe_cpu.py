@@ -8,7 +8,16 @@ from collections.abc import Callable
 from typing import Any
 
 from .child import ChildSettings
-from .probe_run import _iterations, _kv_bytes, _load, _own_pid, _peak_rss_bytes, _program
+from .probe_run import (
+    _iterations,
+    _kv_bytes,
+    _load,
+    _own_pid,
+    _peak_rss_bytes,
+    _program,
+    _wait_for_others,
+)
+from .snapshots import recorder_snapshot_fields
 from .spec import ProbeRequest, ProbeResult, TorchView
 
 
@@ -19,7 +28,9 @@ def _measure_cpu(
 
     from vrambudget.trace.recorder import Recorder
 
-    recorder = Recorder(limit_bytes=req.memory_limit_bytes)
+    snapshot = child.snapshot_path is not None  # memory_snapshot: addresses and source lines
+    recorder = Recorder(limit_bytes=req.memory_limit_bytes, sources=snapshot, addresses=snapshot)
+    start = 0  # the snapshot's history begins with the warm-up
     device = torch.device("cpu")
     program: Any = None
     weights = 0
@@ -43,11 +54,13 @@ def _measure_cpu(
         with recorder.recording():
             program = _program(req, child, recorder, device)
         weights = recorder.live_bytes
+        start = len(recorder.trace.events)
         state["phase"] = "warm-up"
         for _ in range(req.warmup_iterations):
             run_one()
         recorder.reset_peak()
         state["phase"] = "load"
+        _wait_for_others(child)
         notify(("load_start", _own_pid()))
         notified = True
         latencies, wall = _load(req, run_measured if per_iteration else run_one)
@@ -76,6 +89,8 @@ def _measure_cpu(
             iterations=_iterations([], 0.0, 1, 0),
             outputs_finite=False,
             message=f"{state['phase']}: {exc}",
+            weights=getattr(program, "weights_source", None),
+            **recorder_snapshot_fields(recorder, child, start, "oom"),
         )
     kv = _kv_bytes(program, req)
     return ProbeResult(
@@ -98,4 +113,6 @@ def _measure_cpu(
         host_peak_rss_bytes=_peak_rss_bytes(),
         iterations=_iterations(latencies, wall, 0, units * len(latencies)),
         outputs_finite=program.outputs_finite() if hasattr(program, "outputs_finite") else True,
+        weights=getattr(program, "weights_source", None),
+        **recorder_snapshot_fields(recorder, child, start, "measured"),
     )

@@ -11,7 +11,16 @@ from typing import Any
 from vrambudget.core.allocator import MIN_BLOCK_SIZE_BYTES
 
 from .child import ChildSettings
-from .probe_run import _iterations, _kv_bytes, _load, _own_pid, _peak_rss_bytes, _program
+from .probe_run import (
+    _iterations,
+    _kv_bytes,
+    _load,
+    _own_pid,
+    _peak_rss_bytes,
+    _program,
+    _wait_for_others,
+)
+from .snapshots import keep_snapshot
 from .spec import DeviceView, ProbeRequest, ProbeResult, TorchView
 
 
@@ -79,6 +88,11 @@ def _measure_cuda(
             )
         )
 
+    snapshot: dict[str, Any] = {}  # the result's snapshot fields (memory_snapshot)
+    if child.snapshot_path is not None:  # the allocator's history from the warm-up on
+        torch.cuda.memory._record_memory_history(
+            max_entries=child.snapshot_max_entries, stacks="python"
+        )
     try:
         for _ in range(req.warmup_iterations):
             run_one()
@@ -86,14 +100,21 @@ def _measure_cuda(
         torch.cuda.reset_peak_memory_stats()
         # The agent (parent) samples NVML during the load phase: a sampler thread in this
         # process would compete for the GIL with the load threads and miss its 10 ms.
+        _wait_for_others(child)
         notify(("load_start", _own_pid()))
         latencies, wall = _load(req, run_measured if req.concurrency == 1 else run_one)
         torch.cuda.synchronize()
+        if child.snapshot_path is not None:
+            snapshot = keep_snapshot(torch.cuda.memory._snapshot(), child, "measured")
     except torch.OutOfMemoryError as exc:
         status_oom = True
         message = str(exc)[:2000]
+        if child.snapshot_path is not None:  # while the failed step's tensors are still held
+            snapshot = keep_snapshot(torch.cuda.memory._snapshot(), child, "oom")
     finally:
         notify(("load_end", None))
+        if child.snapshot_path is not None:
+            torch.cuda.memory._record_memory_history(None)
     stats = torch.cuda.memory_stats()
     allocated_peak = stats.get("allocated_bytes.all.peak", 0)
     reserved_peak = stats.get("reserved_bytes.all.peak", 0)
@@ -144,6 +165,8 @@ def _measure_cuda(
         message=message,
         memory_total_bytes=props.total_memory,
         compute_capability=f"{props.major}.{props.minor}",
+        weights=getattr(program, "weights_source", None),
+        **snapshot,
     )
 
 

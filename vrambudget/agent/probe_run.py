@@ -127,6 +127,16 @@ def _weights(req: ProbeRequest, child: ChildSettings, w: Any) -> tuple[WeightsSo
     return WeightsSource(kind="checkpoint", reason=f"found in the {found.where}", **where), w
 
 
+def _wait_for_others(child: ChildSettings) -> None:
+    """An overlapping job waits for the probe's other jobs to finish their warm-up, so the load
+    phases run together (a job that ended early breaks the barrier: the rest go on)."""
+    if child.start_gate is not None:
+        try:
+            child.start_gate.wait()
+        except threading.BrokenBarrierError:
+            pass
+
+
 def _load(req: ProbeRequest, run_one: Callable[[], None]) -> tuple[list[float], float]:
     """The load phase: ``iterations`` (or ``duration_s``) per stream, ``concurrency`` streams.
     Returns per-iteration latencies and wall time; a stream's error is raised."""

@@ -50,9 +50,21 @@ class AgentSettings:
     """Below this much free space under ``data_dir``, /readyz fails and submissions get 503."""
     delivery_concurrency: int = 8
     """Callbacks (and comparison requests) in flight at once."""
+    snapshot_max_bytes: int = 256 << 20
+    """A memory snapshot larger than this is not kept (the result says why)."""
+    snapshot_max_entries: int = 100_000
+    """Allocation events a memory snapshot keeps (the newest)."""
+    snapshot_retention_s: float = 7 * 86_400.0
+    """Memory snapshots are deleted this long after they were written."""
     model_dirs: tuple[Path, ...] = ()
     """Directories of checkpoints (``<dir>/<owner>/<name>``) a probe loads real weights from
     (besides the host's Hugging Face cache)."""
+    engines: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """engine -> argv prefix that starts it (``VRAMBUDGET_AGENT_ENGINES``, llm_serving probes)."""
+    gguf_dir: Path | None = None
+    """Where llama.cpp's GGUF files live (a recipe's ``-m`` file is looked up here)."""
+    eval_dir: Path | None = None
+    """The host's evaluation files a quality check's ``eval_set`` may name (by file name)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -81,6 +93,16 @@ class AgentSettings:
                 raise AgentSettingsError(f"VRAMBUDGET_AGENT_{name}: {exc}") from None
         if not 1 <= self.delivery_concurrency <= 256:
             raise AgentSettingsError("VRAMBUDGET_AGENT_DELIVERY_CONCURRENCY must be in 1 .. 256")
+        if not 1 <= self.snapshot_max_bytes <= 1 << 40:
+            raise AgentSettingsError("VRAMBUDGET_AGENT_SNAPSHOT_MAX_BYTES must be in 1 .. 2**40")
+        if not 1 <= self.snapshot_max_entries <= 100_000_000:
+            raise AgentSettingsError(
+                "VRAMBUDGET_AGENT_SNAPSHOT_MAX_ENTRIES must be in 1 .. 100000000"
+            )
+        if not 1 <= self.snapshot_retention_s <= 3650 * 86_400:
+            raise AgentSettingsError(
+                "VRAMBUDGET_AGENT_SNAPSHOT_RETENTION_S must be in 1 .. 315360000 (ten years)"
+            )
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentSettings:
@@ -128,6 +150,26 @@ class AgentSettings:
             if not d.is_dir():
                 raise AgentSettingsError(f"VRAMBUDGET_AGENT_MODEL_DIRS: {d} is not a directory")
         kwargs["model_dirs"] = tuple(model_dirs)
+        eval_dir = get("EVAL_DIR")
+        if eval_dir:
+            if not Path(eval_dir).is_dir():
+                raise AgentSettingsError(
+                    f"VRAMBUDGET_AGENT_EVAL_DIR: {eval_dir} is not a directory"
+                )
+            kwargs["eval_dir"] = Path(eval_dir)
+        from .engine.launchers import parse_engines
+
+        try:
+            kwargs["engines"] = parse_engines(get("ENGINES"))
+        except ValueError as exc:
+            raise AgentSettingsError(f"VRAMBUDGET_AGENT_ENGINES: {exc}") from None
+        gguf_dir = get("GGUF_DIR")
+        if gguf_dir:
+            if not Path(gguf_dir).is_dir():
+                raise AgentSettingsError(
+                    f"VRAMBUDGET_AGENT_GGUF_DIR: {gguf_dir} is not a directory"
+                )
+            kwargs["gguf_dir"] = Path(gguf_dir)
         if get("HOST"):
             kwargs["host"] = get("HOST")
         if get("DATA_DIR"):
@@ -145,6 +187,9 @@ class AgentSettings:
             ("CPU_MEMORY_LIMIT_BYTES", "cpu_memory_limit_bytes", int),
             ("MIN_FREE_BYTES", "min_free_bytes", int),
             ("DELIVERY_CONCURRENCY", "delivery_concurrency", int),
+            ("SNAPSHOT_MAX_BYTES", "snapshot_max_bytes", int),
+            ("SNAPSHOT_MAX_ENTRIES", "snapshot_max_entries", int),
+            ("SNAPSHOT_RETENTION_S", "snapshot_retention_s", float),
         ):
             raw = get(name)
             if raw is None:

@@ -15,7 +15,8 @@ from litestar import Request
 from vrambudget.core.comparison import Comparison
 from vrambudget.core.result import Budget
 
-from .runner import ProbeProcess
+from .observe import ProbeMetrics
+from .overlap import ProbeGroup
 from .settings import AgentSettings
 from .spec import Callback, ProbeRequest, ProbeResource, ProbeResult
 from .store import Store
@@ -31,7 +32,7 @@ class AgentState:
     deliverer: Deliverer
     queues: dict[str, asyncio.Queue[str]] = field(default_factory=dict)
     workers: list[asyncio.Task[None]] = field(default_factory=list)
-    running: dict[str, ProbeProcess] = field(default_factory=dict)
+    running: dict[str, ProbeGroup] = field(default_factory=dict)
     cuda: bool = False
     storage_check: Callable[[], str | None] = lambda: None
     """Why the data directory cannot take writes now (full, read-only), or None (``storage``)."""
@@ -41,6 +42,11 @@ class AgentState:
     resolver: Resolver | None = None
     """Host name -> addresses for the SSRF checks (None: the system resolver)."""
     """Probes that failed and could not even be stored as failed: (when, why)."""
+    metrics: ProbeMetrics = field(init=False)
+    """The app's probe metrics (``observe``), in a registry of its own."""
+
+    def __post_init__(self) -> None:
+        self.metrics = ProbeMetrics(self.queues)
 
 
 def _resource(row: Any) -> ProbeResource:

@@ -12,12 +12,15 @@ from typing import Any
 import msgspec
 
 from vrambudget.core.compare import COMPARABLE_STATUSES
+from vrambudget.core.compare.observed import observed_headroom, same_workload
 
-from . import nvml
+from . import nvml, observe
 from .child import ChildSettings
 from .limits import cpu_memory_limit
+from .overlap import ProbeGroup
 from .roundtrip import comparison_entry, device_ref, fetch_estimate, local_software
-from .runner import ProbeProcess
+from .snapshot_routes import settle_snapshot
+from .snapshots import snapshot_path
 from .spec import CustomWorkload, ProbeRequest, ProbeResult
 from .state import AgentState, _callback, _resource
 
@@ -65,6 +68,8 @@ async def _fail_probe(st: AgentState, probe_id: str, error: str) -> None:
             st.store.finish_with_callback, probe_id, "failed", now, None, callback, error
         )
         st.unrecorded.pop(probe_id, None)
+        if done:
+            observe.finished(st.metrics, probe_id, row.device_key, "failed", error=error)
         if done and callback is not None:
             st.deliverer.wake()
     except Exception:
@@ -82,17 +87,16 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
     row = await asyncio.to_thread(store.get_probe, probe_id)
     if row is None:  # deleted meanwhile: nothing to run
         return
+    device, began = row.device_key, time.monotonic()
+    observe.running(probe_id, device)
     request = msgspec.json.decode(row.request, type=ProbeRequest)
-    process = ProbeProcess(
-        row.request.encode(),
-        ChildSettings.of(st.settings),
-        request.time_limit_s,
+    cpu = not row.device_key.startswith("cuda:")
+    # The probe's child, and one per overlapping workload (``overlap``), started together.
+    process = ProbeGroup(
+        request,
+        ChildSettings.of(st.settings, snapshot_path=_snapshot_path(st, probe_id, request)),
         _sampler_factory(st, row.device_key),
-        memory_limit_bytes=(
-            cpu_memory_limit(st.settings, request)
-            if not row.device_key.startswith("cuda:")
-            else None
-        ),
+        lambda r: cpu_memory_limit(st.settings, r) if cpu else None,
     )
     st.running[probe_id] = process  # before the estimate: a DELETE meanwhile cancels it
     try:
@@ -118,6 +122,12 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
         st.running.pop(probe_id, None)
     now = time.time()
     result_json = outcome.result_json.decode() if outcome.result_json else None
+    if request.memory_snapshot:  # the file is kept only if the result describes it
+        result_json = await asyncio.to_thread(settle_snapshot, st.settings, probe_id, result_json)
+    if outcome.status == "succeeded" and result_json is not None:
+        result_json = await asyncio.to_thread(
+            _with_headroom, st, row.device_key, request, result_json
+        )
     row = await asyncio.to_thread(store.get_probe, probe_id)  # with its estimate
     callback = _callback(
         st.settings,
@@ -151,7 +161,7 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
                 if not isinstance(request.workload, CustomWorkload)
                 else "custom entry points have no estimate"
             )
-    await asyncio.to_thread(
+    done = await asyncio.to_thread(
         store.finish_with_callback,
         probe_id,
         outcome.status,
@@ -162,8 +172,48 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
         comparison=comparison,
         comparison_error=comparison_error,
     )
+    if done:
+        observe.finished(
+            st.metrics,
+            probe_id,
+            device,
+            outcome.status,
+            request=request,
+            duration_s=time.monotonic() - began,
+            result_json=result_json,
+            error=outcome.error,
+        )
     if callback is not None or comparison is not None:
         st.deliverer.wake()
+
+
+def _snapshot_path(st: AgentState, probe_id: str, request: ProbeRequest) -> str | None:
+    """Where the child keeps the probe's memory snapshot (``memory_snapshot``), or None."""
+    return snapshot_path(st.settings.data_dir, probe_id) if request.memory_snapshot else None
+
+
+_HEADROOM_HISTORY = 200
+"""Earlier succeeded probes of a device searched for the same workload."""
+
+
+def _with_headroom(st: AgentState, device_key: str, request: ProbeRequest, result_json: str) -> str:
+    """The result with the headroom its iterations and the device's earlier probes of the same
+    workload advise."""
+    result = msgspec.json.decode(result_json, type=ProbeResult)
+    earlier = []
+    for row in st.store.succeeded_on_device(device_key, _HEADROOM_HISTORY):
+        if row.result is None:
+            continue
+        try:
+            other = msgspec.json.decode(row.request, type=ProbeRequest)
+            if same_workload(other, request):
+                earlier.append(msgspec.json.decode(row.result, type=ProbeResult))
+        except msgspec.ValidationError:  # a row from an older release's wire types
+            continue
+    headroom = observed_headroom(result, earlier)
+    if headroom is None:
+        return result_json
+    return msgspec.json.encode(msgspec.structs.replace(result, headroom=headroom)).decode()
 
 
 def _sampler_factory(st: AgentState, key: str) -> Any:

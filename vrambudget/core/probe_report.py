@@ -321,6 +321,13 @@ class ProbeResult(_Wire, frozen=True, kw_only=True):
     """The overlapping workloads' results; ``nvml.peak_used_bytes`` is the device's peak
     while all of them ran."""
     snapshot: SnapshotInfo | None = None
+    headroom: ObservedHeadroom | None = None
+    """Headroom advised from the observed spread (set by the agent when the probe ends)."""
+    """The private memory snapshot (``memory_snapshot``); metadata only, the file is served by
+    ``GET /v1/probes/{id}/snapshot``."""
+    snapshot_error: str | None = None
+    """Why a requested snapshot is not kept (over the agent's size cap, not recorded, deleted
+    by request)."""
 
 
 def measured_torch(res: ProbeResult) -> TorchView:
@@ -367,8 +374,6 @@ class ProbeResource(msgspec.Struct, frozen=True, kw_only=True):
     comparison: Comparison | None = None
     """The service's estimate-vs-measured comparison of this result (``service_url``)."""
     comparison_error: str | None = None
-    headroom: ObservedHeadroom | None = None
-    """Headroom advised from the observed spread (finished probes)."""
 
 
 SCHEMA_RULES = rules.schema_rules({"ProbeRequest": ProbeRequest})

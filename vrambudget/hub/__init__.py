@@ -16,6 +16,7 @@ from vrambudget.hub.local import read_local
 from vrambudget.hub.remote import fetch
 from vrambudget.hub.resolved import ResolvedCheckpoint
 from vrambudget.hub.settings import HubSettings
+from vrambudget.hub.snapshots import cached_snapshot
 
 __all__ = [
     "HubCache",
@@ -23,6 +24,7 @@ __all__ = [
     "HubErrorKind",
     "HubSettings",
     "ResolvedCheckpoint",
+    "cached_snapshot",
     "fetch",
     "read_local",
 ]

@@ -85,14 +85,11 @@ def find_checkpoint(model: Any, model_dirs: tuple[str, ...]) -> Found | Missing:
 
 def _hub_cache(repo_id: str, revision: str | None) -> Found | str | None:
     """The cached snapshot (Found), what is wrong with it (str) or None when not cached."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - a dependency of the trace extra
+    from vrambudget.hub import cached_snapshot
+
+    snapshot = cached_snapshot(repo_id, revision)
+    if snapshot is None:
         return None
-    hit = try_to_load_from_cache(repo_id, "config.json", revision=revision)
-    if not isinstance(hit, str):
-        return None
-    snapshot = Path(hit).parent
     why = _complete(snapshot)
     if why is not None:
         return why

@@ -60,10 +60,14 @@ class Recorder(Marks):
         gemm_workspaces: tuple[tuple[str, int], ...] = (),
         limit_bytes: int | None = None,
         sources: bool = False,
+        addresses: bool = False,
     ) -> None:
         self.trace = Trace()
         self.sources = sources
         """Keep the source line of each allocation (the first frame in the model's code)."""
+        self.addresses: dict[int, int] | None = {} if addresses else None
+        """handle -> the storage's ``data_ptr()`` (real tensors only: the probe's memory
+        snapshot on the CPU), when asked for."""
         self.limit_bytes = limit_bytes
         """Raise ``torch.OutOfMemoryError`` when live bytes would exceed this (the CPU path's
         simulated device capacity)."""
@@ -117,6 +121,8 @@ class Recorder(Marks):
         self._record(handle, nbytes, self._scopes[-1])
         if self.sources:
             self.trace.sources[handle] = allocation_site()
+        if self.addresses is not None:
+            self.addresses[handle] = storage.data_ptr()
         weakref.finalize(storage, self._release, key, handle)
         self._sizes[handle] = nbytes
         self.live_bytes += nbytes

@@ -22,6 +22,10 @@ INFER = {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-0.5b"
 TRAIN = {"kind": "training", "model": {"source": "preset", "id": "qwen2.5-0.5b"}}
 SERVE = {"kind": "llm_serving", "model": {"source": "preset", "id": "qwen2.5-0.5b"}}
 H100 = {"source": "catalog", "id": "h100-sxm5-80gb"}
+_QUALITY = {
+    "reference": {"weights": "bf16"},
+    "candidates": [{"label": "fp8", "precision": {"weights": "fp8"}}],
+}
 
 
 def _budget(**fields: Any) -> dict[str, Any]:
@@ -134,6 +138,36 @@ CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] =
         ProbeRequest,
         {"workload": TRAIN, "concurrency": 2},
         {"workload": INFER, "concurrency": 2},
+    ),
+    ("ProbeRequest", 1): (
+        ProbeRequest,
+        {"workload": SERVE, "concurrency": 2},
+        {"workload": SERVE, "engine": {"concurrency": 2}},
+    ),
+    ("ProbeRequest", 2): (
+        ProbeRequest,
+        {"workload": INFER, "engine": {"concurrency": 2}},
+        {"workload": SERVE, "engine": {"concurrency": 2}},
+    ),
+    ("ProbeRequest", 3): (
+        ProbeRequest,
+        {"workload": INFER, "recipe_gpu": "h100-sxm5-80gb"},
+        {"workload": SERVE, "recipe_gpu": "h100-sxm5-80gb"},
+    ),
+    ("ProbeRequest", 4): (
+        ProbeRequest,
+        {"workload": TRAIN, "quality": _QUALITY},
+        {"workload": INFER, "quality": _QUALITY},
+    ),
+    ("ProbeRequest", 5): (
+        ProbeRequest,
+        {"workload": SERVE, "overlap": [INFER]},
+        {"workload": INFER, "overlap": [INFER]},
+    ),
+    ("ProbeRequest", 6): (
+        ProbeRequest,
+        {"workload": SERVE, "memory_snapshot": True},
+        {"workload": INFER, "memory_snapshot": True},
     ),
 }
 

@@ -82,6 +82,17 @@ class Store(_Outbox):
             ).fetchone()
         return None if row is None else _probe(row)
 
+    def succeeded_on_device(self, device_key: str, limit: int) -> list[ProbeRow]:
+        """The newest ``limit`` succeeded probes of a device, newest first (the observed
+        headroom compares a probe with earlier ones of the same workload)."""
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_PROBE_COLUMNS} FROM probes WHERE device_key = ? AND status = "
+                "'succeeded' AND result IS NOT NULL ORDER BY created_at DESC, id DESC LIMIT ?",
+                (device_key, limit),
+            ).fetchall()
+        return [_probe(r) for r in rows]
+
     def list_probes(
         self, limit: int, after: str | None = None
     ) -> tuple[list[ProbeRow], str | None]:

@@ -1,0 +1,385 @@
+"""Engine probes in the child, against the fake engine (tests/support/fake_engine.py) on
+127.0.0.1: the command built from the recipe (and nothing else), the launcher settings, the
+refusals at submission, a full start-load-stop for each engine style, a failing engine, a
+hanging one, and a terminated child that takes its engine with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from tests.support import ROOT
+from tests.support.fake_engine import expected_startup, startup_lines
+from vrambudget.agent.child import ChildSettings
+from vrambudget.agent.engine.command import CommandError, engine_command
+from vrambudget.agent.engine.launchers import parse_engines
+from vrambudget.agent.engine.logs import parse_startup
+from vrambudget.agent.engine.recipe import EngineRefused, plan
+from vrambudget.agent.engine.run import measure_engine
+from vrambudget.agent.limits import WorkloadRefused, validate_workload
+from vrambudget.agent.settings import AgentSettings, AgentSettingsError
+from vrambudget.core.probe_report import ProbeRequest
+
+FAKE = str(ROOT / "tests" / "support" / "fake_engine.py")
+LAUNCHER = (sys.executable, FAKE)
+ENGINES = {"vllm": LAUNCHER, "sglang": LAUNCHER, "llama_cpp": LAUNCHER}
+GGUF = "qwen2.5-0.5b-Q4_K_M.gguf"
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"  # a zombie waiting for its reaper is gone
+
+
+def alive(pid: int, grace_s: float = 2.0) -> bool:
+    """Still running ``grace_s`` after the question (a SIGKILL takes a moment to land)."""
+    deadline = time.monotonic() + grace_s
+    while _running(pid):
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def request(engine: str = "vllm", load: dict[str, Any] | None = None, **extra: Any) -> ProbeRequest:
+    w: dict[str, Any] = {
+        "kind": "llm_serving",
+        "engine": engine,
+        "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+    }
+    if engine in ("llama_cpp", "ollama"):
+        w["gguf"] = {"n_ctx": 512}
+    else:
+        w["max_model_len"] = 512
+    body = {
+        "workload": w,
+        "recipe_gpu": "l4-24gb",
+        "engine": load
+        or {"concurrency": 4, "requests": 12, "warmup_requests": 1, "output_tokens": 16},
+        **extra,
+    }
+    return msgspec.convert(body, ProbeRequest)
+
+
+@pytest.fixture
+def gguf_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "gguf"
+    d.mkdir()
+    (d / GGUF).write_bytes(b"GGUF")
+    return d
+
+
+@pytest.fixture
+def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "record.json"
+    monkeypatch.setenv("FAKE_ENGINE_RECORD", str(path))
+    return path
+
+
+# ------------------------------------------------------------------------------ command --
+
+
+def test_vllm_recipe_becomes_the_launcher_and_the_recipe_with_an_address() -> None:
+    argv = engine_command(
+        "vllm",
+        "vllm serve qwen2.5-0.5b --tensor-parallel-size 1 --max-model-len 512",
+        ("/opt/vllm/bin/vllm",),
+        "Qwen/Qwen2.5-0.5B",
+        8123,
+    )
+    assert argv == [
+        "/opt/vllm/bin/vllm", "serve", "Qwen/Qwen2.5-0.5B", "--tensor-parallel-size", "1",
+        "--max-model-len", "512", "--host", "127.0.0.1", "--port", "8123",
+    ]  # fmt: skip
+
+
+def test_sglang_and_llama_cpp_recipes(tmp_path: Path) -> None:
+    sgl = engine_command(
+        "sglang",
+        "python -m sglang.launch_server --model-path qwen2.5-0.5b --tp 1 --context-length 512",
+        ("/opt/sgl/bin/python", "-m", "sglang.launch_server"),
+        "/models/Qwen/Qwen2.5-0.5B",
+        9000,
+    )
+    assert sgl == [
+        "/opt/sgl/bin/python", "-m", "sglang.launch_server", "--model-path",
+        "/models/Qwen/Qwen2.5-0.5B", "--tp", "1", "--context-length", "512", "--host",
+        "127.0.0.1", "--port", "9000", "--enable-metrics",
+    ]  # fmt: skip
+    llama = engine_command(
+        "llama_cpp",
+        f"llama-server -m {GGUF} -c 512 -np -1 -ngl 25 -fa on --fit off",
+        ("/usr/local/bin/llama-server",),
+        "ignored",
+        9001,
+        str(tmp_path),
+    )
+    assert llama == [
+        "/usr/local/bin/llama-server", "-m", str((tmp_path / GGUF).resolve()), "-c", "512",
+        "-np", "-1", "-ngl", "25", "-fa", "on", "--fit", "off", "--host", "127.0.0.1",
+        "--port", "9001",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("engine", "launch", "why"),
+    [
+        ("vllm", "vllm serve m --max-model-len 512; rm -rf /", "not allowed"),
+        ("vllm", "vllm serve m '--trust-remote-code x'", "not allowed"),
+        ("vllm", "vllm serve m --port 80", "address"),
+        ("vllm", "python -m vllm serve m", "does not start with"),
+        ("vllm", "vllm serve --trust-remote-code", "not a 'vllm serve MODEL'"),
+        ("vllm", "vllm serve m --Weird", "not a flag"),
+        ("sglang", "python -m sglang.launch_server --tp 1", "names no single model"),
+        ("llama_cpp", "llama-server -m ../../etc/passwd", "outside the GGUF directory"),
+    ],
+)
+def test_a_recipe_that_carries_more_is_refused(
+    engine: str, launch: str, why: str, tmp_path: Path
+) -> None:
+    with pytest.raises(CommandError, match=why):
+        engine_command(engine, launch, ("/bin/x",), "repo/model", 1, str(tmp_path))
+
+
+def test_a_model_label_cannot_smuggle_flags() -> None:
+    """The request has no command field; the one spec word that reaches the recipe is the
+    model, and only a catalog preset (its id a fixed literal) is accepted -- a hub model's
+    free-text label is refused before any command is made, and a preset id that is not in the
+    catalog does not decode."""
+    hub = msgspec.convert(
+        {
+            "workload": {
+                "kind": "llm_serving",
+                "model": {"source": "hub", "id": "a/b", "name": "x --trust-remote-code"},
+                "max_model_len": 512,
+            },
+            "recipe_gpu": "l4-24gb",
+        },
+        ProbeRequest,
+    )
+    with pytest.raises(EngineRefused) as err:
+        plan(hub, ENGINES, None)
+    assert err.value.field == "$.workload.model"
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert(
+            {
+                "workload": {
+                    "kind": "llm_serving",
+                    "model": {"source": "preset", "id": "qwen2.5-0.5b --enforce-eager"},
+                },
+            },
+            ProbeRequest,
+        )
+    assert "engine_command" not in ProbeRequest.__struct_fields__
+    assert "command" not in ProbeRequest.__struct_fields__
+
+
+# ----------------------------------------------------------------------------- settings --
+
+
+def test_launchers_from_the_environment(tmp_path: Path) -> None:
+    raw = json.dumps({"vllm": [sys.executable, FAKE], "llama_cpp": [sys.executable]})
+    s = AgentSettings.from_env(
+        {"VRAMBUDGET_AGENT_ENGINES": raw, "VRAMBUDGET_AGENT_GGUF_DIR": str(tmp_path)}
+    )
+    assert s.engines == {"vllm": (sys.executable, FAKE), "llama_cpp": (sys.executable,)}
+    assert s.gguf_dir == tmp_path
+    assert parse_engines(None) == {} == parse_engines("  ")
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("{", "not JSON"),
+        ('["/bin/x"]', "JSON object"),
+        ('{"ollama": ["/bin/ollama"]}', "ollama is not supported"),
+        ('{"tgi": ["/bin/x"]}', "unknown engine 'tgi'"),
+        ('{"vllm": []}', "non-empty list"),
+        ('{"vllm": ["vllm"]}', "not an absolute path"),
+        ('{"vllm": ["/nonexistent/vllm"]}', "not an executable file"),
+    ],
+)
+def test_a_malformed_launcher_setting_names_the_variable(raw: str, why: str) -> None:
+    with pytest.raises(AgentSettingsError, match=f"^VRAMBUDGET_AGENT_ENGINES: .*{why}"):
+        AgentSettings.from_env({"VRAMBUDGET_AGENT_ENGINES": raw})
+    with pytest.raises(AgentSettingsError, match=r"^VRAMBUDGET_AGENT_GGUF_DIR: "):
+        AgentSettings.from_env({"VRAMBUDGET_AGENT_GGUF_DIR": "/nonexistent/gguf"})
+
+
+# ------------------------------------------------------------------------- submission --
+
+
+def _refused(settings: AgentSettings, req: ProbeRequest, *, cpu: bool = True) -> WorkloadRefused:
+    with pytest.raises(WorkloadRefused) as err:
+        validate_workload(settings, req, cpu=cpu)
+    return err.value
+
+
+def test_submission_refusals_name_the_field(gguf_dir: Path) -> None:
+    some = AgentSettings(engines={"sglang": LAUNCHER}, gguf_dir=gguf_dir)
+    e = _refused(some, request("vllm"))
+    assert e.field == "$.workload.engine" and "configured: sglang" in e.message
+    e = _refused(AgentSettings(engines=ENGINES), request("ollama"))
+    assert e.field == "$.workload.engine" and "ollama is not supported" in e.message
+    full = AgentSettings(engines=ENGINES, gguf_dir=gguf_dir)
+    e = _refused(full, request("vllm", recipe_gpu=None))
+    assert e.field == "$.recipe_gpu" and "no NVML" in e.message
+    e = _refused(full, request("vllm", recipe_gpu="no-such-gpu"))
+    assert e.field == "$.recipe_gpu"
+    long = request("vllm", {"prompt_tokens": 500, "output_tokens": 16})
+    e = _refused(full, long)
+    assert e.field == "$.engine.prompt_tokens" and "(516)" in e.message
+    e = _refused(AgentSettings(engines=ENGINES), request("llama_cpp"))
+    assert e.field == "$.workload.engine" and "VRAMBUDGET_AGENT_GGUF_DIR" in e.message
+    (gguf_dir / GGUF).unlink()
+    e = _refused(full, request("llama_cpp"))
+    assert e.field == "$.workload.model" and GGUF in e.message
+    validate_workload(full, request("vllm"), cpu=True)  # the good one passes
+
+
+# ---------------------------------------------------------------------------- the probe --
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "llama_cpp"])
+def test_an_engine_probe_starts_loads_reports_and_stops(
+    engine: str, gguf_dir: Path, record: Path
+) -> None:
+    notes: list[tuple[str, Any]] = []
+    child = ChildSettings(engines=ENGINES, gguf_dir=str(gguf_dir))
+    status, result, error = measure_engine(request(engine), child, notes.append)
+    assert (status, error) == ("succeeded", None)
+    assert result is not None and result.torch is None and result.device == "cpu"
+    e = result.engine
+    assert e is not None and e.started and e.exit_code is None and e.startup_s is not None
+    assert e.command[:2] == LAUNCHER and "127.0.0.1" in e.command
+    rec = json.loads(record.read_text())
+    assert e.command[2:] == tuple(rec["argv"])  # what ran is what is reported
+    # the startup figures, as the fake printed them for these arguments
+    want = expected_startup(rec["argv"], dict(os.environ))
+    assert e.startup.kv_cache_tokens == want["kv_cache_tokens"] == 8 * 512
+    assert e.startup.max_concurrency == want["max_concurrency"]
+    assert e.startup == parse_startup(engine, startup_lines(rec["argv"], {}, rec["pid"]))
+    assert e.expected is not None and e.expected.kv_cache_tokens > 0
+    assert e.expected.kv_cache_tokens_error == pytest.approx(
+        (4096 - e.expected.kv_cache_tokens) / 4096
+    )
+    # the load: exact lengths, the requested concurrency, every request answered
+    assert rec["prompt_lengths"] == [512 - 16] == [e.prompt_tokens]
+    assert rec["requests"] == 12 + 1 and e.requests == 12 and e.errors == 0
+    assert rec["max_in_flight"] == 4
+    assert e.ttft.count == e.end_to_end.count == 12 and e.inter_token.count == 12 * 15
+    for lat in (e.ttft, e.inter_token, e.end_to_end):
+        assert lat.p50_s is not None and lat.p95_s is not None and lat.p99_s is not None
+        assert 0 < lat.p50_s <= lat.p95_s <= lat.p99_s
+    assert e.ttft.p50_s < e.end_to_end.p50_s
+    assert e.output_tokens_per_s == pytest.approx(16 * e.requests_per_s)
+    assert e.preemptions == (None if engine == "llama_cpp" else 0)
+    assert result.iterations.count == 12 and result.iterations.errors == 0
+    assert notes == [("load_start", rec["pid"]), ("load_end", None)]
+    assert not alive(rec["pid"]) and not alive(rec["child_pid"])
+
+
+def test_preemptions_are_the_counter_s_increase(
+    record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_ENGINE_KV_TOKENS", "1024")  # two requests of 512 fill it
+    status, result, _ = measure_engine(request("vllm"), ChildSettings(engines=ENGINES), print)
+    assert status == "succeeded" and result is not None and result.engine is not None
+    rec = json.loads(record.read_text())
+    assert result.engine.preemptions == rec["preemptions"] > 0
+
+
+def test_an_engine_that_fails_to_start_is_failed_with_its_log(
+    record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_ENGINE_FAIL", "kv")
+    notes: list[Any] = []
+    status, result, error = measure_engine(request(), ChildSettings(engines=ENGINES), notes.append)
+    assert status == "failed" and error == "the engine exited with code 1 before it was ready"
+    assert result is not None and result.engine is not None and result.message == error
+    e = result.engine
+    assert (e.started, e.exit_code, e.requests, e.startup_s) == (False, 1, 0, None)
+    assert any("No available memory for the cache blocks" in line for line in e.log_tail)
+    assert e.ttft.count == 0 and e.ttft.p50_s is None
+    assert notes == []  # no load phase
+    assert not alive(json.loads(record.read_text())["pid"])
+
+
+def test_a_hanging_engine_is_stopped_at_its_ready_timeout(
+    record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_ENGINE_HANG", "1")
+    req = request("llama_cpp", {"ready_timeout_s": 1.0})  # llama-server: 503 meanwhile
+    gguf = record.parent / "g"
+    gguf.mkdir()
+    (gguf / GGUF).write_bytes(b"")
+    t = time.monotonic()
+    status, result, error = measure_engine(
+        req, ChildSettings(engines=ENGINES, gguf_dir=str(gguf)), print
+    )
+    assert time.monotonic() - t < 8
+    assert status == "failed" and error is not None and "within 1 s" in error
+    assert result is not None and result.engine is not None
+    assert result.engine.started is False and result.engine.exit_code is None  # we stopped it
+    rec = json.loads(record.read_text())
+    assert not alive(rec["pid"]) and not alive(rec["child_pid"])
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys
+    import msgspec
+    from vrambudget.agent.child import ChildSettings
+    from vrambudget.agent.engine.run import measure_engine
+    from vrambudget.core.probe_report import ProbeRequest
+    req = msgspec.json.decode(sys.argv[1].encode(), type=ProbeRequest)
+    child = ChildSettings(engines={"vllm": (sys.executable, sys.argv[2])})
+    status, result, error = measure_engine(req, child, lambda m: print("notify", m, flush=True))
+    print("status", status, "torch" in sys.modules, flush=True)
+    """
+)
+
+
+def _child(req: ProbeRequest, record: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _CHILD, msgspec.json.encode(req).decode(), FAKE],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "FAKE_ENGINE_RECORD": str(record), **env},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_the_engine_path_imports_no_torch(record: Path) -> None:
+    p = _child(request(), record)
+    out, _ = p.communicate(timeout=60)
+    assert "status succeeded False" in out
+
+
+def test_a_terminated_child_stops_its_engine_mid_load(record: Path) -> None:
+    req = request("vllm", {"concurrency": 2, "requests": 10_000, "output_tokens": 64})
+    p = _child(req, record, FAKE_ENGINE_TOKEN_S="0.01")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if record.exists() and json.loads(record.read_text())["requests"] >= 3:
+            break
+        time.sleep(0.05)
+    rec = json.loads(record.read_text())
+    assert _running(rec["pid"])
+    p.send_signal(signal.SIGTERM)  # what a cancel or the time limit does to the child
+    p.wait(10)
+    assert p.returncode != 0
+    time.sleep(0.2)
+    assert not alive(rec["pid"]) and not alive(rec["child_pid"])

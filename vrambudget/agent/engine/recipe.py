@@ -1,0 +1,192 @@
+"""What an engine probe will start, decided from the request and the host's settings alone: the
+catalog GPU whose recipe applies, the core's serving estimate for it (its ``serving.launch`` is
+the recipe, its summary the expected figures), what the engine loads, and the load's lengths.
+
+The same function runs at submission (in the agent, to refuse with a 422 naming the field) and
+in the probe's child (to run it). It imports no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vrambudget.core.catalog import gpus, match_gpu, preset
+from vrambudget.core.components import Component
+from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownModel
+from vrambudget.core.estimate import estimate
+from vrambudget.core.probe_engine import EngineExpected, EngineLoad
+from vrambudget.core.probe_report import ProbeRequest
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.result import Budget
+from vrambudget.core.spec import CatalogDevice, LLMServingWorkload, PresetModel
+
+from .command import CommandError, engine_command
+from .launchers import ENGINES, UNSUPPORTED
+
+__all__ = ["EngineRefused", "Recipe", "expected", "plan", "recipe_gpu"]
+
+
+class EngineRefused(ValueError):
+    """An engine probe the agent will not run; ``field`` is a JSON path into the request."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    engine: str
+    gpu_id: str
+    budget: Budget
+    launch: str
+    """The recipe: ``serving.launch`` of the estimate."""
+    model: str
+    """What the engine loads (vLLM / SGLang): the preset's repository or its local directory."""
+    load: EngineLoad
+    prompt_tokens: int
+    vocab_size: int
+
+
+def recipe_gpu(request: ProbeRequest, inventory: Any | None) -> str:
+    """The catalog GPU whose recipe fills the command: ``recipe_gpu`` when the request names
+    one, else the GPU NVML's name (and memory) matches."""
+    if request.recipe_gpu is not None:
+        if request.recipe_gpu not in gpus():
+            raise EngineRefused("$.recipe_gpu", f"unknown catalog GPU {request.recipe_gpu!r}")
+        return request.recipe_gpu
+    if inventory is not None and getattr(inventory, "available", False):
+        for g in inventory.gpus:
+            if request.device in (g.index, g.uuid):
+                cc = getattr(g, "compute_capability", None)
+                found = match_gpu(str(g.name), int(g.memory_total_bytes), cc) or match_gpu(
+                    str(g.name), None, cc
+                )
+                if found is not None:
+                    return str(found.id)
+                raise EngineRefused(
+                    "$.recipe_gpu",
+                    f"the device ({g.name}) matches no catalog GPU: name the GPU whose recipe "
+                    "to run",
+                )
+    raise EngineRefused(
+        "$.recipe_gpu", "this host's GPU is not identified (no NVML): name the recipe's GPU"
+    )
+
+
+def _model(w: LLMServingWorkload, model_dirs: tuple[str, ...]) -> str:
+    """What the engine loads: the preset's source repository (the engine finds it in the host's
+    Hugging Face cache, or downloads it as the engine does), or its directory
+    ``<dir>/<owner>/<name>`` / ``<dir>/<name>`` in one of the host's model directories."""
+    if not isinstance(w.model, PresetModel):
+        raise EngineRefused(
+            "$.workload.model",
+            "an engine probe runs a preset model (its repository is what the engine loads)",
+        )
+    repo = preset(w.model.id).hf_repo
+    for d in model_dirs:
+        for candidate in (Path(d) / repo, Path(d) / repo.rsplit("/", 1)[-1]):
+            if (candidate / "config.json").is_file():
+                return str(candidate)
+    return repo
+
+
+def plan(
+    request: ProbeRequest,
+    engines: dict[str, tuple[str, ...]],
+    inventory: Any | None,
+    *,
+    model_dirs: tuple[str, ...] = (),
+    gguf_dir: str | None = None,
+) -> Recipe:
+    """The engine probe ``request`` asks for on this host, or :class:`EngineRefused`."""
+    w = request.workload
+    assert isinstance(w, LLMServingWorkload)
+    if w.engine in UNSUPPORTED:
+        raise EngineRefused("$.workload.engine", UNSUPPORTED[w.engine])
+    if w.engine not in engines:
+        configured = ", ".join(sorted(engines)) or "none (VRAMBUDGET_AGENT_ENGINES)"
+        raise EngineRefused(
+            "$.workload.engine",
+            f"{w.engine} is not configured on this host; configured: {configured}",
+        )
+    assert w.engine in ENGINES
+    gpu_id = recipe_gpu(request, inventory)
+    model = _model(w, model_dirs)
+    try:
+        budget = estimate((w,), CatalogDevice(id=gpu_id))
+    except InvalidWorkload as exc:
+        field = exc.field.removeprefix("$.").replace("workloads[0]", "workload", 1)
+        if not field.startswith("workload"):
+            field = f"workload.{field}"
+        raise EngineRefused(f"$.{field}", exc.message) from None
+    except UnknownModel as exc:
+        raise EngineRefused("$.workload.model", str(exc)) from None
+    except (BudgetError, ValueError, ArithmeticError) as exc:
+        raise EngineRefused("$.workload", f"{type(exc).__name__}: {exc}"[:500]) from None
+    serving = budget.serving
+    assert serving is not None
+    load = request.engine if request.engine is not None else EngineLoad()
+    room = serving.max_model_len - load.output_tokens
+    if load.prompt_tokens is None and room < 1:
+        raise EngineRefused(
+            "$.engine.output_tokens",
+            f"must be below the workload's max_model_len ({serving.max_model_len})",
+        )
+    prompt = load.prompt_tokens if load.prompt_tokens is not None else room
+    if prompt + load.output_tokens > serving.max_model_len:
+        raise EngineRefused(
+            "$.engine.prompt_tokens",
+            f"prompt_tokens + output_tokens ({prompt + load.output_tokens}) is over the "
+            f"workload's max_model_len ({serving.max_model_len})",
+        )
+    try:  # the recipe must make a command (a port is chosen when it starts)
+        engine_command(w.engine, serving.launch, engines[w.engine], model, 1, gguf_dir)
+    except CommandError as exc:
+        raise EngineRefused("$.workload", str(exc)) from None
+    if w.engine == "llama_cpp":
+        if gguf_dir is None:
+            raise EngineRefused(
+                "$.workload.engine",
+                "llama_cpp probes need the host's GGUF directory (VRAMBUDGET_AGENT_GGUF_DIR)",
+            )
+        gguf = engine_command(w.engine, serving.launch, ("x",), model, 1, gguf_dir)
+        path = gguf[gguf.index("-m") + 1]
+        if not Path(path).is_file():
+            raise EngineRefused("$.workload.model", f"no GGUF file {path} on this host")
+    return Recipe(
+        engine=w.engine,
+        gpu_id=gpu_id,
+        budget=budget,
+        launch=serving.launch,
+        model=model,
+        load=load,
+        prompt_tokens=prompt,
+        vocab_size=resolve_model(w.model).vocab_size,
+    )
+
+
+def expected(recipe: Recipe, logged_tokens: int | None) -> EngineExpected:
+    """The estimate's figures beside what the engine logged: the most loaded GPU's weights (with
+    their quantization metadata), the pool's tokens, the concurrency, whether it starts."""
+    b = recipe.budget
+    s = b.serving
+    assert s is not None
+    lines = b.devices[b.most_loaded].lines
+    weights = sum(
+        ln.bytes
+        for ln in lines
+        if ln.component in (Component.WEIGHTS, Component.QUANTIZATION_METADATA)
+    )
+    return EngineExpected(
+        weights_bytes=weights,
+        kv_cache_tokens=s.kv_cache_tokens,
+        max_concurrency=s.max_concurrency,
+        would_start=s.would_start,
+        kv_cache_tokens_error=(
+            (logged_tokens - s.kv_cache_tokens) / logged_tokens if logged_tokens else None
+        ),
+    )

@@ -1,0 +1,1 @@
+"""Data files the workloads read (the quality check's evaluation passages)."""
