@@ -24,6 +24,14 @@ each run (the same ``estimate_input`` / ``compare`` as ``POST /v1/comparisons`` 
 ``bench/gpu_probe_check.py``) are computed in a pool of worker processes (CUDA hidden from them)
 while the next workload runs on the device.
 
+After the first three framework probes come the agent's acceptance-test checks (issue 17): an
+output-quality check (fp8 and nf4 against bf16 on the shipped passages), a private memory
+snapshot (``torch.cuda.memory._snapshot``, written next to the JSON when it is at most 32 MiB),
+and an engine probe of vLLM where ``vllm`` is on the PATH and the preset's checkpoint is in the
+machine's Hugging Face cache (else recorded as skipped with the reason; the dry run uses the
+fake engine of tests/support/fake_engine.py). Their results carry ``agent``: the weights that
+ran, the quality report, the snapshot's size, the engine's report and the observed headroom.
+
 The time budget: the matrix is ordered by value (the framework's generate / Trainer steps first,
 then the built-in builders, then the variants); each run gets the rest of the budget at most
 (``--budget-s``, default 420 s) and a workload that would start with too little left is recorded
@@ -44,6 +52,7 @@ a minute.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import json
 import multiprocessing as mp
@@ -71,9 +80,10 @@ from vrambudget.core.calibration import PROFILES_ENV
 from vrambudget.core.catalog import match_gpu, preset
 from vrambudget.core.compare import compare, estimate_input
 from vrambudget.core.compare.inputs import COMPARABLE_STATUSES
+from vrambudget.core.compare.observed import observed_headroom
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.result import Budget
-from vrambudget.core.spec import DeviceRef, Workload
+from vrambudget.core.spec import DeviceRef, PresetModel, Workload
 
 __all__ = ["SCHEMA", "Case", "main", "matrix", "run"]
 
@@ -89,6 +99,8 @@ ESTIMATE_RESERVE_S = 15.0
 DRY_RUN_BUDGET_S = 90.0
 DRY_RUN_MIN_START_S = 5.0
 FACTS_TIMEOUT_S = 120.0
+SNAPSHOT_MAX_BYTES = 32 << 20
+"""A memory snapshot larger than this is not kept (it comes back with the JSON)."""
 
 PACKAGES = (
     "torch",
@@ -143,19 +155,27 @@ class Case:
     warmup: int = 1
     concurrency: int = 1
     time_limit_s: float = 120.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """More of the probe request (a quality check, a memory snapshot, an engine load)."""
+    engines: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The engine launchers an engine probe runs with (the agent's VRAMBUDGET_AGENT_ENGINES)."""
+    skip: str | None = None
+    """Why this machine cannot run the case (it is recorded as skipped, with the reason)."""
 
     def request(self, time_limit_s: float) -> ProbeRequest:
-        return msgspec.convert(
-            {
-                "workload": self.workload,
+        body: dict[str, Any] = {
+            "workload": self.workload,
+            "time_limit_s": max(1.0, time_limit_s),
+            **self.extra,
+        }
+        if self.workload["kind"] != "llm_serving":
+            body |= {
                 "code": self.code,
                 "iterations": self.iterations,
                 "warmup_iterations": self.warmup,
                 "concurrency": self.concurrency,
-                "time_limit_s": max(1.0, time_limit_s),
-            },
-            ProbeRequest,
-        )
+            }
+        return msgspec.convert(body, ProbeRequest)
 
 
 def _tiny_qwen() -> dict[str, Any]:
@@ -270,10 +290,96 @@ def matrix(dry_run: bool = False) -> list[Case]:
             "selective recomputation (built-in only: no transformers option) with eager attention",
         ),
     ]
-    return [
-        Case(c.name, c.code, c.workload, c.why, c.iterations, c.warmup, c.concurrency, limit)
-        for c in cases
+    cases[3:3] = _agent_cases(model, infer, dry_run)
+    return [dataclasses.replace(c, time_limit_s=limit) for c in cases]
+
+
+def _agent_cases(
+    model: dict[str, Any], infer: Callable[..., dict[str, Any]], dry_run: bool
+) -> list[Case]:
+    """What the agent's acceptance test adds to a framework probe: an output-quality check, a
+    private memory snapshot, and an engine probe where an engine is installed (the dry run uses
+    the project's fake engine, tests/support/fake_engine.py)."""
+    reference = {"weights": "fp32" if dry_run else "bf16", "compute": "fp32" if dry_run else "bf16"}
+    candidates = [
+        {
+            "label": "bf16" if dry_run else "fp8",
+            "precision": {"weights": "bf16" if dry_run else "fp8"},
+        },
+        {
+            "label": "nf4",
+            "precision": {
+                "weights": reference["weights"],
+                "compute": reference["compute"],
+                "quantization": {"scheme": "bnb_4bit"},
+            },
+        },
     ]
+    quality = {
+        "reference": reference,
+        "candidates": candidates,
+        "max_sequences": 4 if dry_run else 16,
+        "sequence_tokens": 32 if dry_run else 256,
+        # synthetic weights unless the checkpoint is cached: a loose bar, the numbers are the point
+        "max_mean_kl": 10.0,
+        "min_token_agreement": 0.0,
+    }
+    cases = [
+        Case(
+            "agent-quality",
+            "framework",
+            infer(1, 512, 8),
+            "the output-quality check: fp8 and nf4 (emulated) against bf16 on the shipped passages",
+            extra={"quality": quality},
+        ),
+        Case(
+            "agent-snapshot",
+            "framework",
+            infer(2, 512, 8),
+            "a private memory snapshot (torch.cuda.memory._snapshot) around the measured phase",
+            extra={"memory_snapshot": True},
+        ),
+    ]
+    fake = ROOT / "tests" / "support" / "fake_engine.py"
+    if dry_run:
+        engines: dict[str, tuple[str, ...]] = {"vllm": (sys.executable, str(fake))}
+        skip = None
+    else:
+        engines, skip = _installed_vllm()
+    serve: dict[str, Any] = {
+        "kind": "llm_serving",
+        "engine": "vllm",
+        "model": _QWEN,
+        "max_model_len": 2048,
+    }
+    load = {"concurrency": 8, "requests": 32, "warmup_requests": 2, "output_tokens": 32}
+    cases.append(
+        Case(
+            "agent-engine-vllm",
+            "framework",
+            serve,
+            "an engine probe: vLLM started from the recipe, 8 concurrent streamed requests",
+            extra={"engine": load, **({"recipe_gpu": "l4-24gb"} if dry_run else {})},
+            engines=engines,
+            skip=skip,
+        )
+    )
+    return cases
+
+
+def _installed_vllm() -> tuple[dict[str, tuple[str, ...]], str | None]:
+    """vLLM's launcher on this machine and the preset's checkpoint in its cache, or why not."""
+    import shutil
+
+    from vrambudget.trace.checkpoints import Found, find_checkpoint
+
+    exe = shutil.which("vllm")
+    if exe is None:
+        return {}, "skipped: no vLLM installed on this machine (no `vllm` on PATH)"
+    found = find_checkpoint(msgspec.convert(_QWEN, type=PresetModel), ())
+    if not isinstance(found, Found):
+        return {}, f"skipped: {found.reason} (no network here to fetch it)"
+    return {"vllm": (exe,)}, None
 
 
 # ------------------------------------------------------------------- the device's facts --
@@ -474,8 +580,24 @@ class _Entry:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _measured(res: ProbeResult, idle: int | None, samples: SamplerResult | None) -> dict[str, Any]:
+def _agent(res: ProbeResult) -> dict[str, Any]:
+    """What the acceptance test adds: the weights that ran, the quality check, the snapshot,
+    the engine's report and the observed headroom (each null where the probe had none)."""
+    out = {
+        key: msgspec.to_builtins(getattr(res, key))
+        for key in ("weights", "quality", "snapshot", "snapshot_error", "engine")
+    }
+    # The agent's worker adds it to a finished probe; here, from this run alone.
+    out["headroom"] = msgspec.to_builtins(res.headroom or observed_headroom(res, []))
+    return out
+
+
+def _measured(
+    res: ProbeResult, idle: int | None, samples: SamplerResult | None
+) -> dict[str, Any] | None:
     t, nv = res.torch, res.nvml
+    if t is None:  # an engine probe: its numbers are in "agent"
+        return None
     peak = samples.peak_used_bytes if samples is not None else None
     return {
         "device": res.device,
@@ -509,6 +631,7 @@ def _probe(
     limit_s: float,
     meter: _Nvml | None,
     ctx: BaseContext | None,
+    snapshot_dir: Path = Path("."),
 ) -> tuple[_Entry, ProbeResource | None]:
     req = case.request(limit_s)
     samplers: list[NVMLSampler] = []
@@ -521,7 +644,14 @@ def _probe(
 
     idle = meter.idle() if meter is not None else None
     started = time.monotonic()
-    probe = _Probe(msgspec.json.encode(req), limit_s, sampler if meter is not None else None, ctx)
+    child = ChildSettings(
+        engines=dict(case.engines),
+        snapshot_path=str(snapshot_dir / f"{case.name}.pickle") if req.memory_snapshot else None,
+        snapshot_max_bytes=SNAPSHOT_MAX_BYTES,
+    )
+    probe = _Probe(
+        msgspec.json.encode(req), limit_s, sampler if meter is not None else None, ctx, child
+    )
     probe.start()
     done = probe.wait()
     seconds = time.monotonic() - started
@@ -541,6 +671,7 @@ def _probe(
             "warmup_iterations": case.warmup,
             "concurrency": case.concurrency,
             "measured": _measured(result, idle, samples) if result is not None else None,
+            "agent": _agent(result) if result is not None else None,
             "analytic": None,
             "trace": None,
             "seconds": {"probe": round(seconds, 2)},
@@ -799,12 +930,22 @@ def run(
                 entries.append(_skipped(case, f"skipped: {left:.0f} s left of the budget"))
                 save()
                 continue
+            if case.skip is not None:
+                entries.append(_skipped(case, case.skip))
+                _say(f"{case.name}: {case.skip}")
+                save()
+                continue
             limit = min(case.time_limit_s, left - reserve)
             _say(f"{case.name} ({case.code}): {case.why}")
-            entry, report = _probe(case, limit, meter, ctx if dry_run else None)
+            entry, report = _probe(case, limit, meter, ctx if dry_run else None, out.parent)
             entries.append(entry)
             _say(f"  {entry.result['status']}: {_brief(entry.result)}")
-            if report is not None and report.status in COMPARABLE_STATUSES:
+            if (
+                report is not None
+                and report.status in COMPARABLE_STATUSES
+                and report.result is not None
+                and report.result.torch is not None  # an engine probe carries its own figures
+            ):
                 try:
                     inp = estimate_input(report)
                 except InvalidWorkload as exc:
@@ -832,7 +973,7 @@ def run(
         pool.join()
         doc["complete"] = (
             len(entries) == len(cases)
-            and all(e.result["status"] == "succeeded" for e in entries)
+            and all(e.result["status"] == "succeeded" or e.case.skip for e in entries)
             and not pending
         )
         doc["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -866,6 +1007,14 @@ def _mib(n: int | None) -> str:
 
 def _brief(r: dict[str, Any]) -> str:
     m = r["measured"]
+    engine = (r.get("agent") or {}).get("engine")
+    if engine is not None:
+        s = engine["startup"]
+        return (
+            f"engine started: {engine['started']}, KV tokens {s['kv_cache_tokens']} (estimated "
+            f"{(engine['expected'] or {}).get('kv_cache_tokens')}), TTFT p50 "
+            f"{engine['ttft']['p50_s']} s, {engine['errors']} errors"
+        )
     if m is None:
         return str(r["error"])
     return (

@@ -154,25 +154,56 @@ def test_a_recipe_that_carries_more_is_refused(
         engine_command(engine, launch, ("/bin/x",), "repo/model", 1, str(tmp_path))
 
 
-def test_a_model_label_cannot_smuggle_flags() -> None:
-    """The request has no command field; the one spec word that reaches the recipe is the
-    model, and only a catalog preset (its id a fixed literal) is accepted -- a hub model's
-    free-text label is refused before any command is made, and a preset id that is not in the
-    catalog does not decode."""
-    hub = msgspec.convert(
+def _hub_request(label: str) -> ProbeRequest:
+    return msgspec.convert(
         {
             "workload": {
                 "kind": "llm_serving",
-                "model": {"source": "hub", "id": "a/b", "name": "x --trust-remote-code"},
+                "model": {"source": "hub", "id": "a/b", "name": label},
                 "max_model_len": 512,
             },
             "recipe_gpu": "l4-24gb",
         },
         ProbeRequest,
     )
+
+
+def test_a_model_label_cannot_smuggle_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request has no command field; the one spec word that reaches the recipe is the
+    model, and it is replaced by what the host loads: a `hub` model's checkpoint directory on
+    this host (its free-text label appears nowhere in the command), else refused before any
+    command is made; a preset id that is not in the catalog does not decode."""
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(EngineRefused) as err:
-        plan(hub, ENGINES, None)
-    assert err.value.field == "$.workload.model"
+        plan(_hub_request("x --trust-remote-code"), ENGINES, None)
+    assert (
+        err.value.field == "$.workload.model" and "no checkpoint on this host" in err.value.message
+    )
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        max_position_embeddings=1024,
+    )
+    directory = tmp_path / "models" / "a" / "b"
+    transformers.LlamaForCausalLM(cfg).save_pretrained(directory)
+    recipe = plan(
+        _hub_request("x --trust-remote-code"), ENGINES, None, model_dirs=(str(tmp_path / "models"),)
+    )
+    assert recipe.model == str(directory)
+    argv = engine_command("vllm", recipe.launch, LAUNCHER, recipe.model, 8000)
+    assert str(directory) in argv
+    assert not any("trust-remote-code" in word for word in argv)
+    # The estimate is of the host's own checkpoint: its vocabulary, not a preset's.
+    assert recipe.vocab_size == 256
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert(
             {

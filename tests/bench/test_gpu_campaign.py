@@ -48,6 +48,23 @@ def test_dry_run_end_to_end(tmp_path: Path) -> None:
     assert [r["name"] for r in doc["results"]] == [c.name for c in matrix(dry_run=True)]
     for r in doc["results"]:
         assert r["status"] == "succeeded", r
+        agent = r["agent"]
+        assert agent["headroom"] is not None or agent["engine"] is not None, r
+        if r["name"] == "agent-engine-vllm":  # the fake engine on the CPU
+            engine = agent["engine"]
+            assert engine["started"] and engine["errors"] == 0 and r["measured"] is None
+            assert engine["requests"] == 32 and engine["startup"]["kv_cache_tokens"] > 0
+            assert engine["ttft"]["p50_s"] <= engine["end_to_end"]["p50_s"]
+            continue
+        if r["name"] == "agent-quality":
+            q = agent["quality"]
+            assert [c["label"] for c in q["candidates"]] == ["bf16", "nf4"] and q["passed"]
+            bf16, nf4 = q["candidates"]
+            assert nf4["mean_kl"] > bf16["mean_kl"] >= 0.0  # 4-bit rounds more than bf16
+        if r["name"] == "agent-snapshot":
+            snap = agent["snapshot"]
+            assert snap is not None and snap["bytes"] > 0 and snap["entries"] > 0
+            assert (out.parent / "agent-snapshot.pickle").stat().st_size == snap["bytes"]
         m = r["measured"]
         assert m["device"] == "cpu"
         assert m["torch_max_memory_allocated"] > m["torch_weights"] > 0
@@ -55,7 +72,11 @@ def test_dry_run_end_to_end(tmp_path: Path) -> None:
         assert r["analytic"]["total"] > 0 and r["trace"]["total"] > 0, r
         assert r["trace"]["code"].startswith("framework" if r["code"] == "framework" else "built")
     assert len(doc["reports"]) == len(doc["results"])
-    assert all(rep["report"]["comparison"] is not None for rep in doc["reports"])
+    assert all(
+        rep["report"]["comparison"] is not None
+        for rep in doc["reports"]
+        if rep["name"] != "agent-engine-vllm"
+    )
 
     gpu, corpus = tmp_path / "gpu", tmp_path / "corpus"
     with pytest.raises(ValueError, match="dry run"):

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from vrambudget.core.catalog import gpus, match_gpu, preset
 from vrambudget.core.components import Component
 from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownModel
@@ -20,7 +22,13 @@ from vrambudget.core.probe_engine import EngineExpected, EngineLoad
 from vrambudget.core.probe_report import ProbeRequest
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.result import Budget
-from vrambudget.core.spec import CatalogDevice, LLMServingWorkload, PresetModel
+from vrambudget.core.spec import (
+    CatalogDevice,
+    HFConfigModel,
+    HubModel,
+    LLMServingWorkload,
+    PresetModel,
+)
 
 from .command import CommandError, engine_command
 from .launchers import ENGINES, UNSUPPORTED
@@ -77,21 +85,36 @@ def recipe_gpu(request: ProbeRequest, inventory: Any | None) -> str:
     )
 
 
-def _model(w: LLMServingWorkload, model_dirs: tuple[str, ...]) -> str:
-    """What the engine loads: the preset's source repository (the engine finds it in the host's
-    Hugging Face cache, or downloads it as the engine does), or its directory
-    ``<dir>/<owner>/<name>`` / ``<dir>/<name>`` in one of the host's model directories."""
-    if not isinstance(w.model, PresetModel):
+def _model(
+    w: LLMServingWorkload, model_dirs: tuple[str, ...]
+) -> tuple[str, LLMServingWorkload]:
+    """What the engine loads, and the workload to estimate: the model's checkpoint when the host
+    has it (``<dir>/<owner>/<name>`` / ``<dir>/<name>`` in a model directory, or a complete
+    snapshot in the Hugging Face cache: the engine loads that directory, and its own
+    ``config.json`` defines the estimate); else, for a preset, its
+    source repository (the engine finds or fetches it as it does). A `hub` model must be on
+    the host: no probe downloads weights."""
+    from vrambudget.trace.checkpoints import Found, find_checkpoint
+    from vrambudget.trace.models import local_checkpoint_model
+
+    if not isinstance(w.model, PresetModel | HubModel):
         raise EngineRefused(
             "$.workload.model",
-            "an engine probe runs a preset model (its repository is what the engine loads)",
+            "an engine probe runs a checkpoint (a preset or a `hub` model); a model given by "
+            "its config or dimensions has no weights to load",
         )
-    repo = preset(w.model.id).hf_repo
-    for d in model_dirs:
-        for candidate in (Path(d) / repo, Path(d) / repo.rsplit("/", 1)[-1]):
-            if (candidate / "config.json").is_file():
-                return str(candidate)
-    return repo
+    found = find_checkpoint(w.model, model_dirs)
+    if isinstance(found, Found):
+        if isinstance(w.model, PresetModel):  # the preset's own architecture, as estimated
+            return str(found.path), w
+        # Its config.json (the safetensors headers would need the framework's inventory to
+        # apply, which the torch-free agent does not build).
+        config = local_checkpoint_model(str(found.path))["config"]
+        local = HFConfigModel(config=config, name=w.model.id)
+        return str(found.path), msgspec.structs.replace(w, model=local)
+    if isinstance(w.model, HubModel):
+        raise EngineRefused("$.workload.model", f"no checkpoint on this host: {found.reason}")
+    return preset(w.model.id).hf_repo, w
 
 
 def plan(
@@ -115,7 +138,7 @@ def plan(
         )
     assert w.engine in ENGINES
     gpu_id = recipe_gpu(request, inventory)
-    model = _model(w, model_dirs)
+    model, w = _model(w, model_dirs)
     try:
         budget = estimate((w,), CatalogDevice(id=gpu_id))
     except InvalidWorkload as exc:
