@@ -193,3 +193,28 @@ def test_submission_refuses_what_the_check_cannot_run(tmp_path: Path) -> None:
         r = client.post("/v1/probes", json=_request(_quality(eval_set="here.txt")), headers=auth)
         assert r.status_code == 202, r.text
         client.delete(r.headers["Location"], headers=auth)
+
+
+def test_a_cpu_quality_check_widens_the_memory_limit_by_what_it_holds() -> None:
+    """Master fp32 weights + one candidate (at most fp32) + the reference's fp32 logits, by hand
+    for the tiny model: per layer q, o (128 x 128), k, v (128 x 64), gate/up/down (128 x 256),
+    two norms; embeddings and head 500 x 128; the final norm."""
+    from tests.support.workloads import INFER
+    from vrambudget.agent.limits import quality_bytes
+
+    per_layer = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 256 + 2 * 128
+    params = 2 * per_layer + 2 * 500 * 128 + 128
+    req = msgspec.convert(
+        {
+            "workload": INFER,
+            "quality": {
+                "reference": {"weights": "fp32"},
+                "candidates": [{"label": "b", "precision": {"weights": "bf16"}}],
+                "max_sequences": 4,
+                "sequence_tokens": 64,
+            },
+        },
+        ProbeRequest,
+    )
+    assert quality_bytes(req) == 2 * 4 * params + 4 * 64 * 500 * 4
+    assert quality_bytes(msgspec.structs.replace(req, quality=None)) == 0

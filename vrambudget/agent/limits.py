@@ -8,7 +8,7 @@ The CPU cap: a probe on a host without CUDA allocates the model in host RAM, so 
 any token holder could ask for a 70B model and invoke the host's OOM killer. The child sets
 ``RLIMIT_DATA`` (private writable memory: the heap and anonymous mappings, which is where
 tensors live) to :func:`cpu_memory_limit` before it imports torch. The default is
-``max(4 GiB, 2 x the analytic estimate + 2 GiB)``, never above the cap, which is
+``max(4 GiB, 2 x the analytic estimate + 2 GiB + what a quality check holds)``, never above the cap, which is
 ``VRAMBUDGET_AGENT_CPU_MEMORY_LIMIT_BYTES`` or, unset, half the host's RAM; a workload whose
 estimate alone is over the cap is refused at submission (422).
 """
@@ -134,4 +134,20 @@ def cpu_memory_limit(settings: AgentSettings, request: ProbeRequest) -> int | No
         need = None
     if need is None:  # custom entry points: the cap itself
         return cap
-    return min(cap, max(_FLOOR_BYTES, 2 * need + _OVERHEAD_BYTES))
+    return min(cap, max(_FLOOR_BYTES, 2 * need + _OVERHEAD_BYTES + quality_bytes(request)))
+
+
+def quality_bytes(request: ProbeRequest) -> int:
+    """What a quality check holds beside the measured program (which is freed first): float32
+    master weights, one candidate model (at most float32 too) and the reference's float32
+    logits of every compared position."""
+    q, w = request.quality, request.workload
+    if q is None or isinstance(w, CustomWorkload | LLMServingWorkload):
+        return 0
+    if needs_resolution(w.model):
+        return 0  # the child resolves it; the cap alone bounds it
+    from vrambudget.core.resolve import resolve_model
+
+    arch = resolve_model(w.model)
+    logits = q.max_sequences * q.sequence_tokens * arch.vocab_size * 4
+    return 2 * 4 * arch.num_params + logits
