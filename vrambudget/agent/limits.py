@@ -8,8 +8,9 @@ The CPU cap: a probe on a host without CUDA allocates the model in host RAM, so 
 any token holder could ask for a 70B model and invoke the host's OOM killer. The child sets
 ``RLIMIT_DATA`` (private writable memory: the heap and anonymous mappings, which is where
 tensors live) to :func:`cpu_memory_limit` before it imports torch. The default is
-``max(4 GiB, 2 x the analytic estimate + 2 GiB + what a quality check holds)``, never above the cap, which is
-``VRAMBUDGET_AGENT_CPU_MEMORY_LIMIT_BYTES`` or, unset, half the host's RAM; a workload whose
+``max(4 GiB, 2 x the analytic estimate + 2 GiB + what a quality check holds)``, never above
+the cap, which is ``VRAMBUDGET_AGENT_CPU_MEMORY_LIMIT_BYTES`` or, unset, half the host's RAM;
+a workload whose
 estimate alone is over the cap is refused at submission (422).
 """
 
