@@ -4,9 +4,13 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from .budget.analytic import analytic_budget
 from .calibration import ProfileSet
+from .compat import compatibility, warnings_of
 from .deployed import deploy_all
+from .device import resolve_device
 from .diffusion.budget import diffusion_budget
 from .result import Budget
 from .serving.budget import serving_budget
@@ -28,11 +32,31 @@ def estimate(
     profiles: ProfileSet | None = None,
     software: Software | None = None,
 ) -> Budget:
-    """The full answer for co-located workloads on one device type."""
+    """The full answer for co-located workloads on one device type, with the device's
+    compatibility verdict (:mod:`vrambudget.core.compat`)."""
     if any(isinstance(w, ImageGenerationWorkload) for w in workloads):
-        return diffusion_budget(workloads, device, headroom, profiles, software)
+        budget = diffusion_budget(workloads, device, headroom, profiles, software)
+        return _with_compatibility(budget, workloads, device, software)
     analytic = analytic_workloads(workloads)
     if analytic is None:
-        return serving_budget(tuple(_serving(w) for w in workloads), device, software)
+        serving = tuple(_serving(w) for w in workloads)
+        return _with_compatibility(
+            serving_budget(serving, device, software), serving, device, software
+        )
     deployed, notes = deploy_all(analytic)
-    return analytic_budget(deployed, device, headroom, profiles, software, notes)
+    budget = analytic_budget(deployed, device, headroom, profiles, software, notes)
+    return _with_compatibility(budget, deployed, device, software)
+
+
+def _with_compatibility(
+    budget: Budget,
+    workloads: tuple[Workload, ...],
+    device: DeviceRef | None,
+    software: Software | None,
+) -> Budget:
+    verdict = compatibility(workloads, resolve_device(device), software)
+    if verdict is None:
+        return budget
+    return msgspec.structs.replace(
+        budget, compatibility=verdict, warnings=budget.warnings + warnings_of(verdict)
+    )

@@ -8,12 +8,22 @@ import msgspec
 
 from .budget.fit import analytic_fit
 from .calibration import ProfileSet
+from .catalog import gpus
+from .compat import device_facts, evaluate, needs_of, not_supported, warnings_of
 from .deployed import deploy_all
+from .device import resolve_device
 from .errors import InvalidWorkload
-from .result import FitResponse
+from .result import Compatibility, ExcludedDevice, FitResponse
 from .serving.engine_args import deploy_serving
 from .serving.fit import serving_fit
-from .spec import FitRequest, LLMServingWorkload, analytic_workloads
+from .spec import (
+    CatalogDevice,
+    DeviceRef,
+    FitRequest,
+    LLMServingWorkload,
+    Workload,
+    analytic_workloads,
+)
 from .spec.diffusion import ImageGenerationWorkload
 
 __all__ = ["FitRequest", "FitResponse", "fit"]
@@ -30,7 +40,53 @@ def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
         serving = tuple(
             deploy_serving(w) if isinstance(w, LLMServingWorkload) else w for w in req.workloads
         )
-        return serving_fit(msgspec.structs.replace(req, workloads=serving))
+        offered, verdicts, excluded = _compatible(req, serving)
+        answer = serving_fit(msgspec.structs.replace(req, workloads=serving, devices=offered))
+        return _with_verdicts(answer, verdicts, excluded)
     deployed, notes = deploy_all(workloads)
-    answer = analytic_fit(msgspec.structs.replace(req, workloads=deployed), deployed, profiles)
-    return msgspec.structs.replace(answer, warnings=notes) if notes else answer
+    offered, verdicts, excluded = _compatible(req, deployed)
+    answer = analytic_fit(
+        msgspec.structs.replace(req, workloads=deployed, devices=offered), deployed, profiles
+    )
+    if notes:
+        answer = msgspec.structs.replace(answer, warnings=notes)
+    return _with_verdicts(answer, verdicts, excluded)
+
+
+def _compatible(
+    req: FitRequest, workloads: tuple[Workload, ...]
+) -> tuple[tuple[DeviceRef, ...], list[Compatibility], tuple[ExcludedDevice, ...]]:
+    """The device types the workloads can run on (the rules run once per type, before any
+    search), their verdicts, and the excluded ones with the rules that fail."""
+    refs: tuple[DeviceRef, ...] = (
+        tuple(CatalogDevice(id=g) for g in gpus()) if req.devices is None else req.devices
+    )
+    needs = needs_of(workloads, req.software)
+    offered: list[DeviceRef] = []
+    verdicts: list[Compatibility] = []
+    excluded: list[ExcludedDevice] = []
+    for ref in refs:
+        ctx = resolve_device(ref)
+        assert ctx is not None
+        verdict = evaluate(needs, device_facts(ctx))
+        if verdict.verdict == "unsupported":
+            excluded.append(
+                ExcludedDevice(gpu_id=ctx.id, name=ctx.name, compatibility=not_supported(verdict))
+            )
+        else:
+            offered.append(ref)
+            verdicts.append(verdict)
+    return tuple(offered), verdicts, tuple(excluded)
+
+
+def _with_verdicts(
+    answer: FitResponse, verdicts: list[Compatibility], excluded: tuple[ExcludedDevice, ...]
+) -> FitResponse:
+    """Each offered GPU with its verdict (the checks that are not ``supported``)."""
+    gpus_ = tuple(
+        msgspec.structs.replace(
+            g, compatibility=not_supported(v), warnings=g.warnings + warnings_of(v)
+        )
+        for g, v in zip(answer.gpus, verdicts, strict=True)
+    )
+    return msgspec.structs.replace(answer, gpus=gpus_, excluded=excluded)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+from msgspec import Meta
 
 from .components import Component
 
@@ -12,12 +13,15 @@ __all__ = [
     "Budget",
     "CalibrationUse",
     "Cheapest",
+    "Compatibility",
+    "CompatibilityVerdict",
     "DeployedFormat",
     "DeviceBudget",
     "DeviceSummary",
     "DiskBudget",
     "EngineDetails",
     "ErrorBand",
+    "ExcludedDevice",
     "FitResponse",
     "GGUFDetails",
     "GGUFDeviceBuffers",
@@ -32,6 +36,7 @@ __all__ = [
     "OverheadOrigin",
     "Part",
     "Phase",
+    "RuleOutcome",
     "SGLangDetails",
     "ServingSummary",
     "StackBehaviour",
@@ -378,6 +383,52 @@ class StackUse(_Out, frozen=True, kw_only=True):
     behaviours: tuple[StackBehaviour, ...]
 
 
+CompatibilityVerdict = Literal["supported", "unsupported", "unknown"]
+
+
+class RuleOutcome(_Out, frozen=True, kw_only=True, omit_defaults=True):
+    """One compatibility rule applied to the workload on the device."""
+
+    rule: Annotated[
+        str,
+        Meta(
+            description="The rule's id, e.g. `flash_attention.cuda_arch`, "
+            "`cuda.driver_minimum` (docs/COMPATIBILITY.md lists every rule)."
+        ),
+    ]
+    verdict: Annotated[
+        CompatibilityVerdict,
+        Meta(
+            description="`supported`: the rule holds; `unsupported`: it fails (the "
+            "combination does not run as budgeted); `unknown`: a fact it needs is not known."
+        ),
+    ]
+    reason: Annotated[
+        str, Meta(description="Why, with the facts compared (and any default assumed).")
+    ]
+    remedy: Annotated[
+        str | None,
+        Meta(description="What to change so that it runs (with `unsupported`, `unknown`)."),
+    ] = None
+    source: Annotated[str, Meta(description="Where the rule's facts were read.")]
+
+
+class Compatibility(_Out, frozen=True, kw_only=True):
+    """Can this device run this workload with this software at all (before memory)?"""
+
+    verdict: Annotated[
+        CompatibilityVerdict,
+        Meta(
+            description="`unsupported` when any rule fails, else `unknown` when any rule "
+            "lacks a fact, else `supported`."
+        ),
+    ]
+    checks: Annotated[
+        tuple[RuleOutcome, ...],
+        Meta(description="The rules that apply to this workload and device, in a fixed order."),
+    ]
+
+
 class Budget(_Out, frozen=True, kw_only=True):
     method: Literal["analytic", "trace"] = "analytic"
     workloads: tuple[WorkloadSummary, ...]
@@ -396,6 +447,14 @@ class Budget(_Out, frozen=True, kw_only=True):
     """Which profile (or built-in default) each overhead line came from."""
     stack: StackUse | None = None
     """The software the budget assumed and the behaviours it follows, each with its source."""
+    compatibility: Annotated[
+        Compatibility | None,
+        Meta(
+            description="Whether the device can run the workloads with the software at all "
+            "(compute capability, kernels, driver and CUDA/ROCm), each rule with its source; "
+            "null without a device."
+        ),
+    ] = None
 
 
 # ---------------------------------------------------------------------------------- fits --
@@ -450,6 +509,14 @@ class GPUFit(msgspec.Struct, frozen=True, kw_only=True):
     min_device_count: int | None
     """Smallest device count (up to max_device_count) at which the workload fits; null if none."""
     warnings: tuple[str, ...] = ()
+    compatibility: Annotated[
+        Compatibility | None,
+        Meta(
+            description="The device's compatibility verdict (`supported` or `unknown`: an "
+            "`unsupported` device is in `excluded` instead), with the rules that are not "
+            "`supported`."
+        ),
+    ] = None
 
 
 class Cheapest(msgspec.Struct, frozen=True, kw_only=True):
@@ -465,9 +532,26 @@ class Cheapest(msgspec.Struct, frozen=True, kw_only=True):
     total_memory_bytes: int
 
 
+class ExcludedDevice(msgspec.Struct, frozen=True, kw_only=True):
+    """A device type the fit does not offer: the workload cannot run on it as requested."""
+
+    gpu_id: Annotated[str | None, Meta(description="Catalog id (null: a custom device).")]
+    name: str
+    compatibility: Annotated[
+        Compatibility, Meta(description="The verdict `unsupported` and the rules that fail.")
+    ]
+
+
 class FitResponse(msgspec.Struct, frozen=True, kw_only=True):
     gpus: tuple[GPUFit, ...]
     cheapest: Cheapest | None = None
     """``llm_serving`` workloads with `device_count` solved: the cheapest GPU type that fits."""
     warnings: tuple[str, ...] = ()
     """About the workload itself (its deployed format against the checkpoint's)."""
+    excluded: Annotated[
+        tuple[ExcludedDevice, ...],
+        Meta(
+            description="Device types left out because the workload cannot run on them "
+            "(compatibility `unsupported`), each with the rules that fail and what to change."
+        ),
+    ] = ()

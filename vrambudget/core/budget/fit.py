@@ -41,7 +41,6 @@ from ..stack import resolve_stack
 from ..statics import statics_for
 from .analytic import device_subtotal, device_totals, workload_stages
 from .inference import inference_total
-from .inputs import dtype_warnings
 
 __all__ = ["analytic_fit", "layout_for"]
 
@@ -255,7 +254,6 @@ def analytic_fit(
                     maxima["context_tokens"] = best + extra if best else 0
                     if model_limit is not None and best >= model_limit:
                         maxima["context_limited_by_model"] = True
-            warnings = _fit_warnings(w0, target, n)
             par = w0.parallelism if not isinstance(w0, GenericWorkload) else Parallelism()
             free = target.memory_total_bytes - t
             layout_fits.append(
@@ -273,7 +271,6 @@ def analytic_fit(
                     limiting_component=limiting[tkey]
                     if tkey in limiting
                     else limiting.setdefault(tkey, _limiting((w0, *rest), target)),
-                    warnings=tuple(warnings),
                     maxima=Maxima(**maxima),  # type: ignore[arg-type]
                 )
             )
@@ -311,9 +308,3 @@ def _verdict(
     if total <= capacity and math.ceil(sub * band.high) <= capacity:
         return "fits"
     return "fits_if_low" if math.floor(sub * band.low) <= capacity else "does_not_fit"
-
-
-def _fit_warnings(w: AnalyticWorkload, target: DeviceContext, n: int) -> list[str]:
-    if isinstance(w, GenericWorkload):
-        return []
-    return dtype_warnings(w, target)

@@ -9,7 +9,6 @@ from ..arch import Arch
 from ..components import Component
 from ..deployed import deployed_format
 from ..device import DeviceContext
-from ..dtypes import native_dtype_name
 from ..overheads import Overheads
 from ..resolve import model_name, model_origin
 from ..result import WorkloadSummary
@@ -19,13 +18,12 @@ from ..spec import (
     FullFineTune,
     GenericWorkload,
     InferenceWorkload,
-    ModelWorkload,
     TrainingWorkload,
     VisionWorkload,
 )
 from ..statics import effective_precision, statics_for
 
-__all__ = ["INPUT_NAMES", "dtype_warnings", "inputs", "kind", "summary", "warnings"]
+__all__ = ["INPUT_NAMES", "inputs", "kind", "summary", "warnings"]
 
 C = Component
 
@@ -199,7 +197,7 @@ def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | Non
     if isinstance(w, GenericWorkload) or arch is None:
         return out
     if isinstance(w, EncoderWorkload):
-        return out + (dtype_warnings(w, device) if device is not None else [])
+        return out
     if isinstance(w, InferenceWorkload):
         if arch.kind == "encoder" and w.generated_tokens:
             out.append("encoder models do not generate: generated_tokens is ignored")
@@ -221,18 +219,6 @@ def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | Non
                 "no LoRA target module matches this model's projections: "
                 "adapters, gradients and optimizer state are 0"
             )
-    if device is not None:
-        out += dtype_warnings(w, device)
-    return out
-
-
-def dtype_warnings(w: ModelWorkload | EncoderWorkload, device: DeviceContext) -> list[str]:
-    """Weights or compute dtypes the device has no native (tensor-core) support for."""
-    out = []
-    for dtype in sorted({w.precision.compute, w.precision.weights}):
-        native = native_dtype_name(dtype)
-        if native and native not in device.native_dtypes:
-            out.append(f"{device.name} has no native {dtype} support: kernels fall back or fail")
     return out
 
 

@@ -1,0 +1,222 @@
+"""What a request needs of the device and its software, and what the device offers: the two
+inputs of the compatibility rules, extracted once per request (``needs_of``) and once per device
+type (``device_facts``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..device import DeviceContext
+from ..serving.engine_args import model_dtype, serving_quantization
+from ..serving.releases import engine_release
+from ..spec import QLoRA, Software, Workload
+from ..spec.precision import (
+    AWQ,
+    FP8,
+    GPTQ,
+    MXFP4,
+    NVFP4,
+    BitsAndBytes4bit,
+    CompressedTensors,
+    Int8,
+    Quantization,
+)
+from ..spec.serving import LLMServingWorkload
+from ..spec.workloads import AdamW8bit, TrainingWorkload
+from ..stack import CURRENT, PINNED, version_tuple
+from .facts import TORCH_PYPI_CUDA, VLLM_TORCH
+
+__all__ = ["DeviceFacts", "Needs", "device_facts", "needs_of", "parse_cuda", "torch_cuda"]
+
+_ENGINES = ("vllm", "sglang", "llama_cpp", "ollama")
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What the workloads need, in the rules' terms (hashable: the rules' memo key)."""
+
+    framework: str
+    framework_version: str
+    """The named version, or the default (the engine's newest modelled release, the current)."""
+    version_named: bool
+    dtypes: frozenset[str]
+    """Weights and compute dtypes of the model workloads (fp32, fp16, bf16, fp8)."""
+    quant: frozenset[str]
+    """awq, gptq, fp8, mxfp4, nvfp4, bnb_4bit, bnb_int8, bnb_optim8bit, ct_int8, ct_wna16,
+    ct_fp8, ct_other."""
+    flash_attention: bool
+    flash_attn_version: str | None
+    bnb_version: str
+    bnb_named: bool
+    torch_version: str
+    torch_basis: str
+    """How the torch release is known: ``named``, ``pinned by vllm 0.33.0``, ``current``."""
+    cuda: tuple[int, int] | None
+    cuda_basis: str
+    rocm: tuple[int, ...] | None
+    driver: tuple[int, ...] | None
+    driver_text: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceFacts:
+    name: str
+    vendor: str
+    cc: tuple[int, int] | None
+    gfx: str | None
+    native_dtypes: frozenset[str]
+    custom: bool
+
+
+def device_facts(ctx: DeviceContext) -> DeviceFacts:
+    cc = None
+    if ctx.compute_capability:
+        major, _, minor = ctx.compute_capability.partition(".")
+        cc = (int(major), int(minor or 0))
+    return DeviceFacts(
+        name=ctx.name,
+        vendor=ctx.vendor,
+        cc=cc,
+        gfx=ctx.gfx_target,
+        native_dtypes=ctx.native_dtypes,
+        custom=ctx.id is None,
+    )
+
+
+def parse_cuda(text: str) -> tuple[int, int] | None:
+    """``"12.8"`` / ``"cu128"`` (a torch local version) -> (12, 8)."""
+    if text.startswith("cu") and text[2:].isdigit() and len(text) >= 5:
+        digits = text[2:]
+        return int(digits[:-1]), int(digits[-1])
+    parts = version_tuple(text)
+    return (parts[0], parts[1] if len(parts) > 1 else 0) if parts else None
+
+
+def torch_cuda(torch_version: str) -> tuple[tuple[int, int] | None, str]:
+    """The CUDA runtime of a torch release: its ``+cuXYZ`` local version, else its default PyPI
+    wheel's (the newest row read for a newer release, said so)."""
+    _, _, local = torch_version.partition("+")
+    if local.startswith("cu"):
+        return parse_cuda(local), f"torch {torch_version}'s build"
+    if local:  # +cpu, +rocm6.4: no CUDA runtime
+        return None, f"torch {torch_version} has no CUDA runtime"
+    t = version_tuple(torch_version)[:2]
+    if not t:
+        return None, f"torch {torch_version!r} is not a version"
+    rows = sorted(TORCH_PYPI_CUDA)
+    if t < rows[0]:
+        return None, f"torch {torch_version} is older than the releases read (2.4)"
+    at = max(r for r in rows if r <= t)
+    cuda = TORCH_PYPI_CUDA[at]
+    how = f"torch {torch_version}'s PyPI wheel"
+    if at != t:
+        how += f" (assumed as {at[0]}.{at[1]}'s, the nearest release read)"
+    return cuda, how
+
+
+def _quant_kinds(q: Quantization | object | None) -> set[str]:
+    match q:
+        case None:
+            return set()
+        case AWQ():
+            return {"awq"}
+        case GPTQ():
+            return {"gptq"}
+        case FP8():
+            return {"fp8"}
+        case MXFP4():
+            return {"mxfp4"}
+        case NVFP4():
+            return {"nvfp4"}
+        case BitsAndBytes4bit():
+            return {"bnb_4bit"}
+        case Int8():
+            return {"bnb_int8"}
+        case CompressedTensors():
+            if q.type == "float" and q.num_bits == 8:
+                return {"ct_fp8"}
+            if q.type == "int" and q.num_bits == 8 and q.format == "int-quantized":
+                return {"ct_int8"}
+            if q.type == "int" and q.num_bits in (4, 8):
+                return {"ct_wna16"}
+            return {"ct_other"}
+    return set()
+
+
+def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Needs:
+    """What the (deployed) workloads need; the first serving workload names the engine."""
+    sw = software or Software()
+    dtypes: set[str] = set()
+    quant: set[str] = set()
+    flash = False
+    framework = sw.framework or "transformers"
+    version = sw.framework_version
+    for w in workloads:
+        if isinstance(w, LLMServingWorkload):
+            framework = w.engine
+            version = w.engine_version
+            if w.engine in ("vllm", "sglang"):
+                dtypes.add(model_dtype(w))
+                quant |= _quant_kinds(serving_quantization(w))
+            continue
+        precision = getattr(w, "precision", None)
+        if precision is not None:
+            dtypes |= {d for d in (precision.weights, precision.compute) if d != "auto"}
+            quant |= _quant_kinds(getattr(precision, "quantization", None))
+        if isinstance(w, TrainingWorkload):
+            if isinstance(w.method, QLoRA):
+                quant.add("bnb_4bit")
+            if isinstance(w.optimizer, AdamW8bit):
+                quant.add("bnb_optim8bit")
+        if getattr(w, "attention", None) == "flash":
+            flash = True
+    named = version is not None
+    if version is None:
+        if framework in _ENGINES:
+            version = engine_release(framework, None).modelled
+        else:
+            version = CURRENT.get(framework, "")
+    torch_v, torch_basis = sw.torch_version, "named"
+    if torch_v is None and framework == "vllm":
+        vt = version_tuple(version)[:2]
+        rows = sorted(VLLM_TORCH)
+        if vt and vt >= rows[0]:
+            at = max(r for r in rows if r <= vt)
+            torch_v = "{}.{}.0".format(*VLLM_TORCH[at])
+            torch_basis = f"pinned by vllm {at[0]}.{at[1]}" + (
+                "" if at == vt else f" (vllm {version} assumed the same)"
+            )
+    if torch_v is None:
+        torch_v, torch_basis = CURRENT["torch"], "the current release (not named)"
+    if sw.cuda_version is not None:
+        cuda, cuda_basis = parse_cuda(sw.cuda_version), "named"
+    else:
+        cuda, cuda_basis = torch_cuda(torch_v)
+    driver = version_tuple(sw.driver_version) if sw.driver_version else None
+    bnb = sw.libraries.bitsandbytes
+    bnb_named = bnb is not None
+    if bnb is None:
+        pin = PINNED.get(framework, {}).get("bitsandbytes")
+        bnb = (
+            pin[1]
+            if pin is not None and version_tuple(version) < pin[0]
+            else CURRENT["bitsandbytes"]
+        )
+    return Needs(
+        framework=framework,
+        framework_version=version,
+        version_named=named,
+        dtypes=frozenset(dtypes),
+        quant=frozenset(quant),
+        flash_attention=flash,
+        flash_attn_version=sw.libraries.flash_attn,
+        bnb_version=bnb,
+        bnb_named=bnb_named,
+        torch_version=torch_v,
+        torch_basis=torch_basis,
+        cuda=cuda,
+        cuda_basis=cuda_basis,
+        rocm=version_tuple(sw.rocm_version) if sw.rocm_version else None,
+        driver=driver,
+        driver_text=sw.driver_version,
+    )
