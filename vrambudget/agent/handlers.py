@@ -20,6 +20,7 @@ from litestar.params import FromPath, FromQuery
 from vrambudget.http.body import decode_body
 
 from . import nvml, observe
+from .compat_check import live_check
 from .limits import WorkloadRefused, validate_workload
 from .nvml import HostInfo, NVMLInventory
 from .overlap import member_request
@@ -185,6 +186,8 @@ async def submit(request: Request[Any, Any, Any]) -> Response[ProbeResource]:
             raise _unprocessable(
                 path, f"too large to validate within {_VALIDATE_TIMEOUT_S:g} s"
             ) from None
+    if st.cuda:
+        await asyncio.to_thread(_check_compatibility, probe)
     key = await asyncio.to_thread(_device_key, st, probe)
     reason = await asyncio.to_thread(st.storage_check)
     if reason is not None:
@@ -234,6 +237,17 @@ def _storage_unavailable(st: AgentState, reason: str) -> StorageUnavailable:
         detail=f"the agent cannot record probes now: {reason}",
         headers={"Retry-After": str(st.settings.retry_after_s)},
     )
+
+
+def _check_compatibility(probe: ProbeRequest) -> None:
+    """The service's compatibility rules against the live GPU and driver (NVML only: no CUDA
+    context); a failing rule refuses the probe, an NVML failure skips the check (logged)."""
+    check = live_check(probe, nvml.inventory())
+    if check.note is not None:
+        log.info("%s", check.note)
+    refused = check.refusal()
+    if refused is not None:
+        raise _unprocessable(*refused)
 
 
 def _device_key(st: AgentState, probe: ProbeRequest) -> str:

@@ -105,6 +105,9 @@ SOURCES: dict[str, str] = {
     + ": 'ROCm support is currently only available in our preview wheels or when building from "
     "source'; 0.49.0 and 0.50.0: PyPI wheels with targets 'RDNA: gfx1100, gfx1101, ...' "
     "(tables of supported CDNA and RDNA targets per release)",
+    "nvml_cuda_driver": "NVML nvmlSystemGetCudaDriverVersion (the newest CUDA the installed "
+    "driver supports) against the minor-version rule of the NVIDIA CUDA Toolkit release notes, "
+    "Table 2: a runtime runs on a driver of its own CUDA major",
     "custom_native": "the custom device's native_dtypes (no compute capability is known for it)",
 }
 """Where each rule's facts come from (a rule outcome's ``source``)."""

@@ -66,6 +66,8 @@ class DeviceFacts:
     gfx: str | None
     native_dtypes: frozenset[str]
     custom: bool
+    driver_cuda: tuple[int, int] | None = None
+    """The newest CUDA the installed driver supports (live, from NVML); None from the catalog."""
 
 
 def device_facts(ctx: DeviceContext) -> DeviceFacts:

@@ -147,6 +147,29 @@ def cuda_driver(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
     return _out(rule, "supported", f"driver {n.driver_text} runs CUDA {_v(cuda)}", "cuda_driver")
 
 
+def cuda_driver_supports(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
+    """Live: the installed driver (NVML's CUDA driver version) must support the runtime's CUDA
+    major (minor versions run by minor-version compatibility)."""
+    if d.driver_cuda is None or n.cuda is None:
+        return None
+    rule = "cuda.driver_supports"
+    if n.cuda[0] > d.driver_cuda[0]:
+        return _out(
+            rule,
+            "unsupported",
+            f"the driver supports CUDA up to {_v(d.driver_cuda)}; the build is {_cuda_words(n)}",
+            "nvml_cuda_driver",
+            f"upgrade the driver to one for CUDA {n.cuda[0]}.x, or install a CUDA "
+            f"{d.driver_cuda[0]}.x build",
+        )
+    return _out(
+        rule,
+        "supported",
+        f"the driver supports CUDA up to {_v(d.driver_cuda)}; the build is {_cuda_words(n)}",
+        "nvml_cuda_driver",
+    )
+
+
 # ------------------------------------------------------------------------------ dtypes ---
 
 
@@ -486,6 +509,7 @@ def engine_platform(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
 RULES: tuple[Rule, ...] = (
     cuda_arch,
     cuda_driver,
+    cuda_driver_supports,
     engine_platform,
     bf16,
     native_dtypes,
