@@ -51,6 +51,7 @@ DOCS = (
     "docs/COMPONENTS.md",
     "docs/COMPARISON.md",
     "docs/AGENT.md",
+    "docs/COMPATIBILITY.md",
     "docs/ACCURACY.md",
     "docs/PERFORMANCE.md",
     "CONTRIBUTING.md",

@@ -10,6 +10,7 @@ from ..device import DeviceContext
 from ..serving.engine_args import model_dtype, serving_quantization
 from ..serving.releases import engine_release
 from ..spec import QLoRA, Software, Workload
+from ..spec.diffusion import ImageGenerationWorkload
 from ..spec.precision import (
     AWQ,
     FP8,
@@ -162,7 +163,11 @@ def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Need
                 quant |= _quant_kinds(serving_quantization(w))
             continue
         precision = getattr(w, "precision", None)
-        if precision is not None:
+        if isinstance(w, ImageGenerationWorkload):
+            framework = sw.framework or "diffusers"
+            if precision is not None:  # null: the pipeline's own (the image budget warns)
+                dtypes.add(precision)
+        elif precision is not None:
             dtypes |= {d for d in (precision.weights, precision.compute) if d != "auto"}
             quant |= _quant_kinds(getattr(precision, "quantization", None))
         if isinstance(w, TrainingWorkload):
@@ -186,7 +191,7 @@ def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Need
             at = max(r for r in rows if r <= vt)
             torch_v = "{}.{}.0".format(*VLLM_TORCH[at])
             torch_basis = f"pinned by vllm {at[0]}.{at[1]}" + (
-                "" if at == vt else f" (vllm {version} assumed the same)"
+                "" if at == vt else f"; vllm {version} assumed the same"
             )
     if torch_v is None:
         torch_v, torch_basis = CURRENT["torch"], "the current release (not named)"

@@ -314,6 +314,13 @@ def _warnings(
             )
         if w.attention_slicing != "none" and p.denoiser.class_name != "UNet2DConditionModel":
             out.append(f"{p.name}: attention slicing applies to UNet pipelines only; ignored")
-        if ctx is not None and p.dtype == "bf16" and "bf16" not in ctx.native_dtypes:
+        # A named precision is checked by the compatibility rules (dtype.bf16); the
+        # pipeline's own default only here.
+        if (
+            ctx is not None
+            and w.precision is None
+            and p.dtype == "bf16"
+            and "bf16" not in ctx.native_dtypes
+        ):
             out.append(f"{ctx.name} has no native bf16 support: kernels fall back or fail")
     return out
