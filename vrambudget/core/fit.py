@@ -55,15 +55,18 @@ def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
 
 def _compatible(
     req: FitRequest, workloads: tuple[Workload, ...]
-) -> tuple[tuple[DeviceRef, ...], list[Compatibility], tuple[ExcludedDevice, ...]]:
+) -> tuple[
+    tuple[DeviceRef, ...], dict[tuple[str | None, str], Compatibility], tuple[ExcludedDevice, ...]
+]:
     """The device types the workloads can run on (the rules run once per type, before any
-    search), their verdicts, and the excluded ones with the rules that fail."""
+    search), their verdicts by (catalog id, name), and the excluded ones with the rules that
+    fail."""
     refs: tuple[DeviceRef, ...] = (
         tuple(CatalogDevice(id=g) for g in gpus()) if req.devices is None else req.devices
     )
     needs = needs_of(workloads, req.software)
     offered: list[DeviceRef] = []
-    verdicts: list[Compatibility] = []
+    verdicts: dict[tuple[str | None, str], Compatibility] = {}
     excluded: list[ExcludedDevice] = []
     for ref in refs:
         ctx = resolve_device(ref)
@@ -75,18 +78,22 @@ def _compatible(
             )
         else:
             offered.append(ref)
-            verdicts.append(verdict)
+            verdicts[(ctx.id, ctx.name)] = verdict
     return tuple(offered), verdicts, tuple(excluded)
 
 
 def _with_verdicts(
-    answer: FitResponse, verdicts: list[Compatibility], excluded: tuple[ExcludedDevice, ...]
+    answer: FitResponse,
+    verdicts: dict[tuple[str | None, str], Compatibility],
+    excluded: tuple[ExcludedDevice, ...],
 ) -> FitResponse:
     """Each offered GPU with its verdict (the checks that are not ``supported``)."""
-    gpus_ = tuple(
-        msgspec.structs.replace(
-            g, compatibility=not_supported(v), warnings=g.warnings + warnings_of(v)
-        )
-        for g, v in zip(answer.gpus, verdicts, strict=True)
-    )
-    return msgspec.structs.replace(answer, gpus=gpus_, excluded=excluded)
+    out = []
+    for g in answer.gpus:
+        v = verdicts.get((g.gpu_id, g.name))
+        if v is not None:
+            g = msgspec.structs.replace(
+                g, compatibility=not_supported(v), warnings=g.warnings + warnings_of(v)
+            )
+        out.append(g)
+    return msgspec.structs.replace(answer, gpus=tuple(out), excluded=excluded)

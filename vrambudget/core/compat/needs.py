@@ -152,7 +152,7 @@ def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Need
     dtypes: set[str] = set()
     quant: set[str] = set()
     flash = False
-    framework = sw.framework or "transformers"
+    framework: str = sw.framework or "transformers"
     version = sw.framework_version
     for w in workloads:
         if isinstance(w, LLMServingWorkload):
