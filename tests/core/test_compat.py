@@ -334,3 +334,44 @@ def _facts(gpu: str) -> compat.DeviceFacts:
     ctx = resolve_device(CatalogDevice(id=gpu))
     assert ctx is not None
     return compat.device_facts(ctx)
+
+
+def test_transformers_rules_apply_only_to_frameworks_that_load_with_transformers():
+    w = {**INFER, "precision": {"weights": "fp8"}}
+    c = _verdict(w, "a100-sxm4-80gb", {"framework": "torchtune"})
+    assert not [o for o in c.checks if o.rule.startswith("transformers.")]
+    c = _verdict(w, "a100-sxm4-80gb", {"framework": "unsloth"})
+    assert _check(c, "transformers.fp8").verdict == "unsupported"
+
+
+RULE_IDS = (
+    "cuda.architecture",
+    "cuda.driver_minimum",
+    "cuda.driver_supports",
+    "vllm.rocm_target",
+    "sglang.rocm_target",
+    "vllm.cuda_arch",
+    "dtype.bf16",
+    "dtype.native",
+    "vllm.quantization",
+    "transformers.fp8",
+    "transformers.mxfp4",
+    "transformers.nvfp4",
+    "flash_attention.cuda_arch",
+    "flash_attention.fa3",
+    "flash_attention.rocm",
+    "bitsandbytes",
+)
+
+
+def test_every_rule_is_documented_with_its_source():
+    from pathlib import Path
+
+    import vrambudget.core.compat.rules as rules_module
+
+    code = Path(rules_module.__file__).read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "COMPATIBILITY.md").read_text()
+    for rule in RULE_IDS:
+        assert f'"{rule}' in code, rule
+        assert f"| `{rule}" in doc, rule
+    assert len(rules_module.RULES) == 10

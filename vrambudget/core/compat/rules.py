@@ -273,12 +273,14 @@ def vllm_quantization(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
     )
 
 
+_ON_TRANSFORMERS = frozenset({"transformers", "unsloth", "axolotl"})
+"""Frameworks that load checkpoints with transformers' ``from_pretrained`` (its quantizers)."""
+
+
 def transformers_quantization(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
     """transformers (5.23.0): fp8 below 8.9 and MXFP4 below 7.5 are dequantized to bf16 (the
     budgeted format does not run); pre-quantized NVFP4 does not load."""
-    if n.framework in ("vllm", "sglang", "llama_cpp", "ollama") or d.vendor != "nvidia":
-        return None
-    if d.cc is None:
+    if n.framework not in _ON_TRANSFORMERS or d.vendor != "nvidia" or d.cc is None:
         return None
     fp8 = "fp8" in n.quant or "fp8" in n.dtypes
     if "nvfp4" in n.quant:
