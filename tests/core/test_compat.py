@@ -246,7 +246,7 @@ def test_torch_releases_map_to_their_pypi_cuda():
     assert torch_cuda("2.7.0") == ((12, 6), "torch 2.7.0's PyPI wheel")
     assert torch_cuda("2.8.0+cu126")[0] == (12, 6)
     assert torch_cuda("2.13.0")[0] == (13, 0)  # not read: the 2.12 row, said so
-    assert "assumed as 2.12's" in torch_cuda("2.13.0")[1]
+    assert "assumed as 2.12's: the nearest release read" in torch_cuda("2.13.0")[1]
     assert torch_cuda("2.3.1")[0] is None
     assert torch_cuda("2.9.0+rocm6.4")[0] is None
 

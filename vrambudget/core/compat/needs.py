@@ -113,7 +113,7 @@ def torch_cuda(torch_version: str) -> tuple[tuple[int, int] | None, str]:
     cuda = TORCH_PYPI_CUDA[at]
     how = f"torch {torch_version}'s PyPI wheel"
     if at != t:
-        how += f" (assumed as {at[0]}.{at[1]}'s, the nearest release read)"
+        how += f", assumed as {at[0]}.{at[1]}'s: the nearest release read"
     return cuda, how
 
 
@@ -194,11 +194,13 @@ def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Need
                 "" if at == vt else f"; vllm {version} assumed the same"
             )
     if torch_v is None:
-        torch_v, torch_basis = CURRENT["torch"], "the current release (not named)"
+        torch_v, torch_basis = CURRENT["torch"], "not named: the current release"
     if sw.cuda_version is not None:
         cuda, cuda_basis = parse_cuda(sw.cuda_version), "named"
     else:
         cuda, cuda_basis = torch_cuda(torch_v)
+        if torch_basis != "named":
+            cuda_basis += f"; torch {torch_basis}"
     driver = version_tuple(sw.driver_version) if sw.driver_version else None
     bnb = sw.libraries.bitsandbytes
     bnb_named = bnb is not None
