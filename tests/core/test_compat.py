@@ -375,3 +375,23 @@ def test_every_rule_is_documented_with_its_source():
         assert f'"{rule}' in code, rule
         assert f"| `{rule}" in doc, rule
     assert len(rules_module.RULES) == 10
+
+
+def test_engines_on_rocm_targets():
+    vllm = _serving(dtype="float16")
+    assert _check(_verdict(vllm, "radeon-rx-7900-xtx-24gb"), "vllm.rocm_target").verdict == (
+        "supported"
+    )
+    assert _check(_verdict(vllm, "mi300x-192gb"), "vllm.rocm_target").verdict == "supported"
+    o = _check(_verdict(vllm, "mi325x-256gb"), "vllm.rocm_target")
+    assert o.verdict == "unknown" and "gfx target is not in the catalog" in o.reason
+    sglang = _serving(engine="sglang", dtype="float16")
+    assert _check(_verdict(sglang, "mi300x-192gb"), "sglang.rocm_target").verdict == "supported"
+    o = _check(_verdict(sglang, "radeon-rx-7900-xtx-24gb"), "sglang.rocm_target")
+    assert o.verdict == "unknown" and "lists no supported targets" in o.reason
+
+
+def test_driver_named_without_a_cuda_that_decides_is_unknown():
+    sw = {"driver_version": "550.54.15", "torch_version": "2.9.0+rocm6.4"}
+    o = _check(_verdict(INFER, "h100-sxm5-80gb", sw), "cuda.driver_minimum")
+    assert o.verdict == "unknown" and o.remedy == "name software.cuda_version"
