@@ -93,7 +93,7 @@ def capacity(gpu: GPU, p: MIGProfile) -> tuple[int, Basis]:
     - listed (``nvidia_smi``): nvidia-smi prints GiB rounded to two decimals, so the instance
       has at least ``(h - 0.5) / 100`` GiB for a printed ``h`` hundredths:
       ``(2h - 1) x 2^30 // 200``. Worked number: H200 ``1g.18gb`` prints 16.00 ->
-      (3200 - 1) x 2^30 // 200 = 17,174,604,267 B.
+      (3200 - 1) x 2^30 // 200 = 17,174,500,474 B.
     - no listing (``marketing``): ``N GB x 0.85``: ``3g.40gb`` -> 34,000,000,000 B.
 
     Never more than the whole GPU's runtime total."""
