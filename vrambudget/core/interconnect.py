@@ -10,10 +10,14 @@ groups travel over.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from .catalog import GPU, Interconnect, gpus
 from .result import LayoutInterconnect
 
 __all__ = ["NODE_GPUS", "layout_interconnect", "pcie_bytes_per_s"]
+
+Link = Literal["nvswitch", "nvlink", "nvlink_bridge", "xgmi", "pcie"]
 
 NODE_GPUS = 8
 """GPUs per node the fit layouts assume (tensor parallelism stays within one)."""
@@ -63,6 +67,8 @@ def layout_interconnect(
     across = device_count > max(NODE_GPUS, ic.domain_max_gpus)
     pcie_bw, pcie_words = _pcie(ic)
     warnings: list[str] = []
+    over: Link | None
+    bw: int | None
     if tensor <= 1:
         over, bw = None, None
         words = f"no tensor parallelism; stages and replicas talk over {ic.summary}"
@@ -72,7 +78,8 @@ def layout_interconnect(
     else:
         over, bw = "pcie", pcie_bw
         words = f"tensor parallel {tensor} over {pcie_words}"
-        warnings.append(_pcie_warning(g, ic, tensor, pipeline, pcie_words))  # type: ignore[arg-type]
+        assert g is not None  # ic came from it
+        warnings.append(_pcie_warning(g, ic, tensor, pipeline, pcie_words))
     if across:
         words += "; pipeline stages on different nodes talk over the cluster network (not modelled)"
     return (

@@ -97,13 +97,14 @@ def capacity(gpu: GPU, p: MIGProfile) -> tuple[int, Basis]:
     - no listing (``marketing``): ``N GB x 0.85``: ``3g.40gb`` -> 34,000,000,000 B.
 
     Never more than the whole GPU's runtime total."""
+    basis: Basis
     if p.memory_gib_2dp is not None:
         h = _hundredths(p.memory_gib_2dp)
         value, basis = (2 * h - 1) * GIB // 200, "nvidia_smi"
     else:
         value = _name_gb(p.name) * 1_000_000_000 * MARKETING_CAPACITY_PPM // 1_000_000
         basis = "marketing"
-    return min(value, gpu.memory_total_bytes), basis  # type: ignore[return-value]
+    return min(value, gpu.memory_total_bytes), basis
 
 
 def resource_name(p: MIGProfile) -> str:
