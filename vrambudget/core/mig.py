@@ -130,14 +130,18 @@ def smallest_fitting(
     gpu_id: str | None, check: Callable[[MIGDevice], tuple[bool, int, Verdict]]
 ) -> MIGFit | None:
     """The smallest MIG profile of ``gpu_id`` whose one instance holds the workload, by
-    ``check(device) -> (fits, total_bytes, verdict)``; when none does, the largest with
-    ``fits`` false; None for a GPU without MIG."""
+    ``check(device) -> (fits, total_bytes, verdict)`` (profiles of equal capacity share one
+    check: only the memory differs between devices); when none does, the largest with ``fits``
+    false; None for a GPU without MIG."""
     devices = mig_devices(gpu_id)
     if not devices:
         return None
     result: tuple[MIGDevice, tuple[bool, int, Verdict]] | None = None
+    by_capacity: dict[int, tuple[bool, int, Verdict]] = {}  # equal memories, one check
     for d in devices:
-        result = (d, check(d))
+        if d.capacity_bytes not in by_capacity:
+            by_capacity[d.capacity_bytes] = check(d)
+        result = (d, by_capacity[d.capacity_bytes])
         if result[1][0]:
             break
     assert result is not None
