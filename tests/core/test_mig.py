@@ -50,8 +50,17 @@ def test_every_mig_profile_is_sourced_and_plausible(gpu_id, p):
         assert p.memory_source.quote and p.memory_gib_2dp in p.memory_source.quote
     else:
         assert p.memory_source is None
-    cap, _ = capacity(g, p)
-    assert 0 < cap <= g.memory_total_bytes
+    # The instance's memory, before capacity() caps it at the GPU's: never more than the GPU.
+    gb = int(memory.removesuffix("gb"))
+    if p.memory_gib_2dp is not None:
+        whole, frac = p.memory_gib_2dp.split(".")
+        raw = (2 * (int(whole) * 100 + int(frac)) - 1) * GIB // 200
+    else:
+        raw = gb * 850_000_000
+    assert 0 < raw <= g.memory_total_bytes
+    assert capacity(g, p)[0] == raw
+    # A profile is named after its memory: the listed size is within 15% of the name's GB.
+    assert p.memory_gib_2dp is None or 0.85 * gb * 1e9 <= raw <= 1.15 * gb * 1e9
 
 
 def test_the_marketing_rule_is_below_every_listed_profile():
@@ -165,3 +174,27 @@ def test_vllm_takes_the_smallest_profile_it_starts_in():
     for d, fits in ((devices[chosen], True), (devices[chosen - 1], False)):
         custom = {"source": "custom", "name": d.name, "memory_total_bytes": d.capacity_bytes}
         assert _fit(w, custom).gpus[0].layouts[0].fits is fits  # type: ignore[attr-defined]
+
+
+def test_llama_cpp_gets_a_mig_instance_that_holds_every_layer():
+    w = {
+        "kind": "llm_serving",
+        "engine": "llama_cpp",
+        "model": {"source": "preset", "id": "llama-3.1-8b"},
+        "gguf": {"n_ctx": 8192},
+    }
+    m = _fit(w, _catalog("a100-sxm4-40gb")).gpus[0].mig  # type: ignore[attr-defined]
+    assert m.fits and 0 < m.total_bytes <= m.capacity_bytes
+    assert m.resource_name == f"nvidia.com/mig-{m.profile}"
+
+
+def test_a_training_layout_over_several_gpus_gets_no_mig_answer():
+    w = {
+        "kind": "training",
+        "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+        "micro_batch_size": 1,
+        "sequence_length": 512,
+        "parallelism": {"tensor": 2},
+    }
+    g = _fit(w, _catalog("a100-sxm4-80gb"), counts=(2,)).gpus[0]  # type: ignore[attr-defined]
+    assert g.mig is None and g.layouts[0].device_count == 2
