@@ -54,6 +54,7 @@ DOCS = (
     "docs/COMPATIBILITY.md",
     "docs/ACCURACY.md",
     "docs/PERFORMANCE.md",
+    "docs/MIG.md",
     "CONTRIBUTING.md",
 )
 WIDTH = 100

@@ -20,8 +20,10 @@ from .hf_config import HFConfig, typed_config
 __all__ = [
     "GPU",
     "GPU_IDS",
+    "MIG_COMPUTE_SLICES",
     "MODEL_IDS",
     "CheckpointFacts",
+    "Interconnect",
     "MIGProfile",
     "ModelPreset",
     "Source",
@@ -52,10 +54,54 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     unverified: str | None = None
 
 
+MIG_COMPUTE_SLICES = 7
+"""Compute slices of every MIG-capable GPU in the catalog (A100, H100, H20, H200, B200, GB200):
+a profile ``Ng.*`` has N of 7 (the MIG User Guide's "Fraction of SMs" column, N/7)."""
+
+
 class MIGProfile(msgspec.Struct, frozen=True, kw_only=True):
+    """One MIG GPU instance profile (a GPU instance with its one default compute instance), as
+    ``nvidia-smi mig -lgip`` and the MIG User Guide's *Supported MIG Profiles* tables name it.
+    Media-extension variants (``+me``, ``+gfx``, ``-me``) are not listed: they have the same
+    memory and SMs as their base profile and at most one instance, so they never change a fit.
+
+    ``memory_gib_2dp`` is the instance's memory as ``nvidia-smi mig -lgip`` prints it (GiB,
+    two decimals) in the cited listing; when no listing was found it is None and only the
+    marketing size (the name's ``gb`` number) is known: :mod:`vrambudget.core.mig` turns
+    either into the capacity a fit uses."""
+
     name: str
-    memory_marketing: str | None = None
-    max_instances: int | None = None
+    compute_slices: Annotated[int, msgspec.Meta(ge=1, le=MIG_COMPUTE_SLICES)]
+    memory_fraction: str
+    """The MIG User Guide's "Fraction of Memory" (``1/8``, ``2/8``, ``4/8``, ``Full``)."""
+    max_instances: Annotated[int, msgspec.Meta(ge=1, le=7)]
+    memory_marketing: str
+    memory_gib_2dp: str | None = None
+    memory_source: Source | None = None
+    """The ``nvidia-smi mig -lgip`` listing ``memory_gib_2dp`` is read from."""
+    source: Source
+    """Where the profile's name and instance count are published."""
+
+
+class Interconnect(msgspec.Struct, frozen=True, kw_only=True):
+    """How GPUs of this type talk to each other in the usual server: the fast link (NVLink
+    through NVSwitch, NVLink bridges, AMD xGMI / Infinity Fabric) and the PCIe generation every
+    card also has. ``domain_max_gpus`` is the most GPUs one tensor-parallel group can span on
+    the fast link (1: PCIe only)."""
+
+    kind: Literal["nvswitch", "nvlink", "nvlink_bridge", "xgmi", "pcie"]
+    """``nvswitch``: NVLink through NVSwitch (every GPU of the domain at full bandwidth);
+    ``nvlink``: direct NVLink between the GPUs of a baseboard; ``nvlink_bridge``: NVLink bridges
+    join a pair of cards; ``xgmi``: AMD Infinity Fabric links; ``pcie``: no GPU-to-GPU link."""
+    link_bytes_per_s: int | None = None
+    """The fast link's bandwidth per GPU (both directions together, as the vendors state it);
+    None for ``pcie`` (see ``pcie_generation``) or where no source gave it."""
+    domain_max_gpus: Annotated[int, msgspec.Meta(ge=1, le=576)]
+    pcie_generation: Annotated[int, msgspec.Meta(ge=3, le=6)] | None = None
+    pcie_lanes: Annotated[int, msgspec.Meta(ge=1, le=16)] = 16
+    summary: str
+    sources: tuple[Source, ...] = ()
+    unverified: str | None = None
 
 
 class GPU(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,7 +126,7 @@ class GPU(msgspec.Struct, frozen=True, kw_only=True):
     native_dtypes: tuple[DTypeName, ...]
     mig_profiles: tuple[MIGProfile, ...] = ()
     tdp_watts: int | None = None
-    interconnect: str | None = None
+    interconnect: Interconnect | None = None
     spec_sources: tuple[Source, ...] = ()
     notes: str | None = None
 

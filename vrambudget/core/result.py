@@ -29,7 +29,9 @@ __all__ = [
     "HostBudget",
     "Item",
     "LayoutFit",
+    "LayoutInterconnect",
     "Line",
+    "MIGFit",
     "Maxima",
     "ModelOrigin",
     "OllamaPeer",
@@ -480,6 +482,59 @@ class Maxima(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     the GPUs with the workload's context; null when none does."""
 
 
+class LayoutInterconnect(msgspec.Struct, frozen=True, kw_only=True):
+    """The GPU-to-GPU links a layout over several GPUs assumes, from the catalog's
+    ``interconnect`` of the GPU type (:mod:`vrambudget.core.interconnect`)."""
+
+    gpu_interconnect: str
+    """The catalog's words for this GPU type's links (e.g. NVLink 4 through NVSwitch, 8 GPUs)."""
+    tensor_parallel_over: Literal["nvswitch", "nvlink", "nvlink_bridge", "xgmi", "pcie"] | None
+    """What a tensor-parallel group's all-reduces travel over: the fast link when the group fits
+    in one NVLink / xGMI domain, else ``pcie``; null when the layout has no tensor parallelism."""
+    tensor_parallel_bytes_per_s: int | None
+    """That link's bandwidth per GPU, both directions together (PCIe: the generation's raw
+    x16 rate); null when unknown or no tensor parallelism."""
+    across_nodes: bool
+    """The layout spans more than one 8-GPU node (or NVLink domain): its pipeline stages talk
+    over the cluster network, which this answer does not model."""
+    assumption: str
+    """In words: the links assumed for this layout."""
+
+
+class MIGFit(msgspec.Struct, frozen=True, kw_only=True):
+    """A MIG instance of a catalog GPU as the device: the smallest MIG profile whose one instance
+    holds the workload (no tensor parallelism across MIG instances: they have no peer-to-peer
+    path), or, when none does, the largest profile with ``fits`` false."""
+
+    mig_instance_of: str
+    """The catalog GPU id this is a MIG instance of."""
+    profile: str
+    """The GPU instance profile, as ``nvidia-smi mig -lgip`` names it (``3g.40gb``)."""
+    resource_name: str
+    """The Kubernetes extended resource a pod requests one such instance by, under the NVIDIA
+    device plugin's ``mixed`` MIG strategy (``nvidia.com/mig-3g.40gb``)."""
+    instances_per_gpu: int
+    """How many instances of this profile one GPU holds at most."""
+    compute_slices: int
+    """Compute slices of 7 (the instance has about this share of the GPU's SMs)."""
+    memory_fraction: str
+    """The share of the GPU's memory slices (``1/8`` ... ``Full``), as the MIG User Guide
+    prints it."""
+    capacity_bytes: int
+    """The memory the fit gives the instance (see ``capacity_basis``)."""
+    capacity_basis: Literal["nvidia_smi", "marketing"]
+    """``nvidia_smi``: the instance memory of a published ``nvidia-smi mig -lgip`` listing, at
+    the low end of its two-decimal GiB; ``marketing``: no listing found, 0.85 x the profile
+    name's GB (below every listed profile's ratio)."""
+    total_bytes: int
+    """The workload's budget on one instance (the one-device layout; a serving engine's total
+    for the instance's memory)."""
+    free_bytes: int
+    fits: bool
+    verdict: Literal["fits", "fits_if_low", "does_not_fit"] = "fits"
+    assumptions: tuple[str, ...] = ()
+
+
 class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):
     device_count: int
     tensor: int
@@ -499,6 +554,8 @@ class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):
     limiting_component: Component
     warnings: tuple[str, ...] = ()
     maxima: Maxima
+    interconnect: LayoutInterconnect | None = None
+    """Layouts over several GPUs: the links they assume (null on one device)."""
 
 
 class GPUFit(msgspec.Struct, frozen=True, kw_only=True):
@@ -517,6 +574,9 @@ class GPUFit(msgspec.Struct, frozen=True, kw_only=True):
             "`supported`."
         ),
     ] = None
+    mig: MIGFit | None = None
+    """GPU types with MIG: the smallest MIG instance the workload fits in (null: no MIG, or a
+    custom device)."""
 
 
 class Cheapest(msgspec.Struct, frozen=True, kw_only=True):

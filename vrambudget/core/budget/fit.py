@@ -20,10 +20,12 @@ from ..components import Component
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
 from ..formulas.headroom import headroom_bytes
+from ..interconnect import layout_interconnect
 from ..layout import check_layout, device_count_candidates, node_splits
+from ..mig import MIGDevice, Verdict, smallest_fitting
 from ..overheads import Overheads
 from ..resolve import resolve_model
-from ..result import FitResponse, GPUFit, LayoutFit, Maxima
+from ..result import FitResponse, GPUFit, LayoutFit, Maxima, MIGFit
 from ..search import Memo, max_fitting
 from ..spec import (
     MAX_TOKENS,
@@ -211,6 +213,20 @@ def analytic_fit(
             totals[tkey] = subtotal(w0, ctx)
         return totals[tkey]
 
+    def mig_fit(target: DeviceContext) -> MIGFit | None:
+        """The smallest MIG instance of the target's GPU type holding the one-device layout
+        (its total does not depend on the capacity: only the comparison does)."""
+        w1 = placed(1)
+        if w1 is None:
+            return None
+
+        def check(d: MIGDevice) -> tuple[bool, int, Verdict]:
+            t = total_on(1, w1, target)
+            verdict = _verdict(t, subtotal_on(1, w1, target), rule_on(1, w1)[0], d.capacity_bytes)
+            return t <= d.capacity_bytes, t, verdict
+
+        return smallest_fitting(target.id, check)
+
     results = []
     for target in targets:
         key = _overhead_key(target)
@@ -255,6 +271,8 @@ def analytic_fit(
                     if model_limit is not None and best >= model_limit:
                         maxima["context_limited_by_model"] = True
             par = w0.parallelism if not isinstance(w0, GenericWorkload) else Parallelism()
+            links, link_warnings = layout_interconnect(target.id, n, par.tensor, par.pipeline)
+            warnings.extend(link_warnings)
             free = target.memory_total_bytes - t
             layout_fits.append(
                 LayoutFit(
@@ -272,6 +290,7 @@ def analytic_fit(
                     if tkey in limiting
                     else limiting.setdefault(tkey, _limiting((w0, *rest), target)),
                     maxima=Maxima(**maxima),  # type: ignore[arg-type]
+                    interconnect=links,
                 )
             )
         min_count = None
@@ -295,6 +314,7 @@ def analytic_fit(
                 layouts=tuple(layout_fits),
                 min_device_count=min_count,
                 warnings=gpu_warnings,
+                mig=mig_fit(target),
             )
         )
     return FitResponse(gpus=tuple(results))

@@ -14,6 +14,7 @@ import msgspec
 from ..components import Component
 from ..device import DeviceContext
 from ..errors import InvalidWorkload
+from ..interconnect import layout_interconnect
 from ..resolve import resolve_model
 from ..result import LayoutFit, Maxima
 from ..search import largest_true
@@ -40,6 +41,7 @@ def _layout_fit(
     """One layout's row: ``values`` the most loaded GPU's lines, ``tp`` (tensor, pipeline)."""
     used = sum(values.values())
     free = ctx.memory_total_bytes - used
+    links, link_warnings = layout_interconnect(ctx.id, n, tp[0], tp[1])
     return LayoutFit(
         device_count=n,
         tensor=tp[0],
@@ -52,8 +54,9 @@ def _layout_fit(
         free_bytes=free,
         free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
         limiting_component=max(values, key=lambda c: values[c]),
-        warnings=warnings,
+        warnings=warnings + link_warnings,
         maxima=Maxima(**maxima),  # type: ignore[arg-type]
+        interconnect=links,
     )
 
 

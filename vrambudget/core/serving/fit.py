@@ -9,16 +9,20 @@ order.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import msgspec
 
 from ..catalog import gpus
+from ..components import Component
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
+from ..interconnect import layout_interconnect
 from ..layout import check_layout, device_count_candidates, node_splits
+from ..mig import MIGDevice, Verdict, smallest_fitting
 from ..resolve import resolve_model
-from ..result import Cheapest, FitResponse, GPUFit, LayoutFit, Maxima
+from ..result import Cheapest, FitResponse, GPUFit, LayoutFit, Maxima, MIGFit
 from ..search import largest_true
 from ..spec import FitRequest, LLMServingWorkload, Parallelism
 from .budget import stage_values
@@ -65,6 +69,33 @@ def _largest_len(w: LLMServingWorkload, ctx: DeviceContext, target: float | None
     return largest_true(1, cap, ok)
 
 
+def _values(a: ServingAccount) -> dict[Component, int]:
+    """The most loaded stage's lines (weights, KV pool, activations, context, ...)."""
+    first = max(a.stages, key=lambda s: s.weights_memory_bytes + s.activation_bytes)
+    return stage_values(first, a.pool_bytes(first) if first.available_bytes > 0 else 0)
+
+
+def mig_context(ctx: DeviceContext, d: MIGDevice) -> DeviceContext:
+    """The GPU's context with a MIG instance's memory as its total (the engine sizes its pool
+    from the total it sees) and the name CUDA gives the instance."""
+    return dataclasses.replace(ctx, memory_total_bytes=d.capacity_bytes, name=d.name)
+
+
+def _vllm_mig(w: LLMServingWorkload, ctx: DeviceContext, target: float | None) -> MIGFit | None:
+    """The smallest MIG instance in which vLLM starts on one instance (and holds
+    ``target_concurrency``)."""
+    placed = _layout(w, 1)
+    if placed is None:
+        return None
+
+    def check(d: MIGDevice) -> tuple[bool, int, Verdict]:
+        a = _account(placed, mig_context(ctx, d))
+        ok = _fits(a, target)
+        return ok, sum(_values(a).values()), "fits" if ok else "does_not_fit"
+
+    return smallest_fitting(ctx.id, check)
+
+
 def serving_fit(req: FitRequest) -> FitResponse:
     w = req.workloads[0]
     assert isinstance(w, LLMServingWorkload)
@@ -81,8 +112,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
             if placed is None:
                 continue
             a = _account(placed, ctx)
-            first = max(a.stages, key=lambda s: s.weights_memory_bytes + s.activation_bytes)
-            values = stage_values(first, a.pool_bytes(first) if first.available_bytes > 0 else 0)
+            values = _values(a)
             used = sum(values.values())
             maxima: dict[str, object] = {}
             if "concurrency" in req.solve:
@@ -90,8 +120,9 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 maxima["concurrent_requests"] = math.floor(a.max_concurrency)
             if "max_model_len" in req.solve or "context" in req.solve:
                 maxima["max_model_len"] = _largest_len(placed, ctx, target)
-            warnings = () if a.would_start else (f"would not start: {a.reason}",)
             par = placed.parallelism
+            links, link_warnings = layout_interconnect(ctx.id, n, par.tensor, par.pipeline)
+            warnings = (() if a.would_start else (f"would not start: {a.reason}",)) + link_warnings
             free = ctx.memory_total_bytes - used
             layouts.append(
                 LayoutFit(
@@ -107,6 +138,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
                     limiting_component=max(values, key=lambda c: values[c]),
                     warnings=warnings,
                     maxima=Maxima(**maxima),  # type: ignore[arg-type]
+                    interconnect=links,
                 )
             )
         min_count = None
@@ -116,7 +148,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 if placed is not None and _fits(_account(placed, ctx), target):
                     min_count = n
                     break
-        results.append(_gpu_fit(req, ctx, layouts, min_count, "start"))
+        results.append(_gpu_fit(req, ctx, layouts, min_count, "start", _vllm_mig(w, ctx, target)))
     return FitResponse(gpus=tuple(results), cheapest=_cheapest(results, req.prices))
 
 
@@ -146,8 +178,26 @@ def _other_engine_fit(
                     min_count = n
                     break
         verb = "fit whole" if gguf else "start"
-        results.append(_gpu_fit(req, ctx, layouts, min_count, verb))
+        results.append(_gpu_fit(req, ctx, layouts, min_count, verb, _other_mig(req, w, ctx)))
     return FitResponse(gpus=tuple(results), cheapest=_cheapest(results, req.prices))
+
+
+def _other_mig(req: FitRequest, w: LLMServingWorkload, ctx: DeviceContext) -> MIGFit | None:
+    """SGLang and the GGUF engines on one MIG instance: the one-GPU row, no maxima solved."""
+    bare = msgspec.structs.replace(req, solve=())
+    gguf = w.engine in ("llama_cpp", "ollama")
+
+    def check(d: MIGDevice) -> tuple[bool, int, Verdict]:
+        mctx = mig_context(ctx, d)
+        try:
+            row = gguf_layout(w, mctx, 1, bare) if gguf else sglang_layout(w, mctx, 1, bare)
+        except InvalidWorkload:
+            return False, 0, "does_not_fit"
+        if row is None:
+            return False, 0, "does_not_fit"
+        return row.fits, row.total_bytes, "fits" if row.fits else "does_not_fit"
+
+    return smallest_fitting(ctx.id, check)
 
 
 def _gpu_fit(
@@ -156,6 +206,7 @@ def _gpu_fit(
     layouts: list[LayoutFit],
     min_count: int | None,
     verb: str,
+    mig: MIGFit | None = None,
 ) -> GPUFit:
     warnings: tuple[str, ...] = ()
     if "device_count" in req.solve and min_count is None:
@@ -170,6 +221,7 @@ def _gpu_fit(
         layouts=tuple(layouts),
         min_device_count=min_count,
         warnings=warnings,
+        mig=mig,
     )
 
 
