@@ -13,7 +13,7 @@ from .errors import InvalidWorkload
 from .result import FitResponse
 from .serving.engine_args import deploy_serving
 from .serving.fit import serving_fit
-from .spec import FitRequest, LLMServingWorkload, analytic_workloads
+from .spec import FitRequest, InferenceWorkload, LLMServingWorkload, analytic_workloads
 from .spec.diffusion import ImageGenerationWorkload
 
 __all__ = ["FitRequest", "FitResponse", "fit"]
@@ -25,12 +25,29 @@ def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
             raise InvalidWorkload(
                 f"workloads[{i}].kind", "image_generation is budgeted, not fitted"
             )
+    first = req.workloads[0]
+    if req.latency_target is not None and not isinstance(
+        first, InferenceWorkload | LLMServingWorkload
+    ):
+        raise InvalidWorkload(
+            "latency_target",
+            f"a latency target applies to inference and llm_serving workloads, not "
+            f"{type(first).__struct_config__.tag}: remove latency_target",
+        )
     workloads = analytic_workloads(req.workloads)
     if workloads is None:
         serving = tuple(
             deploy_serving(w) if isinstance(w, LLMServingWorkload) else w for w in req.workloads
         )
-        return serving_fit(msgspec.structs.replace(req, workloads=serving))
+        answer = serving_fit(msgspec.structs.replace(req, workloads=serving))
+        engine = first.engine if isinstance(first, LLMServingWorkload) else "vllm"
+        if req.latency_target is not None and engine != "vllm":
+            note = (
+                f"no latency estimate: modelled for engine vllm and inference workloads, "
+                f"not {engine}"
+            )
+            answer = msgspec.structs.replace(answer, warnings=(*answer.warnings, note))
+        return answer
     deployed, notes = deploy_all(workloads)
     answer = analytic_fit(msgspec.structs.replace(req, workloads=deployed), deployed, profiles)
     return msgspec.structs.replace(answer, warnings=notes) if notes else answer
