@@ -31,8 +31,8 @@ def test_rates_are_sourced_and_plausible(p: GPUPerf):
     f = p.dense_flops
     assert f.bf16 is not None and f.fp16 == f.bf16  # 16-bit tensor rates are equal on these
     assert f.tf32 is None or f.tf32 <= f.bf16
-    # fp8 tensor math runs at twice the 16-bit rate (datasheet rounding: L40S 733 vs 362.05)
-    assert f.fp8 is None or 1.99 <= f.fp8 / f.bf16 <= 2.01
+    # fp8 tensor math runs at twice the 16-bit rate (the L40S datasheet prints 733 vs 362.05)
+    assert f.fp8 is None or 1.99 <= f.fp8 / f.bf16 <= 2.03
     assert f.int8 is None or f.int8 >= f.bf16
     assert f.fp4 is None  # no Blackwell entry yet
     catalog = gpus()[p.id].memory_bandwidth_bytes_per_s
