@@ -53,7 +53,7 @@ MBU_DEFAULT = 0.7
 """Model bandwidth utilization assumed for decode: the share of the datasheet bandwidth a
 serving stack reaches. "Real systems land around 60 to 85 percent" (rule of thumb,
 https://www.open-source-ai.tech/glossary/model-bandwidth-utilization); the published
-single-stream runs in research/data/latency_measurements.json reach 0.57 .. 0.84."""
+batch-1 runs in research/data/latency_measurements.json reach 0.51 .. 0.82 (docs/LATENCY.md)."""
 
 MFU_DEFAULT = 0.5
 """Model FLOPs utilization assumed for prefill: PaLM 540B trained at 46.2% MFU (Chowdhery et
