@@ -227,3 +227,31 @@ def test_bad_targets_are_rejected_naming_the_field(target, field):
     body = {"workloads": [INFER], "latency_target": target}
     with pytest.raises(msgspec.ValidationError, match=field):
         msgspec.convert(body, FitRequest)
+
+
+def test_a_serving_target_longer_than_max_model_len_holds_no_request():
+    answer = _fit(
+        workloads=[
+            {
+                "kind": "llm_serving",
+                "model": {"source": "preset", "id": "llama-3.1-8b"},
+                "max_model_len": 1024,
+            }
+        ],
+        devices=[{"source": "catalog", "id": "h100-sxm5-80gb"}],
+        latency_target={"prompt_tokens": 1000, "output_tokens": 100},
+    )
+    lay = answer.gpus[0].layouts[0]
+    assert lay.latency is not None and lay.latency.memory_max_batch == 0
+    assert any("exceeds max_model_len (1024)" in w for w in lay.warnings)
+
+
+@pytest.mark.parametrize("kind", ["training", "vision"])
+def test_latency_target_on_other_workloads_is_refused_by_the_declared_rule(kind):
+    model = {"source": "preset", "id": "llama-3.1-8b"}
+    body = {
+        "workloads": [{"kind": kind, "model": model}],
+        "latency_target": {"time_per_output_token_ms": 20},
+    }
+    with pytest.raises(msgspec.ValidationError, match=f"not {kind}: remove latency_target"):
+        msgspec.convert(body, FitRequest)

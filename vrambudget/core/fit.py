@@ -13,7 +13,7 @@ from .errors import InvalidWorkload
 from .result import FitResponse
 from .serving.engine_args import deploy_serving
 from .serving.fit import serving_fit
-from .spec import FitRequest, InferenceWorkload, LLMServingWorkload, analytic_workloads
+from .spec import FitRequest, LLMServingWorkload, analytic_workloads
 from .spec.diffusion import ImageGenerationWorkload
 
 __all__ = ["FitRequest", "FitResponse", "fit"]
@@ -25,15 +25,7 @@ def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
             raise InvalidWorkload(
                 f"workloads[{i}].kind", "image_generation is budgeted, not fitted"
             )
-    first = req.workloads[0]
-    if req.latency_target is not None and not isinstance(
-        first, InferenceWorkload | LLMServingWorkload
-    ):
-        raise InvalidWorkload(
-            "latency_target",
-            f"a latency target applies to inference and llm_serving workloads, not "
-            f"{type(first).__struct_config__.tag}: remove latency_target",
-        )
+    first = req.workloads[0]  # a latency target's workload kinds: spec/rules.py
     workloads = analytic_workloads(req.workloads)
     if workloads is None:
         serving = tuple(

@@ -109,6 +109,15 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 latency = _latency(req, placed, ctx, a, n)
                 if latency is None and req.latency_target is not None:
                     warnings = (*warnings, unknown_warning(ctx.name))
+                elif latency is not None:
+                    length = latency.prompt_tokens + latency.output_tokens
+                    if length > a.resolved.max_model_len:
+                        warnings = (
+                            *warnings,
+                            f"latency target: prompt + output ({length} tokens) exceeds "
+                            f"max_model_len ({a.resolved.max_model_len}): no request of that "
+                            "length runs (memory_max_batch 0)",
+                        )
             par = placed.parallelism
             free = ctx.memory_total_bytes - used
             layouts.append(
@@ -160,7 +169,8 @@ def _latency(
     weight_bytes = sum(s.weights_bytes + s.metadata_bytes for s in a.stages)
     cost = model_cost(resolve_model(w.model), r.tensor, weight_bytes, r.kv_bytes)
     context = point.prompt_tokens + point.output_tokens
-    memory_max = min(r.max_num_seqs, a.kv_tokens // context) if a.would_start else 0
+    fits_len = a.would_start and context <= r.max_model_len
+    memory_max = min(r.max_num_seqs, a.kv_tokens // context) if fits_len else 0
     fmt = compute_format(r.dtype, isinstance(serving_quantization(w), FP8), perf)
     return estimate(
         perf, fmt, cost, target, point, memory_max, price_of(req.prices, ctx.id, ctx.name), n
