@@ -19,8 +19,8 @@ T = 10**12
 
 def test_entries_are_catalog_gpus():
     assert {p.id for p in PERF} <= set(gpus())
-    assert len(PERF) == 10
-    assert perf_of(None) is None and perf_of("t4-16gb") is None  # unknown: no guess
+    assert len(PERF) == 11
+    assert perf_of(None) is None and perf_of("v100-sxm2-32gb") is None  # unknown: no guess
 
 
 @pytest.mark.parametrize("p", PERF, ids=[p.id for p in PERF])
@@ -29,11 +29,12 @@ def test_rates_are_sourced_and_plausible(p: GPUPerf):
         assert openable(source) and source.quote and source.quote.strip(), p.id
     assert 100 * 10**9 <= p.memory_bandwidth_bytes_per_s <= 10 * T
     f = p.dense_flops
-    assert f.bf16 is not None and f.fp16 == f.bf16  # 16-bit tensor rates are equal on these
-    assert f.tf32 is None or f.tf32 <= f.bf16
+    assert f.fp16 is not None
+    assert f.bf16 is None or f.fp16 == f.bf16  # 16-bit tensor rates are equal on these
+    assert f.tf32 is None or f.tf32 <= f.fp16
     # fp8 tensor math runs at twice the 16-bit rate (the L40S datasheet prints 733 vs 362.05)
-    assert f.fp8 is None or 1.99 <= f.fp8 / f.bf16 <= 2.03
-    assert f.int8 is None or f.int8 >= f.bf16
+    assert f.fp8 is None or 1.99 <= f.fp8 / f.fp16 <= 2.03
+    assert f.int8 is None or f.int8 >= f.fp16
     assert f.fp4 is None  # no Blackwell entry yet
     catalog = gpus()[p.id].memory_bandwidth_bytes_per_s
     assert catalog is None or catalog == p.memory_bandwidth_bytes_per_s

@@ -138,7 +138,7 @@ def test_fit_reports_the_memory_and_latency_limits_of_each_layout():
     assert not est.meets_targets
 
 
-def test_fit_without_the_gpus_rates_says_so():
+def test_fit_without_a_peak_for_the_format_says_so():
     answer = _fit(
         workloads=[INFER],
         devices=[{"source": "catalog", "id": "t4-16gb"}],
@@ -146,8 +146,17 @@ def test_fit_without_the_gpus_rates_says_so():
         latency_target={"time_per_output_token_ms": 50},
     )
     lay = answer.gpus[0].layouts[0]
-    assert lay.latency is None
+    assert lay.latency is None  # the T4 has no bf16: no peak for a bf16 workload
     assert any("no latency estimate" in w and "T4" in w for w in lay.warnings)
+    fp16 = {**INFER, "precision": {"weights": "fp16", "compute": "fp16"}}
+    answer = _fit(
+        workloads=[fp16],
+        devices=[{"source": "catalog", "id": "t4-16gb"}],
+        device_counts=[2],
+        latency_target={"time_per_output_token_ms": 50},
+    )
+    est = answer.gpus[0].layouts[0].latency
+    assert est is not None and est.compute_format == "fp16" and est.peak_flops == 65 * 10**12
 
 
 def test_cost_ranking_is_price_times_devices_over_tokens_per_hour():

@@ -206,7 +206,10 @@ def cost_ranking(
     return tuple(ranks)
 
 
-def unknown_warning(name: str, fmt: str | None = None) -> str:
-    """Why a layout has no latency estimate: the catalog lacks the GPU's peak rates."""
-    what = f"its dense {fmt} peak" if fmt else "its peak FLOP/s and memory bandwidth"
-    return f"no latency estimate: the catalog has no cited figure for {what} ({name})"
+def unknown_warning(name: str) -> str:
+    """Why a layout has no latency estimate: the catalog lacks the GPU's rates, or its peak for
+    the format the workload computes in (a bf16 workload on a GPU without bf16)."""
+    return (
+        "no latency estimate: the catalog has no cited peak FLOP/s and bandwidth for this GPU "
+        f"and the workload's compute format ({name})"
+    )
