@@ -52,6 +52,7 @@ DOCS = (
     "docs/COMPARISON.md",
     "docs/AGENT.md",
     "docs/ACCURACY.md",
+    "docs/LATENCY.md",
     "docs/PERFORMANCE.md",
     "CONTRIBUTING.md",
 )
