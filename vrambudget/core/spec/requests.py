@@ -9,6 +9,7 @@ from msgspec import Meta
 
 from ..catalog import GPUId
 from ..dtypes import NativeDType
+from ..roofline import MBU_DEFAULT, MFU_DEFAULT
 from . import rules
 from .diffusion import ImageGenerationWorkload
 from .encoders import Seq2SeqWorkload, SpeechToTextWorkload, VisionWorkload
@@ -351,18 +352,18 @@ class LatencyTarget(Wire, frozen=True, kw_only=True):
             gt=0.0,
             le=1.0,
             description="Model FLOPs utilization assumed for compute-bound steps (0 .. 1]; "
-            "default 0.5 (docs/LATENCY.md).",
+            f"default {MFU_DEFAULT} (docs/LATENCY.md).",
         ),
-    ] = 0.5
+    ] = MFU_DEFAULT
     mbu: Annotated[
         float,
         Meta(
             gt=0.0,
             le=1.0,
             description="Model bandwidth utilization assumed for memory-bound steps (0 .. 1]; "
-            "default 0.7 (docs/LATENCY.md).",
+            f"default {MBU_DEFAULT} (docs/LATENCY.md).",
         ),
-    ] = 0.7
+    ] = MBU_DEFAULT
 
 
 class FitRequest(Wire, frozen=True, kw_only=True):
