@@ -53,6 +53,7 @@ DOCS = (
     "docs/AGENT.md",
     "docs/COMPATIBILITY.md",
     "docs/ACCURACY.md",
+    "docs/LATENCY.md",
     "docs/PERFORMANCE.md",
     "docs/MIG.md",
     "CONTRIBUTING.md",

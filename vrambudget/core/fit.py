@@ -35,6 +35,7 @@ def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
             raise InvalidWorkload(
                 f"workloads[{i}].kind", "image_generation is budgeted, not fitted"
             )
+    first = req.workloads[0]  # a latency target's workload kinds: spec/rules.py
     workloads = analytic_workloads(req.workloads)
     if workloads is None:
         serving = tuple(
@@ -42,6 +43,13 @@ def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
         )
         offered, verdicts, excluded = _compatible(req, serving)
         answer = serving_fit(msgspec.structs.replace(req, workloads=serving, devices=offered))
+        engine = first.engine if isinstance(first, LLMServingWorkload) else "vllm"
+        if req.latency_target is not None and engine != "vllm":
+            note = (
+                f"no latency estimate: modelled for engine vllm and inference workloads, "
+                f"not {engine}"
+            )
+            answer = msgspec.structs.replace(answer, warnings=(*answer.warnings, note))
         return _with_verdicts(answer, verdicts, excluded)
     deployed, notes = deploy_all(workloads)
     offered, verdicts, excluded = _compatible(req, deployed)

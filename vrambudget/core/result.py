@@ -15,6 +15,7 @@ __all__ = [
     "Cheapest",
     "Compatibility",
     "CompatibilityVerdict",
+    "CostRank",
     "DeployedFormat",
     "DeviceBudget",
     "DeviceSummary",
@@ -28,6 +29,7 @@ __all__ = [
     "GPUFit",
     "HostBudget",
     "Item",
+    "LatencyEstimate",
     "LayoutFit",
     "LayoutInterconnect",
     "Line",
@@ -535,6 +537,43 @@ class MIGFit(msgspec.Struct, frozen=True, kw_only=True):
     assumptions: tuple[str, ...] = ()
 
 
+class LatencyEstimate(msgspec.Struct, frozen=True, kw_only=True):
+    """A roofline estimate of one layout's latency (docs/LATENCY.md): the GPU's datasheet
+    peaks times the assumed efficiencies, not a measurement (median error against published
+    runs in docs/LATENCY.md)."""
+
+    compute_format: str
+    """The format the GEMMs run in (`bf16`, `fp16`, `fp8`, `fp32`), whose peak is used."""
+    peak_flops: int
+    """Dense peak FLOP/s of that format on one device (catalog, ``data/gpu_perf.json``)."""
+    memory_bandwidth_bytes_per_s: int
+    mfu: float
+    mbu: float
+    prompt_tokens: int
+    output_tokens: int
+    time_to_first_token_ms: float
+    """Prefill of one prompt on an idle replica."""
+    memory_max_batch: int
+    """Sequences decoding at once that memory holds (the memory-limited maximum)."""
+    latency_max_batch: int | None
+    """Largest batch whose decode step meets ``time_per_output_token_ms``; null: no target."""
+    batch: int
+    """The operating point: the smaller of the two maxima (0: the targets are not met)."""
+    limited_by: Literal["memory", "time_per_output_token", "time_to_first_token"]
+    time_per_output_token_ms: float
+    """One decode step at ``batch`` (1 when ``batch`` is 0) with every sequence at prompt +
+    output tokens (the slowest step of a request)."""
+    output_tokens_per_s: float
+    """``batch / time_per_output_token`` for the replica (0 when ``batch`` is 0)."""
+    decode_bound: Literal["memory", "compute"]
+    meets_targets: bool
+    all_reduce: Literal["not_needed", "not_counted"]
+    """Tensor parallel layouts all-reduce activations; the catalog has no link rate, so its
+    time is not counted (a lower bound on the step)."""
+    cost_per_million_output_tokens: float | None = None
+    """With ``prices``: price per device-hour x devices / output tokens per hour x 10^6."""
+
+
 class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):
     device_count: int
     tensor: int
@@ -556,6 +595,8 @@ class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):
     maxima: Maxima
     interconnect: LayoutInterconnect | None = None
     """Layouts over several GPUs: the links they assume (null on one device)."""
+    latency: LatencyEstimate | None = None
+    """With ``latency_target`` (or ``prices``) and a GPU whose peaks the catalog has."""
 
 
 class GPUFit(msgspec.Struct, frozen=True, kw_only=True):
@@ -580,14 +621,15 @@ class GPUFit(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Cheapest(msgspec.Struct, frozen=True, kw_only=True):
-    """The GPU type whose smallest fitting device count costs least (``llm_serving``)."""
+    """The GPU type whose smallest fitting device count costs least (``llm_serving``); without
+    prices, the one that needs the fewest devices (no price is implied)."""
 
     gpu_id: str | None
     name: str
     device_count: int
-    basis: Literal["price", "total_memory"]
-    """`price`: price x device_count from the request's prices; `total_memory`: no prices
-    given, ranked by device_count x memory_total_bytes (the catalog has no prices)."""
+    basis: Literal["price", "device_count"]
+    """`price`: price x device_count from the request's prices; `device_count`: no prices
+    given, the fewest devices, ties broken by the least memory per device, then the name."""
     cost: float | None
     total_memory_bytes: int
 
@@ -602,10 +644,25 @@ class ExcludedDevice(msgspec.Struct, frozen=True, kw_only=True):
     ]
 
 
+class CostRank(msgspec.Struct, frozen=True, kw_only=True):
+    """A layout ranked by cost per million output tokens at its operating point."""
+
+    gpu_id: str | None
+    name: str
+    device_count: int
+    price_per_device_hour: float
+    batch: int
+    output_tokens_per_s: float
+    cost_per_million_output_tokens: float
+
+
 class FitResponse(msgspec.Struct, frozen=True, kw_only=True):
     gpus: tuple[GPUFit, ...]
     cheapest: Cheapest | None = None
     """``llm_serving`` workloads with `device_count` solved: the cheapest GPU type that fits."""
+    cost_ranking: tuple[CostRank, ...] = ()
+    """With ``prices``: the layouts that fit and have a latency estimate meeting the targets,
+    cheapest per million output tokens first."""
     warnings: tuple[str, ...] = ()
     """About the workload itself (its deployed format against the checkpoint's)."""
     excluded: Annotated[

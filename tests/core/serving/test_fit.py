@@ -64,17 +64,23 @@ def test_smallest_gpu_count_and_largest_max_model_len_are_exact():
     assert by_n[4].maxima.concurrent_requests == int(by_n[4].maxima.max_concurrency)
 
 
-def test_cheapest_gpu_by_price_or_total_memory():
+def test_cheapest_gpu_by_price_or_fewest_devices():
     w = {
         "kind": "llm_serving",
         "model": {"source": "preset", "id": "llama-3.1-8b"},
         "max_model_len": 8192,
     }
     devices = [H100, {"source": "catalog", "id": "l4-24gb"}]
-    by_memory = fit(
+    unpriced = fit(
         fit_request(workloads=[w], devices=devices, solve=["device_count"], target_concurrency=4)
-    ).cheapest
-    assert by_memory.basis == "total_memory" and by_memory.gpu_id == "l4-24gb"
+    )
+    counts = {g.gpu_id: g.min_device_count for g in unpriced.gpus}
+    assert counts == {"h100-sxm5-80gb": 1, "l4-24gb": 2}
+    # no prices: the fewest devices (not the least total memory, which was 2 x L4's 48 GB);
+    # no cost is implied
+    by_count = unpriced.cheapest
+    assert by_count.basis == "device_count" and by_count.gpu_id == "h100-sxm5-80gb"
+    assert by_count.cost is None
     priced = fit(
         fit_request(
             workloads=[w],

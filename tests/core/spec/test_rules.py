@@ -134,6 +134,23 @@ CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] =
         {"workloads": [SERVE], "device": H100, "method": "analytic"},
     ),
     ("FitRequest", 0): (FitRequest, {"workloads": [SERVE, INFER]}, {"workloads": [SERVE]}),
+    **{
+        ("FitRequest", 1 + i): (
+            FitRequest,
+            {"workloads": [INFER, other], "latency_target": {"time_per_output_token_ms": 20}},
+            {"workloads": [INFER, other]},
+        )
+        for i, other in enumerate(
+            [
+                TRAIN,
+                {"kind": "generic"},
+                {**INFER, "kind": "vision"},
+                {**INFER, "kind": "seq2seq"},
+                {**INFER, "kind": "speech_to_text"},
+                {"kind": "image_generation", "pipeline": {"source": "preset", "id": "sd-1.5"}},
+            ]
+        )
+    },
     ("ProbeRequest", 0): (
         ProbeRequest,
         {"workload": TRAIN, "concurrency": 2},

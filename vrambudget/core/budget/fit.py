@@ -20,14 +20,26 @@ from ..components import Component
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
 from ..formulas.headroom import headroom_bytes
+from ..formulas.kv_cache import elem_bytes
+from ..gpu_perf import perf_of
 from ..interconnect import layout_interconnect
+from ..latency import (
+    Point,
+    compute_format,
+    cost_ranking,
+    estimate,
+    model_cost,
+    price_of,
+    unknown_warning,
+)
 from ..layout import check_layout, device_count_candidates, node_splits
 from ..mig import MIGDevice, Verdict, smallest_fitting
 from ..overheads import Overheads
 from ..resolve import resolve_model
-from ..result import FitResponse, GPUFit, LayoutFit, Maxima, MIGFit
+from ..result import FitResponse, GPUFit, LatencyEstimate, LayoutFit, Maxima, MIGFit
 from ..search import Memo, max_fitting
 from ..spec import (
+    FP8,
     MAX_TOKENS,
     AnalyticWorkload,
     DeviceRef,
@@ -36,6 +48,7 @@ from ..spec import (
     GenericWorkload,
     Headroom,
     InferenceWorkload,
+    LatencyTarget,
     Parallelism,
     TrainingWorkload,
 )
@@ -270,6 +283,14 @@ def analytic_fit(
                     maxima["context_tokens"] = best + extra if best else 0
                     if model_limit is not None and best >= model_limit:
                         maxima["context_limited_by_model"] = True
+            warnings: list[str] = []
+            latency = None
+            if (req.latency_target is not None or req.prices is not None) and isinstance(
+                w0, InferenceWorkload
+            ):
+                latency = _latency(req, w0, target, n, maxima, fits)
+                if latency is None and req.latency_target is not None:
+                    warnings.append(unknown_warning(target.name))
             par = w0.parallelism if not isinstance(w0, GenericWorkload) else Parallelism()
             links, link_warnings = layout_interconnect(target.id, n, par.tensor, par.pipeline)
             warnings.extend(link_warnings)
@@ -290,7 +311,9 @@ def analytic_fit(
                     if tkey in limiting
                     else limiting.setdefault(tkey, _limiting((w0, *rest), target)),
                     maxima=Maxima(**maxima),  # type: ignore[arg-type]
+                    warnings=tuple(warnings),
                     interconnect=links,
+                    latency=latency,
                 )
             )
         min_count = None
@@ -317,7 +340,46 @@ def analytic_fit(
                 mig=mig_fit(target),
             )
         )
-    return FitResponse(gpus=tuple(results))
+    ranking = cost_ranking(results, req.prices) if req.prices is not None else ()
+    return FitResponse(gpus=tuple(results), cost_ranking=ranking)
+
+
+def _latency(
+    req: FitRequest,
+    w: InferenceWorkload,
+    ctx: DeviceContext,
+    n: int,
+    maxima: dict[str, object],
+    fits: bool,
+) -> LatencyEstimate | None:
+    """The roofline estimate of the layout (:mod:`vrambudget.core.latency`): the weights each
+    device reads are the budget's weights and quantization metadata summed over pipeline
+    stages; the memory-limited batch is the solved concurrency x batch_size (else the
+    workload's own, when it fits)."""
+    perf = perf_of(ctx.id)
+    if perf is None:
+        return None
+    target = req.latency_target or LatencyTarget()
+    arch = resolve_model(w.model)
+    stages = workload_stages(w, ctx.overheads)
+    weight_bytes = sum(
+        s.values.get(Component.WEIGHTS, 0) + s.values.get(Component.QUANTIZATION_METADATA, 0)
+        for s in stages
+    )
+    cost = model_cost(arch, w.parallelism.tensor, weight_bytes, elem_bytes(w))
+    solved = maxima.get("concurrent_requests")
+    if isinstance(solved, int):
+        memory_max = solved * w.batch_size
+    else:
+        memory_max = w.batch_size * w.concurrent_requests if fits else 0
+    point = Point(
+        prompt_tokens=target.prompt_tokens or w.prompt_tokens,
+        output_tokens=target.output_tokens or max(w.generated_tokens, 1),
+    )
+    fp8 = w.precision.weights == "fp8" or isinstance(w.precision.quantization, FP8)
+    fmt = compute_format(w.precision.compute, fp8, perf)
+    price = price_of(req.prices, ctx.id, ctx.name)
+    return estimate(perf, fmt, cost, target, point, memory_max, price, n)
 
 
 def _verdict(

@@ -18,14 +18,27 @@ from ..catalog import gpus
 from ..components import Component
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
+from ..gpu_perf import perf_of
 from ..interconnect import layout_interconnect
+from ..latency import (
+    DEFAULT_OUTPUT_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    Point,
+    compute_format,
+    cost_ranking,
+    estimate,
+    model_cost,
+    price_of,
+    unknown_warning,
+)
 from ..layout import check_layout, device_count_candidates, node_splits
 from ..mig import MIGDevice, Verdict, smallest_fitting
 from ..resolve import resolve_model
-from ..result import Cheapest, FitResponse, GPUFit, LayoutFit, Maxima, MIGFit
+from ..result import Cheapest, FitResponse, GPUFit, LatencyEstimate, LayoutFit, Maxima, MIGFit
 from ..search import largest_true
-from ..spec import FitRequest, LLMServingWorkload, Parallelism
+from ..spec import FP8, FitRequest, LatencyTarget, LLMServingWorkload, Parallelism
 from .budget import stage_values
+from .engine_args import serving_quantization
 from .engines_fit import MAX_GGUF_DEVICES, gguf_fits, gguf_layout, sglang_fits, sglang_layout
 from .vllm import ServingAccount, account
 
@@ -120,9 +133,24 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 maxima["concurrent_requests"] = math.floor(a.max_concurrency)
             if "max_model_len" in req.solve or "context" in req.solve:
                 maxima["max_model_len"] = _largest_len(placed, ctx, target)
+            warnings: tuple[str, ...] = () if a.would_start else (f"would not start: {a.reason}",)
+            latency = None
+            if req.latency_target is not None or req.prices is not None:
+                latency = _latency(req, placed, ctx, a, n)
+                if latency is None and req.latency_target is not None:
+                    warnings = (*warnings, unknown_warning(ctx.name))
+                elif latency is not None:
+                    length = latency.prompt_tokens + latency.output_tokens
+                    if length > a.resolved.max_model_len:
+                        warnings = (
+                            *warnings,
+                            f"latency target: prompt + output ({length} tokens) exceeds "
+                            f"max_model_len ({a.resolved.max_model_len}): no request of that "
+                            "length runs (memory_max_batch 0)",
+                        )
             par = placed.parallelism
             links, link_warnings = layout_interconnect(ctx.id, n, par.tensor, par.pipeline)
-            warnings = (() if a.would_start else (f"would not start: {a.reason}",)) + link_warnings
+            warnings = warnings + link_warnings
             free = ctx.memory_total_bytes - used
             layouts.append(
                 LayoutFit(
@@ -139,6 +167,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
                     warnings=warnings,
                     maxima=Maxima(**maxima),  # type: ignore[arg-type]
                     interconnect=links,
+                    latency=latency,
                 )
             )
         min_count = None
@@ -149,7 +178,36 @@ def serving_fit(req: FitRequest) -> FitResponse:
                     min_count = n
                     break
         results.append(_gpu_fit(req, ctx, layouts, min_count, "start", _vllm_mig(w, ctx, target)))
-    return FitResponse(gpus=tuple(results), cheapest=_cheapest(results, req.prices))
+    ranking = cost_ranking(results, req.prices) if req.prices is not None else ()
+    return FitResponse(
+        gpus=tuple(results), cheapest=_cheapest(results, req.prices), cost_ranking=ranking
+    )
+
+
+def _latency(
+    req: FitRequest, w: LLMServingWorkload, ctx: DeviceContext, a: ServingAccount, n: int
+) -> LatencyEstimate | None:
+    """The roofline estimate of a vLLM layout (:mod:`vrambudget.core.latency`): each device
+    reads its stages' weights and quantization metadata as loaded; memory holds
+    ``min(max_num_seqs, KV-cache tokens // (prompt + output))`` sequences."""
+    perf = perf_of(ctx.id)
+    if perf is None:
+        return None
+    target = req.latency_target or LatencyTarget()
+    point = Point(
+        prompt_tokens=target.prompt_tokens or DEFAULT_PROMPT_TOKENS,
+        output_tokens=target.output_tokens or DEFAULT_OUTPUT_TOKENS,
+    )
+    r = a.resolved
+    weight_bytes = sum(s.weights_bytes + s.metadata_bytes for s in a.stages)
+    cost = model_cost(resolve_model(w.model), r.tensor, weight_bytes, r.kv_bytes)
+    context = point.prompt_tokens + point.output_tokens
+    fits_len = a.would_start and context <= r.max_model_len
+    memory_max = min(r.max_num_seqs, a.kv_tokens // context) if fits_len else 0
+    fmt = compute_format(r.dtype, isinstance(serving_quantization(w), FP8), perf)
+    return estimate(
+        perf, fmt, cost, target, point, memory_max, price_of(req.prices, ctx.id, ctx.name), n
+    )
 
 
 def _other_engine_fit(
@@ -226,7 +284,7 @@ def _gpu_fit(
 
 
 def _cheapest(results: list[GPUFit], prices: dict[str, float] | None) -> Cheapest | None:
-    best: tuple[tuple[float, int], Cheapest] | None = None
+    best: tuple[tuple[float, int, str], Cheapest] | None = None
     for g in results:
         if g.min_device_count is None:
             continue
@@ -237,7 +295,7 @@ def _cheapest(results: list[GPUFit], prices: dict[str, float] | None) -> Cheapes
                 price = prices.get(g.name)
             if price is None:
                 continue  # no price given: not ranked
-            key = (price * g.min_device_count, total_memory)
+            key = (price * g.min_device_count, total_memory, g.name)
             entry = Cheapest(
                 gpu_id=g.gpu_id,
                 name=g.name,
@@ -247,12 +305,14 @@ def _cheapest(results: list[GPUFit], prices: dict[str, float] | None) -> Cheapes
                 total_memory_bytes=total_memory,
             )
         else:
-            key = (float(total_memory), total_memory)
+            # No prices: no cost is implied. The fewest devices, then the least memory per
+            # device (the smallest card that does it), then the name.
+            key = (float(g.min_device_count), g.memory_total_bytes, g.name)
             entry = Cheapest(
                 gpu_id=g.gpu_id,
                 name=g.name,
                 device_count=g.min_device_count,
-                basis="total_memory",
+                basis="device_count",
                 cost=None,
                 total_memory_bytes=total_memory,
             )

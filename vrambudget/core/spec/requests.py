@@ -9,6 +9,7 @@ from msgspec import Meta
 
 from ..catalog import GPUId
 from ..dtypes import NativeDType
+from ..roofline import MBU_DEFAULT, MFU_DEFAULT
 from . import rules
 from .diffusion import ImageGenerationWorkload
 from .encoders import Seq2SeqWorkload, SpeechToTextWorkload, VisionWorkload
@@ -19,6 +20,7 @@ from .limits import (
     Bytes,
     Fraction,
     Name,
+    Tokens,
     Wire,
 )
 from .serving import LLMServingWorkload
@@ -35,6 +37,7 @@ __all__ = [
     "FitVariable",
     "Framework",
     "Headroom",
+    "LatencyTarget",
     "Libraries",
     "LossImplementation",
     "ModelWorkload",
@@ -309,6 +312,60 @@ FitVariable = Literal[
 ]
 
 
+class LatencyTarget(Wire, frozen=True, kw_only=True):
+    """A latency target for ``/v1/fits`` (inference and ``llm_serving`` workloads): each layout
+    gets a roofline estimate of time to first token and time per output token
+    (docs/LATENCY.md), and the largest batch that meets the targets."""
+
+    time_per_output_token_ms: Annotated[
+        Annotated[float, Meta(gt=0.0, le=600_000.0)] | None,
+        Meta(
+            description="Largest time per output token (one decode step), ms (0 .. 600,000]; "
+            "null: no decode target (the batch is what memory holds)."
+        ),
+    ] = None
+    time_to_first_token_ms: Annotated[
+        Annotated[float, Meta(gt=0.0, le=3_600_000.0)] | None,
+        Meta(
+            description="Largest time to first token (the prompt's prefill, one request), ms "
+            "(0 .. 3,600,000]; null: no prefill target."
+        ),
+    ] = None
+    prompt_tokens: Annotated[
+        Tokens | None,
+        Meta(
+            description="Prompt length the targets are for. Default: an inference workload's "
+            "prompt_tokens; 1,024 for `llm_serving`."
+        ),
+    ] = None
+    output_tokens: Annotated[
+        Tokens | None,
+        Meta(
+            description="Output length: decode steps are estimated at the last one (context "
+            "prompt + output). Default: an inference workload's generated_tokens; 256 for "
+            "`llm_serving`."
+        ),
+    ] = None
+    mfu: Annotated[
+        float,
+        Meta(
+            gt=0.0,
+            le=1.0,
+            description="Model FLOPs utilization assumed for compute-bound steps (0 .. 1]; "
+            f"default {MFU_DEFAULT} (docs/LATENCY.md).",
+        ),
+    ] = MFU_DEFAULT
+    mbu: Annotated[
+        float,
+        Meta(
+            gt=0.0,
+            le=1.0,
+            description="Model bandwidth utilization assumed for memory-bound steps (0 .. 1]; "
+            f"default {MBU_DEFAULT} (docs/LATENCY.md).",
+        ),
+    ] = MBU_DEFAULT
+
+
 class FitRequest(Wire, frozen=True, kw_only=True):
     """One workload (plus co-located ones) against many GPUs and device counts."""
 
@@ -374,10 +431,21 @@ class FitRequest(Wire, frozen=True, kw_only=True):
         ]
         | None,
         Meta(
-            description="Price of one GPU (any unit, e.g. per hour) by catalog id or custom "
-            "device name, to rank the cheapest GPU type for an `llm_serving` workload (price x "
-            "smallest device count). Default (null): rank by total device memory (the catalog "
-            "has no prices)."
+            description="Price of one GPU per hour by catalog id or custom device name. Ranks "
+            "the cheapest GPU type for an `llm_serving` workload (price x smallest device "
+            "count) and, with a latency estimate, every layout by cost per million output "
+            "tokens (`cost_ranking`). Default (null): `cheapest` is the fewest devices (ties: "
+            "the least memory per device), never a price."
+        ),
+    ] = None
+
+    latency_target: Annotated[
+        LatencyTarget | None,
+        Meta(
+            description="Inference and `llm_serving` workloads: estimate each layout's time to "
+            "first token, time per output token and tokens/s (roofline over the GPU's peak "
+            "FLOP/s and bandwidth), and the largest batch that meets the targets. Default "
+            "(null): no latency estimate (unless `prices` ask for a cost ranking)."
         ),
     ] = None
 

@@ -331,7 +331,25 @@ RULES: dict[str, tuple[Rule, ...]] = {
             _SERVING,
         ),
     ),
-    "FitRequest": (_SERVING_ALONE,),
+    "FitRequest": (
+        _SERVING_ALONE,
+        *(
+            Rule(
+                Cond(("latency_target",), "null"),
+                f"a latency target applies to inference and llm_serving workloads, not {kind}: "
+                "remove latency_target",
+                Cond(("workloads",), "contains_kind", kind),
+            )
+            for kind in (
+                "training",
+                "generic",
+                "vision",
+                "seq2seq",
+                "speech_to_text",
+                "image_generation",
+            )
+        ),
+    ),
     "ProbeRequest": (
         Rule(
             Cond(("workload", "kind"), "ne", "training"),
