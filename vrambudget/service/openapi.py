@@ -10,12 +10,14 @@ from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 
 from vrambudget.core.catalog import GPU, ModelPreset, gpus
+from vrambudget.core.cluster import ClusterAnswer
 from vrambudget.core.comparison import Comparison
 from vrambudget.core.fit import FitRequest, FitResponse
 from vrambudget.core.hf_config import HFConfig
 from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest
+from vrambudget.core.spec.cluster import ClusterRequest
 from vrambudget.http.openapi import (
     PROBLEM_CONTENT,
     common_responses,
@@ -35,6 +37,8 @@ def _wire_types() -> list[Any]:
         Budget,
         FitRequest,
         FitResponse,
+        ClusterRequest,
+        ClusterAnswer,
         ProbeResource,
         Comparison,
         GPU,
@@ -79,6 +83,7 @@ def patch_openapi(app: Litestar) -> None:
     bodies = {
         "/v1/budgets": "BudgetRequest",
         "/v1/fits": "FitRequest",
+        "/v1/cluster-requests": "ClusterRequest",
         "/v1/comparisons": "ProbeResource",
     }
     for path, name in bodies.items():  # the handlers decode the raw body strictly themselves
