@@ -53,6 +53,7 @@ DOCS = (
     "docs/AGENT.md",
     "docs/ACCURACY.md",
     "docs/PERFORMANCE.md",
+    "docs/KUBERNETES.md",
     "CONTRIBUTING.md",
 )
 WIDTH = 100

@@ -151,10 +151,10 @@ def test_dra_claim_selects_memory_and_compute_capability() -> None:
     assert req["exactly"]["selectors"] == [
         {
             "cel": {
-                "expression": "'memory' in device.capacity['gpu.nvidia.com'] && "
-                "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('81559Mi')) >= 0 "
-                "&& device.attributes['gpu.nvidia.com'].cudaComputeCapability"
-                ".compareTo(semver('9.0.0')) >= 0"
+                "expression": '"memory" in device.capacity["gpu.nvidia.com"] && '
+                'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("81559Mi")) >= 0 '
+                '&& device.attributes["gpu.nvidia.com"].cudaComputeCapability'
+                '.compareTo(semver("9.0.0")) >= 0'
             }
         }
     ]
@@ -251,7 +251,7 @@ def test_mig_profile_by_name_or_resource_name(name: str) -> None:
     (req,) = a.resource_claim["spec"]["devices"]["requests"]
     assert req["exactly"]["deviceClassName"] == "mig.nvidia.com"
     assert req["exactly"]["selectors"] == [
-        {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"}}
+        {"cel": {"expression": 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'}}
     ]
 
 

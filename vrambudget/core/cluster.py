@@ -341,14 +341,14 @@ def _node_affinity(dev: _Device) -> dict[str, Any]:
 
 
 def _cel(dev: _Device, mig: str | None) -> str:
-    attrs = f"device.attributes['{DRA_DRIVER}']"
+    attrs = f'device.attributes["{DRA_DRIVER}"]'
     if mig is not None:
-        return f"{attrs}.profile == '{mig}'"
-    caps = f"device.capacity['{DRA_DRIVER}']"
-    parts = [f"'memory' in {caps}", f"{caps}.memory.compareTo(quantity('{dev.memory_mib}Mi')) >= 0"]
+        return f'{attrs}.profile == "{mig}"'
+    caps = f'device.capacity["{DRA_DRIVER}"]'
+    parts = [f'"memory" in {caps}', f'{caps}.memory.compareTo(quantity("{dev.memory_mib}Mi")) >= 0']
     if dev.compute_capability is not None:
         parts.append(
-            f"{attrs}.cudaComputeCapability.compareTo(semver('{dev.compute_capability}.0')) >= 0"
+            f'{attrs}.cudaComputeCapability.compareTo(semver("{dev.compute_capability}.0")) >= 0'
         )
     return " && ".join(parts)
 

@@ -29,6 +29,7 @@ from vrambudget.core.compare import (
     estimate_input,
 )
 from vrambudget.core.comparison import Comparison
+from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.fit import FitRequest, FitResponse
 from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
@@ -227,14 +228,9 @@ async def create_cluster_requests(
     if format == "yaml" or (format is None and any(t in accept for t in _YAML_TYPES)):
         answer = msgspec.json.decode(cached)
         if manifests == "dra" and answer.get("resource_claim_template") is None:
-            raise ValidationException(
-                detail="invalid request",
-                extra=[
-                    {
-                        "message": f"no DRA claim for {answer['gpu']} ({answer['vendor']}); "
-                        "use manifests=device-plugin - at `$.manifests`"
-                    }
-                ],
+            raise InvalidWorkload(
+                "manifests",
+                f"no DRA claim for {answer['gpu']} ({answer['vendor']}); allowed: device-plugin",
             )
         return Response(content=manifests_yaml(answer, manifests), media_type="application/yaml")
     return _encoded(cached)

@@ -91,6 +91,14 @@ def patch_openapi(app: Litestar) -> None:
             "required": True,
             "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
         }
+    cluster = document["paths"]["/v1/cluster-requests"]["post"]["responses"]["200"]
+    cluster.setdefault("content", {})["application/yaml"] = {
+        "schema": {
+            "description": "`format=yaml` or `Accept: application/yaml`: the chosen manifests "
+            "as a YAML stream (a v1 Pod; with `manifests=dra` a resource.k8s.io/v1 "
+            "ResourceClaimTemplate, then the Pod), each quantity's rule and source in comments."
+        }
+    }
     ready = document["paths"].get("/readyz", {}).get("get")
     if ready is not None:
         ready["responses"]["503"] = {

@@ -102,8 +102,8 @@ class ClusterRequest(Wire, frozen=True, kw_only=True):
         Meta(
             min_length=1,
             max_length=512,
-            pattern=r"^[^\s]+$",
-            description="Container image of the pod (the budget does not know it).",
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$",
+            description="Container image reference of the pod (the budget does not know it).",
         ),
     ] = "replace-with-your-image:latest"
     host_headroom: Annotated[
