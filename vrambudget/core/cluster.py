@@ -37,6 +37,7 @@ from .spec import (
     Workload,
 )
 from .spec.cluster import ClusterRequest, FromBudget, FromFit
+from .spec.diffusion import ImageGenerationWorkload
 from .units import GiB, MiB, ceil_div
 
 __all__ = [
@@ -569,7 +570,7 @@ def _fits(budget: Budget) -> str | None:
 
 def _placed(w: Workload, lay: LayoutFit) -> Workload:
     """The fit's first workload on the chosen layout, as the fit laid it out."""
-    if isinstance(w, GenericWorkload):
+    if isinstance(w, GenericWorkload | ImageGenerationWorkload):  # one device; never fitted
         return w
     if isinstance(w, LLMServingWorkload):
         if w.engine in ("llama_cpp", "ollama"):  # the fit splits the layers over n GPUs

@@ -232,7 +232,10 @@ async def create_cluster_requests(
                 "manifests",
                 f"no DRA claim for {answer['gpu']} ({answer['vendor']}); allowed: device-plugin",
             )
-        return Response(content=manifests_yaml(answer, manifests), media_type="application/yaml")
+        text: Response[Any] = Response(
+            content=manifests_yaml(answer, manifests), media_type="application/yaml"
+        )
+        return text
     return _encoded(cached)
 
 

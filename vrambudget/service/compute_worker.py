@@ -69,8 +69,7 @@ def _cluster(payload: bytes, resolutions: Resolutions = ()) -> Any:
     if resolutions:
         inner = req.source.request
         inner = msgspec.structs.replace(
-            inner,  # type: ignore[type-var]
-            workloads=with_resolutions(inner.workloads, resolutions),
+            inner, workloads=with_resolutions(inner.workloads, resolutions)
         )
         req = msgspec.structs.replace(
             req, source=msgspec.structs.replace(req.source, request=inner)
