@@ -193,6 +193,14 @@ def test_node_affinity_for_compute_capability_8_9() -> None:
     assert lines(a)["cpu"] == "1"  # 1 process x (1 + 0 workers), no hyperthreads
 
 
+def test_node_affinity_can_be_left_out() -> None:
+    a = from_budget([inference("qwen2.5-0.5b")], node_affinity=False)
+    assert "affinity" not in a.pod["spec"]
+    assert a.pod["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
 def test_analytic_cpu_counts_dataloader_workers_and_custom_headroom() -> None:
     a = from_budget(
         [inference("llama-3.1-8b")],

@@ -476,7 +476,7 @@ def render(
     pod_spec = dict(spec)
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
-    if dev.vendor == "nvidia" and mig is None:
+    if dev.vendor == "nvidia" and mig is None and req.node_affinity:
         pod_spec["affinity"] = {"nodeAffinity": _node_affinity(dev)}
     pod = {
         "apiVersion": "v1",

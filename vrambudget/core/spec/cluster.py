@@ -151,6 +151,14 @@ class ClusterRequest(Wire, frozen=True, kw_only=True):
             "accept (`8.0`). Default (null): the chosen catalog GPU's."
         ),
     ] = None
+    node_affinity: Annotated[
+        bool,
+        Meta(
+            description="NVIDIA whole GPUs: require nodes whose GPU feature discovery labels "
+            "show at least the chosen card's memory and compute capability. Set false on "
+            "clusters without GPU feature discovery (the pod would never be scheduled)."
+        ),
+    ] = True
     gpu_product_label: Annotated[
         LabelValue | None,
         Meta(
