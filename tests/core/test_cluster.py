@@ -196,6 +196,7 @@ def test_node_affinity_for_compute_capability_8_9() -> None:
 def test_node_affinity_can_be_left_out() -> None:
     a = from_budget([inference("qwen2.5-0.5b")], node_affinity=False)
     assert "affinity" not in a.pod["spec"]
+    assert lines(a)["nodeAffinity"] == "none"
     assert a.pod["spec"]["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
@@ -255,6 +256,7 @@ def test_mig_profile_by_name_or_resource_name(name: str) -> None:
     limits = a.pod["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/mig-1g.10gb"] == "1" and "nvidia.com/gpu" not in limits
     assert "affinity" not in a.pod["spec"]  # the resource name selects the node
+    assert lines(a)["nodeAffinity"] == "none"
     assert a.resource_claim is not None
     (req,) = a.resource_claim["spec"]["devices"]["requests"]
     assert req["exactly"]["deviceClassName"] == "mig.nvidia.com"

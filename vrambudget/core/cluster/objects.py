@@ -88,15 +88,24 @@ def _node_affinity(dev: ChosenDevice) -> dict[str, Any]:
     return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
 
 
-def _placement_line(dev: ChosenDevice, mig: str | None) -> ClusterLine:
+def _placement_line(dev: ChosenDevice, mig: str | None, written: bool) -> ClusterLine:
     capability = (
         f", compute capability >= {dev.compute_capability}" if dev.compute_capability else ""
     )
+    if written:
+        quantity = f"nvidia.com/gpu.memory > {dev.memory_mib - 1}{capability}"
+        formula = f"GPU memory (MiB) at least the chosen card's ({dev.memory_basis})"
+    else:
+        quantity = "none"
+        formula = (
+            "not written: the MIG resource name selects the node"
+            if mig is not None
+            else "not written (node_affinity: false); the toleration only"
+        )
     return ClusterLine(
         resource="nodeAffinity",
-        quantity=f"nvidia.com/gpu.memory > {dev.memory_mib - 1}{capability}",
-        formula=f"GPU memory (MiB) at least the chosen card's ({dev.memory_basis})"
-        + ("" if mig is None else "; not written for MIG (the resource name selects)"),
+        quantity=quantity,
+        formula=formula,
         source=f"{SRC_GFD}; {SRC_TOLERATION}",
     )
 
@@ -165,14 +174,15 @@ def render(
         "containers": [container],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm.quantity}}],
     }
+    affinity = dev.vendor == "nvidia" and mig is None and req.node_affinity
     if dev.vendor == "nvidia":
         spec["tolerations"] = [_TOLERATION]
-        lines.append(_placement_line(dev, mig))
+        lines.append(_placement_line(dev, mig, affinity))
     if req.gpu_product_label:
         label = "nvidia.com/gpu.product" if dev.vendor == "nvidia" else "amd.com/gpu.product-name"
         spec["nodeSelector"] = {label: req.gpu_product_label}
     pod_spec = dict(spec)
-    if dev.vendor == "nvidia" and mig is None and req.node_affinity:
+    if affinity:
         pod_spec["affinity"] = {"nodeAffinity": _node_affinity(dev)}
     answer = ClusterAnswer(
         gpu=dev.name,
