@@ -56,6 +56,7 @@ DOCS = (
     "docs/LATENCY.md",
     "docs/PERFORMANCE.md",
     "docs/MIG.md",
+    "docs/KUBERNETES.md",
     "CONTRIBUTING.md",
 )
 WIDTH = 100

@@ -34,7 +34,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "hub": {"huggingface_hub"},
     "trace": {"torch"},
     "http": {"litestar"},
-    "service": {"litestar", "uvicorn", "pebble", "prometheus_client"},
+    "service": {"litestar", "uvicorn", "pebble", "prometheus_client", "yaml"},
     "agent": {
         "litestar",
         "uvicorn",

@@ -11,6 +11,7 @@
     vrambudget openapi > openapi/service.json
     vrambudget chart comparison.json -o comparison.svg   # a Comparison or a probe resource
     vrambudget calibrate --store agent-data/agent.sqlite3 --out profiles/   # see calibrate -h
+    vrambudget cluster request.json --yaml        # Kubernetes requests (docs/KUBERNETES.md)
 """
 
 from __future__ import annotations
@@ -370,6 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from vrambudget.cli.gguf_file import add_parser as add_gguf
 
     add_gguf(sub)
+    from vrambudget.cli.cluster import add_parser as add_cluster
+
+    add_cluster(sub)
     ch = sub.add_parser("chart", help="draw a comparison (estimate vs measured) as SVG")
     ch.add_argument(
         "file", help="JSON Comparison, or a probe resource with a 'comparison' key ('-' for stdin)"

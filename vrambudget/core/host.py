@@ -30,7 +30,13 @@ from .spec import (
 from .statics import stage_statics, statics_for, training_plan
 from .units import GiB
 
-__all__ = ["checkpoint_file_bytes", "host_and_disk", "persistent_key"]
+__all__ = [
+    "PROCESS_RSS_BYTES",
+    "PROCESS_RSS_HIGH_BYTES",
+    "checkpoint_file_bytes",
+    "host_and_disk",
+    "persistent_key",
+]
 
 # transformers PreTrainedModel.save_pretrained(max_shard_size="5GB"): the largest shard a
 # process reads at once when loading (safetensors, device_map on the GPU).
@@ -38,6 +44,8 @@ MAX_SHARD_BYTES = 5 * 10**9
 # Resident memory of one Python process with torch and the CUDA libraries loaded: an assumption
 # (typical 1.5-3 GiB) until calibrated by probes.
 PROCESS_RSS_BYTES = 2 * GiB
+PROCESS_RSS_HIGH_BYTES = 3 * GiB
+"""The top of that typical range (the headroom of a cluster's memory request)."""
 
 
 def _prequantized(w: ModelWorkload | EncoderWorkload) -> bool:

@@ -22,21 +22,25 @@ from vrambudget.core.catalog import (
     preset,
     presets,
 )
+from vrambudget.core.cluster import ClusterAnswer
 from vrambudget.core.compare import (
     DEFAULT_TOLERANCE_BYTES,
     DEFAULT_TOLERANCE_PERCENT,
     estimate_input,
 )
 from vrambudget.core.comparison import Comparison
+from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.fit import FitRequest, FitResponse
 from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest, CatalogDevice, Headroom
+from vrambudget.core.spec.cluster import ClusterRequest
 from vrambudget.http.body import decode_body
 from vrambudget.http.cache import AnswerCache
 from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import Problem
 
+from .cluster_yaml import Manifests, manifests_yaml
 from .compute import ComputeError, ComputePool, compute_error
 from .compute_worker import software_of
 from .models import ModelResolver, pending
@@ -174,6 +178,64 @@ async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     if cached is None:
         compute: ComputePool = request.app.state.compute
         cached = answers.put(key, await compute.run("fit", payload, resolutions))
+    return _encoded(cached)
+
+
+_YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+
+
+@post(
+    "/v1/cluster-requests",
+    status_code=200,
+    tags=["cluster"],
+    summary="Render a budget's layout as Kubernetes requests",
+    responses=_PROBLEMS,
+)
+async def create_cluster_requests(
+    request: Request[Any, Any, Any],
+    format: Annotated[
+        Literal["json", "yaml"] | None,
+        QueryParameter(
+            description="`yaml`: the manifests as a YAML stream for `kubectl apply -f -` "
+            "(also chosen by `Accept: application/yaml`). Default: JSON, everything."
+        ),
+    ] = None,
+    manifests: Annotated[
+        Manifests,
+        QueryParameter(
+            description="With YAML: `device-plugin` (the Pod requesting the GPU resource) or "
+            "`dra` (the ResourceClaimTemplate and the Pod that uses it; NVIDIA only)."
+        ),
+    ] = "device-plugin",
+) -> Response[ClusterAnswer]:
+    """The chosen layout of a budget (or of one row of a fit) as Kubernetes requests: the GPU
+    or MIG resource, CPU, memory (host RAM with its headroom and `/dev/shm`, requests =
+    limits), ephemeral storage, `/dev/shm` as a memory-backed emptyDir, node affinity and
+    tolerations, and a `resource.k8s.io/v1` ResourceClaim with a CEL selector over the
+    device's memory and compute capability. How each number is derived: docs/KUBERNETES.md."""
+    data = decode_body(await request.body(), ClusterRequest)
+    workloads = data.source.request.workloads
+    resolutions = (
+        await _resolve(request, workloads, "source.request.workloads") if pending(workloads) else ()
+    )
+    payload, key = _canonical("cluster", data, resolutions)
+    answers: AnswerCache = request.app.state.answers
+    cached = answers.get(key)
+    if cached is None:
+        compute: ComputePool = request.app.state.compute
+        cached = answers.put(key, await compute.run("cluster", payload, resolutions))
+    accept = request.headers.get("accept", "")
+    if format == "yaml" or (format is None and any(t in accept for t in _YAML_TYPES)):
+        answer = msgspec.json.decode(cached)
+        if manifests == "dra" and answer.get("resource_claim_template") is None:
+            raise InvalidWorkload(
+                "manifests",
+                f"no DRA claim for {answer['gpu']} ({answer['vendor']}); allowed: device-plugin",
+            )
+        text: Response[Any] = Response(
+            content=manifests_yaml(answer, manifests), media_type="application/yaml"
+        )
+        return text
     return _encoded(cached)
 
 
@@ -325,6 +387,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
         route_handlers=[
             create_budget,
             create_fit,
+            create_cluster_requests,
             create_comparison,
             list_gpus,
             get_gpu,

@@ -12,12 +12,14 @@ from typing import Any
 import msgspec
 
 from vrambudget.core.calibration import ProfileSet, profiles_from
+from vrambudget.core.cluster import cluster_requests
 from vrambudget.core.compare import compare, estimate_input
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import FitRequest, fit
 from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest, Headroom, Software
+from vrambudget.core.spec.cluster import ClusterRequest
 
 from .outcome import outcome
 from .resolutions import Resolutions, with_resolutions
@@ -62,6 +64,19 @@ def _fit(payload: bytes, resolutions: Resolutions = ()) -> Any:
     return fit(msgspec.structs.replace(req, workloads=workloads), _profiles[0])
 
 
+def _cluster(payload: bytes, resolutions: Resolutions = ()) -> Any:
+    req = msgspec.json.decode(payload, type=ClusterRequest)
+    if resolutions:
+        inner = req.source.request
+        inner = msgspec.structs.replace(
+            inner, workloads=with_resolutions(inner.workloads, resolutions)
+        )
+        req = msgspec.structs.replace(
+            req, source=msgspec.structs.replace(req.source, request=inner)
+        )
+    return cluster_requests(req, _profiles[0])
+
+
 def _comparison(
     payload: bytes,
     gpu: str | None,
@@ -86,7 +101,12 @@ def _comparison(
     )
 
 
-TASKS: dict[str, Callable[..., Any]] = {"budget": _budget, "fit": _fit, "comparison": _comparison}
+TASKS: dict[str, Callable[..., Any]] = {
+    "budget": _budget,
+    "fit": _fit,
+    "comparison": _comparison,
+    "cluster": _cluster,
+}
 
 
 def run_task(task: str, max_answer_bytes: int, payload: bytes, *args: Any) -> tuple[Any, ...]:

@@ -10,12 +10,14 @@ from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 
 from vrambudget.core.catalog import GPU, ModelPreset, gpus
+from vrambudget.core.cluster import ClusterAnswer
 from vrambudget.core.comparison import Comparison
 from vrambudget.core.fit import FitRequest, FitResponse
 from vrambudget.core.hf_config import HFConfig
 from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest
+from vrambudget.core.spec.cluster import ClusterRequest
 from vrambudget.http.openapi import (
     PROBLEM_CONTENT,
     common_responses,
@@ -35,6 +37,8 @@ def _wire_types() -> list[Any]:
         Budget,
         FitRequest,
         FitResponse,
+        ClusterRequest,
+        ClusterAnswer,
         ProbeResource,
         Comparison,
         GPU,
@@ -79,6 +83,7 @@ def patch_openapi(app: Litestar) -> None:
     bodies = {
         "/v1/budgets": "BudgetRequest",
         "/v1/fits": "FitRequest",
+        "/v1/cluster-requests": "ClusterRequest",
         "/v1/comparisons": "ProbeResource",
     }
     for path, name in bodies.items():  # the handlers decode the raw body strictly themselves
@@ -86,6 +91,14 @@ def patch_openapi(app: Litestar) -> None:
             "required": True,
             "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
         }
+    cluster = document["paths"]["/v1/cluster-requests"]["post"]["responses"]["200"]
+    cluster.setdefault("content", {})["application/yaml"] = {
+        "schema": {
+            "description": "`format=yaml` or `Accept: application/yaml`: the chosen manifests "
+            "as a YAML stream (a v1 Pod; with `manifests=dra` a resource.k8s.io/v1 "
+            "ResourceClaimTemplate, then the Pod), each quantity's rule and source in comments."
+        }
+    }
     ready = document["paths"].get("/readyz", {}).get("get")
     if ready is not None:
         ready["responses"]["503"] = {
