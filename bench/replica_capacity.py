@@ -23,9 +23,10 @@ budgets and 2 whole-catalog fits, over four models with batch sizes / lengths co
 wrk runs on the same machine (``-t1``): it takes CPU from the server, so on a small shared
 machine the figures are a lower bound of what a replica holds on its own cores.
 
-    .venv/bin/python bench/replica_capacity.py                       # defaults below
+    .venv/bin/python bench/replica_capacity.py --json /tmp/capacity-1.json   # defaults below
     .venv/bin/python bench/replica_capacity.py --levels 1,4,16 --rounds 3 --duration 10 \
-        --compute-workers 2 --json /tmp/capacity.json
+        --compute-workers 2 --json /tmp/capacity-2.json
+    .venv/bin/python bench/replica_capacity.py --summarize /tmp/capacity-*.json
 
 Needs wrk (``apt-get install wrk``). Everything stops by itself: the whole run is bounded by
 ``--max-seconds`` (the server is killed at the end in any case).
@@ -407,6 +408,41 @@ def table(report: Report) -> str:
     return "\n".join(lines)
 
 
+def summarize(paths: list[Path]) -> str:
+    """Across runs (``--json`` files): each run's capacity (the load level with the most
+    requests/s), the median capacity, the requests/s per core used and the server process's
+    share of the CPU (medians over every wrk run), and the largest memory peak."""
+    reports = [json.loads(p.read_text()) for p in paths]
+    lines = ["| run | capacity req/s | at connections | p50 | p99 | cores | load average |"]
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    capacities = []
+    for path, r in zip(paths, reports, strict=True):
+        best = max(r["levels"], key=lambda lv: lv["rps"])
+        capacities.append(best["rps"])
+        lines.append(
+            f"| {path.name} | {best['rps']:.0f} | {best['connections']} | {best['p50_ms']:.2f} ms"
+            f" | {best['p99_ms']:.2f} ms | {best['cores']:.2f} | {r['loadavg_before'][0]:.2f}"
+            f" -> {r['loadavg_after'][0]:.2f} |"
+        )
+    runs = [run for r in reports for lv in r["levels"] for run in lv["runs"]]
+    per_core = statistics.median(run["rps"] / run["cores"] for run in runs)
+    share = statistics.median(run["main_cores"] / run["cores"] for run in runs)
+    mib = 2**20
+    lines += [
+        "",
+        f"capacity, median of {len(reports)} runs: {statistics.median(capacities):.0f} req/s",
+        f"req/s per core used, median of {len(runs)} wrk runs: {per_core:.0f}",
+        f"the server process's share of the CPU, median: {share:.2f}"
+        f" -> ceiling (server process at one core): {per_core / share:.0f} req/s"
+        f" on {1 / share:.2f} cores",
+        f"peak memory of the process tree, largest of the runs: "
+        f"{max(r['peak_rss_bytes'] for r in reports) / mib:.0f} MiB RSS, "
+        f"{max(r['peak_pss_bytes'] for r in reports) / mib:.0f} MiB PSS; without traces "
+        f"{max(r['peak_rss_bytes_analytic'] for r in reports) / mib:.0f} MiB RSS",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--levels", default="1,2,4,8,16,32", help="wrk connections per level")
@@ -419,7 +455,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trace-timeout", type=float, default=120.0)
     parser.add_argument("--max-seconds", type=float, default=1200.0)
     parser.add_argument("--json", type=Path, help="also write the report as JSON")
+    parser.add_argument(
+        "--summarize", type=Path, nargs="+", metavar="JSON", help="summarize earlier runs' JSON"
+    )
     args = parser.parse_args(argv)
+    if args.summarize:
+        print(summarize(args.summarize))
+        return
     report = measure(args)
     print()
     print(table(report))
