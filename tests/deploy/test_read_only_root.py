@@ -1,0 +1,152 @@
+"""The service on a read-only root filesystem with exactly the Deployment's volumes: budgets,
+fits and a trace answer; without the /tmp volume the trace tier cannot load (torch needs a
+temporary directory). A real process in a private mount namespace (``unshare -m``: needs root;
+skipped elsewhere, saying why)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.deploy.manifests import ROOT, env_values, one, source_documents
+from tests.support.processes import free_port, wait_healthy
+
+pytestmark = pytest.mark.e2e
+
+BUDGET = {
+    "workloads": [
+        {
+            "kind": "inference",
+            "model": {"source": "preset", "id": "llama-3.1-8b"},
+            "batch_size": 8,
+            "prompt_tokens": 4096,
+            "generated_tokens": 512,
+        }
+    ],
+    "device": {"source": "catalog", "id": "h100-sxm5-80gb"},
+}
+FIT = {"workloads": BUDGET["workloads"]}
+TRACE = {
+    "method": "trace",
+    "workloads": [
+        {
+            "kind": "inference",
+            "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+            "batch_size": 1,
+            "prompt_tokens": 64,
+            "generated_tokens": 4,
+        }
+    ],
+}
+
+
+def _can_unshare() -> str | None:
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return "needs root on Linux (a private mount namespace, a read-only remount)"
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        return "unshare -m is not permitted here (no CAP_SYS_ADMIN)"
+    return None
+
+
+def _mount_script(mounts: dict[str, str], command: list[str]) -> str:
+    """Shell for `unshare -m`: the root read-only, a tmpfs per volume (its sizeLimit); a mount
+    point the host lacks is made inside a read-only tmpfs over its nearest existing parent, so the
+    host's filesystem is never written."""
+    lines = ["set -e", "mount --make-rprivate /"]
+    for path in mounts:
+        if not Path(path).exists():
+            parent = Path(path).parent
+            while not parent.exists():
+                parent = parent.parent
+            lines += [
+                f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(parent))}",
+                f"mkdir -p {shlex.quote(path)}",
+                f"mount -o remount,ro {shlex.quote(str(parent))}",
+            ]
+    lines.append("mount -o remount,bind,ro /")
+    for path, size in mounts.items():
+        lines.append(f"mount -t tmpfs -o size={size} tmpfs {shlex.quote(path)}")
+    lines.append(f"test ! -w {shlex.quote(str(ROOT))} || touch {shlex.quote(str(ROOT))}/.ro-check")
+    lines.append("exec " + shlex.join(command))
+    return "\n".join(lines)
+
+
+@contextmanager
+def _service(with_tmp: bool) -> Iterator[str]:
+    reason = _can_unshare()
+    if reason:
+        pytest.skip(reason)
+    deployment = one(source_documents(), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    sizes = {v["name"]: v["emptyDir"]["sizeLimit"].replace("Mi", "m") for v in pod["volumes"]}
+    mounts = {m["mountPath"]: sizes[m["name"]] for m in container["volumeMounts"]}
+    if not with_tmp:
+        del mounts["/tmp"]
+    port = free_port()
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(ROOT),
+        "HOME": "/nonexistent",
+        **{k: v for k, v in env_values(container).items() if not v.startswith("secret:")},
+        "VRAMBUDGET_HOST": "127.0.0.1",
+        "VRAMBUDGET_PORT": str(port),
+    }
+    command = [str(Path(sys.executable).with_name("vrambudget")), "serve", "--log-level", "warning"]
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(
+            ["unshare", "-m", "sh", "-c", _mount_script(mounts, command)],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            try:
+                wait_healthy(url, "the service on a read-only root")
+            except AssertionError:
+                proc.kill()
+                proc.wait()
+                log.seek(0)
+                pytest.fail(f"the service did not start: {log.read()[-2000:]}")
+            assert httpx.get(url + "/readyz", timeout=5).status_code == 200
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    assert not (ROOT / ".ro-check").exists(), "the root filesystem was writable"
+
+
+def test_the_service_answers_with_only_its_volumes_writable() -> None:
+    with _service(with_tmp=True) as url:
+        assert httpx.post(url + "/v1/budgets", json=BUDGET, timeout=30).status_code == 200
+        assert httpx.post(url + "/v1/fits", json=FIT, timeout=30).status_code == 200
+        traced = httpx.post(url + "/v1/budgets", json=TRACE, timeout=120)
+        assert traced.status_code == 200, traced.text
+        assert httpx.get(url + "/metrics", timeout=10).status_code == 200
+
+
+def test_without_a_writable_tmp_the_trace_tier_cannot_load() -> None:
+    """The reason /tmp is a volume: torch's import looks for a usable temporary directory."""
+    with _service(with_tmp=False) as url:
+        assert httpx.post(url + "/v1/budgets", json=BUDGET, timeout=30).status_code == 200
+        traced = httpx.post(url + "/v1/budgets", json=TRACE, timeout=120)
+        assert traced.status_code == 501
+        assert "No usable temporary directory" in traced.json()["detail"]
