@@ -1,7 +1,7 @@
-"""The service on a read-only root filesystem with exactly the Deployment's volumes: budgets,
-fits and a trace answer; without the /tmp volume the trace tier cannot load (torch needs a
-temporary directory). A real process in a private mount namespace (``unshare -m``: needs root;
-skipped elsewhere, saying why)."""
+"""The service and the agent on a read-only root filesystem with exactly their manifests'
+volumes: budgets, fits and a trace answer, a probe runs; without the /tmp volume the trace tier
+cannot load (torch needs a temporary directory). Real processes in a private mount namespace
+(``unshare -m``: needs root; skipped elsewhere, saying why)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,25 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.deploy.manifests import ROOT, env_values, one, source_documents
+from tests.deploy.manifests import (
+    ROOT,
+    SECRET_EXAMPLE,
+    documents,
+    env_values,
+    one,
+    source_documents,
+)
 from tests.support.processes import free_port, wait_healthy
+from tests.support.workloads import INFER
 
 pytestmark = pytest.mark.e2e
 
@@ -83,28 +93,41 @@ def _mount_script(mounts: dict[str, str], command: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _sizes(pod: dict[str, Any]) -> dict[str, str]:
+    """volume -> tmpfs size: an emptyDir's sizeLimit, else 256m (a hostPath becomes a tmpfs)."""
+    out = {}
+    for v in pod["volumes"]:
+        limit = v.get("emptyDir", {}).get("sizeLimit", "256Mi")
+        out[v["name"]] = limit.replace("Mi", "m")
+    return out
+
+
 @contextmanager
-def _service(with_tmp: bool) -> Iterator[str]:
+def _started(kind: str, without: str | None = None) -> Iterator[str]:
+    """The Deployment's service or the DaemonSet's agent, with its container's environment and
+    its volumes (less ``without``) as the only writable paths; yields its URL."""
     reason = _can_unshare()
     if reason:
         pytest.skip(reason)
-    deployment = one(source_documents(), "Deployment")
-    pod = deployment["spec"]["template"]["spec"]
+    pod = one(source_documents(), kind)["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    sizes = {v["name"]: v["emptyDir"]["sizeLimit"].replace("Mi", "m") for v in pod["volumes"]}
+    sizes = _sizes(pod)
     mounts = {m["mountPath"]: sizes[m["name"]] for m in container["volumeMounts"]}
-    if not with_tmp:
-        del mounts["/tmp"]
+    mounts.pop(without or "", None)
     port = free_port()
+    secret = documents(SECRET_EXAMPLE)[0]["stringData"]
     env = {
-        "PATH": os.environ["PATH"],
-        "PYTHONPATH": str(ROOT),
-        "HOME": "/nonexistent",
-        **{k: v for k, v in env_values(container).items() if not v.startswith("secret:")},
-        "VRAMBUDGET_HOST": "127.0.0.1",
-        "VRAMBUDGET_PORT": str(port),
+        k: (secret[v.split("/")[1]] if v.startswith("secret:vrambudget-agent/") else v)
+        for k, v in env_values(container).items()
+        if not v.startswith("secret:vrambudget-hub/")  # optional; absent here
     }
-    command = [str(Path(sys.executable).with_name("vrambudget")), "serve", "--log-level", "warning"]
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": "/nonexistent", **env}
+    if kind == "Deployment":
+        env |= {"VRAMBUDGET_HOST": "127.0.0.1", "VRAMBUDGET_PORT": str(port)}
+        command = [str(Path(sys.executable).with_name("vrambudget")), "serve"]
+    else:
+        env |= {"VRAMBUDGET_AGENT_HOST": "127.0.0.1", "VRAMBUDGET_AGENT_PORT": str(port)}
+        command = [sys.executable, "-m", "vrambudget.agent"]
     with tempfile.TemporaryFile(mode="w+") as log:
         proc = subprocess.Popen(
             ["unshare", "-m", "sh", "-c", _mount_script(mounts, command)],
@@ -116,12 +139,12 @@ def _service(with_tmp: bool) -> Iterator[str]:
         url = f"http://127.0.0.1:{port}"
         try:
             try:
-                wait_healthy(url, "the service on a read-only root")
+                wait_healthy(url, f"the {kind}'s process on a read-only root")
             except AssertionError:
                 proc.kill()
                 proc.wait()
                 log.seek(0)
-                pytest.fail(f"the service did not start: {log.read()[-2000:]}")
+                pytest.fail(f"it did not start: {log.read()[-2000:]}")
             assert httpx.get(url + "/readyz", timeout=5).status_code == 200
             yield url
         finally:
@@ -135,7 +158,7 @@ def _service(with_tmp: bool) -> Iterator[str]:
 
 
 def test_the_service_answers_with_only_its_volumes_writable() -> None:
-    with _service(with_tmp=True) as url:
+    with _started("Deployment") as url:
         assert httpx.post(url + "/v1/budgets", json=BUDGET, timeout=30).status_code == 200
         assert httpx.post(url + "/v1/fits", json=FIT, timeout=30).status_code == 200
         traced = httpx.post(url + "/v1/budgets", json=TRACE, timeout=120)
@@ -145,8 +168,25 @@ def test_the_service_answers_with_only_its_volumes_writable() -> None:
 
 def test_without_a_writable_tmp_the_trace_tier_cannot_load() -> None:
     """The reason /tmp is a volume: torch's import looks for a usable temporary directory."""
-    with _service(with_tmp=False) as url:
+    with _started("Deployment", without="/tmp") as url:
         assert httpx.post(url + "/v1/budgets", json=BUDGET, timeout=30).status_code == 200
         traced = httpx.post(url + "/v1/budgets", json=TRACE, timeout=120)
         assert traced.status_code == 501
         assert "No usable temporary directory" in traced.json()["detail"]
+
+
+def test_the_agent_probes_with_only_its_volumes_writable() -> None:
+    """The DaemonSet's agent (its data hostPath as a tmpfs here): a CPU probe -- a spawned child
+    that imports torch and runs the workload -- succeeds and is recorded in SQLite."""
+    with _started("DaemonSet") as url:
+        token = documents(SECRET_EXAMPLE)[0]["stringData"]["tokens"]
+        auth = {"Authorization": f"Bearer {token}"}
+        r = httpx.post(url + "/v1/probes", json={"workload": INFER}, headers=auth, timeout=10)
+        assert r.status_code == 202, r.text
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            doc = httpx.get(url + r.headers["location"], headers=auth, timeout=10).json()
+            if doc["status"] not in ("queued", "running"):
+                break
+            time.sleep(0.5)
+        assert doc["status"] == "succeeded", doc
