@@ -65,8 +65,9 @@ def _can_unshare() -> str | None:
         return "needs root on Linux (a private mount namespace, a read-only remount)"
     if shutil.which("unshare") is None:
         return "unshare (util-linux) is not installed"
-    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
-        return "unshare -m is not permitted here (no CAP_SYS_ADMIN)"
+    trial = "mount --make-rprivate / && mount -t tmpfs tmpfs /mnt && mount -o remount,ro /mnt"
+    if subprocess.run(["unshare", "-m", "sh", "-c", trial], capture_output=True).returncode != 0:
+        return "mounting in a private mount namespace is not permitted here (no CAP_SYS_ADMIN)"
     return None
 
 
