@@ -13,6 +13,7 @@ from ..catalog import GPU, gpus
 from ..errors import InvalidWorkload
 from ..host import PROCESS_RSS_BYTES, PROCESS_RSS_HIGH_BYTES
 from ..layout import GPUS_PER_NODE
+from ..mig import mig_devices
 from ..result import Budget
 from ..spec import CatalogDevice, DeviceRef, LLMServingWorkload, Workload
 from ..spec.cluster import ClusterRequest
@@ -88,6 +89,7 @@ class ChosenDevice(msgspec.Struct, frozen=True, kw_only=True):
     memory_basis: str
     compute_capability: str | None
     mig_profiles: tuple[str, ...] = ()
+    gpu_id: str | None = None
 
 
 def chosen_device(ref: DeviceRef, req: ClusterRequest) -> ChosenDevice:
@@ -108,6 +110,7 @@ def chosen_device(ref: DeviceRef, req: ClusterRequest) -> ChosenDevice:
             memory_basis=basis,
             compute_capability=req.min_compute_capability or g.compute_capability,
             mig_profiles=tuple(p.name for p in g.mig_profiles),
+            gpu_id=g.id,
         )
     return ChosenDevice(
         name=ref.name,
@@ -120,8 +123,9 @@ def chosen_device(ref: DeviceRef, req: ClusterRequest) -> ChosenDevice:
 
 def mig_profile(req: ClusterRequest, dev: ChosenDevice, budget: Budget) -> tuple[str, str] | None:
     """(the MIG profile, a warning), or None for whole GPUs. The profile must be the catalog
-    GPU's, and the budget must fit the memory its name states (``10gb``: 10 x 10^9 B; the
-    catalog holds no exact MIG capacity)."""
+    GPU's, and the budget must fit the capacity a MIG fit gives one instance of it
+    (:func:`vrambudget.core.mig.capacity`: nvidia-smi's listing where one is known, else 0.85 x
+    the GB in the profile's name)."""
     if req.mig_profile is None:
         return None
     m = _MIG_NAME.match(req.mig_profile)
@@ -132,15 +136,18 @@ def mig_profile(req: ClusterRequest, dev: ChosenDevice, budget: Budget) -> tuple
         raise InvalidWorkload(
             "mig_profile", f"{profile} is not a MIG profile of {dev.name} (allowed: {allowed})"
         )
-    if budget.total_bytes > int(m["gb"]) * 10**9:
+    instance = next(d for d in mig_devices(dev.gpu_id) if d.profile.name == profile)
+    if budget.total_bytes > instance.capacity_bytes:
         raise InvalidWorkload(
             "mig_profile",
-            f"the budget's {budget.total_bytes} B per device exceed the {m['gb']} GB "
-            f"(10^9 B) of a {profile} instance; choose a larger profile or fit MIG devices",
+            f"the budget's {budget.total_bytes} B per device exceed the "
+            f"{instance.capacity_bytes} B a {profile} instance holds ({instance.basis}); "
+            "choose a larger profile or fit MIG devices",
         )
     return profile, (
-        f"the budget was computed for a whole {dev.name} and compared with the {m['gb']} GB "
-        f"the profile's name states (the catalog has no exact MIG capacity)"
+        f"the budget was computed for a whole {dev.name} and compared with the "
+        f"{instance.capacity_bytes} B of one {profile} instance ({instance.basis}, "
+        "docs/MIG.md)"
     )
 
 
