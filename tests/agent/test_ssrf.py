@@ -34,6 +34,9 @@ DNS = {
     "mixed.example.com": [PUBLIC, "192.168.1.1"],
     "mapped.example.com": ["::ffff:127.0.0.1"],
     "cgnat.example.com": ["100.100.100.200"],
+    "vrambudget.vrambudget.svc": ["10.96.12.34"],
+    "meta.vrambudget.svc": ["169.254.169.254"],
+    "cgnat.vrambudget.svc": ["100.100.100.200"],
 }
 
 
@@ -82,6 +85,22 @@ def test_only_an_entry_naming_the_exact_address_allows_a_private_one() -> None:
     for literal in ("http://169.254.169.254/", "http://[::1]/", "http://0.0.0.0/"):
         with pytest.raises(AddressRefused):
             pin(literal, ("http://*.example.com",), resolver)
+
+
+def test_a_host_named_in_full_may_reach_a_private_address_but_never_metadata() -> None:
+    # A Kubernetes Service name resolves to a private ClusterIP: an entry that writes the name
+    # out in full lets that name (and only it) reach it, pinned to the address.
+    entry = ("http://vrambudget.vrambudget.svc:8000",)
+    target, headers, _ = pin("http://vrambudget.vrambudget.svc:8000/v1/budgets", entry, resolver)
+    assert target.host == "10.96.12.34"
+    assert headers == {"host": "vrambudget.vrambudget.svc:8000"}
+    with pytest.raises(AddressRefused):  # a wildcard never reaches a private address
+        pin("http://vrambudget.vrambudget.svc:8000/", ("http://*.vrambudget.svc",), resolver)
+    for host in ("meta.vrambudget.svc", "cgnat.vrambudget.svc"):  # named, but metadata / shared
+        with pytest.raises(AddressRefused):
+            pin(f"http://{host}/", (f"http://{host}",), resolver)
+    with pytest.raises(AddressRefused):  # another name is not the one written out
+        pin("https://internal.example.com/cb", entry, resolver)
 
 
 def test_unresolvable_names_are_refused_as_unresolved() -> None:

@@ -1,13 +1,16 @@
 """Where a callback or the service round trip may connect: the host is resolved, and every
 address it resolves to must be public -- not loopback, link-local (cloud metadata,
 169.254.169.254), private, shared (100.64/10), multicast, reserved or unspecified -- unless an
-allow-list entry names that exact address (``http://127.0.0.1:8080``). The request then goes
+allow-list entry names that exact address (``http://127.0.0.1:8080``) or that exact host name
+(``http://vrambudget.vrambudget.svc:8000``: a name the administrator wrote out may resolve to a
+private or loopback address, as a Kubernetes Service's ClusterIP does -- never to a link-local,
+metadata, shared, multicast or unspecified one). The request then goes
 to the checked address (``Host`` header and TLS SNI keep the name), so a second DNS answer
 cannot point it somewhere else (DNS rebinding).
 
 The allow-list says which *names* are wanted; this says which *addresses* are reachable: a
 wildcard entry, or a name under an allowed domain, can no longer reach the host itself or the
-metadata service.
+metadata service; only a name written out in full may reach a private address.
 """
 
 from __future__ import annotations
@@ -83,6 +86,38 @@ def exact_addresses(allow_list: tuple[str, ...]) -> frozenset[_IP]:
     return frozenset(out)
 
 
+def exact_hosts(allow_list: tuple[str, ...]) -> frozenset[str]:
+    """The host names (not addresses, not wildcards) allow-list entries name in full, lower
+    case (``http://vrambudget.vrambudget.svc:8000`` -> ``vrambudget.vrambudget.svc``)."""
+    out: set[str] = set()
+    for entry in allow_list:
+        text = entry.strip()
+        if "*" in text:
+            continue
+        try:
+            host = httpx.URL(text if "://" in text else "https://" + text).host
+        except (httpx.InvalidURL, TypeError, ValueError):
+            continue
+        if host and _ip(host) is None:
+            out.add(host.lower().rstrip("."))
+    return frozenset(out)
+
+
+def _named_private(ip: _IP) -> bool:
+    """A private or loopback address an exactly named host may resolve to: not link-local
+    (cloud metadata), not shared (100.64/10) or a metadata range, not multicast, reserved or
+    unspecified."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return (
+        (ip.is_private or ip.is_loopback)
+        and not ip.is_link_local
+        and not ip.is_multicast
+        and not ip.is_unspecified
+        and not any(ip in net for net in _EXTRA_BLOCKED if net.version == ip.version)
+    )
+
+
 def pin(
     url: str, allow_list: tuple[str, ...], resolver: Resolver | None = None
 ) -> tuple[httpx.URL, dict[str, str], dict[str, str]]:
@@ -104,8 +139,9 @@ def pin(
     ips = [ip for ip in (_ip(a) for a in addresses) if ip is not None]
     if not ips:
         raise AddressRefused(f"{host} does not resolve", unresolved=True)
+    named = host.lower().rstrip(".") in exact_hosts(allow_list)
     for ip in ips:  # all of them: a name with one bad address is refused
-        if forbidden(ip) and ip not in allowed:
+        if forbidden(ip) and ip not in allowed and not (named and _named_private(ip)):
             raise AddressRefused(f"{host} resolves to {ip}, not a public address")
     target = ips[0]
     headers = {"host": parsed.netloc.decode("ascii")}
