@@ -63,7 +63,8 @@ def test_yaml_validates(
 
 
 def test_refusal_exits_2_naming_the_field(tmp_path: Path, capsys: Any) -> None:
-    body = {**REQUEST, "mig_profile": "1g.10gb"}
+    body = {**REQUEST, "mig_profile": "2g.10gb"}  # the H100 80GB's profiles have no 2g.10gb
     rc, out, err = run(tmp_path, capsys, body)
     assert rc == 2 and out == ""
-    assert err.startswith("error: mig_profile: 1g.10gb is not a MIG profile of NVIDIA H100")
+    assert err.startswith("error: mig_profile: 2g.10gb is not a MIG profile of NVIDIA H100")
+    assert "allowed: 1g.10gb" in err

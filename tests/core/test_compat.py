@@ -13,6 +13,7 @@ import pytest
 from vrambudget.core import compat
 from vrambudget.core import fit as fit_module
 from vrambudget.core.compat import needs_of, torch_cuda
+from vrambudget.core.device import resolve_device
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import fit
 from vrambudget.core.result import Compatibility, RuleOutcome
@@ -38,6 +39,16 @@ def _verdict(workload: dict[str, Any], gpu: str, software: dict[str, Any] | None
 def _check(c: Compatibility, rule: str) -> RuleOutcome:
     (found,) = [o for o in c.checks if o.rule == rule]
     return found
+
+
+def _without_gfx(workload: dict[str, Any], gpu: str) -> Compatibility:
+    """The verdict on a catalog GPU's facts with its gfx target unknown."""
+    body = {"workloads": [workload], "device": {"source": "catalog", "id": gpu}}
+    req = msgspec.json.decode(msgspec.json.encode(body), type=BudgetRequest)
+    ctx = resolve_device(req.device)
+    assert ctx is not None
+    facts = dataclasses.replace(compat.device_facts(ctx), gfx=None)
+    return compat.evaluate(needs_of(req.workloads, req.software), facts)
 
 
 TRAIN = {"kind": "training", "model": LLAMA, "sequence_length": 512}
@@ -80,8 +91,9 @@ def test_flash_attention_on_rocm_follows_the_ck_targets():
     assert _check(_verdict(TRAIN, "mi300x-192gb"), "flash_attention.rocm").verdict == "supported"
     o = _check(_verdict(TRAIN, "mi300x-192gb", {"rocm_version": "5.7"}), "flash_attention.rocm")
     assert o.verdict == "unsupported" and "ROCm 6.0 or above" in o.reason
-    # The catalog has no gfx target for the MI325X: the rule cannot decide.
-    o = _check(_verdict(TRAIN, "mi325x-256gb"), "flash_attention.rocm")
+    assert _check(_verdict(TRAIN, "mi325x-256gb"), "flash_attention.rocm").verdict == "supported"
+    # An AMD device whose gfx target is not known: the rule cannot decide.
+    o = _check(_without_gfx(TRAIN, "mi325x-256gb"), "flash_attention.rocm")
     assert o.verdict == "unknown"
 
 
@@ -283,18 +295,20 @@ def _fit(body: dict[str, Any]) -> Any:
 
 def test_fits_never_offer_an_unsupported_device_and_say_why():
     devices = [
-        {"source": "catalog", "id": g} for g in ("t4-16gb", "a100-sxm4-80gb", "mi325x-256gb")
+        {"source": "catalog", "id": "t4-16gb"},
+        {"source": "catalog", "id": "a100-sxm4-80gb"},
+        {"source": "custom", "name": "mystery", "memory_total_bytes": 80 * 10**9},
     ]
     answer = _fit({"workloads": [{**TRAIN, "attention": "flash"}], "devices": devices})
-    assert [g.gpu_id for g in answer.gpus] == ["a100-sxm4-80gb", "mi325x-256gb"]
+    assert [g.gpu_id for g in answer.gpus] == ["a100-sxm4-80gb", None]
     (t4,) = answer.excluded
     assert t4.gpu_id == "t4-16gb" and t4.compatibility.verdict == "unsupported"
     assert [o.rule for o in t4.compatibility.checks] == ["flash_attention.cuda_arch"]
-    a100, mi325x = answer.gpus
+    a100, mystery = answer.gpus
     assert a100.compatibility is not None and a100.compatibility.verdict == "supported"
-    # unknown stays offered, with its verdict shown
-    assert mi325x.compatibility is not None and mi325x.compatibility.verdict == "unknown"
-    assert any(w.startswith("unknown (flash_attention.rocm)") for w in mi325x.warnings)
+    # unknown (a custom device's compute capability) stays offered, with its verdict shown
+    assert mystery.compatibility is not None and mystery.compatibility.verdict == "unknown"
+    assert any(w.startswith("unknown (flash_attention.cuda_arch)") for w in mystery.warnings)
 
 
 def test_serving_fit_excludes_and_cheapest_ignores_excluded():
@@ -383,7 +397,8 @@ def test_engines_on_rocm_targets():
         "supported"
     )
     assert _check(_verdict(vllm, "mi300x-192gb"), "vllm.rocm_target").verdict == "supported"
-    o = _check(_verdict(vllm, "mi325x-256gb"), "vllm.rocm_target")
+    assert _check(_verdict(vllm, "mi325x-256gb"), "vllm.rocm_target").verdict == "supported"
+    o = _check(_without_gfx(vllm, "mi325x-256gb"), "vllm.rocm_target")
     assert o.verdict == "unknown" and "gfx target is not in the catalog" in o.reason
     sglang = _serving(engine="sglang", dtype="float16")
     assert _check(_verdict(sglang, "mi300x-192gb"), "sglang.rocm_target").verdict == "supported"
