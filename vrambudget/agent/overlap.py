@@ -118,14 +118,20 @@ def _merge(own: ChildResult, others: list[ChildResult]) -> ChildResult:
         return own
     result = msgspec.json.decode(own.result_json, type=ProbeResult)
     members = []
-    peaks = [result.nvml.peak_used_bytes] if result.nvml is not None else []
+    nvml = result.nvml
+    peaks = [nvml.peak_used_bytes] if nvml is not None else []
+    baselines = [nvml.baseline_used_bytes] if nvml is not None else []
     for i, o in enumerate(others):
         r = msgspec.json.decode(o.result_json, type=ProbeResult) if o.result_json else None
         if r is not None and r.nvml is not None:
             peaks.append(r.nvml.peak_used_bytes)
+            baselines.append(r.nvml.baseline_used_bytes)
         members.append(OverlapMember(index=i, status=o.status, error=o.error, result=r))
-    nvml = result.nvml
-    if nvml is not None and peaks:
-        nvml = msgspec.structs.replace(nvml, peak_used_bytes=max(peaks))
+    if nvml is not None:
+        # The jobs' children start together: the earliest of their pre-workload readings came
+        # before any job's context, and it is the smallest unless another process freed memory.
+        nvml = msgspec.structs.replace(
+            nvml, peak_used_bytes=max(peaks), baseline_used_bytes=min(baselines)
+        )
     result = msgspec.structs.replace(result, overlap=tuple(members), nvml=nvml)
     return ChildResult(own.status, msgspec.json.encode(result), own.error)
