@@ -46,8 +46,10 @@ class ProbeGroup:
         request: ProbeRequest,
         child: ChildSettings,
         sampler_factory: Callable[[int], Any] | None,
-        memory_limit: Callable[[ProbeRequest], int | None],
+        memory_limits: Callable[[list[ProbeRequest]], list[int | None]],
     ) -> None:
+        """``memory_limits``: each job's host-memory limit, given every job's request (the
+        probe's own first): jobs that run together share the host's cap."""
         ctx = mp.get_context("spawn")
         n = 1 + len(request.overlap)
         # Every child waits here after its warm-up: the load phases start together. The first
@@ -55,6 +57,7 @@ class ProbeGroup:
         gate = ctx.Barrier(n, timeout=request.time_limit_s) if n > 1 else None
         self._gate = gate
         requests = [request] + [member_request(request, i) for i in range(len(request.overlap))]
+        limits = memory_limits(requests)
         self._processes = [
             ProbeProcess(
                 msgspec.json.encode(r),
@@ -63,7 +66,7 @@ class ProbeGroup:
                 ),
                 request.time_limit_s,
                 sampler_factory,
-                memory_limit_bytes=memory_limit(r),
+                memory_limit_bytes=limits[i],
             )
             for i, r in enumerate(requests)
         ]
