@@ -35,7 +35,7 @@ from vrambudget.agent.overlap import ProbeGroup, member_request
 from vrambudget.agent.settings import AgentSettings
 from vrambudget.core.probe_report import ProbeRequest
 from vrambudget.core.resolve import resolve_model
-from vrambudget.core.spec import PresetModel
+from vrambudget.core.spec import InferenceWorkload, PresetModel
 
 AUTH = {"Authorization": "Bearer t"}
 GiB = 1 << 30
@@ -255,3 +255,26 @@ def test_the_checkpoint_lookup_imports_no_torch(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.split() == ["$.weights", "False"], out.stderr
+
+
+def test_a_hub_model_s_quality_check_is_bounded_from_the_host_s_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A Hub model is resolved in the child; the bound reads the host's copy: one stored
+    tensor of 64 elements, a 256-token vocabulary (``_checkpoint``)."""
+    models = tmp_path / "models"
+    _checkpoint(models / "not-on-this-host")
+    req = msgspec.structs.replace(
+        _quality(1024, 8192),
+        workload=msgspec.convert({**INFER, "model": HUB}, InferenceWorkload),
+    )
+    per_sequence = 8192 * 256 * 4
+    cap = 2 * 4 * 64 + 3 * per_sequence + 1
+    settings = _settings(tmp_path, cpu_memory_limit_bytes=cap, model_dirs=(models,))
+    with pytest.raises(WorkloadRefused) as err:
+        validate_workload(settings, req, cpu=False)
+    assert err.value.field == "$.quality.max_sequences"
+    assert f"would hold {512 + 1024 * per_sequence} bytes" in err.value.message
+    assert err.value.message.endswith("must be <= 3")
+    # not on the host: the child fetches the config; nothing to bound it with here
+    validate_workload(_settings(tmp_path, cpu_memory_limit_bytes=cap), req, cpu=False)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from vrambudget.core.errors import BudgetError, InvalidWorkload, UnknownModel
 from vrambudget.core.estimate import estimate
@@ -107,7 +108,8 @@ def validate_workload(settings: AgentSettings, request: ProbeRequest, *, cpu: bo
     cap = cpu_memory_cap(settings)
     if cap is None:
         return
-    _check_quality_memory(request, cap)  # on every host: the logits are in host RAM
+    model_dirs = tuple(str(d) for d in settings.model_dirs)
+    _check_quality_memory(request, cap, model_dirs)  # every host: the logits are in host RAM
     if cpu and need is not None and need > cap:
         raise WorkloadRefused(
             "$.workload",
@@ -189,12 +191,13 @@ def cpu_memory_limits(settings: AgentSettings, jobs: Sequence[ProbeRequest]) -> 
     return [cap * o // total for o in limits]
 
 
-def quality_bytes(request: ProbeRequest) -> int:
+def quality_bytes(request: ProbeRequest, model_dirs: tuple[str, ...] = ()) -> int:
     """What a quality check holds beside the measured program (which is freed first): float32
     master weights, one candidate model (at most float32 too) and the reference's float32
     logits of every compared position. On a GPU host the candidate is on the device, so this
-    overstates the host's share by one model: a bound, not an estimate."""
-    parts = _quality_parts(request)
+    overstates the host's share by one model: a bound, not an estimate. 0 where it is not
+    known at submission (see :func:`_quality_parts`)."""
+    parts = _quality_parts(request, model_dirs)
     if parts is None:
         return 0
     models, per_sequence = parts
@@ -202,24 +205,56 @@ def quality_bytes(request: ProbeRequest) -> int:
     return models + request.quality.max_sequences * per_sequence
 
 
-def _quality_parts(request: ProbeRequest) -> tuple[int, int] | None:
+def _quality_parts(
+    request: ProbeRequest, model_dirs: tuple[str, ...] = ()
+) -> tuple[int, int] | None:
     """(the two models' bytes, the reference logits' bytes per sequence), or None without a
-    check or where the child resolves the model (the cap alone bounds it then)."""
+    check. A model the child resolves (a Hub repository, a config the framework inventories) is
+    counted from the host's checkpoint of it when there is one (:func:`_local_size`); else None
+    (the child fetches the config: on a CPU host the cap alone bounds it then)."""
     q, w = request.quality, request.workload
     if q is None or isinstance(w, CustomWorkload | LLMServingWorkload):
         return None
     if needs_resolution(w.model):
+        size = _local_size(w.model, model_dirs)
+        if size is None:
+            return None
+        params, vocab = size
+    else:
+        from vrambudget.core.resolve import resolve_model
+
+        arch = resolve_model(w.model)
+        params, vocab = arch.num_params, arch.vocab_size
+    return 2 * 4 * params, q.sequence_tokens * vocab * 4
+
+
+def _local_size(model: Any, model_dirs: tuple[str, ...]) -> tuple[int, int] | None:
+    """(parameters, vocabulary) of the host's checkpoint of ``model``: the elements of every
+    stored tensor (safetensors headers) and ``config.json``'s ``vocab_size`` (a multimodal
+    model's ``text_config``'s), read locally without torch; None when there is none."""
+    from vrambudget.hub import HubError, read_local
+    from vrambudget.trace.checkpoints import Found, find_checkpoint
+
+    found = find_checkpoint(model, model_dirs)
+    if not isinstance(found, Found):
         return None
-    from vrambudget.core.resolve import resolve_model
+    try:
+        local = read_local(found.path)
+    except HubError:
+        return None
+    text = local.config.get("text_config")
+    vocab = local.config.get("vocab_size")
+    if vocab is None and isinstance(text, dict):
+        vocab = text.get("vocab_size")
+    if local.checkpoint is None or not isinstance(vocab, int) or vocab <= 0:
+        return None
+    return sum(t.numel for t in local.checkpoint.tensors), vocab
 
-    arch = resolve_model(w.model)
-    return 2 * 4 * arch.num_params, q.sequence_tokens * arch.vocab_size * 4
 
-
-def _check_quality_memory(request: ProbeRequest, cap: int) -> None:
+def _check_quality_memory(request: ProbeRequest, cap: int, model_dirs: tuple[str, ...]) -> None:
     """A quality check keeps its reference logits in host RAM on every host: refuse one whose
     :func:`quality_bytes` is over the host-memory cap, naming how many sequences would fit."""
-    parts = _quality_parts(request)
+    parts = _quality_parts(request, model_dirs)
     if parts is None or request.quality is None:
         return
     models, per_sequence = parts
