@@ -197,12 +197,11 @@ def quality_bytes(request: ProbeRequest, model_dirs: tuple[str, ...] = ()) -> in
     logits of every compared position. On a GPU host the candidate is on the device, so this
     overstates the host's share by one model: a bound, not an estimate. 0 where it is not
     known at submission (see :func:`_quality_parts`)."""
-    parts = _quality_parts(request, model_dirs)
-    if parts is None:
+    parts, q = _quality_parts(request, model_dirs), request.quality
+    if parts is None or q is None:
         return 0
     models, per_sequence = parts
-    assert request.quality is not None
-    return models + request.quality.max_sequences * per_sequence
+    return models + q.max_sequences * per_sequence
 
 
 def _quality_parts(
