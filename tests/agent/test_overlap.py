@@ -34,7 +34,7 @@ def test_overlapping_jobs_each_report_their_own_peak() -> None:
     req = msgspec.convert(
         {"workload": INFER, "iterations": 2, "overlap": [TRAIN, INFER]}, ProbeRequest
     )
-    group = ProbeGroup(req, ChildSettings(), None, lambda r: None)
+    group = ProbeGroup(req, ChildSettings(), None, lambda jobs: [None] * len(jobs))
     group.start()
     out = group.wait()
     assert out.status == "succeeded", out.error
@@ -70,7 +70,7 @@ def test_a_job_that_fails_before_its_load_does_not_hold_the_others() -> None:
     )
     assert member_request(req, 0).workload == req.overlap[0]
     t0 = time.monotonic()
-    group = ProbeGroup(req, ChildSettings(), None, lambda r: None)
+    group = ProbeGroup(req, ChildSettings(), None, lambda jobs: [None] * len(jobs))
     group.start()
     out = group.wait()
     elapsed = time.monotonic() - t0

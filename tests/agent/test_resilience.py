@@ -361,8 +361,8 @@ def test_cpu_probes_get_a_default_memory_limit(
     with TestClient(create_agent_app(settings)) as client:
         probe_id = client.post("/v1/probes", json=PROBE, headers=AUTH).json()["id"]
         _wait_status(client, probe_id, {"failed"})
-    memory_limit = fake_process.created[0]["args"][3]  # ProbeGroup: the limit of each job
-    assert memory_limit(req) == limit
+    memory_limits = fake_process.created[0]["args"][3]  # ProbeGroup: the limit of each job
+    assert memory_limits([req]) == [limit]
 
 
 def test_a_workload_over_the_cpu_cap_is_refused_at_submission(tmp_path: Path) -> None:

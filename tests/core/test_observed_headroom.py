@@ -6,7 +6,14 @@ import msgspec
 
 from tests.support.workloads import INFER, TRAIN
 from vrambudget.core.compare.observed import observed_headroom, peak_of, same_workload
-from vrambudget.core.probe_report import DeviceView, Iteration, ProbeRequest, ProbeResult, TorchView
+from vrambudget.core.probe_report import (
+    DeviceView,
+    Iteration,
+    OverlapMember,
+    ProbeRequest,
+    ProbeResult,
+    TorchView,
+)
 
 
 def _result(
@@ -14,6 +21,9 @@ def _result(
     iterations: tuple[int, ...] = (),
     reserved: int | None = None,
     nvml: tuple[int, int] | None = None,
+    *,
+    load_baseline: int | None = 0,
+    process_peak: int | None = None,
 ) -> ProbeResult:
     return ProbeResult(
         device="cuda" if reserved is not None else "cpu",
@@ -39,11 +49,12 @@ def _result(
             samples=10,
             sample_interval_s=0.005,
             max_sample_interval_s=0.01,
-            process_peak_used_bytes=None,
+            process_peak_used_bytes=process_peak,
             accounting_max_memory_bytes=None,
             cuda_context_bytes=0,
             others_changed_bytes=0,
             others_visible=True,
+            load_baseline_used_bytes=load_baseline,
         ),
         host_peak_rss_bytes=0,
         iterations=Iteration(
@@ -85,6 +96,33 @@ def test_views_are_not_mixed_and_nvml_wins() -> None:
     assert h.advised_bytes == 40 and "one observation" in h.basis
 
 
+def test_the_device_view_counts_from_the_pre_workload_baseline() -> None:
+    # Baseline 1 GiB before the workload, 20 GiB when the load began, peak 21 GiB + 40 MiB:
+    # the workload held 20 GiB + 40 MiB, not the 40 MiB the load phase added.
+    gib, mib = 1 << 30, 1 << 20
+    r = _result(1000, reserved=1200, nvml=(gib, 21 * gib + 40 * mib), load_baseline=21 * gib)
+    assert peak_of(r) == (20 * gib + 40 * mib, "NVML device used")
+
+
+def test_the_process_view_where_nvml_saw_the_one_process() -> None:
+    r = _result(1000, reserved=1200, nvml=(500, 2500), process_peak=1800)
+    assert peak_of(r) == (1800, "NVML process used")
+    # an engine probe's memory sits in its workers, an overlap's in every job: the device view
+    from vrambudget.core.probe_engine import EngineReport
+
+    engine = msgspec.structs.replace(r, engine=msgspec.convert(_ENGINE, EngineReport))
+    assert peak_of(engine) == (2000, "NVML device used")
+    overlap = msgspec.structs.replace(r, overlap=(OverlapMember(index=0, status="succeeded"),))
+    assert peak_of(overlap) == (2000, "NVML device used")
+
+
+def test_a_device_view_the_sampler_did_not_fill_is_not_used() -> None:
+    # no load-phase reading: no sampler ran (or the row predates the field, when the baseline
+    # stored was the load phase's): PyTorch's view
+    r = _result(1000, reserved=1200, nvml=(500, 2500), load_baseline=None, process_peak=1800)
+    assert peak_of(r) == (1200, "PyTorch reserved")
+
+
 def test_same_workload() -> None:
     a = msgspec.convert({"workload": INFER}, ProbeRequest)
     assert same_workload(a, msgspec.convert({"workload": INFER, "iterations": 9}, ProbeRequest))
@@ -92,3 +130,25 @@ def test_same_workload() -> None:
     assert not same_workload(
         a, msgspec.convert({"workload": INFER, "concurrency": 2}, ProbeRequest)
     )
+
+
+_LATENCY = {"p50_s": 0.1, "p95_s": 0.1, "p99_s": 0.1, "count": 1}
+_ENGINE = {
+    "engine": "vllm",
+    "command": ["vllm", "serve"],
+    "started": True,
+    "startup_s": 1.0,
+    "exit_code": None,
+    "startup": {},
+    "expected": None,
+    "requests": 1,
+    "errors": 0,
+    "preemptions": None,
+    "ttft": _LATENCY,
+    "inter_token": _LATENCY,
+    "end_to_end": _LATENCY,
+    "output_tokens_per_s": 1.0,
+    "requests_per_s": 1.0,
+    "prompt_tokens": 1,
+    "output_tokens": 1,
+}

@@ -21,7 +21,7 @@ from vrambudget.http.body import decode_body
 
 from . import nvml, observe
 from .compat_check import live_check
-from .limits import WorkloadRefused, validate_workload
+from .limits import WorkloadRefused, validate_overlap, validate_workload
 from .nvml import HostInfo, NVMLInventory
 from .overlap import member_request
 from .snapshot_routes import drop_snapshot
@@ -186,6 +186,19 @@ async def submit(request: Request[Any, Any, Any]) -> Response[ProbeResource]:
             raise _unprocessable(
                 path, f"too large to validate within {_VALIDATE_TIMEOUT_S:g} s"
             ) from None
+    try:  # jobs that run together share the host's memory cap
+        await asyncio.wait_for(
+            asyncio.to_thread(
+                validate_overlap, st.settings, [r for _, r in jobs_to_check], cpu=not st.cuda
+            ),
+            _VALIDATE_TIMEOUT_S,
+        )
+    except WorkloadRefused as exc:
+        raise _unprocessable(exc.field, exc.message) from None
+    except TimeoutError:
+        raise _unprocessable(
+            "$.overlap", f"too large to validate within {_VALIDATE_TIMEOUT_S:g} s"
+        ) from None
     if st.cuda:
         await asyncio.to_thread(_check_compatibility, probe)
     key = await asyncio.to_thread(_device_key, st, probe)

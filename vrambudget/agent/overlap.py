@@ -46,8 +46,10 @@ class ProbeGroup:
         request: ProbeRequest,
         child: ChildSettings,
         sampler_factory: Callable[[int], Any] | None,
-        memory_limit: Callable[[ProbeRequest], int | None],
+        memory_limits: Callable[[list[ProbeRequest]], list[int | None]],
     ) -> None:
+        """``memory_limits``: each job's host-memory limit, given every job's request (the
+        probe's own first): jobs that run together share the host's cap."""
         ctx = mp.get_context("spawn")
         n = 1 + len(request.overlap)
         # Every child waits here after its warm-up: the load phases start together. The first
@@ -55,6 +57,7 @@ class ProbeGroup:
         gate = ctx.Barrier(n, timeout=request.time_limit_s) if n > 1 else None
         self._gate = gate
         requests = [request] + [member_request(request, i) for i in range(len(request.overlap))]
+        limits = memory_limits(requests)
         self._processes = [
             ProbeProcess(
                 msgspec.json.encode(r),
@@ -63,7 +66,7 @@ class ProbeGroup:
                 ),
                 request.time_limit_s,
                 sampler_factory,
-                memory_limit_bytes=memory_limit(r),
+                memory_limit_bytes=limits[i],
             )
             for i, r in enumerate(requests)
         ]
@@ -118,14 +121,20 @@ def _merge(own: ChildResult, others: list[ChildResult]) -> ChildResult:
         return own
     result = msgspec.json.decode(own.result_json, type=ProbeResult)
     members = []
-    peaks = [result.nvml.peak_used_bytes] if result.nvml is not None else []
+    nvml = result.nvml
+    peaks = [nvml.peak_used_bytes] if nvml is not None else []
+    baselines = [nvml.baseline_used_bytes] if nvml is not None else []
     for i, o in enumerate(others):
         r = msgspec.json.decode(o.result_json, type=ProbeResult) if o.result_json else None
         if r is not None and r.nvml is not None:
             peaks.append(r.nvml.peak_used_bytes)
+            baselines.append(r.nvml.baseline_used_bytes)
         members.append(OverlapMember(index=i, status=o.status, error=o.error, result=r))
-    nvml = result.nvml
-    if nvml is not None and peaks:
-        nvml = msgspec.structs.replace(nvml, peak_used_bytes=max(peaks))
+    if nvml is not None:
+        # The jobs' children start together: the earliest of their pre-workload readings came
+        # before any job's context, and it is the smallest unless another process freed memory.
+        nvml = msgspec.structs.replace(
+            nvml, peak_used_bytes=max(peaks), baseline_used_bytes=min(baselines)
+        )
     result = msgspec.structs.replace(result, overlap=tuple(members), nvml=nvml)
     return ChildResult(own.status, msgspec.json.encode(result), own.error)

@@ -160,7 +160,9 @@ class ProbeProcess:
             self._sampler = None
 
     def _merge(self, status: str, result_json: bytes | None, error: str | None) -> ChildResult:
-        """Put the parent's NVML samples into the child's device view, then classify."""
+        """Put the parent's NVML samples into the child's device view, then classify. The
+        child's ``baseline_used_bytes`` (read before the workload) stays: the sampler's first
+        reading, taken when the load phase began, is ``load_baseline_used_bytes``."""
         if result_json is None:
             return ChildResult(status, None, error)
         result = msgspec.json.decode(result_json, type=ProbeResult)
@@ -170,7 +172,7 @@ class ProbeProcess:
                 result,
                 nvml=msgspec.structs.replace(
                     nv,
-                    baseline_used_bytes=s.baseline_used_bytes,
+                    load_baseline_used_bytes=s.baseline_used_bytes,
                     peak_used_bytes=s.peak_used_bytes,
                     samples=s.samples,
                     sample_interval_s=s.mean_interval_s,

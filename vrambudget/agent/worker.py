@@ -16,7 +16,7 @@ from vrambudget.core.compare.observed import observed_headroom, same_workload
 
 from . import nvml, observe
 from .child import ChildSettings
-from .limits import cpu_memory_limit
+from .limits import cpu_memory_limits
 from .overlap import ProbeGroup
 from .roundtrip import comparison_entry, device_ref, fetch_estimate, local_software
 from .snapshot_routes import settle_snapshot
@@ -96,7 +96,7 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
         request,
         ChildSettings.of(st.settings, snapshot_path=_snapshot_path(st, probe_id, request)),
         _sampler_factory(st, row.device_key),
-        lambda r: cpu_memory_limit(st.settings, r) if cpu else None,
+        lambda jobs: cpu_memory_limits(st.settings, jobs) if cpu else [None] * len(jobs),
     )
     st.running[probe_id] = process  # before the estimate: a DELETE meanwhile cancels it
     try:

@@ -236,7 +236,11 @@ class DeviceView(_Wire, frozen=True, kw_only=True):
     """What NVML saw on the device (absent on the CPU path)."""
 
     baseline_used_bytes: int
+    """Device used before the workload: read by the probe's child before its CUDA context (an
+    engine probe: before the engine started). The device peak minus this is what the workload
+    made the device hold (weights, KV cache, context, allocator cache, other libraries)."""
     peak_used_bytes: int
+    """Largest device used the agent's sampler saw during the load phase."""
     samples: int
     sample_interval_s: float
     max_sample_interval_s: float
@@ -249,6 +253,10 @@ class DeviceView(_Wire, frozen=True, kw_only=True):
     others_visible: bool
     """Whether NVML told this process's memory apart from the others' on every poll (false in
     a PID namespace: then ``others_changed_bytes`` proves nothing)."""
+    load_baseline_used_bytes: int | None = None
+    """Device used when the load phase began (the sampler's first reading, after the model was
+    built and warmed up; an engine probe: after the engine started). ``peak_used_bytes`` minus
+    this is only what the load phase added. Null when the agent's sampler did not run."""
 
 
 class Iteration(_Wire, frozen=True, kw_only=True):
@@ -319,12 +327,13 @@ class ProbeResult(_Wire, frozen=True, kw_only=True):
     quality: QualityReport | None = None
     overlap: tuple[OverlapMember, ...] = ()
     """The overlapping workloads' results; ``nvml.peak_used_bytes`` is the device's peak
-    while all of them ran."""
+    while all of them ran, ``nvml.baseline_used_bytes`` the smallest of the jobs' pre-workload
+    readings."""
     snapshot: SnapshotInfo | None = None
-    headroom: ObservedHeadroom | None = None
-    """Headroom advised from the observed spread (set by the agent when the probe ends)."""
     """The private memory snapshot (``memory_snapshot``); metadata only, the file is served by
     ``GET /v1/probes/{id}/snapshot``."""
+    headroom: ObservedHeadroom | None = None
+    """Headroom advised from the observed spread (set by the agent when the probe ends)."""
     snapshot_error: str | None = None
     """Why a requested snapshot is not kept (over the agent's size cap, not recorded, deleted
     by request)."""
@@ -351,7 +360,8 @@ class ObservedHeadroom(_Wire, frozen=True, kw_only=True):
     peak_bytes: int
     """The peak the headroom is added to (the largest observed)."""
     basis: str
-    """Which peak (allocated / reserved / NVML device used) and why this much."""
+    """Which peak (PyTorch allocated / reserved, NVML process used, NVML device used above
+    the pre-workload baseline) and why this much."""
     iterations: int
     """Measured iterations this probe's spread rests on."""
     iteration_spread_bytes: int | None

@@ -14,11 +14,27 @@ __all__ = ["observed_headroom", "peak_of", "same_workload"]
 
 
 def peak_of(res: ProbeResult) -> tuple[int, str] | None:
-    """The peak headroom is added to, and its view: the NVML device-used peak above the
-    baseline when NVML measured one (what the device really held: context, allocator cache,
-    other libraries), else PyTorch's reserved peak, else its allocated peak."""
-    if res.nvml is not None and res.nvml.peak_used_bytes > res.nvml.baseline_used_bytes:
-        return res.nvml.peak_used_bytes - res.nvml.baseline_used_bytes, "NVML device used"
+    """The peak headroom is added to, and its view: what the device really held for the
+    workload, from the agent's NVML sampler where it ran, else PyTorch's counters.
+
+    * ``NVML process used``: the largest memory NVML attributed to the probe's process, where it
+      saw that process and the process is the whole workload (not an engine probe, whose memory
+      sits in the engine's worker processes, nor an overlap, whose jobs hold memory together);
+    * ``NVML device used``: the device peak minus the baseline read *before* the workload
+      (``DeviceView.baseline_used_bytes``), so weights, KV cache, the context, the allocator's
+      cache and other libraries all count; with ``overlap``, the peak of all the jobs together;
+    * else PyTorch's reserved peak, else its allocated peak.
+
+    A device view without ``load_baseline_used_bytes`` was not filled by the sampler (or was
+    stored before the load-phase reading got its own field, when the baseline was the load
+    phase's): its NVML figures are not used."""
+    nv = res.nvml
+    if nv is not None and nv.load_baseline_used_bytes is not None:
+        own = nv.process_peak_used_bytes
+        if own is not None and own > 0 and res.engine is None and not res.overlap:
+            return own, "NVML process used"
+        if nv.peak_used_bytes > nv.baseline_used_bytes:
+            return nv.peak_used_bytes - nv.baseline_used_bytes, "NVML device used"
     t = res.torch
     if t is None:
         return None
