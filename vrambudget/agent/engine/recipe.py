@@ -85,9 +85,7 @@ def recipe_gpu(request: ProbeRequest, inventory: Any | None) -> str:
     )
 
 
-def _model(
-    w: LLMServingWorkload, model_dirs: tuple[str, ...]
-) -> tuple[str, LLMServingWorkload]:
+def _model(w: LLMServingWorkload, model_dirs: tuple[str, ...]) -> tuple[str, LLMServingWorkload]:
     """What the engine loads, and the workload to estimate: the model's checkpoint when the host
     has it (``<dir>/<owner>/<name>`` / ``<dir>/<name>`` in a model directory, or a complete
     snapshot in the Hugging Face cache: the engine loads that directory, and its own
