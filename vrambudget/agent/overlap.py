@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from .child import ChildSettings
+from .engine.group import EngineGroup
 from .runner import ChildResult, ProbeProcess
 from .spec import OverlapMember, ProbeRequest, ProbeResult
 
@@ -45,8 +46,9 @@ class ProbeGroup:
         self,
         request: ProbeRequest,
         child: ChildSettings,
-        sampler_factory: Callable[[int], Any] | None,
+        sampler_factory: Callable[[frozenset[int], tuple[int, ...]], Any] | None,
         memory_limit: Callable[[ProbeRequest], int | None],
+        on_engine: Callable[[EngineGroup], None] | None = None,
     ) -> None:
         ctx = mp.get_context("spawn")
         n = 1 + len(request.overlap)
@@ -64,6 +66,7 @@ class ProbeGroup:
                 request.time_limit_s,
                 sampler_factory,
                 memory_limit_bytes=memory_limit(r),
+                on_engine=on_engine if i == 0 else None,  # llm_serving is never an overlap
             )
             for i, r in enumerate(requests)
         ]
