@@ -105,6 +105,8 @@ def startup_lines(argv: list[str], env: dict[str, str], pid: int) -> list[str]:
             f"context_len={ctx}, available_gpu_mem=7.50 GB",
         ]
     return [
+        "0.00.000.183 I build: 4518 (aea8ddd51) with cc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0 for "
+        "x86_64-linux-gnu",
         "load_tensors: offloaded 25/25 layers to GPU",
         f"load_tensors:        CUDA0 model buffer size = {e['weights_bytes'] / MiB:8.2f} MiB",
         "load_tensors:   CPU_Mapped model buffer size =   137.94 MiB",
@@ -141,6 +143,7 @@ class State:
             return
         doc = {
             "pid": os.getpid(),
+            "parent_pid": os.getppid(),
             "child_pid": self.child_pid,
             "argv": self.argv,
             "env": sorted(os.environ),

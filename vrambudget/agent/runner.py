@@ -71,14 +71,13 @@ class ProbeProcess:
         self._engine: EngineGroup | None = None
         self._sampler: Any = None
         self._samples: Any = None
-        ctx = mp.get_context("spawn")
+        self._ctx = ctx = mp.get_context("spawn")
         self._recv, send = ctx.Pipe(duplex=False)
-        self._process = ctx.Process(
-            target=child_main,
-            args=(request_json, child, send, memory_limit_bytes),
-            daemon=True,
-            name="vrambudget-probe",
-        )
+        # The child's lifeline: this process holds the write end and never writes; when this
+        # process dies in any way the child reads EOF and ends (``probe._watch_parent``).
+        self._alive_r, self._alive_w = ctx.Pipe(duplex=False)
+        self._args = (request_json, child, send, memory_limit_bytes, self._alive_r)
+        self._process = self._child(pdeathsig=False)
         self._send = send
         self._time_limit_s = time_limit_s
         self._cancel = threading.Event()
@@ -87,6 +86,14 @@ class ProbeProcess:
     @property
     def pid(self) -> int | None:
         return self._process.pid
+
+    def _child(self, *, pdeathsig: bool) -> Any:
+        return self._ctx.Process(
+            target=child_main,
+            args=(*self._args, pdeathsig),
+            daemon=True,
+            name="vrambudget-probe",
+        )
 
     def start(self) -> None:
         # ``spawn`` execs the interpreter with this process's environment: take the agent's
@@ -97,10 +104,16 @@ class ProbeProcess:
             for k in removed:
                 del os.environ[k]
             try:
+                # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends: set
+                # only when that is the main thread, which lives as long as this process (the
+                # lifeline pipe covers every other case).
+                main = threading.current_thread() is threading.main_thread()
+                self._process = self._child(pdeathsig=main)
                 self._process.start()
             finally:
                 os.environ.update(removed)
         self._send.close()  # the child holds the only write end: EOF when it dies
+        self._alive_r.close()
 
     def kill(self) -> None:
         """Stop the child now (it may not have started or may be gone already), and what is
@@ -169,6 +182,7 @@ class ProbeProcess:
             if self._process.is_alive():  # e.g. an error here: the child does not outlive us
                 self._stop()
             self._reap_engine()
+            self._alive_w.close()
 
     def _phase(self, name: str, value: Any) -> None:
         if name == "engine_started" and isinstance(value, EngineGroup):
