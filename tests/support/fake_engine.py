@@ -14,8 +14,10 @@ The figures it logs (``expected_startup``): KV tokens = 8 x the context (``--max
 Environment: ``FAKE_ENGINE_START_S`` (delay before ready, default 0.3),
 ``FAKE_ENGINE_TOKEN_S`` (per generated token, default 0.002), ``FAKE_ENGINE_FAIL=kv`` (print
 vLLM's no-KV-cache error and exit 1), ``FAKE_ENGINE_HANG=1`` (never ready),
-``FAKE_ENGINE_RECORD=path`` (a JSON record: its pid and its own child's pid, argv, the environment's
-names, requests served, the largest number in flight, prompt lengths seen, preemptions).
+``FAKE_ENGINE_IGNORE_TERM=1`` (it and its child ignore SIGTERM, as a draining server does),
+``FAKE_ENGINE_RECORD=path`` (a JSON record: its pid, its parent's and its own child's pid,
+``CUDA_VISIBLE_DEVICES``, argv, the environment's names, requests served, the largest number in
+flight, prompt lengths seen, preemptions).
 A request arriving while the tokens in flight exceed the KV tokens counts as a preemption.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -145,6 +148,7 @@ class State:
             "pid": os.getpid(),
             "parent_pid": os.getppid(),
             "child_pid": self.child_pid,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "argv": self.argv,
             "env": sorted(os.environ),
             "requests": self.requests,
@@ -264,6 +268,8 @@ def main(argv: list[str]) -> int:
     port = int(_arg(argv, "--port", default="0") or 0)
     model = str(argv[1] if style == "vllm" else _arg(argv, "--model-path", "-m", default="model"))
     pid = os.getpid()
+    if env.get("FAKE_ENGINE_IGNORE_TERM"):  # a draining server: SIGTERM does not stop it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (its child inherits that)
     state = State(argv, env.get("FAKE_ENGINE_RECORD"), e["kv_cache_tokens"])
     # An engine has processes of its own (vLLM's EngineCore): they must go with it.
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
