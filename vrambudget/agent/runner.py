@@ -7,6 +7,7 @@ lock of the agent process leaks into it, and the agent itself never initializes 
 from __future__ import annotations
 
 import multiprocessing as mp
+from multiprocessing.context import SpawnProcess
 import os
 import threading
 import time
@@ -87,7 +88,7 @@ class ProbeProcess:
     def pid(self) -> int | None:
         return self._process.pid
 
-    def _child(self, *, pdeathsig: bool) -> Any:
+    def _child(self, *, pdeathsig: bool) -> SpawnProcess:
         return self._ctx.Process(
             target=child_main,
             args=(*self._args, pdeathsig),
