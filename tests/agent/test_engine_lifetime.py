@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ from vrambudget.agent.limits import WorkloadRefused, validate_workload
 from vrambudget.agent.runner import ProbeProcess
 from vrambudget.agent.settings import AgentSettings
 from vrambudget.agent.store import Store
+from vrambudget.core.probe_engine import EngineLoad
 
 
 def _wait_record(record: Path, requests: int, seconds: float = 40) -> dict[str, Any]:
@@ -149,6 +151,33 @@ def test_a_sigterm_during_the_stop_does_not_cut_it_short(record: Path) -> None:
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_child_started_from_a_thread_that_ends_lives_on(
+    record: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``PR_SET_PDEATHSIG`` fires when the thread that forked the child ends, not the process:
+    a child started from a short-lived thread used to be SIGKILLed when that thread ended. It
+    now relies on the agent's lifeline pipe there, and the probe runs to its end."""
+    monkeypatch.setenv("FAKE_ENGINE_TOKEN_S", "0.01")
+    load = {"concurrency": 2, "requests": 20, "output_tokens": 16}
+    p = ProbeProcess(msgspec.json.encode(request("vllm", load)), ChildSettings(engines=ENGINES), 60)
+
+    def start_then_end() -> None:
+        p.start()
+        time.sleep(2.5)  # past the child's start-up: its prctl would have been set by now
+
+    t = threading.Thread(target=start_then_end)
+    t.start()
+    t.join()
+    try:
+        out = p.wait()
+        assert (out.status, out.error) == ("succeeded", None)
+        rec = json.loads(record.read_text())
+        warmup = EngineLoad().warmup_requests
+        assert rec["requests"] == 20 + warmup and not alive(rec["child_pid"])
+    finally:
+        p.kill()
 
 
 # ------------------------------------------------------------------ the group's identity --
