@@ -7,12 +7,12 @@ lock of the agent process leaks into it, and the agent itself never initializes 
 from __future__ import annotations
 
 import multiprocessing as mp
-from multiprocessing.context import SpawnProcess
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.context import SpawnProcess
 from typing import Any
 
 import msgspec
