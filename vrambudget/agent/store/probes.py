@@ -214,13 +214,6 @@ class Store(_Outbox):
         with self._write() as conn:
             conn.execute("UPDATE probes SET engine_group = ? WHERE id = ?", (group_json, probe_id))
 
-    def engine_group(self, probe_id: str) -> str | None:
-        with self._read() as conn:
-            row = conn.execute(
-                "SELECT engine_group FROM probes WHERE id = ?", (probe_id,)
-            ).fetchone()
-        return None if row is None else row[0]
-
     def set_estimate(self, probe_id: str, estimate_json: str | None, error: str | None) -> None:
         """The service's estimate fetched before the run (or why it could not be)."""
         with self._write() as conn:
