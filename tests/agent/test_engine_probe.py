@@ -22,6 +22,7 @@ from tests.support import ROOT
 from tests.support.fake_engine import expected_startup, startup_lines
 from vrambudget.agent.child import ChildSettings
 from vrambudget.agent.engine.command import CommandError, engine_command
+from vrambudget.agent.engine.group import EngineGroup
 from vrambudget.agent.engine.launchers import parse_engines
 from vrambudget.agent.engine.logs import parse_startup
 from vrambudget.agent.engine.recipe import EngineRefused, plan
@@ -29,6 +30,7 @@ from vrambudget.agent.engine.run import measure_engine
 from vrambudget.agent.limits import WorkloadRefused, validate_workload
 from vrambudget.agent.settings import AgentSettings, AgentSettingsError
 from vrambudget.core.probe_report import ProbeRequest
+from vrambudget.core.serving.releases import engine_release
 
 FAKE = str(ROOT / "tests" / "support" / "fake_engine.py")
 LAUNCHER = (sys.executable, FAKE)
@@ -319,8 +321,20 @@ def test_an_engine_probe_starts_loads_reports_and_stops(
     assert e.output_tokens_per_s == pytest.approx(16 * e.requests_per_s)
     assert e.preemptions == (None if engine == "llama_cpp" else 0)
     assert result.iterations.count == 12 and result.iterations.errors == 0
-    assert notes == [("load_start", rec["pid"]), ("load_end", None)]
-    assert not alive(rec["pid"]) and not alive(rec["child_pid"])
+    started, *rest = notes
+    assert started[0] == "engine_started" and isinstance(started[1], EngineGroup)
+    group = started[1]
+    # the engine runs under its supervisor, the leader of the group the agent is told of
+    assert rec["parent_pid"] == group.pgid and group.devices == ()
+    assert rest == [("load_start", group.pgid), ("load_end", None)]
+    assert not alive(rec["pid"]) and not alive(rec["child_pid"]) and not alive(group.pgid)
+    # the installed version, from the log (the fake prints vLLM 0.11.0 and llama.cpp b4518;
+    # SGLang prints none), against the release the recipe follows (the newest modelled)
+    version = {"vllm": "0.11.0", "sglang": None, "llama_cpp": "b4518"}[engine]
+    assert e.version == version and e.modelled_version == engine_release(engine, None).modelled
+    assert (e.version_warning is not None) == (version is not None)
+    if version is not None:
+        assert e.version_warning is not None and f"engine_version {version!r}" in e.version_warning
 
 
 def test_preemptions_are_the_counter_s_increase(
@@ -345,7 +359,7 @@ def test_an_engine_that_fails_to_start_is_failed_with_its_log(
     assert (e.started, e.exit_code, e.requests, e.startup_s) == (False, 1, 0, None)
     assert any("No available memory for the cache blocks" in line for line in e.log_tail)
     assert e.ttft.count == 0 and e.ttft.p50_s is None
-    assert notes == []  # no load phase
+    assert [n[0] for n in notes] == ["engine_started"]  # no load phase
     assert not alive(json.loads(record.read_text())["pid"])
 
 

@@ -18,11 +18,12 @@ TINY = TINIEST
 class _FakeSampler:
     calls: ClassVar[list[str]] = []
 
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
+    def __init__(self, pids: frozenset[int], devices: tuple[int, ...]) -> None:
+        self.pids, self.devices = pids, devices
 
     def start(self) -> None:
-        _FakeSampler.calls.append(f"start {self.pid > 0}")
+        (pid,) = self.pids  # the child's own, on the probe's device
+        _FakeSampler.calls.append(f"start {pid > 0} {self.devices}")
 
     def stop(self) -> object:
         _FakeSampler.calls.append("stop")
@@ -47,7 +48,7 @@ def test_sampler_brackets_the_load_phase() -> None:
     p.start()
     out = p.wait()
     assert out.status == "succeeded", out.error
-    assert _FakeSampler.calls == ["start True", "stop"]
+    assert _FakeSampler.calls == ["start True ()", "stop"]
 
 
 def test_merge_fills_the_device_view_and_flags_others() -> None:

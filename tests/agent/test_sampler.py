@@ -19,7 +19,7 @@ from tests.support.fake_nvml import (
     Step,
 )
 from vrambudget.agent import nvml
-from vrambudget.agent.sampler import NVMLSampler, SamplerResult
+from vrambudget.agent.sampler import DevicesSampler, NVMLSampler, SamplerResult
 
 MiB = 2**20
 
@@ -213,3 +213,67 @@ def test_sampler_as_context_manager_sees_a_spike() -> None:
     assert s.result is not None
     assert s.result.peak_used_bytes == 7 * GiB and s.result.final_used_bytes == GiB
     assert s.result.baseline_used_bytes == GiB
+
+
+# ------------------------------------------------------- an engine's group, several GPUs --
+
+
+def test_sampler_counts_every_process_of_an_engine_s_group() -> None:
+    """vLLM V1 / SGLang: the memory belongs to the engine's workers, not its leader; every pid
+    of the group is the workload's, summed per poll, and none of them counts as "others"."""
+    leader, core, worker = 100, 101, 102
+
+    def group(core_b: int, worker_b: int) -> list[FakeProcess]:
+        return [
+            FakeProcess(pid=core, used_bytes=core_b),
+            FakeProcess(pid=worker, used_bytes=worker_b),
+            FakeProcess(pid=9, used_bytes=GiB),
+        ]
+
+    fake, h = _scripted(
+        [
+            Step(5 * GiB, group(2 * GiB, 2 * GiB)),
+            Step(9 * GiB, group(3 * GiB, 5 * GiB)),
+            Step(5 * GiB, group(2 * GiB, 2 * GiB)),
+        ]
+    )
+    s = NVMLSampler(h, pids={leader, core, worker}, binding=fake, clock=FakeClock(0.005))
+    r = _run_manually(s, 1)
+    assert r.process_peak_bytes == 3 * GiB + 5 * GiB  # both workers, at the same poll
+    assert (r.others_changed_bytes, r.others_visible) == (0, True)
+    # the leader alone (what the agent passed before) sees none of it
+    fake, h = _scripted([Step(5 * GiB, group(2 * GiB, 2 * GiB)), Step(9 * GiB, group(3, 5))])
+    r = _run_manually(NVMLSampler(h, pid=leader, binding=fake, clock=FakeClock(0.005)), 1)
+    assert r.process_peak_bytes is None and r.others_visible is False
+
+
+def test_devices_sampler_reads_the_most_loaded_gpu() -> None:
+    a = FakeGPU(uuid="GPU-a", used_bytes=GiB, timeline=[Step(GiB), Step(7 * GiB), Step(6 * GiB)])
+    b = FakeGPU(
+        uuid="GPU-b",
+        used_bytes=2 * GiB,
+        timeline=[
+            Step(2 * GiB, [FakeProcess(pid=OWN_PID, used_bytes=GiB)]),
+            Step(8 * GiB, [FakeProcess(pid=OWN_PID, used_bytes=GiB), FakeProcess(9, 80 * MiB)]),
+            Step(3 * GiB),
+        ],
+    )
+    fake = FakeNVML([a, b])
+    samplers = [
+        NVMLSampler(
+            nvml.resolve_device(i, fake)[0], pid=OWN_PID, binding=fake, clock=FakeClock(0.005)
+        )
+        for i in (0, 1)
+    ]
+    multi = DevicesSampler(samplers)
+    for s in samplers:
+        s.start(background=False)
+        s.sample()
+    r = multi.stop()
+    # GPU b peaked highest (8 GiB): its baseline and peak; the worst of the others' changes
+    assert (r.baseline_used_bytes, r.peak_used_bytes) == (2 * GiB, 8 * GiB)
+    assert r.others_changed_bytes == 80 * MiB and r.others_changed
+    assert r.others_visible is False  # GPU a never listed the workload's pid
+    assert r.samples == 3
+    with pytest.raises(ValueError, match="no devices"):
+        DevicesSampler([])

@@ -57,7 +57,7 @@ def test_wal_mode_full_sync_and_schema_version(store: Store, db: Path) -> None:
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     other = _raw(db)  # WAL is a property of the file: a fresh connection sees it too
     assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert other.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     tables = {r[0] for r in other.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"probes", "outbox"} <= tables
     other.close()

@@ -14,8 +14,10 @@ The figures it logs (``expected_startup``): KV tokens = 8 x the context (``--max
 Environment: ``FAKE_ENGINE_START_S`` (delay before ready, default 0.3),
 ``FAKE_ENGINE_TOKEN_S`` (per generated token, default 0.002), ``FAKE_ENGINE_FAIL=kv`` (print
 vLLM's no-KV-cache error and exit 1), ``FAKE_ENGINE_HANG=1`` (never ready),
-``FAKE_ENGINE_RECORD=path`` (a JSON record: its pid and its own child's pid, argv, the environment's
-names, requests served, the largest number in flight, prompt lengths seen, preemptions).
+``FAKE_ENGINE_IGNORE_TERM=1`` (it and its child ignore SIGTERM, as a draining server does),
+``FAKE_ENGINE_RECORD=path`` (a JSON record: its pid, its parent's and its own child's pid,
+``CUDA_VISIBLE_DEVICES``, argv, the environment's names, requests served, the largest number in
+flight, prompt lengths seen, preemptions).
 A request arriving while the tokens in flight exceed the KV tokens counts as a preemption.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -105,6 +108,8 @@ def startup_lines(argv: list[str], env: dict[str, str], pid: int) -> list[str]:
             f"context_len={ctx}, available_gpu_mem=7.50 GB",
         ]
     return [
+        "0.00.000.183 I build: 4518 (aea8ddd51) with cc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0 for "
+        "x86_64-linux-gnu",
         "load_tensors: offloaded 25/25 layers to GPU",
         f"load_tensors:        CUDA0 model buffer size = {e['weights_bytes'] / MiB:8.2f} MiB",
         "load_tensors:   CPU_Mapped model buffer size =   137.94 MiB",
@@ -141,7 +146,9 @@ class State:
             return
         doc = {
             "pid": os.getpid(),
+            "parent_pid": os.getppid(),
             "child_pid": self.child_pid,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "argv": self.argv,
             "env": sorted(os.environ),
             "requests": self.requests,
@@ -261,6 +268,8 @@ def main(argv: list[str]) -> int:
     port = int(_arg(argv, "--port", default="0") or 0)
     model = str(argv[1] if style == "vllm" else _arg(argv, "--model-path", "-m", default="model"))
     pid = os.getpid()
+    if env.get("FAKE_ENGINE_IGNORE_TERM"):  # a draining server: SIGTERM does not stop it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (its child inherits that)
     state = State(argv, env.get("FAKE_ENGINE_RECORD"), e["kv_cache_tokens"])
     # An engine has processes of its own (vLLM's EngineCore): they must go with it.
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])

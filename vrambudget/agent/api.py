@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,7 @@ from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import exception_handlers as problem_handlers
 
 from . import nvml, observe
+from .engine.group import reap_stored
 from .handlers import (
     QueueFull,
     StorageUnavailable,
@@ -45,7 +47,11 @@ from .storage import storage_checker
 from .store import Store
 from .webhooks import Deliverer, Resolver
 
-__all__ = ["create_agent_app"]
+__all__ = ["SHUTDOWN_GRACE_S", "create_agent_app"]
+
+SHUTDOWN_GRACE_S = 15.0
+"""How long a graceful stop waits for the running probes' children to stop their engines."""
+log = logging.getLogger("vrambudget.agent.api")
 
 _HANDLERS = problem_handlers()
 
@@ -103,7 +109,13 @@ def create_agent_app(
                 row.error,
             )
 
-        recovered = store.recover(time.time(), callback_for=interrupted)
+        def reap_engine(group_json: str) -> None:
+            """An engine an earlier agent process left running: stop what is left of it."""
+            killed = reap_stored(group_json)
+            if killed:
+                log.warning("stopped %d leftover engine process(es): %s", len(killed), killed)
+
+        recovered = store.recover(time.time(), callback_for=interrupted, reap_engine=reap_engine)
 
         def compared(ob: Any, body: str | None, error: str | None) -> None:
             """The service answered the comparison (or it was given up): store it and send
@@ -164,13 +176,21 @@ def create_agent_app(
         app.state.agent.workers.append(asyncio.create_task(expire_periodically(settings)))
 
     async def shutdown(app: Litestar) -> None:
+        """Cancel the running probes and wait (at most ``SHUTDOWN_GRACE_S``) until each child
+        has stopped its engine and ended, killing what is left after that; then stop. The
+        probes stay ``running`` in the store and become ``interrupted`` at the next start."""
         st: AgentState | None = getattr(app.state, "agent", None)
         if st is None:
             return
-        for p in list(st.running.values()):
+        running = list(st.running.values())
+        for p in running:
             p.cancel()
         for task in st.workers:
             task.cancel()
+        if st.workers:
+            await asyncio.wait(st.workers, timeout=SHUTDOWN_GRACE_S)
+        for p in running:  # past the grace: SIGKILL the children, reap their engines
+            await asyncio.to_thread(p.kill)
         st.deliverer.stop()
         st.store.close()
 

@@ -145,7 +145,7 @@ def _validate_engine(settings: AgentSettings, request: ProbeRequest, *, cpu: boo
     from .engine.recipe import EngineRefused, plan
 
     inventory = None
-    if not cpu and request.recipe_gpu is None:
+    if not cpu:  # the recipe's GPU, and enough GPUs for the engine's parallelism
         from . import nvml
 
         inventory = nvml.inventory()

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from .child import ChildSettings
+from .engine.group import EngineGroup
 from .runner import ChildResult, ProbeProcess
 from .spec import OverlapMember, ProbeRequest, ProbeResult
 
@@ -45,8 +46,9 @@ class ProbeGroup:
         self,
         request: ProbeRequest,
         child: ChildSettings,
-        sampler_factory: Callable[[int], Any] | None,
+        sampler_factory: Callable[[frozenset[int], tuple[int, ...]], Any] | None,
         memory_limits: Callable[[list[ProbeRequest]], list[int | None]],
+        on_engine: Callable[[EngineGroup], None] | None = None,
     ) -> None:
         """``memory_limits``: each job's host-memory limit, given every job's request (the
         probe's own first): jobs that run together share the host's cap."""
@@ -67,6 +69,7 @@ class ProbeGroup:
                 request.time_limit_s,
                 sampler_factory,
                 memory_limit_bytes=limits[i],
+                on_engine=on_engine if i == 0 else None,  # llm_serving is never an overlap
             )
             for i, r in enumerate(requests)
         ]

@@ -95,9 +95,28 @@ def _limit_memory(limit_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
+def _watch_parent(alive: Connection) -> None:
+    """SIGKILL this child when the agent process dies in any way: the agent holds the write end
+    of ``alive`` and never writes, so a read ends (EOF) only when it is gone. Unlike
+    ``PR_SET_PDEATHSIG`` it does not depend on which of the agent's threads started the child.
+    An engine the child started is stopped by its supervisor (``engine.supervise``)."""
+    import os
+    import signal
+    import threading
+
+    def watch() -> None:
+        try:
+            alive.recv()
+        except (EOFError, OSError):
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="vrambudget-parent-watch", daemon=True).start()
+
+
 def _die_with_parent() -> None:
-    """Linux: SIGKILL this child when the agent dies (PR_SET_PDEATHSIG), so a killed agent
-    leaves no probe running on the GPU."""
+    """Linux: SIGKILL this child when the thread that started it ends (PR_SET_PDEATHSIG); only
+    set when that is the agent's main thread, i.e. when the agent dies."""
     try:
         import ctypes
         import signal
@@ -113,9 +132,16 @@ def child_main(
     child: ChildSettings,
     conn: Connection,
     memory_limit_bytes: int | None = None,
+    alive: Connection | None = None,
+    pdeathsig: bool = True,
 ) -> None:
-    """Entry point of the spawned child: measure, send (status, result JSON, error) back."""
-    _die_with_parent()
+    """Entry point of the spawned child: measure, send (status, result JSON, error) back.
+    ``alive``: the agent's lifeline (``_watch_parent``); ``pdeathsig``: the agent started this
+    child from its main thread, so ``PR_SET_PDEATHSIG`` means "the agent died"."""
+    if pdeathsig:
+        _die_with_parent()
+    if alive is not None:
+        _watch_parent(alive)
     try:
         if memory_limit_bytes is not None:
             _limit_memory(memory_limit_bytes)

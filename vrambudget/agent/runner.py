@@ -12,11 +12,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.context import SpawnProcess
 from typing import Any
 
 import msgspec
 
 from .child import ChildSettings
+from .engine.group import EngineGroup, members, reap
 from .probe import child_main, classify
 from .spec import ProbeResult
 
@@ -52,32 +54,47 @@ class ProbeProcess:
         request_json: bytes,
         child: ChildSettings,
         time_limit_s: float,
-        sampler_factory: Callable[[int], Any] | None = None,
+        sampler_factory: Callable[[frozenset[int], tuple[int, ...]], Any] | None = None,
         *,
         memory_limit_bytes: int | None = None,
+        on_engine: Callable[[EngineGroup], None] | None = None,
     ) -> None:
-        """``sampler_factory(pid)`` returns an NVML sampler (``start()``/``stop()``) for the
-        child's load phase; it runs here, in the agent, which does no work of its own, so its
-        polls are not starved by the workload's threads. ``memory_limit_bytes``: the child's
-        ``RLIMIT_DATA``, set before it imports torch (CPU probes; see ``limits``)."""
+        """``sampler_factory(pids, devices)`` returns an NVML sampler (``start()``/``stop()``)
+        for the child's load phase, of the workload's processes on ``devices`` (NVML indices;
+        empty: the probe's device); it runs here, in the agent, which does no work of its own,
+        so its polls are not starved by the workload's threads. ``memory_limit_bytes``: the
+        child's ``RLIMIT_DATA``, set before it imports torch (CPU probes; see ``limits``).
+        ``on_engine(group)``: an engine probe's child started its engine (the agent stores the
+        group, to stop it after a crash); this process stops what is left of the group whenever
+        the child ends (``engine.group.reap``)."""
         self._sampler_factory = sampler_factory
+        self._on_engine = on_engine
+        self._engine: EngineGroup | None = None
         self._sampler: Any = None
         self._samples: Any = None
-        ctx = mp.get_context("spawn")
+        self._ctx = ctx = mp.get_context("spawn")
         self._recv, send = ctx.Pipe(duplex=False)
-        self._process = ctx.Process(
-            target=child_main,
-            args=(request_json, child, send, memory_limit_bytes),
-            daemon=True,
-            name="vrambudget-probe",
-        )
+        # The child's lifeline: this process holds the write end and never writes; when this
+        # process dies in any way the child reads EOF and ends (``probe._watch_parent``).
+        self._alive_r, self._alive_w = ctx.Pipe(duplex=False)
+        self._args = (request_json, child, send, memory_limit_bytes, self._alive_r)
+        self._process = self._built = self._child(pdeathsig=False)
         self._send = send
         self._time_limit_s = time_limit_s
         self._cancel = threading.Event()
+        self._stop_lock = threading.Lock()
 
     @property
     def pid(self) -> int | None:
         return self._process.pid
+
+    def _child(self, *, pdeathsig: bool) -> SpawnProcess:
+        return self._ctx.Process(
+            target=child_main,
+            args=(*self._args, pdeathsig),
+            daemon=True,
+            name="vrambudget-probe",
+        )
 
     def start(self) -> None:
         # ``spawn`` execs the interpreter with this process's environment: take the agent's
@@ -88,25 +105,43 @@ class ProbeProcess:
             for k in removed:
                 del os.environ[k]
             try:
+                # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends: set
+                # only when that is the main thread, which lives as long as this process (the
+                # lifeline pipe covers every other case).
+                main = threading.current_thread() is threading.main_thread()
+                if self._process is self._built:  # (not a test's stand-in)
+                    self._process = self._built = self._child(pdeathsig=main)
                 self._process.start()
             finally:
                 os.environ.update(removed)
         self._send.close()  # the child holds the only write end: EOF when it dies
+        self._alive_r.close()
 
     def kill(self) -> None:
-        """Stop the child now (it may not have started or may be gone already)."""
+        """Stop the child now (it may not have started or may be gone already), and what is
+        left of its engine."""
         if self._process.pid is not None and self._process.is_alive():
             self._stop()
+        self._reap_engine()
+
+    def _reap_engine(self) -> None:
+        """SIGKILL whatever of the child's engine group is still there (nothing once the child
+        stopped it): the child may have been killed, or have died, before it could."""
+        if self._engine is not None:
+            reap(self._engine)
 
     def cancel(self) -> None:
         self._cancel.set()
 
     def _stop(self) -> None:
-        self._process.terminate()
-        self._process.join(_KILL_GRACE_S)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
+        # Under a lock: ``wait()``'s thread and ``kill()`` (a worker torn down, the agent
+        # stopping) may both stop the child; one waitpid each would race for its status.
+        with self._stop_lock:
+            self._process.terminate()
+            self._process.join(_KILL_GRACE_S)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
 
     def wait(self) -> ChildResult:
         deadline = time.monotonic() + self._time_limit_s
@@ -127,7 +162,7 @@ class ProbeProcess:
                 if ready:
                     try:
                         message = self._recv.recv()
-                        if len(message) == 2:  # ("load_start", pid) / ("load_end", None)
+                        if len(message) == 2:  # ("load_start", pid), ("engine_started", g), ...
                             self._phase(*message)
                             continue
                         status, result_json, error = message
@@ -146,10 +181,22 @@ class ProbeProcess:
         finally:
             self._end_sampling()
             self._recv.close()
+            if self._process.is_alive():  # e.g. an error here: the child does not outlive us
+                self._stop()
+            self._reap_engine()
+            self._alive_w.close()
 
-    def _phase(self, name: str, pid: int | None) -> None:
-        if name == "load_start" and self._sampler_factory is not None and pid is not None:
-            self._sampler = self._sampler_factory(pid)
+    def _phase(self, name: str, value: Any) -> None:
+        if name == "engine_started" and isinstance(value, EngineGroup):
+            self._engine = value
+            if self._on_engine is not None:
+                self._on_engine(value)
+        elif name == "load_start" and self._sampler_factory is not None and value is not None:
+            if self._engine is not None:  # every process of the engine's group, on its GPUs
+                pids = frozenset(members(self._engine)) | {int(value)}
+                self._sampler = self._sampler_factory(pids, self._engine.devices)
+            else:
+                self._sampler = self._sampler_factory(frozenset({int(value)}), ())
             self._sampler.start()
         elif name == "load_end":
             self._end_sampling()

@@ -38,7 +38,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -47,7 +47,13 @@ import msgspec
 from . import nvml
 from .probe import UNRELIABLE_OTHERS_BYTES
 
-__all__ = ["DEFAULT_INTERVAL_S", "DEFAULT_OTHERS_THRESHOLD_BYTES", "NVMLSampler", "SamplerResult"]
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "DEFAULT_OTHERS_THRESHOLD_BYTES",
+    "DevicesSampler",
+    "NVMLSampler",
+    "SamplerResult",
+]
 
 DEFAULT_INTERVAL_S = 0.005
 DEFAULT_OTHERS_THRESHOLD_BYTES = UNRELIABLE_OTHERS_BYTES
@@ -97,6 +103,7 @@ class NVMLSampler:
         handle: Any,
         *,
         pid: int | None = None,
+        pids: Collection[int] = (),
         interval_s: float = DEFAULT_INTERVAL_S,
         others_threshold_bytes: int = DEFAULT_OTHERS_THRESHOLD_BYTES,
         processes_every: int = 1,
@@ -110,6 +117,8 @@ class NVMLSampler:
             raise ValueError("processes_every must be >= 1")
         self.handle = handle
         self.pid = pid
+        self.own = frozenset(pids) | ({pid} if pid is not None else frozenset())
+        """The workload's processes: ``pid`` and ``pids`` (an engine's whole group)."""
         self.interval_s = interval_s
         self.others_threshold_bytes = others_threshold_bytes
         self.processes_every = processes_every
@@ -134,7 +143,7 @@ class NVMLSampler:
         self._others_baseline: int | None = None
         self._others_change = 0
         self._others_visible = True
-        self._pid_seen = pid is None
+        self._pid_seen = not self.own
 
     # -------------------------------------------------------------------------- control --
 
@@ -256,20 +265,21 @@ class NVMLSampler:
             if kind == "compute" or not isinstance(exc, self._not_supported):
                 self._others_visible = False  # this poll says nothing about the others
                 return
-        own: int | None = None
+        mine: dict[int, int] = {}
         others: dict[int, int] = {}
         for p in procs:
-            if self.pid is not None and p.pid == self.pid:
+            if p.pid in self.own:
                 if p.used_memory_bytes is not None:
-                    own = max(own or 0, p.used_memory_bytes)
+                    mine[p.pid] = max(mine.get(p.pid, 0), p.used_memory_bytes)
                 continue
             if p.used_memory_bytes is None:
                 self._others_visible = False
                 continue
             # one context can be listed as compute and as graphics: count it once
             others[p.pid] = max(others.get(p.pid, 0), p.used_memory_bytes)
-        if any(p.pid == self.pid for p in procs):
+        if any(p.pid in self.own for p in procs):
             self._pid_seen = True
+        own = sum(mine.values()) if mine else None  # the group's processes together
         if own is not None:
             self._process_peak = own if self._process_peak is None else max(self._process_peak, own)
         total = sum(others.values())
@@ -278,3 +288,35 @@ class NVMLSampler:
         change = total - self._others_baseline
         if abs(change) > abs(self._others_change):
             self._others_change = change
+
+
+class DevicesSampler:
+    """One :class:`NVMLSampler` per GPU of a multi-GPU workload (an engine given several GPUs),
+    read as one result: the device whose peak was highest (the most loaded GPU, as budgets are
+    per GPU) gives the baseline, the peak and the process peak; the others' changes, the
+    visibility and the intervals are the worst of all devices."""
+
+    def __init__(self, samplers: Sequence[NVMLSampler]) -> None:
+        if not samplers:
+            raise ValueError("no devices to sample")
+        self.samplers = list(samplers)
+
+    def start(self) -> Self:
+        for s in self.samplers:
+            s.start()
+        return self
+
+    def stop(self) -> SamplerResult:
+        results = [s.stop() for s in self.samplers]
+        top = max(results, key=lambda r: r.peak_used_bytes)
+        change = max((r.others_changed_bytes for r in results), key=abs)
+        return msgspec.structs.replace(
+            top,
+            samples=min(r.samples for r in results),
+            failed_samples=sum(r.failed_samples for r in results),
+            mean_interval_s=max(r.mean_interval_s for r in results),
+            max_interval_s=max(r.max_interval_s for r in results),
+            others_changed_bytes=change,
+            others_changed=any(r.others_changed for r in results),
+            others_visible=all(r.others_visible for r in results),
+        )

@@ -16,6 +16,7 @@ from vrambudget.core.compare.observed import observed_headroom, same_workload
 
 from . import nvml, observe
 from .child import ChildSettings
+from .engine.group import EngineGroup
 from .limits import cpu_memory_limits
 from .overlap import ProbeGroup
 from .roundtrip import comparison_entry, device_ref, fetch_estimate, local_software
@@ -97,6 +98,7 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
         ChildSettings.of(st.settings, snapshot_path=_snapshot_path(st, probe_id, request)),
         _sampler_factory(st, row.device_key),
         lambda jobs: cpu_memory_limits(st.settings, jobs) if cpu else [None] * len(jobs),
+        lambda group: _remember_engine(st, probe_id, group),
     )
     st.running[probe_id] = process  # before the estimate: a DELETE meanwhile cancels it
     try:
@@ -112,7 +114,10 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
                 resolver=st.resolver,
             )
             await asyncio.to_thread(store.set_estimate, probe_id, estimate_json, estimate_error)
-        await asyncio.to_thread(process.start)
+        # Started from this (the event loop's) thread, which lives as long as the agent: a
+        # child's PR_SET_PDEATHSIG fires when the *thread* that forked it ends, and a pool
+        # thread may end while the probe runs. A spawn start is a fork-exec and a pipe write.
+        process.start()
         outcome = await asyncio.to_thread(process.wait)
     except BaseException:
         if process.pid is not None:  # never leave a child behind a failed worker step
@@ -216,11 +221,28 @@ def _with_headroom(st: AgentState, device_key: str, request: ProbeRequest, resul
     return msgspec.json.encode(msgspec.structs.replace(result, headroom=headroom)).decode()
 
 
+def _remember_engine(st: AgentState, probe_id: str, group: EngineGroup) -> None:
+    """Store the engine's group in the probe's row (from the runner's thread): an agent that
+    restarts after a crash stops what is left of it (``Store.recover``)."""
+    try:
+        st.store.set_engine_group(probe_id, msgspec.json.encode(group).decode())
+    except Exception:  # the probe goes on; this agent still stops the group itself
+        log.exception("probe %s: could not store its engine's group %d", probe_id, group.pgid)
+
+
 def _sampler_factory(st: AgentState, key: str) -> Any:
-    """NVML sampling of a CUDA probe's load phase, from this process (see runner.py)."""
+    """NVML sampling of a CUDA probe's load phase, from this process (see runner.py): of the
+    workload's processes, on the probe's device or every device an engine was given."""
     if not key.startswith("cuda:"):
         return None
-    from .sampler import NVMLSampler
+    from .sampler import DevicesSampler, NVMLSampler
 
-    handle, _ = nvml.resolve_device(int(key.split(":", 1)[1]))
-    return lambda pid: NVMLSampler(handle, pid=pid)
+    own = int(key.split(":", 1)[1])
+    handle, _ = nvml.resolve_device(own)
+
+    def make(pids: frozenset[int], devices: tuple[int, ...]) -> Any:
+        if not devices or devices == (own,):
+            return NVMLSampler(handle, pids=pids)
+        return DevicesSampler([NVMLSampler(nvml.resolve_device(i)[0], pids=pids) for i in devices])
+
+    return make

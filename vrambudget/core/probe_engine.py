@@ -129,3 +129,11 @@ class EngineReport(_Wire, frozen=True, kw_only=True):
     output_tokens: int
     log_tail: tuple[str, ...] = ()
     """The engine log's last lines (at most 40) when it did not start or a request failed."""
+    version: str | None = None
+    """The installed engine's version, as its startup log states it (vLLM ``0.11.0``,
+    llama.cpp ``b4518``); null when it states none (SGLang prints no version line)."""
+    modelled_version: str | None = None
+    """The release whose recipe was started (the estimate's ``serving.modelled_version``)."""
+    version_warning: str | None = None
+    """Set when ``version`` falls under other modelled rules than ``modelled_version`` (or
+    none): the flags and the expected figures may not be the installed engine's."""

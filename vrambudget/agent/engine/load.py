@@ -28,7 +28,7 @@ import httpx
 
 from vrambudget.core.probe_engine import EngineLoad, Latency
 
-__all__ = ["LoadResult", "drive", "latency", "preemptions", "prompt_ids"]
+__all__ = ["Bodies", "LoadResult", "drive", "latency", "preemptions", "prompt_ids"]
 
 PREEMPTION_METRICS = {
     "vllm": ("vllm:num_preemptions_total", "vllm:num_preemptions"),
@@ -50,17 +50,57 @@ def latency(values: list[float]) -> Latency:
     return Latency(p50_s=q(0.50), p95_s=q(0.95), p99_s=q(0.99), count=len(ordered))
 
 
+_HEAD = 5
+"""Ids of the request's number and the probe's salt that start every prompt."""
+
+
+def _span(vocab_size: int) -> tuple[int, int]:
+    lo, hi = 10, max(11, min(vocab_size, 32_000))
+    return lo, hi - lo
+
+
+def _head(index: int, salt: int, vocab_size: int) -> list[int]:
+    lo, span = _span(vocab_size)
+    head = [lo + (salt // span**k) % span for k in range(2)]
+    return head + [lo + (index // span**k) % span for k in range(3)]
+
+
+def _tail(length: int, vocab_size: int) -> list[int]:
+    lo, span = _span(vocab_size)
+    rng = random.Random(1234)
+    return [lo + rng.randrange(span) for _ in range(max(0, length - _HEAD))]
+
+
 def prompt_ids(index: int, salt: int, length: int, vocab_size: int) -> list[int]:
     """``length`` token ids: the request's number and the probe's salt first (distinct prompts:
     no shared prefix), then a fixed pseudo-random body. Ids stay in ``[10, min(vocab, 32000))``:
     ordinary tokens of every tokenizer here, away from the special ones at either end."""
-    lo, hi = 10, max(11, min(vocab_size, 32_000))
-    span = hi - lo
-    head = [lo + (salt // span**k) % span for k in range(2)]
-    head += [lo + (index // span**k) % span for k in range(3)]
-    rng = random.Random(1234)
-    body = [lo + rng.randrange(span) for _ in range(max(0, length - len(head)))]
-    return (head + body)[:length]
+    return (_head(index, salt, vocab_size) + _tail(length, vocab_size))[:length]
+
+
+class Bodies:
+    """The requests' JSON bodies, built once per probe: the fixed body of the prompt is drawn
+    and encoded here, and each request only joins its own five head ids to it (a copy of the
+    bytes), so no request spends event-loop time regenerating or encoding a long prompt while
+    the other streams' chunks wait to be timestamped. ``body(i)`` decodes to
+    ``_body(engine, model, prompt_ids(i, salt, length, vocab_size), load)``."""
+
+    def __init__(
+        self, engine: str, model: str, load: EngineLoad, length: int, vocab_size: int, salt: int
+    ) -> None:
+        self.salt, self.length, self.vocab_size = salt, length, vocab_size
+        marker = "\u0000prompt\u0000"
+        text = json.dumps(_body(engine, model, [], load) | {"prompt": marker})
+        before, after = text.split(json.dumps(marker), 1)
+        tail = _tail(length, vocab_size)
+        self._before = f"{before}[".encode()
+        self._tail = ("".join(f",{t}" for t in tail) + "]" + after).encode()
+
+    def body(self, index: int) -> bytes:
+        head = _head(index, self.salt, self.vocab_size)[: self.length]
+        ids = ",".join(str(t) for t in head).encode()
+        tail = self._tail if len(head) == _HEAD else self._tail[self._tail.index(b"]") :]
+        return self._before + ids + tail
 
 
 @dataclass
@@ -78,7 +118,7 @@ class LoadResult:
 async def _one(
     client: httpx.AsyncClient,
     url: str,
-    body: dict[str, object],
+    body: bytes,
     timeout_s: float,
     into: LoadResult | None,
 ) -> None:
@@ -89,7 +129,7 @@ async def _one(
     error: str | None = None
     try:
         async with asyncio.timeout(timeout_s):
-            async with client.stream("POST", url, json=body) as r:
+            async with client.stream("POST", url, content=body, headers=_JSON) as r:
                 if r.status_code != 200:
                     text = (await r.aread()).decode(errors="replace")
                     error = f"HTTP {r.status_code}: {text[:300]}"
@@ -128,6 +168,9 @@ async def _one(
     into.output_tokens += tokens or len(chunks)
 
 
+_JSON = {"content-type": "application/json"}
+
+
 def _body(engine: str, model: str, prompt: list[int], load: EngineLoad) -> dict[str, object]:
     body: dict[str, object] = {
         "model": model,
@@ -160,10 +203,10 @@ async def drive(
         max_connections=load.concurrency + 1, max_keepalive_connections=load.concurrency + 1
     )
     timeout = httpx.Timeout(load.request_timeout_s, connect=10.0)
+    bodies = Bodies(engine, model, load, prompt_tokens, vocab_size, salt)
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         for i in range(load.warmup_requests):
-            body = _body(engine, model, prompt_ids(i, salt, prompt_tokens, vocab_size), load)
-            await _one(client, url, body, load.request_timeout_s, None)
+            await _one(client, url, bodies.body(i), load.request_timeout_s, None)
         if before_measuring is not None:
             before_measuring()
         result = LoadResult()
@@ -171,11 +214,8 @@ async def drive(
 
         async def client_loop() -> None:
             for n in counter:
-                index = load.warmup_requests + n
-                prompt = prompt_ids(index, salt, prompt_tokens, vocab_size)
-                await _one(
-                    client, url, _body(engine, model, prompt, load), load.request_timeout_s, result
-                )
+                body = bodies.body(load.warmup_requests + n)
+                await _one(client, url, body, load.request_timeout_s, result)
 
         start = time.perf_counter()
         await asyncio.gather(*(client_loop() for _ in range(min(load.concurrency, load.requests))))

@@ -15,6 +15,12 @@
   ``n_seq_max = S`` (else ``n_parallel = S``). Host buffers (``CPU``, ``CPU_Mapped``,
   ``*_Host``) are not device memory and are left out.
 
+The installed engine's version (``engine_version``), from the lines published logs carry
+(``research/data/engine_logs.json``, field ``version_evidence``): vLLM's ``vLLM API server
+version 0.11.0``, ``Initializing a V1 LLM engine (v0.11.0+torch271) with config`` or its banner's
+``version 0.17.0``; llama.cpp's ``build: 4518 (aea8ddd51)`` (release ``b4518``). SGLang prints no
+version line in any log read here, so its version is unknown (null).
+
 Tensor- and data-parallel engines print a line per rank; only rank 0's lines count (lines of
 ``TP1``..., ``DP1``... are skipped), so the figures are one GPU's, like the estimate's.
 """
@@ -26,7 +32,7 @@ from collections.abc import Iterable
 
 from vrambudget.core.probe_engine import EngineStartup
 
-__all__ = ["parse_startup", "rank_zero"]
+__all__ = ["engine_version", "parse_startup", "rank_zero", "version_warning"]
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -200,3 +206,49 @@ def parse_startup(engine: str, lines: Iterable[str]) -> EngineStartup:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+_VERSIONS = {
+    "vllm": (
+        re.compile(r"vLLM API server version (\S+)"),
+        re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)"),
+        re.compile(r"\u2588\s+version (\S+)"),
+    ),
+    "llama_cpp": (re.compile(r"\bbuild: (\d+) \("),),
+}
+
+
+def engine_version(engine: str, lines: Iterable[str]) -> str | None:
+    """The installed engine's version as its startup log states it (llama.cpp: ``b<build>``);
+    None when the log states none (always for SGLang)."""
+    patterns = _VERSIONS.get(engine, ())
+    for line in lines:
+        clean = _ANSI.sub("", line)
+        for pattern in patterns:
+            if m := pattern.search(clean):
+                return f"b{m.group(1)}" if engine == "llama_cpp" else m.group(1)
+    return None
+
+
+def version_warning(engine: str, installed: str | None, modelled: str | None) -> str | None:
+    """Why the recipe may not suit the installed engine: its version maps to other modelled
+    rules than the recipe's (or to none); None when they agree or either is unknown."""
+    from vrambudget.core.errors import InvalidWorkload
+    from vrambudget.core.serving.releases import engine_release
+
+    if installed is None or modelled is None:
+        return None
+    public = installed.split("+", 1)[0]  # vLLM's local suffix: 0.11.0+torch271
+    try:
+        rules = engine_release(engine, public).modelled
+    except InvalidWorkload as exc:
+        return (
+            f"the installed {engine} is {installed}, which no modelled release covers "
+            f"({exc.message}); the command and the estimate follow {modelled}"
+        )
+    if rules == modelled:
+        return None
+    return (
+        f"the installed {engine} is {installed} ({rules}'s rules) but the command and the "
+        f"estimate follow {modelled}: name engine_version {public!r} to probe with its recipe"
+    )

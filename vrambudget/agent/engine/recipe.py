@@ -33,7 +33,7 @@ from vrambudget.core.spec import (
 from .command import CommandError, engine_command
 from .launchers import ENGINES, UNSUPPORTED
 
-__all__ = ["EngineRefused", "Recipe", "expected", "plan", "recipe_gpu"]
+__all__ = ["EngineRefused", "Recipe", "engine_gpus", "expected", "plan", "recipe_gpu"]
 
 
 class EngineRefused(ValueError):
@@ -83,6 +83,30 @@ def recipe_gpu(request: ProbeRequest, inventory: Any | None) -> str:
     raise EngineRefused(
         "$.recipe_gpu", "this host's GPU is not identified (no NVML): name the recipe's GPU"
     )
+
+
+def engine_gpus(inventory: Any | None, index: int | None, count: int) -> list[Any]:
+    """The GPUs an engine of ``count`` (tensor x pipeline x data) GPUs is given: the probe's
+    device first, then the host's others in NVML index order; empty without NVML (a CPU host:
+    the engine sees what the host's environment shows it)."""
+    if inventory is None or not getattr(inventory, "available", False) or index is None:
+        return []
+    ordered = sorted(inventory.gpus, key=lambda g: (g.index != index, g.index))
+    return ordered[:count]
+
+
+def _check_gpus(w: LLMServingWorkload, inventory: Any | None) -> None:
+    need = w.parallelism.devices
+    if need == 1:
+        return
+    have = len(inventory.gpus) if inventory is not None and inventory.available else 0
+    if have < need:
+        p = w.parallelism
+        raise EngineRefused(
+            "$.workload.parallelism",
+            f"tensor x pipeline x data = {p.tensor} x {p.pipeline} x {p.data} = {need} GPUs; "
+            f"this host has {have}",
+        )
 
 
 def _model(w: LLMServingWorkload, model_dirs: tuple[str, ...]) -> tuple[str, LLMServingWorkload]:
@@ -135,6 +159,7 @@ def plan(
             f"{w.engine} is not configured on this host; configured: {configured}",
         )
     assert w.engine in ENGINES
+    _check_gpus(w, inventory)
     gpu_id = recipe_gpu(request, inventory)
     model, w = _model(w, model_dirs)
     try:

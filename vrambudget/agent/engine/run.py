@@ -2,12 +2,16 @@
 host's launcher, wait until it answers ready, drive the load through its API, stop it --
 always -- and report its own startup figures, the load's latencies and the device's peak.
 
-The engine runs in its own process group (``start_new_session``) with ``PR_SET_PDEATHSIG`` so
-that it dies with this child; this child stops the whole group in a ``finally`` (SIGTERM, a
-grace period, SIGKILL), and turns its own SIGTERM (a cancel or the time limit: the agent
-terminates the child) into an exception so that ``finally`` runs then too. stdout and stderr go
-to a log file in a temporary directory, read afterwards for the startup figures and the tail.
-No torch here: the engine brings its own.
+The engine runs under a supervisor (``supervise``): the leader of a new session and process
+group, which stops the whole group -- the engine and every process it started -- when this
+child closes the pipe to it or sends it SIGTERM, and when this child dies in any way (its
+``PR_SET_PDEATHSIG`` and the pipe's EOF). Right after starting it this child tells the parent
+the group (``("engine_started", EngineGroup)``), so the agent can stop it from outside too
+(``group.reap``). This child stops the group in a ``finally`` with SIGTERM ignored (a cancel
+arriving then does not cut the clean-up short), and turns its own SIGTERM before that (a cancel
+or the time limit: the agent terminates the child) into an exception so that ``finally`` runs
+then too. stdout and stderr go to a log file in a temporary directory, read afterwards for the
+startup figures, the engine's version and the tail. No torch here: the engine brings its own.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import contextlib
 import os
 import random
 import resource
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -28,21 +34,25 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 
 from vrambudget.core.probe_engine import EngineReport, EngineStartup
 from vrambudget.core.probe_report import DeviceView, Iteration, ProbeRequest, ProbeResult
 from vrambudget.core.spec import LLMServingWorkload
 
 from ..child import ChildSettings
+from . import supervise
 from .command import engine_command
+from .group import ENV, EngineGroup, boot_id, reap, start_time
 from .load import LoadResult, drive, latency, preemptions
-from .logs import parse_startup
-from .recipe import EngineRefused, Recipe, expected, plan
+from .logs import engine_version, parse_startup, version_warning
+from .recipe import EngineRefused, Recipe, engine_gpus, expected, plan
 
-__all__ = ["EngineTerminated", "measure_engine"]
+__all__ = ["EngineTerminated", "measure_engine", "start_engine", "stop_group"]
 
 STOP_GRACE_S = 3.0
 """SIGTERM to SIGKILL for the engine's group (the agent gives this child 5 s in all)."""
+SUPERVISOR = supervise.__file__
 POLL_S = 0.25
 LOG_TAIL_LINES = 40
 
@@ -55,15 +65,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # runs in the engine's process between fork and exec
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 @contextlib.contextmanager
@@ -82,19 +83,52 @@ def _terminated_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the engine's process group, wait, SIGKILL what is left; reap the leader."""
-    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10.0)):
+def start_engine(
+    argv: list[str], log: Any, workdir: Path, env: dict[str, str], devices: tuple[int, ...]
+) -> tuple[subprocess.Popen[bytes], EngineGroup]:
+    """Start ``argv`` under its supervisor, in a new process group, with a fresh token in the
+    environment of every process of the group; (the supervisor, the group's identity)."""
+    token = secrets.token_hex(16)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", SUPERVISOR, str(os.getpid()), f"{STOP_GRACE_S:g}", "--", *argv],
+        stdin=subprocess.PIPE,  # its EOF (this child closed it, or died) stops the group
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=workdir,
+        env={**env, ENV: token},
+        start_new_session=True,
+    )
+    group = EngineGroup(
+        pgid=proc.pid,
+        start_time=start_time(proc.pid),
+        boot_id=boot_id(),
+        token=token,
+        devices=devices,
+    )
+    return proc, group
+
+
+def stop_group(proc: subprocess.Popen[bytes], group: EngineGroup) -> None:
+    """Stop the engine's group and reap its supervisor, with SIGTERM ignored meanwhile (a cancel
+    or the time limit arriving now must not cut the stop short): EOF and SIGTERM to the
+    supervisor (which sends SIGTERM to the group, waits ``STOP_GRACE_S``, then SIGKILL); if it
+    has not finished a second later, SIGKILL to whatever of the group is left."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
+            proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(wait_s)
+            proc.wait(STOP_GRACE_S + 1.0)
         except subprocess.TimeoutExpired:
-            continue
-        if sig == signal.SIGTERM:  # the leader is gone; its group's stragglers are not spared
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        return
+            pass
+        reap(group)  # only what is still there, by its identity
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5.0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _get(url: str, timeout: float = 2.0) -> httpx.Response | None:
@@ -167,8 +201,9 @@ def measure_engine(
     argv = engine_command(recipe.engine, recipe.launch, prefix, recipe.model, port, child.gguf_dir)
     env = dict(os.environ)  # the child's: already without the agent's settings
     gpu = next((g for g in inv.gpus if g.index == index), None) if inv is not None else None
-    if gpu is not None and w.parallelism.tensor * w.parallelism.pipeline == 1:
-        env["CUDA_VISIBLE_DEVICES"] = gpu.uuid  # one GPU per replica: the probe's own
+    given = engine_gpus(inv, index, w.parallelism.devices)
+    if given:  # the probe's device first, then as many more as tensor x pipeline x data
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.uuid) for g in given)
     workdir = Path(tempfile.mkdtemp(prefix="vrambudget-engine-"))
     log_path = workdir / "engine.log"
     started = False
@@ -180,17 +215,9 @@ def measure_engine(
     try:
         with _terminated_raises(), open(log_path, "wb") as log:
             t0 = time.monotonic()
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # a fresh child: no other thread to deadlock
-            )
+            proc, group = start_engine(argv, log, workdir, env, tuple(int(g.index) for g in given))
             try:
+                notify(("engine_started", group))  # the agent can stop it from outside too
                 why = _wait_ready(proc, base, recipe.load.ready_timeout_s)
                 if why is None:
                     started, startup_s = True, time.monotonic() - t0
@@ -218,7 +245,7 @@ def measure_engine(
                         why = f"the engine exited with code {proc.returncode} during the load"
             finally:
                 running = proc.poll() is None
-                stop_group(proc)
+                stop_group(proc, group)
                 if not running:
                     exit_code = proc.returncode
         lines = log_path.read_text(errors="replace").splitlines()
@@ -226,6 +253,7 @@ def measure_engine(
         shutil.rmtree(workdir, ignore_errors=True)
     startup = parse_startup(recipe.engine, lines)
     report = _report(recipe, argv, started, startup_s, exit_code, startup, load, preempted, lines)
+    report = _with_version(report, recipe, engine_version(recipe.engine, lines))
     result = _result(req, inv, gpu, baseline, report, load, why)
     return ("succeeded" if why is None else "failed"), result, why
 
@@ -263,6 +291,18 @@ def _report(
         prompt_tokens=recipe.prompt_tokens,
         output_tokens=recipe.load.output_tokens,
         log_tail=tuple(lines[-LOG_TAIL_LINES:]) if show_tail else (),
+    )
+
+
+def _with_version(report: EngineReport, recipe: Recipe, installed: str | None) -> EngineReport:
+    """The installed engine's version (from its log) beside the release the recipe follows."""
+    serving = recipe.budget.serving
+    modelled = serving.modelled_version if serving is not None else None
+    return msgspec.structs.replace(
+        report,
+        version=installed,
+        modelled_version=modelled,
+        version_warning=version_warning(recipe.engine, installed, modelled),
     )
 
 

@@ -126,6 +126,7 @@ class Store(_Outbox):
         now: float,
         *,
         callback_for: Callable[[ProbeRow], Callback | None] | None = None,
+        reap_engine: Callable[[str], None] | None = None,
     ) -> list[str]:
         """At startup: every probe still ``queued`` or ``running`` belonged to a process that is
         gone, so it becomes ``interrupted`` (finished results are untouched). Returns their ids,
@@ -134,8 +135,19 @@ class Store(_Outbox):
         ``callback_for`` (optional) is asked, for each interrupted probe's updated row, which
         callback to enqueue; its outbox rows go in the same transaction, so a crash during
         recovery cannot leave an interrupted probe whose caller is never told.
+
+        ``reap_engine`` (optional) is given the stored engine group (JSON text,
+        :meth:`set_engine_group`) of each such probe that had started one, before the probe is
+        marked: it stops what the earlier agent process left running.
         """
         with self._write() as conn:
+            if reap_engine is not None:
+                for (group,) in conn.execute(
+                    "SELECT engine_group FROM probes WHERE status IN (?, ?) "
+                    "AND engine_group IS NOT NULL ORDER BY created_at, id",
+                    (ProbeStatus.QUEUED.value, ProbeStatus.RUNNING.value),
+                ).fetchall():
+                    reap_engine(group)
             rows = conn.execute(
                 f"SELECT {_PROBE_COLUMNS} FROM probes WHERE status IN (?, ?) "
                 "ORDER BY created_at, id",
@@ -196,6 +208,11 @@ class Store(_Outbox):
             elif callback is not None:
                 self._enqueue(conn, probe_id, callback, now)
         return True
+
+    def set_engine_group(self, probe_id: str, group_json: str | None) -> None:
+        """The process group of the engine the probe's child started (JSON text), or None."""
+        with self._write() as conn:
+            conn.execute("UPDATE probes SET engine_group = ? WHERE id = ?", (group_json, probe_id))
 
     def set_estimate(self, probe_id: str, estimate_json: str | None, error: str | None) -> None:
         """The service's estimate fetched before the run (or why it could not be)."""

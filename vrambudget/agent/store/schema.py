@@ -56,6 +56,11 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE probes ADD COLUMN comparison_error TEXT",
         "ALTER TABLE outbox ADD COLUMN kind TEXT NOT NULL DEFAULT 'callback'",
     ),
+    (
+        # An engine probe's process group (engine.group.EngineGroup as JSON), stored when its
+        # child started the engine: an agent restarting after a crash stops what is left.
+        "ALTER TABLE probes ADD COLUMN engine_group TEXT",
+    ),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
