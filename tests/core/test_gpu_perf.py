@@ -17,7 +17,7 @@ PERF = list(gpu_perf().values())
 T = 10**12
 
 
-# Catalog GPUs with no quoted per-GPU rate found (docs/LATENCY.md, Catalog rates): no entry, no guess.
+# Catalog GPUs with no quoted per-GPU rate found (docs/LATENCY.md, Catalog rates): no guess.
 UNSOURCED = {"h100-nvl-94gb", "a10g-24gb", "rtx-a5000-24gb"}
 BLACKWELL = {"b200-180gb", "gb200-186gb", "rtx-5090-32gb"}
 
