@@ -5,7 +5,9 @@ tensor-core formats are, and bandwidths agree with gpus.json where it has one.""
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +84,18 @@ def test_no_private_ids_or_first_person_wording():
     raw = json.loads(resources.files("vrambudget.core.data").joinpath("gpu_perf.json").read_text())
     bad = [(e["id"], path, hits) for e in raw["gpus"] for path, hits in wording_hits(e)]
     assert not bad, bad
+
+
+def test_the_docs_rates_table_lists_every_entry_bandwidth():
+    """docs/LATENCY.md's catalog rates table has one row per entry (the two V100 SXM2 parts share
+    a row) and its bandwidths are the entries' (TB/s and GB/s as printed, GB = 10^9)."""
+    doc = (Path(__file__).parents[2] / "docs" / "LATENCY.md").read_text()
+    table = doc[doc.index("| GPU | bandwidth | bf16 dense |") :].split("\n\n")[0]
+    rows = [r.split("|")[1:3] for r in table.splitlines()[2:]]
+    printed = []
+    for name, bandwidth in rows:
+        value, unit = bandwidth.split()
+        scale = 10**12 if unit == "TB/s" else 10**9
+        copies = 2 if "V100" in name else 1
+        printed += [int(Decimal(value.replace(",", "")) * scale)] * copies
+    assert sorted(printed) == sorted(p.memory_bandwidth_bytes_per_s for p in PERF)
