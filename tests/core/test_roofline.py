@@ -264,3 +264,44 @@ def test_latency_target_on_other_workloads_is_refused_by_the_declared_rule(kind)
     }
     with pytest.raises(msgspec.ValidationError, match=f"not {kind}: remove latency_target"):
         msgspec.convert(body, FitRequest)
+
+
+def test_newly_rated_gpus_estimate_with_their_catalog_rates():
+    """AMD and Blackwell layouts get an estimate from their own entries (MI300X: AMD's dense
+    1307.4 TFLOPS, not the 2x sparse figure; MI250X: one GCD); a format a card has no rate for
+    still answers null with the warning (bf16 on an RX 7900 XTX: only its FP16 rate is sourced)."""
+    expected = {
+        "mi300x-192gb": (13074 * 10**11, 5300 * 10**9),
+        "mi250x-64gb-gcd": (1915 * 10**11, 1640 * 10**9),
+        "b200-180gb": (2250 * 10**12, 7700 * 10**9),
+    }
+    for gpu_id, (peak, bandwidth) in expected.items():
+        answer = _fit(
+            workloads=[INFER],
+            devices=[{"source": "catalog", "id": gpu_id}],
+            device_counts=[1],
+            latency_target={"time_per_output_token_ms": 50},
+        )
+        est = answer.gpus[0].layouts[0].latency
+        assert est is not None, gpu_id
+        assert (est.compute_format, est.peak_flops) == ("bf16", peak), gpu_id
+        assert est.memory_bandwidth_bytes_per_s == bandwidth, gpu_id
+    fp16 = {**INFER, "precision": {"weights": "fp16", "compute": "fp16"}}
+    v100 = _fit(
+        workloads=[fp16],
+        devices=[{"source": "catalog", "id": "v100-sxm2-32gb"}],
+        device_counts=[1],
+        software={"torch_version": "2.10.0+cu128"},  # CUDA 13 builds no longer target sm70
+        latency_target={"time_per_output_token_ms": 50},
+    )
+    est = v100.gpus[0].layouts[0].latency
+    assert est is not None and (est.compute_format, est.peak_flops) == ("fp16", 125 * 10**12)
+    xtx = _fit(
+        workloads=[INFER],
+        devices=[{"source": "catalog", "id": "radeon-rx-7900-xtx-24gb"}],
+        device_counts=[1],
+        latency_target={"time_per_output_token_ms": 50},
+    )
+    lay = xtx.gpus[0].layouts[0]
+    assert lay.latency is None  # its bf16 rate is not sourced: no guess
+    assert any("no latency estimate" in w for w in lay.warnings)
