@@ -60,7 +60,8 @@ _READ = """
 const root = document.querySelector(arguments[0]).shadowRoot;
 const main = (cell) => {
   const c = cell.cloneNode(true);
-  c.querySelectorAll('details, .sub, .tag, .sr-only, [aria-hidden="true"]').forEach(n => n.remove());
+  const extra = 'details, .sub, .tag, .sr-only, [aria-hidden="true"]';
+  c.querySelectorAll(extra).forEach(n => n.remove());
   return c.textContent.trim();
 };
 const table = root.querySelector('table');
@@ -320,7 +321,8 @@ def test_the_page_shows_the_live_fit_answer(driver: WebDriver, service: str) -> 
 def test_a_serving_workload_shows_the_engine_maxima(driver: WebDriver, service: str) -> None:
     gpus = ["h100-sxm5-80gb", "rtx-4080-16gb"]
     shown = _open(
-        driver, f"{service}/ui/fits?kind=llm_serving&model=llama-3.1-8b&counts=1,2&gpus={','.join(gpus)}"
+        driver,
+        f"{service}/ui/fits?kind=llm_serving&model=llama-3.1-8b&counts=1,2&gpus={','.join(gpus)}",
     )
     request = {
         "workloads": [{"kind": "llm_serving", "model": {"source": "preset", "id": "llama-3.1-8b"}}],
@@ -394,7 +396,12 @@ def test_columns_sort_by_click_and_by_keyboard(driver: WebDriver, service: str) 
     ("query", "request_part", "field", "input_id"),
     [
         ("batch=0", {"batch_size": 0}, "$.workloads[0].batch_size", "batch"),
-        ("kind=training&seq=abc", {"sequence_length": "abc"}, "$.workloads[0].sequence_length", "seq"),
+        (
+            "kind=training&seq=abc",
+            {"sequence_length": "abc"},
+            "$.workloads[0].sequence_length",
+            "seq",
+        ),
     ],
 )
 def test_a_bad_workload_shows_the_field_and_its_range(
@@ -413,7 +420,9 @@ def test_a_bad_workload_shows_the_field_and_its_range(
     problem = r.json()
     assert [e["field"] for e in problem["errors"]] == [field]
     assert shown["hidden"]
-    assert shown["fields"] == [[e["field"], f"{e['field']}: {e['message']}"] for e in problem["errors"]]
+    assert shown["fields"] == [
+        [e["field"], f"{e['field']}: {e['message']}"] for e in problem["errors"]
+    ]
     assert "allowed range" in shown["fields"][0][1]
     assert "Invalid request (422)" in shown["error"]
     invalid = driver.find_element(By.ID, input_id).get_attribute("aria-invalid")
