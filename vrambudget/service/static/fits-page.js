@@ -90,7 +90,7 @@ function showKind(kind) {
 function showDefaults(kind) {
   for (const [name, [schema, field]] of Object.entries(DEFAULT_OF[kind] ?? {})) {
     const d = schemas?.[schema]?.properties?.[field]?.default;
-    $(name).placeholder = d === undefined ? "" : d === null ? "model's maximum" : `${d} (default)`;
+    $(name).placeholder = d === undefined ? "" : d === null ? "model's max" : `${d} (default)`;
   }
 }
 

@@ -100,6 +100,8 @@ const STYLE = `
   background: var(--vrambudget-background, transparent);
 }
 :host([hidden]) { display: none; }
+.title { margin: 0 0 0.2em; font-weight: 600; }
+.title:empty { display: none; }
 .status { margin: 0 0 0.5em; min-height: 1.4em; color: var(--vrambudget-muted-color, #57606a); }
 .error:empty { display: none; }
 .error {
@@ -117,7 +119,6 @@ const STYLE = `
 .scroll:focus-visible { outline: 2px solid var(--vrambudget-accent, #0969da); outline-offset: 2px; }
 table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
 table[hidden] { display: none; }
-caption { caption-side: top; text-align: start; font-weight: 600; padding: 0 0 0.5em; }
 th, td {
   padding: 0.4em 0.6em;
   border-bottom: 1px solid var(--vrambudget-border-color, #d0d7de);
@@ -132,7 +133,7 @@ thead th {
   vertical-align: bottom;
 }
 tbody tr:nth-child(even) { background: var(--vrambudget-stripe-background, transparent); }
-tbody th { font-weight: 600; min-width: 9em; }
+tbody th { font-weight: 600; min-width: 11em; }
 tbody th .sub { font-weight: 400; }
 .num { text-align: end; white-space: nowrap; }
 thead th.num button { justify-content: flex-end; text-align: end; }
@@ -155,8 +156,9 @@ thead button:focus-visible { outline: 2px solid var(--vrambudget-accent, #0969da
 .arrow.unsorted { color: var(--vrambudget-muted-color, #8c959f); font-weight: 400; }
 .sub { display: block; font-size: 0.85em; color: var(--vrambudget-muted-color, #57606a); }
 .tag {
-  display: inline-block;
-  margin-top: 0.15em;
+  display: block;
+  width: max-content;
+  margin: 0.15em 0 0 auto;
   padding: 0 0.4em;
   border-radius: 1em;
   font-size: 0.8em;
@@ -174,7 +176,7 @@ summary:focus-visible { outline: 2px solid var(--vrambudget-accent, #0969da); }
 .notes { font-size: 0.875em; color: var(--vrambudget-muted-color, #57606a); }
 .notes:empty { display: none; }
 .notes ul { margin: 0.5em 0 0; padding-left: 1.2em; }
-.sr-only {
+.sr-only, caption {
   position: absolute; width: 1px; height: 1px; padding: 0; margin: -1px;
   overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; border: 0;
 }
@@ -437,6 +439,7 @@ export class VrambudgetFits extends HTMLElement {
   #error;
   #table;
   #caption;
+  #title;
   #thead;
   #tbody;
   #notes;
@@ -454,13 +457,16 @@ export class VrambudgetFits extends HTMLElement {
     const style = el("style", { text: STYLE });
     this.#status = el("p", { className: "status", role: "status", "aria-live": "polite", part: "status" });
     this.#error = el("div", { className: "error", role: "alert", part: "error" });
-    this.#caption = el("caption", { part: "caption", id: "caption" });
+    // The caption names the table for assistive technology; the same words show above the
+    // scrolling table (a caption would scroll with a wide table, out of sight).
+    this.#caption = el("caption", { id: "caption" });
+    this.#title = el("p", { className: "title", part: "caption", "aria-hidden": "true" });
     this.#thead = el("thead", { part: "head" });
     this.#tbody = el("tbody", { part: "body" });
     this.#table = el("table", { part: "table", hidden: true }, this.#caption, this.#thead, this.#tbody);
     const scroll = el("div", { className: "scroll", role: "region", "aria-labelledby": "caption", tabIndex: 0 }, this.#table);
     this.#notes = el("div", { className: "notes", part: "notes" });
-    this.#root.append(style, this.#status, this.#error, scroll, this.#notes);
+    this.#root.append(style, this.#title, this.#status, this.#error, scroll, this.#notes);
     this.#thead.addEventListener("click", (e) => {
       const button = e.target.closest("button[data-key]");
       if (button) this.sortBy(button.dataset.key);
@@ -624,6 +630,7 @@ export class VrambudgetFits extends HTMLElement {
     this.#table.hidden = true;
     this.#table.removeAttribute("aria-busy");
     this.#notes.replaceChildren();
+    this.#title.textContent = "";
     this.#status.textContent = "";
     const p = detail.problem;
     const lines = [];
@@ -671,7 +678,7 @@ export class VrambudgetFits extends HTMLElement {
     if (this.#columns.map((c) => c.key).join() !== keys || !this.#columns.some((c) => c.key === this.#sort.key))
       this.#sort = { key: null, direction: "ascending" };
     this.#error.replaceChildren();
-    this.#caption.textContent = this.#captionText();
+    this.#caption.textContent = this.#title.textContent = this.#captionText();
     this.#thead.replaceChildren(
       el(
         "tr",
