@@ -43,7 +43,7 @@ LABEL = {
     "optimizer_state": "Optimizer state",
     "gradients": "Gradients",
 }
-FIXED_COLUMNS = ["gpu", "memory", "devices", "verdict", "free", "needed", "limiting"]
+FIXED_COLUMNS = ["gpu", "devices", "verdict", "free", "needed", "limiting"]
 MAXIMA_ORDER = [
     "batch_size",
     "context_tokens",
@@ -149,10 +149,13 @@ def _expected_columns(answer: dict[str, Any]) -> list[str]:
     return FIXED_COLUMNS + [k for k in MAXIMA_ORDER if k in present]
 
 
-def _check_rendered(shown: dict[str, Any], answer: dict[str, Any]) -> None:
-    """Every row and cell of the table against the service's answer."""
+def _check_rendered(
+    shown: dict[str, Any], answer: dict[str, Any], columns: list[str] | None = None
+) -> None:
+    """Every row and cell of the table against the service's answer (``columns``: those the
+    element was asked for; default all of them)."""
     expected = _expected_rows(answer)
-    columns = _expected_columns(answer)
+    columns = columns or _expected_columns(answer)
     assert not shown["hidden"] and shown["error"] == ""
     assert [h["key"] for h in shown["headers"]] == columns
     assert all(h["scope"] == "col" for h in shown["headers"])
@@ -169,23 +172,29 @@ def _check_rendered(shown: dict[str, Any], answer: dict[str, Any]) -> None:
         assert (row["gpu"], row["count"]) == (g["gpu_id"], layout["device_count"])
         assert [c["key"] for c in row["cells"]] == columns  # (WebDriver sorts object keys)
         cells = {c["key"]: c for c in row["cells"]}
-        assert cells["gpu"]["tag"] == "TH" and cells["gpu"]["scope"] == "row"
-        assert cells["gpu"]["text"] == g["name"] and g["gpu_id"] in cells["gpu"]["subs"]
-        assert cells["memory"]["text"] == _size(g["memory_total_bytes"])
-        assert cells["devices"]["value"] == str(layout["device_count"])
-        fewest = g["min_device_count"] == layout["device_count"]
-        assert ("fewest that fit" in cells["devices"]["subs"]) == fewest
-        assert cells["verdict"]["value"] == _verdict(layout)
-        assert cells["verdict"]["text"] == VERDICT[_verdict(layout)]
-        assert cells["verdict"]["notes"] == len(layout["warnings"])
+        if "gpu" in cells:
+            assert cells["gpu"]["tag"] == "TH" and cells["gpu"]["scope"] == "row"
+            assert cells["gpu"]["text"] == g["name"]
+            assert cells["gpu"]["subs"] == [f"{g['gpu_id']} · {_size(g['memory_total_bytes'])}"]
+        if "devices" in cells:
+            assert cells["devices"]["value"] == str(layout["device_count"])
+            fewest = g["min_device_count"] == layout["device_count"]
+            assert ("fewest that fit" in cells["devices"]["subs"]) == fewest
+        if "verdict" in cells:
+            assert cells["verdict"]["value"] == _verdict(layout)
+            assert cells["verdict"]["text"] == VERDICT[_verdict(layout)]
+            assert cells["verdict"]["notes"] == len(layout["warnings"])
         free = layout["free_bytes"]
-        assert cells["free"]["value"] == str(free)
-        assert cells["free"]["text"] == f"{_size(free)} {'free' if free >= 0 else 'short'}"
-        assert cells["needed"]["value"] == str(layout["total_bytes"])
-        assert cells["needed"]["text"] == _size(layout["total_bytes"])
-        assert cells["limiting"]["value"] == layout["limiting_component"]
-        assert cells["limiting"]["text"] == LABEL[layout["limiting_component"]]
-        for key in columns[len(FIXED_COLUMNS) :]:
+        if "free" in cells:
+            assert cells["free"]["value"] == str(free)
+            assert cells["free"]["text"] == f"{_size(free)} {'free' if free >= 0 else 'short'}"
+        if "needed" in cells:
+            assert cells["needed"]["value"] == str(layout["total_bytes"])
+            assert cells["needed"]["text"] == _size(layout["total_bytes"])
+        if "limiting" in cells:
+            assert cells["limiting"]["value"] == layout["limiting_component"]
+            assert cells["limiting"]["text"] == LABEL[layout["limiting_component"]]
+        for key in [c for c in columns if c in MAXIMA_ORDER]:
             value = layout["maxima"].get(key)
             assert cells[key]["text"] == _maximum(key, value), (key, value, cells[key])
             if value is None:
@@ -427,6 +436,33 @@ def test_a_bad_workload_shows_the_field_and_its_range(
     assert "Invalid request (422)" in shown["error"]
     invalid = driver.find_element(By.ID, input_id).get_attribute("aria-invalid")
     assert invalid == "true"
+
+
+def test_the_columns_attribute_picks_and_orders_the_columns(
+    driver: WebDriver, service: str
+) -> None:
+    driver.get(f"{service}/ui/fits?{INFERENCE_QUERY}")
+    add = (
+        "const t = document.createElement('vrambudget-fits'); t.id = arguments[0];"
+        "t.setAttribute('workload', JSON.stringify(arguments[1]));"
+        "t.setAttribute('device-counts', '1,2,4'); t.setAttribute('gpus', arguments[2]);"
+        "t.setAttribute('columns', arguments[3]); document.body.append(t);"
+    )
+    workload, gpus = INFERENCE_REQUEST["workloads"][0], ",".join(GPUS)  # type: ignore[index]
+    chosen = ["verdict", "gpu", "devices", "batch_size", "free"]
+    driver.execute_script(add, "narrow", workload, gpus, ", ".join(chosen))
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(_DONE, "#narrow"))
+    shown = driver.execute_script(_READ, "#narrow")
+    _check_rendered(shown, _fits(service, INFERENCE_REQUEST), chosen)
+    # an unknown column is refused, naming the allowed ones
+    driver.execute_script(add, "wrong", workload, gpus, "gpu,speed")
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(_DONE, "#wrong"))
+    shown = driver.execute_script(_READ, "#wrong")
+    assert shown["hidden"]
+    assert (
+        "the columns attribute names 'speed'; allowed: gpu, devices, verdict, free"
+        in (shown["error"])
+    )
 
 
 def test_the_element_on_a_catalog_page_of_another_origin(

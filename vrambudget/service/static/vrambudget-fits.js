@@ -120,7 +120,7 @@ const STYLE = `
 table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
 table[hidden] { display: none; }
 th, td {
-  padding: 0.4em 0.6em;
+  padding: 0.4em 0.5em;
   border-bottom: 1px solid var(--vrambudget-border-color, #d0d7de);
   text-align: start;
   vertical-align: top;
@@ -133,8 +133,8 @@ thead th {
   vertical-align: bottom;
 }
 tbody tr:nth-child(even) { background: var(--vrambudget-stripe-background, transparent); }
-tbody th { font-weight: 600; min-width: 11em; }
-tbody th .sub { font-weight: 400; }
+tbody th { font-weight: 600; min-width: 10em; }
+tbody th .sub { font-weight: 400; white-space: nowrap; }
 .num { text-align: end; white-space: nowrap; }
 thead th.num button { justify-content: flex-end; text-align: end; }
 thead button {
@@ -144,7 +144,7 @@ thead button {
   align-items: baseline;
   gap: 0.3em;
   width: 100%;
-  padding: 0.45em 0.6em;
+  padding: 0.45em 0.5em;
   cursor: pointer;
   font-weight: 600;
   white-space: normal;
@@ -161,7 +161,7 @@ thead button:focus-visible { outline: 2px solid var(--vrambudget-accent, #0969da
   margin: 0.15em 0 0 auto;
   padding: 0 0.4em;
   border-radius: 1em;
-  font-size: 0.8em;
+  font-size: 0.75em;
   border: 1px solid var(--vrambudget-fits-color, #1a7f37);
   color: var(--vrambudget-fits-color, #1a7f37);
 }
@@ -297,22 +297,17 @@ function columns(rows, lang) {
     {
       key: "gpu",
       label: "GPU",
-      help: "The GPU type (catalog id below).",
+      help: "The GPU type: its catalog id and the memory of one GPU as the CUDA or HIP runtime reports it.",
       header: true,
       sort: (r) => r.gpu.name,
-      cell: (r) => ({
-        value: r.gpu.gpu_id ?? r.gpu.name,
-        content: [r.gpu.name, r.gpu.gpu_id ? el("span", { className: "sub", text: r.gpu.gpu_id }) : null],
-      }),
-    },
-    {
-      key: "memory",
-      label: "Memory",
-      unit: "per GPU",
-      numeric: true,
-      help: "Memory of one GPU as the CUDA or HIP runtime reports it.",
-      sort: (r) => r.gpu.memory_total_bytes,
-      cell: (r) => ({ value: r.gpu.memory_total_bytes, content: [formatBytes(r.gpu.memory_total_bytes, lang)] }),
+      cell: (r) => {
+        const memory = formatBytes(r.gpu.memory_total_bytes, lang);
+        const sub = r.gpu.gpu_id ? `${r.gpu.gpu_id} · ${memory}` : memory;
+        return {
+          value: r.gpu.gpu_id ?? r.gpu.name,
+          content: [r.gpu.name, el("span", { className: "sub", text: sub, "data-memory": r.gpu.memory_total_bytes })],
+        };
+      },
     },
     {
       key: "devices",
@@ -426,13 +421,24 @@ function columns(rows, lang) {
   return cols;
 }
 
+/** Every column key, in the table's order (the `columns` attribute picks among them). */
+export const COLUMN_KEYS = Object.freeze([
+  "gpu",
+  "devices",
+  "verdict",
+  "free",
+  "needed",
+  "limiting",
+  ...MAXIMA.map((m) => m.key),
+]);
+
 function compare(a, b) {
   if (typeof a === "number" && typeof b === "number") return a - b;
   return String(a).localeCompare(String(b), undefined, { numeric: true, sensitivity: "base" });
 }
 
 export class VrambudgetFits extends HTMLElement {
-  static observedAttributes = ["service", "workload", "request", "device-counts", "gpus", "caption", "lang"];
+  static observedAttributes = ["service", "workload", "request", "device-counts", "gpus", "columns", "caption", "lang"];
 
   #root;
   #status;
@@ -569,6 +575,20 @@ export class VrambudgetFits extends HTMLElement {
     return request;
   }
 
+  /** The `columns` attribute's keys (null: every column); an unknown key is an error. */
+  #chosenColumns() {
+    const text = this.getAttribute("columns");
+    if (text === null || text.trim() === "") return null;
+    const keys = text.split(",").map((s) => s.trim()).filter((s) => s !== "");
+    const unknown = keys.filter((k) => !COLUMN_KEYS.includes(k));
+    if (unknown.length)
+      throw new AttributeError(
+        "columns",
+        `the columns attribute names ${unknown.map((k) => `'${k}'`).join(", ")}; allowed: ${COLUMN_KEYS.join(", ")}`,
+      );
+    return keys;
+  }
+
   #captionText() {
     return this.getAttribute("caption") || describe(this.#request, this.#lang());
   }
@@ -580,6 +600,7 @@ export class VrambudgetFits extends HTMLElement {
     let request;
     try {
       request = this.#buildRequest();
+      this.#chosenColumns();
     } catch (e) {
       this.#fail({ status: 0, attribute: e.attribute, message: e.message });
       return;
@@ -674,7 +695,9 @@ export class VrambudgetFits extends HTMLElement {
     const lang = this.#lang();
     this.#rows = rowsOf(this.#response);
     const keys = this.#columns.map((c) => c.key).join();
-    this.#columns = columns(this.#rows, lang);
+    const all = columns(this.#rows, lang);
+    const chosen = this.#chosenColumns();
+    this.#columns = chosen ? chosen.map((k) => all.find((c) => c.key === k)).filter(Boolean) : all;
     if (this.#columns.map((c) => c.key).join() !== keys || !this.#columns.some((c) => c.key === this.#sort.key))
       this.#sort = { key: null, direction: "ascending" };
     this.#error.replaceChildren();
