@@ -466,11 +466,15 @@ export class VrambudgetFits extends HTMLElement {
     // The caption names the table for assistive technology; the same words show above the
     // scrolling table (a caption would scroll with a wide table, out of sight).
     this.#caption = el("caption", { id: "caption" });
-    this.#title = el("p", { className: "title", part: "caption", "aria-hidden": "true" });
+    this.#title = el("p", { className: "title", part: "title", "aria-hidden": "true" });
     this.#thead = el("thead", { part: "head" });
     this.#tbody = el("tbody", { part: "body" });
     this.#table = el("table", { part: "table", hidden: true }, this.#caption, this.#thead, this.#tbody);
-    const scroll = el("div", { className: "scroll", role: "region", "aria-labelledby": "caption", tabIndex: 0 }, this.#table);
+    const scroll = el(
+      "div",
+      { className: "scroll", part: "scroll", role: "region", "aria-labelledby": "caption", tabIndex: 0 },
+      this.#table,
+    );
     this.#notes = el("div", { className: "notes", part: "notes" });
     this.#root.append(style, this.#title, this.#status, this.#error, scroll, this.#notes);
     this.#thead.addEventListener("click", (e) => {
