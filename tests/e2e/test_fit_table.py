@@ -319,7 +319,7 @@ def test_the_page_shows_the_live_fit_answer(driver: WebDriver, service: str) -> 
     color = driver.execute_script(
         "const host = document.querySelector('vrambudget-fits');"
         "host.style.setProperty('--vrambudget-fits-color', 'rgb(1, 2, 3)');"
-        "return getComputedStyle(host.shadowRoot.querySelector('td.verdict-fits')).color"
+        "return getComputedStyle(host.shadowRoot.querySelector('.verdict-fits')).color"
     )
     assert color == "rgb(1, 2, 3)"
     # the form shows the query it came from

@@ -134,7 +134,8 @@ thead th {
 }
 tbody tr:nth-child(even) { background: var(--vrambudget-stripe-background, transparent); }
 tbody th { font-weight: 600; min-width: 10em; }
-tbody th .sub { font-weight: 400; white-space: nowrap; }
+tbody th .sub { font-weight: 400; }
+.nowrap { white-space: nowrap; }
 .num { text-align: end; white-space: nowrap; }
 thead th.num button { justify-content: flex-end; text-align: end; }
 thead button {
@@ -237,6 +238,11 @@ export function formatBytes(bytes, lang = "en") {
   return `${fixed(lang, a, 0)} B`;
 }
 
+function sentence(text) {
+  const t = String(text).trim();
+  return /[.!?]$/.test(t) ? t : `${t}.`;
+}
+
 function componentLabel(key) {
   return COMPONENT_LABELS[key] ?? String(key).replaceAll("_", " ");
 }
@@ -302,11 +308,11 @@ function columns(rows, lang) {
       sort: (r) => r.gpu.name,
       cell: (r) => {
         const memory = formatBytes(r.gpu.memory_total_bytes, lang);
-        const sub = r.gpu.gpu_id ? `${r.gpu.gpu_id} · ${memory}` : memory;
-        return {
-          value: r.gpu.gpu_id ?? r.gpu.name,
-          content: [r.gpu.name, el("span", { className: "sub", text: sub, "data-memory": r.gpu.memory_total_bytes })],
-        };
+        // wraps between the id and the memory, never inside either
+        const sub = el("span", { className: "sub" });
+        if (r.gpu.gpu_id) sub.append(el("span", { className: "nowrap", text: r.gpu.gpu_id }), " · ");
+        sub.append(el("span", { className: "nowrap", text: memory }));
+        return { value: r.gpu.gpu_id ?? r.gpu.name, content: [r.gpu.name, sub] };
       },
     },
     {
@@ -352,8 +358,15 @@ function columns(rows, lang) {
           : null;
         return {
           value: r.layout ? key : "",
-          className: `verdict verdict-${key}`,
-          content: [el("span", { "aria-hidden": "true", text: `${v.icon} ` }), v.text, notes],
+          content: [
+            el(
+              "span",
+              { className: `verdict verdict-${key}` },
+              el("span", { "aria-hidden": "true", text: `${v.icon} ` }),
+              v.text,
+            ),
+            notes,
+          ],
         };
       },
     },
@@ -794,9 +807,19 @@ export class VrambudgetFits extends HTMLElement {
       for (const w of g.warnings ?? []) items.push(el("li", {}, el("strong", { text: `${g.name}: ` }), w));
     for (const x of this.#response.excluded ?? []) {
       const failing = (x.compatibility?.checks ?? []).filter((c) => c.verdict === "unsupported");
-      const why = failing.map((c) => c.reason + (c.remedy ? ` Remedy: ${c.remedy}` : "")).join(" ");
       items.push(
-        el("li", { "data-excluded": x.gpu_id ?? x.name }, el("strong", { text: `${x.name}: not offered. ` }), why),
+        el(
+          "li",
+          { "data-excluded": x.gpu_id ?? x.name },
+          el("strong", { text: `${x.name}: not offered, the workload cannot run on it.` }),
+          el(
+            "ul",
+            {},
+            ...failing.map((c) =>
+              el("li", { text: c.remedy ? `${sentence(c.reason)} Remedy: ${sentence(c.remedy)}` : sentence(c.reason) }),
+            ),
+          ),
+        ),
       );
     }
     this.#notes.replaceChildren(...(items.length ? [el("ul", {}, ...items)] : []));
