@@ -8,6 +8,7 @@ setting allows that origin, else the element says so). Every wait is bounded."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import pytest
@@ -60,7 +62,7 @@ _READ = """
 const root = document.querySelector(arguments[0]).shadowRoot;
 const main = (cell) => {
   const c = cell.cloneNode(true);
-  const extra = 'details, .sub, .tag, .sr-only, [aria-hidden="true"]';
+  const extra = 'details, .sub, .tag, .sr-only, [aria-hidden="true"]:not(.dash)';
   c.querySelectorAll(extra).forEach(n => n.remove());
   return c.textContent.trim();
 };
@@ -131,9 +133,10 @@ def _verdict(layout: dict[str, Any]) -> str:
 
 
 def _expected_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = []
+    """One row per GPU type and layout; a GPU type without a layout has one row of its own."""
+    rows: list[dict[str, Any]] = []
     for g in answer["gpus"]:
-        for layout in g["layouts"]:
+        for layout in g["layouts"] or [None]:
             rows.append({"gpu": g, "layout": layout, "index": len(rows)})
     return rows
 
@@ -160,8 +163,8 @@ def _check_rendered(
     assert [h["key"] for h in shown["headers"]] == columns
     assert all(h["scope"] == "col" for h in shown["headers"])
     assert len(shown["rows"]) == len(expected)
-    verdicts = [_verdict(r["layout"]) for r in expected]
-    n_gpus, n_layouts = len(answer["gpus"]), len(expected)
+    verdicts = [_verdict(r["layout"]) for r in expected if r["layout"] is not None]
+    n_gpus, n_layouts = len(answer["gpus"]), len(verdicts)
     assert shown["live"] == "polite"
     assert shown["status"] == (
         f"{n_gpus} GPU types, {n_layouts} layouts: {verdicts.count('fits')} fit, "
@@ -169,13 +172,18 @@ def _check_rendered(
     )
     for row, want in zip(shown["rows"], expected, strict=True):
         g, layout = want["gpu"], want["layout"]
-        assert (row["gpu"], row["count"]) == (g["gpu_id"], layout["device_count"])
         assert [c["key"] for c in row["cells"]] == columns  # (WebDriver sorts object keys)
         cells = {c["key"]: c for c in row["cells"]}
         if "gpu" in cells:
             assert cells["gpu"]["tag"] == "TH" and cells["gpu"]["scope"] == "row"
             assert cells["gpu"]["text"] == g["name"]
             assert cells["gpu"]["subs"] == [f"{g['gpu_id']} · {_size(g['memory_total_bytes'])}"]
+        if layout is None:  # no valid layout at the requested counts: said once, dashes elsewhere
+            assert row["gpu"] == g["gpu_id"]
+            assert cells["verdict"]["text"] == "No layout"
+            assert {cells[k]["text"] for k in columns if k not in ("gpu", "verdict")} == {"—"}
+            continue
+        assert (row["gpu"], row["count"]) == (g["gpu_id"], layout["device_count"])
         if "devices" in cells:
             assert cells["devices"]["value"] == str(layout["device_count"])
             fewest = g["min_device_count"] == layout["device_count"]
@@ -345,6 +353,45 @@ def test_a_serving_workload_shows_the_engine_maxima(driver: WebDriver, service: 
     small = answer["gpus"][1]["layouts"][0]
     assert not small["fits"] and small["verdict"] == "does_not_fit" and small["warnings"], small
     _check_rendered(shown, answer)
+
+
+GENERIC = {
+    "kind": "generic",
+    "name": "cycles-4k",
+    "assets": [{"name": "scene geometry + BVH", "bytes": 6442450944}],
+    "per_item": [{"name": "beauty + denoise passes", "bytes": 265420800}],
+}
+
+
+@pytest.mark.parametrize("counts", [[1, 2], [2]])
+def test_a_workload_given_as_json_and_gpus_without_a_layout(
+    driver: WebDriver, service: str, counts: list[int]
+) -> None:
+    """The page's ``workload`` parameter is sent as it is; a generic workload has a layout on
+    one device only, so at 2 devices every GPU type is a row saying so."""
+    gpus = ["l4-24gb", "rtx-4080-16gb"]
+    query = urlencode(
+        {
+            "workload": json.dumps(GENERIC),
+            "counts": ",".join(map(str, counts)),
+            "gpus": ",".join(gpus),
+        }
+    )
+    shown = _open(driver, f"{service}/ui/fits?{query}")
+    request = {
+        "workloads": [GENERIC],
+        "device_counts": counts,
+        "devices": [{"source": "catalog", "id": g} for g in gpus],
+    }
+    assert _sent(driver) == request
+    answer = _fits(service, request)
+    assert all(bool(g["layouts"]) == (1 in counts) for g in answer["gpus"])
+    if 1 in counts:
+        assert _expected_columns(answer) == [*FIXED_COLUMNS, "batch_size"]
+        _check_rendered(shown, answer)
+    else:
+        _check_rendered(shown, answer, FIXED_COLUMNS)
+        assert shown["status"] == "2 GPU types, 0 layouts: 0 fit, 0 fit if low, 0 do not fit."
 
 
 def _header(driver: WebDriver, key: str) -> Any:

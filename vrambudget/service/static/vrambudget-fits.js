@@ -294,7 +294,7 @@ function rowsOf(response) {
 }
 
 function dash(srText) {
-  return [el("span", { "aria-hidden": "true", text: "—" }), el("span", { className: "sr-only", text: srText })];
+  return [el("span", { className: "dash", "aria-hidden": "true", text: "—" }), el("span", { className: "sr-only", text: srText })];
 }
 
 /** The table's columns: the fixed ones, then the maxima the answer has. */
