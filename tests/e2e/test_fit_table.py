@@ -25,7 +25,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.support import browser
 from tests.support.processes import Service, free_port
@@ -392,6 +392,43 @@ def test_a_workload_given_as_json_and_gpus_without_a_layout(
     else:
         _check_rendered(shown, answer, FIXED_COLUMNS)
         assert shown["status"] == "2 GPU types, 0 layouts: 0 fit, 0 fit if low, 0 do not fit."
+
+
+def test_the_form_changes_the_workload(driver: WebDriver, service: str) -> None:
+    """Choose training, type a batch and a sequence length, submit: the query and the table
+    follow, and the fields of the other kinds are hidden."""
+    _open(driver, f"{service}/ui/fits?model=qwen2.5-7b&counts=1,2&gpus=h100-sxm5-80gb,l4-24gb")
+    Select(driver.find_element(By.ID, "kind")).select_by_value("training")
+    assert not driver.find_element(By.ID, "prompt").is_displayed()
+    driver.find_element(By.ID, "batch").send_keys("2")
+    driver.find_element(By.ID, "seq").send_keys("4096")
+    Select(driver.find_element(By.ID, "method")).select_by_value("lora")
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    request = {
+        "workloads": [
+            {
+                "kind": "training",
+                "model": {"source": "preset", "id": "qwen2.5-7b"},
+                "micro_batch_size": 2,
+                "sequence_length": 4096,
+                "method": {"kind": "lora"},
+            }
+        ],
+        "device_counts": [1, 2],
+        "devices": [{"source": "catalog", "id": g} for g in ("h100-sxm5-80gb", "l4-24gb")],
+    }
+    WebDriverWait(driver, WAIT_S).until(lambda d: _sent(d) == request)
+    WebDriverWait(driver, WAIT_S).until(
+        lambda d: (
+            d.execute_script(_DONE, "vrambudget-fits")
+            and "training" in d.execute_script(_READ, "vrambudget-fits")["caption"]
+        )
+    )
+    assert driver.current_url == (
+        f"{service}/ui/fits?model=qwen2.5-7b&kind=training&batch=2&seq=4096&method=lora"
+        "&counts=1%2C2&gpus=h100-sxm5-80gb%2Cl4-24gb"
+    )
+    _check_rendered(driver.execute_script(_READ, "vrambudget-fits"), _fits(service, request))
 
 
 def _header(driver: WebDriver, key: str) -> Any:
