@@ -384,6 +384,9 @@ def test_a_workload_given_as_json_and_gpus_without_a_layout(
         "devices": [{"source": "catalog", "id": g} for g in gpus],
     }
     assert _sent(driver) == request
+    # the fields the JSON replaces are disabled; the GPU counts and GPUs still apply
+    assert not driver.find_element(By.ID, "model").is_enabled()
+    assert driver.find_element(By.ID, "counts").is_enabled()
     answer = _fits(service, request)
     assert all(bool(g["layouts"]) == (1 in counts) for g in answer["gpus"])
     if 1 in counts:

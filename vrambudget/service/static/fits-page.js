@@ -94,6 +94,15 @@ function showDefaults(kind) {
   }
 }
 
+// The fields a workload JSON replaces (the GPU counts and GPUs still apply).
+const WORKLOAD_FIELDS = ["model", "kind", "batch", "prompt", "generate", "seq", "method", "engine", "context", "dtype"];
+
+/** With a workload JSON, the fields it replaces are disabled (and left out of the query). */
+function syncAdvanced() {
+  const json = $("workload").value.trim() !== "";
+  for (const name of WORKLOAD_FIELDS) $(name).disabled = json;
+}
+
 function clearInvalid() {
   for (const node of form.querySelectorAll("[aria-invalid]")) node.removeAttribute("aria-invalid");
 }
@@ -109,6 +118,7 @@ function apply(params) {
   showKind(kind);
   const json = params.get("workload");
   $("advanced").open = Boolean(json);
+  syncAdvanced();
   const workload = json && json.trim() !== "" ? json : JSON.stringify(workloadFrom(params));
   clearInvalid();
   table.setAttribute("workload", workload);
@@ -135,6 +145,7 @@ function queryOfForm() {
   const kind = $("kind").value;
   for (const name of PARAMS) {
     const input = $(name);
+    if (input.disabled) continue;
     const label = input.closest("[data-kinds]");
     if (label && !label.dataset.kinds.split(" ").includes(kind)) continue;
     const v = input.value.trim();
@@ -150,6 +161,7 @@ form.addEventListener("submit", (event) => {
   apply(q);
 });
 $("kind").addEventListener("change", () => showKind($("kind").value));
+$("workload").addEventListener("input", syncAdvanced);
 window.addEventListener("popstate", () => apply(new URLSearchParams(location.search)));
 
 table.addEventListener("vrambudget-fits-load", clearInvalid);
