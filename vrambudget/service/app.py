@@ -49,6 +49,7 @@ from .problems import exception_handlers
 from .resolutions import Resolutions, resolution_digest
 from .settings import Settings, SettingsError
 from .tracing import TracePool
+from .ui import ui_routes
 from .wire import Health, ModelDetail, ModelSummary, Ready, model_summary
 
 __all__ = ["Settings", "SettingsError", "create_app"]
@@ -396,6 +397,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             healthz,
             readyz,
             PrometheusController,
+            *ui_routes(),
         ],
         middleware=[RequestContext(), prometheus.middleware],
         logging_config=logging_config(),

@@ -152,13 +152,16 @@ def serving_fit(req: FitRequest) -> FitResponse:
             links, link_warnings = layout_interconnect(ctx.id, n, par.tensor, par.pipeline)
             warnings = warnings + link_warnings
             free = ctx.memory_total_bytes - used
+            fits = _fits(a, target)
             layouts.append(
                 LayoutFit(
                     device_count=n,
                     tensor=par.tensor,
                     pipeline=par.pipeline,
                     data=par.data,
-                    fits=_fits(a, target),
+                    fits=fits,
+                    # the engine's own accounting has no error band: it starts or it does not
+                    verdict="fits" if fits else "does_not_fit",
                     total_bytes=used,
                     capacity_bytes=ctx.memory_total_bytes,
                     free_bytes=free,
