@@ -266,3 +266,9 @@ def test_a_real_estimate() -> None:
     assert x + w_ == pytest.approx(BAR_X + d.total_bytes * BAR_WIDTH / end, abs=0.01)
     free = capacity - d.total_bytes
     assert svg_texts(root, "verdict") == ["fits" if free >= 0 else "does not fit"]
+
+
+def test_the_pictures_in_the_docs_are_current() -> None:
+    from bench.budget_pictures import check
+
+    assert check() == [], "regenerate: python -m bench.budget_pictures (and review the diff)"
