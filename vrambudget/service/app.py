@@ -162,7 +162,7 @@ async def create_budget(
     resolutions = await _resolve(request, data.workloads) if pending(data.workloads) else ()
     if data.method == "trace":
         pool: TracePool = request.app.state.trace_pool
-        cached = await pool.answer(data, resolutions)
+        answer = await pool.answer(data, resolutions)
     else:
         payload, key = _canonical("budgets", data, resolutions)
         answers: AnswerCache = request.app.state.answers
@@ -170,7 +170,8 @@ async def create_budget(
         if cached is None:
             compute: ComputePool = request.app.state.compute
             cached = answers.put(key, await compute.run("budget", payload, resolutions))
-    return budget_picture(cached) if wants_svg(request, format) else _encoded(cached)
+        answer = cached
+    return budget_picture(answer) if wants_svg(request, format) else _encoded(answer)
 
 
 @post(
