@@ -138,7 +138,7 @@ def test_segments_are_proportional_on_one_scale_with_free_space_and_band() -> No
     dot = next(c for c in root.iter(f"{SVG}circle") if c.get("class") == "subtotal")
     assert float(dot.get("cx", "nan")) == pytest.approx(196 + 391.5283, abs=0.006)
     assert not [p for p in root.iter(f"{SVG}polygon")]  # not clipped
-    (band_words,) = svg_texts(root, "band-label")
+    band_words = " ".join(svg_texts(root, "band-label"))  # wrapped to the picture's width
     assert "12.00 GiB to 16.50 GiB for 90% of 20 published measurements" in band_words
     assert "LoRA fine-tuning on several GPUs" in band_words
     assert "13.50 GiB estimated before headroom" in band_words
@@ -227,7 +227,7 @@ def test_two_stages_that_do_not_fit_and_a_clipped_band() -> None:
     assert bands[0] == pytest.approx((BAR_X + 6 * px, BAR_X + BAR_WIDTH), abs=0.006)
     assert bands[1] == pytest.approx((BAR_X + 5 * px, BAR_X + 9 * px), abs=0.006)
     assert len([p for p in root.iter(f"{SVG}polygon") if p.get("class") == "band-clipped"]) == 1
-    assert "40.00 GiB" in svg_texts(root, "band-label")[0]  # the label keeps the real end
+    assert "40.00 GiB" in " ".join(svg_texts(root, "band-label"))  # the label keeps the real end
     assert svg_texts(root, "device") == ["Pipeline stage 0", "Pipeline stage 1"]
     assert svg_texts(root, "key-heading")[0].startswith("Pipeline stage 0 (most loaded): ")
     # Axis ticks: at most 8 intervals over 18 GiB need a step >= 2.25, and the first of
@@ -272,3 +272,71 @@ def test_the_pictures_in_the_docs_are_current() -> None:
     from bench.budget_pictures import check
 
     assert check() == [], "regenerate: python -m bench.budget_pictures (and review the diff)"
+
+
+def _estimated(request: dict[str, object]) -> Budget:
+    import msgspec
+
+    from vrambudget.core.spec import BudgetRequest
+
+    req = msgspec.convert(request, BudgetRequest)
+    return estimate(req.workloads, req.device, req.headroom, software=req.software)
+
+
+def test_a_serving_engine_that_would_not_start() -> None:
+    budget = _estimated(
+        {
+            "workloads": [
+                {
+                    "kind": "llm_serving",
+                    "model": {"source": "preset", "id": "llama-3.1-70b"},
+                    "engine": "vllm",
+                }
+            ],
+            "device": {"source": "catalog", "id": "l4-24gb"},
+        }
+    )
+    assert budget.serving is not None and not budget.serving.would_start
+    root = parse_svg(render_budget_svg(budget))
+    assert svg_texts(root, "verdict") == ["would not start"]
+    missing = budget.total_bytes - budget.device.memory_total_bytes  # type: ignore[union-attr]
+    assert svg_texts(root, "verdict-bytes") == [f"{missing / GiB:.2f} GiB missing"]
+    subtitle = " ".join(svg_texts(root, "subtitle"))
+    assert subtitle.startswith(f"LLM serving, bf16 weights; vLLM {budget.serving.engine_version}.")
+    notes = " ".join(svg_texts(root, "footnote"))
+    assert "vLLM would not start: no available memory for the cache blocks" in notes
+
+
+def test_co_located_workloads_are_named_and_long_labels_fit() -> None:
+    budget = _estimated(
+        {
+            "workloads": [
+                {
+                    "kind": "inference",
+                    "model": {"source": "preset", "id": "qwen2.5-7b"},
+                    "batch_size": 2,
+                },
+                {
+                    "kind": "inference",
+                    "model": {"source": "preset", "id": "gemma-2-2b"},
+                    "batch_size": 1,
+                },
+            ],
+            "device": {"source": "catalog", "id": "l4-24gb"},
+        }
+    )
+    root = parse_svg(render_budget_svg(budget))
+    assert svg_texts(root, "title") == ["Memory budget: qwen2.5-7b + gemma-2-2b on NVIDIA L4 24GB"]
+    subtitle = " ".join(svg_texts(root, "subtitle"))
+    assert subtitle.startswith("qwen2.5-7b: inference, bf16 weights; gemma-2-2b: inference")
+    # The left column (16 .. 186 px) shortens the long label and drops the long phase; the
+    # key under the axis keeps both whole.
+    (label,) = svg_texts(root, "device")
+    assert label.startswith("Co-located (most") and label.endswith("…") and len(label) < 30
+    total = f"{budget.devices[0].total_bytes / GiB:.2f} GiB"
+    assert svg_texts(root, "device-total") == [f"{total} at its peak"]
+    (heading,) = svg_texts(root, "key-heading")
+    assert heading == (
+        f"Co-located (most loaded stage of each workload): {total} at its peak "
+        "(qwen2.5-7b: prefill; gemma-2-2b: prefill)"
+    )

@@ -32,6 +32,7 @@ The geometry (what the tests check by hand):
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
@@ -68,8 +69,17 @@ BAND_REACH = 3, 2
 KEY_COLUMNS = 3
 KEY_COLUMN_W = 310
 KEY_ROW_H = 17
-MAX_LABEL = 30
-"""Characters of a device label before it is shortened with an ellipsis."""
+LABEL_LEFT = 16
+"""Where the left column starts: a longer label is shortened with an ellipsis to fit."""
+_WRAP_GLYPH = 0.5
+"""The average glyph advance (ems) long text lines are wrapped at: a line of mixed text runs
+0.45 .. 0.5 em a character in DejaVu Sans and Helvetica."""
+_KINDS = {
+    "llm_serving": "LLM serving",
+    "image_generation": "image generation",
+    "speech_to_text": "speech to text",
+}
+_ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "llama_cpp": "llama.cpp", "ollama": "Ollama"}
 
 COLOURS: dict[Component, str] = {
     Component.WEIGHTS: "#4e79a7",
@@ -160,8 +170,30 @@ def _words(name: str) -> str:
 
 def _label(device: DeviceBudget) -> str:
     words = _words(device.label)
-    words = words[:1].upper() + words[1:]
-    return words if len(words) <= MAX_LABEL else words[: MAX_LABEL - 1] + "…"
+    return words[:1].upper() + words[1:]
+
+
+def _total_words(device: DeviceBudget) -> str:
+    """``26.84 GiB at prefill`` under a device's label (``at its peak`` where the phase is too
+    long for the column: the key below names it)."""
+    words = f"{human_bytes(device.total_bytes)} at {_words(device.peak_phase)}"
+    if text_width(words, 11) <= LABEL_RIGHT - LABEL_LEFT:
+        return words
+    return f"{human_bytes(device.total_bytes)} at its peak"
+
+
+def _wrap(body: str, size: int) -> list[str]:
+    """``body`` in lines that fit the picture's width at ``size`` px."""
+    return textwrap.wrap(body, int((WIDTH - 40) / (size * _WRAP_GLYPH)))
+
+
+def _fit(body: str, size: int, width: float) -> str:
+    """``body``, shortened with an ellipsis until it is about ``width`` px wide at ``size``."""
+    if text_width(body, size) <= width:
+        return body
+    while body and text_width(body + "…", size) > width:
+        body = body[:-1]
+    return body.rstrip() + "…"
 
 
 def _models(budget: Budget) -> str:
@@ -180,25 +212,34 @@ def default_title(budget: Budget) -> str:
     return f"Memory budget: {_models(budget)}{joiner}{device}"
 
 
-def _subtitle(budget: Budget) -> str:
+def _subtitle(budget: Budget) -> list[str]:
+    """The workloads (named when there are several), their formats and layouts, the engine,
+    the method and the unit, wrapped into lines."""
     parts = []
     for w in budget.workloads:
-        fmt = ""
+        words = [_KINDS.get(w.kind, _words(w.kind))]
         if w.format is not None:
-            fmt = f", {w.format.weights} weights"
-            if w.format.quantization:
-                fmt += f" ({w.format.quantization.split(',')[0]})"
-        layout = (
-            f", {w.devices_per_instance} devices per instance" if w.devices_per_instance > 1 else ""
-        )
-        inst = f", {w.instances} instances" if w.instances > 1 else ""
-        kind = _words(w.kind)
-        parts.append(f"{kind[:1].upper()}{kind[1:]}{fmt}{layout}{inst}")
+            quant = w.format.quantization
+            words.append(
+                f"{w.format.weights} weights" + (f" ({quant.split(',')[0]})" if quant else "")
+            )
+        if w.devices_per_instance > 1:
+            words.append(f"{w.devices_per_instance} devices per instance")
+        if w.instances > 1:
+            words.append(f"{w.instances} instances")
+        name = f"{w.name}: " if len(budget.workloads) > 1 else ""
+        parts.append(name + ", ".join(words))
+    if budget.serving is not None:
+        sv = budget.serving
+        parts.append(f"{_ENGINES.get(sv.engine, sv.engine)} {sv.engine_version}")
     unit = "GiB (2^30 bytes)" if _scale_unit(_scale_end(budget))[1] == "GiB" else "MiB (2^20 bytes)"
-    return (
+    line = (
         f"{'; '.join(parts)}. {budget.method.capitalize()} estimate at each device's peak; "
         f"one scale, {unit}"
     )
+    if len(budget.workloads) == 1:  # it starts with the kind, not a model's name
+        line = line[:1].upper() + line[1:]
+    return _wrap(line, 12)
 
 
 def _scale_unit(end: int) -> tuple[int, str]:
@@ -221,14 +262,17 @@ def _band_words(band: ErrorBand, subtotal: int) -> str:
     )
 
 
-def _verdict(device: DeviceBudget, capacity: int | None) -> tuple[str, str, str]:
-    """(the right column's first line, its second, its colour)."""
+def _verdict(budget: Budget, device: DeviceBudget) -> tuple[str, str, str]:
+    """(the right column's first line, its second, its colour): the device's free or missing
+    bytes, and a serving engine that would refuse to start whatever they are."""
+    capacity = _capacity(budget)
     if capacity is None:
         return "no device given", human_bytes(device.total_bytes), MUTED
     free = capacity - device.total_bytes
-    if free >= 0:
-        return "fits", f"{human_bytes(free)} free", _FITS
-    return "does not fit", f"{human_bytes(-free)} missing", _SHORT
+    amount = f"{human_bytes(free)} free" if free >= 0 else f"{human_bytes(-free)} missing"
+    if budget.serving is not None and not budget.serving.would_start:
+        return "would not start", amount, _SHORT
+    return ("fits", amount, _FITS) if free >= 0 else ("does not fit", amount, _SHORT)
 
 
 def _headroom(device: DeviceBudget) -> int:
@@ -242,11 +286,13 @@ def render_budget_svg(budget: Budget, *, title: str | None = None) -> str:
     end = _scale_end(budget)
     x_of = _Scale(end).x
 
-    body: list[str] = [
-        text(20, 30, heading, size=18, weight="bold", cls="title"),
-        text(20, 52, _subtitle(budget), size=12, fill=MUTED, cls="subtitle"),
-    ]
-    top = 92.0
+    subtitle = _subtitle(budget)
+    body: list[str] = [text(20, 30, heading, size=18, weight="bold", cls="title")]
+    body.extend(
+        text(20, 52 + 15 * k, line, size=12, fill=MUTED, cls="subtitle")
+        for k, line in enumerate(subtitle)
+    )
+    top = 92.0 + 15 * (len(subtitle) - 1)
     plot_top = top - 8
     axis_y = top + ROW_H * len(budget.devices) - 12
     unit, unit_name = _scale_unit(end)
@@ -280,7 +326,7 @@ def render_budget_svg(budget: Budget, *, title: str | None = None) -> str:
             text(
                 LABEL_RIGHT,
                 y + 11,
-                label + count,
+                _fit(label, 13, LABEL_RIGHT - LABEL_LEFT - text_width(count, 13)) + count,
                 size=13,
                 weight="bold",
                 anchor="end",
@@ -291,7 +337,7 @@ def render_budget_svg(budget: Budget, *, title: str | None = None) -> str:
             text(
                 LABEL_RIGHT,
                 y + 26,
-                f"{human_bytes(device.total_bytes)} at {_words(device.peak_phase)}",
+                _total_words(device),
                 size=11,
                 fill=MUTED,
                 anchor="end",
@@ -336,14 +382,14 @@ def render_budget_svg(budget: Budget, *, title: str | None = None) -> str:
                 f'width="{num(total_x - cap_x)}" height="{BAR_H + 2}" fill="none" '
                 f'stroke="{_SHORT}" stroke-width="2"/>'
             )
-        first, second, colour = _verdict(device, capacity)
+        first, second, colour = _verdict(budget, device)
         body.append(
             text(VERDICT_X, y + 11, first, size=13, weight="bold", fill=colour, cls="verdict")
         )
         body.append(text(VERDICT_X, y + 26, second, size=11, fill=colour, cls="verdict-bytes"))
         if device.band is not None:
             body.extend(_whisker(i, device.band, device, y + BAR_H + 9, _Scale(end)))
-        desc.append(_device_desc(label, device, capacity))
+        desc.append(_device_desc(label, budget, device))
 
     if capacity is not None:
         cap_x = x_of(capacity)
@@ -372,9 +418,17 @@ def render_budget_svg(budget: Budget, *, title: str | None = None) -> str:
             text(
                 20,
                 y,
-                f"{_label(device)}{_most_loaded(budget, i)}: "
-                f"{human_bytes(device.total_bytes)} at its peak ({_words(device.peak_phase)})"
-                + (f" on each of {device.num_devices} devices" if device.num_devices > 1 else ""),
+                _fit(
+                    f"{_label(device)}{_most_loaded(budget, i)}: "
+                    f"{human_bytes(device.total_bytes)} at its peak ({_words(device.peak_phase)})"
+                    + (
+                        f" on each of {device.num_devices} devices"
+                        if device.num_devices > 1
+                        else ""
+                    ),
+                    12,
+                    WIDTH - 40,
+                ),
                 size=12,
                 weight="bold",
                 cls="key-heading",
@@ -403,17 +457,22 @@ def render_budget_svg(budget: Budget, *, title: str | None = None) -> str:
             )
         y += ((len(nonzero) + KEY_COLUMNS - 1) // KEY_COLUMNS) * KEY_ROW_H + 6
         if device.band is not None:
-            y += 12
             band = _band_words(device.band, device.total_bytes - _headroom(device))
-            body.append(text(20, y, band, size=11, fill=MUTED, cls="band-label"))
+            for line in _wrap(band, 11):
+                y += 14
+                body.append(text(20, y, line, size=11, fill=MUTED, cls="band-label"))
         y += 22
     notes = []
     if zero:
         notes.append("0 bytes in this budget: " + ", ".join(c.label for c in zero))
     if any(d.band is None for d in budget.devices):
         notes.append("No error band: none is calibrated for this answer")
-    for note in notes:
-        body.append(text(20, y, note, size=11, fill=MUTED, cls="footnote"))
+    sv = budget.serving
+    if sv is not None and not sv.would_start and sv.reason:
+        engine = _ENGINES.get(sv.engine, sv.engine)
+        notes.append(f"{engine} would not start: {sv.reason}")
+    for line in (ln for note in notes for ln in _wrap(note, 11)):
+        body.append(text(20, y, line, size=11, fill=MUTED, cls="footnote"))
         y += 15
     height = int(y + 4)
     summary = f"{heading}. One stacked bar per device, one scale. " + " ".join(desc)
@@ -459,11 +518,12 @@ def _whisker(i: int, band: ErrorBand, device: DeviceBudget, wy: float, scale: _S
     return out
 
 
-def _device_desc(label: str, device: DeviceBudget, capacity: int | None) -> str:
+def _device_desc(label: str, budget: Budget, device: DeviceBudget) -> str:
     parts = ", ".join(
         f"{ln.component.label} {human_bytes(ln.bytes)}" for ln in device.lines if ln.bytes > 0
     )
-    first, second, _ = _verdict(device, capacity)
+    capacity = _capacity(budget)
+    first, second, _ = _verdict(budget, device)
     verdict = f" of {human_bytes(capacity)}: {first}, {second}" if capacity is not None else ""
     band = ""
     if device.band is not None:
