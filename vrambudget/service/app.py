@@ -314,7 +314,9 @@ async def create_comparison(
     or the `data` of its callback) in, the estimate-vs-measured comparison out: per measured
     quantity and per component, the estimate, the measurement, the difference and a verdict,
     plus the headroom this workload needs on this device. Stateless: the estimate is
-    recomputed from the workload in the report."""
+    recomputed from the workload in the report.
+
+    `format=svg` (or `Accept: image/svg+xml`) draws the comparison."""
     report = decode_body(await request.body(), ProbeResource)
     if gpu is not None:
         gpu_ref = CatalogDevice(id=gpu) if gpu in gpus() else None
