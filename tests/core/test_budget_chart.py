@@ -340,3 +340,23 @@ def test_co_located_workloads_are_named_and_long_labels_fit() -> None:
         f"Co-located (most loaded stage of each workload): {total} at its peak "
         "(qwen2.5-7b: prefill; gemma-2-2b: prefill)"
     )
+
+
+def test_words_for_readers() -> None:
+    from vrambudget.core.bands import class_label
+    from vrambudget.core.comparison import QUANTITY_LABELS, quantity_label
+
+    assert [c.label for c in Component][:4] == [
+        "Weights",
+        "Quantization metadata",
+        "Adapters",
+        "KV cache",
+    ]
+    assert Component.CUDA_CONTEXT.label == "CUDA context"
+    labels = [c.label for c in Component] + list(QUANTITY_LABELS.values())
+    assert not [w for w in labels if "_" in w or w[0].islower()]
+    assert quantity_label("device_used_peak") == "Device used peak"
+    assert quantity_label("some_new_quantity") == "Some new quantity"
+    assert class_label("fine_tuning_qlora_multi_gpu") == "QLoRA fine-tuning on several GPUs"
+    assert class_label("training_full") == "full training"
+    assert class_label("inference") == "inference"
