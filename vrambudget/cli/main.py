@@ -8,6 +8,7 @@
     vrambudget estimate --checkpoint ./my-model --batch 8   # a local checkpoint directory
     vrambudget estimate --config config.json         # any model_type transformers knows
     vrambudget estimate --model qwen2.5-0.5b --method trace   # the trace tier, in-process
+    vrambudget estimate --model llama-3.1-8b --gpu l4-24gb --svg budget.svg   # and its picture
     vrambudget openapi > openapi/service.json
     vrambudget chart comparison.json -o comparison.svg   # a Comparison or a probe resource
     vrambudget calibrate --store agent-data/agent.sqlite3 --out profiles/   # see calibrate -h
@@ -150,6 +151,8 @@ def _estimate(args: argparse.Namespace) -> int:
     except (msgspec.ValidationError, BudgetError, _NoTraceTier) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.svg is not None and not _write_budget_svg(budget, args.svg):
+        return 2
     if args.json:
         from vrambudget.service.tracing import encode_answer
 
@@ -218,6 +221,19 @@ def _estimate(args: argparse.Namespace) -> int:
     for warning in budget.warnings:
         print(f"warning: {warning}")
     return 0
+
+
+def _write_budget_svg(budget: Any, path: str) -> bool:
+    """``estimate --svg FILE``: the budget's picture (docs/PICTURES.md); False, with the
+    reason on stderr, when the file cannot be written."""
+    from vrambudget.core.budget_chart import render_budget_svg
+
+    try:
+        Path(path).write_text(render_budget_svg(budget), encoding="utf-8")
+    except OSError as exc:
+        print(f"error: {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _missing_framework() -> str | None:
@@ -350,6 +366,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     est.add_argument("--zero", type=int, default=0)
     est.add_argument("--gpu", help="catalog GPU id (see GET /v1/gpus)")
     est.add_argument("--json", action="store_true", help="print the JSON budget")
+    est.add_argument(
+        "--svg",
+        metavar="FILE",
+        help="also write the budget as an SVG picture to FILE: a stacked bar per device, the "
+        "GPU's capacity and the error band (docs/PICTURES.md)",
+    )
     est.add_argument(
         "--method",
         choices=["analytic", "trace"],

@@ -181,6 +181,16 @@ def _allowed(root: Any, path: str) -> str | None:
         return None
 
 
+def _parameter_type(request: Request[Any, Any, Any], key: str) -> Any | None:
+    """The type of the route handler's parameter ``key`` (a query, path or header parameter
+    Litestar validated), to name what it allows."""
+    try:
+        field = request.route_handler.parsed_fn_signature.parameters.get(key)
+    except AttributeError:
+        return None
+    return None if field is None else field.annotation
+
+
 def _validation(
     request: Request[Any, Any, Any], exc: ValidationException, request_types: Mapping[str, Any]
 ) -> Response[Any]:
@@ -195,8 +205,12 @@ def _validation(
                 path = f"$.{key}"
             text = text or message
             root = request_types.get(request.url.path)
+            where = path
+            parameter = _parameter_type(request, key) if "source" in item and key else None
+            if parameter is not None:  # a query (or path, header) parameter, not the body
+                root, where = parameter, "$"
             if root is not None and (text.startswith(("Invalid enum value", "Expected"))):
-                allowed = _allowed(root, path)
+                allowed = _allowed(root, where) or _allowed(root, where + "[0]")
                 if allowed and allowed not in text:
                     text += f"; {allowed}"
             errors.append(ProblemError(field=path, message=text))
