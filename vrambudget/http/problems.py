@@ -28,6 +28,7 @@ __all__ = [
     "Problem",
     "ProblemError",
     "exception_handlers",
+    "field_error",
     "internal",
     "problem",
 ]
@@ -181,6 +182,21 @@ def _allowed(root: Any, path: str) -> str | None:
         return None
 
 
+def field_error(message: str, root: Any | None = None, key: str | None = None) -> ProblemError:
+    """A msgspec validation message as one problem error: the field's JSON path (``key`` when
+    the message names none) and the message, with the values or range the field allows when
+    ``root`` (the body's type) states them. The CLI prints its errors with it too."""
+    path, text = _split(message)
+    if path == "$" and key:
+        path = key
+    text = text or message
+    if root is not None and text.startswith(("Invalid enum value", "Expected")):
+        allowed = _allowed(root, path)
+        if allowed and allowed not in text:
+            text += f"; {allowed}"
+    return ProblemError(field=path, message=text)
+
+
 def _validation(
     request: Request[Any, Any, Any], exc: ValidationException, request_types: Mapping[str, Any]
 ) -> Response[Any]:
@@ -188,18 +204,14 @@ def _validation(
     extra = exc.extra if isinstance(exc.extra, list) else []
     for item in extra:
         if isinstance(item, dict):
-            message = str(item.get("message", ""))
-            path, text = _split(message)
             key = item.get("key")
-            if path == "$" and key:
-                path = f"$.{key}"
-            text = text or message
-            root = request_types.get(request.url.path)
-            if root is not None and (text.startswith(("Invalid enum value", "Expected"))):
-                allowed = _allowed(root, path)
-                if allowed and allowed not in text:
-                    text += f"; {allowed}"
-            errors.append(ProblemError(field=path, message=text))
+            errors.append(
+                field_error(
+                    str(item.get("message", "")),
+                    request_types.get(request.url.path),
+                    f"$.{key}" if key else None,
+                )
+            )
     detail = "; ".join(f"{e.field}: {e.message}" for e in errors) or str(exc.detail)
     return problem(
         request,
