@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -26,7 +27,9 @@ def _match(text: str | None, *fields: str) -> bool:
     return text is None or any(text.lower() in f.lower() for f in fields)
 
 
-def _print_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], right: set[int]) -> None:
+def _print_table(
+    headers: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: set[int]
+) -> None:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
 
     def line(cells: tuple[str, ...]) -> str:
