@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -368,20 +369,29 @@ class _Terminal(io.StringIO):
 def test_progress_on_a_terminal_only() -> None:
     tty = _Terminal()
     with progress("tracing", tty):
-        time.sleep(0.05)
+        time.sleep(1.2)  # drawn every 0.5 s
     text = tty.getvalue()
-    assert text.startswith("\r\x1b[2Kvrambudget: tracing ... 0.0 s")
-    assert text.endswith("\r\x1b[2K")  # the line is cleared when the step ends
+    assert re.fullmatch(
+        r"(\r\x1b\[2Kvrambudget: tracing \.\.\. [0-9]+\.[0-9] s)+\r\x1b\[2K", text
+    ), text
+    # first drawn after INTERVAL_S, not at once
+    assert re.match(r"\r\x1b\[2Kvrambudget: tracing \.\.\. (0\.[5-9]|[1-9]\.[0-9]) s", text)
+    quick = _Terminal()
+    with progress("resolving", quick):
+        pass
+    assert quick.getvalue() == ""  # a quick step leaves no trace
     pipe = io.StringIO()
     with progress("tracing", pipe):
-        pass
+        time.sleep(0.6)
     assert pipe.getvalue() == ""
 
 
 def test_progress_is_cleared_when_the_step_fails() -> None:
     tty = _Terminal()
     with pytest.raises(RuntimeError), progress("resolving", tty):
+        time.sleep(0.6)
         raise RuntimeError("boom")
+    assert tty.getvalue().startswith("\r\x1b[2Kvrambudget: resolving ... 0.")
     assert tty.getvalue().endswith("\r\x1b[2K")
 
 

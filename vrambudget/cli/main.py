@@ -295,9 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     est = sub.add_parser(
         "estimate",
         help="print a budget table: every component's bytes, and whether it fits --gpu",
-        description="A budget of one workload (or a BudgetRequest file), computed in this "
-        "process as POST /v1/budgets answers it. With --gpu the last line says whether it fits "
-        "(and the exit status: 0 fits, 3 does not).",
+        description="A budget of one workload (or a BudgetRequest file), computed in this\n"
+        "process as POST /v1/budgets answers it. With --gpu the last line says whether it\n"
+        "fits, and so does the exit status (0 fits, 3 does not).",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

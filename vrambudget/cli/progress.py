@@ -15,7 +15,8 @@ from typing import TextIO
 __all__ = ["progress"]
 
 INTERVAL_S = 0.5
-"""How often the line is redrawn."""
+"""How often the line is redrawn, and how long a step runs before it is first drawn (a step
+quicker than that leaves no trace)."""
 
 
 def _tty(stream: TextIO) -> bool:
@@ -27,8 +28,8 @@ def _tty(stream: TextIO) -> bool:
 
 @contextmanager
 def progress(phase: str, stream: TextIO | None = None) -> Iterator[None]:
-    """While the block runs, ``vrambudget: <phase> ... 3.5 s`` on a terminal's stderr; the line
-    is cleared when the block ends (however it ends)."""
+    """While the block runs, ``vrambudget: <phase> ... 3.5 s`` on a terminal's stderr (from
+    :data:`INTERVAL_S` on); the line is cleared when the block ends (however it ends)."""
     out = stream if stream is not None else sys.stderr
     if not _tty(out):
         yield
@@ -36,12 +37,14 @@ def progress(phase: str, stream: TextIO | None = None) -> Iterator[None]:
     start = time.monotonic()
     done = threading.Event()
 
+    drawn = False
+
     def draw() -> None:
-        while True:
+        nonlocal drawn
+        while not done.wait(INTERVAL_S):
             out.write(f"\r\x1b[2Kvrambudget: {phase} ... {time.monotonic() - start:.1f} s")
             out.flush()
-            if done.wait(INTERVAL_S):
-                return
+            drawn = True
 
     thread = threading.Thread(target=draw, name="vrambudget-progress", daemon=True)
     thread.start()
@@ -50,5 +53,6 @@ def progress(phase: str, stream: TextIO | None = None) -> Iterator[None]:
     finally:
         done.set()
         thread.join()
-        out.write("\r\x1b[2K")
-        out.flush()
+        if drawn:
+            out.write("\r\x1b[2K")
+            out.flush()

@@ -126,8 +126,9 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         "--kind",
         choices=list(_SIZES),
         default="inference",
-        help="inference (generate with transformers), training (one optimizer step), or "
-        "llm_serving (a serving engine: see the serving flags); default: inference",
+        help="inference (prefill and decode of --batch sequences), training (one optimizer "
+        "step), or llm_serving (a serving engine: see the llm_serving flags); default: "
+        "inference",
     )
     w.add_argument(
         "--batch",
@@ -221,7 +222,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         type=float,
         metavar="FRACTION",
         help="vLLM: the share of each GPU the engine may use, in (0, 1] (default: the "
-        "release's, 0.9 / 0.92)",
+        "release's own, docs/SERVING.md)",
     )
     s.add_argument(
         "--max-num-seqs",
