@@ -114,6 +114,16 @@ def test_estimate_says_the_verdict_and_exits_by_it(
     assert "FIT" not in capsys.readouterr().out
 
 
+def test_gpu_names_the_device_of_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _generic_file(tmp_path, 5 * GiB)  # a custom 5 GiB device in the file
+    assert main(["estimate", "--file", path]) == EXIT_DOES_NOT_FIT
+    capsys.readouterr()
+    assert main(["estimate", "--file", path, "--gpu", "l4-24gb"]) == EXIT_FITS
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == (
+        "FITS NVIDIA L4 24GB (21.95 GiB): uses 6.00 GiB, 15.95 GiB free"
+    )
+
+
 def test_serving_flags_make_the_same_request_as_a_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -237,6 +247,14 @@ def test_a_serving_budget_that_does_not_start_exits_3(capsys: pytest.CaptureFixt
             "fp8_channel, gptq, w4a16, w8a8_int8",
         ),
         (["--batch", "2"], "error: estimate: give one of --model PRESET"),
+        (
+            ["--kind", "llm_serving", "--engine", "sglang", "--model", "x", "--enforce-eager"],
+            "error: --enforce-eager applies to engine vllm, not sglang",
+        ),
+        (
+            ["--file", "w.json", "--model", "qwen2.5-7b", "--max-model-len", "5"],
+            "error: --file is the whole request: drop --model, --max-model-len",
+        ),
     ],
 )
 def test_input_errors_name_the_flag_and_what_it_allows(

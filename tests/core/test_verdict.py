@@ -169,6 +169,7 @@ def test_budget_and_fit_agree(workload: dict[str, Any], gpu: str) -> None:
     )
     assert f["free_percent"] == row["free_percent"]
     assert f["missing_bytes"] == max(0, -row["free_bytes"])
+    assert row["fits"] or row["verdict"] != "fits"  # (a vLLM row that did not start said fits)
     assert (f["reason"] is None) == f["fits"]
 
 

@@ -22,7 +22,13 @@ from typing import Any, get_args
 import msgspec
 
 from .errors import EXIT_CODES, EXIT_DOES_NOT_FIT, EXIT_FITS, report
-from .workload_args import FLAG_OF, UsageError, add_workload_args, workload_from_args
+from .workload_args import (
+    FLAG_OF,
+    UsageError,
+    add_workload_args,
+    reject_with_file,
+    workload_from_args,
+)
 
 __all__ = ["add_parser"]
 
@@ -41,13 +47,18 @@ def _csv_ints(text: str) -> list[int]:
 def _request(args: argparse.Namespace) -> Any:
     from vrambudget.core.spec import FitRequest
 
-    if args.file:
-        raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-        return msgspec.json.decode(raw, type=FitRequest)
-    body: dict[str, Any] = {"workloads": [workload_from_args(args, "fit")]}
     gpus = [g.strip() for item in args.gpu for g in item.split(",") if g.strip()]
-    if gpus:
-        body["devices"] = [{"source": "catalog", "id": g} for g in gpus]
+    devices = [{"source": "catalog", "id": g} for g in gpus]
+    if args.file:
+        reject_with_file(args)
+        raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        data = msgspec.json.decode(raw)
+        if devices and isinstance(data, dict):  # --gpu names the devices of the file's request
+            data["devices"] = devices
+        return msgspec.convert(data, FitRequest)
+    body: dict[str, Any] = {"workloads": [workload_from_args(args, "fit")]}
+    if devices:
+        body["devices"] = devices
     if args.counts:
         body["device_counts"] = args.counts
     if args.solve:

@@ -59,16 +59,19 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _request_from_args(args: argparse.Namespace) -> object:
-    from vrambudget.core.spec import BudgetRequest, Workload
+    from vrambudget.core.spec import BudgetRequest
 
-    from .workload_args import workload_from_args
+    from .workload_args import reject_with_file, workload_from_args
 
     if args.file:
+        reject_with_file(args)
         raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
         data = json.loads(raw)
-        if isinstance(data, dict) and "workloads" in data:
-            return msgspec.convert(data, BudgetRequest)
-        return BudgetRequest(workloads=(msgspec.convert(data, Workload),))
+        if not (isinstance(data, dict) and "workloads" in data):
+            data = {"workloads": [data]}
+        if args.gpu:  # --gpu names the device of the file's request
+            data["device"] = {"source": "catalog", "id": args.gpu}
+        return msgspec.convert(data, BudgetRequest)
     request: dict[str, object] = {"workloads": [workload_from_args(args, "estimate")]}
     if args.iterations is not None or args.expandable_segments:
         request["trace"] = {

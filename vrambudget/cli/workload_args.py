@@ -17,6 +17,7 @@ __all__ = [
     "add_workload_args",
     "model_from_args",
     "model_resolver",
+    "reject_with_file",
     "workload_from_args",
 ]
 
@@ -71,6 +72,7 @@ FLAG_OF: dict[str, str] = {
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "dtype": "--dtype",
     "kv_cache_dtype": "--kv-cache-dtype",
+    "enforce_eager": "--enforce-eager",
     "mem_fraction_static": "--mem-fraction-static",
     "file_type": "--file-type",
     "n_ctx": "--n-ctx",
@@ -310,6 +312,24 @@ def model_from_args(args: argparse.Namespace, command: str) -> dict[str, Any]:
 
 class UsageError(Exception):
     """Flags that do not make a request (exit 2, the message as is)."""
+
+
+def reject_with_file(args: argparse.Namespace) -> None:
+    """``--file`` is the whole request: a model or serving flag beside it would be ignored, so
+    it is an error instead."""
+    given = [
+        flag
+        for dest, flag in (
+            ("model", "--model"),
+            ("config", "--config"),
+            ("hub", "--hub"),
+            ("checkpoint", "--checkpoint"),
+            *((d, FLAG_OF[d]) for d in _SERVING),
+        )
+        if getattr(args, dest) not in (None, False)
+    ]
+    if given:
+        raise UsageError(f"--file is the whole request: drop {', '.join(given)}")
 
 
 def _serving_workload(args: argparse.Namespace, model: dict[str, Any]) -> dict[str, Any]:
