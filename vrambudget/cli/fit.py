@@ -95,9 +95,10 @@ def print_fit(answer: Any, show_all: bool, solved_count: bool) -> None:
     """The fit as a table, smallest GPU first: one row per GPU and device count (unless
     ``show_all``, the layouts that fit or fit if the real peak is low, and each GPU's first),
     with the smallest device count that fits (``min n``; ``none`` when none up to the
-    request's maximum does)."""
+    request's maximum does); below it, the warnings of the rows that do not fit (why not)."""
     headers = ("gpu", "GiB", "n", "verdict", "used GiB", "free GiB", "limiting", "min n", "maxima")
     rows: list[tuple[str, ...]] = []
+    why: list[str] = []
     for g in sorted(answer.gpus, key=lambda g: (g.memory_total_bytes, g.gpu_id or g.name)):
         smallest = "-" if not solved_count else str(g.min_device_count or "none")
         for i, lay in enumerate(g.layouts):
@@ -116,6 +117,8 @@ def print_fit(answer: Any, show_all: bool, solved_count: bool) -> None:
                     _maxima(lay.maxima),
                 )
             )
+            if not lay.fits:
+                why += [f"{g.gpu_id or g.name} x{lay.device_count}: {w}" for w in lay.warnings]
     if rows:
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
         right = {1, 2, 4, 5, 7}
@@ -129,6 +132,8 @@ def print_fit(answer: Any, show_all: bool, solved_count: bool) -> None:
         print(line(headers))
         for r in rows:
             print(line(r))
+    for line_ in why:
+        print(f"why: {line_}")
     if answer.cheapest is not None:
         c = answer.cheapest
         basis = f"cost {c.cost:g}" if c.basis == "price" else "the fewest devices"
