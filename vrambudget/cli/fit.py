@@ -95,7 +95,7 @@ def print_fit(answer: Any, show_all: bool, solved_count: bool) -> None:
     """The fit as a table, smallest GPU first: one row per GPU and device count (unless
     ``show_all``, the layouts that fit or fit if the real peak is low, and each GPU's first),
     with the smallest device count that fits (``min n``; ``none`` when none up to the
-    request's maximum does); below it, the warnings of the rows that do not fit (why not)."""
+    request's maximum does); below it, the warnings of the rows that do not fit (often why)."""
     headers = ("gpu", "GiB", "n", "verdict", "used GiB", "free GiB", "limiting", "min n", "maxima")
     rows: list[tuple[str, ...]] = []
     why: list[str] = []
@@ -132,8 +132,10 @@ def print_fit(answer: Any, show_all: bool, solved_count: bool) -> None:
         print(line(headers))
         for r in rows:
             print(line(r))
+    if why:
+        print()
     for line_ in why:
-        print(f"why: {line_}")
+        print(f"note: {line_}")
     if answer.cheapest is not None:
         c = answer.cheapest
         basis = f"cost {c.cost:g}" if c.basis == "price" else "the fewest devices"
