@@ -37,6 +37,7 @@ from ..resolve import resolve_model
 from ..result import Cheapest, FitResponse, GPUFit, LatencyEstimate, LayoutFit, Maxima, MIGFit
 from ..search import largest_true
 from ..spec import FP8, FitRequest, LatencyTarget, LLMServingWorkload, Parallelism
+from ..verdict import free_percent
 from .budget import stage_values
 from .engine_args import serving_quantization
 from .engines_fit import MAX_GGUF_DEVICES, gguf_fits, gguf_layout, sglang_fits, sglang_layout
@@ -165,7 +166,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
                     total_bytes=used,
                     capacity_bytes=ctx.memory_total_bytes,
                     free_bytes=free,
-                    free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
+                    free_percent=free_percent(free, ctx.memory_total_bytes),
                     limiting_component=max(values, key=lambda c: values[c]),
                     warnings=warnings,
                     maxima=Maxima(**maxima),  # type: ignore[arg-type]
