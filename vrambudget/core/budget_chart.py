@@ -101,6 +101,8 @@ COLOURS: dict[Component, str] = {
 
 _FITS = "#2e7d32"
 _SHORT = "#c62828"
+_IF_LOW = "#a15c00"
+"""Amber: the estimate fits but the error band's high end does not."""
 _CAPACITY = "#333333"
 _BAND = "#1a1a1a"
 _GRID = "#e3e3e3"
@@ -268,11 +270,21 @@ def _verdict(budget: Budget, device: DeviceBudget) -> tuple[str, str, str]:
     capacity = _capacity(budget)
     if capacity is None:
         return "no device given", human_bytes(device.total_bytes), MUTED
-    free = capacity - device.total_bytes
+    # The answer's own verdict (``Budget.fit``, counted as /v1/fits counts it) where it has
+    # this device; capacity - total otherwise.
+    own = (
+        next((d for d in budget.fit.devices if d.label == device.label), None)
+        if budget.fit
+        else None
+    )
+    free = own.free_bytes if own is not None else capacity - device.total_bytes
+    fits = own.fits if own is not None else free >= 0
     amount = f"{human_bytes(free)} free" if free >= 0 else f"{human_bytes(-free)} missing"
     if budget.serving is not None and not budget.serving.would_start:
         return "would not start", amount, _SHORT
-    return ("fits", amount, _FITS) if free >= 0 else ("does not fit", amount, _SHORT)
+    if fits and own is not None and own.verdict == "fits_if_low":  # the band's high end does not
+        return "fits only if low", amount, _IF_LOW
+    return ("fits", amount, _FITS) if fits else ("does not fit", amount, _SHORT)
 
 
 def _headroom(device: DeviceBudget) -> int:
