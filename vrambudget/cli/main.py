@@ -146,6 +146,7 @@ def _estimate(args: argparse.Namespace) -> int:
                 req.device,  # type: ignore[attr-defined]
                 req.headroom,  # type: ignore[attr-defined]
                 software=req.software,  # type: ignore[attr-defined]
+                disk=req.disk,  # type: ignore[attr-defined]
             )
     except (msgspec.ValidationError, BudgetError, _NoTraceTier) as exc:
         print(f"error: {exc}", file=sys.stderr)

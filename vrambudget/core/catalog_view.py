@@ -186,10 +186,7 @@ def citation_title(s: Source) -> str:
 
 def citation(s: Source) -> Citation:
     """The served form of a catalog source."""
-    if s.url is not None:
-        url = s.url
-    else:
-        url = f"https://github.com/{s.repo}/blob/{s.commit}/{s.path}"
+    url = s.url if s.url is not None else f"https://github.com/{s.repo}/blob/{s.commit}/{s.path}"
     return Citation(title=citation_title(s), url=url, quote=s.quote, confirmed=s.unverified is None)
 
 
