@@ -57,6 +57,7 @@ DOCS = (
     "docs/PERFORMANCE.md",
     "docs/MIG.md",
     "docs/KUBERNETES.md",
+    "docs/CATALOG.md",
     "CONTRIBUTING.md",
 )
 WIDTH = 100

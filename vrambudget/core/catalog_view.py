@@ -69,7 +69,8 @@ class Citation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         str | None,
         msgspec.Meta(
             description="The source's words the fact follows, verbatim (at most "
-            f"{QUOTE_MAX_CHARS} characters); null where the source backs the entry as a whole."
+            f"{QUOTE_MAX_CHARS} characters; the lines of a multi-line printout joined by ` / `); "
+            "null where the source backs the entry as a whole."
         ),
     ] = None
     confirmed: Annotated[
@@ -85,16 +86,25 @@ class Citation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 class CatalogMIGProfile(MIGProfileFacts, frozen=True, kw_only=True):
     """A MIG GPU instance profile with its citations."""
 
-    memory_source: Citation | None = None
-    """The ``nvidia-smi mig -lgip`` listing ``memory_gib_2dp`` is read from."""
-    source: Citation
-    """Where the profile's name and instance count are published."""
+    memory_source: Annotated[
+        Citation | None,
+        msgspec.Meta(
+            description="The `nvidia-smi mig -lgip` listing `memory_gib_2dp` is read from; "
+            "null where no listing was found (only the name's marketing size is known)."
+        ),
+    ] = None
+    source: Annotated[
+        Citation,
+        msgspec.Meta(description="Where the profile's name and instance count are published."),
+    ]
 
 
 class CatalogInterconnect(InterconnectFacts, frozen=True, kw_only=True):
     """The GPU type's links with their citations."""
 
-    sources: tuple[Citation, ...] = ()
+    sources: Annotated[
+        tuple[Citation, ...], msgspec.Meta(description="Where the links' figures are published.")
+    ] = ()
     confirmed: Annotated[
         bool,
         msgspec.Meta(
@@ -108,13 +118,22 @@ class CatalogInterconnect(InterconnectFacts, frozen=True, kw_only=True):
 class CatalogGPU(_GPUFacts, frozen=True, kw_only=True):
     """A catalog GPU as served: its facts, each sourced fact with its citation."""
 
-    memory_total_source: Citation
-    """Where ``memory_total_bytes`` is read (see ``memory_total_basis``)."""
+    memory_total_source: Annotated[
+        Citation,
+        msgspec.Meta(
+            description="Where `memory_total_bytes` is read (`memory_total_basis` says what "
+            "kind of figure it is)."
+        ),
+    ]
     mig_profiles: tuple[CatalogMIGProfile, ...] = ()
     interconnect: CatalogInterconnect | None = None
-    spec_sources: tuple[Citation, ...] = ()
-    """Data sheets and listings for the rest of the entry (architecture, compute capability,
-    bandwidth, power)."""
+    spec_sources: Annotated[
+        tuple[Citation, ...],
+        msgspec.Meta(
+            description="Data sheets and listings for the rest of the entry (architecture, "
+            "compute capability, bandwidth, power)."
+        ),
+    ] = ()
 
 
 class CatalogCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,8 +146,13 @@ class CatalogCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
     stored_dtype: str | None = None
     total_size_bytes: int | None = None
     """The safetensors index's ``total_size``, when published."""
-    source: Citation | None = None
-    """Null where the count was derived from several sources (the data file records how)."""
+    source: Annotated[
+        Citation | None,
+        msgspec.Meta(
+            description="Where the count and size are published; null where the count was "
+            "put together from several sources (the data file records how)."
+        ),
+    ] = None
 
 
 class CatalogModel(msgspec.Struct, frozen=True, kw_only=True):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from vrambudget.core.catalog import preset, preset_arch
@@ -26,8 +28,12 @@ class ModelSummary(msgspec.Struct, frozen=True, kw_only=True):
     kv_cache_bytes_per_token_bf16: int
     """K+V bytes per token over all layers in bf16 (full-attention layers; sliding layers cap at
     their window)."""
-    config_source: Citation
-    """Where the ``config.json`` these figures are computed from can be checked."""
+    config_source: Annotated[
+        Citation,
+        msgspec.Meta(
+            description="Where the `config.json` these figures are computed from is published."
+        ),
+    ]
 
 
 class ModelDetail(msgspec.Struct, frozen=True, kw_only=True):

@@ -132,8 +132,8 @@ class Headroom(Wire, frozen=True, kw_only=True):
 
 class DiskOptions(Wire, frozen=True, kw_only=True):
     """Which copies of the model files the disk budget counts besides the files themselves.
-    Each is a provisioning choice, not something a framework requires: a download, a load or a
-    serving engine keeps one copy of the files."""
+    Each is a provisioning convention of this service, for the steps around serving or
+    training (a conversion, an update), not a copy that loading or running the model keeps."""
 
     conversion_copy: Annotated[
         bool | None,
