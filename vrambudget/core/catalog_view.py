@@ -18,6 +18,7 @@ import msgspec
 from .catalog import (
     GPU,
     CheckpointFacts,
+    GPUFacts,
     Interconnect,
     InterconnectFacts,
     MIGProfile,
@@ -25,7 +26,6 @@ from .catalog import (
     ModelPreset,
     Source,
 )
-from .catalog import GPUFacts as _GPUFacts
 
 __all__ = [
     "QUOTE_MAX_CHARS",
@@ -115,7 +115,7 @@ class CatalogInterconnect(InterconnectFacts, frozen=True, kw_only=True):
     ] = True
 
 
-class CatalogGPU(_GPUFacts, frozen=True, kw_only=True):
+class CatalogGPU(GPUFacts, frozen=True, kw_only=True):
     """A catalog GPU as served: its facts, each sourced fact with its citation."""
 
     memory_total_source: Annotated[
@@ -240,7 +240,7 @@ def _interconnect(i: Interconnect) -> CatalogInterconnect:
 def gpu_entry(g: GPU) -> CatalogGPU:
     """A GPU's served entry: its facts, sources as citations, no research notes."""
     return CatalogGPU(
-        **_facts(g, _GPUFacts),
+        **_facts(g, GPUFacts),
         memory_total_source=citation(g.memory_total_source),
         mig_profiles=tuple(_mig(m) for m in g.mig_profiles),
         interconnect=_interconnect(g.interconnect) if g.interconnect is not None else None,
