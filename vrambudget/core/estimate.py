@@ -26,6 +26,7 @@ from .spec import (
     analytic_workloads,
 )
 from .spec.diffusion import ImageGenerationWorkload
+from .verdict import with_fit
 
 __all__ = ["estimate"]
 
@@ -65,9 +66,10 @@ def _with_compatibility(
     device: DeviceRef | None,
     software: Software | None,
 ) -> Budget:
+    """The budget with the device's compatibility verdict and whether it fits."""
     verdict = compatibility(workloads, resolve_device(device), software)
-    if verdict is None:
-        return budget
-    return msgspec.structs.replace(
-        budget, compatibility=verdict, warnings=budget.warnings + warnings_of(verdict)
-    )
+    if verdict is not None:
+        budget = msgspec.structs.replace(
+            budget, compatibility=verdict, warnings=budget.warnings + warnings_of(verdict)
+        )
+    return with_fit(budget, workloads)
