@@ -58,6 +58,7 @@ DOCS = (
     "docs/PERFORMANCE.md",
     "docs/MIG.md",
     "docs/KUBERNETES.md",
+    "docs/CATALOG.md",
     "docs/CLI.md",
     "CONTRIBUTING.md",
 )

@@ -20,6 +20,7 @@ from vrambudget.cli.errors import EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_INPUT
 from vrambudget.cli.main import build_parser, main
 from vrambudget.cli.progress import progress
 from vrambudget.core.catalog import gpus, presets
+from vrambudget.core.catalog_view import gpu_entry
 from vrambudget.core.fit import fit
 from vrambudget.core.spec import FitRequest
 
@@ -367,7 +368,9 @@ def test_gpus_filters_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["gpus", "--search", "H100", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert {g["id"] for g in listed} == {i for i in gpus() if "h100" in i}
-    assert listed[0] == json.loads(msgspec.json.encode(gpus()[listed[0]["id"]]))
+    # the service's entry (citations, no research notes), as GET /v1/gpus/{id} answers it
+    assert listed[0] == json.loads(msgspec.json.encode(gpu_entry(gpus()[listed[0]["id"]])))
+    assert "notes" not in listed[0] and "title" in listed[0]["memory_total_source"]
 
 
 def test_models_filters(capsys: pytest.CaptureFixture[str]) -> None:

@@ -49,6 +49,7 @@ def _json(items: list[Any]) -> None:
 
 def _gpus(args: argparse.Namespace) -> int:
     from vrambudget.core.catalog import gpus
+    from vrambudget.core.catalog_view import gpu_entry
 
     chosen = [
         g
@@ -62,7 +63,7 @@ def _gpus(args: argparse.Namespace) -> int:
     ]
     chosen.sort(key=lambda g: (g.memory_total_bytes, g.id))
     if args.json:
-        _json(chosen)
+        _json([gpu_entry(g) for g in chosen])
         return 0
     if not chosen:
         print("no catalog GPU matches these filters", file=sys.stderr)

@@ -113,6 +113,7 @@ def _estimate(args: argparse.Namespace) -> int:
                 req.device,  # type: ignore[attr-defined]
                 req.headroom,  # type: ignore[attr-defined]
                 software=req.software,  # type: ignore[attr-defined]
+                disk=req.disk,  # type: ignore[attr-defined]
             )
     except (msgspec.ValidationError, BudgetError) as exc:
         return report(exc, BudgetRequest, FLAG_OF)

@@ -16,12 +16,12 @@ from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
 from vrambudget.core.catalog import (
-    GPU,
     gpu,
     gpus,
     preset,
     presets,
 )
+from vrambudget.core.catalog_view import CatalogGPU, gpu_entry, model_entry
 from vrambudget.core.cluster import ClusterAnswer
 from vrambudget.core.compare import (
     DEFAULT_TOLERANCE_BYTES,
@@ -356,13 +356,13 @@ async def create_comparison(
 
 
 @get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog")
-async def list_gpus() -> list[GPU]:
-    return list(gpus().values())
+async def list_gpus() -> list[CatalogGPU]:
+    return [gpu_entry(g) for g in gpus().values()]
 
 
 @get("/v1/gpus/{gpu_id:str}", tags=["catalog"], summary="One GPU", responses={404: _PROBLEMS[404]})
-async def get_gpu(gpu_id: FromPath[str]) -> GPU:
-    return gpu(gpu_id)
+async def get_gpu(gpu_id: FromPath[str]) -> CatalogGPU:
+    return gpu_entry(gpu(gpu_id))
 
 
 @get("/v1/models", tags=["catalog"], summary="List the model presets")
@@ -377,7 +377,7 @@ async def list_models() -> list[ModelSummary]:
     responses={404: _PROBLEMS[404]},
 )
 async def get_model(model_id: FromPath[str]) -> ModelDetail:
-    return ModelDetail(summary=model_summary(model_id), preset=preset(model_id))
+    return ModelDetail(summary=model_summary(model_id), preset=model_entry(preset(model_id)))
 
 
 @get("/healthz", tags=["ops"], summary="Liveness")

@@ -9,7 +9,8 @@ import msgspec
 from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 
-from vrambudget.core.catalog import GPU, ModelPreset, gpus
+from vrambudget.core.catalog import gpus
+from vrambudget.core.catalog_view import CatalogGPU, CatalogModel
 from vrambudget.core.cluster import ClusterAnswer
 from vrambudget.core.comparison import Comparison
 from vrambudget.core.fit import FitRequest, FitResponse
@@ -42,8 +43,8 @@ def _wire_types() -> list[Any]:
         ClusterAnswer,
         ProbeResource,
         Comparison,
-        GPU,
-        ModelPreset,
+        CatalogGPU,
+        CatalogModel,
         ModelSummary,
         ModelDetail,
         Problem,

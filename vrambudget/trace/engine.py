@@ -330,7 +330,12 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     replays: list[Replay] = []
     profiles = profiles_from(os.environ.get(PROFILES_ENV))
     analytic = estimate(
-        request.workloads, request.device, request.headroom, profiles, request.software
+        request.workloads,
+        request.device,
+        request.headroom,
+        profiles,
+        request.software,
+        request.disk,
     )
     ctx = resolve_device(request.device, profiles, request.software)
     ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, request.software)
