@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from litestar import Response, get
 from litestar.exceptions import NotFoundException
 from litestar.openapi.plugins import OpenAPIRenderPlugin
+from litestar.params import FromPath
 
 if TYPE_CHECKING:
     from litestar import Request
@@ -59,7 +60,7 @@ def asset_base(openapi_json_route: str) -> str:
 
 
 @get("/swagger-ui/{version:str}/{name:str}", include_in_schema=False, sync_to_thread=False)
-def _serve_asset(version: str, name: str) -> Response[bytes]:
+def _serve_asset(version: FromPath[str], name: FromPath[str]) -> Response[bytes]:
     media_type = _MEDIA_TYPES.get(name)
     if version != SWAGGER_UI_VERSION or media_type is None:
         raise NotFoundException(

@@ -26,6 +26,7 @@ from vrambudget.http.openapi import (
 )
 from vrambudget.http.problems import Problem
 
+from .examples import install_examples
 from .wire import Health, ModelDetail, ModelSummary, Ready
 
 __all__ = ["WIRE_TYPES", "openapi_document", "patch_openapi"]
@@ -115,6 +116,7 @@ def patch_openapi(app: Litestar) -> None:
     common_responses(document)
     prometheus_text(document)
     install_components(document, components)
+    install_examples(document)
 
 
 def openapi_document(app: Litestar) -> dict[str, Any]:
