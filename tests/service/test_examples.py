@@ -84,9 +84,9 @@ def test_the_fit_example_names_a_model_and_fits_somewhere(
     client: TestClient[Any], document: dict[str, Any]
 ) -> None:
     """The generated FitRequest example used to have ``"model": null`` (a 422 on "Try it")."""
-    examples = document["paths"]["/v1/fits"]["post"]["requestBody"]["content"][
-        "application/json"
-    ]["examples"]
+    examples = document["paths"]["/v1/fits"]["post"]["requestBody"]["content"]["application/json"][
+        "examples"
+    ]
     first = next(iter(examples.values()))["value"]
     assert first["workloads"][0]["model"] == {"source": "preset", "id": "llama-3.1-70b"}
     answer = client.post("/v1/fits", json=first).json()
