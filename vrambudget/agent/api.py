@@ -229,7 +229,9 @@ def create_agent_app(
             servers=[Server(url="/")],
             # the documentation (the page, its assets, the document) is public: it is the
             # published openapi/agent.json; every operation it describes needs the token
-            openapi_router=Router(path="/schema", route_handlers=[], opt={"public": True}),
+            openapi_router=Router(
+                path="/schema", route_handlers=[], opt={"public": True}, include_in_schema=False
+            ),
             render_plugins=[SwaggerUI()],
         ),
         on_startup=[agent_openapi_document, startup],  # the served document is the published one
