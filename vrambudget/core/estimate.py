@@ -17,6 +17,7 @@ from .serving.budget import serving_budget
 from .serving.engine_args import deploy_serving
 from .spec import DeviceRef, Headroom, LLMServingWorkload, Software, Workload, analytic_workloads
 from .spec.diffusion import ImageGenerationWorkload
+from .verdict import with_fit
 
 __all__ = ["estimate"]
 
@@ -54,9 +55,10 @@ def _with_compatibility(
     device: DeviceRef | None,
     software: Software | None,
 ) -> Budget:
+    """The budget with the device's compatibility verdict and whether it fits."""
     verdict = compatibility(workloads, resolve_device(device), software)
-    if verdict is None:
-        return budget
-    return msgspec.structs.replace(
-        budget, compatibility=verdict, warnings=budget.warnings + warnings_of(verdict)
-    )
+    if verdict is not None:
+        budget = msgspec.structs.replace(
+            budget, compatibility=verdict, warnings=budget.warnings + warnings_of(verdict)
+        )
+    return with_fit(budget, workloads)

@@ -27,6 +27,7 @@ from vrambudget.http.openapi import (
 from vrambudget.http.problems import Problem
 
 from .examples import install_examples
+from .pictures import document_pictures
 from .wire import Health, ModelDetail, ModelSummary, Ready
 
 __all__ = ["WIRE_TYPES", "openapi_document", "patch_openapi"]
@@ -100,6 +101,7 @@ def patch_openapi(app: Litestar) -> None:
             "ResourceClaimTemplate, then the Pod), each quantity's rule and source in comments."
         }
     }
+    document_pictures(document)
     ready = document["paths"].get("/readyz", {}).get("get")
     if ready is not None:
         ready["responses"]["503"] = {

@@ -61,6 +61,7 @@ from vrambudget.core.spec import (
 from vrambudget.core.spec.diffusion import ImageGenerationWorkload
 from vrambudget.core.stack import version_tuple
 from vrambudget.core.statics import statics_for
+from vrambudget.core.verdict import with_fit
 from vrambudget.workloads import kernels
 from vrambudget.workloads.hf.config import LIBRARY
 from vrambudget.workloads.hf.program import framework_unsupported, prepare_framework
@@ -459,7 +460,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
         trace=summary,
         calibration=_traced_calibration(analytic.calibration),
     )
-    return budget, tuple(replays)
+    return with_fit(budget, request.workloads), tuple(replays)
 
 
 def _traced_calibration(use: CalibrationUse | None) -> CalibrationUse | None:
