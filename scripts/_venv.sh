@@ -1,43 +1,67 @@
-# Shared by scripts/serve, scripts/test and scripts/lint (sourced, with the extras as $1): create
-# .venv and install the project with those extras at the versions pinned in requirements-lock.txt
-# -- only when pyproject.toml, the lock or this script changed since the last install of the same
-# extras (a stamp in .venv holds their checksum), so that a restart spends nothing here.
+# Shared by scripts/serve, scripts/test and scripts/lint: `source scripts/_venv.sh EXTRAS [MODE]`
+# creates .venv and installs the project with EXTRAS (comma-separated) at the versions pinned in
+# requirements-lock.txt, then byte-compiles what is installed -- each step only when
+# pyproject.toml, the lock or this script changed since it last ran for the same extras (stamps
+# in .venv hold their checksum), so that a restart spends nothing here.
 #
 # Installers: uv (pinned below, installed into .venv by pip) for everything but torch, which pip
-# installs first. pip takes the torch CPU build that lies on the development machines' disk (its
+# installs first: pip takes the torch CPU build that lies on the development machines' disk (its
 # find-links); uv looks only at PyPI, whose Linux x86_64 torch is a multi-GB CUDA build. With
 # torch installed, uv keeps it and installs its dependencies from its metadata.
-# VRAMBUDGET_REINSTALL=1 installs even when the stamp matches.
+#
+# Byte-code: uv does not compile, and an environment with PYTHONDONTWRITEBYTECODE set never
+# writes what it imports, so every process would compile torch again (an import of torch and
+# transformers took 22 s from source, 10 s compiled). MODE `now` (the default) compiles before
+# returning; `background` (scripts/serve) compiles in a niced process while the caller goes on:
+# the service's analytic path needs none of it, and a trace worker started meanwhile imports
+# from source, slower but correct.
+#
+# VRAMBUDGET_REINSTALL=1 installs and compiles even when the stamps match.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 VRAMBUDGET_UV_VERSION=0.13.8
 _extras="$1"
-_stamp=".venv/.vrambudget-installed-${_extras//,/+}"
-_want="$(cat pyproject.toml requirements-lock.txt scripts/_venv.sh | cksum)"
-if [ -x .venv/bin/python ] && [ "${VRAMBUDGET_REINSTALL:-0}" != 1 ] && [ -f "$_stamp" ] \
-  && [ "$(cat "$_stamp")" = "$_want" ]; then
-  : # installed, and nothing it was installed from has changed
-else
+_mode="${2:-now}"
+_sum="$(cat pyproject.toml requirements-lock.txt scripts/_venv.sh | cksum)"
+_installed=".venv/.vrambudget-installed-${_extras//,/+}"
+_compiled=".venv/.vrambudget-compiled-${_extras//,/+}"
+if [ "${VRAMBUDGET_REINSTALL:-0}" = 1 ]; then
+  rm -f "$_installed" "$_compiled"
+fi
+if [ ! -x .venv/bin/python ] || [ ! -f "$_installed" ] || [ "$(cat "$_installed")" != "$_sum" ]
+then
   echo "setting up .venv (extras: $_extras) ..." >&2
   if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
   fi
-  rm -f "$_stamp"
+  rm -f "$_installed" "$_compiled"
   if ! .venv/bin/uv --version 2>/dev/null | grep -qx "uv $VRAMBUDGET_UV_VERSION"; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check \
       "uv==$VRAMBUDGET_UV_VERSION"
   fi
   case ",$_extras," in
     *,trace,* | *,agent,* | *,dev,*)
-      # The extras that need torch; its pin is the one in pyproject.toml. No byte-compiling:
-      # the service never imports torch, and a trace worker writes what it imports on first use.
+      # The extras that need torch; its pin is the one in pyproject.toml.
       .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
         --no-compile "$(grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')"
       ;;
   esac
   .venv/bin/uv pip install --quiet --python .venv/bin/python \
     --constraint requirements-lock.txt --editable ".[$_extras]"
-  echo "$_want" > "$_stamp"
+  echo "$_sum" > "$_installed"
 fi
-unset _extras _stamp _want
+if [ ! -f "$_compiled" ] || [ "$(cat "$_compiled")" != "$_sum" ]; then
+  # compileall skips files whose byte-code is current, so a run cut short resumes; its exit
+  # status is ignored (a few packages ship files for newer Pythons that cannot compile here).
+  if [ "$_mode" = background ]; then
+    echo "byte-compiling .venv in the background (until it ends, a trace worker starts slower)" >&2
+    (nice -n 10 .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
+      echo "$_sum" > "$_compiled") </dev/null >/dev/null 2>&1 &
+  else
+    echo "byte-compiling .venv ..." >&2
+    .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
+    echo "$_sum" > "$_compiled"
+  fi
+fi
+unset _extras _mode _sum _installed _compiled
