@@ -55,9 +55,15 @@ if [ ! -f "$_compiled" ] || [ "$(cat "$_compiled")" != "$_sum" ]; then
   # compileall skips files whose byte-code is current, so a run cut short resumes; its exit
   # status is ignored (a few packages ship files for newer Pythons that cannot compile here).
   if [ "$_mode" = background ]; then
-    echo "byte-compiling .venv in the background (until it ends, a trace worker starts slower)" >&2
-    (nice -n 10 .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
-      echo "$_sum" > "$_compiled") </dev/null >/dev/null 2>&1 &
+    # One compiler at a time: a restart while it runs leaves it be (its pid is in .venv).
+    if ! kill -0 "$(cat .venv/.vrambudget-compiling 2>/dev/null)" 2>/dev/null; then
+      echo "byte-compiling .venv in the background (until it ends, a trace worker starts" \
+        "slower)" >&2
+      (nice -n 10 .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
+        echo "$_sum" > "$_compiled"
+        rm -f .venv/.vrambudget-compiling) </dev/null >/dev/null 2>&1 &
+      echo "$!" > .venv/.vrambudget-compiling
+    fi
   else
     echo "byte-compiling .venv ..." >&2
     .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
