@@ -18,7 +18,7 @@
 #
 # VRAMBUDGET_REINSTALL=1 installs and compiles even when the stamps match.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python3}"
 VRAMBUDGET_UV_VERSION=0.13.8
 _extras="$1"

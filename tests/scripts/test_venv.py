@@ -1,0 +1,194 @@
+"""scripts/_venv.sh and scripts/serve with stand-in installers: what runs on a fresh tree, on a
+restart (nothing at all), after pyproject.toml or the lock changes, and in the background.
+
+The stand-ins are shell scripts that log each call (``python ARGS``, ``uv ARGS``) to a file:
+``$PYTHON -m venv .venv`` makes a ``.venv/bin/python`` stand-in, ``pip install uv==...`` a
+``.venv/bin/uv`` one, so the script's real decisions run with no network and no install.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+UV_VERSION = re.search(
+    r"^VRAMBUDGET_UV_VERSION=(\S+)$", (ROOT / "scripts/_venv.sh").read_text(), re.M
+)
+
+# `$PYTHON -m venv .venv`: a .venv/bin/python that logs its calls; `-m pip install uv==V` puts a
+# .venv/bin/uv beside it; `-m compileall` sleeps $COMPILE_S first (the background test).
+FAKE_PYTHON3 = r"""#!/usr/bin/env bash
+echo "python3 $*" >> "$FAKE_LOG"
+[ "$1 $2 $3" = "-m venv .venv" ] || exit 9
+mkdir -p .venv/bin
+cp "$FAKE_DIR/venv-python" .venv/bin/python
+"""
+FAKE_VENV_PYTHON = r"""#!/usr/bin/env bash
+echo "python $*" >> "$FAKE_LOG"
+case "$*" in
+  "-m pip install "*uv==*)
+    cp "$FAKE_DIR/uv" .venv/bin/uv
+    ;;
+  "-m compileall "*)
+    sleep "${COMPILE_S:-0}"
+    ;;
+esac
+"""
+FAKE_UV = r"""#!/usr/bin/env bash
+echo "uv $*" >> "$FAKE_LOG"
+[ "$1" = --version ] && echo "uv @UV@"
+exit 0
+"""
+FAKE_VRAMBUDGET = r"""#!/usr/bin/env bash
+echo "vrambudget $*" >> "$FAKE_LOG"
+"""
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A project tree with the real scripts, pyproject.toml and lock, and stand-in installers."""
+    assert UV_VERSION is not None
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for name in ("scripts/_venv.sh", "scripts/serve", "pyproject.toml", "requirements-lock.txt"):
+        shutil.copy2(ROOT / name, repo / name)
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    for name, text in {
+        "python3": FAKE_PYTHON3,
+        "venv-python": FAKE_VENV_PYTHON,
+        "uv": FAKE_UV.replace("@UV@", UV_VERSION.group(1)),
+        "vrambudget": FAKE_VRAMBUDGET,
+    }.items():
+        (fakes / name).write_text(text)
+        (fakes / name).chmod(0o755)
+    return repo
+
+
+def _env(tree: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMBUDGET_")}
+    env.update(
+        PYTHON=str(tree.parent / "fakes/python3"),
+        FAKE_DIR=str(tree.parent / "fakes"),
+        FAKE_LOG=str(tree.parent / "log"),
+        **extra,
+    )
+    return env
+
+
+def _source(tree: Path, *args: str, **extra: str) -> list[str]:
+    """Source scripts/_venv.sh ARGS from another directory (as scripts/serve does); the log lines
+    it added, and the directory it left the caller in."""
+    log = tree.parent / "log"
+    before = log.read_text().splitlines() if log.exists() else []
+    out = subprocess.run(
+        ["bash", "-c", 'source "$1/scripts/_venv.sh" "${@:2}"; pwd', "_", str(tree), *args],
+        cwd=tree.parent,
+        env=_env(tree, **extra),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.strip() == str(tree), "the caller is left in the repository root"
+    after = log.read_text().splitlines() if log.exists() else []
+    return after[len(before) :]
+
+
+def _torch_pin() -> str:
+    pins = re.findall(r'"(torch==[^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert len(pins) == 1, pins
+    return pins[0]
+
+
+def _install_calls(extras: str, *, torch: bool) -> list[str]:
+    assert UV_VERSION is not None
+    pip = "python -m pip install --quiet --disable-pip-version-check"
+    return [
+        *([f"{pip} --no-deps --no-compile {_torch_pin()}"] if torch else []),
+        "uv pip install --quiet --python .venv/bin/python --constraint requirements-lock.txt "
+        f"--editable .[{extras}]",
+    ]
+
+
+COMPILE = "python -m compileall -q -j 0 .venv/lib"
+
+
+def test_a_fresh_tree_gets_torch_by_pip_and_the_rest_by_uv_within_the_lock(tree: Path) -> None:
+    assert UV_VERSION is not None
+    assert _source(tree, "service,trace") == [
+        "python3 -m venv .venv",
+        f"python -m pip install --quiet --disable-pip-version-check uv=={UV_VERSION.group(1)}",
+        *_install_calls("service,trace", torch=True),
+        COMPILE,
+    ]
+
+
+def test_a_restart_runs_nothing(tree: Path) -> None:
+    _source(tree, "dev")
+    assert _source(tree, "dev") == []
+    assert _source(tree, "dev") == []
+
+
+def test_a_changed_pyproject_or_lock_installs_again_into_the_same_venv(tree: Path) -> None:
+    _source(tree, "dev")
+    again = ["uv --version", *_install_calls("dev", torch=True), COMPILE]
+    lock = tree / "requirements-lock.txt"
+    lock.write_text(lock.read_text() + "example-package==1.0\n")
+    assert _source(tree, "dev") == again
+    assert _source(tree, "dev") == []
+    pyproject = tree / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + "\n# a comment changes the checksum too\n")
+    assert _source(tree, "dev") == again
+    assert _source(tree, "dev", VRAMBUDGET_REINSTALL="1") == again
+
+
+def test_each_set_of_extras_has_its_own_stamp(tree: Path) -> None:
+    _source(tree, "dev")
+    # `service` alone needs no torch; a set installed once stays installed beside the others
+    assert _source(tree, "service") == [
+        "uv --version",
+        *_install_calls("service", torch=False),
+        COMPILE,
+    ]
+    assert _source(tree, "dev") == []
+    assert _source(tree, "service") == []
+
+
+def test_background_compiling_returns_at_once_and_stamps_when_done(tree: Path) -> None:
+    _source(tree, "service,trace", "background", COMPILE_S="3")
+    stamp = tree / ".venv/.vrambudget-compiled-service+trace"
+    pid_file = tree / ".venv/.vrambudget-compiling"
+    assert not stamp.exists(), "returned before the compiler ended"
+    assert pid_file.exists()
+    # a restart meanwhile starts no second compiler
+    assert _source(tree, "service,trace", "background") == []
+    deadline = time.monotonic() + 30
+    while not stamp.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stamp.read_text() == (tree / ".venv/.vrambudget-installed-service+trace").read_text()
+    assert not pid_file.exists()
+    assert (tree.parent / "log").read_text().splitlines().count(COMPILE) == 1
+    assert _source(tree, "service,trace", "background") == []
+
+
+def test_serve_on_a_set_up_tree_starts_the_service_and_nothing_else(tree: Path) -> None:
+    _source(tree, "service,trace")
+    shutil.copy2(tree.parent / "fakes/vrambudget", tree / ".venv/bin/vrambudget")
+    log = tree.parent / "log"
+    log.write_text("")
+    subprocess.run(
+        [str(tree / "scripts/serve"), "--port", "8123"],
+        cwd=tree.parent,
+        env=_env(tree),
+        timeout=60,
+        check=True,
+    )
+    assert log.read_text().splitlines() == ["vrambudget serve --port 8123"]
