@@ -163,19 +163,22 @@ def test_each_set_of_extras_has_its_own_stamp(tree: Path) -> None:
 
 
 def test_background_compiling_returns_at_once_and_stamps_when_done(tree: Path) -> None:
+    log = tree.parent / "log"
     _source(tree, "service,trace", "background", COMPILE_S="3")
     stamp = tree / ".venv/.vrambudget-compiled-service+trace"
     pid_file = tree / ".venv/.vrambudget-compiling"
     assert not stamp.exists(), "returned before the compiler ended"
     assert pid_file.exists()
+    deadline = time.monotonic() + 30
+    while COMPILE not in log.read_text().splitlines() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the background compiler has started (and logged)
     # a restart meanwhile starts no second compiler
     assert _source(tree, "service,trace", "background") == []
-    deadline = time.monotonic() + 30
     while not stamp.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert stamp.read_text() == (tree / ".venv/.vrambudget-installed-service+trace").read_text()
     assert not pid_file.exists()
-    assert (tree.parent / "log").read_text().splitlines().count(COMPILE) == 1
+    assert log.read_text().splitlines().count(COMPILE) == 1
     assert _source(tree, "service,trace", "background") == []
 
 
