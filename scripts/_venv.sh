@@ -4,10 +4,11 @@
 # pyproject.toml, the lock or this script changed since it last ran for the same extras (stamps
 # in .venv hold their checksum), so that a restart spends nothing here.
 #
-# Installers: uv (pinned below, installed into .venv by pip) for everything but torch, which pip
-# installs first: pip takes the torch CPU build that lies on the development machines' disk (its
-# find-links); uv looks only at PyPI, whose Linux x86_64 torch is a multi-GB CUDA build. With
-# torch installed, uv keeps it and installs its dependencies from its metadata.
+# Installers: uv (pinned below) for everything: it resolves and installs in seconds where pip
+# took minutes. pip only bootstraps uv into .venv, and lends uv its find-links: that is where the
+# torch CPU build lies on the development machines' disk (pip's configuration), and uv by itself
+# looks only at PyPI, whose Linux x86_64 torch is a multi-GB CUDA build. Given both, uv takes
+# the highest version that the pin admits: 2.13.0+cpu from the disk over PyPI's 2.13.0.
 #
 # Byte-code: uv does not compile, and an environment with PYTHONDONTWRITEBYTECODE set never
 # writes what it imports, so every process would compile torch again (an import of torch and
@@ -33,22 +34,25 @@ if [ ! -x .venv/bin/python ] || [ ! -f "$_installed" ] || [ "$(cat "$_installed"
 then
   echo "setting up .venv (extras: $_extras) ..." >&2
   if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
+    # without pip: ensurepip alone took 4-28 s here; uv installs pip below
+    "$PYTHON" -m venv --without-pip .venv
   fi
   rm -f "$_installed" "$_compiled"
   if ! .venv/bin/uv --version 2>/dev/null | grep -qx "uv $VRAMBUDGET_UV_VERSION"; then
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-      "uv==$VRAMBUDGET_UV_VERSION"
+    # pip (22.3 or newer) installs into another environment with --python; else the venv's own
+    "$PYTHON" -m pip --python .venv/bin/python install --quiet --disable-pip-version-check \
+      "uv==$VRAMBUDGET_UV_VERSION" \
+      || { .venv/bin/python -m ensurepip --upgrade >/dev/null \
+        && .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+          "uv==$VRAMBUDGET_UV_VERSION"; }
   fi
-  case ",$_extras," in
-    *,trace,* | *,agent,* | *,dev,*)
-      # The extras that need torch; its pin is the one in pyproject.toml.
-      .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
-        --no-compile "$(grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')"
-      ;;
-  esac
-  .venv/bin/uv pip install --quiet --python .venv/bin/python \
-    --constraint requirements-lock.txt --editable ".[$_extras]"
+  _links=()
+  for _dir in $("$PYTHON" -m pip config list 2>/dev/null \
+    | sed -n "s/^[^=]*find-links='\(.*\)'$/\1/p" | tr ' ' '\n' | sort -u); do
+    _links+=(--find-links "$_dir")
+  done
+  .venv/bin/uv pip install --quiet --python .venv/bin/python ${_links[@]+"${_links[@]}"} \
+    --constraint requirements-lock.txt --editable ".[$_extras]" pip
   echo "$_sum" > "$_installed"
 fi
 if [ ! -f "$_compiled" ] || [ "$(cat "$_compiled")" != "$_sum" ]; then
@@ -70,4 +74,4 @@ if [ ! -f "$_compiled" ] || [ "$(cat "$_compiled")" != "$_sum" ]; then
     echo "$_sum" > "$_compiled"
   fi
 fi
-unset _extras _mode _sum _installed _compiled
+unset _extras _mode _sum _installed _compiled _links _dir

@@ -1,9 +1,9 @@
 """scripts/_venv.sh and scripts/serve with stand-in installers: what runs on a fresh tree, on a
 restart (nothing at all), after pyproject.toml or the lock changes, and in the background.
 
-The stand-ins are shell scripts that log each call (``python ARGS``, ``uv ARGS``) to a file:
-``$PYTHON -m venv .venv`` makes a ``.venv/bin/python`` stand-in, ``pip install uv==...`` a
-``.venv/bin/uv`` one, so the script's real decisions run with no network and no install.
+The stand-ins are shell scripts that log each call (``python3 ARGS`` for $PYTHON, ``python ARGS``
+for .venv's, ``uv ARGS``) to a file and make what the real ones would (the venv, uv in it), so
+the script's real decisions run with no network and no install.
 """
 
 from __future__ import annotations
@@ -22,13 +22,28 @@ UV_VERSION = re.search(
     r"^VRAMBUDGET_UV_VERSION=(\S+)$", (ROOT / "scripts/_venv.sh").read_text(), re.M
 )
 
-# `$PYTHON -m venv .venv`: a .venv/bin/python that logs its calls; `-m pip install uv==V` puts a
-# .venv/bin/uv beside it; `-m compileall` sleeps $COMPILE_S first (the background test).
+# `$PYTHON -m venv --without-pip .venv` makes a .venv/bin/python that logs its calls; `$PYTHON -m
+# pip --python .venv/bin/python install uv==V` puts a .venv/bin/uv beside it (with FAKE_OLD_PIP
+# set it fails, as a pip older than 22.3 does, and the venv's own pip must do it); `$PYTHON -m pip
+# config list` shows find-links as pip prints them; `-m compileall` sleeps $COMPILE_S first.
 FAKE_PYTHON3 = r"""#!/usr/bin/env bash
 echo "python3 $*" >> "$FAKE_LOG"
-[ "$1 $2 $3" = "-m venv .venv" ] || exit 9
-mkdir -p .venv/bin
-cp "$FAKE_DIR/venv-python" .venv/bin/python
+case "$*" in
+  "-m venv --without-pip .venv")
+    mkdir -p .venv/bin
+    cp "$FAKE_DIR/venv-python" .venv/bin/python
+    ;;
+  "-m pip --python .venv/bin/python install "*uv==*)
+    [ -z "${FAKE_OLD_PIP:-}" ] || exit 2
+    cp "$FAKE_DIR/uv" .venv/bin/uv
+    ;;
+  "-m pip config list")
+    echo ":env:.find-links='/wheels/b /wheels/a'"
+    echo "global.cert='/etc/ssl/certs/ca-certificates.crt'"
+    echo "global.find-links='/wheels/a'"
+    ;;
+  *) exit 9 ;;
+esac
 """
 FAKE_VENV_PYTHON = r"""#!/usr/bin/env bash
 echo "python $*" >> "$FAKE_LOG"
@@ -102,31 +117,40 @@ def _source(tree: Path, *args: str, **extra: str) -> list[str]:
     return after[len(before) :]
 
 
-def _torch_pin() -> str:
-    pins = re.findall(r'"(torch==[^"]+)"', (ROOT / "pyproject.toml").read_text())
-    assert len(pins) == 1, pins
-    return pins[0]
-
-
-def _install_calls(extras: str, *, torch: bool) -> list[str]:
-    assert UV_VERSION is not None
-    pip = "python -m pip install --quiet --disable-pip-version-check"
+def _install_calls(extras: str) -> list[str]:
+    """pip's find-links read and handed to uv (each once, sorted), then the one uv install."""
     return [
-        *([f"{pip} --no-deps --no-compile {_torch_pin()}"] if torch else []),
-        "uv pip install --quiet --python .venv/bin/python --constraint requirements-lock.txt "
-        f"--editable .[{extras}]",
+        "python3 -m pip config list",
+        "uv pip install --quiet --python .venv/bin/python --find-links /wheels/a --find-links "
+        f"/wheels/b --constraint requirements-lock.txt --editable .[{extras}] pip",
     ]
 
 
 COMPILE = "python -m compileall -q -j 0 .venv/lib"
 
 
-def test_a_fresh_tree_gets_torch_by_pip_and_the_rest_by_uv_within_the_lock(tree: Path) -> None:
+def test_a_fresh_tree_gets_uv_from_pip_then_everything_from_uv_within_the_lock(
+    tree: Path,
+) -> None:
     assert UV_VERSION is not None
+    uv = f"install --quiet --disable-pip-version-check uv=={UV_VERSION.group(1)}"
     assert _source(tree, "service,trace") == [
-        "python3 -m venv .venv",
-        f"python -m pip install --quiet --disable-pip-version-check uv=={UV_VERSION.group(1)}",
-        *_install_calls("service,trace", torch=True),
+        "python3 -m venv --without-pip .venv",
+        f"python3 -m pip --python .venv/bin/python {uv}",
+        *_install_calls("service,trace"),
+        COMPILE,
+    ]
+
+
+def test_with_a_pip_older_than_22_3_the_venv_gets_its_own_pip_for_uv(tree: Path) -> None:
+    assert UV_VERSION is not None
+    uv = f"install --quiet --disable-pip-version-check uv=={UV_VERSION.group(1)}"
+    assert _source(tree, "dev", FAKE_OLD_PIP="1") == [
+        "python3 -m venv --without-pip .venv",
+        f"python3 -m pip --python .venv/bin/python {uv}",
+        "python -m ensurepip --upgrade",
+        f"python -m pip {uv}",
+        *_install_calls("dev"),
         COMPILE,
     ]
 
@@ -139,7 +163,7 @@ def test_a_restart_runs_nothing(tree: Path) -> None:
 
 def test_a_changed_pyproject_or_lock_installs_again_into_the_same_venv(tree: Path) -> None:
     _source(tree, "dev")
-    again = ["uv --version", *_install_calls("dev", torch=True), COMPILE]
+    again = ["uv --version", *_install_calls("dev"), COMPILE]
     lock = tree / "requirements-lock.txt"
     lock.write_text(lock.read_text() + "example-package==1.0\n")
     assert _source(tree, "dev") == again
@@ -152,12 +176,8 @@ def test_a_changed_pyproject_or_lock_installs_again_into_the_same_venv(tree: Pat
 
 def test_each_set_of_extras_has_its_own_stamp(tree: Path) -> None:
     _source(tree, "dev")
-    # `service` alone needs no torch; a set installed once stays installed beside the others
-    assert _source(tree, "service") == [
-        "uv --version",
-        *_install_calls("service", torch=False),
-        COMPILE,
-    ]
+    # a set installed once stays installed beside the others
+    assert _source(tree, "service") == ["uv --version", *_install_calls("service"), COMPILE]
     assert _source(tree, "dev") == []
     assert _source(tree, "service") == []
 
