@@ -16,12 +16,12 @@ from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
 from vrambudget.core.catalog import (
-    GPU,
     gpu,
     gpus,
     preset,
     presets,
 )
+from vrambudget.core.catalog_view import CatalogGPU, gpu_entry, model_entry
 from vrambudget.core.cluster import ClusterAnswer
 from vrambudget.core.compare import (
     DEFAULT_TOLERANCE_BYTES,
@@ -45,10 +45,18 @@ from .compute import ComputeError, ComputePool, compute_error
 from .compute_worker import software_of
 from .models import ModelResolver, pending
 from .openapi import patch_openapi
+from .pictures import (
+    FORMAT_PARAMETER,
+    PictureFormat,
+    budget_picture,
+    comparison_picture,
+    wants_svg,
+)
 from .problems import exception_handlers
 from .resolutions import Resolutions, resolution_digest
 from .settings import Settings, SettingsError
 from .tracing import TracePool
+from .ui import ui_routes
 from .wire import Health, ModelDetail, ModelSummary, Ready, model_summary
 
 __all__ = ["Settings", "SettingsError", "create_app"]
@@ -137,7 +145,10 @@ async def _resolve(
     summary="Budget a workload",
     responses=_BUDGET_PROBLEMS,
 )
-async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
+async def create_budget(
+    request: Request[Any, Any, Any],
+    format: Annotated[PictureFormat | None, FORMAT_PARAMETER] = None,
+) -> Response[Budget]:
     """Component-wise memory budget per device (one line per component at the peak phase),
     plus host RAM and disk, for co-located workloads on one device type.
 
@@ -145,19 +156,23 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     (bounded by the server's compute time limit). `method: trace` runs the workload's
     PyTorch code on fake tensors in a worker process (seconds, bounded by the server's time
     limit); its answers are cached by the canonical request, and identical requests in flight
-    share one trace."""
+    share one trace.
+
+    `format=svg` (or `Accept: image/svg+xml`) draws the answer: a stacked bar per device."""
     data = decode_body(await request.body(), BudgetRequest)
     resolutions = await _resolve(request, data.workloads) if pending(data.workloads) else ()
     if data.method == "trace":
         pool: TracePool = request.app.state.trace_pool
-        return _encoded(await pool.answer(data, resolutions))
-    payload, key = _canonical("budgets", data, resolutions)
-    answers: AnswerCache = request.app.state.answers
-    cached = answers.get(key)
-    if cached is None:
-        compute: ComputePool = request.app.state.compute
-        cached = answers.put(key, await compute.run("budget", payload, resolutions))
-    return _encoded(cached)
+        answer = await pool.answer(data, resolutions)
+    else:
+        payload, key = _canonical("budgets", data, resolutions)
+        answers: AnswerCache = request.app.state.answers
+        cached = answers.get(key)
+        if cached is None:
+            compute: ComputePool = request.app.state.compute
+            cached = answers.put(key, await compute.run("budget", payload, resolutions))
+        answer = cached
+    return budget_picture(answer) if wants_svg(request, format) else _encoded(answer)
 
 
 @post(
@@ -294,12 +309,15 @@ async def create_comparison(
             "from the report's device name and memory."
         ),
     ] = None,
+    format: Annotated[PictureFormat | None, FORMAT_PARAMETER] = None,
 ) -> Response[Comparison]:
     """The probe report exactly as the agent returns it (`GET /v1/probes/{id}` on the agent,
     or the `data` of its callback) in, the estimate-vs-measured comparison out: per measured
     quantity and per component, the estimate, the measurement, the difference and a verdict,
     plus the headroom this workload needs on this device. Stateless: the estimate is
-    recomputed from the workload in the report."""
+    recomputed from the workload in the report.
+
+    `format=svg` (or `Accept: image/svg+xml`) draws the comparison."""
     report = decode_body(await request.body(), ProbeResource)
     if gpu is not None:
         gpu_ref = CatalogDevice(id=gpu) if gpu in gpus() else None
@@ -325,27 +343,26 @@ async def create_comparison(
             resolutions,
         )
     compute: ComputePool = request.app.state.compute
-    return _encoded(
-        await compute.run(
-            "comparison",
-            _ENCODER.encode(report),
-            gpu,
-            tolerance_percent,
-            tolerance_bytes,
-            traced,
-            resolutions,
-        )
+    answer = await compute.run(
+        "comparison",
+        _ENCODER.encode(report),
+        gpu,
+        tolerance_percent,
+        tolerance_bytes,
+        traced,
+        resolutions,
     )
+    return comparison_picture(answer) if wants_svg(request, format) else _encoded(answer)
 
 
 @get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog")
-async def list_gpus() -> list[GPU]:
-    return list(gpus().values())
+async def list_gpus() -> list[CatalogGPU]:
+    return [gpu_entry(g) for g in gpus().values()]
 
 
 @get("/v1/gpus/{gpu_id:str}", tags=["catalog"], summary="One GPU", responses={404: _PROBLEMS[404]})
-async def get_gpu(gpu_id: FromPath[str]) -> GPU:
-    return gpu(gpu_id)
+async def get_gpu(gpu_id: FromPath[str]) -> CatalogGPU:
+    return gpu_entry(gpu(gpu_id))
 
 
 @get("/v1/models", tags=["catalog"], summary="List the model presets")
@@ -360,7 +377,7 @@ async def list_models() -> list[ModelSummary]:
     responses={404: _PROBLEMS[404]},
 )
 async def get_model(model_id: FromPath[str]) -> ModelDetail:
-    return ModelDetail(summary=model_summary(model_id), preset=preset(model_id))
+    return ModelDetail(summary=model_summary(model_id), preset=model_entry(preset(model_id)))
 
 
 @get("/healthz", tags=["ops"], summary="Liveness")
@@ -396,6 +413,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             healthz,
             readyz,
             PrometheusController,
+            *ui_routes(),
         ],
         middleware=[RequestContext(), prometheus.middleware],
         logging_config=logging_config(),
