@@ -70,7 +70,10 @@ def test_torch_is_pinned_exactly_once_in_pyproject_and_not_in_the_lock() -> None
     # torch's CUDA libraries (nvidia-cublas-cu12, nvidia-nccl-cu12, ...) and its compiler; the
     # agent's NVML binding is nvidia-ml-py
     cuda = [n for n in _lock() if n in ("torch", "triton") or n.startswith("nvidia-")]
-    assert cuda == ["nvidia-ml-py"]
+    assert cuda == ["nvidia-ml-py"], (
+        "the lock was made with PyPI's CUDA torch: run scripts/lock where pip's find-links hold "
+        "the CPU build"
+    )
 
 
 def test_the_lock_says_how_it_is_made() -> None:
