@@ -18,6 +18,7 @@ helpers (functions, classes) are in tests/support/.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ _BY_DIRECTORY = {"e2e": pytest.mark.e2e, "fuzz": pytest.mark.fuzz}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _unique_node_ids(items)
     for item in items:
         try:
             top = item.path.resolve().relative_to(_TESTS).parts[0]
@@ -37,6 +39,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         if top in _BY_DIRECTORY:
             item.add_marker(_BY_DIRECTORY[top])
+
+
+def _unique_node_ids(items: list[pytest.Item]) -> None:
+    """Schemathesis' ``schema.parametrize()`` names each operation's item
+    ``test_api_conforms[POST /v1/fits]`` but leaves every node id ``...::test_api_conforms``.
+    pytest-xdist schedules and reports by node id, so under ``-n`` only one of those items ran
+    (and an operation schemathesis could not generate for went unseen). Each such item gets the
+    node id its name says."""
+    counts = Counter(item.nodeid for item in items)
+    for item in items:
+        if counts[item.nodeid] > 1 and item.name != item.nodeid.rsplit("::", 1)[-1]:
+            nodeid = f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}"
+            if hasattr(item, "_id"):  # pytest 9: a structured NodeId behind ``nodeid``
+                item._id = type(item._id).parse(nodeid)
+            else:
+                item._nodeid = nodeid
 
 
 @pytest.fixture
