@@ -55,6 +55,10 @@ DEPLOYMENT_FIELDS = (
     "$.time_limit_s",
     "$.workload.entry_point",
     "$.workload",
+    # the host's checkpoints (weights: checkpoint needs the model in its cache or model dirs)
+    # and its memory (the quality check's reference logits must fit it)
+    "$.weights",
+    "$.quality.max_sequences",
     # a custom job among the overlapping ones names an entry point too (at most 7 of them)
     *(f"$.overlap[{i}].entry_point" for i in range(7)),
 )
