@@ -37,17 +37,20 @@ from vrambudget.core.spec import BudgetRequest, CatalogDevice, Headroom
 from vrambudget.core.spec.cluster import ClusterRequest
 from vrambudget.http.body import decode_body
 from vrambudget.http.cache import AnswerCache
+from vrambudget.http.cors import CorsPolicy, with_cors
 from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import Problem
+from vrambudget.http.representation import Freshness, Representation, cacheable
 
 from .cluster_yaml import Manifests, manifests_yaml
 from .compute import ComputeError, ComputePool, compute_error
 from .compute_worker import software_of
+from .freshness import answer_headers
 from .models import ModelResolver, pending
 from .openapi import patch_openapi
 from .problems import exception_handlers
 from .resolutions import Resolutions, resolution_digest
-from .settings import Settings, SettingsError
+from .settings import CORS_ORIGINS_ENV, Settings, SettingsError
 from .tracing import TracePool
 from .wire import Health, ModelDetail, ModelSummary, Ready, model_summary
 
@@ -105,9 +108,11 @@ _BUDGET_PROBLEMS = {
 _ENCODER = msgspec.json.Encoder()
 
 
-def _encoded(body: bytes) -> Response[Any]:
-    """An answer msgspec has already encoded (the handler's annotation names its schema)."""
-    return Response(content=body, media_type="application/json")
+def _encoded(body: bytes, workloads: Any = ()) -> Response[Any]:
+    """An answer msgspec has already encoded (the handler's annotation names its schema), with
+    ``Cache-Control: no-cache`` when one of ``workloads`` read something that can move
+    (:func:`~vrambudget.service.freshness.answer_headers`)."""
+    return Response(content=body, media_type="application/json", headers=answer_headers(workloads))
 
 
 def _canonical(
@@ -136,6 +141,7 @@ async def _resolve(
     tags=["budgets"],
     summary="Budget a workload",
     responses=_BUDGET_PROBLEMS,
+    opt=cacheable(Freshness.REQUEST, "Accept"),
 )
 async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     """Component-wise memory budget per device (one line per component at the peak phase),
@@ -150,14 +156,14 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     resolutions = await _resolve(request, data.workloads) if pending(data.workloads) else ()
     if data.method == "trace":
         pool: TracePool = request.app.state.trace_pool
-        return _encoded(await pool.answer(data, resolutions))
+        return _encoded(await pool.answer(data, resolutions), data.workloads)
     payload, key = _canonical("budgets", data, resolutions)
     answers: AnswerCache = request.app.state.answers
     cached = answers.get(key)
     if cached is None:
         compute: ComputePool = request.app.state.compute
         cached = answers.put(key, await compute.run("budget", payload, resolutions))
-    return _encoded(cached)
+    return _encoded(cached, data.workloads)
 
 
 @post(
@@ -166,6 +172,7 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     tags=["fits"],
     summary="Check fits against GPUs",
     responses=_PROBLEMS,
+    opt=cacheable(Freshness.REQUEST),
 )
 async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     """Fit checks of a workload against catalog (or custom) GPUs and device counts, with the
@@ -178,7 +185,7 @@ async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     if cached is None:
         compute: ComputePool = request.app.state.compute
         cached = answers.put(key, await compute.run("fit", payload, resolutions))
-    return _encoded(cached)
+    return _encoded(cached, data.workloads)
 
 
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
@@ -190,6 +197,7 @@ _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
     tags=["cluster"],
     summary="Render a budget's layout as Kubernetes requests",
     responses=_PROBLEMS,
+    opt=cacheable(Freshness.REQUEST, "Accept"),
 )
 async def create_cluster_requests(
     request: Request[Any, Any, Any],
@@ -233,10 +241,12 @@ async def create_cluster_requests(
                 f"no DRA claim for {answer['gpu']} ({answer['vendor']}); allowed: device-plugin",
             )
         text: Response[Any] = Response(
-            content=manifests_yaml(answer, manifests), media_type="application/yaml"
+            content=manifests_yaml(answer, manifests),
+            media_type="application/yaml",
+            headers=answer_headers(workloads),
         )
         return text
-    return _encoded(cached)
+    return _encoded(cached, workloads)
 
 
 _COMPARISON_PROBLEMS = {
@@ -260,6 +270,7 @@ _COMPARISON_PROBLEMS = {
     tags=["comparisons"],
     summary="Compare a probe report with the estimate",
     responses=_COMPARISON_PROBLEMS,
+    opt=cacheable(Freshness.REQUEST),
 )
 async def create_comparison(
     request: Request[Any, Any, Any],
@@ -334,21 +345,33 @@ async def create_comparison(
             tolerance_bytes,
             traced,
             resolutions,
-        )
+        ),
+        one,
     )
 
 
-@get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog")
+@get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog", opt=cacheable(Freshness.FIXED))
 async def list_gpus() -> list[GPU]:
     return list(gpus().values())
 
 
-@get("/v1/gpus/{gpu_id:str}", tags=["catalog"], summary="One GPU", responses={404: _PROBLEMS[404]})
+@get(
+    "/v1/gpus/{gpu_id:str}",
+    tags=["catalog"],
+    summary="One GPU",
+    responses={404: _PROBLEMS[404]},
+    opt=cacheable(Freshness.FIXED),
+)
 async def get_gpu(gpu_id: FromPath[str]) -> GPU:
     return gpu(gpu_id)
 
 
-@get("/v1/models", tags=["catalog"], summary="List the model presets")
+@get(
+    "/v1/models",
+    tags=["catalog"],
+    summary="List the model presets",
+    opt=cacheable(Freshness.FIXED),
+)
 async def list_models() -> list[ModelSummary]:
     return [model_summary(i) for i in presets()]
 
@@ -358,6 +381,7 @@ async def list_models() -> list[ModelSummary]:
     tags=["catalog"],
     summary="One model preset",
     responses={404: _PROBLEMS[404]},
+    opt=cacheable(Freshness.FIXED),
 )
 async def get_model(model_id: FromPath[str]) -> ModelDetail:
     return ModelDetail(summary=model_summary(model_id), preset=preset(model_id))
@@ -397,7 +421,13 @@ def create_app(settings: Settings | None = None) -> Litestar:
             readyz,
             PrometheusController,
         ],
-        middleware=[RequestContext(), prometheus.middleware],
+        # Representation wraps the request context: it tags and compresses the answer as the
+        # handler and the context wrote it (docs/HTTP.md).
+        middleware=[
+            Representation(settings.cache_max_age_s, fixed_prefixes=("/schema",)),
+            RequestContext(),
+            prometheus.middleware,
+        ],
         logging_config=logging_config(),
         exception_handlers={**exception_handlers, ComputeError: compute_error},
         request_max_body_size=settings.max_body_bytes,
@@ -437,7 +467,20 @@ def create_app(settings: Settings | None = None) -> Litestar:
     )
     # Hub repositories and families without a closed form, resolved before computing.
     app.state.models = ModelResolver(trace_pool, settings.hub)
-    return app
+    return with_cors(app, _cors(settings))
+
+
+def _cors(settings: Settings) -> CorsPolicy | None:
+    """Who may call the service from a page (``VRAMBUDGET_CORS_ORIGINS``; docs/HTTP.md)."""
+    if not settings.cors_origins:
+        return None
+    return CorsPolicy(
+        origins=settings.cors_origins,
+        methods=("GET", "POST"),
+        request_headers=("accept", "content-type", "if-none-match", "x-request-id"),
+        expose_headers=("ETag", "Retry-After", "X-Request-ID", "X-Unsafe-Integers"),
+        setting=CORS_ORIGINS_ENV,
+    )
 
 
 def _open_compute_pool(app: Litestar) -> None:

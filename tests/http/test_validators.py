@@ -1,0 +1,50 @@
+"""Entity tags and the If-None-Match comparison (RFC 9110 8.8.3, 13.1.2)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import pytest
+
+from vrambudget.http.validators import entity_tag, none_match
+
+
+def test_the_tag_is_the_truncated_sha256_of_the_bytes_and_names_the_coding() -> None:
+    body = b'{"total_bytes":17179869184}'
+    # by hand: the first 16 bytes of SHA-256, base64url without padding (22 characters)
+    expected = base64.urlsafe_b64encode(hashlib.sha256(body).digest()[:16]).decode().rstrip("=")
+    assert len(expected) == 22
+    assert entity_tag(body) == f'"{expected}"'
+    assert entity_tag(body, "gzip") == f'"{expected}-gzip"'
+    assert entity_tag(body, "br") == f'"{expected}-br"'
+    assert entity_tag(body + b" ") != entity_tag(body)
+
+
+TAG = '"abc-br"'
+
+
+@pytest.mark.parametrize(
+    ("if_none_match", "matches"),
+    [
+        ('"abc-br"', True),
+        ('W/"abc-br"', True),  # weak comparison: W/ is ignored
+        ('"x", "abc-br"', True),
+        ('"x",W/"abc-br"', True),
+        (' , "x" ,, "abc-br" ', True),  # empty list elements are allowed
+        ("*", True),
+        ('"abc"', False),  # another representation (identity) of the same answer
+        ('"abc-gzip"', False),
+        ('"ABC-BR"', False),  # opaque tags compare octet by octet
+        ('"x"', False),
+        ("abc-br", False),  # unquoted: malformed, matches nothing
+        ('"abc-br', False),
+        ("", False),
+    ],
+)
+def test_if_none_match_uses_the_weak_comparison(if_none_match: str, matches: bool) -> None:
+    assert none_match(if_none_match, TAG) is matches
+
+
+def test_a_weak_current_tag_compares_weakly_too() -> None:
+    assert none_match('"abc"', 'W/"abc"')

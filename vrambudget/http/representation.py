@@ -1,0 +1,266 @@
+"""What an answer carries for caches and for the wire: ``ETag`` and ``Cache-Control`` on the
+routes that declare how long their answers hold, ``If-None-Match`` answered with 304 (GET) or
+412 (any other method, RFC 9110 13.1.2), ``Vary``, and gzip or brotli for large textual answers
+(:mod:`~vrambudget.http.encoding`). Errors are marked ``Cache-Control: no-store``.
+
+A route opts in with ``opt=cacheable(...)``:
+
+* :attr:`Freshness.FIXED` -- the answer is fixed for a deployment (the catalogs, the OpenAPI
+  document): ``Cache-Control: public, max-age=<max_age_s>``;
+* :attr:`Freshness.REQUEST` -- a pure function of the request (method, path, query, body):
+  ``Cache-Control: max-age=<max_age_s>``. No HTTP cache reuses an answer to a POST for another
+  request (RFC 9110 9.3.3, RFC 9111 2: the cache key is the method and URI, not the body); the
+  directive tells a client's own cache how long the answer holds. A handler whose answer read
+  something that can change (a Hub branch) sets its own ``Cache-Control`` (``no-cache``).
+
+Either way the answer carries a strong ``ETag`` per coding (:mod:`~vrambudget.http.validators`)
+and ``Vary: Accept-Encoding`` (plus what the route names, e.g. ``Accept`` where the media type
+follows ``Accept``). A 304 carries the ``ETag``, ``Cache-Control`` and ``Vary`` the 200 would
+have (RFC 9110 15.4.5). The middleware wraps an app's other middleware: it sees the answer as
+the handler and the request context wrote it, computes the tag over those bytes and compresses
+last.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+import anyio.to_thread
+import msgspec
+from litestar.enums import ScopeType
+from litestar.middleware import ASGIMiddleware
+from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
+
+from .encoding import THREAD_MIN_BYTES, Coding, compress, compressible, is_text, negotiate
+from .problems import PROBLEM_MEDIA_TYPE, Problem
+from .validators import entity_tag, none_match
+
+__all__ = [
+    "CACHE_OPT",
+    "Freshness",
+    "Representation",
+    "cache_control",
+    "cacheable",
+    "merge_vary",
+]
+
+CACHE_OPT = "vrambudget_cache"
+"""The key of a route handler's ``opt`` holding its (:class:`Freshness`, extra Vary names)."""
+
+NOT_MODIFIED_TYPE = "https://vrambudget.dev/problems/not-modified"
+
+# What a 304 keeps of the 200 it stands for (RFC 9110 15.4.5), and the request id.
+_KEPT_ON_304 = frozenset(
+    {b"cache-control", b"content-location", b"date", b"etag", b"expires", b"vary", b"x-request-id"}
+)
+_CONDITIONAL_SAFE = frozenset({"GET", "HEAD"})
+
+
+class Freshness(Enum):
+    """How long a route's successful answers hold."""
+
+    FIXED = "fixed"
+    """Fixed for a deployment (its build and settings): catalogs, the OpenAPI document."""
+    REQUEST = "request"
+    """A pure function of the request: the same request gets the same bytes."""
+
+
+def cacheable(freshness: Freshness, *vary: str) -> dict[str, Any]:
+    """A route handler's ``opt``: its answers' freshness and the request headers (beyond
+    ``Accept-Encoding``) that select their representation, e.g. ``"Accept"``."""
+    return {CACHE_OPT: (freshness, vary)}
+
+
+def cache_control(freshness: Freshness, max_age_s: int) -> str:
+    """The ``Cache-Control`` of a route's successful answer (``no-cache``: store, but
+    revalidate every time, when ``max_age_s`` is 0)."""
+    if max_age_s <= 0:
+        return "no-cache"
+    if freshness is Freshness.FIXED:
+        return f"public, max-age={max_age_s}"
+    return f"max-age={max_age_s}"
+
+
+class Representation(ASGIMiddleware):
+    """Validators, freshness, Vary and compression of every HTTP answer (module docstring).
+    ``fixed_prefixes``: paths whose routes the app does not declare itself (the OpenAPI
+    document under ``/schema``) treated as :attr:`Freshness.FIXED`."""
+
+    scopes = (ScopeType.HTTP,)
+
+    def __init__(self, max_age_s: int, fixed_prefixes: tuple[str, ...] = ()) -> None:
+        self.max_age_s = max_age_s
+        self.fixed_prefixes = fixed_prefixes
+
+    def _policy(self, scope: Scope) -> tuple[Freshness, tuple[str, ...]] | None:
+        handler = scope.get("route_handler")
+        declared = handler.opt.get(CACHE_OPT) if handler is not None else None
+        if declared is not None:
+            freshness, vary = declared
+            return freshness, tuple(vary)
+        path = scope.get("path", "")
+        if any(path == p or path.startswith(p.rstrip("/") + "/") for p in self.fixed_prefixes):
+            return Freshness.FIXED, ()
+        return None
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        headers = {bytes(k).lower(): bytes(v).decode("latin-1") for k, v in scope["headers"]}
+        accept_encoding = headers.get(b"accept-encoding")
+        if_none_match = headers.get(b"if-none-match")
+        method = scope.get("method", "GET")
+        policy = self._policy(scope)
+        start: HTTPResponseStartEvent | None = None
+        parts: list[bytes] = []
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+                return
+            if message["type"] != "http.response.body" or start is None:
+                await send(message)
+                return
+            if not parts and message.get("more_body", False) and not _buffering(start):
+                # a stream (not an answer this service buffers): its headers, then as it comes
+                held, start = start, None
+                _finish_headers(held, (), media=None)
+                await send(held)
+                await send(message)
+                return
+            parts.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            held, start = start, None
+            await self._answer(
+                held,
+                b"".join(parts),
+                send,
+                policy,
+                method,
+                accept_encoding,
+                if_none_match,
+                scope.get("path", ""),
+            )
+
+        await next_app(scope, receive, send_wrapper)
+
+    async def _answer(
+        self,
+        start: HTTPResponseStartEvent,
+        body: bytes,
+        send: Send,
+        policy: tuple[Freshness, tuple[str, ...]] | None,
+        method: str,
+        accept_encoding: str | None,
+        if_none_match: str | None,
+        path: str,
+    ) -> None:
+        status = start["status"]
+        raw = list(start.get("headers", ()))
+        encoded = _get(raw, b"content-encoding") is not None
+        media = _get(raw, b"content-type")
+        coding: Coding | None = None
+        if not encoded and compressible(media, len(body)):
+            coding = negotiate(accept_encoding)
+        vary = policy[1] if policy is not None and status == 200 else ()
+        start["headers"] = raw
+        _finish_headers(start, vary, media=None if encoded else media)
+        if status >= 400 and _get(start["headers"], b"cache-control") is None:
+            _set(start["headers"], b"cache-control", "no-store")
+        if policy is not None and status == 200:
+            tag = entity_tag(body, coding)
+            _set(start["headers"], b"etag", tag)
+            if _get(start["headers"], b"cache-control") is None:
+                _set(start["headers"], b"cache-control", cache_control(policy[0], self.max_age_s))
+            if if_none_match is not None and none_match(if_none_match, tag):
+                await _precondition(start, send, method, tag, path)
+                return
+        if coding is not None:
+            if len(body) >= THREAD_MIN_BYTES:
+                body = await anyio.to_thread.run_sync(compress, body, coding)
+            else:
+                body = compress(body, coding)
+            _set(start["headers"], b"content-encoding", coding)
+        _set(start["headers"], b"content-length", str(len(body)))
+        await send(start)
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _precondition(
+    start: HTTPResponseStartEvent, send: Send, method: str, tag: str, path: str
+) -> None:
+    """304 for GET (the headers a 304 keeps), 412 problem+json for any other method."""
+    if method in _CONDITIONAL_SAFE:
+        kept = [(k, v) for k, v in start["headers"] if bytes(k).lower() in _KEPT_ON_304]
+        await send({"type": "http.response.start", "status": 304, "headers": kept})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    body = msgspec.json.encode(
+        Problem(
+            type=NOT_MODIFIED_TYPE,
+            title="Precondition Failed",
+            status=412,
+            detail=f"the answer is unchanged: its ETag {tag} matches If-None-Match, so it is not "
+            f"sent again (RFC 9110 13.1.2: a {method} whose If-None-Match matches answers 412; "
+            "drop If-None-Match to receive the answer)",
+            instance=path,
+        )
+    )
+    headers = [
+        (k, v)
+        for k, v in start["headers"]
+        if bytes(k).lower() in (b"etag", b"vary", b"x-request-id")
+    ]
+    headers += [
+        (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+        (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"),
+    ]
+    await send({"type": "http.response.start", "status": 412, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _buffering(start: HTTPResponseStartEvent) -> bool:
+    """Answers with a Content-Length are buffered whole (every answer this service writes);
+    others are streams."""
+    return _get(list(start.get("headers", ())), b"content-length") is not None
+
+
+def _finish_headers(
+    start: HTTPResponseStartEvent, vary: tuple[str, ...], media: str | None
+) -> None:
+    """Add ``vary`` (and ``Accept-Encoding`` when the answer's ``media`` type is one that is
+    compressed) to the answer's ``Vary``, each name once."""
+    headers = list(start.get("headers", ()))
+    names = [*vary]
+    if media is not None and is_text(media):
+        names.append("Accept-Encoding")
+    if names:
+        merged = merge_vary(_get(headers, b"vary"), names)
+        _set(headers, b"vary", merged)
+    start["headers"] = headers
+
+
+def merge_vary(current: str | None, names: list[str] | tuple[str, ...]) -> str:
+    """``Vary`` with ``names`` added, each field name once (case-insensitive), order kept."""
+    out: list[str] = [n.strip() for n in (current or "").split(",") if n.strip()]
+    seen = {n.lower() for n in out}
+    for name in names:
+        if name.lower() not in seen:
+            out.append(name)
+            seen.add(name.lower())
+    return ", ".join(out)
+
+
+def _get(headers: Any, name: bytes) -> str | None:
+    for key, value in headers:
+        if bytes(key).lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def _set(headers: Any, name: bytes, value: str) -> None:
+    """Replace every ``name`` header by one with ``value`` (in place)."""
+    headers[:] = [(k, v) for k, v in headers if bytes(k).lower() != name]
+    headers.append((name, value.encode("latin-1")))
