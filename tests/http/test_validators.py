@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from vrambudget.http.validators import entity_tag, none_match
+from vrambudget.http.validators import digest, entity_tag, none_match
 
 
 def test_the_tag_is_the_truncated_sha256_of_the_bytes_and_names_the_coding() -> None:
@@ -15,10 +15,11 @@ def test_the_tag_is_the_truncated_sha256_of_the_bytes_and_names_the_coding() -> 
     # by hand: the first 16 bytes of SHA-256, base64url without padding (22 characters)
     expected = base64.urlsafe_b64encode(hashlib.sha256(body).digest()[:16]).decode().rstrip("=")
     assert len(expected) == 22
-    assert entity_tag(body) == f'"{expected}"'
-    assert entity_tag(body, "gzip") == f'"{expected}-gzip"'
-    assert entity_tag(body, "br") == f'"{expected}-br"'
-    assert entity_tag(body + b" ") != entity_tag(body)
+    assert digest(body) == hashlib.sha256(body).digest()
+    assert entity_tag(digest(body)) == f'"{expected}"'
+    assert entity_tag(digest(body), "gzip") == f'"{expected}-gzip"'
+    assert entity_tag(digest(body), "br") == f'"{expected}-br"'
+    assert entity_tag(digest(body + b" ")) != entity_tag(digest(body))
 
 
 TAG = '"abc-br"'

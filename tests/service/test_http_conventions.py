@@ -18,6 +18,7 @@ from litestar.testing import TestClient
 
 from tests.hub.fake_hub import FakeHub
 from tests.service.test_hub_models import TOKEN, _local_only, hub  # noqa: F401 (fixtures)
+from vrambudget.http.representation import Representation
 from vrambudget.hub import HubSettings
 from vrambudget.service.app import Settings, create_app
 from vrambudget.service.settings import SettingsError
@@ -214,6 +215,22 @@ def test_q_values_choose_the_coding(client: TestClient[Any]) -> None:
     ]:
         r, _ = _raw(client, "GET", "/v1/gpus", headers={"accept-encoding": accept})
         assert r.headers.get("content-encoding") == chosen, accept
+
+
+def test_a_repeated_answer_is_compressed_once() -> None:
+    app = create_app(Settings(compute_workers=1))
+    middleware = next(m for m in app.middleware if isinstance(m, Representation))
+    with TestClient(app) as c:
+        first = _raw(c, "POST", "/v1/fits", json=FIT, headers={"accept-encoding": "gzip"})[1]
+        assert len(middleware.packed) == 1
+        second = _raw(c, "POST", "/v1/fits", json=FIT, headers={"accept-encoding": "gzip"})[1]
+        assert second == first and len(middleware.packed) == 1
+        _raw(c, "POST", "/v1/fits", json=FIT, headers={"accept-encoding": "br"})
+        assert len(middleware.packed) == 2  # one entry per coding
+        # an answer with no freshness (the metrics) is compressed but not kept
+        r, _ = _raw(c, "GET", "/metrics", headers={"accept-encoding": "br"})
+        assert r.headers["content-encoding"] == "br" and "etag" not in r.headers
+        assert len(middleware.packed) == 2
 
 
 def test_a_small_answer_is_never_compressed(client: TestClient[Any]) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 from litestar import Litestar
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from .problems import PROBLEM_MEDIA_TYPE, Problem
@@ -153,7 +154,7 @@ class Cors:
         self.policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
         headers = {bytes(k).lower(): bytes(v).decode("latin-1") for k, v in scope["headers"]}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from functools import lru_cache
 from typing import Literal
 
 import brotli
@@ -79,6 +80,7 @@ def _qvalues(accept_encoding: str) -> dict[str, float]:
     return out
 
 
+@lru_cache(maxsize=256)  # browsers and clients send a handful of distinct values
 def negotiate(accept_encoding: str | None) -> Coding | None:
     """The coding to send an answer in, or ``None`` for the answer as it is.
 

@@ -13,8 +13,10 @@ A route opts in with ``opt=cacheable(...)``:
   directive tells a client's own cache how long the answer holds. A handler whose answer read
   something that can change (a Hub branch) sets its own ``Cache-Control`` (``no-cache``).
 
-Either way the answer carries a strong ``ETag`` per coding (:mod:`~vrambudget.http.validators`)
-and ``Vary: Accept-Encoding`` (plus what the route names, e.g. ``Accept`` where the media type
+Either way the answer carries a strong ``ETag`` per coding (:mod:`~vrambudget.http.validators`),
+its compressed forms are kept by that tag (a bounded LRU, :data:`PACKED_CACHE_BYTES`: a catalog
+page asking for the same answer again costs a hash, not a compression), and it carries
+``Vary: Accept-Encoding`` (plus what the route names, e.g. ``Accept`` where the media type
 follows ``Accept``). A 304 carries the ``ETag``, ``Cache-Control`` and ``Vary`` the 200 would
 have (RFC 9110 15.4.5). The middleware wraps an app's other middleware: it sees the answer as
 the handler and the request context wrote it, computes the tag over those bytes and compresses
@@ -26,15 +28,16 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-import anyio.to_thread
 import msgspec
+from litestar.concurrency import sync_to_thread
 from litestar.enums import ScopeType
 from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
+from .cache import AnswerCache
 from .encoding import THREAD_MIN_BYTES, Coding, compress, compressible, is_text, negotiate
 from .problems import PROBLEM_MEDIA_TYPE, Problem
-from .validators import entity_tag, none_match
+from .validators import digest, entity_tag, none_match
 
 __all__ = [
     "CACHE_OPT",
@@ -49,6 +52,10 @@ CACHE_OPT = "vrambudget_cache"
 """The key of a route handler's ``opt`` holding its (:class:`Freshness`, extra Vary names)."""
 
 NOT_MODIFIED_TYPE = "https://vrambudget.dev/problems/not-modified"
+
+PACKED_CACHE_BYTES = 16 << 20
+"""Compressed forms of cacheable answers kept (at most 1,024): a whole-catalog fit is about 7 KiB
+in br, so this holds a thousand of the answers a catalog page repeats, for 16 MiB per process."""
 
 # What a 304 keeps of the 200 it stands for (RFC 9110 15.4.5), and the request id.
 _KEPT_ON_304 = frozenset(
@@ -92,6 +99,8 @@ class Representation(ASGIMiddleware):
     def __init__(self, max_age_s: int, fixed_prefixes: tuple[str, ...] = ()) -> None:
         self.max_age_s = max_age_s
         self.fixed_prefixes = fixed_prefixes
+        self.packed = AnswerCache(1024, PACKED_CACHE_BYTES)
+        """Compressed forms by (coding, digest of the answer); shared by the app's routes."""
 
     def _policy(self, scope: Scope) -> tuple[Freshness, tuple[str, ...]] | None:
         handler = scope.get("route_handler")
@@ -105,10 +114,15 @@ class Representation(ASGIMiddleware):
         return None
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        headers = {bytes(k).lower(): bytes(v).decode("latin-1") for k, v in scope["headers"]}
-        accept_encoding = headers.get(b"accept-encoding")
-        if_none_match = headers.get(b"if-none-match")
-        method = scope.get("method", "GET")
+        accept_encoding: str | None = None
+        if_none_match: str | None = None
+        for key, value in scope["headers"]:
+            name = bytes(key).lower()
+            if name == b"accept-encoding":
+                accept_encoding = bytes(value).decode("latin-1")
+            elif name == b"if-none-match":
+                if_none_match = bytes(value).decode("latin-1")
+        method = str(scope.get("method", "GET"))
         policy = self._policy(scope)
         start: HTTPResponseStartEvent | None = None
         parts: list[bytes] = []
@@ -122,9 +136,8 @@ class Representation(ASGIMiddleware):
                 await send(message)
                 return
             if not parts and message.get("more_body", False) and not _buffering(start):
-                # a stream (not an answer this service buffers): its headers, then as it comes
+                # a stream (no Content-Length; no route of these apps writes one): passed as it is
                 held, start = start, None
-                _finish_headers(held, (), media=None)
                 await send(held)
                 await send(message)
                 return
@@ -158,31 +171,45 @@ class Representation(ASGIMiddleware):
     ) -> None:
         status = start["status"]
         raw = list(start.get("headers", ()))
-        encoded = _get(raw, b"content-encoding") is not None
-        media = _get(raw, b"content-type")
+        seen = _read(raw)
+        media = seen.get(b"content-type")
+        encoded = b"content-encoding" in seen
         coding: Coding | None = None
         if not encoded and compressible(media, len(body)):
             coding = negotiate(accept_encoding)
-        vary = policy[1] if policy is not None and status == 200 else ()
-        start["headers"] = raw
-        _finish_headers(start, vary, media=None if encoded else media)
-        if status >= 400 and _get(start["headers"], b"cache-control") is None:
-            _set(start["headers"], b"cache-control", "no-store")
+        updates: dict[bytes, str] = {}
+        names = list(policy[1]) if policy is not None and status == 200 else []
+        if not encoded and media is not None and is_text(media):
+            names.append("Accept-Encoding")
+        if names:
+            updates[b"vary"] = merge_vary(seen.get(b"vary"), names)
+        if status >= 400 and b"cache-control" not in seen:
+            updates[b"cache-control"] = "no-store"
+        key: tuple[str, bytes] | None = None
         if policy is not None and status == 200:
-            tag = entity_tag(body, coding)
-            _set(start["headers"], b"etag", tag)
-            if _get(start["headers"], b"cache-control") is None:
-                _set(start["headers"], b"cache-control", cache_control(policy[0], self.max_age_s))
+            body_digest = digest(body)
+            tag = updates[b"etag"] = entity_tag(body_digest, coding)
+            if b"cache-control" not in seen:
+                updates[b"cache-control"] = cache_control(policy[0], self.max_age_s)
             if if_none_match is not None and none_match(if_none_match, tag):
+                start["headers"] = _updated(raw, updates)
                 await _precondition(start, send, method, tag, path)
                 return
+            if coding is not None:
+                key = (coding, body_digest)
         if coding is not None:
-            if len(body) >= THREAD_MIN_BYTES:
-                body = await anyio.to_thread.run_sync(compress, body, coding)
-            else:
-                body = compress(body, coding)
-            _set(start["headers"], b"content-encoding", coding)
-        _set(start["headers"], b"content-length", str(len(body)))
+            packed = self.packed.get(key) if key is not None else None
+            if packed is None:
+                if len(body) >= THREAD_MIN_BYTES:
+                    packed = await sync_to_thread(compress, body, coding)
+                else:
+                    packed = compress(body, coding)
+                if key is not None:
+                    self.packed.put(key, packed)
+            body = packed
+            updates[b"content-encoding"] = coding
+        updates[b"content-length"] = str(len(body))
+        start["headers"] = _updated(raw, updates)
         await send(start)
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
@@ -224,22 +251,7 @@ async def _precondition(
 def _buffering(start: HTTPResponseStartEvent) -> bool:
     """Answers with a Content-Length are buffered whole (every answer this service writes);
     others are streams."""
-    return _get(list(start.get("headers", ())), b"content-length") is not None
-
-
-def _finish_headers(
-    start: HTTPResponseStartEvent, vary: tuple[str, ...], media: str | None
-) -> None:
-    """Add ``vary`` (and ``Accept-Encoding`` when the answer's ``media`` type is one that is
-    compressed) to the answer's ``Vary``, each name once."""
-    headers = list(start.get("headers", ()))
-    names = [*vary]
-    if media is not None and is_text(media):
-        names.append("Accept-Encoding")
-    if names:
-        merged = merge_vary(_get(headers, b"vary"), names)
-        _set(headers, b"vary", merged)
-    start["headers"] = headers
+    return b"content-length" in _read(start.get("headers", ()))
 
 
 def merge_vary(current: str | None, names: list[str] | tuple[str, ...]) -> str:
@@ -253,14 +265,15 @@ def merge_vary(current: str | None, names: list[str] | tuple[str, ...]) -> str:
     return ", ".join(out)
 
 
-def _get(headers: Any, name: bytes) -> str | None:
+def _read(headers: Any) -> dict[bytes, str]:
+    """The answer's headers by lower-case name (the first of each)."""
+    out: dict[bytes, str] = {}
     for key, value in headers:
-        if bytes(key).lower() == name:
-            return bytes(value).decode("latin-1")
-    return None
+        out.setdefault(bytes(key).lower(), bytes(value).decode("latin-1"))
+    return out
 
 
-def _set(headers: Any, name: bytes, value: str) -> None:
-    """Replace every ``name`` header by one with ``value`` (in place)."""
-    headers[:] = [(k, v) for k, v in headers if bytes(k).lower() != name]
-    headers.append((name, value.encode("latin-1")))
+def _updated(headers: Any, updates: dict[bytes, str]) -> list[tuple[bytes, bytes]]:
+    """``headers`` with each name of ``updates`` replaced by its one new value."""
+    kept = [(bytes(k), bytes(v)) for k, v in headers if bytes(k).lower() not in updates]
+    return kept + [(k, v.encode("latin-1")) for k, v in updates.items()]

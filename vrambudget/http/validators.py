@@ -15,15 +15,22 @@ import re
 
 from .encoding import Coding
 
-__all__ = ["entity_tag", "none_match"]
+__all__ = ["digest", "entity_tag", "none_match"]
 
 _TAG = re.compile(r'(?:\s*,)*\s*(?:W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*(?:,|$)')
 
 
-def entity_tag(body: bytes, coding: Coding | None = None) -> str:
-    """The strong entity tag (quoted) of ``body`` sent in ``coding`` (``None``: as it is)."""
-    digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()[:16]).rstrip(b"=").decode()
-    return f'"{digest}-{coding}"' if coding else f'"{digest}"'
+def digest(body: bytes) -> bytes:
+    """The SHA-256 of an answer as the handler wrote it (its tag and the key of its compressed
+    forms)."""
+    return hashlib.sha256(body).digest()
+
+
+def entity_tag(body_digest: bytes, coding: Coding | None = None) -> str:
+    """The strong entity tag (quoted) of the answer whose :func:`digest` is ``body_digest``,
+    sent in ``coding`` (``None``: as it is)."""
+    opaque = base64.urlsafe_b64encode(body_digest[:16]).rstrip(b"=").decode()
+    return f'"{opaque}-{coding}"' if coding else f'"{opaque}"'
 
 
 def none_match(if_none_match: str, tag: str) -> bool:
