@@ -1,7 +1,8 @@
 """What an answer carries for caches and for the wire: ``ETag`` and ``Cache-Control`` on the
 routes that declare how long their answers hold, ``If-None-Match`` answered with 304 (GET) or
 412 (any other method, RFC 9110 13.1.2), ``Vary``, and gzip or brotli for large textual answers
-(:mod:`~vrambudget.http.encoding`). Errors are marked ``Cache-Control: no-store``.
+(:mod:`~vrambudget.http.encoding`). Errors, those of routing (404, 405) included, are marked
+``Cache-Control: no-store`` by :func:`no_store_errors`, an app's ``before_send`` hook.
 
 A route opts in with ``opt=cacheable(...)``:
 
@@ -46,6 +47,7 @@ __all__ = [
     "cache_control",
     "cacheable",
     "merge_vary",
+    "no_store_errors",
 ]
 
 CACHE_OPT = "vrambudget_cache"
@@ -183,8 +185,6 @@ class Representation(ASGIMiddleware):
             names.append("Accept-Encoding")
         if names:
             updates[b"vary"] = merge_vary(seen.get(b"vary"), names)
-        if status >= 400 and b"cache-control" not in seen:
-            updates[b"cache-control"] = "no-store"
         key: tuple[str, bytes] | None = None
         if policy is not None and status == 200:
             body_digest = digest(body)
@@ -252,6 +252,17 @@ def _buffering(start: HTTPResponseStartEvent) -> bool:
     """Answers with a Content-Length are buffered whole (every answer this service writes);
     others are streams."""
     return b"content-length" in _read(start.get("headers", ()))
+
+
+def no_store_errors(message: Message, scope: Scope) -> None:
+    """``Cache-Control: no-store`` on every 4xx and 5xx that has none: an error is never reused
+    (a 404 is otherwise heuristically cacheable, RFC 9111 4.2.2). A ``before_send`` hook, so it
+    sees the answers of routing and of CORS too, which no route middleware wraps."""
+    if message["type"] != "http.response.start" or message["status"] < 400:
+        return
+    headers = list(message.get("headers", ()))
+    if b"cache-control" not in _read(headers):
+        message["headers"] = [*headers, (b"cache-control", b"no-store")]
 
 
 def merge_vary(current: str | None, names: list[str] | tuple[str, ...]) -> str:

@@ -40,7 +40,12 @@ from vrambudget.http.cache import AnswerCache
 from vrambudget.http.cors import CorsPolicy, with_cors
 from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import Problem
-from vrambudget.http.representation import Freshness, Representation, cacheable
+from vrambudget.http.representation import (
+    Freshness,
+    Representation,
+    cacheable,
+    no_store_errors,
+)
 
 from .cluster_yaml import Manifests, manifests_yaml
 from .compute import ComputeError, ComputePool, compute_error
@@ -428,6 +433,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             RequestContext(),
             prometheus.middleware,
         ],
+        before_send=[no_store_errors],
         logging_config=logging_config(),
         exception_handlers={**exception_handlers, ComputeError: compute_error},
         request_max_body_size=settings.max_body_bytes,
