@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from vrambudget.http.validators import digest, entity_tag, none_match
+from vrambudget.http.validators import DigestMemo, digest, entity_tag, none_match
 
 
 def test_the_tag_is_the_truncated_sha256_of_the_bytes_and_names_the_coding() -> None:
@@ -49,3 +49,18 @@ def test_if_none_match_uses_the_weak_comparison(if_none_match: str, matches: boo
 
 def test_a_weak_current_tag_compares_weakly_too() -> None:
     assert none_match('"abc"', 'W/"abc"')
+
+
+def test_the_digest_memo_knows_an_answer_by_its_object_and_stays_bounded() -> None:
+    memo = DigestMemo(max_entries=2, max_bytes=100)
+    a = b"a" * 40
+    assert memo.of(a) == hashlib.sha256(a).digest() and len(memo) == 1
+    assert memo.of(a) == hashlib.sha256(a).digest() and len(memo) == 1  # the same object: a hit
+    twin = bytes(bytearray(a))  # equal bytes, another object: hashed anew, kept apart
+    assert twin is not a and memo.of(twin) == hashlib.sha256(a).digest() and len(memo) == 2
+    c = b"c" * 40  # a third: the oldest goes (entries bound)
+    assert memo.of(c) == hashlib.sha256(c).digest() and len(memo) == 2
+    d = b"d" * 90  # 40 + 90 > 100 bytes: only d is left
+    assert memo.of(d) == hashlib.sha256(d).digest() and len(memo) == 1
+    big = b"e" * 101  # larger than the bound on its own: hashed, not kept
+    assert memo.of(big) == hashlib.sha256(big).digest() and len(memo) == 1

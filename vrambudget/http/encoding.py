@@ -3,13 +3,13 @@ q-values, RFC 9110 12.5.3), which answers are worth compressing, and the compres
 
 Levels, measured on this service's answers (``bench/http_representation.py``, table in
 docs/PERFORMANCE.md): gzip level 6 (zlib's own default) and brotli quality 4. On a 109,117-byte
-whole-catalog fit answer gzip 6 sends 6.8 % of the bytes in 0.50 ms and br 4 6.2 % in 0.28 ms;
-gzip 9 saves 5 % more bytes for 40 % more time, br 5 10 % more for 1.7 times the time. On the
-~10 KiB answers the two are within 2 % in size and br 4 takes 50-80 µs. The compressed form of
-a cacheable answer is kept (:mod:`~vrambudget.http.representation`), so these costs are paid
-once per answer, not per request. Both libraries release the GIL while they compress, so an
-answer of :data:`THREAD_MIN_BYTES` or more is compressed in a worker thread while the event
-loop serves other requests.
+whole-catalog fit answer gzip 6 sends 6.8 % of the bytes in 0.45 ms and br 4 6.2 % in 0.26 ms;
+gzip 9 and br 5 save 3-10 % more bytes for 1.4-1.7 times the time. On the ~10 KiB answers the two
+are within 2 % in size. The compressed form of a cacheable answer is kept
+(:mod:`~vrambudget.http.representation`), so these costs are paid once per answer, not per
+request. Both libraries release the GIL while they compress, so an answer of
+:data:`THREAD_MIN_BYTES` or more is compressed in a worker thread while the event loop serves
+other requests.
 """
 
 from __future__ import annotations
@@ -41,17 +41,17 @@ few hundred bytes at most (one TCP segment holds 1,460), and the coding's own fr
 bytes of header and trailer) eats part of that."""
 
 THREAD_MIN_BYTES = 64 << 10
-"""From this size an answer is compressed in a worker thread (a 64 KiB JSON answer takes about
-0.3 ms at gzip 6; a thread hand-off costs about 0.05 ms), so that no large answer holds the
-event loop."""
+"""From this size an answer is compressed in a worker thread (about 0.2-0.3 ms of compression at
+these levels for a 64 KiB JSON answer, against a thread hand-off's tens of µs), so that no large
+answer holds the event loop."""
 
 GZIP_LEVEL = 6
 """zlib's default (``Z_DEFAULT_COMPRESSION``), the usual trade-off; the measured table is in the
 module docstring."""
 
 BROTLI_QUALITY = 4
-"""On the large answers 3-9 % smaller than gzip 6 in 35-55 % less time; quality 5 costs 1.7x for
-about 9 % fewer bytes (module docstring)."""
+"""On the large answers up to 9 % smaller than gzip 6 in 40-60 % less time; quality 5 costs 1.7x
+for about 10 % fewer bytes (module docstring)."""
 
 # Server preference among codings a request accepts with the same q-value: br is the smaller.
 _PREFERENCE: tuple[Coding, ...] = ("br", "gzip")

@@ -15,8 +15,10 @@ A route opts in with ``opt=cacheable(...)``:
   something that can change (a Hub branch) sets its own ``Cache-Control`` (``no-cache``).
 
 Either way the answer carries a strong ``ETag`` per coding (:mod:`~vrambudget.http.validators`),
-its compressed forms are kept by that tag (a bounded LRU, :data:`PACKED_CACHE_BYTES`: a catalog
-page asking for the same answer again costs a hash, not a compression), and it carries
+its compressed forms are kept by that tag (a bounded LRU, :data:`PACKED_CACHE_BYTES`) and the
+digest of a repeated answer by its bytes object (:class:`~vrambudget.http.validators.DigestMemo`),
+so that a catalog page asking for the same answer again costs look-ups, not a hash and a
+compression; and it carries
 ``Vary: Accept-Encoding`` (plus what the route names, e.g. ``Accept`` where the media type
 follows ``Accept``). A 304 carries the ``ETag``, ``Cache-Control`` and ``Vary`` the 200 would
 have (RFC 9110 15.4.5). The middleware wraps an app's other middleware: it sees the answer as
@@ -38,7 +40,7 @@ from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Sc
 from .cache import AnswerCache
 from .encoding import THREAD_MIN_BYTES, Coding, compress, compressible, is_text, negotiate
 from .problems import PROBLEM_MEDIA_TYPE, Problem
-from .validators import digest, entity_tag, none_match
+from .validators import DigestMemo, entity_tag, none_match
 
 __all__ = [
     "CACHE_OPT",
@@ -102,6 +104,8 @@ class Representation(ASGIMiddleware):
         self.max_age_s = max_age_s
         self.fixed_prefixes = fixed_prefixes
         self.packed = AnswerCache(1024, PACKED_CACHE_BYTES)
+        self.digests = DigestMemo()
+        """Digests of the answers the answer cache repeats (the same bytes object)."""
         """Compressed forms by (coding, digest of the answer); shared by the app's routes."""
 
     def _policy(self, scope: Scope) -> tuple[Freshness, tuple[str, ...]] | None:
@@ -187,7 +191,7 @@ class Representation(ASGIMiddleware):
             updates[b"vary"] = merge_vary(seen.get(b"vary"), names)
         key: tuple[str, bytes] | None = None
         if policy is not None and status == 200:
-            body_digest = digest(body)
+            body_digest = self.digests.of(body)
             tag = updates[b"etag"] = entity_tag(body_digest, coding)
             if b"cache-control" not in seen:
                 updates[b"cache-control"] = cache_control(policy[0], self.max_age_s)
