@@ -77,7 +77,9 @@ class Settings:
     ``https://catalog.example.com``, ``https://*.example.com``; empty: CORS off). Default
     ``*``: the service is a public calculator with no cookies, sessions or credentials, so an
     answer read by any page tells that page nothing it could not ask for itself, and a
-    catalog's widget on any domain can call it. Browsers never send credentials to ``*``."""
+    catalog's widget on any domain can call it. Browsers never send credentials to ``*``. A
+    service inside a private network or with a token for private Hub repositories should list its
+    own pages instead (docs/HTTP.md)."""
     cache_max_age_s: int = 3600
     """``max-age`` of the answers that are fixed for a deployment (catalogs) or pure functions
     of the request (docs/HTTP.md); 0: ``no-cache`` (revalidate with the ``ETag`` each time).
