@@ -25,9 +25,10 @@ answers to exactly that request (built in-process with ``create_app()`` and Lite
     one number (or string) of an answer in prose: ``int`` 27,927,487,796 (default for
     integers), ``gib`` 26.01 (GiB to two decimals), ``neg`` negates first, ``raw`` as is.
 
-``<!-- example-cli: NAME -->``
+``<!-- example-cli: NAME [status=N] -->``
     followed by a ``text`` block whose first line is ``$ ... vrambudget ARGS`` (``\\``
-    continuations allowed); the lines after it are what ``vrambudget ARGS`` prints.
+    continuations allowed); the lines after it are what ``vrambudget ARGS`` prints, and it must
+    exit with ``N`` (default 0; 3: a budget that does not fit).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ DOCS = (
     "docs/PERFORMANCE.md",
     "docs/MIG.md",
     "docs/KUBERNETES.md",
+    "docs/CATALOG.md",
+    "docs/CLI.md",
     "CONTRIBUTING.md",
 )
 WIDTH = 100
@@ -76,7 +79,7 @@ _VALUE = re.compile(
     re.S,
 )
 _CLI = re.compile(
-    r"(?P<open><!--\s*example-cli:\s*(?P<name>[\w.-]+)\s*-->\s*\n)"
+    r"(?P<open><!--\s*example-cli:\s*(?P<name>[\w.-]+)(?:\s+status=(?P<status>\d+))?\s*-->\s*\n)"
     r"(?P<fence>```\w*\n)(?P<body>.*?)(?P<end>^```)",
     re.S | re.M,
 )
@@ -332,7 +335,7 @@ class _Service:
         self._client.__exit__(None, None, None)
 
 
-def _run_cli(command: str) -> str:
+def _run_cli(command: str, expected: int = 0) -> str:
     from vrambudget.cli.main import main as cli_main
 
     argv = shlex.split(command.replace("\\\n", " "))
@@ -343,8 +346,8 @@ def _run_cli(command: str) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         status = cli_main(argv[1:])
-    if status:
-        raise DocError(f"example-cli: {command!r} exited {status}")
+    if status != expected:
+        raise DocError(f"example-cli: {command!r} exited {status}, not {expected}")
     return out.getvalue()
 
 
@@ -393,7 +396,7 @@ def _render(
         command = "".join(command_lines)
         if not command.startswith("$ "):
             raise DocError(f"{doc}: example-cli {m.group('name')!r}: first line is not '$ ...'")
-        new = command + _run_cli(command[2:])
+        new = command + _run_cli(command[2:], int(m.group("status") or 0))
         if new != body:
             drifts.append(Drift(doc, m.group("name"), "cli", new, body))
         return m.group("open") + m.group("fence") + new + m.group("end")

@@ -515,7 +515,7 @@ class _Probe(ProbeProcess):
         self,
         request_json: bytes,
         time_limit_s: float,
-        sampler_factory: Callable[[int], Any] | None,
+        sampler_factory: Callable[[frozenset[int], tuple[int, ...]], Any] | None,
         ctx: BaseContext | None,
         child: ChildSettings | None = None,
     ) -> None:
@@ -636,9 +636,11 @@ def _probe(
     req = case.request(limit_s)
     samplers: list[NVMLSampler] = []
 
-    def sampler(pid: int) -> NVMLSampler:
+    def sampler(pids: frozenset[int], devices: tuple[int, ...]) -> NVMLSampler:
+        """The agent's factory signature: the workload's pids on GPU 0 (the campaign runs no
+        multi-GPU engine, so ``devices`` is empty or GPU 0)."""
         assert meter is not None
-        s = NVMLSampler(meter.handle, pid=pid)
+        s = NVMLSampler(meter.handle, pids=pids)
         samplers.append(s)
         return s
 

@@ -178,7 +178,12 @@ def test_the_event_loop_stays_free_while_a_heavy_request_computes() -> None:
         latencies, status = asyncio.run(lifespan())
     except AttributeError:  # no app.lifespan(): run without it (state is set at creation)
         latencies, status = asyncio.run(go())
-    assert max(latencies) < 0.05, latencies
+    # A loop blocked by the fit would hold every /healthz until the fit ended: the fit is still
+    # running after 0.3 s + 10 x 0.05 s, so a blocked loop shows at least ~0.8 s on one call. The
+    # bound leaves room for a shared, noisy machine (one 0.22 s outlier seen with 7 other
+    # processes busy) without letting a blocked loop pass; the median shows the usual cost.
+    assert max(latencies) < 0.5, latencies
+    assert sorted(latencies)[len(latencies) // 2] < 0.05, latencies
     assert status == 422
 
 

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import brotli
+import msgspec
 import pytest
 from litestar.testing import TestClient
 
 from tests.hub.fake_hub import FakeHub
 from tests.service.test_hub_models import TOKEN, _local_only, hub  # noqa: F401 (fixtures)
+from tests.support.reports import cuda_report
 from vrambudget.http.representation import Representation
 from vrambudget.hub import HubSettings
 from vrambudget.service.app import Settings, create_app
@@ -330,6 +332,12 @@ def test_vary_names_accept_where_the_media_type_follows_it(client: TestClient[An
     assert as_yaml.headers["content-type"].startswith("application/yaml")
     assert _vary(as_json) == _vary(as_yaml) == ["Accept", "Accept-Encoding"]
     assert as_json.headers["etag"] != as_yaml.headers["etag"]
+    report = msgspec.json.encode(cuda_report())
+    assert _vary(client.post("/v1/comparisons", content=report)) == ["Accept", "Accept-Encoding"]
+    svg = client.post("/v1/budgets", json=BUDGET, headers={"accept": "image/svg+xml"})
+    assert svg.headers["content-type"].startswith("image/svg+xml")
+    assert _vary(svg) == ["Accept", "Accept-Encoding"]
+    assert svg.headers["etag"] != client.post("/v1/budgets", json=BUDGET).headers["etag"]
 
 
 def test_errors_are_never_cached(client: TestClient[Any]) -> None:

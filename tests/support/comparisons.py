@@ -55,6 +55,7 @@ def cuda_comparison() -> Comparison:
     )
     return Comparison(
         probe_id="p<2>",
+        model="qwen<2>",
         status="succeeded",
         device="cuda",
         device_name="NVIDIA <H100> & co",

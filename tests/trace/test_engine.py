@@ -43,6 +43,42 @@ def test_a_trace_budget_says_its_allocator_overhead_is_the_replay() -> None:
     assert origins[C.CUDA_CONTEXT] == estimate(req.workloads).calibration.overheads[0].source
 
 
+def test_a_trace_budget_fits_by_its_own_total() -> None:
+    """``Budget.fit`` of a trace is counted from the traced total, not the analytic one."""
+    from vrambudget.trace.engine import trace_budget
+
+    tiny = {
+        "kind": "inference",
+        "model": {
+            "source": "dimensions",
+            "hidden_size": 128,
+            "num_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 256,
+            "vocab_size": 500,
+        },
+        "prompt_tokens": 16,
+        "generated_tokens": 2,
+    }
+    capacity = 8 << 30
+    req = msgspec.convert(
+        {
+            "method": "trace",
+            "workloads": [tiny],
+            "device": {"source": "custom", "memory_total_bytes": capacity},
+        },
+        BudgetRequest,
+    )
+    budget = trace_budget(req)
+    analytic = estimate(req.workloads, req.device)
+    assert budget.total_bytes != analytic.total_bytes
+    f = budget.fit
+    assert f is not None and f.fits and f.capacity_bytes == capacity
+    assert f.used_bytes == budget.total_bytes
+    assert f.free_bytes == capacity - budget.total_bytes
+
+
 _H100_PROFILE = (
     '{"id": "h100-small-ws", "gpu_name": "NVIDIA H100 80GB HBM3", '
     '"gpu_id": "h100-sxm5-80gb", "torch_version": null, "cuda_version": null, '

@@ -28,14 +28,16 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         settings = AgentSettings.from_env()
+        _check_address(settings.host, settings.port)
         # Open (integrity-check, migrate) the store before serving: a file the agent cannot
         # use is a one-line startup error naming it, not a traceback from the startup hook.
         Store(settings.data_dir / "agent.sqlite3").close()
-    except (AgentSettingsError, StoreOpenError, OSError) as exc:
+        app = create_agent_app(settings)  # (VRAMBUDGET_LOG_FORMAT is read here)
+    except (AgentSettingsError, StoreOpenError, OSError, ValueError) as exc:
         print(f"vrambudget agent: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     uvicorn.run(
-        create_agent_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level="warning",
@@ -44,6 +46,22 @@ def main(argv: list[str] | None = None) -> None:
         timeout_keep_alive=5,
         limit_concurrency=1024,
     )
+
+
+def _check_address(host: str, port: int) -> None:
+    """The address resolves (else a one-line error naming VRAMBUDGET_AGENT_HOST, before
+    uvicorn tries to bind it)."""
+    import socket
+
+    from .settings import AgentSettingsError
+
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise AgentSettingsError(
+            f"VRAMBUDGET_AGENT_HOST: cannot listen on {host!r}: {exc.strerror or exc} "
+            "(allowed: an address of this host, e.g. 127.0.0.1, 0.0.0.0, ::)"
+        ) from None
 
 
 if __name__ == "__main__":

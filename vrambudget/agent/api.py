@@ -43,6 +43,7 @@ from .openapi import agent_openapi_document
 from .settings import AgentSettings
 from .snapshot_routes import expire_periodically, get_snapshot
 from .spec import ProbeRequest
+from .startup import startup_line
 from .state import AgentState, _callback
 from .storage import storage_checker
 from .store import Store
@@ -156,6 +157,7 @@ def create_agent_app(
         )
         deliverer.start()
         inv = await asyncio.to_thread(nvml.inventory)
+        log.info("%s", startup_line(settings, inv))
         app.state.agent = AgentState(
             settings=settings,
             store=store,

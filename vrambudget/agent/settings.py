@@ -20,7 +20,39 @@ _ENTRY = re.compile(r"^[A-Za-z0-9_.-]+=[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class AgentSettingsError(ValueError):
-    """A setting the agent cannot run with (the message names the variable)."""
+    """A setting the agent cannot run with (the message names the variable and what it
+    allows)."""
+
+
+_NUMBERS: tuple[tuple[str, str, type, float, float], ...] = (
+    ("PORT", "port", int, 0, 65535),
+    ("MAX_QUEUE", "max_queue", int, 1, 10_000),
+    ("RETRY_AFTER_S", "retry_after_s", int, 1, 86_400),
+    ("MAX_TIME_LIMIT_S", "max_time_limit_s", float, 1, 86_400),
+    ("MAX_BODY_BYTES", "max_body_bytes", int, 1024, 1 << 30),
+    ("BODY_TIMEOUT_S", "body_timeout_s", float, 0.1, 600),
+    ("CPU_MEMORY_LIMIT_BYTES", "cpu_memory_limit_bytes", int, 0, 1 << 50),
+    ("MIN_FREE_BYTES", "min_free_bytes", int, 0, 1 << 50),
+    ("DELIVERY_CONCURRENCY", "delivery_concurrency", int, 1, 256),
+    ("SNAPSHOT_MAX_BYTES", "snapshot_max_bytes", int, 1, 1 << 40),
+    ("SNAPSHOT_MAX_ENTRIES", "snapshot_max_entries", int, 1, 100_000_000),
+    ("SNAPSHOT_RETENTION_S", "snapshot_retention_s", float, 1, 3650 * 86_400),
+)
+"""Every numeric setting: its variable (after ``VRAMBUDGET_AGENT_``), field, type and the
+range it allows (a day for a probe's time limit and Retry-After; ten years of snapshot
+retention; a request body of 1 KiB .. 1 GiB)."""
+
+
+def _range(kind: type, lo: float, hi: float) -> str:
+    """``1 .. 10000``; powers of two written as such (``1 .. 2**40``)."""
+
+    def word(x: float) -> str:
+        n = int(x)
+        if kind is int and n >= 1 << 20 and n & (n - 1) == 0:
+            return f"2**{n.bit_length() - 1}"
+        return f"{x:g}" if kind is float else str(n)
+
+    return f"{word(lo)} .. {word(hi)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +104,23 @@ class AgentSettings:
     as the service's ``VRAMBUDGET_CORS_ORIGINS``); empty, the default: none."""
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
+        for name, key, kind, lo, hi in _NUMBERS:
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if not lo <= value <= hi:
+                raise AgentSettingsError(
+                    f"VRAMBUDGET_AGENT_{name} must be in {_range(kind, lo, hi)}, got {value}"
+                )
+        from .webhooks.signing import decode_secret
+
+        try:
+            decode_secret(self.webhook_secret)
+        except ValueError as exc:
             raise AgentSettingsError(
-                f"VRAMBUDGET_AGENT_PORT must be in 0 .. 65535, got {self.port}"
-            )
-        if not 1 <= self.max_queue <= 10_000:
-            raise AgentSettingsError("VRAMBUDGET_AGENT_MAX_QUEUE must be in 1 .. 10000")
-        if not 1 <= self.max_time_limit_s <= 86_400:
-            raise AgentSettingsError("VRAMBUDGET_AGENT_MAX_TIME_LIMIT_S must be in 1 .. 86400")
-        if not 0.1 <= self.body_timeout_s <= 600:
-            raise AgentSettingsError("VRAMBUDGET_AGENT_BODY_TIMEOUT_S must be in 0.1 .. 600")
-        if self.cpu_memory_limit_bytes is not None and self.cpu_memory_limit_bytes < 0:
-            raise AgentSettingsError("VRAMBUDGET_AGENT_CPU_MEMORY_LIMIT_BYTES must be >= 0")
-        if self.min_free_bytes < 0:
-            raise AgentSettingsError("VRAMBUDGET_AGENT_MIN_FREE_BYTES must be >= 0")
+                f"VRAMBUDGET_AGENT_WEBHOOK_SECRET: {exc} (allowed: whsec_<base64>, as the "
+                "Standard Webhooks libraries write it, or base64 text)"
+            ) from None
         from .webhooks.allow_list import validate_allow_list
 
         for name, entries in (
@@ -101,18 +136,6 @@ class AgentSettings:
         except ValueError as exc:
             raise AgentSettingsError(str(exc)) from None
         object.__setattr__(self, "cors_origins", origins)
-        if not 1 <= self.delivery_concurrency <= 256:
-            raise AgentSettingsError("VRAMBUDGET_AGENT_DELIVERY_CONCURRENCY must be in 1 .. 256")
-        if not 1 <= self.snapshot_max_bytes <= 1 << 40:
-            raise AgentSettingsError("VRAMBUDGET_AGENT_SNAPSHOT_MAX_BYTES must be in 1 .. 2**40")
-        if not 1 <= self.snapshot_max_entries <= 100_000_000:
-            raise AgentSettingsError(
-                "VRAMBUDGET_AGENT_SNAPSHOT_MAX_ENTRIES must be in 1 .. 100000000"
-            )
-        if not 1 <= self.snapshot_retention_s <= 3650 * 86_400:
-            raise AgentSettingsError(
-                "VRAMBUDGET_AGENT_SNAPSHOT_RETENTION_S must be in 1 .. 315360000 (ten years)"
-            )
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentSettings:
@@ -190,27 +213,16 @@ class AgentSettings:
         secret = get("WEBHOOK_SECRET")
         if secret:
             kwargs["webhook_secret"] = secret.encode()
-        for name, key, kind in (
-            ("PORT", "port", int),
-            ("MAX_QUEUE", "max_queue", int),
-            ("RETRY_AFTER_S", "retry_after_s", int),
-            ("MAX_TIME_LIMIT_S", "max_time_limit_s", float),
-            ("MAX_BODY_BYTES", "max_body_bytes", int),
-            ("BODY_TIMEOUT_S", "body_timeout_s", float),
-            ("CPU_MEMORY_LIMIT_BYTES", "cpu_memory_limit_bytes", int),
-            ("MIN_FREE_BYTES", "min_free_bytes", int),
-            ("DELIVERY_CONCURRENCY", "delivery_concurrency", int),
-            ("SNAPSHOT_MAX_BYTES", "snapshot_max_bytes", int),
-            ("SNAPSHOT_MAX_ENTRIES", "snapshot_max_entries", int),
-            ("SNAPSHOT_RETENTION_S", "snapshot_retention_s", float),
-        ):
+        for name, key, kind, lo, hi in _NUMBERS:
             raw = get(name)
             if raw is None:
                 continue
             try:
                 kwargs[key] = kind(raw)
             except ValueError:
+                what = "an integer" if kind is int else "a number"
                 raise AgentSettingsError(
-                    f"VRAMBUDGET_AGENT_{name} must be a number, got {raw!r}"
+                    f"VRAMBUDGET_AGENT_{name} must be a number ({what} in "
+                    f"{_range(kind, lo, hi)}), got {raw!r}"
                 ) from None
         return cls(**kwargs)  # type: ignore[arg-type]

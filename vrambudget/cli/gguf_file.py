@@ -108,6 +108,11 @@ def add_parser(sub: Any) -> None:
         "tensor's type; needs the gguf package)",
     )
     p.add_argument("file", help="the .gguf file (only its header is read)")
-    p.add_argument("--engine", choices=["llama_cpp", "ollama"], default="llama_cpp")
+    p.add_argument(
+        "--engine",
+        choices=["llama_cpp", "ollama"],
+        default="llama_cpp",
+        help="the engine the request budgets the file under (default llama_cpp)",
+    )
     p.add_argument("--gpu", help="catalog GPU id for the request's device")
     p.set_defaults(func=_run)

@@ -1,4 +1,4 @@
-"""``vrambudget``: serve the API, or print a budget as a table on the terminal.
+"""``vrambudget``: serve the API, or print a budget (and whether it fits) on the terminal.
 
     vrambudget serve [--host 127.0.0.1] [--port 8000]
     vrambudget estimate --model llama-3.1-8b --batch 4 --prompt 2048 --generate 512 \
@@ -8,10 +8,16 @@
     vrambudget estimate --checkpoint ./my-model --batch 8   # a local checkpoint directory
     vrambudget estimate --config config.json         # any model_type transformers knows
     vrambudget estimate --model qwen2.5-0.5b --method trace   # the trace tier, in-process
+    vrambudget estimate --model llama-3.1-8b --gpu l4-24gb --svg budget.svg   # and its picture
     vrambudget openapi > openapi/service.json
     vrambudget chart comparison.json -o comparison.svg   # a Comparison or a probe resource
     vrambudget calibrate --store agent-data/agent.sqlite3 --out profiles/   # see calibrate -h
     vrambudget cluster request.json --yaml        # Kubernetes requests (docs/KUBERNETES.md)
+    vrambudget fit --model llama-3.1-70b --counts 1,2,4,8    # which GPUs it fits, the maxima
+    vrambudget estimate --kind llm_serving --engine vllm --model llama-3.1-8b \\
+        --max-model-len 32768 --gpu l40s-48gb                  # a serving engine's budget
+    vrambudget gpus --min-memory 40               # the GPU catalog (ids for --gpu)
+    vrambudget models --search qwen               # the model presets (ids for --model)
 """
 
 from __future__ import annotations
@@ -21,11 +27,11 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import msgspec
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -54,42 +60,20 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _request_from_args(args: argparse.Namespace) -> object:
-    from vrambudget.core.spec import BudgetRequest, Workload
+    from vrambudget.core.spec import BudgetRequest
+
+    from .workload_args import reject_with_file, workload_from_args
 
     if args.file:
+        reject_with_file(args)
         raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
         data = json.loads(raw)
-        if isinstance(data, dict) and "workloads" in data:
-            return msgspec.convert(data, BudgetRequest)
-        return BudgetRequest(workloads=(msgspec.convert(data, Workload),))
-    model = _model_from_args(args)
-    workload: dict[str, object] = {
-        "kind": args.kind,
-        "model": model,
-        "precision": {"weights": args.weights, "compute": args.compute},
-        "parallelism": {
-            "tensor": args.tp,
-            "pipeline": args.pp,
-            "data": args.dp,
-            "zero_stage": args.zero,
-        },
-    }
-    if args.quant:
-        workload["precision"]["quantization"] = {"scheme": args.quant}  # type: ignore[index]
-    if args.kind == "inference":
-        workload.update(
-            batch_size=args.batch,
-            prompt_tokens=args.prompt,
-            generated_tokens=args.generate,
-            concurrent_requests=args.concurrency,
-        )
-    else:
-        workload.update(
-            micro_batch_size=args.batch,
-            sequence_length=args.prompt,
-            checkpointing=args.checkpointing,
-        )
-    request: dict[str, object] = {"workloads": [workload]}
+        if not (isinstance(data, dict) and "workloads" in data):
+            data = {"workloads": [data]}
+        if args.gpu:  # --gpu names the device of the file's request
+            data["device"] = {"source": "catalog", "id": args.gpu}
+        return msgspec.convert(data, BudgetRequest)
+    request: dict[str, object] = {"workloads": [workload_from_args(args, "estimate")]}
     if args.iterations is not None or args.expandable_segments:
         request["trace"] = {
             "iterations": args.iterations or 2,
@@ -100,62 +84,50 @@ def _request_from_args(args: argparse.Namespace) -> object:
     return msgspec.convert(request, BudgetRequest)
 
 
-def _model_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The model of ``--model``, ``--config``, ``--hub`` or ``--checkpoint`` (exactly one)."""
-    given = [a for a in ("model", "config", "hub", "checkpoint") if getattr(args, a)]
-    if len(given) != 1:
-        raise SystemExit(
-            "estimate: give one of --model PRESET, --config config.json, --hub OWNER/NAME[@REV], "
-            "--checkpoint DIR (or --file FILE)"
-        )
-    if args.model:
-        return {"source": "preset", "id": args.model}
-    if args.config:
-        return {"source": "hf_config", "config": json.loads(Path(args.config).read_bytes())}
-    if args.hub:
-        repo, _, revision = args.hub.partition("@")
-        return {"source": "hub", "id": repo, "revision": revision or None}
-    from vrambudget.trace.models import local_checkpoint_model
-
-    return local_checkpoint_model(args.checkpoint)
-
-
 def _estimate(args: argparse.Namespace) -> int:
     from vrambudget.core.errors import BudgetError
     from vrambudget.core.estimate import estimate
+    from vrambudget.core.spec import BudgetRequest
     from vrambudget.core.units import format_bytes
 
-    missing = _missing_framework()
-    if missing:
-        resolve_models = _no_framework(missing)
-    else:
-        from vrambudget.trace.models import resolve_models
+    from .errors import report
+    from .progress import progress
+    from .workload_args import FLAG_OF, UsageError, model_resolver
+
     try:
         req = _request_from_args(args)
         if args.method:
             req = msgspec.structs.replace(req, method=args.method)  # type: ignore[type-var]
-        req = msgspec.structs.replace(
-            req,  # type: ignore[type-var]
-            workloads=resolve_models(req.workloads),  # type: ignore[attr-defined]
-        )
+        with progress("resolving the model"):
+            req = msgspec.structs.replace(
+                req,  # type: ignore[type-var]
+                workloads=model_resolver()(req.workloads),  # type: ignore[attr-defined]
+            )
         if req.method == "trace":  # type: ignore[attr-defined]
-            budget = _trace_engine()(req)
+            engine = _trace_engine()
+            with progress("tracing (fake tensors, then the allocator replay)"):
+                budget = engine(req)
         else:
             budget = estimate(
                 req.workloads,  # type: ignore[attr-defined]
                 req.device,  # type: ignore[attr-defined]
                 req.headroom,  # type: ignore[attr-defined]
                 software=req.software,  # type: ignore[attr-defined]
+                disk=req.disk,  # type: ignore[attr-defined]
             )
-    except (msgspec.ValidationError, BudgetError, _NoTraceTier) as exc:
+    except (msgspec.ValidationError, BudgetError) as exc:
+        return report(exc, BudgetRequest, FLAG_OF)
+    except (UsageError, _NoTraceTier, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.svg is not None and not _write_budget_svg(budget, args.svg):
         return 2
     if args.json:
         from vrambudget.service.tracing import encode_answer
 
         # (msgspec.json.encode refuses str subclasses such as torch.__version__)
         sys.stdout.write(msgspec.json.format(encode_answer(budget).decode()) + "\n")
-        return 0
+        return _exit_status(budget)
     for w in budget.workloads:
         params = f"{w.num_params:,} params" if w.num_params else ""
         print(
@@ -196,13 +168,6 @@ def _estimate(args: argparse.Namespace) -> int:
         for remedy in sv.remedies:
             print(f"  remedy: {remedy}")
         print(f"  launch: {sv.launch}")
-    elif budget.device:
-        free = budget.device.memory_total_bytes - budget.total_bytes
-        verdict = "fits" if free >= 0 else "does NOT fit"
-        print(
-            f"\n{budget.device.name}: {format_bytes(budget.device.memory_total_bytes)} "
-            f"-> {verdict} ({format_bytes(abs(free))} {'free' if free >= 0 else 'short'})"
-        )
     print(
         f"\nhost RAM per host: {format_bytes(budget.host_ram.total_bytes)}; "
         f"disk: {format_bytes(budget.disk.total_bytes)}"
@@ -217,33 +182,50 @@ def _estimate(args: argparse.Namespace) -> int:
         )
     for warning in budget.warnings:
         print(f"warning: {warning}")
-    return 0
+    _print_verdict(budget)
+    return _exit_status(budget)
 
 
-def _missing_framework() -> str | None:
-    """The first package a framework resolution imports (lazily, at the first model that needs
-    it) that is not installed, or None."""
-    import importlib.util
+def _write_budget_svg(budget: Any, path: str) -> bool:
+    """``estimate --svg FILE``: the budget's picture (docs/PICTURES.md); False, with the
+    reason on stderr, when the file cannot be written."""
+    from vrambudget.core.budget_chart import render_budget_svg
 
-    return next((m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None), None)
+    try:
+        Path(path).write_text(render_budget_svg(budget), encoding="utf-8")
+    except OSError as exc:
+        print(f"error: {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
 
 
-def _no_framework(missing: str) -> Any:
-    """Without the trace extra: models that need the framework are refused, naming it."""
-    from vrambudget.core.errors import InvalidWorkload
-    from vrambudget.core.resolve import needs_resolution
+def _print_verdict(budget: Any) -> None:
+    """The last line of the table: whether the budget fits its device (``Budget.fit``)."""
+    from vrambudget.core.units import format_bytes
 
-    def resolve(workloads: tuple[Any, ...]) -> tuple[Any, ...]:
-        for i, w in enumerate(workloads):
-            if getattr(w, "model", None) is not None and needs_resolution(w.model):
-                raise InvalidWorkload(
-                    f"workloads[{i}].model",
-                    f"needs the framework ({missing} is not installed): "
-                    "pip install 'vrambudget[trace]'",
-                )
-        return workloads
+    f = budget.fit
+    if f is None or budget.device is None:
+        return
+    name = f"{budget.device.name} ({format_bytes(f.capacity_bytes)})"
+    used = format_bytes(f.used_bytes)
+    if f.fits:
+        band = (
+            "; the error band's high end does not fit: it fits only if the real peak is low"
+            if f.verdict == "fits_if_low"
+            else ""
+        )
+        print(f"\nFITS {name}: uses {used}, {format_bytes(f.free_bytes)} free{band}")
+    else:
+        short = f", {format_bytes(f.missing_bytes)} missing" if f.missing_bytes else ""
+        why = f"; {f.reason}" if budget.serving is not None and f.reason else ""
+        print(f"\nDOES NOT FIT {name}: needs {used}{short}{why}")
 
-    return resolve
+
+def _exit_status(budget: Any) -> int:
+    """0 (fits, or no device), 3 (does not fit its device): :data:`EXIT_CODES`."""
+    from .errors import EXIT_DOES_NOT_FIT, EXIT_FITS
+
+    return EXIT_DOES_NOT_FIT if budget.fit is not None and not budget.fit.fits else EXIT_FITS
 
 
 class _NoTraceTier(Exception):
@@ -292,78 +274,85 @@ def _agent(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from vrambudget.core.dtypes import COMPUTE_DTYPES, WeightDType
-    from vrambudget.core.spec import Quantization
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"vrambudget {version('vrambudget')}"
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "vrambudget (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``vrambudget`` parser with every subcommand."""
+    from .errors import EXIT_CODES
+    from .workload_args import add_workload_args
 
     parser = argparse.ArgumentParser(
-        prog="vrambudget", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="vrambudget",
+        description=__doc__,
+        epilog=EXIT_CODES + "\n\nEach command's --help lists its flags (docs/CLI.md).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--version", action="version", version=_version(), help="print the version and exit"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = sub.add_parser("serve", help="run the calculation service")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--host", help="address to listen on (default: VRAMBUDGET_HOST, else 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, help="port to listen on (default: VRAMBUDGET_PORT, else 8000)"
+    )
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug", "trace"],
+        help="uvicorn's log level (default info)",
+    )
     serve.set_defaults(func=_serve)
-    est = sub.add_parser("estimate", help="print a budget table")
-    est.add_argument("--file", help="JSON workload or BudgetRequest ('-' for stdin)")
-    est.add_argument("--model", help="preset id (see GET /v1/models)")
-    est.add_argument("--config", help="a model's config.json (any model_type transformers knows)")
-    est.add_argument(
-        "--hub",
-        metavar="OWNER/NAME[@REVISION]",
-        help="a Hugging Face Hub repository: its config.json and safetensors headers are fetched "
-        "(VRAMBUDGET_HUB_ENDPOINT / _TOKEN or HF_TOKEN for gated repositories)",
+    est = sub.add_parser(
+        "estimate",
+        help="print a budget table: every component's bytes, and whether it fits --gpu",
+        description="A budget of one workload (or a BudgetRequest file), computed in this\n"
+        "process as POST /v1/budgets answers it. With --gpu the last line says whether it\n"
+        "fits, and so does the exit status (0 fits, 3 does not).",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     est.add_argument(
-        "--checkpoint",
-        metavar="DIR",
-        help="a local checkpoint directory: config.json and the safetensors headers (exact "
-        "stored bytes; no tensor data is read)",
+        "--file",
+        metavar="FILE",
+        help="JSON workload or BudgetRequest ('-' for stdin) instead of the workload flags",
     )
-    est.add_argument("--kind", choices=["inference", "training"], default="inference")
-    est.add_argument("--batch", type=int, default=1)
-    est.add_argument("--prompt", type=int, default=1024, help="prompt (or sequence) tokens")
-    est.add_argument("--generate", type=int, default=256)
-    est.add_argument("--concurrency", type=int, default=1)
+    add_workload_args(est)
     est.add_argument(
-        "--weights",
-        default="auto",
-        choices=["auto", *get_args(WeightDType)],
-        help="dtype of unquantized weights (default auto: the checkpoint's torch_dtype)",
+        "--gpu", metavar="ID", help="catalog GPU id (`vrambudget gpus` lists them): the device"
     )
-    est.add_argument(
-        "--compute",
-        default="auto",
-        choices=["auto", *COMPUTE_DTYPES],
-        help="activation dtype (default auto: the weights' dtype)",
-    )
-    est.add_argument(
-        "--quant",
-        choices=[t.__struct_config__.tag for t in get_args(Quantization)],
-        help="quantize the linear layers (default: the checkpoint's quantization_config)",
-    )
-    est.add_argument("--checkpointing", choices=["none", "selective", "full"], default="none")
-    est.add_argument("--tp", type=int, default=1)
-    est.add_argument("--pp", type=int, default=1)
-    est.add_argument("--dp", type=int, default=1)
-    est.add_argument("--zero", type=int, default=0)
-    est.add_argument("--gpu", help="catalog GPU id (see GET /v1/gpus)")
     est.add_argument("--json", action="store_true", help="print the JSON budget")
+    est.add_argument(
+        "--svg",
+        metavar="FILE",
+        help="also write the budget as an SVG picture to FILE: a stacked bar per device, the "
+        "GPU's capacity and the error band (docs/PICTURES.md)",
+    )
     est.add_argument(
         "--method",
         choices=["analytic", "trace"],
         help="analytic formulas (default) or the trace tier, run in this process "
         "(needs vrambudget[trace]); overrides the method of a --file request",
     )
-    est.add_argument("--iterations", type=int, help="trace: steps traced (2 .. 8, default 2)")
+    est.add_argument(
+        "--iterations", type=int, metavar="N", help="trace: steps traced (2 .. 8, default 2)"
+    )
     est.add_argument(
         "--expandable-segments",
         action="store_true",
         help="trace: replay with expandable_segments:True",
     )
     est.set_defaults(func=_estimate)
-    oa = sub.add_parser("openapi", help="print the OpenAPI document")
+    oa = sub.add_parser("openapi", help="print the service's OpenAPI document")
     oa.set_defaults(func=_openapi)
     from vrambudget.cli.calibrate import add_parser as add_calibrate
 
@@ -374,6 +363,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from vrambudget.cli.cluster import add_parser as add_cluster
 
     add_cluster(sub)
+    from vrambudget.cli.fit import add_parser as add_fit
+
+    add_fit(sub)
+    from vrambudget.cli.catalog import add_parsers as add_catalogs
+
+    add_catalogs(sub)
     ch = sub.add_parser("chart", help="draw a comparison (estimate vs measured) as SVG")
     ch.add_argument(
         "file", help="JSON Comparison, or a probe resource with a 'comparison' key ('-' for stdin)"
@@ -386,10 +381,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the probe agent (VRAMBUDGET_AGENT_* settings; needs "
         "vrambudget[agent]); 'agent openapi' prints its OpenAPI document",
     )
-    ag.add_argument("action", nargs="?", choices=["serve", "openapi"], default="serve")
+    ag.add_argument(
+        "action",
+        nargs="?",
+        choices=["serve", "openapi"],
+        default="serve",
+        help="serve (default): run the agent; openapi: print its OpenAPI document",
+    )
     ag.set_defaults(func=_agent)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # `vrambudget gpus | head`: the reader left; not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ __all__ = [
     "BandRule",
     "band_of",
     "band_rule",
+    "class_label",
     "family_of",
     "resolve_headroom",
     "workload_class",
@@ -106,6 +107,23 @@ def workload_class(w: Workload) -> str:
         return "other"
     par = w.parallelism
     return cls + ("_multi_gpu" if par.tensor * par.pipeline * par.data > 1 else "")
+
+
+_CLASS_WORDS = {
+    "training_full": "full training",
+    "fine_tuning_lora": "LoRA fine-tuning",
+    "fine_tuning_qlora": "QLoRA fine-tuning",
+    "inference": "inference",
+    "other": "other workloads",
+}
+
+
+def class_label(cls: str) -> str:
+    """A workload class in words for a reader: ``LoRA fine-tuning on several GPUs`` for
+    ``fine_tuning_lora_multi_gpu``."""
+    base = cls.removesuffix("_multi_gpu")
+    words = _CLASS_WORDS.get(base, base.replace("_", " "))
+    return words + (" on several GPUs" if base != cls else "")
 
 
 def family_of(cls: str) -> str:

@@ -23,8 +23,11 @@ __all__ = [
     "MIG_COMPUTE_SLICES",
     "MODEL_IDS",
     "CheckpointFacts",
+    "GPUFacts",
     "Interconnect",
+    "InterconnectFacts",
     "MIGProfile",
+    "MIGProfileFacts",
     "ModelPreset",
     "Source",
     "gpu",
@@ -43,7 +46,11 @@ class Source(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Where a catalog fact can be checked: a ``url`` (https), or a GitHub ``repo`` + ``path`` +
     ``commit`` (40 hex digits), with a verbatim ``quote`` of the text the fact follows.
     ``unverified`` says, when it is set, what about this source is not confirmed (for example a
-    link that is a search for the quote because the file's location was not recorded)."""
+    link that is a search for the quote because the file's location was not recorded).
+
+    ``note`` and ``unverified`` are the research record, read by reviewers in the data file;
+    the service serves each source as a short :class:`vrambudget.core.catalog_view.Citation`
+    (title, https address, quote, whether the quote was confirmed there)."""
 
     url: str | None = None
     repo: str | None = None
@@ -59,7 +66,7 @@ MIG_COMPUTE_SLICES = 7
 a profile ``Ng.*`` has N of 7 (the MIG User Guide's "Fraction of SMs" column, N/7)."""
 
 
-class MIGProfile(msgspec.Struct, frozen=True, kw_only=True):
+class MIGProfileFacts(msgspec.Struct, frozen=True, kw_only=True):
     """One MIG GPU instance profile (a GPU instance with its one default compute instance), as
     ``nvidia-smi mig -lgip`` and the MIG User Guide's *Supported MIG Profiles* tables name it.
     Media-extension variants (``+me``, ``+gfx``, ``-me``) are not listed: they have the same
@@ -77,13 +84,18 @@ class MIGProfile(msgspec.Struct, frozen=True, kw_only=True):
     max_instances: Annotated[int, msgspec.Meta(ge=1, le=7)]
     memory_marketing: str
     memory_gib_2dp: str | None = None
+
+
+class MIGProfile(MIGProfileFacts, frozen=True, kw_only=True):
+    """A MIG profile as the data file records it: its facts and their sources."""
+
     memory_source: Source | None = None
     """The ``nvidia-smi mig -lgip`` listing ``memory_gib_2dp`` is read from."""
     source: Source
     """Where the profile's name and instance count are published."""
 
 
-class Interconnect(msgspec.Struct, frozen=True, kw_only=True):
+class InterconnectFacts(msgspec.Struct, frozen=True, kw_only=True):
     """How GPUs of this type talk to each other in the usual server: the fast link (NVLink
     through NVSwitch, NVLink bridges, AMD xGMI / Infinity Fabric) and the PCIe generation every
     card also has. ``domain_max_gpus`` is the most GPUs one tensor-parallel group can span on
@@ -100,11 +112,17 @@ class Interconnect(msgspec.Struct, frozen=True, kw_only=True):
     pcie_generation: Annotated[int, msgspec.Meta(ge=3, le=6)] | None = None
     pcie_lanes: Annotated[int, msgspec.Meta(ge=1, le=16)] = 16
     summary: str
+
+
+class Interconnect(InterconnectFacts, frozen=True, kw_only=True):
+    """The links as the data file records them: their facts and sources; ``unverified`` says
+    what about them no source confirmed."""
+
     sources: tuple[Source, ...] = ()
     unverified: str | None = None
 
 
-class GPU(msgspec.Struct, frozen=True, kw_only=True):
+class GPUFacts(msgspec.Struct, frozen=True, kw_only=True):
     """A catalog device. ``memory_total_bytes`` is what the CUDA/HIP runtime reports as total
     (``cudaMemGetInfo``), not the marketing capacity; ``memory_total_basis`` says how it is
     known and ``memory_total_precision_bytes`` how exactly."""
@@ -120,12 +138,19 @@ class GPU(msgspec.Struct, frozen=True, kw_only=True):
     memory_total_bytes: int
     memory_total_basis: Literal["runtime", "runtime_gib_2dp", "nvidia_smi", "marketing"]
     memory_total_precision_bytes: int = 0
-    memory_total_source: Source
     nvidia_smi_total_mib: int | None = None
     memory_bandwidth_bytes_per_s: int | None = None
     native_dtypes: tuple[DTypeName, ...]
-    mig_profiles: tuple[MIGProfile, ...] = ()
     tdp_watts: int | None = None
+
+
+class GPU(GPUFacts, frozen=True, kw_only=True):
+    """A catalog GPU as the data file records it: its facts, their sources, and ``notes`` (the
+    research behind the entry: corroborating figures, what was not found). The service serves
+    :class:`vrambudget.core.catalog_view.CatalogGPU`, without the notes."""
+
+    memory_total_source: Source
+    mig_profiles: tuple[MIGProfile, ...] = ()
     interconnect: Interconnect | None = None
     spec_sources: tuple[Source, ...] = ()
     notes: str | None = None

@@ -1,12 +1,13 @@
 """An SVG picture of a comparison: each tier's estimate against the measurement, per quantity.
 
-Hand-written SVG 1.1 (standard library only, no external resources), deterministic for a given
-comparison. One row per measured quantity; in each row one bar per tier estimate and one for
-the measurement, scaled to the row's largest value (quantities differ by orders of magnitude,
-so a shared axis would flatten the small ones). Values are in MiB; each estimate bar ends with
-its difference and verdict. The totals (``allocated_peak``, ``device_used_peak``) come last,
-below a thin rule; quantities the report cannot measure, and those zero on both sides, are
-named in footnotes.
+Hand-written SVG 1.1 (standard library only, no external resources, :mod:`.svg`),
+deterministic for a given comparison. One row per measured quantity; in each row one bar per
+tier estimate and one for the measurement. The rows form two groups, the quantities and (last,
+below a thin rule) the totals that sum them (``allocated_peak``, ``device_used_peak``); the
+bars of a group share one scale, its largest value at :data:`BAR_WIDTH` px, drawn as an axis
+under the group (942 MiB of weights and 3.2 MiB of KV cache look as different as they are).
+Values are in MiB; each estimate bar ends with its difference and verdict. Quantities the
+report cannot measure, and those zero on both sides, are named in footnotes.
 
     vrambudget chart comparison.json -o comparison.svg     # a Comparison or a probe resource
 """
@@ -20,12 +21,14 @@ from xml.sax.saxutils import escape
 
 import msgspec
 
-from vrambudget.core.comparison import Comparison, QuantityComparison
+from .comparison import Comparison, QuantityComparison, quantity_label
+from .svg import MUTED, document, num, percent, text, ticks
 
 __all__ = [
     "BAR_WIDTH",
     "TOTALS",
     "ChartInputError",
+    "default_title",
     "load_comparison",
     "render_comparison_svg",
     "run_chart",
@@ -38,19 +41,19 @@ WIDTH = 900
 BAR_X = 190
 """Where the bars start (the quantity names are right-aligned before it)."""
 BAR_WIDTH = 480
-"""The length of a row's largest bar."""
+"""The length of a group's largest bar."""
 VERDICT_X = 740
 BAR_H = 14
 BAR_GAP = 3
 ROW_PAD = 12
 TOP = 104
-FONT = "sans-serif"
+AXIS_H = 30
+"""Below each group: its axis, tick labels and the space to the next group."""
 MEASURED = "measured"
 
 SERIES_COLOURS = {"analytic": "#4e79a7", "trace": "#b07aa1", MEASURED: "#8c8c8c"}
 VERDICT_COLOURS = {"within": "#2e7d32", "over": "#b26a00", "under": "#c62828"}
-_TEXT = "#222222"
-_MUTED = "#666666"
+_MUTED = MUTED
 _MIB = 1 << 20
 
 
@@ -78,33 +81,6 @@ def _mib(value: int) -> str:
     if value and s.lstrip("-") == "0.0":
         return "<0.1" if value > 0 else ">-0.1"
     return s
-
-
-def _num(x: float) -> str:
-    """Coordinates with two decimals at most, without trailing zeros (stable text)."""
-    s = f"{x:.2f}".rstrip("0").rstrip(".")
-    return "0" if s == "-0" else s
-
-
-def _text(
-    x: float,
-    y: float,
-    body: str,
-    *,
-    size: int = 12,
-    fill: str = _TEXT,
-    anchor: str = "start",
-    weight: str | None = None,
-    cls: str | None = None,
-) -> str:
-    attrs = [f'x="{_num(x)}"', f'y="{_num(y)}"', f'font-size="{size}"', f'fill="{fill}"']
-    if anchor != "start":
-        attrs.append(f'text-anchor="{anchor}"')
-    if weight:
-        attrs.append(f'font-weight="{weight}"')
-    if cls:
-        attrs.append(f'class="{cls}"')
-    return f"<text {' '.join(attrs)}>{escape(body)}</text>"
 
 
 def _comparable(q: QuantityComparison) -> bool:
@@ -146,8 +122,9 @@ def _rows(comparison: Comparison) -> tuple[list[_Row], list[str], list[str]]:
 
 
 def _verdict_label(q: QuantityComparison) -> str:
+    """``+19.1% over``; a difference that rounds to nothing is ``0.0%``, never ``-0.0%``."""
     p = q.difference_percent
-    pct = "" if p is None else f"{p:+.1f}% " if p == 0 or abs(p) >= 0.05 else f"{p:+.2f}% "
+    pct = "" if p is None else f"{percent(p)} "
     return f"{pct}{q.verdict}"
 
 
@@ -160,122 +137,149 @@ def _subtitle(c: Comparison) -> str:
     return (
         f"tolerance {c.tolerance_percent:g}% (or {_mib(c.tolerance_bytes)} MiB); "
         f"advised headroom {h.fraction * 100:.0f}% ({_mib(h.bytes)} MiB); "
-        "values in MiB, bars scaled per row"
+        "values in MiB, one scale per group"
     )
+
+
+def default_title(c: Comparison) -> str:
+    """``Estimate vs measured: qwen2.5-0.5b on NVIDIA H100 (probe p1)``: the model (when the
+    comparison names it), the device and the probe."""
+    model = f"{c.model} on " if c.model else ""
+    return f"Estimate vs measured: {model}{c.device_name} (probe {c.probe_id})"
+
+
+def _groups(rows: list[_Row]) -> list[list[_Row]]:
+    """The quantities, then the totals: each group is drawn on its own scale."""
+    parts = [r for r in rows if r.name not in TOTALS]
+    totals = [r for r in rows if r.name in TOTALS]
+    return [g for g in (parts, totals) if g]
+
+
+def _axis(y: float, top: int) -> list[str]:
+    """A group's axis: 0 .. ``top`` bytes over :data:`BAR_WIDTH`, ticks in MiB."""
+    out = [
+        f'<line class="axis" x1="{BAR_X}" y1="{num(y)}" x2="{BAR_X + BAR_WIDTH}" '
+        f'y2="{num(y)}" stroke="#999999" stroke-width="1"/>'
+    ]
+    for t in ticks(top / _MIB, most=6):
+        tx = BAR_X + t * _MIB / top * BAR_WIDTH
+        if tx > BAR_X + BAR_WIDTH + 0.5:
+            break
+        out.append(
+            f'<line class="tick" x1="{num(tx)}" y1="{num(y)}" x2="{num(tx)}" '
+            f'y2="{num(y + 4)}" stroke="#999999" stroke-width="1"/>'
+        )
+        out.append(text(tx, y + 15, f"{t:g}", size=10, fill=_MUTED, anchor="middle", cls="tick"))
+    return out
 
 
 def render_comparison_svg(comparison: Comparison, *, title: str | None = None) -> str:
     """The comparison as an SVG document (text; the same comparison gives the same text)."""
     rows, skipped, zeros = _rows(comparison)
     series = [t.method for t in comparison.tiers] + [MEASURED]
-    heading = (
-        title
-        if title is not None
-        else (f"Estimate vs measured: {comparison.device_name}, probe {comparison.probe_id}")
-    )
+    heading = title if title is not None else default_title(comparison)
     body: list[str] = [
-        _text(20, 30, heading, size=18, weight="bold", cls="title"),
-        _text(20, 52, _subtitle(comparison), size=12, fill=_MUTED, cls="subtitle"),
+        text(20, 30, heading, size=18, weight="bold", cls="title"),
+        text(20, 52, _subtitle(comparison), size=12, fill=_MUTED, cls="subtitle"),
     ]
     # The legend.
     x = 20.0
     for s in series:
         label = MEASURED if s == MEASURED else f"{s} estimate"
         body.append(
-            f'<rect class="legend" x="{_num(x)}" y="66" width="12" height="12" '
+            f'<rect class="legend" x="{num(x)}" y="66" width="12" height="12" '
             f'fill="{SERIES_COLOURS.get(s, "#999999")}"/>'
         )
-        body.append(_text(x + 17, 76, label, size=12, cls="legend"))
+        body.append(text(x + 17, 76, label, size=12, cls="legend"))
         x += 17 + 6.5 * len(label) + 20
-    body.append(_text(BAR_X - 10, 96, "quantity", size=11, fill=_MUTED, anchor="end"))
-    body.append(_text(BAR_X, 96, "MiB", size=11, fill=_MUTED))
-    body.append(_text(VERDICT_X, 96, "estimate - measured", size=11, fill=_MUTED))
+    body.append(text(BAR_X - 10, 96, "quantity", size=11, fill=_MUTED, anchor="end"))
+    body.append(text(BAR_X, 96, "MiB", size=11, fill=_MUTED))
+    body.append(text(VERDICT_X, 96, "estimate - measured", size=11, fill=_MUTED))
 
     y = float(TOP)
-    ruled = False
+    desc: list[str] = []
     if not rows:
         body.append(
-            _text(BAR_X, y + 16, "no quantity has both an estimate and a measurement", fill=_MUTED)
+            text(BAR_X, y + 16, "no quantity has both an estimate and a measurement", fill=_MUTED)
         )
         y += 28
-    for row in rows:
-        if row.name in TOTALS and not ruled:
-            ruled = True
-            if row is not rows[0]:
-                body.append(
-                    f'<line class="rule" x1="20" y1="{_num(y - ROW_PAD / 2)}" '
-                    f'x2="{WIDTH - 20}" y2="{_num(y - ROW_PAD / 2)}" '
-                    f'stroke="#bbbbbb" stroke-width="1"/>'
-                )
-        top = max(b.value for b in row.bars)
-        height = _row_height(row) - ROW_PAD
-        body.append(
-            _text(BAR_X - 10, y + height / 2 + 4, row.name, size=12, anchor="end", cls="quantity")
-        )
-        for i, bar in enumerate(row.bars):
-            by = y + i * (BAR_H + BAR_GAP)
-            w = bar.value / top * BAR_WIDTH if top > 0 else 0.0
-            colour = SERIES_COLOURS.get(bar.series, "#999999")
-            tip = f"{row.name}, {bar.series}: {bar.value} B"
+    for g, group in enumerate(_groups(rows)):
+        if g:
             body.append(
-                f'<rect class="bar" id="bar-{row.name}-{bar.series}" '
-                f'x="{BAR_X}" y="{_num(by)}" width="{_num(w)}" height="{BAR_H}" '
-                f'fill="{colour}"><title>{escape(tip)}</title></rect>'
+                f'<line class="rule" x1="20" y1="{num(y - ROW_PAD / 2)}" '
+                f'x2="{WIDTH - 20}" y2="{num(y - ROW_PAD / 2)}" '
+                f'stroke="#bbbbbb" stroke-width="1"/>'
             )
-            body.append(_text(BAR_X + w + 4, by + BAR_H - 3, _mib(bar.value), size=11, cls="value"))
-            if bar.quantity is not None:
-                v = bar.quantity.verdict
+        top = max(b.value for row in group for b in row.bars)
+        for row in group:
+            label = quantity_label(row.name)
+            height = _row_height(row) - ROW_PAD
+            body.append(
+                text(BAR_X - 10, y + height / 2 + 4, label, size=12, anchor="end", cls="quantity")
+            )
+            for i, bar in enumerate(row.bars):
+                by = y + i * (BAR_H + BAR_GAP)
+                w = bar.value / top * BAR_WIDTH if top > 0 else 0.0
+                colour = SERIES_COLOURS.get(bar.series, "#999999")
+                tip = f"{label}, {bar.series}: {bar.value:,} B"
                 body.append(
-                    _text(
-                        VERDICT_X,
-                        by + BAR_H - 3,
-                        _verdict_label(bar.quantity),
-                        size=11,
-                        fill=VERDICT_COLOURS.get(v, _MUTED),
-                        weight="bold",
-                        cls=f"verdict {v}",
-                    )
+                    f'<rect class="bar" id="bar-{row.name}-{bar.series}" '
+                    f'x="{BAR_X}" y="{num(by)}" width="{num(w)}" height="{BAR_H}" '
+                    f'fill="{colour}"><title>{escape(tip)}</title></rect>'
                 )
-        y += _row_height(row)
+                body.append(
+                    text(BAR_X + w + 4, by + BAR_H - 3, _mib(bar.value), size=11, cls="value")
+                )
+                if bar.quantity is not None:
+                    v = bar.quantity.verdict
+                    body.append(
+                        text(
+                            VERDICT_X,
+                            by + BAR_H - 3,
+                            _verdict_label(bar.quantity),
+                            size=11,
+                            fill=VERDICT_COLOURS.get(v, _MUTED),
+                            weight="bold",
+                            cls=f"verdict {v}",
+                        )
+                    )
+            desc.append(
+                f"{label}: "
+                + ", ".join(
+                    f"{b.series} {_mib(b.value)} MiB"
+                    + (f" ({_verdict_label(b.quantity)})" if b.quantity is not None else "")
+                    for b in row.bars
+                )
+                + "."
+            )
+            y += _row_height(row)
+        body.extend(_axis(y - ROW_PAD + 4, top))
+        y += AXIS_H
 
     # Footnotes: what was not measured, and why the report is degraded.
     notes: list[tuple[str, str]] = []
     if skipped:
-        notes.extend(
-            ("footnote", line) for line in textwrap.wrap("not measured: " + ", ".join(skipped), 140)
-        )
+        names = ", ".join(quantity_label(n) for n in skipped)
+        notes.extend(("footnote", line) for line in textwrap.wrap(f"not measured: {names}", 140))
     if zeros:
+        names = ", ".join(quantity_label(n) for n in zeros)
         notes.extend(
             ("zeros", line)
-            for line in textwrap.wrap(
-                "zero in the estimate and the measurement: " + ", ".join(zeros), 140
-            )
+            for line in textwrap.wrap(f"zero in the estimate and the measurement: {names}", 140)
         )
     for d in comparison.degraded:
         notes.extend(("degraded", line) for line in textwrap.wrap(d, 140))
-    y += 8
+    if not rows:
+        y += 8
     for cls, line in notes:
         y += 15
-        body.append(_text(20, y, line, size=10, fill=_MUTED, cls=cls))
+        body.append(text(20, y, line, size=10, fill=_MUTED, cls=cls))
     height = int(y + 16)
-    head = (
-        f'<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{WIDTH}" '
-        f'height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="{FONT}">'
+    summary = (
+        f"{heading}. Bars per measured quantity: each tier's estimate and the measurement, "
+        "one scale per group. " + " ".join(desc)
     )
-    return "\n".join(
-        [
-            '<?xml version="1.0" encoding="UTF-8"?>',
-            head,
-            f"<title>{escape(heading)}</title>",
-            (
-                f'<rect class="background" x="0" y="0" width="{WIDTH}" height="{height}" '
-                'fill="#ffffff"/>'
-            ),
-            *body,
-            "</svg>",
-            "",
-        ]
-    )
+    return document(WIDTH, height, heading, summary, body)
 
 
 def load_comparison(raw: bytes) -> Comparison:

@@ -15,12 +15,14 @@ import msgspec
 from .components import Component
 
 __all__ = [
+    "QUANTITY_LABELS",
     "Comparison",
     "ComponentComparison",
     "HeadroomAdvice",
     "QuantityComparison",
     "TierComparison",
     "Verdict",
+    "quantity_label",
 ]
 
 Verdict = Literal["within", "over", "under", "grouped", "not_measured", "not_applicable"]
@@ -29,6 +31,30 @@ is larger (conservative). ``under``: the estimate is smaller (it would under-pro
 ``grouped``: the component is measured only inside a quantity (see ``quantity``).
 ``not_measured``: the report has no view that measures it. ``not_applicable``: the quantity does
 not exist on the report's device (e.g. a CUDA context on the CPU path)."""
+
+
+QUANTITY_LABELS = {
+    "resident_after_load": "Resident after load",
+    "kv_cache": "KV cache",
+    "runtime_workspace": "Runtime workspace",
+    "working_set_peak": "Working set peak",
+    "allocated_peak": "Allocated peak",
+    "allocator_overhead": "Allocator overhead",
+    "cuda_context": "CUDA context",
+    "communication_buffers": "Communication buffers",
+    "device_used_peak": "Device used peak",
+    "unexplained": "Unexplained",
+}
+"""Each measured quantity (``QuantityComparison.name``, docs/COMPARISON.md) in words for a
+reader."""
+
+
+def quantity_label(name: str) -> str:
+    """A quantity's words (``KV cache``); an unknown name as words too."""
+    if name in QUANTITY_LABELS:
+        return QUANTITY_LABELS[name]
+    words = name.replace("_", " ")
+    return words[:1].upper() + words[1:]
 
 
 # msgspec passes frozen=True on to subclasses, type checkers do not: each subclass repeats it.
@@ -91,6 +117,8 @@ class HeadroomAdvice(_Out, frozen=True, kw_only=True):
 
 class Comparison(_Out, frozen=True, kw_only=True):
     probe_id: str
+    model: str | None = None
+    """The model the probe ran (the estimate's workload name), for titles."""
     status: str
     device: Literal["cuda", "cpu"]
     device_name: str

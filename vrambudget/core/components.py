@@ -25,6 +25,12 @@ class Component(StrEnum):
     ALLOCATOR_OVERHEAD = "allocator_overhead"
     HEADROOM = "headroom"
 
+    @property
+    def label(self) -> str:
+        """The component in words for a reader (``KV cache``), as pictures and tables print
+        it."""
+        return _LABELS[self]
+
 
 _DESCRIPTIONS: dict[Component, str] = {
     Component.WEIGHTS: "Model parameters (or a generic workload's persistent assets) as stored on "
@@ -50,6 +56,23 @@ _DESCRIPTIONS: dict[Component, str] = {
     Component.ALLOCATOR_OVERHEAD: "Bytes the caching allocator reserves beyond what tensors use: "
     "block rounding and segment fragmentation.",
     Component.HEADROOM: "The safety margin the caller asked to keep free.",
+}
+
+_LABELS: dict[Component, str] = {
+    Component.WEIGHTS: "Weights",
+    Component.QUANTIZATION_METADATA: "Quantization metadata",
+    Component.ADAPTERS: "Adapters",
+    Component.KV_CACHE: "KV cache",
+    Component.ACTIVATIONS: "Activations",
+    Component.LOGITS: "Logits",
+    Component.GRADIENTS: "Gradients",
+    Component.OPTIMIZER_STATE: "Optimizer state",
+    Component.MASTER_WEIGHTS: "Master weights",
+    Component.CUDA_CONTEXT: "CUDA context",
+    Component.RUNTIME_WORKSPACE: "Runtime workspace",
+    Component.COMMUNICATION_BUFFERS: "Communication buffers",
+    Component.ALLOCATOR_OVERHEAD: "Allocator overhead",
+    Component.HEADROOM: "Headroom",
 }
 
 for _member, _text in _DESCRIPTIONS.items():

@@ -12,11 +12,21 @@ from .compat import compatibility, warnings_of
 from .deployed import deploy_all
 from .device import resolve_device
 from .diffusion.budget import diffusion_budget
+from .host import DEFAULT_DISK
 from .result import Budget
 from .serving.budget import serving_budget
 from .serving.engine_args import deploy_serving
-from .spec import DeviceRef, Headroom, LLMServingWorkload, Software, Workload, analytic_workloads
+from .spec import (
+    DeviceRef,
+    DiskOptions,
+    Headroom,
+    LLMServingWorkload,
+    Software,
+    Workload,
+    analytic_workloads,
+)
 from .spec.diffusion import ImageGenerationWorkload
+from .verdict import with_fit
 
 __all__ = ["estimate"]
 
@@ -31,20 +41,22 @@ def estimate(
     headroom: Headroom | None = None,
     profiles: ProfileSet | None = None,
     software: Software | None = None,
+    disk: DiskOptions = DEFAULT_DISK,
 ) -> Budget:
     """The full answer for co-located workloads on one device type, with the device's
-    compatibility verdict (:mod:`vrambudget.core.compat`)."""
+    compatibility verdict (:mod:`vrambudget.core.compat`); ``disk`` says which extra copies of
+    the model files the disk budget counts."""
     if any(isinstance(w, ImageGenerationWorkload) for w in workloads):
-        budget = diffusion_budget(workloads, device, headroom, profiles, software)
+        budget = diffusion_budget(workloads, device, headroom, profiles, software, disk)
         return _with_compatibility(budget, workloads, device, software)
     analytic = analytic_workloads(workloads)
     if analytic is None:
         serving = tuple(_serving(w) for w in workloads)
         return _with_compatibility(
-            serving_budget(serving, device, software), serving, device, software
+            serving_budget(serving, device, software, disk), serving, device, software
         )
     deployed, notes = deploy_all(analytic)
-    budget = analytic_budget(deployed, device, headroom, profiles, software, notes)
+    budget = analytic_budget(deployed, device, headroom, profiles, software, notes, disk)
     return _with_compatibility(budget, deployed, device, software)
 
 
@@ -54,9 +66,10 @@ def _with_compatibility(
     device: DeviceRef | None,
     software: Software | None,
 ) -> Budget:
+    """The budget with the device's compatibility verdict and whether it fits."""
     verdict = compatibility(workloads, resolve_device(device), software)
-    if verdict is None:
-        return budget
-    return msgspec.structs.replace(
-        budget, compatibility=verdict, warnings=budget.warnings + warnings_of(verdict)
-    )
+    if verdict is not None:
+        budget = msgspec.structs.replace(
+            budget, compatibility=verdict, warnings=budget.warnings + warnings_of(verdict)
+        )
+    return with_fit(budget, workloads)

@@ -20,6 +20,7 @@ from .spec import (
     AnalyticWorkload,
     BitsAndBytes4bit,
     CompressedTensors,
+    DiskOptions,
     EncoderWorkload,
     GenericWorkload,
     ModelWorkload,
@@ -31,9 +32,11 @@ from .statics import stage_statics, statics_for, training_plan
 from .units import GiB
 
 __all__ = [
+    "DEFAULT_DISK",
     "PROCESS_RSS_BYTES",
     "PROCESS_RSS_HIGH_BYTES",
     "checkpoint_file_bytes",
+    "file_copies",
     "host_and_disk",
     "persistent_key",
 ]
@@ -46,6 +49,8 @@ MAX_SHARD_BYTES = 5 * 10**9
 PROCESS_RSS_BYTES = 2 * GiB
 PROCESS_RSS_HIGH_BYTES = 3 * GiB
 """The top of that typical range (the headroom of a cluster's memory request)."""
+DEFAULT_DISK = DiskOptions()
+"""The request's default ``disk`` options (each copy at its default)."""
 
 
 def _prequantized(w: ModelWorkload | EncoderWorkload) -> bool:
@@ -110,9 +115,42 @@ def persistent_key(w: AnalyticWorkload) -> Any:
 
 def host_and_disk(
     pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...],
+    disk: DiskOptions = DEFAULT_DISK,
 ) -> tuple[HostBudget, DiskBudget]:
-    """Host RAM and disk of co-located workloads."""
-    return _compute_host(pairs), _compute_disk(pairs)
+    """Host RAM and disk of co-located workloads (``disk``: which copies of the model files
+    the disk counts)."""
+    return _compute_host(pairs), _compute_disk(pairs, disk)
+
+
+def file_copies(name: str, files: int, disk: DiskOptions, *, by_default: bool) -> list[Item]:
+    """The extra copies of a workload's model files (``files`` bytes each) that the request's
+    ``disk`` options count; an option left null counts its copy when ``by_default`` (safetensors
+    checkpoints) and not otherwise (a GGUF file, a diffusers pipeline). Each copy is a
+    provisioning convention, not a framework requirement: ``disk.conversion_copy`` for a
+    conversion or merge that writes a full new copy, ``disk.update_copy`` for a blue/green
+    update. Worked: Llama 3.1 8B's 16,060,522,496 B of safetensors with both defaults: 2 x
+    16,060,522,496 = 32,121,044,992 B besides the files."""
+    items: list[Item] = []
+    if by_default if disk.conversion_copy is None else disk.conversion_copy:
+        items.append(
+            Item(
+                item=f"{name}: temporary conversion space",
+                bytes=files,
+                formula="one more copy of the model files (format conversion or "
+                "merging writes a full copy before replacing)",
+                source="convention (request option disk.conversion_copy)",
+            )
+        )
+    if by_default if disk.update_copy is None else disk.update_copy:
+        items.append(
+            Item(
+                item=f"{name}: spare copy for updates",
+                bytes=files,
+                formula="one copy of the model files (blue/green update)",
+                source="convention (request option disk.update_copy)",
+            )
+        )
+    return items
 
 
 def _compute_host(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> HostBudget:
@@ -173,7 +211,9 @@ def _compute_host(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> Ho
     )
 
 
-def _compute_disk(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> DiskBudget:
+def _compute_disk(
+    pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...], disk: DiskOptions
+) -> DiskBudget:
     items: list[Item] = []
     for w, arch in pairs:
         name = _name(w)
@@ -197,23 +237,7 @@ def _compute_disk(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> Di
                 source="preset checkpoint facts (safetensors index) or params x dtype",
             )
         )
-        items.append(
-            Item(
-                item=f"{name}: temporary conversion space",
-                bytes=files,
-                formula="one more copy of the model files (format conversion or "
-                "merging writes a full copy before replacing)",
-                source="convention",
-            )
-        )
-        items.append(
-            Item(
-                item=f"{name}: spare copy for updates",
-                bytes=files,
-                formula="one copy of the model files (blue/green update)",
-                source="convention",
-            )
-        )
+        items += file_copies(name, files, disk, by_default=True)
         if isinstance(w, TrainingWorkload):
             plan = training_plan(w)
             whole = stage_statics(arch, w.precision, Parallelism(), plan)  # unsharded

@@ -11,6 +11,7 @@ from .components import Component
 
 __all__ = [
     "Budget",
+    "BudgetFit",
     "CalibrationUse",
     "Cheapest",
     "Compatibility",
@@ -18,6 +19,7 @@ __all__ = [
     "CostRank",
     "DeployedFormat",
     "DeviceBudget",
+    "DeviceFit",
     "DeviceSummary",
     "DiskBudget",
     "EngineDetails",
@@ -433,6 +435,64 @@ class Compatibility(_Out, frozen=True, kw_only=True):
     ]
 
 
+FitVerdict = Literal["fits", "fits_if_low", "does_not_fit"]
+
+
+class DeviceFit(_Out, frozen=True, kw_only=True):
+    """One entry of ``devices`` (a pipeline stage, or every device) against the capacity."""
+
+    label: str
+    used_bytes: int
+    """What ``/v1/fits`` counts on this device: the total, headroom included (a serving
+    engine: what it allocates, without the share it leaves unclaimed)."""
+    free_bytes: int
+    """capacity - used; negative: the bytes missing."""
+    fits: bool
+    verdict: FitVerdict
+
+
+class BudgetFit(_Out, frozen=True, kw_only=True):
+    """The budget against its device, counted as ``/v1/fits`` counts a layout
+    (:mod:`vrambudget.core.verdict`)."""
+
+    capacity_bytes: Annotated[
+        int,
+        Meta(
+            description="Memory of one device, as the catalog (or the custom device) states "
+            "it: the capacity every fit compares with."
+        ),
+    ]
+    used_bytes: Annotated[
+        int, Meta(description="What the most constrained device uses (see `devices`).")
+    ]
+    free_bytes: Annotated[
+        int,
+        Meta(description="capacity - used on the most constrained device; negative: missing."),
+    ]
+    missing_bytes: Annotated[
+        int, Meta(description="The bytes the most constrained device lacks (0 when it fits).")
+    ]
+    free_percent: float
+    fits: Annotated[
+        bool,
+        Meta(
+            description="Every device holds its budget (the total, headroom included, is at "
+            "most the capacity; a serving engine: it starts as `/v1/fits` counts it)."
+        ),
+    ]
+    verdict: Annotated[
+        FitVerdict,
+        Meta(
+            description="Against the error band, the worst over the devices: `fits` (its "
+            "high end fits too), `fits_if_low` (only its low end fits), `does_not_fit`."
+        ),
+    ]
+    reason: Annotated[str | None, Meta(description="Why it does not fit (null when it fits).")] = (
+        None
+    )
+    devices: tuple[DeviceFit, ...]
+
+
 class Budget(_Out, frozen=True, kw_only=True):
     method: Literal["analytic", "trace"] = "analytic"
     workloads: tuple[WorkloadSummary, ...]
@@ -457,6 +517,13 @@ class Budget(_Out, frozen=True, kw_only=True):
             description="Whether the device can run the workloads with the software at all "
             "(compute capability, kernels, driver and CUDA/ROCm), each rule with its source; "
             "null without a device."
+        ),
+    ] = None
+    fit: Annotated[
+        BudgetFit | None,
+        Meta(
+            description="Whether the budget fits its device: the capacity, the free (or "
+            "missing) bytes and the verdict per device; null without a device."
         ),
     ] = None
 

@@ -28,6 +28,7 @@ __all__ = [
     "Problem",
     "ProblemError",
     "exception_handlers",
+    "field_error",
     "internal",
     "problem",
 ]
@@ -181,6 +182,35 @@ def _allowed(root: Any, path: str) -> str | None:
         return None
 
 
+def _parameter_type(request: Request[Any, Any, Any], key: str) -> Any | None:
+    """The type of the route handler's parameter ``key`` (a query, path or header parameter
+    Litestar validated), to name what it allows."""
+    try:
+        field = request.route_handler.parsed_fn_signature.parameters.get(key)
+    except AttributeError:
+        return None
+    return None if field is None else field.annotation
+
+
+def field_error(
+    message: str, root: Any | None = None, key: str | None = None, where: str | None = None
+) -> ProblemError:
+    """A msgspec validation message as one problem error: the field's JSON path (``key`` when
+    the message names none) and the message, with the values or range the field allows when
+    ``root`` (the body's type, or a parameter's type with ``where="$"``) states them. The CLI
+    prints its errors with it too."""
+    path, text = _split(message)
+    if path == "$" and key:
+        path = key
+    text = text or message
+    look = path if where is None else where
+    if root is not None and text.startswith(("Invalid enum value", "Expected")):
+        allowed = _allowed(root, look) or _allowed(root, look + "[0]")
+        if allowed and allowed not in text:
+            text += f"; {allowed}"
+    return ProblemError(field=path, message=text)
+
+
 def _validation(
     request: Request[Any, Any, Any], exc: ValidationException, request_types: Mapping[str, Any]
 ) -> Response[Any]:
@@ -188,18 +218,15 @@ def _validation(
     extra = exc.extra if isinstance(exc.extra, list) else []
     for item in extra:
         if isinstance(item, dict):
-            message = str(item.get("message", ""))
-            path, text = _split(message)
             key = item.get("key")
-            if path == "$" and key:
-                path = f"$.{key}"
-            text = text or message
             root = request_types.get(request.url.path)
-            if root is not None and (text.startswith(("Invalid enum value", "Expected"))):
-                allowed = _allowed(root, path)
-                if allowed and allowed not in text:
-                    text += f"; {allowed}"
-            errors.append(ProblemError(field=path, message=text))
+            where = None
+            parameter = _parameter_type(request, key) if "source" in item and key else None
+            if parameter is not None:  # a query (or path, header) parameter, not the body
+                root, where = parameter, "$"
+            errors.append(
+                field_error(str(item.get("message", "")), root, f"$.{key}" if key else None, where)
+            )
     detail = "; ".join(f"{e.field}: {e.message}" for e in errors) or str(exc.detail)
     return problem(
         request,

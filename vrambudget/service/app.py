@@ -16,12 +16,12 @@ from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 
 from vrambudget.core.calibration import PROFILES_ENV, profiles_from
 from vrambudget.core.catalog import (
-    GPU,
     gpu,
     gpus,
     preset,
     presets,
 )
+from vrambudget.core.catalog_view import CatalogGPU, gpu_entry, model_entry
 from vrambudget.core.cluster import ClusterAnswer
 from vrambudget.core.compare import (
     DEFAULT_TOLERANCE_BYTES,
@@ -53,10 +53,18 @@ from .compute_worker import software_of
 from .freshness import answer_headers
 from .models import ModelResolver, pending
 from .openapi import patch_openapi
+from .pictures import (
+    FORMAT_PARAMETER,
+    PictureFormat,
+    budget_picture,
+    comparison_picture,
+    wants_svg,
+)
 from .problems import exception_handlers
 from .resolutions import Resolutions, resolution_digest
 from .settings import CORS_ORIGINS_ENV, Settings, SettingsError
 from .tracing import TracePool
+from .ui import ui_routes
 from .wire import Health, ModelDetail, ModelSummary, Ready, model_summary
 
 __all__ = ["Settings", "SettingsError", "create_app"]
@@ -113,11 +121,16 @@ _BUDGET_PROBLEMS = {
 _ENCODER = msgspec.json.Encoder()
 
 
-def _encoded(body: bytes, workloads: Any = ()) -> Response[Any]:
-    """An answer msgspec has already encoded (the handler's annotation names its schema), with
-    ``Cache-Control: no-cache`` when one of ``workloads`` read something that can move
-    (:func:`~vrambudget.service.freshness.answer_headers`)."""
-    return Response(content=body, media_type="application/json", headers=answer_headers(workloads))
+def _encoded(body: bytes) -> Response[Any]:
+    """An answer msgspec has already encoded (the handler's annotation names its schema)."""
+    return Response(content=body, media_type="application/json")
+
+
+def _answered(response: Response[Any], workloads: Any) -> Response[Any]:
+    """``response`` with ``Cache-Control: no-cache`` when one of ``workloads`` read something
+    that can move (:func:`~vrambudget.service.freshness.answer_headers`, docs/HTTP.md)."""
+    response.headers.update(answer_headers(workloads))
+    return response
 
 
 def _canonical(
@@ -148,7 +161,10 @@ async def _resolve(
     responses=_BUDGET_PROBLEMS,
     opt=cacheable(Freshness.REQUEST, "Accept"),
 )
-async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
+async def create_budget(
+    request: Request[Any, Any, Any],
+    format: Annotated[PictureFormat | None, FORMAT_PARAMETER] = None,
+) -> Response[Budget]:
     """Component-wise memory budget per device (one line per component at the peak phase),
     plus host RAM and disk, for co-located workloads on one device type.
 
@@ -156,19 +172,25 @@ async def create_budget(request: Request[Any, Any, Any]) -> Response[Budget]:
     (bounded by the server's compute time limit). `method: trace` runs the workload's
     PyTorch code on fake tensors in a worker process (seconds, bounded by the server's time
     limit); its answers are cached by the canonical request, and identical requests in flight
-    share one trace."""
+    share one trace.
+
+    `format=svg` (or `Accept: image/svg+xml`) draws the answer: a stacked bar per device."""
     data = decode_body(await request.body(), BudgetRequest)
     resolutions = await _resolve(request, data.workloads) if pending(data.workloads) else ()
     if data.method == "trace":
         pool: TracePool = request.app.state.trace_pool
-        return _encoded(await pool.answer(data, resolutions), data.workloads)
-    payload, key = _canonical("budgets", data, resolutions)
-    answers: AnswerCache = request.app.state.answers
-    cached = answers.get(key)
-    if cached is None:
-        compute: ComputePool = request.app.state.compute
-        cached = answers.put(key, await compute.run("budget", payload, resolutions))
-    return _encoded(cached, data.workloads)
+        answer = await pool.answer(data, resolutions)
+    else:
+        payload, key = _canonical("budgets", data, resolutions)
+        answers: AnswerCache = request.app.state.answers
+        cached = answers.get(key)
+        if cached is None:
+            compute: ComputePool = request.app.state.compute
+            cached = answers.put(key, await compute.run("budget", payload, resolutions))
+        answer = cached
+    return _answered(
+        budget_picture(answer) if wants_svg(request, format) else _encoded(answer), data.workloads
+    )
 
 
 @post(
@@ -190,7 +212,7 @@ async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     if cached is None:
         compute: ComputePool = request.app.state.compute
         cached = answers.put(key, await compute.run("fit", payload, resolutions))
-    return _encoded(cached, data.workloads)
+    return _answered(_encoded(cached), data.workloads)
 
 
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
@@ -246,12 +268,10 @@ async def create_cluster_requests(
                 f"no DRA claim for {answer['gpu']} ({answer['vendor']}); allowed: device-plugin",
             )
         text: Response[Any] = Response(
-            content=manifests_yaml(answer, manifests),
-            media_type="application/yaml",
-            headers=answer_headers(workloads),
+            content=manifests_yaml(answer, manifests), media_type="application/yaml"
         )
-        return text
-    return _encoded(cached, workloads)
+        return _answered(text, workloads)
+    return _answered(_encoded(cached), workloads)
 
 
 _COMPARISON_PROBLEMS = {
@@ -275,7 +295,7 @@ _COMPARISON_PROBLEMS = {
     tags=["comparisons"],
     summary="Compare a probe report with the estimate",
     responses=_COMPARISON_PROBLEMS,
-    opt=cacheable(Freshness.REQUEST),
+    opt=cacheable(Freshness.REQUEST, "Accept"),
 )
 async def create_comparison(
     request: Request[Any, Any, Any],
@@ -310,12 +330,15 @@ async def create_comparison(
             "from the report's device name and memory."
         ),
     ] = None,
+    format: Annotated[PictureFormat | None, FORMAT_PARAMETER] = None,
 ) -> Response[Comparison]:
     """The probe report exactly as the agent returns it (`GET /v1/probes/{id}` on the agent,
     or the `data` of its callback) in, the estimate-vs-measured comparison out: per measured
     quantity and per component, the estimate, the measurement, the difference and a verdict,
     plus the headroom this workload needs on this device. Stateless: the estimate is
-    recomputed from the workload in the report."""
+    recomputed from the workload in the report.
+
+    `format=svg` (or `Accept: image/svg+xml`) draws the comparison."""
     report = decode_body(await request.body(), ProbeResource)
     if gpu is not None:
         gpu_ref = CatalogDevice(id=gpu) if gpu in gpus() else None
@@ -341,23 +364,23 @@ async def create_comparison(
             resolutions,
         )
     compute: ComputePool = request.app.state.compute
-    return _encoded(
-        await compute.run(
-            "comparison",
-            _ENCODER.encode(report),
-            gpu,
-            tolerance_percent,
-            tolerance_bytes,
-            traced,
-            resolutions,
-        ),
-        one,
+    answer = await compute.run(
+        "comparison",
+        _ENCODER.encode(report),
+        gpu,
+        tolerance_percent,
+        tolerance_bytes,
+        traced,
+        resolutions,
+    )
+    return _answered(
+        comparison_picture(answer) if wants_svg(request, format) else _encoded(answer), one
     )
 
 
 @get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog", opt=cacheable(Freshness.FIXED))
-async def list_gpus() -> list[GPU]:
-    return list(gpus().values())
+async def list_gpus() -> list[CatalogGPU]:
+    return [gpu_entry(g) for g in gpus().values()]
 
 
 @get(
@@ -367,8 +390,8 @@ async def list_gpus() -> list[GPU]:
     responses={404: _PROBLEMS[404]},
     opt=cacheable(Freshness.FIXED),
 )
-async def get_gpu(gpu_id: FromPath[str]) -> GPU:
-    return gpu(gpu_id)
+async def get_gpu(gpu_id: FromPath[str]) -> CatalogGPU:
+    return gpu_entry(gpu(gpu_id))
 
 
 @get(
@@ -389,7 +412,7 @@ async def list_models() -> list[ModelSummary]:
     opt=cacheable(Freshness.FIXED),
 )
 async def get_model(model_id: FromPath[str]) -> ModelDetail:
-    return ModelDetail(summary=model_summary(model_id), preset=preset(model_id))
+    return ModelDetail(summary=model_summary(model_id), preset=model_entry(preset(model_id)))
 
 
 @get("/healthz", tags=["ops"], summary="Liveness")
@@ -425,6 +448,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             healthz,
             readyz,
             PrometheusController,
+            *ui_routes(),
         ],
         # Representation wraps the request context: it tags and compresses the answer as the
         # handler and the context wrote it (docs/HTTP.md).

@@ -204,18 +204,27 @@ class ComputePool:
         pool, future = await asyncio.to_thread(self._schedule, task, payload, args)
         from pebble import ProcessExpired  # imported by _schedule by now
 
+        wrapped = asyncio.wrap_future(future)
         try:
-            # Running time is bounded by pebble's timeout; the wait for a worker by this one.
-            result = await asyncio.wait_for(asyncio.wrap_future(future), 2 * self.time_limit_s)
-        except TimeoutError:
-            if not future.done():  # still queued (or just started): drop it
-                future.cancel()
-                raise ComputeBusy(
-                    f"no compute worker was free within {self.time_limit_s:g} s "
-                    f"({self.workers} workers)",
-                    self._retry_after_s(),
-                ) from None
-            raise ComputeTimeLimit(self.time_limit_s) from None  # pebble killed the worker
+            try:
+                # The running time is bounded by pebble's timeout, counted from the task's start
+                # in a worker; the wait for a worker (a replacement's boot included) by this
+                # one. Shielded: the timeout must not cancel a task that has started.
+                result = await asyncio.wait_for(asyncio.shield(wrapped), 2 * self.time_limit_s)
+            except TimeoutError:
+                if not (future.done() or future.running()):  # still queued: drop it
+                    future.cancel()
+                    raise ComputeBusy(
+                        f"no compute worker was free within {2 * self.time_limit_s:g} s "
+                        f"({self.workers} workers)",
+                        self._retry_after_s(),
+                    ) from None
+                result = await wrapped  # started: pebble ends it within its limit
+        except TimeoutError:  # pebble's: it ran past the limit and its worker was killed
+            raise ComputeTimeLimit(self.time_limit_s) from None
+        except asyncio.CancelledError:  # the client went away: free its worker
+            future.cancel()
+            raise
         except BrokenProcessPool as exc:
             self._processes.discard(pool)
             raise ComputeWorkerDied(f"the pool broke: {exc}; it has been restarted") from None

@@ -55,7 +55,7 @@ def software_of(report: ProbeResource) -> Software | None:
 def _budget(payload: bytes, resolutions: Resolutions = ()) -> Any:
     req = msgspec.json.decode(payload, type=BudgetRequest)
     workloads = with_resolutions(req.workloads, resolutions)
-    return estimate(workloads, req.device, req.headroom, _profiles[0], req.software)
+    return estimate(workloads, req.device, req.headroom, _profiles[0], req.software, req.disk)
 
 
 def _fit(payload: bytes, resolutions: Resolutions = ()) -> Any:

@@ -9,7 +9,8 @@ import msgspec
 from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 
-from vrambudget.core.catalog import GPU, ModelPreset, gpus
+from vrambudget.core.catalog import gpus
+from vrambudget.core.catalog_view import CatalogGPU, CatalogModel
 from vrambudget.core.cluster import ClusterAnswer
 from vrambudget.core.comparison import Comparison
 from vrambudget.core.fit import FitRequest, FitResponse
@@ -26,6 +27,7 @@ from vrambudget.http.openapi import (
 )
 from vrambudget.http.problems import Problem
 
+from .pictures import document_pictures
 from .wire import Health, ModelDetail, ModelSummary, Ready
 
 __all__ = ["WIRE_TYPES", "openapi_document", "patch_openapi"]
@@ -41,8 +43,8 @@ def _wire_types() -> list[Any]:
         ClusterAnswer,
         ProbeResource,
         Comparison,
-        GPU,
-        ModelPreset,
+        CatalogGPU,
+        CatalogModel,
         ModelSummary,
         ModelDetail,
         Problem,
@@ -99,6 +101,7 @@ def patch_openapi(app: Litestar) -> None:
             "ResourceClaimTemplate, then the Pod), each quantity's rule and source in comments."
         }
     }
+    document_pictures(document)
     ready = document["paths"].get("/readyz", {}).get("get")
     if ready is not None:
         ready["responses"]["503"] = {

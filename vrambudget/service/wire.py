@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
-from vrambudget.core.catalog import ModelPreset, preset, preset_arch
+from vrambudget.core.catalog import preset, preset_arch
+from vrambudget.core.catalog_view import CatalogModel, Citation, citation
 from vrambudget.core.dtypes import bytes_of
 from vrambudget.core.formulas.kv_cache import model_bytes_per_token
 
@@ -25,11 +28,17 @@ class ModelSummary(msgspec.Struct, frozen=True, kw_only=True):
     kv_cache_bytes_per_token_bf16: int
     """K+V bytes per token over all layers in bf16 (full-attention layers; sliding layers cap at
     their window)."""
+    config_source: Annotated[
+        Citation,
+        msgspec.Meta(
+            description="Where the `config.json` these figures are computed from is published."
+        ),
+    ]
 
 
 class ModelDetail(msgspec.Struct, frozen=True, kw_only=True):
     summary: ModelSummary
-    preset: ModelPreset
+    preset: CatalogModel
 
 
 class Health(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,4 +66,5 @@ def model_summary(model_id: str) -> ModelSummary:
         num_key_value_heads=a.num_kv_heads,
         max_position_embeddings=a.max_positions,
         kv_cache_bytes_per_token_bf16=model_bytes_per_token(a, bytes_of("bf16")),
+        config_source=citation(p.config_source),
     )

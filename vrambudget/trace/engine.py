@@ -61,6 +61,7 @@ from vrambudget.core.spec import (
 from vrambudget.core.spec.diffusion import ImageGenerationWorkload
 from vrambudget.core.stack import version_tuple
 from vrambudget.core.statics import statics_for
+from vrambudget.core.verdict import with_fit
 from vrambudget.workloads import kernels
 from vrambudget.workloads.hf.config import LIBRARY
 from vrambudget.workloads.hf.program import framework_unsupported, prepare_framework
@@ -329,7 +330,12 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     replays: list[Replay] = []
     profiles = profiles_from(os.environ.get(PROFILES_ENV))
     analytic = estimate(
-        request.workloads, request.device, request.headroom, profiles, request.software
+        request.workloads,
+        request.device,
+        request.headroom,
+        profiles,
+        request.software,
+        request.disk,
     )
     ctx = resolve_device(request.device, profiles, request.software)
     ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, request.software)
@@ -459,7 +465,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
         trace=summary,
         calibration=_traced_calibration(analytic.calibration),
     )
-    return budget, tuple(replays)
+    return with_fit(budget, request.workloads), tuple(replays)
 
 
 def _traced_calibration(use: CalibrationUse | None) -> CalibrationUse | None:

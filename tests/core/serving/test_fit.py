@@ -44,6 +44,8 @@ def test_smallest_gpu_count_and_largest_max_model_len_are_exact():
     g = fit(req).gpus[0]
     by_n = {lay.device_count: lay for lay in g.layouts}
     assert not by_n[2].fits and by_n[4].fits and g.min_device_count == 4
+    # the verdict says the same (it once kept its default "fits" on a layout that does not)
+    assert (by_n[2].verdict, by_n[4].verdict) == ("does_not_fit", "fits")
     h100 = 85_045_477_376
     arch = preset_arch("llama-3.1-70b")
     best = by_n[4].maxima.max_model_len

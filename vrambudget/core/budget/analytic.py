@@ -14,7 +14,7 @@ from ..components import Component
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
 from ..formulas.headroom import headroom_bytes
-from ..host import host_and_disk, persistent_key
+from ..host import DEFAULT_DISK, host_and_disk, persistent_key
 from ..memo import BoundedCache
 from ..overheads import DEFAULT_OVERHEADS, Overheads, with_software
 from ..resolve import resolve_model
@@ -22,6 +22,7 @@ from ..result import Budget, DeviceBudget, DiskBudget, HostBudget, StackUse, Wor
 from ..spec import (
     AnalyticWorkload,
     DeviceRef,
+    DiskOptions,
     EncoderWorkload,
     GenericWorkload,
     Headroom,
@@ -130,10 +131,11 @@ def analytic_budget(
     profiles: ProfileSet | None = None,
     software: Software | None = None,
     notes: tuple[str, ...] = (),
+    disk: DiskOptions = DEFAULT_DISK,
 ) -> Budget:
     """The full answer for co-located inference, training and generic workloads on one device
     type (deployed: :func:`vrambudget.core.deployed.deploy_all`); ``notes`` lead the
-    warnings."""
+    warnings; ``disk`` says which copies of the model files the disk counts."""
     ctx = resolve_device(device, profiles, software)
     ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, software)
     keys = tuple([persistent_key(w) for w in workloads])
@@ -205,9 +207,9 @@ def analytic_budget(
     )
     summary_device = ctx.summary() if ctx is not None else None
     pairs = tuple(zip(workloads, archs, strict=True))
-    summaries, host_ram, disk = _PERSISTENT.get_or(
-        keys,
-        lambda: (tuple(summary(w, a) for w, a in pairs), *host_and_disk(pairs)),
+    summaries, host_ram, disk_budget = _PERSISTENT.get_or(
+        (keys, disk),
+        lambda: (tuple(summary(w, a) for w, a in pairs), *host_and_disk(pairs, disk)),
     )
     return Budget(
         workloads=summaries,
@@ -216,7 +218,7 @@ def analytic_budget(
         most_loaded=most,
         total_bytes=devices[most].total_bytes,
         host_ram=host_ram,
-        disk=disk,
+        disk=disk_budget,
         warnings=tuple(warnings),
         calibration=calibration_use(ov),
         stack=stack_use,

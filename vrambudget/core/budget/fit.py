@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
 
 import msgspec
 
-from ..bands import BandRule, band_rule, resolve_headroom, workload_class
+from ..bands import BandRule, band_of, band_rule, resolve_headroom, workload_class
 from ..calibration import ProfileSet
 from ..catalog import GPU, gpus
 from ..components import Component
@@ -54,6 +53,7 @@ from ..spec import (
 )
 from ..stack import resolve_stack
 from ..statics import statics_for
+from ..verdict import free_percent, memory_verdict
 from .analytic import device_subtotal, device_totals, workload_stages
 from .inference import inference_total
 
@@ -306,7 +306,7 @@ def analytic_fit(
                     total_bytes=t,
                     capacity_bytes=target.memory_total_bytes,
                     free_bytes=free,
-                    free_percent=round(100.0 * free / target.memory_total_bytes, 3),
+                    free_percent=free_percent(free, target.memory_total_bytes),
                     limiting_component=limiting[tkey]
                     if tkey in limiting
                     else limiting.setdefault(tkey, _limiting((w0, *rest), target)),
@@ -382,11 +382,8 @@ def _latency(
     return estimate(perf, fmt, cost, target, point, memory_max, price, n)
 
 
-def _verdict(
-    total: int, sub: int, band: BandRule, capacity: int
-) -> Literal["fits", "fits_if_low", "does_not_fit"]:
-    """``fits`` when the total with its headroom and the band's high end both fit,
-    ``fits_if_low`` when only the band's low end does, else ``does_not_fit``."""
-    if total <= capacity and math.ceil(sub * band.high) <= capacity:
-        return "fits"
-    return "fits_if_low" if math.floor(sub * band.low) <= capacity else "does_not_fit"
+def _verdict(total: int, sub: int, band: BandRule, capacity: int) -> Verdict:
+    """The verdict of a total whose subtotal ``sub`` has the band ``band``
+    (:func:`vrambudget.core.verdict.memory_verdict`, the budgets' own)."""
+    b = band_of(band, sub)
+    return memory_verdict(total, capacity, b.low_bytes, b.high_bytes)

@@ -100,7 +100,7 @@ def _from_fit(src: FromFit, profiles: ProfileSet | None) -> tuple[BudgetRequest,
     req = src.request
     workloads = (_placed(req.workloads[0], lay), *req.workloads[1:])
     budget_req = BudgetRequest(
-        workloads=workloads, device=ref, headroom=req.headroom, software=req.software
+        workloads=workloads, device=ref, headroom=req.headroom, software=req.software, disk=req.disk
     )
     return budget_req, ref, src.device_count
 
@@ -129,7 +129,7 @@ def _cluster_requests(req: ClusterRequest, profiles: ProfileSet | None) -> Clust
                     "a cluster request needs the device: a catalog GPU or a custom device",
                 )
             budget_req, ref, field = b, b.device, "source.request.workloads[0].parallelism"
-            budget = estimate(b.workloads, b.device, b.headroom, profiles, b.software)
+            budget = estimate(b.workloads, b.device, b.headroom, profiles, b.software, b.disk)
             devices = _devices_of(budget)
         case FromFit():
             budget_req, ref, devices = _from_fit(req.source, profiles)
@@ -140,6 +140,7 @@ def _cluster_requests(req: ClusterRequest, profiles: ProfileSet | None) -> Clust
                 budget_req.headroom,
                 profiles,
                 budget_req.software,
+                budget_req.disk,
             )
     why = _fits(budget)
     if why is not None:

@@ -107,8 +107,10 @@ def compare(
         degraded.append("no KV-cache view: the KV cache is compared inside working_set_peak")
     if report.status == "oom":
         degraded.append("out of memory: measured peaks are those reached before the failure")
+    analytic = estimates.get("analytic")
     return Comparison(
         probe_id=report.id,
+        model=analytic.workloads[0].name if analytic and analytic.workloads else None,
         status=report.status,
         device=res.device,
         device_name=res.device_name,

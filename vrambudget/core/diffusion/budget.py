@@ -29,7 +29,7 @@ from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
 from ..formulas.gemm_workspaces import gemm_workspaces
 from ..formulas.runtime_workspace import separate_cublaslt
-from ..host import PROCESS_RSS_BYTES
+from ..host import DEFAULT_DISK, PROCESS_RSS_BYTES, file_copies
 from ..memo import BoundedCache
 from ..overheads import DEFAULT_OVERHEADS, Overheads, with_software
 from ..result import (
@@ -40,7 +40,7 @@ from ..result import (
     Item,
     WorkloadSummary,
 )
-from ..spec import DeviceRef, Headroom, Software
+from ..spec import DeviceRef, DiskOptions, Headroom, Software
 from ..spec.diffusion import ImageGenerationWorkload
 from ..stack import version_tuple
 from .call import DENOISE_STEPS, walk_call
@@ -176,7 +176,7 @@ def _summary(w: ImageGenerationWorkload, p: Pipeline) -> WorkloadSummary:
 
 
 def _host_disk(
-    pairs: list[tuple[ImageGenerationWorkload, Pipeline]],
+    pairs: list[tuple[ImageGenerationWorkload, Pipeline]], options: DiskOptions
 ) -> tuple[HostBudget, DiskBudget]:
     host: list[Item] = []
     disk: list[Item] = []
@@ -210,6 +210,7 @@ def _host_disk(
                 "the repositories' default fp32 files are twice as large)",
             )
         )
+        disk += file_copies(p.name, stored, options, by_default=False)
     host.insert(
         0,
         Item(
@@ -233,8 +234,10 @@ def diffusion_budget(
     headroom: Headroom | None = None,
     profiles: ProfileSet | None = None,
     software: Software | None = None,
+    disk: DiskOptions = DEFAULT_DISK,
 ) -> Budget:
-    """The answer for co-located image-generation workloads on one device type."""
+    """The answer for co-located image-generation workloads on one device type (``disk``:
+    which extra copies of the pipelines' files the disk counts; none by default)."""
     for i, w in enumerate(workloads):
         if not isinstance(w, ImageGenerationWorkload):
             raise InvalidWorkload(
@@ -287,7 +290,9 @@ def diffusion_budget(
         band=band,
     )
     dev = _retext(dev)
-    host, disk = _host_disk([(w, p) for w, (p, _) in zip(workloads, resolved, strict=True)])
+    host, disk_budget = _host_disk(
+        [(w, p) for w, (p, _) in zip(workloads, resolved, strict=True)], disk
+    )
     return Budget(
         workloads=tuple(_summary(w, p) for w, (p, _) in zip(workloads, resolved, strict=True)),
         device=ctx.summary() if ctx is not None else None,
@@ -295,7 +300,7 @@ def diffusion_budget(
         most_loaded=0,
         total_bytes=dev.total_bytes,
         host_ram=host,
-        disk=disk,
+        disk=disk_budget,
         warnings=tuple(_warnings(workloads, resolved, ctx)),
         calibration=calibration_use(ov),
         stack=ov.stack.use(frozenset({"other"}), default_framework="diffusers"),

@@ -12,6 +12,7 @@ from msgspec import UNSET
 from ..components import Component
 from ..device import require_device
 from ..errors import InvalidWorkload
+from ..host import DEFAULT_DISK
 from ..resolve import model_name, model_origin, resolve_model
 from ..result import (
     Budget,
@@ -26,6 +27,7 @@ from ..result import (
 from ..search import largest_true
 from ..spec import (
     DeviceRef,
+    DiskOptions,
     LLMServingWorkload,
     Software,
     Workload,
@@ -265,7 +267,10 @@ def vllm_launch(w: LLMServingWorkload, a: ServingAccount) -> str:
 
 
 def serving_budget(
-    workloads: tuple[Workload, ...], device: DeviceRef | None, software: Software | None = None
+    workloads: tuple[Workload, ...],
+    device: DeviceRef | None,
+    software: Software | None = None,
+    disk: DiskOptions = DEFAULT_DISK,
 ) -> Budget:
     if len(workloads) != 1:
         raise InvalidWorkload("workloads", "an llm_serving workload must be the only workload")
@@ -273,9 +278,9 @@ def serving_budget(
     assert isinstance(w, LLMServingWorkload)
     ctx = require_device(device, "an llm_serving workload needs a device")
     if w.engine == "sglang":
-        return sglang_budget(w, ctx, software)
+        return sglang_budget(w, ctx, software, disk)
     if w.engine in ("llama_cpp", "ollama"):
-        return gguf_budget(w, ctx, software)
+        return gguf_budget(w, ctx, software, disk)
     total, gpu_name, summary_device = ctx.memory_total_bytes, ctx.name, ctx.summary()
     a = serving_account(w, total, gpu_name)
     arch = resolve_model(w.model)
@@ -398,7 +403,9 @@ def serving_budget(
             kv_cache_memory_bytes=w.kv_cache_memory_bytes,
         ),
     )
-    host_ram, disk = serving_host_and_disk(w, arch, r.dtype, r.tensor, r.pipeline, r.data)
+    host_ram, disk_budget = serving_host_and_disk(
+        w, arch, r.dtype, r.tensor, r.pipeline, r.data, disk
+    )
     return Budget(
         workloads=(
             WorkloadSummary(
@@ -418,7 +425,7 @@ def serving_budget(
         most_loaded=most,
         total_bytes=devices[most].total_bytes,
         host_ram=host_ram,
-        disk=disk,
+        disk=disk_budget,
         warnings=tuple(warnings),
         serving=serving,
         calibration=engine_calibration(devices[most]),

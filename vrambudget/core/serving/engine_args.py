@@ -19,7 +19,7 @@ from ..deployed import (
 )
 from ..dtypes import bytes_of, float_dtype
 from ..errors import InvalidWorkload
-from ..host import host_and_disk
+from ..host import DEFAULT_DISK, host_and_disk
 from ..layout import check_layout
 from ..resolved import ResolvedModel
 from ..result import DeployedFormat, DiskBudget, HostBudget
@@ -27,6 +27,7 @@ from ..spec import (
     AWQ,
     FP8,
     GPTQ,
+    DiskOptions,
     InferenceWorkload,
     Int8,
     LLMServingWorkload,
@@ -124,10 +125,16 @@ def serving_format(w: LLMServingWorkload, dtype: str) -> DeployedFormat:
 
 
 def serving_host_and_disk(
-    w: LLMServingWorkload, arch: Arch, dtype: str, tensor: int, pipeline: int = 1, data: int = 1
+    w: LLMServingWorkload,
+    arch: Arch,
+    dtype: str,
+    tensor: int,
+    pipeline: int = 1,
+    data: int = 1,
+    disk: DiskOptions = DEFAULT_DISK,
 ) -> tuple[HostBudget, DiskBudget]:
     """Host RAM and disk of a served checkpoint: those of the same model as an inference
-    workload in the engine's dtype and quantization."""
+    workload in the engine's dtype and quantization (``disk``: which copies of its files)."""
     shadow = InferenceWorkload(
         model=w.model,
         precision=Precision(
@@ -137,7 +144,7 @@ def serving_host_and_disk(
         ),
         parallelism=Parallelism(tensor=tensor, pipeline=pipeline, data=data),
     )
-    return host_and_disk(((shadow, arch),))
+    return host_and_disk(((shadow, arch),), disk)
 
 
 def weights_quantization(q: ServingQuantization | None) -> Quantization | None:

@@ -12,6 +12,7 @@ from ..arch import Arch
 from ..components import Component
 from ..device import DeviceContext
 from ..errors import InvalidWorkload
+from ..host import DEFAULT_DISK
 from ..resolve import model_name, model_origin, resolve_model
 from ..result import (
     Budget,
@@ -27,6 +28,7 @@ from ..result import (
 )
 from ..search import largest_true
 from ..spec import (
+    DiskOptions,
     GGUFOptions,
     LLMServingWorkload,
     Parallelism,
@@ -137,11 +139,16 @@ _SMALLER: dict[str, tuple[str, ...]] = {
 }
 
 
-def gguf_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software | None) -> Budget:
+def gguf_budget(
+    w: LLMServingWorkload,
+    ctx: DeviceContext,
+    software: Software | None,
+    disk_options: DiskOptions = DEFAULT_DISK,
+) -> Budget:
     rel, g = gguf_engine(w, ctx)
     arch = resolve_model(w.model)
     devices = gguf_devices(w, g, ctx)
-    host, disk = gguf_host_and_disk(g)
+    host, disk = gguf_host_and_disk(g, disk_options)
     s = g.settings
     most = max(range(len(devices)), key=lambda i: _used(devices[i]))
     limiting = g.account.devices[most] if g.account.devices else None
@@ -414,7 +421,12 @@ def _sglang_remedies(w: LLMServingWorkload, run: _SGLangRun, ctx: DeviceContext)
     return tuple(out)
 
 
-def sglang_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software | None) -> Budget:
+def sglang_budget(
+    w: LLMServingWorkload,
+    ctx: DeviceContext,
+    software: Software | None,
+    disk_options: DiskOptions = DEFAULT_DISK,
+) -> Budget:
     run = sglang_engine(w, ctx)
     a = run.account
     arch = resolve_model(w.model)
@@ -507,7 +519,7 @@ def sglang_budget(w: LLMServingWorkload, ctx: DeviceContext, software: Software 
             weights_bytes=a.weights_bytes,
         ),
     )
-    host_ram, disk = serving_host_and_disk(w, arch, run.dtype, run.tp)
+    host_ram, disk = serving_host_and_disk(w, arch, run.dtype, run.tp, disk=disk_options)
     warnings = []
     if held < 1 and a.would_start:
         warnings.append(

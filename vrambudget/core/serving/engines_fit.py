@@ -19,6 +19,7 @@ from ..resolve import resolve_model
 from ..result import LayoutFit, Maxima
 from ..search import largest_true
 from ..spec import FitRequest, GGUFOptions, LLMServingWorkload
+from ..verdict import free_percent
 from .engines_budget import _LADDER, gguf_engine, sglang_engine
 from .gguf.engine import GGUFAccount, concurrency
 
@@ -52,7 +53,7 @@ def _layout_fit(
         total_bytes=used,
         capacity_bytes=ctx.memory_total_bytes,
         free_bytes=free,
-        free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
+        free_percent=free_percent(free, ctx.memory_total_bytes),
         limiting_component=max(values, key=lambda c: values[c]),
         warnings=warnings + link_warnings,
         maxima=Maxima(**maxima),  # type: ignore[arg-type]

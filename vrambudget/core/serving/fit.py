@@ -37,6 +37,7 @@ from ..resolve import resolve_model
 from ..result import Cheapest, FitResponse, GPUFit, LatencyEstimate, LayoutFit, Maxima, MIGFit
 from ..search import largest_true
 from ..spec import FP8, FitRequest, LatencyTarget, LLMServingWorkload, Parallelism
+from ..verdict import free_percent
 from .budget import stage_values
 from .engine_args import serving_quantization
 from .engines_fit import MAX_GGUF_DEVICES, gguf_fits, gguf_layout, sglang_fits, sglang_layout
@@ -152,17 +153,20 @@ def serving_fit(req: FitRequest) -> FitResponse:
             links, link_warnings = layout_interconnect(ctx.id, n, par.tensor, par.pipeline)
             warnings = warnings + link_warnings
             free = ctx.memory_total_bytes - used
+            fits = _fits(a, target)
             layouts.append(
                 LayoutFit(
                     device_count=n,
                     tensor=par.tensor,
                     pipeline=par.pipeline,
                     data=par.data,
-                    fits=_fits(a, target),
+                    fits=fits,
+                    # the engine's own accounting has no error band: it starts or it does not
+                    verdict="fits" if fits else "does_not_fit",
                     total_bytes=used,
                     capacity_bytes=ctx.memory_total_bytes,
                     free_bytes=free,
-                    free_percent=round(100.0 * free / ctx.memory_total_bytes, 3),
+                    free_percent=free_percent(free, ctx.memory_total_bytes),
                     limiting_component=max(values, key=lambda c: values[c]),
                     warnings=warnings,
                     maxima=Maxima(**maxima),  # type: ignore[arg-type]

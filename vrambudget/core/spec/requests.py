@@ -32,6 +32,7 @@ __all__ = [
     "CatalogDevice",
     "CustomDevice",
     "DeviceRef",
+    "DiskOptions",
     "EncoderWorkload",
     "FitRequest",
     "FitVariable",
@@ -127,6 +128,33 @@ class Headroom(Wire, frozen=True, kw_only=True):
         Bytes,
         Meta(description="Floor of the headroom, bytes: max(fraction x subtotal, min_bytes)."),
     ] = 0
+
+
+class DiskOptions(Wire, frozen=True, kw_only=True):
+    """Which copies of the model files the disk budget counts besides the files themselves.
+    Each is a provisioning convention of this service, for the steps around serving or
+    training (a conversion, an update), not a copy that loading or running the model keeps."""
+
+    conversion_copy: Annotated[
+        bool | None,
+        Meta(
+            description="Count one more copy of the model files as scratch space for a step "
+            "that writes a complete new copy before the old one is removed (merging adapters "
+            "into the weights and saving, converting the format). Default (null): counted for "
+            "safetensors checkpoints (inference, training, vision / seq2seq / speech, vLLM and "
+            "SGLang serving), not for a GGUF file (llama.cpp, Ollama) or an image-generation "
+            "pipeline's files."
+        ),
+    ] = None
+    update_copy: Annotated[
+        bool | None,
+        Meta(
+            description="Count one more copy for a blue/green update: the next version of "
+            "the files downloaded while the current one is in use. Default (null): counted "
+            "for safetensors checkpoints, not for a GGUF file or an image-generation "
+            "pipeline's files (as `conversion_copy`)."
+        ),
+    ] = None
 
 
 class TraceOptions(Wire, frozen=True, kw_only=True):
@@ -302,6 +330,13 @@ class BudgetRequest(Wire, frozen=True, kw_only=True):
             "calibration profile (default: any profile of the device)."
         ),
     ] = None
+    disk: Annotated[
+        DiskOptions,
+        Meta(
+            description="Which extra copies of the model files the `disk` budget counts "
+            "(default: a conversion copy and an update copy of safetensors checkpoints)."
+        ),
+    ] = DiskOptions()
 
     def __post_init__(self) -> None:
         rules.check(self)
@@ -465,6 +500,14 @@ class FitRequest(Wire, frozen=True, kw_only=True):
             "GPU's calibration profile (default: any profile of the GPU)."
         ),
     ] = None
+    disk: Annotated[
+        DiskOptions,
+        Meta(
+            description="Which extra copies of the model files the disk of a layout's budget "
+            "counts (`POST /v1/cluster-requests` from this fit: its ephemeral storage); the "
+            "fit itself is of device memory."
+        ),
+    ] = DiskOptions()
 
     def __post_init__(self) -> None:
         rules.check(self)

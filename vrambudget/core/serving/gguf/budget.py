@@ -8,6 +8,7 @@ from collections import Counter
 
 from ...components import Component
 from ...device import DeviceContext
+from ...host import DEFAULT_DISK, file_copies
 from ...result import (
     DeviceBudget,
     DiskBudget,
@@ -21,7 +22,7 @@ from ...result import (
     Part,
     Phase,
 )
-from ...spec import LLMServingWorkload
+from ...spec import DiskOptions, LLMServingWorkload
 from .engine import GGUFAccount
 
 __all__ = ["gguf_details", "gguf_devices", "gguf_host_and_disk"]
@@ -126,7 +127,11 @@ def gguf_devices(
     return tuple(out)
 
 
-def gguf_host_and_disk(g: GGUFAccount) -> tuple[HostBudget, DiskBudget]:
+def gguf_host_and_disk(
+    g: GGUFAccount, disk: DiskOptions = DEFAULT_DISK
+) -> tuple[HostBudget, DiskBudget]:
+    """Host RAM and disk of a GGUF model; the disk counts the file once unless the request's
+    ``disk`` options ask for its extra copies."""
     a = g.account
     items = [
         Item(
@@ -155,15 +160,16 @@ def gguf_host_and_disk(g: GGUFAccount) -> tuple[HostBudget, DiskBudget]:
         ),
     ]
     host = HostBudget(num_processes=1, items=tuple(items), total_bytes=sum(i.bytes for i in items))
-    disk_items = (
+    disk_items = [
         Item(
             item="GGUF file (tensor data; the header and tokenizer add a few MB)",
             bytes=a.file_bytes,
             formula="sum of tensor bytes",
             source="GGUF tensor types from the file type's recipe",
         ),
-    )
-    return host, DiskBudget(items=disk_items, total_bytes=a.file_bytes)
+        *file_copies("GGUF file", a.file_bytes, disk, by_default=False),
+    ]
+    return host, DiskBudget(items=tuple(disk_items), total_bytes=sum(i.bytes for i in disk_items))
 
 
 def gguf_details(w: LLMServingWorkload, g: GGUFAccount) -> GGUFDetails:

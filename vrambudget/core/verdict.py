@@ -1,0 +1,132 @@
+"""Whether a budget fits its device: the capacity, the free (or missing) bytes and the verdict,
+counted once for ``/v1/budgets`` (``Budget.fit``) and ``/v1/fits`` (each ``LayoutFit``).
+
+The capacity is the device's total memory as the catalog (or the custom device) states it,
+``DeviceContext.memory_total_bytes``: the fits compare every layout's total with it, and a
+serving engine sizes its own share (``gpu_memory_utilization``, ``mem_fraction_static``) from
+it. What a device uses:
+
+* an analytic (or trace) budget: its total, headroom included; it ``fits`` when that total is
+  at most the capacity, and the verdict reads the error band (``fits`` when the band's high end
+  fits too, ``fits_if_low`` when only its low end does, else ``does_not_fit``);
+* a serving engine: the bytes it allocates (the budget's ``headroom`` line is the capacity the
+  engine leaves unclaimed, so it is not counted); it ``fits`` when the engine starts, and as
+  ``/v1/fits`` counts it: SGLang's pool holds one request of its context, llama.cpp / Ollama
+  hold every layer on the GPUs (unless the request fixed ``n_gpu_layers``).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .components import Component
+from .mig import Verdict
+from .result import Budget, BudgetFit, DeviceBudget, DeviceFit, GGUFDetails, ServingSummary
+from .spec import LLMServingWorkload, Workload
+
+__all__ = ["free_percent", "memory_verdict", "with_fit"]
+
+_RANK: dict[Verdict, int] = {"fits": 0, "fits_if_low": 1, "does_not_fit": 2}
+
+
+def memory_verdict(
+    total: int, capacity: int, band_low: int | None = None, band_high: int | None = None
+) -> Verdict:
+    """``fits`` when the total with its headroom (and the band's high end) fit the capacity,
+    ``fits_if_low`` when only the band's low end does, else ``does_not_fit``; without a band,
+    ``fits`` or ``does_not_fit`` by the total alone.
+
+    >>> memory_verdict(70, 80, 50, 79), memory_verdict(70, 80, 50, 81), memory_verdict(90, 80)
+    ('fits', 'fits_if_low', 'does_not_fit')
+    """
+    if band_low is None or band_high is None:
+        return "fits" if total <= capacity else "does_not_fit"
+    if total <= capacity and band_high <= capacity:
+        return "fits"
+    return "fits_if_low" if band_low <= capacity else "does_not_fit"
+
+
+def free_percent(free: int, capacity: int) -> float:
+    """``free`` as a percentage of ``capacity``, to 3 decimals (negative: missing).
+
+    >>> free_percent(-1, 8)
+    -12.5
+    """
+    return round(100.0 * free / capacity, 3)
+
+
+def _used(d: DeviceBudget, serving: bool) -> int:
+    if not serving:
+        return d.total_bytes
+    return d.total_bytes - sum(ln.bytes for ln in d.lines if ln.component is Component.HEADROOM)
+
+
+def _serving_fits(sv: ServingSummary, w: Workload | None) -> tuple[bool, str | None]:
+    """The engine's own verdict, as ``/v1/fits`` counts a layout of it."""
+    if not sv.would_start:
+        return False, sv.reason
+    if sv.engine == "sglang" and sv.max_concurrency < 1.0:
+        return False, (
+            f"the token pool holds {sv.kv_cache_tokens:,} tokens: less than one request of "
+            f"{sv.max_model_len:,} tokens"
+        )
+    d = sv.details
+    fixed = (
+        isinstance(w, LLMServingWorkload) and w.gguf is not None and w.gguf.n_gpu_layers is not None
+    )
+    if isinstance(d, GGUFDetails) and not fixed and d.n_gpu_layers < d.n_layer + 1:
+        why = f" ({d.fitted})" if d.fitted else ""
+        return False, f"only {d.n_gpu_layers} of {d.n_layer + 1} layers fit on the GPUs{why}"
+    return True, None
+
+
+def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
+    """The budget with its ``fit`` against its device (unchanged without a device)."""
+    if budget.device is None or not budget.devices:
+        return msgspec.structs.replace(budget, fit=None)
+    capacity = budget.device.memory_total_bytes
+    sv = budget.serving
+    engine_ok, reason = (
+        _serving_fits(sv, workloads[0] if workloads else None) if sv else (True, None)
+    )
+    rows = []
+    for d in budget.devices:
+        used = _used(d, sv is not None)
+        if sv is not None:  # the engine's verdict holds for each of its GPUs
+            ok = engine_ok
+            verdict: Verdict = "fits" if ok else "does_not_fit"
+        else:
+            band = d.band
+            verdict = memory_verdict(
+                used,
+                capacity,
+                band.low_bytes if band else None,
+                band.high_bytes if band else None,
+            )
+            ok = used <= capacity
+        rows.append(
+            DeviceFit(
+                label=d.label, used_bytes=used, free_bytes=capacity - used, fits=ok, verdict=verdict
+            )
+        )
+    tightest = min(rows, key=lambda r: r.free_bytes)
+    fits = all(r.fits for r in rows)
+    if reason is None and not fits:
+        reason = (
+            f"needs {tightest.used_bytes:,} bytes on {tightest.label}: "
+            f"{-tightest.free_bytes:,} more than the device's {capacity:,}"
+        )
+    return msgspec.structs.replace(
+        budget,
+        fit=BudgetFit(
+            capacity_bytes=capacity,
+            used_bytes=tightest.used_bytes,
+            free_bytes=tightest.free_bytes,
+            missing_bytes=max(0, -tightest.free_bytes),
+            free_percent=free_percent(tightest.free_bytes, capacity),
+            fits=fits,
+            verdict=max((r.verdict for r in rows), key=_RANK.__getitem__),
+            reason=reason,
+            devices=tuple(rows),
+        ),
+    )
