@@ -3,9 +3,9 @@ q-values, RFC 9110 12.5.3), which answers are worth compressing, and the compres
 
 Levels, measured on this service's answers (``bench/http_representation.py``, table in
 docs/PERFORMANCE.md): gzip level 6 (zlib's own default) and brotli quality 4. On a 109,117-byte
-whole-catalog fit answer gzip 6 sends 6.8 % of the bytes in 0.45 ms and br 4 6.2 % in 0.26 ms;
-gzip 9 and br 5 save 3-10 % more bytes for 1.4-1.7 times the time. On the ~10 KiB answers the two
-are within 2 % in size. The compressed form of a cacheable answer is kept
+whole-catalog fit answer gzip 6 sends 6.8 % of the bytes in 0.43 ms and br 4 6.2 % in 0.24 ms;
+gzip 9 and br 5 save 2-10 % more bytes for 1.4-1.8 times the time. On the 10-24 KiB answers the
+two are within 2 % in size. The compressed form of a cacheable answer is kept
 (:mod:`~vrambudget.http.representation`), so these costs are paid once per answer, not per
 request. Both libraries release the GIL while they compress, so an answer of
 :data:`THREAD_MIN_BYTES` or more is compressed in a worker thread while the event loop serves
@@ -50,8 +50,8 @@ GZIP_LEVEL = 6
 module docstring."""
 
 BROTLI_QUALITY = 4
-"""On the large answers up to 9 % smaller than gzip 6 in 40-60 % less time; quality 5 costs 1.7x
-for about 10 % fewer bytes (module docstring)."""
+"""On the large answers up to 9 % smaller than gzip 6 in 44-60 % less time; quality 5 costs
+1.6-1.8x for 6-10 % fewer bytes (module docstring)."""
 
 # Server preference among codings a request accepts with the same q-value: br is the smaller.
 _PREFERENCE: tuple[Coding, ...] = ("br", "gzip")
