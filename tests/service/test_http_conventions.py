@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import inspect
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from litestar.testing import TestClient
 from tests.hub.fake_hub import FakeHub
 from tests.service.test_hub_models import TOKEN, _local_only, hub  # noqa: F401 (fixtures)
 from tests.support.reports import cuda_report
-from vrambudget.http.representation import Representation
+from vrambudget.http.representation import Representation, no_store_errors
 from vrambudget.hub import HubSettings
 from vrambudget.service.app import Settings, create_app
 from vrambudget.service.settings import SettingsError
@@ -352,6 +353,12 @@ def test_errors_are_never_cached(client: TestClient[Any]) -> None:
         assert r.status_code >= 400
         assert r.headers["cache-control"] == "no-store", r.status_code
         assert "etag" not in r.headers
+
+
+def test_the_error_hook_is_a_coroutine() -> None:
+    # Litestar runs a plain-function before_send hook in a worker thread, twice per request:
+    # /healthz under wrk lost 40 % of its rate that way
+    assert inspect.iscoroutinefunction(no_store_errors)
 
 
 def test_max_age_zero_means_revalidate_every_time() -> None:

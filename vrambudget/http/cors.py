@@ -165,6 +165,9 @@ class Cors:
                 scope, send, origin, method, headers.get(b"access-control-request-headers", "")
             )
             return
+        if origin is None and self.policy.any_origin:
+            await self.app(scope, receive, send)  # nothing to add: not a page's call, no Vary
+            return
         await self.app(scope, receive, self._wrap(send, origin))
 
     def _wrap(self, send: Send, origin: str | None) -> Send:

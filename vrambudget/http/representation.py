@@ -38,7 +38,15 @@ from litestar.middleware import ASGIMiddleware
 from litestar.types import ASGIApp, HTTPResponseStartEvent, Message, Receive, Scope, Send
 
 from .cache import AnswerCache
-from .encoding import THREAD_MIN_BYTES, Coding, compress, compressible, is_text, negotiate
+from .encoding import (
+    MIN_BYTES,
+    THREAD_MIN_BYTES,
+    Coding,
+    compress,
+    compressible,
+    is_text,
+    negotiate,
+)
 from .problems import PROBLEM_MEDIA_TYPE, Problem
 from .validators import DigestMemo, entity_tag, none_match
 
@@ -136,13 +144,19 @@ class Representation(ASGIMiddleware):
         async def send_wrapper(message: Message) -> None:
             nonlocal start
             if message["type"] == "http.response.start":
+                length = _content_length(message)
+                if policy is None and (length is None or length < MIN_BYTES):
+                    # a stream, or a small answer without freshness: nothing to tag, nothing
+                    # worth compressing (the app's before_send hook marks an error no-store)
+                    await send(message)
+                    return
                 start = message
                 return
             if message["type"] != "http.response.body" or start is None:
                 await send(message)
                 return
-            if not parts and message.get("more_body", False) and not _buffering(start):
-                # a stream (no Content-Length; no route of these apps writes one): passed as it is
+            if not parts and message.get("more_body", False) and _content_length(start) is None:
+                # a stream on a route with freshness (no route of these apps writes one)
                 held, start = start, None
                 await send(held)
                 await send(message)
@@ -252,16 +266,23 @@ async def _precondition(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def _buffering(start: HTTPResponseStartEvent) -> bool:
-    """Answers with a Content-Length are buffered whole (every answer this service writes);
-    others are streams."""
-    return b"content-length" in _read(start.get("headers", ()))
+def _content_length(start: Message) -> int | None:
+    """The answer's Content-Length (every answer this service buffers has one), or ``None``."""
+    for key, value in start.get("headers", ()):
+        if bytes(key).lower() == b"content-length":
+            try:
+                return int(bytes(value))
+            except ValueError:
+                return None
+    return None
 
 
-def no_store_errors(message: Message, scope: Scope) -> None:
+async def no_store_errors(message: Message, scope: Scope) -> None:
     """``Cache-Control: no-store`` on every 4xx and 5xx that has none: an error is never reused
     (a 404 is otherwise heuristically cacheable, RFC 9111 4.2.2). A ``before_send`` hook, so it
-    sees the answers of routing and of CORS too, which no route middleware wraps."""
+    sees the answers of routing and of CORS too, which no route middleware wraps. A coroutine:
+    Litestar runs a plain function hook in a worker thread, twice per request (measured: 40 %
+    fewer ``/healthz`` a second under wrk)."""
     if message["type"] != "http.response.start" or message["status"] < 400:
         return
     headers = list(message.get("headers", ()))
