@@ -268,7 +268,8 @@ async def _precondition(
 
 def _content_length(start: Message) -> int | None:
     """The answer's Content-Length (every answer this service buffers has one), or ``None``."""
-    for key, value in start.get("headers", ()):
+    headers: Any = start.get("headers", ())
+    for key, value in headers:
         if bytes(key).lower() == b"content-length":
             try:
                 return int(bytes(value))
