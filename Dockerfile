@@ -16,21 +16,23 @@ WORKDIR /home/vrambudget
 FROM python:3.11-slim AS source
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements-lock.txt ./
 COPY vrambudget ./vrambudget
 
 FROM source AS build-service
-# The trace tier runs on fake tensors: the CPU build of torch is enough (and far smaller).
+# The trace tier runs on fake tensors: the CPU build of torch is enough (and far smaller). Both
+# targets install the versions of requirements-lock.txt (scripts/lock), the ones the suite runs.
 RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --extra-index-url https://download.pytorch.org/whl/cpu \
-       "/src[service,trace]"
+       --constraint /src/requirements-lock.txt "/src[service,trace]"
 
 FROM source AS build-agent
 # The agent's probe children run the workload on the GPU: torch==2.13.0 (pinned by the extra)
 # from PyPI, whose Linux x86_64 wheel is the CUDA build (its CUDA libraries come as pip
 # packages); the driver (libcuda, libnvidia-ml) is mounted at run time by the NVIDIA Container
 # Toolkit. To match another CUDA, add --index-url https://download.pytorch.org/whl/cuXYZ.
-RUN python -m venv /opt/venv && /opt/venv/bin/pip install "/src[agent]"
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --constraint /src/requirements-lock.txt "/src[agent]"
 
 FROM runtime AS service
 COPY --from=build-service /opt/venv /opt/venv

@@ -8,11 +8,13 @@ The request of an example lives in one place, the doc, and the answer shown is w
 answers to exactly that request (built in-process with ``create_app()`` and Litestar's
 ``TestClient``; no server, no network). Markers (HTML comments, invisible when rendered):
 
-``<!-- example-request: NAME [path=/v1/...] [method=POST] -->``
-    followed by a fenced block: a ``curl`` command (method, path and the ``-d '...'`` body are
-    read from it; a ``path=`` given as well must agree) or a JSON body (then ``path=`` is
-    required). With ``body=<json>`` at the end of the marker, or ``method=GET`` and a ``path=``,
-    the request is the marker itself and no block is read (for worked numbers in prose).
+``<!-- example-request: NAME [path=/v1/...] [method=POST] [app=agent] -->``
+    followed by a fenced block: a ``curl`` command (method, path, ``-H 'Name: value'`` headers
+    and the ``-d '...'`` body are read from it; a ``path=`` given as well must agree) or a JSON
+    body (then ``path=`` is required). With ``body=<json>`` at the end of the marker, or
+    ``method=GET`` and a ``path=``, the request is the marker itself and no block is read (for
+    worked numbers in prose). ``app=agent`` sends it to a probe agent (in-process, an empty
+    data directory, the token ``dev-token``) instead of the service.
 
 ``<!-- example-answer: NAME [status=200] [keep=P,P] [drop=P,P] -->`` ...
 ``<!-- /example-answer -->``
@@ -60,6 +62,7 @@ DOCS = (
     "docs/KUBERNETES.md",
     "docs/CATALOG.md",
     "docs/CLI.md",
+    "docs/FIRST_HOUR.md",
     "CONTRIBUTING.md",
 )
 WIDTH = 100
@@ -88,6 +91,8 @@ _QUOTED = re.compile(r"^````.*?^````", re.S | re.M)
 _URL = re.compile(r"(?:https?://)?(?:localhost|127\.0\.0\.1)(?::\d+)?(?P<path>/[^\s'\"]*)")
 _DATA = re.compile(r"(?:-d|--data|--data-raw|--data-binary)\s+'(?P<body>[^']*)'", re.S)
 _METHOD = re.compile(r"(?:-X|--request)\s+(?P<method>[A-Z]+)")
+_HEADER = re.compile(r"(?:-H|--header)\s+'(?P<name>[\w-]+):\s*(?P<value>[^']*)'")
+AGENT_TOKEN = "dev-token"
 
 
 class DocError(Exception):
@@ -101,6 +106,8 @@ class Request:
     method: str
     path: str
     body: bytes | None
+    app: str = "service"
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -270,6 +277,10 @@ def _requests(doc: str, text: str) -> dict[str, Request]:
             body_text = body_text.strip()
         attrs = dict(_ATTRS.findall(raw))
         method, path = attrs.get("method"), attrs.get("path")
+        app = attrs.get("app", "service")
+        if app not in ("service", "agent"):
+            raise DocError(f"{doc}: example-request {name!r}: app={app}; allowed: service, agent")
+        headers: tuple[tuple[str, str], ...] = ()
         if body_text is not None or method == "GET":
             if not path:
                 raise DocError(f"{doc}: example-request {name!r} without a block needs path=")
@@ -292,6 +303,9 @@ def _requests(doc: str, text: str) -> dict[str, Request]:
                 path = url.group("path")
                 data = _DATA.search(content)
                 body = data.group("body").encode() if data else None
+                headers = tuple(
+                    (h.group("name").lower(), h.group("value")) for h in _HEADER.finditer(content)
+                )
                 verb = _METHOD.search(content)
                 method = verb.group("method") if verb else ("POST" if body is not None else "GET")
             else:
@@ -300,7 +314,7 @@ def _requests(doc: str, text: str) -> dict[str, Request]:
                 body, method = content.encode(), method or "POST"
         if name in found:
             raise DocError(f"{doc}: example-request {name!r} defined twice")
-        found[name] = Request(name, doc, method, path, body)
+        found[name] = Request(name, doc, method, path, body, app, headers)
     return found
 
 
@@ -315,13 +329,35 @@ class _Service:
 
         self._client = TestClient(create_app())
         self._client.__enter__()
-        self._answers: dict[tuple[str, str, bytes | None], tuple[int, Any]] = {}
+        self._agent: Any = None
+        self._agent_dir: Any = None
+        self._answers: dict[tuple[str, str, str, bytes | None], tuple[int, Any]] = {}
+
+    def _agent_client(self) -> Any:
+        if self._agent is None:
+            import tempfile
+
+            from litestar.testing import TestClient
+
+            from vrambudget.agent.api import create_agent_app
+            from vrambudget.agent.settings import AgentSettings
+
+            self._agent_dir = tempfile.TemporaryDirectory(prefix="docs-agent-")
+            settings = AgentSettings(
+                data_dir=Path(self._agent_dir.name), tokens=(AGENT_TOKEN.encode(),)
+            )
+            self._agent = TestClient(create_agent_app(settings))
+            self._agent.__enter__()
+        return self._agent
 
     def ask(self, request: Request) -> tuple[int, Any]:
-        key = (request.method, request.path, request.body)
+        key = (request.app, request.method, request.path, request.body)
         if key not in self._answers:
-            headers = {"content-type": "application/json"} if request.body is not None else {}
-            response = self._client.request(
+            headers = dict(request.headers)
+            if request.body is not None:
+                headers["content-type"] = "application/json"
+            client = self._agent_client() if request.app == "agent" else self._client
+            response = client.request(
                 request.method, request.path, content=request.body, headers=headers
             )
             try:
@@ -333,6 +369,9 @@ class _Service:
 
     def close(self) -> None:
         self._client.__exit__(None, None, None)
+        if self._agent is not None:
+            self._agent.__exit__(None, None, None)
+            self._agent_dir.cleanup()
 
 
 def _run_cli(command: str, expected: int = 0) -> str:

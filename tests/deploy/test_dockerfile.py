@@ -51,6 +51,9 @@ def test_each_target_copies_only_its_built_environment(target: str, extras: str)
     assert stages[f"build-{target}"][0] == ("FROM", "source")
     (install,) = _args(f"build-{target}", "RUN")
     assert f'"/src[{extras}]"' in install
+    # the locked versions (requirements-lock.txt, copied into the source stage)
+    assert "--constraint /src/requirements-lock.txt" in install
+    assert any("requirements-lock.txt" in copy for copy in _args("source", "COPY"))
     assert ("download.pytorch.org/whl/cpu" in install) == (target == "service")
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert set(extras.split(",")) <= set(declared["optional-dependencies"])
@@ -85,4 +88,6 @@ def test_the_image_leaves_out_what_it_does_not_need() -> None:
     copied = [args for stage in dockerfile_stages().values() for k, args in stage if k == "COPY"]
     sources = {a.split()[0] for a in copied if not a.startswith("--from=")}
     assert sources == {"pyproject.toml", "vrambudget"}
-    assert re.search(r"COPY pyproject.toml README.md \./", DOCKERFILE.read_text())
+    assert re.search(
+        r"COPY pyproject.toml README.md requirements-lock.txt \./", DOCKERFILE.read_text()
+    )

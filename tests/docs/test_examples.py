@@ -52,3 +52,27 @@ def test_a_drift_is_reported_by_name(tmp_path: Path) -> None:
     assert "docs/API.md" in str(drifts[0]) and "probe" in str(drifts[0])
     script.generate(tmp_path, write=True)
     assert script.check(tmp_path) == []
+
+
+def test_an_agent_request_is_sent_to_the_agent_with_its_headers(tmp_path: Path) -> None:
+    """``app=agent``: the curl's path and ``-H`` headers go to an in-process agent whose token
+    is ``dev-token``; with another token the agent answers 401, a drift from status=200."""
+    script = _script()
+    doc = tmp_path / "docs" / "FIRST_HOUR.md"
+    doc.parent.mkdir()
+
+    def page(token: str) -> str:
+        return (
+            "<!-- example-request: probes app=agent -->\n```bash\n"
+            f"curl -s 'http://127.0.0.1:8100/v1/probes?limit=1' -H 'authorization: Bearer {token}'"
+            "\n```\n\n<!-- example-answer: probes -->\n<!-- /example-answer -->\n"
+        )
+
+    doc.write_text(page("dev-token"), encoding="utf-8")
+    script.generate(tmp_path, write=True)
+    assert '{"items": [], "next": null}' in doc.read_text(encoding="utf-8")
+    assert script.check(tmp_path) == []
+    doc.write_text(page("wrong"), encoding="utf-8")
+    drifts = script.check(tmp_path)
+    assert [d.name for d in drifts] == ["probes"]
+    assert "status 401, the doc expects 200" in drifts[0].notes

@@ -55,6 +55,8 @@ DEPLOYMENT_FIELDS = (
     "$.time_limit_s",
     "$.workload.entry_point",
     "$.workload",
+    # a custom job among the overlapping ones names an entry point too (at most 7 of them)
+    *(f"$.overlap[{i}].entry_point" for i in range(7)),
 )
 
 

@@ -14,15 +14,18 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from litestar import Litestar, Request, Response, get
+from litestar import Litestar, Request, Response, Router, get
 from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Server
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from vrambudget.core.comparison import Comparison
 from vrambudget.http.cors import CorsPolicy, with_cors
+from vrambudget.http.docs_ui import SwaggerUI
 from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import exception_handlers as problem_handlers
 
@@ -221,6 +224,19 @@ def create_agent_app(
             get_snapshot,
             Metrics,
         ],
+        openapi_config=OpenAPIConfig(
+            title="vrambudget probe agent",
+            version="0.1.0",
+            description="Measures a workload on this host's GPU (or CPU) and compares it with the "
+            "calculation service's estimate. All quantities are integer bytes.",
+            servers=[Server(url="/")],
+            # the documentation (the page, its assets, the document) is public: it is the
+            # published openapi/agent.json; every operation it describes needs the token
+            openapi_router=Router(
+                path="/schema", route_handlers=[], opt={"public": True}, include_in_schema=False
+            ),
+            render_plugins=[SwaggerUI()],
+        ),
         on_startup=[agent_openapi_document, startup],  # the served document is the published one
         on_shutdown=[shutdown],
         guards=[_bearer_guard],

@@ -17,6 +17,8 @@ from vrambudget.http.openapi import (
 )
 from vrambudget.http.problems import Problem
 
+from .examples import install_examples
+
 __all__ = ["PUBLIC", "agent_openapi_document"]
 
 PUBLIC = frozenset({"/healthz", "/readyz"})
@@ -42,6 +44,7 @@ def agent_openapi_document(app: Litestar) -> dict[str, Any]:
         "required": True,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ProbeRequest"}}},
     }
+    install_examples(document)
     paths["/v1/probes"]["post"]["responses"]["202"]["headers"] = {
         "Location": {
             "description": "The probe's URL, to poll.",

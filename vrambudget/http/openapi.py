@@ -5,6 +5,7 @@ false`` for the structs that forbid unknown fields -- which Litestar's generator
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from vrambudget.core.probe_report import SCHEMA_RULES as PROBE_RULES
@@ -49,7 +50,49 @@ def install_components(document: dict[str, Any], components: dict[str, Any]) -> 
     missing = used - set(schemas)
     if missing:
         raise RuntimeError(f"OpenAPI references without schemas: {sorted(missing)}")
+    for schema in schemas.values():
+        _for_generators(schema)
     document["x-schemas-from"] = "msgspec"
+
+
+def _for_generators(node: Any) -> None:
+    """Two spellings of msgspec's that client generators cannot read, rewritten to say the same:
+
+    - a fixed-length tuple, ``prefixItems`` with ``items: false``: ``maxItems`` (always given
+      with it) already forbids more items, so ``items`` goes (openapi-python-client rejects a
+      boolean schema);
+    - a property whose value is a tagged union of structs, with an object ``default``
+      (``TrainingWorkload.method``, ``.optimizer``): a default is an annotation, not a
+      constraint, and openapi-python-client drops the whole owning schema over it. The default
+      moves into the property's description, where a reader still finds it.
+    """
+    if isinstance(node, list):
+        for item in node:
+            _for_generators(item)
+        return
+    if not isinstance(node, dict):
+        return
+    prefix = node.get("prefixItems")
+    if (
+        node.get("items") is False
+        and isinstance(prefix, list)
+        and node.get("maxItems") == len(prefix)
+    ):
+        del node["items"]
+    default = node.get("default")
+    members = node.get("anyOf", node.get("oneOf"))
+    if (
+        isinstance(default, dict)
+        and isinstance(members, list)
+        and all(isinstance(m, dict) and "$ref" in m for m in members)
+    ):
+        del node["default"]
+        text = node.get("description", "")
+        node["description"] = (
+            f"{text}{' ' if text else ''}Default: `{json.dumps(default, sort_keys=True)}`."
+        )
+    for value in node.values():
+        _for_generators(value)
 
 
 def prometheus_text(document: dict[str, Any]) -> None:
@@ -75,6 +118,10 @@ def common_responses(document: dict[str, Any]) -> None:
             if not isinstance(operation, dict):
                 continue
             responses = operation.setdefault("responses", {})
+            if _litestar_400(responses.get("400")):
+                # Litestar documents its own validation body; both apps answer problem+json
+                # (vrambudget.http.problems), 422 for an invalid parameter.
+                responses["400"] = {"description": "Bad request", "content": PROBLEM_CONTENT}
             if "requestBody" in operation:
                 responses["400"] = {
                     "description": "Malformed JSON, a key twice in one object, or nesting "
@@ -111,3 +158,10 @@ def common_responses(document: dict[str, Any]) -> None:
                     "content": PROBLEM_CONTENT,
                 },
             )
+
+
+def _litestar_400(response: Any) -> bool:
+    if not isinstance(response, dict):
+        return False
+    schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+    return isinstance(schema, dict) and schema.get("description") == "Validation Exception"

@@ -9,7 +9,6 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import ValidationException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
-from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.openapi.spec import Contact, Server
 from litestar.params import FromPath, QueryParameter
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
@@ -38,6 +37,7 @@ from vrambudget.core.spec.cluster import ClusterRequest
 from vrambudget.http.body import decode_body
 from vrambudget.http.cache import AnswerCache
 from vrambudget.http.cors import CorsPolicy, with_cors
+from vrambudget.http.docs_ui import SwaggerUI
 from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import Problem
 from vrambudget.http.representation import (
@@ -469,7 +469,7 @@ def create_app(settings: Settings | None = None) -> Litestar:
             contact=Contact(name="vrambudget"),
             servers=[Server(url="/")],
             path="/schema",
-            render_plugins=[ScalarRenderPlugin()],
+            render_plugins=[SwaggerUI()],
         ),
         on_startup=[patch_openapi, _open_trace_pool, _open_compute_pool],
         on_shutdown=[_close_compute_pool, _close_trace_pool],

@@ -27,6 +27,7 @@ from vrambudget.http.openapi import (
 )
 from vrambudget.http.problems import Problem
 
+from .examples import install_examples
 from .pictures import document_pictures
 from .wire import Health, ModelDetail, ModelSummary, Ready
 
@@ -118,6 +119,7 @@ def patch_openapi(app: Litestar) -> None:
     common_responses(document)
     prometheus_text(document)
     install_components(document, components)
+    install_examples(document)
 
 
 def openapi_document(app: Litestar) -> dict[str, Any]:
