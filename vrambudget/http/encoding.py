@@ -1,6 +1,9 @@
 """Content codings of an answer: which one a request accepts (``Accept-Encoding`` with its
 q-values, RFC 9110 12.5.3), which answers are worth compressing, and the compression itself.
 
+Not Litestar's ``CompressionConfig``: it matches ``br`` / ``gzip`` as substrings of the header
+(``br;q=0`` still gets brotli) and compresses after the handler's tag (docs/HTTP.md).
+
 Levels, measured on this service's answers (``bench/http_representation.py``, table in
 docs/PERFORMANCE.md): gzip level 6 (zlib's own default) and brotli quality 4. On a 109,117-byte
 whole-catalog fit answer gzip 6 sends 6.8 % of the bytes in 0.43 ms and br 4 6.2 % in 0.24 ms;
