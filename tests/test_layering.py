@@ -33,7 +33,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "workloads": {"torch", "transformers", "peft", "diffusers", "safetensors"},
     "hub": {"huggingface_hub"},
     "trace": {"torch"},
-    "http": {"litestar"},
+    "http": {"litestar", "brotli"},
     "service": {"litestar", "uvicorn", "pebble", "prometheus_client", "yaml"},
     "agent": {
         "litestar",

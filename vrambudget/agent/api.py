@@ -24,6 +24,7 @@ from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from vrambudget.core.comparison import Comparison
+from vrambudget.http.cors import CorsPolicy, with_cors
 from vrambudget.http.docs_ui import SwaggerUI
 from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import exception_handlers as problem_handlers
@@ -211,7 +212,7 @@ def create_agent_app(
             return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     prometheus = PrometheusConfig(app_name="vrambudget_agent", group_path=True)
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             healthz,
             readyz,
@@ -248,4 +249,20 @@ def create_agent_app(
         logging_config=logging_config(),
         request_max_body_size=settings.max_body_bytes,
         debug=False,
+    )
+    return with_cors(app, _cors(settings))
+
+
+def _cors(settings: AgentSettings) -> CorsPolicy | None:
+    """CORS stays off unless ``VRAMBUDGET_AGENT_CORS_ORIGINS`` names origins: the agent is no
+    public API (its callers are the host owner's tools, with a bearer token), so no page may
+    call it unless its owner says which (docs/HTTP.md)."""
+    if not settings.cors_origins:
+        return None
+    return CorsPolicy(
+        origins=settings.cors_origins,
+        methods=("GET", "POST", "DELETE"),
+        request_headers=("accept", "authorization", "content-type", "x-request-id"),
+        expose_headers=("Location", "Retry-After", "X-Request-ID", "X-Unsafe-Integers"),
+        setting="VRAMBUDGET_AGENT_CORS_ORIGINS",
     )

@@ -12,6 +12,8 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vrambudget.http.cors import parse_origins
+
 __all__ = ["AgentSettings", "AgentSettingsError"]
 
 _ENTRY = re.compile(r"^[A-Za-z0-9_.-]+=[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -97,6 +99,9 @@ class AgentSettings:
     """Where llama.cpp's GGUF files live (a recipe's ``-m`` file is looked up here)."""
     eval_dir: Path | None = None
     """The host's evaluation files a quality check's ``eval_set`` may name (by file name)."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins whose pages may call the agent (``VRAMBUDGET_AGENT_CORS_ORIGINS``, the same form
+    as the service's ``VRAMBUDGET_CORS_ORIGINS``); empty, the default: none."""
 
     def __post_init__(self) -> None:
         for name, key, kind, lo, hi in _NUMBERS:
@@ -126,6 +131,11 @@ class AgentSettings:
                 validate_allow_list(entries)
             except ValueError as exc:
                 raise AgentSettingsError(f"VRAMBUDGET_AGENT_{name}: {exc}") from None
+        try:
+            origins = parse_origins(",".join(self.cors_origins), "VRAMBUDGET_AGENT_CORS_ORIGINS")
+        except ValueError as exc:
+            raise AgentSettingsError(str(exc)) from None
+        object.__setattr__(self, "cors_origins", origins)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> AgentSettings:
@@ -166,6 +176,9 @@ class AgentSettings:
             ),
             "service_allow_list": tuple(
                 x.strip() for x in (get("SERVICE_ALLOW") or "").split(",") if x.strip()
+            ),
+            "cors_origins": tuple(
+                x.strip() for x in (get("CORS_ORIGINS") or "").split(",") if x.strip()
             ),
         }
         model_dirs = [Path(x) for x in (get("MODEL_DIRS") or "").split(os.pathsep) if x.strip()]

@@ -36,13 +36,21 @@ from vrambudget.core.spec import BudgetRequest, CatalogDevice, Headroom
 from vrambudget.core.spec.cluster import ClusterRequest
 from vrambudget.http.body import decode_body
 from vrambudget.http.cache import AnswerCache
+from vrambudget.http.cors import CorsPolicy, with_cors
 from vrambudget.http.docs_ui import SwaggerUI
 from vrambudget.http.logs import RequestContext, logging_config
 from vrambudget.http.problems import Problem
+from vrambudget.http.representation import (
+    Freshness,
+    Representation,
+    cacheable,
+    no_store_errors,
+)
 
 from .cluster_yaml import Manifests, manifests_yaml
 from .compute import ComputeError, ComputePool, compute_error
 from .compute_worker import software_of
+from .freshness import answer_headers
 from .models import ModelResolver, pending
 from .openapi import patch_openapi
 from .pictures import (
@@ -54,7 +62,7 @@ from .pictures import (
 )
 from .problems import exception_handlers
 from .resolutions import Resolutions, resolution_digest
-from .settings import Settings, SettingsError
+from .settings import CORS_ORIGINS_ENV, Settings, SettingsError
 from .tracing import TracePool
 from .ui import ui_routes
 from .wire import Health, ModelDetail, ModelSummary, Ready, model_summary
@@ -118,6 +126,13 @@ def _encoded(body: bytes) -> Response[Any]:
     return Response(content=body, media_type="application/json")
 
 
+def _answered(response: Response[Any], workloads: Any) -> Response[Any]:
+    """``response`` with ``Cache-Control: no-cache`` when one of ``workloads`` read something
+    that can move (:func:`~vrambudget.service.freshness.answer_headers`, docs/HTTP.md)."""
+    response.headers.update(answer_headers(workloads))
+    return response
+
+
 def _canonical(
     kind: str, data: msgspec.Struct, resolutions: Resolutions = ()
 ) -> tuple[bytes, tuple[str, bytes]]:
@@ -144,6 +159,7 @@ async def _resolve(
     tags=["budgets"],
     summary="Budget a workload",
     responses=_BUDGET_PROBLEMS,
+    opt=cacheable(Freshness.REQUEST, "Accept"),
 )
 async def create_budget(
     request: Request[Any, Any, Any],
@@ -172,7 +188,9 @@ async def create_budget(
             compute: ComputePool = request.app.state.compute
             cached = answers.put(key, await compute.run("budget", payload, resolutions))
         answer = cached
-    return budget_picture(answer) if wants_svg(request, format) else _encoded(answer)
+    return _answered(
+        budget_picture(answer) if wants_svg(request, format) else _encoded(answer), data.workloads
+    )
 
 
 @post(
@@ -181,6 +199,7 @@ async def create_budget(
     tags=["fits"],
     summary="Check fits against GPUs",
     responses=_PROBLEMS,
+    opt=cacheable(Freshness.REQUEST),
 )
 async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     """Fit checks of a workload against catalog (or custom) GPUs and device counts, with the
@@ -193,7 +212,7 @@ async def create_fit(request: Request[Any, Any, Any]) -> Response[FitResponse]:
     if cached is None:
         compute: ComputePool = request.app.state.compute
         cached = answers.put(key, await compute.run("fit", payload, resolutions))
-    return _encoded(cached)
+    return _answered(_encoded(cached), data.workloads)
 
 
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
@@ -205,6 +224,7 @@ _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
     tags=["cluster"],
     summary="Render a budget's layout as Kubernetes requests",
     responses=_PROBLEMS,
+    opt=cacheable(Freshness.REQUEST, "Accept"),
 )
 async def create_cluster_requests(
     request: Request[Any, Any, Any],
@@ -250,8 +270,8 @@ async def create_cluster_requests(
         text: Response[Any] = Response(
             content=manifests_yaml(answer, manifests), media_type="application/yaml"
         )
-        return text
-    return _encoded(cached)
+        return _answered(text, workloads)
+    return _answered(_encoded(cached), workloads)
 
 
 _COMPARISON_PROBLEMS = {
@@ -275,6 +295,7 @@ _COMPARISON_PROBLEMS = {
     tags=["comparisons"],
     summary="Compare a probe report with the estimate",
     responses=_COMPARISON_PROBLEMS,
+    opt=cacheable(Freshness.REQUEST, "Accept"),
 )
 async def create_comparison(
     request: Request[Any, Any, Any],
@@ -352,20 +373,33 @@ async def create_comparison(
         traced,
         resolutions,
     )
-    return comparison_picture(answer) if wants_svg(request, format) else _encoded(answer)
+    return _answered(
+        comparison_picture(answer) if wants_svg(request, format) else _encoded(answer), one
+    )
 
 
-@get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog")
+@get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog", opt=cacheable(Freshness.FIXED))
 async def list_gpus() -> list[CatalogGPU]:
     return [gpu_entry(g) for g in gpus().values()]
 
 
-@get("/v1/gpus/{gpu_id:str}", tags=["catalog"], summary="One GPU", responses={404: _PROBLEMS[404]})
+@get(
+    "/v1/gpus/{gpu_id:str}",
+    tags=["catalog"],
+    summary="One GPU",
+    responses={404: _PROBLEMS[404]},
+    opt=cacheable(Freshness.FIXED),
+)
 async def get_gpu(gpu_id: FromPath[str]) -> CatalogGPU:
     return gpu_entry(gpu(gpu_id))
 
 
-@get("/v1/models", tags=["catalog"], summary="List the model presets")
+@get(
+    "/v1/models",
+    tags=["catalog"],
+    summary="List the model presets",
+    opt=cacheable(Freshness.FIXED),
+)
 async def list_models() -> list[ModelSummary]:
     return [model_summary(i) for i in presets()]
 
@@ -375,6 +409,7 @@ async def list_models() -> list[ModelSummary]:
     tags=["catalog"],
     summary="One model preset",
     responses={404: _PROBLEMS[404]},
+    opt=cacheable(Freshness.FIXED),
 )
 async def get_model(model_id: FromPath[str]) -> ModelDetail:
     return ModelDetail(summary=model_summary(model_id), preset=model_entry(preset(model_id)))
@@ -415,7 +450,14 @@ def create_app(settings: Settings | None = None) -> Litestar:
             PrometheusController,
             *ui_routes(),
         ],
-        middleware=[RequestContext(), prometheus.middleware],
+        # Representation wraps the request context: it tags and compresses the answer as the
+        # handler and the context wrote it (docs/HTTP.md).
+        middleware=[
+            Representation(settings.cache_max_age_s, fixed_prefixes=("/schema",)),
+            RequestContext(),
+            prometheus.middleware,
+        ],
+        before_send=[no_store_errors],
         logging_config=logging_config(),
         exception_handlers={**exception_handlers, ComputeError: compute_error},
         request_max_body_size=settings.max_body_bytes,
@@ -455,7 +497,20 @@ def create_app(settings: Settings | None = None) -> Litestar:
     )
     # Hub repositories and families without a closed form, resolved before computing.
     app.state.models = ModelResolver(trace_pool, settings.hub)
-    return app
+    return with_cors(app, _cors(settings))
+
+
+def _cors(settings: Settings) -> CorsPolicy | None:
+    """Who may call the service from a page (``VRAMBUDGET_CORS_ORIGINS``; docs/HTTP.md)."""
+    if not settings.cors_origins:
+        return None
+    return CorsPolicy(
+        origins=settings.cors_origins,
+        methods=("GET", "POST"),
+        request_headers=("accept", "content-type", "if-none-match", "x-request-id"),
+        expose_headers=("ETag", "Retry-After", "X-Request-ID", "X-Unsafe-Integers"),
+        setting=CORS_ORIGINS_ENV,
+    )
 
 
 def _open_compute_pool(app: Litestar) -> None:

@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vrambudget.core.calibration import profiles_from
+from vrambudget.http.cors import parse_origins
 from vrambudget.hub import HubSettings
 
 from .tracing import DEFAULT_ENTRY, ENTRY_PATTERN
 
-__all__ = ["Settings", "SettingsError"]
+__all__ = ["CORS_ORIGINS_ENV", "Settings", "SettingsError"]
 
 
 class SettingsError(ValueError):
@@ -32,7 +33,9 @@ _LIMITS: dict[str, tuple[str, float, float]] = {
     "compute_time_limit_s": ("VRAMBUDGET_COMPUTE_TIME_LIMIT_S", 0.1, 3600),
     "compute_max_pending": ("VRAMBUDGET_COMPUTE_MAX_PENDING", 1, 1 << 16),
     "max_answer_bytes": ("VRAMBUDGET_MAX_ANSWER_BYTES", 1 << 16, 1 << 32),
+    "cache_max_age_s": ("VRAMBUDGET_CACHE_MAX_AGE_S", 0, 31_536_000),
 }
+CORS_ORIGINS_ENV = "VRAMBUDGET_CORS_ORIGINS"
 
 
 def _default_compute_workers() -> int:
@@ -69,6 +72,18 @@ class Settings:
     """An encoded answer larger than this is refused (422) instead of sent."""
     profiles_dir: str | None = None
     """Directory of calibration profiles (``vrambudget calibrate``); none: built-in defaults."""
+    cors_origins: tuple[str, ...] = ("*",)
+    """Origins whose pages may call the service (``VRAMBUDGET_CORS_ORIGINS``, comma-separated:
+    ``https://catalog.example.com``, ``https://*.example.com``; empty: CORS off). Default
+    ``*``: the service is a public calculator with no cookies, sessions or credentials, so an
+    answer read by any page tells that page nothing it could not ask for itself, and a
+    catalog's widget on any domain can call it. Browsers never send credentials to ``*``. A
+    service inside a private network or with a token for private Hub repositories should list its
+    own pages instead (docs/HTTP.md)."""
+    cache_max_age_s: int = 3600
+    """``max-age`` of the answers that are fixed for a deployment (catalogs) or pure functions
+    of the request (docs/HTTP.md); 0: ``no-cache`` (revalidate with the ``ETag`` each time).
+    An hour: a catalog corrected by a deployment reaches every page within the hour."""
     hub: HubSettings = field(default_factory=HubSettings)
     """Where `hub` models are fetched from (``VRAMBUDGET_HUB_ENDPOINT``, ``_TOKEN`` (else
     ``HF_TOKEN``), ``_TIMEOUT_S``, ``_CACHE_DIR``); the token is never echoed."""
@@ -87,6 +102,11 @@ class Settings:
                 raise SettingsError(
                     f"VRAMBUDGET_PROFILES_DIR (setting profiles_dir): {exc}"
                 ) from None
+        try:
+            origins = parse_origins(",".join(self.cors_origins), CORS_ORIGINS_ENV)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+        object.__setattr__(self, "cors_origins", origins)
         if not ENTRY_PATTERN.match(self.trace_entry):
             raise SettingsError(
                 f"VRAMBUDGET_TRACE_ENTRY (setting trace_entry) must be "
@@ -115,6 +135,7 @@ class Settings:
             "compute_time_limit_s",
             "compute_max_pending",
             "max_answer_bytes",
+            "cache_max_age_s",
             "profiles_dir",
         ):
             env = _LIMITS[name][0] if name in _LIMITS else f"VRAMBUDGET_{name.upper()}"
@@ -127,6 +148,12 @@ class Settings:
             except ValueError:
                 article = "a number" if kind is float else "an integer"
                 raise SettingsError(f"{env} must be {article}, got {raw!r}") from None
+        cors = os.environ.get(CORS_ORIGINS_ENV)
+        if cors is not None:
+            try:
+                values["cors_origins"] = parse_origins(cors, CORS_ORIGINS_ENV)
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from None
         try:
             values["hub"] = HubSettings.from_env(os.environ)
         except ValueError as exc:
