@@ -262,7 +262,10 @@ def test_latency_target_on_other_workloads_is_refused_by_the_declared_rule(kind)
         "workloads": [{"kind": kind, "model": model}],
         "latency_target": {"time_per_output_token_ms": 20},
     }
-    with pytest.raises(msgspec.ValidationError, match=f"not {kind}: remove latency_target"):
+    with pytest.raises(
+        msgspec.ValidationError,
+        match="a latency target applies to inference and llm_serving workloads only",
+    ):
         msgspec.convert(body, FitRequest)
 
 

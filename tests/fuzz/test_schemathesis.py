@@ -39,6 +39,16 @@ app = create_app(
 schema = schemathesis.openapi.from_asgi("/schema/openapi.json", app)
 
 
+@schemathesis.deserializer("application/yaml")
+def yaml_stream(ctx, response):
+    """The cluster answer's YAML is a stream (``manifests=dra``: a ResourceClaimTemplate, then
+    the Pod; RFC 9512 allows several documents), which schemathesis' built-in YAML reader
+    refuses: every document, parsed, as a list."""
+    import yaml
+
+    return list(yaml.safe_load_all(response.content))
+
+
 def schema_valid_requests_pass_validation(ctx, response, case):
     generation = getattr(case.meta, "generation", None) if case.meta is not None else None
     if generation is not None and not generation.mode.is_positive:
