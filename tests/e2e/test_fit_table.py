@@ -36,7 +36,7 @@ GIB, MIB = 2**30, 2**20
 
 #: The element's words for a layout's verdict and for the components (checked against
 #: ``COMPONENT_LABELS`` of the module in tests/service/test_ui.py).
-VERDICT = {"fits": "Fits", "fits_if_low": "Fits if low", "does_not_fit": "Does not fit"}
+VERDICT = {"fits": "Fits", "fits_if_low": "Only if low", "does_not_fit": "Does not fit"}
 LABEL = {
     "weights": "Weights",
     "kv_cache": "KV cache",
@@ -168,7 +168,7 @@ def _check_rendered(
     assert shown["live"] == "polite"
     assert shown["status"] == (
         f"{n_gpus} GPU types, {n_layouts} layouts: {verdicts.count('fits')} fit, "
-        f"{verdicts.count('fits_if_low')} fit if low, {verdicts.count('does_not_fit')} do not fit."
+        f"{verdicts.count('fits_if_low')} only if low, {verdicts.count('does_not_fit')} do not fit."
     )
     for row, want in zip(shown["rows"], expected, strict=True):
         g, layout = want["gpu"], want["layout"]
@@ -394,7 +394,7 @@ def test_a_workload_given_as_json_and_gpus_without_a_layout(
         _check_rendered(shown, answer)
     else:
         _check_rendered(shown, answer, FIXED_COLUMNS)
-        assert shown["status"] == "2 GPU types, 0 layouts: 0 fit, 0 fit if low, 0 do not fit."
+        assert shown["status"] == "2 GPU types, 0 layouts: 0 fit, 0 only if low, 0 do not fit."
 
 
 def test_the_form_changes_the_workload(driver: WebDriver, service: str) -> None:

@@ -34,7 +34,7 @@ export const COMPONENT_LABELS = Object.freeze({
 /** A layout's `verdict` in words, with its sort rank (fits first). */
 export const VERDICTS = Object.freeze({
   fits: { text: "Fits", icon: "✓", rank: 0 },
-  fits_if_low: { text: "Fits if low", icon: "≈", rank: 1 },
+  fits_if_low: { text: "Only if low", icon: "≈", rank: 1 },
   does_not_fit: { text: "Does not fit", icon: "✗", rank: 2 },
 });
 const NO_LAYOUT = { text: "No layout", icon: "–", rank: 3 };
@@ -342,7 +342,7 @@ function columns(rows, lang) {
     {
       key: "verdict",
       label: "Fits?",
-      help: "Fits: the budget's error band fits whole. Fits if low: only if the real peak is near the band's low end. Does not fit: not even the low end fits.",
+      help: "Fits: the budget fits, up to its error band's high end. Only if low: the budget with its headroom does not fit (or its band's high end does not); it fits only if the real peak lands near the band's low end. Does not fit: not even the low end fits.",
       sort: (r) => (r.layout ? (VERDICTS[verdictOf(r.layout)] ?? NO_LAYOUT).rank : NO_LAYOUT.rank),
       cell: (r) => {
         const key = r.layout ? verdictOf(r.layout) : "none";
@@ -704,7 +704,7 @@ export class VrambudgetFits extends HTMLElement {
     const layouts = rows.filter((r) => r.layout).length;
     return (
       `${gpus} GPU ${gpus === 1 ? "type" : "types"}, ${layouts} ${layouts === 1 ? "layout" : "layouts"}: ` +
-      `${count("fits")} fit, ${count("fits_if_low")} fit if low, ${count("does_not_fit")} do not fit.`
+      `${count("fits")} fit, ${count("fits_if_low")} only if low, ${count("does_not_fit")} do not fit.`
     );
   }
 
