@@ -232,7 +232,8 @@ def add_parser(sub: Any) -> None:
     f.add_argument(
         "--all",
         action="store_true",
-        help="print every layout (default: the ones that fit or fit only if low, and each GPU's first)",
+        help="print every layout (default: the ones that fit or fit only if low, and each "
+        "GPU's first)",
     )
     f.add_argument("--json", action="store_true", help="print the FitResponse JSON")
     p.set_defaults(func=_run)
