@@ -22,6 +22,12 @@ from typing import Any
 
 import pytest
 import schemathesis
+
+# Imported here, at the top of the stack: schemathesis imports it lazily inside a check, deep in
+# Hypothesis' frames, and pytest rewrites a plugin's modules on first import -- on a fresh venv
+# (no cached rewrite) CPython 3.11's parser then fails there with "SystemError: AST constructor
+# recursion depth mismatch".
+import schemathesis.specs.openapi.object_authorization
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import allow_header_conformance, positive_data_acceptance
 

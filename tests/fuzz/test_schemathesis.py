@@ -11,6 +11,12 @@ from __future__ import annotations
 import os
 
 import schemathesis
+
+# Imported here, at the top of the stack: schemathesis imports it lazily inside a check, deep in
+# Hypothesis' frames, and pytest rewrites a plugin's modules on first import -- on a fresh venv
+# (no cached rewrite) CPython 3.11's parser then fails there with "SystemError: AST constructor
+# recursion depth mismatch".
+import schemathesis.specs.openapi.object_authorization
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
