@@ -86,9 +86,21 @@ def _mount_script(mounts: dict[str, str], command: list[str]) -> str:
                 f"mkdir -p {shlex.quote(path)}",
                 f"mount -o remount,ro {shlex.quote(str(parent))}",
             ]
+    root = shlex.quote(str(ROOT))
+    # A checkout under a volume's path (a clone in /tmp) would vanish under that volume's tmpfs:
+    # it is held at /mnt (in this mount namespace only) and bound back, read-only, on top.
+    hidden = any(Path(p) == ROOT or Path(p) in ROOT.parents for p in mounts)
+    if hidden:
+        lines.append(f"mount --bind {root} /mnt")
     lines.append("mount -o remount,bind,ro /")
     for path, size in mounts.items():
         lines.append(f"mount -t tmpfs -o size={size} tmpfs {shlex.quote(path)}")
+    if hidden:
+        lines += [
+            f"mkdir -p {root}",
+            f"mount --bind /mnt {root}",
+            f"mount -o remount,bind,ro {root}",
+        ]
     lines.append(f"test ! -w {shlex.quote(str(ROOT))} || touch {shlex.quote(str(ROOT))}/.ro-check")
     lines.append("exec " + shlex.join(command))
     return "\n".join(lines)
