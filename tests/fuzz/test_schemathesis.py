@@ -18,6 +18,7 @@ import schemathesis
 # recursion depth mismatch".
 import schemathesis.specs.openapi.object_authorization
 from hypothesis import HealthCheck, settings
+from schemathesis.core.media_types import YAML_MEDIA_TYPES
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.fuzz.semantic import semantic_422_names_the_field
@@ -45,7 +46,9 @@ app = create_app(
 schema = schemathesis.openapi.from_asgi("/schema/openapi.json", app)
 
 
-@schemathesis.deserializer("application/yaml")
+# Every YAML media type: schemathesis takes the first registered deserializer of the YAML family,
+# and its own single-document reader for "text/yaml" comes before "application/yaml".
+@schemathesis.deserializer(*YAML_MEDIA_TYPES)
 def yaml_stream(ctx, response):
     """The cluster answer's YAML is a stream (``manifests=dra``: a ResourceClaimTemplate, then
     the Pod; RFC 9512 allows several documents), which schemathesis' built-in YAML reader
