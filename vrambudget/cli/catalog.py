@@ -27,9 +27,7 @@ def _match(text: str | None, *fields: str) -> bool:
     return text is None or any(text.lower() in f.lower() for f in fields)
 
 
-def _print_table(
-    headers: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: set[int]
-) -> None:
+def print_table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]], right: set[int]) -> None:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
 
     def line(cells: tuple[str, ...]) -> str:
@@ -80,7 +78,7 @@ def _gpus(args: argparse.Namespace) -> int:
         )
         for g in chosen
     ]
-    _print_table(("id", "name", "GiB", "vendor", "architecture", "segment", "MIG"), rows, {2})
+    print_table(("id", "name", "GiB", "vendor", "architecture", "segment", "MIG"), rows, {2})
     return 0
 
 
@@ -119,7 +117,7 @@ def _models(args: argparse.Namespace) -> int:
         )
         for m in chosen
     ]
-    _print_table(
+    print_table(
         ("id", "name", "B params", "type", "layers", "context", "KiB/token", "hub repository"),
         rows,
         {2, 4, 5, 6},

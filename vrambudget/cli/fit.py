@@ -21,6 +21,7 @@ from typing import Any, get_args
 
 import msgspec
 
+from .catalog import print_table
 from .errors import EXIT_CODES, EXIT_DOES_NOT_FIT, EXIT_FITS, report
 from .workload_args import (
     FLAG_OF,
@@ -70,6 +71,14 @@ def _request(args: argparse.Namespace) -> Any:
     return msgspec.convert(body, FitRequest)
 
 
+def _verdict_words(lay: Any) -> str:
+    """The verdict as the fit table (``/ui/fits``) words it: never "fits" where the total with
+    its headroom exceeds the memory; ``fits_if_low`` reads "only if low"."""
+    if lay.verdict == "fits_if_low":
+        return "only if low"
+    return "fits" if lay.verdict == "fits" and lay.fits else "does not fit"
+
+
 def _maxima(m: Any) -> str:
     """The solved maxima of a layout, in words (``-`` when none was solved)."""
     parts = []
@@ -109,7 +118,7 @@ def print_fit(answer: Any, show_all: bool, solved_count: bool) -> None:
                     g.gpu_id or g.name,
                     f"{g.memory_total_bytes / GiB:.2f}",
                     str(lay.device_count),
-                    lay.verdict.replace("_", " "),
+                    _verdict_words(lay),
                     f"{lay.total_bytes / GiB:.2f}",
                     f"{lay.free_bytes / GiB:.2f}",
                     lay.limiting_component.value,
@@ -120,18 +129,7 @@ def print_fit(answer: Any, show_all: bool, solved_count: bool) -> None:
             if not lay.fits:
                 why += [f"{g.gpu_id or g.name} x{lay.device_count}: {w}" for w in lay.warnings]
     if rows:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-        right = {1, 2, 4, 5, 7}
-
-        def line(cells: tuple[str, ...]) -> str:
-            return "  ".join(
-                c.rjust(w) if i in right else c.ljust(w)
-                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-            ).rstrip()
-
-        print(line(headers))
-        for r in rows:
-            print(line(r))
+        print_table(headers, rows, {1, 2, 4, 5, 7})
     if why:
         print()
     for line_ in why:
