@@ -22,29 +22,21 @@ from vrambudget.core.budget_chart import render_budget_svg
 from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest
 
+_LLAMA_8B_INFERENCE: dict[str, Any] = {
+    "kind": "inference",
+    "model": {"source": "preset", "id": "llama-3.1-8b"},
+    "batch_size": 4,
+    "prompt_tokens": 2048,
+    "generated_tokens": 512,
+}
+
 SAMPLES: dict[str, dict[str, Any]] = {
     "budget-llama-3.1-8b-l4": {
-        "workloads": [
-            {
-                "kind": "inference",
-                "model": {"source": "preset", "id": "llama-3.1-8b"},
-                "batch_size": 4,
-                "prompt_tokens": 2048,
-                "generated_tokens": 512,
-            }
-        ],
+        "workloads": [_LLAMA_8B_INFERENCE],
         "device": {"source": "catalog", "id": "l4-24gb"},
     },
     "budget-llama-3.1-8b-l40s": {
-        "workloads": [
-            {
-                "kind": "inference",
-                "model": {"source": "preset", "id": "llama-3.1-8b"},
-                "batch_size": 4,
-                "prompt_tokens": 2048,
-                "generated_tokens": 512,
-            }
-        ],
+        "workloads": [_LLAMA_8B_INFERENCE],
         "device": {"source": "catalog", "id": "l40s-48gb"},
     },
     "budget-qwen2.5-7b-lora-pp2-a10": {

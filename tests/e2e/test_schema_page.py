@@ -15,19 +15,12 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
+from tests.support.browser import QUIET_FLAGS
 from tests.support.processes import Agent, Service, free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 OFFLINE = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
+    *QUIET_FLAGS,
     "--proxy-server=http://127.0.0.1:9",
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 )

@@ -25,8 +25,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
 #: Flags known to work here: headless, no sandbox (root in a container), no GPU, and nothing
-#: that reaches out to the network by itself.
-FLAGS = (
+#: that reaches out to the network by itself (also used by the /schema page's test).
+QUIET_FLAGS = (
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -36,9 +36,8 @@ FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--lang=en-US",
-    "--window-size=1280,1000",
 )
+FLAGS = (*QUIET_FLAGS, "--lang=en-US", "--window-size=1280,1000")
 
 
 def missing() -> str | None:
