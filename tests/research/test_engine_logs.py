@@ -48,8 +48,8 @@ def test_vllm_kv_tokens_ratchet():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="vLLM 0.10 tensor-parallel runs on A100 hold 9-25% more KV than the TP overhead "
-    "calibrated on H100 0.19.0 launches leaves (docs/ACCURACY.md)",
+    reason="vLLM 0.10.1 tensor-parallel runs on A100 (SXM assumed: the nvlink fabric) hold "
+    "9-25% more KV than that fabric's tensor-parallel cost leaves (docs/ACCURACY.md)",
 )
 def test_vllm_kv_tokens_targets():
     errs = _errors("vllm", "KV tokens")

@@ -54,3 +54,60 @@ def test_mla_import_workspaces_per_platform(gpu, workspaces):
     from vrambudget.core.serving.vllm import mla_import_workspaces
 
     assert mla_import_workspaces(gpu) == workspaces
+
+
+@pytest.mark.parametrize(
+    ("gpu", "fabric"),
+    [
+        ("NVIDIA H100 80GB HBM3", "nvlink"),  # NVSwitch board
+        ("NVIDIA A100 SXM4 80GB", "nvlink"),
+        ("NVIDIA H100 NVL", "nvlink"),  # NVLink bridge pairs
+        ("AMD Instinct MI300X", "nvlink"),  # xGMI
+        ("NVIDIA A100 80GB PCIe", "pcie"),
+        ("NVIDIA L40S", "pcie"),
+        ("NVIDIA GeForce RTX 3090", "pcie"),
+        ("Tesla T4", "pcie"),
+        ("my custom GPU", "nvlink"),  # unknown: the larger cost
+    ],
+)
+def test_tensor_parallel_fabric_follows_the_catalog_interconnect(gpu, fabric):
+    from vrambudget.core.serving.engine_args import tp_fabric
+
+    assert tp_fabric(gpu) == fabric
+
+
+def _non_torch(version: str, gpu: str, tensor: int) -> tuple[int, int]:
+    a = account(
+        serving(
+            "llama-3.1-8b",
+            max_model_len=8192,
+            engine_version=version,
+            parallelism={"tensor": tensor},
+        ),
+        preset_arch("llama-3.1-8b"),
+        48 * GiB,
+        gpu,
+    )
+    return a.stages[0].non_torch_bytes, a.stages[0].non_torch_comm_bytes
+
+
+def test_tensor_parallel_non_torch_per_fabric_and_release():
+    """The constants each (fabric, release, layout) takes, read from the calibration file by
+    name: PCIe GPUs pay the one-GPU increase plus ``tp_comm_pcie_bytes`` at any TP; NVLink-class
+    GPUs the H100 values on the calibrated release and the transfer values elsewhere."""
+    from vrambudget.core.serving.calibration import CALIBRATED_VERSION, calibration
+
+    c = calibration(CALIBRATED_VERSION).c
+    base, pcie = round(c("non_torch_tp1_bytes")), round(c("tp_comm_pcie_bytes"))
+    for version in (CALIBRATED_VERSION, "0.13.0", "0.10.0"):
+        for tp in (2, 4):
+            assert _non_torch(version, "NVIDIA L40S", tp) == (base + pcie, pcie)
+        assert _non_torch(version, "NVIDIA L40S", 1) == (base, 0)
+    assert _non_torch(CALIBRATED_VERSION, "my GPU", 2)[0] == round(c("non_torch_tp2_bytes"))
+    assert _non_torch(CALIBRATED_VERSION, "my GPU", 4)[0] == round(c("non_torch_tp4_bytes"))
+    assert _non_torch("0.13.0", "my GPU", 2)[0] == round(c("non_torch_tp2_transfer_bytes"))
+    assert _non_torch("0.13.0", "my GPU", 8)[0] == round(c("non_torch_tp4_transfer_bytes"))
+    # the transfer values never undercut the calibrated ones; PCIe stays below both
+    assert c("non_torch_tp4_transfer_bytes") >= c("non_torch_tp4_bytes")
+    assert c("non_torch_tp2_transfer_bytes") >= c("non_torch_tp2_bytes")
+    assert base + pcie < c("non_torch_tp2_bytes")

@@ -5,11 +5,14 @@ checks at configuration time."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
 
 import msgspec
 from msgspec import UNSET
 
 from ..arch import Arch
+from ..catalog import match_gpu
 from ..deployed import (
     checkpoint_of,
     checkpoint_quantization,
@@ -47,6 +50,7 @@ def vllm_release_has_kv_memory(version: str) -> bool:
 
 
 __all__ = [
+    "Fabric",
     "Resolved",
     "deploy_serving",
     "model_dtype",
@@ -55,6 +59,7 @@ __all__ = [
     "serving_format",
     "serving_host_and_disk",
     "serving_quantization",
+    "tp_fabric",
     "weights_quantization",
 ]
 
@@ -171,6 +176,9 @@ def weights_quantization(q: ServingQuantization | None) -> Quantization | None:
     raise AssertionError(q.method)
 
 
+Fabric = Literal["nvlink", "pcie"]
+
+
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """The workload's engine settings once the version's defaults are filled in."""
@@ -187,6 +195,22 @@ class Resolved:
     pipeline: int
     data: int
     expert: int
+    fabric: Fabric = "nvlink"
+    """What tensor parallelism all-reduces over on this GPU type (:func:`tp_fabric`)."""
+
+
+@lru_cache(maxsize=256)
+def tp_fabric(gpu_name: str) -> Fabric:
+    """``pcie`` for a catalog GPU whose GPUs reach each other over PCIe only (L4, L40S, A10G,
+    RTX cards, T4, A100/H100 PCIe); ``nvlink`` for NVSwitch / NVLink / xGMI boards and for any
+    GPU the catalog does not know (the larger tensor-parallel cost: the safe side). vLLM's
+    custom all-reduce and its symmetric-memory all-reduce need peer access over a fast fabric
+    (``custom_all_reduce.py``: off on more than two PCIe-only GPUs; ``symm_mem.py``: Hopper /
+    Blackwell only), and NCCL's buffers follow the links it finds."""
+    g = match_gpu(gpu_name, None, None)
+    if g is None or g.interconnect is None:
+        return "nvlink"
+    return "pcie" if g.interconnect.kind == "pcie" else "nvlink"
 
 
 def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str) -> Resolved:
@@ -241,6 +265,7 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         par.pipeline,
         par.data,
         ep,
+        tp_fabric(gpu_name),
     )
 
 

@@ -10,6 +10,7 @@ from ..arch import Arch
 from ..formulas.activations import inference_working_set
 from ..statics import StageStatic
 from ..units import ceil_div
+from .calibration import CALIBRATED_VERSION
 from .engine_args import Resolved
 
 __all__ = [
@@ -80,15 +81,28 @@ def activation_peak_bytes(arch: Arch, st: StageStatic, r: Resolved) -> int:
 
 def non_torch_bytes(r: Resolved) -> tuple[int, int]:
     """(non-torch increase during profiling, the part of it due to communication): cuBLAS and
-    attention workspaces on one GPU; custom all-reduce / NCCL buffers with tensor parallelism;
-    less with pipeline parallelism only (buffers already made before the snapshot). Calibrated
-    per version and layout class."""
+    attention workspaces on one GPU; with tensor parallelism, the all-reduce buffers -- which
+    depend on the fabric (:func:`~.engine_args.tp_fabric`):
+
+    - ``nvlink`` (NVSwitch, NVLink, xGMI, unknown GPUs): custom all-reduce with its IPC
+      buffers, symmetric memory on Hopper / Blackwell, NCCL over NVLink. Fitted per layout class
+      on the calibrated release's H100 launches; any other release takes the larger of that and
+      the most any calibrate launch of that release family showed (``non_torch_tp*_transfer``:
+      the cost moved by tens of percent between releases, and over-counting it only costs KV
+      tokens).
+    - ``pcie``: custom all-reduce off beyond two GPUs and no symmetric memory
+      (``tp_comm_pcie_bytes``, fitted on PCIe launches of several releases).
+
+    Less with pipeline parallelism only (buffers already made before the snapshot)."""
     c = r.cal.c
     base = round(c("non_torch_tp1_bytes"))
-    if r.tensor >= 4:
-        value = round(c("non_torch_tp4_bytes"))
+    calibrated = r.cal.version == CALIBRATED_VERSION
+    if r.tensor >= 2 and r.fabric == "pcie":
+        value = base + round(c("tp_comm_pcie_bytes"))
+    elif r.tensor >= 4:
+        value = round(c("non_torch_tp4_bytes" if calibrated else "non_torch_tp4_transfer_bytes"))
     elif r.tensor >= 2:
-        value = round(c("non_torch_tp2_bytes"))
+        value = round(c("non_torch_tp2_bytes" if calibrated else "non_torch_tp2_transfer_bytes"))
     elif r.pipeline > 1:
         value = round(c("non_torch_pp_bytes"))
     else:
