@@ -18,7 +18,9 @@ Every fitted constant records the run ids it was fitted on. Fits (all on vLLM's 
 - tp_comm_pcie_bytes: median implied tensor-parallel non-torch memory (less the one-GPU part)
   over the PCIe-only launches of research/data/vllm_tp_logs.json;
 - non_torch_{tp2,tp4}_transfer_bytes: releases other than the calibrated one on NVLink-class
-  fabrics: the larger of the H100 value and the largest implied value of those launches.
+  fabrics: the larger of the H100 value and the largest implied value of those launches;
+- kv_band_{calibrated,transfer}_bytes: the largest |predicted - printed| KV budget on the
+  calibrated release's launches and on the tensor-parallel launches of the others.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 import msgspec
 
 from research import vllm_tp_logs
-from research.vllm_runs import load_runs, run_request
+from research.vllm_runs import compare, load_runs, run_request
 from vrambudget.core.formulas.activations import inference_working_set
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.serving import calibration as calibration_mod
@@ -295,6 +297,33 @@ def fit() -> dict[str, Any]:
             f"value of a calibrate launch of another release ({top / g:.2f} GiB); {src}",
             sorted(h100["fitted_on"] + [r.log for r in other]),
         )
+    # the KV-token band: how far the KV budget landed from the printed one, in bytes, on the
+    # calibrate launches of the calibrated release (vllm_runs.json) and on the others
+    with _provisional(doc):
+        runs = [
+            r for r in load_runs() if r["split"] == "calibrate" and r["vllm_version"] == VERSION
+        ]
+        gaps = [
+            (abs(c.predicted - c.measured) * g, c.run_id)
+            for r in runs
+            for c in compare(r)
+            if c.quantity == "kv_cache_gib"
+        ]
+        rows = vllm_tp_logs.implied()
+    constants["kv_band_calibrated_bytes"] = _const(
+        round(max(v for v, _ in gaps)),
+        "bytes",
+        f"largest |predicted - printed| KV budget ('Available KV cache memory') over the "
+        f"{len(gaps)} calibrate launches of {VERSION} (research/vllm_runs.py compare)",
+        [i for _, i in gaps],
+    )
+    constants["kv_band_transfer_bytes"] = _const(
+        round(max(abs(r.implied_non_torch_bytes - r.modelled_non_torch_bytes) for r in rows)),
+        "bytes",
+        "largest |predicted - printed| KV budget over the re-created launches of "
+        f"research/data/vllm_tp_logs.json (other releases and fabrics); {src}",
+        [r.log for r in rows],
+    )
     return doc
 
 

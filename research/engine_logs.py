@@ -23,10 +23,11 @@ import msgspec
 from vrambudget.core.catalog import gpu
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.serving.gguf.llamacpp import LlamaSettings, llama_account
-from vrambudget.core.serving.vllm import account
+from vrambudget.core.serving.vllm import account, kv_tokens_band
 from vrambudget.core.spec import LLMServingWorkload, ModelSource, PresetModel
 
 LOGS = Path(__file__).parent / "data" / "engine_logs.json"
+BAND = "KV tokens inside the band"
 MiB, GiB = 1 << 20, 1 << 30
 
 
@@ -124,6 +125,9 @@ def _vllm(
     ]
     if gpu_id is not None:
         out.append(Check(log, "vllm", "KV tokens", measured["kv_cache_tokens"], a.kv_tokens, "tok"))
+        low, high, _ = kv_tokens_band(a, g.name)
+        inside = float(low <= measured["kv_cache_tokens"] <= high)
+        out.append(Check(log, "vllm", BAND, 1.0, inside, "yes"))
         if measured.get("max_concurrency"):
             out.append(
                 Check(
@@ -259,9 +263,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r.log[:44]:<46}{r.quantity:<20}{r.measured:>12.2f}"
                 f"{r.predicted:>12.2f} {r.unit:<7}{r.error:>+8.1%}"
             )
+    band = [r for r in rows if r.quantity == BAND]
+    rows = [r for r in rows if r.quantity != BAND]
     print(f"{'engine':<10}{'quantity':<20}{'n':>4}{'median':>9}{'max':>9}{'below':>7}")
     for engine, quantity, n, med, mx, below in summary(rows):
         print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
+    print(
+        "vLLM KV tokens inside kv_cache_tokens_band: "
+        f"{sum(r.predicted for r in band):.0f} of {len(band)}"
+    )
     return 0
 
 

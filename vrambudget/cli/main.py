@@ -163,6 +163,9 @@ def _estimate(args: argparse.Namespace) -> int:
             f"{format_bytes(sv.kv_cache_pool_bytes)} = {sv.kv_cache_tokens:,} tokens; max "
             f"concurrency {sv.max_concurrency:g} at {sv.max_model_len:,} tokens per request"
         )
+        if sv.kv_cache_tokens_band is not None:
+            b = sv.kv_cache_tokens_band
+            print(f"  KV tokens may be {b.low:,} .. {b.high:,} ({b.basis})")
         if sv.version_note:
             print(f"  note: {sv.version_note}")
         for remedy in sv.remedies:

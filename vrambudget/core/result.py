@@ -31,6 +31,7 @@ __all__ = [
     "GPUFit",
     "HostBudget",
     "Item",
+    "KVTokensBand",
     "LatencyEstimate",
     "LayoutFit",
     "LayoutInterconnect",
@@ -309,6 +310,19 @@ class GGUFDetails(_Out, tag="gguf", tag_field="engine", frozen=True, kw_only=Tru
 EngineDetails = VLLMDetails | SGLangDetails | GGUFDetails
 
 
+class KVTokensBand(_Out, frozen=True, kw_only=True):
+    """How many KV tokens the engine may really report: the prediction with the KV budget moved
+    by the largest gap seen between predicted and printed budgets on published launches of the
+    same kind (docs/SERVING.md, *How wrong it may be*)."""
+
+    low: int
+    """Tokens if the engine's other memory is that much larger (size for this one)."""
+    high: int
+    """Tokens if it is that much smaller."""
+    basis: str
+    """The gap applied and the launches it comes from."""
+
+
 class ServingSummary(_Out, frozen=True, kw_only=True):
     """A serving engine's own numbers for the deployment (``llm_serving`` workloads), per GPU of
     one engine replica, the same shape for every engine; what only one engine has is in
@@ -335,6 +349,9 @@ class ServingSummary(_Out, frozen=True, kw_only=True):
     """K+V bytes of one token over that GPU's layers (windows not applied)."""
     kv_cache_tokens: int
     """Tokens the pool holds ("GPU KV cache size", SGLang "#tokens", llama.cpp n_ctx)."""
+    kv_cache_tokens_band: KVTokensBand | None = None
+    """The range ``kv_cache_tokens`` may really take (vLLM; null where the pool is given by
+    ``kv_cache_memory_bytes`` or the engine has no band yet)."""
     max_model_len: int
     """Longest request (prompt + output), tokens."""
     max_concurrency: float

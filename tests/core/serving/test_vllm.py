@@ -111,3 +111,77 @@ def test_tensor_parallel_non_torch_per_fabric_and_release():
     assert c("non_torch_tp4_transfer_bytes") >= c("non_torch_tp4_bytes")
     assert c("non_torch_tp2_transfer_bytes") >= c("non_torch_tp2_bytes")
     assert base + pcie < c("non_torch_tp2_bytes")
+
+
+def test_kv_tokens_band_by_hand_on_the_calibrated_release_and_gpu():
+    """Llama 3.1 8B on the calibrated release and GPU: the band moves the KV budget by
+    ``kv_band_calibrated_bytes``; a page is 16 tokens x 8 KV heads x 128 x 2 (K, V) x 2 bytes =
+    65,536 B for each of the 32 layers."""
+    from vrambudget.core.serving.calibration import CALIBRATED_VERSION, calibration
+    from vrambudget.core.serving.vllm import kv_tokens_band
+
+    a = account(
+        serving("llama-3.1-8b", max_model_len=8192, engine_version=CALIBRATED_VERSION),
+        preset_arch("llama-3.1-8b"),
+        85_030_000_000,
+        "NVIDIA H100 80GB HBM3",
+    )
+    avail = a.stages[0].available_bytes
+    u = round(calibration(CALIBRATED_VERSION).c("kv_band_calibrated_bytes"))
+    low, high, basis = kv_tokens_band(a, "NVIDIA H100 80GB HBM3")
+    assert low == (avail - u) // 65_536 // 32 * 16
+    assert high == (avail + u) // 65_536 // 32 * 16
+    assert low <= a.kv_tokens <= high
+    assert "0.19.0 H100 launches" in basis
+
+
+@pytest.mark.parametrize(
+    ("version", "gpu"),
+    [("0.13.0", "NVIDIA H100 80GB HBM3"), ("0.19.0", "NVIDIA L40S"), ("0.19.0", "my GPU")],
+)
+def test_kv_tokens_band_is_the_transfer_one_off_the_calibrated_release_or_gpu(version, gpu):
+    from vrambudget.core.serving.calibration import CALIBRATED_VERSION, calibration
+    from vrambudget.core.serving.vllm import kv_tokens_band
+
+    a = account(
+        serving("llama-3.1-8b", max_model_len=8192, engine_version=version),
+        preset_arch("llama-3.1-8b"),
+        48 * GiB,
+        gpu,
+    )
+    u = round(calibration(CALIBRATED_VERSION).c("kv_band_transfer_bytes"))
+    low, high, basis = kv_tokens_band(a, gpu)
+    avail = a.stages[0].available_bytes
+    assert (low, high) == (
+        (avail - u) // 65_536 // 32 * 16,
+        (avail + u) // 65_536 // 32 * 16,
+    )
+    assert "other releases and GPUs" in basis
+
+
+def test_kv_tokens_band_in_the_answer_and_none_with_a_given_pool():
+    from vrambudget.core.estimate import estimate
+    from vrambudget.core.spec import BudgetRequest
+
+    def budget(**fields: object):
+        req = msgspec.convert(
+            {
+                "workloads": [
+                    {
+                        "kind": "llm_serving",
+                        "model": {"source": "preset", "id": "llama-3.1-8b"},
+                        "max_model_len": 8192,
+                        **fields,
+                    }
+                ],
+                "device": {"source": "catalog", "id": "l40s-48gb"},
+            },
+            BudgetRequest,
+        )
+        return estimate(req.workloads, req.device)
+
+    sv = budget().serving
+    assert sv is not None and sv.kv_cache_tokens_band is not None
+    assert sv.kv_cache_tokens_band.low < sv.kv_cache_tokens < sv.kv_cache_tokens_band.high
+    given = budget(kv_cache_memory_bytes=20 * GiB).serving
+    assert given is not None and given.kv_cache_tokens_band is None

@@ -17,6 +17,7 @@ from ..resolve import model_name, model_origin, resolve_model
 from ..result import (
     Budget,
     DeviceBudget,
+    KVTokensBand,
     Line,
     Part,
     Phase,
@@ -42,7 +43,7 @@ from .engine_args import (
 )
 from .engines_budget import engine_calibration, gguf_budget, sglang_budget
 from .releases import engine_release
-from .vllm import ServingAccount, StageAccount, account, utilization
+from .vllm import ServingAccount, StageAccount, account, kv_tokens_band, utilization
 
 __all__ = ["remedies", "serving_account", "serving_budget", "stage_values"]
 
@@ -266,6 +267,13 @@ def vllm_launch(w: LLMServingWorkload, a: ServingAccount) -> str:
     return " ".join(parts)
 
 
+def _band(w: LLMServingWorkload, a: ServingAccount, gpu_name: str) -> KVTokensBand | None:
+    if w.kv_cache_memory_bytes is not None:
+        return None
+    low, high, basis = kv_tokens_band(a, gpu_name)
+    return KVTokensBand(low=low, high=high, basis=basis)
+
+
 def serving_budget(
     workloads: tuple[Workload, ...],
     device: DeviceRef | None,
@@ -384,6 +392,7 @@ def serving_budget(
             ]
         ),
         kv_cache_tokens=a.kv_tokens,
+        kv_cache_tokens_band=_band(w, a, gpu_name),
         max_model_len=r.max_model_len,
         max_concurrency=round(a.max_concurrency, 4),
         data_parallel=r.data,

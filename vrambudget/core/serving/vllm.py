@@ -28,6 +28,7 @@ from ..spec import LLMServingWorkload, Parallelism, Precision, Quantization
 from ..statics import StageStatic, stage_statics
 from ..units import GiB
 from . import kv
+from .calibration import CALIBRATED_VERSION
 from .engine_args import Resolved, _layout, resolve, serving_quantization
 from .load import MLA_IMPORT_WORKSPACE_BYTES, load_memory
 from .quantities import (
@@ -42,6 +43,7 @@ __all__ = [
     "ServingAccount",
     "StageAccount",
     "account",
+    "kv_tokens_band",
     "mla_import_workspaces",
     "stage_count",
 ]
@@ -304,3 +306,34 @@ def _refusal(stages_: list[StageAccount], r: Resolved, arch: Arch) -> str | None
 
 def stage_count(arch: Arch, pipeline: int) -> int:
     return len(stages(arch, pipeline))
+
+
+CALIBRATED_GPU = "h100-sxm5-80gb"
+"""The GPU type of the calibrated release's launches."""
+
+
+def kv_tokens_band(a: ServingAccount, gpu_name: str) -> tuple[int, int, str]:
+    """(low, high, basis): the KV tokens if every stage's KV budget were ``U`` bytes smaller or
+    larger, ``U`` the largest gap between predicted and printed budgets on published launches
+    of the same kind -- ``kv_band_calibrated_bytes`` for the calibrated release on its GPU type,
+    ``kv_band_transfer_bytes`` for any other release or GPU. With ``--kv-cache-memory`` the pool
+    is given: no band."""
+    r = a.resolved
+    g = match_gpu(gpu_name, None, None)
+    calibrated = r.cal.version == CALIBRATED_VERSION and g is not None and g.id == CALIBRATED_GPU
+    name = "kv_band_calibrated_bytes" if calibrated else "kv_band_transfer_bytes"
+    u = round(r.cal.c(name))
+
+    def tokens(delta: int) -> int:
+        blocks = min(
+            kv.num_blocks(max(s.available_bytes + delta, 0), a.groups.page_bytes, s.group_size)
+            for s in a.stages
+        )
+        return kv.num_tokens(blocks, a.groups)
+
+    basis = f"KV budget +/- {u / GiB:.2f} GiB per GPU: the largest gap between predicted and " + (
+        f"printed budgets over the {CALIBRATED_VERSION} H100 launches it was fitted on"
+        if calibrated
+        else "printed budgets over published launches of other releases and GPUs"
+    )
+    return tokens(-u), tokens(u), basis
