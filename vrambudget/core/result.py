@@ -319,6 +319,9 @@ class KVTokensBand(_Out, frozen=True, kw_only=True):
     """Tokens if the engine's other memory is that much larger (size for this one)."""
     high: int
     """Tokens if it is that much smaller."""
+    max_concurrency_low: float
+    """Requests of max_model_len the pool holds at ``low`` (below 1: the engine may refuse to
+    start; the fit verdict then says ``fits_if_low``)."""
     basis: str
     """The gap applied and the launches it comes from."""
 

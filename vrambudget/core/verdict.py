@@ -95,6 +95,9 @@ def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
         if sv is not None:  # the engine's verdict holds for each of its GPUs
             ok = engine_ok
             verdict: Verdict = "fits" if ok else "does_not_fit"
+            kb = sv.kv_cache_tokens_band
+            if ok and kb is not None and kb.max_concurrency_low < 1.0:
+                verdict = "fits_if_low"  # starts only if its other memory is near the estimate
         else:
             band = d.band
             verdict = memory_verdict(

@@ -93,3 +93,37 @@ def test_cheapest_gpu_by_price_or_fewest_devices():
         )
     ).cheapest
     assert priced.basis == "price" and priced.gpu_id == "h100-sxm5-80gb" and priced.cost == 1.0
+
+
+def test_a_layout_that_starts_only_at_the_estimate_is_fits_if_low():
+    """Llama 3.1 8B on one L4 (0.13.0: the transfer band, 1.73 GiB of KV budget): at the
+    largest max_model_len that starts, the band's low end holds less than one request, so the
+    layout fits only if the engine's other memory is near the estimate; a short context fits
+    outright. The budget's own verdict agrees."""
+    from vrambudget.core.estimate import estimate
+    from vrambudget.core.spec import BudgetRequest
+    from vrambudget.core.verdict import with_fit
+
+    l4 = {"source": "catalog", "id": "l4-24gb"}
+    base = {
+        "kind": "llm_serving",
+        "model": {"source": "preset", "id": "llama-3.1-8b"},
+        "engine_version": "0.13.0",
+    }
+    longest = fit(
+        fit_request(workloads=[base], devices=[l4], device_counts=[1], solve=["max_model_len"])
+    ).gpus[0].layouts[0].maxima.max_model_len
+    assert longest is not None and longest > 4096
+
+    def verdicts(length: int) -> tuple[str, str]:
+        w = {**base, "max_model_len": length}
+        lay = fit(fit_request(workloads=[w], devices=[l4], device_counts=[1])).gpus[0].layouts[0]
+        req = msgspec.convert({"workloads": [w], "device": l4}, BudgetRequest)
+        b = with_fit(estimate(req.workloads, req.device), req.workloads)
+        assert b.fit is not None and b.serving is not None
+        band = b.serving.kv_cache_tokens_band
+        assert band is not None and band.low < b.serving.kv_cache_tokens < band.high
+        return lay.verdict, b.fit.verdict
+
+    assert verdicts(longest) == ("fits_if_low", "fits_if_low")
+    assert verdicts(4096) == ("fits", "fits")

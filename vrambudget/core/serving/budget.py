@@ -43,7 +43,14 @@ from .engine_args import (
 )
 from .engines_budget import engine_calibration, gguf_budget, sglang_budget
 from .releases import engine_release
-from .vllm import ServingAccount, StageAccount, account, kv_tokens_band, utilization
+from .vllm import (
+    ServingAccount,
+    StageAccount,
+    account,
+    concurrency_at_low,
+    kv_tokens_band,
+    utilization,
+)
 
 __all__ = ["remedies", "serving_account", "serving_budget", "stage_values"]
 
@@ -271,7 +278,8 @@ def _band(w: LLMServingWorkload, a: ServingAccount, gpu_name: str) -> KVTokensBa
     if w.kv_cache_memory_bytes is not None:
         return None
     low, high, basis = kv_tokens_band(a, gpu_name)
-    return KVTokensBand(low=low, high=high, basis=basis)
+    conc = round(concurrency_at_low(a, gpu_name), 4)
+    return KVTokensBand(low=low, high=high, max_concurrency_low=conc, basis=basis)
 
 
 def serving_budget(

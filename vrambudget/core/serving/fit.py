@@ -41,7 +41,7 @@ from ..verdict import free_percent
 from .budget import stage_values
 from .engine_args import serving_quantization
 from .engines_fit import MAX_GGUF_DEVICES, gguf_fits, gguf_layout, sglang_fits, sglang_layout
-from .vllm import ServingAccount, account
+from .vllm import ServingAccount, account, concurrency_at_low
 
 __all__ = ["serving_fit"]
 
@@ -154,6 +154,14 @@ def serving_fit(req: FitRequest) -> FitResponse:
             warnings = warnings + link_warnings
             free = ctx.memory_total_bytes - used
             fits = _fits(a, target)
+            verdict: Verdict = "fits" if fits else "does_not_fit"
+            if (
+                fits
+                and w.kv_cache_memory_bytes is None
+                and concurrency_at_low(a, ctx.name) < (target if target is not None else 1.0)
+            ):
+                # starts (with the target) only if the engine's other memory is near the estimate
+                verdict = "fits_if_low"
             layouts.append(
                 LayoutFit(
                     device_count=n,
@@ -161,8 +169,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
                     pipeline=par.pipeline,
                     data=par.data,
                     fits=fits,
-                    # the engine's own accounting has no error band: it starts or it does not
-                    verdict="fits" if fits else "does_not_fit",
+                    verdict=verdict,
                     total_bytes=used,
                     capacity_bytes=ctx.memory_total_bytes,
                     free_bytes=free,

@@ -43,6 +43,8 @@ __all__ = [
     "ServingAccount",
     "StageAccount",
     "account",
+    "band_bytes",
+    "concurrency_at_low",
     "kv_tokens_band",
     "mla_import_workspaces",
     "stage_count",
@@ -308,6 +310,29 @@ def stage_count(arch: Arch, pipeline: int) -> int:
     return len(stages(arch, pipeline))
 
 
+def _blocks(a: ServingAccount, delta: int) -> int:
+    """KV blocks if every stage's budget were ``delta`` bytes larger."""
+    return min(
+        kv.num_blocks(max(s.available_bytes + delta, 0), a.groups.page_bytes, s.group_size)
+        for s in a.stages
+    )
+
+
+def band_bytes(a: ServingAccount, gpu_name: str) -> int:
+    """``U`` of :func:`kv_tokens_band`."""
+    r = a.resolved
+    g = match_gpu(gpu_name, None, None)
+    calibrated = r.cal.version == CALIBRATED_VERSION and g is not None and g.id == CALIBRATED_GPU
+    return round(r.cal.c("kv_band_calibrated_bytes" if calibrated else "kv_band_transfer_bytes"))
+
+
+def concurrency_at_low(a: ServingAccount, gpu_name: str) -> float:
+    """The maximum concurrency at the band's low end (the KV budget ``U`` smaller)."""
+    r = a.resolved
+    blocks = _blocks(a, -band_bytes(a, gpu_name))
+    return kv.max_concurrency(blocks, a.groups, r.max_model_len, r.max_num_batched_tokens)
+
+
 CALIBRATED_GPU = "h100-sxm5-80gb"
 """The GPU type of the calibrated release's launches."""
 
@@ -321,15 +346,10 @@ def kv_tokens_band(a: ServingAccount, gpu_name: str) -> tuple[int, int, str]:
     r = a.resolved
     g = match_gpu(gpu_name, None, None)
     calibrated = r.cal.version == CALIBRATED_VERSION and g is not None and g.id == CALIBRATED_GPU
-    name = "kv_band_calibrated_bytes" if calibrated else "kv_band_transfer_bytes"
-    u = round(r.cal.c(name))
+    u = band_bytes(a, gpu_name)
 
     def tokens(delta: int) -> int:
-        blocks = min(
-            kv.num_blocks(max(s.available_bytes + delta, 0), a.groups.page_bytes, s.group_size)
-            for s in a.stages
-        )
-        return kv.num_tokens(blocks, a.groups)
+        return kv.num_tokens(_blocks(a, delta), a.groups)
 
     basis = f"KV budget +/- {u / GiB:.2f} GiB per GPU: the largest gap between predicted and " + (
         f"printed budgets over the {CALIBRATED_VERSION} H100 launches it was fitted on"
