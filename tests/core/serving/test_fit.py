@@ -110,9 +110,12 @@ def test_a_layout_that_starts_only_at_the_estimate_is_fits_if_low():
         "model": {"source": "preset", "id": "llama-3.1-8b"},
         "engine_version": "0.13.0",
     }
-    longest = fit(
-        fit_request(workloads=[base], devices=[l4], device_counts=[1], solve=["max_model_len"])
-    ).gpus[0].layouts[0].maxima.max_model_len
+    longest = (
+        fit(fit_request(workloads=[base], devices=[l4], device_counts=[1], solve=["max_model_len"]))
+        .gpus[0]
+        .layouts[0]
+        .maxima.max_model_len
+    )
     assert longest is not None and longest > 4096
 
     def verdicts(length: int) -> tuple[str, str]:
