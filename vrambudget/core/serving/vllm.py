@@ -318,11 +318,16 @@ def _blocks(a: ServingAccount, delta: int) -> int:
     )
 
 
+@lru_cache(maxsize=256)
+def _on_calibrated_gpu(gpu_name: str) -> bool:
+    g = match_gpu(gpu_name, None, None)
+    return g is not None and g.id == CALIBRATED_GPU
+
+
 def band_bytes(a: ServingAccount, gpu_name: str) -> int:
     """``U`` of :func:`kv_tokens_band`."""
     r = a.resolved
-    g = match_gpu(gpu_name, None, None)
-    calibrated = r.cal.version == CALIBRATED_VERSION and g is not None and g.id == CALIBRATED_GPU
+    calibrated = r.cal.version == CALIBRATED_VERSION and _on_calibrated_gpu(gpu_name)
     return round(r.cal.c("kv_band_calibrated_bytes" if calibrated else "kv_band_transfer_bytes"))
 
 
@@ -343,9 +348,7 @@ def kv_tokens_band(a: ServingAccount, gpu_name: str) -> tuple[int, int, str]:
     of the same kind -- ``kv_band_calibrated_bytes`` for the calibrated release on its GPU type,
     ``kv_band_transfer_bytes`` for any other release or GPU. With ``--kv-cache-memory`` the pool
     is given: no band."""
-    r = a.resolved
-    g = match_gpu(gpu_name, None, None)
-    calibrated = r.cal.version == CALIBRATED_VERSION and g is not None and g.id == CALIBRATED_GPU
+    calibrated = a.resolved.cal.version == CALIBRATED_VERSION and _on_calibrated_gpu(gpu_name)
     u = band_bytes(a, gpu_name)
 
     def tokens(delta: int) -> int:
