@@ -185,3 +185,50 @@ def test_kv_tokens_band_in_the_answer_and_none_with_a_given_pool():
     assert sv.kv_cache_tokens_band.low < sv.kv_cache_tokens < sv.kv_cache_tokens_band.high
     given = budget(kv_cache_memory_bytes=20 * GiB).serving
     assert given is not None and given.kv_cache_tokens_band is None
+
+
+def test_plain_awq_kernel_adds_its_dequantized_weight_to_the_forward_peak():
+    """``--quantization awq`` (named) runs vLLM's own AWQ kernel, which from 256 tokens
+    dequantizes a whole merged weight before the matmul: Qwen2.5-14B's gate_up is 5,120 x
+    (2 x 13,824) x 2 B = 283,115,520 B on one GPU. With 16 sequences the forward, not the
+    sampler, sets the profile peak, so the peak grows by exactly that."""
+    import dataclasses
+
+    from vrambudget.core.serving.quantities import activation_peak_bytes
+
+    arch = preset_arch("qwen2.5-14b")
+    a = account(
+        serving(
+            "qwen2.5-14b",
+            max_model_len=8192,
+            max_num_seqs=16,
+            engine_version="0.13.0",
+            quantization={"method": "awq"},
+        ),
+        arch,
+        85_030_000_000,
+        "NVIDIA H100 80GB HBM3",
+    )
+    assert a.resolved.plain_awq
+    from vrambudget.core.serving.vllm import _statics
+
+    st = _statics(arch, a.resolved.dtype, _awq(), _par())[0]
+    marlin = dataclasses.replace(a.resolved, plain_awq=False)
+    assert (
+        activation_peak_bytes(arch, st, a.resolved) - activation_peak_bytes(arch, st, marlin)
+        == 5_120 * 2 * 13_824 * 2
+    )
+    assert a.stages[0].activation_bytes == activation_peak_bytes(arch, st, a.resolved)
+
+
+def _awq():
+    from vrambudget.core.serving.engine_args import weights_quantization
+    from vrambudget.core.spec.serving import ServingQuantization
+
+    return weights_quantization(ServingQuantization(method="awq"))
+
+
+def _par():
+    from vrambudget.core.spec import Parallelism
+
+    return Parallelism()

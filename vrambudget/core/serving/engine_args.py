@@ -197,6 +197,9 @@ class Resolved:
     expert: int
     fabric: Fabric = "nvlink"
     """What tensor parallelism all-reduces over on this GPU type (:func:`tp_fabric`)."""
+    plain_awq: bool = False
+    """``--quantization awq`` named: vLLM's own AWQ kernels, not Marlin
+    (``awq_marlin.py`` ``override_quantization_method`` keeps ``awq`` when the user names it)."""
 
 
 @lru_cache(maxsize=256)
@@ -266,6 +269,7 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         par.data,
         ep,
         tp_fabric(gpu_name),
+        isinstance(w.quantization, ServingQuantization) and w.quantization.method == "awq",
     )
 
 

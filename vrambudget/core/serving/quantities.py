@@ -14,7 +14,9 @@ from .calibration import CALIBRATED_VERSION
 from .engine_args import Resolved
 
 __all__ = [
+    "AWQ_FP16_MATMUL_TOKENS",
     "activation_peak_bytes",
+    "awq_dequant_bytes",
     "baseline_bytes",
     "cuda_graph_bytes",
     "non_torch_bytes",
@@ -44,6 +46,22 @@ def _moe_workspace(arch: Arch, st: StageStatic, tokens: int, e: int) -> int:
     return tokens * arch.moe.experts_per_token * (max(2 * f, arch.hidden_size) + f) * e
 
 
+AWQ_FP16_MATMUL_TOKENS = 256
+"""vllm/model_executor/layers/quantization/awq.py ``AWQLinearMethod.apply``:
+``FP16_MATMUL_HEURISTIC_CONDITION = x.shape[:-1].numel() >= 256`` -- from 256 tokens the
+kernel dequantizes the whole weight (``ops.awq_dequantize``) and multiplies in 16 bits."""
+
+
+def awq_dequant_bytes(st: StageStatic, e: int) -> int:
+    """The largest weight vLLM's plain AWQ kernel dequantizes at once, in the model dtype: its
+    merged projections per GPU (``QKVParallelLinear``, ``MergedColumnParallelLinear``), live
+    with the matmul's output. Qwen2.5-14B at TP1: gate_up 5,120 x 27,648 x 2 B = 283,115,520 B."""
+    d = st.dims
+    qkv = d.h * (d.heads * d.qk_head_dim + d.kv_heads * (d.qk_head_dim + d.v_head_dim))
+    o = d.heads * d.v_head_dim * d.h
+    return max(qkv, o, 2 * d.f * d.h, d.f * d.h) * e
+
+
 def activation_peak_bytes(arch: Arch, st: StageStatic, r: Resolved) -> int:
     """The torch peak increase of ``profile_run``: a dummy forward of ``T =
     max_num_batched_tokens`` tokens spread over ``S = min(max_num_seqs, T)`` requests, then (last
@@ -69,6 +87,8 @@ def activation_peak_bytes(arch: Arch, st: StageStatic, r: Resolved) -> int:
         for layer, _ in st.layer_kinds
     )
     forward = math.ceil(c("forward_working_set_scale") * ws)
+    if r.plain_awq and T >= AWQ_FP16_MATMUL_TOKENS and arch.moe is None:
+        forward += awq_dequant_bytes(st, r.e)
     if not st.stage.last:
         return forward + math.ceil(c("pp_hidden_copies") * T * arch.hidden_size * r.e)
     sampler = math.ceil(
