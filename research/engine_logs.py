@@ -23,7 +23,7 @@ import msgspec
 from vrambudget.core.catalog import gpu
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.serving.gguf.llamacpp import LlamaSettings, llama_account
-from vrambudget.core.serving.vllm import account, kv_tokens_band
+from vrambudget.core.serving.vllm import account, kv_band
 from vrambudget.core.spec import LLMServingWorkload, ModelSource, PresetModel
 
 LOGS = Path(__file__).parent / "data" / "engine_logs.json"
@@ -125,8 +125,9 @@ def _vllm(
     ]
     if gpu_id is not None:
         out.append(Check(log, "vllm", "KV tokens", measured["kv_cache_tokens"], a.kv_tokens, "tok"))
-        low, high, _ = kv_tokens_band(a, g.name)
-        inside = float(low <= measured["kv_cache_tokens"] <= high)
+        band = kv_band(w, a, g.name)
+        assert band is not None  # no log sets --kv-cache-memory
+        inside = float(band.low <= measured["kv_cache_tokens"] <= band.high)
         out.append(Check(log, "vllm", BAND, 1.0, inside, "yes"))
         if measured.get("max_concurrency"):
             out.append(

@@ -320,8 +320,8 @@ class KVTokensBand(_Out, frozen=True, kw_only=True):
     high: int
     """Tokens if it is that much smaller."""
     max_concurrency_low: float
-    """Requests of max_model_len the pool holds at ``low`` (below 1: the engine may refuse to
-    start; the fit verdict then says ``fits_if_low``)."""
+    """Requests of max_model_len the pool holds at ``low``, rounded down to 4 decimals (below
+    1, or the fit's target: the verdict says ``fits_if_low``)."""
     basis: str
     """The gap applied and the launches it comes from."""
 

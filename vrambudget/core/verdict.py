@@ -21,7 +21,15 @@ import msgspec
 
 from .components import Component
 from .mig import Verdict
-from .result import Budget, BudgetFit, DeviceBudget, DeviceFit, GGUFDetails, ServingSummary
+from .result import (
+    Budget,
+    BudgetFit,
+    DeviceBudget,
+    DeviceFit,
+    GGUFDetails,
+    KVTokensBand,
+    ServingSummary,
+)
 from .spec import LLMServingWorkload, Workload
 
 __all__ = ["free_percent", "memory_verdict", "with_fit"]
@@ -80,6 +88,17 @@ def _serving_fits(sv: ServingSummary, w: Workload | None) -> tuple[bool, str | N
     return True, None
 
 
+def serving_verdict(starts: bool, band: KVTokensBand | None, target: float = 1.0) -> Verdict:
+    """A serving engine's verdict: ``fits`` when it starts with ``target`` concurrency even at
+    the low end of its KV-token band, ``fits_if_low`` when only the estimate does (it starts
+    only if its other memory is near the estimate), else ``does_not_fit``."""
+    if not starts:
+        return "does_not_fit"
+    if band is not None and band.max_concurrency_low < target:
+        return "fits_if_low"
+    return "fits"
+
+
 def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
     """The budget with its ``fit`` against its device (unchanged without a device)."""
     if budget.device is None or not budget.devices:
@@ -94,10 +113,7 @@ def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
         used = _used(d, sv is not None)
         if sv is not None:  # the engine's verdict holds for each of its GPUs
             ok = engine_ok
-            verdict: Verdict = "fits" if ok else "does_not_fit"
-            kb = sv.kv_cache_tokens_band
-            if ok and kb is not None and kb.max_concurrency_low < 1.0:
-                verdict = "fits_if_low"  # starts only if its other memory is near the estimate
+            verdict: Verdict = serving_verdict(ok, sv.kv_cache_tokens_band)
         else:
             band = d.band
             verdict = memory_verdict(

@@ -118,17 +118,15 @@ def test_kv_tokens_band_by_hand_on_the_calibrated_release_and_gpu():
     ``kv_band_calibrated_bytes``; a page is 16 tokens x 8 KV heads x 128 x 2 (K, V) x 2 bytes =
     65,536 B for each of the 32 layers."""
     from vrambudget.core.serving.calibration import CALIBRATED_VERSION, calibration
-    from vrambudget.core.serving.vllm import kv_tokens_band
+    from vrambudget.core.serving.vllm import kv_band
 
-    a = account(
-        serving("llama-3.1-8b", max_model_len=8192, engine_version=CALIBRATED_VERSION),
-        preset_arch("llama-3.1-8b"),
-        85_030_000_000,
-        "NVIDIA H100 80GB HBM3",
-    )
+    w = serving("llama-3.1-8b", max_model_len=8192, engine_version=CALIBRATED_VERSION)
+    a = account(w, preset_arch("llama-3.1-8b"), 85_030_000_000, "NVIDIA H100 80GB HBM3")
     avail = a.stages[0].available_bytes
     u = round(calibration(CALIBRATED_VERSION).c("kv_band_calibrated_bytes"))
-    low, high, basis = kv_tokens_band(a, "NVIDIA H100 80GB HBM3")
+    band = kv_band(w, a, "NVIDIA H100 80GB HBM3")
+    assert band is not None
+    low, high, basis = band.low, band.high, band.basis
     assert low == (avail - u) // 65_536 // 32 * 16
     assert high == (avail + u) // 65_536 // 32 * 16
     assert low <= a.kv_tokens <= high
@@ -141,16 +139,14 @@ def test_kv_tokens_band_by_hand_on_the_calibrated_release_and_gpu():
 )
 def test_kv_tokens_band_is_the_transfer_one_off_the_calibrated_release_or_gpu(version, gpu):
     from vrambudget.core.serving.calibration import CALIBRATED_VERSION, calibration
-    from vrambudget.core.serving.vllm import kv_tokens_band
+    from vrambudget.core.serving.vllm import kv_band
 
-    a = account(
-        serving("llama-3.1-8b", max_model_len=8192, engine_version=version),
-        preset_arch("llama-3.1-8b"),
-        48 * GiB,
-        gpu,
-    )
+    w = serving("llama-3.1-8b", max_model_len=8192, engine_version=version)
+    a = account(w, preset_arch("llama-3.1-8b"), 48 * GiB, gpu)
     u = round(calibration(CALIBRATED_VERSION).c("kv_band_transfer_bytes"))
-    low, high, basis = kv_tokens_band(a, gpu)
+    band = kv_band(w, a, gpu)
+    assert band is not None
+    low, high, basis = band.low, band.high, band.basis
     avail = a.stages[0].available_bytes
     assert (low, high) == (
         (avail - u) // 65_536 // 32 * 16,
@@ -194,41 +190,25 @@ def test_plain_awq_kernel_adds_its_dequantized_weight_to_the_forward_peak():
     sampler, sets the profile peak, so the peak grows by exactly that."""
     import dataclasses
 
+    from vrambudget.core.serving.engine_args import _layout, serving_quantization
     from vrambudget.core.serving.quantities import activation_peak_bytes
-
-    arch = preset_arch("qwen2.5-14b")
-    a = account(
-        serving(
-            "qwen2.5-14b",
-            max_model_len=8192,
-            max_num_seqs=16,
-            engine_version="0.13.0",
-            quantization={"method": "awq"},
-        ),
-        arch,
-        85_030_000_000,
-        "NVIDIA H100 80GB HBM3",
-    )
-    assert a.resolved.plain_awq
     from vrambudget.core.serving.vllm import _statics
 
-    st = _statics(arch, a.resolved.dtype, _awq(), _par())[0]
-    marlin = dataclasses.replace(a.resolved, plain_awq=False)
+    arch = preset_arch("qwen2.5-14b")
+    w = serving(
+        "qwen2.5-14b",
+        max_model_len=8192,
+        max_num_seqs=16,
+        engine_version="0.13.0",
+        quantization={"method": "awq"},
+    )
+    a = account(w, arch, 85_030_000_000, "NVIDIA H100 80GB HBM3")
+    r = a.resolved
+    assert r.plain_awq
+    st = _statics(arch, r.dtype, serving_quantization(w), _layout(arch, r))[0]
+    marlin = dataclasses.replace(r, plain_awq=False)
+    assert a.stages[0].activation_bytes == activation_peak_bytes(arch, st, r)
     assert (
-        activation_peak_bytes(arch, st, a.resolved) - activation_peak_bytes(arch, st, marlin)
+        activation_peak_bytes(arch, st, r) - activation_peak_bytes(arch, st, marlin)
         == 5_120 * 2 * 13_824 * 2
     )
-    assert a.stages[0].activation_bytes == activation_peak_bytes(arch, st, a.resolved)
-
-
-def _awq():
-    from vrambudget.core.serving.engine_args import weights_quantization
-    from vrambudget.core.spec.serving import ServingQuantization
-
-    return weights_quantization(ServingQuantization(method="awq"))
-
-
-def _par():
-    from vrambudget.core.spec import Parallelism
-
-    return Parallelism()

@@ -17,7 +17,6 @@ from ..resolve import model_name, model_origin, resolve_model
 from ..result import (
     Budget,
     DeviceBudget,
-    KVTokensBand,
     Line,
     Part,
     Phase,
@@ -47,8 +46,7 @@ from .vllm import (
     ServingAccount,
     StageAccount,
     account,
-    concurrency_at_low,
-    kv_tokens_band,
+    kv_band,
     utilization,
 )
 
@@ -274,14 +272,6 @@ def vllm_launch(w: LLMServingWorkload, a: ServingAccount) -> str:
     return " ".join(parts)
 
 
-def _band(w: LLMServingWorkload, a: ServingAccount, gpu_name: str) -> KVTokensBand | None:
-    if w.kv_cache_memory_bytes is not None:
-        return None
-    low, high, basis = kv_tokens_band(a, gpu_name)
-    conc = round(concurrency_at_low(a, gpu_name), 4)
-    return KVTokensBand(low=low, high=high, max_concurrency_low=conc, basis=basis)
-
-
 def serving_budget(
     workloads: tuple[Workload, ...],
     device: DeviceRef | None,
@@ -400,7 +390,7 @@ def serving_budget(
             ]
         ),
         kv_cache_tokens=a.kv_tokens,
-        kv_cache_tokens_band=_band(w, a, gpu_name),
+        kv_cache_tokens_band=kv_band(w, a, gpu_name),
         max_model_len=r.max_model_len,
         max_concurrency=round(a.max_concurrency, 4),
         data_parallel=r.data,

@@ -37,11 +37,11 @@ from ..resolve import resolve_model
 from ..result import Cheapest, FitResponse, GPUFit, LatencyEstimate, LayoutFit, Maxima, MIGFit
 from ..search import largest_true
 from ..spec import FP8, FitRequest, LatencyTarget, LLMServingWorkload, Parallelism
-from ..verdict import free_percent
+from ..verdict import free_percent, serving_verdict
 from .budget import stage_values
 from .engine_args import serving_quantization
 from .engines_fit import MAX_GGUF_DEVICES, gguf_fits, gguf_layout, sglang_fits, sglang_layout
-from .vllm import ServingAccount, account, concurrency_at_low
+from .vllm import ServingAccount, account, kv_band
 
 __all__ = ["serving_fit"]
 
@@ -154,14 +154,8 @@ def serving_fit(req: FitRequest) -> FitResponse:
             warnings = warnings + link_warnings
             free = ctx.memory_total_bytes - used
             fits = _fits(a, target)
-            verdict: Verdict = "fits" if fits else "does_not_fit"
-            if (
-                fits
-                and w.kv_cache_memory_bytes is None
-                and concurrency_at_low(a, ctx.name) < (target if target is not None else 1.0)
-            ):
-                # starts (with the target) only if the engine's other memory is near the estimate
-                verdict = "fits_if_low"
+            band = kv_band(placed, a, ctx.name)
+            verdict = serving_verdict(fits, band, target if target is not None else 1.0)
             layouts.append(
                 LayoutFit(
                     device_count=n,

@@ -18,12 +18,14 @@ engine leaves outside ``requested``. Each quantity is one function with its form
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 from ..arch import Arch
 from ..catalog import match_gpu
 from ..layout import stages
+from ..result import KVTokensBand
 from ..spec import LLMServingWorkload, Parallelism, Precision, Quantization
 from ..statics import StageStatic, stage_statics
 from ..units import GiB
@@ -43,9 +45,7 @@ __all__ = [
     "ServingAccount",
     "StageAccount",
     "account",
-    "band_bytes",
-    "concurrency_at_low",
-    "kv_tokens_band",
+    "kv_band",
     "mla_import_workspaces",
     "stage_count",
 ]
@@ -324,39 +324,32 @@ def _on_calibrated_gpu(gpu_name: str) -> bool:
     return g is not None and g.id == CALIBRATED_GPU
 
 
-def band_bytes(a: ServingAccount, gpu_name: str) -> int:
-    """``U`` of :func:`kv_tokens_band`."""
-    r = a.resolved
-    calibrated = r.cal.version == CALIBRATED_VERSION and _on_calibrated_gpu(gpu_name)
-    return round(r.cal.c("kv_band_calibrated_bytes" if calibrated else "kv_band_transfer_bytes"))
-
-
-def concurrency_at_low(a: ServingAccount, gpu_name: str) -> float:
-    """The maximum concurrency at the band's low end (the KV budget ``U`` smaller)."""
-    r = a.resolved
-    blocks = _blocks(a, -band_bytes(a, gpu_name))
-    return kv.max_concurrency(blocks, a.groups, r.max_model_len, r.max_num_batched_tokens)
-
-
 CALIBRATED_GPU = "h100-sxm5-80gb"
 """The GPU type of the calibrated release's launches."""
 
 
-def kv_tokens_band(a: ServingAccount, gpu_name: str) -> tuple[int, int, str]:
-    """(low, high, basis): the KV tokens if every stage's KV budget were ``U`` bytes smaller or
-    larger, ``U`` the largest gap between predicted and printed budgets on published launches
-    of the same kind -- ``kv_band_calibrated_bytes`` for the calibrated release on its GPU type,
-    ``kv_band_transfer_bytes`` for any other release or GPU. With ``--kv-cache-memory`` the pool
-    is given: no band."""
-    calibrated = a.resolved.cal.version == CALIBRATED_VERSION and _on_calibrated_gpu(gpu_name)
-    u = band_bytes(a, gpu_name)
-
-    def tokens(delta: int) -> int:
-        return kv.num_tokens(_blocks(a, delta), a.groups)
-
+def kv_band(w: LLMServingWorkload, a: ServingAccount, gpu_name: str) -> KVTokensBand | None:
+    """The KV tokens (and the concurrency at the low end) if every stage's KV budget were ``U``
+    bytes smaller or larger, ``U`` the largest gap between predicted and printed budgets on
+    published launches of the same kind: ``kv_band_calibrated_bytes`` for the calibrated
+    release on its GPU type, ``kv_band_transfer_bytes`` for any other release or GPU. None with
+    ``--kv-cache-memory``: the pool is given. The low end's concurrency is rounded down, so a
+    verdict read from it never rounds up across a target."""
+    if w.kv_cache_memory_bytes is not None:
+        return None
+    r = a.resolved
+    calibrated = r.cal.version == CALIBRATED_VERSION and _on_calibrated_gpu(gpu_name)
+    u = round(r.cal.c("kv_band_calibrated_bytes" if calibrated else "kv_band_transfer_bytes"))
+    low_blocks = _blocks(a, -u)
+    low_conc = kv.max_concurrency(low_blocks, a.groups, r.max_model_len, r.max_num_batched_tokens)
     basis = f"KV budget +/- {u / GiB:.2f} GiB per GPU: the largest gap between predicted and " + (
         f"printed budgets over the {CALIBRATED_VERSION} H100 launches it was fitted on"
         if calibrated
         else "printed budgets over published launches of other releases and GPUs"
     )
-    return tokens(-u), tokens(u), basis
+    return KVTokensBand(
+        low=kv.num_tokens(low_blocks, a.groups),
+        high=kv.num_tokens(_blocks(a, u), a.groups),
+        max_concurrency_low=math.floor(low_conc * 10_000) / 10_000,
+        basis=basis,
+    )
