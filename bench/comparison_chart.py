@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from vrambudget.agent.child import ChildSettings
+from vrambudget.agent.examples import TINY_MODEL
 from vrambudget.agent.probe import measure
 from vrambudget.agent.spec import ProbeRequest, ProbeResource
 from vrambudget.core.chart import render_comparison_svg
@@ -23,15 +24,7 @@ from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest, Headroom
 from vrambudget.trace.engine import trace_budget
 
-TINY = {
-    "source": "dimensions",
-    "hidden_size": 128,
-    "num_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 256,
-    "vocab_size": 500,
-}
+TINY = TINY_MODEL
 FP32 = {"weights": "fp32", "compute": "fp32"}
 SPECS: dict[str, dict[str, Any]] = {
     "inference": {

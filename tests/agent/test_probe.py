@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from tests.support.workloads import TINY
 from vrambudget.core.probe_report import ProbeRequest
 
 
@@ -14,18 +15,9 @@ def test_cpu_probe_kv_view_counts_every_stream() -> None:
     from vrambudget.agent.child import ChildSettings
     from vrambudget.agent.probe import measure
 
-    tiny = {
-        "source": "dimensions",
-        "hidden_size": 128,
-        "num_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "intermediate_size": 256,
-        "vocab_size": 500,
-    }
     spec = {
         "kind": "inference",
-        "model": tiny,
+        "model": TINY,
         "batch_size": 1,
         "prompt_tokens": 16,
         "generated_tokens": 2,

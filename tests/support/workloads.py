@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from vrambudget.agent.examples import TINY_MODEL
 from vrambudget.core.spec import Workload
 
 
@@ -13,15 +14,7 @@ def workload(**fields: object) -> Workload:
 
 
 # A model small enough that a real CPU probe of it takes about a second.
-TINY = {
-    "source": "dimensions",
-    "hidden_size": 128,
-    "num_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 256,
-    "vocab_size": 500,
-}
+TINY = TINY_MODEL
 # The smallest model a probe child builds (one layer): for tests of the probe plumbing.
 TINIEST = {
     "source": "dimensions",

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from tests.support.workloads import TINY
 from vrambudget.core.components import Component
 from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest
@@ -22,15 +23,7 @@ def test_a_trace_budget_says_its_allocator_overhead_is_the_replay() -> None:
 
     tiny = {
         "kind": "inference",
-        "model": {
-            "source": "dimensions",
-            "hidden_size": 128,
-            "num_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "intermediate_size": 256,
-            "vocab_size": 500,
-        },
+        "model": TINY,
         "batch_size": 1,
         "prompt_tokens": 16,
         "generated_tokens": 2,

@@ -14,9 +14,9 @@ import msgspec
 
 from .spec import ProbeRequest
 
-__all__ = ["PROBE_EXAMPLES", "install_examples"]
+__all__ = ["PROBE_EXAMPLES", "TINY_MODEL", "install_examples"]
 
-_TINY = {
+TINY_MODEL = {
     "source": "dimensions",
     "hidden_size": 128,
     "num_layers": 2,
@@ -25,6 +25,7 @@ _TINY = {
     "intermediate_size": 256,
     "vocab_size": 500,
 }
+"""A 2-layer model given by its dimensions: a real CPU probe of it takes about a second."""
 _FP32 = {"weights": "fp32", "compute": "fp32"}
 
 PROBE_EXAMPLES: dict[str, dict[str, Any]] = {
@@ -33,7 +34,7 @@ PROBE_EXAMPLES: dict[str, dict[str, Any]] = {
         "value": {
             "workload": {
                 "kind": "inference",
-                "model": _TINY,
+                "model": TINY_MODEL,
                 "batch_size": 2,
                 "prompt_tokens": 32,
                 "generated_tokens": 4,
@@ -62,7 +63,7 @@ PROBE_EXAMPLES: dict[str, dict[str, Any]] = {
         "value": {
             "workload": {
                 "kind": "training",
-                "model": _TINY,
+                "model": TINY_MODEL,
                 "sequence_length": 32,
                 "precision": _FP32,
                 "mixed_precision": "pure",
