@@ -10,6 +10,7 @@ confirmed at that address. The research detail behind each entry (a source's ``n
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -25,6 +26,7 @@ from .catalog import (
     MIGProfileFacts,
     ModelPreset,
     Source,
+    gpus,
 )
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "Citation",
     "citation",
     "citation_title",
+    "gpu_entries",
     "gpu_entry",
     "model_entry",
 ]
@@ -246,6 +249,12 @@ def gpu_entry(g: GPU) -> CatalogGPU:
         interconnect=_interconnect(g.interconnect) if g.interconnect is not None else None,
         spec_sources=tuple(citation(s) for s in g.spec_sources),
     )
+
+
+@cache
+def gpu_entries() -> dict[str, CatalogGPU]:
+    """Every catalog GPU's served entry by id, built once (the catalog is fixed)."""
+    return {i: gpu_entry(g) for i, g in gpus().items()}
 
 
 def _checkpoint(c: CheckpointFacts) -> CatalogCheckpoint:

@@ -20,7 +20,7 @@ from vrambudget.core.catalog import (
     preset,
     presets,
 )
-from vrambudget.core.catalog_view import CatalogGPU, gpu_entry, model_entry
+from vrambudget.core.catalog_view import CatalogGPU, gpu_entries, model_entry
 from vrambudget.core.cluster import ClusterAnswer
 from vrambudget.core.compare import (
     DEFAULT_TOLERANCE_BYTES,
@@ -380,7 +380,7 @@ async def create_comparison(
 
 @get("/v1/gpus", tags=["catalog"], summary="List the GPU catalog", opt=cacheable(Freshness.FIXED))
 async def list_gpus() -> list[CatalogGPU]:
-    return [gpu_entry(g) for g in gpus().values()]
+    return list(gpu_entries().values())
 
 
 @get(
@@ -391,7 +391,7 @@ async def list_gpus() -> list[CatalogGPU]:
     opt=cacheable(Freshness.FIXED),
 )
 async def get_gpu(gpu_id: FromPath[str]) -> CatalogGPU:
-    return gpu_entry(gpu(gpu_id))
+    return gpu_entries()[gpu(gpu_id).id]
 
 
 @get(
