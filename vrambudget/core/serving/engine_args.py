@@ -12,7 +12,7 @@ import msgspec
 from msgspec import UNSET
 
 from ..arch import Arch
-from ..catalog import match_gpu
+from ..catalog import GPU, match_gpu
 from ..deployed import (
     checkpoint_of,
     checkpoint_quantization,
@@ -52,6 +52,7 @@ def vllm_release_has_kv_memory(version: str) -> bool:
 __all__ = [
     "Fabric",
     "Resolved",
+    "catalog_gpu",
     "deploy_serving",
     "model_dtype",
     "quantization_words",
@@ -203,6 +204,12 @@ class Resolved:
 
 
 @lru_cache(maxsize=256)
+def catalog_gpu(gpu_name: str) -> GPU | None:
+    """The catalog GPU a device name is (:func:`~..catalog.match_gpu` on the name alone),
+    looked up once per name: the engine rules read its vendor, capability and links."""
+    return match_gpu(gpu_name, None, None)
+
+
 def tp_fabric(gpu_name: str) -> Fabric:
     """``pcie`` for a catalog GPU whose GPUs reach each other over PCIe only (L4, L40S, A10G,
     RTX cards, T4, A100/H100 PCIe); ``nvlink`` for NVSwitch / NVLink / xGMI boards and for any
@@ -210,7 +217,7 @@ def tp_fabric(gpu_name: str) -> Fabric:
     custom all-reduce and its symmetric-memory all-reduce need peer access over a fast fabric
     (``custom_all_reduce.py``: off on more than two PCIe-only GPUs; ``symm_mem.py``: Hopper /
     Blackwell only), and NCCL's buffers follow the links it finds."""
-    g = match_gpu(gpu_name, None, None)
+    g = catalog_gpu(gpu_name)
     if g is None or g.interconnect is None:
         return "nvlink"
     return "pcie" if g.interconnect.kind == "pcie" else "nvlink"

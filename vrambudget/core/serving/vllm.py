@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..arch import Arch
-from ..catalog import match_gpu
 from ..layout import stages
 from ..result import KVTokensBand
 from ..spec import LLMServingWorkload, Parallelism, Precision, Quantization
@@ -31,7 +30,7 @@ from ..statics import StageStatic, stage_statics
 from ..units import GiB
 from . import kv
 from .calibration import CALIBRATED_VERSION
-from .engine_args import Resolved, _layout, resolve, serving_quantization
+from .engine_args import Resolved, _layout, catalog_gpu, resolve, serving_quantization
 from .load import MLA_IMPORT_WORKSPACE_BYTES, load_memory
 from .quantities import (
     activation_peak_bytes,
@@ -102,12 +101,11 @@ class ServingAccount:
         return self.num_blocks * self.groups.page_bytes * stage.group_size
 
 
-@lru_cache(maxsize=256)
 def mla_import_workspaces(gpu_name: str) -> int:
     """How many 128 MiB MLA workspaces vLLM's backend selection allocates while the model loads
     (``load.py``): FlashInfer-MLA's on every CUDA GPU, CUTLASS-MLA's too on compute capability
     10.x, none on ROCm. A name that matches no catalog GPU is taken as a CUDA GPU below 10.x."""
-    g = match_gpu(gpu_name, None, None)
+    g = catalog_gpu(gpu_name)
     if g is None:
         return 1
     if g.vendor != "nvidia":
@@ -264,9 +262,8 @@ EXTENSIBLE_MARGIN_FLOOR_BYTES = 1 << 30
 """vllm/v1/worker/extensible_kv_cache.py:64 KV_CACHE_MARGIN_FLOOR_BYTES (CUDA; 3 GiB on ROCm)."""
 
 
-@lru_cache(maxsize=256)
 def _vendor(gpu_name: str) -> str:
-    g = match_gpu(gpu_name, None, None)
+    g = catalog_gpu(gpu_name)
     return g.vendor if g is not None else "nvidia"
 
 
@@ -318,9 +315,8 @@ def _blocks(a: ServingAccount, delta: int) -> int:
     )
 
 
-@lru_cache(maxsize=256)
 def _on_calibrated_gpu(gpu_name: str) -> bool:
-    g = match_gpu(gpu_name, None, None)
+    g = catalog_gpu(gpu_name)
     return g is not None and g.id == CALIBRATED_GPU
 
 
