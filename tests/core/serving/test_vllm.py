@@ -212,3 +212,108 @@ def test_plain_awq_kernel_adds_its_dequantized_weight_to_the_forward_peak():
         activation_peak_bytes(arch, st, r) - activation_peak_bytes(arch, st, marlin)
         == 5_120 * 2 * 13_824 * 2
     )
+
+
+# Qwen/Qwen2.5-14B-Instruct-AWQ: the preset's Qwen2.5-14B shapes with the AWQ block of
+# tests/core/test_quant_config.py QWEN3_32B_AWQ (Qwen's AWQ checkpoints share it verbatim)
+QWEN25_14B_AWQ_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 5120,
+    "intermediate_size": 13824,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "quantization_config": {
+        "bits": 4,
+        "group_size": 128,
+        "modules_to_not_convert": None,
+        "quant_method": "awq",
+        "version": "gemm",
+        "zero_point": True,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("gpu_id", "kernel"),
+    [
+        ("a100-sxm4-80gb", "awq_marlin"),  # 8.0: Marlin
+        ("l40s-48gb", "awq_marlin"),  # 8.9
+        ("t4-16gb", "awq"),  # 7.5: no Marlin types below 8.0
+        ("mi300x-192gb", "awq"),  # ROCm: is_awq_marlin_compatible is False off CUDA
+    ],
+)
+def test_a_detected_awq_checkpoint_runs_marlin_only_from_capability_8(gpu_id, kernel):
+    """vLLM converts a detected AWQ checkpoint to Marlin (``awq_marlin.py``
+    ``override_quantization_method``) only on CUDA GPUs of compute capability 8.0 or newer;
+    elsewhere its own kernel runs, and that kernel's dequantized gate_up (5,120 x 27,648 x 2 B
+    = 283,115,520 B) is in the profile's forward peak."""
+    from vrambudget.core.catalog import gpu
+    from vrambudget.core.serving.engine_args import awq_kernel
+
+    w = _awq_checkpoint()
+    g = gpu(gpu_id)
+    assert awq_kernel(w, g.name) == kernel
+    # naming the flag keeps vLLM's own kernel on every GPU
+    named = msgspec.convert(
+        {**msgspec.to_builtins(w), "quantization": {"method": "awq"}}, LLMServingWorkload
+    )
+    assert awq_kernel(named, g.name) == "awq"
+    a = account(w, preset_arch("qwen2.5-14b"), g.memory_total_bytes, g.name)
+    marlin = account(w, preset_arch("qwen2.5-14b"), g.memory_total_bytes, "NVIDIA H100 80GB HBM3")
+    extra = a.stages[0].activation_bytes - marlin.stages[0].activation_bytes
+    assert extra == (5_120 * 2 * 13_824 * 2 if kernel == "awq" else 0)
+
+
+def _awq_checkpoint(**fields: object) -> LLMServingWorkload:
+    return msgspec.convert(
+        {
+            "kind": "llm_serving",
+            "engine_version": "0.13.0",
+            "model": {"source": "hf_config", "config": QWEN25_14B_AWQ_CONFIG},
+            "max_model_len": 4096,
+            "max_num_seqs": 16,
+            "max_num_batched_tokens": 2048,
+            **fields,
+        },
+        LLMServingWorkload,
+    )
+
+
+def test_vllm_refuses_awq_below_turing_and_in_bfloat16_as_it_says():
+    """``vllm/config/vllm.py`` ``_get_quantization_config``: AWQ's minimum capability is 75
+    (V100 is 70), and the plain kernel runs in float16 only (``awq.py``
+    ``get_supported_act_dtypes``); Marlin also takes bfloat16."""
+    from vrambudget.core.catalog import gpu
+
+    v100 = gpu("v100-sxm2-32gb")
+    a = account(_awq_checkpoint(), preset_arch("qwen2.5-14b"), v100.memory_total_bytes, v100.name)
+    assert not a.would_start
+    assert a.reason == (
+        "The quantization method awq is not supported for the current GPU. Minimum "
+        "capability: 75. Current capability: 70."
+    )
+    t4 = gpu("t4-16gb")
+    bf16 = account(
+        _awq_checkpoint(dtype="bfloat16", max_model_len=1024),
+        preset_arch("qwen2.5-14b"),
+        t4.memory_total_bytes,
+        t4.name,
+    )
+    assert not bf16.would_start and bf16.reason is not None
+    assert bf16.reason.startswith("torch.bfloat16 is not supported for quantization method awq")
+    a100 = gpu("a100-sxm4-80gb")
+    ok = account(
+        _awq_checkpoint(dtype="bfloat16"),
+        preset_arch("qwen2.5-14b"),
+        a100.memory_total_bytes,
+        a100.name,
+    )
+    assert ok.would_start, ok.reason

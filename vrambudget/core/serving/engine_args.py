@@ -199,8 +199,71 @@ class Resolved:
     fabric: Fabric = "nvlink"
     """What tensor parallelism all-reduces over on this GPU type (:func:`tp_fabric`)."""
     plain_awq: bool = False
-    """``--quantization awq`` named: vLLM's own AWQ kernels, not Marlin
-    (``awq_marlin.py`` ``override_quantization_method`` keeps ``awq`` when the user names it)."""
+    """vLLM's own AWQ kernel runs, not Marlin (:func:`awq_kernel`)."""
+    unsupported: str | None = None
+    """Why vLLM refuses this deployment on this GPU type, in its own words (a quantization
+    method the GPU's compute capability lacks), or None."""
+
+
+MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
+"""``marlin_utils.py`` ``MARLIN_SUPPORTED_GROUP_SIZES`` (vLLM 0.10-0.34)."""
+AWQ_MIN_CAPABILITY = 75
+"""``awq.py`` ``AWQConfig.get_min_capability``: Turing or newer."""
+MARLIN_MIN_CAPABILITY = 80
+"""``marlin_utils.py`` ``query_marlin_supported_quant_types``: no Marlin types below 8.0."""
+
+
+def _capability(g: GPU | None) -> int | None:
+    if g is None or g.vendor != "nvidia" or not g.compute_capability:
+        return None
+    major, _, minor = g.compute_capability.partition(".")
+    return int(major) * 10 + int(minor or 0)
+
+
+def awq_kernel(w: LLMServingWorkload, gpu_name: str) -> Literal["awq", "awq_marlin"] | None:
+    """Which AWQ kernel vLLM runs for this deployment on this GPU type (None: not AWQ).
+
+    ``--quantization awq`` named keeps vLLM's own kernel (``awq_marlin.py``
+    ``override_quantization_method``: only an unset, ``marlin`` or ``awq_marlin`` flag converts).
+    A detected AWQ checkpoint converts to Marlin when ``is_awq_marlin_compatible`` holds: a CUDA
+    GPU of compute capability 8.0 or newer and a Marlin group size; otherwise (T4, ROCm, group
+    size 256) the plain kernel runs. A GPU the catalog does not know is taken as Marlin-capable."""
+    if isinstance(w.quantization, ServingQuantization):
+        return "awq" if w.quantization.method == "awq" else None
+    if w.quantization is not UNSET:
+        return None
+    q = checkpoint_quantization(w.model)
+    if q is None or not isinstance(q.scheme, AWQ):
+        return None
+    g = catalog_gpu(gpu_name)
+    if g is not None and g.vendor != "nvidia":
+        return "awq"
+    cap = _capability(g)
+    if (cap is not None and cap < MARLIN_MIN_CAPABILITY) or (
+        q.scheme.group_size not in MARLIN_GROUP_SIZES
+    ):
+        return "awq"
+    return "awq_marlin"
+
+
+def _unsupported(w: LLMServingWorkload, kernel: str | None, gpu_name: str) -> str | None:
+    """vLLM's refusal of a quantization method below its minimum capability
+    (``vllm/config/vllm.py`` ``_get_quantization_config``) and of a dtype the plain AWQ kernel
+    lacks (``awq.py`` ``get_supported_act_dtypes``: float16 only), in its words."""
+    if kernel != "awq":
+        return None
+    cap = _capability(catalog_gpu(gpu_name))
+    if cap is not None and cap < AWQ_MIN_CAPABILITY:
+        return (
+            "The quantization method awq is not supported for the current GPU. Minimum "
+            f"capability: {AWQ_MIN_CAPABILITY}. Current capability: {cap}."
+        )
+    if w.dtype in ("bfloat16", "float32"):
+        return (
+            f"torch.{w.dtype} is not supported for quantization method awq. Supported dtypes: "
+            "[torch.float16] (set dtype float16)"
+        )
+    return None
 
 
 @lru_cache(maxsize=256)
@@ -262,6 +325,7 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
     dtype = model_dtype(w)
     e = bytes_of(dtype)
     kv_bytes = e if w.kv_cache_dtype == "auto" else 1
+    kernel = awq_kernel(w, gpu_name)
     return Resolved(
         cal,
         dtype,
@@ -276,7 +340,8 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         par.data,
         ep,
         tp_fabric(gpu_name),
-        isinstance(w.quantization, ServingQuantization) and w.quantization.method == "awq",
+        kernel == "awq",
+        _unsupported(w, kernel, gpu_name),
     )
 
 

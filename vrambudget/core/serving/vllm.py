@@ -281,6 +281,8 @@ def _gib(b: int) -> str:
 
 def _refusal(stages_: list[StageAccount], r: Resolved, arch: Arch) -> str | None:
     """Why vLLM would refuse to start, in its own words, or None."""
+    if r.unsupported is not None:
+        return r.unsupported
     if r.max_model_len > arch.max_positions:
         return (
             f"max_model_len {r.max_model_len} exceeds the model's max_position_embeddings "
