@@ -3,8 +3,10 @@
 is re-created as a request and each number the engine printed is compared.
 
 No constant of the engine models was fitted on these logs (vLLM's constants come from the
-0.19.0 launches of research/data/vllm_runs.json, llama.cpp's from its source and the CPU
-benchmark), so all of them are held out. Logs from one source share a group.
+0.19.0 launches of research/data/vllm_runs.json and the tensor-parallel launches of
+research/data/vllm_tp_logs.json, SGLang's from its source and vLLM's calibration, llama.cpp's
+from its source and the CPU benchmark), so all of them are held out. Logs from one source
+share a group.
 
     .venv/bin/python -m research.engine_logs            # the table docs/ACCURACY.md quotes
 """
@@ -21,7 +23,9 @@ from typing import Any
 import msgspec
 
 from vrambudget.core.catalog import gpu
+from vrambudget.core.device import resolve_device
 from vrambudget.core.resolve import resolve_model
+from vrambudget.core.serving.engines_budget import sglang_engine
 from vrambudget.core.serving.gguf.llamacpp import LlamaSettings, llama_account
 from vrambudget.core.serving.vllm import account, kv_band
 from vrambudget.core.spec import LLMServingWorkload, ModelSource, PresetModel
@@ -143,6 +147,43 @@ def _vllm(
     return out
 
 
+def _sglang(
+    log: str, workload: dict[str, Any], gpu_id: str, measured: dict[str, Any]
+) -> list[Check]:
+    """SGLang's lines: "Load weight end ... mem usage" (weights per rank), "max_total_num_tokens"
+    (the pool) and "max_running_requests", for the request the log's launch states."""
+    w = msgspec.convert({"kind": "llm_serving", "engine": "sglang", **workload}, LLMServingWorkload)
+    ctx = resolve_device(gpu(gpu_id))
+    assert ctx is not None
+    a = sglang_engine(w, ctx).account
+    out = []
+    if "weights_gb" in measured:
+        out.append(
+            Check(log, "sglang", "weights", measured["weights_gb"], a.weights_bytes / GiB, "GiB")
+        )
+    out.append(
+        Check(
+            log,
+            "sglang",
+            "KV tokens",
+            measured["max_total_num_tokens"],
+            a.max_total_num_tokens,
+            "tok",
+        )
+    )
+    out.append(
+        Check(
+            log,
+            "sglang",
+            "max running requests",
+            measured["max_running_requests"],
+            a.max_running_requests,
+            "x",
+        )
+    )
+    return out
+
+
 def _by_id() -> dict[str, dict[str, Any]]:
     return {entry["id"]: entry for entry in json.loads(LOGS.read_text())["logs"]}
 
@@ -171,6 +212,29 @@ def checks() -> list[Check]:
     # the KV split (68 + 4 MiB of 72) shows 34 of 36 layers on the GPU: -ngl 35
     out += _llama(
         k, "qwen2.5-3b", "Q4_K_M", 2048, True, 1, x, ngl=35, n_parallel=4, engine="llama_cpp"
+    )
+    # SGLang (automatic mem_fraction_static; the printed context_len of 131,072 leaves the
+    # running-request estimate at its 2,048 floor, as the presets' context does)
+    k, x = m("sglang-jerryzsj-r1distill-qwen7b-rtx3090")
+    # DeepSeek-R1-Distill-Qwen-7B has Qwen2.5-7B's shapes; lmsysorg/sglang:latest of 2025-02-04
+    # (0.4.2.post1 or earlier: the 0.4.0 rules)
+    out += _sglang(
+        k,
+        {"engine_version": "0.4.2", "model": {"source": "preset", "id": "qwen2.5-7b"}},
+        "rtx-3090-24gb",
+        x,
+    )
+    k, x = m("sglang-didierdurand-qwq32b-4xl4-tp4")
+    # QwQ-32B has Qwen2.5-32B's shapes
+    out += _sglang(
+        k,
+        {
+            "engine_version": "0.4.3.post4",
+            "model": {"source": "preset", "id": "qwen2.5-32b"},
+            "parallelism": {"tensor": 4},
+        },
+        "l4-24gb",
+        x,
     )
     # vLLM: "Model loading took", "GPU KV cache size", "Maximum concurrency"
     for key, entry in logs.items():

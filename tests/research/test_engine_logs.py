@@ -67,3 +67,31 @@ def test_vllm_band_low_end_never_promises_more_kv_than_the_engine_printed():
         if r.engine == "vllm" and r.quantity == "KV tokens":
             log_band = next(b for b in band if b.log == r.log)
             assert log_band.predicted == 1.0 or r.measured > r.predicted, r
+
+
+def test_sglang_max_running_requests_exact():
+    """SGLang's scheduler limit follows the pool as each release computes it (0.4.x: one slot
+    more than the estimate; research/engine_logs.py's two held-out launches printed 2049)."""
+    rows = [r for r in ROWS if (r.engine, r.quantity) == ("sglang", "max running requests")]
+    assert len(rows) == 2
+    assert all(r.predicted == r.measured for r in rows), rows
+
+
+def test_sglang_kv_tokens_ratchet():
+    """Held out, pinned so it can only shrink: the RTX 3090 launch ran under WSL2 with the
+    desktop's memory already taken (+8.7%); on 4 x L4 the CUDA context and NCCL took 0.32 GiB
+    where the model keeps vLLM 0.19's 1.51 GiB (-25.6%)."""
+    errs = _errors("sglang", "KV tokens")
+    assert len(errs) == 2
+    assert max(errs) <= 0.088 and min(errs) >= -0.257
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SGLang held-out KV tokens: +8.7% (RTX 3090 under WSL2) and -25.6% (4 x L4: the "
+    "CUDA context and NCCL start smaller than the vLLM-calibrated baseline) (docs/ACCURACY.md)",
+)
+def test_sglang_kv_tokens_targets():
+    errs = _errors("sglang", "KV tokens")
+    assert statistics.median(abs(e) for e in errs) <= 0.03
+    assert max(abs(e) for e in errs) <= 0.10

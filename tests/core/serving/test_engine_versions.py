@@ -214,6 +214,35 @@ def test_sglang_pool_by_hand():
     assert "--mem-fraction-static 0.850" in s.launch
 
 
+@pytest.mark.parametrize(
+    ("version", "given", "want"),
+    [
+        # 0.4.0-0.4.9: ReqToTokenPool(size=max_num_reqs + 1): the default gains one slot
+        ("0.4.3", None, 2049),
+        ("0.4.3", 5000, 5000),  # a value given stands, past the estimate and half the pool
+        # 0.4.10-0.5.9: size = max_num_reqs
+        ("0.5.5", None, 2048),
+        ("0.5.5", 5000, 5000),
+        # 0.5.10-0.5.15: a value given is capped at the estimate
+        ("0.5.12", None, 2048),
+        ("0.5.12", 5000, 2048),
+        # 0.5.16 on: capped at half the pool instead
+        ("0.5.16", 5000, 5000),
+        ("0.5.16", 60_000, 52_765),
+    ],
+)
+def test_sglang_max_running_requests_by_release(version, given, want):
+    """``max_running_requests`` for a 105,531-token pool at context 131,072 (the RTX 3090 launch
+    of research/data/engine_logs.json printed 2049 on 0.4.x): estimated = max(min(int(105,531 /
+    131,072 x 512), 4096), 2048) = 2048, half the pool 52,765 (tp_worker.py /
+    model_runner_kv_cache_mixin.py ``_resolve_max_num_reqs`` of each release)."""
+    from vrambudget.core.serving.releases import engine_release
+    from vrambudget.core.serving.sglang import max_running_requests
+
+    r = sglang_release(engine_release("sglang", version).modelled)
+    assert max_running_requests(r, 105_531, 131_072, given) == want
+
+
 def test_sglang_refuses_when_the_weights_exceed_the_fraction():
     b = _sglang(
         model={"source": "preset", "id": "llama-3.1-70b"},

@@ -94,10 +94,10 @@ def _vllm(lines: list[str]) -> EngineStartup:
 # -------------------------------------------------------------------------------- SGLang --
 
 _S_WEIGHTS = re.compile(r"Load weight end\..*?mem usage=" + _NUM + " GB")
-_S_KV = re.compile(
-    r"KV Cache is allocated\..*?#tokens: "
+_S_KV = re.compile(  # "#tokens: N, " since 0.4.3; earlier releases print the sizes only
+    r"KV Cache is allocated\.(?:.*?#tokens: "
     + _NUM
-    + r", K size: "
+    + r",)? K size: "
     + _NUM
     + r" GB, V size: "
     + _NUM
@@ -122,7 +122,7 @@ def _sglang(lines: list[str]) -> EngineStartup:
         if weights is None and (m := _S_WEIGHTS.search(line)):
             weights, hit = _bytes(m.group(1), GiB), True
         if not pool_done and (m := _S_KV.search(line)):
-            if kv_tokens is None:
+            if kv_tokens is None and m.group(1) is not None:
                 kv_tokens = int(_num(m.group(1)))
             kv_gib += _num(m.group(2)) + _num(m.group(3))
             kv_seen = hit = True

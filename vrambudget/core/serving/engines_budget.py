@@ -266,8 +266,11 @@ class _SGLangRun:
     context_len: int
     cuda_context: int
     nccl: int
-    """The CUDA context and NCCL communicators before SGLang measures free memory: the
-    calibrated vLLM values (the same torch / NCCL process start)."""
+    """The CUDA context and NCCL communicators before SGLang measures free memory: vLLM
+    0.19.0's calibrated values. SGLang starts NCCL with cuMem and NVLS off
+    (``entrypoints/engine.py`` ``_set_envs_and_config``), vLLM 0.19 with cuMem on, so these are
+    an upper bound (the safe side: a smaller pool); a held-out 4 x L4 launch of 0.4.3 took
+    0.32 GiB for both where these give 1.51 GiB (docs/ACCURACY.md)."""
 
     @property
     def baseline(self) -> int:

@@ -41,6 +41,8 @@ class SGLangRelease:
     prefill_graphs: bool
     """Prefill CUDA graphs are on by default and reserved for (0.5.10 on)."""
     summary: str
+    running: Literal["0.4.0", "0.4.10", "0.5.10", "0.5.16"] = "0.5.16"
+    """How ``max_running_requests`` follows from the pool (:func:`max_running_requests`)."""
 
 
 SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
@@ -52,6 +54,7 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         False,
         False,
         "mem_fraction_static by TP size (0.88 / 0.87 / 0.85 / 0.81 / 0.79)",
+        running="0.4.0",
     ),
     SGLangRelease(
         "0.4.6",
@@ -61,6 +64,7 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         True,
         False,
         "cards over 80 GiB keep 13 GiB outside mem_fraction_static; pool floored to pages",
+        running="0.4.0",
     ),
     SGLangRelease(
         "0.4.10",
@@ -71,6 +75,7 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         False,
         "a reserve per GPU-size band (2.8 / 9.5 / 12 GiB + TP x PP / 10 or / 2, "
         "32 GiB above 160 GiB)",
+        running="0.4.10",
     ),
     SGLangRelease(
         "0.5.3",
@@ -81,6 +86,7 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         False,
         "reserve = 512 MiB + 1.5 MiB per chunked-prefill token + 2 MiB per CUDA-graph "
         "batch + TP x PP / 8 GiB, at least 10 GiB on cards over 60 GiB",
+        running="0.4.10",
     ),
     SGLangRelease(
         "0.5.5",
@@ -90,6 +96,7 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         True,
         False,
         "cuda_graph_max_bs 24 (TP < 4) on 20-35 GiB cards",
+        running="0.4.10",
     ),
     SGLangRelease(
         "0.5.7",
@@ -99,6 +106,7 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         True,
         False,
         "KV cell counted as head_dim + v_head_dim (2 x head_dim for every model here)",
+        running="0.4.10",
     ),
     SGLangRelease(
         "0.5.10",
@@ -108,6 +116,17 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         True,
         True,
         "prefill CUDA graphs on by default: 8 MiB per captured size reserved (1.5 GiB with MLA)",
+        running="0.5.10",
+    ),
+    SGLangRelease(
+        "0.5.16",
+        "reserved",
+        "0.5.3",
+        "0.5.5",
+        True,
+        True,
+        "a max_running_requests given is capped at half the pool, no longer at the estimate",
+        running="0.5.16",
     ),
     SGLangRelease(
         "0.5.20",
@@ -228,6 +247,28 @@ def mem_fraction_default(
     return round((gpu_mib - res) / gpu_mib, 3)
 
 
+def max_running_requests(r: SGLangRelease, tokens: int, context_len: int, given: int | None) -> int:
+    """The scheduler's ``max_running_requests`` for a pool of ``tokens``, with
+    ``estimated = min(max(int(tokens / context_len x 512), 2048), 4096)``:
+
+    - 0.4.0 - 0.4.9 (``tp_worker.py``, ``model_runner.py`` ``ReqToTokenPool(size=max_num_reqs
+      + 1)``): min(tokens // 2, estimated + 1); a value given stands (the request pool has one
+      slot more);
+    - 0.4.10 - 0.5.9 (the pool's size is ``max_num_reqs``): min(tokens // 2, estimated); a
+      value given stands;
+    - 0.5.10 - 0.5.15 (``model_runner_kv_cache_mixin.py`` ``_resolve_max_num_reqs``): a value
+      given is capped at ``estimated``;
+    - 0.5.16 on: a value given is capped at tokens // 2 (at least 1)."""
+    estimated = min(max(int(tokens / max(context_len, 1) * 512), 2048), 4096)
+    if given is None:
+        return min(tokens // 2, estimated + 1 if r.running == "0.4.0" else estimated)
+    if r.running == "0.5.10":
+        return min(given, estimated)
+    if r.running == "0.5.16":
+        return min(max(1, given), tokens // 2)
+    return given
+
+
 @dataclass(frozen=True, slots=True)
 class SGLangAccount:
     release: SGLangRelease
@@ -323,8 +364,7 @@ def sglang_account(
         tokens = min(tokens, max_total_tokens)
     if r.page_floor:
         tokens = tokens // page_size * page_size
-    estimated = min(max(int(tokens / max(context_len, 1) * 512), 2048), 4096)
-    running = min(max_running if max_running is not None else estimated, tokens // 2)
+    running = max_running_requests(r, tokens, context_len, max_running)
     pool = (tokens + page_size) * cell  # each K and V buffer keeps one padding page
     graphs = runtime_bytes(arch, r, tp, chunk, gbs, disable_graphs)
     reason = None
