@@ -13,6 +13,7 @@ share a group.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import sys
@@ -22,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from vrambudget.core.catalog import gpu
+from vrambudget.core.catalog import gpu, preset
 from vrambudget.core.device import resolve_device
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.serving.engines_budget import sglang_engine
@@ -43,6 +44,8 @@ class Check:
     measured: float
     predicted: float
     unit: str
+    fresh: bool = False
+    """From held-out set B: logs collected after the rules were fixed (``collected``)."""
 
     @property
     def error(self) -> float:
@@ -184,6 +187,155 @@ def _sglang(
     return out
 
 
+def _config(preset_id: str, **changes: Any) -> dict[str, Any]:
+    """A checkpoint with a preset's shapes as an ``hf_config`` model: the preset's config.json
+    with the keys the checkpoint changes (a longer context, its quantization_config)."""
+    return {
+        "source": "hf_config",
+        "config": {**msgspec.to_builtins(preset(preset_id).config), **changes},
+    }
+
+
+QWEN_AWQ = {
+    "bits": 4,
+    "group_size": 128,
+    "modules_to_not_convert": None,
+    "quant_method": "awq",
+    "version": "gemm",
+    "zero_point": True,
+}
+"""Qwen's AWQ checkpoints' quantization_config (tests/core/test_quant_config.py QWEN3_32B_AWQ)."""
+
+QWEN3_2507 = {"max_position_embeddings": 262144}
+"""Qwen3-30B-A3B-Instruct-2507 and Qwen3-Coder-30B-A3B: Qwen3-30B-A3B's shapes, 256K positions."""
+
+HELD_OUT_B: dict[str, tuple[dict[str, Any], str]] = {
+    # Qwen2.5-Coder-14B-Instruct has Qwen2.5-14B's shapes
+    "vllm-controllersearch-qwen25-coder-14b-l40s-16k": (
+        {
+            "engine_version": "0.11.2",
+            "model": {"source": "preset", "id": "qwen2.5-14b"},
+            "max_model_len": 16384,
+        },
+        "l40s-48gb",
+    ),
+    # Qwen2.5-Coder-32B-Instruct-AWQ: Qwen2.5-32B's shapes, float16, AWQ detected (Marlin)
+    "vllm-logomesh-qwen25-coder-32b-awq-a100-40gb-16k": (
+        {
+            "engine_version": "0.13.0",
+            "model": _config("qwen2.5-32b", torch_dtype="float16", quantization_config=QWEN_AWQ),
+            "max_model_len": 16384,
+        },
+        "a100-sxm4-40gb",
+    ),
+    "vllm-logomesh-qwen25-coder-32b-awq-a100-40gb-4k": (
+        {
+            "engine_version": "0.13.0",
+            "model": _config("qwen2.5-32b", torch_dtype="float16", quantization_config=QWEN_AWQ),
+            "max_model_len": 4096,
+        },
+        "a100-sxm4-40gb",
+    ),
+    # a 0.26.1 release candidate: the 0.26 rules
+    "vllm-autoscientists-qwen3-coder-30b-a3b-a100-80gb-128k-seqs16": (
+        {
+            "engine_version": "0.26.0",
+            "model": _config("qwen3-30b-a3b", **QWEN3_2507),
+            "max_model_len": 131072,
+            "gpu_memory_utilization": 0.9,
+            "max_num_seqs": 16,
+        },
+        "a100-sxm4-80gb",
+    ),
+    # two launches with the same arguments (the GPU is inferred from the repository's plans)
+    **{
+        f"vllm-memawarerlhf-qwen25-3b-fp16-4090-4k-seqs1-{x}": (
+            {
+                "engine_version": "0.10.2",
+                "model": {"source": "preset", "id": "qwen2.5-3b"},
+                "dtype": "float16",
+                "max_model_len": 4096,
+                "max_num_seqs": 1,
+            },
+            "rtx-4090-24gb",
+        )
+        for x in ("a", "b")
+    },
+    # Meta-Llama-3-8B-Instruct: Llama 3.1 8B's shapes with 8,192 positions and no RoPE scaling
+    "vllm-bench3-llama3-8b-h200-1k": (
+        {
+            "engine_version": "0.11.2",
+            "model": _config("llama-3.1-8b", max_position_embeddings=8192, rope_scaling=None),
+            "dtype": "bfloat16",
+            "max_model_len": 1024,
+        },
+        "h200-sxm-141gb",
+    ),
+    "vllm-localai-phi3-mini-4k-fp16-3090": (
+        {
+            "engine_version": "0.19.1",
+            "model": {"source": "preset", "id": "phi-3-mini-4k"},
+            "dtype": "float16",
+            "max_model_len": 4096,
+            "gpu_memory_utilization": 0.85,
+        },
+        "rtx-3090-24gb",
+    ),
+    "vllm-telcorag-qwen3-30b-a3b-2507-h200-gmu05-16k": (
+        {
+            "engine_version": "0.15.0",
+            "model": _config("qwen3-30b-a3b", **QWEN3_2507),
+            "max_model_len": 16000,
+            "gpu_memory_utilization": 0.5,
+        },
+        "h200-sxm-141gb",
+    ),
+    # four launches that each change one setting
+    **{
+        f"vllm-runpodbench-qwen3-8b-h100-{tag}-gmu095": (
+            {
+                "engine_version": "0.18.0",
+                "model": {"source": "preset", "id": "qwen3-8b"},
+                "max_model_len": 8128,
+                "gpu_memory_utilization": 0.95,
+                **change,
+            },
+            "h100-sxm5-80gb",
+        )
+        for tag, change in (
+            ("eager", {"enforce_eager": True}),
+            ("seqs64", {"max_num_seqs": 64}),
+            ("mbt4096", {"max_num_batched_tokens": 4096}),
+            ("kvfp8", {"kv_cache_dtype": "fp8"}),
+        )
+    },
+    "vllm-kolyangg-qwen3-30b-a3b-2507-h100-6k": (
+        {
+            "engine_version": "0.10.2",
+            "model": _config("qwen3-30b-a3b", **QWEN3_2507),
+            "dtype": "bfloat16",
+            "max_model_len": 6144,
+        },
+        "h100-sxm5-80gb",
+    ),
+    "vllm-nnamdi-qwen3-30b-a3b-2507-fp8online-h100-8k-seqs64": (
+        {
+            "engine_version": "0.22.1",
+            "model": _config("qwen3-30b-a3b", **QWEN3_2507),
+            "dtype": "bfloat16",
+            "max_model_len": 8192,
+            "gpu_memory_utilization": 0.92,
+            "max_num_seqs": 64,
+            "max_num_batched_tokens": 8192,
+            "quantization": {"method": "fp8", "applied_at_load": True},
+        },
+        "h100-sxm5-80gb",
+    ),
+}
+"""Held-out set B (collected 2026-12-04, after the vLLM rules were fixed): each log as a request.
+Left out: the MiniMax-M2.5 TP4 MI300X launch (no model with its shapes here)."""
+
+
 def _by_id() -> dict[str, dict[str, Any]]:
     return {entry["id"]: entry for entry in json.loads(LOGS.read_text())["logs"]}
 
@@ -281,7 +433,12 @@ def checks() -> list[Check]:
         "rtx-a5000-24gb",
         x,
     )
-    for prefix, version, preset in (
+    for key, (workload, gpu_id) in HELD_OUT_B.items():
+        out += [
+            dataclasses.replace(c, fresh=True)
+            for c in _vllm(key, workload, gpu_id, logs[key]["measured"])
+        ]
+    for prefix, version, preset_id in (
         ("vllm-energyllm-llama31-8b-4k", "0.11.0", "llama-3.1-8b"),
         ("vllm-memsuit-llama31-8b-32k", "0.17.0", "llama-3.1-8b"),
         ("vllm-arno-qwen25-7b-fp16-rocm", "0.17.0", "qwen2.5-7b"),
@@ -292,7 +449,7 @@ def checks() -> list[Check]:
             k,
             {
                 "engine_version": version,
-                "model": {"source": "preset", "id": preset},
+                "model": {"source": "preset", "id": preset_id},
                 "max_model_len": 4096,
             },
             None,
@@ -336,6 +493,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "vLLM KV tokens inside kv_cache_tokens_band: "
         f"{sum(r.predicted for r in band):.0f} of {len(band)}"
+    )
+    fresh = [r for r in rows if r.fresh]
+    print("\nheld-out set B (collected after the rules were fixed) alone:")
+    for engine, quantity, n, med, mx, below in summary(fresh):
+        print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
+    band_b = [r for r in band if r.fresh]
+    print(
+        "vLLM KV tokens inside kv_cache_tokens_band (set B): "
+        f"{sum(r.predicted for r in band_b):.0f} of {len(band_b)}"
     )
     return 0
 

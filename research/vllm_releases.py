@@ -66,6 +66,14 @@ def summary(v: dict[str, Any], extensible: bool) -> str:
         parts.append("NCCL buffers inside the budget (snapshot before NCCL init)")
     if extensible:
         parts.append("extensible KV cache sized after warm-up and graph capture")
+    parts.append(
+        {
+            "flashinfer_if_installed": "sampler warm-up sorts the vocabulary unless flashinfer "
+            "is installed",
+            "torch_sort": "sampler warm-up sorts the vocabulary",
+            "triton": "sampler warm-up without a sort (Triton top-k/top-p)",
+        }[v["top_k_top_p"]]
+    )
     if v["batch_defaults"].get("xlarge_gpu_min_gib"):
         parts.append(f">= {v['batch_defaults']['xlarge_gpu_min_gib']} GiB batch tier")
     return "; ".join(parts)
@@ -87,6 +95,8 @@ def release(v: dict[str, Any]) -> dict[str, Any]:
         "requested_ceil": str(v["requested"]).startswith("ceil"),
         "nccl_in_budget": not v["init_snapshot_after_nccl"],
         "extensible_kv_cache": extensible,
+        "top_k_top_p": v["top_k_top_p"],
+        "moe_workspace_persistent": v["moe_workspace_persistent"],
     }
 
 

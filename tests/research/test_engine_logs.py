@@ -42,14 +42,26 @@ def test_vllm_weights_within_target():
 
 def test_vllm_kv_tokens_ratchet():
     errs = _errors("vllm", "KV tokens")
-    assert statistics.median(abs(e) for e in errs) <= 0.059
-    assert max(abs(e) for e in errs) <= 0.25
+    assert len(errs) == 22
+    assert statistics.median(abs(e) for e in errs) <= 0.018
+    assert max(abs(e) for e in errs) <= 0.32
+
+
+def test_vllm_kv_tokens_held_out_set_b_within_targets():
+    """Set B (15 launches collected after the vLLM rules were fixed, research/engine_logs.py
+    HELD_OUT_B): within the KV-token targets. The sort-path sampler rule was found on them
+    (docs/ACCURACY.md says so); it is counted from vLLM's and torch's source, nothing fitted."""
+    errs = [r.error for r in ROWS if r.fresh and (r.engine, r.quantity) == ("vllm", "KV tokens")]
+    assert len(errs) == 15
+    assert statistics.median(abs(e) for e in errs) <= 0.03
+    assert max(abs(e) for e in errs) <= 0.10
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="vLLM 0.10.1 tensor-parallel runs on A100 (SXM assumed: the nvlink fabric) hold "
-    "9-25% more KV than that fabric's tensor-parallel cost leaves (docs/ACCURACY.md)",
+    reason="vLLM 0.10.1 launches on A100 (likely vLLM's Docker image, whose flashinfer makes "
+    "the sampler skip the sort the estimate assumes; tensor-parallel on an unstated A100 "
+    "form factor) hold 12-32% more KV than estimated (docs/ACCURACY.md)",
 )
 def test_vllm_kv_tokens_targets():
     errs = _errors("vllm", "KV tokens")
@@ -59,10 +71,10 @@ def test_vllm_kv_tokens_targets():
 
 def test_vllm_band_low_end_never_promises_more_kv_than_the_engine_printed():
     """kv_cache_tokens_band on the held-out logs: every printed KV size is at or above the band's
-    low end (the low end is what to size for), and at least the current 4 of 7 fall inside."""
+    low end (the low end is what to size for), and at least the current 20 of 22 fall inside."""
     band = [r for r in ROWS if r.quantity == "KV tokens inside the band"]
-    assert len(band) == 7
-    assert sum(r.predicted for r in band) >= 4
+    assert len(band) == 22
+    assert sum(r.predicted for r in band) >= 20
     for r in ROWS:
         if r.engine == "vllm" and r.quantity == "KV tokens":
             log_band = next(b for b in band if b.log == r.log)

@@ -82,8 +82,9 @@ class EngineStartup(_Wire, frozen=True, kw_only=True):
     """vLLM "Maximum concurrency for L tokens per request: C x"; SGLang
     "max_running_requests"; llama.cpp the slots."""
     cuda_graph_bytes: int | None = None
-    """vLLM "Graph capturing finished in S secs, took X GiB"; SGLang "Capture cuda graph end
-    ... mem usage=X GB"."""
+    """vLLM "Graph capturing finished in S secs, took X GiB" (a free-memory difference, as
+    printed: negative when memory outside the process was released meanwhile); SGLang "Capture
+    cuda graph end ... mem usage=X GB"."""
     lines: tuple[str, ...] = ()
     """The log lines these figures were read from, verbatim."""
 

@@ -317,3 +317,63 @@ def test_vllm_refuses_awq_below_turing_and_in_bfloat16_as_it_says():
         a100.name,
     )
     assert ok.would_start, ok.reason
+
+
+def test_sampler_warm_up_sorts_the_vocabulary_before_the_triton_kernel():
+    """Qwen3-30B-A3B on an H100 (S = 1,024 rows, T = 8,192 tokens, V = 151,936). Up to 0.16
+    the dummy sampler run's top-k/top-p sorts the float32 logits: 2 (bf16 logits) + 4 (float32
+    copy) + 12 (sorted values, indices) + 8 (torch's reverse indices) + 12 (CUB's alternate
+    buffers) = 38 B per element from 128 rows. vLLM 0.10.2 printed "5.58 GiB for peak
+    activation" for this launch (research/data/engine_logs.json,
+    vllm-kolyangg-qwen3-30b-a3b-2507-h100-6k); the count gives 5.53 GiB (-0.8%). From 0.14 the
+    fused-MoE scratch (8,192 x 8 x (2,048 + 768) x 2 = 369,098,752 B) stays allocated under the
+    sampler; 0.17 on runs the Triton kernel (the calibrated 0.19.0 constant)."""
+    import math
+
+    from vrambudget.core.serving.quantities import sort_sampler_bytes_per_logit
+
+    arch = preset_arch("qwen3-30b-a3b")
+
+    def act(version: str, **fields: object) -> tuple[int, float]:
+        a = account(
+            serving("qwen3-30b-a3b", max_model_len=6144, engine_version=version, **fields),
+            arch,
+            85_520_809_984,  # 79.65 GiB: an H100 SXM as torch reports it
+            "NVIDIA H100 80GB HBM3",
+        )
+        return a.stages[0].activation_bytes, a.resolved.cal.c("sampler_hidden_copies")
+
+    rows, vocab, hidden = 1024 * 151_936, 151_936, 8192 * 2048 * 2
+    a10, hc = act("0.10.2")
+    assert a10 == math.ceil(38 * rows + hc * hidden)
+    assert abs(a10 / GiB - 5.58) / 5.58 < 0.01
+    a15, _ = act("0.15.0")
+    assert a15 == a10 + 369_098_752  # the workspace manager keeps the MoE scratch
+    a19, _ = act("0.19.0")
+    assert a19 < a15 - 3 * GiB  # no sort
+    assert sort_sampler_bytes_per_logit(64, 2) == 46  # 8-127 rows: by_full_sort's int2 arrays
+    assert sort_sampler_bytes_per_logit(256, 2) == 38
+    assert vocab == arch.vocab_size
+
+
+def test_kv_band_high_end_takes_flashinfer_where_the_install_decides():
+    """0.10-0.11 sort unless the optional flashinfer package is installed (vLLM's Docker image
+    has it): the estimate takes the sort (fewer KV tokens), the band's high end the FlashInfer
+    path on top of its usual width."""
+    from vrambudget.core.serving.vllm import kv_band
+
+    arch = preset_arch("qwen2.5-7b")
+    w = serving("qwen2.5-7b", max_model_len=16384, engine_version="0.10.1")
+    a = account(w, arch, 85_100_000_000, "NVIDIA A100-SXM4-80GB")
+    st = a.stages[0]
+    assert st.activation_low_bytes < st.activation_bytes
+    band = kv_band(w, a, "NVIDIA A100-SXM4-80GB")
+    assert band is not None and "flashinfer" in band.basis
+    w13 = serving("qwen2.5-7b", max_model_len=16384, engine_version="0.13.0")
+    a13 = account(w13, arch, 85_100_000_000, "NVIDIA A100-SXM4-80GB")
+    assert a13.stages[0].activation_low_bytes == a13.stages[0].activation_bytes
+    b13 = kv_band(w13, a13, "NVIDIA A100-SXM4-80GB")
+    assert b13 is not None and "flashinfer" not in b13.basis
+    # same width below, wider above by the sort the FlashInfer path skips
+    assert a.kv_tokens - band.low == a13.kv_tokens - b13.low
+    assert band.high - a.kv_tokens > b13.high - a13.kv_tokens

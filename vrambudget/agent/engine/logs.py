@@ -62,7 +62,11 @@ _V_WEIGHTS = re.compile(r"Model loading took " + _NUM + r" GiB")
 _V_KV = re.compile(r"Available KV cache memory: " + _NUM + r" GiB")
 _V_TOKENS = re.compile(r"GPU KV cache size: " + _NUM + r" tokens")
 _V_CONC = re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + "x")
-_V_GRAPH = re.compile(r"Graph capturing finished in " + _NUM + r" secs?, took " + _NUM + " GiB")
+# vLLM measures the graphs as a free-memory difference, printed as is: negative when memory
+# outside the process was released meanwhile ("took -0.41 GiB")
+_V_GRAPH = re.compile(
+    r"Graph capturing finished in " + _NUM + r" secs?, took (-?[0-9][0-9,]*(?:\.[0-9]+)?) GiB"
+)
 
 
 def _vllm(lines: list[str]) -> EngineStartup:

@@ -25,6 +25,9 @@ __all__ = [
 ]
 
 
+TopKTopP = Literal["flashinfer_if_installed", "torch_sort", "triton"]
+
+
 class Constant(msgspec.Struct, frozen=True, kw_only=True):
     value: float
     unit: str
@@ -76,6 +79,17 @@ class VLLMRelease(msgspec.Struct, frozen=True, kw_only=True):
     extensible_kv_cache: bool = False
     """0.34: the KV cache is sized after warm-up and CUDA-graph capture from measured free
     memory (vllm/v1/worker/extensible_kv_cache.py), utilization default 1.0."""
+    top_k_top_p: TopKTopP = "triton"
+    """How the profile's dummy sampler run (top-k and top-p set) filters the logits
+    (``vllm/v1/sample/ops/topk_topp_sampler.py``): ``flashinfer_if_installed`` (0.10-0.11:
+    FlashInfer's kernels when the optional flashinfer package is installed, else a full
+    ``torch.sort``), ``torch_sort`` (0.12-0.16: FlashInfer only with
+    VLLM_USE_FLASHINFER_SAMPLER=1), ``triton`` (0.17 on: a Triton kernel, no sort)."""
+    moe_workspace_persistent: bool = True
+    """The fused-MoE scratch outlives the layer (0.14 on: the unquantized method runs
+    ``FusedMoEModularKernel``, whose buffers come from the worker's workspace manager), so it is
+    still allocated when the profile's sampler runs; before, ``fused_experts_impl`` allocates
+    and frees it per call."""
 
 
 class EngineCalibration(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,6 +111,8 @@ class EngineCalibration(msgspec.Struct, frozen=True, kw_only=True):
     requested_ceil: bool = True
     nccl_in_budget: bool = False
     extensible_kv_cache: bool = False
+    top_k_top_p: TopKTopP = "triton"
+    moe_workspace_persistent: bool = True
 
     def c(self, name: str) -> float:
         return self.constants[name].value
@@ -162,4 +178,6 @@ def calibration(version: str) -> EngineCalibration:
         requested_ceil=r.requested_ceil,
         nccl_in_budget=r.nccl_in_budget,
         extensible_kv_cache=r.extensible_kv_cache,
+        top_k_top_p=r.top_k_top_p,
+        moe_workspace_persistent=r.moe_workspace_persistent,
     )

@@ -21,6 +21,8 @@ __all__ = [
     "cuda_graph_bytes",
     "non_torch_bytes",
     "requested_bytes",
+    "sampler_sorts",
+    "sort_sampler_bytes_per_logit",
 ]
 
 # ------------------------------------------------------------------------- the quantities --
@@ -38,8 +40,9 @@ def requested_bytes(total: int, utilization: float, ceil: bool = True) -> int:
 def _moe_workspace(arch: Arch, st: StageStatic, tokens: int, e: int) -> int:
     """Fused-MoE intermediate caches of one layer (vllm/model_executor/layers/fused_moe
     ``fused_experts_impl``): ``cache13`` of ``T x top_k x max(2 f', h)`` and ``cache2`` of ``T x
-    top_k x f'`` in the model dtype, live while the profile run's hidden states are sampled.
-    Qwen3-30B-A3B, T 8,192: 8,192 x 8 x (2,048 + 768) x 2 = 369,098,752 B."""
+    top_k x f'`` in the model dtype; from 0.14 held by the workspace manager, so live while the
+    profile run's hidden states are sampled (``moe_workspace_persistent``). Qwen3-30B-A3B,
+    T 8,192: 8,192 x 8 x (2,048 + 768) x 2 = 369,098,752 B."""
     if arch.moe is None or not any(layer.moe for layer, _ in st.layer_kinds):
         return 0
     f = st.dims.f_expert
@@ -62,7 +65,32 @@ def awq_dequant_bytes(st: StageStatic, e: int) -> int:
     return max(qkv, o, 2 * d.f * d.h, d.f * d.h) * e
 
 
-def activation_peak_bytes(arch: Arch, st: StageStatic, r: Resolved) -> int:
+SORT_BYTES_PER_LOGIT_MANY = 36
+SORT_BYTES_PER_LOGIT_FEW = 44
+
+
+def sort_sampler_bytes_per_logit(rows: int, e: int) -> int:
+    """Bytes per (row x vocabulary) element at the peak of the dummy sampler run when it sorts
+    (``apply_top_k_top_p``: ``logits.sort(dim=-1)`` on the float32 logits), counted from the
+    source: the caller's logits in the model dtype (``e``), their float32 copy (4,
+    ``Sampler.forward``), the sorted values and indices (4 + 8), and what torch's CUDA stable
+    sort allocates beside them (``aten/src/ATen/native/cuda/SortStable.cu``): from 128 rows
+    ``segmented_sort_pairs`` -- reverse indices (8) and CUB's alternate key and value buffers
+    (4 + 8) -- and below that ``segmented_sort_pairs_by_full_sort`` -- two ``int2`` index-and-
+    segment arrays (8 + 8) and the alternate buffers (4 + 8)."""
+    return e + (SORT_BYTES_PER_LOGIT_FEW if 2 <= rows < 128 else SORT_BYTES_PER_LOGIT_MANY)
+
+
+def sampler_sorts(r: Resolved) -> bool:
+    """The release's dummy sampler run sorts the vocabulary (``torch_sort``, and the safe side of
+    ``flashinfer_if_installed``: flashinfer is an optional package of 0.10-0.11, installed in
+    vLLM's Docker image, not by ``pip install vllm``)."""
+    return r.cal.top_k_top_p != "triton"
+
+
+def activation_peak_bytes(
+    arch: Arch, st: StageStatic, r: Resolved, sort: bool | None = None
+) -> int:
     """The torch peak increase of ``profile_run``: a dummy forward of ``T =
     max_num_batched_tokens`` tokens spread over ``S = min(max_num_seqs, T)`` requests, then (last
     stage) a dummy sampler run over ``S`` rows of the full vocabulary.
@@ -72,8 +100,12 @@ def activation_peak_bytes(arch: Arch, st: StageStatic, r: Resolved) -> int:
               residual 4 T h e + max(attention, MLP))
               + pp_hidden x T x h x e on stages before the last (the intermediate tensors sent
               on: hidden states and residual)
-    sampler = sampler_bytes_per_logit x S x V + sampler_hidden x T x h x e + MoE workspace
+    sampler = per_logit x S x V + sampler_hidden x T x h x e + MoE workspace
     peak    = max(forward, sampler) on the last stage, forward elsewhere
+
+    per_logit is ``sampler_bytes_per_logit`` (fitted on 0.19.0, whose Triton top-k/top-p
+    kernel sorts nothing) or, where the release sorts (``sort``; default
+    :func:`sampler_sorts`), :func:`sort_sampler_bytes_per_logit`: 38 B for bf16 from 128 rows.
 
     Llama 3.1 8B, T 8,192, S 1,024 (H100 defaults): sampler 15.2 x 1,024 x 128,256 + 2 x 8,192 x
     4,096 x 2 = 2.13 GB > forward 0.97 GB; vLLM 0.19.0 logs 1.89 GiB.
@@ -91,11 +123,15 @@ def activation_peak_bytes(arch: Arch, st: StageStatic, r: Resolved) -> int:
         forward += awq_dequant_bytes(st, r.e)
     if not st.stage.last:
         return forward + math.ceil(c("pp_hidden_copies") * T * arch.hidden_size * r.e)
+    if sort is None:
+        sort = sampler_sorts(r)
+    per_logit = sort_sampler_bytes_per_logit(S, r.e) if sort else c("sampler_bytes_per_logit")
     sampler = math.ceil(
-        c("sampler_bytes_per_logit") * S * arch.vocab_size
-        + c("sampler_hidden_copies") * T * arch.hidden_size * r.e
+        per_logit * S * arch.vocab_size + c("sampler_hidden_copies") * T * arch.hidden_size * r.e
     )
-    sampler += math.ceil(c("moe_workspace_scale") * _moe_workspace(arch, st, T, r.e))
+    if r.cal.moe_workspace_persistent:  # still allocated when the sampler runs
+        sampler += math.ceil(c("moe_workspace_scale") * _moe_workspace(arch, st, T, r.e))
+    # (before 0.14 the caches are freed with the layer: the forward's working set has them)
     return max(forward, sampler)
 
 

@@ -64,6 +64,9 @@ class StageAccount:
     load_workspace_bytes: int
     """Attention workspaces allocated while the model loads (MLA backends' imports)."""
     activation_bytes: int
+    activation_low_bytes: int
+    """The activation peak if the sampler takes its cheaper path where the release leaves that
+    to the installation (0.10-0.11 with flashinfer installed: no sort); else the same."""
     non_torch_bytes: int
     non_torch_comm_bytes: int
     cuda_context_bytes: int
@@ -149,6 +152,11 @@ def account(
     out = []
     for st, load in zip(statics, loads, strict=True):
         act = activation_peak_bytes(arch, st, r)
+        act_low = (
+            activation_peak_bytes(arch, st, r, sort=False)
+            if r.cal.top_k_top_p == "flashinfer_if_installed"
+            else act
+        )
         graphs = cuda_graph_bytes(st, r, w.enforce_eager)
         rope = load.rotary_bytes  # the stage's own tables: each stage is its own process
         available = (
@@ -198,6 +206,7 @@ def account(
                 load_rounding_bytes=load.rounding_bytes,
                 load_workspace_bytes=workspace,
                 activation_bytes=act,
+                activation_low_bytes=act_low,
                 non_torch_bytes=nt,
                 non_torch_comm_bytes=nt_comm,
                 cuda_context_bytes=context,
@@ -309,10 +318,20 @@ def stage_count(arch: Arch, pipeline: int) -> int:
     return len(stages(arch, pipeline))
 
 
-def _blocks(a: ServingAccount, delta: int) -> int:
-    """KV blocks if every stage's budget were ``delta`` bytes larger."""
+def _blocks(a: ServingAccount, delta: int, cheaper_sampler: bool = False) -> int:
+    """KV blocks if every stage's budget were ``delta`` bytes larger (and, with
+    ``cheaper_sampler``, larger by what the sampler's cheaper path leaves)."""
     return min(
-        kv.num_blocks(max(s.available_bytes + delta, 0), a.groups.page_bytes, s.group_size)
+        kv.num_blocks(
+            max(
+                s.available_bytes
+                + delta
+                + (s.activation_bytes - s.activation_low_bytes if cheaper_sampler else 0),
+                0,
+            ),
+            a.groups.page_bytes,
+            s.group_size,
+        )
         for s in a.stages
     )
 
@@ -345,9 +364,15 @@ def kv_band(w: LLMServingWorkload, a: ServingAccount, gpu_name: str) -> KVTokens
         if calibrated
         else "printed budgets over published launches of other releases and GPUs"
     )
+    cheaper = any(s.activation_low_bytes < s.activation_bytes for s in a.stages)
+    if cheaper:
+        basis += (
+            "; the high end also takes the sampler without a sort (flashinfer installed, as in "
+            "vLLM's Docker image), the estimate the torch.sort path of a pip install"
+        )
     return KVTokensBand(
         low=kv.num_tokens(low_blocks, a.groups),
-        high=kv.num_tokens(_blocks(a, u), a.groups),
+        high=kv.num_tokens(_blocks(a, u, cheaper), a.groups),
         max_concurrency_low=math.floor(low_conc * 10_000) / 10_000,
         basis=basis,
     )
