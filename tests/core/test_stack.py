@@ -224,7 +224,11 @@ def test_serving_and_image_answers_name_their_stack() -> None:
     assert serving is not None
     # the default release: the newest modelled
     assert (serving.framework, serving.framework_version) == ("vllm", "0.34.0")
-    assert {b.name for b in serving.behaviours} == {"kv_cache_growth", "engine_accounting"}
+    assert {b.name for b in serving.behaviours} == {
+        "kv_cache_growth",
+        "engine_accounting",
+        "warmup_sampler",
+    }
     image = _budget(
         {
             "kind": "image_generation",

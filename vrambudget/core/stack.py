@@ -323,7 +323,12 @@ def _resolve(software: Software | None) -> Stack:
     )
 
 
-def serving_use(engine: str, engine_version: str, software: Software | None = None) -> StackUse:
+def serving_use(
+    engine: str,
+    engine_version: str,
+    software: Software | None = None,
+    extra: tuple[StackBehaviour, ...] = (),
+) -> StackUse:
     """The stack of an ``llm_serving`` answer (its torch release, if the request names one)."""
     """The stack of an ``llm_serving`` answer: the engine release its accounting follows."""
     torch_v = (software.torch_version if software else None) or CURRENT["torch"]
@@ -342,6 +347,7 @@ def serving_use(engine: str, engine_version: str, software: Software | None = No
                 "(vrambudget/core/serving/vllm.py cites file and line; "
                 "research/vllm_accounting.md)",
             ),
+            *extra,
         ),
     )
 

@@ -377,3 +377,31 @@ def test_kv_band_high_end_takes_flashinfer_where_the_install_decides():
     # same width below, wider above by the sort the FlashInfer path skips
     assert a.kv_tokens - band.low == a13.kv_tokens - b13.low
     assert band.high - a.kv_tokens > b13.high - a13.kv_tokens
+
+
+@pytest.mark.parametrize(
+    ("version", "words"),
+    [("0.10.1", "without the optional flashinfer"), ("0.13.0", "sorts"), ("0.19.0", "Triton")],
+)
+def test_the_answer_names_the_warm_up_sampler_it_assumed(version, words):
+    from vrambudget.core.estimate import estimate
+    from vrambudget.core.spec import BudgetRequest
+
+    req = msgspec.convert(
+        {
+            "workloads": [
+                {
+                    "kind": "llm_serving",
+                    "model": {"source": "preset", "id": "llama-3.1-8b"},
+                    "max_model_len": 8192,
+                    "engine_version": version,
+                }
+            ],
+            "device": {"source": "catalog", "id": "l40s-48gb"},
+        },
+        BudgetRequest,
+    )
+    b = estimate(req.workloads, req.device)
+    sampler = [x for x in b.stack.behaviours if x.name == "warmup_sampler"]
+    assert len(sampler) == 1 and words in sampler[0].assumed
+    assert "topk_topp_sampler.py" in sampler[0].source

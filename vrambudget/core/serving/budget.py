@@ -21,6 +21,7 @@ from ..result import (
     Part,
     Phase,
     ServingSummary,
+    StackBehaviour,
     VLLMDetails,
     WorkloadSummary,
 )
@@ -35,6 +36,7 @@ from ..spec import (
 from ..stack import serving_use
 from . import kv
 from .engine_args import (
+    Resolved,
     quantization_words,
     serving_format,
     serving_host_and_disk,
@@ -436,5 +438,28 @@ def serving_budget(
         warnings=tuple(warnings),
         serving=serving,
         calibration=engine_calibration(devices[most]),
-        stack=serving_use(w.engine, rel.modelled, software),
+        stack=serving_use(w.engine, rel.modelled, software, (_sampler_behaviour(r),)),
+    )
+
+
+_SAMPLER_ASSUMED = {
+    "flashinfer_if_installed": "the profile's warm-up sampler sorts the vocabulary for top-k / "
+    "top-p (torch.sort: 36 B per row x vocabulary element beyond the logits), as without the "
+    "optional flashinfer package (pip install vllm); vLLM's Docker image has flashinfer and "
+    "skips the sort (the KV band's high end)",
+    "torch_sort": "the profile's warm-up sampler sorts the vocabulary for top-k / top-p "
+    "(torch.sort: 36 B per row x vocabulary element beyond the logits; FlashInfer only with "
+    "VLLM_USE_FLASHINFER_SAMPLER=1)",
+    "triton": "the profile's warm-up sampler filters top-k / top-p with a Triton kernel, no sort "
+    "(bytes per row x vocabulary element fitted on 0.19.0 launches)",
+}
+
+
+def _sampler_behaviour(r: Resolved) -> StackBehaviour:
+    return StackBehaviour(
+        name="warmup_sampler",
+        assumed=_SAMPLER_ASSUMED[r.cal.top_k_top_p],
+        source="vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p and "
+        "gpu_model_runner.py _dummy_sampler_run of the release (research/data/"
+        "vllm_versions.json cites the line); torch aten/src/ATen/native/cuda/SortStable.cu",
     )
