@@ -405,3 +405,42 @@ def test_the_answer_names_the_warm_up_sampler_it_assumed(version, words):
     sampler = [x for x in b.stack.behaviours if x.name == "warmup_sampler"]
     assert len(sampler) == 1 and words in sampler[0].assumed
     assert "topk_topp_sampler.py" in sampler[0].source
+
+
+def test_flashinfer_sampler_named_skips_the_sort_and_is_in_the_launch():
+    """``flashinfer_sampler: true`` is ``VLLM_USE_FLASHINFER_SAMPLER=1``: the warm-up sorts
+    nothing in any release; on 0.10-0.11 it says flashinfer is installed (vLLM's Docker image),
+    so the band no longer widens for it."""
+    from vrambudget.core.serving.budget import vllm_launch
+    from vrambudget.core.serving.vllm import kv_band
+
+    arch = preset_arch("qwen2.5-7b")
+    name = "NVIDIA A100-SXM4-80GB"
+    default = serving("qwen2.5-7b", max_model_len=16384, engine_version="0.10.1")
+    named = serving(
+        "qwen2.5-7b", max_model_len=16384, engine_version="0.10.1", flashinfer_sampler=True
+    )
+    a, b = account(default, arch, 85_100_000_000, name), account(named, arch, 85_100_000_000, name)
+    assert b.stages[0].activation_bytes == a.stages[0].activation_low_bytes
+    assert b.stages[0].activation_low_bytes == b.stages[0].activation_bytes
+    assert b.kv_tokens > a.kv_tokens
+    band = kv_band(named, b, name)
+    assert band is not None and "flashinfer" not in band.basis
+    assert vllm_launch(named, b).startswith("VLLM_USE_FLASHINFER_SAMPLER=1 vllm serve ")
+    sorted13 = serving("qwen2.5-7b", max_model_len=16384, engine_version="0.13.0")
+    fi13 = serving(
+        "qwen2.5-7b", max_model_len=16384, engine_version="0.13.0", flashinfer_sampler=True
+    )
+    a13 = account(sorted13, arch, 85_100_000_000, name)
+    b13 = account(fi13, arch, 85_100_000_000, name)
+    assert b13.stages[0].activation_bytes < a13.stages[0].activation_bytes
+    with pytest.raises(msgspec.ValidationError, match="flashinfer_sampler is a vLLM setting"):
+        msgspec.convert(
+            {
+                "kind": "llm_serving",
+                "engine": "sglang",
+                "model": {"source": "preset", "id": "qwen2.5-7b"},
+                "flashinfer_sampler": True,
+            },
+            LLMServingWorkload,
+        )

@@ -268,6 +268,8 @@ def vllm_launch(w: LLMServingWorkload, a: ServingAccount) -> str:
         parts.append("--disable-hybrid-kv-cache-manager")
     if w.kv_cache_memory_bytes is not None:
         parts.append(f"--kv-cache-memory {w.kv_cache_memory_bytes}")
+    if w.flashinfer_sampler is not None:
+        parts.insert(0, f"VLLM_USE_FLASHINFER_SAMPLER={int(w.flashinfer_sampler)}")
     if w.quantization is not UNSET and w.quantization is not None:
         q = w.quantization.method
         parts.append(f"--quantization {'fp8' if q.startswith('fp8') else q}")
@@ -438,7 +440,7 @@ def serving_budget(
         warnings=tuple(warnings),
         serving=serving,
         calibration=engine_calibration(devices[most]),
-        stack=serving_use(w.engine, rel.modelled, software, (_sampler_behaviour(r),)),
+        stack=serving_use(w.engine, rel.modelled, software, (_sampler_behaviour(w, r),)),
     )
 
 
@@ -455,10 +457,16 @@ _SAMPLER_ASSUMED = {
 }
 
 
-def _sampler_behaviour(r: Resolved) -> StackBehaviour:
+def _sampler_behaviour(w: LLMServingWorkload, r: Resolved) -> StackBehaviour:
+    assumed = (
+        "the profile's warm-up sampler runs top-k / top-p on FlashInfer "
+        "(VLLM_USE_FLASHINFER_SAMPLER=1): no sort"
+        if w.flashinfer_sampler
+        else _SAMPLER_ASSUMED[r.cal.top_k_top_p]
+    )
     return StackBehaviour(
         name="warmup_sampler",
-        assumed=_SAMPLER_ASSUMED[r.cal.top_k_top_p],
+        assumed=assumed,
         source="vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p and "
         "gpu_model_runner.py _dummy_sampler_run of the release (research/data/"
         "vllm_versions.json cites the line); torch aten/src/ATen/native/cuda/SortStable.cu",

@@ -203,6 +203,11 @@ class Resolved:
     unsupported: str | None = None
     """Why vLLM refuses this deployment on this GPU type, in its own words (a quantization
     method the GPU's compute capability lacks), or None."""
+    sampler_sort: bool = False
+    """The profile's warm-up sampler sorts the vocabulary (:func:`sampler_sorts`)."""
+    sampler_may_skip_sort: bool = False
+    """The release leaves the sort to the installation (0.10-0.11 without flashinfer_sampler):
+    the KV band's high end takes the path without it."""
 
 
 MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
@@ -264,6 +269,17 @@ def _unsupported(w: LLMServingWorkload, kernel: str | None, gpu_name: str) -> st
             "[torch.float16] (set dtype float16)"
         )
     return None
+
+
+def sampler_sorts(top_k_top_p: str, flashinfer: bool | None) -> bool:
+    """Whether the profile's dummy sampler run sorts the vocabulary for top-k / top-p
+    (``apply_top_k_top_p``): not with ``VLLM_USE_FLASHINFER_SAMPLER=1`` (FlashInfer's kernels),
+    not from 0.17 (a Triton kernel), always in 0.12-0.16 otherwise, and in 0.10-0.11 unless
+    flashinfer is installed -- taken as not, ``pip install vllm``'s case: the safe side, more
+    activation and fewer KV tokens."""
+    if flashinfer:
+        return False
+    return top_k_top_p != "triton"
 
 
 @lru_cache(maxsize=256)
@@ -342,6 +358,8 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         tp_fabric(gpu_name),
         kernel == "awq",
         _unsupported(w, kernel, gpu_name),
+        sampler_sorts(cal.top_k_top_p, w.flashinfer_sampler),
+        cal.top_k_top_p == "flashinfer_if_installed" and w.flashinfer_sampler is None,
     )
 
 

@@ -21,7 +21,6 @@ __all__ = [
     "cuda_graph_bytes",
     "non_torch_bytes",
     "requested_bytes",
-    "sampler_sorts",
     "sort_sampler_bytes_per_logit",
 ]
 
@@ -81,13 +80,6 @@ def sort_sampler_bytes_per_logit(rows: int, e: int) -> int:
     return e + (SORT_BYTES_PER_LOGIT_FEW if 2 <= rows < 128 else SORT_BYTES_PER_LOGIT_MANY)
 
 
-def sampler_sorts(r: Resolved) -> bool:
-    """The release's dummy sampler run sorts the vocabulary (``torch_sort``, and the safe side of
-    ``flashinfer_if_installed``: flashinfer is an optional package of 0.10-0.11, installed in
-    vLLM's Docker image, not by ``pip install vllm``)."""
-    return r.cal.top_k_top_p != "triton"
-
-
 def activation_peak_bytes(
     arch: Arch, st: StageStatic, r: Resolved, sort: bool | None = None
 ) -> int:
@@ -105,7 +97,7 @@ def activation_peak_bytes(
 
     per_logit is ``sampler_bytes_per_logit`` (fitted on 0.19.0, whose Triton top-k/top-p
     kernel sorts nothing) or, where the release sorts (``sort``; default
-    :func:`sampler_sorts`), :func:`sort_sampler_bytes_per_logit`: 38 B for bf16 from 128 rows.
+    ``Resolved.sampler_sort``), :func:`sort_sampler_bytes_per_logit`: 38 B for bf16 from 128 rows.
 
     Llama 3.1 8B, T 8,192, S 1,024 (H100 defaults): sampler 15.2 x 1,024 x 128,256 + 2 x 8,192 x
     4,096 x 2 = 2.13 GB > forward 0.97 GB; vLLM 0.19.0 logs 1.89 GiB.
@@ -124,7 +116,7 @@ def activation_peak_bytes(
     if not st.stage.last:
         return forward + math.ceil(c("pp_hidden_copies") * T * arch.hidden_size * r.e)
     if sort is None:
-        sort = sampler_sorts(r)
+        sort = r.sampler_sort
     per_logit = sort_sampler_bytes_per_logit(S, r.e) if sort else c("sampler_bytes_per_logit")
     sampler = math.ceil(
         per_logit * S * arch.vocab_size + c("sampler_hidden_copies") * T * arch.hidden_size * r.e

@@ -152,11 +152,7 @@ def account(
     out = []
     for st, load in zip(statics, loads, strict=True):
         act = activation_peak_bytes(arch, st, r)
-        act_low = (
-            activation_peak_bytes(arch, st, r, sort=False)
-            if r.cal.top_k_top_p == "flashinfer_if_installed"
-            else act
-        )
+        act_low = activation_peak_bytes(arch, st, r, sort=False) if r.sampler_may_skip_sort else act
         graphs = cuda_graph_bytes(st, r, w.enforce_eager)
         rope = load.rotary_bytes  # the stage's own tables: each stage is its own process
         available = (

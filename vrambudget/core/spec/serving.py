@@ -374,6 +374,17 @@ class LLMServingWorkload(Wire, tag="llm_serving", tag_field="kind", frozen=True,
         Meta(description="Tokens per KV-cache block; default (null): the engine's (16)."),
     ] = None
     enforce_eager: Annotated[bool, Meta(description="No CUDA graphs (no graph memory).")] = False
+    flashinfer_sampler: Annotated[
+        bool | None,
+        Meta(
+            description="vLLM's `VLLM_USE_FLASHINFER_SAMPLER`: true runs top-k / top-p on "
+            "FlashInfer (the profile's warm-up sampler sorts nothing); false and null keep the "
+            "release's own path: 0.12 - 0.16 sort the vocabulary, 0.17 on a Triton kernel, "
+            "0.10 - 0.11 FlashInfer when the optional flashinfer package is installed (vLLM's "
+            "Docker image: say true) and a sort otherwise (`pip install vllm`: the default "
+            "assumed)."
+        ),
+    ] = None
     disable_hybrid_kv_cache_manager: Annotated[
         bool,
         Meta(
