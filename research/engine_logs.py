@@ -46,6 +46,8 @@ class Check:
     unit: str
     fresh: bool = False
     """From held-out set B: logs collected after the rules were fixed (``collected``)."""
+    version: str = ""
+    """The engine release the request named (vLLM, SGLang)."""
 
     @property
     def error(self) -> float:
@@ -120,6 +122,7 @@ def _vllm(
     arch = resolve_model(w.model)
     g = gpu(gpu_id or "h100-sxm5-80gb")
     a = account(w, arch, g.memory_total_bytes, g.name)
+    version = workload["engine_version"]
     out = [
         Check(
             log,
@@ -147,7 +150,7 @@ def _vllm(
                     "x",
                 )
             )
-    return out
+    return [dataclasses.replace(c, version=version) for c in out]
 
 
 def _sglang(
@@ -498,6 +501,16 @@ def main(argv: list[str] | None = None) -> int:
     print("\nheld-out set B (collected after the rules were fixed) alone:")
     for engine, quantity, n, med, mx, below in summary(fresh):
         print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
+    if "--by-version" in args:
+        print("\nvLLM KV tokens by release (minor):")
+        by: dict[str, list[float]] = {}
+        for r in rows:
+            if (r.engine, r.quantity) == ("vllm", "KV tokens"):
+                by.setdefault(".".join(r.version.split(".")[:2]), []).append(r.error)
+        for v in sorted(by, key=lambda x: tuple(int(p) for p in x.split("."))):
+            e = by[v]
+            med, mx = statistics.median(abs(x) for x in e), max(abs(x) for x in e)
+            print(f"{v:<8}{len(e):>4}{med:>8.2%}{mx:>9.2%}")
     band_b = [r for r in band if r.fresh]
     print(
         "vLLM KV tokens inside kv_cache_tokens_band (set B): "
