@@ -190,7 +190,7 @@ def _sglang(
     return out
 
 
-def _config(preset_id: str, **changes: Any) -> dict[str, Any]:
+def preset_shapes(preset_id: str, **changes: Any) -> dict[str, Any]:
     """A checkpoint with a preset's shapes as an ``hf_config`` model: the preset's config.json
     with the keys the checkpoint changes (a longer context, its quantization_config)."""
     return {
@@ -199,7 +199,7 @@ def _config(preset_id: str, **changes: Any) -> dict[str, Any]:
     }
 
 
-QWEN_AWQ = {
+QWEN_AWQ: dict[str, Any] = {
     "bits": 4,
     "group_size": 128,
     "modules_to_not_convert": None,
@@ -207,7 +207,10 @@ QWEN_AWQ = {
     "version": "gemm",
     "zero_point": True,
 }
-"""Qwen's AWQ checkpoints' quantization_config (tests/core/test_quant_config.py QWEN3_32B_AWQ)."""
+"""Qwen's AWQ checkpoints' ``quantization_config``: Qwen/Qwen3-32B-AWQ's config.json block,
+verbatim as quoted with the loaded model's tensor list (down_proj.qweight [25600, 640] int32,
+qzeros [200, 640], scales [200, 5120]) in a public GitHub report (find_string id 62727925985);
+the same block is quoted for a Qwen2.5-32B-Instruct-AWQ config (find_string id 56950856993)."""
 
 QWEN3_2507 = {"max_position_embeddings": 262144}
 """Qwen3-30B-A3B-Instruct-2507 and Qwen3-Coder-30B-A3B: Qwen3-30B-A3B's shapes, 256K positions."""
@@ -226,7 +229,9 @@ HELD_OUT_B: dict[str, tuple[dict[str, Any], str]] = {
     "vllm-logomesh-qwen25-coder-32b-awq-a100-40gb-16k": (
         {
             "engine_version": "0.13.0",
-            "model": _config("qwen2.5-32b", torch_dtype="float16", quantization_config=QWEN_AWQ),
+            "model": preset_shapes(
+                "qwen2.5-32b", torch_dtype="float16", quantization_config=QWEN_AWQ
+            ),
             "max_model_len": 16384,
         },
         "a100-sxm4-40gb",
@@ -234,7 +239,9 @@ HELD_OUT_B: dict[str, tuple[dict[str, Any], str]] = {
     "vllm-logomesh-qwen25-coder-32b-awq-a100-40gb-4k": (
         {
             "engine_version": "0.13.0",
-            "model": _config("qwen2.5-32b", torch_dtype="float16", quantization_config=QWEN_AWQ),
+            "model": preset_shapes(
+                "qwen2.5-32b", torch_dtype="float16", quantization_config=QWEN_AWQ
+            ),
             "max_model_len": 4096,
         },
         "a100-sxm4-40gb",
@@ -243,7 +250,7 @@ HELD_OUT_B: dict[str, tuple[dict[str, Any], str]] = {
     "vllm-autoscientists-qwen3-coder-30b-a3b-a100-80gb-128k-seqs16": (
         {
             "engine_version": "0.26.0",
-            "model": _config("qwen3-30b-a3b", **QWEN3_2507),
+            "model": preset_shapes("qwen3-30b-a3b", **QWEN3_2507),
             "max_model_len": 131072,
             "gpu_memory_utilization": 0.9,
             "max_num_seqs": 16,
@@ -268,7 +275,7 @@ HELD_OUT_B: dict[str, tuple[dict[str, Any], str]] = {
     "vllm-bench3-llama3-8b-h200-1k": (
         {
             "engine_version": "0.11.2",
-            "model": _config("llama-3.1-8b", max_position_embeddings=8192, rope_scaling=None),
+            "model": preset_shapes("llama-3.1-8b", max_position_embeddings=8192, rope_scaling=None),
             "dtype": "bfloat16",
             "max_model_len": 1024,
         },
@@ -287,7 +294,7 @@ HELD_OUT_B: dict[str, tuple[dict[str, Any], str]] = {
     "vllm-telcorag-qwen3-30b-a3b-2507-h200-gmu05-16k": (
         {
             "engine_version": "0.15.0",
-            "model": _config("qwen3-30b-a3b", **QWEN3_2507),
+            "model": preset_shapes("qwen3-30b-a3b", **QWEN3_2507),
             "max_model_len": 16000,
             "gpu_memory_utilization": 0.5,
         },
@@ -315,7 +322,7 @@ HELD_OUT_B: dict[str, tuple[dict[str, Any], str]] = {
     "vllm-kolyangg-qwen3-30b-a3b-2507-h100-6k": (
         {
             "engine_version": "0.10.2",
-            "model": _config("qwen3-30b-a3b", **QWEN3_2507),
+            "model": preset_shapes("qwen3-30b-a3b", **QWEN3_2507),
             "dtype": "bfloat16",
             "max_model_len": 6144,
         },
@@ -324,7 +331,7 @@ HELD_OUT_B: dict[str, tuple[dict[str, Any], str]] = {
     "vllm-nnamdi-qwen3-30b-a3b-2507-fp8online-h100-8k-seqs64": (
         {
             "engine_version": "0.22.1",
-            "model": _config("qwen3-30b-a3b", **QWEN3_2507),
+            "model": preset_shapes("qwen3-30b-a3b", **QWEN3_2507),
             "dtype": "bfloat16",
             "max_model_len": 8192,
             "gpu_memory_utilization": 0.92,

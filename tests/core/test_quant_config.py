@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from research.engine_logs import QWEN_AWQ
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.quant_config import (
     SUPPORTED_METHODS,
@@ -34,18 +35,7 @@ from vrambudget.core.spec import (
     Quantization,
 )
 
-# Qwen/Qwen3-32B-AWQ config.json `quantization_config`, verbatim as quoted with the loaded
-# model's tensor list (down_proj.qweight [25600, 640] int32, qzeros [200, 640], scales
-# [200, 5120]) in a public GitHub report (find_string id 62727925985). The same block is quoted
-# for a Qwen2.5-32B-Instruct-AWQ config in find_string id 56950856993.
-QWEN3_32B_AWQ: dict[str, Any] = {
-    "bits": 4,
-    "group_size": 128,
-    "modules_to_not_convert": None,
-    "quant_method": "awq",
-    "version": "gemm",
-    "zero_point": True,
-}
+QWEN3_32B_AWQ: dict[str, Any] = QWEN_AWQ  # verbatim, with its source (research/engine_logs.py)
 
 # Qwen/Qwen2.5-Coder-1.5B-Instruct-GPTQ-Int4, from
 # https://huggingface.co/Qwen/Qwen2.5-Coder-1.5B-Instruct-GPTQ-Int4/resolve/main/config.json,

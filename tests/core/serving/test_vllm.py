@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from research.engine_logs import QWEN_AWQ, preset_shapes
 from vrambudget.core.catalog import preset_arch
 from vrambudget.core.serving.vllm import account
 from vrambudget.core.spec import LLMServingWorkload
@@ -214,31 +215,11 @@ def test_plain_awq_kernel_adds_its_dequantized_weight_to_the_forward_peak():
     )
 
 
-# Qwen/Qwen2.5-14B-Instruct-AWQ: the preset's Qwen2.5-14B shapes with the AWQ block of
-# tests/core/test_quant_config.py QWEN3_32B_AWQ (Qwen's AWQ checkpoints share it verbatim)
-QWEN25_14B_AWQ_CONFIG = {
-    "architectures": ["Qwen2ForCausalLM"],
-    "model_type": "qwen2",
-    "hidden_size": 5120,
-    "intermediate_size": 13824,
-    "num_hidden_layers": 48,
-    "num_attention_heads": 40,
-    "num_key_value_heads": 8,
-    "vocab_size": 152064,
-    "max_position_embeddings": 32768,
-    "rms_norm_eps": 1e-06,
-    "rope_theta": 1000000.0,
-    "tie_word_embeddings": False,
-    "torch_dtype": "float16",
-    "quantization_config": {
-        "bits": 4,
-        "group_size": 128,
-        "modules_to_not_convert": None,
-        "quant_method": "awq",
-        "version": "gemm",
-        "zero_point": True,
-    },
-}
+# Qwen/Qwen2.5-14B-Instruct-AWQ: the preset's Qwen2.5-14B config with Qwen's AWQ block, as the
+# held-out logs re-create it
+QWEN25_14B_AWQ_MODEL = preset_shapes(
+    "qwen2.5-14b", torch_dtype="float16", quantization_config=QWEN_AWQ
+)
 
 
 @pytest.mark.parametrize(
@@ -277,7 +258,7 @@ def _awq_checkpoint(**fields: object) -> LLMServingWorkload:
         {
             "kind": "llm_serving",
             "engine_version": "0.13.0",
-            "model": {"source": "hf_config", "config": QWEN25_14B_AWQ_CONFIG},
+            "model": QWEN25_14B_AWQ_MODEL,
             "max_model_len": 4096,
             "max_num_seqs": 16,
             "max_num_batched_tokens": 2048,
