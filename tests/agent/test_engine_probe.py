@@ -21,7 +21,7 @@ import pytest
 from tests.support import ROOT
 from tests.support.fake_engine import expected_startup, startup_lines
 from vrambudget.agent.child import ChildSettings
-from vrambudget.agent.engine.command import CommandError, engine_command
+from vrambudget.agent.engine.command import CommandError, engine_command, recipe_env
 from vrambudget.agent.engine.group import EngineGroup
 from vrambudget.agent.engine.launchers import parse_engines
 from vrambudget.agent.engine.logs import parse_startup
@@ -108,6 +108,19 @@ def test_vllm_recipe_becomes_the_launcher_and_the_recipe_with_an_address() -> No
     ]  # fmt: skip
 
 
+def test_a_recipe_sets_only_the_environment_the_budget_assumed() -> None:
+    """``flashinfer_sampler`` puts ``VLLM_USE_FLASHINFER_SAMPLER`` before the program: the
+    engine runs with it in its environment, and the argv is the rest of the recipe."""
+    launch = "VLLM_USE_FLASHINFER_SAMPLER=1 vllm serve qwen2.5-0.5b --max-model-len 512"
+    assert recipe_env(launch) == {"VLLM_USE_FLASHINFER_SAMPLER": "1"}
+    assert engine_command("vllm", launch, ("/opt/vllm/bin/vllm",), "Qwen/Qwen2.5-0.5B", 1)[:3] == [
+        "/opt/vllm/bin/vllm",
+        "serve",
+        "Qwen/Qwen2.5-0.5B",
+    ]
+    assert recipe_env("vllm serve m --max-model-len 512") == {}
+
+
 def test_sglang_and_llama_cpp_recipes(tmp_path: Path) -> None:
     sgl = engine_command(
         "sglang",
@@ -147,6 +160,8 @@ def test_sglang_and_llama_cpp_recipes(tmp_path: Path) -> None:
         ("vllm", "vllm serve m --Weird", "not a flag"),
         ("sglang", "python -m sglang.launch_server --tp 1", "names no single model"),
         ("llama_cpp", "llama-server -m ../../etc/passwd", "outside the GGUF directory"),
+        ("vllm", "LD_PRELOAD=/x.so vllm serve m", "may not set"),
+        ("vllm", "VLLM_USE_FLASHINFER_SAMPLER=yes vllm serve m", "may not set"),
     ],
 )
 def test_a_recipe_that_carries_more_is_refused(

@@ -7,7 +7,9 @@ and the address the agent chose is added in the engine's syntax.
 Nothing of the request reaches the command as text: the recipe is made of the estimate's
 numbers and literals, and the one word that comes from the spec (the model) is replaced. Every
 word is checked anyway (shlex words, each of a small character set, a flag only where the
-recipe has one), so a recipe that somehow carried more is refused rather than run.
+recipe has one; before the program only the ``NAME=VALUE`` settings of :data:`RECIPE_ENV`, which
+go to the engine's environment), so a recipe that somehow carried more is refused rather than
+run.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from pathlib import Path
 
 from .launchers import RECIPE_PROGRAM
 
-__all__ = ["CommandError", "engine_command"]
+__all__ = ["CommandError", "engine_command", "recipe_env"]
 
 _WORD = re.compile(r"^[A-Za-z0-9_.,:/=+-]+$")
 _FLAG = re.compile(r"^--?[a-z][a-z0-9-]*$")
 _NUMBER = re.compile(r"^-[0-9]+(?:\.[0-9]+)?$")
 _MODEL_FLAG = {"sglang": "--model-path", "llama_cpp": "-m"}
+RECIPE_ENV: dict[str, frozenset[str]] = {"VLLM_USE_FLASHINFER_SAMPLER": frozenset({"0", "1"})}
+"""Environment variables a recipe may set before its program (``NAME=VALUE`` words), with the
+values allowed: the budget assumed them (``flashinfer_sampler``)."""
 
 
 class CommandError(ValueError):
@@ -50,6 +55,27 @@ def gguf_path(recipe_file: str, gguf_dir: str | None) -> str:
     return str(path)
 
 
+def _words(launch: str) -> list[str]:
+    try:
+        return shlex.split(launch)
+    except ValueError as exc:
+        raise CommandError(f"the recipe does not parse: {exc}") from None
+
+
+def recipe_env(launch: str) -> dict[str, str]:
+    """The ``NAME=VALUE`` words before the recipe's program: only the names and values of
+    :data:`RECIPE_ENV`; anything else there is refused."""
+    env: dict[str, str] = {}
+    for word in _words(launch):
+        name, eq, value = word.partition("=")
+        if not eq or word.startswith("-"):
+            break
+        if value not in RECIPE_ENV.get(name, frozenset()):
+            raise CommandError(f"the recipe may not set {word!r}")
+        env[name] = value
+    return env
+
+
 def engine_command(
     engine: str,
     launch: str,
@@ -61,10 +87,8 @@ def engine_command(
     """The argv that starts ``engine`` as ``launch`` says, with ``prefix`` as its program,
     ``model`` (vLLM / SGLang: what the engine loads) in the model's place, on
     127.0.0.1:``port``."""
-    try:
-        words = shlex.split(launch)
-    except ValueError as exc:
-        raise CommandError(f"the recipe does not parse: {exc}") from None
+    words = _words(launch)
+    words = words[len(recipe_env(launch)) :]
     program = list(RECIPE_PROGRAM[engine])
     if words[: len(program)] != program:
         raise CommandError(f"the recipe does not start with {' '.join(program)!r}: {launch!r}")

@@ -42,7 +42,7 @@ from vrambudget.core.spec import LLMServingWorkload
 
 from ..child import ChildSettings
 from . import supervise
-from .command import engine_command
+from .command import engine_command, recipe_env
 from .group import ENV, EngineGroup, boot_id, reap, start_time
 from .load import LoadResult, drive, latency, preemptions
 from .logs import engine_version, parse_startup, version_warning
@@ -199,7 +199,7 @@ def measure_engine(
     base = f"http://127.0.0.1:{port}"
     prefix = child.engines[recipe.engine]
     argv = engine_command(recipe.engine, recipe.launch, prefix, recipe.model, port, child.gguf_dir)
-    env = dict(os.environ)  # the child's: already without the agent's settings
+    env = {**os.environ, **recipe_env(recipe.launch)}  # the child's: without the agent's settings
     gpu = next((g for g in inv.gpus if g.index == index), None) if inv is not None else None
     given = engine_gpus(inv, index, w.parallelism.devices)
     if given:  # the probe's device first, then as many more as tensor x pipeline x data
