@@ -57,6 +57,22 @@ def test_every_minor_release_from_0_10_is_modelled():
             engine_release("vllm", bad)
 
 
+def test_warm_up_sampler_and_moe_scratch_per_release_as_read():
+    """research/vllm_versions.md: the dummy sampler run's top-k/top-p sorts the vocabulary up to
+    0.16 (0.10-0.11 only without flashinfer), a Triton kernel from 0.17; the unquantized fused
+    MoE keeps its scratch in the workspace manager from 0.14. Each release cites its line."""
+    by = {r.version: r for r in vllm_releases()}
+    for version, r in by.items():
+        minor = int(version.split(".")[1])
+        want = (
+            "flashinfer_if_installed" if minor <= 11 else "torch_sort" if minor <= 16 else "triton"
+        )
+        assert r.top_k_top_p == want, version
+        assert r.moe_workspace_persistent is (minor >= 14), version
+        rules = " ".join(r.sources)
+        assert "topk_topp_sampler.py:" in rules and "fused_moe/" in rules, version
+
+
 def test_0_20_utilization_default_and_graph_estimate_in_the_budget():
     """0.20: gpu_memory_utilization 0.9 -> 0.92 and the CUDA-graph estimate subtracted
     (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1)."""
