@@ -115,6 +115,20 @@ def test_estimate_says_the_verdict_and_exits_by_it(
     assert "FIT" not in capsys.readouterr().out
 
 
+def test_flashinfer_sampler_flag_is_the_field(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--flashinfer-sampler`` sets ``flashinfer_sampler``: the launch carries the variable."""
+    flags = [
+        "estimate", "--kind", "llm_serving", "--model", "qwen2.5-7b", "--engine-version",
+        "0.10.1", "--gpu", "a100-sxm4-80gb", "--json",
+    ]  # fmt: skip
+    main(flags)
+    plain = json.loads(capsys.readouterr().out)["serving"]
+    main([*flags, "--flashinfer-sampler"])
+    named = json.loads(capsys.readouterr().out)["serving"]
+    assert named["launch"].startswith("VLLM_USE_FLASHINFER_SAMPLER=1 vllm serve ")
+    assert named["kv_cache_tokens"] > plain["kv_cache_tokens"]
+
+
 def test_gpu_names_the_device_of_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _generic_file(tmp_path, 5 * GiB)  # a custom 5 GiB device in the file
     assert main(["estimate", "--file", path]) == EXIT_DOES_NOT_FIT
@@ -251,6 +265,10 @@ def test_a_serving_budget_that_does_not_start_exits_3(capsys: pytest.CaptureFixt
         (
             ["--kind", "llm_serving", "--engine", "sglang", "--model", "x", "--enforce-eager"],
             "error: --enforce-eager applies to engine vllm, not sglang",
+        ),
+        (
+            ["--kind", "llm_serving", "--engine", "ollama", "--model", "x", "--flashinfer-sampler"],
+            "error: --flashinfer-sampler applies to engine vllm, not ollama",
         ),
         (
             ["--file", "w.json", "--model", "qwen2.5-7b", "--max-model-len", "5"],

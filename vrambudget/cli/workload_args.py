@@ -41,6 +41,7 @@ _SERVING: dict[str, tuple[str, ...]] = {
     "dtype": _VLLM_SGLANG,
     "kv_cache_dtype": _VLLM_SGLANG,
     "enforce_eager": ("vllm",),
+    "flashinfer_sampler": ("vllm",),
     "mem_fraction_static": ("sglang",),
     "file_type": _GGUF,
     "n_ctx": _GGUF,
@@ -73,6 +74,7 @@ FLAG_OF: dict[str, str] = {
     "dtype": "--dtype",
     "kv_cache_dtype": "--kv-cache-dtype",
     "enforce_eager": "--enforce-eager",
+    "flashinfer_sampler": "--flashinfer-sampler",
     "mem_fraction_static": "--mem-fraction-static",
     "file_type": "--file-type",
     "n_ctx": "--n-ctx",
@@ -252,6 +254,12 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         "--enforce-eager", action="store_true", help="vLLM: no CUDA graphs (no graph memory)"
     )
     s.add_argument(
+        "--flashinfer-sampler",
+        action="store_true",
+        help="vLLM: VLLM_USE_FLASHINFER_SAMPLER=1 (or a 0.10-0.11 image with flashinfer): the "
+        "warm-up sampler sorts nothing",
+    )
+    s.add_argument(
         "--mem-fraction-static",
         type=float,
         metavar="FRACTION",
@@ -355,6 +363,8 @@ def _serving_workload(args: argparse.Namespace, model: dict[str, Any]) -> dict[s
             w[dest] = getattr(args, dest)
     if args.enforce_eager:
         w["enforce_eager"] = True
+    if args.flashinfer_sampler:
+        w["flashinfer_sampler"] = True
     if args.mem_fraction_static is not None:
         w["sglang"] = {"mem_fraction_static": args.mem_fraction_static}
     gguf = {
