@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from tests.support.workloads import serving_budget
 from vrambudget.core.components import Component
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import fit
@@ -99,20 +100,7 @@ def test_no_device_no_fit() -> None:
 
 def test_serving_counts_what_the_engine_allocates() -> None:
     """A vLLM budget fills the device; the fit counts every line but the unclaimed share."""
-    req = msgspec.convert(
-        {
-            "workloads": [
-                {
-                    "kind": "llm_serving",
-                    "model": {"source": "preset", "id": "llama-3.1-8b"},
-                    "max_model_len": 8192,
-                }
-            ],
-            "device": {"source": "catalog", "id": "h100-sxm5-80gb"},
-        },
-        BudgetRequest,
-    )
-    b = estimate(req.workloads, req.device)
+    b = serving_budget("h100-sxm5-80gb", max_model_len=8192)
     f = b.fit
     assert f is not None
     lines = {ln.component: ln.bytes for ln in b.devices[0].lines}

@@ -5,12 +5,29 @@ from __future__ import annotations
 import msgspec
 
 from vrambudget.agent.examples import TINY_MODEL
-from vrambudget.core.spec import Workload
+from vrambudget.core.estimate import estimate
+from vrambudget.core.result import Budget
+from vrambudget.core.spec import BudgetRequest, Workload
 
 
 def workload(**fields: object) -> Workload:
     """Decode a workload exactly as the API would (defaults, tags and checks included)."""
     return msgspec.convert(fields, Workload)
+
+
+def serving_budget(gpu_id: str, model: str = "llama-3.1-8b", **fields: object) -> Budget:
+    """The service's budget of an ``llm_serving`` workload of a preset on a catalog GPU, the
+    request decoded as the API decodes it."""
+    req = msgspec.convert(
+        {
+            "workloads": [
+                {"kind": "llm_serving", "model": {"source": "preset", "id": model}, **fields}
+            ],
+            "device": {"source": "catalog", "id": gpu_id},
+        },
+        BudgetRequest,
+    )
+    return estimate(req.workloads, req.device, None, None, req.software)
 
 
 # A model small enough that a real CPU probe of it takes about a second.

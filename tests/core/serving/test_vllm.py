@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from research.engine_logs import QWEN_AWQ, preset_shapes
+from tests.support.workloads import serving_budget
 from vrambudget.core.catalog import preset_arch
 from vrambudget.core.serving.vllm import account
 from vrambudget.core.spec import LLMServingWorkload
@@ -157,25 +158,8 @@ def test_kv_tokens_band_is_the_transfer_one_off_the_calibrated_release_or_gpu(ve
 
 
 def test_kv_tokens_band_in_the_answer_and_none_with_a_given_pool():
-    from vrambudget.core.estimate import estimate
-    from vrambudget.core.spec import BudgetRequest
-
     def budget(**fields: object):
-        req = msgspec.convert(
-            {
-                "workloads": [
-                    {
-                        "kind": "llm_serving",
-                        "model": {"source": "preset", "id": "llama-3.1-8b"},
-                        "max_model_len": 8192,
-                        **fields,
-                    }
-                ],
-                "device": {"source": "catalog", "id": "l40s-48gb"},
-            },
-            BudgetRequest,
-        )
-        return estimate(req.workloads, req.device)
+        return serving_budget("l40s-48gb", max_model_len=8192, **fields)
 
     sv = budget().serving
     assert sv is not None and sv.kv_cache_tokens_band is not None
@@ -365,24 +349,8 @@ def test_kv_band_high_end_takes_flashinfer_where_the_install_decides():
     [("0.10.1", "without the optional flashinfer"), ("0.13.0", "sorts"), ("0.19.0", "Triton")],
 )
 def test_the_answer_names_the_warm_up_sampler_it_assumed(version, words):
-    from vrambudget.core.estimate import estimate
-    from vrambudget.core.spec import BudgetRequest
-
-    req = msgspec.convert(
-        {
-            "workloads": [
-                {
-                    "kind": "llm_serving",
-                    "model": {"source": "preset", "id": "llama-3.1-8b"},
-                    "max_model_len": 8192,
-                    "engine_version": version,
-                }
-            ],
-            "device": {"source": "catalog", "id": "l40s-48gb"},
-        },
-        BudgetRequest,
-    )
-    b = estimate(req.workloads, req.device)
+    b = serving_budget("l40s-48gb", max_model_len=8192, engine_version=version)
+    assert b.stack is not None
     sampler = [x for x in b.stack.behaviours if x.name == "warmup_sampler"]
     assert len(sampler) == 1 and words in sampler[0].assumed
     assert "topk_topp_sampler.py" in sampler[0].source
