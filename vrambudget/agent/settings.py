@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vrambudget.http.cors import parse_origins
+from vrambudget.http.origins import parse_origins
 
 __all__ = ["AgentSettings", "AgentSettingsError"]
 

@@ -32,6 +32,7 @@ from litestar import Litestar
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from .origins import parse_origins
 from .problems import PROBLEM_MEDIA_TYPE, Problem
 from .representation import merge_vary
 
@@ -50,44 +51,6 @@ https://developer.mozilla.org/docs/Web/HTTP/Headers/Access-Control-Max-Age). The
 methods and headers change only with a deployment."""
 
 CORS_TYPE = "https://vrambudget.dev/problems/cors"
-
-_ORIGIN = re.compile(
-    r"^(?P<scheme>https?)://(?P<wild>\*\.)?"
-    r"(?P<host>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*"
-    r"|\[[0-9a-f:.]+\])(?::(?P<port>\d{1,5}))?$"
-)
-_DEFAULT_PORT = {"http": "80", "https": "443"}
-
-
-def parse_origins(value: str, setting: str) -> tuple[str, ...]:
-    """The allowed origins of a comma-separated setting: ``*`` (any origin, alone), or origins
-    as browsers send them (``https://catalog.example.com``, ``http://127.0.0.1:8080``), or a
-    host's subdomains (``https://*.example.com``). Empty: CORS off. A malformed entry raises
-    ValueError naming ``setting``, the entry and the form."""
-    entries = [e.strip() for e in value.split(",") if e.strip()]
-    if entries == ["*"]:
-        return ("*",)
-    out: list[str] = []
-    for entry in entries:
-        if entry == "*":
-            raise ValueError(f"{setting}: '*' allows every origin and must stand alone")
-        m = _ORIGIN.match(entry.lower())
-        if m is None:
-            raise ValueError(
-                f"{setting}: {entry!r} is not an origin; write scheme://host[:port] without a "
-                "path or a trailing slash (e.g. https://catalog.example.com, "
-                "https://*.example.com, http://127.0.0.1:8080), or '*' alone"
-            )
-        port = m.group("port")
-        if port is not None and not 1 <= int(port) <= 65535:
-            raise ValueError(f"{setting}: {entry!r} has port {port}; allowed: 1 .. 65535")
-        if port == _DEFAULT_PORT[m.group("scheme")]:
-            port = None  # browsers leave the scheme's default port out of Origin
-        out.append(
-            f"{m.group('scheme')}://{m.group('wild') or ''}{m.group('host')}"
-            + (f":{port}" if port else "")
-        )
-    return tuple(dict.fromkeys(out))
 
 
 def _pattern(origins: Iterable[str]) -> re.Pattern[str]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vrambudget.core.calibration import profiles_from
-from vrambudget.http.cors import parse_origins
+from vrambudget.http.origins import parse_origins
 from vrambudget.hub import HubSettings
 
 from .tracing import DEFAULT_ENTRY, ENTRY_PATTERN
