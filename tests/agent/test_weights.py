@@ -177,3 +177,61 @@ def test_model_dirs_setting_reaches_the_child(tmp_path: Path) -> None:
     assert ChildSettings.of(settings).model_dirs == (str(a), str(b))
     with pytest.raises(AgentSettingsError, match="VRAMBUDGET_AGENT_MODEL_DIRS"):
         AgentSettings.from_env({"VRAMBUDGET_AGENT_MODEL_DIRS": str(tmp_path / "absent")})
+
+
+@pytest.mark.parametrize(("code", "compute"), [("framework", "bf16"), ("builtin", "bf16")])
+def test_before_build_sees_the_concrete_precision_before_any_weight(
+    code: str, compute: str
+) -> None:
+    """The CUDA probe measures cuBLAS's workspace with a GEMM in the compute dtype before the
+    model is built; a request left at ``compute: auto`` (the default) must reach it resolved
+    (qwen2.5-0.5b's config says bfloat16), not as ``auto`` -- the first GPU campaign failed
+    every run with ``KeyError: 'auto'`` there."""
+    from vrambudget.agent.child import ChildSettings
+    from vrambudget.agent.probe_run import _program as build
+    from vrambudget.workloads.marks import Marks
+
+    req = msgspec.convert(
+        {
+            "workload": {
+                "kind": "inference",
+                "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                "batch_size": 1,
+                "prompt_tokens": 8,
+                "generated_tokens": 2,
+            },
+            "iterations": 1,
+            "code": code,
+            "weights": "synthetic",
+        },
+        ProbeRequest,
+    )
+    assert req.workload.precision.compute == "auto"
+    seen: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def stop(w: Any) -> None:
+        seen.append(w.precision.compute)
+        raise Stop  # the hook runs before anything is allocated for the model
+
+    with pytest.raises(Stop):
+        build(req, ChildSettings(), Marks(), torch.device("cpu"), before_build=stop)
+    assert seen == [compute]
+
+
+def test_a_failed_probe_says_where_it_failed() -> None:
+    """The child's error names the exception and its innermost frames (file:line in function),
+    the package path kept from ``vrambudget/`` on."""
+    from vrambudget.agent.probe import failure_message
+
+    def inner() -> None:
+        {"bf16": 1}["auto"]
+
+    try:
+        inner()
+    except KeyError as exc:
+        msg = failure_message(exc)
+    assert msg.startswith("KeyError: 'auto' (at ")
+    assert "test_weights.py:" in msg and " in inner <- " in msg

@@ -23,7 +23,14 @@ from .probe_cpu import _measure_cpu
 from .probe_cuda import _measure_cuda
 from .spec import ProbeRequest, ProbeResult
 
-__all__ = ["UNRELIABLE_OTHERS_BYTES", "ChildOutcome", "child_main", "classify", "measure"]
+__all__ = [
+    "UNRELIABLE_OTHERS_BYTES",
+    "ChildOutcome",
+    "child_main",
+    "classify",
+    "failure_message",
+    "measure",
+]
 
 # Other processes changing device memory by more than this during the measurement make the NVML
 # view meaningless for this probe (status unreliable); the sampler's default threshold too.
@@ -127,6 +134,24 @@ def _die_with_parent() -> None:
         pass
 
 
+def failure_message(exc: BaseException, frames: int = 3) -> str:
+    """A failed probe's error: the exception, then where it was raised -- its last ``frames``
+    frames as ``file:line in function`` (paths from the package or site-packages on), so a
+    report from a remote GPU host is enough to find the line. At most 4,000 characters."""
+    text = "".join(traceback.format_exception_only(exc)).strip()
+    where = []
+    for f in traceback.extract_tb(exc.__traceback__)[-frames:]:
+        path = f.filename
+        for marker in ("/site-packages/", "/vrambudget/"):
+            if marker in path:
+                path = path[path.index(marker) + 1 :].removeprefix("site-packages/")
+                break
+        where.append(f"{path}:{f.lineno} in {f.name}")
+    if where:
+        text = f"{text} (at {' <- '.join(reversed(where))})"
+    return text[:4000]
+
+
 def child_main(
     request_json: bytes,
     child: ChildSettings,
@@ -153,6 +178,6 @@ def child_main(
             outcome.error,
         )
     except BaseException as exc:  # noqa: BLE001 -- everything becomes a failed result
-        payload = ("failed", None, "".join(traceback.format_exception_only(exc)).strip()[:4000])
+        payload = ("failed", None, failure_message(exc))
     conn.send(payload)
     conn.close()

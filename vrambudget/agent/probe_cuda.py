@@ -52,8 +52,11 @@ def _measure_cuda(
         total = torch.cuda.get_device_properties(index or 0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, req.memory_limit_bytes / total))
     device = torch.device("cuda", index or 0)
-    workspace, base = _gemm_workspace(req, device)
-    program = _program(req, child, Marks(), device)
+    gemm: list[tuple[int, int]] = []  # measured once the workload's compute dtype is known
+    program = _program(
+        req, child, Marks(), device, before_build=lambda w: gemm.append(_gemm_workspace(w, device))
+    )
+    workspace, base = gemm[0]
     if hasattr(program, "kv_rounding"):
         program.kv_rounding = MIN_BLOCK_SIZE_BYTES  # the caching allocator's block size
     torch.cuda.synchronize()
@@ -170,18 +173,18 @@ def _measure_cuda(
     )
 
 
-def _gemm_workspace(req: ProbeRequest, device: Any) -> tuple[int, int]:
+def _gemm_workspace(w: Any, device: Any) -> tuple[int, int]:
     """(cuBLAS + cuBLASLt workspace bytes, allocated bytes before the model is built).
 
     A first GEMM makes cuBLAS (and, for a matmul with bias in 16-bit, cuBLASLt) allocate its
     workspace through the caching allocator; it stays allocated for the process's life. Run
     one tiny matmul of each kind in the workload's compute dtype, free the tensors, and what is
-    left allocated is the workspace."""
+    left allocated is the workspace. ``w``: the workload as it runs (``deploy`` made its
+    ``auto`` compute dtype concrete); a custom workload has no precision and gets fp32."""
     import torch
 
     from vrambudget.workloads.run import TORCH_DTYPES
 
-    w = req.workload
     dtype = TORCH_DTYPES[w.precision.compute] if hasattr(w, "precision") else torch.float32
     before = torch.cuda.memory_allocated()
     a = torch.ones(16, 16, dtype=dtype, device=device)

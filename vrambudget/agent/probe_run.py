@@ -44,12 +44,22 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
-def _program(req: ProbeRequest, child: ChildSettings, marks: Any, device: Any) -> Any:
+def _program(
+    req: ProbeRequest,
+    child: ChildSettings,
+    marks: Any,
+    device: Any,
+    before_build: Callable[[Any], None] | None = None,
+) -> Any:
     """The runnable program: the shared builders for a workload spec, or a configured entry
     point (``module:function(device=..., marks=..., **arguments)`` returning an object with
-    ``run(iterations)``)."""
+    ``run(iterations)``). ``before_build`` is called with the workload as it will run (its
+    model resolved and its ``auto`` precisions made concrete by ``deploy``; a custom workload
+    as given) just before anything is allocated for it."""
     w = req.workload
     if isinstance(w, CustomWorkload):
+        if before_build is not None:
+            before_build(w)
         target = child.entry_points[w.entry_point]  # checked by the API before the child starts
         module, _, name = target.partition(":")
         factory: Callable[..., Any] = getattr(importlib.import_module(module), name)
@@ -68,6 +78,8 @@ def _program(req: ProbeRequest, child: ChildSettings, marks: Any, device: Any) -
     (w,) = resolve_models((w,))
     w = deploy(w)
     arch = resolve_model(w.model)
+    if before_build is not None:
+        before_build(w)
     if source.kind == "checkpoint" and deployed_quantization(w.precision.quantization):
         why = "real weights of a quantized deployment need the format's kernels"
         if req.weights == "checkpoint":
