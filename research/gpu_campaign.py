@@ -92,6 +92,12 @@ def _date(doc: dict[str, Any]) -> str:
     return str(doc["started_at"])[:10]
 
 
+def _stamp(doc: dict[str, Any]) -> str:
+    """The campaign's start, ``2026-12-04T164803``: two campaigns of one day on one GPU (a
+    rerun of what the first skipped, say) are two groups and two kept files."""
+    return re.sub(r"[^0-9T-]", "", str(doc["started_at"]))[:17]
+
+
 def _kind(workload: dict[str, Any]) -> str:
     if workload["kind"] == "inference":
         return "inference"
@@ -165,6 +171,29 @@ def _conditions(doc: dict[str, Any], r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+STALE_OPTIMIZER_SHARE = 0.01
+"""A training peak of a campaign whose program rebuilt the optimizer per iteration is kept only
+where the optimizer's state (the analytic estimate) is under this share of it."""
+
+
+def _stale_optimizer(doc: dict[str, Any], r: dict[str, Any], value: float) -> str | None:
+    """Campaigns without ``training_loop`` (before 2026-12-04 17:10 UTC) ran training programs
+    that built the fp32 masters and the optimizer anew on every ``run(1)`` call the probe made:
+    the moments did not exist during the measured forward and backward, so a peak there is
+    low by up to the optimizer's state. LoRA's few adapter moments hardly matter; a full
+    fine-tune's do."""
+    if doc.get("training_loop") is not None or r["workload"]["kind"] != "training":
+        return None
+    state = ((r.get("analytic") or {}).get("components") or {}).get("optimizer_state", 0)
+    if state < STALE_OPTIMIZER_SHARE * value:
+        return None
+    return (
+        "measured by a program that rebuilt the optimizer on every iteration (fixed after this "
+        f"campaign): its {state / 2**20:.0f} MiB of state was absent from the forward and "
+        "backward, so this peak is low"
+    )
+
+
 def _excluded(doc: dict[str, Any], r: dict[str, Any], suffix: str) -> str | None:
     m = r["measured"]
     if doc.get("dry_run") or m.get("device") != "cuda":
@@ -175,6 +204,15 @@ def _excluded(doc: dict[str, Any], r: dict[str, Any], suffix: str) -> str | None
         return "other processes changed device memory during the measurement"
     if not m.get("outputs_finite", True):
         return "the outputs were not finite"
+    if suffix in ("allocated", "reserved", "nvml") and (r.get("concurrency") or 1) > 1:
+        return (
+            f"the probe ran {r['concurrency']} threads, each on its own CUDA stream (a cuBLAS "
+            "workspace and handles per stream); the estimate is of as many requests batched "
+            "on one stream, as a serving process runs them: not the same program"
+        )
+    if suffix in ("allocated", "reserved", "nvml"):
+        key = {"allocated": "torch_max_memory_allocated", "reserved": "torch_max_memory_reserved"}
+        return _stale_optimizer(doc, r, float(m.get(key.get(suffix, "nvml_device_peak")) or 0))
     return None
 
 
@@ -182,7 +220,7 @@ def records(doc: dict[str, Any], lines: dict[str, str], url: str) -> list[Record
     """One record per measured number of every result with a measurement."""
     if doc.get("schema") != CAMPAIGN_SCHEMA:
         raise ValueError(f"not a GPU campaign file (schema {doc.get('schema')!r})")
-    date, gpu = _date(doc), _gpu_slug(doc)
+    date, stamp, gpu = _date(doc), _stamp(doc), _gpu_slug(doc)
     device = doc.get("device") or {}
     packages = doc["host"]["packages"]
     out: list[Record] = []
@@ -205,8 +243,8 @@ def records(doc: dict[str, Any], lines: dict[str, str], url: str) -> list[Record
                 notes += "; " + "; ".join(r["estimate_notes"])
             out.append(
                 Record(
-                    id=f"gpu-campaign-{date}-{gpu}-{r['name']}-{suffix}",
-                    group=f"gpu-campaign-{date}-{gpu}",
+                    id=f"gpu-campaign-{stamp}-{gpu}-{r['name']}-{suffix}",
+                    group=f"gpu-campaign-{stamp}-{gpu}",
                     kind=_kind(w),  # type: ignore[arg-type]
                     framework=framework,
                     framework_version=version,
@@ -254,7 +292,7 @@ def ingest(
         raise ValueError(f"{results} is a dry run (the CPU path): not GPU measurements")
     lines = result_lines(text)
     date = _date(doc)
-    kept = gpu_dir / f"gpu_campaign_{date}_{_gpu_slug(doc)}.json"
+    kept = gpu_dir / f"gpu_campaign_{_stamp(doc)}_{_gpu_slug(doc)}.json"
     if results.resolve() != kept.resolve():
         gpu_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(results, kept)

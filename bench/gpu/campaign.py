@@ -90,6 +90,10 @@ __all__ = ["SCHEMA", "Case", "main", "matrix", "run"]
 SCHEMA = "vrambudget.gpu_campaign/1"
 ROOT = Path(__file__).resolve().parents[2]
 
+TRAINING_LOOP = "masters and optimizer kept across iterations"
+"""The training programs' loop semantics (``vrambudget.workloads.step.TrainingState``),
+written into every campaign file. Campaigns before it rebuilt the optimizer on every probe
+iteration, so their training peaks lack the optimizer's moments."""
 DEFAULT_BUDGET_S = 420.0
 """The Python driver's share of the 8 minutes (campaign.sh installs the wheels before it)."""
 MIN_START_S = 40.0
@@ -862,6 +866,9 @@ def run(
         "complete": False,
         "budget_s": budget_s,
         "elapsed_s": 0.0,
+        # What the training programs keep across the probe's run(1) calls (research/
+        # gpu_campaign.py excludes training peaks of campaigns without this field).
+        "training_loop": TRAINING_LOOP,
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "host": _host(),
         "nvml": meter.inventory if meter is not None else None,

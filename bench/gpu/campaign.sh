@@ -6,8 +6,10 @@
 #
 #   bash bench/gpu/campaign.sh [OUT.json] [--dry-run] [--budget-s S] [--only NAME]...
 #
-# From this workplace's device tool, after bench/gpu/prepare.sh here:
-#   run(command="bash bench/gpu/campaign.sh", carry=["bench/gpu/wheels"], timeout_s=540)
+# From this workplace's device tool, after bench/gpu/prepare.sh here (the device's copy of .git
+# may be older than the tree it runs, so name the commit; commit first):
+#   run(command="VRAMBUDGET_COMMIT=$(git rev-parse HEAD here) bash bench/gpu/campaign.sh",
+#       carry=["bench/gpu/wheels"], timeout_s=540)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from bench.gpu.campaign import Case, _measured, _Nvml, _probe, dumps, matrix
+from bench.gpu.campaign import TRAINING_LOOP, Case, _measured, _Nvml, _probe, dumps, matrix
 from research.corpus import load, request_of
 from research.gpu_campaign import ingest, records, result_lines
 from tests.support.fake_nvml import FakeGPU, FakeNVML
@@ -210,11 +210,58 @@ def test_a_cuda_result_becomes_one_record_per_view() -> None:
         assert r.excluded is None and r.gpu_id == "h200-sxm-141gb" and r.framework == "transformers"
         assert r.quote == lines[doc["results"][0]["name"]] and r.quote in text
         assert "NVIDIA H200" in r.conditions and "NVML sampled every 5.0 ms" in r.conditions
-        assert r.id.startswith("gpu-campaign-2026-12-04-h200-sxm-141gb-framework-generate-")
+        assert r.id.startswith("gpu-campaign-2026-12-04T100000-h200-sxm-141gb-framework-generate-")
+        assert r.group == "gpu-campaign-2026-12-04T100000-h200-sxm-141gb"
         request_of(r)
     # the corpus file format decodes them
     body = {"schema": "vrambudget.corpus/1", "records": [msgspec.to_builtins(r) for r in recs]}
     assert len(msgspec.json.decode(msgspec.json.encode(body))["records"]) == len(recs)
+
+
+def _training_doc(
+    training_loop: str | None, optimizer_state: int, concurrency: int = 1
+) -> dict[str, Any]:
+    measured = _measured(_cuda_result(), 600 << 20, _samples(5 << 30))
+    doc = _gpu_doc(measured)
+    if training_loop is not None:
+        doc["training_loop"] = training_loop
+    r = doc["results"][0]
+    r["workload"] = {
+        "kind": "training",
+        "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+        "sequence_length": 512,
+    }
+    r["concurrency"] = concurrency
+    r["analytic"] = {"total": 5 << 30, "components": {"optimizer_state": optimizer_state}}
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("loop", "state", "concurrency", "why"),
+    [
+        (None, 3 << 30, 1, "rebuilt the optimizer"),  # before the fix, a full fine-tune
+        (None, 16 << 20, 1, None),  # LoRA's moments: under 1% of every peak
+        (TRAINING_LOOP, 3 << 30, 1, None),  # after the fix
+        (TRAINING_LOOP, 0, 16, "16 threads"),  # the probe's streams are not batched requests
+    ],
+)
+def test_peaks_a_campaign_could_not_measure_as_estimated_are_excluded(
+    loop: str | None, state: int, concurrency: int, why: str | None
+) -> None:
+    """Campaigns before ``training_loop`` existed measured training programs that rebuilt the
+    optimizer per probe iteration: a peak lacking moments worth 1% or more of it is excluded,
+    naming the bytes; a concurrency-mode run (threads on their own streams) is no batched
+    estimate's program. The weights record stays either way."""
+    doc = _training_doc(loop, state, concurrency)
+    text = dumps(doc)
+    recs = records(json.loads(text), result_lines(text), "research/data/gpu/x.json")
+    peaks = [r for r in recs if r.quantity == "peak_device_bytes"]
+    assert len(peaks) == 3
+    for r in peaks:
+        assert (r.excluded is None) if why is None else (why in (r.excluded or "")), r.excluded
+    if why == "rebuilt the optimizer":
+        assert all("3072 MiB of state" in (r.excluded or "") for r in peaks)
+    assert all(r.excluded is None for r in recs if r.quantity == "weights_bytes")
 
 
 def test_nvml_wiring_with_a_fake_binding(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -132,3 +132,59 @@ def test_fake_tensors_record_the_real_stream(name: str) -> None:
     assert sorted(n for k, n in fake_sizes if k == ALLOC) == sorted(
         n for k, n in real_sizes if k == ALLOC
     )
+
+
+@pytest.mark.parametrize("code", ["builtin", "framework"])
+def test_training_state_outlives_a_run_call(code: str) -> None:
+    """The probe runs a program one iteration per ``run(1)`` call; the trace tier calls
+    ``run(2)`` once. A training loop keeps its optimizer, so both must reach the second
+    iteration with the fp32 masters and the AdamW moments resident, and so the same peak. The
+    first GPU campaign's training peaks came from a program that rebuilt them on every call,
+    so its second call peaked without the moments."""
+    from vrambudget.core.catalog import preset
+    from vrambudget.core.deployed import deploy
+    from vrambudget.workloads.hf.program import prepare_framework
+
+    model: dict[str, object] = TINY
+    if code == "framework":
+        pytest.importorskip("transformers")
+        config = dict(preset("qwen2.5-0.5b").config or {})
+        config.update(
+            hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+        )  # fmt: skip
+        model = {"source": "hf_config", "config": config}
+    w = deploy(
+        msgspec.convert(
+            {
+                "kind": "training",
+                "model": model,
+                "sequence_length": 32,
+                "precision": {"weights": "bf16", "compute": "bf16"},
+                "mixed_precision": "master_fp32",
+                "attention": "sdpa",
+            },
+            Workload,
+        )
+    )
+    arch = resolve_model(w.model)
+
+    def run(calls: tuple[int, ...]) -> tuple[int, int, int]:
+        recorder = Recorder()
+        with FakeTensorMode(), recorder.recording():
+            device = torch.device("cpu")
+            program = (
+                prepare_framework(w, arch, recorder, device, emulate=True)
+                if code == "framework"
+                else prepare(w, arch, recorder, device)
+            )
+            weights = recorder.live_bytes
+            for n in calls:
+                program.run(n)
+            return recorder.peak_bytes, recorder.live_bytes - weights, weights
+
+    one_by_one, kept, weights = run((1, 1))
+    together, _, _ = run((2,))
+    # after the calls: fp32 masters (2x the bf16 weights) and two fp32 moments (4x)
+    assert kept >= 6 * weights * 0.99
+    assert one_by_one == together

@@ -27,8 +27,7 @@ from vrambudget.core.statics import effective_precision
 
 from .marks import Marks
 from .model import BuildPlan, TransformerModel, component_of
-from .optim import build_optimizer
-from .step import masters_of, step
+from .step import TrainingState, step, training_state
 
 __all__ = [
     "TORCH_DTYPES",
@@ -137,6 +136,9 @@ class Program:
     """Bytes of the KV cache tensors the last inference run allocated, each rounded up to
     ``kv_rounding`` (512 on CUDA: the caching allocator's block size)."""
     kv_rounding: int = 1
+    training: TrainingState | None = None
+    """The training loop's parameters, masters and optimizer, built at the first training
+    iteration and kept across ``run`` calls (as a training loop keeps them)."""
 
     def outputs_finite(self) -> bool:
         out = self.last_output
@@ -233,11 +235,10 @@ class Program:
         self.marks.push_scope("activations")
 
     def _training(self, w: TrainingWorkload, iterations: int) -> None:
-        model, marks = self.model, self.marks
-        params = [p for p in model.parameters() if p.requires_grad]
-        masters = masters_of(params, w.mixed_precision, marks)
-        with marks.scope("optimizer_state"):
-            opt = build_optimizer(w.optimizer, masters or params)
+        marks = self.marks
+        if self.training is None:
+            self.training = training_state(self.model, w, marks)
+        params, masters, opt = self.training.params, self.training.masters, self.training.opt
         micro_batches = min(w.gradient_accumulation_steps, 2)
         for it in range(iterations):
             marks.iteration(it)

@@ -1,6 +1,12 @@
 """The optimizer step both training programs run (the built-in builders' and the framework's):
 fp32 master copies, the step with its gradients and state tagged, the masters copied back.
 
+The masters and the optimizer are built once, at a program's first training iteration, and kept
+(:class:`TrainingState`): a training loop keeps its optimizer's state from one step to the
+next, so every later forward and backward runs with the moments resident. (A program that
+built them per call would measure, run one iteration at a time as the probe runs it, a peak
+without them -- the first GPU campaign's training runs did.)
+
 Mixed precision with fp32 masters (Megatron / DeepSpeed): each low-precision gradient is upcast
 into its master's gradient and freed, one tensor at a time, the step runs on the masters, and
 the masters are copied back into the parameters. The optimizer's state tensors are tagged after
@@ -11,12 +17,37 @@ their step counters on the host.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from .marks import HOST, Marks
 
-__all__ = ["masters_of", "step"]
+__all__ = ["TrainingState", "masters_of", "step", "training_state"]
+
+
+@dataclass
+class TrainingState:
+    """What a training loop keeps across its steps: the trainable parameters, their fp32
+    masters (``master_fp32``; else none) and the optimizer (its state is created lazily at the
+    first step, then lives as long as it does)."""
+
+    params: list[torch.Tensor]
+    masters: list[torch.Tensor]
+    opt: torch.optim.Optimizer
+
+
+def training_state(model: torch.nn.Module, w: Any, marks: Marks) -> TrainingState:
+    """The state of ``w``'s training loop over ``model``'s trainable parameters (build it once
+    per program and keep it)."""
+    from .optim import build_optimizer
+
+    params: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
+    masters = masters_of(params, w.mixed_precision, marks)
+    with marks.scope("optimizer_state"):
+        opt = build_optimizer(w.optimizer, masters or params)
+    return TrainingState(params, masters, opt)
 
 
 def masters_of(

@@ -59,9 +59,8 @@ from vrambudget.core.spec import (
 from vrambudget.core.statics import effective_precision
 
 from ..marks import Marks
-from ..optim import build_optimizer
 from ..run import TORCH_DTYPES
-from ..step import masters_of, step
+from ..step import TrainingState, step, training_state
 from .attention import attn_implementation, cuda_sdpa
 from .config import build_config, model_class
 from .quantized import quantize_linears
@@ -155,6 +154,9 @@ class FrameworkProgram:
     kv_cache_bytes: int | None = None
     kv_rounding: int = 1
     notes: list[str] = field(default_factory=list)
+    training: TrainingState | None = None
+    """Built at the first training iteration and kept across ``run`` calls (see
+    :mod:`vrambudget.workloads.step`)."""
 
     def outputs_finite(self) -> bool:
         out = self.last_output
@@ -388,10 +390,9 @@ class FrameworkProgram:
     def _training(self, w: TrainingWorkload, iterations: int) -> None:
         model, marks = self.model, self.marks
         model.train()
-        params = [p for p in model.parameters() if p.requires_grad]
-        masters = masters_of(params, w.mixed_precision, marks)
-        with marks.scope("optimizer_state"):
-            opt = build_optimizer(w.optimizer, masters or params)
+        if self.training is None:
+            self.training = training_state(model, w, marks)
+        params, masters, opt = self.training.params, self.training.masters, self.training.opt
         micro_batches = min(w.gradient_accumulation_steps, 2)
         autocast = (
             torch.autocast(device_type=self.device.type, dtype=TORCH_DTYPES[w.precision.compute])
