@@ -144,7 +144,7 @@ def report(rs: list[Row]) -> dict[str, dict[str, float | int]]:
         _table("Device peaks by GPU", _by(ps, lambda r: r.record.gpu_id or r.record.gpu), True)
         _table("Device peaks by memory view", _by(ps, lambda r: r.record.view), True)
         _table(
-            "Serving engines by quantity and version",
+            "Weights, KV cache and serving quantities by framework and version",
             _by(
                 ss,
                 lambda r: (

@@ -8,7 +8,7 @@
 #
 # From this workplace's device tool, after bench/gpu/prepare.sh here (the device's copy of .git
 # may be older than the tree it runs, so name the commit; commit first):
-#   run(command="VRAMBUDGET_COMMIT=$(git rev-parse HEAD here) bash bench/gpu/campaign.sh",
+#   run(command="VRAMBUDGET_COMMIT=<this checkout's HEAD> bash bench/gpu/campaign.sh",
 #       carry=["bench/gpu/wheels"], timeout_s=540)
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

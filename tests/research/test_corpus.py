@@ -4,6 +4,7 @@ fitted from its calibrate split only, and the accuracy targets on its held-out s
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -31,8 +32,12 @@ def test_the_corpus_is_broad(records) -> None:
 
 def test_every_record_is_verifiable(records) -> None:
     catalog = set(gpus())
+    root = Path(__file__).resolve().parents[2]
     for r in records:
-        assert r.url.startswith("http"), r.id
+        if r.url.startswith("research/data/gpu/"):  # our own GPU campaign: the file is here
+            assert r.quote in (root / r.url).read_text(encoding="utf-8"), r.id
+        else:
+            assert r.url.startswith("http"), r.id
         assert len(r.quote) >= 10, r.id
         assert r.conditions, r.id
         assert r.value > 0, r.id
@@ -136,3 +141,15 @@ def test_docs_accuracy_carries_the_current_tables() -> None:
     doc = DOCS.read_text()
     assert "<!-- accuracy-tables -->" in doc
     assert docs_with_tables(doc, rows()) == doc
+
+
+def test_own_gpu_campaigns_are_recorded_but_do_not_calibrate_the_bands(records) -> None:
+    """The project's own campaign is in the corpus (its peaks compared, its stale training
+    peaks excluded with the reason) and stays out of the bands' fit."""
+    from research.calibrate_bands import OWN_CAMPAIGNS, peak_predictions
+
+    own = [r for r in records if r.group.startswith(OWN_CAMPAIGNS)]
+    assert len(own) >= 60 and {r.gpu_id for r in own} == {"h200-sxm-141gb"}
+    assert any(r.excluded and "rebuilt the optimizer" in r.excluded for r in own)
+    assert any(not r.excluded and r.quantity == "peak_device_bytes" for r in own)
+    assert not any(p.record.group.startswith(OWN_CAMPAIGNS) for p in peak_predictions(None))
