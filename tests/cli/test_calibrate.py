@@ -64,7 +64,11 @@ def test_calibration_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[st
     lines_a = {ln["component"]: ln for ln in after["devices"][0]["lines"]}
     changed = {c for c in lines_a if lines_a[c]["bytes"] != lines_b[c]["bytes"]}
     assert changed == {"cuda_context", "runtime_workspace", "allocator_overhead", "headroom"}
-    assert lines_a["cuda_context"]["bytes"] == 560 * MiB
+    # the measured context (the line's first part) and the built-in kernel images after it
+    assert lines_a["cuda_context"]["parts"][0] == {"name": "CUDA context", "bytes": 560 * MiB}
+    assert (
+        lines_a["cuda_context"]["bytes"] == 560 * MiB + lines_a["cuda_context"]["parts"][1]["bytes"]
+    )
     assert lines_a["runtime_workspace"]["bytes"] == 36 * MiB
     assert profile.id in lines_a["cuda_context"]["source"]
     assert after["calibration"]["profile"] == profile.id

@@ -171,14 +171,30 @@ def test_zero_grad_before_torch_2_keeps_gradients_through_the_forward() -> None:
 
 
 def test_eager_module_loading_takes_the_eager_context() -> None:
-    """CUDA 11.6 (before lazy loading) or CUDA_MODULE_LOADING=eager: 666,632,192 B
-    (pytorch/pytorch#86509); lazy on an H100: 534 MiB = 559,939,584 B."""
+    """Lazy on an H100: the 534 MiB context (559,939,584 B) and the 190,054,400 B of kernel
+    images an inference loads after it = 749,993,984 B, the line's two parts. Eager loading
+    holds every image from the start, so no images part: CUDA 11.6 takes the torch 1.13 A/B's
+    666,632,192 B (pytorch/pytorch#86509) but never less than the lazy context with the larger
+    (training) images, 559,939,584 + 255,066,112 = 815,005,696 B; forced eager on a current
+    stack takes the H200 measurement, 1,322,057,728 - 2,097,152 = 1,319,960,576 B."""
     dev = {"device": {"source": "catalog", "id": "h100-sxm5-80gb"}}
-    lazy = _lines(_budget(INFER, {}, **dev))[C.CUDA_CONTEXT]
-    eager = _lines(_budget(INFER, {"cuda_version": "11.6"}, **dev))[C.CUDA_CONTEXT]
-    forced = _lines(_budget(INFER, {"cuda_module_loading": "eager"}, **dev))[C.CUDA_CONTEXT]
-    assert lazy == 534 * 1024 * 1024 == 559_939_584
-    assert eager == forced == 666_632_192
+
+    def line(software: dict[str, str]) -> Any:
+        lines = _budget(INFER, software, **dev).devices[0].lines
+        return next(ln for ln in lines if ln.component == C.CUDA_CONTEXT)
+
+    lazy, eager, forced = (
+        line({}),
+        line({"cuda_version": "11.6"}),
+        line({"cuda_module_loading": "eager"}),
+    )
+    assert lazy.bytes == 534 * 1024 * 1024 + 190_054_400 == 749_993_984
+    assert [(p.name, p.bytes) for p in lazy.parts] == [
+        ("CUDA context", 559_939_584),
+        ("kernel images loaded by the workload's ops (lazy module loading)", 190_054_400),
+    ]
+    assert eager.bytes == 815_005_696 and not eager.parts
+    assert forced.bytes == 1_319_960_576 and not forced.parts
 
 
 def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:

@@ -16,9 +16,11 @@ from .formulas.allocator_overhead import (
 )
 from .formulas.communication_buffers import NCCL_SOURCE
 from .formulas.cuda_context import (
-    CUDA_CONTEXT_EAGER_BYTES,
-    CUDA_CONTEXT_EAGER_SOURCE,
+    CONTEXT_PART,
+    KERNEL_IMAGES_PART,
     default_context,
+    eager_context,
+    kernel_images,
 )
 from .formulas.runtime_workspace import default_workspace
 from .spec import Software
@@ -49,6 +51,32 @@ class Overheads:
     """What the profile matched on (``gpu``, ``torch``, ``cuda``, ``driver``)."""
     stack: Stack = DEFAULT_STACK
     """The software these overheads are for, and the behaviours the formulas follow."""
+    kernel_images_inference_bytes: int = 0
+    """Kernel images an inference's ops load into the context after it exists (lazy module
+    loading; 0 where the context holds them from the start or none were measured)."""
+    kernel_images_training_bytes: int = 0
+    """The same for a training step (backward and optimizer kernels too)."""
+
+    def kernel_images_bytes(self, kind: str) -> int:
+        """The kernel images of a workload kind (``training`` or anything else: inference)."""
+        if kind == "training":
+            return self.kernel_images_training_bytes
+        return self.kernel_images_inference_bytes
+
+    def process_context_bytes(self, kind: str) -> int:
+        """One process's device memory outside the allocator: the context and the kernel
+        images its ops load."""
+        return self.cuda_context_bytes + self.kernel_images_bytes(kind)
+
+    def context_parts(self, kind: str, processes: int) -> tuple[tuple[str, int], ...]:
+        """The context line's parts for ``processes`` processes (none without kernel images)."""
+        images = self.kernel_images_bytes(kind)
+        if not images:
+            return ()
+        return (
+            (CONTEXT_PART, self.cuda_context_bytes * processes),
+            (KERNEL_IMAGES_PART, images * processes),
+        )
 
 
 def device_overheads(
@@ -57,7 +85,14 @@ def device_overheads(
     """The built-in overheads of a device type (its CUDA context and library workspaces)."""
     ws, ws_source = default_workspace(compute_capability, vendor, gfx_target)
     context, context_source = default_context(compute_capability, vendor)
-    return Overheads(context, context_source, ws, ws_source)
+    return Overheads(
+        context,
+        context_source,
+        ws,
+        ws_source,
+        kernel_images_inference_bytes=kernel_images("inference", vendor, eager=False),
+        kernel_images_training_bytes=kernel_images("training", vendor, eager=False),
+    )
 
 
 DEFAULT_OVERHEADS = device_overheads(None, "nvidia", None)
@@ -85,10 +120,12 @@ def with_software(
             compute_capability, vendor, gfx_target, version_tuple(stack.torch_version)
         )
         ov = dataclasses.replace(ov, workspace_bytes=ws, workspace_source=ws_source)
-    if stack.eager_modules and ov.profile is None:
+    if stack.eager_modules:  # every kernel image is in the context from its creation
+        if ov.profile is None:
+            cuda = version_tuple(software.cuda_version) if software.cuda_version else None
+            context, source = eager_context(cuda, ov.process_context_bytes("training"))
+            ov = dataclasses.replace(ov, cuda_context_bytes=context, cuda_context_source=source)
         ov = dataclasses.replace(
-            ov,
-            cuda_context_bytes=max(ov.cuda_context_bytes, CUDA_CONTEXT_EAGER_BYTES),
-            cuda_context_source=CUDA_CONTEXT_EAGER_SOURCE,
+            ov, kernel_images_inference_bytes=0, kernel_images_training_bytes=0
         )
     return ov

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 import uuid
 from contextvars import ContextVar
@@ -123,6 +124,44 @@ class JsonFormatter(logging.Formatter):
         )
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes to whatever ``sys.stderr`` is when a line is emitted.
+    Litestar's default handler binds the ``sys.stderr`` of the moment the app was created; a
+    process that replaces it (a test runner capturing output, a daemon redirecting it) then
+    logged into a closed file ("I/O operation on closed file")."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ and setStream assign it
+        pass
+
+
+def _handlers() -> dict[str, dict[str, Any]]:
+    """Litestar's two handlers with the console one writing to the current ``sys.stderr``.
+    Before Python 3.12 the queue handler formats and its listener's console handler prints the
+    formatted line as it is; from 3.12 the queue handler passes records and the console
+    handler formats them (Litestar's own arrangement, kept)."""
+    console: dict[str, Any] = {"class": f"{__name__}.StderrHandler", "level": "DEBUG"}
+    if sys.version_info >= (3, 12):
+        console["formatter"] = "standard"
+        return {"console": console}
+    return {
+        "console": console,
+        "queue_listener": {
+            "class": "litestar.logging.standard.QueueListenerHandler",
+            "level": "DEBUG",
+            "formatter": "standard",
+            "handlers": ["cfg://handlers.console"],
+        },
+    }
+
+
 def logging_config(log_format: str | None = None) -> LoggingConfig:
     """Litestar's logging for an app: ``text`` or ``json`` lines (``VRAMBUDGET_LOG_FORMAT``),
     the ``vrambudget`` loggers at INFO, httpx's per-request lines (full URLs) off. Litestar's
@@ -134,6 +173,7 @@ def logging_config(log_format: str | None = None) -> LoggingConfig:
     formatter = JsonFormatter if chosen == "json" else TextFormatter
     return LoggingConfig(
         formatters={"standard": {"()": f"{__name__}.{formatter.__name__}"}},
+        handlers=_handlers(),
         loggers={
             "vrambudget": {"level": "INFO", "propagate": True},
             "httpx": {"level": "WARNING", "propagate": True},

@@ -142,7 +142,7 @@ def encoder_phases(
     base = {
         C.WEIGHTS: st.weights_bytes * k,
         C.QUANTIZATION_METADATA: st.metadata_bytes * k,
-        C.CUDA_CONTEXT: ov.cuda_context_bytes * k,
+        C.CUDA_CONTEXT: ov.process_context_bytes("inference") * k,
         C.RUNTIME_WORKSPACE: ov.workspace_bytes * k,
         C.COMMUNICATION_BUFFERS: st.comm_bytes * k,
     }

@@ -9,6 +9,7 @@ from typing import Any
 from ..bands import BandRule, band_of
 from ..components import Component
 from ..formulas import TEXTS, allocator_overhead, communication_buffers
+from ..formulas.cuda_context import KERNEL_IMAGES_SOURCE
 from ..formulas.headroom import headroom as headroom_of
 from ..memo import BoundedCache
 from ..overheads import Overheads
@@ -43,6 +44,8 @@ def _sources(ov: Overheads) -> tuple[tuple[Component, str, str], ...]:
             formula, source = TEXTS[c]
             if c is C.CUDA_CONTEXT:
                 source = ov.cuda_context_source
+                if ov.kernel_images_inference_bytes or ov.kernel_images_training_bytes:
+                    source = f"{source}; {KERNEL_IMAGES_SOURCE}"
             elif c is C.RUNTIME_WORKSPACE:
                 source = ov.workspace_source
             elif c is C.ALLOCATOR_OVERHEAD:
@@ -59,6 +62,7 @@ def _text_key(ov: Overheads) -> tuple[object, ...]:
     C, where hashing the dataclass would run Python code on every budget."""
     return (
         ov.cuda_context_source,
+        bool(ov.kernel_images_inference_bytes or ov.kernel_images_training_bytes),
         ov.workspace_source,
         ov.fragmentation_source,
         ov.communication_source,

@@ -20,7 +20,7 @@ def generic_stage(w: GenericWorkload, ov: Overheads) -> StageNumbers:
     per_item = sum(i.bytes for i in w.per_item) * w.batch_size
     caches = sum(c.bytes_per_unit * c.units for c in w.caches)
     workspaces = sum(i.bytes for i in w.workspaces)
-    context = ov.cuda_context_bytes * k if w.uses_cuda_context else 0
+    context = ov.process_context_bytes("inference") * k if w.uses_cuda_context else 0
     values = {c: 0 for c in ORDER}
     values[C.WEIGHTS] = assets * k
     values[C.ACTIVATIONS] = per_item * k

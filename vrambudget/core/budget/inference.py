@@ -43,7 +43,7 @@ def inference_terms(
         C.WEIGHTS: st.weights_bytes * k,
         C.QUANTIZATION_METADATA: st.metadata_bytes * k,
         C.KV_CACHE: kv * k,
-        C.CUDA_CONTEXT: ov.cuda_context_bytes * k,
+        C.CUDA_CONTEXT: ov.process_context_bytes("inference") * k,
         C.RUNTIME_WORKSPACE: ov.workspace_bytes * k,
         C.COMMUNICATION_BUFFERS: (
             st.comm_bytes if ov.nccl_communicator_bytes is None else _communication(st, ov)[0]
@@ -114,6 +114,7 @@ def inference_stage(
             w.instances,
         ),
         C.ALLOCATOR_OVERHEAD: overhead_parts(rounding, transient, ov.inference_fragmentation_ppm),
+        C.CUDA_CONTEXT: ov.context_parts("inference", w.instances),
     }
     return StageNumbers(
         st.stage.index,

@@ -68,7 +68,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     bwd_parts = training_backward_parts(tokens, st.dims.vocab, stack.loss, stack.loss_chunks)
     logits = sum(b for _, b in fwd_parts) if has_head else 0
     logits_bwd = sum(b for _, b in bwd_parts) if has_head else 0
-    context = cuda_context.per_device(ov.cuda_context_bytes, w.instances)
+    context = cuda_context.per_device(ov.process_context_bytes("training"), w.instances)
     workspace = ov.workspace_bytes * w.instances
     extra_ws: list[tuple[str, int]] = [("cuBLAS/cuBLASLt workspace", workspace)]
     if isinstance(w.method, QLoRA):
@@ -136,6 +136,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(
             rounding, transient, ov.training_fragmentation_ppm
         ),
+        C.CUDA_CONTEXT: ov.context_parts("training", w.instances),
     }
     par = w.parallelism
     numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)

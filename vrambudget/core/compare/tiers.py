@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..comparison import ComponentComparison, QuantityComparison, TierComparison, Verdict
 from ..components import Component
 from ..formulas.allocator_overhead import ROUNDING_PART
+from ..formulas.cuda_context import KERNEL_IMAGES_PART
 from ..probe_report import ProbeResult, measured_torch
 from ..result import DeviceBudget, Line
 
@@ -96,6 +97,12 @@ def _split_workspace(line: Line) -> tuple[int, int]:
     return blas, line.bytes - blas
 
 
+def _split_context(line: Line) -> tuple[int, int]:
+    """(the context as created, the kernel images its ops load afterwards)."""
+    images = _parts(line).get(KERNEL_IMAGES_PART, 0)
+    return line.bytes - images, images
+
+
 def _tier(
     method: str, dev: DeviceBudget, res: ProbeResult, tol: _Tol, streams: int = 1
 ) -> tuple[TierComparison, dict[str, int | None]]:
@@ -106,6 +113,7 @@ def _tier(
     nv = res.nvml
     rounding = _parts(lines[C.ALLOCATOR_OVERHEAD]).get(ROUNDING_PART, 0) if cuda else 0
     blas, ws_rest = _split_workspace(lines[C.RUNTIME_WORKSPACE])
+    context_est, images_est = _split_context(lines[C.CUDA_CONTEXT])
     stream_ws = 0
     if cuda and streams > 1:
         # cuBLAS keeps one workspace per (handle, stream): each extra stream of the load phase
@@ -240,7 +248,7 @@ def _tier(
             _quantity(
                 "cuda_context",
                 (C.CUDA_CONTEXT,),
-                est[C.CUDA_CONTEXT],
+                context_est,
                 nv.cuda_context_bytes if nv else None,
                 "NVML device used after torch.cuda.init() - baseline",
                 tol,
@@ -286,13 +294,14 @@ def _tier(
         _quantity(
             "unexplained",
             (),
-            0 if unexplained is not None else None,
+            images_est if unexplained is not None else None,
             unexplained,
             "device_used_peak - max_memory_reserved() - cuda_context",
             tol,
             unavailable="not_applicable" if not cuda else "not_measured",
-            note="device memory outside the allocator and the context: other "
-            "libraries (NCCL, cuDNN handles), the sampler's granularity",
+            note="device memory outside the allocator and the context: the kernel images the "
+            "workload's ops load (estimated: the context line's part), other libraries "
+            "(NCCL, cuDNN handles), the sampler's granularity",
         )
     )
 
@@ -304,6 +313,8 @@ def _tier(
     }
     if not ws_rest:
         exact[C.RUNTIME_WORKSPACE] = "runtime_workspace"
+    if images_est:  # the context line also holds the kernel images ("unexplained" measures them)
+        exact.pop(C.CUDA_CONTEXT)
     containing: dict[Component, str] = {}
     for x in q:
         for c in x.components:

@@ -147,7 +147,7 @@ def _values(o: Outcome, ov: Overheads, k: int) -> dict[Component, int]:
     values[C.ACTIVATIONS] = act * k
     values[C.RUNTIME_WORKSPACE] = ws * k
     values[C.ALLOCATOR_OVERHEAD] = (o.peak_reserved - weights - act - ws) * k
-    values[C.CUDA_CONTEXT] = ov.cuda_context_bytes * k
+    values[C.CUDA_CONTEXT] = ov.process_context_bytes("inference") * k
     return values
 
 
@@ -268,7 +268,7 @@ def diffusion_budget(
             for name, b in o.parts.get(tag, {}).items():
                 label = name if len(workloads) == 1 else f"{p.name}: {name}"
                 parts.setdefault(comp, []).append((label, b * k))
-        context += ov.cuda_context_bytes * k
+        context += ov.process_context_bytes("inference") * k
         for name, reserved in o.phase_reserved:
             if name in ("text_encode", "denoise", "vae_decode"):
                 phases[name] = phases.get(name, 0) + reserved * k

@@ -2,7 +2,12 @@
 
 Shown in answers::
 
-    one context per process
+    one context per process, and the kernel images its ops load
+
+with two parts where lazy module loading applies: the context as created, and the kernel
+images the workload's first calls of each op load into it afterwards (outside the caching
+allocator, so neither ``max_memory_reserved`` nor the bare context shows them; NVML and
+nvidia-smi do).
 
 with the device type's source: a calibration profile's measurement, or one of the built-in
 defaults below.
@@ -13,19 +18,30 @@ from __future__ import annotations
 from ..units import MiB
 
 __all__ = [
+    "CONTEXT_PART",
     "CUDA_CONTEXT_BYTES",
     "CUDA_CONTEXT_DATACENTER_BYTES",
     "CUDA_CONTEXT_DATACENTER_SOURCE",
     "CUDA_CONTEXT_EAGER_BYTES",
+    "CUDA_CONTEXT_EAGER_CURRENT_BYTES",
+    "CUDA_CONTEXT_EAGER_CURRENT_SOURCE",
     "CUDA_CONTEXT_EAGER_SOURCE",
     "CUDA_CONTEXT_SOURCE",
     "FORMULA",
+    "KERNEL_IMAGES_INFERENCE_BYTES",
+    "KERNEL_IMAGES_PART",
+    "KERNEL_IMAGES_SOURCE",
+    "KERNEL_IMAGES_TRAINING_BYTES",
     "SOURCE",
     "default_context",
+    "eager_context",
+    "kernel_images",
     "per_device",
 ]
 
-FORMULA = "one context per process"
+FORMULA = "one context per process, and the kernel images its ops load"
+CONTEXT_PART = "CUDA context"
+KERNEL_IMAGES_PART = "kernel images loaded by the workload's ops (lazy module loading)"
 
 # Device memory of a PyTorch process's CUDA context with lazy module loading (the default since
 # torch 1.13, pytorch/pytorch#86509): 426 MiB on an RTX 6000 Ada, torch 2.10.0+cu130, measured by
@@ -60,6 +76,53 @@ CUDA_CONTEXT_EAGER_SOURCE = (
     "machine (pytorch/pytorch#86509); eager range 543 MiB - 1,687 MB "
     "(research/overhead_measurements.md)"
 )
+# Eager loading forced on a current stack (CUDA 12 and later): one H200, torch 2.11.0+cu130,
+# CUDA_MODULE_LOADING=EAGER, NVML after context creation and a first 2 MiB tensor,
+# 1,322,057,728 B, less the tensor's 2,097,152 B segment (bench/gpu/stack_overheads.py; the
+# same step lazily: 650,969,088 B). Today's wheels carry far more kernel images than torch 1.13's.
+CUDA_CONTEXT_EAGER_CURRENT_BYTES = 1_319_960_576
+CUDA_CONTEXT_EAGER_CURRENT_SOURCE = (
+    "measured: 1,319,960,576 B with CUDA_MODULE_LOADING=EAGER on an H200, torch 2.11 cu130, "
+    "against 648,871,936 B lazy on the same machine (research/overhead_measurements.md)"
+)
+
+
+# Kernel images under lazy module loading: each op's first call loads its module into the
+# context, outside the caching allocator. Measured on one H200 (torch 2.11.0+cu130, driver
+# 580.159.04) as NVML's device peak minus max_memory_reserved() minus the bare context, over
+# whole workloads of the GPU campaign (research/data/gpu/gpu_campaign_2026-12-04T164803_
+# h200-sxm-141gb.json): 171-190 MB for six inference runs (transformers generate, the built-in
+# builders, eager attention), 246-255 MB for the training steps (backward and optimizer
+# kernels as well). The largest of each is taken. bench/gpu/stack_overheads.py isolates single
+# ops: 69.7 MB for a first bf16 GEMM's images, ~0 for flash SDPA, 8 MB for a first cuDNN
+# convolution. Under eager loading the images are part of the context as created (0 here).
+KERNEL_IMAGES_INFERENCE_BYTES = 190_054_400
+KERNEL_IMAGES_TRAINING_BYTES = 255_066_112
+KERNEL_IMAGES_SOURCE = (
+    "kernel images: measured outside the allocator and the context, 190,054,400 B for "
+    "inference and 255,066,112 B for a training step (largest of each), one H200, torch 2.11 "
+    "cu130, lazy loading (research/overhead_measurements.md)"
+)
+
+
+def kernel_images(kind: str, vendor: str, eager: bool) -> int:
+    """Bytes of kernel images a workload's ops load after the context exists: the measured
+    inference or training value on NVIDIA with lazy loading; 0 under eager loading (already
+    in the context) and on other vendors (not measured)."""
+    if eager or vendor != "nvidia":
+        return 0
+    return KERNEL_IMAGES_TRAINING_BYTES if kind == "training" else KERNEL_IMAGES_INFERENCE_BYTES
+
+
+def eager_context(cuda_version: tuple[int, ...] | None, lazy_with_images: int) -> tuple[int, str]:
+    """(bytes, source) of a context under eager module loading: the torch 1.13 A/B for CUDA
+    before 12, the current-stack measurement from CUDA 12 on (or unknown); never below the
+    lazy context with its largest kernel images (eager loading loads at least those)."""
+    if cuda_version is not None and cuda_version < (12,):
+        value, source = CUDA_CONTEXT_EAGER_BYTES, CUDA_CONTEXT_EAGER_SOURCE
+    else:
+        value, source = CUDA_CONTEXT_EAGER_CURRENT_BYTES, CUDA_CONTEXT_EAGER_CURRENT_SOURCE
+    return max(value, lazy_with_images), source
 
 
 def default_context(compute_capability: str | None, vendor: str) -> tuple[int, str]:
