@@ -9,6 +9,7 @@ import httpx
 import msgspec
 import pytest
 
+from tests.support.workloads import QWEN_INFER
 from vrambudget.agent.roundtrip import fetch_estimate
 from vrambudget.core.calibration import load_profiles
 from vrambudget.core.estimate import estimate
@@ -22,17 +23,7 @@ def test_an_estimate_that_is_not_a_budget_is_an_estimate_error() -> None:
     """A 2xx that is not a Budget was stored as the probe's estimate; every later read of the
     probe (its callback, its comparison row, GET /v1/probes) then failed to decode it."""
     req = msgspec.convert(
-        {
-            "workload": {
-                "kind": "inference",
-                "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-                "batch_size": 1,
-                "prompt_tokens": 8,
-                "generated_tokens": 1,
-            },
-            "service_url": "http://127.0.0.1:8000",
-        },
-        ProbeRequest,
+        {"workload": QWEN_INFER, "service_url": "http://127.0.0.1:8000"}, ProbeRequest
     )
     for body in (b"<html>proxy</html>", b'{"ok": true}'):
         transport = httpx.MockTransport(lambda r, b=body: httpx.Response(200, content=b))
@@ -111,17 +102,7 @@ def test_the_pre_run_estimate_names_the_software_so_the_profile_matches(
         return httpx.Response(200, content=msgspec.json.encode(b))
 
     req = msgspec.convert(
-        {
-            "workload": {
-                "kind": "inference",
-                "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-                "batch_size": 1,
-                "prompt_tokens": 8,
-                "generated_tokens": 1,
-            },
-            "service_url": "http://127.0.0.1:8000",
-        },
-        ProbeRequest,
+        {"workload": QWEN_INFER, "service_url": "http://127.0.0.1:8000"}, ProbeRequest
     )
     from vrambudget.core.spec import CatalogDevice
 

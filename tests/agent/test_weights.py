@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from tests.support.workloads import QWEN_INFER
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.probe_report import ProbeRequest
 
@@ -193,13 +194,7 @@ def test_before_build_sees_the_concrete_precision_before_any_weight(
 
     req = msgspec.convert(
         {
-            "workload": {
-                "kind": "inference",
-                "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-                "batch_size": 1,
-                "prompt_tokens": 8,
-                "generated_tokens": 2,
-            },
+            "workload": QWEN_INFER,
             "iterations": 1,
             "code": code,
             "weights": "synthetic",

@@ -50,6 +50,14 @@ INFER = {
     "generated_tokens": 4,
     "precision": FP32,
 }
+QWEN_INFER = {
+    "kind": "inference",
+    "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+    "batch_size": 1,
+    "prompt_tokens": 8,
+    "generated_tokens": 1,
+}
+"""A real preset left at its defaults (``precision`` ``auto``): for tests of resolution."""
 TRAIN = {
     "kind": "training",
     "model": TINY,
