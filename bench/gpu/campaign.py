@@ -34,7 +34,7 @@ ran, the quality report, the snapshot's size, the engine's report and the observ
 
 The time budget: the matrix is ordered by value (the framework's generate / Trainer steps first,
 then the built-in builders, then the variants); each run gets the rest of the budget at most
-(``--budget-s``, default 400 s) and a workload that would start with too little left is recorded
+(``--budget-s``, default 380 s) and a workload that would start with too little left is recorded
 as skipped; the file is rewritten (atomically) after every run and every estimate, so a killed
 campaign leaves every finished result.
 
@@ -94,9 +94,9 @@ TRAINING_LOOP = "masters and optimizer kept across iterations"
 """The training programs' loop semantics (``vrambudget.workloads.step.TrainingState``),
 written into every campaign file. Campaigns before it rebuilt the optimizer on every probe
 iteration, so their training peaks lack the optimizer's moments."""
-DEFAULT_BUDGET_S = 400.0
+DEFAULT_BUDGET_S = 380.0
 """The Python driver's share of the 8 minutes (campaign.sh installs the wheels before it and
-runs ``stack_overheads.py``, about 25 s, after it)."""
+runs ``stack_overheads.py`` and ``generate_ratchet.py``, about 65 s, after it)."""
 MIN_START_S = 40.0
 """A workload is not started with less than this left of the budget (it would be killed)."""
 ESTIMATE_RESERVE_S = 15.0
@@ -1056,7 +1056,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", nargs="?", type=Path, help="the JSON file to write")
     ap.add_argument("--out", dest="out_opt", type=Path, help="the JSON file (same as OUT)")
     ap.add_argument("--dry-run", action="store_true", help="the CPU path, tiny sizes")
-    ap.add_argument("--budget-s", type=float, default=None, help="the time budget (400 s)")
+    ap.add_argument("--budget-s", type=float, default=None, help="the time budget (380 s)")
     ap.add_argument("--only", action="append", help="run only this case (repeatable)")
     ap.add_argument("--estimate-workers", type=int, help="estimate processes (2)")
     ap.add_argument("--list", action="store_true", help="print the matrix and exit")

@@ -2,8 +2,8 @@
 # The GPU campaign on a bare CUDA machine (bench/gpu/campaign.py says what it measures): installs
 # the wheels bench/gpu/prepare.sh left in bench/gpu/wheels/ into a scratch folder (no network,
 # no other package touched), then runs the matrix with the machine's python3. Under 8 minutes on
-# one H100/H200; one JSON file, $OUT/gpu_campaign.json where $OUT is set (plus campaign.log and
-# stack_overheads.json).
+# one H100/H200; one JSON file, $OUT/gpu_campaign.json where $OUT is set (plus campaign.log,
+# stack_overheads.json and generate_ratchet.json).
 #
 #   bash bench/gpu/campaign.sh [OUT.json] [--dry-run] [--budget-s S] [--only NAME]...
 #
@@ -64,12 +64,17 @@ else
     "$PY" -m bench.gpu.campaign "$@"
 fi
 rc=$?
-# The stack's own overheads (CUDA context lazy/eager, each first kernel's images): ~25 s, not in
-# a dry run (it needs CUDA).
+# After the matrix, not in a dry run (they need CUDA): the stack's own overheads (CUDA context
+# lazy/eager, each first kernel's images; ~25 s) and the reserved memory over repeated
+# generate calls (~40 s).
 case " $* " in
 *" --dry-run "*) ;;
-*) timeout 90 "$PY" bench/gpu/stack_overheads.py "${OUT:-bench/results}/stack_overheads.json" ||
-    echo "campaign.sh: stack_overheads.py failed (exit $?)" >&2 ;;
+*)
+    for script in stack_overheads generate_ratchet; do
+        timeout 90 "$PY" "bench/gpu/$script.py" "${OUT:-bench/results}/$script.json" ||
+            echo "campaign.sh: $script.py failed (exit $?)" >&2
+    done
+    ;;
 esac
 echo "campaign.sh: ${SECONDS} s in all, exit $rc"
 exit $rc

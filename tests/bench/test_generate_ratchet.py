@@ -1,0 +1,23 @@
+"""bench/gpu/generate_ratchet.py (the repeated-generate measurement the GPU campaign runs) takes
+its whole path on the CPU in a dry run: the preset's config, transformers' generate, the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+
+def test_dry_run_writes_every_series(tmp_path: Path) -> None:
+    from bench.gpu.generate_ratchet import main
+
+    out = tmp_path / "ratchet.json"
+    assert main(["--dry-run", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "vrambudget.generate_ratchet/1" and doc["dry_run"] is True
+    assert [s["batch_size"] for s in doc["series"]] == [1, 2]
+    assert all(len(s["calls"]) == 2 and s["after_empty_cache"] is None for s in doc["series"])
+    assert doc["weights_bytes"] > 0
