@@ -97,6 +97,14 @@ def _split_workspace(line: Line) -> tuple[int, int]:
     return blas, line.bytes - blas
 
 
+STREAM_OUTSIDE_BYTES = 89_059_055
+"""Device memory outside the allocator and the context per further load thread of a
+concurrency probe (its CUDA stream, its cuBLAS/cuBLASLt handles): measured on one H200, torch
+2.11 cu130, as (1,516,699,648 - 180,813,824) / 15 B -- the outside-allocator bytes of a
+16-thread generate probe less those of the same workload on one thread, per extra thread
+(research/data/gpu/gpu_campaign_2026-12-04T164803_h200-sxm-141gb.json)."""
+
+
 def _split_context(line: Line) -> tuple[int, int]:
     """(the context as created, the kernel images its ops load afterwards)."""
     images = _parts(line).get(KERNEL_IMAGES_PART, 0)
@@ -114,11 +122,13 @@ def _tier(
     rounding = _parts(lines[C.ALLOCATOR_OVERHEAD]).get(ROUNDING_PART, 0) if cuda else 0
     blas, ws_rest = _split_workspace(lines[C.RUNTIME_WORKSPACE])
     context_est, images_est = _split_context(lines[C.CUDA_CONTEXT])
-    stream_ws = 0
+    stream_ws = stream_outside = 0
     if cuda and streams > 1:
         # cuBLAS keeps one workspace per (handle, stream): each extra stream of the load phase
-        # allocates another, after the measured first one, inside the working set.
+        # allocates another, after the measured first one, inside the working set; and each
+        # further load thread's stream and library handles take memory outside the allocator.
         stream_ws = (streams - 1) * blas
+        stream_outside = (streams - 1) * STREAM_OUTSIDE_BYTES
     kv_measured = t.kv_cache_bytes
     ws_measured = t.workspace_bytes if cuda else None
 
@@ -294,14 +304,15 @@ def _tier(
         _quantity(
             "unexplained",
             (),
-            images_est if unexplained is not None else None,
+            images_est + stream_outside if unexplained is not None else None,
             unexplained,
             "device_used_peak - max_memory_reserved() - cuda_context",
             tol,
             unavailable="not_applicable" if not cuda else "not_measured",
             note="device memory outside the allocator and the context: the kernel images the "
-            "workload's ops load (estimated: the context line's part), other libraries "
-            "(NCCL, cuDNN handles), the sampler's granularity",
+            "workload's ops load (estimated: the context line's part), each further load "
+            "thread's stream and handles (estimated per thread), other libraries (NCCL, cuDNN "
+            "handles), the sampler's granularity",
         )
     )
 
