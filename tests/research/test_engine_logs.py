@@ -91,17 +91,20 @@ def test_sglang_max_running_requests_exact():
 
 def test_sglang_kv_tokens_ratchet():
     """Held out, pinned so it can only shrink: the RTX 3090 launch ran under WSL2 with the
-    desktop's memory already taken (+8.7%); on 4 x L4 the CUDA context and NCCL took 0.32 GiB
-    where the model keeps vLLM 0.19's 1.51 GiB (-25.6%)."""
+    desktop's memory already taken (+8.7%); on 4 x L4 (PCIe) the start took 0.32 GiB, where
+    the model now keeps one 0.51 GiB context and no NCCL baseline, and SGLang's weights line is
+    0.28 GiB above the parameters (+4.3%; -25.6% while vLLM 0.19's 1.0 GiB NCCL baseline was
+    kept on PCIe)."""
     errs = _errors("sglang", "KV tokens")
     assert len(errs) == 2
-    assert max(errs) <= 0.088 and min(errs) >= -0.257
+    assert max(errs) <= 0.088 and min(errs) >= 0.0
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="SGLang held-out KV tokens: +8.7% (RTX 3090 under WSL2) and -25.6% (4 x L4: the "
-    "CUDA context and NCCL start smaller than the vLLM-calibrated baseline) (docs/ACCURACY.md)",
+    reason="SGLang held-out KV tokens: +8.7% (RTX 3090 under WSL2) and +4.3% (4 x L4: the "
+    "weights line is 0.28 GiB above the parameters, the context 0.19 GiB below the "
+    "vLLM-calibrated one) (docs/ACCURACY.md)",
 )
 def test_sglang_kv_tokens_targets():
     errs = _errors("sglang", "KV tokens")

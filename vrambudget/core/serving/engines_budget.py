@@ -5,6 +5,7 @@ host RAM and disk, and one ``ServingSummary`` with the engine's own numbers in `
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -40,7 +41,13 @@ from ..spec import (
 from ..stack import serving_use
 from ..statics import stage_statics
 from .calibration import CALIBRATED_VERSION, calibration
-from .engine_args import model_dtype, serving_format, serving_host_and_disk, serving_quantization
+from .engine_args import (
+    model_dtype,
+    serving_format,
+    serving_host_and_disk,
+    serving_quantization,
+    tp_fabric,
+)
 from .gguf.budget import gguf_details, gguf_devices, gguf_host_and_disk
 from .gguf.engine import GGUFAccount, concurrency, gguf_account, launch_command
 from .releases import EngineRelease, engine_release
@@ -277,6 +284,20 @@ class _SGLangRun:
         return self.cuda_context + self.nccl
 
 
+def sglang_nccl_bytes(cal: Any, tp: int, fabric: str) -> int:
+    """Device memory SGLang's distributed start takes before it measures the free memory,
+    beyond the CUDA context: vLLM 0.19's NCCL baseline (an upper bound: SGLang sets
+    ``NCCL_CUMEM_ENABLE=0`` and NVLS off) where the GPUs are NVLink/NVSwitch-connected; none
+    on PCIe-only GPUs, where the custom all-reduce is off beyond two GPUs and NCCL's buffers over
+    PCIe are small. Published ``Load weight begin. avail mem`` lines put the whole pre-load
+    footprint (context included) of PCIe deployments at 0.37 GiB (2 x A100 80GB PCIe, 0.5.8)
+    and 0.53 GiB (2 x RTX 3090, 0.5.12), under a bare context plus that baseline (1.51 GiB);
+    research/sglang_startup_logs.md."""
+    if tp <= 1 or fabric == "pcie":
+        return 0
+    return int(round(cal.c("nccl_init_bytes")))
+
+
 def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> _SGLangRun:
     try:
         rel = engine_release("sglang", w.engine_version)
@@ -300,7 +321,7 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
         o = w.sglang if w.sglang is not None else SGLangOptions()
         cal = calibration(CALIBRATED_VERSION)
         context = round(cal.c("cuda_context_bytes"))
-        nccl = round(cal.c("nccl_init_bytes")) if tp > 1 else 0
+        nccl = sglang_nccl_bytes(cal, tp, tp_fabric(ctx.name))
         a = sglang_account(
             arch,
             r,
