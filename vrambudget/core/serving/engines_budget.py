@@ -5,7 +5,6 @@ host RAM and disk, and one ``ServingSummary`` with the engine's own numbers in `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 
@@ -40,7 +39,7 @@ from ..spec import (
 )
 from ..stack import serving_use
 from ..statics import stage_statics
-from .calibration import CALIBRATED_VERSION, calibration
+from .calibration import CALIBRATED_VERSION, EngineCalibration, calibration
 from .engine_args import (
     model_dtype,
     serving_format,
@@ -284,7 +283,7 @@ class _SGLangRun:
         return self.cuda_context + self.nccl
 
 
-def sglang_nccl_bytes(cal: Any, tp: int, fabric: str) -> int:
+def sglang_nccl_bytes(cal: EngineCalibration, tp: int, fabric: str) -> int:
     """Device memory SGLang's distributed start takes before it measures the free memory,
     beyond the CUDA context: vLLM 0.19's NCCL baseline (an upper bound: SGLang sets
     ``NCCL_CUMEM_ENABLE=0`` and NVLS off) where the GPUs are NVLink/NVSwitch-connected; none
@@ -295,7 +294,7 @@ def sglang_nccl_bytes(cal: Any, tp: int, fabric: str) -> int:
     research/sglang_startup_logs.md."""
     if tp <= 1 or fabric == "pcie":
         return 0
-    return int(round(cal.c("nccl_init_bytes")))
+    return round(cal.c("nccl_init_bytes"))
 
 
 def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> _SGLangRun:
