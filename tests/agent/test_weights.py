@@ -230,3 +230,8 @@ def test_a_failed_probe_says_where_it_failed() -> None:
         msg = failure_message(exc)
     assert msg.startswith("KeyError: 'auto' (at ")
     assert "test_weights.py:" in msg and " in inner <- " in msg
+    try:  # a long message is cut to fit, the frames never
+        raise ValueError("x" * 5000)
+    except ValueError as exc:
+        long = failure_message(exc)
+    assert len(long) == 4000 and long.endswith(")") and " in test_a_failed_probe" in long

@@ -87,11 +87,11 @@ def test_verdicts_follow_the_tolerance() -> None:
     lo = {x.name: x.verdict for x in loose.tiers[0].quantities}
     # 560 MiB measured vs the 534 MiB built-in H100 context: under when strict, within at 100%.
     assert s["cuda_context"] == "under" and lo["cuda_context"] == "within"
-    # 12 MiB outside the allocator and the context against the 190,054,400 B of kernel images
+    # 12 MiB outside the allocator and the context against the 180,813,824 B of kernel images
     # the estimate's context line carries as a part: over
     assert s["unexplained"] == "over"
     q = {x.name: x for x in strict.tiers[0].quantities}
-    assert q["unexplained"].estimate_bytes == 190_054_400
+    assert q["unexplained"].estimate_bytes == 180_813_824
     assert q["cuda_context"].estimate_bytes == 534 * 2**20  # the context part alone
 
 
@@ -215,11 +215,11 @@ def test_extra_streams_workspaces_are_in_the_working_set_estimate() -> None:
     assert "3 more stream(s)" in (q4["working_set_peak"].note or "")
     q1 = {q.name: q for q in compare(one, {"analytic": b1}, inp1).tiers[0].quantities}
     assert q1["working_set_peak"].note is None
-    # outside the allocator: the kernel images (190,054,400 B) and, per further load thread,
+    # outside the allocator: the kernel images (180,813,824 B) and, per further load thread,
     # 89,059,055 B of stream and handles (a 16-thread H200 probe: (1,516,699,648 - 180,813,824)
     # / 15 B)
-    assert q1["unexplained"].estimate_bytes == 190_054_400
-    assert q4["unexplained"].estimate_bytes == 190_054_400 + 3 * 89_059_055
+    assert q1["unexplained"].estimate_bytes == 180_813_824
+    assert q4["unexplained"].estimate_bytes == 180_813_824 + 3 * 89_059_055
 
 
 def test_headroom_advice_above_what_a_request_accepts_says_use_min_bytes() -> None:

@@ -171,12 +171,12 @@ def test_zero_grad_before_torch_2_keeps_gradients_through_the_forward() -> None:
 
 
 def test_eager_module_loading_takes_the_eager_context() -> None:
-    """Lazy on an H100: the 534 MiB context (559,939,584 B) and the 190,054,400 B of kernel
-    images an inference loads after it = 749,993,984 B, the line's two parts. Eager loading
-    holds every image from the start, so no images part: CUDA 11.6 takes the torch 1.13 A/B's
-    666,632,192 B (pytorch/pytorch#86509) but never less than the lazy context with the larger
-    (training) images, 559,939,584 + 255,066,112 = 815,005,696 B; forced eager on a current
-    stack takes the H200 measurement, 1,322,057,728 - 2,097,152 = 1,319,960,576 B."""
+    """Lazy on an H100: the 534 MiB context (559,939,584 B) and the 180,813,824 B of kernel
+    images an inference loads after it = 740,753,408 B. Eager loading: the context as created
+    and cuBLAS's whole image set at the first GEMM (517,996,544 B, H200 measurement). CUDA 11.6
+    takes the torch 1.13 A/B's 666,632,192 B but never less than the lazy context with the
+    larger (training) images, 559,939,584 + 245,825,536 = 805,765,120 B; forced eager on a
+    current stack takes the H200's 1,322,057,728 - 2,097,152 = 1,319,960,576 B."""
     dev = {"device": {"source": "catalog", "id": "h100-sxm5-80gb"}}
 
     def line(software: dict[str, str]) -> Any:
@@ -188,13 +188,17 @@ def test_eager_module_loading_takes_the_eager_context() -> None:
         line({"cuda_version": "11.6"}),
         line({"cuda_module_loading": "eager"}),
     )
-    assert lazy.bytes == 534 * 1024 * 1024 + 190_054_400 == 749_993_984
+    images = "kernel images loaded after the context"
+    assert lazy.bytes == 534 * 1024 * 1024 + 180_813_824 == 740_753_408
     assert [(p.name, p.bytes) for p in lazy.parts] == [
         ("CUDA context", 559_939_584),
-        ("kernel images loaded by the workload's ops (lazy module loading)", 190_054_400),
+        (images, 180_813_824),
     ]
-    assert eager.bytes == 815_005_696 and not eager.parts
-    assert forced.bytes == 1_319_960_576 and not forced.parts
+    assert [(p.name, p.bytes) for p in eager.parts] == [
+        ("CUDA context", 805_765_120),
+        (images, 517_996_544),
+    ]
+    assert forced.bytes == 1_319_960_576 + 517_996_544 == 1_837_957_120
 
 
 def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:

@@ -92,19 +92,18 @@ def test_sglang_max_running_requests_exact():
 def test_sglang_kv_tokens_ratchet():
     """Held out, pinned so it can only shrink: the RTX 3090 launch ran under WSL2 with the
     desktop's memory already taken (+8.7%); on 4 x L4 (PCIe) the start took 0.32 GiB, where
-    the model now keeps one 0.51 GiB context and no NCCL baseline, and SGLang's weights line is
-    0.28 GiB above the parameters (+4.3%; -25.6% while vLLM 0.19's 1.0 GiB NCCL baseline was
-    kept on PCIe)."""
+    the model keeps one 0.51 GiB context and the 0.17 GiB PCIe distributed term, and SGLang's
+    weights line is 0.28 GiB above the parameters (-0.7%; -25.6% while vLLM 0.19's 1.0 GiB
+    NCCL baseline was kept on PCIe)."""
     errs = _errors("sglang", "KV tokens")
     assert len(errs) == 2
-    assert max(errs) <= 0.088 and min(errs) >= 0.0
+    assert max(errs) <= 0.088 and min(errs) >= -0.008
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="SGLang held-out KV tokens: +8.7% (RTX 3090 under WSL2) and +4.3% (4 x L4: the "
-    "weights line is 0.28 GiB above the parameters, the context 0.19 GiB below the "
-    "vLLM-calibrated one) (docs/ACCURACY.md)",
+    reason="SGLang held-out KV tokens: +8.7% (RTX 3090 under WSL2, the desktop's memory taken) "
+    "and -0.7% (4 x L4), median 4.7% (docs/ACCURACY.md)",
 )
 def test_sglang_kv_tokens_targets():
     errs = _errors("sglang", "KV tokens")

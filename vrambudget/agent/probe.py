@@ -138,7 +138,6 @@ def failure_message(exc: BaseException, frames: int = 3) -> str:
     """A failed probe's error: the exception, then where it was raised -- its last ``frames``
     frames as ``file:line in function`` (paths from the package or site-packages on), so a
     report from a remote GPU host is enough to find the line. At most 4,000 characters."""
-    text = "".join(traceback.format_exception_only(exc)).strip()
     where = []
     for f in traceback.extract_tb(exc.__traceback__)[-frames:]:
         path = f.filename
@@ -147,9 +146,9 @@ def failure_message(exc: BaseException, frames: int = 3) -> str:
                 path = path[path.index(marker) + 1 :].removeprefix("site-packages/")
                 break
         where.append(f"{path}:{f.lineno} in {f.name}")
-    if where:
-        text = f"{text} (at {' <- '.join(reversed(where))})"
-    return text[:4000]
+    at = f" (at {' <- '.join(reversed(where))})" if where else ""
+    text = "".join(traceback.format_exception_only(exc)).strip()
+    return text[: 4000 - len(at)] + at  # a long message is cut, never the frames
 
 
 def child_main(

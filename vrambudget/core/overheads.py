@@ -17,6 +17,8 @@ from .formulas.allocator_overhead import (
 from .formulas.communication_buffers import NCCL_SOURCE
 from .formulas.cuda_context import (
     CONTEXT_PART,
+    CUDA_CONTEXT_EAGER_BYTES,
+    CUDA_CONTEXT_EAGER_SOURCE,
     KERNEL_IMAGES_PART,
     default_context,
     eager_context,
@@ -120,12 +122,21 @@ def with_software(
             compute_capability, vendor, gfx_target, version_tuple(stack.torch_version)
         )
         ov = dataclasses.replace(ov, workspace_bytes=ws, workspace_source=ws_source)
-    if stack.eager_modules:  # every kernel image is in the context from its creation
+    if stack.eager_modules and vendor == "nvidia":
+        # Eager: the context as created holds torch's kernel images, the first GEMM brings
+        # cuBLAS's whole set (kernel_images(eager=True)).
         if ov.profile is None:
             cuda = version_tuple(software.cuda_version) if software.cuda_version else None
             context, source = eager_context(cuda, ov.process_context_bytes("training"))
             ov = dataclasses.replace(ov, cuda_context_bytes=context, cuda_context_source=source)
+        images = kernel_images("training", vendor, eager=True)
         ov = dataclasses.replace(
-            ov, kernel_images_inference_bytes=0, kernel_images_training_bytes=0
+            ov, kernel_images_inference_bytes=images, kernel_images_training_bytes=images
+        )
+    elif stack.eager_modules and ov.profile is None:  # other vendors: the torch 1.13 A/B
+        ov = dataclasses.replace(
+            ov,
+            cuda_context_bytes=max(ov.cuda_context_bytes, CUDA_CONTEXT_EAGER_BYTES),
+            cuda_context_source=CUDA_CONTEXT_EAGER_SOURCE,
         )
     return ov

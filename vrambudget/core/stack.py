@@ -15,6 +15,12 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from .formulas.cuda_context import (
+    CUDA_CONTEXT_EAGER_CURRENT_BYTES,
+    EAGER_LIBRARY_IMAGES_BYTES,
+    KERNEL_IMAGES_INFERENCE_BYTES,
+    KERNEL_IMAGES_TRAINING_BYTES,
+)
 from .memo import BoundedCache
 from .result import StackBehaviour, StackUse
 from .spec import Software
@@ -217,19 +223,22 @@ _GRADS_KEPT = _B(
 _LAZY = _B(
     name="cuda_module_loading",
     assumed="CUDA loads kernel images lazily (CUDA_MODULE_LOADING=LAZY): the context holds "
-    "only the kernels that have run, so the context line adds the images a workload's ops "
-    "load (190,054,400 B inference, 255,066,112 B training, measured)",
+    "only the kernels that have run; on NVIDIA the context line adds the images a workload's "
+    f"ops load ({KERNEL_IMAGES_INFERENCE_BYTES:,} B inference, "
+    f"{KERNEL_IMAGES_TRAINING_BYTES:,} B training, measured)",
     source="CUDA 11.7+ lazy loading, torch >= 1.13 sets it by default (pytorch/pytorch#86509: "
     "666.6 MB eager vs 287.0 MB lazy on one machine); the images: one H200, torch 2.11 cu130 "
     "(research/overhead_measurements.md)",
 )
 _EAGER = _B(
     name="cuda_module_loading",
-    assumed="CUDA loads every kernel image at context creation (eager): the context is the "
-    "eager measurement for the CUDA release, never less than the lazy context with its images",
+    assumed="CUDA loads every kernel image of a library when the library loads (eager): the "
+    "context is the eager measurement for the CUDA release, never less than the lazy context "
+    "with its images; on NVIDIA the context line adds cuBLAS's whole image set "
+    f"({EAGER_LIBRARY_IMAGES_BYTES:,} B), loaded at the first GEMM",
     source="pytorch/pytorch#86509 (666.6 MB eager vs 287.0 MB lazy, CUDA before 12); "
-    "1,319,960,576 B on an H200, torch 2.11 cu130 (CUDA 12 on); pytorch/pytorch#55277 "
-    "(721 MB GTX 1080 cu101, 1,687 MB RTX 3090 cu111)",
+    f"{CUDA_CONTEXT_EAGER_CURRENT_BYTES:,} B on an H200, torch 2.11 cu130 (CUDA 12 on); "
+    "pytorch/pytorch#55277 (721 MB GTX 1080 cu101, 1,687 MB RTX 3090 cu111)",
 )
 _QLORA = _B(
     name="quantized_saved_tensors",

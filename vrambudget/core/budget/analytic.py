@@ -184,7 +184,12 @@ def analytic_budget(
             peaks.append(f"{name}: {top.peak_phase}")
             for c, v in top.values.items():
                 values[c] = values.get(c, 0) + v
-                if v:  # a part per workload that holds bytes of this component
+                if not v:
+                    continue
+                own = top.parts.get(c) if c is Component.CUDA_CONTEXT else None
+                if own:  # the context and its kernel images, per workload
+                    parts.setdefault(c, []).extend((f"{name}: {n}", b) for n, b in own)
+                else:  # a part per workload that holds bytes of this component
                     parts.setdefault(c, []).append((name, v))
         devices.append(
             device_budget(

@@ -182,6 +182,7 @@ def encoder_stage(
     parts = {
         C.COMMUNICATION_BUFFERS: times(st.comm_parts, w.instances),
         C.ALLOCATOR_OVERHEAD: overhead_parts(rounding, transient, ov.inference_fragmentation_ppm),
+        C.CUDA_CONTEXT: ov.context_parts("inference", w.instances),
     }
     return finish(
         st.stage.index, w.parallelism.tensor * w.parallelism.data, phases, parts, transient

@@ -36,5 +36,6 @@ def generic_stage(w: GenericWorkload, ov: Overheads) -> StageNumbers:
         C.ACTIVATIONS: tuple((i.name, i.bytes * w.batch_size) for i in w.per_item),
         C.KV_CACHE: tuple((c.name, c.bytes_per_unit * c.units) for c in w.caches),
         C.RUNTIME_WORKSPACE: tuple((i.name, i.bytes) for i in w.workspaces),
+        C.CUDA_CONTEXT: ov.context_parts("inference", k) if w.uses_cuda_context else (),
     }
     return finish(None, 1, [("steady", values)], parts, per_item * k)

@@ -106,8 +106,9 @@ concurrency probe (its CUDA stream, its cuBLAS/cuBLASLt handles): measured on on
 
 
 def _split_context(line: Line) -> tuple[int, int]:
-    """(the context as created, the kernel images its ops load afterwards)."""
-    images = _parts(line).get(KERNEL_IMAGES_PART, 0)
+    """(the context as created, the kernel images loaded after it: every part so named, a
+    co-located workload's prefixed with its name)."""
+    images = sum(p.bytes for p in line.parts if p.name.endswith(KERNEL_IMAGES_PART))
     return line.bytes - images, images
 
 
@@ -203,7 +204,9 @@ def _tier(
         )
     )
     allocated_comps = (*_RESIDENT, C.KV_CACHE, *_WORKING) + ((C.RUNTIME_WORKSPACE,) if cuda else ())
-    allocated_est = sum(est[c] for c in allocated_comps) + rounding + (0 if cuda else ws_rest)
+    allocated_est = (
+        sum(est[c] for c in allocated_comps) + rounding + (0 if cuda else ws_rest) + stream_ws
+    )
     q.append(
         _quantity(
             "allocated_peak",
@@ -278,7 +281,7 @@ def _tier(
         )
     )
     device_comps = tuple(c for c in Component if c is not C.HEADROOM)
-    device_est = sum(est[c] for c in device_comps)
+    device_est = sum(est[c] for c in device_comps) + stream_ws + stream_outside
     used = None
     if nv is not None:
         used = (
@@ -375,5 +378,5 @@ def _tier(
         components=tuple(rows),
     )
     # What the report's device can be compared with: on the CPU only what the tracker sees.
-    comparable = subtotal if cuda else allocated_est
+    comparable = subtotal + stream_ws + stream_outside if cuda else allocated_est
     return tier, {"device_used": used, "working_set": working_meas, "comparable": comparable}

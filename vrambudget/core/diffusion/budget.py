@@ -269,6 +269,9 @@ def diffusion_budget(
                 label = name if len(workloads) == 1 else f"{p.name}: {name}"
                 parts.setdefault(comp, []).append((label, b * k))
         context += ov.process_context_bytes("inference") * k
+        for name, b in ov.context_parts("inference", k):
+            label = name if len(workloads) == 1 else f"{p.name}: {name}"
+            parts.setdefault(C.CUDA_CONTEXT, []).append((label, b))
         for name, reserved in o.phase_reserved:
             if name in ("text_encode", "denoise", "vae_decode"):
                 phases[name] = phases.get(name, 0) + reserved * k

@@ -27,6 +27,7 @@ __all__ = [
     "CUDA_CONTEXT_EAGER_CURRENT_SOURCE",
     "CUDA_CONTEXT_EAGER_SOURCE",
     "CUDA_CONTEXT_SOURCE",
+    "EAGER_LIBRARY_IMAGES_BYTES",
     "FORMULA",
     "KERNEL_IMAGES_INFERENCE_BYTES",
     "KERNEL_IMAGES_PART",
@@ -41,7 +42,7 @@ __all__ = [
 
 FORMULA = "one context per process, and the kernel images its ops load"
 CONTEXT_PART = "CUDA context"
-KERNEL_IMAGES_PART = "kernel images loaded by the workload's ops (lazy module loading)"
+KERNEL_IMAGES_PART = "kernel images loaded after the context"
 
 # Device memory of a PyTorch process's CUDA context with lazy module loading (the default since
 # torch 1.13, pytorch/pytorch#86509): 426 MiB on an RTX 6000 Ada, torch 2.10.0+cu130, measured by
@@ -82,42 +83,55 @@ CUDA_CONTEXT_EAGER_SOURCE = (
 # same step lazily: 650,969,088 B). Today's wheels carry far more kernel images than torch 1.13's.
 CUDA_CONTEXT_EAGER_CURRENT_BYTES = 1_319_960_576
 CUDA_CONTEXT_EAGER_CURRENT_SOURCE = (
-    "measured: 1,319,960,576 B with CUDA_MODULE_LOADING=EAGER on an H200, torch 2.11 cu130, "
-    "against 648,871,936 B lazy on the same machine (research/overhead_measurements.md)"
+    f"measured: {CUDA_CONTEXT_EAGER_CURRENT_BYTES:,} B for the context (and "
+    "517,996,544 B of cuBLAS images at the first GEMM) with CUDA_MODULE_LOADING=EAGER on an "
+    "H200, torch 2.11 cu130; the same step lazily 648,871,936 B "
+    "(research/overhead_measurements.md)"
 )
 
 
 # Kernel images under lazy module loading: each op's first call loads its module into the
 # context, outside the caching allocator. Measured on one H200 (torch 2.11.0+cu130, driver
-# 580.159.04) as NVML's device peak minus max_memory_reserved() minus the bare context, over
-# whole workloads of the GPU campaign (research/data/gpu/gpu_campaign_2026-12-04T164803_
-# h200-sxm-141gb.json): 171-190 MB for six inference runs (transformers generate, the built-in
-# builders, eager attention), 246-255 MB for the training steps (backward and optimizer
-# kernels as well). The largest of each is taken. bench/gpu/stack_overheads.py isolates single
-# ops: 69.7 MB for a first bf16 GEMM's images, ~0 for flash SDPA, 8 MB for a first cuDNN
-# convolution. Under eager loading the images are part of the context as created (0 here).
-KERNEL_IMAGES_INFERENCE_BYTES = 190_054_400
-KERNEL_IMAGES_TRAINING_BYTES = 255_066_112
+# 580.159.04) as NVML's per-process peak minus max_memory_reserved() minus the bare context --
+# the basis the comparison's `unexplained` quantity uses -- over whole workloads of the GPU
+# campaign (research/data/gpu/gpu_campaign_2026-12-04T164803_h200-sxm-141gb.json): 161,939,456
+# to 180,813,824 B for six inference runs (transformers generate, the built-in builders, eager
+# attention), 245,825,536 B for every training step (backward and optimizer kernels as well).
+# The largest of each is taken. bench/gpu/stack_overheads.py isolates single ops: 69.2 MB for
+# a first bf16 GEMM's images, ~0 for flash SDPA, 8.4 MB for a first cuDNN convolution.
+KERNEL_IMAGES_INFERENCE_BYTES = 180_813_824
+KERNEL_IMAGES_TRAINING_BYTES = 245_825_536
 KERNEL_IMAGES_SOURCE = (
-    "kernel images: measured outside the allocator and the context, 190,054,400 B for "
-    "inference and 255,066,112 B for a training step (largest of each), one H200, torch 2.11 "
-    "cu130, lazy loading (research/overhead_measurements.md)"
+    f"kernel images: measured outside the allocator and the context, "
+    f"{KERNEL_IMAGES_INFERENCE_BYTES:,} B for inference and {KERNEL_IMAGES_TRAINING_BYTES:,} B "
+    "for a training step (largest of each), one H200, torch 2.11 cu130, lazy loading "
+    "(research/overhead_measurements.md)"
 )
+# Under eager loading each library's whole image set loads when the library first loads: the
+# context as created holds torch's own kernels, and cuBLAS's arrive with the first GEMM. Same
+# H200 and script under CUDA_MODULE_LOADING=EAGER: outside the allocator after the context
+# step 1,319,960,576 B, after the first bf16 GEMM 1,837,957,120 B (1,894,580,224 NVML - 56,623,104
+# reserved): 517,996,544 B of cuBLAS images (a first cuDNN convolution adds 214 MB more; not
+# counted, no LLM workload here convolves).
+EAGER_LIBRARY_IMAGES_BYTES = 517_996_544
 
 
 def kernel_images(kind: str, vendor: str, eager: bool) -> int:
-    """Bytes of kernel images a workload's ops load after the context exists: the measured
-    inference or training value on NVIDIA with lazy loading; 0 under eager loading (already
-    in the context) and on other vendors (not measured)."""
-    if eager or vendor != "nvidia":
+    """Bytes of kernel images a workload's ops load after the context exists, on NVIDIA: the
+    measured inference or training value under lazy loading; under eager loading cuBLAS's
+    whole image set, loaded with the library at the first GEMM. 0 on other vendors (not
+    measured)."""
+    if vendor != "nvidia":
         return 0
+    if eager:
+        return EAGER_LIBRARY_IMAGES_BYTES
     return KERNEL_IMAGES_TRAINING_BYTES if kind == "training" else KERNEL_IMAGES_INFERENCE_BYTES
 
 
 def eager_context(cuda_version: tuple[int, ...] | None, lazy_with_images: int) -> tuple[int, str]:
-    """(bytes, source) of a context under eager module loading: the torch 1.13 A/B for CUDA
-    before 12, the current-stack measurement from CUDA 12 on (or unknown); never below the
-    lazy context with its largest kernel images (eager loading loads at least those)."""
+    """(bytes, source) of a context as created under eager module loading: the torch 1.13 A/B
+    for CUDA before 12, the current-stack measurement from CUDA 12 on (or unknown); never below
+    the lazy context with its largest kernel images (eager loading loads at least those)."""
     if cuda_version is not None and cuda_version < (12,):
         value, source = CUDA_CONTEXT_EAGER_BYTES, CUDA_CONTEXT_EAGER_SOURCE
     else:

@@ -283,17 +283,26 @@ class _SGLangRun:
         return self.cuda_context + self.nccl
 
 
+SGLANG_PCIE_DISTRIBUTED_BYTES = 180_664_402
+"""SGLang's distributed start beyond the CUDA context on GPUs without NVLink/NVSwitch, at most:
+2 x RTX 3090 (a bridged pair, 0.5.12; research/data/sglang_startup_logs.json
+mattbucci-2x3090-gemma4-12b-awq-tp2) printed 22.91 GiB free on rank 0 before loading, the
+lower of its two ranks (SGLang takes the minimum over ranks): 25,327,697,920 - 24,599,425,188
+(22.91 GiB) - 547,608,330 (the context) B. 2 x A100 80GB PCIe (0.5.8) took less than a
+context in all; 4 x L4 (0.4.3, held out) 0.32 GiB in all."""
+
+
 def sglang_nccl_bytes(cal: EngineCalibration, tp: int, fabric: str) -> int:
     """Device memory SGLang's distributed start takes before it measures the free memory,
     beyond the CUDA context: vLLM 0.19's NCCL baseline (an upper bound: SGLang sets
-    ``NCCL_CUMEM_ENABLE=0`` and NVLS off) where the GPUs are NVLink/NVSwitch-connected; none
-    on PCIe-only GPUs, where the custom all-reduce is off beyond two GPUs and NCCL's buffers over
-    PCIe are small. Published ``Load weight begin. avail mem`` lines put the whole pre-load
-    footprint (context included) of PCIe deployments at 0.37 GiB (2 x A100 80GB PCIe, 0.5.8)
-    and 0.53 GiB (2 x RTX 3090, 0.5.12), under a bare context plus that baseline (1.51 GiB);
-    research/sglang_startup_logs.md."""
-    if tp <= 1 or fabric == "pcie":
+    ``NCCL_CUMEM_ENABLE=0`` and NVLS off) where the GPUs are NVLink/NVSwitch-connected; on
+    PCIe-only GPUs, where the custom all-reduce is off beyond two GPUs and NCCL's buffers over
+    PCIe are small, the most a published launch showed (:data:`SGLANG_PCIE_DISTRIBUTED_BYTES`;
+    research/sglang_startup_logs.md)."""
+    if tp <= 1:
         return 0
+    if fabric == "pcie":
+        return SGLANG_PCIE_DISTRIBUTED_BYTES
     return round(cal.c("nccl_init_bytes"))
 
 
