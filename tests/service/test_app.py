@@ -359,8 +359,15 @@ def test_colocated_parts_name_each_workload_that_holds_bytes(client):
     assert [p["name"] for p in weights["parts"]] == ["chat", "embedder", "renderer"]
     assert sum(p["bytes"] for p in weights["parts"]) == weights["bytes"]
     assert "parts" not in by_component["gradients"]  # nobody trains here
+    # each workload is its own process with its own context, and the kernel images its ops
+    # load after it (lazy module loading on NVIDIA): two parts per workload
     contexts = by_component["cuda_context"]["parts"]
-    assert len(contexts) == 3  # each workload is its own process with its own context
+    assert [p["name"] for p in contexts] == [
+        f"{w}: {part}"
+        for w in ("chat", "embedder", "renderer")
+        for part in ("CUDA context", "kernel images loaded after the context")
+    ]
+    assert sum(p["bytes"] for p in contexts) == by_component["cuda_context"]["bytes"]
 
 
 def test_presets_never_await_the_model_resolver(client, monkeypatch):
