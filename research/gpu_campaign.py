@@ -194,7 +194,9 @@ def _stale_optimizer(doc: dict[str, Any], r: dict[str, Any], value: float) -> st
     )
 
 
-def _excluded(doc: dict[str, Any], r: dict[str, Any], suffix: str) -> str | None:
+def _excluded(
+    doc: dict[str, Any], r: dict[str, Any], suffix: str, quantity: Quantity, value: float
+) -> str | None:
     m = r["measured"]
     if doc.get("dry_run") or m.get("device") != "cuda":
         return "a dry run on the CPU (the trace tier's tracker on real tensors): no GPU measurement"
@@ -204,16 +206,15 @@ def _excluded(doc: dict[str, Any], r: dict[str, Any], suffix: str) -> str | None
         return "other processes changed device memory during the measurement"
     if not m.get("outputs_finite", True):
         return "the outputs were not finite"
-    if suffix in ("allocated", "reserved", "nvml") and (r.get("concurrency") or 1) > 1:
+    if quantity != "peak_device_bytes":
+        return None
+    if (r.get("concurrency") or 1) > 1:
         return (
             f"the probe ran {r['concurrency']} threads, each on its own CUDA stream (a cuBLAS "
             "workspace and handles per stream); the estimate is of as many requests batched "
             "on one stream, as a serving process runs them: not the same program"
         )
-    if suffix in ("allocated", "reserved", "nvml"):
-        key = {"allocated": "torch_max_memory_allocated", "reserved": "torch_max_memory_reserved"}
-        return _stale_optimizer(doc, r, float(m.get(key.get(suffix, "nvml_device_peak")) or 0))
-    return None
+    return _stale_optimizer(doc, r, value)
 
 
 def records(doc: dict[str, Any], lines: dict[str, str], url: str) -> list[Record]:
@@ -262,7 +263,7 @@ def records(doc: dict[str, Any], lines: dict[str, str], url: str) -> list[Record
                     title=f"vrambudget GPU campaign {date}: {r['name']} on {gpu}",
                     published=date,
                     workload=r.get("estimated_workload") or w,
-                    excluded=_excluded(doc, r, suffix),
+                    excluded=_excluded(doc, r, suffix, quantity, float(value)),
                     notes=notes,
                 )
             )
