@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from research.releases import version_at
+from research.releases import first_release, version_at
 from vrambudget.core.components import Component
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
@@ -293,7 +293,10 @@ def _dated(sw: dict[str, Any], r: Record) -> None:
     framework = sw.get("framework")
     if framework is not None and "framework_version" not in sw:
         package = {"fsdp": "torch"}.get(framework, framework)
-        found = version_at(package, when) if package != "torch" else None
+        found = None
+        if package != "torch":
+            # Before the first release the code that ran is closest to the first release.
+            found = version_at(package, when) or first_release(package)
         if found:
             sw["framework_version"] = found
     if "torch_version" not in sw:

@@ -58,6 +58,13 @@ def version_at(name: str, when: str) -> str | None:
     return max(found, key=version_tuple, default=None)
 
 
+def first_release(name: str) -> str | None:
+    """The first release of ``name`` on PyPI: the nearest release to code that ran before it
+    (lit-gpt's 2023 commits, published before litgpt 0.2.0)."""
+    days = releases().get(name, [])
+    return min(days)[1] if days else None
+
+
 def main() -> int:
     packages = {name: fetch(name) for name in PACKAGES}
     OUT.write_text(

@@ -88,12 +88,11 @@ def test_a_framework_never_measured_widens_the_band(cls: str) -> None:
 
 
 def test_the_default_headroom_stops_at_the_largest_a_request_may_ask() -> None:
-    """A band far above the estimate (several devices: per-rank loading peaks that the corpus
-    measured 2-4.5x over the sharded estimate) sets 0.9, the Fraction limit; its verdict still
-    reads the whole band."""
-    rule = band_rule(("fine_tuning_lora_multi_gpu",), resolve_stack(None))
-    assert rule.high > 1.9
+    """A band far above the estimate (x2.5 at its high end) sets 0.9, the Fraction limit; its
+    verdict still reads the whole band."""
+    rule = BandRule("fine_tuning_lora_multi_gpu", 0.8, 2.5, 0.9, 12, "test")
     assert resolve_headroom(Headroom(), rule).fraction == 0.9
+    assert resolve_headroom(Headroom(), BandRule("x", 0.8, 1.5, 0.9, 12, "test")).fraction == 0.5
 
 
 @pytest.mark.parametrize(
@@ -139,12 +138,18 @@ def test_a_multi_gpu_fit_uses_the_band_of_its_own_layout() -> None:
         FitRequest,
     )
     layouts = {lf.device_count: lf for lf in fit(req).gpus[0].layouts}
+    classes = {}
     for n, layout in layouts.items():
         placed = {**w, "parallelism": {"data": layout.data, "tensor": layout.tensor}}
         b = msgspec.convert(
             {"workloads": [placed], "device": {"source": "catalog", "id": "h100-sxm5-80gb"}},
             BudgetRequest,
         )
-        assert estimate(b.workloads, b.device, b.headroom).total_bytes == layout.total_bytes, n
-    assert layouts[1].verdict == "fits"
-    assert layouts[2].verdict == "fits_if_low"  # the multi-GPU band's high end is above 80 GB
+        budget = estimate(b.workloads, b.device, b.headroom)
+        assert budget.total_bytes == layout.total_bytes, n
+        band = budget.devices[0].band
+        assert band is not None
+        classes[n] = band.workload_class
+        fits_high = band.high_bytes <= layout.capacity_bytes
+        assert layout.verdict == ("fits" if fits_high else "fits_if_low"), n
+    assert classes == {1: "fine_tuning_lora", 2: "fine_tuning_lora_multi_gpu"}

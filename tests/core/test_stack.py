@@ -277,3 +277,110 @@ def test_the_cli_estimate_follows_the_requests_software(tmp_path, capsys) -> Non
     logits = next(ln for ln in answer["devices"][0]["lines"] if ln["component"] == "logits")
     assert logits["bytes"] == 12_608_077_824
     assert answer["stack"]["framework_version"] == "4.44.2"
+
+
+# Llama 2 7B: per layer 4 x 4096^2 (attention) + 3 x 4096 x 11008 (MLP) + 2 x 4096 (norms)
+# = 202,383,360 parameters, x 32 layers = 6,476,267,520; LoRA r8 on q and v adds
+# 2 x (8 x 4096 + 4096 x 8) = 131,072 per layer, 4,194,304 in all.
+_LLAMA2_LAYERS = 32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096)
+_LLAMA2_ADAPTERS = 32 * 2 * (8 * 4096 + 4096 * 8)
+FSDP_LORA = {
+    "kind": "training",
+    "model": {"source": "preset", "id": "llama-2-7b"},
+    "precision": {"weights": "bf16"},
+    "mixed_precision": "pure",
+    "micro_batch_size": 1,
+    "sequence_length": 512,
+    "gradient_accumulation_steps": 4,
+    "checkpointing": "full",
+    "method": {
+        "kind": "lora",
+        "rank": 8,
+        "target_modules": ["q_proj", "v_proj"],
+        "adapter_dtype": "bf16",
+    },
+    "parallelism": {"data": 2, "zero_stage": 3},
+}
+
+
+def _gradients(b) -> tuple[int, str, list[tuple[str, int]]]:
+    """The gradients line, the peak phase and the line's parts."""
+    d = b.devices[0]
+    line = next(ln for ln in d.lines if ln.component == C.GRADIENTS)
+    return line.bytes, d.peak_phase, [(p.name, p.bytes) for p in line.parts]
+
+
+def test_lora_under_fsdp1_in_litgpt_gets_gradients_for_every_block_parameter() -> None:
+    """LitGPT < 0.5.11 wraps each Block whole in FSDP1 with use_orig_params=True: the frozen
+    weights share the adapters' FlatParameter and get gradients. With gradient accumulation
+    the micro-batches run in no_sync, so a rank holds them unsharded: (6,476,267,520 +
+    4,194,304) x 2 B (bf16) = 12,960,923,648 B. The published LitGPT resource table this
+    reproduces: Llama 2 7B LoRA on 2 A100s peaked at 22.18 GB, above the 1-GPU 21.30 GB."""
+    assert _LLAMA2_LAYERS == 6_476_267_520 and _LLAMA2_ADAPTERS == 4_194_304
+    b = _budget(FSDP_LORA, {"framework": "litgpt", "framework_version": "0.5.10"})
+    grads, phase, parts = _gradients(b)
+    whole = (_LLAMA2_LAYERS + _LLAMA2_ADAPTERS) * 2
+    assert whole == 12_960_923_648
+    assert phase != "optimizer_step"
+    assert grads == whole
+    assert parts == [
+        (
+            "gradients of every layer parameter, frozen ones included (FSDP1 FlatParameter), "
+            "unsharded (accumulated in no_sync)",
+            whole,
+        )
+    ]
+    assert b.stack is not None
+    names = {x.name for x in b.stack.behaviours}
+    assert {"gradient_sync", "fsdp_frozen_gradients"} <= names
+    # Without accumulation each micro-batch reduce-scatters: after the backward a rank holds
+    # half of the whole, where FSDP2 (0.5.11) holds half of the adapters' 8,388,608 B.
+    one = {**FSDP_LORA, "gradient_accumulation_steps": 1}
+    old, new = (
+        _phases(_budget(one, {"framework": "litgpt", "framework_version": v}))["backward_end"]
+        for v in ("0.5.10", "0.5.11")
+    )
+    assert old - new == whole // 2 - 8_388_608 // 2 == _LLAMA2_LAYERS
+
+
+def test_litgpt_from_0_5_11_shards_lora_with_fsdp2_and_keeps_adapter_gradients_only() -> None:
+    """LitGPT 0.5.11 moved LoRA to FSDP2 (fully_shard per trainable Linear): gradients of the
+    4,194,304 adapter parameters only, unsharded under no_sync: 8,388,608 B."""
+    b = _budget(FSDP_LORA, {"framework": "litgpt", "framework_version": "0.5.11"})
+    grads, _, _ = _gradients(b)
+    assert grads == _LLAMA2_ADAPTERS * 2 == 8_388_608
+    assert b.stack is not None
+    assert "fsdp_frozen_gradients" not in {x.name for x in b.stack.behaviours}
+
+
+@pytest.mark.parametrize(
+    ("software", "expected"),
+    [
+        # Trainer -> accelerate no_sync: the whole adapter gradients between micro-batches.
+        ({"framework": "transformers"}, 8_388_608),
+        # DeepSpeed reduces each micro-batch into its partitions: this rank's half.
+        ({"framework": "transformers", "libraries": {"deepspeed": "0.16.0"}}, 4_194_304),
+        ({"framework": "deepspeed"}, 4_194_304),
+        # torchtune's recipes reduce-scatter every micro-batch (no no_sync).
+        ({"framework": "torchtune"}, 4_194_304),
+    ],
+)
+def test_gradient_accumulation_under_fsdp_follows_the_frameworks_sync(
+    software: dict[str, Any], expected: int
+) -> None:
+    b = _budget(FSDP_LORA, software)
+    grads, phase, _ = _gradients(b)
+    assert phase != "optimizer_step"
+    assert grads == expected
+    assert b.stack is not None
+    sync = next(x for x in b.stack.behaviours if x.name == "gradient_sync")
+    assert ("no_sync" in sync.assumed) == (expected == 8_388_608)
+
+
+def test_gradient_sync_is_not_listed_for_one_device() -> None:
+    one = {**FSDP_LORA, "parallelism": {"data": 1}}
+    b = _budget(one, {"framework": "litgpt", "framework_version": "0.5.10"})
+    assert b.stack is not None
+    names = {x.name for x in b.stack.behaviours}
+    assert not names & {"gradient_sync", "fsdp_frozen_gradients"}
+    assert _gradients(b)[0] == _LLAMA2_ADAPTERS * 2

@@ -108,6 +108,14 @@ class Stack:
     the next forward."""
     eager_modules: bool
     """CUDA_MODULE_LOADING=EAGER (or CUDA < 11.7): every kernel image loaded at context creation."""
+    accumulate_unsharded: bool
+    """Gradient accumulation under FSDP runs the micro-batches before the last one in
+    ``no_sync``: each rank holds the whole, unsharded gradients until the last micro-batch's
+    reduce-scatter (transformers' Trainer through accelerate, LitGPT through Fabric)."""
+    frozen_gradients: bool
+    """FSDP1 with ``use_orig_params=True`` and each transformer block wrapped whole: a block's
+    frozen weights share a FlatParameter with its LoRA adapters, and the gradient is
+    allocated for the whole FlatParameter (LitGPT < 0.5.11)."""
     behaviours: tuple[StackBehaviour, ...]
     named: bool
     """The request named the framework (else the current release of the default one)."""
@@ -249,6 +257,38 @@ _QLORA = _B(
     "(dequantize_4bit(B, ...).to(A.dtype))",
 )
 
+_NO_SYNC = _B(
+    name="gradient_sync",
+    assumed="with gradient accumulation under FSDP (ZeRO-2/3), the micro-batches before the "
+    "last run in no_sync: every rank keeps the whole, unsharded gradients from the first "
+    "backward to the last micro-batch's reduce-scatter",
+    source="torch distributed/fsdp/fully_sharded_data_parallel.py FullyShardedDataParallel."
+    "no_sync ('FSDP will accumulate the full model gradients (instead of gradient shards) "
+    "until the eventual sync', 2.1.0 lines 1016-1027; FSDP2 set_requires_gradient_sync); "
+    "transformers 5.23.0 trainer.py lines 1896-1907 (accelerator.no_sync unless "
+    "sync_each_batch or DeepSpeed); LitGPT finetune/*.py fabric.no_backward_sync(model, "
+    "enabled=is_accumulating) -> lightning fabric strategies/fsdp.py module.no_sync()",
+)
+_SYNC_EACH = _B(
+    name="gradient_sync",
+    assumed="gradients are reduced (reduce-scattered under ZeRO-2/3) after every micro-batch: "
+    "each rank keeps only its shard between micro-batches",
+    source="DeepSpeed ZeRO stage_1_and_2.py / stage3.py (partitioned gradient accumulation); "
+    "torchtune 0.6.1 recipes (no no_sync); plain FSDP loops such as llama-recipes' "
+    "train_utils.py (backward every micro-batch, no no_sync)",
+)
+_FROZEN_GRADS = _B(
+    name="fsdp_frozen_gradients",
+    assumed="LoRA under FSDP1 with use_orig_params=True and each transformer block wrapped "
+    "whole: a block's frozen weights share one FlatParameter with its adapters, so gradients "
+    "are allocated for every block parameter, as if nothing were frozen",
+    source="lightning 2.1.0 fabric/strategies/fsdp.py line 171 (use_orig_params defaults to "
+    "True); LitGPT < 0.5.11 finetune/lora.py FSDPStrategy(auto_wrap_policy={Block}); torch "
+    "2.1.0 FullyShardedDataParallel docstring ('the gradient memory usage will be higher than "
+    "expected (namely, equivalent to not freezing those parameters)'); LitGPT 0.5.11 moved "
+    "LoRA to FSDP2 fully_shard per trainable Linear (commit 5ac69b06)",
+)
+
 _APPLIES: dict[str, frozenset[str]] = {
     "kv_cache_growth": frozenset({"inference"}),
     "prefill_logits": frozenset({"inference"}),
@@ -256,6 +296,8 @@ _APPLIES: dict[str, frozenset[str]] = {
     "loss_shift_copy": frozenset({"training"}),
     "gradient_lifetime": frozenset({"training"}),
     "quantized_saved_tensors": frozenset({"qlora"}),
+    "gradient_sync": frozenset({"multi_gpu_training"}),
+    "fsdp_frozen_gradients": frozenset({"lora_multi_gpu"}),
 }
 """The workload kinds a behaviour applies to (absent: every kind)."""
 
@@ -314,6 +356,13 @@ def _resolve(software: Software | None) -> Stack:
         and version_tuple(sw.cuda_version) < (11, 7)
     )
     behaviours.append(_EAGER if eager else _LAZY)
+    # transformers' Trainer (axolotl rides on it) and LitGPT accumulate under no_sync; DeepSpeed
+    # named as the framework or a library reduces every micro-batch into its partitions.
+    no_sync = framework in ("transformers", "axolotl", "litgpt") and sw.libraries.deepspeed is None
+    behaviours.append(_NO_SYNC if no_sync else _SYNC_EACH)
+    frozen_grads = framework == "litgpt" and version_tuple(version) < (0, 5, 11)
+    if frozen_grads:
+        behaviours.append(_FROZEN_GRADS)
     bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")
     bnb_inputs = version_tuple(bnb) < (0, 43, 2)
     behaviours.append(_BNB_INPUTS if bnb_inputs else _QLORA)
@@ -330,6 +379,8 @@ def _resolve(software: Software | None) -> Stack:
         bnb_keeps_inputs=bnb_inputs,
         grads_kept=grads_kept,
         eager_modules=eager,
+        accumulate_unsharded=no_sync,
+        frozen_gradients=frozen_grads,
         behaviours=tuple(behaviours),
         named=sw.framework is not None,
     )
@@ -341,7 +392,6 @@ def serving_use(
     software: Software | None = None,
     extra: tuple[StackBehaviour, ...] = (),
 ) -> StackUse:
-    """The stack of an ``llm_serving`` answer (its torch release, if the request names one)."""
     """The stack of an ``llm_serving`` answer: the engine release its accounting follows."""
     torch_v = (software.torch_version if software else None) or CURRENT["torch"]
     return StackUse(

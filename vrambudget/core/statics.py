@@ -117,6 +117,13 @@ class StageStatic:
     step_temporary_bytes: int = 0
     """The optimizer implementation's temporaries at its peak (foreach: a state-sized tensor
     per parameter; for-loop: two of the largest; fused: none)."""
+    unsharded_gradient_bytes: int = 0
+    """The trainable parameters' gradients on this device before any ZeRO / FSDP sharding
+    (what ``no_sync`` accumulates)."""
+    block_gradient_bytes: int = 0
+    """LoRA only: the gradient of every layer parameter (frozen weights and adapters) in the
+    weights' gradient dtype, before sharding: what FSDP1 allocates when a FlatParameter
+    mixes frozen and trainable parameters (``Stack.frozen_gradients``)."""
 
 
 def _last_trainable(arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: int) -> int:
@@ -298,7 +305,8 @@ def stage_statics(
                         state_elems += ceil_div(numel, t) * n
                     else:
                         state_fixed += ceil_div(numel, t) * bytes_of(dtype) * n
-        gradient = optimizer = master = host_opt = host_master = host_params = 0
+        gradient = unsharded_gradient = optimizer = master = host_opt = host_master = 0
+        host_params = 0
         step_gradient = step_upcast = step_temporary = 0
         adapter_bytes = 0
         trainable = 0
@@ -315,7 +323,7 @@ def stage_statics(
             grad_bytes = gradients.grad_dtype_bytes(full, plan.mixed_precision, param_bytes)
             state = optimizer_state.state_dtype_bytes(full, plan.mixed_precision, param_bytes)
             master_per = master_weights.master_bytes_per_param(plan.mixed_precision, param_bytes)
-            gradient = trainable * grad_bytes
+            gradient = unsharded_gradient = trainable * grad_bytes
             optimizer = state_bytes(plan.optimizer, trainable_shapes, state)
             master = trainable * master_per
             step_gradient = trainable * (4 if master_per else grad_bytes)
@@ -338,6 +346,14 @@ def stage_statics(
                 step_gradient, step_upcast, step_temporary = gradient, 0, 0
             if par.offload_parameters:
                 host_params, weights = weights, 0
+        block_gradient = 0
+        if plan is not None and plan.method == "lora":
+            layer_params = sum(
+                _device_params(layer, arch, t, ep) * n for layer, n in stage.layer_runs
+            )
+            block_gradient = (layer_params + adapter_params) * gradients.grad_dtype_bytes(
+                True, plan.mixed_precision, plain_bytes
+            )
         comm_parts = communication_buffers.stage_parts(
             t,
             par.pipeline,
@@ -380,6 +396,8 @@ def stage_statics(
                 step_gradient_bytes=step_gradient,
                 step_upcast_bytes=step_upcast,
                 step_temporary_bytes=step_temporary,
+                unsharded_gradient_bytes=unsharded_gradient,
+                block_gradient_bytes=block_gradient,
             )
         )
     return tuple(result)

@@ -117,10 +117,15 @@ def _tags(workloads: tuple[AnalyticWorkload, ...], stack: Stack) -> tuple[BandRu
 
 def stack_kinds(workload_class: str) -> frozenset[str]:
     """The kinds of workload a stack behaviour may apply to, from the workload's class."""
-    if workload_class.startswith("fine_tuning_qlora"):
-        return frozenset({"training", "qlora"})
     if workload_class.startswith(("training", "fine_tuning")):
-        return frozenset({"training"})
+        kinds = {"training"}
+        if workload_class.startswith("fine_tuning_qlora"):
+            kinds.add("qlora")
+        if workload_class.endswith("_multi_gpu"):
+            kinds.add("multi_gpu_training")
+            if workload_class.startswith("fine_tuning_lora"):
+                kinds.add("lora_multi_gpu")
+        return frozenset(kinds)
     return frozenset({"inference" if workload_class.startswith("inference") else "other"})
 
 
