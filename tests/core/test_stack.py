@@ -10,7 +10,7 @@ import pytest
 
 from vrambudget.core.components import Component
 from vrambudget.core.estimate import estimate
-from vrambudget.core.formulas.logits import training_forward_parts
+from vrambudget.core.formulas.logits import training_backward_parts, training_forward_parts
 from vrambudget.core.spec import BudgetRequest, Software
 from vrambudget.core.stack import CURRENT, resolve_stack, version_tuple
 
@@ -212,7 +212,13 @@ def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:
     assert qlora.stack.framework == "torchtune"
     assert qlora.stack.framework_version == CURRENT["torchtune"]
     names = {b.name for b in qlora.stack.behaviours}
-    assert names == {"loss", "gradient_lifetime", "cuda_module_loading", "quantized_saved_tensors"}
+    assert names == {
+        "loss",
+        "gradient_lifetime",
+        "cuda_module_loading",
+        "quantized_saved_tensors",
+        "qlora_unquantized_dtype",
+    }
     loss = next(b for b in qlora.stack.behaviours if b.name == "loss")
     assert "ce_chunked_output_loss.py" in loss.source
 
@@ -384,3 +390,64 @@ def test_gradient_sync_is_not_listed_for_one_device() -> None:
     names = {x.name for x in b.stack.behaviours}
     assert not names & {"gradient_sync", "fsdp_frozen_gradients"}
     assert _gradients(b)[0] == _LLAMA2_ADAPTERS * 2
+
+
+def test_a_compiled_chunked_loss_saves_no_fp32_log_softmax() -> None:
+    """torchtune compiles the chunked loss's upcast and cross-entropy (compile_loss): inductor
+    saves the bf16 chunk and an fp32 max and log-sum-exp per token (checked with
+    saved_tensors_hooks on torch 2.13), not the fp32 log-softmax. Llama 3.1 8B, 4,096
+    tokens, vocab 128,256, bf16: forward logits 4,096 x 128,256 x 2 + 4,096 x 8 =
+    1,050,705,920 B (eager chunked: 4,096 x 128,256 x 6 + 512 x 128,256 x 4 =
+    3,414,687,744 B); backward start 4,096 x 128,256 x 2 + 512 x 128,256 x 2 =
+    1,182,007,296 B."""
+    w = TRAIN
+    eager = resolve_stack(Software(framework="torchtune"))
+    compiled = resolve_stack(Software(framework="torchtune", torch_compile=True))
+    assert (eager.loss_compiled, compiled.loss_compiled) == (False, True)
+    fwd = training_forward_parts(4096, 128_256, 2, "chunked_cross_entropy", 8, compiled=True)
+    assert sum(b for _, b in fwd) == 4096 * 128_256 * 2 + 4096 * 8 == 1_050_705_920
+    bwd = training_backward_parts(4096, 128_256, "chunked_cross_entropy", 8, 2, compiled=True)
+    assert sum(b for _, b in bwd) == (4096 + 512) * 128_256 * 2 == 1_182_007_296
+    b = _budget(w, {"framework": "torchtune", "torch_compile": True})
+    assert b.stack is not None
+    behaviour = next(x for x in b.stack.behaviours if x.name == "loss_compiled")
+    assert "saved_tensors_hooks" in behaviour.source
+    # Through the budget: the eager forward is larger by the difference at least (plus the
+    # allocator's fragmentation share of it).
+    saved = _phases(_budget(w, {"framework": "torchtune"}))["forward"] - _phases(b)["forward"]
+    assert saved >= 3_414_687_744 - 1_050_705_920
+
+
+def test_compile_with_an_unread_loss_is_budgeted_as_eager() -> None:
+    """Only torchtune's compiled chunked loss was read: a compiled transformers loss keeps
+    its eager bytes and the answer says so."""
+    w = {**TRAIN, "method": {"kind": "lora"}}
+    plain = _budget(w, {"framework": "transformers"})
+    named = _budget(w, {"framework": "transformers", "torch_compile": True})
+    assert _phases(plain) == _phases(named)
+    assert named.stack is not None
+    behaviour = next(x for x in named.stack.behaviours if x.name == "loss_compiled")
+    assert "budgeted as eager" in behaviour.assumed
+
+
+def test_torchtune_before_0_3_takes_the_plain_cross_entropy() -> None:
+    """torchtune 0.2.1's configs use torch.nn.CrossEntropyLoss; CEWithChunkedOutputLoss
+    arrived in 0.3.0."""
+    assert resolve_stack(Software(framework="torchtune", framework_version="0.2.1")).loss == (
+        "cross_entropy"
+    )
+    assert resolve_stack(Software(framework="torchtune", framework_version="0.3.0")).loss == (
+        "chunked_cross_entropy"
+    )
+
+
+def test_torchtune_qlora_keeps_the_unquantized_parameters_in_bf16() -> None:
+    """PEFT's prepare_model_for_kbit_training casts the parameters QLoRA leaves unquantized to
+    fp32; torchtune builds the model in bf16 and quantizes the attention and MLP projections
+    only. Llama 3.1 8B: embeddings and output projection 2 x 128,256 x 4,096 = 1,050,673,152,
+    norms 65 x 4,096 = 266,240: 1,050,939,392 parameters x (4 - 2) B = 2,101,878,784 B less."""
+    w = {**TRAIN, "precision": {"weights": "bf16"}, "method": {"kind": "qlora", "rank": 16}}
+    peft = _lines(_budget(w, {"framework": "transformers"}))[C.WEIGHTS]
+    torchtune = _lines(_budget(w, {"framework": "torchtune"}))[C.WEIGHTS]
+    assert 2 * 128_256 * 4_096 + 65 * 4_096 == 1_050_939_392
+    assert peft - torchtune == 1_050_939_392 * 2 == 2_101_878_784

@@ -111,7 +111,7 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 10.0%, 82.9% inside their band, band median half-width 20.4%, 13 runs whose "
+    "peaks median 9.9%, 82.9% inside their band, band median half-width 20.4%, 13 runs whose "
     "measured peak is above the band's high end (LitGPT QLoRA on one A10G, repeated generate "
     "seen by NVML, Answer.AI FSDP on RTX 3090s, LitGPT full over 4 A10G)",
 )
@@ -134,7 +134,7 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     above them (docs/ACCURACY.md)."""
     s = summarize(held_out)
     assert s["n"] >= 70
-    assert s["median_abs_error"] <= 0.106
+    assert s["median_abs_error"] <= 0.099
     assert s["coverage"] >= 0.829
     assert s["exceeded_but_fits"] <= 13
     assert s["median_half_width"] <= 0.204

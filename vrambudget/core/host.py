@@ -182,7 +182,9 @@ def _compute_host(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> Ho
             )
         )
         if isinstance(w, TrainingWorkload):
-            statics = statics_for(w, arch)  # the same cached statics as the device budget
+            # The device budget's statics under the default stack (host RAM does not depend on
+            # the software; QLoRA's unquantized parameters count as fp32, the larger).
+            statics = statics_for(w, arch)
             worst = max(
                 statics,
                 key=lambda s: s.host_optimizer_bytes + s.host_master_bytes + s.host_param_bytes,

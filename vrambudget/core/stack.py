@@ -87,6 +87,10 @@ class Stack:
     loss: Loss
     loss_chunks: int
     """Chunks of the sequence the loss upcasts at a time (1: the whole sequence)."""
+    loss_compiled: bool
+    """The chunked loss's upcast and cross-entropy run compiled (torchtune ``compile_loss``):
+    inductor saves the low-precision chunk and two fp32 statistics per token, not the fp32
+    log-softmax."""
     prefill_logits: Literal["last", "all_fp32"]
     """``last``: generate's prefill computes the last position's logits only
     (``logits_to_keep``); ``all_fp32``: every position's logits, upcast to fp32 by the forward."""
@@ -103,6 +107,9 @@ class Stack:
     """bitsandbytes < 0.43.2: ``MatMul4Bit`` keeps each 4-bit layer's input on its autograd
     context (``ctx.tensors = (A, B)``), outside ``save_for_backward``: checkpointing cannot
     drop it."""
+    qlora_upcast: bool
+    """QLoRA: the parameters left unquantized (embeddings, LM head, norms) are cast to fp32
+    (PEFT's ``prepare_model_for_kbit_training``); false: they keep the weights' dtype."""
     grads_kept: bool
     """``zero_grad`` zeroes gradients instead of freeing them (torch < 2.0): they stay through
     the next forward."""
@@ -187,7 +194,8 @@ _LOSSES: dict[Loss, StackBehaviour] = {
         assumed="the loss upcasts the logits to fp32 one chunk of the sequence at a time (8 "
         "chunks): the low-precision logits stay, fp32 copies of one chunk",
         source="torchtune modules/loss/ce_chunked_output_loss.py CEWithChunkedOutputLoss "
-        "(num_output_chunks=8)",
+        "(num_output_chunks=8), the configs' loss from torchtune 0.3.0 (0.2.1: "
+        "torch.nn.CrossEntropyLoss)",
     ),
     "fused_linear_cross_entropy": _B(
         name="loss",
@@ -197,6 +205,23 @@ _LOSSES: dict[Loss, StackBehaviour] = {
         "(LigerFusedLinearCrossEntropyFunction); Unsloth's fused loss",
     ),
 }
+_COMPILED_LOSS = _B(
+    name="loss_compiled",
+    assumed="torch.compile runs each chunk's upcast and cross-entropy as one inductor graph: it "
+    "saves the low-precision chunk and an fp32 max and log-sum-exp per token, not the fp32 "
+    "log-softmax; the backward writes each chunk's gradient in the compute dtype",
+    source="torchtune 0.6.1 training/_compile.py compile_loss (compiles "
+    "CEWithChunkedOutputLoss.compute_cross_entropy); torch 2.13 inductor, checked with "
+    "saved_tensors_hooks on a compiled F.cross_entropy(x.float()) of a (512, 32000) bf16 "
+    "chunk: saved bf16 (512, 32000), int64 labels, fp32 (512, 1) x 2 (research/"
+    "stack_behaviours.md section 2b)",
+)
+_EAGER_COMPILE = _B(
+    name="loss_compiled",
+    assumed="torch.compile is named, but what a compiled region saves was read for torchtune's "
+    "chunked loss only: this loss is budgeted as eager (the larger)",
+    source="research/stack_behaviours.md section 2b",
+)
 _SHIFT_COPY = _B(
     name="loss_shift_copy",
     assumed="the loss shifts the fp32 logits with a contiguous copy before the log-softmax: "
@@ -289,13 +314,31 @@ _FROZEN_GRADS = _B(
     "LoRA to FSDP2 fully_shard per trainable Linear (commit 5ac69b06)",
 )
 
+_KBIT_FP32 = _B(
+    name="qlora_unquantized_dtype",
+    assumed="the parameters QLoRA does not quantize (embeddings, LM head, norms) are cast to fp32",
+    source="peft utils/other.py prepare_model_for_kbit_training (casts every fp16/bf16 "
+    "parameter that is not 4-bit to fp32), called by TRL's SFTTrainer for a 4-bit model",
+)
+_KBIT_KEPT = _B(
+    name="qlora_unquantized_dtype",
+    assumed="the parameters QLoRA does not quantize (embeddings, the output projection, norms) "
+    "keep the model's dtype; the frozen linear weights are torchao NF4",
+    source="torchtune 0.6.1 models/llama3_1/_component_builders.py (FrozenNF4Linear for the "
+    "attention and MLP projections with quantize_base; output_proj an nn.Linear: 'quantize_base "
+    "is not applied to final output_proj currently'), the recipes build the model under "
+    "training.set_default_dtype(self._dtype)",
+)
+
 _APPLIES: dict[str, frozenset[str]] = {
     "kv_cache_growth": frozenset({"inference"}),
     "prefill_logits": frozenset({"inference"}),
     "loss": frozenset({"training"}),
     "loss_shift_copy": frozenset({"training"}),
+    "loss_compiled": frozenset({"training"}),
     "gradient_lifetime": frozenset({"training"}),
     "quantized_saved_tensors": frozenset({"qlora"}),
+    "qlora_unquantized_dtype": frozenset({"qlora"}),
     "gradient_sync": frozenset({"multi_gpu_training"}),
     "fsdp_frozen_gradients": frozenset({"lora_multi_gpu"}),
 }
@@ -339,12 +382,18 @@ def _resolve(software: Software | None) -> Stack:
     behaviours.append(_COPY_ALL if copy_all else _CONCAT if concat else _PREALLOCATED)
     all_logits = framework == "transformers" and tf < (4, 45)
     behaviours.append(_ALL_LOGITS if all_logits else _LAST_LOGITS)
+    default_loss = _DEFAULT_LOSS.get(framework, "cross_entropy")
+    if framework == "torchtune" and version_tuple(version) < (0, 3):
+        # torchtune's configs took CEWithChunkedOutputLoss in 0.3.0 (0.2.1's
+        # llama3_1/8B_lora_single_device.yaml: torch.nn.CrossEntropyLoss).
+        default_loss = "cross_entropy"
     loss: Loss = sw.loss or (
-        "fused_linear_cross_entropy"
-        if sw.libraries.liger_kernel is not None
-        else _DEFAULT_LOSS.get(framework, "cross_entropy")
+        "fused_linear_cross_entropy" if sw.libraries.liger_kernel is not None else default_loss
     )
     behaviours.append(_LOSSES[loss])
+    loss_compiled = sw.torch_compile and loss == "chunked_cross_entropy"
+    if sw.torch_compile and loss != "fused_linear_cross_entropy":
+        behaviours.append(_COMPILED_LOSS if loss_compiled else _EAGER_COMPILE)
     shift_copy = loss == "cross_entropy" and tf < (4, 49)
     if shift_copy:
         behaviours.append(_SHIFT_COPY)
@@ -363,6 +412,8 @@ def _resolve(software: Software | None) -> Stack:
     frozen_grads = framework == "litgpt" and version_tuple(version) < (0, 5, 11)
     if frozen_grads:
         behaviours.append(_FROZEN_GRADS)
+    qlora_upcast = framework != "torchtune"
+    behaviours.append(_KBIT_FP32 if qlora_upcast else _KBIT_KEPT)
     bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")
     bnb_inputs = version_tuple(bnb) < (0, 43, 2)
     behaviours.append(_BNB_INPUTS if bnb_inputs else _QLORA)
@@ -372,11 +423,13 @@ def _resolve(software: Software | None) -> Stack:
         torch_version=torch_v,
         loss=loss,
         loss_chunks=8 if loss == "chunked_cross_entropy" else 1,
+        loss_compiled=loss_compiled,
         prefill_logits="all_fp32" if all_logits else "last",
         cache_concat=concat,
         cache_copy_all=copy_all,
         loss_shift_copy=shift_copy,
         bnb_keeps_inputs=bnb_inputs,
+        qlora_upcast=qlora_upcast,
         grads_kept=grads_kept,
         eager_modules=eager,
         accumulate_unsharded=no_sync,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -39,6 +39,9 @@ from .spec import (
 )
 from .units import ceil_div
 
+if TYPE_CHECKING:
+    from .stack import Stack
+
 __all__ = [
     "StageStatic",
     "TrainingPlan",
@@ -60,9 +63,12 @@ class TrainingPlan:
     adapter_bytes: int
     optimizer: Optimizer
     mixed_precision: str
+    kbit_upcast: bool = True
+    """QLoRA: the parameters left unquantized are cast to fp32 (PEFT's
+    ``prepare_model_for_kbit_training``); false: they keep the weights' dtype (torchtune)."""
 
 
-def training_plan(w: TrainingWorkload) -> TrainingPlan:
+def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPlan:
     m = w.method
     if isinstance(m, LoRA):  # QLoRA is a LoRA
         return TrainingPlan(
@@ -72,6 +78,7 @@ def training_plan(w: TrainingWorkload) -> TrainingPlan:
             bytes_of(m.adapter_dtype),
             w.optimizer,
             w.mixed_precision,
+            stack.qlora_upcast if stack is not None else True,
         )
     return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision)
 
@@ -218,7 +225,8 @@ def stage_statics(
     # QLoRA as PEFT prepares it (peft/utils/other.py prepare_model_for_kbit_training, which
     # TRL's SFTTrainer calls for a 4-bit model): every 16-bit parameter that is not 4-bit is
     # cast to fp32 -- embeddings, LM head, norms, routers.
-    kbit_bytes = max(plain_bytes, 4) if plan is not None and plan.method == "qlora" else plain_bytes
+    upcast = plan is not None and plan.method == "qlora" and plan.kbit_upcast
+    kbit_bytes = max(plain_bytes, 4) if upcast else plain_bytes
     training = plan is not None
     zero = par.zero_stage if training else 0
     result = []
@@ -431,10 +439,13 @@ def effective_precision(w: ModelWorkload | EncoderWorkload) -> Any:
     return w.precision
 
 
-def statics_for(w: InferenceWorkload | TrainingWorkload, arch: Arch) -> tuple[StageStatic, ...]:
+def statics_for(
+    w: InferenceWorkload | TrainingWorkload, arch: Arch, stack: Stack | None = None
+) -> tuple[StageStatic, ...]:
     """The cached per-stage statics of a model workload, deployed
-    (:func:`vrambudget.core.deployed.deploy`: its precision concrete)."""
+    (:func:`vrambudget.core.deployed.deploy`: its precision concrete), under ``stack`` (where
+    the framework decides a persistent dtype: QLoRA's unquantized parameters)."""
     p = w.precision
     assert p.weights != "auto" and p.compute != "auto", "deploy() the workload first"
-    plan = training_plan(w) if isinstance(w, TrainingWorkload) else None
+    plan = training_plan(w, stack) if isinstance(w, TrainingWorkload) else None
     return stage_statics(arch, effective_precision(w), w.parallelism, plan)

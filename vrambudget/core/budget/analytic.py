@@ -59,7 +59,7 @@ def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple
         return (encoder_stage(w, arch, st, ov, info),)
     try:
         arch = resolve_model(w.model)
-        statics = statics_for(w, arch)
+        statics = statics_for(w, arch, ov.stack)
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"workloads[{index}].{exc.field}", exc.message) from None
     if isinstance(w, InferenceWorkload):

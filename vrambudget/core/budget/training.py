@@ -64,9 +64,17 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # backward needs them).
     stack = ov.stack
     fwd_parts = training_forward_parts(
-        tokens, st.dims.vocab, e, stack.loss, stack.loss_chunks, stack.loss_shift_copy
+        tokens,
+        st.dims.vocab,
+        e,
+        stack.loss,
+        stack.loss_chunks,
+        stack.loss_shift_copy,
+        stack.loss_compiled,
     )
-    bwd_parts = training_backward_parts(tokens, st.dims.vocab, stack.loss, stack.loss_chunks)
+    bwd_parts = training_backward_parts(
+        tokens, st.dims.vocab, stack.loss, stack.loss_chunks, e, stack.loss_compiled
+    )
     logits = sum(b for _, b in fwd_parts) if has_head else 0
     logits_bwd = sum(b for _, b in bwd_parts) if has_head else 0
     context = cuda_context.per_device(ov.process_context_bytes("training"), w.instances)

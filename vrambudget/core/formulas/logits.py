@@ -38,18 +38,26 @@ def training_forward_parts(
     loss: str = "cross_entropy",
     chunks: int = 1,
     shift_copy: bool = False,
+    compiled: bool = False,
 ) -> tuple[tuple[str, int], ...]:
     """Forward: the LM head's output, its fp32 copy and the fp32 log-softmax live together:
     ``tokens x vocab x (e + 4 + 4)``. A chunked loss (torchtune) upcasts one of ``chunks``
     slices at a time and keeps every slice's log-softmax: ``tokens x vocab x (e + 4) +
     ceil(tokens / chunks) x vocab x 4``; a fused linear cross-entropy (Liger) materializes no
-    logits.
+    logits. A chunked loss compiled by inductor (``compiled``) saves the low-precision chunks
+    and an fp32 max and log-sum-exp per token: ``tokens x vocab x e + tokens x 8``.
 
     Worked number: 4,096 tokens, vocab 128,256, bf16: 4,096 x 128,256 x 10 = 5,253,365,760 B;
-    chunked in 8: 4,096 x 128,256 x 6 + 512 x 128,256 x 4 = 3,414,687,744 B."""
+    chunked in 8: 4,096 x 128,256 x 6 + 512 x 128,256 x 4 = 3,414,687,744 B; chunked and
+    compiled: 4,096 x 128,256 x 2 + 4,096 x 8 = 1,050,705,920 B."""
     v = tokens * vocab
     if loss == "fused_linear_cross_entropy":
         return ()
+    if loss == "chunked_cross_entropy" and compiled:
+        return (
+            ("lm_head output (saved by the compiled loss)", v * e),
+            ("fp32 max and log-sum-exp per token", tokens * 2 * FP32),
+        )
     if loss == "chunked_cross_entropy":
         return (
             ("lm_head output", v * e),
@@ -66,14 +74,27 @@ def training_forward_parts(
 
 
 def training_backward_parts(
-    tokens: int, vocab: int, loss: str = "cross_entropy", chunks: int = 1
+    tokens: int,
+    vocab: int,
+    loss: str = "cross_entropy",
+    chunks: int = 1,
+    e: int = 2,
+    compiled: bool = False,
 ) -> tuple[tuple[str, int], ...]:
     """Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
     input gradient (the forward's low-precision logits and fp32 copy are freed by then):
-    ``tokens x vocab x 12``; chunked, the two gradients of one chunk at a time; fused, none."""
+    ``tokens x vocab x 12``; chunked, the two gradients of one chunk at a time; fused, none.
+    Chunked and compiled: the saved low-precision chunks, each replaced by its gradient in the
+    compute dtype (every chunk's loss backward runs before the LM head's), one chunk's
+    gradient on top: ``tokens x vocab x e + ceil(tokens / chunks) x vocab x e``."""
     v = tokens * vocab
     if loss == "fused_linear_cross_entropy":
         return ()
+    if loss == "chunked_cross_entropy" and compiled:
+        return (
+            ("lm_head output saved, then its gradients", v * e),
+            ("gradient of one chunk", -(-tokens // chunks) * vocab * e),
+        )
     chunk = v if loss != "chunked_cross_entropy" else -(-tokens // chunks) * vocab
     return (
         ("log-softmax saved by cross-entropy (fp32)", v * FP32),

@@ -281,6 +281,15 @@ class Software(Wire, frozen=True, kw_only=True):
             "`cuda_version` (lazy when absent)."
         ),
     ] = None
+    torch_compile: Annotated[
+        bool,
+        Meta(
+            description="The training program runs under `torch.compile` (torchtune's "
+            "`compile: True`, which compiles the chunked loss's upcast and cross-entropy: "
+            "the fp32 log-softmax is not saved). Other compiled regions are budgeted as "
+            "eager, which is the larger."
+        ),
+    ] = False
 
 
 class BudgetRequest(Wire, frozen=True, kw_only=True):
