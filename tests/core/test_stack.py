@@ -451,3 +451,60 @@ def test_torchtune_qlora_keeps_the_unquantized_parameters_in_bf16() -> None:
     torchtune = _lines(_budget(w, {"framework": "torchtune"}))[C.WEIGHTS]
     assert 2 * 128_256 * 4_096 + 65 * 4_096 == 1_050_939_392
     assert peft - torchtune == 1_050_939_392 * 2 == 2_101_878_784
+
+
+QWEN05 = {"source": "preset", "id": "qwen2.5-0.5b"}  # tied: vocab 151,936 x hidden 896
+
+
+def test_litgpt_trains_a_separate_lm_head_for_a_tied_checkpoint() -> None:
+    """LitGPT's GPT has its own lm_head Linear; convert_hf_checkpoint copies the tied
+    embedding into it. A bf16 full fine-tune of Qwen2.5-0.5B (tied) then holds one more
+    151,936 x 896 matrix: 136,134,656 x 2 = 272,269,312 B of weights, as much of gradients,
+    twice that of AdamW moments (mixed_precision pure: bf16) and as much again of foreach
+    AdamW's step temporaries (one state-sized tensor per parameter)."""
+    w = {
+        "kind": "training",
+        "model": QWEN05,
+        "precision": {"weights": "bf16"},
+        "mixed_precision": "pure",
+        "micro_batch_size": 1,
+        "sequence_length": 512,
+        "method": {"kind": "full"},
+    }
+    hf = _lines(_budget(w, {"framework": "transformers"}))
+    lit = _budget(w, {"framework": "litgpt"})
+    head = 151_936 * 896
+    assert head == 136_134_656
+    assert _lines(lit)[C.WEIGHTS] - hf[C.WEIGHTS] == head * 2 == 272_269_312
+    assert _lines(lit)[C.GRADIENTS] - hf[C.GRADIENTS] == head * 2
+    optimizer = next(ln for ln in lit.devices[0].lines if ln.component == C.OPTIMIZER_STATE)
+    assert dict((p.name, p.bytes) for p in optimizer.parts) == {
+        "moments and statistics": (494_032_768 + head) * 2 * 2,
+        "optimizer step temporaries": (494_032_768 + head) * 2,
+    }
+    assert lit.stack is not None
+    assert "lm_head_layout" in {x.name for x in lit.stack.behaviours}
+
+
+def test_litgpt_qlora_quantizes_the_lm_head_and_keeps_embeddings_in_bf16() -> None:
+    """Fabric's BitsandbytesPrecision replaces every nn.Linear, LitGPT's separate LM head
+    included, with a 4-bit layer; the embedding stays bf16. Against torchtune (tied head,
+    embeddings bf16, output projection unquantized here because the checkpoint ties it to the
+    embedding) LitGPT adds the 4-bit head: 136,134,656 / 2 = 68,067,328 B of payload and its
+    absmax metadata; its dequantized bf16 copy, 272,269,312 B, is the largest 4-bit weight the
+    step dequantizes."""
+    w = {
+        "kind": "training",
+        "model": QWEN05,
+        "precision": {"weights": "bf16"},
+        "micro_batch_size": 1,
+        "sequence_length": 512,
+        "method": {"kind": "qlora", "rank": 8},
+    }
+    tt = _budget(w, {"framework": "torchtune"})
+    lit = _budget(w, {"framework": "litgpt"})
+    assert _lines(lit)[C.WEIGHTS] - _lines(tt)[C.WEIGHTS] == 136_134_656 // 2 == 68_067_328
+    assert _lines(lit)[C.QUANTIZATION_METADATA] > _lines(tt)[C.QUANTIZATION_METADATA]
+    workspace = next(ln for ln in lit.devices[0].lines if ln.component == C.RUNTIME_WORKSPACE)
+    parts = dict((p.name, p.bytes) for p in workspace.parts)
+    assert parts["4-bit dequantized weight (largest projection)"] == 136_134_656 * 2

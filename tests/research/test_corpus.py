@@ -111,9 +111,9 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 9.9%, 82.9% inside their band, band median half-width 20.4%, 13 runs whose "
+    "peaks median 9.5%, 86.6% inside their band, band median half-width 20.4%, 10 runs whose "
     "measured peak is above the band's high end (LitGPT QLoRA on one A10G, repeated generate "
-    "seen by NVML, Answer.AI FSDP on RTX 3090s, LitGPT full over 4 A10G)",
+    "seen by NVML, Answer.AI FSDP on RTX 3090s)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -127,16 +127,16 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     """The held-out numbers as docs/ACCURACY.md reports them, as bounds a change may only
     improve.
 
-    Coverage and runs above the band were lowered once, from 86.5% and 10 to 82.9% and 13,
-    when LitGPT's FSDP gradients were modelled: the calibrate split's multi-GPU LoRA runs went
-    from 30% to 4% median error, their bands from x0.6 .. x6.7 to x0.78 .. x1.14, and three
-    held-out multi-GPU runs of other sources, covered only by the old bands' width, fell
-    above them (docs/ACCURACY.md)."""
+    When LitGPT's FSDP gradients were modelled, the calibrate split's multi-GPU LoRA runs went
+    from 30% to 4% median error and their bands from x0.6 .. x6.7 to x0.78 .. x1.14; held-out
+    multi-GPU runs of other sources that only the old width had covered fell above them
+    (coverage 86.5% -> 82.9%, runs above the band 10 -> 13). LitGPT's own LM head and 4-bit
+    layout brought both back (docs/ACCURACY.md)."""
     s = summarize(held_out)
     assert s["n"] >= 70
-    assert s["median_abs_error"] <= 0.0993
-    assert s["coverage"] >= 0.829
-    assert s["exceeded_but_fits"] <= 13
+    assert s["median_abs_error"] <= 0.0955
+    assert s["coverage"] >= 0.865
+    assert s["exceeded_but_fits"] <= 10
     assert s["median_half_width"] <= 0.204
     assert not math.isnan(s["median_signed_error"])
 

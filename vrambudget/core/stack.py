@@ -107,6 +107,12 @@ class Stack:
     """bitsandbytes < 0.43.2: ``MatMul4Bit`` keeps each 4-bit layer's input on its autograd
     context (``ctx.tensors = (A, B)``), outside ``save_for_backward``: checkpointing cannot
     drop it."""
+    untied_head: bool
+    """The framework's model has its own LM head where the checkpoint ties it to the
+    embedding (LitGPT)."""
+    qlora_head_quantized: bool
+    """QLoRA quantizes the LM head with the layers (LitGPT: Fabric's BitsandbytesPrecision
+    replaces every ``nn.Linear``)."""
     qlora_upcast: bool
     """QLoRA: the parameters left unquantized (embeddings, LM head, norms) are cast to fp32
     (PEFT's ``prepare_model_for_kbit_training``); false: they keep the weights' dtype."""
@@ -329,6 +335,23 @@ _KBIT_KEPT = _B(
     "is not applied to final output_proj currently'), the recipes build the model under "
     "training.set_default_dtype(self._dtype)",
 )
+_KBIT_LITGPT = _B(
+    name="qlora_unquantized_dtype",
+    assumed="every nn.Linear, the LM head included, becomes a 4-bit layer; embeddings and norms "
+    "keep the model's dtype (no fp32 upcast)",
+    source="lightning 2.1.0 fabric/plugins/precision/bitsandbytes.py _convert_layers (replaces "
+    "each torch.nn.Linear not in ignore_modules; LitGPT finetune/lora.py passes none: "
+    "BitsandbytesPrecision(quantize[4:], dtype))",
+)
+_UNTIED_HEAD = _B(
+    name="lm_head_layout",
+    assumed="the model keeps its own LM head: a checkpoint that ties it to the embedding gets a "
+    "second vocab x hidden matrix (trained in a full fine-tune)",
+    source="LitGPT litgpt/model.py GPT (self.lm_head = nn.Linear(...)), "
+    "scripts/convert_hf_checkpoint.py (state_dict['lm_head.weight'] = "
+    "state_dict['transformer.wte.weight'] when the checkpoint has none); the finetune scripts "
+    "refuse train.tie_embeddings",
+)
 
 _APPLIES: dict[str, frozenset[str]] = {
     "kv_cache_growth": frozenset({"inference"}),
@@ -339,6 +362,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "gradient_lifetime": frozenset({"training"}),
     "quantized_saved_tensors": frozenset({"qlora"}),
     "qlora_unquantized_dtype": frozenset({"qlora"}),
+    "lm_head_layout": frozenset({"training"}),
     "gradient_sync": frozenset({"multi_gpu_training"}),
     "fsdp_frozen_gradients": frozenset({"lora_multi_gpu"}),
 }
@@ -412,8 +436,11 @@ def _resolve(software: Software | None) -> Stack:
     frozen_grads = framework == "litgpt" and version_tuple(version) < (0, 5, 11)
     if frozen_grads:
         behaviours.append(_FROZEN_GRADS)
-    qlora_upcast = framework != "torchtune"
-    behaviours.append(_KBIT_FP32 if qlora_upcast else _KBIT_KEPT)
+    litgpt = framework == "litgpt"
+    qlora_upcast = framework not in ("torchtune", "litgpt")
+    behaviours.append(_KBIT_LITGPT if litgpt else _KBIT_FP32 if qlora_upcast else _KBIT_KEPT)
+    if litgpt:
+        behaviours.append(_UNTIED_HEAD)
     bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")
     bnb_inputs = version_tuple(bnb) < (0, 43, 2)
     behaviours.append(_BNB_INPUTS if bnb_inputs else _QLORA)
@@ -429,6 +456,8 @@ def _resolve(software: Software | None) -> Stack:
         cache_copy_all=copy_all,
         loss_shift_copy=shift_copy,
         bnb_keeps_inputs=bnb_inputs,
+        untied_head=litgpt,
+        qlora_head_quantized=litgpt,
         qlora_upcast=qlora_upcast,
         grads_kept=grads_kept,
         eager_modules=eager,

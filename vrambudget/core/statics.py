@@ -66,6 +66,8 @@ class TrainingPlan:
     kbit_upcast: bool = True
     """QLoRA: the parameters left unquantized are cast to fp32 (PEFT's
     ``prepare_model_for_kbit_training``); false: they keep the weights' dtype (torchtune)."""
+    untied_head: bool = False
+    """The framework keeps a separate LM head where the checkpoint ties it (LitGPT)."""
 
 
 def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPlan:
@@ -79,8 +81,10 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             w.optimizer,
             w.mixed_precision,
             stack.qlora_upcast if stack is not None else True,
+            stack is not None and stack.untied_head,
         )
-    return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision)
+    untied = stack is not None and stack.untied_head
+    return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision, True, untied)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +165,7 @@ def _last_trainable(arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: in
 
 
 def _bucketed(
-    arch: Arch, stage: Stage, p: int
+    arch: Arch, stage: Stage, p: int, untied: bool = False
 ) -> Iterator[tuple[TensorGroup, int, object, tuple[int, int] | None]]:
     """(tensor group, multiplicity, the bucket it belongs to: its run's index, or
     ``embeddings``, ``extras``, ``head``, and the bucket's (payload, metadata) bytes as the
@@ -176,18 +180,20 @@ def _bucketed(
         for g in arch.extras:
             yield g, 1, "extras", top.get("extras")
     if stage.last:
-        for g in head_groups(arch, p):
+        for g in head_groups(arch, p, untied):
             yield g, 1, "head", top.get("head")
 
 
 TIED_COPY = "lm_head (tied copy)"
 
 
-def head_groups(arch: Arch, p: int) -> tuple[TensorGroup, ...]:
-    """The last stage's head: the final norm and LM head, and with ``p`` > 1 stages a copy of a
-    tied head (a tied head on another stage than the embedding needs its own copy: vLLM
-    ParallelLMHead on the last rank, Megatron's output layer with shared weights)."""
-    if p > 1 and arch.tie_word_embeddings and arch.kind == "decoder":
+def head_groups(arch: Arch, p: int, untied: bool = False) -> tuple[TensorGroup, ...]:
+    """The last stage's head: the final norm and LM head, and a copy of a tied head with ``p`` >
+    1 stages (a tied head on another stage than the embedding needs its own copy: vLLM
+    ParallelLMHead on the last rank, Megatron's output layer with shared weights) or where the
+    framework unties it (``untied``: LitGPT's GPT has its own ``lm_head`` Linear, into which
+    ``convert_hf_checkpoint`` copies the tied embedding)."""
+    if (p > 1 or untied) and arch.tie_word_embeddings and arch.kind == "decoder":
         emb = arch.embeddings[0]
         return (
             *arch.head,
@@ -238,7 +244,8 @@ def stage_statics(
         largest_trainable = 0
         # Buckets whose bytes the checkpoint's headers give: (full, device) elements, per copy.
         shares: dict[object, tuple[tuple[int, int], int, list[int]]] = {}
-        for g, mult, bucket, bucket_stored in _bucketed(arch, stage, par.pipeline):
+        untied = plan is not None and plan.untied_head
+        for g, mult, bucket, bucket_stored in _bucketed(arch, stage, par.pipeline, untied):
             rows, cols, count = per_device_shape(g, arch, t, ep)
             n = count * mult
             if not g.buffer:  # parameters only, as Arch.num_params counts them
@@ -262,7 +269,8 @@ def stage_statics(
             rounding += block_rounding(payload) * n
             if md:
                 rounding += block_rounding(md) * n
-            if g.role in (Role.LINEAR, Role.EXPERT):
+            if g.role in (Role.LINEAR, Role.EXPERT) or (quantized and g.role is Role.LM_HEAD):
+                # A 4-bit LM head (LitGPT's QLoRA) is dequantized for its matmul too.
                 largest_linear = max(largest_linear, rows * cols)
             if plan is None or g.buffer:
                 continue
@@ -432,10 +440,14 @@ def _layer_kv_elems(layer: LayerType, arch: Arch, t: int) -> int:
     return layer.kv_elems * kv_heads_per_device(arch, t) // arch.num_kv_heads
 
 
-def effective_precision(w: ModelWorkload | EncoderWorkload) -> Any:
-    """The workload's precision, with QLoRA's base quantization as its weights' quantization."""
+def effective_precision(w: ModelWorkload | EncoderWorkload, stack: Stack | None = None) -> Any:
+    """The workload's precision, with QLoRA's base quantization as its weights' quantization
+    (the LM head too where the framework quantizes it: ``Stack.qlora_head_quantized``)."""
     if isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA):
-        return msgspec.structs.replace(w.precision, quantization=w.method.base_quantization)
+        base = w.method.base_quantization
+        if stack is not None and stack.qlora_head_quantized:
+            base = msgspec.structs.replace(base, quantize_lm_head=True)
+        return msgspec.structs.replace(w.precision, quantization=base)
     return w.precision
 
 
@@ -448,4 +460,4 @@ def statics_for(
     p = w.precision
     assert p.weights != "auto" and p.compute != "auto", "deploy() the workload first"
     plan = training_plan(w, stack) if isinstance(w, TrainingWorkload) else None
-    return stage_statics(arch, effective_precision(w), w.parallelism, plan)
+    return stage_statics(arch, effective_precision(w, stack), w.parallelism, plan)
