@@ -331,7 +331,7 @@ def test_lora_under_fsdp1_in_litgpt_gets_gradients_for_every_block_parameter() -
     assert grads == whole
     assert parts == [
         (
-            "gradients of every layer parameter, frozen ones included (FSDP1 FlatParameter), "
+            "gradients of every parameter of the adapted layers (FSDP1 FlatParameter), "
             "unsharded (accumulated in no_sync)",
             whole,
         )
@@ -508,3 +508,67 @@ def test_litgpt_qlora_quantizes_the_lm_head_and_keeps_embeddings_in_bf16() -> No
     workspace = next(ln for ln in lit.devices[0].lines if ln.component == C.RUNTIME_WORKSPACE)
     parts = dict((p.name, p.bytes) for p in workspace.parts)
     assert parts["4-bit dequantized weight (largest projection)"] == 136_134_656 * 2
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "listed"),
+    [
+        ({"tensor": 2}, set()),  # no data parallelism: neither applies
+        ({"data": 2, "zero_stage": 1}, {"fsdp_frozen_gradients"}),  # gradients not sharded
+        ({"data": 2, "zero_stage": 3}, {"gradient_sync", "fsdp_frozen_gradients"}),
+    ],
+)
+def test_gradient_behaviours_are_listed_where_the_layout_has_them(
+    parallelism: dict[str, int], listed: set[str]
+) -> None:
+    w = {**FSDP_LORA, "parallelism": parallelism}
+    b = _budget(w, {"framework": "litgpt", "framework_version": "0.5.10"})
+    assert b.stack is not None
+    names = {x.name for x in b.stack.behaviours}
+    assert names & {"gradient_sync", "fsdp_frozen_gradients"} == listed
+
+
+def test_frozen_gradients_stay_through_the_optimizer_step_with_the_master_gradients() -> None:
+    """With fp32 masters of the adapters (mixed_precision master_fp32) the FlatParameter's
+    gradient shard and the masters' fp32 gradients are both live in the step. Llama 2 7B, LoRA
+    r8 on q, v over 2 ranks without accumulation: the shard is (6,476,267,520 + 4,194,304) x 2
+    / 2 = 6,480,461,824 B, on top of the 4,194,304 x 4 / 2 = 8,388,608 B of master gradients
+    that LitGPT 0.5.11 (FSDP2: adapters' gradients only) also holds."""
+    w = {
+        **FSDP_LORA,
+        "gradient_accumulation_steps": 1,
+        "mixed_precision": "master_fp32",
+        "optimizer": {"name": "sgd"},
+    }
+    old, new = (
+        _budget(w, {"framework": "litgpt", "framework_version": v}) for v in ("0.5.10", "0.5.11")
+    )
+    assert _phases(old)["optimizer_step"] - _phases(new)["optimizer_step"] == 6_480_461_824
+    # The peak is the backward's end: the shard, with the adapters' own half on the 0.5.11 side.
+    assert old.devices[0].peak_phase == "backward_end"
+    grads, _, parts = _gradients(old)
+    shard = "gradients of every parameter of the adapted layers (FSDP1 FlatParameter)"
+    assert grads == 6_480_461_824 and parts == [(shard, 6_480_461_824)]
+    assert _phases(old)["backward_end"] - _phases(new)["backward_end"] == 6_480_461_824 - 4_194_304
+
+
+def test_host_ram_follows_the_frameworks_model_layout() -> None:
+    """Offloaded AdamW state of a LitGPT full fine-tune includes its own LM head's: 136,134,656
+    parameters x 2 moments x 2 B (bf16, mixed_precision pure) = 544,538,624 B more pinned host
+    memory than transformers' tied Qwen2.5-0.5B."""
+    w = {
+        "kind": "training",
+        "model": QWEN05,
+        "precision": {"weights": "bf16"},
+        "mixed_precision": "pure",
+        "micro_batch_size": 1,
+        "sequence_length": 512,
+        "method": {"kind": "full"},
+        "parallelism": {"zero_stage": 1, "offload_optimizer": True},
+    }
+
+    def offloaded(framework: str) -> int:
+        items = _budget(w, {"framework": framework}).host_ram.items
+        return next(i.bytes for i in items if "offloaded optimizer state" in i.item)
+
+    assert offloaded("litgpt") - offloaded("transformers") == 136_134_656 * 2 * 2 == 544_538_624

@@ -28,6 +28,7 @@ from .spec import (
     PresetModel,
     TrainingWorkload,
 )
+from .stack import Stack
 from .statics import stage_statics, statics_for, training_plan
 from .units import GiB
 
@@ -116,10 +117,12 @@ def persistent_key(w: AnalyticWorkload) -> Any:
 def host_and_disk(
     pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...],
     disk: DiskOptions = DEFAULT_DISK,
+    stack: Stack | None = None,
 ) -> tuple[HostBudget, DiskBudget]:
     """Host RAM and disk of co-located workloads (``disk``: which copies of the model files
-    the disk counts)."""
-    return _compute_host(pairs), _compute_disk(pairs, disk)
+    the disk counts) under ``stack`` (the framework's model layout: LitGPT's own LM head,
+    QLoRA's unquantized dtype; None: the default stack's)."""
+    return _compute_host(pairs, stack), _compute_disk(pairs, disk, stack)
 
 
 def file_copies(name: str, files: int, disk: DiskOptions, *, by_default: bool) -> list[Item]:
@@ -153,7 +156,9 @@ def file_copies(name: str, files: int, disk: DiskOptions, *, by_default: bool) -
     return items
 
 
-def _compute_host(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> HostBudget:
+def _compute_host(
+    pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...], stack: Stack | None = None
+) -> HostBudget:
     items: list[Item] = []
     processes = 0
     for w, arch in pairs:
@@ -182,9 +187,7 @@ def _compute_host(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> Ho
             )
         )
         if isinstance(w, TrainingWorkload):
-            # The device budget's statics under the default stack (host RAM does not depend on
-            # the software; QLoRA's unquantized parameters count as fp32, the larger).
-            statics = statics_for(w, arch)
+            statics = statics_for(w, arch, stack)  # the same cached statics as the device budget
             worst = max(
                 statics,
                 key=lambda s: s.host_optimizer_bytes + s.host_master_bytes + s.host_param_bytes,
@@ -214,7 +217,9 @@ def _compute_host(pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...]) -> Ho
 
 
 def _compute_disk(
-    pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...], disk: DiskOptions
+    pairs: tuple[tuple[AnalyticWorkload, Arch | None], ...],
+    disk: DiskOptions,
+    stack: Stack | None = None,
 ) -> DiskBudget:
     items: list[Item] = []
     for w, arch in pairs:
@@ -241,7 +246,7 @@ def _compute_disk(
         )
         items += file_copies(name, files, disk, by_default=True)
         if isinstance(w, TrainingWorkload):
-            plan = training_plan(w)
+            plan = training_plan(w, stack)
             whole = stage_statics(arch, w.precision, Parallelism(), plan)  # unsharded
             if plan.method == "full":
                 state = sum(s.weights_bytes + s.master_bytes + s.optimizer_bytes for s in whole)

@@ -292,7 +292,8 @@ _NO_SYNC = _B(
     name="gradient_sync",
     assumed="with gradient accumulation under FSDP (ZeRO-2/3), the micro-batches before the "
     "last run in no_sync: every rank keeps the whole, unsharded gradients from the first "
-    "backward to the last micro-batch's reduce-scatter",
+    "backward to the last micro-batch's reduce-scatter (zero_stage is read as FSDP: name "
+    "libraries.deepspeed for DeepSpeed ZeRO, which keeps only its partition)",
     source="torch distributed/fsdp/fully_sharded_data_parallel.py FullyShardedDataParallel."
     "no_sync ('FSDP will accumulate the full model gradients (instead of gradient shards) "
     "until the eventual sync', 2.1.0 lines 1016-1027; FSDP2 set_requires_gradient_sync); "
@@ -324,7 +325,9 @@ _KBIT_FP32 = _B(
     name="qlora_unquantized_dtype",
     assumed="the parameters QLoRA does not quantize (embeddings, LM head, norms) are cast to fp32",
     source="peft utils/other.py prepare_model_for_kbit_training (casts every fp16/bf16 "
-    "parameter that is not 4-bit to fp32), called by TRL's SFTTrainer for a 4-bit model",
+    "parameter that is not 4-bit to fp32), called by most QLoRA scripts and by TRL's "
+    "SFTTrainer before 0.22 (trl 0.21.0 sft_trainer.py; not for sharded QLoRA); TRL 0.22+ no "
+    "longer calls it: budgeted as fp32 all the same, the larger",
 )
 _KBIT_KEPT = _B(
     name="qlora_unquantized_dtype",
@@ -363,8 +366,8 @@ _APPLIES: dict[str, frozenset[str]] = {
     "quantized_saved_tensors": frozenset({"qlora"}),
     "qlora_unquantized_dtype": frozenset({"qlora"}),
     "lm_head_layout": frozenset({"training"}),
-    "gradient_sync": frozenset({"multi_gpu_training"}),
-    "fsdp_frozen_gradients": frozenset({"lora_multi_gpu"}),
+    "gradient_sync": frozenset({"sharded_data_parallel"}),
+    "fsdp_frozen_gradients": frozenset({"lora_data_parallel"}),
 }
 """The workload kinds a behaviour applies to (absent: every kind)."""
 

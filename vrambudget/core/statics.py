@@ -80,7 +80,7 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             bytes_of(m.adapter_dtype),
             w.optimizer,
             w.mixed_precision,
-            stack.qlora_upcast if stack is not None else True,
+            stack.qlora_upcast if stack is not None and isinstance(m, QLoRA) else True,
             stack is not None and stack.untied_head,
         )
     untied = stack is not None and stack.untied_head
@@ -137,7 +137,9 @@ class StageStatic:
     mixes frozen and trainable parameters (``Stack.frozen_gradients``)."""
 
 
-def _last_trainable(arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: int) -> int:
+def _last_trainable(
+    arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: int, p: int = 1
+) -> int:
     """Elements of the last trainable tensor in module order (embeddings, layers, head,
     extras): gradients are upcast to the fp32 masters in that order, each low-precision one
     freed after its copy, so the peak is all fp32 gradients plus the last low-precision one."""
@@ -145,7 +147,7 @@ def _last_trainable(arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: in
         if stage.first and arch.extras:
             g = arch.extras[-1]
         elif stage.last:
-            g = arch.head[-1]
+            g = head_groups(arch, p, plan.untied_head)[-1]
         else:
             g = stage.layer_runs[-1][0].tensors[-1]
         rows, cols, count = per_device_shape(g, arch, t, ep)
@@ -242,6 +244,7 @@ def stage_statics(
         adapter_params = 0
         largest_linear = 0
         largest_trainable = 0
+        adapted_runs: set[object] = set()  # layer runs with an adapter (FSDP1 frozen gradients)
         # Buckets whose bytes the checkpoint's headers give: (full, device) elements, per copy.
         shares: dict[object, tuple[tuple[int, int], int, list[int]]] = {}
         untied = plan is not None and plan.untied_head
@@ -285,6 +288,7 @@ def stage_statics(
             ):
                 # lora_A (r x in) and lora_B (out x r) per adapted projection.
                 adapter_params += lora_params(plan.lora_rank, rows, cols) * n
+                adapted_runs.add(bucket)
                 trainable_shapes.append((plan.lora_rank, cols, n))
                 trainable_shapes.append((rows, plan.lora_rank, n))
                 largest_trainable = max(
@@ -344,7 +348,9 @@ def stage_statics(
             master = trainable * master_per
             step_gradient = trainable * (4 if master_per else grad_bytes)
             step_upcast = (
-                _last_trainable(arch, stage, plan, t, ep) * grad_bytes if (master_per) else 0
+                _last_trainable(arch, stage, plan, t, ep, par.pipeline) * grad_bytes
+                if (master_per)
+                else 0
             )
             step_temporary = step_temporaries(plan.optimizer, trainable, largest_trainable, state)
             if zero >= optimizer_state.SHARDED_FROM_ZERO_STAGE:
@@ -364,8 +370,11 @@ def stage_statics(
                 host_params, weights = weights, 0
         block_gradient = 0
         if plan is not None and plan.method == "lora":
+            # A FlatParameter with nothing trainable gets no gradient: adapted layers only.
             layer_params = sum(
-                _device_params(layer, arch, t, ep) * n for layer, n in stage.layer_runs
+                _device_params(layer, arch, t, ep) * n
+                for run, (layer, n) in enumerate(stage.layer_runs)
+                if run in adapted_runs
             )
             block_gradient = (layer_params + adapter_params) * gradients.grad_dtype_bytes(
                 True, plan.mixed_precision, plain_bytes

@@ -27,7 +27,10 @@ from ..spec import (
     GenericWorkload,
     Headroom,
     InferenceWorkload,
+    LoRA,
+    QLoRA,
     Software,
+    TrainingWorkload,
 )
 from ..stack import Stack
 from ..statics import statics_for
@@ -111,21 +114,32 @@ _TAGS: BoundedCache[tuple[object, Stack], tuple[BandRule, StackUse]] = BoundedCa
 def _tags(workloads: tuple[AnalyticWorkload, ...], stack: Stack) -> tuple[BandRule, StackUse]:
     """The band of workloads (by their classes) and the stack's behaviours that apply to them."""
     classes = tuple(workload_class(w) for w in workloads)
-    kinds = frozenset().union(*(stack_kinds(c) for c in classes))
+    kinds = frozenset().union(
+        *(stack_kinds(c) for c in classes), *(_layout_kinds(w) for w in workloads)
+    )
     return band_rule(classes, stack), stack.use(kinds)
+
+
+def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
+    """Kinds a training workload's data-parallel layout adds: ``sharded_data_parallel``
+    (ZeRO >= 2 over several replicas: how gradients are synchronized matters) and
+    ``lora_data_parallel`` (LoRA over several replicas: how FSDP wraps frozen weights)."""
+    if not isinstance(w, TrainingWorkload) or w.parallelism.data == 1:
+        return frozenset()
+    kinds = set()
+    if w.parallelism.zero_stage >= 2:
+        kinds.add("sharded_data_parallel")
+    if isinstance(w.method, LoRA) and not isinstance(w.method, QLoRA):
+        kinds.add("lora_data_parallel")
+    return frozenset(kinds)
 
 
 def stack_kinds(workload_class: str) -> frozenset[str]:
     """The kinds of workload a stack behaviour may apply to, from the workload's class."""
+    if workload_class.startswith("fine_tuning_qlora"):
+        return frozenset({"training", "qlora"})
     if workload_class.startswith(("training", "fine_tuning")):
-        kinds = {"training"}
-        if workload_class.startswith("fine_tuning_qlora"):
-            kinds.add("qlora")
-        if workload_class.endswith("_multi_gpu"):
-            kinds.add("multi_gpu_training")
-            if workload_class.startswith("fine_tuning_lora"):
-                kinds.add("lora_multi_gpu")
-        return frozenset(kinds)
+        return frozenset({"training"})
     return frozenset({"inference" if workload_class.startswith("inference") else "other"})
 
 
@@ -218,8 +232,8 @@ def analytic_budget(
     summary_device = ctx.summary() if ctx is not None else None
     pairs = tuple(zip(workloads, archs, strict=True))
     summaries, host_ram, disk_budget = _PERSISTENT.get_or(
-        (keys, disk),
-        lambda: (tuple(summary(w, a) for w, a in pairs), *host_and_disk(pairs, disk)),
+        (keys, disk, ov.stack),
+        lambda: (tuple(summary(w, a) for w, a in pairs), *host_and_disk(pairs, disk, ov.stack)),
     )
     return Budget(
         workloads=summaries,

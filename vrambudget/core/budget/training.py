@@ -4,6 +4,8 @@ gradients, activations and logits; the peak phase's total and its itemized parts
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..arch import Arch
 from ..components import Component
 from ..dtypes import bytes_of
@@ -90,10 +92,15 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             extra_ws.append(("autocast low-precision weight cache", cast * w.instances))
             workspace += cast * w.instances
     k = w.instances
-    held, accumulated, step_grads, grad_parts = _gradients(w, st, stack)
+    g = _gradients(w, st, stack)
     # Gradients live through the forward with accumulation, or where zero_grad keeps them.
-    grads_live = (
-        accumulated if w.gradient_accumulation_steps > 1 else held if stack.grads_kept else 0
+    accumulating = w.gradient_accumulation_steps > 1
+    grads_live = g.accumulated if accumulating else g.held if stack.grads_kept else 0
+    live_parts = g.accumulated_parts if accumulating else g.held_parts
+    # A backward ends with the accumulated gradients (all but the last micro-batch) or with
+    # the reduced ones.
+    end_grads, end_parts = (
+        (g.accumulated, g.accumulated_parts) if accumulating else (g.held, g.held_parts)
     )
     base = {
         C.WEIGHTS: st.weights_bytes * k,
@@ -120,14 +127,14 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     phases = [
         ("forward", phase(grads_live, acts, logits)),
         ("backward_start", phase(grads_live, acts, logits_bwd)),
-        ("backward_end", phase(accumulated, one_layer, 0)),
+        ("backward_end", phase(end_grads, one_layer, 0)),
     ]
     # The optimizer step: gradients (fp32 when stepping fp32 masters; the largest tensor's
     # low-precision gradient still live while it is upcast) plus the implementation's
     # temporaries, whichever moment is larger.
     upcast_grads = st.step_gradient_bytes if st.master_bytes else 0  # allocated for the step
     step = phase(
-        step_grads,
+        g.step,
         0,
         0,
         upcast_grads + max(st.step_upcast_bytes, st.step_temporary_bytes),
@@ -161,32 +168,51 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                 ("moments and statistics", base[C.OPTIMIZER_STATE]),
                 ("optimizer step temporaries", extra),
             )
-        if st.step_upcast_bytes >= st.step_temporary_bytes and st.step_upcast_bytes:
-            parts[C.GRADIENTS] = (
-                ("fp32 gradients of the masters", st.step_gradient_bytes * k),
-                ("low-precision gradient being upcast", st.step_upcast_bytes * k),
-            )
+        upcast = st.step_upcast_bytes >= st.step_temporary_bytes and st.step_upcast_bytes
+        step_parts = g.step_parts or (
+            (("fp32 gradients of the masters", st.step_gradient_bytes),) if upcast else ()
+        )
+        if upcast:
+            step_parts += (("low-precision gradient being upcast", st.step_upcast_bytes),)
+        if step_parts:
+            parts[C.GRADIENTS] = times(step_parts, k)
     elif numbers.peak_phase == "backward_end":
         parts[C.ACTIVATIONS] = (("one layer's saved tensors (last gradients)", one_layer * k),)
-    elif has_head:
-        logit_parts = bwd_parts if numbers.peak_phase == "backward_start" else fwd_parts
-        parts[C.LOGITS] = times(logit_parts, k)
-    if numbers.peak_phase != "optimizer_step" and grad_parts and grads_live:
-        parts[C.GRADIENTS] = times(grad_parts, k)
+        if end_parts:
+            parts[C.GRADIENTS] = times(end_parts, k)
+    else:
+        if has_head:
+            logit_parts = bwd_parts if numbers.peak_phase == "backward_start" else fwd_parts
+            parts[C.LOGITS] = times(logit_parts, k)
+        if live_parts and grads_live:
+            parts[C.GRADIENTS] = times(live_parts, k)
     return numbers
 
 
-def _gradients(
-    w: TrainingWorkload, st: StageStatic, stack: Stack
-) -> tuple[int, int, int, tuple[tuple[str, int], ...]]:
-    """A rank's gradients: held after its reduce(-scatter), held between micro-batches of an
-    accumulation, during the optimizer step; and the parts of the one between micro-batches
-    where it is not the plain shard.
+class _Grads(NamedTuple):
+    """A rank's gradients at each moment of a step, and the parts shown where they are not the
+    plain shard (empty: the line has no parts)."""
+
+    held: int
+    """After the rank's reduce(-scatter): through the backward's end without accumulation."""
+    accumulated: int
+    """Between the micro-batches of an accumulation (and at a non-final backward's end)."""
+    step: int
+    """During the optimizer step (before the low-precision gradient being upcast)."""
+    held_parts: tuple[tuple[str, int], ...]
+    accumulated_parts: tuple[tuple[str, int], ...]
+    step_parts: tuple[tuple[str, int], ...]
+
+
+def _gradients(w: TrainingWorkload, st: StageStatic, stack: Stack) -> _Grads:
+    """A rank's gradients: after its reduce(-scatter), between the micro-batches of an
+    accumulation, during the optimizer step.
 
     Under FSDP, gradient accumulation in ``no_sync`` (``Stack.accumulate_unsharded``) keeps the
     unsharded gradients between micro-batches; a LoRA block wrapped whole in one FSDP1
     FlatParameter with ``use_orig_params=True`` (``Stack.frozen_gradients``) gets gradients for
-    its frozen weights too.
+    its frozen weights too, and their shard stays through the optimizer step (fp32 master
+    gradients, if any, on top).
 
     Worked number: LoRA r8 on q, v of Llama 2 7B in bf16 (6,476,267,520 layer parameters and
     4,194,304 adapter ones) over 2 ranks, FULL_SHARD, LitGPT < 0.5.11, gradient accumulation:
@@ -196,25 +222,31 @@ def _gradients(
     held, whole = st.gradient_bytes, st.unsharded_gradient_bytes
     step = st.step_gradient_bytes
     what = "gradients of the trained parameters"
+    held_parts: tuple[tuple[str, int], ...] = ()
+    step_parts: tuple[tuple[str, int], ...] = ()
     if stack.frozen_gradients and par.data > 1 and st.block_gradient_bytes:
         whole = st.block_gradient_bytes
         held = whole
         if par.zero_stage >= gradients.SHARDED_FROM_ZERO_STAGE:
             held = -(-whole // par.data)
-        step = max(step, held)
-        what = "gradients of every layer parameter, frozen ones included (FSDP1 FlatParameter)"
+        what = "gradients of every parameter of the adapted layers (FSDP1 FlatParameter)"
+        held_parts = ((what, held),)
+        step_parts = held_parts
+        if st.master_bytes:
+            step = held + st.step_gradient_bytes
+            step_parts += (("fp32 gradients of the masters", st.step_gradient_bytes),)
+        else:
+            step = held
     no_sync = (
         stack.accumulate_unsharded
         and par.data > 1
         and par.zero_stage >= gradients.SHARDED_FROM_ZERO_STAGE
         and w.gradient_accumulation_steps > 1
     )
-    accumulated = whole if no_sync else held
     if no_sync:
-        return held, accumulated, step, ((f"{what}, unsharded (accumulated in no_sync)", whole),)
-    if held != st.gradient_bytes:
-        return held, accumulated, step, ((what, held),)
-    return held, accumulated, step, ()
+        label = f"{what}, unsharded (accumulated in no_sync)"
+        return _Grads(held, whole, step, held_parts, ((label, whole),), step_parts)
+    return _Grads(held, held, step, held_parts, held_parts, step_parts)
 
 
 def _communication(st: StageStatic, ov: Overheads) -> tuple[int, tuple[tuple[str, int], ...]]:
