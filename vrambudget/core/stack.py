@@ -323,11 +323,21 @@ _FROZEN_GRADS = _B(
 
 _KBIT_FP32 = _B(
     name="qlora_unquantized_dtype",
-    assumed="the parameters QLoRA does not quantize (embeddings, LM head, norms) are cast to fp32",
+    assumed="the parameters QLoRA does not quantize (embeddings, LM head, norms) are cast to "
+    "fp32, except in sharded QLoRA (ZeRO-3 / FSDP over several replicas), where every "
+    "parameter keeps the model's dtype",
     source="peft utils/other.py prepare_model_for_kbit_training (casts every fp16/bf16 "
     "parameter that is not 4-bit to fp32), called by most QLoRA scripts and by TRL's "
-    "SFTTrainer before 0.22 (trl 0.21.0 sft_trainer.py; not for sharded QLoRA); TRL 0.22+ no "
-    "longer calls it: budgeted as fp32 all the same, the larger",
+    "SFTTrainer before 0.22 (trl 0.21.0 sft_trainer.py lines 600-610: not for sharded QLoRA, "
+    "whose FlatParameters need one dtype); name libraries.trl 0.22+ for TRL's own rule",
+)
+_KBIT_TRL = _B(
+    name="qlora_unquantized_dtype",
+    assumed="the parameters QLoRA does not quantize keep the model's dtype: TRL's SFTTrainer "
+    "no longer calls prepare_model_for_kbit_training (only the adapters are cast to bf16)",
+    source="trl 0.22.0+ trainer/sft_trainer.py (no prepare_model_for_kbit_training; 1.16.0 "
+    "lines 902-910 cast the trainable adapter parameters to bfloat16); trl 0.21.0 still "
+    "called it",
 )
 _KBIT_KEPT = _B(
     name="qlora_unquantized_dtype",
@@ -440,8 +450,19 @@ def _resolve(software: Software | None) -> Stack:
     if frozen_grads:
         behaviours.append(_FROZEN_GRADS)
     litgpt = framework == "litgpt"
-    qlora_upcast = framework not in ("torchtune", "litgpt")
-    behaviours.append(_KBIT_LITGPT if litgpt else _KBIT_FP32 if qlora_upcast else _KBIT_KEPT)
+    trl = sw.libraries.trl
+    qlora_upcast = framework not in ("torchtune", "litgpt") and not (
+        trl is not None and version_tuple(trl) >= (0, 22)
+    )
+    behaviours.append(
+        _KBIT_LITGPT
+        if litgpt
+        else _KBIT_FP32
+        if qlora_upcast
+        else _KBIT_TRL
+        if framework != "torchtune"
+        else _KBIT_KEPT
+    )
     if litgpt:
         behaviours.append(_UNTIED_HEAD)
     bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")

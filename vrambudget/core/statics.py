@@ -70,6 +70,20 @@ class TrainingPlan:
     """The framework keeps a separate LM head where the checkpoint ties it (LitGPT)."""
 
 
+def _kbit_upcast(w: TrainingWorkload, stack: Stack | None) -> bool:
+    """Whether QLoRA's unquantized parameters are cast to fp32: the stack's rule, except for
+    sharded QLoRA (ZeRO-3 / FSDP over several replicas), whose flattened parameters must share
+    one dtype: the 4-bit storage and every other parameter stay in the model's dtype (TRL <
+    0.22 skips prepare_model_for_kbit_training for it; PEFT's FSDP and DeepSpeed QLoRA guides
+    set bnb_4bit_quant_storage to it)."""
+    if not isinstance(w.method, QLoRA):
+        return True
+    par = w.parallelism
+    if par.zero_stage >= 3 and par.data > 1:
+        return False
+    return stack.qlora_upcast if stack is not None else True
+
+
 def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPlan:
     m = w.method
     if isinstance(m, LoRA):  # QLoRA is a LoRA
@@ -80,7 +94,7 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             bytes_of(m.adapter_dtype),
             w.optimizer,
             w.mixed_precision,
-            stack.qlora_upcast if stack is not None and isinstance(m, QLoRA) else True,
+            _kbit_upcast(w, stack),
             stack is not None and stack.untied_head,
         )
     untied = stack is not None and stack.untied_head
