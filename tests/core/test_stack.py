@@ -454,6 +454,15 @@ def test_torchtune_qlora_keeps_the_unquantized_parameters_in_bf16() -> None:
 
 
 QWEN05 = {"source": "preset", "id": "qwen2.5-0.5b"}  # tied: vocab 151,936 x hidden 896
+QWEN05_FULL = {
+    "kind": "training",
+    "model": QWEN05,
+    "precision": {"weights": "bf16"},
+    "mixed_precision": "pure",
+    "micro_batch_size": 1,
+    "sequence_length": 512,
+    "method": {"kind": "full"},
+}
 
 
 def test_litgpt_trains_a_separate_lm_head_for_a_tied_checkpoint() -> None:
@@ -462,15 +471,7 @@ def test_litgpt_trains_a_separate_lm_head_for_a_tied_checkpoint() -> None:
     151,936 x 896 matrix: 136,134,656 x 2 = 272,269,312 B of weights, as much of gradients,
     twice that of AdamW moments (mixed_precision pure: bf16) and as much again of foreach
     AdamW's step temporaries (one state-sized tensor per parameter)."""
-    w = {
-        "kind": "training",
-        "model": QWEN05,
-        "precision": {"weights": "bf16"},
-        "mixed_precision": "pure",
-        "micro_batch_size": 1,
-        "sequence_length": 512,
-        "method": {"kind": "full"},
-    }
+    w = QWEN05_FULL
     hf = _lines(_budget(w, {"framework": "transformers"}))
     lit = _budget(w, {"framework": "litgpt"})
     head = 151_936 * 896
@@ -556,16 +557,7 @@ def test_host_ram_follows_the_frameworks_model_layout() -> None:
     """Offloaded AdamW state of a LitGPT full fine-tune includes its own LM head's: 136,134,656
     parameters x 2 moments x 2 B (bf16, mixed_precision pure) = 544,538,624 B more pinned host
     memory than transformers' tied Qwen2.5-0.5B."""
-    w = {
-        "kind": "training",
-        "model": QWEN05,
-        "precision": {"weights": "bf16"},
-        "mixed_precision": "pure",
-        "micro_batch_size": 1,
-        "sequence_length": 512,
-        "method": {"kind": "full"},
-        "parallelism": {"zero_stage": 1, "offload_optimizer": True},
-    }
+    w = {**QWEN05_FULL, "parallelism": {"zero_stage": 1, "offload_optimizer": True}}
 
     def offloaded(framework: str) -> int:
         items = _budget(w, {"framework": framework}).host_ram.items
