@@ -581,3 +581,31 @@ def test_sharded_qlora_and_trl_0_22_keep_the_unquantized_parameters_in_the_model
     one_rank = _lines(_budget({**w, **two, "parallelism": {"data": 2, "zero_stage": 2}}))
     assert one_rank[C.WEIGHTS] == upcast  # ZeRO-2 does not shard (or flatten) the weights
     assert sharded == -(-trl // 2)
+
+
+def test_litgpt_generate_holds_its_own_lm_head_too() -> None:
+    """LitGPT's generate runs the same GPT: Qwen2.5-0.5B in bf16 holds 136,134,656 x 2 =
+    272,269,312 B more weights than transformers' tied model, in /v1/budgets and in the
+    solver's total alike."""
+    w = {
+        "kind": "inference",
+        "model": QWEN05,
+        "precision": {"weights": "bf16"},
+        "batch_size": 1,
+        "prompt_tokens": 128,
+        "generated_tokens": 16,
+    }
+    hf, lit = (_budget(w, {"framework": f}) for f in ("transformers", "litgpt"))
+    assert _lines(lit)[C.WEIGHTS] - _lines(hf)[C.WEIGHTS] == 272_269_312
+    # The solver's hot path (device_subtotal) reads the same statics as the budget.
+    from vrambudget.core.budget.analytic import device_subtotal
+    from vrambudget.core.deployed import deploy_all
+    from vrambudget.core.device import resolve_device
+    from vrambudget.core.spec import DeviceRef
+
+    h100 = {"source": "catalog", "id": "h100-sxm5-80gb"}
+    r = msgspec.convert({"workloads": [w], "software": {"framework": "litgpt"}}, BudgetRequest)
+    ctx = resolve_device(msgspec.convert(h100, DeviceRef), None, r.software)
+    workloads, _ = deploy_all(r.workloads)
+    on_h100 = _budget(w, {"framework": "litgpt"}, device=h100)
+    assert device_subtotal(workloads, ctx) == on_h100.devices[0].total_bytes

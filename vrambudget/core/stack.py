@@ -359,7 +359,7 @@ _KBIT_LITGPT = _B(
 _UNTIED_HEAD = _B(
     name="lm_head_layout",
     assumed="the model keeps its own LM head: a checkpoint that ties it to the embedding gets a "
-    "second vocab x hidden matrix (trained in a full fine-tune)",
+    "second vocab x hidden matrix (in generate too; trained in a full fine-tune)",
     source="LitGPT litgpt/model.py GPT (self.lm_head = nn.Linear(...)), "
     "scripts/convert_hf_checkpoint.py (state_dict['lm_head.weight'] = "
     "state_dict['transformer.wte.weight'] when the checkpoint has none); the finetune scripts "
@@ -375,7 +375,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "gradient_lifetime": frozenset({"training"}),
     "quantized_saved_tensors": frozenset({"qlora"}),
     "qlora_unquantized_dtype": frozenset({"qlora"}),
-    "lm_head_layout": frozenset({"training"}),
+    "lm_head_layout": frozenset({"training", "inference"}),
     "gradient_sync": frozenset({"sharded_data_parallel"}),
     "fsdp_frozen_gradients": frozenset({"lora_data_parallel"}),
 }

@@ -233,7 +233,11 @@ def stage_statics(
     precision: Precision,
     par: Parallelism,
     plan: TrainingPlan | None,
+    untied_head: bool = False,
 ) -> tuple[StageStatic, ...]:
+    """Per pipeline stage: the persistent bytes and the shapes the formulas read.
+    ``untied_head``: the framework keeps its own LM head where the checkpoint ties it (LitGPT's
+    generate; a training plan says so itself)."""
     check_layout(arch, par)
     t, ep, dp = par.tensor, par.expert, par.data
     dims = device_dims(arch, t, ep)
@@ -261,7 +265,7 @@ def stage_statics(
         adapted_runs: set[object] = set()  # layer runs with an adapter (FSDP1 frozen gradients)
         # Buckets whose bytes the checkpoint's headers give: (full, device) elements, per copy.
         shares: dict[object, tuple[tuple[int, int], int, list[int]]] = {}
-        untied = plan is not None and plan.untied_head
+        untied = untied_head or (plan is not None and plan.untied_head)
         for g, mult, bucket, bucket_stored in _bucketed(arch, stage, par.pipeline, untied):
             rows, cols, count = per_device_shape(g, arch, t, ep)
             n = count * mult
@@ -483,4 +487,5 @@ def statics_for(
     p = w.precision
     assert p.weights != "auto" and p.compute != "auto", "deploy() the workload first"
     plan = training_plan(w, stack) if isinstance(w, TrainingWorkload) else None
-    return stage_statics(arch, effective_precision(w, stack), w.parallelism, plan)
+    untied = stack is not None and stack.untied_head
+    return stage_statics(arch, effective_precision(w, stack), w.parallelism, plan, untied)

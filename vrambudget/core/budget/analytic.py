@@ -78,7 +78,7 @@ def device_subtotal(workloads: tuple[AnalyticWorkload, ...], device: DeviceConte
         if isinstance(w, InferenceWorkload):  # the solver's hot path
             try:
                 arch = resolve_model(w.model)
-                statics = statics_for(w, arch)
+                statics = statics_for(w, arch, ov.stack)
             except InvalidWorkload as exc:
                 raise InvalidWorkload(f"workloads[{i}].{exc.field}", exc.message) from None
             subtotal += max(inference_total(w, arch, st, ov) for st in statics)

@@ -203,8 +203,8 @@ def analytic_fit(
             )
         base = rest_subtotals[okey]
         arch = resolve_model(w0.model)
-        statics = statics_for(w0, arch)
         ov = ctx.overheads
+        statics = statics_for(w0, arch, ov.stack)
 
         def f(x: int) -> int:
             w = make(x)
