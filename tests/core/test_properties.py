@@ -293,3 +293,52 @@ def test_parts_add_up_to_their_line(model, kind, instances, tp, dp, ckpt, zero):
         for line in device.lines:
             if line.parts:
                 assert sum(p.bytes for p in line.parts) == line.bytes, line.component
+
+
+@PROFILE
+@given(
+    model=st.sampled_from(MODELS),
+    software=st.sampled_from(
+        [
+            None,
+            {"framework": "litgpt", "framework_version": "0.5.10"},
+            {"framework": "litgpt"},
+            {"framework": "torchtune", "torch_compile": True},
+            {"framework": "transformers", "libraries": {"deepspeed": "0.16.0"}},
+            {"framework": "transformers", "libraries": {"trl": "0.22.0"}},
+        ]
+    ),
+    method=st.sampled_from(["full", "lora", "qlora"]),
+    mixed=st.sampled_from(["autocast", "pure", "master_fp32"]),
+    dp=st.sampled_from([1, 2]),
+    zero=st.sampled_from([0, 1, 2, 3]),
+    accumulation=st.sampled_from([1, 4]),
+)
+def test_training_parts_add_up_under_every_stack(
+    model, software, method, mixed, dp, zero, accumulation
+):
+    """The stack-dependent gradients (no_sync, FSDP1 frozen gradients), loss and QLoRA layout
+    keep every line equal to the sum of its parts, whichever phase is the peak."""
+    import msgspec
+
+    from vrambudget.core.spec import Software
+
+    fields = dict(
+        kind="training",
+        model={"source": "preset", "id": model},
+        method={"kind": method},
+        mixed_precision=mixed,
+        gradient_accumulation_steps=accumulation,
+        sequence_length=512,
+        parallelism={"data": dp, "zero_stage": zero},
+    )
+    try:
+        w = workload(**fields)
+        sw = msgspec.convert(software, Software) if software else None
+        budget = estimate((w,), software=sw)
+    except ValueError:
+        return
+    for device in budget.devices:
+        for line in device.lines:
+            if line.parts:
+                assert sum(p.bytes for p in line.parts) == line.bytes, line.component
