@@ -609,3 +609,45 @@ def test_litgpt_generate_holds_its_own_lm_head_too() -> None:
     workloads, _ = deploy_all(r.workloads)
     on_h100 = _budget(w, {"framework": "litgpt"}, device=h100)
     assert device_subtotal(workloads, ctx) == on_h100.devices[0].total_bytes
+
+
+def test_autogptq_exllama_scratch_counts_in_the_workspace() -> None:
+    """auto-gptq 0.5.1's exllama v2 keeps one scratch buffer per device sized for its largest
+    layer, temp_dq (in x out x 2 + 128) and temp_fwd (out x 2048 x 8 x 4 + 128), and q_perm /
+    q_invperm (int16, in) per layer. Llama 2 7B (gate/up: in 4,096, out 11,008; per layer
+    6 x 4,096 + 11,008 input features): 4,096 x 11,008 x 2 + 11,008 x 65,536 + 256 =
+    811,598,080 B and 4 x 32 x 35,584 = 4,554,752 B. exllama v1 keeps temp_dq only:
+    90,177,536 B. The v2 - v1 difference on 13B, (2 x 5,120 x 13,824 + 13,824 x 65,536 + 256 +
+    4 x 40 x (6 x 5,120 + 13,824)) - 2 x 5,120 x 13,824 = 913,096,960 B, is what
+    optimum-benchmark's A100 generate peaks show (9,708 - 8,796 = 912 MB)."""
+    from vrambudget.core.statics import exllama_scratch
+
+    assert exllama_scratch("exllamav2", 4096, 11008) == (811_598_080, 16_384)
+    assert exllama_scratch("exllama", 4096, 11008) == (90_177_536, 0)
+    w = {
+        "kind": "inference",
+        "model": {"source": "preset", "id": "llama-2-7b"},
+        "precision": {
+            "weights": "fp16",
+            "compute": "fp16",
+            "quantization": {"scheme": "gptq", "bits": 4, "group_size": 128},
+        },
+        "batch_size": 1,
+        "prompt_tokens": 256,
+        "generated_tokens": 16,
+    }
+
+    def workspace(kernel: str | None) -> dict[str, int]:
+        q = {**w["precision"]["quantization"], "kernel": kernel}
+        b = _budget({**w, "precision": {**w["precision"], "quantization": q}})
+        line = next(ln for ln in b.devices[0].lines if ln.component == C.RUNTIME_WORKSPACE)
+        return {"total": line.bytes, **{p.name: p.bytes for p in line.parts}}
+
+    plain, v2, v1 = workspace(None), workspace("exllamav2"), workspace("exllama")
+    scratch = "quantized kernel scratch (exllama)"
+    assert v2[scratch] == 811_598_080 + 4 * 32 * (6 * 4096 + 11008) == 816_152_832
+    assert v1[scratch] == 90_177_536
+    assert v2["total"] - plain["total"] == 816_152_832
+    assert scratch not in plain
+    v2_13b = exllama_scratch("exllamav2", 5120, 13824)[0] + 4 * 40 * (6 * 5120 + 13824)
+    assert v2_13b - exllama_scratch("exllama", 5120, 13824)[0] == 913_096_960

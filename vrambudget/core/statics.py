@@ -145,6 +145,9 @@ class StageStatic:
     unsharded_gradient_bytes: int = 0
     """The trainable parameters' gradients on this device before any ZeRO / FSDP sharding
     (what ``no_sync`` accumulates)."""
+    kernel_scratch_bytes: int = 0
+    """The quantized kernel's fixed scratch on this device (AutoGPTQ exllama v1/v2 buffers
+    kept from loading on: :func:`exllama_scratch`)."""
     block_gradient_bytes: int = 0
     """LoRA only: the gradient of every layer parameter (frozen weights and adapters) in the
     weights' gradient dtype, before sharding: what FSDP1 allocates when a FlatParameter
@@ -248,6 +251,7 @@ def stage_statics(
     quant = deployed_quantization(quant)
     plain_bytes = bytes_of(plain_dtype)
     roles = quantized_roles(quant) if quant is not None else frozenset()
+    kernel = getattr(quant, "kernel", None)
     # QLoRA as PEFT prepares it (peft/utils/other.py prepare_model_for_kbit_training, which
     # TRL's SFTTrainer calls for a 4-bit model): every 16-bit parameter that is not 4-bit is
     # cast to fp32 -- embeddings, LM head, norms, routers.
@@ -262,6 +266,7 @@ def stage_statics(
         adapter_params = 0
         largest_linear = 0
         largest_trainable = 0
+        scratch_fixed = scratch_per_layer = 0  # exllama kernels (kernel_scratch_bytes)
         adapted_runs: set[object] = set()  # layer runs with an adapter (FSDP1 frozen gradients)
         # Buckets whose bytes the checkpoint's headers give: (full, device) elements, per copy.
         shares: dict[object, tuple[tuple[int, int], int, list[int]]] = {}
@@ -290,6 +295,10 @@ def stage_statics(
             rounding += block_rounding(payload) * n
             if md:
                 rounding += block_rounding(md) * n
+            if quantized and kernel is not None:
+                fixed, per_layer = exllama_scratch(kernel, cols, rows)
+                scratch_fixed = max(scratch_fixed, fixed)
+                scratch_per_layer += per_layer * n
             if g.role in (Role.LINEAR, Role.EXPERT) or (quantized and g.role is Role.LM_HEAD):
                 # A 4-bit LM head (LitGPT's QLoRA) is dequantized for its matmul too.
                 largest_linear = max(largest_linear, rows * cols)
@@ -441,9 +450,30 @@ def stage_statics(
                 step_temporary_bytes=step_temporary,
                 unsharded_gradient_bytes=unsharded_gradient,
                 block_gradient_bytes=block_gradient,
+                kernel_scratch_bytes=scratch_fixed + scratch_per_layer,
             )
         )
     return tuple(result)
+
+
+def exllama_scratch(kernel: str, in_features: int, out_features: int) -> tuple[int, int]:
+    """(fixed, per layer) bytes of AutoGPTQ's exllama scratch for one quantized linear layer:
+    the fixed buffer is the largest layer's, allocated once per device; the per-layer bytes
+    add up over every layer.
+
+    ``exllamav2`` (auto-gptq 0.5.1 ``nn_modules/qlinear/qlinear_exllamav2.py`` 160-190,
+    ``modeling/_utils.py`` 361-381): ``scratch_space_fixed`` = temp_dq (in x out x 2 + 128) +
+    temp_fwd (out x max_input_len 2048 x max_batch_size 8 x 4 + 128), kept on
+    ``model.device_tensors``; ``q_perm`` and ``q_invperm`` int16 (in,) per layer (lines 61-63).
+    ``exllama`` (``modeling/_utils.py`` 306, 326-341): temp_dq fp16 of the largest qweight x 8
+    elements = in x out x 2 B.
+
+    Worked number: Llama 2 7B's gate/up projection (in 4,096, out 11,008) under exllamav2:
+    90,177,536 + 128 + 721,420,288 + 128 = 811,598,080 B; its 32 x (6 x 4,096 + 11,008) input
+    features add 4 x 1,138,688 = 4,554,752 B."""
+    if kernel == "exllamav2":
+        return 2 * in_features * out_features + 65_536 * out_features + 256, 4 * in_features
+    return 2 * in_features * out_features, 0
 
 
 def _fixed_bytes(g: TensorGroup, weights_dtype: str) -> int:

@@ -44,7 +44,7 @@ def inference_terms(
         C.QUANTIZATION_METADATA: st.metadata_bytes * k,
         C.KV_CACHE: kv * k,
         C.CUDA_CONTEXT: ov.process_context_bytes("inference") * k,
-        C.RUNTIME_WORKSPACE: ov.workspace_bytes * k,
+        C.RUNTIME_WORKSPACE: (ov.workspace_bytes + st.kernel_scratch_bytes) * k,
         C.COMMUNICATION_BUFFERS: (
             st.comm_bytes if ov.nccl_communicator_bytes is None else _communication(st, ov)[0]
         )
@@ -116,6 +116,14 @@ def inference_stage(
         C.ALLOCATOR_OVERHEAD: overhead_parts(rounding, transient, ov.inference_fragmentation_ppm),
         C.CUDA_CONTEXT: ov.context_parts("inference", w.instances),
     }
+    if st.kernel_scratch_bytes:
+        parts[C.RUNTIME_WORKSPACE] = times(
+            (
+                ("cuBLAS/cuBLASLt workspace", ov.workspace_bytes),
+                ("quantized kernel scratch (exllama)", st.kernel_scratch_bytes),
+            ),
+            w.instances,
+        )
     return StageNumbers(
         st.stage.index,
         w.parallelism.tensor * w.parallelism.data,

@@ -82,6 +82,10 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     context = cuda_context.per_device(ov.process_context_bytes("training"), w.instances)
     workspace = ov.workspace_bytes * w.instances
     extra_ws: list[tuple[str, int]] = [("cuBLAS/cuBLASLt workspace", workspace)]
+    if st.kernel_scratch_bytes:
+        scratch = st.kernel_scratch_bytes * w.instances
+        extra_ws.append(("quantized kernel scratch (exllama)", scratch))
+        workspace += scratch
     if isinstance(w.method, QLoRA):
         dequant = st.largest_linear_params * e * w.instances
         extra_ws.append(("4-bit dequantized weight (largest projection)", dequant))

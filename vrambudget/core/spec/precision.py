@@ -115,6 +115,16 @@ class GPTQ(_QuantBase, tag="gptq", tag_field="scheme", frozen=True, kw_only=True
             "and g_idx; `marlin` (AutoGPTQ, 4-bit) stores B and s only."
         ),
     ] = "gptq"
+    kernel: Annotated[
+        Literal["exllama", "exllamav2"] | None,
+        Meta(
+            description="AutoGPTQ kernel whose fixed scratch the budget counts as runtime "
+            "workspace (AutoGPTQ 0.5-0.7, as transformers' GPTQConfig `exllama_config` "
+            "selects it): `exllamav2` allocates 2 x in x out + 65,536 x out + 256 B for its "
+            "largest layer (max_input_len 2048 x max_batch_size 8) and keeps 4 B per input "
+            "feature of every layer; `exllama` 2 x in x out. Default (null): no kernel scratch."
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         rules.check(self)
