@@ -15,10 +15,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("cc") is None and shutil.which("gcc") is None,
-    reason="inductor's CPU code generation needs a C compiler",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("cc") is None and shutil.which("gcc") is None,
+        reason="inductor's CPU code generation needs a C compiler",
+    ),
+    # torch's own import of torch.jit inside inductor, not this project's code.
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+]
 
 
 def _saved(fn, x, y) -> list[tuple[object, tuple[int, ...]]]:
