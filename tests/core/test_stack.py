@@ -494,14 +494,7 @@ def test_litgpt_qlora_quantizes_the_lm_head_and_keeps_embeddings_in_bf16() -> No
     embedding) LitGPT adds the 4-bit head: 136,134,656 / 2 = 68,067,328 B of payload and its
     absmax metadata; its dequantized bf16 copy, 272,269,312 B, is the largest 4-bit weight the
     step dequantizes."""
-    w = {
-        "kind": "training",
-        "model": QWEN05,
-        "precision": {"weights": "bf16"},
-        "micro_batch_size": 1,
-        "sequence_length": 512,
-        "method": {"kind": "qlora", "rank": 8},
-    }
+    w = {**QWEN05_FULL, "method": {"kind": "qlora", "rank": 8}}
     tt = _budget(w, {"framework": "torchtune"})
     lit = _budget(w, {"framework": "litgpt"})
     assert _lines(lit)[C.WEIGHTS] - _lines(tt)[C.WEIGHTS] == 136_134_656 // 2 == 68_067_328
@@ -620,7 +613,7 @@ def test_autogptq_exllama_scratch_counts_in_the_workspace() -> None:
     90,177,536 B. The v2 - v1 difference on 13B, (2 x 5,120 x 13,824 + 13,824 x 65,536 + 256 +
     4 x 40 x (6 x 5,120 + 13,824)) - 2 x 5,120 x 13,824 = 913,096,960 B, is what
     optimum-benchmark's A100 generate peaks show (9,708 - 8,796 = 912 MB)."""
-    from vrambudget.core.statics import exllama_scratch
+    from vrambudget.core.formulas.runtime_workspace import exllama_scratch
 
     assert exllama_scratch("exllamav2", 4096, 11008) == (811_598_080, 16_384)
     assert exllama_scratch("exllama", 4096, 11008) == (90_177_536, 0)

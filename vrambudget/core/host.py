@@ -247,7 +247,8 @@ def _compute_disk(
         items += file_copies(name, files, disk, by_default=True)
         if isinstance(w, TrainingWorkload):
             plan = training_plan(w, stack)
-            whole = stage_statics(arch, w.precision, Parallelism(), plan)  # unsharded
+            untied = stack is not None and stack.untied_head
+            whole = stage_statics(arch, w.precision, Parallelism(), plan, untied)  # unsharded
             if plan.method == "full":
                 state = sum(s.weights_bytes + s.master_bytes + s.optimizer_bytes for s in whole)
                 formula = "weights + master weights + optimizer state of the whole model"

@@ -454,15 +454,7 @@ def _resolve(software: Software | None) -> Stack:
     qlora_upcast = framework not in ("torchtune", "litgpt") and not (
         trl is not None and version_tuple(trl) >= (0, 22)
     )
-    behaviours.append(
-        _KBIT_LITGPT
-        if litgpt
-        else _KBIT_FP32
-        if qlora_upcast
-        else _KBIT_TRL
-        if framework != "torchtune"
-        else _KBIT_KEPT
-    )
+    behaviours.append(_qlora_dtype_behaviour(framework, qlora_upcast))
     if litgpt:
         behaviours.append(_UNTIED_HEAD)
     bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")
@@ -518,6 +510,16 @@ def serving_use(
             *extra,
         ),
     )
+
+
+def _qlora_dtype_behaviour(framework: str, upcast: bool) -> StackBehaviour:
+    """What the stack does with the parameters QLoRA leaves unquantized (each rule's source in
+    its behaviour)."""
+    if framework == "litgpt":
+        return _KBIT_LITGPT
+    if framework == "torchtune":
+        return _KBIT_KEPT
+    return _KBIT_FP32 if upcast else _KBIT_TRL
 
 
 def _pinned(framework: str, version: str, library: str) -> str:

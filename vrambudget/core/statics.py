@@ -23,6 +23,7 @@ from .formulas.adapters import lora_params
 from .formulas.allocator_overhead import block_rounding
 from .formulas.kv_cache import elems_per_token
 from .formulas.optimizer_state import Optimizer, state_bytes, step_temporaries
+from .formulas.runtime_workspace import exllama_scratch
 from .formulas.weights import stored_bytes
 from .layout import Stage, check_layout, kv_heads_per_device, per_device_shape, stages
 from .quantization import quantized_roles
@@ -66,8 +67,6 @@ class TrainingPlan:
     kbit_upcast: bool = True
     """QLoRA: the parameters left unquantized are cast to fp32 (PEFT's
     ``prepare_model_for_kbit_training``); false: they keep the weights' dtype (torchtune)."""
-    untied_head: bool = False
-    """The framework keeps a separate LM head where the checkpoint ties it (LitGPT)."""
 
 
 def _kbit_upcast(w: TrainingWorkload, stack: Stack | None) -> bool:
@@ -95,10 +94,8 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             w.optimizer,
             w.mixed_precision,
             _kbit_upcast(w, stack),
-            stack is not None and stack.untied_head,
         )
-    untied = stack is not None and stack.untied_head
-    return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision, True, untied)
+    return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +152,7 @@ class StageStatic:
 
 
 def _last_trainable(
-    arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: int, p: int = 1
+    arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: int, p: int, untied: bool
 ) -> int:
     """Elements of the last trainable tensor in module order (embeddings, layers, head,
     extras): gradients are upcast to the fp32 masters in that order, each low-precision one
@@ -164,7 +161,7 @@ def _last_trainable(
         if stage.first and arch.extras:
             g = arch.extras[-1]
         elif stage.last:
-            g = head_groups(arch, p, plan.untied_head)[-1]
+            g = head_groups(arch, p, untied)[-1]
         else:
             g = stage.layer_runs[-1][0].tensors[-1]
         rows, cols, count = per_device_shape(g, arch, t, ep)
@@ -239,8 +236,8 @@ def stage_statics(
     untied_head: bool = False,
 ) -> tuple[StageStatic, ...]:
     """Per pipeline stage: the persistent bytes and the shapes the formulas read.
-    ``untied_head``: the framework keeps its own LM head where the checkpoint ties it (LitGPT's
-    generate; a training plan says so itself)."""
+    ``untied_head``: the framework keeps its own LM head where the checkpoint ties it
+    (LitGPT)."""
     check_layout(arch, par)
     t, ep, dp = par.tensor, par.expert, par.data
     dims = device_dims(arch, t, ep)
@@ -270,8 +267,7 @@ def stage_statics(
         adapted_runs: set[object] = set()  # layer runs with an adapter (FSDP1 frozen gradients)
         # Buckets whose bytes the checkpoint's headers give: (full, device) elements, per copy.
         shares: dict[object, tuple[tuple[int, int], int, list[int]]] = {}
-        untied = untied_head or (plan is not None and plan.untied_head)
-        for g, mult, bucket, bucket_stored in _bucketed(arch, stage, par.pipeline, untied):
+        for g, mult, bucket, bucket_stored in _bucketed(arch, stage, par.pipeline, untied_head):
             rows, cols, count = per_device_shape(g, arch, t, ep)
             n = count * mult
             if not g.buffer:  # parameters only, as Arch.num_params counts them
@@ -375,7 +371,7 @@ def stage_statics(
             master = trainable * master_per
             step_gradient = trainable * (4 if master_per else grad_bytes)
             step_upcast = (
-                _last_trainable(arch, stage, plan, t, ep, par.pipeline) * grad_bytes
+                _last_trainable(arch, stage, plan, t, ep, par.pipeline, untied_head) * grad_bytes
                 if (master_per)
                 else 0
             )
@@ -454,26 +450,6 @@ def stage_statics(
             )
         )
     return tuple(result)
-
-
-def exllama_scratch(kernel: str, in_features: int, out_features: int) -> tuple[int, int]:
-    """(fixed, per layer) bytes of AutoGPTQ's exllama scratch for one quantized linear layer:
-    the fixed buffer is the largest layer's, allocated once per device; the per-layer bytes
-    add up over every layer.
-
-    ``exllamav2`` (auto-gptq 0.5.1 ``nn_modules/qlinear/qlinear_exllamav2.py`` 160-190,
-    ``modeling/_utils.py`` 361-381): ``scratch_space_fixed`` = temp_dq (in x out x 2 + 128) +
-    temp_fwd (out x max_input_len 2048 x max_batch_size 8 x 4 + 128), kept on
-    ``model.device_tensors``; ``q_perm`` and ``q_invperm`` int16 (in,) per layer (lines 61-63).
-    ``exllama`` (``modeling/_utils.py`` 306, 326-341): temp_dq fp16 of the largest qweight x 8
-    elements = in x out x 2 B.
-
-    Worked number: Llama 2 7B's gate/up projection (in 4,096, out 11,008) under exllamav2:
-    90,177,536 + 128 + 721,420,288 + 128 = 811,598,080 B; its 32 x (6 x 4,096 + 11,008) input
-    features add 4 x 1,138,688 = 4,554,752 B."""
-    if kernel == "exllamav2":
-        return 2 * in_features * out_features + 65_536 * out_features + 256, 4 * in_features
-    return 2 * in_features * out_features, 0
 
 
 def _fixed_bytes(g: TensorGroup, weights_dtype: str) -> int:

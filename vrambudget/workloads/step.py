@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .marks import HOST, Marks
+from .optim import build_optimizer
 
 __all__ = ["TrainingState", "masters_of", "step", "training_state"]
 
@@ -41,8 +42,6 @@ class TrainingState:
 def training_state(model: torch.nn.Module, w: Any, marks: Marks) -> TrainingState:
     """The state of ``w``'s training loop over ``model``'s trainable parameters (build it once
     per program and keep it)."""
-    from .optim import build_optimizer
-
     params: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
     masters = masters_of(params, w.mixed_precision, marks)
     with marks.scope("optimizer_state"):

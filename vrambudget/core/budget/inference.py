@@ -12,6 +12,7 @@ from ..formulas.allocator_overhead import overhead as allocator_bytes
 from ..formulas.allocator_overhead import parts as overhead_parts
 from ..formulas.kv_cache import cache_bytes, elem_bytes, state_bytes
 from ..formulas.logits import inference_logits
+from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
 from ..spec import InferenceWorkload
 from ..statics import StageStatic
@@ -119,8 +120,8 @@ def inference_stage(
     if st.kernel_scratch_bytes:
         parts[C.RUNTIME_WORKSPACE] = times(
             (
-                ("cuBLAS/cuBLASLt workspace", ov.workspace_bytes),
-                ("quantized kernel scratch (exllama)", st.kernel_scratch_bytes),
+                (BLAS_PART, ov.workspace_bytes),
+                (KERNEL_SCRATCH_PART, st.kernel_scratch_bytes),
             ),
             w.instances,
         )

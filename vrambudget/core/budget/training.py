@@ -12,6 +12,7 @@ from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
 from ..formulas.activations import lora_trainable, training_activations
 from ..formulas.logits import training_backward_parts, training_forward_parts
+from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
 from ..spec import FullFineTune, QLoRA, TrainingWorkload
 from ..stack import Stack
@@ -81,10 +82,10 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     logits_bwd = sum(b for _, b in bwd_parts) if has_head else 0
     context = cuda_context.per_device(ov.process_context_bytes("training"), w.instances)
     workspace = ov.workspace_bytes * w.instances
-    extra_ws: list[tuple[str, int]] = [("cuBLAS/cuBLASLt workspace", workspace)]
+    extra_ws: list[tuple[str, int]] = [(BLAS_PART, workspace)]
     if st.kernel_scratch_bytes:
         scratch = st.kernel_scratch_bytes * w.instances
-        extra_ws.append(("quantized kernel scratch (exllama)", scratch))
+        extra_ws.append((KERNEL_SCRATCH_PART, scratch))
         workspace += scratch
     if isinstance(w.method, QLoRA):
         dequant = st.largest_linear_params * e * w.instances

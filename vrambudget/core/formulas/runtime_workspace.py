@@ -1,10 +1,10 @@
-"""Runtime workspace: library workspaces (cuBLAS, cuBLASLt) and transient buffers the runtime
-keeps (a QLoRA dequantized weight, the autocast weight cache).
+"""Runtime workspace: library workspaces (cuBLAS, cuBLASLt) and buffers the runtime keeps (a
+QLoRA dequantized weight, the autocast weight cache, a quantized kernel's scratch).
 
 Shown in answers::
 
     cuBLAS (+ cuBLASLt before torch 2.12) workspace per process (+ QLoRA dequantization
-    buffer, autocast weight cache)
+    buffer, autocast weight cache, exllama scratch)
 """
 
 from __future__ import annotations
@@ -12,21 +12,26 @@ from __future__ import annotations
 from ..units import MiB
 
 __all__ = [
+    "BLAS_PART",
     "CUBLASLT_WORKSPACE_BYTES",
     "CUBLAS_SOURCE",
     "CUBLAS_WORKSPACE_DEFAULT_BYTES",
     "CUBLAS_WORKSPACE_LARGE_BYTES",
     "FORMULA",
+    "KERNEL_SCRATCH_PART",
     "SOURCE",
     "cublas_workspace_bytes",
     "default_workspace",
+    "exllama_scratch",
     "separate_cublaslt",
 ]
 
 FORMULA = (
     "cuBLAS (+ cuBLASLt before torch 2.12) workspace per process (+ QLoRA dequantization "
-    "buffer, autocast weight cache)"
+    "buffer, autocast weight cache, exllama scratch)"
 )
+BLAS_PART = "cuBLAS/cuBLASLt workspace"
+KERNEL_SCRATCH_PART = "quantized kernel scratch (exllama)"
 
 # aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize, one per (handle, stream), read
 # from the released wheels (research/stack_behaviours.md section 5): ":4096:2:16:8" = 8,519,680 B
@@ -94,3 +99,23 @@ def default_workspace(
         return ws, _HIPBLAS_SOURCE
     lt = CUBLASLT_WORKSPACE_BYTES if separate_cublaslt(torch_version) else 0
     return cublas_workspace_bytes(compute_capability, vendor, torch_version) + lt, SOURCE
+
+
+def exllama_scratch(kernel: str, in_features: int, out_features: int) -> tuple[int, int]:
+    """(fixed, per layer) bytes of AutoGPTQ's exllama scratch for one quantized linear layer:
+    the fixed buffer is the largest layer's, allocated once per device; the per-layer bytes
+    add up over every layer.
+
+    ``exllamav2`` (auto-gptq 0.5.1 ``nn_modules/qlinear/qlinear_exllamav2.py`` 160-190,
+    ``modeling/_utils.py`` 361-381): ``scratch_space_fixed`` = temp_dq (in x out x 2 + 128) +
+    temp_fwd (out x max_input_len 2048 x max_batch_size 8 x 4 + 128), kept on
+    ``model.device_tensors``; ``q_perm`` and ``q_invperm`` int16 (in,) per layer (lines 61-63).
+    ``exllama`` (``modeling/_utils.py`` 306, 326-341): temp_dq fp16 of the largest qweight x 8
+    elements = in x out x 2 B.
+
+    Worked number: Llama 2 7B's gate/up projection (in 4,096, out 11,008) under exllamav2:
+    90,177,536 + 128 + 721,420,288 + 128 = 811,598,080 B; its 32 x (6 x 4,096 + 11,008) input
+    features add 4 x 1,138,688 = 4,554,752 B."""
+    if kernel == "exllamav2":
+        return 2 * in_features * out_features + 65_536 * out_features + 256, 4 * in_features
+    return 2 * in_features * out_features, 0
