@@ -78,6 +78,9 @@ View = Literal[
     "nvidia_smi",  # the device's used memory (nvidia-smi, NVML, rocm-smi, a cloud monitor)
     "torch_max_allocated",  # torch.cuda.max_memory_allocated
     "torch_max_reserved",  # torch.cuda.max_memory_reserved
+    # max allocated + the device's memory outside the allocator (nvidia-smi - reserved): the
+    # process's need without the allocator's cached segments (optimum's GPTQ benchmark)
+    "torch_allocated_plus_context",
     "engine_log",  # a serving engine's own startup line
     "unspecified",  # "peak memory" without saying how: compared as nvidia_smi
 ]
@@ -346,10 +349,17 @@ _OUTSIDE_ALLOCATOR = (Component.CUDA_CONTEXT, Component.COMMUNICATION_BUFFERS)
 
 def _device_view(b: Budget, view: View) -> int:
     d = b.devices[b.most_loaded]
+    cache = d.allocator_cache
+    if cache is not None and view == "nvidia_smi":
+        return cache.device_used_bytes
+    if cache is not None and view == "torch_max_reserved":
+        return cache.reserved_bytes
     lines = {line.component: line.bytes for line in d.lines}
     total = d.total_bytes - lines.get(Component.HEADROOM, 0)
     if view in ("nvidia_smi", "unspecified", "engine_log"):
         return total
+    if view == "torch_allocated_plus_context":
+        return total - lines.get(Component.ALLOCATOR_OVERHEAD, 0)
     reserved = total - sum(lines.get(c, 0) for c in _OUTSIDE_ALLOCATOR)
     if view == "torch_max_reserved":
         return reserved
@@ -383,7 +393,7 @@ def predict(r: Record) -> Prediction:
         from vrambudget.trace.models import resolve_models
 
         workloads = resolve_models(workloads)
-    b = estimate(workloads, req.device, req.headroom, software=req.software)
+    b = estimate(workloads, req.device, req.headroom, software=req.software, allocator_replay=True)
     return Prediction(r, float(value_of(b, r)), split_for(r))
 
 

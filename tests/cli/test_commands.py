@@ -99,10 +99,10 @@ def test_estimate_says_the_verdict_and_exits_by_it(
     assert capsys.readouterr().out.rstrip().splitlines()[-1] == (
         "FITS box (16.00 GiB): uses 6.00 GiB, 10.00 GiB free"
     )
-    # 8 GiB: the total fits, the error band's high end (above 8 GiB for this class) does not.
-    assert main(["estimate", "--file", _generic_file(tmp_path, 8 * GiB)]) == EXIT_FITS
+    # 6.5 GiB: the total fits, the error band's high end (above 6.5 GiB for this class) does not.
+    assert main(["estimate", "--file", _generic_file(tmp_path, 13 * GiB // 2)]) == EXIT_FITS
     last = capsys.readouterr().out.rstrip().splitlines()[-1]
-    assert last.startswith("FITS box (8.00 GiB): uses 6.00 GiB, 2.00 GiB free; the error band")
+    assert last.startswith("FITS box (6.50 GiB): uses 6.00 GiB, 512.00 MiB free; the error band")
     # --json: the same exit status, the answer's fit in the JSON
     assert (
         main(["estimate", "--file", _generic_file(tmp_path, 5 * GiB), "--json"])

@@ -390,12 +390,12 @@ def test_refused_layouts_name_the_field(call: Any, field: str, words: str) -> No
 
 
 def test_a_mig_profile_is_checked_against_the_capacity_a_mig_fit_gives_it() -> None:
-    # Qwen2.5-0.5B at batch 64 on an A100 80GB: 8,569,238,072 B per device, under the 10 x 10^9 B
+    # Qwen2.5-0.5B at batch 88 on an A100 80GB: 8,629,924,860 B per device, under the 10 x 10^9 B
     # of the name `1g.10gb` but over the 0.85 x 10 x 10^9 = 8,500,000,000 B the MIG fit gives an
     # instance without an nvidia-smi listing (core/mig.py): refused, as the MIG fit would.
     with pytest.raises(InvalidWorkload) as e:
-        from_budget([inference("qwen2.5-0.5b", batch_size=64)], A100, mig_profile="1g.10gb")
+        from_budget([inference("qwen2.5-0.5b", batch_size=88)], A100, mig_profile="1g.10gb")
     assert e.value.field == "mig_profile"
-    assert "8569238072 B" in str(e.value) and "8500000000 B" in str(e.value)
-    a = from_budget([inference("qwen2.5-0.5b", batch_size=48)], A100, mig_profile="1g.10gb")
+    assert "8629924860 B" in str(e.value) and "8500000000 B" in str(e.value)
+    a = from_budget([inference("qwen2.5-0.5b", batch_size=80)], A100, mig_profile="1g.10gb")
     assert a.resource_name == "nvidia.com/mig-1g.10gb"

@@ -111,9 +111,9 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 9.5%, 85.4% inside their band, band median half-width 20.4%, 11 runs whose "
-    "measured peak is above the band's high end (LitGPT QLoRA on one A10G, repeated generate "
-    "seen by NVML, Answer.AI FSDP on RTX 3090s)",
+    "peaks median 9.2%, 84.1% inside their band, band median half-width 20.4%, 10 runs whose "
+    "measured peak is above the band's high end (LitGPT QLoRA on one A10G, 4-bit generate at "
+    "batch 1 seen by NVML, Answer.AI FSDP on RTX 3090s)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -134,12 +134,17 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     The next change, LitGPT's own LM head and 4-bit layout read from its source, measured 86.6%
     and 10. Sharded QLoRA keeping its unquantized parameters in bf16 (as the runs' own notes
     say they did) then put one held-out Answer.AI run on RTX 3090s above its band: 85.4% and
-    11 (docs/ACCURACY.md)."""
+    11. Replaying transformers' generate through the allocator model for reserved and
+    nvidia-smi readings fixed the calibrate split's fragmented runs (31-67% low before), so the
+    inference band's high end fell from x1.43 to x1.16; the held-out median went 9.5% -> 9.2%
+    and the runs above the band 11 -> 10, but two held-out 4-bit nvidia-smi runs at batch 1
+    (28-29% low, the gap the calibrate 4-bit runs share) and two over-estimated batch-16 runs
+    left the narrower band: coverage 85.4% -> 84.1% (docs/ACCURACY.md)."""
     s = summarize(held_out)
     assert s["n"] >= 70
-    assert s["median_abs_error"] <= 0.0955
-    assert s["coverage"] >= 0.853
-    assert s["exceeded_but_fits"] <= 11
+    assert s["median_abs_error"] <= 0.0921
+    assert s["coverage"] >= 0.841
+    assert s["exceeded_but_fits"] <= 10
     assert s["median_half_width"] <= 0.204
     assert not math.isnan(s["median_signed_error"])
 

@@ -114,6 +114,7 @@ def _estimate(args: argparse.Namespace) -> int:
                 req.headroom,  # type: ignore[attr-defined]
                 software=req.software,  # type: ignore[attr-defined]
                 disk=req.disk,  # type: ignore[attr-defined]
+                allocator_replay=args.allocator_replay or req.allocator_replay,  # type: ignore[attr-defined]
             )
     except (msgspec.ValidationError, BudgetError) as exc:
         return report(exc, BudgetRequest, FLAG_OF)
@@ -153,6 +154,15 @@ def _estimate(args: argparse.Namespace) -> int:
             )
         print(f"  {'total':<24}{d.total_bytes:>20,}{'':>4}{d.total_bytes / 2**30:>10.3f}")
         print("  phases: " + ", ".join(f"{p.name} {format_bytes(p.total_bytes)}" for p in d.phases))
+        c = d.allocator_cache
+        if c is not None:
+            flush = "; the allocator will release its cache and retry" if c.releases_cache else ""
+            print(
+                f"  generate replay: nvidia-smi ~{format_bytes(c.device_used_bytes)}, reserved "
+                f"{format_bytes(c.reserved_bytes)} ({format_bytes(c.cached_bytes)} cached "
+                f"beyond the allocated bytes{flush}); with expandable_segments:True "
+                f"{format_bytes(c.expandable_segments_cached_bytes)} cached"
+            )
     if budget.serving:
         sv = budget.serving
         start = "starts" if sv.would_start else f"would NOT start: {sv.reason}"
@@ -345,6 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["analytic", "trace"],
         help="analytic formulas (default) or the trace tier, run in this process "
         "(needs vrambudget[trace]); overrides the method of a --file request",
+    )
+    est.add_argument(
+        "--allocator-replay",
+        action="store_true",
+        help="also replay transformers' generate through the caching-allocator model: what "
+        "nvidia-smi and max_memory_reserved will show (docs/COMPONENTS.md, section 13)",
     )
     est.add_argument(
         "--iterations", type=int, metavar="N", help="trace: steps traced (2 .. 8, default 2)"

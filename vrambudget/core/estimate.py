@@ -42,10 +42,12 @@ def estimate(
     profiles: ProfileSet | None = None,
     software: Software | None = None,
     disk: DiskOptions = DEFAULT_DISK,
+    allocator_replay: bool = False,
 ) -> Budget:
     """The full answer for co-located workloads on one device type, with the device's
     compatibility verdict (:mod:`vrambudget.core.compat`); ``disk`` says which extra copies of
-    the model files the disk budget counts."""
+    the model files the disk budget counts; ``allocator_replay``: see
+    :func:`vrambudget.core.budget.analytic.analytic_budget`."""
     if any(isinstance(w, ImageGenerationWorkload) for w in workloads):
         budget = diffusion_budget(workloads, device, headroom, profiles, software, disk)
         return _with_compatibility(budget, workloads, device, software)
@@ -56,7 +58,9 @@ def estimate(
             serving_budget(serving, device, software, disk), serving, device, software
         )
     deployed, notes = deploy_all(analytic)
-    budget = analytic_budget(deployed, device, headroom, profiles, software, notes, disk)
+    budget = analytic_budget(
+        deployed, device, headroom, profiles, software, notes, disk, allocator_replay
+    )
     return _with_compatibility(budget, deployed, device, software)
 
 

@@ -10,6 +10,7 @@ from msgspec import Meta
 from .components import Component
 
 __all__ = [
+    "AllocatorCache",
     "Budget",
     "BudgetFit",
     "CalibrationUse",
@@ -101,6 +102,34 @@ class ErrorBand(_Out, frozen=True, kw_only=True):
     basis: str
 
 
+class AllocatorCache(_Out, frozen=True, kw_only=True):
+    """What the caching allocator will *hold* (``torch.cuda.max_memory_reserved()``,
+    ``nvidia-smi``) when transformers' ``generate`` grows its KV cache by ``torch.cat``: every
+    step frees blocks a little too small for the next step's cache, so cached segments pile up
+    far beyond the tensors' bytes. Replayed through the caching-allocator model
+    (``method``). The allocator releases them and retries when ``cudaMalloc`` fails, so they
+    do not decide whether the workload fits (the budget's total does); they decide what the
+    device shows and whether the run pays for cache flushes."""
+
+    cached_bytes: int
+    """Bytes the allocator holds beyond the allocated peak, as the replay finds them (where the
+    device had room for them)."""
+    reserved_bytes: int
+    """The expected ``torch.cuda.max_memory_reserved()``: the budget's allocated bytes plus
+    ``cached_bytes``, at most what the device leaves the allocator."""
+    device_used_bytes: int
+    """The expected ``nvidia-smi`` reading at the peak: ``reserved_bytes`` plus the CUDA
+    context and communication buffers."""
+    releases_cache: bool
+    """The device cannot hold the cached segments: the allocator will release them and retry
+    (``num_alloc_retries`` in ``torch.cuda.memory_stats()``), which costs time, not memory."""
+    expandable_segments_cached_bytes: int
+    """``cached_bytes`` with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (the remedy:
+    one growing virtual segment per pool)."""
+    method: str
+    source: str
+
+
 class DeviceBudget(_Out, frozen=True, kw_only=True):
     label: str
     pipeline_stage: int | None
@@ -115,6 +144,10 @@ class DeviceBudget(_Out, frozen=True, kw_only=True):
     phases: tuple[Phase, ...]
     band: ErrorBand | None = None
     """The error band of the subtotal (headroom excluded); null where none is calibrated."""
+    allocator_cache: AllocatorCache | None = None
+    """transformers ``generate`` with a growing KV cache on one device: what the caching
+    allocator will hold beyond the allocated bytes (null for every other workload, and for a
+    generation longer than the replay limit)."""
 
 
 class Item(_Out, frozen=True, kw_only=True):

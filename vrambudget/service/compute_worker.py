@@ -55,7 +55,15 @@ def software_of(report: ProbeResource) -> Software | None:
 def _budget(payload: bytes, resolutions: Resolutions = ()) -> Any:
     req = msgspec.json.decode(payload, type=BudgetRequest)
     workloads = with_resolutions(req.workloads, resolutions)
-    return estimate(workloads, req.device, req.headroom, _profiles[0], req.software, req.disk)
+    return estimate(
+        workloads,
+        req.device,
+        req.headroom,
+        _profiles[0],
+        req.software,
+        req.disk,
+        req.allocator_replay,
+    )
 
 
 def _fit(payload: bytes, resolutions: Resolutions = ()) -> Any:

@@ -8,6 +8,8 @@ the same stage functions, so an explained number and a solved number cannot drif
 
 from __future__ import annotations
 
+import msgspec
+
 from ..bands import BandRule, band_rule, resolve_headroom, workload_class
 from ..calibration import ProfileSet
 from ..components import Component
@@ -36,6 +38,7 @@ from ..stack import Stack
 from ..statics import statics_for
 from .encoders import encoder_info, encoder_stage, proxy
 from .explain import NO_NAMES, calibration_use, device_budget
+from .generate_cache import allocator_cache
 from .generic import generic_stage
 from .inference import inference_stage, inference_total
 from .inputs import INPUT_NAMES, inputs, kind, summary
@@ -151,10 +154,13 @@ def analytic_budget(
     software: Software | None = None,
     notes: tuple[str, ...] = (),
     disk: DiskOptions = DEFAULT_DISK,
+    allocator_replay: bool = False,
 ) -> Budget:
     """The full answer for co-located inference, training and generic workloads on one device
     type (deployed: :func:`vrambudget.core.deployed.deploy_all`); ``notes`` lead the
-    warnings; ``disk`` says which copies of the model files the disk counts."""
+    warnings; ``disk`` says which copies of the model files the disk counts;
+    ``allocator_replay`` adds what the allocator will hold for transformers ``generate``
+    (``DeviceBudget.allocator_cache``, up to a few seconds)."""
     ctx = resolve_device(device, profiles, software)
     ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, software)
     keys = tuple([persistent_key(w) for w in workloads])
@@ -192,6 +198,18 @@ def analytic_budget(
                     band,
                 )
             )
+        if (
+            allocator_replay
+            and isinstance(w, InferenceWorkload)
+            and len(devices) == 1
+            and arch is not None
+        ):
+            (st,) = statics_for(w, arch, ov.stack)
+            cache = allocator_cache(
+                w, arch, st, ov, devices[0], ctx.memory_total_bytes if ctx else None
+            )
+            if cache is not None:
+                devices[0] = msgspec.structs.replace(devices[0], allocator_cache=cache)
     else:
         # Co-located: the most loaded stage of each workload shares one device.
         values: dict[Component, int] = {}

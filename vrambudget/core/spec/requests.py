@@ -346,6 +346,16 @@ class BudgetRequest(Wire, frozen=True, kw_only=True):
             "(default: a conversion copy and an update copy of safetensors checkpoints)."
         ),
     ] = DiskOptions()
+    allocator_replay: Annotated[
+        bool,
+        Meta(
+            description="Also replay transformers' `generate` through the caching-allocator "
+            "model and answer what the allocator will hold beyond the allocated bytes: the "
+            "expected `torch.cuda.max_memory_reserved()` and nvidia-smi readings "
+            "(`devices[].allocator_cache`; inference workloads on one device; up to a few "
+            "seconds). The fit verdict does not change."
+        ),
+    ] = False
 
     def __post_init__(self) -> None:
         rules.check(self)

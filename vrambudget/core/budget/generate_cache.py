@@ -1,0 +1,125 @@
+"""The caching allocator's reading for transformers ``generate`` (``DeviceBudget.allocator_cache``):
+the replay of :mod:`vrambudget.core.allocator.generate` put next to the budget's own lines.
+
+The budget's allocator-overhead line is what the run *needs* beyond its tensors; the replay says
+what the allocator will *hold* while the KV cache grows by ``torch.cat``. Expected readings:
+
+    reserved    = budget total - headroom - context - communication - fragmentation line part
+                  + replay cached bytes, at most (device memory - context - communication)
+    nvidia-smi  = reserved + context + communication
+"""
+
+from __future__ import annotations
+
+from ..allocator.generate import MAX_EVENTS, GenerateShape, events_of, replay_generate
+from ..arch import Arch
+from ..components import Component
+from ..dtypes import bytes_of
+from ..formulas.allocator_overhead import ROUNDING_PART
+from ..overheads import Overheads
+from ..result import AllocatorCache, DeviceBudget
+from ..spec import InferenceWorkload
+from ..spec.precision import BitsAndBytes4bit
+from ..statics import StageStatic
+
+__all__ = ["METHOD", "SOURCE", "allocator_cache", "generate_shape"]
+
+METHOD = (
+    "greedy generate replayed through the caching-allocator model "
+    "(vrambudget.core.allocator.generate): the large pool's requests, one per kernel output"
+)
+SOURCE = (
+    "c10/cuda/CUDACachingAllocator.cpp; transformers 4.35.2 modeling_llama.py and "
+    "generation/utils.py, 4.42.0 / 5.x cache_utils.py (the cache's torch.cat); checked against "
+    "optimum-benchmark running-llamas max_memory_reserved on A100-80GB (Llama-2-7B/13B fp16, "
+    "batch 1-8: within 3.3%; docs/ACCURACY.md)"
+)
+
+_OUTSIDE = (Component.CUDA_CONTEXT, Component.COMMUNICATION_BUFFERS)
+
+
+def generate_shape(
+    w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
+) -> GenerateShape | None:
+    """The replay's shape for ``w``, or None where the replay does not apply: not a dense,
+    full-attention decoder (sliding windows longer than the context count as full) generating one
+    batch on one device with a ``torch.cat`` cache, or a generation of more than
+    :data:`~vrambudget.core.allocator.generate.MAX_EVENTS` large-pool requests. Concurrent
+    requests are separate ``generate`` calls on their own streams, whose blocks the allocator
+    pools apart."""
+    p = w.parallelism
+    if (
+        not ov.stack.cache_concat
+        or arch.kind != "decoder"
+        or arch.moe is not None
+        or arch.mla is not None
+        or any(window < w.context_tokens for window, _ in st.kv_sliding)
+        or st.state_elems
+        or 2 * arch.num_kv_heads * arch.head_dim * arch.num_layers
+        != st.kv_full_elems + sum(elems for _, elems in st.kv_sliding)
+        or w.generated_tokens < 1
+        or w.concurrent_requests != 1
+        or w.prefill_chunk_tokens is not None
+        or w.instances != 1
+        or p.tensor != 1
+        or p.pipeline != 1
+    ):
+        return None
+    eager = w.attention == "eager"
+    shape = GenerateShape(
+        layers=arch.num_layers,
+        hidden=arch.hidden_size,
+        heads=arch.num_heads,
+        kv_heads=arch.num_kv_heads,
+        head_dim=arch.head_dim,
+        intermediate=arch.intermediate_size,
+        vocab=arch.vocab_size,
+        elem=bytes_of(w.precision.compute),
+        batch=w.batch_size,
+        prompt=w.prompt_tokens,
+        generated=w.generated_tokens,
+        keep_old_cache=ov.stack.cache_copy_all,
+        all_prompt_logits=ov.stack.prefill_logits == "all_fp32",
+        eager=eager,
+        # flash attention takes grouped K/V as they are; eager and SDPA's math path expand them.
+        repeat_kv=arch.num_kv_heads < arch.num_heads and w.attention != "flash",
+        gated=arch.mlp == "gated",
+        dequantize=isinstance(w.precision.quantization, BitsAndBytes4bit),
+    )
+    return shape if events_of(shape) <= MAX_EVENTS else None
+
+
+def allocator_cache(
+    w: InferenceWorkload,
+    arch: Arch,
+    st: StageStatic,
+    ov: Overheads,
+    device: DeviceBudget,
+    capacity: int | None,
+) -> AllocatorCache | None:
+    """What the allocator will hold on ``device`` (``capacity``: the device's memory, None
+    when no device was named), or None where the replay does not apply."""
+    shape = generate_shape(w, arch, st, ov)
+    if shape is None:
+        return None
+    replay = replay_generate(shape)
+    expandable = replay_generate(shape, expandable_segments=True)
+    lines = {ln.component: ln for ln in device.lines}
+    outside = sum(lines[c].bytes for c in _OUTSIDE)
+    overhead = lines[Component.ALLOCATOR_OVERHEAD]
+    rounding = sum(p.bytes for p in overhead.parts if p.name == ROUNDING_PART)
+    allocated = (
+        device.total_bytes - lines[Component.HEADROOM].bytes - outside - overhead.bytes + rounding
+    )
+    uncapped = allocated + replay.cached_bytes
+    room = None if capacity is None else max(capacity - outside, allocated)
+    reserved = uncapped if room is None else min(uncapped, room)
+    return AllocatorCache(
+        cached_bytes=reserved - allocated,
+        reserved_bytes=reserved,
+        device_used_bytes=reserved + outside,
+        releases_cache=room is not None and uncapped > room,
+        expandable_segments_cached_bytes=expandable.cached_bytes,
+        method=METHOD,
+        source=SOURCE,
+    )
