@@ -20,7 +20,8 @@ one tensor per kernel output:
 * per layer: RMSNorm's fp32 round trip, Q/K/V projections, rotary embedding (``rotate_half``'s
   ``cat``), the cache ``cat``, ``repeat_kv`` copies for grouped-query attention (eager; and SDPA
   before transformers 4.42), eager attention's score, mask, fp32 softmax and cast tensors, the
-  output projection, the gated MLP; residual adds.
+  output projection, the gated MLP; residual adds. ``softmax(dtype=float32)`` of bf16 scores
+  copies them to fp32 first (ATen fuses the upcast for fp16 on CUDA only).
 * per step: the 4-D causal mask, the LM head and its fp32 upcast (every prompt row before
   transformers 4.45, ``logits_to_keep=1`` and generate's fp32 copy since), the grown
   ``input_ids`` and attention mask.
@@ -72,6 +73,9 @@ class GenerateShape:
     repeat_kv: bool
     """``repeat_kv`` materializes K and V at the query heads (grouped-query attention)."""
     gated: bool = True
+    softmax_copy: bool = False
+    """Eager attention in bf16: ``softmax(..., dtype=torch.float32)`` copies the scores to fp32
+    before the kernel (ATen ``softmax`` fuses the upcast for fp16 on CUDA only)."""
     dequantize: bool = False
     """bitsandbytes 4-bit: a linear on more than one row dequantizes its weight into a
     compute-dtype temporary (``matmul_4bit``'s ``MatMul4Bit`` path; one row takes the gemv
@@ -227,7 +231,12 @@ def _layer(
         s.free(w1)
         w3 = s.alloc(scores * e)
         s.free(w2)
-        sm = s.alloc(scores * 4)
+        if g.softmax_copy:  # softmax(dtype=float32) of bf16 scores: input.to(float32) first
+            up = s.alloc(scores * 4)
+            sm = s.alloc(scores * 4)
+            s.free(up)
+        else:  # fp16 on CUDA: the fused half-to-float softmax
+            sm = s.alloc(scores * 4)
         s.free(w3)
         p = s.alloc(scores * e)
         s.free(sm)
@@ -263,6 +272,12 @@ def _layer(
 
 def _replay(g: GenerateShape, expandable: bool) -> GenerateReplay:
     s = _Stream(expandable)
+    _call(s, g)
+    return GenerateReplay(s.alloc_.stats().peak_allocated_bytes, s.reserved, s.n)
+
+
+def _call(s: _Stream, g: GenerateShape) -> None:
+    """One ``generate`` call; everything it allocated is freed when it returns."""
     b, e, P = g.batch, g.elem, g.prompt
     ids = s.alloc(b * P * 8)
     mask2d = s.alloc(b * P * 8)
@@ -307,8 +322,9 @@ def _replay(g: GenerateShape, expandable: bool) -> GenerateReplay:
             for kv in cache:
                 s.free(*kv)
         cache = new
-    a = s.alloc_
-    return GenerateReplay(a.stats().peak_allocated_bytes, s.reserved, s.n)
+    for kv in cache:
+        s.free(*kv)
+    s.free(kept_logits, ids, mask2d)
 
 
 _REPLAYS: BoundedCache[tuple[GenerateShape, bool], GenerateReplay] = BoundedCache(256)

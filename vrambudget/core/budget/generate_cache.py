@@ -85,6 +85,7 @@ def generate_shape(
         repeat_kv=arch.num_kv_heads < arch.num_heads and w.attention != "flash",
         gated=arch.mlp == "gated",
         dequantize=isinstance(w.precision.quantization, BitsAndBytes4bit),
+        softmax_copy=eager and w.precision.compute == "bf16",
     )
     return shape if events_of(shape) <= MAX_EVENTS else None
 
