@@ -135,6 +135,17 @@ def test_a_device_too_small_for_the_cached_segments_caps_them() -> None:
     assert b.fit is not None and b.fit.verdict != "does_not_fit"
 
 
+def test_a_budget_that_does_not_fit_is_not_capped() -> None:
+    """Llama-2-70B at batch 8 does not fit an A100-80GB: that run fails, it does not flush."""
+    model = {"source": "preset", "id": "llama-2-70b"}
+    b = _budget({**GEN, "model": model}, device={"source": "catalog", "id": "a100-sxm4-80gb"})
+    cache = b.devices[0].allocator_cache
+    assert b.fit is not None and b.fit.verdict == "does_not_fit"
+    assert cache is not None and not cache.releases_cache
+    _, allocated = _outside_and_allocated(b.devices[0])
+    assert cache.reserved_bytes == allocated + cache.cached_bytes > b.device.memory_total_bytes
+
+
 def test_without_a_device_nothing_is_capped() -> None:
     d = _budget({**GEN, "batch_size": 16}, software=OLD).devices[0]
     assert d.allocator_cache is not None and not d.allocator_cache.releases_cache
@@ -150,6 +161,9 @@ def test_without_a_device_nothing_is_capped() -> None:
         ({"batch_size": 64, "generated_tokens": 4096}, None),  # above MAX_EVENTS
         ({}, {"framework": "litgpt"}),  # a preallocated cache
         ({"model": {"source": "preset", "id": "mixtral-8x7b"}}, None),
+        ({"model": {"source": "preset", "id": "gemma-2-9b"}}, None),  # a static hybrid cache
+        ({"model": {"source": "preset", "id": "gpt2"}}, None),  # LayerNorm, not Llama's stream
+        ({"precision": {"kv_cache": "fp8_e4m3"}}, None),
     ],
 )
 def test_where_the_replay_does_not_apply_there_is_no_reading(

@@ -104,6 +104,11 @@ def _estimate(args: argparse.Namespace) -> int:
                 workloads=model_resolver()(req.workloads),  # type: ignore[attr-defined]
             )
         if req.method == "trace":  # type: ignore[attr-defined]
+            if args.allocator_replay:
+                raise UsageError(
+                    "--allocator-replay belongs to the analytic method: a trace replays the "
+                    "allocator already (its trace.peak_reserved_bytes)"
+                )
             engine = _trace_engine()
             with progress("tracing (fake tensors, then the allocator replay)"):
                 budget = engine(req)

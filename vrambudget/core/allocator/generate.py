@@ -150,10 +150,11 @@ class _Stream:
 
 
 def _rmsnorm(s: _Stream, rows: int, h: int, e: int) -> int:
-    """``LlamaRMSNorm``: fp32 copy, pow, mean, rsqrt, product, cast back, weight product."""
+    """``LlamaRMSNorm``: fp32 copy, pow, mean, rsqrt, product, cast back, weight product (the
+    copy and the cast are no-ops in fp32)."""
     if rows * h * 4 <= SMALL_SIZE_BYTES:  # its largest tensor is small: all of it is
         return 0
-    x32 = s.alloc(rows * h * 4)
+    x32 = s.alloc(rows * h * 4) if e != 4 else 0
     sq = s.alloc(rows * h * 4)
     var = s.alloc(rows * 4)
     s.free(sq)
@@ -162,8 +163,11 @@ def _rmsnorm(s: _Stream, rows: int, h: int, e: int) -> int:
     s.free(eps)
     y32 = s.alloc(rows * h * 4)
     s.free(x32, var, r)
-    y = s.alloc(rows * h * e)
-    s.free(y32)
+    if e != 4:
+        y = s.alloc(rows * h * e)
+        s.free(y32)
+    else:
+        y = y32
     out = s.alloc(rows * h * e)
     s.free(y)
     return out
@@ -235,20 +239,21 @@ def _layer(
             up = s.alloc(scores * 4)
             sm = s.alloc(scores * 4)
             s.free(up)
-        else:  # fp16 on CUDA: the fused half-to-float softmax
+        else:  # fp16 on CUDA: the fused half-to-float softmax (fp32: no cast at all)
             sm = s.alloc(scores * 4)
+        p = s.alloc(scores * e) if e != 4 else sm  # .to(dtype); then the scores are dropped
         s.free(w3)
-        p = s.alloc(scores * e)
-        s.free(sm)
+        if p != sm:
+            s.free(sm)
         ctx = s.alloc(q_bytes)
-        s.free(p)
     else:
+        p = 0
         ctx = s.alloc(q_bytes)
-    s.free(qr, rk, rv)
-    flat = s.alloc(q_bytes)
+    flat = s.alloc(q_bytes)  # transpose(1, 2).contiguous()
     s.free(ctx)
     o = _linear(s, g, rows, g.heads * g.head_dim, g.hidden)
-    s.free(flat, x)
+    # the attention forward returns: its probabilities, rotated query and expanded K/V go
+    s.free(flat, p, qr, rk, rv, x)
     h1 = s.alloc(rows * g.hidden * e)
     s.free(o, hidden)
     x = _rmsnorm(s, rows, g.hidden, e)
@@ -302,9 +307,12 @@ def _call(s: _Stream, g: GenerateShape) -> None:
         logits = s.alloc(head_rows * g.vocab * e)
         s.free(x, mask)
         if g.all_prompt_logits:
-            # logits.float(); next_token_logits views it until the next step's outputs.
-            up = s.alloc(head_rows * g.vocab * 4)
-            s.free(logits, kept_logits)
+            # logits.float() (a no-op in fp32); next_token_logits views it until the next
+            # step's outputs.
+            up = s.alloc(head_rows * g.vocab * 4) if e != 4 else logits
+            if up != logits:
+                s.free(logits)
+            s.free(kept_logits)
             kept_logits = up
             scores = s.alloc(b * g.vocab * 4)  # the logits processors' output
             s.free(scores)

@@ -20,19 +20,23 @@ from ..overheads import Overheads
 from ..result import AllocatorCache, DeviceBudget
 from ..spec import InferenceWorkload
 from ..spec.precision import BitsAndBytes4bit
+from ..stack import version_tuple
 from ..statics import StageStatic
 
 __all__ = ["METHOD", "SOURCE", "allocator_cache", "generate_shape"]
 
 METHOD = (
     "greedy generate replayed through the caching-allocator model "
-    "(vrambudget.core.allocator.generate): the large pool's requests, one per kernel output"
+    "(vrambudget.core.allocator.generate): the large pool's requests, one per kernel output "
+    "of Llama's modelling code (quantized kernels' own temporaries: bitsandbytes 4-bit only)"
 )
 SOURCE = (
     "c10/cuda/CUDACachingAllocator.cpp; transformers 4.35.2 modeling_llama.py and "
     "generation/utils.py, 4.42.0 / 5.x cache_utils.py (the cache's torch.cat); checked against "
-    "optimum-benchmark running-llamas max_memory_reserved on A100-80GB (Llama-2-7B/13B fp16, "
-    "batch 1-8: within 3.3%; docs/ACCURACY.md)"
+    "published max_memory_reserved (optimum-benchmark running-llamas, transformers 4.35.2, "
+    "A100-80GB, Llama-2 7B/13B fp16, batch 1-8: -0.7% .. +3.3%) and our H200 campaign "
+    "(transformers 5.23: 3.7-5.6% low with SDPA, 19.8% low with eager at batch 4 x 2048; "
+    "docs/ACCURACY.md)"
 )
 
 _OUTSIDE = (Component.CUDA_CONTEXT, Component.COMMUNICATION_BUFFERS)
@@ -41,16 +45,23 @@ _OUTSIDE = (Component.CUDA_CONTEXT, Component.COMMUNICATION_BUFFERS)
 def generate_shape(
     w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
 ) -> GenerateShape | None:
-    """The replay's shape for ``w``, or None where the replay does not apply: not a dense,
-    full-attention decoder (sliding windows longer than the context count as full) generating one
-    batch on one device with a ``torch.cat`` cache, or a generation of more than
-    :data:`~vrambudget.core.allocator.generate.MAX_EVENTS` large-pool requests. Concurrent
+    """The replay's shape for ``w``, or None where the replay does not apply. It follows
+    Llama's modelling code, so it applies to a dense, full-attention, RMSNorm decoder (sliding
+    windows longer than the context count as full; not Gemma, whose releases 4.42-4.55 used a
+    static hybrid cache) generating one batch on one device with a ``torch.cat`` cache in the
+    compute dtype, in at most :data:`~vrambudget.core.allocator.generate.MAX_EVENTS` large-pool
+    requests. Of the quantized kernels, bitsandbytes 4-bit's dequantized weights are replayed;
+    the others' own temporaries (GPTQ, AWQ, int8, fp8) are not (their outputs are). Concurrent
     requests are separate ``generate`` calls on their own streams, whose blocks the allocator
     pools apart."""
     p = w.parallelism
     if (
         not ov.stack.cache_concat
         or arch.kind != "decoder"
+        or arch.norm != "rmsnorm"
+        or arch.sandwich_norms
+        or arch.model_type.startswith("gemma")
+        or w.precision.kv_cache not in ("auto", w.precision.compute)
         or arch.moe is not None
         or arch.mla is not None
         or any(window < w.context_tokens for window, _ in st.kv_sliding)
@@ -79,15 +90,27 @@ def generate_shape(
         prompt=w.prompt_tokens,
         generated=w.generated_tokens,
         keep_old_cache=ov.stack.cache_copy_all,
-        all_prompt_logits=ov.stack.prefill_logits == "all_fp32",
+        all_prompt_logits=ov.stack.prefill_logits == "all_fp32" or w.logits == "all",
         eager=eager,
-        # flash attention takes grouped K/V as they are; eager and SDPA's math path expand them.
-        repeat_kv=arch.num_kv_heads < arch.num_heads and w.attention != "flash",
+        repeat_kv=arch.num_kv_heads < arch.num_heads and (eager or _sdpa_repeats(w, ov)),
         gated=arch.mlp == "gated",
         dequantize=isinstance(w.precision.quantization, BitsAndBytes4bit),
         softmax_copy=eager and w.precision.compute == "bf16",
     )
     return shape if events_of(shape) <= MAX_EVENTS else None
+
+
+def _sdpa_repeats(w: InferenceWorkload, ov: Overheads) -> bool:
+    """SDPA expands grouped K/V (``repeat_kv``) in transformers' releases before 4.54; since,
+    ``sdpa_attention_forward`` passes them as they are (``enable_gqa``) with torch >= 2.5 when
+    generate's mask is None, as it is for unpadded batches (4.54.0
+    ``integrations/sdpa_attention.py`` ``use_gqa_in_sdpa``; 4.53.0 always repeats). Flash
+    attention never expands them."""
+    if w.attention != "sdpa":
+        return False
+    st = ov.stack
+    old = st.framework == "transformers" and version_tuple(st.framework_version) < (4, 54)
+    return old or version_tuple(st.torch_version) < (2, 5)
 
 
 def allocator_cache(
@@ -113,7 +136,9 @@ def allocator_cache(
         device.total_bytes - lines[Component.HEADROOM].bytes - outside - overhead.bytes + rounding
     )
     uncapped = allocated + replay.cached_bytes
-    room = None if capacity is None else max(capacity - outside, allocated)
+    # The allocator releases its cache when cudaMalloc fails; a budget that does not fit at all
+    # runs out of memory instead, so its readings are not capped.
+    room = None if capacity is None or capacity - outside < allocated else capacity - outside
     reserved = uncapped if room is None else min(uncapped, room)
     return AllocatorCache(
         cached_bytes=reserved - allocated,
