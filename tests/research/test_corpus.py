@@ -111,7 +111,7 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 9.2%, 84.1% inside their band, band median half-width 20.4%, 10 runs whose "
+    "peaks median 9.2%, 85.4% inside their band, band median half-width 20.4%, 9 runs whose "
     "measured peak is above the band's high end (LitGPT QLoRA on one A10G, 4-bit generate at "
     "batch 1 seen by NVML, Answer.AI FSDP on RTX 3090s)",
 )
@@ -139,12 +139,14 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     inference band's high end fell from x1.43 to x1.16; the held-out median went 9.5% -> 9.2%
     and the runs above the band 11 -> 10, but two held-out 4-bit nvidia-smi runs at batch 1
     (28-29% low, the gap the calibrate 4-bit runs share) and two over-estimated batch-16 runs
-    left the narrower band: coverage 85.4% -> 84.1% (docs/ACCURACY.md)."""
+    left the narrower band: coverage 85.4% -> 84.1%. Quantized inference then got its own
+    class and band (its calibrate 4-bit nvidia-smi runs are 30-33% low): 85.4% and 9
+    (docs/ACCURACY.md)."""
     s = summarize(held_out)
     assert s["n"] >= 70
     assert s["median_abs_error"] <= 0.0921
-    assert s["coverage"] >= 0.841
-    assert s["exceeded_but_fits"] <= 10
+    assert s["coverage"] >= 0.853
+    assert s["exceeded_but_fits"] <= 9
     assert s["median_half_width"] <= 0.204
     assert not math.isnan(s["median_signed_error"])
 

@@ -102,7 +102,8 @@ def workload_class(w: Workload) -> str:
         else:
             cls = "fine_tuning_qlora" if isinstance(w.method, QLoRA) else "fine_tuning_lora"
     elif isinstance(w, InferenceWorkload):
-        cls = "inference"
+        # A scheme object, or None / UNSET (a request's own workload, not deployed yet).
+        cls = "inference_quantized" if w.precision.quantization else "inference"
     else:
         return "other"
     par = w.parallelism
@@ -114,6 +115,7 @@ _CLASS_WORDS = {
     "fine_tuning_lora": "LoRA fine-tuning",
     "fine_tuning_qlora": "QLoRA fine-tuning",
     "inference": "inference",
+    "inference_quantized": "quantized inference",
     "other": "other workloads",
 }
 
@@ -129,7 +131,13 @@ def class_label(cls: str) -> str:
 def family_of(cls: str) -> str:
     """The classes pooled when one has too few measurements: training (full, LoRA, QLoRA) or
     inference, on one device or several."""
-    kind = "training" if cls.startswith(("training", "fine_tuning")) else cls.split("_multi")[0]
+    kind = (
+        "training"
+        if cls.startswith(("training", "fine_tuning"))
+        else "inference"
+        if cls.startswith("inference")
+        else cls.split("_multi")[0]
+    )
     return kind + ("_multi_gpu" if cls.endswith("_multi_gpu") else "")
 
 
