@@ -5,7 +5,8 @@ does) publish numbers far above one call's ``max_memory_allocated``: the KV cach
 
 Qwen2.5-0.5B's config with random bf16 weights, transformers' ``generate`` (DynamicCache), greedy,
 a fixed number of new tokens; per call: ``max_memory_allocated`` and ``max_memory_reserved``
-(peaks reset before the call), ``memory_reserved`` after it, NVML's device used after it. Then
+(peaks reset before the call), ``memory_reserved`` after it, NVML's device used after it, and
+after each series' first call its cached segments (``memory_snapshot``). Then
 the same after ``torch.cuda.empty_cache()``, to show which part is reclaimable cache.
 
     python3 bench/gpu/generate_ratchet.py [OUT.json]             # about 40 s on one H100/H200
@@ -38,6 +39,14 @@ def _nvml_used() -> int | None:
         return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used)
     except Exception:  # noqa: BLE001 -- no NVML: the torch views still say it
         return None
+
+
+def _segments(torch: Any) -> list[list[Any]]:
+    """Every cached segment after a call, largest first: [pool, bytes, bytes allocated in it]
+    (``torch.cuda.memory_snapshot()``), to set beside the allocator replay's segments."""
+    snap = torch.cuda.memory_snapshot()
+    rows = [[s["segment_type"], s["total_size"], s["allocated_size"]] for s in snap]
+    return sorted(rows, key=lambda r: (-r[1], r[0]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,15 +96,16 @@ def main(argv: list[str] | None = None) -> int:
                 calls.append({"seconds": seconds})
                 continue
             counters.synchronize()
-            calls.append(
-                {
-                    "max_allocated": counters.max_memory_allocated(),
-                    "max_reserved": counters.max_memory_reserved(),
-                    "reserved_after": counters.memory_reserved(),
-                    "nvml_used_after": _nvml_used(),
-                    "seconds": seconds,
-                }
-            )
+            call: dict[str, Any] = {
+                "max_allocated": counters.max_memory_allocated(),
+                "max_reserved": counters.max_memory_reserved(),
+                "reserved_after": counters.memory_reserved(),
+                "nvml_used_after": _nvml_used(),
+                "seconds": seconds,
+            }
+            if not calls:  # the first call's cached segments, for the allocator replay
+                call["segments_after"] = _segments(torch)
+            calls.append(call)
             del ids
         after = None
         if counters is not None:
