@@ -25,9 +25,7 @@ from vrambudget.core.allocator.generate import replay_generate
 from vrambudget.core.budget.generate_cache import generate_shape
 from vrambudget.core.deployed import deploy_all
 from vrambudget.core.overheads import DEFAULT_OVERHEADS, with_software
-from vrambudget.core.resolve import resolve_model
 from vrambudget.core.spec import BudgetRequest
-from vrambudget.core.statics import statics_for
 
 __all__ = ["Compared", "compare", "main"]
 
@@ -85,10 +83,7 @@ def compare(doc: dict[str, Any]) -> list[Compared]:
     for s in doc["series"]:
         req = _request(doc, s["batch_size"], s["prompt_tokens"], s["new_tokens"])
         (w,), _ = deploy_all(req.workloads)
-        ov = with_software(DEFAULT_OVERHEADS, req.software)
-        arch = resolve_model(w.model)
-        (st,) = statics_for(w, arch, ov.stack)
-        shape = generate_shape(w, arch, st, ov)
+        shape = generate_shape(w, with_software(DEFAULT_OVERHEADS, req.software))
         if shape is None:
             raise ValueError(f"the replay does not apply to series {s}")
         replay = replay_generate(shape)

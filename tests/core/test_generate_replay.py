@@ -86,6 +86,12 @@ def test_the_replay_is_bounded_and_its_count_is_close() -> None:
         replay_generate(too_long)
 
 
+def test_a_trace_request_cannot_ask_for_the_replay() -> None:
+    body = {"method": "trace", "workloads": [GEN], "allocator_replay": True}
+    with pytest.raises(msgspec.ValidationError, match="allocator_replay belongs to method"):
+        msgspec.convert(body, BudgetRequest)
+
+
 def test_only_a_request_that_asks_gets_the_replay() -> None:
     d = _budget(GEN, allocator_replay=False).devices[0]
     assert d.allocator_cache is None

@@ -34,8 +34,6 @@ def test_the_analytic_stream_replays_as_the_framework_code_does() -> None:
     from vrambudget.core.budget.generate_cache import generate_shape
     from vrambudget.core.deployed import deploy_all
     from vrambudget.core.overheads import DEFAULT_OVERHEADS
-    from vrambudget.core.resolve import resolve_model
-    from vrambudget.core.statics import statics_for
     from vrambudget.trace.engine import trace_budget
 
     body = {"workloads": [WORKLOAD], "device": DEVICE}
@@ -46,9 +44,7 @@ def test_the_analytic_stream_replays_as_the_framework_code_does() -> None:
     budget = estimate(req.workloads, req.device, req.headroom)
     weights = {ln.component: ln.bytes for ln in budget.devices[0].lines}[Component.WEIGHTS]
     (w,), _ = deploy_all(req.workloads)  # type: ignore[arg-type]
-    arch = resolve_model(w.model)  # type: ignore[union-attr]
-    (st,) = statics_for(w, arch, DEFAULT_OVERHEADS.stack)  # type: ignore[arg-type]
-    shape = generate_shape(w, arch, st, DEFAULT_OVERHEADS)  # type: ignore[arg-type]
+    shape = generate_shape(w, DEFAULT_OVERHEADS)  # type: ignore[arg-type]
     assert shape is not None and shape.eager and shape.softmax_copy
     replay = replay_generate(shape)
 

@@ -133,6 +133,11 @@ CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] =
         {"workloads": [SERVE], "device": H100, "method": "trace"},
         {"workloads": [SERVE], "device": H100, "method": "analytic"},
     ),
+    ("BudgetRequest", 3): (
+        BudgetRequest,
+        {"workloads": [INFER], "method": "trace", "allocator_replay": True},
+        {"workloads": [INFER], "method": "analytic", "allocator_replay": True},
+    ),
     ("FitRequest", 0): (FitRequest, {"workloads": [SERVE, INFER]}, {"workloads": [SERVE]}),
     ("FitRequest", 1): (
         FitRequest,

@@ -126,21 +126,17 @@ def events_of(g: GenerateShape) -> int:
 class _Stream:
     """Large-pool requests into one allocator; handle 0 stands for a small-pool tensor."""
 
-    __slots__ = ("alloc_", "n", "reserved")
+    __slots__ = ("alloc_", "n")
 
     def __init__(self, expandable: bool) -> None:
         self.alloc_ = CachingAllocator(expandable_segments=expandable)
         self.n = 0
-        self.reserved = 0
 
     def alloc(self, nbytes: int) -> int:
         if nbytes <= SMALL_SIZE_BYTES:  # = round_size(nbytes) <= kSmallSize (512 divides it)
             return 0
         self.n += 1
-        a = self.alloc_
-        a.malloc(self.n, nbytes)
-        if a.reserved_bytes > self.reserved:
-            self.reserved = a.reserved_bytes
+        self.alloc_.malloc(self.n, nbytes)
         return self.n
 
     def free(self, *handles: int) -> None:
@@ -276,9 +272,13 @@ def _layer(
 
 
 def _replay(g: GenerateShape, expandable: bool) -> GenerateReplay:
+    n = events_of(g)
+    if n > MAX_EVENTS:
+        raise ValueError(f"about {n:,} requests to replay, above the replay limit {MAX_EVENTS:,}")
     s = _Stream(expandable)
     _call(s, g)
-    return GenerateReplay(s.alloc_.stats().peak_allocated_bytes, s.reserved, s.n)
+    stats = s.alloc_.stats()
+    return GenerateReplay(stats.peak_allocated_bytes, stats.peak_reserved_bytes, stats.num_allocs)
 
 
 def _call(s: _Stream, g: GenerateShape) -> None:
@@ -339,8 +339,6 @@ _REPLAYS: BoundedCache[tuple[GenerateShape, bool], GenerateReplay] = BoundedCach
 
 
 def replay_generate(g: GenerateShape, *, expandable_segments: bool = False) -> GenerateReplay:
-    """The replay of one greedy ``generate`` of shape ``g`` (memoized)."""
-    n = events_of(g)
-    if n > MAX_EVENTS:
-        raise ValueError(f"about {n:,} requests to replay, above the replay limit {MAX_EVENTS:,}")
+    """The replay of one greedy ``generate`` of shape ``g`` (memoized; a shape above
+    :data:`MAX_EVENTS` raises ``ValueError``)."""
     return _REPLAYS.get_or((g, expandable_segments), lambda: _replay(g, expandable_segments))

@@ -198,16 +198,8 @@ def analytic_budget(
                     band,
                 )
             )
-        if (
-            allocator_replay
-            and isinstance(w, InferenceWorkload)
-            and len(devices) == 1
-            and arch is not None
-        ):
-            (st,) = statics_for(w, arch, ov.stack)
-            cache = allocator_cache(
-                w, arch, st, ov, devices[0], ctx.memory_total_bytes if ctx else None
-            )
+        if allocator_replay and isinstance(w, InferenceWorkload) and len(devices) == 1:
+            cache = allocator_cache(w, ov, devices[0], ctx.memory_total_bytes if ctx else None)
             if cache is not None:
                 devices[0] = msgspec.structs.replace(devices[0], allocator_cache=cache)
     else:

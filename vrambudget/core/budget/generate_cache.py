@@ -12,16 +12,16 @@ what the allocator will *hold* while the KV cache grows by ``torch.cat``. Expect
 from __future__ import annotations
 
 from ..allocator.generate import MAX_EVENTS, GenerateShape, events_of, replay_generate
-from ..arch import Arch
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas.allocator_overhead import ROUNDING_PART
 from ..overheads import Overheads
+from ..resolve import resolve_model
 from ..result import AllocatorCache, DeviceBudget
 from ..spec import InferenceWorkload
 from ..spec.precision import BitsAndBytes4bit
 from ..stack import version_tuple
-from ..statics import StageStatic
+from ..statics import statics_for
 
 __all__ = ["METHOD", "SOURCE", "allocator_cache", "generate_shape"]
 
@@ -42,10 +42,9 @@ SOURCE = (
 _OUTSIDE = (Component.CUDA_CONTEXT, Component.COMMUNICATION_BUFFERS)
 
 
-def generate_shape(
-    w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
-) -> GenerateShape | None:
-    """The replay's shape for ``w``, or None where the replay does not apply. It follows
+def generate_shape(w: InferenceWorkload, ov: Overheads) -> GenerateShape | None:
+    """The replay's shape for ``w`` (deployed: :func:`vrambudget.core.deployed.deploy_all`), or
+    None where the replay does not apply. It follows
     Llama's modelling code, so it applies to a dense, full-attention, RMSNorm decoder (sliding
     windows longer than the context count as full; not Gemma, whose releases 4.42-4.55 used a
     static hybrid cache) generating one batch on one device with a ``torch.cat`` cache in the
@@ -55,9 +54,12 @@ def generate_shape(
     requests are separate ``generate`` calls on their own streams, whose blocks the allocator
     pools apart."""
     p = w.parallelism
+    if p.tensor != 1 or p.pipeline != 1 or not ov.stack.cache_concat:
+        return None
+    arch = resolve_model(w.model)
+    (st,) = statics_for(w, arch, ov.stack)
     if (
-        not ov.stack.cache_concat
-        or arch.kind != "decoder"
+        arch.kind != "decoder"
         or arch.norm != "rmsnorm"
         or arch.sandwich_norms
         or arch.model_type.startswith("gemma")
@@ -72,8 +74,6 @@ def generate_shape(
         or w.concurrent_requests != 1
         or w.prefill_chunk_tokens is not None
         or w.instances != 1
-        or p.tensor != 1
-        or p.pipeline != 1
     ):
         return None
     eager = w.attention == "eager"
@@ -114,16 +114,11 @@ def _sdpa_repeats(w: InferenceWorkload, ov: Overheads) -> bool:
 
 
 def allocator_cache(
-    w: InferenceWorkload,
-    arch: Arch,
-    st: StageStatic,
-    ov: Overheads,
-    device: DeviceBudget,
-    capacity: int | None,
+    w: InferenceWorkload, ov: Overheads, device: DeviceBudget, capacity: int | None
 ) -> AllocatorCache | None:
     """What the allocator will hold on ``device`` (``capacity``: the device's memory, None
     when no device was named), or None where the replay does not apply."""
-    shape = generate_shape(w, arch, st, ov)
+    shape = generate_shape(w, ov)
     if shape is None:
         return None
     replay = replay_generate(shape)

@@ -360,6 +360,12 @@ RULES: dict[str, tuple[Rule, ...]] = {
             "an llm_serving workload is budgeted by method 'analytic' only",
             _SERVING,
         ),
+        Rule(
+            Cond(("method",), "eq", "analytic"),
+            "allocator_replay belongs to method 'analytic': a trace replays the allocator "
+            "already (its trace.peak_reserved_bytes)",
+            Cond(("allocator_replay",), "eq", True),
+        ),
     ),
     "FitRequest": (
         _SERVING_ALONE,
