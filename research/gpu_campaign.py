@@ -263,11 +263,20 @@ def records(doc: dict[str, Any], lines: dict[str, str], url: str) -> list[Record
                     title=f"vrambudget GPU campaign {date}: {r['name']} on {gpu}",
                     published=date,
                     workload=r.get("estimated_workload") or w,
+                    # The RMSNorm the built-in builders imitated (campaigns before the field
+                    # ran one F.rms_norm, fused); the framework code is transformers' own.
+                    software=_builtin_software(doc) if framework == "pytorch" else None,
                     excluded=_excluded(doc, r, suffix, quantity, float(value)),
                     notes=notes,
                 )
             )
     return out
+
+
+def _builtin_software(doc: dict[str, Any]) -> dict[str, Any]:
+    norm = doc.get("builtin_rms_norm", "fused")
+    # The request's norm names the implementation; LitGPT's fp32 variant is not the builders'.
+    return {"norm": "fused" if norm == "fused" else "fp32_upcast"}
 
 
 def _repo_path(path: Path, root: Path) -> str:

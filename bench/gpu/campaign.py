@@ -705,6 +705,12 @@ def _probe(
 # ------------------------------------------------------------------------ the estimates --
 
 
+def _builtin_rms_norm() -> str:
+    from vrambudget.core.stack import resolve_stack
+
+    return resolve_stack(None).rms_norm
+
+
 def _estimate_init() -> None:
     """Estimate workers never touch the GPU (the trace tier runs on fake CPU tensors): CUDA is
     hidden before torch is imported, so no context can disturb the device's numbers."""
@@ -870,6 +876,9 @@ def run(
         # What the training programs keep across the probe's run(1) calls (research/
         # gpu_campaign.py excludes training peaks of campaigns without this field).
         "training_loop": TRAINING_LOOP,
+        # The framework RMSNorm the built-in builders imitate (the probe's default stack;
+        # research/gpu_campaign.py reads campaigns without this field as the fused norm).
+        "builtin_rms_norm": _builtin_rms_norm(),
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "host": _host(),
         "nvml": meter.inventory if meter is not None else None,

@@ -78,13 +78,31 @@ def test_every_device_budget_carries_its_band_and_default_headroom() -> None:
     ],
 )
 def test_a_framework_never_measured_widens_the_band(cls: str) -> None:
-    """Widened about its middle in log space (never narrowed), and once more per missing kind
-    of evidence: the band of a framework the class never saw holds the default's."""
+    """Widened (never narrowed) once more per missing kind of evidence: the band of a framework
+    the class never saw holds the default's."""
     plain = band_rule((cls,), resolve_stack(None))
     other = band_rule((cls,), resolve_stack(Software(framework="sglang")))
     assert other.low <= plain.low and other.high >= plain.high
     assert other.high - other.low > plain.high - plain.low or plain.high == plain.low
     assert "none on sglang" in other.basis
+
+
+def test_a_band_from_few_sources_reaches_both_sides_of_the_estimate() -> None:
+    """Below min_sources the sign of a new source's bias is unknown: the band, widened about
+    its fitted middle, also reaches its widened half-width on both sides of the estimate (log
+    0). QLoRA's calibrate band lies mostly below the estimate; its high end is the half-width.
+    From the committed file, by hand."""
+    c = BANDS["classes"]["fine_tuning_qlora|transformers"]
+    if c["measurements"] < BANDS["min_measurements"]:
+        c = BANDS["classes"]["fine_tuning_qlora"]
+    assert c["sources"] < BANDS["min_sources"]
+    rule = band_rule(("fine_tuning_qlora",), resolve_stack(None))
+    mid = (c["log_low"] + c["log_high"]) / 2
+    half = (c["log_high"] - c["log_low"]) / 2 * BANDS["widen"]
+    assert math.isclose(rule.low, math.exp(min(mid - half, -half)))
+    assert math.isclose(rule.high, math.exp(max(mid + half, half)))
+    assert mid + half < half  # the fitted band alone would end closer to the estimate
+    assert rule.low <= math.exp(c["log_low"]) and rule.high >= math.exp(c["log_high"])
 
 
 def test_the_default_headroom_stops_at_the_largest_a_request_may_ask() -> None:

@@ -111,9 +111,9 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 9.2%, 85.4% inside their band, band median half-width 20.4%, 9 runs whose "
-    "measured peak is above the band's high end (LitGPT QLoRA on one A10G, 4-bit generate at "
-    "batch 1 seen by NVML, Answer.AI FSDP on RTX 3090s)",
+    "peaks median 5.9%, 86.6% inside their band, band median half-width 21.7%, 8 runs whose "
+    "measured peak is above the band's high end (LitGPT QLoRA on one A10G 7-11% low, "
+    "Answer.AI FSDP on RTX 3090s, an optimum-benchmark fp16 generate seen by NVML)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -141,13 +141,19 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     (28-29% low, the gap the calibrate 4-bit runs share) and two over-estimated batch-16 runs
     left the narrower band: coverage 85.4% -> 84.1%. Quantized inference then got its own
     class and band (its calibrate 4-bit nvidia-smi runs are 30-33% low): 85.4% and 9
-    (docs/ACCURACY.md)."""
+    (docs/ACCURACY.md). RMSNorm's fp32 input and LitGPT's previous micro-batch graph (which
+    holds bitsandbytes' 4-bit inputs through the next forward) were then read from the
+    frameworks' source: median 9.2% -> 5.9%. The calibrate split's training classes fit more
+    tightly, so their bands, widened about their middle, left held-out runs of other sources
+    above them (78.0%, 15 runs); a band resting on fewer than 9 sources now also reaches its
+    widened half-width on both sides of the estimate (the sign of a new source's bias is not
+    known): 86.6%, 8 runs, half-width 20.4% -> 21.7%, that bound raised for the change."""
     s = summarize(held_out)
     assert s["n"] >= 70
-    assert s["median_abs_error"] <= 0.0921
-    assert s["coverage"] >= 0.853
-    assert s["exceeded_but_fits"] <= 9
-    assert s["median_half_width"] <= 0.204
+    assert s["median_abs_error"] <= 0.0588
+    assert s["coverage"] >= 0.865
+    assert s["exceeded_but_fits"] <= 8
+    assert s["median_half_width"] <= 0.218
     assert not math.isnan(s["median_signed_error"])
 
 

@@ -11,7 +11,7 @@ import msgspec
 from vrambudget.core.budget.inference import inference_terms
 from vrambudget.core.deployed import deploy
 from vrambudget.core.dtypes import bytes_of
-from vrambudget.core.formulas.activations import training_activations
+from vrambudget.core.formulas.activations import RmsNorm, training_activations
 from vrambudget.core.overheads import DEFAULT_OVERHEADS
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.spec import (
@@ -212,9 +212,12 @@ class Row:
         return (self.traced - self.analytic) / self.analytic
 
 
-def analytic_peaks(w: InferenceWorkload | TrainingWorkload) -> dict[str, int]:
+def analytic_peaks(
+    w: InferenceWorkload | TrainingWorkload, norm: RmsNorm = "fused"
+) -> dict[str, int]:
     """Each component's largest value over the analytic phases (components peak at different
-    moments: activations in the backward, optimizer temporaries in the step)."""
+    moments: activations in the backward, optimizer temporaries in the step); ``norm``: the
+    program's RMSNorm (the built-in builders' is fused)."""
     w = deploy(w)
     arch = resolve_model(w.model)
     st = max(statics_for(w, arch), key=lambda s: s.weights_bytes)
@@ -224,7 +227,7 @@ def analytic_peaks(w: InferenceWorkload | TrainingWorkload) -> dict[str, int]:
         "adapters": st.adapter_bytes,
     }
     if isinstance(w, TrainingWorkload):
-        acts, _, _ = training_activations(w, arch, st.stage, st.dims)
+        acts, _, _ = training_activations(w, arch, st.stage, st.dims, norm)
         out["activations"] = acts
         out["gradients"] = max(st.gradient_bytes, st.step_gradient_bytes + st.step_upcast_bytes)
         out["optimizer_state"] = st.optimizer_bytes + st.step_temporary_bytes
@@ -242,9 +245,12 @@ def analytic_peaks(w: InferenceWorkload | TrainingWorkload) -> dict[str, int]:
 
 def compare(name: str, spec: dict[str, object], code: str = "builtin") -> list[Row]:
     from vrambudget.core.estimate import estimate
+    from vrambudget.core.stack import resolve_stack
     from vrambudget.trace.engine import trace_budget_with_replays
 
     w = msgspec.convert(spec, Workload)
+    # The default stack (transformers): its own code, or the built-in builders imitating its
+    # RMSNorm.
     request = BudgetRequest(
         workloads=(w,),
         method="trace",
@@ -252,7 +258,7 @@ def compare(name: str, spec: dict[str, object], code: str = "builtin") -> list[R
     )
     traced, (replay,) = trace_budget_with_replays(request)
     analytic = estimate((w,))
-    peaks = analytic_peaks(w)  # type: ignore[arg-type]
+    peaks = analytic_peaks(w, resolve_stack(None).rms_norm)  # type: ignore[arg-type]
     rows = []
     for component, value in peaks.items():
         tol = ACTIVATION_TOLERANCE if component in ("activations", "logits") else (STATE_TOLERANCE)

@@ -183,14 +183,17 @@ def _rule(cls: str, framework: str, named: bool) -> BandRule:
     # Widened about its middle, so the band only grows (both ends can lie on one side of 0).
     mid = (base.log_low + base.log_high) / 2
     half = (base.log_high - base.log_low) / 2 * widen
+    low, high = mid - half, mid + half
+    if base.sources < b.min_sources:
+        # Too few sources to know the sign of a new source's bias: the band also reaches the
+        # (widened) half-width on both sides of the estimate itself.
+        low, high = min(low, -half), max(high, half)
     basis = (
         f"split conformal, {pct}, over {base.measurements} published measurements of {words}"
         + (f", widened x{widen:g} ({'; '.join(reasons)})" if reasons else "")
         + f" ({b.source})"
     )
-    return BandRule(
-        cls, math.exp(mid - half), math.exp(mid + half), b.coverage, base.measurements, basis
-    )
+    return BandRule(cls, math.exp(low), math.exp(high), b.coverage, base.measurements, basis)
 
 
 def band_of(rule: BandRule, subtotal: int) -> ErrorBand:

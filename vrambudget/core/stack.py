@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from .formulas.activations.training import RmsNorm
 from .formulas.cuda_context import (
     CUDA_CONTEXT_EAGER_CURRENT_BYTES,
     EAGER_LIBRARY_IMAGES_BYTES,
@@ -116,6 +117,11 @@ class Stack:
     qlora_upcast: bool
     """QLoRA: the parameters left unquantized (embeddings, LM head, norms) are cast to fp32
     (PEFT's ``prepare_model_for_kbit_training``); false: they keep the weights' dtype."""
+    rms_norm: RmsNorm
+    """What the framework's RMSNorm keeps for backward (:data:`RmsNorm`)."""
+    keeps_previous_step: bool
+    """The training loop keeps the last micro-batch's logits and loss (so its autograd graph)
+    until the next forward and loss are computed (LitGPT's ``fit``)."""
     grads_kept: bool
     """``zero_grad`` zeroes gradients instead of freeing them (torch < 2.0): they stay through
     the next forward."""
@@ -356,6 +362,51 @@ _KBIT_LITGPT = _B(
     "each torch.nn.Linear not in ignore_modules; LitGPT finetune/lora.py passes none: "
     "BitsandbytesPrecision(quantize[4:], dtype))",
 )
+_NORM_UPCAST = _B(
+    name="rms_norm",
+    assumed="RMSNorm casts its input to fp32 and autograd keeps that copy (4 bytes per "
+    "element, whatever the compute dtype); a trained norm weight also keeps the normalized "
+    "tensor in the compute dtype",
+    source="transformers 5.23.0 models/llama/modeling_llama.py LlamaRMSNorm.forward lines "
+    "61-66 (hidden_states.to(torch.float32); hidden_states.pow(2); self.weight * "
+    "hidden_states.to(input_dtype)), copied by the Llama-derived models; LitGPT < 0.4.6 "
+    "model.py RMSNorm.forward (0.4.5 lines 427-437); torchtune < 0.5 modules/rms_norm.py "
+    "(0.4.0 lines 40-44); checked with saved_tensors_hooks (research/stack_behaviours.md "
+    "section 2c)",
+)
+_NORM_UPCAST_FP32 = _B(
+    name="rms_norm",
+    assumed="RMSNorm casts its input to fp32 and autograd keeps that copy; a trained norm "
+    "weight multiplies the fp32 normalized tensor, which is kept too (4 bytes per element)",
+    source="LitGPT >= 0.4.6 model.py RMSNorm.forward ((x_normed * weight.float())"
+    ".to(dtype=dtype); 0.5.3 lines 620-627); torchtune >= 0.5 modules/rms_norm.py "
+    "(F.rms_norm(x.float(), weight=self.scale), 0.6.1 lines 38-43: torch's composite "
+    "rms_norm keeps the fp32 input and the fp32 normalized tensor)",
+)
+_NORM_FUSED = _B(
+    name="rms_norm",
+    assumed="RMSNorm runs as one fused kernel that keeps its input in its own dtype and a "
+    "per-token rstd",
+    source="liger_kernel ops/rms_norm.py LigerRMSNormFunction.forward "
+    "(ctx.save_for_backward(X, W, RSTD), 0.5.10 line 344); Unsloth's fast_rms_layernorm; "
+    "torchtune with compile: True (0.6.1 training/_compile.py compile_model lines 50-57 "
+    "compiles each TransformerSelfAttentionLayer), where inductor keeps the bf16 input and an "
+    "fp32 rstd (torch 2.13, saved_tensors_hooks on a compiled LlamaRMSNorm; "
+    "research/stack_behaviours.md section 2c); other compiled programs are budgeted as eager",
+)
+_PREVIOUS_STEP = _B(
+    name="previous_step_graph",
+    assumed="the training loop keeps the last micro-batch's logits and loss, so its autograd "
+    "graph lives until the next forward and loss are computed: with bitsandbytes < 0.43.2 every "
+    "4-bit layer's input of the previous micro-batch (held on ctx.tensors, which the backward "
+    "does not free) is live through the next forward; the previous fp32 logits until the new "
+    "ones are assigned",
+    source="LitGPT finetune/lora.py fit (0.4.5 lines 304-310: logits = model(input_ids, "
+    "lm_head_chunk_size=128); loss = chunked_cross_entropy(logits, ...); fabric.backward(...); "
+    "both names rebound only at the next iteration); lightning 2.3.0 fabric/wrappers.py line "
+    "143 (precision.convert_output: the logits cast to the default dtype, fp32); bitsandbytes "
+    "< 0.43.2 MatMul4Bit.forward ctx.tensors = (A, B) (research/stack_behaviours.md section 4)",
+)
 _UNTIED_HEAD = _B(
     name="lm_head_layout",
     assumed="the model keeps its own LM head: a checkpoint that ties it to the embedding gets a "
@@ -376,6 +427,8 @@ _APPLIES: dict[str, frozenset[str]] = {
     "quantized_saved_tensors": frozenset({"qlora"}),
     "qlora_unquantized_dtype": frozenset({"qlora"}),
     "lm_head_layout": frozenset({"training", "inference"}),
+    "rms_norm": frozenset({"training"}),
+    "previous_step_graph": frozenset({"qlora"}),
     "gradient_sync": frozenset({"sharded_data_parallel"}),
     "fsdp_frozen_gradients": frozenset({"lora_data_parallel"}),
 }
@@ -457,6 +510,13 @@ def _resolve(software: Software | None) -> Stack:
     behaviours.append(_qlora_dtype_behaviour(framework, qlora_upcast))
     if litgpt:
         behaviours.append(_UNTIED_HEAD)
+        behaviours.append(_PREVIOUS_STEP)
+    rms_norm = _rms_norm(sw, framework, version)
+    behaviours.append(
+        {"upcast": _NORM_UPCAST, "upcast_fp32_normed": _NORM_UPCAST_FP32, "fused": _NORM_FUSED}[
+            rms_norm
+        ]
+    )
     bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")
     bnb_inputs = version_tuple(bnb) < (0, 43, 2)
     behaviours.append(_BNB_INPUTS if bnb_inputs else _QLORA)
@@ -475,6 +535,8 @@ def _resolve(software: Software | None) -> Stack:
         untied_head=litgpt,
         qlora_head_quantized=litgpt,
         qlora_upcast=qlora_upcast,
+        rms_norm=rms_norm,
+        keeps_previous_step=litgpt,
         grads_kept=grads_kept,
         eager_modules=eager,
         accumulate_unsharded=no_sync,
@@ -520,6 +582,24 @@ def _qlora_dtype_behaviour(framework: str, upcast: bool) -> StackBehaviour:
     if framework == "torchtune":
         return _KBIT_KEPT
     return _KBIT_FP32 if upcast else _KBIT_TRL
+
+
+def _rms_norm(sw: Software, framework: str, version: str) -> RmsNorm:
+    """The framework's RMSNorm (each rule's source in its behaviour)."""
+    fused = sw.norm == "fused" or (
+        sw.norm is None
+        and (
+            framework == "unsloth"
+            or sw.libraries.liger_kernel is not None
+            or (sw.torch_compile and framework == "torchtune")
+        )
+    )
+    if fused:
+        return "fused"
+    v = version_tuple(version)
+    if (framework == "litgpt" and v >= (0, 4, 6)) or (framework == "torchtune" and v >= (0, 5)):
+        return "upcast_fp32_normed"
+    return "upcast"
 
 
 def _pinned(framework: str, version: str, library: str) -> str:

@@ -27,6 +27,7 @@ from vrambudget.core.deployed import deploy
 from vrambudget.core.device import resolve_device
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
+from vrambudget.core.formulas.activations import RmsNorm
 from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
 from vrambudget.core.formulas.headroom import headroom_bytes
 from vrambudget.core.formulas.runtime_workspace import separate_cublaslt
@@ -192,8 +193,10 @@ def trace_workload_code(
     workspaces: tuple[tuple[str, int], ...] = (),
     field: str = "workloads[0]",
     code: str = "framework",
+    rms_norm: RmsNorm = "fused",
 ) -> tuple[Replay, str]:
-    """The replay, and the code that ran in words."""
+    """The replay, and the code that ran in words; ``rms_norm``: the framework's norm the
+    built-in builders imitate (the framework's own code has its own)."""
     w = deploy(w)
     which, reason = traced_code(w, code)
     encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
@@ -232,7 +235,7 @@ def trace_workload_code(
         _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     try:
-        words = _run(w, arch, recorder, which, reason, iterations, field)
+        words = _run(w, arch, recorder, which, reason, iterations, field, rms_norm)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         # The framework's code branches on tensor values somewhere (an MoE block that loops
         # over the experts tokens were routed to): fake tensors have none. The built-in
@@ -246,7 +249,7 @@ def trace_workload_code(
             ) from None
         check_traceable(w, field)  # type: ignore[arg-type]
         recorder = Recorder(gemm_workspaces=workspaces)
-        words = _run(w, arch, recorder, "builtin", None, iterations, field)
+        words = _run(w, arch, recorder, "builtin", None, iterations, field, rms_norm)
         words += (
             " (the framework's code depends on tensor values here -- "
             f"{type(exc).__name__} -- which fake tensors do not have)"
@@ -272,6 +275,7 @@ def _run(
     reason: str | None,
     iterations: int,
     field: str,
+    rms_norm: RmsNorm = "fused",
 ) -> str:
     """Build and run the program (``framework`` or ``builtin``) under the recorder; the code
     that ran, in words."""
@@ -288,7 +292,7 @@ def _run(
                 words += " (" + "; ".join(program.notes) + ")"
         else:
             assert isinstance(w, InferenceWorkload | TrainingWorkload)  # encoders raised above
-            program = prepare(w, arch, recorder, torch.device("cpu"))
+            program = prepare(w, arch, recorder, torch.device("cpu"), rms_norm)
             words = "built-in builders" + (f" ({reason})" if reason else "")
         program.run(iterations)
         del program
@@ -377,6 +381,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 workspaces=workspaces,
                 field=f"workloads[{i}]",
                 code=request.trace.code,
+                rms_norm=ov.stack.rms_norm,
             )
         replays.append(r)
         k = w.instances

@@ -262,6 +262,27 @@ def fused_norm(
     return F.layer_norm(x, (x.shape[-1],), w, bias, eps)
 
 
+def upcast_rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    eps: float,
+    offset: float = 0.0,
+    fp32_normed: bool = False,
+) -> torch.Tensor:
+    """RMSNorm as the frameworks write it, in plain ops (the same on CUDA and emulated):
+    transformers' ``LlamaRMSNorm.forward`` (``hidden_states.to(torch.float32)`` ... ``self.weight
+    * hidden_states.to(input_dtype)``): autograd keeps the fp32 input and, for a trained
+    weight, the normalized tensor in the input's dtype; ``fp32_normed``: LitGPT >= 0.4.6's
+    ``(x_normed * weight.float()).to(dtype)``, which keeps the normalized tensor in fp32."""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    w = weight + offset if offset else weight
+    if fp32_normed:
+        return (normed * w.float()).to(x.dtype)
+    return w * normed.to(x.dtype)
+
+
 class _DequantizedLinear(torch.autograd.Function):  # the same in both modes
     """bitsandbytes ``MatMul4Bit``: dequantize the 4-bit weight into a compute-dtype scratch
     (``dequantize_4bit``), multiply, free the scratch; the backward dequantizes again for the

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from vrambudget.core.arch import Arch
 from vrambudget.core.deployed import deploy, deployed_quantization
 from vrambudget.core.errors import InvalidWorkload
+from vrambudget.core.formulas.activations import RmsNorm
 from vrambudget.core.spec import (
     Adafactor,
     InferenceWorkload,
@@ -84,7 +85,12 @@ def check_traceable(w: InferenceWorkload | TrainingWorkload, field: str) -> None
         )
 
 
-def build_plan(w: InferenceWorkload | TrainingWorkload, device: torch.device) -> BuildPlan:
+def build_plan(
+    w: InferenceWorkload | TrainingWorkload, device: torch.device, rms_norm: RmsNorm = "fused"
+) -> BuildPlan:
+    """What the builders need: ``rms_norm`` is the framework's norm a training program imitates
+    (the request's stack: :attr:`vrambudget.core.stack.Stack.rms_norm`); inference programs run
+    the fused norm, as the inference formulas count it."""
     p = w.precision
     plan = BuildPlan(
         tensor_parallel=w.parallelism.tensor,
@@ -108,6 +114,7 @@ def build_plan(w: InferenceWorkload | TrainingWorkload, device: torch.device) ->
         dropout=0.1 if w.dropout else 0.0,
         checkpointing=w.checkpointing,
         kbit_fp32=isinstance(m, QLoRA),
+        rms_norm=rms_norm,
     )
 
 
@@ -272,11 +279,15 @@ def initialize(model: torch.nn.Module, seed: int = 0) -> None:
 
 
 def prepare(
-    w: InferenceWorkload | TrainingWorkload, arch: Arch, marks: Marks, device: torch.device
+    w: InferenceWorkload | TrainingWorkload,
+    arch: Arch,
+    marks: Marks,
+    device: torch.device,
+    rms_norm: RmsNorm = "fused",
 ) -> Program:
     """Build the model (phase ``load``) and return the program."""
     w = deploy(w)
-    plan = build_plan(w, device)
+    plan = build_plan(w, device, rms_norm)
     marks.phase("load")
     with marks.scope("weights"):
         model = TransformerModel(arch, plan, marks)

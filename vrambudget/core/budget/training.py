@@ -10,7 +10,7 @@ from ..arch import Arch
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
-from ..formulas.activations import lora_trainable, training_activations
+from ..formulas.activations import lora_trainable, norms_per_layer, training_activations
 from ..formulas.logits import training_backward_parts, training_forward_parts
 from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
@@ -27,7 +27,8 @@ C = Component
 def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> StageNumbers:
     e = bytes_of(w.precision.compute)
     tokens = w.sequence_length * w.micro_batch_size
-    acts, one_layer, act_parts = training_activations(w, arch, st.stage, st.dims)
+    acts, one_layer, act_parts = training_activations(w, arch, st.stage, st.dims, ov.stack.rms_norm)
+    previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":
         # Each 4-bit projection's input stays on its autograd context for the whole step: the
         # attention input (shared by q, k, v), the attention output, the MLP input (shared by
@@ -40,6 +41,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         # and flash save), down the MLP's product.
         d, m = st.dims, w.method
         kept = 0
+        previous = 0  # every 4-bit projection's input, for the previous micro-batch's graph
         for layer, n in st.stage.layer_runs:
             tr = lora_trainable(
                 layer,
@@ -51,15 +53,28 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                 e,
                 m.dropout > 0.0,
             )
+            # One shared norm (parallel residual): attention and the MLP read one tensor.
+            shared = norms_per_layer(layer, arch) == 1
             per_token = (
                 (0 if tr.qkv_input else d.h)
                 + (0 if tr.attention_output or w.attention != "eager" else d.heads * d.v_head_dim)
-                + (0 if tr.mlp_input else d.h)
+                + (0 if tr.mlp_input or shared else d.h)
                 + (0 if tr.mlp_output_input else d.f)
             )
             kept += tokens * e * n * per_token
+            inputs = d.h + d.heads * d.v_head_dim + (0 if shared else d.h) + d.f
+            previous += tokens * e * n * inputs
         acts += kept
         act_parts.append(("4-bit layer inputs kept by bitsandbytes", kept))
+        if ov.stack.keeps_previous_step:
+            # LitGPT's loop keeps the last micro-batch's logits and loss -- and so its graph --
+            # until the next forward has returned and its loss is computed; the backward freed
+            # the graph's saved tensors, not bitsandbytes' ctx.tensors: every 4-bit layer's
+            # input of the previous micro-batch stays through the next forward (and the LM
+            # head's, 4-bit too).
+            if st.stage.last and arch.kind == "decoder" and ov.stack.qlora_head_quantized:
+                previous += tokens * e * d.h
+            previous_inputs = previous
     has_head = st.stage.last and arch.kind == "decoder"  # encoders here have no LM head
     # Forward: the LM-head output, its fp32 copy and the fp32 log-softmax are live together.
     # Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
@@ -130,7 +145,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         return v
 
     phases = [
-        ("forward", phase(grads_live, acts, logits)),
+        ("forward", phase(grads_live, acts + previous_inputs, logits)),
         ("backward_start", phase(grads_live, acts, logits_bwd)),
         ("backward_end", phase(end_grads, one_layer, 0)),
     ]
@@ -186,6 +201,13 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         if end_parts:
             parts[C.GRADIENTS] = times(end_parts, k)
     else:
+        if numbers.peak_phase == "forward" and previous_inputs:
+            parts[C.ACTIVATIONS] += (
+                (
+                    "previous micro-batch's 4-bit layer inputs (its graph is still referenced)",
+                    previous_inputs * k,
+                ),
+            )
         if has_head:
             logit_parts = bwd_parts if numbers.peak_phase == "backward_start" else fwd_parts
             parts[C.LOGITS] = times(logit_parts, k)

@@ -42,6 +42,7 @@ __all__ = [
     "Libraries",
     "LossImplementation",
     "ModelWorkload",
+    "NormImplementation",
     "Software",
     "TraceOptions",
     "Workload",
@@ -202,6 +203,8 @@ name them in ``libraries``)."""
 
 LossImplementation = Literal["cross_entropy", "chunked_cross_entropy", "fused_linear_cross_entropy"]
 
+NormImplementation = Literal["fp32_upcast", "fused"]
+
 Version = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[0-9][0-9A-Za-z.+_-]*$")]
 
 
@@ -255,6 +258,16 @@ class Software(Wire, frozen=True, kw_only=True):
             "chunk of the sequence (torchtune's CEWithChunkedOutputLoss); "
             "`fused_linear_cross_entropy`: no logits materialized (Liger, Unsloth). Default: the "
             "framework's own."
+        ),
+    ] = None
+    norm: Annotated[
+        NormImplementation | None,
+        Meta(
+            description="RMSNorm implementation, for what training saves. `fp32_upcast`: the "
+            "module casts its input to fp32 and autograd keeps that copy (transformers, LitGPT, "
+            "torchtune); `fused`: one kernel that keeps the input in its own dtype and a "
+            "per-token rstd (Liger's LigerRMSNorm, Unsloth). Default: the framework's own "
+            "(`fused` for Unsloth and where `libraries.liger_kernel` is named)."
         ),
     ] = None
     torch_version: Annotated[

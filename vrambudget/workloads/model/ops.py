@@ -77,6 +77,11 @@ class _Ops:
         b = getattr(bank, name + "__bias", None)
         if b is not None:
             b = self.weight(bank, name + "__bias")
+        norm = self.plan.rms_norm
+        if self.rms and norm != "fused":
+            return kernels.upcast_rms_norm(
+                x, w, eps=_EPS, offset=self.norm_offset, fp32_normed=norm == "upcast_fp32_normed"
+            )
         return kernels.fused_norm(x, w, b, eps=_EPS, rms=self.rms, offset=self.norm_offset)
 
     def dropout(self, x: torch.Tensor, training: bool) -> torch.Tensor:

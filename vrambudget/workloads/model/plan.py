@@ -8,6 +8,7 @@ from typing import Literal
 
 import torch
 
+from vrambudget.core.formulas.activations import RmsNorm
 from vrambudget.core.spec import Quantization
 
 __all__ = ["Attention", "BuildPlan"]
@@ -37,3 +38,7 @@ class BuildPlan:
     kbit_fp32: bool = False
     """QLoRA as PEFT prepares it: the parameters that are not 4-bit are fp32
     (``prepare_model_for_kbit_training``)."""
+    rms_norm: RmsNorm = "fused"
+    """The framework's RMSNorm the program imitates: ``fused`` one kernel (``F.rms_norm``),
+    ``upcast`` / ``upcast_fp32_normed`` the framework's module in fp32
+    (:func:`vrambudget.workloads.kernels.upcast_rms_norm`)."""

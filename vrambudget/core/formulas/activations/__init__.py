@@ -29,9 +29,12 @@ from .dims import DeviceDims, device_dims
 from .inference import inference_activations, inference_working_set
 from .training import (
     FULL_TRAINING,
+    RmsNorm,
     Trainable,
     in_flight,
     lora_trainable,
+    norm_saved_bytes,
+    norms_per_layer,
     training_activations,
     training_saved,
 )
@@ -41,12 +44,15 @@ __all__ = [
     "FULL_TRAINING",
     "SOURCE",
     "DeviceDims",
+    "RmsNorm",
     "Trainable",
     "device_dims",
     "in_flight",
     "inference_activations",
     "inference_working_set",
     "lora_trainable",
+    "norm_saved_bytes",
+    "norms_per_layer",
     "training_activations",
     "training_saved",
 ]

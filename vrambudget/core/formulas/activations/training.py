@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 from ...arch import Arch, LayerType, Role
 from ...dtypes import bytes_of
@@ -15,12 +16,46 @@ from .dims import FP32, MASK, DeviceDims
 
 __all__ = [
     "FULL_TRAINING",
+    "RmsNorm",
     "Trainable",
     "in_flight",
     "lora_trainable",
+    "norm_saved_bytes",
+    "norms_per_layer",
     "training_activations",
     "training_saved",
 ]
+
+
+RmsNorm = Literal["upcast", "upcast_fp32_normed", "fused"]
+"""What an RMSNorm keeps for backward: ``upcast`` its input in fp32 (and, when its weight is
+trained, the normalized tensor in the compute dtype: transformers' ``LlamaRMSNorm``);
+``upcast_fp32_normed`` the same with the normalized tensor in fp32 (LitGPT >= 0.4.6, torchtune
+>= 0.5); ``fused`` its input in its own dtype and a per-token rstd (Liger, Unsloth, the built-in
+builders' ``F.rms_norm``). The sources are in ``vrambudget.core.stack``'s behaviours."""
+
+
+def norm_saved_bytes(norm: RmsNorm, rms: bool, trained: bool, e: int) -> tuple[int, int]:
+    """Bytes per normalized element that one norm keeps for backward: (its input, the
+    normalized tensor its trained weight multiplies). LayerNorm (``F.layer_norm``) and a fused
+    RMSNorm keep the input in its own dtype and per-token statistics only."""
+    if not rms or norm == "fused":
+        return e, 0
+    normed = (FP32 if norm == "upcast_fp32_normed" else e) if trained else 0
+    return max(FP32, e), normed
+
+
+def norms_per_layer(layer: LayerType, arch: Arch) -> int:
+    """Hidden-wide norms a layer applies: 2 (before attention and before the MLP), 4 with
+    Gemma 2/3's sandwich norms, 1 where attention and the MLP read one shared norm (parallel
+    residual: Falcon-7B, Phi-2, GPT-J)."""
+    h = arch.hidden_size
+    n = sum(
+        g.count
+        for g in layer.tensors
+        if g.role is Role.NORM and g.rows == h and g.cols == 1 and not g.name.endswith(".bias")
+    )
+    return n or (4 if arch.sandwich_norms else 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +72,8 @@ class Trainable:
     attention_output: bool = True
     """The attention output as the output projection's input (flash saves it regardless)."""
     lora_bytes_per_token: int = 0
+    norm_weights: bool = True
+    """The norms' weights are trained (full fine-tuning; LoRA freezes them)."""
 
 
 FULL_TRAINING = Trainable()
@@ -94,6 +131,7 @@ def lora_trainable(
         mlp_output_input=layer.moe or (same and bool(names & _MLP_OUT)),
         attention_output=same and bool(names & _ATTN_OUT),
         lora_bytes_per_token=per_token,
+        norm_weights=False,
     )
 
 
@@ -128,6 +166,7 @@ def training_saved(
     sequence_parallel: bool,
     drop_scores: bool,
     trainable: Trainable = FULL_TRAINING,
+    norm: RmsNorm = "fused",
 ) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
@@ -135,7 +174,8 @@ def training_saved(
     instead of stored (Korthikanti §5). Eager attention follows ``transformers``
     ``eager_attention_forward``: the softmax runs in fp32 and is cast back, so the fp32
     probabilities (saved by softmax's backward) and their low-precision copy (saved by the
-    matmul with V) are both kept -- 4 + e bytes per score, not Korthikanti's 2.
+    matmul with V) are both kept -- 4 + e bytes per score, not Korthikanti's 2. ``norm``:
+    what each RMSNorm keeps (:func:`norm_saved_bytes`).
     """
     s, b, h = seq, batch, dd.h
     tokens = s * b
@@ -149,22 +189,30 @@ def training_saved(
     keys = min(s, window) if window else s
     tr = trainable
     attention_output = tr.attention_output or not eager
+    norms = norms_per_layer(layer, arch)
+    # One shared norm feeds attention and the MLP: their inputs are one tensor.
+    shared_input = norms == 1 and tr.qkv_input
+    rms = arch.norm == "rmsnorm"
+    norm_in, normed = norm_saved_bytes(norm, rms, tr.norm_weights, e)
     items = {
-        "norm inputs": hidden * (4 if arch.sandwich_norms else 2),
+        "norm inputs": ceil_div(tokens * h * norm_in, rep_div) * norms,
+        "normalized tensors of the trained norm weights": ceil_div(tokens * h * normed, rep_div)
+        * norms,
         "qkv input": hidden if tr.qkv_input else 0,
         "q": tokens * heads * dd.qk_head_dim * e,
         "k": tokens * kv_saved * dd.qk_head_dim * e,
         "v": tokens * kv_saved * dd.v_head_dim * e,
         "attention output": tokens * heads * dd.v_head_dim * e if attention_output else 0,
         "attention dropout mask": mask,
-        "mlp input": hidden if tr.mlp_input else 0,
+        "mlp input": hidden if tr.mlp_input and not shared_input else 0,
         "mlp intermediates": _mlp_saved(layer, arch, dd, tokens, e, tr.mlp_output_input),
         "mlp dropout mask": mask,
     }
     if tr.lora_bytes_per_token:
         items["LoRA inputs in the adapter dtype, lora_A outputs"] = tokens * tr.lora_bytes_per_token
     if arch.qk_norm:
-        items["qk-norm inputs"] = tokens * (heads + dd.kv_heads) * dd.qk_head_dim * e
+        qk = tokens * (heads + dd.kv_heads) * dd.qk_head_dim
+        items["qk-norm inputs"] = qk * norm_in + qk * normed
     if layer.moe:
         items["router logits"] = tokens * (arch.moe.num_experts if arch.moe else 0) * e
     if eager:
@@ -198,7 +246,7 @@ def in_flight(
 
 
 def training_activations(
-    w: TrainingWorkload, arch: Arch, stage: Stage, dd: DeviceDims
+    w: TrainingWorkload, arch: Arch, stage: Stage, dd: DeviceDims, norm: RmsNorm = "fused"
 ) -> tuple[int, int, list[tuple[str, int]]]:
     """(all saved activations of a pipeline stage, one layer's saved activations, itemized
     parts): per layer kind the tensors saved for backward (``training_saved``; with full
@@ -238,6 +286,7 @@ def training_activations(
             sequence_parallel=par.sequence_parallel,
             drop_scores=ckpt == "selective",
             trainable=tr,
+            norm=norm,
         )
         layer_bytes = sum(saved.values())
         one_layer = max(
@@ -255,6 +304,7 @@ def training_activations(
                     sequence_parallel=par.sequence_parallel,
                     drop_scores=False,
                     trainable=tr,
+                    norm=norm,
                 ).values()
             ),
         )
@@ -283,7 +333,9 @@ def training_activations(
         total += one_layer  # the layer being recomputed during backward
         parts.append(("one layer recomputed in backward", one_layer))
     if stage.last and arch.kind == "decoder":
-        head_inputs = 2 * s * b * arch.hidden_size * e  # final norm input, LM head input
+        # The final norm's input (and normalized tensor when trained), the LM head's input.
+        norm_in, normed = norm_saved_bytes(norm, arch.norm == "rmsnorm", not isinstance(m, LoRA), e)
+        head_inputs = s * b * arch.hidden_size * (norm_in + normed + e)
         total += head_inputs
         parts.append(("final norm and LM-head inputs", head_inputs))
     if stage.first and w.dropout:
