@@ -67,6 +67,10 @@ def test_no_previous_inputs_where_bitsandbytes_frees_them_or_the_loop_drops_the_
         }
     )
     assert PART not in _parts(fixed)
+    assert "previous_step_graph" not in {x.name for x in fixed.stack.behaviours}
+    current = _budget({"framework": "litgpt"})  # 0.5.13 pins bitsandbytes 0.44
+    assert PART not in _parts(current)
+    assert "previous_step_graph" not in {x.name for x in current.stack.behaviours}
     hf = _budget({"framework": "transformers", "libraries": {"bitsandbytes": "0.42.0"}})
     assert PART not in _parts(hf)
     assert "previous_step_graph" not in {x.name for x in hf.stack.behaviours}

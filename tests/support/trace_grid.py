@@ -217,7 +217,7 @@ def analytic_peaks(
 ) -> dict[str, int]:
     """Each component's largest value over the analytic phases (components peak at different
     moments: activations in the backward, optimizer temporaries in the step); ``norm``: the
-    program's RMSNorm (the built-in builders' is fused)."""
+    program's RMSNorm (the stack's: the built-in builders imitate it in training)."""
     w = deploy(w)
     arch = resolve_model(w.model)
     st = max(statics_for(w, arch), key=lambda s: s.weights_bytes)

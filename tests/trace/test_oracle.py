@@ -22,8 +22,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("qwen0.5b train fp16", "total"): "as foreach: fragmentation after step temporaries",
     ("qwen0.5b train autocast fp32", "total"): "autocast weight casts are freed per layer in "
     "backward; their segments stay cached (replay 68%)",
-    ("qwen0.5b train autocast fp32", "activations"): "casts of the fp32 weights saved for "
-    "backward are counted as workspace by the formula, as activations by the trace",
     ("qwen0.5b train full ckpt", "activations"): "the recomputed layer's backward temporaries "
     "(gradients of its intermediates) are not in the formula",
     ("qwen0.5b train QLoRA", "activations"): "frozen 4-bit projections save their input in the "

@@ -176,11 +176,15 @@ def _rule(cls: str, framework: str, named: bool) -> BandRule:
         own = 0 if c is None else c.measurements
         reasons.append(f"{own} of {cls}, fewer than {b.min_measurements}")
     if base.sources < b.min_sources:
-        reasons.append(f"{base.sources} sources, fewer than {b.min_sources}")
+        reasons.append(
+            f"{base.sources} sources, fewer than {b.min_sources}: reaching both sides of the "
+            "estimate"
+        )
     if named and framework not in base.frameworks:
         reasons.append(f"none on {framework}")
     widen = b.widen ** len(reasons)  # each missing kind of evidence widens it again
-    # Widened about its middle, so the band only grows (both ends can lie on one side of 0).
+    # Widened about its middle, so the band only grows (from enough sources both ends can lie
+    # on one side of 0).
     mid = (base.log_low + base.log_high) / 2
     half = (base.log_high - base.log_low) / 2 * widen
     low, high = mid - half, mid + half

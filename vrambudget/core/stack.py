@@ -121,7 +121,8 @@ class Stack:
     """What the framework's RMSNorm keeps for backward (:data:`RmsNorm`)."""
     keeps_previous_step: bool
     """The training loop keeps the last micro-batch's logits and loss (so its autograd graph)
-    until the next forward and loss are computed (LitGPT's ``fit``)."""
+    until the next forward and loss are computed (LitGPT's ``fit``), and bitsandbytes < 0.43.2
+    keeps each 4-bit layer's input on that graph."""
     grads_kept: bool
     """``zero_grad`` zeroes gradients instead of freeing them (torch < 2.0): they stay through
     the next forward."""
@@ -366,7 +367,8 @@ _NORM_UPCAST = _B(
     name="rms_norm",
     assumed="RMSNorm casts its input to fp32 and autograd keeps that copy (4 bytes per "
     "element, whatever the compute dtype); a trained norm weight also keeps the normalized "
-    "tensor in the compute dtype",
+    "tensor in the compute dtype (in fp32 for Gemma's norms, which multiply by "
+    "1 + weight.float(), and under autocast, whose residual stream is fp32)",
     source="transformers 5.23.0 models/llama/modeling_llama.py LlamaRMSNorm.forward lines "
     "61-66 (hidden_states.to(torch.float32); hidden_states.pow(2); self.weight * "
     "hidden_states.to(input_dtype)), copied by the Llama-derived models; LitGPT < 0.4.6 "
@@ -399,8 +401,8 @@ _PREVIOUS_STEP = _B(
     assumed="the training loop keeps the last micro-batch's logits and loss, so its autograd "
     "graph lives until the next forward and loss are computed: with bitsandbytes < 0.43.2 every "
     "4-bit layer's input of the previous micro-batch (held on ctx.tensors, which the backward "
-    "does not free) is live through the next forward; the previous fp32 logits until the new "
-    "ones are assigned",
+    "does not free) is live through the next forward (the previous fp32 logits, live until the "
+    "new ones are assigned, stay within the forward's loss bytes)",
     source="LitGPT finetune/lora.py fit (0.4.5 lines 304-310: logits = model(input_ids, "
     "lm_head_chunk_size=128); loss = chunked_cross_entropy(logits, ...); fabric.backward(...); "
     "both names rebound only at the next iteration); lightning 2.3.0 fabric/wrappers.py line "
@@ -510,7 +512,6 @@ def _resolve(software: Software | None) -> Stack:
     behaviours.append(_qlora_dtype_behaviour(framework, qlora_upcast))
     if litgpt:
         behaviours.append(_UNTIED_HEAD)
-        behaviours.append(_PREVIOUS_STEP)
     rms_norm = _rms_norm(sw, framework, version)
     behaviours.append(
         {"upcast": _NORM_UPCAST, "upcast_fp32_normed": _NORM_UPCAST_FP32, "fused": _NORM_FUSED}[
@@ -520,6 +521,8 @@ def _resolve(software: Software | None) -> Stack:
     bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")
     bnb_inputs = version_tuple(bnb) < (0, 43, 2)
     behaviours.append(_BNB_INPUTS if bnb_inputs else _QLORA)
+    if litgpt and bnb_inputs:
+        behaviours.append(_PREVIOUS_STEP)
     return Stack(
         framework=framework,
         framework_version=version,
@@ -536,7 +539,7 @@ def _resolve(software: Software | None) -> Stack:
         qlora_head_quantized=litgpt,
         qlora_upcast=qlora_upcast,
         rms_norm=rms_norm,
-        keeps_previous_step=litgpt,
+        keeps_previous_step=litgpt and bnb_inputs,
         grads_kept=grads_kept,
         eager_modules=eager,
         accumulate_unsharded=no_sync,

@@ -89,7 +89,9 @@ MODELLED = (
     "dq_accum fp32 (s rounded to 128, head dim to 32/64), softmax_d, GQA-expanded dk/dv "
     "(flash_api.cpp mha_bwd); fp32 inputs: the SDPA backend sdp_utils.cpp selects "
     "(memory-efficient, or math with GQA)",
-    "fused RMSNorm/LayerNorm kernels: input and fp32 rstd (and mean) saved, no fp32 copies",
+    "LayerNorm, and RMSNorm in inference: fused kernels (input and fp32 rstd, and mean, "
+    "saved); RMSNorm in training as the stack's framework writes it (an fp32 copy of the "
+    "input saved) or fused (Liger, Unsloth, software.norm)",
     "cuBLAS + cuBLASLt workspaces allocated through the caching allocator at the first GEMM",
     "bitsandbytes 4-bit: dequantized weight scratch per projection in forward and backward",
     "non-fused torch optimizers keep their step counters on the host",

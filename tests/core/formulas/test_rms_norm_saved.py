@@ -225,3 +225,66 @@ def test_norms_per_layer_reads_the_layer() -> None:
     assert items["norm inputs"] == TOKENS * H * 2
     assert items["qkv input"] == TOKENS * H * 2
     assert items["mlp input"] == 0
+
+
+def test_attention_norms_are_not_layer_norms_and_a_mamba_layer_shares_nothing() -> None:
+    """OLMo 2 and Cohere's use_qk_norm normalize q and k over the full width: those q/k norms
+    are not counted as the layer's norms. A layer with one norm and no attention projection
+    (Mamba) is not a parallel residual."""
+    from dataclasses import replace
+
+    from vrambudget.core.arch import Role, Split, TensorGroup
+    from vrambudget.core.formulas.activations import norms_per_layer, shares_one_norm
+
+    llama = _arch()
+    layer = llama.layer_runs[0][0]
+    olmo2 = replace(
+        layer,
+        tensors=layer.tensors
+        + (
+            TensorGroup("self_attn.q_norm", H, 1, Role.NORM, Split.REPLICATED),
+            TensorGroup("self_attn.k_norm", H, 1, Role.NORM, Split.REPLICATED),
+        ),
+    )
+    assert norms_per_layer(olmo2, llama) == 2
+    mamba = replace(
+        layer,
+        tensors=(
+            TensorGroup("norm", H, 1, Role.NORM, Split.REPLICATED),
+            TensorGroup("mixer.in_proj", 2 * H, H, Role.LINEAR, Split.COLUMN),
+            TensorGroup("mixer.out_proj", H, H, Role.LINEAR, Split.ROW),
+        ),
+    )
+    assert norms_per_layer(mamba, llama) == 1
+    assert not shares_one_norm(mamba, llama)
+
+
+def test_gemma_and_autocast_keep_an_fp32_normalized_tensor() -> None:
+    """transformers' Gemma RMSNorm multiplies by (1 + weight.float()); under autocast the
+    residual stream is fp32, so hidden_states.to(input_dtype) stays fp32: a trained weight keeps
+    4 bytes per element of the normalized tensor in both."""
+    from vrambudget.core.formulas.activations.training import fp32_normed_of
+    from vrambudget.core.spec import PresetModel
+
+    gemma = resolve_model(PresetModel(id="gemma-2-2b"))
+    assert fp32_normed_of(gemma, "pure") and fp32_normed_of(_arch(), "autocast")
+    assert not fp32_normed_of(_arch(), "pure")
+    assert norm_saved_bytes("upcast", True, True, 2, fp32_normed=True) == (4, 4)
+    assert norm_saved_bytes("upcast", True, False, 2, fp32_normed=True) == (4, 0)
+    assert norm_saved_bytes("fused", True, True, 2, fp32_normed=True) == (2, 0)
+    items = training_saved(
+        gemma.layer_runs[0][0],
+        gemma,
+        device_dims(gemma, 1, 1),
+        seq=S,
+        batch=B,
+        e=2,
+        attention="sdpa",
+        dropout=False,
+        sequence_parallel=False,
+        drop_scores=False,
+        norm="upcast",
+        fp32_normed=fp32_normed_of(gemma, "pure"),
+    )
+    # four sandwich norms, 2,304 wide
+    assert items["normalized tensors of the trained norm weights"] == 4 * TOKENS * 2_304 * 4

@@ -10,7 +10,7 @@ from ..arch import Arch
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
-from ..formulas.activations import lora_trainable, norms_per_layer, training_activations
+from ..formulas.activations import lora_trainable, shares_one_norm, training_activations
 from ..formulas.logits import training_backward_parts, training_forward_parts
 from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
@@ -54,7 +54,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                 m.dropout > 0.0,
             )
             # One shared norm (parallel residual): attention and the MLP read one tensor.
-            shared = norms_per_layer(layer, arch) == 1
+            shared = shares_one_norm(layer, arch)
             per_token = (
                 (0 if tr.qkv_input else d.h)
                 + (0 if tr.attention_output or w.attention != "eager" else d.heads * d.v_head_dim)

@@ -266,8 +266,9 @@ class Software(Wire, frozen=True, kw_only=True):
             description="RMSNorm implementation, for what training saves. `fp32_upcast`: the "
             "module casts its input to fp32 and autograd keeps that copy (transformers, LitGPT, "
             "torchtune); `fused`: one kernel that keeps the input in its own dtype and a "
-            "per-token rstd (Liger's LigerRMSNorm, Unsloth). Default: the framework's own "
-            "(`fused` for Unsloth and where `libraries.liger_kernel` is named)."
+            "per-token rstd (Liger's LigerRMSNorm, Unsloth, a compiled layer). Default: the "
+            "framework's own (`fused` for Unsloth, where `libraries.liger_kernel` is named, and "
+            "for torchtune with `torch_compile`)."
         ),
     ] = None
     torch_version: Annotated[

@@ -5,8 +5,9 @@ rank, so the weights a trace or a probe allocates are the weights the formulas c
 Forward code follows the families' ``transformers`` modelling code in what it allocates and
 saves: pre-norm decoder layers (sandwich norms for Gemma 2/3, QK-norm for Qwen3/Gemma 3), RoPE as
 ``q * cos + rotate_half(q) * sin``, gated or GELU MLPs, MoE with top-k routing, DeepSeek's latent
-attention, GPT-2's learned positions and BERT's post-norm encoder. The norms and attention use
-``kernels`` (fused/flash memory behaviour); everything else is plain torch.
+attention, GPT-2's learned positions and BERT's post-norm encoder. Attention and LayerNorm use
+``kernels`` (fused/flash memory behaviour); RMSNorm is fused, or in training the framework's
+fp32 upcast the stack names (``BuildPlan.rms_norm``); everything else is plain torch.
 
 Routing in an MoE layer is data dependent, which fake tensors cannot follow: tokens are assumed
 balanced over experts (ceil(tokens x top_k / experts) each), the capacity a grouped GEMM sees

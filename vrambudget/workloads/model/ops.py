@@ -79,8 +79,10 @@ class _Ops:
             b = self.weight(bank, name + "__bias")
         norm = self.plan.rms_norm
         if self.rms and norm != "fused":
+            # Gemma's norm multiplies in fp32 (transformers' (1.0 + self.weight.float())).
+            fp32_normed = norm == "upcast_fp32_normed" or bool(self.norm_offset)
             return kernels.upcast_rms_norm(
-                x, w, eps=_EPS, offset=self.norm_offset, fp32_normed=norm == "upcast_fp32_normed"
+                x, w, eps=_EPS, offset=self.norm_offset, fp32_normed=fp32_normed
             )
         return kernels.fused_norm(x, w, b, eps=_EPS, rms=self.rms, offset=self.norm_offset)
 

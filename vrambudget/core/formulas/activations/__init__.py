@@ -35,6 +35,7 @@ from .training import (
     lora_trainable,
     norm_saved_bytes,
     norms_per_layer,
+    shares_one_norm,
     training_activations,
     training_saved,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "lora_trainable",
     "norm_saved_bytes",
     "norms_per_layer",
+    "shares_one_norm",
     "training_activations",
     "training_saved",
 ]

@@ -22,6 +22,7 @@ __all__ = [
     "lora_trainable",
     "norm_saved_bytes",
     "norms_per_layer",
+    "shares_one_norm",
     "training_activations",
     "training_saved",
 ]
@@ -35,14 +36,36 @@ trained, the normalized tensor in the compute dtype: transformers' ``LlamaRMSNor
 builders' ``F.rms_norm``). The sources are in ``vrambudget.core.stack``'s behaviours."""
 
 
-def norm_saved_bytes(norm: RmsNorm, rms: bool, trained: bool, e: int) -> tuple[int, int]:
+_FP32_NORMED_FAMILIES = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
+"""transformers' Gemma RMSNorm multiplies in fp32 (``output * (1.0 + self.weight.float())``,
+5.23.0 modeling_gemma2.py lines 57-62): a trained weight keeps the fp32 normalized tensor."""
+
+
+def norm_saved_bytes(
+    norm: RmsNorm, rms: bool, trained: bool, e: int, fp32_normed: bool = False
+) -> tuple[int, int]:
     """Bytes per normalized element that one norm keeps for backward: (its input, the
     normalized tensor its trained weight multiplies). LayerNorm (``F.layer_norm``) and a fused
-    RMSNorm keep the input in its own dtype and per-token statistics only."""
+    RMSNorm keep the input in its own dtype and per-token statistics only. ``fp32_normed``:
+    the normalized tensor is fp32 whatever the stack's variant (Gemma's norm; an fp32 residual
+    stream under autocast, where ``hidden_states.to(input_dtype)`` stays fp32)."""
     if not rms or norm == "fused":
         return e, 0
-    normed = (FP32 if norm == "upcast_fp32_normed" else e) if trained else 0
+    fp32 = fp32_normed or norm == "upcast_fp32_normed"
+    normed = (FP32 if fp32 else e) if trained else 0
     return max(FP32, e), normed
+
+
+def fp32_normed_of(arch: Arch, mixed_precision: str) -> bool:
+    """The normalized tensor a trained RMSNorm weight keeps is fp32 (:func:`norm_saved_bytes`)."""
+    return arch.model_type in _FP32_NORMED_FAMILIES or mixed_precision == "autocast"
+
+
+_ATTENTION_NORMS = frozenset(
+    {"q_norm", "k_norm", "q_layernorm", "k_layernorm", "q_a_layernorm", "kv_a_layernorm"}
+)
+"""Norms inside attention (of q and k, or MLA's latents): some are as wide as the hidden size
+(OLMo 2, Cohere's use_qk_norm); none is a layer's norm."""
 
 
 def norms_per_layer(layer: LayerType, arch: Arch) -> int:
@@ -53,9 +76,24 @@ def norms_per_layer(layer: LayerType, arch: Arch) -> int:
     n = sum(
         g.count
         for g in layer.tensors
-        if g.role is Role.NORM and g.rows == h and g.cols == 1 and not g.name.endswith(".bias")
+        if g.role is Role.NORM
+        and g.rows == h
+        and g.cols == 1
+        and not g.name.endswith(".bias")
+        and g.name.rsplit(".", 1)[-1] not in _ATTENTION_NORMS
     )
     return n or (4 if arch.sandwich_norms else 2)
+
+
+def shares_one_norm(layer: LayerType, arch: Arch) -> bool:
+    """Attention and the MLP read one norm's output (a parallel residual with one norm): one
+    hidden-wide norm in a layer that has both attention and MLP projections (not a Mamba or
+    linear-attention layer)."""
+    if norms_per_layer(layer, arch) != 1:
+        return False
+    linear = [g.name for g in layer.tensors if g.role is Role.LINEAR]
+    attention = [n for n in linear if "attn" in n or "attention" in n or n in _QKV_CONSUMERS]
+    return bool(attention) and len(attention) < len(linear)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +205,7 @@ def training_saved(
     drop_scores: bool,
     trainable: Trainable = FULL_TRAINING,
     norm: RmsNorm = "fused",
+    fp32_normed: bool = False,
 ) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
@@ -175,7 +214,7 @@ def training_saved(
     ``eager_attention_forward``: the softmax runs in fp32 and is cast back, so the fp32
     probabilities (saved by softmax's backward) and their low-precision copy (saved by the
     matmul with V) are both kept -- 4 + e bytes per score, not Korthikanti's 2. ``norm``:
-    what each RMSNorm keeps (:func:`norm_saved_bytes`).
+    what each RMSNorm keeps (:func:`norm_saved_bytes`, with ``fp32_normed``).
     """
     s, b, h = seq, batch, dd.h
     tokens = s * b
@@ -191,9 +230,9 @@ def training_saved(
     attention_output = tr.attention_output or not eager
     norms = norms_per_layer(layer, arch)
     # One shared norm feeds attention and the MLP: their inputs are one tensor.
-    shared_input = norms == 1 and tr.qkv_input
+    shared_input = shares_one_norm(layer, arch) and tr.qkv_input
     rms = arch.norm == "rmsnorm"
-    norm_in, normed = norm_saved_bytes(norm, rms, tr.norm_weights, e)
+    norm_in, normed = norm_saved_bytes(norm, rms, tr.norm_weights, e, fp32_normed)
     items = {
         "norm inputs": ceil_div(tokens * h * norm_in, rep_div) * norms,
         "normalized tensors of the trained norm weights": ceil_div(tokens * h * normed, rep_div)
@@ -254,6 +293,7 @@ def training_activations(
     micro-batches in flight (``in_flight``), plus the final norm and LM-head inputs on the last
     stage and the embedding dropout mask on the first."""
     e = bytes_of(w.precision.compute)
+    fp32_normed = fp32_normed_of(arch, w.mixed_precision)
     par = w.parallelism
     s, b = w.sequence_length, w.micro_batch_size
     ckpt = w.checkpointing
@@ -287,6 +327,7 @@ def training_activations(
             drop_scores=ckpt == "selective",
             trainable=tr,
             norm=norm,
+            fp32_normed=fp32_normed,
         )
         layer_bytes = sum(saved.values())
         one_layer = max(
@@ -305,6 +346,7 @@ def training_activations(
                     drop_scores=False,
                     trainable=tr,
                     norm=norm,
+                    fp32_normed=fp32_normed,
                 ).values()
             ),
         )
@@ -334,7 +376,9 @@ def training_activations(
         parts.append(("one layer recomputed in backward", one_layer))
     if stage.last and arch.kind == "decoder":
         # The final norm's input (and normalized tensor when trained), the LM head's input.
-        norm_in, normed = norm_saved_bytes(norm, arch.norm == "rmsnorm", not isinstance(m, LoRA), e)
+        norm_in, normed = norm_saved_bytes(
+            norm, arch.norm == "rmsnorm", not isinstance(m, LoRA), e, fp32_normed
+        )
         head_inputs = s * b * arch.hidden_size * (norm_in + normed + e)
         total += head_inputs
         parts.append(("final norm and LM-head inputs", head_inputs))
