@@ -36,11 +36,13 @@ def _arch(norm: str = "rmsnorm"):
     )
 
 
-def _items(norm, *, arch=None, e=2, trainable=None) -> dict[str, int]:
+def _items(
+    norm, *, arch=None, e=2, trainable=None, layer=None, fp32_normed=False
+) -> dict[str, int]:
     arch = arch or _arch()
     kw = {} if trainable is None else {"trainable": trainable}
     return training_saved(
-        arch.layer_runs[0][0],
+        layer or arch.layer_runs[0][0],
         arch,
         device_dims(arch, 1, 1),
         seq=S,
@@ -51,6 +53,7 @@ def _items(norm, *, arch=None, e=2, trainable=None) -> dict[str, int]:
         sequence_parallel=False,
         drop_scores=False,
         norm=norm,
+        fp32_normed=fp32_normed,
         **kw,
     )
 
@@ -209,19 +212,7 @@ def test_norms_per_layer_reads_the_layer() -> None:
     )
     assert norms_per_layer(shared, llama) == 1
     # Full training: one norm input, and the MLP reads the attention's input (one tensor).
-    items = training_saved(
-        shared,
-        llama,
-        device_dims(llama, 1, 1),
-        seq=S,
-        batch=B,
-        e=2,
-        attention="sdpa",
-        dropout=False,
-        sequence_parallel=False,
-        drop_scores=False,
-        norm="fused",
-    )
+    items = _items("fused", arch=llama, layer=shared)
     assert items["norm inputs"] == TOKENS * H * 2
     assert items["qkv input"] == TOKENS * H * 2
     assert items["mlp input"] == 0
@@ -272,19 +263,6 @@ def test_gemma_and_autocast_keep_an_fp32_normalized_tensor() -> None:
     assert norm_saved_bytes("upcast", True, True, 2, fp32_normed=True) == (4, 4)
     assert norm_saved_bytes("upcast", True, False, 2, fp32_normed=True) == (4, 0)
     assert norm_saved_bytes("fused", True, True, 2, fp32_normed=True) == (2, 0)
-    items = training_saved(
-        gemma.layer_runs[0][0],
-        gemma,
-        device_dims(gemma, 1, 1),
-        seq=S,
-        batch=B,
-        e=2,
-        attention="sdpa",
-        dropout=False,
-        sequence_parallel=False,
-        drop_scores=False,
-        norm="upcast",
-        fp32_normed=fp32_normed_of(gemma, "pure"),
-    )
+    items = _items("upcast", arch=gemma, fp32_normed=fp32_normed_of(gemma, "pure"))
     # four sandwich norms, 2,304 wide
     assert items["normalized tensors of the trained norm weights"] == 4 * TOKENS * 2_304 * 4
