@@ -28,7 +28,6 @@ from tests.support.workloads import INFER, TRAIN
 from vrambudget.agent.webhooks import verify
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.spec import Workload
-from vrambudget.core.stack import resolve_stack
 from vrambudget.trace.recorder import Recorder
 from vrambudget.workloads.run import initialize, prepare
 
@@ -46,9 +45,7 @@ def _expected_peak(spec: dict[str, Any], warmup: int, iterations: int) -> int:
     w = msgspec.convert(spec, Workload)
     rec = Recorder()
     with FakeTensorMode(), rec.recording():
-        # The probe's built-in program imitates the default stack's norm.
-        norm = resolve_stack(None).rms_norm
-        program = prepare(w, resolve_model(w.model), rec, torch.device("cpu"), norm)
+        program = prepare(w, resolve_model(w.model), rec, torch.device("cpu"))
         program.every_decode_step = True
         initialize(program.model)
         for _ in range(warmup):

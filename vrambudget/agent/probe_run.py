@@ -66,7 +66,6 @@ def _program(
         return factory(device=device, marks=marks, **w.arguments)
     from vrambudget.core.deployed import deploy, deployed_quantization
     from vrambudget.core.resolve import resolve_model
-    from vrambudget.core.stack import resolve_stack
     from vrambudget.trace.models import resolve_models
     from vrambudget.workloads.hf.program import (
         FrameworkProgram,
@@ -101,9 +100,7 @@ def _program(
         if framework:  # the framework's own code, as the trace tier runs it, for real
             program = prepare_framework(w, arch, marks, device, emulate=False)
         else:
-            # The built-in builders imitate the default stack's norm, as the service's estimate
-            # for a request that names no framework assumes it.
-            program = prepare(w, arch, marks, device, resolve_stack(None).rms_norm)
+            program = prepare(w, arch, marks, device)
         initialize(program.model)
     program.every_decode_step = True
     program.weights_source = source  # type: ignore[union-attr]

@@ -195,10 +195,11 @@ def trace_workload_code(
     workspaces: tuple[tuple[str, int], ...] = (),
     field: str = "workloads[0]",
     code: str = "framework",
-    rms_norm: RmsNorm = "fused",
+    rms_norm: RmsNorm | None = None,
 ) -> tuple[Replay, str]:
     """The replay, and the code that ran in words; ``rms_norm``: the framework's norm the
-    built-in builders imitate (the framework's own code has its own)."""
+    built-in builders imitate (None: the default stack's; the framework's own code has its
+    own)."""
     w = deploy(w)
     which, reason = traced_code(w, code)
     encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
@@ -277,7 +278,7 @@ def _run(
     reason: str | None,
     iterations: int,
     field: str,
-    rms_norm: RmsNorm = "fused",
+    rms_norm: RmsNorm | None = None,
 ) -> str:
     """Build and run the program (``framework`` or ``builtin``) under the recorder; the code
     that ran, in words."""

@@ -24,6 +24,7 @@ from vrambudget.core.spec import (
     QLoRA,
     TrainingWorkload,
 )
+from vrambudget.core.stack import resolve_stack
 from vrambudget.core.statics import effective_precision
 
 from .marks import Marks
@@ -86,11 +87,14 @@ def check_traceable(w: InferenceWorkload | TrainingWorkload, field: str) -> None
 
 
 def build_plan(
-    w: InferenceWorkload | TrainingWorkload, device: torch.device, rms_norm: RmsNorm = "fused"
+    w: InferenceWorkload | TrainingWorkload,
+    device: torch.device,
+    rms_norm: RmsNorm | None = None,
 ) -> BuildPlan:
     """What the builders need: ``rms_norm`` is the framework's norm a training program imitates
-    (the request's stack: :attr:`vrambudget.core.stack.Stack.rms_norm`); inference programs run
-    the fused norm, as the inference formulas count it."""
+    (the request's stack, :attr:`vrambudget.core.stack.Stack.rms_norm`; None: the default
+    stack's, as an estimate that names no software assumes); inference programs run the fused
+    norm, as the inference formulas count it."""
     p = w.precision
     plan = BuildPlan(
         tensor_parallel=w.parallelism.tensor,
@@ -114,7 +118,7 @@ def build_plan(
         dropout=0.1 if w.dropout else 0.0,
         checkpointing=w.checkpointing,
         kbit_fp32=isinstance(m, QLoRA),
-        rms_norm=rms_norm,
+        rms_norm=rms_norm or resolve_stack(None).rms_norm,
     )
 
 
@@ -283,7 +287,7 @@ def prepare(
     arch: Arch,
     marks: Marks,
     device: torch.device,
-    rms_norm: RmsNorm = "fused",
+    rms_norm: RmsNorm | None = None,
 ) -> Program:
     """Build the model (phase ``load``) and return the program."""
     w = deploy(w)

@@ -62,8 +62,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                 + (0 if tr.mlp_output_input else d.f)
             )
             kept += tokens * e * n * per_token
-            inputs = d.h + d.heads * d.v_head_dim + (0 if shared else d.h) + d.f
-            previous += tokens * e * n * inputs
+            if ov.stack.keeps_previous_step:
+                inputs = d.h + d.heads * d.v_head_dim + (0 if shared else d.h) + d.f
+                previous += tokens * e * n * inputs
         acts += kept
         act_parts.append(("4-bit layer inputs kept by bitsandbytes", kept))
         if ov.stack.keeps_previous_step:

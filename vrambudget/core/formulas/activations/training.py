@@ -85,11 +85,11 @@ def norms_per_layer(layer: LayerType, arch: Arch) -> int:
     return n or (4 if arch.sandwich_norms else 2)
 
 
-def shares_one_norm(layer: LayerType, arch: Arch) -> bool:
+def shares_one_norm(layer: LayerType, arch: Arch, norms: int | None = None) -> bool:
     """Attention and the MLP read one norm's output (a parallel residual with one norm): one
     hidden-wide norm in a layer that has both attention and MLP projections (not a Mamba or
-    linear-attention layer)."""
-    if norms_per_layer(layer, arch) != 1:
+    linear-attention layer). ``norms``: :func:`norms_per_layer`, where the caller has it."""
+    if (norms_per_layer(layer, arch) if norms is None else norms) != 1:
         return False
     linear = [g.name for g in layer.tensors if g.role is Role.LINEAR]
     attention = [n for n in linear if "attn" in n or "attention" in n or n in _QKV_CONSUMERS]
@@ -230,7 +230,7 @@ def training_saved(
     attention_output = tr.attention_output or not eager
     norms = norms_per_layer(layer, arch)
     # One shared norm feeds attention and the MLP: their inputs are one tensor.
-    shared_input = shares_one_norm(layer, arch) and tr.qkv_input
+    shared_input = tr.qkv_input and shares_one_norm(layer, arch, norms)
     rms = arch.norm == "rmsnorm"
     norm_in, normed = norm_saved_bytes(norm, rms, tr.norm_weights, e, fp32_normed)
     items = {
