@@ -202,6 +202,26 @@ def test_eager_module_loading_takes_the_eager_context() -> None:
     assert forced.bytes == 1_319_960_576 + 517_996_544 == 1_837_957_120
 
 
+def test_torch_before_1_13_loads_modules_eagerly() -> None:
+    """torch 1.13 first sets CUDA_MODULE_LOADING=LAZY (pytorch/pytorch#86509); before it CUDA
+    11's default, eager, held. A torch before 2.1 with no CUDA named was built for CUDA 11, so
+    the context is the torch 1.13 A/B's eager 666,632,192 B -- on an H100 never less than the
+    lazy 559,939,584 + 245,825,536 = 805,765,120 B -- plus cuBLAS's 517,996,544 B."""
+    dev = {"device": {"source": "catalog", "id": "h100-sxm5-80gb"}}
+
+    def line(software: dict[str, str]) -> Any:
+        lines = _budget(INFER, software, **dev).devices[0].lines
+        return next(ln for ln in lines if ln.component == C.CUDA_CONTEXT)
+
+    assert resolve_stack(msgspec.convert({"torch_version": "1.12.1"}, Software)).eager_modules
+    assert not resolve_stack(msgspec.convert({"torch_version": "1.13.0"}, Software)).eager_modules
+    old = line({"torch_version": "1.10.1"})
+    assert old.bytes == 805_765_120 + 517_996_544
+    assert line({"torch_version": "1.13.1"}).bytes == 740_753_408
+    # named lazy wins over the release's default
+    assert line({"torch_version": "1.10.1", "cuda_module_loading": "lazy"}).bytes == 740_753_408
+
+
 def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:
     infer = _budget(INFER).stack
     assert infer is not None

@@ -111,9 +111,10 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 5.9%, 86.6% inside their band, band median half-width 21.7%, 8 runs whose "
-    "measured peak is above the band's high end (LitGPT QLoRA on one A10G 7-11% low, "
-    "Answer.AI FSDP on RTX 3090s, an optimum-benchmark fp16 generate seen by NVML)",
+    "peaks median 4.5% and 92.7% inside their band (met), but a band median half-width of "
+    "18.1% and 4 runs whose measured peak is above the band's high end (Answer.AI FSDP on RTX "
+    "3090s at 512 tokens, LitGPT LoRA of Falcon-7B on the full Alpaca lengths, an "
+    "optimum-benchmark fp16 generate seen by NVML)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -147,13 +148,17 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     tightly, so their bands, widened about their middle, left held-out runs of other sources
     above them (78.0%, 15 runs); a band resting on fewer than 9 sources now also reaches its
     widened half-width on both sides of the estimate (the sign of a new source's bias is not
-    known): 86.6%, 8 runs, half-width 20.4% -> 21.7%, that bound raised for the change."""
+    known): 86.6%, 8 runs, half-width 20.4% -> 21.7%, that bound raised for the change.
+    Eager CUDA module loading before torch 1.13 (which first set CUDA_MODULE_LOADING=LAZY) and
+    LitGPT's loss and attention read from its code (Fabric's fp32 logits held by the loop, the
+    fused q/k/v output kept by V's view, K/V repeated for grouped queries): median 5.9% ->
+    4.5%, 92.7% inside, 4 runs above, half-width 18.1%."""
     s = summarize(held_out)
     assert s["n"] >= 70
-    assert s["median_abs_error"] <= 0.0588
-    assert s["coverage"] >= 0.865
-    assert s["exceeded_but_fits"] <= 8
-    assert s["median_half_width"] <= 0.218
+    assert s["median_abs_error"] <= 0.0452
+    assert s["coverage"] >= 0.926
+    assert s["exceeded_but_fits"] <= 4
+    assert s["median_half_width"] <= 0.182
     assert not math.isnan(s["median_signed_error"])
 
 

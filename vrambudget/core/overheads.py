@@ -127,6 +127,8 @@ def with_software(
         # cuBLAS's whole set (kernel_images(eager=True)).
         if ov.profile is None:
             cuda = version_tuple(software.cuda_version) if software.cuda_version else None
+            if cuda is None and version_tuple(stack.torch_version) < (2, 1):
+                cuda = (11,)  # torch 2.1 shipped the first CUDA 12 wheels (cu121)
             context, source = eager_context(cuda, ov.process_context_bytes("training"))
             ov = dataclasses.replace(ov, cuda_context_bytes=context, cuda_context_source=source)
         images = kernel_images("training", vendor, eager=True)

@@ -24,7 +24,7 @@ from .formulas.cuda_context import (
 )
 from .memo import BoundedCache
 from .result import StackBehaviour, StackUse
-from .spec import Software
+from .spec import LossImplementation, Software
 
 __all__ = [
     "CURRENT",
@@ -56,7 +56,7 @@ CURRENT: dict[str, str] = {
 }
 """Versions assumed where a request names none."""
 
-Loss = Literal["cross_entropy", "chunked_cross_entropy", "fused_linear_cross_entropy"]
+Loss = LossImplementation
 
 
 _LEADING = re.compile(r"[0-9]+")
@@ -119,6 +119,10 @@ class Stack:
     (PEFT's ``prepare_model_for_kbit_training``); false: they keep the weights' dtype."""
     rms_norm: RmsNorm
     """What the framework's RMSNorm keeps for backward (:data:`RmsNorm`)."""
+    fused_qkv: bool
+    """LitGPT's attention: one q/k/v projection split into views; SDPA keeps the whole output
+    through V's view (as many K/V heads as query heads) or saves K and V repeated to every
+    query head; LoRA on part of q, k, v keeps the zero-padded lora_B output."""
     keeps_previous_step: bool
     """The training loop keeps the last micro-batch's logits and loss (so its autograd graph)
     until the next forward and loss are computed (LitGPT's ``fit``), and bitsandbytes < 0.43.2
@@ -210,6 +214,21 @@ _LOSSES: dict[Loss, StackBehaviour] = {
         "(num_output_chunks=8), the configs' loss from torchtune 0.3.0 (0.2.1: "
         "torch.nn.CrossEntropyLoss)",
     ),
+    "litgpt_chunked_cross_entropy": _B(
+        name="loss",
+        assumed="Fabric converts the model's output to fp32: the LM head's chunks in the compute "
+        "dtype, then fp32 logits, which the training loop holds through the backward and until "
+        "the next forward returns (the previous micro-batch's fp32 logits meet the new ones); "
+        "cross-entropy per 128-token chunk saves an fp32 log-softmax, and the backward collects "
+        "every chunk's fp32 logits gradient before the LM head's; a full fine-tune on more "
+        "than one sequence reshapes the shifted logits into an fp32 copy",
+        source="litgpt 0.4.5 finetune/lora.py lines 304-307 (logits = model(input_ids, "
+        "lm_head_chunk_size=128), bound in the loop body), utils.py line 279 "
+        "chunked_cross_entropy (F.cross_entropy per chunk, no cast), finetune/full.py lines "
+        "254-256; lightning 2.3.0 fabric/wrappers.py line 143 (precision.convert_output) and "
+        "plugins/precision/half.py line 62 (to torch.get_default_dtype(), fp32); the same in "
+        "litgpt 0.3.0, 0.5.3 and 0.5.13",
+    ),
     "fused_linear_cross_entropy": _B(
         name="loss",
         assumed="the LM head and the loss run fused per chunk: the full logits are never "
@@ -272,7 +291,9 @@ _LAZY = _B(
     "only the kernels that have run; on NVIDIA the context line adds the images a workload's "
     f"ops load ({KERNEL_IMAGES_INFERENCE_BYTES:,} B inference, "
     f"{KERNEL_IMAGES_TRAINING_BYTES:,} B training, measured)",
-    source="CUDA 11.7+ lazy loading, torch >= 1.13 sets it by default (pytorch/pytorch#86509: "
+    source="CUDA 11.7+ lazy loading; torch >= 1.13 sets CUDA_MODULE_LOADING=LAZY when the user "
+    "has not (pytorch/pytorch#86509, '[1.13] Sets CUDA_MODULE_LOADING to LAZY when not set by "
+    "the user': "
     "666.6 MB eager vs 287.0 MB lazy on one machine); the images: one H200, torch 2.11 cu130 "
     "(research/overhead_measurements.md)",
 )
@@ -282,7 +303,8 @@ _EAGER = _B(
     "context is the eager measurement for the CUDA release, never less than the lazy context "
     "with its images; on NVIDIA the context line adds cuBLAS's whole image set "
     f"({EAGER_LIBRARY_IMAGES_BYTES:,} B), loaded at the first GEMM",
-    source="pytorch/pytorch#86509 (666.6 MB eager vs 287.0 MB lazy, CUDA before 12); "
+    source="pytorch/pytorch#86509 (666.6 MB eager vs 287.0 MB lazy, CUDA before 12; torch "
+    "before 1.13 left the CUDA 11 default, eager); "
     f"{CUDA_CONTEXT_EAGER_CURRENT_BYTES:,} B on an H200, torch 2.11 cu130 (CUDA 12 on); "
     "pytorch/pytorch#55277 (721 MB GTX 1080 cu101, 1,687 MB RTX 3090 cu111)",
 )
@@ -418,6 +440,19 @@ _UNTIED_HEAD = _B(
     "state_dict['transformer.wte.weight'] when the checkpoint has none); the finetune scripts "
     "refuse train.tie_embeddings",
 )
+_FUSED_QKV = _B(
+    name="fused_qkv_attention",
+    assumed="one projection computes q, k and v and the attention splits its output into views: "
+    "with as many K/V heads as query heads, SDPA saves V, a view, and so keeps the whole qkv "
+    "output (its q and k parts on top of the roped copies); with fewer, K and V are repeated to "
+    "every query head before SDPA saves them; LoRA on some but not all of q, k, v keeps the "
+    "adapted lora_B outputs (index_copy_'s source in zero_pad)",
+    source="litgpt 0.4.5 model.py CausalSelfAttention.forward (qkv.view/permute/split, "
+    "k.expand and reshape for grouped queries, F.scaled_dot_product_attention(q, k, v)), "
+    "lora.py LoRAQKVLinear.zero_pad (result.index_copy_(dim=-1, index=self.lora_ind, "
+    "source=x)); 0.5.13 the same with qkv.split and repeat_interleave; checked with "
+    "saved_tensors_hooks on litgpt 0.4.5's code (research/stack_behaviours.md section 2d)",
+)
 
 _APPLIES: dict[str, frozenset[str]] = {
     "kv_cache_growth": frozenset({"inference"}),
@@ -430,6 +465,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "qlora_unquantized_dtype": frozenset({"qlora"}),
     "lm_head_layout": frozenset({"training", "inference"}),
     "rms_norm": frozenset({"training"}),
+    "fused_qkv_attention": frozenset({"training"}),
     "previous_step_graph": frozenset({"qlora"}),
     "gradient_sync": frozenset({"sharded_data_parallel"}),
     "fsdp_frozen_gradients": frozenset({"lora_data_parallel"}),
@@ -446,6 +482,7 @@ PINNED: dict[str, dict[str, tuple[tuple[int, ...], str]]] = {
 
 _DEFAULT_LOSS: dict[str, Loss] = {
     "torchtune": "chunked_cross_entropy",
+    "litgpt": "litgpt_chunked_cross_entropy",
     "unsloth": "fused_linear_cross_entropy",
 }
 
@@ -491,10 +528,15 @@ def _resolve(software: Software | None) -> Stack:
         behaviours.append(_SHIFT_COPY)
     grads_kept = version_tuple(torch_v) < (2, 0)
     behaviours.append(_GRADS_KEPT if grads_kept else _GRADS_FREED)
+    # Lazy loading needs CUDA 11.7 and an opt-in that torch makes from 1.13 on (pytorch#86509
+    # sets CUDA_MODULE_LOADING=LAZY when unset); before, the CUDA 11 runtime's default was
+    # eager (lazy became the driver's default with CUDA 12.2, pytorch#152695).
     eager = sw.cuda_module_loading == "eager" or (
         sw.cuda_module_loading is None
-        and sw.cuda_version is not None
-        and version_tuple(sw.cuda_version) < (11, 7)
+        and (
+            (sw.cuda_version is not None and version_tuple(sw.cuda_version) < (11, 7))
+            or version_tuple(torch_v) < (1, 13)
+        )
     )
     behaviours.append(_EAGER if eager else _LAZY)
     # transformers' Trainer (axolotl rides on it) and LitGPT accumulate under no_sync; DeepSpeed
@@ -512,6 +554,7 @@ def _resolve(software: Software | None) -> Stack:
     behaviours.append(_qlora_dtype_behaviour(framework, qlora_upcast))
     if litgpt:
         behaviours.append(_UNTIED_HEAD)
+        behaviours.append(_FUSED_QKV)
     rms_norm = _rms_norm(sw, framework, version)
     behaviours.append(
         {"upcast": _NORM_UPCAST, "upcast_fp32_normed": _NORM_UPCAST_FP32, "fused": _NORM_FUSED}[
@@ -539,6 +582,7 @@ def _resolve(software: Software | None) -> Stack:
         qlora_head_quantized=litgpt,
         qlora_upcast=qlora_upcast,
         rms_norm=rms_norm,
+        fused_qkv=litgpt,
         keeps_previous_step=litgpt and bnb_inputs,
         grads_kept=grads_kept,
         eager_modules=eager,

@@ -23,11 +23,18 @@ __all__ = ["training_stage"]
 
 C = Component
 
+LITGPT_LOSS_CHUNK_TOKENS = 128
+"""LitGPT's fine-tuning scripts run the LM head with ``lm_head_chunk_size=128`` and
+``chunked_cross_entropy``'s ``chunk_size=128`` (litgpt 0.4.5 finetune/lora.py line 304,
+utils.py line 282)."""
+
 
 def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> StageNumbers:
     e = bytes_of(w.precision.compute)
     tokens = w.sequence_length * w.micro_batch_size
-    acts, one_layer, act_parts = training_activations(w, arch, st.stage, st.dims, ov.stack.rms_norm)
+    acts, one_layer, act_parts = training_activations(
+        w, arch, st.stage, st.dims, ov.stack.rms_norm, ov.stack.fused_qkv
+    )
     previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":
         # Each 4-bit projection's input stays on its autograd context for the whole step: the
@@ -82,17 +89,19 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # input gradient (the forward's low-precision logits and fp32 copy are freed by then: no
     # backward needs them).
     stack = ov.stack
+    chunks, shift_copy = stack.loss_chunks, stack.loss_shift_copy
+    if stack.loss == "litgpt_chunked_cross_entropy":
+        # LitGPT: chunks of 128 positions of every sequence (the LM head's), or of 128 rows
+        # of the flattened logits for a full fine-tune, whose logits[..., :-1, :] is reshaped
+        # into a copy when the micro-batch holds more than one sequence.
+        full = isinstance(w.method, FullFineTune)
+        chunks = -(-(tokens if full else w.sequence_length) // LITGPT_LOSS_CHUNK_TOKENS)
+        shift_copy = full and w.micro_batch_size > 1
     fwd_parts = training_forward_parts(
-        tokens,
-        st.dims.vocab,
-        e,
-        stack.loss,
-        stack.loss_chunks,
-        stack.loss_shift_copy,
-        stack.loss_compiled,
+        tokens, st.dims.vocab, e, stack.loss, chunks, shift_copy, stack.loss_compiled
     )
     bwd_parts = training_backward_parts(
-        tokens, st.dims.vocab, stack.loss, stack.loss_chunks, e, stack.loss_compiled
+        tokens, st.dims.vocab, stack.loss, chunks, e, stack.loss_compiled
     )
     logits = sum(b for _, b in fwd_parts) if has_head else 0
     logits_bwd = sum(b for _, b in bwd_parts) if has_head else 0

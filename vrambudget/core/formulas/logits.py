@@ -45,14 +45,34 @@ def training_forward_parts(
     slices at a time and keeps every slice's log-softmax: ``tokens x vocab x (e + 4) +
     ceil(tokens / chunks) x vocab x 4``; a fused linear cross-entropy (Liger) materializes no
     logits. A chunked loss compiled by inductor (``compiled``) saves the low-precision chunks
-    and an fp32 max and log-sum-exp per token: ``tokens x vocab x e + tokens x 8``.
+    and an fp32 max and log-sum-exp per token: ``tokens x vocab x e + tokens x 8``. A loss in
+    LitGPT's loss (Fabric returns fp32 logits, the loop holds the previous micro-batch's until
+    the new ones are assigned): ``tokens x vocab x (e + 8)``; with ``shift_copy`` (a full
+    fine-tune's reshaped copy of the shifted fp32 logits) ``tokens x vocab x 12``.
 
     Worked number: 4,096 tokens, vocab 128,256, bf16: 4,096 x 128,256 x 10 = 5,253,365,760 B;
     chunked in 8: 4,096 x 128,256 x 6 + 512 x 128,256 x 4 = 3,414,687,744 B; chunked and
-    compiled: 4,096 x 128,256 x 2 + 4,096 x 8 = 1,050,705,920 B."""
+    compiled: 4,096 x 128,256 x 2 + 4,096 x 8 = 1,050,705,920 B; LitGPT's:
+    4,096 x 128,256 x 10 = 5,253,365,760 B."""
     v = tokens * vocab
     if loss == "fused_linear_cross_entropy":
         return ()
+    if loss == "litgpt_chunked_cross_entropy":
+        if shift_copy:  # at the loss: the fp32 logits, their reshaped copy, the log-softmax
+            return (
+                ("fp32 logits (Fabric's output conversion)", v * FP32),
+                ("shifted fp32 logits (reshape copy)", v * FP32),
+                ("fp32 log-softmax saved by cross-entropy, every chunk", v * FP32),
+            )
+        return (  # as the LM head returns: its output, the fp32 copy, the previous micro-batch's
+            ("lm_head output (until Fabric converts it)", v * e),
+            ("fp32 logits (Fabric's output conversion)", v * FP32),
+            (
+                "previous micro-batch's fp32 logits, then the fp32 log-softmax saved by "
+                "cross-entropy",
+                v * FP32,
+            ),
+        )
     if loss == "chunked_cross_entropy" and compiled:
         return (
             ("lm_head output (saved by the compiled loss)", v * e),
@@ -86,10 +106,21 @@ def training_backward_parts(
     ``tokens x vocab x 12``; chunked, the two gradients of one chunk at a time; fused, none.
     Chunked and compiled: the saved low-precision chunks, each replaced by its gradient in the
     compute dtype (every chunk's loss backward runs before the LM head's), one chunk's
-    gradient on top: ``tokens x vocab x e + ceil(tokens / chunks) x vocab x e``."""
+    gradient on top: ``tokens x vocab x e + ceil(tokens / chunks) x vocab x e``. LitGPT's: the
+    fp32 logits its loop holds, the saved fp32 log-softmax (each chunk's replaced by its logits
+    gradient, all of which precede the LM head's backward) and one chunk's two fp32 gradients:
+    ``tokens x vocab x 8 + 2 x ceil(tokens / chunks) x vocab x 4``."""
     v = tokens * vocab
     if loss == "fused_linear_cross_entropy":
         return ()
+    if loss == "litgpt_chunked_cross_entropy":
+        one = -(-tokens // chunks) * vocab * FP32
+        return (
+            ("fp32 logits (the training loop still holds them)", v * FP32),
+            ("fp32 log-softmax saved by cross-entropy, then the logits' gradients", v * FP32),
+            ("loss gradient of one chunk (fp32)", one),
+            ("log-softmax input gradient of one chunk (fp32)", one),
+        )
     if loss == "chunked_cross_entropy" and compiled:
         return (
             ("lm_head output saved, then its gradients", v * e),

@@ -201,7 +201,12 @@ Framework = Literal[
 """The program that runs the workload (PEFT, TRL and accelerate ride on ``transformers``:
 name them in ``libraries``)."""
 
-LossImplementation = Literal["cross_entropy", "chunked_cross_entropy", "fused_linear_cross_entropy"]
+LossImplementation = Literal[
+    "cross_entropy",
+    "chunked_cross_entropy",
+    "litgpt_chunked_cross_entropy",
+    "fused_linear_cross_entropy",
+]
 
 NormImplementation = Literal["fp32_upcast", "fused"]
 
@@ -256,6 +261,8 @@ class Software(Wire, frozen=True, kw_only=True):
             description="Training loss implementation. `cross_entropy`: the full logits and "
             "their fp32 copy (transformers' ForCausalLMLoss); `chunked_cross_entropy`: fp32 per "
             "chunk of the sequence (torchtune's CEWithChunkedOutputLoss); "
+            "`litgpt_chunked_cross_entropy`: fp32 logits (Fabric converts the model's output) held "
+            "by the training loop, cross-entropy per 128-token chunk (LitGPT); "
             "`fused_linear_cross_entropy`: no logits materialized (Liger, Unsloth). Default: the "
             "framework's own."
         ),
@@ -292,7 +299,9 @@ class Software(Wire, frozen=True, kw_only=True):
         Meta(
             description="`CUDA_MODULE_LOADING`: `lazy` is the default from CUDA 11.7 with "
             "torch 1.13; `eager` loads every kernel image into the context. Default: from "
-            "`cuda_version` (lazy when absent)."
+            "`torch_version` and `cuda_version`: eager before torch 1.13 (which first sets "
+            "`CUDA_MODULE_LOADING=LAZY`) or before CUDA 11.7, lazy otherwise (and when "
+            "neither is named)."
         ),
     ] = None
     torch_compile: Annotated[

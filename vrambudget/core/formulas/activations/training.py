@@ -112,6 +112,10 @@ class Trainable:
     lora_bytes_per_token: int = 0
     norm_weights: bool = True
     """The norms' weights are trained (full fine-tuning; LoRA freezes them)."""
+    qkv_subset_bytes_per_token: int = 0
+    """LoRA on some but not all of q, k and v: the adapted projections' lora_B outputs, which a
+    fused QKV layer pads with zeros by ``index_copy_``, whose backward keeps its source (LitGPT
+    ``LoRAQKVLinear.zero_pad``)."""
 
 
 FULL_TRAINING = Trainable()
@@ -133,6 +137,7 @@ _QKV_CONSUMERS = frozenset(
 _MLP_IN = frozenset({"gate_proj", "up_proj", "mlp.c_fc", "fc1", "intermediate.dense"})
 _MLP_OUT = frozenset({"down_proj", "mlp.c_proj", "fc2", "output.dense"})
 _ATTN_OUT = frozenset({"o_proj", "attn.c_proj", "attention.output.dense"})
+_QKV = frozenset({"q_proj", "k_proj", "v_proj"})
 
 
 @lru_cache(maxsize=4096)
@@ -158,11 +163,17 @@ def lora_trainable(
     # The cast is a no-op and no dropout: the adapter saves the base input itself.
     same = adapter_bytes == e and not dropout
     per_token = 0
+    subset = 0
     for g in adapted:
-        _, cols, _ = per_device_shape(g, arch, t, 1)
+        rows, cols, _ = per_device_shape(g, arch, t, 1)
         per_token += rank * adapter_bytes + (0 if same else cols * adapter_bytes)
         if dropout:
             per_token += cols * MASK
+        if g.name.rsplit(".", 1)[-1] in _QKV:
+            subset += rows * adapter_bytes
+    qkv_in_layer = {g.name.rsplit(".", 1)[-1] for g in layer.tensors} & _QKV
+    if qkv_in_layer <= {n.rsplit(".", 1)[-1] for n in names}:
+        subset = 0  # every one adapted: zero_pad returns its input
     return Trainable(
         qkv_input=same and bool(names & _QKV_CONSUMERS),
         mlp_input=layer.moe or (same and bool(names & _MLP_IN)),
@@ -170,6 +181,7 @@ def lora_trainable(
         attention_output=same and bool(names & _ATTN_OUT),
         lora_bytes_per_token=per_token,
         norm_weights=False,
+        qkv_subset_bytes_per_token=subset,
     )
 
 
@@ -206,6 +218,7 @@ def training_saved(
     trainable: Trainable = FULL_TRAINING,
     norm: RmsNorm = "fused",
     fp32_normed: bool = False,
+    fused_qkv: bool = False,
 ) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
@@ -215,6 +228,12 @@ def training_saved(
     probabilities (saved by softmax's backward) and their low-precision copy (saved by the
     matmul with V) are both kept -- 4 + e bytes per score, not Korthikanti's 2. ``norm``:
     what each RMSNorm keeps (:func:`norm_saved_bytes`, with ``fp32_normed``).
+
+    ``fused_qkv`` is LitGPT's attention, one projection for q, k and v whose output is split
+    into views: with as many K/V heads as query heads V stays a view, and SDPA, saving V, keeps
+    the whole output alive (the q and k parts on top of the roped copies); with fewer, K and V
+    are repeated to every query head before SDPA saves them. LoRA on some but not all of q, k,
+    v adds the padded lora_B output (``Trainable.qkv_subset_bytes_per_token``).
     """
     s, b, h = seq, batch, dd.h
     tokens = s * b
@@ -223,7 +242,9 @@ def training_saved(
     mask = ceil_div(tokens * h * MASK, rep_div) if dropout else 0
     heads = dd.heads
     eager = attention == "eager"
-    kv_saved = heads if (eager or arch.mla) else dd.kv_heads  # HF eager repeats K/V per q head
+    litgpt = fused_qkv and not eager and not arch.mla
+    # HF eager repeats K/V per q head; so does LitGPT's SDPA path with grouped queries.
+    kv_saved = heads if (eager or arch.mla or litgpt) else dd.kv_heads
     window = layer.window
     keys = min(s, window) if window else s
     tr = trainable
@@ -249,6 +270,14 @@ def training_saved(
     }
     if tr.lora_bytes_per_token:
         items["LoRA inputs in the adapter dtype, lora_A outputs"] = tokens * tr.lora_bytes_per_token
+    if litgpt and dd.kv_heads == heads:
+        items["q and k parts of the fused qkv output (V's view keeps it)"] = (
+            tokens * 2 * heads * dd.qk_head_dim * e
+        )
+    if fused_qkv and tr.qkv_subset_bytes_per_token:
+        items["zero-padded lora_B outputs of the fused qkv (index_copy_ source)"] = (
+            tokens * tr.qkv_subset_bytes_per_token
+        )
     if arch.qk_norm:
         qk = tokens * (heads + dd.kv_heads) * dd.qk_head_dim
         items["qk-norm inputs"] = qk * norm_in + qk * normed
@@ -285,7 +314,12 @@ def in_flight(
 
 
 def training_activations(
-    w: TrainingWorkload, arch: Arch, stage: Stage, dd: DeviceDims, norm: RmsNorm = "fused"
+    w: TrainingWorkload,
+    arch: Arch,
+    stage: Stage,
+    dd: DeviceDims,
+    norm: RmsNorm = "fused",
+    fused_qkv: bool = False,
 ) -> tuple[int, int, list[tuple[str, int]]]:
     """(all saved activations of a pipeline stage, one layer's saved activations, itemized
     parts): per layer kind the tensors saved for backward (``training_saved``; with full
@@ -328,6 +362,7 @@ def training_activations(
             trainable=tr,
             norm=norm,
             fp32_normed=fp32_normed,
+            fused_qkv=fused_qkv,
         )
         layer_bytes = sum(saved.values())
         one_layer = max(
@@ -347,6 +382,7 @@ def training_activations(
                     trainable=tr,
                     norm=norm,
                     fp32_normed=fp32_normed,
+                    fused_qkv=fused_qkv,
                 ).values()
             ),
         )
