@@ -83,7 +83,26 @@ View = Literal[
     "torch_allocated_plus_context",
     "engine_log",  # a serving engine's own startup line
     "unspecified",  # "peak memory" without saying how: compared as nvidia_smi
+    # the device's used memory read through NVML's v1 memory info (pynvml / py3nvml
+    # nvmlDeviceGetMemoryInfo(handle).used without version=2), which counts the memory the
+    # driver reserves as used; nvidia-smi since R510 (and v2) leaves it out
+    "nvml_v1_used",
 ]
+
+NVML_RESERVED: dict[str, tuple[int, str]] = {
+    # "FB Memory Usage / Total: 81920 MiB / Reserved: 763 MiB / Used: 1 MiB / Free: 81158 MiB"
+    # (nvidia-smi -q, driver 555.42.02, four idle A100-SXM4-80GB; the free 81,158 MiB is the
+    # runtime total of the catalog). "the results of device.memory_info()?.used would produce
+    # 912MB on our A100s before the change, and now show 7.8MB with the v2 version"
+    # (rust-nvml/nvml-wrapper#57, driver not stated) puts another driver's reservation at
+    # about 0.9 GB.
+    "a100-sxm4-80gb": (
+        763 * 1024 * 1024,
+        "thamada/nvidia-smi gls/A100SXMx4_smi.py at b09ef139 (nvidia-smi -q, Reserved 763 MiB)",
+    ),
+}
+"""The driver's reserved device memory per GPU type, which NVML's v1 ``used`` includes (the
+NVML API reference, nvmlMemory_t: "used -- Sum of Reserved and Allocated device memory")."""
 
 Quantity = Literal[
     "peak_device_bytes",  # the peak of one device (the most loaded one)
@@ -289,6 +308,10 @@ def software_of(r: Record) -> dict[str, Any]:
     return sw
 
 
+LIT_GPT_PR_667 = "2023-10-24"
+"""lit-gpt commit 50b1974b (PR #667): from it on, one K/V head is repeated for training."""
+
+
 def _dated(sw: dict[str, Any], r: Record) -> None:
     """Versions the source does not state, from its publication date."""
     assert r.published is not None
@@ -297,7 +320,11 @@ def _dated(sw: dict[str, Any], r: Record) -> None:
     if framework is not None and "framework_version" not in sw:
         package = {"fsdp": "torch"}.get(framework, framework)
         found = None
-        if package != "torch":
+        if package == "litgpt" and when < LIT_GPT_PR_667:
+            # lit-gpt's commits before PR #667, which no release holds (the stack reads
+            # litgpt < 0.2 as that code).
+            found = "0.1.0"
+        elif package != "torch":
             # Before the first release the code that ran is closest to the first release.
             found = version_at(package, when) or first_release(package)
         if found:
@@ -368,6 +395,8 @@ def _device_view(b: Budget, view: View) -> int:
 
 def value_of(b: Budget, r: Record) -> float:
     """The budget's number for what the record measured."""
+    if r.quantity == "peak_device_bytes" and r.view == "nvml_v1_used":
+        return _device_view(b, "nvidia_smi") + NVML_RESERVED[r.gpu_id or ""][0]
     if r.quantity == "peak_device_bytes":
         return _device_view(b, r.view)
     s = b.serving

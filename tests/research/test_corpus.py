@@ -111,10 +111,9 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 4.5% and 92.7% inside their band (met), but a band median half-width of "
-    "18.1% and 4 runs whose measured peak is above the band's high end (Answer.AI FSDP on RTX "
-    "3090s at 512 tokens, LitGPT LoRA of Falcon-7B on the full Alpaca lengths, an "
-    "optimum-benchmark fp16 generate seen by NVML)",
+    "peaks median 4.4% and 95.1% inside their band (met), but a band median half-width of "
+    "18.1% and 2 runs whose measured peak is above the band's high end (Answer.AI FSDP on two "
+    "RTX 3090s at 512 tokens)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -152,12 +151,14 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     Eager CUDA module loading before torch 1.13 (which first set CUDA_MODULE_LOADING=LAZY) and
     LitGPT's loss and attention read from its code (Fabric's fp32 logits held by the loop, the
     fused q/k/v output kept by V's view, K/V repeated for grouped queries): median 5.9% ->
-    4.5%, 92.7% inside, 4 runs above, half-width 18.1%."""
+    4.5%, 92.7% inside, 4 runs above, half-width 18.1%. NVML's v1 reading compared with the
+    driver's reservation, Falcon-7B's one K/V head and lit-gpt's math attention before its PR
+    #667: 4.4%, 95.1%, 2 runs above."""
     s = summarize(held_out)
     assert s["n"] >= 70
-    assert s["median_abs_error"] <= 0.0452
-    assert s["coverage"] >= 0.926
-    assert s["exceeded_but_fits"] <= 4
+    assert s["median_abs_error"] <= 0.0439
+    assert s["coverage"] >= 0.951
+    assert s["exceeded_but_fits"] <= 2
     assert s["median_half_width"] <= 0.182
     assert not math.isnan(s["median_signed_error"])
 

@@ -124,3 +124,15 @@ def test_what_the_framework_may_build_is_bounded() -> None:
     wide = {"model_type": "qwen3_next", "num_hidden_layers": 1000, "num_experts": 512}
     with pytest.raises(InvalidWorkload, match="layers x experts"):
         _kv(wide, 1, 16, 0)
+
+
+def test_falcon_multi_query_keeps_one_kv_head() -> None:
+    """tiiuae/falcon-7b-instruct's config.json (research/data/configs): ``multi_query: true``
+    without ``new_decoder_architecture``, 71 heads of 64 -- transformers' FalconAttention keeps
+    one K/V head (its query_key_value has (71 + 2) x 64 = 4,672 rows). The KV cache of one
+    sequence of 1,000 + 24 tokens in bf16: 32 layers x 2 x 1 x 64 x 2 B x 1,024 = 8,388,608 B
+    (71 K/V heads would be 71 times that)."""
+    path = Path(__file__).resolve().parents[2] / "research" / "data" / "configs"
+    config = json.loads((path / "tiiuae--falcon-7b-instruct.json").read_text())["config"]
+    assert config["multi_query"] is True and not config.get("new_decoder_architecture")
+    assert _kv(config, 1, 1000, 24) == 32 * 2 * 64 * 2 * 1024 == 8_388_608

@@ -123,6 +123,9 @@ class Stack:
     """LitGPT's attention: one q/k/v projection split into views; SDPA keeps the whole output
     through V's view (as many K/V heads as query heads) or saves K and V repeated to every
     query head; LoRA on part of q, k, v keeps the zero-padded lora_B output."""
+    math_mqa: bool
+    """lit-gpt before PR #667 (2023-10-24; named ``0.1`` here, no release holds it): one K/V head
+    is not repeated for training, so SDPA runs its math path and saves the probabilities."""
     keeps_previous_step: bool
     """The training loop keeps the last micro-batch's logits and loss (so its autograd graph)
     until the next forward and loss are computed (LitGPT's ``fit``), and bitsandbytes < 0.43.2
@@ -453,6 +456,17 @@ _FUSED_QKV = _B(
     "source=x)); 0.5.13 the same with qkv.split and repeat_interleave; checked with "
     "saved_tensors_hooks on litgpt 0.4.5's code (research/stack_behaviours.md section 2d)",
 )
+_MATH_MQA = _B(
+    name="mqa_math_attention",
+    assumed="with one K/V head, lit-gpt does not repeat K and V for training; SDPA's fused "
+    "kernels need as many K/V heads as query heads, so its math path runs and saves the "
+    "attention probabilities (batch x heads x sequence^2 x e per layer), the scaled q and K/V "
+    "broadcast to every head",
+    source="lit-gpt commit 29de2828 lit_gpt/model.py line 208 ('if self.config.n_query_groups "
+    "!= 1:  # doing this would require a full kv cache with MQA'); changed by 50b1974b "
+    "(PR #667, 2023-10-24: 'training: flash attention requires it'), before litgpt 0.2.0; "
+    "torch aten _scaled_dot_product_attention_math",
+)
 
 _APPLIES: dict[str, frozenset[str]] = {
     "kv_cache_growth": frozenset({"inference"}),
@@ -466,6 +480,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "lm_head_layout": frozenset({"training", "inference"}),
     "rms_norm": frozenset({"training"}),
     "fused_qkv_attention": frozenset({"training"}),
+    "mqa_math_attention": frozenset({"training"}),
     "previous_step_graph": frozenset({"qlora"}),
     "gradient_sync": frozenset({"sharded_data_parallel"}),
     "fsdp_frozen_gradients": frozenset({"lora_data_parallel"}),
@@ -555,6 +570,8 @@ def _resolve(software: Software | None) -> Stack:
     if litgpt:
         behaviours.append(_UNTIED_HEAD)
         behaviours.append(_FUSED_QKV)
+        if version_tuple(version) < (0, 2):
+            behaviours.append(_MATH_MQA)
     rms_norm = _rms_norm(sw, framework, version)
     behaviours.append(
         {"upcast": _NORM_UPCAST, "upcast_fp32_normed": _NORM_UPCAST_FP32, "fused": _NORM_FUSED}[
@@ -583,6 +600,7 @@ def _resolve(software: Software | None) -> Stack:
         qlora_upcast=qlora_upcast,
         rms_norm=rms_norm,
         fused_qkv=litgpt,
+        math_mqa=litgpt and version_tuple(version) < (0, 2),
         keeps_previous_step=litgpt and bnb_inputs,
         grads_kept=grads_kept,
         eager_modules=eager,

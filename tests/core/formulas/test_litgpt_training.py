@@ -163,3 +163,32 @@ def test_a_litgpt_answer_itemizes_both() -> None:
     # also the forward's 1,024 x 32,000 x 10
     assert sum(parts(lit, "logits").values()) == 327_680_000
     assert sum(parts(hf, "logits").values()) == 1_024 * 32_000 * 12
+
+
+def test_lit_gpt_before_pr_667_saves_the_probabilities_of_one_kv_head() -> None:
+    """lit-gpt before 2023-10-24 left one K/V head unrepeated, so SDPA ran its math path: per
+    layer the probabilities, 2 x 32 heads x 512^2 x 2 B = 33,554,432 B, replace the log-sum-exp;
+    q and the K/V that matmul broadcasts to every head are saved at 32 heads."""
+    arch = _arch(1)
+    layer = arch.layer_runs[0][0]
+    kw: dict[str, Any] = {
+        "seq": S,
+        "batch": B,
+        "e": 2,
+        "attention": "sdpa",
+        "dropout": False,
+        "sequence_parallel": False,
+        "drop_scores": False,
+        "fused_qkv": True,
+    }
+    new = training_saved(layer, arch, device_dims(arch, 1, 1), **kw)
+    old = training_saved(layer, arch, device_dims(arch, 1, 1), math_mqa=True, **kw)
+    key = "attention probabilities (math SDPA: one K/V head takes no fused kernel)"
+    assert old[key] == B * 32 * S * S * 2 == 33_554_432
+    assert "log-sum-exp" in new and "log-sum-exp" not in old
+    assert old["k"] == old["v"] == new["k"] == TOKENS * 4096 * 2
+    lit = resolve_stack(
+        msgspec.convert({"framework": "litgpt", "framework_version": "0.1"}, Software)
+    )
+    assert lit.math_mqa and "mqa_math_attention" in {b.name for b in lit.behaviours}
+    assert not resolve_stack(msgspec.convert({"framework": "litgpt"}, Software)).math_mqa

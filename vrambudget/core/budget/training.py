@@ -33,7 +33,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     e = bytes_of(w.precision.compute)
     tokens = w.sequence_length * w.micro_batch_size
     acts, one_layer, act_parts = training_activations(
-        w, arch, st.stage, st.dims, ov.stack.rms_norm, ov.stack.fused_qkv
+        w, arch, st.stage, st.dims, ov.stack.rms_norm, ov.stack.fused_qkv, ov.stack.math_mqa
     )
     previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":

@@ -146,6 +146,14 @@ def _dims(cfg: PreTrainedConfig) -> InvDims:
     h = _get(text, "hidden_size", "d_model", "n_embd", default=1)
     heads = _get(text, "num_attention_heads", "decoder_attention_heads", "n_head", default=1)
     kv = _get(text, "num_key_value_heads", "num_kv_heads", default=heads)
+    if getattr(text, "multi_query", False) is True and not getattr(
+        text, "new_decoder_architecture", False
+    ):
+        # Falcon-7B/40B-style and GPTBigCode multi-query attention: one K/V head whatever
+        # num_kv_heads says (transformers 5.23.0 models/falcon/modeling_falcon.py line 241:
+        # ``config.num_kv_heads if (self.new_decoder_architecture or not self.multi_query)
+        # else 1``).
+        kv = 1
     head_dim = _get(text, "head_dim", "d_kv", default=max(1, h // max(heads, 1)))
     return InvDims(
         hidden_size=h,

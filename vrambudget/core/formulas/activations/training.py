@@ -219,6 +219,7 @@ def training_saved(
     norm: RmsNorm = "fused",
     fp32_normed: bool = False,
     fused_qkv: bool = False,
+    math_mqa: bool = False,
 ) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
@@ -233,7 +234,11 @@ def training_saved(
     into views: with as many K/V heads as query heads V stays a view, and SDPA, saving V, keeps
     the whole output alive (the q and k parts on top of the roped copies); with fewer, K and V
     are repeated to every query head before SDPA saves them. LoRA on some but not all of q, k,
-    v adds the padded lora_B output (``Trainable.qkv_subset_bytes_per_token``).
+    v adds the padded lora_B output (``Trainable.qkv_subset_bytes_per_token``). ``math_mqa``:
+    lit-gpt before its PR #667 (2023-10-24) left one K/V head unrepeated, which SDPA's fused
+    kernels refuse, so its math path ran: the probabilities (b x heads x s x keys x e) are saved,
+    with the scaled q and K/V broadcast to every query head by ``matmul``; no log-sum-exp, and
+    the output is saved only where a trained projection needs it.
     """
     s, b, h = seq, batch, dd.h
     tokens = s * b
@@ -290,6 +295,11 @@ def training_saved(
         if dropout and not drop_scores:
             items["score dropout mask"] = scores * MASK
             items["score dropout output"] = scores * e
+    elif litgpt and math_mqa and dd.kv_heads == 1:
+        items["attention probabilities (math SDPA: one K/V head takes no fused kernel)"] = (
+            b * heads * s * keys * e
+        )
+        items["attention output"] = tokens * heads * dd.v_head_dim * e if tr.attention_output else 0
     else:
         items["log-sum-exp"] = b * heads * s * FP32
     return items
@@ -320,6 +330,7 @@ def training_activations(
     dd: DeviceDims,
     norm: RmsNorm = "fused",
     fused_qkv: bool = False,
+    math_mqa: bool = False,
 ) -> tuple[int, int, list[tuple[str, int]]]:
     """(all saved activations of a pipeline stage, one layer's saved activations, itemized
     parts): per layer kind the tensors saved for backward (``training_saved``; with full
@@ -363,6 +374,7 @@ def training_activations(
             norm=norm,
             fp32_normed=fp32_normed,
             fused_qkv=fused_qkv,
+            math_mqa=math_mqa,
         )
         layer_bytes = sum(saved.values())
         one_layer = max(
@@ -383,6 +395,7 @@ def training_activations(
                     norm=norm,
                     fp32_normed=fp32_normed,
                     fused_qkv=fused_qkv,
+                    math_mqa=math_mqa,
                 ).values()
             ),
         )
