@@ -396,6 +396,11 @@ def _device_view(b: Budget, view: View) -> int:
 def value_of(b: Budget, r: Record) -> float:
     """The budget's number for what the record measured."""
     if r.quantity == "peak_device_bytes" and r.view == "nvml_v1_used":
+        if r.gpu_id not in NVML_RESERVED:
+            raise ValueError(
+                f"{r.id}: view nvml_v1_used needs the driver's reserved memory of {r.gpu_id} "
+                "in NVML_RESERVED (nvidia-smi -q 'FB Memory Usage / Reserved', with its source)"
+            )
         return _device_view(b, "nvidia_smi") + NVML_RESERVED[r.gpu_id or ""][0]
     if r.quantity == "peak_device_bytes":
         return _device_view(b, r.view)

@@ -215,6 +215,9 @@ def test_torch_before_1_13_loads_modules_eagerly() -> None:
 
     assert resolve_stack(msgspec.convert({"torch_version": "1.12.1"}, Software)).eager_modules
     assert not resolve_stack(msgspec.convert({"torch_version": "1.13.0"}, Software)).eager_modules
+    # CUDA_MODULE_LOADING is CUDA's: a ROCm build keeps the default context
+    rocm = {"torch_version": "1.12.1", "rocm_version": "5.1"}
+    assert not resolve_stack(msgspec.convert(rocm, Software)).eager_modules
     old = line({"torch_version": "1.10.1"})
     assert old.bytes == 805_765_120 + 517_996_544
     assert line({"torch_version": "1.13.1"}).bytes == 740_753_408

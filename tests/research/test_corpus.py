@@ -111,8 +111,8 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 4.4% and 95.1% inside their band (met), but a band median half-width of "
-    "18.1% and 2 runs whose measured peak is above the band's high end (Answer.AI FSDP on two "
+    "peaks median 3.4% and 93.9% inside their band (met), but a band median half-width of "
+    "19.0% and 2 runs whose measured peak is above the band's high end (Answer.AI FSDP on two "
     "RTX 3090s at 512 tokens)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
@@ -153,13 +153,18 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     fused q/k/v output kept by V's view, K/V repeated for grouped queries): median 5.9% ->
     4.5%, 92.7% inside, 4 runs above, half-width 18.1%. NVML's v1 reading compared with the
     driver's reservation, Falcon-7B's one K/V head and lit-gpt's math attention before its PR
-    #667: 4.4%, 95.1%, 2 runs above."""
+    #667: 4.4%, 95.1%, 2 runs above. A review then found LitGPT's fused layer dropping its input
+    out once, its padded lora_B output in the compute dtype and a full fine-tune's joined logits
+    gradient; Gemma 2's soft-capped attention runs eager: 3.4%, 93.9% (a LitGPT QLoRA run left
+    the narrower QLoRA band), 2 runs above, and the LoRA band, refitted on calibrate runs now
+    closer to their estimates but from few sources, widened the half-width 18.1% -> 19.0%
+    (bound raised for that)."""
     s = summarize(held_out)
     assert s["n"] >= 70
-    assert s["median_abs_error"] <= 0.0439
-    assert s["coverage"] >= 0.951
+    assert s["median_abs_error"] <= 0.0345
+    assert s["coverage"] >= 0.939
     assert s["exceeded_but_fits"] <= 2
-    assert s["median_half_width"] <= 0.182
+    assert s["median_half_width"] <= 0.191
     assert not math.isnan(s["median_signed_error"])
 
 

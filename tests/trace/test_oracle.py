@@ -35,8 +35,10 @@ KNOWN: dict[tuple[str, str], str] = {
     ("qwen0.5b infer logits all", "total"): "inference fragmentation fraction is a median; "
     "large logits fragment less (replay 9%)",
     ("qwen0.5b infer fp8 KV", "total"): "as above (replay 20%)",
-    ("gemma2-2b infer 8k sliding", "total"): "sliding-window ring buffers and 8k prefill "
-    "fragment more (replay 79%)",
+    ("gemma2-2b infer 8k sliding", "activations"): "the built-in builders run SDPA for Gemma 2, "
+    "whose soft-capped logits transformers and LitGPT cannot pass to SDPA: the formula follows "
+    "them (eager, the 8k x 8k scores per head; Arch.attention_softcap)",
+    ("gemma2-2b infer 8k sliding", "total"): "as its activations",
     ("gpt2 train dropout", "gradients"): "GPT-2's last parameters in module order differ from "
     "the formula's (tied head)",
     ("bert-base train", "gradients"): "BERT's pooler is registered after the layers",
@@ -154,10 +156,7 @@ KNOWN_FRAMEWORK: dict[tuple[str, str], str] = {
     ("gemma2-2b infer 8k sliding", "kv_cache"): "DynamicSlidingWindowLayer keeps a view of the "
     "whole prefill's keys/values (cache_utils.py update: full_key_states[:, :, -window+1:]), "
     "so the prefill's storage stays until the next step",
-    ("gemma2-2b infer 8k sliding", "activations"): "Gemma 2 has no SDPA in transformers "
-    "(modeling_gemma2.py: _supports_sdpa = False, softcapping), so eager attention "
-    "materializes fp32 scores of 8k x 8k per head (eager_attention_forward 200-203)",
-    ("gemma2-2b infer 8k sliding", "total"): "as its activations",
+    ("gemma2-2b infer 8k sliding", "total"): "as its kv_cache",
     ("gpt2 infer", "activations"): "GPT-2's eager attention materializes the scores",
     ("bert-base infer", "activations"): "BERT's SDPA with an attention mask: the "
     "memory-efficient kernel, and the encoder's dropout-free copies per layer",

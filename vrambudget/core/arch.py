@@ -24,6 +24,7 @@ __all__ = [
     "Role",
     "Split",
     "TensorGroup",
+    "attention_run",
 ]
 
 
@@ -180,6 +181,11 @@ class Arch:
     mla: MLA | None = None
     moe: MoE | None = None
     rope_scaling: RopeScaling | None = None
+    attention_softcap: bool = False
+    """Gemma 2: the attention logits are soft-capped (tanh), which SDPA cannot do: transformers
+    (``Gemma2PreTrainedModel._supports_sdpa = False``) and LitGPT (``# with softcapping we
+    cannot use SDPA``) materialize the scores, as eager attention does; flash-attn caps inside
+    its kernel."""
     checkpoint_only_params: int = 0
     """Parameters in the published checkpoint that inference stacks do not load by default
     (DeepSeek-V3's multi-token-prediction layer)."""
@@ -201,3 +207,9 @@ class Arch:
     @property
     def checkpoint_num_params(self) -> int:
         return self._num_params + self.checkpoint_only_params
+
+
+def attention_run(attention: str, arch: Arch) -> str:
+    """The attention implementation that runs for a requested one: ``sdpa`` on a model whose
+    attention logits are soft-capped falls back to ``eager`` (:attr:`Arch.attention_softcap`)."""
+    return "eager" if attention == "sdpa" and arch.attention_softcap else attention

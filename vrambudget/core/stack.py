@@ -224,7 +224,8 @@ _LOSSES: dict[Loss, StackBehaviour] = {
         "the next forward returns (the previous micro-batch's fp32 logits meet the new ones); "
         "cross-entropy per 128-token chunk saves an fp32 log-softmax, and the backward collects "
         "every chunk's fp32 logits gradient before the LM head's; a full fine-tune on more "
-        "than one sequence reshapes the shifted logits into an fp32 copy",
+        "than one sequence reshapes the shifted logits into an fp32 copy, and its chunks' "
+        "gradients are joined into a full-size one",
         source="litgpt 0.4.5 finetune/lora.py lines 304-307 (logits = model(input_ids, "
         "lm_head_chunk_size=128), bound in the loop body), utils.py line 279 "
         "chunked_cross_entropy (F.cross_entropy per chunk, no cast), finetune/full.py lines "
@@ -449,7 +450,8 @@ _FUSED_QKV = _B(
     "with as many K/V heads as query heads, SDPA saves V, a view, and so keeps the whole qkv "
     "output (its q and k parts on top of the roped copies); with fewer, K and V are repeated to "
     "every query head before SDPA saves them; LoRA on some but not all of q, k, v keeps the "
-    "adapted lora_B outputs (index_copy_'s source in zero_pad)",
+    "adapted lora_B outputs (index_copy_'s source in zero_pad); lora_dropout drops the fused "
+    "layer's input out once",
     source="litgpt 0.4.5 model.py CausalSelfAttention.forward (qkv.view/permute/split, "
     "k.expand and reshape for grouped queries, F.scaled_dot_product_attention(q, k, v)), "
     "lora.py LoRAQKVLinear.zero_pad (result.index_copy_(dim=-1, index=self.lora_ind, "
@@ -550,7 +552,7 @@ def _resolve(software: Software | None) -> Stack:
         sw.cuda_module_loading is None
         and (
             (sw.cuda_version is not None and version_tuple(sw.cuda_version) < (11, 7))
-            or version_tuple(torch_v) < (1, 13)
+            or (sw.rocm_version is None and version_tuple(torch_v) < (1, 13))
         )
     )
     behaviours.append(_EAGER if eager else _LAZY)

@@ -192,3 +192,68 @@ def test_lit_gpt_before_pr_667_saves_the_probabilities_of_one_kv_head() -> None:
     )
     assert lit.math_mqa and "mqa_math_attention" in {b.name for b in lit.behaviours}
     assert not resolve_stack(msgspec.convert({"framework": "litgpt"}, Software)).math_mqa
+
+
+def test_a_full_fine_tune_joins_the_chunks_gradients() -> None:
+    """full.py's chunks are split views of one fp32 tensor: the backward joins their gradients
+    into a full-size one on top of the held logits and the chunks' own, 1,024 x 32,000 x 12 =
+    393,216,000 B; in fp32 compute the LM head's output is the fp32 logits themselves (no
+    copy): forward 1,024 x 32,000 x 8 = 262,144,000 B."""
+    loss = "litgpt_chunked_cross_entropy"
+    bwd = training_backward_parts(TOKENS, V, loss, 8, 2, joined=True)
+    assert sum(b for _, b in bwd) == TOKENS * V * 12 == 393_216_000
+    fp32 = training_forward_parts(TOKENS, V, 4, loss, 8)
+    assert sum(b for _, b in fp32) == TOKENS * V * 8 == 262_144_000
+
+
+def test_padded_lora_b_is_in_the_compute_dtype_and_dropout_is_taken_once() -> None:
+    """fp32 adapters on a bf16 model: zero_pad's source is the bf16 lora_B output (autocast or
+    bf16-true), 1,024 x (4,096 + 1,024) x 2 = 10,485,760 B per layer. With lora_dropout the
+    fused layer drops its input out once: v's dropped-out copy and mask are not counted again,
+    1,024 x 4,096 x (4 + 1) = 20,971,520 B less per layer than one copy per projection."""
+    arch = _arch(8)
+    layer = arch.layer_runs[0][0]
+    kw: dict[str, Any] = {
+        "seq": S,
+        "batch": B,
+        "e": 2,
+        "attention": "sdpa",
+        "dropout": False,
+        "sequence_parallel": False,
+        "drop_scores": False,
+    }
+    dd = device_dims(arch, 1, 1)
+    fp32 = lora_trainable(layer, arch, 1, ("q_proj", "v_proj"), 8, 4, 2)
+    assert fp32.qkv_subset_bytes_per_token == (4096 + 1024) * 2
+    drop = lora_trainable(layer, arch, 1, ("q_proj", "v_proj"), 8, 4, 2, True)
+    key = "LoRA inputs in the adapter dtype, lora_A outputs"
+    peft = training_saved(layer, arch, dd, trainable=drop, **kw)[key]
+    lit = training_saved(layer, arch, dd, trainable=drop, fused_qkv=True, **kw)[key]
+    assert peft - lit == TOKENS * 4096 * (4 + 1) == 20_971_520
+
+
+def test_gemma_2_soft_capped_attention_runs_eager() -> None:
+    """Gemma 2 2B (8 heads, sliding window 4,096): its soft-capped logits cannot go through
+    SDPA, so an `sdpa` request is budgeted as eager, with the tanh output saved too: per layer
+    2 x 8 x 512 x 512 x 2 B = 8,388,608 B of it; `flash` caps inside its kernel and keeps the
+    log-sum-exp."""
+    from vrambudget.core.arch import attention_run
+    from vrambudget.core.spec import PresetModel
+
+    arch = resolve_model(PresetModel(id="gemma-2-2b"))
+    assert arch.attention_softcap and attention_run("sdpa", arch) == "eager"
+    assert attention_run("flash", arch) == "flash"
+    assert not resolve_model(PresetModel(id="llama-3.1-8b")).attention_softcap
+    layer = arch.layer_runs[0][0]
+    kw: dict[str, Any] = {
+        "seq": S,
+        "batch": B,
+        "e": 2,
+        "dropout": False,
+        "sequence_parallel": False,
+        "drop_scores": False,
+    }
+    eager = training_saved(layer, arch, device_dims(arch, 1, 1), attention="eager", **kw)
+    assert eager["soft-capped scores (tanh output)"] == B * 8 * S * S * 2 == 8_388_608
+    flash = training_saved(layer, arch, device_dims(arch, 1, 1), attention="flash", **kw)
+    assert "soft-capped scores (tanh output)" not in flash and "log-sum-exp" in flash

@@ -12,6 +12,7 @@ what the allocator will *hold* while the KV cache grows by ``torch.cat``. Expect
 from __future__ import annotations
 
 from ..allocator.generate import MAX_EVENTS, GenerateShape, events_of, replay_generate
+from ..arch import attention_run
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas.allocator_overhead import ROUNDING_PART
@@ -76,7 +77,7 @@ def generate_shape(w: InferenceWorkload, ov: Overheads) -> GenerateShape | None:
         or w.instances != 1
     ):
         return None
-    eager = w.attention == "eager"
+    eager = attention_run(w.attention, arch) == "eager"
     shape = GenerateShape(
         layers=arch.num_layers,
         hidden=arch.hidden_size,

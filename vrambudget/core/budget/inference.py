@@ -3,7 +3,7 @@ and per phase (prefill or forward, decode) the activations and logits; the peak 
 
 from __future__ import annotations
 
-from ..arch import Arch
+from ..arch import Arch, attention_run
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas import communication_buffers
@@ -58,12 +58,26 @@ def inference_terms(
         # prompts; a query may attend to its whole prompt (the last chunk of a prompt). Logits
         # of the last position: at most one per sequence in the step.
         acts = inference_activations(
-            st.layer_kinds, arch, st.dims, 1, chunk, w.prompt_tokens, e, w.attention
+            st.layer_kinds,
+            arch,
+            st.dims,
+            1,
+            chunk,
+            w.prompt_tokens,
+            e,
+            attention_run(w.attention, arch),
         )
         rows = chunk if w.logits == "all" else min(n_seq, chunk)
     else:
         acts = inference_activations(
-            st.layer_kinds, arch, st.dims, n_seq, w.prompt_tokens, w.prompt_tokens, e, w.attention
+            st.layer_kinds,
+            arch,
+            st.dims,
+            n_seq,
+            w.prompt_tokens,
+            w.prompt_tokens,
+            e,
+            attention_run(w.attention, arch),
         )
         # transformers before 4.45 returns (and upcasts) every prompt position's logits.
         every = w.logits == "all" or ov.stack.prefill_logits == "all_fp32"
@@ -77,7 +91,14 @@ def inference_terms(
     ]
     if arch.kind == "decoder" and w.generated_tokens > 0:
         acts = inference_activations(
-            st.layer_kinds, arch, st.dims, n_seq, 1, w.context_tokens, e, w.attention
+            st.layer_kinds,
+            arch,
+            st.dims,
+            n_seq,
+            1,
+            w.context_tokens,
+            e,
+            attention_run(w.attention, arch),
         )
         # (Chunked prefill is an engine's: its KV blocks are preallocated, nothing copied.)
         if chunk is None and ov.stack.cache_copy_all:

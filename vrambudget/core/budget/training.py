@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..arch import Arch
+from ..arch import Arch, attention_run
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
@@ -64,7 +64,11 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             shared = shares_one_norm(layer, arch)
             per_token = (
                 (0 if tr.qkv_input else d.h)
-                + (0 if tr.attention_output or w.attention != "eager" else d.heads * d.v_head_dim)
+                + (
+                    0
+                    if tr.attention_output or attention_run(w.attention, arch) != "eager"
+                    else d.heads * d.v_head_dim
+                )
                 + (0 if tr.mlp_input or shared else d.h)
                 + (0 if tr.mlp_output_input else d.f)
             )
@@ -89,7 +93,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # input gradient (the forward's low-precision logits and fp32 copy are freed by then: no
     # backward needs them).
     stack = ov.stack
-    chunks, shift_copy = stack.loss_chunks, stack.loss_shift_copy
+    chunks, shift_copy, joined = stack.loss_chunks, stack.loss_shift_copy, False
     if stack.loss == "litgpt_chunked_cross_entropy":
         # LitGPT: chunks of 128 positions of every sequence (the LM head's), or of 128 rows
         # of the flattened logits for a full fine-tune, whose logits[..., :-1, :] is reshaped
@@ -97,11 +101,12 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         full = isinstance(w.method, FullFineTune)
         chunks = -(-(tokens if full else w.sequence_length) // LITGPT_LOSS_CHUNK_TOKENS)
         shift_copy = full and w.micro_batch_size > 1
+        joined = full  # the flattened logits' chunks are split views: their gradients join
     fwd_parts = training_forward_parts(
         tokens, st.dims.vocab, e, stack.loss, chunks, shift_copy, stack.loss_compiled
     )
     bwd_parts = training_backward_parts(
-        tokens, st.dims.vocab, stack.loss, chunks, e, stack.loss_compiled
+        tokens, st.dims.vocab, stack.loss, chunks, e, stack.loss_compiled, joined
     )
     logits = sum(b for _, b in fwd_parts) if has_head else 0
     logits_bwd = sum(b for _, b in bwd_parts) if has_head else 0

@@ -227,6 +227,9 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         tie_word_embeddings=tie,
         qk_norm=model_type in _QK_NORM_FAMILIES,
         sandwich_norms=norms == 4,
+        # transformers' Gemma2Config defaults attn_logit_softcapping to 50.0
+        attention_softcap=model_type == "gemma2"
+        and c.get("attn_logit_softcapping", 50.0) is not None,
         layer_runs=compress_runs(layers),
         embeddings=(T("embed_tokens", V, h, Role.EMBEDDING, Split.VOCAB),),
         head=tuple(head),

@@ -64,8 +64,11 @@ def training_forward_parts(
                 ("shifted fp32 logits (reshape copy)", v * FP32),
                 ("fp32 log-softmax saved by cross-entropy, every chunk", v * FP32),
             )
-        return (  # as the LM head returns: its output, the fp32 copy, the previous micro-batch's
-            ("lm_head output (until Fabric converts it)", v * e),
+        # As the LM head returns: its output, the fp32 copy (none when it is fp32 already), the
+        # previous micro-batch's.
+        own = (("lm_head output (until Fabric converts it)", v * e),) if e != FP32 else ()
+        return (
+            *own,
             ("fp32 logits (Fabric's output conversion)", v * FP32),
             (
                 "previous micro-batch's fp32 logits, then the fp32 log-softmax saved by "
@@ -100,6 +103,7 @@ def training_backward_parts(
     chunks: int = 1,
     e: int = 2,
     compiled: bool = False,
+    joined: bool = False,
 ) -> tuple[tuple[str, int], ...]:
     """Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
     input gradient (the forward's low-precision logits and fp32 copy are freed by then):
@@ -109,15 +113,22 @@ def training_backward_parts(
     gradient on top: ``tokens x vocab x e + ceil(tokens / chunks) x vocab x e``. LitGPT's: the
     fp32 logits its loop holds, the saved fp32 log-softmax (each chunk's replaced by its logits
     gradient, all of which precede the LM head's backward) and one chunk's two fp32 gradients:
-    ``tokens x vocab x 8 + 2 x ceil(tokens / chunks) x vocab x 4``."""
+    ``tokens x vocab x 8 + 2 x ceil(tokens / chunks) x vocab x 4``; ``joined`` (a full
+    fine-tune, whose chunks are ``split`` views of one tensor): the chunks' gradients are
+    joined into one full-size gradient, ``tokens x vocab x 12``."""
     v = tokens * vocab
     if loss == "fused_linear_cross_entropy":
         return ()
     if loss == "litgpt_chunked_cross_entropy":
-        one = -(-tokens // chunks) * vocab * FP32
-        return (
+        held = (
             ("fp32 logits (the training loop still holds them)", v * FP32),
             ("fp32 log-softmax saved by cross-entropy, then the logits' gradients", v * FP32),
+        )
+        if joined:  # SplitBackward's cat, then SliceBackward's full-size buffer
+            return (*held, ("the chunks' gradients joined into one (fp32)", v * FP32))
+        one = -(-tokens // chunks) * vocab * FP32
+        return (
+            *held,
             ("loss gradient of one chunk (fp32)", one),
             ("log-softmax input gradient of one chunk (fp32)", one),
         )

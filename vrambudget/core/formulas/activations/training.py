@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from ...arch import Arch, LayerType, Role
+from ...arch import Arch, LayerType, Role, attention_run
 from ...dtypes import bytes_of
 from ...layout import Stage, per_device_shape
 from ...spec import LoRA, TrainingWorkload
@@ -113,9 +113,12 @@ class Trainable:
     norm_weights: bool = True
     """The norms' weights are trained (full fine-tuning; LoRA freezes them)."""
     qkv_subset_bytes_per_token: int = 0
-    """LoRA on some but not all of q, k and v: the adapted projections' lora_B outputs, which a
-    fused QKV layer pads with zeros by ``index_copy_``, whose backward keeps its source (LitGPT
-    ``LoRAQKVLinear.zero_pad``)."""
+    """LoRA on some but not all of q, k and v: the adapted projections' lora_B outputs (in the
+    compute dtype), which a fused QKV layer pads with zeros by ``index_copy_``, whose backward
+    keeps its source (LitGPT ``LoRAQKVLinear.zero_pad``)."""
+    qkv_dropout_repeats_bytes_per_token: int = 0
+    """lora_dropout's copies and masks of the q, k, v input beyond the first: a fused QKV layer
+    drops its input out once for all three (LitGPT ``LoRAQKVLinear.forward``)."""
 
 
 FULL_TRAINING = Trainable()
@@ -164,13 +167,18 @@ def lora_trainable(
     same = adapter_bytes == e and not dropout
     per_token = 0
     subset = 0
+    repeats = 0
+    qkv_seen = False
     for g in adapted:
         rows, cols, _ = per_device_shape(g, arch, t, 1)
         per_token += rank * adapter_bytes + (0 if same else cols * adapter_bytes)
         if dropout:
             per_token += cols * MASK
         if g.name.rsplit(".", 1)[-1] in _QKV:
-            subset += rows * adapter_bytes
+            subset += rows * e
+            if dropout and qkv_seen:
+                repeats += cols * (adapter_bytes + MASK)
+            qkv_seen = True
     qkv_in_layer = {g.name.rsplit(".", 1)[-1] for g in layer.tensors} & _QKV
     if qkv_in_layer <= {n.rsplit(".", 1)[-1] for n in names}:
         subset = 0  # every one adapted: zero_pad returns its input
@@ -182,6 +190,7 @@ def lora_trainable(
         lora_bytes_per_token=per_token,
         norm_weights=False,
         qkv_subset_bytes_per_token=subset,
+        qkv_dropout_repeats_bytes_per_token=repeats,
     )
 
 
@@ -274,7 +283,10 @@ def training_saved(
         "mlp dropout mask": mask,
     }
     if tr.lora_bytes_per_token:
-        items["LoRA inputs in the adapter dtype, lora_A outputs"] = tokens * tr.lora_bytes_per_token
+        lora = tr.lora_bytes_per_token - (
+            tr.qkv_dropout_repeats_bytes_per_token if fused_qkv else 0
+        )
+        items["LoRA inputs in the adapter dtype, lora_A outputs"] = tokens * lora
     if litgpt and dd.kv_heads == heads:
         items["q and k parts of the fused qkv output (V's view keeps it)"] = (
             tokens * 2 * heads * dd.qk_head_dim * e
@@ -292,6 +304,8 @@ def training_saved(
         scores = b * heads * s * keys
         softmax = FP32 + (e if e != FP32 else 0)
         items["softmax output (fp32 and its cast)"] = 0 if drop_scores else scores * softmax
+        if arch.attention_softcap:  # tanh saves its output: the soft-capped scores
+            items["soft-capped scores (tanh output)"] = 0 if drop_scores else scores * e
         if dropout and not drop_scores:
             items["score dropout mask"] = scores * MASK
             items["score dropout output"] = scores * e
@@ -366,7 +380,7 @@ def training_activations(
             seq=s,
             batch=b,
             e=e,
-            attention=w.attention,
+            attention=attention_run(w.attention, arch),
             dropout=w.dropout,
             sequence_parallel=par.sequence_parallel,
             drop_scores=ckpt == "selective",
@@ -387,7 +401,7 @@ def training_activations(
                     seq=s,
                     batch=b,
                     e=e,
-                    attention=w.attention,
+                    attention=attention_run(w.attention, arch),
                     dropout=w.dropout,
                     sequence_parallel=par.sequence_parallel,
                     drop_scores=False,
