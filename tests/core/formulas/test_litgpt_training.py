@@ -23,6 +23,15 @@ from vrambudget.core.stack import resolve_stack
 S, B = 512, 2
 TOKENS = S * B
 V = 32_000
+SHAPE: dict[str, Any] = {
+    "seq": S,
+    "batch": B,
+    "e": 2,
+    "dropout": False,
+    "sequence_parallel": False,
+    "drop_scores": False,
+}
+"""One layer of 2 x 512 bf16 tokens, no model dropout, no sequence parallelism."""
 
 
 def _arch(kv_heads: int):
@@ -46,18 +55,7 @@ def _items(arch: Any, fused_qkv: bool, targets: tuple[str, ...] = ()) -> dict[st
     if targets:
         kw["trainable"] = lora_trainable(layer, arch, 1, targets, 8, 2, 2)
     return training_saved(
-        layer,
-        arch,
-        device_dims(arch, 1, 1),
-        seq=S,
-        batch=B,
-        e=2,
-        attention="sdpa",
-        dropout=False,
-        sequence_parallel=False,
-        drop_scores=False,
-        fused_qkv=fused_qkv,
-        **kw,
+        layer, arch, device_dims(arch, 1, 1), attention="sdpa", fused_qkv=fused_qkv, **SHAPE, **kw
     )
 
 
@@ -171,16 +169,7 @@ def test_lit_gpt_before_pr_667_saves_the_probabilities_of_one_kv_head() -> None:
     q and the K/V that matmul broadcasts to every head are saved at 32 heads."""
     arch = _arch(1)
     layer = arch.layer_runs[0][0]
-    kw: dict[str, Any] = {
-        "seq": S,
-        "batch": B,
-        "e": 2,
-        "attention": "sdpa",
-        "dropout": False,
-        "sequence_parallel": False,
-        "drop_scores": False,
-        "fused_qkv": True,
-    }
+    kw: dict[str, Any] = {**SHAPE, "attention": "sdpa", "fused_qkv": True}
     new = training_saved(layer, arch, device_dims(arch, 1, 1), **kw)
     old = training_saved(layer, arch, device_dims(arch, 1, 1), math_mqa=True, **kw)
     key = "attention probabilities (math SDPA: one K/V head takes no fused kernel)"
@@ -213,15 +202,7 @@ def test_padded_lora_b_is_in_the_compute_dtype_and_dropout_is_taken_once() -> No
     1,024 x 4,096 x (4 + 1) = 20,971,520 B less per layer than one copy per projection."""
     arch = _arch(8)
     layer = arch.layer_runs[0][0]
-    kw: dict[str, Any] = {
-        "seq": S,
-        "batch": B,
-        "e": 2,
-        "attention": "sdpa",
-        "dropout": False,
-        "sequence_parallel": False,
-        "drop_scores": False,
-    }
+    kw: dict[str, Any] = {**SHAPE, "attention": "sdpa"}
     dd = device_dims(arch, 1, 1)
     fp32 = lora_trainable(layer, arch, 1, ("q_proj", "v_proj"), 8, 4, 2)
     assert fp32.qkv_subset_bytes_per_token == (4096 + 1024) * 2
@@ -245,14 +226,7 @@ def test_gemma_2_soft_capped_attention_runs_eager() -> None:
     assert attention_run("flash", arch) == "flash"
     assert not resolve_model(PresetModel(id="llama-3.1-8b")).attention_softcap
     layer = arch.layer_runs[0][0]
-    kw: dict[str, Any] = {
-        "seq": S,
-        "batch": B,
-        "e": 2,
-        "dropout": False,
-        "sequence_parallel": False,
-        "drop_scores": False,
-    }
+    kw: dict[str, Any] = {**SHAPE}
     eager = training_saved(layer, arch, device_dims(arch, 1, 1), attention="eager", **kw)
     assert eager["soft-capped scores (tanh output)"] == B * 8 * S * S * 2 == 8_388_608
     flash = training_saved(layer, arch, device_dims(arch, 1, 1), attention="flash", **kw)
