@@ -231,3 +231,23 @@ def test_gemma_2_soft_capped_attention_runs_eager() -> None:
     assert eager["soft-capped scores (tanh output)"] == B * 8 * S * S * 2 == 8_388_608
     flash = training_saved(layer, arch, device_dims(arch, 1, 1), attention="flash", **kw)
     assert "soft-capped scores (tanh output)" not in flash and "log-sum-exp" in flash
+
+
+def test_the_answer_says_sdpa_runs_eager_for_gemma_2() -> None:
+    body = {
+        "workloads": [
+            {
+                "kind": "inference",
+                "model": {"source": "preset", "id": "gemma-2-2b"},
+                "batch_size": 1,
+                "prompt_tokens": 1024,
+            }
+        ]
+    }
+    req = msgspec.convert(body, BudgetRequest)
+    warnings = estimate(req.workloads).warnings
+    assert any("soft-caps its attention logits" in w for w in warnings)
+    flash = msgspec.convert(
+        {"workloads": [{**body["workloads"][0], "attention": "flash"}]}, BudgetRequest
+    )
+    assert not any("soft-caps" in w for w in estimate(flash.workloads).warnings)

@@ -198,6 +198,12 @@ def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | Non
         return out
     if isinstance(w, EncoderWorkload):
         return out
+    if getattr(w, "attention", None) == "sdpa" and arch.attention_softcap:
+        out.append(
+            "attention: this model soft-caps its attention logits, which SDPA cannot do; "
+            "transformers and LitGPT run it eagerly (the scores are materialized), and so "
+            "does this budget: `flash` (flash-attn caps inside its kernel) avoids them"
+        )
     if isinstance(w, InferenceWorkload):
         if arch.kind == "encoder" and w.generated_tokens:
             out.append("encoder models do not generate: generated_tokens is ignored")
