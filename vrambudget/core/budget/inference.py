@@ -53,6 +53,7 @@ def inference_terms(
     }
     chunk = w.prefill_chunk_tokens
     prompt_total = w.prompt_tokens * n_seq
+    attention = attention_run(w.attention, arch)
     if chunk is not None and chunk < prompt_total:
         # Chunked prefill (vLLM): every step carries `chunk` tokens, packing whole and partial
         # prompts; a query may attend to its whole prompt (the last chunk of a prompt). Logits
@@ -65,7 +66,7 @@ def inference_terms(
             chunk,
             w.prompt_tokens,
             e,
-            attention_run(w.attention, arch),
+            attention,
         )
         rows = chunk if w.logits == "all" else min(n_seq, chunk)
     else:
@@ -77,7 +78,7 @@ def inference_terms(
             w.prompt_tokens,
             w.prompt_tokens,
             e,
-            attention_run(w.attention, arch),
+            attention,
         )
         # transformers before 4.45 returns (and upcasts) every prompt position's logits.
         every = w.logits == "all" or ov.stack.prefill_logits == "all_fp32"
@@ -98,7 +99,7 @@ def inference_terms(
             1,
             w.context_tokens,
             e,
-            attention_run(w.attention, arch),
+            attention,
         )
         # (Chunked prefill is an engine's: its KV blocks are preallocated, nothing copied.)
         if chunk is None and ov.stack.cache_copy_all:

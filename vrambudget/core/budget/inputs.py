@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..arch import Arch
+from ..arch import Arch, attention_run
 from ..components import Component
 from ..deployed import deployed_format
 from ..device import DeviceContext
@@ -198,7 +198,8 @@ def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | Non
         return out
     if isinstance(w, EncoderWorkload):
         return out
-    if getattr(w, "attention", None) == "sdpa" and arch.attention_softcap:
+    attention = getattr(w, "attention", None)
+    if attention is not None and attention_run(attention, arch) != attention:
         out.append(
             "attention: this model soft-caps its attention logits, which SDPA cannot do; "
             "transformers and LitGPT run it eagerly (the scores are materialized), and so "

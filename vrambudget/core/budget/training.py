@@ -47,6 +47,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         # when an adapter reads it in the compute dtype), o the attention output (which SDPA
         # and flash save), down the MLP's product.
         d, m = st.dims, w.method
+        eager = attention_run(w.attention, arch) == "eager"
         kept = 0
         previous = 0  # every 4-bit projection's input, for the previous micro-batch's graph
         for layer, n in st.stage.layer_runs:
@@ -64,11 +65,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             shared = shares_one_norm(layer, arch)
             per_token = (
                 (0 if tr.qkv_input else d.h)
-                + (
-                    0
-                    if tr.attention_output or attention_run(w.attention, arch) != "eager"
-                    else d.heads * d.v_head_dim
-                )
+                + (0 if tr.attention_output or not eager else d.heads * d.v_head_dim)
                 + (0 if tr.mlp_input or shared else d.h)
                 + (0 if tr.mlp_output_input else d.f)
             )

@@ -4,7 +4,7 @@ pipeline stage with its micro-batches in flight."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Literal
 
 from ...arch import Arch, LayerType, Role, attention_run
@@ -353,6 +353,7 @@ def training_activations(
     stage and the embedding dropout mask on the first."""
     e = bytes_of(w.precision.compute)
     fp32_normed = fp32_normed_of(arch, w.mixed_precision)
+    attention = attention_run(w.attention, arch)
     par = w.parallelism
     s, b = w.sequence_length, w.micro_batch_size
     ckpt = w.checkpointing
@@ -373,46 +374,30 @@ def training_activations(
                 e,
                 m.dropout > 0.0,
             )
-        saved = training_saved(
+        saved_by = partial(
+            training_saved,
             layer,
             arch,
             dd,
             seq=s,
             batch=b,
             e=e,
-            attention=attention_run(w.attention, arch),
+            attention=attention,
             dropout=w.dropout,
             sequence_parallel=par.sequence_parallel,
-            drop_scores=ckpt == "selective",
             trainable=tr,
             norm=norm,
             fp32_normed=fp32_normed,
             fused_qkv=fused_qkv,
             math_mqa=math_mqa,
         )
+        selective = ckpt == "selective"
+        saved = saved_by(drop_scores=selective)
         layer_bytes = sum(saved.values())
-        one_layer = max(
-            one_layer,
-            sum(
-                training_saved(
-                    layer,
-                    arch,
-                    dd,
-                    seq=s,
-                    batch=b,
-                    e=e,
-                    attention=attention_run(w.attention, arch),
-                    dropout=w.dropout,
-                    sequence_parallel=par.sequence_parallel,
-                    drop_scores=False,
-                    trainable=tr,
-                    norm=norm,
-                    fp32_normed=fp32_normed,
-                    fused_qkv=fused_qkv,
-                    math_mqa=math_mqa,
-                ).values()
-            ),
-        )
+        # The layer recomputed in backward keeps its whole set (the scores too): the same
+        # items unless selective recomputation dropped them.
+        whole = saved_by(drop_scores=False) if selective else saved
+        one_layer = max(one_layer, sum(whole.values()))
         if ckpt == "full":
             kept = ceil_div(
                 s * b * arch.hidden_size * e, par.tensor if par.sequence_parallel else 1
