@@ -31,8 +31,9 @@ from research.releases import first_release, version_at
 from vrambudget.core.components import Component
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
+from vrambudget.core.formulas import communication_buffers
 from vrambudget.core.resolve import needs_resolution
-from vrambudget.core.result import Budget
+from vrambudget.core.result import Budget, DeviceBudget
 from vrambudget.core.spec import BudgetRequest
 from vrambudget.core.stack import PINNED
 
@@ -371,7 +372,17 @@ class Prediction:
         return (self.predicted - self.record.measured) / self.record.measured
 
 
-_OUTSIDE_ALLOCATOR = (Component.CUDA_CONTEXT, Component.COMMUNICATION_BUFFERS)
+def _outside_allocator(d: DeviceBudget) -> int:
+    """Device memory torch's caching allocator never sees: the CUDA context and NCCL's
+    communicators. DDP buckets and ZeRO/FSDP reduce and gather buffers are torch tensors, so
+    the torch views keep them."""
+    out = 0
+    for line in d.lines:
+        if line.component is Component.CUDA_CONTEXT:
+            out += line.bytes
+        elif line.component is Component.COMMUNICATION_BUFFERS:
+            out += sum(p.bytes for p in line.parts if communication_buffers.is_nccl(p.name))
+    return out
 
 
 def _device_view(b: Budget, view: View) -> int:
@@ -385,9 +396,10 @@ def _device_view(b: Budget, view: View) -> int:
     total = d.total_bytes - lines.get(Component.HEADROOM, 0)
     if view in ("nvidia_smi", "unspecified", "engine_log"):
         return total
+    reserved = total - _outside_allocator(d)
     if view == "torch_allocated_plus_context":
-        return total - lines.get(Component.ALLOCATOR_OVERHEAD, 0)
-    reserved = total - sum(lines.get(c, 0) for c in _OUTSIDE_ALLOCATOR)
+        context = lines.get(Component.CUDA_CONTEXT, 0)
+        return reserved + context - lines.get(Component.ALLOCATOR_OVERHEAD, 0)
     if view == "torch_max_reserved":
         return reserved
     return reserved - lines.get(Component.ALLOCATOR_OVERHEAD, 0)

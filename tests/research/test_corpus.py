@@ -111,9 +111,9 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.4% and 93.9% inside their band (met), but a band median half-width of "
-    "19.0% and 2 runs whose measured peak is above the band's high end (Answer.AI FSDP on two "
-    "RTX 3090s at 512 tokens)",
+    "peaks median 3.1% and 95.1% inside their band (met), but a band median half-width of "
+    "19.0% and 1 run whose measured peak is above the band's high end (Answer.AI FSDP LoRA on "
+    "two RTX 3090s at 512 tokens)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -158,12 +158,14 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     gradient; Gemma 2's soft-capped attention runs eager: 3.4%, 93.9% (a LitGPT QLoRA run left
     the narrower QLoRA band), 2 runs above, and the LoRA band, refitted on calibrate runs now
     closer to their estimates but from few sources, widened the half-width 18.1% -> 19.0%
-    (bound raised for that)."""
+    (bound raised for that). FSDP's reduce and gather buffers counted as the torch tensors
+    they are (only NCCL's communicators lie outside the allocator) and freed before the
+    optimizer step: 3.1%, 95.1%, 1 run above (Answer.AI LoRA at 512 tokens)."""
     s = summarize(held_out)
     assert s["n"] >= 70
-    assert s["median_abs_error"] <= 0.0345
-    assert s["coverage"] >= 0.939
-    assert s["exceeded_but_fits"] <= 2
+    assert s["median_abs_error"] <= 0.031
+    assert s["coverage"] >= 0.951
+    assert s["exceeded_but_fits"] <= 1
     assert s["median_half_width"] <= 0.191
     assert not math.isnan(s["median_signed_error"])
 

@@ -136,6 +136,9 @@ class Stack:
     eager_modules: bool
     """CUDA_MODULE_LOADING=EAGER (or CUDA < 11.7): every kernel image loaded at context creation."""
     accumulate_unsharded: bool
+    deepspeed: bool
+    """ZeRO runs under DeepSpeed (named as the framework or a library), else under FSDP: what
+    of the sharding buffers is still allocated at the optimizer step."""
     """Gradient accumulation under FSDP runs the micro-batches before the last one in
     ``no_sync``: each rank holds the whole, unsharded gradients until the last micro-batch's
     reduce-scatter (transformers' Trainer through accelerate, LitGPT through Fabric)."""
@@ -342,6 +345,22 @@ _SYNC_EACH = _B(
     "torchtune 0.6.1 recipes (no no_sync); plain FSDP loops such as llama-recipes' "
     "train_utils.py (backward every micro-batch, no no_sync)",
 )
+_STEP_BUFFERS_FSDP = _B(
+    name="sharding_buffers",
+    assumed="FSDP frees each layer's gathered parameters after its forward and backward and "
+    "its unsharded gradient once reduce-scattered: none of them is allocated during the "
+    "optimizer step (the NCCL communicators are)",
+    source="torch 2.13 distributed/fsdp/_runtime_utils.py _post_backward_reshard (line 793), "
+    "_reduce_grad lines 846-847 ('flat_param.grad = None' after taking the unsharded "
+    "gradient for the reduce-scatter)",
+)
+_STEP_BUFFERS_DEEPSPEED = _B(
+    name="sharding_buffers",
+    assumed="DeepSpeed ZeRO-3 releases each module's gathered parameters after its forward and "
+    "backward; its gradient reduce bucket is counted through the optimizer step",
+    source="DeepSpeed runtime/zero/partitioned_param_coordinator.py release_sub_module; "
+    "runtime/zero/config.py reduce_bucket_size 5e8",
+)
 _FROZEN_GRADS = _B(
     name="fsdp_frozen_gradients",
     assumed="LoRA under FSDP1 with use_orig_params=True and each transformer block wrapped "
@@ -485,6 +504,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "mqa_math_attention": frozenset({"training"}),
     "previous_step_graph": frozenset({"qlora"}),
     "gradient_sync": frozenset({"sharded_data_parallel"}),
+    "sharding_buffers": frozenset({"sharded_data_parallel"}),
     "fsdp_frozen_gradients": frozenset({"lora_data_parallel"}),
 }
 """The workload kinds a behaviour applies to (absent: every kind)."""
@@ -560,6 +580,8 @@ def _resolve(software: Software | None) -> Stack:
     # named as the framework or a library reduces every micro-batch into its partitions.
     no_sync = framework in ("transformers", "axolotl", "litgpt") and sw.libraries.deepspeed is None
     behaviours.append(_NO_SYNC if no_sync else _SYNC_EACH)
+    deepspeed = framework == "deepspeed" or sw.libraries.deepspeed is not None
+    behaviours.append(_STEP_BUFFERS_DEEPSPEED if deepspeed else _STEP_BUFFERS_FSDP)
     frozen_grads = framework == "litgpt" and version_tuple(version) < (0, 5, 11)
     if frozen_grads:
         behaviours.append(_FROZEN_GRADS)
@@ -607,6 +629,7 @@ def _resolve(software: Software | None) -> Stack:
         grads_kept=grads_kept,
         eager_modules=eager,
         accumulate_unsharded=no_sync,
+        deepspeed=deepspeed,
         frozen_gradients=frozen_grads,
         behaviours=tuple(behaviours),
         named=sw.framework is not None,

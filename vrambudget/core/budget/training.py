@@ -175,6 +175,11 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         step[C.GRADIENTS] += st.step_upcast_bytes * k
     else:
         step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
+    comm_parts = _communication(st, ov)[1]
+    step_comm = tuple(
+        (n, b) for n, b in comm_parts if communication_buffers.live_at_step(n, stack.deepspeed)
+    )
+    step[C.COMMUNICATION_BUFFERS] = sum(b for _, b in step_comm) * k
     phases.append(("optimizer_step", step))
     transient = max(transients)
     overhead = allocator_overhead.overhead(rounding, transient, ov.training_fragmentation_ppm)
@@ -182,7 +187,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         v[C.ALLOCATOR_OVERHEAD] = overhead
     parts = {
         C.ACTIVATIONS: times(act_parts, k),
-        C.COMMUNICATION_BUFFERS: times(_communication(st, ov)[1], k),
+        C.COMMUNICATION_BUFFERS: times(comm_parts, k),
         C.RUNTIME_WORKSPACE: tuple(extra_ws),
         C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(
             rounding, transient, ov.training_fragmentation_ppm
@@ -194,6 +199,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # Parts describe the peak phase only.
     if numbers.peak_phase == "optimizer_step":
         parts[C.ACTIVATIONS] = ()
+        parts[C.COMMUNICATION_BUFFERS] = times(step_comm, k)
         extra = step[C.OPTIMIZER_STATE] - base[C.OPTIMIZER_STATE]
         if extra:
             parts[C.OPTIMIZER_STATE] = (

@@ -11,15 +11,19 @@ from __future__ import annotations
 __all__ = [
     "DDP_BUCKET_NOTE",
     "FORMULA",
+    "GATHERED_PART",
     "NCCL_GROUP_BYTES",
     "NCCL_PAIR_BYTES",
     "NCCL_SOURCE",
+    "REDUCE_BUCKET_PART",
     "SOURCE",
     "ZERO_ALLGATHER_BUCKET_ELEMENTS",
     "ZERO_PREFETCH_BUCKET_ELEMENTS",
     "ZERO_REDUCE_BUCKET_ELEMENTS",
     "ZERO_SOURCE",
     "calibrated",
+    "is_nccl",
+    "live_at_step",
     "nccl_bytes",
     "source",
     "stage_parts",
@@ -51,6 +55,32 @@ def source(communication_source: str) -> str:
     """The line's source: the device type's NCCL measurement (built-in or calibrated) and the
     bucket documentation."""
     return f"{communication_source}; {_DOCS}"
+
+
+REDUCE_BUCKET_PART = "ZeRO reduce bucket"
+GATHERED_PART = "ZeRO-3 gathered layer + prefetch bucket"
+
+
+def live_at_step(part_name: str, deepspeed: bool) -> bool:
+    """Whether a part is still allocated during the optimizer step. A ZeRO-3 / FSDP FULL_SHARD
+    rank frees each layer's gathered parameters after the layer's forward and backward, and
+    FSDP frees each layer's unsharded gradient once it is reduce-scattered (torch 2.13
+    distributed/fsdp/_runtime_utils.py ``_post_backward_reshard`` line 793, ``_reduce_grad``
+    lines 846-847: ``flat_param.grad = None``); DeepSpeed's reduce bucket, NCCL's communicators
+    and DDP's gradient buckets stay (counted through the step: the safe side)."""
+    if part_name == GATHERED_PART:
+        return False
+    if part_name == REDUCE_BUCKET_PART:
+        return deepspeed
+    return True
+
+
+def is_nccl(part_name: str) -> bool:
+    """Whether a part of the line is an NCCL communicator's memory, which NCCL allocates with
+    ``cudaMalloc`` outside torch's caching allocator (it shows in ``nvidia-smi``, never in
+    ``torch.cuda.memory_reserved()``). The other parts -- DDP gradient buckets, ZeRO/FSDP reduce
+    and gather buffers -- are torch tensors, counted by the allocator like any other."""
+    return part_name.startswith("NCCL")
 
 
 def nccl_bytes(ranks: int) -> int:
@@ -86,11 +116,11 @@ def stage_parts(
             parts.append(("DDP gradient buckets (a copy of the gradients)", trainable * grad_bytes))
         else:
             parts.append(
-                ("ZeRO reduce bucket", min(ZERO_REDUCE_BUCKET_ELEMENTS, trainable) * grad_bytes)
+                (REDUCE_BUCKET_PART, min(ZERO_REDUCE_BUCKET_ELEMENTS, trainable) * grad_bytes)
             )
         if zero_stage >= 3:
             gathered = (largest_layer + min(ZERO_PREFETCH_BUCKET_ELEMENTS, params)) * plain_bytes
-            parts.append(("ZeRO-3 gathered layer + prefetch bucket", gathered))
+            parts.append((GATHERED_PART, gathered))
     return parts
 
 
@@ -101,5 +131,5 @@ def calibrated(
     in every NCCL part."""
     if nccl_communicator_bytes is None:
         return comm_bytes, parts
-    out = tuple((n, nccl_communicator_bytes if n.startswith("NCCL") else b) for n, b in parts)
+    out = tuple((n, nccl_communicator_bytes if is_nccl(n) else b) for n, b in parts)
     return sum(b for _, b in out), out
