@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from research.corpus import _config
 from vrambudget.core.catalog import gpu, preset
 from vrambudget.core.device import resolve_device
 from vrambudget.core.resolve import resolve_model
@@ -45,7 +46,7 @@ class Check:
     predicted: float
     unit: str
     fresh: bool = False
-    """From held-out set B: logs collected after the rules were fixed (``collected``)."""
+    """From held-out sets B and C: logs collected after the rules were fixed (``collected``)."""
     version: str = ""
     """The engine release the request named (vLLM, SGLang)."""
 
@@ -109,8 +110,6 @@ def _llama(
 def _model(name: str) -> Any:
     """A preset id, or ``org/name`` of a config in research/data/configs."""
     if "/" in name:
-        from research.corpus import _config
-
         return msgspec.convert(_config(name), ModelSource)
     return PresetModel(id=name)
 
@@ -346,6 +345,71 @@ HELD_OUT_B: dict[str, tuple[dict[str, Any], str]] = {
 Left out: the MiniMax-M2.5 TP4 MI300X launch (no model with its shapes here)."""
 
 
+QWEN3_4B = _config("Qwen/Qwen3-4B")
+QWEN3_4B_2507 = {
+    **QWEN3_4B,
+    "config": {**QWEN3_4B["config"], "max_position_embeddings": 262144, "rope_theta": 5000000},
+}
+"""Qwen3-4B-Instruct-2507: Qwen3-4B's shapes with 262,144 positions (the shapes a public
+Qwen3-4B-2507-based text encoder config quotes: find_string id 60921683662)."""
+
+HELD_OUT_C: dict[str, tuple[str, dict[str, Any], str]] = {
+    # vLLM: all defaults but host and download_dir (the log prints 40,960 and 8,192)
+    "vllm-benyucong-qwen3-4b-h100-40k-default": (
+        "vllm",
+        {"engine_version": "0.10.2", "model": QWEN3_4B},
+        "h100-sxm5-80gb",
+    ),
+    # offline LLM(): the LLM-class defaults (8,192 batched tokens printed), bf16
+    "vllm-atreydesai-qwen3-4b-2507-rtxa6000-32k": (
+        "vllm",
+        {
+            "engine_version": "0.11.2",
+            "model": QWEN3_4B_2507,
+            "entrypoint": "llm_class",
+            "dtype": "bfloat16",
+            "max_model_len": 32768,
+        },
+        "rtx-a6000-48gb",
+    ),
+    "vllm-atreydesai-qwen3-4b-2507-rtxa6000-32k-seqs1-mbt32k": (
+        "vllm",
+        {
+            "engine_version": "0.11.2",
+            "model": QWEN3_4B_2507,
+            "entrypoint": "llm_class",
+            "dtype": "bfloat16",
+            "max_model_len": 32768,
+            "max_num_seqs": 1,
+            "max_num_batched_tokens": 32768,
+        },
+        "rtx-a6000-48gb",
+    ),
+    # SGLang: lmsysorg/sglang:latest on 2025-07-14 (0.4.9.post1/post2 by PyPI's dates, inferred);
+    # a Windows Docker Desktop host; the log's own context_len of 131,072 (the model's)
+    "sglang-maxuhl98-llama31-8b-rtx4090-tp1": (
+        "sglang",
+        {"engine_version": "0.4.9", "model": {"source": "preset", "id": "llama-3.1-8b"}},
+        "rtx-4090-24gb",
+    ),
+    # Qwen3-Reranker-0.6B has Qwen3-0.6B's shapes; pip-resolved 0.5.18 per the document
+    "sglang-otel-qwen3-reranker-0.6b-h100-tp1-mfs0.3": (
+        "sglang",
+        {
+            "engine_version": "0.5.18",
+            "model": _config("Qwen/Qwen3-0.6B"),
+            "sglang": {"mem_fraction_static": 0.3},
+        },
+        "h100-sxm5-80gb",
+    ),
+}
+"""Held-out set C (collected 2026-12-05, after the vLLM and SGLang rules were written): each log
+whose GPU is named or inferred and whose model's shapes are here, as a request. Kept in
+research/data/engine_logs.json but not checked: Qwen3.5 / Qwen3.6 (hybrid linear attention),
+Olmo 3 and Nanbeige 4.1 (no shapes here), MI355X (not in the catalog) and four SGLang logs that
+name no GPU."""
+
+
 def _by_id() -> dict[str, dict[str, Any]]:
     return {entry["id"]: entry for entry in json.loads(LOGS.read_text())["logs"]}
 
@@ -448,6 +512,14 @@ def checks() -> list[Check]:
             dataclasses.replace(c, fresh=True)
             for c in _vllm(key, workload, gpu_id, logs[key]["measured"])
         ]
+    for key, (engine, workload, gpu_id) in HELD_OUT_C.items():
+        measured = logs[key]["measured"]
+        rows = (
+            _vllm(key, workload, gpu_id, measured)
+            if engine == "vllm"
+            else _sglang(key, workload, gpu_id, measured)
+        )
+        out += [dataclasses.replace(c, fresh=True) for c in rows]
     for prefix, version, preset_id in (
         ("vllm-energyllm-llama31-8b-4k", "0.11.0", "llama-3.1-8b"),
         ("vllm-memsuit-llama31-8b-32k", "0.17.0", "llama-3.1-8b"),
@@ -505,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(r.predicted for r in band):.0f} of {len(band)}"
     )
     fresh = [r for r in rows if r.fresh]
-    print("\nheld-out set B (collected after the rules were fixed) alone:")
+    print("\nheld-out sets B and C (collected after the rules were fixed) alone:")
     for engine, quantity, n, med, mx, below in summary(fresh):
         print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
     if "--by-version" in args:
@@ -520,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{v:<8}{len(e):>4}{med:>8.2%}{mx:>9.2%}")
     band_b = [r for r in band if r.fresh]
     print(
-        "vLLM KV tokens inside kv_cache_tokens_band (set B): "
+        "vLLM KV tokens inside kv_cache_tokens_band (sets B and C): "
         f"{sum(r.predicted for r in band_b):.0f} of {len(band_b)}"
     )
     return 0

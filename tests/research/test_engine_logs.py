@@ -42,17 +42,19 @@ def test_vllm_weights_within_target():
 
 def test_vllm_kv_tokens_ratchet():
     errs = _errors("vllm", "KV tokens")
-    assert len(errs) == 22
-    assert statistics.median(abs(e) for e in errs) <= 0.018
+    assert len(errs) == 25
+    assert statistics.median(abs(e) for e in errs) <= 0.0135
     assert max(abs(e) for e in errs) <= 0.32
 
 
-def test_vllm_kv_tokens_held_out_set_b_within_targets():
-    """Set B (15 launches collected after the vLLM rules were fixed, research/engine_logs.py
-    HELD_OUT_B): within the KV-token targets. The sort-path sampler rule was found on them
-    (docs/ACCURACY.md says so); it is counted from vLLM's and torch's source, nothing fitted."""
+def test_vllm_kv_tokens_held_out_sets_b_and_c_within_targets():
+    """Sets B and C (15 + 3 launches collected after the vLLM rules were fixed,
+    research/engine_logs.py HELD_OUT_B and HELD_OUT_C): within the KV-token targets. The
+    sort-path sampler rule was found on set B (docs/ACCURACY.md says so); it is counted from
+    vLLM's and torch's source, nothing fitted. Set C (Qwen3-4B on an H100 and an RTX A6000,
+    vLLM 0.10.2 and 0.11.2) came after every rule: -0.2% .. -0.6%."""
     errs = [r.error for r in ROWS if r.fresh and (r.engine, r.quantity) == ("vllm", "KV tokens")]
-    assert len(errs) == 15
+    assert len(errs) == 18
     assert statistics.median(abs(e) for e in errs) <= 0.03
     assert max(abs(e) for e in errs) <= 0.10
 
@@ -71,10 +73,10 @@ def test_vllm_kv_tokens_targets():
 
 def test_vllm_band_low_end_never_promises_more_kv_than_the_engine_printed():
     """kv_cache_tokens_band on the held-out logs: every printed KV size is at or above the band's
-    low end (the low end is what to size for), and at least the current 20 of 22 fall inside."""
+    low end (the low end is what to size for), and at least the current 23 of 25 fall inside."""
     band = [r for r in ROWS if r.quantity == "KV tokens inside the band"]
-    assert len(band) == 22
-    assert sum(r.predicted for r in band) >= 20
+    assert len(band) == 25
+    assert sum(r.predicted for r in band) >= 23
     for r in ROWS:
         if r.engine == "vllm" and r.quantity == "KV tokens":
             log_band = next(b for b in band if b.log == r.log)
@@ -82,11 +84,27 @@ def test_vllm_band_low_end_never_promises_more_kv_than_the_engine_printed():
 
 
 def test_sglang_max_running_requests_exact():
-    """SGLang's scheduler limit follows the pool as each release computes it (0.4.x: one slot
-    more than the estimate; research/engine_logs.py's two held-out launches printed 2049)."""
+    """SGLang's scheduler limit follows from the printed pool and context as each release
+    computes it: 0.4.0 - 0.4.6 keep one request slot more than the estimate (the 2025-02 and
+    2025-03 launches printed 2049), 0.4.7 on do not (0.4.9's printed 2048); 0.5.18's
+    208,651 tokens over a 40,960 context give int(208,651 / 40,960 x 512) = 2,608."""
+    from research.engine_logs import HELD_OUT_C, _by_id
+    from vrambudget.core.serving.releases import engine_release
+    from vrambudget.core.serving.sglang import max_running_requests, sglang_release
+
+    logs = _by_id()
+    versions = {
+        "sglang-jerryzsj-r1distill-qwen7b-rtx3090": "0.4.2",
+        "sglang-didierdurand-qwq32b-4xl4-tp4": "0.4.3.post4",
+        **{k: w["engine_version"] for k, (e, w, _) in HELD_OUT_C.items() if e == "sglang"},
+    }
+    for log, version in versions.items():
+        m = logs[log]["measured"]
+        release = sglang_release(engine_release("sglang", version).modelled)
+        got = max_running_requests(release, m["max_total_num_tokens"], m["context_len"], None)
+        assert got == m["max_running_requests"], (log, got)
     rows = [r for r in ROWS if (r.engine, r.quantity) == ("sglang", "max running requests")]
-    assert len(rows) == 2
-    assert all(r.predicted == r.measured for r in rows), rows
+    assert len(rows) == 4
 
 
 def test_sglang_kv_tokens_ratchet():
@@ -96,14 +114,15 @@ def test_sglang_kv_tokens_ratchet():
     weights line is 0.28 GiB above the parameters (-0.7%; -25.6% while vLLM 0.19's 1.0 GiB
     NCCL baseline was kept on PCIe)."""
     errs = _errors("sglang", "KV tokens")
-    assert len(errs) == 2
-    assert max(errs) <= 0.088 and min(errs) >= -0.008
+    assert len(errs) == 4
+    assert max(errs) <= 0.145 and min(errs) >= -0.008
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="SGLang held-out KV tokens: +8.7% (RTX 3090 under WSL2, the desktop's memory taken) "
-    "and -0.7% (4 x L4), median 4.7% (docs/ACCURACY.md)",
+    reason="SGLang held-out KV tokens: +8.7% (RTX 3090 under WSL2) and +14.5% (RTX 4090 under "
+    "Docker Desktop), both with the desktop's memory taken before SGLang measured; -0.7% "
+    "(4 x L4) and +1.0% (H100): median 4.8% (docs/ACCURACY.md)",
 )
 def test_sglang_kv_tokens_targets():
     errs = _errors("sglang", "KV tokens")

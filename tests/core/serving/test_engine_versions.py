@@ -18,6 +18,8 @@ from vrambudget.core.serving.calibration import vllm_releases
 from vrambudget.core.serving.releases import engine_release
 from vrambudget.core.serving.sglang import (
     _prefill_graph_sizes,
+    chunked_prefill_default,
+    cuda_graph_max_bs_default,
     mem_fraction_default,
     sglang_release,
 )
@@ -199,6 +201,32 @@ def test_sglang_fraction_rules_by_release():
     )
 
 
+def test_sglang_0_4_7_and_0_4_8_defaults():
+    """0.4.7 server_args.py:254-294: the TP table up to 80 GiB, and on larger cards 48 GiB of
+    what the fraction leaves, at most all but 18 GiB; 0.4.8 (:288-321) brought 0.4.10's reserve
+    bands. H200 (143,771 MiB), TP 1: 0.4.7 min(0.88 + 48 x 1024 x 0.12 / 143,771 = 0.92103,
+    (143,771 - 18,432) / 143,771 = 0.87180); 0.4.8 round((143,771 - 12.5 x 1024) / 143,771, 3) =
+    0.911.
+    An RTX 4090 (24,564 MiB): 0.88 (0.4.7) and round((24,564 - 2.9 x 1024) / 24,564, 3) =
+    0.879 (0.4.8), with chunked prefill 2,048 under both."""
+    r47, r48 = sglang_release("0.4.7"), sglang_release("0.4.8")
+    assert mem_fraction_default(r47, 143_771, 1, 8192, 256, False, True) == pytest.approx(
+        (143_771 - 18_432) / 143_771
+    )
+    # the 48 GiB term binds only past 180 GB, where 0.79 takes over: (g - 18 GiB) / g below
+    assert mem_fraction_default(r47, 102_400, 1, 8192, 256, False, True) == pytest.approx(0.82)
+    assert mem_fraction_default(r47, 192 * 1024, 1, 8192, 256, False, True) == 0.79  # > 180 GB
+    assert mem_fraction_default(r48, 143_771, 1, 8192, 256, False, True) == 0.911
+    assert mem_fraction_default(r47, 24_564, 1, 2048, 8, False, True) == 0.88
+    assert mem_fraction_default(r48, 24_564, 1, 2048, 8, False, True) == 0.879
+    assert chunked_prefill_default(r47, 24_564) == chunked_prefill_default(r48, 24_564) == 2048
+    assert chunked_prefill_default(r47, 192 * 1024) == 16384  # over 180 GB
+    assert chunked_prefill_default(r47, 143_771) == 8192
+    # the runner's capture list reaches 256 over 96 GiB (0.4.7) or 90 GiB (0.4.8)
+    assert cuda_graph_max_bs_default(r47, 95_000, 1) == 160
+    assert cuda_graph_max_bs_default(r48, 95_000, 1) == 256
+
+
 def _sglang(**kw: object):
     req = msgspec.convert(
         {
@@ -233,10 +261,13 @@ def test_sglang_pool_by_hand():
 @pytest.mark.parametrize(
     ("version", "given", "want"),
     [
-        # 0.4.0-0.4.9: ReqToTokenPool(size=max_num_reqs + 1): the default gains one slot
+        # 0.4.0-0.4.6: ReqToTokenPool(size=max_num_reqs + 1): the default gains one slot
         ("0.4.3", None, 2049),
         ("0.4.3", 5000, 5000),  # a value given stands, past the estimate and half the pool
-        # 0.4.10-0.5.9: size = max_num_reqs
+        ("0.4.6.post5", None, 2049),
+        # 0.4.7-0.5.9: size = max_num_reqs
+        ("0.4.7", None, 2048),
+        ("0.4.9.post2", None, 2048),
         ("0.5.5", None, 2048),
         ("0.5.5", 5000, 5000),
         # 0.5.10-0.5.15: a value given is capped at the estimate

@@ -13,8 +13,9 @@ so the pool is ``mem_fraction_static`` of the free memory at start less the weig
 are captured after the pool, out of the ``1 - mem_fraction_static`` left over, as are the
 activations of a prefill chunk. The automatic ``mem_fraction_static`` reserves memory for those
 (``server_args.py`` / ``arg_groups/memory_hook.py``): a table by TP size (0.4.0), 13 GiB on
-cards over 80 GiB (0.4.6), a reserve per GPU-size band (0.4.10), then a reserve computed from
-the chunked-prefill size and the CUDA-graph batch (0.5.3 on). research/sglang_accounting.md and
+cards over 80 GiB (0.4.6), 48 GiB of the rest on cards over 96 GiB (0.4.7), a reserve per
+GPU-size band (0.4.8), then a reserve computed from the chunked-prefill size and the CUDA-graph
+batch (0.5.3 on). research/sglang_accounting.md and
 research/data/sglang_versions.json cite each release's lines.
 """
 
@@ -33,8 +34,8 @@ __all__ = ["SGLANG_RELEASES", "SGLangAccount", "SGLangRelease", "sglang_account"
 @dataclass(frozen=True, slots=True)
 class SGLangRelease:
     version: str
-    fraction: Literal["tp_table", "tp_table_13g", "bands", "reserved"]
-    chunked: Literal["0.4.0", "0.4.10", "0.5.3", "0.5.20"]
+    fraction: Literal["tp_table", "tp_table_13g", "tp_table_48g", "bands", "reserved"]
+    chunked: Literal["0.4.0", "0.4.7", "0.4.10", "0.5.3", "0.5.20"]
     graph_bs: Literal["0.4.0", "0.4.6", "0.5.3", "0.5.5", "0.5.20"]
     page_floor: bool
     """The token count is floored to a multiple of page_size (0.4.6 on)."""
@@ -65,6 +66,29 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         False,
         "cards over 80 GiB keep 13 GiB outside mem_fraction_static; pool floored to pages",
         running="0.4.0",
+    ),
+    SGLangRelease(
+        "0.4.7",
+        "tp_table_48g",
+        "0.4.7",
+        "0.4.6",
+        True,
+        False,
+        "cards over 96 GiB: min(fraction + 48 GiB x (1 - fraction) / total, (total - 18 GiB) / "
+        "total), 0.79 over 180 GB; chunked_prefill_size 16384 over 180 GB; the request pool "
+        "without its extra slot",
+        running="0.4.10",
+    ),
+    SGLangRelease(
+        "0.4.8",
+        "bands",
+        "0.4.10",
+        "0.4.6",
+        True,
+        False,
+        "a reserve per GPU-size band (2.8 / 9.5 / 12 GiB + TP x PP / 10 or / 2, "
+        "32 GiB above 160 GiB)",
+        running="0.4.10",
     ),
     SGLangRelease(
         "0.4.10",
@@ -156,6 +180,8 @@ def _mib(total: int) -> int:
 def chunked_prefill_default(r: SGLangRelease, gpu_mib: int) -> int:
     if r.chunked == "0.4.0":
         return 2048 if gpu_mib < 25000 else 8192
+    if r.chunked == "0.4.7":
+        return 16384 if gpu_mib > 180_000 else 2048 if gpu_mib < 25000 else 8192
     if r.chunked == "0.4.10":
         return 2048 if gpu_mib < 35 * 1024 else 8192 if gpu_mib < 160 * 1024 else 16384
     small = 2048 if r.chunked == "0.5.3" else 4096
@@ -172,9 +198,10 @@ def cuda_graph_max_bs_default(r: SGLangRelease, gpu_mib: int, tp: int) -> int:
     if r.graph_bs == "0.4.0":
         return 8 if gpu_mib < 25000 else 160
     if r.graph_bs == "0.4.6":
-        if gpu_mib < (25000 if r.chunked == "0.4.0" else 35 * 1024):
+        if gpu_mib < (25000 if r.chunked in ("0.4.0", "0.4.7") else 35 * 1024):
             return 8 if tp < 4 else 80
-        return 256 if gpu_mib > 90 * 1024 else 160  # no cap: the runner's list ends there
+        # no cap: the runner's list ends there (0.4.7 cuda_graph_runner.py:150 reads 96 GiB)
+        return 256 if gpu_mib > (96 if r.chunked == "0.4.7" else 90) * 1024 else 160
     if gpu_mib < 20 * 1024:
         return 8
     if gpu_mib < 35 * 1024:
@@ -219,10 +246,10 @@ def reserved_mib(
 def mem_fraction_default(
     r: SGLangRelease, gpu_mib: int, tp: int, chunked: int, graph_bs: int, mla: bool, graphs: bool
 ) -> float:
-    if r.fraction in ("tp_table", "tp_table_13g"):
+    if r.fraction in ("tp_table", "tp_table_13g", "tp_table_48g"):
         if r.fraction == "tp_table_13g" and gpu_mib > 81920:
             return (gpu_mib - 1024 * 13) / gpu_mib
-        return (
+        table = (
             0.79
             if tp >= 16
             else 0.81
@@ -233,6 +260,15 @@ def mem_fraction_default(
             if tp >= 2
             else 0.88
         )
+        if r.fraction == "tp_table_48g":
+            # 0.4.7 server_args.py:254-281 (the table up to 80 GiB, 0.88 above; then)
+            frac = table if gpu_mib <= 81920 else 0.88
+            if gpu_mib > 180 * 1000:
+                return 0.79
+            if gpu_mib > 96 * 1024:
+                return min(frac + 48 * 1024 * (1 - frac) / gpu_mib, (gpu_mib - 1024 * 18) / gpu_mib)
+            return frac
+        return table
     if r.fraction == "bands":
         if gpu_mib < 35 * 1024:
             base = (2.8 + tp / 10) * 1024
@@ -251,11 +287,11 @@ def max_running_requests(r: SGLangRelease, tokens: int, context_len: int, given:
     """The scheduler's ``max_running_requests`` for a pool of ``tokens``, with
     ``estimated = min(max(int(tokens / context_len x 512), 2048), 4096)``:
 
-    - 0.4.0 - 0.4.9 (``tp_worker.py``, ``model_runner.py`` ``ReqToTokenPool(size=max_num_reqs
-      + 1)``): min(tokens // 2, estimated + 1); a value given stands (the request pool has one
-      slot more);
-    - 0.4.10 - 0.5.9 (the pool's size is ``max_num_reqs``): min(tokens // 2, estimated); a
-      value given stands;
+    - 0.4.0 - 0.4.6 (``tp_worker.py``, ``model_runner.py`` ``ReqToTokenPool(size=max_num_reqs
+      + 1)``, 0.4.6.post5 line 904): min(tokens // 2, estimated + 1); a value given stands (the
+      request pool has one slot more);
+    - 0.4.7 - 0.5.9 (the pool's size is ``max_num_reqs``, 0.4.7 line 926): min(tokens // 2,
+      estimated); a value given stands;
     - 0.5.10 - 0.5.15 (``model_runner_kv_cache_mixin.py`` ``_resolve_max_num_reqs``): a value
       given is capped at ``estimated``;
     - 0.5.16 on: a value given is capped at tokens // 2 (at least 1)."""
