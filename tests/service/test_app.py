@@ -397,3 +397,30 @@ def test_presets_never_await_the_model_resolver(client, monkeypatch):
     assert r.status_code == 200, r.text
     assert [task for task, _ in sent] == ["budget", "fit"] * 2 + ["comparison"]
     assert all(resolutions == () for _, resolutions in sent)
+
+
+@pytest.mark.parametrize(
+    ("device", "field", "text"),
+    [
+        (
+            {"source": "catalog", "id": "rtx-4090-24gb", "memory_in_use_bytes": 25_386_352_640},
+            "$.device.memory_in_use_bytes",
+            "must be below the NVIDIA GeForce RTX 4090 24GB's 25386352640 bytes",
+        ),
+        (
+            {"source": "catalog", "id": "rtx-4090-24gb", "memory_in_use_bytes": -1},
+            "$.device.memory_in_use_bytes",
+            "allowed range: 0 .. 1125899906842624",
+        ),
+        (
+            {"source": "custom", "memory_total_bytes": 1000, "memory_in_use_bytes": 1000},
+            "$.device",
+            "memory_in_use_bytes (1000) must be below memory_total_bytes (1000)",
+        ),
+    ],
+)
+def test_memory_in_use_beyond_the_device_is_a_422_naming_it(client, device, field, text):
+    body = {"workloads": [{"kind": "inference", "model": LLAMA}], "device": device}
+    r = client.post("/v1/budgets", json=body)
+    assert r.status_code == 422, r.text
+    assert any(e["field"] == field and text in e["message"] for e in r.json()["errors"]), r.text

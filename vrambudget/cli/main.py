@@ -71,7 +71,7 @@ def _request_from_args(args: argparse.Namespace) -> object:
         if not (isinstance(data, dict) and "workloads" in data):
             data = {"workloads": [data]}
         if args.gpu:  # --gpu names the device of the file's request
-            data["device"] = {"source": "catalog", "id": args.gpu}
+            data["device"] = _device(args)
         return msgspec.convert(data, BudgetRequest)
     request: dict[str, object] = {"workloads": [workload_from_args(args, "estimate")]}
     if args.iterations is not None or args.expandable_segments:
@@ -80,8 +80,17 @@ def _request_from_args(args: argparse.Namespace) -> object:
             "expandable_segments": args.expandable_segments,
         }
     if args.gpu:
-        request["device"] = {"source": "catalog", "id": args.gpu}
+        request["device"] = _device(args)
     return msgspec.convert(request, BudgetRequest)
+
+
+def _device(args: argparse.Namespace) -> dict[str, object]:
+    """``--gpu`` with ``--memory-in-use`` (GiB, as nvidia-smi shows what other processes
+    hold)."""
+    device: dict[str, object] = {"source": "catalog", "id": args.gpu}
+    if args.memory_in_use:
+        device["memory_in_use_bytes"] = round(args.memory_in_use * (1 << 30))
+    return device
 
 
 def _estimate(args: argparse.Namespace) -> int:
@@ -224,7 +233,14 @@ def _print_verdict(budget: Any) -> None:
     f = budget.fit
     if f is None or budget.device is None:
         return
-    name = f"{budget.device.name} ({format_bytes(f.capacity_bytes)})"
+    held = budget.device.memory_in_use_bytes
+    room = format_bytes(f.capacity_bytes) + (
+        f" left of {format_bytes(budget.device.memory_total_bytes)}, "
+        f"{format_bytes(held)} held by other processes"
+        if held
+        else ""
+    )
+    name = f"{budget.device.name} ({room})"
     used = format_bytes(f.used_bytes)
     if f.fits:
         band = (
@@ -347,6 +363,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_workload_args(est)
     est.add_argument(
         "--gpu", metavar="ID", help="catalog GPU id (`vrambudget gpus` lists them): the device"
+    )
+    est.add_argument(
+        "--memory-in-use",
+        metavar="GIB",
+        type=float,
+        default=0.0,
+        help="GiB other processes already hold on --gpu (a desktop, another server: "
+        "nvidia-smi's used memory with nothing of yours running); the fit and the serving "
+        "engines' pools see what is left",
     )
     est.add_argument("--json", action="store_true", help="print the JSON budget")
     est.add_argument(

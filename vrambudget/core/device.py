@@ -30,6 +30,15 @@ class DeviceContext:
     overheads: Overheads
     compute_capability: str | None = None
     gfx_target: str | None = None
+    memory_in_use_bytes: int = 0
+    """Memory other processes hold before the workload starts (the request's device)."""
+
+    @property
+    def capacity_bytes(self) -> int:
+        """What the workload may use: the total less what other processes hold. Every fit
+        compares with it; an engine's own fraction (``gpu_memory_utilization``,
+        ``mem_fraction_static``) still reads the total, as the engine does."""
+        return self.memory_total_bytes - self.memory_in_use_bytes
 
     def summary(self) -> DeviceSummary:
         return DeviceSummary(
@@ -37,6 +46,7 @@ class DeviceContext:
             id=self.id,
             memory_total_bytes=self.memory_total_bytes,
             architecture=self.architecture,
+            memory_in_use_bytes=self.memory_in_use_bytes,
         )
 
 
@@ -59,6 +69,8 @@ def resolve_device(
             return None
         case CatalogDevice():
             ctx = _catalog_context(gpu(ref.id))
+            if ref.memory_in_use_bytes:
+                ctx = _in_use(ctx, ref.memory_in_use_bytes)
         case GPU():
             ctx = _catalog_context(ref)
         case CustomDevice():
@@ -70,6 +82,7 @@ def resolve_device(
                 "nvidia",
                 frozenset(ref.native_dtypes),
                 DEFAULT_OVERHEADS,
+                memory_in_use_bytes=ref.memory_in_use_bytes,
             )
         case _:
             raise TypeError(ref)
@@ -97,6 +110,16 @@ def resolve_device(
                 )
             return hit
     return ctx
+
+
+def _in_use(ctx: DeviceContext, in_use: int) -> DeviceContext:
+    """A catalog GPU with memory other processes hold (a 422 when that is all of it)."""
+    if in_use >= ctx.memory_total_bytes:
+        raise InvalidWorkload(
+            "device.memory_in_use_bytes",
+            f"must be below the {ctx.name}'s {ctx.memory_total_bytes} bytes (got {in_use})",
+        )
+    return dataclasses.replace(ctx, memory_in_use_bytes=in_use)
 
 
 def require_device(ref: DeviceRef | None, what: str) -> DeviceContext:

@@ -224,6 +224,8 @@ class DeviceSummary(_Out, frozen=True, kw_only=True):
     id: str | None = None
     memory_total_bytes: int
     architecture: str
+    memory_in_use_bytes: int = 0
+    """Memory other processes hold (the request's): the fit compares with the total less it."""
 
 
 class TracePoint(_Out, frozen=True, kw_only=True):
@@ -512,7 +514,8 @@ class BudgetFit(_Out, frozen=True, kw_only=True):
         int,
         Meta(
             description="Memory of one device, as the catalog (or the custom device) states "
-            "it: the capacity every fit compares with."
+            "it, less `device.memory_in_use_bytes` (what other processes hold): the capacity "
+            "every fit compares with."
         ),
     ]
     used_bytes: Annotated[
@@ -708,6 +711,7 @@ class LayoutFit(msgspec.Struct, frozen=True, kw_only=True):
     peak falls near the band's low end), ``does_not_fit`` (not even the low end fits)."""
     total_bytes: int
     capacity_bytes: int
+    """The device's memory less what other processes hold (``memory_in_use_bytes``)."""
     free_bytes: int
     free_percent: float
     limiting_component: Component

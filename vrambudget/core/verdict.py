@@ -2,9 +2,10 @@
 counted once for ``/v1/budgets`` (``Budget.fit``) and ``/v1/fits`` (each ``LayoutFit``).
 
 The capacity is the device's total memory as the catalog (or the custom device) states it,
-``DeviceContext.memory_total_bytes``: the fits compare every layout's total with it, and a
-serving engine sizes its own share (``gpu_memory_utilization``, ``mem_fraction_static``) from
-it. What a device uses:
+less what other processes already hold (``device.memory_in_use_bytes``):
+``DeviceContext.capacity_bytes``. The fits compare every layout's total with it; a serving
+engine sizes its own share (``gpu_memory_utilization``, ``mem_fraction_static``) from the total,
+and sees the memory in use as its start-up does. What a device uses:
 
 * an analytic (or trace) budget: its total, headroom included; it ``fits`` when that total is
   at most the capacity, and the verdict reads the error band (``fits`` when the band's high end
@@ -103,7 +104,7 @@ def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
     """The budget with its ``fit`` against its device (unchanged without a device)."""
     if budget.device is None or not budget.devices:
         return msgspec.structs.replace(budget, fit=None)
-    capacity = budget.device.memory_total_bytes
+    capacity = budget.device.memory_total_bytes - budget.device.memory_in_use_bytes
     sv = budget.serving
     engine_ok, reason = (
         _serving_fits(sv, workloads[0] if workloads else None) if sv else (True, None)

@@ -199,7 +199,7 @@ def analytic_budget(
                 )
             )
         if allocator_replay and isinstance(w, InferenceWorkload) and len(devices) == 1:
-            cache = allocator_cache(w, ov, devices[0], ctx.memory_total_bytes if ctx else None)
+            cache = allocator_cache(w, ov, devices[0], ctx.capacity_bytes if ctx else None)
             if cache is not None:
                 devices[0] = msgspec.structs.replace(devices[0], allocator_cache=cache)
     else:

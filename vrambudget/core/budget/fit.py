@@ -250,7 +250,7 @@ def analytic_fit(
                 continue
             tkey = (n, key)
             t = total_on(n, w0, target)
-            capacity = target.memory_total_bytes
+            capacity = target.capacity_bytes
             fits = t <= capacity
             band, headroom = rule_on(n, w0)
             verdict = _verdict(t, subtotal_on(n, w0, target), band, capacity)
@@ -267,7 +267,7 @@ def analytic_fit(
                 best = (
                     max_fitting(
                         objective(make, w0, target, headroom),
-                        target.memory_total_bytes,
+                        target.capacity_bytes,
                         max(bound, 1),
                         memo,
                     )
@@ -294,7 +294,7 @@ def analytic_fit(
             par = w0.parallelism if not isinstance(w0, GenericWorkload) else Parallelism()
             links, link_warnings = layout_interconnect(target.id, n, par.tensor, par.pipeline)
             warnings.extend(link_warnings)
-            free = target.memory_total_bytes - t
+            free = target.capacity_bytes - t
             layout_fits.append(
                 LayoutFit(
                     device_count=n,
@@ -304,9 +304,9 @@ def analytic_fit(
                     fits=fits,
                     verdict=verdict,
                     total_bytes=t,
-                    capacity_bytes=target.memory_total_bytes,
+                    capacity_bytes=target.capacity_bytes,
                     free_bytes=free,
-                    free_percent=free_percent(free, target.memory_total_bytes),
+                    free_percent=free_percent(free, target.capacity_bytes),
                     limiting_component=limiting[tkey]
                     if tkey in limiting
                     else limiting.setdefault(tkey, _limiting((w0, *rest), target)),
@@ -320,7 +320,7 @@ def analytic_fit(
         if "device_count" in req.solve:
             for n in device_count_candidates(req.max_device_count):
                 w0 = placed(n)
-                if w0 is not None and total_on(n, w0, target) <= target.memory_total_bytes:
+                if w0 is not None and total_on(n, w0, target) <= target.capacity_bytes:
                     min_count = n
                     break
         gpu_warnings: tuple[str, ...] = ()

@@ -148,24 +148,34 @@ _UNUSED = ("0 (not used by a serving engine)", "-", ())
 
 
 def serving_account(
-    w: LLMServingWorkload, memory_total_bytes: int, gpu_name: str, index: int = 0
+    w: LLMServingWorkload,
+    memory_total_bytes: int,
+    gpu_name: str,
+    index: int = 0,
+    in_use: int = 0,
 ) -> ServingAccount:
     """``account`` with errors naming ``workloads[index].<field>``."""
     try:
-        return account(w, resolve_model(w.model), memory_total_bytes, gpu_name)
+        return account(w, resolve_model(w.model), memory_total_bytes, gpu_name, in_use)
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"workloads[{index}].{exc.field}", exc.message) from None
 
 
-def _starts(w: LLMServingWorkload, total: int, name: str, **changes: Any) -> ServingAccount | None:
+def _starts(
+    w: LLMServingWorkload, total: int, name: str, in_use: int = 0, **changes: Any
+) -> ServingAccount | None:
     try:
-        a = account(msgspec.structs.replace(w, **changes), resolve_model(w.model), total, name)
+        a = account(
+            msgspec.structs.replace(w, **changes), resolve_model(w.model), total, name, in_use
+        )
     except InvalidWorkload:
         return None
     return a if a.would_start else None
 
 
-def remedies(w: LLMServingWorkload, a: ServingAccount, total: int, name: str) -> tuple[str, ...]:
+def remedies(
+    w: LLMServingWorkload, a: ServingAccount, total: int, name: str, in_use: int = 0
+) -> tuple[str, ...]:
     """What would make a refused engine start, each checked by re-running the account."""
     if a.would_start:
         return ()
@@ -173,23 +183,33 @@ def remedies(w: LLMServingWorkload, a: ServingAccount, total: int, name: str) ->
     out: list[str] = []
     mml = a.resolved.max_model_len
     cap = min(mml - 1, arch.max_positions)
-    best = largest_true(1, cap, lambda x: _starts(w, total, name, max_model_len=x) is not None)
+    best = largest_true(
+        1, cap, lambda x: _starts(w, total, name, in_use, max_model_len=x) is not None
+    )
     if best >= 1:
         out.append(f"lower max_model_len to {best} (the largest that starts)")
     permille = round(utilization(w, a.resolved) * 1000)
     util = largest_true(
         permille + 1,
         1000,
-        lambda x: _starts(w, total, name, gpu_memory_utilization=x / 1000) is None,
+        lambda x: _starts(w, total, name, in_use, gpu_memory_utilization=x / 1000) is None,
     )  # last that still fails
     if permille < util + 1 <= 1000 and _starts(
-        w, total, name, gpu_memory_utilization=(util + 1) / 1000
+        w, total, name, in_use, gpu_memory_utilization=(util + 1) / 1000
     ):
         out.append(f"raise gpu_memory_utilization to {(util + 1) / 1000:.3f}")
+    if in_use:
+        # memory other processes hold refuses a share vLLM cannot get free: the largest share
+        # the free memory at start allows, if the engine starts with it
+        s0 = a.stages[0]
+        free = total - in_use - s0.cuda_context_bytes - s0.nccl_init_bytes
+        lower = min(free * 1000 // total, permille - 1)
+        if lower >= 1 and _starts(w, total, name, in_use, gpu_memory_utilization=lower / 1000):
+            out.append(f"lower gpu_memory_utilization to {lower / 1000:.3f}")
     par = w.parallelism
     t = par.tensor * 2
     while t <= max(8, par.tensor) and t <= arch.num_heads:
-        fixed = _starts(w, total, name, parallelism=msgspec.structs.replace(par, tensor=t))
+        fixed = _starts(w, total, name, in_use, parallelism=msgspec.structs.replace(par, tensor=t))
         if fixed is not None:
             out.append(
                 f"tensor parallel {t} ({fixed.kv_tokens} KV tokens, max "
@@ -198,7 +218,7 @@ def remedies(w: LLMServingWorkload, a: ServingAccount, total: int, name: str) ->
             break
         t *= 2
     if w.kv_cache_dtype == "auto":
-        fixed = _starts(w, total, name, kv_cache_dtype="fp8")
+        fixed = _starts(w, total, name, in_use, kv_cache_dtype="fp8")
         if fixed is not None:
             out.append(f"kv_cache_dtype fp8 ({fixed.kv_tokens} KV tokens)")
     if not out:
@@ -292,7 +312,8 @@ def serving_budget(
     if w.engine in ("llama_cpp", "ollama"):
         return gguf_budget(w, ctx, software, disk)
     total, gpu_name, summary_device = ctx.memory_total_bytes, ctx.name, ctx.summary()
-    a = serving_account(w, total, gpu_name)
+    in_use = ctx.memory_in_use_bytes
+    a = serving_account(w, total, gpu_name, in_use=in_use)
     arch = resolve_model(w.model)
     inputs = _inputs(w, a)
     r_version = engine_release("vllm", w.engine_version).modelled
@@ -300,7 +321,7 @@ def serving_budget(
     for s in a.stages:
         values = stage_values(s, a.pool_bytes(s) if s.available_bytes > 0 else 0)
         used = sum(values.values())
-        values[C.HEADROOM] = max(total - used, 0)
+        values[C.HEADROOM] = max(total - in_use - used, 0)
         parts = {
             C.WEIGHTS: (
                 ("parameters", s.weights_bytes - s.rotary_bytes),
@@ -366,7 +387,7 @@ def serving_budget(
     )
     limiting = min(a.stages, key=lambda s: s.available_bytes)
     warnings = []
-    if sum(v.bytes for v in devices[most].lines if v.component is not C.HEADROOM) > total:
+    if sum(v.bytes for v in devices[most].lines if v.component is not C.HEADROOM) > total - in_use:
         warnings.append(
             "the memory outside the engine's accounting (CUDA context, NCCL, CUDA "
             "graphs) exceeds what gpu_memory_utilization leaves free: expect an "
@@ -401,7 +422,7 @@ def serving_budget(
         max_concurrency_all_replicas=round(a.max_concurrency * r.data, 4),
         would_start=a.would_start,
         reason=a.reason,
-        remedies=remedies(w, a, total, gpu_name),
+        remedies=remedies(w, a, total, gpu_name, in_use),
         launch=vllm_launch(w, a),
         details=VLLMDetails(
             gpu_memory_utilization=utilization(w, r),

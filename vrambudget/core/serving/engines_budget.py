@@ -73,7 +73,12 @@ def gguf_engine(
         if arch.kind != "decoder":
             raise InvalidWorkload("model", "llama.cpp serves decoder language models here")
         g = gguf_account(
-            w, arch, ctx.memory_total_bytes, ctx.overheads.cuda_context_bytes, rel.modelled
+            w,
+            arch,
+            ctx.memory_total_bytes,
+            ctx.overheads.cuda_context_bytes,
+            rel.modelled,
+            ctx.memory_in_use_bytes,
         )
     except InvalidWorkload as exc:
         raise _field(exc, index) from None
@@ -171,7 +176,7 @@ def gguf_budget(
         calibration=f"{g.release.summary} ({g.release.source})",
         requested_memory_bytes=ctx.memory_total_bytes,
         available_kv_cache_bytes=max(
-            ctx.memory_total_bytes - (g.device_used(most) - (limiting.kv_bytes if limiting else 0)),
+            ctx.capacity_bytes - (g.device_used(most) - (limiting.kv_bytes if limiting else 0)),
             0,
         ),
         kv_cache_pool_bytes=pool,
@@ -277,10 +282,12 @@ class _SGLangRun:
     (``entrypoints/engine.py`` ``_set_envs_and_config``), vLLM 0.19 with cuMem on, so these are
     an upper bound (the safe side: a smaller pool); a held-out 4 x L4 launch of 0.4.3 took
     0.32 GiB for both where these give 1.51 GiB (docs/ACCURACY.md)."""
+    in_use: int = 0
+    """Memory other processes hold (the request's device): also gone when SGLang measures."""
 
     @property
     def baseline(self) -> int:
-        return self.cuda_context + self.nccl
+        return self.cuda_context + self.nccl + self.in_use
 
 
 SGLANG_PCIE_DISTRIBUTED_BYTES = 180_664_402
@@ -334,7 +341,7 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
             arch,
             r,
             ctx.memory_total_bytes,
-            context + nccl,
+            context + nccl + ctx.memory_in_use_bytes,
             weights,
             tp,
             kv_bytes,
@@ -349,7 +356,9 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
         )
     except InvalidWorkload as exc:
         raise _field(exc, index) from None
-    return _SGLangRun(rel, a, tp, dtype, kv_bytes, context_len, context, nccl)
+    return _SGLangRun(
+        rel, a, tp, dtype, kv_bytes, context_len, context, nccl, ctx.memory_in_use_bytes
+    )
 
 
 def _weights_per_rank(w: LLMServingWorkload, arch: Arch, dtype: str, tp: int) -> int:
@@ -462,7 +471,7 @@ def sglang_budget(
     run = sglang_engine(w, ctx)
     a = run.account
     arch = resolve_model(w.model)
-    total = ctx.memory_total_bytes
+    total = ctx.capacity_bytes
     values = {
         C.WEIGHTS: a.weights_bytes,
         C.KV_CACHE: a.pool_bytes,

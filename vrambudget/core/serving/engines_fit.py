@@ -41,7 +41,7 @@ def _layout_fit(
 ) -> LayoutFit:
     """One layout's row: ``values`` the most loaded GPU's lines, ``tp`` (tensor, pipeline)."""
     used = sum(values.values())
-    free = ctx.memory_total_bytes - used
+    free = ctx.capacity_bytes - used
     links, link_warnings = layout_interconnect(ctx.id, n, tp[0], tp[1])
     return LayoutFit(
         device_count=n,
@@ -51,9 +51,9 @@ def _layout_fit(
         fits=fits,
         verdict="fits" if fits else "does_not_fit",
         total_bytes=used,
-        capacity_bytes=ctx.memory_total_bytes,
+        capacity_bytes=ctx.capacity_bytes,
         free_bytes=free,
-        free_percent=free_percent(free, ctx.memory_total_bytes),
+        free_percent=free_percent(free, ctx.capacity_bytes),
         limiting_component=max(values, key=lambda c: values[c]),
         warnings=warnings + link_warnings,
         maxima=Maxima(**maxima),  # type: ignore[arg-type]

@@ -63,7 +63,9 @@ def _layout(w: LLMServingWorkload, n: int) -> LLMServingWorkload | None:
 
 def _account(w: LLMServingWorkload, ctx: DeviceContext) -> ServingAccount:
     try:
-        return account(w, resolve_model(w.model), ctx.memory_total_bytes, ctx.name)
+        return account(
+            w, resolve_model(w.model), ctx.memory_total_bytes, ctx.name, ctx.memory_in_use_bytes
+        )
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"workloads[0].{exc.field}", exc.message) from None
 
@@ -152,7 +154,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
             par = placed.parallelism
             links, link_warnings = layout_interconnect(ctx.id, n, par.tensor, par.pipeline)
             warnings = warnings + link_warnings
-            free = ctx.memory_total_bytes - used
+            free = ctx.capacity_bytes - used
             fits = _fits(a, target)
             band = kv_band(placed, a, ctx.name)
             verdict = serving_verdict(fits, band, target if target is not None else 1.0)
@@ -165,9 +167,9 @@ def serving_fit(req: FitRequest) -> FitResponse:
                     fits=fits,
                     verdict=verdict,
                     total_bytes=used,
-                    capacity_bytes=ctx.memory_total_bytes,
+                    capacity_bytes=ctx.capacity_bytes,
                     free_bytes=free,
-                    free_percent=free_percent(free, ctx.memory_total_bytes),
+                    free_percent=free_percent(free, ctx.capacity_bytes),
                     limiting_component=max(values, key=lambda c: values[c]),
                     warnings=warnings,
                     maxima=Maxima(**maxima),  # type: ignore[arg-type]

@@ -125,10 +125,15 @@ def _statics(
 
 
 def account(
-    w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str
+    w: LLMServingWorkload,
+    arch: Arch,
+    memory_total_bytes: int,
+    gpu_name: str,
+    memory_in_use_bytes: int = 0,
 ) -> ServingAccount:
-    """The engine's numbers on one GPU type. Raises ``InvalidWorkload`` for a layout or setting
-    vLLM rejects at configuration time (field relative to the workload)."""
+    """The engine's numbers on one GPU type, ``memory_in_use_bytes`` of which other processes
+    hold. Raises ``InvalidWorkload`` for a layout or setting vLLM rejects at configuration time
+    (field relative to the workload)."""
     r = resolve(w, arch, memory_total_bytes, gpu_name)
     par = _layout(arch, r)
     quant = serving_quantization(w)
@@ -184,7 +189,7 @@ def account(
                 + nt
                 + graphs
             )
-            headroom = memory_total_bytes - context - nccl - used
+            headroom = memory_total_bytes - memory_in_use_bytes - context - nccl - used
             margin = max(margin_floor, act * 3 // 4)
             available = min(requested - used, headroom - margin) - act
         if w.kv_cache_memory_bytes is not None:
@@ -220,6 +225,17 @@ def account(
     tokens = kv.num_tokens(blocks, groups)
     concurrency = kv.max_concurrency(blocks, groups, r.max_model_len, r.max_num_batched_tokens)
     reason = _refusal(out, r, arch)
+    if reason is None and memory_in_use_bytes:
+        # vllm/v1/worker/utils.py request_memory: the init snapshot (after the CUDA context and
+        # NCCL) must have the requested share free
+        free = memory_total_bytes - memory_in_use_bytes - context - nccl
+        if free < requested:
+            reason = (
+                f"free memory on the device at start ({_gib(free)}) is less than "
+                f"gpu_memory_utilization x total ({_gib(requested)}): other processes hold "
+                f"{_gib(memory_in_use_bytes)} (lower gpu_memory_utilization to at most "
+                f"{(free / memory_total_bytes):.3f}, or free the GPU)"
+            )
     if reason is None and not extensible:
         pool = blocks * groups.page_bytes
         for sa in out:
@@ -231,11 +247,12 @@ def account(
                 + pool * sa.group_size
                 + sa.cuda_graph_bytes
             )
-            if resident > memory_total_bytes and not r.cal.cudagraph_in_budget:
+            room = memory_total_bytes - memory_in_use_bytes
+            if resident > room and not r.cal.cudagraph_in_budget:
                 reason = (
                     f"the CUDA context, NCCL and CUDA graphs outside the engine's budget need "
-                    f"{_gib(resident - memory_total_bytes)} more than the GPU has once the KV "
-                    "cache is allocated: out of memory while capturing CUDA graphs (lower "
+                    f"{_gib(resident - room)} more than the GPU has free once the KV cache is "
+                    "allocated: out of memory while capturing CUDA graphs (lower "
                     "gpu_memory_utilization or set enforce_eager)"
                 )
                 break
@@ -251,11 +268,12 @@ def account(
                 + sa.cuda_graph_bytes
                 + pool * sa.group_size
             )
-            if used > memory_total_bytes:
+            if used > memory_total_bytes - memory_in_use_bytes:
                 reason = (
                     f"--kv-cache-memory {_gib(w.kv_cache_memory_bytes)}: with the weights, "
-                    f"activations, CUDA context and graphs it needs {_gib(used)} of the GPU's "
-                    f"{_gib(memory_total_bytes)} (out of memory while allocating the KV cache)"
+                    f"activations, CUDA context and graphs it needs {_gib(used)} of the "
+                    f"{_gib(memory_total_bytes - memory_in_use_bytes)} the GPU has free (out of "
+                    "memory while allocating the KV cache)"
                 )
                 break
     return ServingAccount(

@@ -82,8 +82,25 @@ def analytic_workloads(workloads: tuple[Workload, ...]) -> tuple[AnalyticWorkloa
 # --------------------------------------------------------------------------------- devices --
 
 
+InUse = Annotated[
+    int,
+    Meta(
+        ge=0,
+        le=1 << 50,
+        description="Memory other processes already hold on the device when the workload "
+        "starts (a desktop session, another server): `nvidia-smi`'s used memory with nothing "
+        "of yours running, bytes. It comes off what the workload may use (the fit, the largest "
+        "batch), and a serving engine sees it as SGLang and vLLM do: SGLang's pool is its "
+        "fraction of the free memory, vLLM refuses to start when the free memory is below "
+        "`gpu_memory_utilization` x total. Must be below the device's total. Default 0: a GPU "
+        "nothing else uses.",
+    ),
+]
+
+
 class CatalogDevice(Wire, tag="catalog", tag_field="source", frozen=True, kw_only=True):
     id: Annotated[GPUId, Meta(description="GPU id from `GET /v1/gpus`.")]
+    memory_in_use_bytes: InUse = 0
 
 
 class CustomDevice(Wire, tag="custom", tag_field="source", frozen=True, kw_only=True):
@@ -109,6 +126,14 @@ class CustomDevice(Wire, tag="custom", tag_field="source", frozen=True, kw_only=
             "generic defaults)."
         ),
     ] = "unknown"
+    memory_in_use_bytes: InUse = 0
+
+    def __post_init__(self) -> None:
+        if self.memory_in_use_bytes >= self.memory_total_bytes:
+            raise ValueError(
+                f"memory_in_use_bytes ({self.memory_in_use_bytes}) must be below "
+                f"memory_total_bytes ({self.memory_total_bytes})"
+            )
 
 
 DeviceRef = CatalogDevice | CustomDevice

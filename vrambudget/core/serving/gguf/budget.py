@@ -93,7 +93,7 @@ def gguf_devices(
             C.CUDA_CONTEXT: g.context_bytes,
         }
         used = sum(values.values())
-        values[C.HEADROOM] = max(ctx.memory_total_bytes - used, 0)
+        values[C.HEADROOM] = max(ctx.capacity_bytes - used, 0)
         lines = []
         for c in Component:
             formula, source, names = _FORMULAS.get(c, _UNUSED)

@@ -179,10 +179,17 @@ def _fits(a: LlamaAccount, context: int, total: int, margin: int) -> bool:
 
 @lru_cache(maxsize=1024)
 def gguf_account(
-    w: LLMServingWorkload, arch: Arch, total: int, context_bytes: int, modelled: str
+    w: LLMServingWorkload,
+    arch: Arch,
+    total: int,
+    context_bytes: int,
+    modelled: str,
+    in_use: int = 0,
 ) -> GGUFAccount:
     """The deployment on GPUs of ``total`` bytes each, ``context_bytes`` of which the backend
-    takes before any buffer. Errors name fields under ``gguf``."""
+    takes before any buffer and ``in_use`` other processes hold (the fitting and the start see
+    what is left; the default context follows the total). Errors name fields under ``gguf``."""
+    room = total - in_use
     o = _opts(w)
     r = gguf_release(w.engine, modelled)
     n_layer = arch.num_layers
@@ -210,45 +217,45 @@ def gguf_account(
         and ngl_req is None
     ):
         # Ollama 0.6.7 - 0.9: two slots when the model fits whole with them, else one
-        trial = _ollama(w, r, arch, a, total - context_bytes, None)
+        trial = _ollama(w, r, arch, a, room - context_bytes, None)
         if trial.layers < full:
             w = _with_parallel(w, 1)
             o = _opts(w)
             s = _settings(w, r, arch, total, ctx_req, full)
             a = llama_account(arch, o.file_type, s, o.tensors)
-    if r.fit == "llama_fit" and not _fits(a, context_bytes, total, margin):
+    if r.fit == "llama_fit" and not _fits(a, context_bytes, room, margin):
         if w.engine == "llama_cpp" and o.n_ctx is None and ctx_req > FIT_MIN_CTX:
-            best = _largest_ctx(w, r, arch, total, context_bytes, ctx_req, s.n_gpu_layers, margin)
+            best = _largest_ctx(w, r, arch, room, context_bytes, ctx_req, s.n_gpu_layers, margin)
             if best != ctx_req:
                 fitted.append(f"context reduced from {ctx_req} to {best}")
                 ctx_req = best
                 s = _settings(w, r, arch, total, ctx_req, s.n_gpu_layers)
                 a = llama_account(arch, o.file_type, s, o.tensors)
-        if ngl_req is None and not _fits(a, context_bytes, total, margin):
-            ngl = _most_layers(w, r, arch, total, context_bytes, ctx_req, margin)
+        if ngl_req is None and not _fits(a, context_bytes, room, margin):
+            ngl = _most_layers(w, r, arch, room, context_bytes, ctx_req, margin)
             fitted.append(f"{ngl} of {full} layers on the GPUs, the rest in host memory")
             s = _settings(w, r, arch, total, ctx_req, ngl)
             a = llama_account(arch, o.file_type, s, o.tensors)
     elif r.fit == "ollama_estimate" and o.devices >= 1:
-        est = _ollama(w, r, arch, a, total - context_bytes, ngl_req)
+        est = _ollama(w, r, arch, a, room - context_bytes, ngl_req)
         if ngl_req is None and est.layers < full:
             fitted.append(f"Ollama's estimate offloads {est.layers} of {full} layers")
             s = _settings(w, r, arch, total, ctx_req, est.layers)
             a = llama_account(arch, o.file_type, s, o.tensors)
-    elif r.fit == "ollama_backend" and ngl_req is None and not _fits(a, context_bytes, total, 0):
-        ngl = _most_layers(w, r, arch, total, context_bytes, ctx_req, 0)
+    elif r.fit == "ollama_backend" and ngl_req is None and not _fits(a, context_bytes, room, 0):
+        ngl = _most_layers(w, r, arch, room, context_bytes, ctx_req, 0)
         fitted.append(f"Ollama's scheduler offloads {ngl} of {full} layers")
         s = _settings(w, r, arch, total, ctx_req, ngl)
         a = llama_account(arch, o.file_type, s, o.tensors)
     reason = None
     for d in a.devices:
         used = d.buffers_bytes + context_bytes
-        if used > total:
+        if used > room:
             reason = (
                 f"GPU {d.index} needs {used / MiB:,.0f} MiB (model {d.weights_bytes / MiB:,.0f} "
                 f"+ KV {d.kv_bytes / MiB:,.0f} + compute {d.compute_bytes / MiB:,.0f} + backend "
-                f"{context_bytes / MiB:,.0f}) of its {total / MiB:,.0f} MiB: cudaMalloc fails "
-                "while loading"
+                f"{context_bytes / MiB:,.0f}) of the {room / MiB:,.0f} MiB it may use: "
+                "cudaMalloc fails while loading"
             )
             break
     per_request = s.n_ctx if s.kv_unified else s.n_ctx_seq
