@@ -396,10 +396,10 @@ def _device_view(b: Budget, view: View) -> int:
     total = d.total_bytes - lines.get(Component.HEADROOM, 0)
     if view in ("nvidia_smi", "unspecified", "engine_log"):
         return total
-    reserved = total - _outside_allocator(d)
     if view == "torch_allocated_plus_context":
-        context = lines.get(Component.CUDA_CONTEXT, 0)
-        return reserved + context - lines.get(Component.ALLOCATOR_OVERHEAD, 0)
+        # torch's allocated peak plus everything outside the allocator (context, NCCL)
+        return total - lines.get(Component.ALLOCATOR_OVERHEAD, 0)
+    reserved = total - _outside_allocator(d)
     if view == "torch_max_reserved":
         return reserved
     return reserved - lines.get(Component.ALLOCATOR_OVERHEAD, 0)

@@ -80,8 +80,21 @@ def test_all_of_the_device_in_use_is_refused_with_the_field() -> None:
     assert exc.value.field == "device.memory_in_use_bytes"
     assert str(RTX4090.memory_total_bytes) in exc.value.message
     custom = {"source": "custom", "memory_total_bytes": 1000, "memory_in_use_bytes": 1000}
-    with pytest.raises(msgspec.ValidationError, match=r"must be below memory_total_bytes.*device"):
-        msgspec.convert({"workloads": [INFER], "device": custom}, BudgetRequest)
+    with pytest.raises(InvalidWorkload) as exc:
+        _budget(INFER, custom)
+    assert exc.value.field == "device.memory_in_use_bytes"
+    assert "below memory_total_bytes (1000)" in exc.value.message
+    # /v1/fits names the entry of its devices list
+    req = msgspec.convert(
+        {
+            "workloads": [INFER],
+            "devices": [_on("h100-sxm5-80gb", 0), _on("rtx-4090-24gb", 1 << 45)],
+        },
+        FitRequest,
+    )
+    with pytest.raises(InvalidWorkload) as exc:
+        fit(req)
+    assert exc.value.field == "devices[1].memory_in_use_bytes"
 
 
 SGLANG = {
@@ -156,3 +169,38 @@ def test_ollama_offloads_what_does_not_fit_beside_other_processes() -> None:
     assert isinstance(full, GGUFDetails) and isinstance(part, GGUFDetails)
     assert part.n_gpu_layers < full.n_gpu_layers == full.n_layer + 1
     assert part.fitted is not None and "layers" in part.fitted
+
+
+def test_a_fit_and_a_budget_count_sglang_beside_other_processes_alike() -> None:
+    """/v1/fits's row for SGLang uses what /v1/budgets uses: the memory others hold comes off
+    the capacity once (not also as part of the CUDA context)."""
+    held = 8 * GiB
+    b = _budget(SGLANG, _on("h100-sxm5-80gb", held))
+    req = msgspec.convert(
+        {"workloads": [SGLANG], "devices": [_on("h100-sxm5-80gb", held)], "solve": []},
+        FitRequest,
+    )
+    row = fit(req).gpus[0].layouts[0]
+    assert b.fit is not None
+    assert row.capacity_bytes == H100.memory_total_bytes - held == b.fit.capacity_bytes
+    assert row.total_bytes == b.fit.used_bytes
+    assert row.free_bytes == b.fit.devices[0].free_bytes
+
+
+def test_vllm_remedies_stay_below_what_is_free() -> None:
+    """With 50 GiB held, gpu_memory_utilization 0.2 leaves no KV room and more than the free
+    share is refused: the remedy is the largest utilization in between that starts."""
+    w = {**VLLM, "gpu_memory_utilization": 0.2}
+    s = _budget(w, _on("h100-sxm5-80gb", 50 * GiB)).serving
+    assert s is not None and s.reason is not None
+    raise_to = [r for r in s.remedies if r.startswith("raise gpu_memory_utilization to")]
+    assert raise_to, s.remedies
+    value = float(raise_to[0].rsplit(" ", 1)[1])
+    started = _budget({**w, "gpu_memory_utilization": value}, _on("h100-sxm5-80gb", 50 * GiB))
+    assert started.serving is not None and started.serving.reason is None
+    # the refusal names a utilization that starts (rounded down, never up)
+    s30 = _budget(VLLM, _on("h100-sxm5-80gb", 30 * GiB)).serving
+    assert s30 is not None and s30.reason is not None
+    named = float(s30.reason.split("at most ")[1].split(",")[0])
+    ok = _budget({**VLLM, "gpu_memory_utilization": named}, _on("h100-sxm5-80gb", 30 * GiB))
+    assert ok.serving is not None and ok.serving.reason is None

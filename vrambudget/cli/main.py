@@ -104,6 +104,8 @@ def _estimate(args: argparse.Namespace) -> int:
     from .workload_args import FLAG_OF, UsageError, model_resolver
 
     try:
+        if args.memory_in_use and not args.gpu:
+            raise UsageError("--memory-in-use needs --gpu: the device whose memory others hold")
         req = _request_from_args(args)
         if args.method:
             req = msgspec.structs.replace(req, method=args.method)  # type: ignore[type-var]

@@ -32,6 +32,10 @@ class DeviceContext:
     gfx_target: str | None = None
     memory_in_use_bytes: int = 0
     """Memory other processes hold before the workload starts (the request's device)."""
+    nvidia_smi_total_mib: int | None = None
+    """``nvidia-smi``'s total (the catalog's, where published): what engines that read
+    nvidia-smi size their defaults from; the runtime's ``memory_total_bytes`` is smaller by the
+    driver's reservation."""
 
     @property
     def capacity_bytes(self) -> int:
@@ -61,19 +65,27 @@ def resolve_device(
     ref: DeviceRef | GPU | None,
     profiles: ProfileSet | None = None,
     software: Software | None = None,
+    field: str = "device",
 ) -> DeviceContext | None:
     """The device's context; with ``profiles``, the overheads of the best-matching calibration
-    profile replace the built-in ones."""
+    profile replace the built-in ones. ``field``: where the request holds ``ref`` (errors name
+    it)."""
     match ref:
         case None:
             return None
         case CatalogDevice():
             ctx = _catalog_context(gpu(ref.id))
             if ref.memory_in_use_bytes:
-                ctx = _in_use(ctx, ref.memory_in_use_bytes)
+                ctx = _in_use(ctx, ref.memory_in_use_bytes, field)
         case GPU():
             ctx = _catalog_context(ref)
         case CustomDevice():
+            if ref.memory_in_use_bytes >= ref.memory_total_bytes:
+                raise InvalidWorkload(
+                    f"{field}.memory_in_use_bytes",
+                    f"must be below memory_total_bytes ({ref.memory_total_bytes}); got "
+                    f"{ref.memory_in_use_bytes}",
+                )
             ctx = DeviceContext(
                 ref.name,
                 None,
@@ -112,11 +124,11 @@ def resolve_device(
     return ctx
 
 
-def _in_use(ctx: DeviceContext, in_use: int) -> DeviceContext:
+def _in_use(ctx: DeviceContext, in_use: int, field: str) -> DeviceContext:
     """A catalog GPU with memory other processes hold (a 422 when that is all of it)."""
     if in_use >= ctx.memory_total_bytes:
         raise InvalidWorkload(
-            "device.memory_in_use_bytes",
+            f"{field}.memory_in_use_bytes",
             f"must be below the {ctx.name}'s {ctx.memory_total_bytes} bytes (got {in_use})",
         )
     return dataclasses.replace(ctx, memory_in_use_bytes=in_use)
@@ -145,6 +157,7 @@ def _catalog_context(g: GPU) -> DeviceContext:
                 device_overheads(g.compute_capability, g.vendor, g.gfx_target),
                 g.compute_capability,
                 g.gfx_target,
+                nvidia_smi_total_mib=g.nvidia_smi_total_mib,
             ),
         )
     return ctx

@@ -76,8 +76,8 @@ def _compatible(
     offered: list[DeviceRef] = []
     verdicts: dict[tuple[str | None, str], Compatibility] = {}
     excluded: list[ExcludedDevice] = []
-    for ref in refs:
-        ctx = resolve_device(ref)
+    for i, ref in enumerate(refs):
+        ctx = resolve_device(ref, field=f"devices[{i}]")
         assert ctx is not None
         verdict = evaluate(needs, device_facts(ctx))
         if verdict.verdict == "unsupported":

@@ -136,12 +136,12 @@ class Stack:
     eager_modules: bool
     """CUDA_MODULE_LOADING=EAGER (or CUDA < 11.7): every kernel image loaded at context creation."""
     accumulate_unsharded: bool
-    deepspeed: bool
-    """ZeRO runs under DeepSpeed (named as the framework or a library), else under FSDP: what
-    of the sharding buffers is still allocated at the optimizer step."""
     """Gradient accumulation under FSDP runs the micro-batches before the last one in
     ``no_sync``: each rank holds the whole, unsharded gradients until the last micro-batch's
     reduce-scatter (transformers' Trainer through accelerate, LitGPT through Fabric)."""
+    deepspeed: bool
+    """ZeRO runs under DeepSpeed (named as the framework or a library), else under FSDP: what
+    of the sharding buffers is still allocated at the optimizer step."""
     frozen_gradients: bool
     """FSDP1 with ``use_orig_params=True`` and each transformer block wrapped whole: a block's
     frozen weights share a FlatParameter with its LoRA adapters, and the gradient is
@@ -357,8 +357,11 @@ _STEP_BUFFERS_FSDP = _B(
 _STEP_BUFFERS_DEEPSPEED = _B(
     name="sharding_buffers",
     assumed="DeepSpeed ZeRO-3 releases each module's gathered parameters after its forward and "
-    "backward; its gradient reduce bucket is counted through the optimizer step",
+    "backward and keeps its gradient reduce bucket, allocated once, through the optimizer step; "
+    "ZeRO-1/2 free theirs when the backward's reduction ends",
     source="DeepSpeed runtime/zero/partitioned_param_coordinator.py release_sub_module; "
+    "runtime/zero/stage3.py (the reduce bucket allocated at init); runtime/zero/"
+    "stage_1_and_2.py independent_gradient_partition_epilogue (_release_ipg_buffers); "
     "runtime/zero/config.py reduce_bucket_size 5e8",
 )
 _FROZEN_GRADS = _B(

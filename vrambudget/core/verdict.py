@@ -135,6 +135,11 @@ def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
         reason = (
             f"needs {tightest.used_bytes:,} bytes on {tightest.label}: "
             f"{-tightest.free_bytes:,} more than the device's {capacity:,}"
+            + (
+                f" (left beside the {budget.device.memory_in_use_bytes:,} other processes hold)"
+                if budget.device.memory_in_use_bytes
+                else ""
+            )
         )
     return msgspec.structs.replace(
         budget,

@@ -364,3 +364,28 @@ def test_sglang_refusals():
     assert "automatic mem_fraction_static" in (huge.serving.reason or "")  # type: ignore[union-attr]
     q = _sglang(max_model_len=4096, quantization={"method": "fp8", "applied_at_load": True})
     assert "--quantization fp8" in q.serving.launch  # type: ignore[union-attr]
+
+
+def test_sglang_reads_nvidia_smis_total_for_its_defaults():
+    """SGLang's automatic defaults read ``nvidia-smi --query-gpu=memory.total``
+    (``get_nvgpu_memory_capacity``): 24,564 MiB on an RTX 4090 (the catalog's
+    nvidia_smi_total_mib), not the runtime's 24,210 MiB. 0.4.8's band rule then gives
+    round((24,564 - 2.9 x 1024) / 24,564, 3) = 0.879 (0.877 from the runtime total)."""
+    req = msgspec.convert(
+        {
+            "workloads": [
+                {
+                    "kind": "llm_serving",
+                    "engine": "sglang",
+                    "engine_version": "0.4.9",
+                    "model": LLAMA,
+                }
+            ],
+            "device": {"source": "catalog", "id": "rtx-4090-24gb"},
+        },
+        BudgetRequest,
+    )
+    s = estimate(req.workloads, req.device, None, None, req.software).serving
+    assert s is not None and isinstance(s.details, SGLangDetails)
+    assert s.details.mem_fraction_static == 0.879
+    assert "24564 MiB" in s.details.mem_fraction_static_source

@@ -126,8 +126,8 @@ def _targets(req: FitRequest, profiles: ProfileSet | None) -> list[DeviceContext
         tuple(gpus().values()) if req.devices is None else req.devices
     )
     out = []
-    for ref in refs:
-        ctx = resolve_device(ref, profiles, req.software)
+    for i, ref in enumerate(refs):
+        ctx = resolve_device(ref, profiles, req.software, field=f"devices[{i}]")
         assert ctx is not None
         out.append(ctx)
     return out

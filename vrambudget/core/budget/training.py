@@ -177,7 +177,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
     comm_parts = _communication(st, ov)[1]
     step_comm = tuple(
-        (n, b) for n, b in comm_parts if communication_buffers.live_at_step(n, stack.deepspeed)
+        (n, b)
+        for n, b in comm_parts
+        if communication_buffers.live_at_step(n, stack.deepspeed, w.parallelism.zero_stage)
     )
     step[C.COMMUNICATION_BUFFERS] = sum(b for _, b in step_comm) * k
     phases.append(("optimizer_step", step))

@@ -38,10 +38,16 @@ def _fits(budget: Budget) -> str | None:
     """Why the budget does not fit its device (None: it fits)."""
     if budget.serving is not None:
         return None if budget.serving.would_start else budget.serving.reason or "would not start"
-    if budget.device is not None and budget.total_bytes > budget.device.memory_total_bytes:
+    d = budget.device
+    if d is not None and budget.total_bytes > d.memory_total_bytes - d.memory_in_use_bytes:
+        held = (
+            f" left beside the {d.memory_in_use_bytes} B others hold"
+            if d.memory_in_use_bytes
+            else ""
+        )
         return (
             f"the most loaded device needs {budget.total_bytes} B, more than the "
-            f"{budget.device.memory_total_bytes} B of {budget.device.name}"
+            f"{d.memory_total_bytes - d.memory_in_use_bytes} B{held} of {d.name}"
         )
     return None
 
@@ -92,10 +98,14 @@ def _from_fit(src: FromFit, profiles: ProfileSet | None) -> tuple[BudgetRequest,
             f"{g.min_device_count})",
         )
     ref: DeviceRef
+    devices = src.request.devices or ()
     if g.gpu_id is not None:
-        ref = CatalogDevice(id=g.gpu_id)
+        # the request's own entry (with the memory other processes hold), else the catalog's
+        ref = next(
+            (d for d in devices if isinstance(d, CatalogDevice) and d.id == g.gpu_id),
+            CatalogDevice(id=g.gpu_id),
+        )
     else:
-        devices = src.request.devices or ()
         ref = next(d for d in devices if isinstance(d, CustomDevice) and d.name == g.name)
     req = src.request
     workloads = (_placed(req.workloads[0], lay), *req.workloads[1:])

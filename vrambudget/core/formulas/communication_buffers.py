@@ -61,17 +61,19 @@ REDUCE_BUCKET_PART = "ZeRO reduce bucket"
 GATHERED_PART = "ZeRO-3 gathered layer + prefetch bucket"
 
 
-def live_at_step(part_name: str, deepspeed: bool) -> bool:
+def live_at_step(part_name: str, deepspeed: bool, zero_stage: int) -> bool:
     """Whether a part is still allocated during the optimizer step. A ZeRO-3 / FSDP FULL_SHARD
     rank frees each layer's gathered parameters after the layer's forward and backward, and
     FSDP frees each layer's unsharded gradient once it is reduce-scattered (torch 2.13
     distributed/fsdp/_runtime_utils.py ``_post_backward_reshard`` line 793, ``_reduce_grad``
-    lines 846-847: ``flat_param.grad = None``); DeepSpeed's reduce bucket, NCCL's communicators
-    and DDP's gradient buckets stay (counted through the step: the safe side)."""
+    lines 846-847: ``flat_param.grad = None``). DeepSpeed ZeRO-1/2 release their reduce bucket
+    when the backward's reduction ends (stage_1_and_2.py
+    ``independent_gradient_partition_epilogue`` -> ``_release_ipg_buffers``); ZeRO-3 allocates
+    its once and keeps it (stage3.py). NCCL's communicators and DDP's gradient buckets stay."""
     if part_name == GATHERED_PART:
         return False
     if part_name == REDUCE_BUCKET_PART:
-        return deepspeed
+        return deepspeed and zero_stage >= 3
     return True
 
 

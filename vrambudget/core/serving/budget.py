@@ -189,21 +189,25 @@ def remedies(
     if best >= 1:
         out.append(f"lower max_model_len to {best} (the largest that starts)")
     permille = round(utilization(w, a.resolved) * 1000)
+    s0 = a.stages[0]
+    # the largest share the free memory at start allows (vLLM refuses any more while other
+    # processes hold memory): the search for a higher one stays below it, where starting is
+    # monotone in the share
+    free = total - in_use - s0.cuda_context_bytes - s0.nccl_init_bytes
+    ceiling = min(free * 1000 // total, 1000) if in_use else 1000
     util = largest_true(
         permille + 1,
-        1000,
+        ceiling,
         lambda x: _starts(w, total, name, in_use, gpu_memory_utilization=x / 1000) is None,
     )  # last that still fails
-    if permille < util + 1 <= 1000 and _starts(
+    if permille < util + 1 <= ceiling and _starts(
         w, total, name, in_use, gpu_memory_utilization=(util + 1) / 1000
     ):
         out.append(f"raise gpu_memory_utilization to {(util + 1) / 1000:.3f}")
     if in_use:
         # memory other processes hold refuses a share vLLM cannot get free: the largest share
         # the free memory at start allows, if the engine starts with it
-        s0 = a.stages[0]
-        free = total - in_use - s0.cuda_context_bytes - s0.nccl_init_bytes
-        lower = min(free * 1000 // total, permille - 1)
+        lower = min(ceiling, permille - 1)
         if lower >= 1 and _starts(w, total, name, in_use, gpu_memory_utilization=lower / 1000):
             out.append(f"lower gpu_memory_utilization to {lower / 1000:.3f}")
     par = w.parallelism

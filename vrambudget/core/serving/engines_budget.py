@@ -353,6 +353,8 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
             o.max_running_requests,
             o.max_total_tokens,
             o.page_size,
+            ctx.nvidia_smi_total_mib,
+            ctx.vendor != "amd",
         )
     except InvalidWorkload as exc:
         raise _field(exc, index) from None

@@ -180,7 +180,7 @@ def sglang_layout(
         C.WEIGHTS: a.weights_bytes,
         C.KV_CACHE: a.pool_bytes,
         C.ACTIVATIONS: a.graph_bytes,
-        C.CUDA_CONTEXT: run.baseline,
+        C.CUDA_CONTEXT: run.cuda_context + run.nccl,  # the capacity leaves out what others hold
     }
     conc = a.max_total_num_tokens / max(run.context_len, 1)
     target = req.target_concurrency

@@ -93,8 +93,16 @@ def _values(a: ServingAccount) -> dict[Component, int]:
 
 def mig_context(ctx: DeviceContext, d: MIGDevice) -> DeviceContext:
     """The GPU's context with a MIG instance's memory as its total (the engine sizes its pool
-    from the total it sees) and the name CUDA gives the instance."""
-    return dataclasses.replace(ctx, memory_total_bytes=d.capacity_bytes, name=d.name)
+    from the total it sees) and the name CUDA gives the instance. Memory other processes hold
+    on the whole GPU says nothing of one instance's: an instance starts empty (as the analytic
+    MIG fit counts it)."""
+    return dataclasses.replace(
+        ctx,
+        memory_total_bytes=d.capacity_bytes,
+        name=d.name,
+        memory_in_use_bytes=0,
+        nvidia_smi_total_mib=None,
+    )
 
 
 def _vllm_mig(w: LLMServingWorkload, ctx: DeviceContext, target: float | None) -> MIGFit | None:
@@ -116,7 +124,11 @@ def serving_fit(req: FitRequest) -> FitResponse:
     w = req.workloads[0]
     assert isinstance(w, LLMServingWorkload)
     refs = tuple(gpus().values()) if req.devices is None else req.devices
-    targets = [c for c in (resolve_device(r) for r in refs) if c is not None]
+    targets = [
+        c
+        for c in (resolve_device(r, field=f"devices[{i}]") for i, r in enumerate(refs))
+        if c is not None
+    ]
     target = req.target_concurrency
     results = []
     if w.engine != "vllm":

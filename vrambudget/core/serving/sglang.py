@@ -200,8 +200,14 @@ def cuda_graph_max_bs_default(r: SGLangRelease, gpu_mib: int, tp: int) -> int:
     if r.graph_bs == "0.4.6":
         if gpu_mib < (25000 if r.chunked in ("0.4.0", "0.4.7") else 35 * 1024):
             return 8 if tp < 4 else 80
-        # no cap: the runner's list ends there (0.4.7 cuda_graph_runner.py:150 reads 96 GiB)
-        return 256 if gpu_mib > (96 if r.chunked == "0.4.7" else 90) * 1024 else 160
+        # no cap: the runner's capture list ends there. cuda_graph_runner.py: 0.4.6.post5:145
+        # adds 160-256 over 96 GiB; 0.4.7:150-153 also 256-512 over 180 GB; 0.4.8:160-163 over
+        # 90 GiB and 160 GB
+        if r.chunked == "0.4.10":
+            return 512 if gpu_mib > 160_000 else 256 if gpu_mib > 90 * 1024 else 160
+        if r.chunked == "0.4.7":
+            return 512 if gpu_mib > 180_000 else 256 if gpu_mib > 96 * 1024 else 160
+        return 256 if gpu_mib > 96 * 1024 else 160
     if gpu_mib < 20 * 1024:
         return 8
     if gpu_mib < 35 * 1024:
@@ -244,7 +250,14 @@ def reserved_mib(
 
 
 def mem_fraction_default(
-    r: SGLangRelease, gpu_mib: int, tp: int, chunked: int, graph_bs: int, mla: bool, graphs: bool
+    r: SGLangRelease,
+    gpu_mib: int,
+    tp: int,
+    chunked: int,
+    graph_bs: int,
+    mla: bool,
+    graphs: bool,
+    cuda: bool = True,
 ) -> float:
     if r.fraction in ("tp_table", "tp_table_13g", "tp_table_48g"):
         if r.fraction == "tp_table_13g" and gpu_mib > 81920:
@@ -263,7 +276,7 @@ def mem_fraction_default(
         if r.fraction == "tp_table_48g":
             # 0.4.7 server_args.py:254-281 (the table up to 80 GiB, 0.88 above; then)
             frac = table if gpu_mib <= 81920 else 0.88
-            if gpu_mib > 180 * 1000:
+            if gpu_mib > 180 * 1000 and cuda:  # `and is_cuda()`: ROCm takes the 96 GiB rule
                 return 0.79
             if gpu_mib > 96 * 1024:
                 return min(frac + 48 * 1024 * (1 - frac) / gpu_mib, (gpu_mib - 1024 * 18) / gpu_mib)
@@ -378,15 +391,20 @@ def sglang_account(
     max_running: int | None,
     max_total_tokens: int | None,
     page_size: int,
+    smi_mib: int | None = None,
+    cuda: bool = True,
 ) -> SGLangAccount:
     """One GPU of the deployment. ``baseline``: memory taken before SGLang measures (CUDA
-    context, NCCL); ``weights``: this rank's weights."""
-    gpu_mib = _mib(total)
+    context, NCCL); ``weights``: this rank's weights; ``smi_mib``: nvidia-smi's total, which the
+    automatic defaults read (``get_nvgpu_memory_capacity`` runs ``nvidia-smi --query-gpu=
+    memory.total``; larger than the runtime's total by the driver's reservation), the runtime
+    total in MiB where the catalog has none."""
+    gpu_mib = smi_mib if smi_mib is not None else _mib(total)
     chunk = chunked if chunked is not None else chunked_prefill_default(r, gpu_mib)
     gbs = graph_bs if graph_bs is not None else cuda_graph_max_bs_default(r, gpu_mib, tp)
     mla = arch.mla is not None
     if fraction is None:
-        frac = mem_fraction_default(r, gpu_mib, tp, chunk, gbs, mla, not disable_graphs)
+        frac = mem_fraction_default(r, gpu_mib, tp, chunk, gbs, mla, not disable_graphs, cuda)
         source = f"automatic ({r.version} rule for a {gpu_mib} MiB GPU at TP {tp})"
     else:
         frac, source = fraction, "request"

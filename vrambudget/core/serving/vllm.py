@@ -224,18 +224,18 @@ def account(
     )
     tokens = kv.num_tokens(blocks, groups)
     concurrency = kv.max_concurrency(blocks, groups, r.max_model_len, r.max_num_batched_tokens)
-    reason = _refusal(out, r, arch)
-    if reason is None and memory_in_use_bytes:
-        # vllm/v1/worker/utils.py request_memory: the init snapshot (after the CUDA context and
-        # NCCL) must have the requested share free
-        free = memory_total_bytes - memory_in_use_bytes - context - nccl
-        if free < requested:
-            reason = (
-                f"free memory on the device at start ({_gib(free)}) is less than "
-                f"gpu_memory_utilization x total ({_gib(requested)}): other processes hold "
-                f"{_gib(memory_in_use_bytes)} (lower gpu_memory_utilization to at most "
-                f"{(free / memory_total_bytes):.3f}, or free the GPU)"
-            )
+    # vllm/v1/worker/utils.py request_memory, in init_device before the weights load: the init
+    # snapshot (after the CUDA context and NCCL) must have the requested share free
+    free = memory_total_bytes - memory_in_use_bytes - context - nccl
+    reason = None
+    if memory_in_use_bytes and free < requested:
+        reason = (
+            f"free memory on the device at start ({_gib(free)}) is less than "
+            f"gpu_memory_utilization x total ({_gib(requested)}): other processes hold "
+            f"{_gib(memory_in_use_bytes)} (lower gpu_memory_utilization to at most "
+            f"{math.floor(free * 1000 / memory_total_bytes) / 1000:.3f}, or free the GPU)"
+        )
+    reason = reason or _refusal(out, r, arch)
     if reason is None and not extensible:
         pool = blocks * groups.page_bytes
         for sa in out:

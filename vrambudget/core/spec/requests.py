@@ -128,13 +128,6 @@ class CustomDevice(Wire, tag="custom", tag_field="source", frozen=True, kw_only=
     ] = "unknown"
     memory_in_use_bytes: InUse = 0
 
-    def __post_init__(self) -> None:
-        if self.memory_in_use_bytes >= self.memory_total_bytes:
-            raise ValueError(
-                f"memory_in_use_bytes ({self.memory_in_use_bytes}) must be below "
-                f"memory_total_bytes ({self.memory_total_bytes})"
-            )
-
 
 DeviceRef = CatalogDevice | CustomDevice
 
