@@ -402,3 +402,13 @@ def test_a_mig_profile_is_checked_against_the_capacity_a_mig_fit_gives_it() -> N
     assert 8_500_000_000 < needed < 10 * 10**9 and "8500000000 B" in str(e.value)
     a = from_budget([inference("qwen2.5-0.5b", batch_size=96)], A100, mig_profile="1g.10gb")
     assert a.resource_name == "nvidia.com/mig-1g.10gb"
+
+
+def test_a_budget_that_fits_only_a_bare_gpu_is_not_rendered() -> None:
+    """Memory other processes hold on the device counts here as in the budget's own verdict:
+    Llama 3.1 8B fits an RTX 4090 but not beside 20 GiB held elsewhere."""
+    rtx = {"source": "catalog", "id": "rtx-4090-24gb"}
+    assert from_budget([inference("llama-3.1-8b")], rtx) is not None
+    with pytest.raises(InvalidWorkload, match="does not fit.*others hold") as exc:
+        from_budget([inference("llama-3.1-8b")], {**rtx, "memory_in_use_bytes": 20 * GiB})
+    assert exc.value.field == "source.request.device"
