@@ -409,6 +409,6 @@ def test_a_budget_that_fits_only_a_bare_gpu_is_not_rendered() -> None:
     Llama 3.1 8B fits an RTX 4090 but not beside 20 GiB held elsewhere."""
     rtx = {"source": "catalog", "id": "rtx-4090-24gb"}
     assert from_budget([inference("llama-3.1-8b")], rtx) is not None
-    with pytest.raises(InvalidWorkload, match="does not fit.*others hold") as exc:
+    with pytest.raises(InvalidWorkload, match=r"does not fit.*others hold") as exc:
         from_budget([inference("llama-3.1-8b")], {**rtx, "memory_in_use_bytes": 20 * GiB})
     assert exc.value.field == "source.request.device"
