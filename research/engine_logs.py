@@ -360,31 +360,26 @@ HELD_OUT_C: dict[str, tuple[str, dict[str, Any], str]] = {
         {"engine_version": "0.10.2", "model": QWEN3_4B},
         "h100-sxm5-80gb",
     ),
-    # offline LLM(): the LLM-class defaults (8,192 batched tokens printed), bf16
-    "vllm-atreydesai-qwen3-4b-2507-rtxa6000-32k": (
-        "vllm",
-        {
-            "engine_version": "0.11.2",
-            "model": QWEN3_4B_2507,
-            "entrypoint": "llm_class",
-            "dtype": "bfloat16",
-            "max_model_len": 32768,
-        },
-        "rtx-a6000-48gb",
-    ),
-    "vllm-atreydesai-qwen3-4b-2507-rtxa6000-32k-seqs1-mbt32k": (
-        "vllm",
-        {
-            "engine_version": "0.11.2",
-            "model": QWEN3_4B_2507,
-            "entrypoint": "llm_class",
-            "dtype": "bfloat16",
-            "max_model_len": 32768,
-            "max_num_seqs": 1,
-            "max_num_batched_tokens": 32768,
-        },
-        "rtx-a6000-48gb",
-    ),
+    # offline LLM(): the LLM-class defaults (8,192 batched tokens printed), bf16; the second
+    # launch changes the batch settings only
+    **{
+        f"vllm-atreydesai-qwen3-4b-2507-rtxa6000-32k{tag}": (
+            "vllm",
+            {
+                "engine_version": "0.11.2",
+                "model": QWEN3_4B_2507,
+                "entrypoint": "llm_class",
+                "dtype": "bfloat16",
+                "max_model_len": 32768,
+                **change,
+            },
+            "rtx-a6000-48gb",
+        )
+        for tag, change in (
+            ("", {}),
+            ("-seqs1-mbt32k", {"max_num_seqs": 1, "max_num_batched_tokens": 32768}),
+        )
+    },
     # SGLang: lmsysorg/sglang:latest on 2025-07-14 (0.4.9.post1/post2 by PyPI's dates, inferred);
     # a Windows Docker Desktop host; the log's own context_len of 131,072 (the model's)
     "sglang-maxuhl98-llama31-8b-rtx4090-tp1": (

@@ -91,17 +91,6 @@ SGLANG_RELEASES: tuple[SGLangRelease, ...] = (
         running="0.4.10",
     ),
     SGLangRelease(
-        "0.4.10",
-        "bands",
-        "0.4.10",
-        "0.4.6",
-        True,
-        False,
-        "a reserve per GPU-size band (2.8 / 9.5 / 12 GiB + TP x PP / 10 or / 2, "
-        "32 GiB above 160 GiB)",
-        running="0.4.10",
-    ),
-    SGLangRelease(
         "0.5.3",
         "reserved",
         "0.5.3",
