@@ -83,7 +83,7 @@ def test_all_of_the_device_in_use_is_refused_with_the_field() -> None:
     with pytest.raises(InvalidWorkload) as exc:
         _budget(INFER, custom)
     assert exc.value.field == "device.memory_in_use_bytes"
-    assert "below memory_total_bytes (1000)" in exc.value.message
+    assert "below the custom's 1000 bytes (got 1000)" in exc.value.message
     # /v1/fits names the entry of its devices list
     req = msgspec.convert(
         {

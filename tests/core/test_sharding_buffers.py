@@ -15,7 +15,9 @@ from vrambudget.core.formulas import communication_buffers
 from vrambudget.core.spec import BudgetRequest
 
 # Qwen2.5-0.5B, bf16 full fine-tune over two FULL_SHARD ranks: 494,032,768 trainable
-# parameters (the tied embedding counted once); its largest decoder layer holds 14,912,384.
+# parameters (the tied embedding counted once); a decoder layer holds q and o 896 x 896, k and
+# v 896 x 128 (q, k, v with biases: 896 + 128 + 128), gate/up/down 3 x 896 x 4,864 and two
+# norms of 896: 14,912,384 (its config.json: hidden 896, 2 KV heads of 64, intermediate 4,864).
 SHARDED = {
     "kind": "training",
     "model": {"source": "preset", "id": "qwen2.5-0.5b"},
@@ -28,7 +30,9 @@ SHARDED = {
 }
 NCCL = 544_000_000  # one 2-rank communicator (NVIDIA/nccl#964)
 REDUCE = 494_032_768 * 2  # min(5e8, trainable) x 2 B bf16 gradients
-GATHERED = (14_912_384 + 50_000_000) * 2  # largest layer + 5e7 prefetch elements, bf16
+LAYER = 2 * 896 * 896 + 2 * 896 * 128 + (896 + 128 + 128) + 3 * 896 * 4864 + 2 * 896
+assert LAYER == 14_912_384
+GATHERED = (LAYER + 50_000_000) * 2  # largest layer + 5e7 prefetch elements, bf16
 
 
 def _budget(software: dict[str, Any]):

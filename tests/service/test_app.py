@@ -415,7 +415,7 @@ def test_presets_never_await_the_model_resolver(client, monkeypatch):
         (
             {"source": "custom", "memory_total_bytes": 1000, "memory_in_use_bytes": 1000},
             "$.device.memory_in_use_bytes",
-            "must be below memory_total_bytes (1000); got 1000",
+            "must be below the custom's 1000 bytes (got 1000)",
         ),
     ],
 )

@@ -136,8 +136,7 @@ class _Scale:
 
 def _capacity(budget: Budget) -> int | None:
     """The device's memory less what other processes hold (the fit's capacity)."""
-    d = budget.device
-    return d.memory_total_bytes - d.memory_in_use_bytes if d is not None else None
+    return budget.device.capacity_bytes if budget.device is not None else None
 
 
 def _scale_end(budget: Budget) -> int:

@@ -75,17 +75,9 @@ def resolve_device(
             return None
         case CatalogDevice():
             ctx = _catalog_context(gpu(ref.id))
-            if ref.memory_in_use_bytes:
-                ctx = _in_use(ctx, ref.memory_in_use_bytes, field)
         case GPU():
             ctx = _catalog_context(ref)
         case CustomDevice():
-            if ref.memory_in_use_bytes >= ref.memory_total_bytes:
-                raise InvalidWorkload(
-                    f"{field}.memory_in_use_bytes",
-                    f"must be below memory_total_bytes ({ref.memory_total_bytes}); got "
-                    f"{ref.memory_in_use_bytes}",
-                )
             ctx = DeviceContext(
                 ref.name,
                 None,
@@ -94,10 +86,11 @@ def resolve_device(
                 "nvidia",
                 frozenset(ref.native_dtypes),
                 DEFAULT_OVERHEADS,
-                memory_in_use_bytes=ref.memory_in_use_bytes,
             )
         case _:
             raise TypeError(ref)
+    if not isinstance(ref, GPU) and ref.memory_in_use_bytes:
+        ctx = _in_use(ctx, ref.memory_in_use_bytes, field)
     if software is not None:
         ctx = _STACKED.get_or(
             (ctx, software),
@@ -125,7 +118,7 @@ def resolve_device(
 
 
 def _in_use(ctx: DeviceContext, in_use: int, field: str) -> DeviceContext:
-    """A catalog GPU with memory other processes hold (a 422 when that is all of it)."""
+    """The device with memory other processes hold (a 422 when that is all of it)."""
     if in_use >= ctx.memory_total_bytes:
         raise InvalidWorkload(
             f"{field}.memory_in_use_bytes",

@@ -227,6 +227,11 @@ class DeviceSummary(_Out, frozen=True, kw_only=True):
     memory_in_use_bytes: int = 0
     """Memory other processes hold (the request's): the fit compares with the total less it."""
 
+    @property
+    def capacity_bytes(self) -> int:
+        """What the workload may use (``DeviceContext.capacity_bytes``, not serialized)."""
+        return self.memory_total_bytes - self.memory_in_use_bytes
+
 
 class TracePoint(_Out, frozen=True, kw_only=True):
     """The trace's largest bytes within one phase of one iteration."""

@@ -104,7 +104,7 @@ def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
     """The budget with its ``fit`` against its device (unchanged without a device)."""
     if budget.device is None or not budget.devices:
         return msgspec.structs.replace(budget, fit=None)
-    capacity = budget.device.memory_total_bytes - budget.device.memory_in_use_bytes
+    capacity = budget.device.capacity_bytes
     sv = budget.serving
     engine_ok, reason = (
         _serving_fits(sv, workloads[0] if workloads else None) if sv else (True, None)

@@ -124,6 +124,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             extra_ws.append(("autocast low-precision weight cache", cast * w.instances))
             workspace += cast * w.instances
     k = w.instances
+    comm_bytes, comm_parts = _communication(st, ov)
     g = _gradients(w, st, stack)
     # Gradients live through the forward with accumulation, or where zero_grad keeps them.
     accumulating = w.gradient_accumulation_steps > 1
@@ -142,7 +143,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         C.MASTER_WEIGHTS: st.master_bytes * k,
         C.CUDA_CONTEXT: context,
         C.RUNTIME_WORKSPACE: workspace,
-        C.COMMUNICATION_BUFFERS: _communication(st, ov)[0] * k,
+        C.COMMUNICATION_BUFFERS: comm_bytes * k,
     }
     rounding = st.weights_rounding_bytes * k
 
@@ -175,7 +176,6 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         step[C.GRADIENTS] += st.step_upcast_bytes * k
     else:
         step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
-    comm_parts = _communication(st, ov)[1]
     step_comm = tuple(
         (n, b)
         for n, b in comm_parts

@@ -39,7 +39,7 @@ def _fits(budget: Budget) -> str | None:
     if budget.serving is not None:
         return None if budget.serving.would_start else budget.serving.reason or "would not start"
     d = budget.device
-    if d is not None and budget.total_bytes > d.memory_total_bytes - d.memory_in_use_bytes:
+    if d is not None and budget.total_bytes > d.capacity_bytes:
         held = (
             f" left beside the {d.memory_in_use_bytes} B others hold"
             if d.memory_in_use_bytes
@@ -47,7 +47,7 @@ def _fits(budget: Budget) -> str | None:
         )
         return (
             f"the most loaded device needs {budget.total_bytes} B, more than the "
-            f"{d.memory_total_bytes - d.memory_in_use_bytes} B{held} of {d.name}"
+            f"{d.capacity_bytes} B{held} of {d.name}"
         )
     return None
 

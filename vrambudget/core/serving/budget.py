@@ -48,6 +48,7 @@ from .vllm import (
     ServingAccount,
     StageAccount,
     account,
+    free_at_start,
     kv_band,
     utilization,
 )
@@ -189,11 +190,10 @@ def remedies(
     if best >= 1:
         out.append(f"lower max_model_len to {best} (the largest that starts)")
     permille = round(utilization(w, a.resolved) * 1000)
-    s0 = a.stages[0]
     # the largest share the free memory at start allows (vLLM refuses any more while other
     # processes hold memory): the search for a higher one stays below it, where starting is
     # monotone in the share
-    free = total - in_use - s0.cuda_context_bytes - s0.nccl_init_bytes
+    free = free_at_start(total, in_use, a.stages[0])
     ceiling = min(free * 1000 // total, 1000) if in_use else 1000
     util = largest_true(
         permille + 1,

@@ -44,6 +44,7 @@ __all__ = [
     "ServingAccount",
     "StageAccount",
     "account",
+    "free_at_start",
     "kv_band",
     "mla_import_workspaces",
     "stage_count",
@@ -224,9 +225,9 @@ def account(
     )
     tokens = kv.num_tokens(blocks, groups)
     concurrency = kv.max_concurrency(blocks, groups, r.max_model_len, r.max_num_batched_tokens)
-    # vllm/v1/worker/utils.py request_memory, in init_device before the weights load: the init
-    # snapshot (after the CUDA context and NCCL) must have the requested share free
-    free = memory_total_bytes - memory_in_use_bytes - context - nccl
+    # checked in init_device, before the weights load: it comes first
+    free = free_at_start(memory_total_bytes, memory_in_use_bytes, out[0])
+    room = memory_total_bytes - memory_in_use_bytes
     reason = None
     if memory_in_use_bytes and free < requested:
         reason = (
@@ -247,7 +248,6 @@ def account(
                 + pool * sa.group_size
                 + sa.cuda_graph_bytes
             )
-            room = memory_total_bytes - memory_in_use_bytes
             if resident > room and not r.cal.cudagraph_in_budget:
                 reason = (
                     f"the CUDA context, NCCL and CUDA graphs outside the engine's budget need "
@@ -268,12 +268,12 @@ def account(
                 + sa.cuda_graph_bytes
                 + pool * sa.group_size
             )
-            if used > memory_total_bytes - memory_in_use_bytes:
+            if used > room:
                 reason = (
                     f"--kv-cache-memory {_gib(w.kv_cache_memory_bytes)}: with the weights, "
                     f"activations, CUDA context and graphs it needs {_gib(used)} of the "
-                    f"{_gib(memory_total_bytes - memory_in_use_bytes)} the GPU has free (out of "
-                    "memory while allocating the KV cache)"
+                    f"{_gib(room)} the GPU has free (out of memory while allocating the KV "
+                    "cache)"
                 )
                 break
     return ServingAccount(
@@ -296,6 +296,12 @@ def utilization(w: LLMServingWorkload, r: Resolved) -> float:
     if w.gpu_memory_utilization is not None:
         return w.gpu_memory_utilization
     return 1.0 if r.cal.extensible_kv_cache else r.cal.gpu_memory_utilization_default
+
+
+def free_at_start(memory_total_bytes: int, memory_in_use_bytes: int, s: StageAccount) -> int:
+    """The free memory vLLM's init snapshot sees (after its CUDA context and NCCL), which must
+    hold the requested share (``vllm/v1/worker/utils.py`` ``request_memory``)."""
+    return memory_total_bytes - memory_in_use_bytes - s.cuda_context_bytes - s.nccl_init_bytes
 
 
 def _gib(b: int) -> str:
