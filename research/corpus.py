@@ -28,12 +28,12 @@ from typing import Any, Literal
 import msgspec
 
 from research.releases import first_release, version_at
+from vrambudget.core.budget.views import outside_allocator_bytes
 from vrambudget.core.components import Component
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
-from vrambudget.core.formulas import communication_buffers
 from vrambudget.core.resolve import needs_resolution
-from vrambudget.core.result import Budget, DeviceBudget
+from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest
 from vrambudget.core.stack import PINNED
 
@@ -372,19 +372,6 @@ class Prediction:
         return (self.predicted - self.record.measured) / self.record.measured
 
 
-def _outside_allocator(d: DeviceBudget) -> int:
-    """Device memory torch's caching allocator never sees: the CUDA context and NCCL's
-    communicators. DDP buckets and ZeRO/FSDP reduce and gather buffers are torch tensors, so
-    the torch views keep them."""
-    out = 0
-    for line in d.lines:
-        if line.component is Component.CUDA_CONTEXT:
-            out += line.bytes
-        elif line.component is Component.COMMUNICATION_BUFFERS:
-            out += sum(p.bytes for p in line.parts if communication_buffers.is_nccl(p.name))
-    return out
-
-
 def _device_view(b: Budget, view: View) -> int:
     d = b.devices[b.most_loaded]
     cache = d.allocator_cache
@@ -399,7 +386,7 @@ def _device_view(b: Budget, view: View) -> int:
     if view == "torch_allocated_plus_context":
         # torch's allocated peak plus everything outside the allocator (context, NCCL)
         return total - lines.get(Component.ALLOCATOR_OVERHEAD, 0)
-    reserved = total - _outside_allocator(d)
+    reserved = total - outside_allocator_bytes(d)
     if view == "torch_max_reserved":
         return reserved
     return reserved - lines.get(Component.ALLOCATOR_OVERHEAD, 0)

@@ -23,6 +23,7 @@ from ..spec import InferenceWorkload
 from ..spec.precision import BitsAndBytes4bit
 from ..stack import version_tuple
 from ..statics import statics_for
+from .views import outside_allocator_bytes
 
 __all__ = ["METHOD", "SOURCE", "allocator_cache", "generate_shape"]
 
@@ -39,8 +40,6 @@ SOURCE = (
     "(transformers 5.23: 3.7-5.6% low with SDPA, 19.8% low with eager at batch 4 x 2048; "
     "docs/ACCURACY.md)"
 )
-
-_OUTSIDE = (Component.CUDA_CONTEXT, Component.COMMUNICATION_BUFFERS)
 
 
 def generate_shape(w: InferenceWorkload, ov: Overheads) -> GenerateShape | None:
@@ -125,7 +124,7 @@ def allocator_cache(
     replay = replay_generate(shape)
     expandable = replay_generate(shape, expandable_segments=True)
     lines = {ln.component: ln for ln in device.lines}
-    outside = sum(lines[c].bytes for c in _OUTSIDE)
+    outside = outside_allocator_bytes(device)
     overhead = lines[Component.ALLOCATOR_OVERHEAD]
     rounding = sum(p.bytes for p in overhead.parts if p.name == ROUNDING_PART)
     allocated = (
