@@ -186,10 +186,16 @@ def document_of(url: str) -> str:
 
 @cache
 def _split_groups() -> dict[str, str]:
-    """Each group's split key: the alphabetically first group that shares a document with it
-    (transitively), so the rows of one document never straddle the split even where they were
-    filed under several groups (one per model of a table)."""
+    """Each group's split key: the group filed first (files in name order, records in file
+    order) among those that share a document with it (transitively), so the rows of one
+    document never straddle the split even where they were filed under several groups (one per
+    model of a table), and a group filed later on a document already in the corpus takes that
+    document's split instead of moving the earlier rows (new sources go at the end of a file,
+    or in a file named after the others). Over the groups filed until 2026-12-05 this is the
+    same split as keying by the alphabetically first group, the rule it replaced
+    (``tests/research/test_corpus.py``)."""
     parent: dict[str, str] = {}
+    filed: dict[str, int] = {}
 
     def find(g: str) -> str:
         while parent.setdefault(g, g) != g:
@@ -197,12 +203,14 @@ def _split_groups() -> dict[str, str]:
         return g
 
     first: dict[str, str] = {}
-    for r in load():
+    for i, r in enumerate(load()):
+        filed.setdefault(r.group, i)
         find(r.group)
         doc = document_of(r.url)
         if doc in first:
-            a, b = sorted((find(first[doc]), find(r.group)))
-            parent[b] = a
+            a, b = sorted((find(first[doc]), find(r.group)), key=filed.__getitem__)
+            if a != b:
+                parent[b] = a
         else:
             first[doc] = r.group
     return {g: find(g) for g in parent}
