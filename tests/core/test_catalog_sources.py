@@ -18,6 +18,8 @@ def _sources() -> list[tuple[str, str, Source, bool]]:
     out: list[tuple[str, str, Source, bool]] = []
     for g in gpus().values():
         out.append((g.id, "memory_total_source", g.memory_total_source, True))
+        if g.nvidia_smi_total_source is not None:
+            out.append((g.id, "nvidia_smi_total_source", g.nvidia_smi_total_source, True))
         out += [(g.id, f"spec_sources[{i}]", s, False) for i, s in enumerate(g.spec_sources)]
     for p in presets().values():
         out.append((p.id, "config_source", p.config_source, True))
@@ -43,6 +45,8 @@ def test_source_is_openable_and_quoted(
 
 def test_every_entry_has_a_quoted_primary_source() -> None:
     assert {e for e, f, _, _ in SOURCES if f == "memory_total_source"} == set(gpus())
+    cited = {e for e, f, _, _ in SOURCES if f == "nvidia_smi_total_source"}
+    assert cited <= {g.id for g in gpus().values() if g.nvidia_smi_total_mib is not None}
     assert {e for e, f, _, _ in SOURCES if f == "config_source"} == set(presets())
 
 

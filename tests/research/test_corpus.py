@@ -47,10 +47,15 @@ def test_every_record_is_verifiable(records) -> None:
 
 def test_every_corpus_config_names_its_source() -> None:
     import json
+    import re
 
     for path in CONFIGS.glob("*.json"):
         data = json.loads(path.read_text())
-        assert data["url"].startswith("https://huggingface.co/"), path.name
+        url = data["url"]
+        # a hub config.json, or the code at a pinned commit that builds a model not on the hub
+        hub = url.startswith("https://huggingface.co/")
+        assert hub or re.match(r"https://github\.com/[^/]+/[^/]+/blob/[0-9a-f]{40}/", url), path
+        assert hub or data["note"], path.name
         assert "model_type" in data["config"], path.name
 
 
@@ -201,9 +206,10 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.1% and 95.1% inside their band (met), but a band median half-width of "
-    "19.0% and 1 run whose measured peak is above the band's high end (Answer.AI FSDP LoRA on "
-    "two RTX 3090s at 512 tokens)",
+    "peaks median 4.5% and 92.2% inside their band (met), but a band median half-width of "
+    "22.8% and 4 runs whose measured peak is above the band's high end (Answer.AI FSDP LoRA on "
+    "two RTX 3090s at 512 tokens, ml-engineering's ZeRO-3 offload runs at 8K tokens, "
+    "llama-recipes' FSDP LoRA)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -250,13 +256,21 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     closer to their estimates but from few sources, widened the half-width 18.1% -> 19.0%
     (bound raised for that). FSDP's reduce and gather buffers counted as the torch tensors
     they are (only NCCL's communicators lie outside the allocator) and freed before the
-    optimizer step: 3.1%, 95.1%, 1 run above (Answer.AI LoRA at 512 tokens)."""
+    optimizer step: 3.1%, 95.1%, 1 run above (Answer.AI LoRA at 512 tokens).
+    On 2026-12-05 eleven sources were filed (46 held-out and 33 calibrate peaks, every row of
+    each table; a later-filed group takes its document's split). torchtune 0.1's QLoRA init
+    (torchao 0.1's unchunked NF4 quantization, replayed) and a loss without the fp32 upcast
+    were read from source first. The 82 earlier held-out peaks stayed at 3.1% and 95.1% with 1
+    run above; the new ones measured 11.4% (universal-llm-trainer's tables, 3-31% over),
+    87.0% and 3 runs above (ml-engineering's ZeRO-3 offload runs at 8K tokens, 54% low, and
+    llama-recipes' FSDP LoRA, 17% low); the LoRA band, refitted on two more calibrate
+    sources 6-7% low, widened the half-width 19.0% -> 22.8%. All 128: 4.5%, 92.2%, 4."""
     s = summarize(held_out)
-    assert s["n"] >= 70
-    assert s["median_abs_error"] <= 0.031
-    assert s["coverage"] >= 0.951
-    assert s["exceeded_but_fits"] <= 1
-    assert s["median_half_width"] <= 0.191
+    assert s["n"] >= 120
+    assert s["median_abs_error"] <= 0.045
+    assert s["coverage"] >= 0.921
+    assert s["exceeded_but_fits"] <= 4
+    assert s["median_half_width"] <= 0.228
     assert not math.isnan(s["median_signed_error"])
 
 

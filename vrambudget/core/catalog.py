@@ -150,6 +150,8 @@ class GPU(GPUFacts, frozen=True, kw_only=True):
     :class:`vrambudget.core.catalog_view.CatalogGPU`, without the notes."""
 
     memory_total_source: Source
+    nvidia_smi_total_source: Source | None = None
+    """Where ``nvidia_smi_total_mib`` was read: an ``nvidia-smi`` printout naming the GPU."""
     mig_profiles: tuple[MIGProfile, ...] = ()
     interconnect: Interconnect | None = None
     spec_sources: tuple[Source, ...] = ()

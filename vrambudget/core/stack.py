@@ -146,6 +146,9 @@ class Stack:
     """FSDP1 with ``use_orig_params=True`` and each transformer block wrapped whole: a block's
     frozen weights share a FlatParameter with its LoRA adapters, and the gradient is
     allocated for the whole FlatParameter (LitGPT < 0.5.11)."""
+    nf4_init_requantize: bool
+    """torchtune < 0.2 (torchao 0.1): QLoRA's model init quantizes every NF4 weight on the GPU
+    three times with the unchunked ``to_nf4`` (:mod:`vrambudget.core.allocator.nf4_init`)."""
     behaviours: tuple[StackBehaviour, ...]
     named: bool
     """The request named the framework (else the current release of the default one)."""
@@ -211,6 +214,16 @@ _LOSSES: dict[Loss, StackBehaviour] = {
         "fp32 log-softmax live together, then the fp32 gradients in backward",
         source="transformers loss/loss_utils.py ForCausalLMLoss (logits.float()); torch "
         "cross_entropy = log_softmax + nll_loss",
+    ),
+    "cross_entropy_no_upcast": _B(
+        name="loss",
+        assumed="the loss runs on the logits in the compute dtype (no fp32 copy): the logits "
+        "and the log-softmax cross-entropy saves, both in the compute dtype, then the loss's "
+        "and log-softmax's input gradients in that dtype",
+        source="torch nn/functional.py cross_entropy (log_softmax + nll_loss in the input's "
+        "dtype; autocast would upcast it, a model cast to bf16/fp16 without autocast does not), "
+        "as hand-written loops call it (e.g. rasbt/LLMs-from-scratch ch05 calc_loss_batch: "
+        "F.cross_entropy(logits.flatten(0, 1), target_batch.flatten()))",
     ),
     "chunked_cross_entropy": _B(
         name="loss",
@@ -322,6 +335,21 @@ _QLORA = _B(
     "scratch counted)",
     source="bitsandbytes autograd/_functions.py MatMul4Bit.forward/backward "
     "(dequantize_4bit(B, ...).to(A.dtype))",
+)
+
+_NF4_INIT = _B(
+    name="quantized_model_init",
+    assumed="torchtune 0.1 builds one template layer on the GPU and deep-copies it per layer; "
+    "each copy of an NF4 weight dequantizes and requantizes it, and loading the checkpoint "
+    "quantizes every weight again on the GPU, each time through torchao 0.1's unchunked "
+    "to_nf4 (a (numel, 16) bf16 difference and its absolute value): the allocator keeps "
+    "those segments, replayed through the caching-allocator model as a model-init phase",
+    source="torchtune 0.1.1 utils/_register_nf4_dispatch_ops.py (clone: to_nf4(t."
+    "get_original_weight()); copy_: to_nf4(src.to(dest.device))), modules/transformer.py "
+    "_get_clones (copy.deepcopy, line 93), modules/peft/lora.py line 94; torchao 0.1 "
+    "dtypes/nf4tensor.py quantize_tensor_nearest (lines 438-446; chunked from 0.2.0); the "
+    "replay gives 9.135 GB reserved for Llama-2-7B where torchtune's QLoRA tutorial "
+    "(commit 0914d5c) prints 'Peak memory reserved, model init 9.13 GB'",
 )
 
 _NO_SYNC = _B(
@@ -500,6 +528,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "loss_compiled": frozenset({"training"}),
     "gradient_lifetime": frozenset({"training"}),
     "quantized_saved_tensors": frozenset({"qlora"}),
+    "quantized_model_init": frozenset({"qlora"}),
     "qlora_unquantized_dtype": frozenset({"qlora"}),
     "lm_head_layout": frozenset({"training", "inference"}),
     "rms_norm": frozenset({"training"}),
@@ -588,6 +617,9 @@ def _resolve(software: Software | None) -> Stack:
     frozen_grads = framework == "litgpt" and version_tuple(version) < (0, 5, 11)
     if frozen_grads:
         behaviours.append(_FROZEN_GRADS)
+    nf4_init = framework == "torchtune" and version_tuple(version) < (0, 2)
+    if nf4_init:
+        behaviours.append(_NF4_INIT)
     litgpt = framework == "litgpt"
     trl = sw.libraries.trl
     qlora_upcast = framework not in ("torchtune", "litgpt") and not (
@@ -634,6 +666,7 @@ def _resolve(software: Software | None) -> Stack:
         accumulate_unsharded=no_sync,
         deepspeed=deepspeed,
         frozen_gradients=frozen_grads,
+        nf4_init_requantize=nf4_init,
         behaviours=tuple(behaviours),
         named=sw.framework is not None,
     )

@@ -95,6 +95,20 @@ def test_logits() -> None:
     assert fwd == 4_096 * 128_256 * 10 == 5_253_365_760
     _documented(logits.training_forward_parts, 5_253_365_760)
     assert sum(b for _, b in logits.training_backward_parts(10, 7)) == 10 * 7 * 12
+    # fp32 logits: .float() returns them, no copy (logits + fp32 log-softmax)
+    assert sum(b for _, b in logits.training_forward_parts(10, 7, 4)) == 10 * 7 * 8 == 560
+
+
+def test_logits_without_the_fp32_upcast() -> None:
+    """F.cross_entropy on bf16 logits (a hand-written loop over a bf16 model): the logits and
+    the bf16 log-softmax in the forward; the saved log-softmax and two bf16 gradients at the
+    backward's start. 4,096 tokens x 128,256 x 2 x 2 = 2,101,346,304 B; x 3 x 2 =
+    3,152,019,456 B."""
+    loss = "cross_entropy_no_upcast"
+    fwd = logits.training_forward_parts(4_096, 128_256, 2, loss)
+    assert sum(b for _, b in fwd) == 4_096 * 128_256 * 4 == 2_101_346_304
+    bwd = logits.training_backward_parts(4_096, 128_256, loss, 1, 2)
+    assert sum(b for _, b in bwd) == 4_096 * 128_256 * 6 == 3_152_019_456
 
 
 def test_gradients_master_weights_optimizer_state() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..allocator.nf4_init import replay_nf4_init
 from ..arch import Arch, attention_run
 from ..components import Component
 from ..dtypes import bytes_of
@@ -176,6 +177,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         step[C.GRADIENTS] += st.step_upcast_bytes * k
     else:
         step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
+    init = _nf4_init(w, arch, st, ov)
+    if init is not None:
+        phases.insert(0, ("model_init", init))  # before the first step
     step_comm = tuple(
         (n, b)
         for n, b in comm_parts
@@ -185,8 +189,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     phases.append(("optimizer_step", step))
     transient = max(transients)
     overhead = allocator_overhead.overhead(rounding, transient, ov.training_fragmentation_ppm)
-    for _, v in phases:
-        v[C.ALLOCATOR_OVERHEAD] = overhead
+    for name, v in phases:
+        if name != "model_init":
+            v[C.ALLOCATOR_OVERHEAD] = overhead
     parts = {
         C.ACTIVATIONS: times(act_parts, k),
         C.COMMUNICATION_BUFFERS: times(comm_parts, k),
@@ -199,7 +204,13 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     par = w.parallelism
     numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
     # Parts describe the peak phase only.
-    if numbers.peak_phase == "optimizer_step":
+    if numbers.peak_phase == "model_init":
+        parts = {
+            C.ALLOCATOR_OVERHEAD: ((NF4_INIT_PART, numbers.values[C.ALLOCATOR_OVERHEAD]),),
+            C.CUDA_CONTEXT: parts[C.CUDA_CONTEXT],
+        }
+        numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
+    elif numbers.peak_phase == "optimizer_step":
         parts[C.ACTIVATIONS] = ()
         parts[C.COMMUNICATION_BUFFERS] = times(step_comm, k)
         extra = step[C.OPTIMIZER_STATE] - base[C.OPTIMIZER_STATE]
@@ -234,6 +245,63 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         if live_parts and grads_live:
             parts[C.GRADIENTS] = times(live_parts, k)
     return numbers
+
+
+NF4_INIT_PART = "torchao 0.1 to_nf4 temporaries the allocator keeps from model init (replayed)"
+
+
+def _nf4_init(
+    w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads
+) -> dict[Component, int] | None:
+    """torchtune 0.1's QLoRA model init (:mod:`vrambudget.core.allocator.nf4_init`): the
+    model's own tensors, the CUDA context and what the allocator keeps of the init's
+    temporaries (its reserved peak less the model's tensors); no optimizer state, gradients or
+    workspace yet. None where it does not apply: other stacks and methods, several devices,
+    or a model whose layers are not one dense kind."""
+    par = w.parallelism
+    if (
+        not ov.stack.nf4_init_requantize
+        or not isinstance(w.method, QLoRA)
+        or par.tensor * par.pipeline * par.data != 1
+        or arch.kind != "decoder"
+        or len(st.stage.layer_runs) != 1
+        or st.dims.experts
+    ):
+        return None
+    d = st.dims
+    q, kv = d.heads * d.qk_head_dim, d.kv_heads * d.qk_head_dim
+    o = d.heads * d.v_head_dim
+    shapes = {
+        "q_proj": (d.h, q),
+        "k_proj": (d.h, kv),
+        "v_proj": (d.h, d.kv_heads * d.v_head_dim),
+        "o_proj": (o, d.h),
+        "gate_proj": (d.h, d.f),
+        "down_proj": (d.f, d.h),
+        "up_proj": (d.h, d.f),
+    }
+    targets = set(w.method.target_modules)
+    quantized = tuple(v for k, v in shapes.items() if k in targets)
+    if not quantized:
+        return None
+    e = bytes_of(w.precision.compute)
+    embedding = d.vocab * d.h * e
+    r = replay_nf4_init(
+        quantized,
+        st.stage.num_layers,
+        w.method.rank,
+        embedding,
+        0 if arch.tie_word_embeddings else embedding,
+        d.h,
+    )
+    held = st.weights_bytes + st.metadata_bytes + st.adapter_bytes
+    return {
+        C.WEIGHTS: st.weights_bytes,
+        C.QUANTIZATION_METADATA: st.metadata_bytes,
+        C.ADAPTERS: st.adapter_bytes,
+        C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
+        C.ALLOCATOR_OVERHEAD: max(0, r.peak_reserved_bytes - held),
+    }
 
 
 class _Grads(NamedTuple):

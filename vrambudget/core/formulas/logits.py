@@ -41,7 +41,8 @@ def training_forward_parts(
     compiled: bool = False,
 ) -> tuple[tuple[str, int], ...]:
     """Forward: the LM head's output, its fp32 copy and the fp32 log-softmax live together:
-    ``tokens x vocab x (e + 4 + 4)``. A chunked loss (torchtune) upcasts one of ``chunks``
+    ``tokens x vocab x (e + 4 + 4)``; without the upcast (``cross_entropy_no_upcast``)
+    ``tokens x vocab x 2e``. A chunked loss (torchtune) upcasts one of ``chunks``
     slices at a time and keeps every slice's log-softmax: ``tokens x vocab x (e + 4) +
     ceil(tokens / chunks) x vocab x 4``; a fused linear cross-entropy (Liger) materializes no
     logits. A chunked loss compiled by inductor (``compiled``) saves the low-precision chunks
@@ -87,10 +88,17 @@ def training_forward_parts(
             ("log-softmax saved by cross-entropy, every chunk", v * FP32),
             ("fp32 upcast of one chunk", -(-tokens // chunks) * vocab * FP32),
         )
+    if loss == "cross_entropy_no_upcast":
+        return (
+            ("lm_head output", v * e),
+            ("log-softmax saved by cross-entropy (compute dtype)", v * e),
+        )
     shifted = (("shifted fp32 logits (contiguous copy)", v * FP32),) if shift_copy else ()
+    # logits.float() of fp32 logits returns them: no copy
+    upcast = (("fp32 upcast for the loss", v * FP32),) if e != FP32 else ()
     return (
         ("lm_head output", v * e),
-        ("fp32 upcast for the loss", v * FP32),
+        *upcast,
         *shifted,
         ("log-softmax saved by cross-entropy", v * FP32),
     )
@@ -107,7 +115,8 @@ def training_backward_parts(
 ) -> tuple[tuple[str, int], ...]:
     """Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
     input gradient (the forward's low-precision logits and fp32 copy are freed by then):
-    ``tokens x vocab x 12``; chunked, the two gradients of one chunk at a time; fused, none.
+    ``tokens x vocab x 12``; without the upcast ``tokens x vocab x 3e``; chunked, the two
+    gradients of one chunk at a time; fused, none.
     Chunked and compiled: the saved low-precision chunks, each replaced by its gradient in the
     compute dtype (every chunk's loss backward runs before the LM head's), one chunk's
     gradient on top: ``tokens x vocab x e + ceil(tokens / chunks) x vocab x e``. LitGPT's: the
@@ -136,6 +145,12 @@ def training_backward_parts(
         return (
             ("lm_head output saved, then its gradients", v * e),
             ("gradient of one chunk", -(-tokens // chunks) * vocab * e),
+        )
+    if loss == "cross_entropy_no_upcast":
+        return (
+            ("log-softmax saved by cross-entropy (compute dtype)", v * e),
+            ("loss gradient (compute dtype)", v * e),
+            ("log-softmax input gradient (compute dtype)", v * e),
         )
     chunk = v if loss != "chunked_cross_entropy" else -(-tokens // chunks) * vocab
     return (

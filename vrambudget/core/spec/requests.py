@@ -221,6 +221,7 @@ name them in ``libraries``)."""
 
 LossImplementation = Literal[
     "cross_entropy",
+    "cross_entropy_no_upcast",
     "chunked_cross_entropy",
     "litgpt_chunked_cross_entropy",
     "fused_linear_cross_entropy",
@@ -277,7 +278,9 @@ class Software(Wire, frozen=True, kw_only=True):
         LossImplementation | None,
         Meta(
             description="Training loss implementation. `cross_entropy`: the full logits and "
-            "their fp32 copy (transformers' ForCausalLMLoss); `chunked_cross_entropy`: fp32 per "
+            "their fp32 copy (transformers' ForCausalLMLoss); `cross_entropy_no_upcast`: "
+            "`F.cross_entropy` on the logits in the compute dtype, no fp32 copy (a hand-written "
+            "loop over a bf16/fp16 model without autocast); `chunked_cross_entropy`: fp32 per "
             "chunk of the sequence (torchtune's CEWithChunkedOutputLoss); "
             "`litgpt_chunked_cross_entropy`: fp32 logits (Fabric converts the model's output) held "
             "by the training loop, cross-entropy per 128-token chunk (LitGPT); "
