@@ -257,8 +257,9 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     (bound raised for that). FSDP's reduce and gather buffers counted as the torch tensors
     they are (only NCCL's communicators lie outside the allocator) and freed before the
     optimizer step: 3.1%, 95.1%, 1 run above (Answer.AI LoRA at 512 tokens).
-    On 2026-12-05 eleven sources were filed (46 held-out and 33 calibrate peaks, every row of
-    each table; a later-filed group takes its document's split). torchtune 0.1's QLoRA init
+    On 2026-12-05 nine new sources were filed with comparable peaks (46 held-out and 18
+    calibrate, every row of each table; a later-filed group takes its document's split) and
+    three documents whose rows cannot be reproduced. torchtune 0.1's QLoRA init
     (torchao 0.1's unchunked NF4 quantization, replayed) and a loss without the fp32 upcast
     were read from source first. The 82 earlier held-out peaks stayed at 3.1% and 95.1% with 1
     run above; the new ones measured 11.4% (universal-llm-trainer's tables, 3-31% over),
