@@ -11,6 +11,7 @@ the groups are held out.
 
 Run from the repository root:
     python -m research.corpus check [FILE...]   # validate, estimate and print every record
+    python -m research.corpus splits            # file new groups' splits in data/splits.json
 """
 
 from __future__ import annotations
@@ -190,10 +191,11 @@ def _split_groups() -> dict[str, str]:
     order) among those that share a document with it (transitively), so the rows of one
     document never straddle the split even where they were filed under several groups (one per
     model of a table), and a group filed later on a document already in the corpus takes that
-    document's split instead of moving the earlier rows (new sources go at the end of a file,
-    or in a file named after the others). Over the groups filed until 2026-12-05 this is the
-    same split as keying by the alphabetically first group, the rule it replaced
-    (``tests/research/test_corpus.py``)."""
+    document's split instead of moving the earlier rows (new sources go at the end of the last
+    file, or in a new file whose name sorts after the others; ``data/splits.json`` holds every
+    filed group's split, and the tests fail when one would move). Over the groups filed until
+    2026-12-05 this is the same split as keying by the alphabetically first group, the rule it
+    replaced."""
     parent: dict[str, str] = {}
     filed: dict[str, int] = {}
 
@@ -461,7 +463,31 @@ def _check(paths: list[Path]) -> int:
     return 1 if bad else 0
 
 
+SPLITS = CORPUS.parent / "splits.json"
+"""Every filed group's split (``tests/research/test_corpus.py`` holds the corpus to it)."""
+
+
+def _file_new_splits() -> int:
+    """Add the groups not yet in :data:`SPLITS` with the split they get; a filed group that
+    would change split is reported, not rewritten."""
+    data = json.loads(SPLITS.read_text())
+    groups: dict[str, str] = data["groups"]
+    now = {r.group: split_for(r) for r in load()}
+    moved = sorted(g for g in groups if now.get(g) not in (None, groups[g]))
+    for g in moved:
+        print(f"! {g}: filed {groups[g]}, now {now[g]}")
+    new = sorted(now.keys() - groups.keys())
+    for g in new:
+        groups[g] = now[g]
+        print(f"+ {g}: {now[g]}")
+    data["groups"] = dict(sorted(groups.items()))
+    SPLITS.write_text(json.dumps(data, indent=1) + "\n")
+    return 1 if moved else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["splits"]:
+        raise SystemExit(_file_new_splits())
     if sys.argv[1:2] != ["check"]:
         print(__doc__)
         raise SystemExit(2)

@@ -97,6 +97,15 @@ def _pairs() -> list[tuple[str, Source, Citation]]:
     for g in gpus().values():
         e = gpu_entry(g)
         out.append((f"{g.id}.memory_total_source", g.memory_total_source, e.memory_total_source))
+        if g.nvidia_smi_total_source is not None:
+            assert e.nvidia_smi_total_source is not None
+            out.append(
+                (
+                    f"{g.id}.nvidia_smi_total_source",
+                    g.nvidia_smi_total_source,
+                    e.nvidia_smi_total_source,
+                )
+            )
         out += [
             (f"{g.id}.spec_sources[{i}]", s, c)
             for i, (s, c) in enumerate(zip(g.spec_sources, e.spec_sources, strict=True))

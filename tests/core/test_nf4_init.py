@@ -8,12 +8,11 @@ import msgspec
 import pytest
 
 from vrambudget.core.allocator.nf4_init import replay_nf4_init
-from vrambudget.core.components import Component
 from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest
 
 H, F, V = 4_096, 11_008, 32_000
-LLAMA2_7B = ((H, H),) * 4 + ((H, F), (F, H), (H, F))
+LLAMA2_7B = ((H, H, True),) * 4 + ((H, F, True), (F, H, True), (H, F, True))
 
 
 def test_the_replay_matches_torchtunes_published_init_peak() -> None:
@@ -27,7 +26,7 @@ def test_the_replay_matches_torchtunes_published_init_peak() -> None:
     # of the (n / 16384, 256) bf16 tensor) and the 16-value table; LoRA A and B in bf16; two
     # norms per layer, the final one, the embedding and the head.
     own = 0
-    for n_in, n_out in LLAMA2_7B:
+    for n_in, n_out, _ in LLAMA2_7B:
         n = n_in * n_out
         own += 32 * (n // 2 + n // 64 + n // 32 + 32 + 2 * 8 * (n_in + n_out))
     own += 32 * 2 * 2 * H + 2 * H + 2 * 2 * V * H
@@ -36,13 +35,13 @@ def test_the_replay_matches_torchtunes_published_init_peak() -> None:
     assert r.peak_reserved_bytes > 2 * r.end_allocated_bytes
 
 
-def _qlora(version: str) -> dict:
+def _qlora(version: str, compute: str = "bf16") -> dict:
     req = {
         "workloads": [
             {
                 "kind": "training",
                 "model": {"source": "preset", "id": "llama-2-7b"},
-                "precision": {"weights": "bf16"},
+                "precision": {"weights": "bf16", "compute": compute},
                 "mixed_precision": "pure",
                 "micro_batch_size": 2,
                 "sequence_length": 512,
@@ -76,10 +75,12 @@ def test_torchtune_0_1_peaks_at_model_init() -> None:
     assert dev["peak_phase"] == "model_init"
     lines = {ln["component"]: ln["bytes"] for ln in dev["lines"]}
     r = replay_nf4_init(LLAMA2_7B, 32, 8, 2 * V * H, 2 * V * H, H)
-    # The phase is the replay's reserved peak plus the CUDA context; nothing of the step.
+    # The model's tensors, the temporaries live at the init's allocated peak, then what the
+    # allocator reserves beyond it: together the replay's reserved peak.
     held = lines["weights"] + lines["quantization_metadata"] + lines["adapters"]
-    assert held + lines[Component.ALLOCATOR_OVERHEAD.value] == r.peak_reserved_bytes
-    for c in ("optimizer_state", "gradients", "activations", "logits", "runtime_workspace"):
+    assert lines["runtime_workspace"] == r.peak_allocated_bytes - held
+    assert held + lines["runtime_workspace"] + lines["allocator_overhead"] == r.peak_reserved_bytes
+    for c in ("optimizer_state", "gradients", "activations", "logits"):
         assert lines[c] == 0, c
     names = [x["name"] for x in b["stack"]["behaviours"]]
     assert "quantized_model_init" in names
@@ -89,3 +90,21 @@ def test_torchtune_0_2_has_no_model_init_phase() -> None:
     """torchao 0.2 quantizes in chunks of 2**20 elements: no such peak."""
     (dev,) = _qlora("0.2.0")["devices"]
     assert "model_init" not in [p["name"] for p in dev["phases"]]
+
+
+def test_only_the_adapted_projections_are_quantized() -> None:
+    """torchtune 0.1 keeps the projections LoRA does not adapt as bf16 nn.Linear: built and
+    cloned on the GPU (2 bytes an element), loaded in place, no NF4 temporaries."""
+    qv = ((H, H, True), (H, H, False), (H, H, True), (H, H, False))
+    mlp = ((H, F, False), (F, H, False), (H, F, False))
+    r = replay_nf4_init(qv + mlp, 32, 8, 2 * V * H, 2 * V * H, H)
+    plain = 32 * 2 * (2 * H * H + 3 * H * F)
+    assert r.end_allocated_bytes > plain
+    everything = replay_nf4_init(LLAMA2_7B, 32, 8, 2 * V * H, 2 * V * H, H)
+    assert r.end_allocated_bytes > everything.end_allocated_bytes  # bf16 MLP weights
+
+
+def test_no_phase_where_torchao_0_1_cannot_quantize() -> None:
+    """to_nf4 asserts a bf16 input: an fp32 torchtune 0.1 QLoRA gets no model-init phase."""
+    b = _qlora("0.1.1", compute="fp32")
+    assert "model_init" not in [p["name"] for p in b["devices"][0]["phases"]]

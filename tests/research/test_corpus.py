@@ -10,7 +10,7 @@ import pytest
 
 from bench.accuracy import DOCS, docs_with_tables, rows, summarize
 from research.calibrate_bands import OUT, conformal, fit
-from research.corpus import CONFIGS, document_of, load, predict, split_for, split_of
+from research.corpus import CONFIGS, CORPUS, document_of, load, predict, split_for, split_of
 from vrambudget.core.catalog import gpus
 
 
@@ -86,94 +86,19 @@ def test_no_document_straddles_the_split(records) -> None:
     assert len({split_for(r) for r in qwen}) == 1
 
 
-FILED_2026_12_05 = frozenset(
-    {
-        "ft-litgpt-0-to-litgpt",
-        "ft-litgpt-config-hub",
-        "ft-litgpt-finetune-lora-md-2023-10",
-        "ft-litgpt-prepare-dataset-falcon",
-        "ft-litgpt-resource-tables",
-        "ft-torchtune-readme-2024-05",
-        "ft-torchtune-readme-2024-09",
-        "ft-torchtune-readme-flags",
-        "gpu-campaign-2026-12-04T164803-h200-sxm-141gb",
-        "gpu-campaign-2026-12-04T165419-h200-sxm-141gb",
-        "inf-autoawq-readme-rtx4090",
-        "inf-optimum-gptq-bench-a100",
-        "inf-qwen25-speed-0p5b-a100",
-        "inf-qwen25-speed-14b-a100",
-        "inf-qwen25-speed-32b-a100",
-        "inf-qwen25-speed-72b-a100",
-        "inf-qwen25-speed-7b-a100",
-        "inf-qwen3-speed-30b-a3b-h20",
-        "inf-qwen3-speed-32b-h20",
-        "inf-qwen3-speed-8b-h20",
-        "inf-torchao-quant-readme-a100",
-        "inf-transformers-llm-tutorial-optimization",
-        "inf2-exllama-readme-rtx4090",
-        "inf2-fxmarty-accelerated-generation-readme",
-        "inf2-gptq-for-llama-readme-rtx3090",
-        "inf2-optimum-benchmark-running-llamas-13b-a100",
-        "inf2-optimum-benchmark-running-llamas-7b-a100",
-        "inf2-optimum-benchmark-running-mistrals-a100",
-        "inf2-optimum-benchmark-running-vicunas-a100",
-        "srv-awskr-deepseek-coder-v2-lite-a100-40gb",
-        "srv-gaie-pr-550-llama2-7b-h100",
-        "srv-grpocredit-h200-rho1b",
-        "srv-llmd-planner-empirical-h100",
-        "srv-llmservingsim-rtx4090",
-        "srv-myoceane-vllm-a100",
-        "srv-ray-enablement-llama31-70b-l40s",
-        "srv-vllm-issue-10517",
-        "srv-vllm-issue-12330",
-        "srv-vllm-issue-17469",
-        "srv-vllm-issue-21348",
-        "srv-vllm-issue-6746",
-        "srv-vllm-pr-10511",
-        "srv-vllm-pr-12569",
-        "srv-vllm-pr-2031",
-        "srv-vllm-recipes-pr-273",
-        "tr-answerai-fsdp-qlora-benchmarks-2024-03",
-        "tr-fms-acceleration-a100-80gb-bench",
-        "tr-hf-perf-train-gpu-one-v100",
-        "tr-llamafactory-perf-comparison-via-unsloth-readme",
-        "tr-peft-docs-deepspeed-llama2-70b",
-        "tr-peft-docs-fsdp-llama2-70b",
-        "tr-peft-method-comparison-metamathqa-l40s",
-        "tr-qlora-issue-193",
-        "tr-unsloth-readme-detailed-benchmarks",
-    }
-)
-"""Every group filed until 2026-12-05."""
+def test_no_filed_group_ever_changes_split(records) -> None:
+    """research/data/splits.json holds every group's split from when it was filed: a group
+    filed later on a document already in the corpus takes that document's split, and no edit
+    to the corpus may move a filed group (a record filed in an earlier file, a group bridging
+    two documents, reordered records). The 54 groups filed before 2026-12-05 had the same
+    split under the earlier rule (the alphabetically first group of a document as its key)."""
+    import json
 
-
-HELD_OUT_2026_12_05 = frozenset(
-    {
-        "ft-litgpt-config-hub",
-        "ft-litgpt-prepare-dataset-falcon",
-        "ft-torchtune-readme-2024-05",
-        "ft-torchtune-readme-2024-09",
-        "ft-torchtune-readme-flags",
-        "inf2-optimum-benchmark-running-vicunas-a100",
-        "srv-awskr-deepseek-coder-v2-lite-a100-40gb",
-        "srv-grpocredit-h200-rho1b",
-        "srv-llmservingsim-rtx4090",
-        "srv-vllm-pr-2031",
-        "srv-vllm-recipes-pr-273",
-        "tr-answerai-fsdp-qlora-benchmarks-2024-03",
-        "tr-hf-perf-train-gpu-one-v100",
-    }
-)
-"""The held-out groups of the 54 filed until 2026-12-05, when the split key became the group
-filed first on a document (it had been the alphabetically first, which gave this same split)."""
-
-
-def test_sources_filed_later_never_move_an_earlier_group(records) -> None:
-    """A group filed later on a document already in the corpus (another commit of the same
-    README) takes that document's split; the groups of 2026-12-05 keep theirs."""
+    snapshot = json.loads((CORPUS.parent / "splits.json").read_text())["groups"]
     splits = {r.group: split_for(r) for r in records}
-    assert splits.keys() >= FILED_2026_12_05
-    assert {g for g in FILED_2026_12_05 if splits[g] == "held_out"} == HELD_OUT_2026_12_05
+    assert sorted(splits.keys() - snapshot.keys()) == [], "add new groups to splits.json"
+    moved = {g: (snapshot[g], splits[g]) for g in snapshot if splits.get(g) != snapshot[g]}
+    assert moved == {}
 
 
 def test_conformal_ranks_by_hand() -> None:

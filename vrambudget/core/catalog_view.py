@@ -128,6 +128,13 @@ class CatalogGPU(GPUFacts, frozen=True, kw_only=True):
             "kind of figure it is)."
         ),
     ]
+    nvidia_smi_total_source: Annotated[
+        Citation | None,
+        msgspec.Meta(
+            description="Where `nvidia_smi_total_mib` is read: an nvidia-smi printout naming "
+            "the GPU (null where the value has no citation here)."
+        ),
+    ] = None
     mig_profiles: tuple[CatalogMIGProfile, ...] = ()
     interconnect: CatalogInterconnect | None = None
     spec_sources: Annotated[
@@ -245,6 +252,9 @@ def gpu_entry(g: GPU) -> CatalogGPU:
     return CatalogGPU(
         **_facts(g, GPUFacts),
         memory_total_source=citation(g.memory_total_source),
+        nvidia_smi_total_source=(
+            citation(g.nvidia_smi_total_source) if g.nvidia_smi_total_source is not None else None
+        ),
         mig_profiles=tuple(_mig(m) for m in g.mig_profiles),
         interconnect=_interconnect(g.interconnect) if g.interconnect is not None else None,
         spec_sources=tuple(citation(s) for s in g.spec_sources),

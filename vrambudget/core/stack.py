@@ -219,7 +219,8 @@ _LOSSES: dict[Loss, StackBehaviour] = {
         name="loss",
         assumed="the loss runs on the logits in the compute dtype (no fp32 copy): the logits "
         "and the log-softmax cross-entropy saves, both in the compute dtype, then the loss's "
-        "and log-softmax's input gradients in that dtype",
+        "and log-softmax's input gradients in that dtype (the loop drops its logits before "
+        "backward; one that keeps them holds one more logits tensor)",
         source="torch nn/functional.py cross_entropy (log_softmax + nll_loss in the input's "
         "dtype; autocast would upcast it, a model cast to bf16/fp16 without autocast does not), "
         "as hand-written loops call it (e.g. rasbt/LLMs-from-scratch ch05 calc_loss_batch: "
@@ -343,7 +344,8 @@ _NF4_INIT = _B(
     "each copy of an NF4 weight dequantizes and requantizes it, and loading the checkpoint "
     "quantizes every weight again on the GPU, each time through torchao 0.1's unchunked "
     "to_nf4 (a (numel, 16) bf16 difference and its absolute value): the allocator keeps "
-    "those segments, replayed through the caching-allocator model as a model-init phase",
+    "those segments, replayed through the caching-allocator model as a model-init phase (one "
+    "device, bf16, a dense decoder; not modelled for other layouts)",
     source="torchtune 0.1.1 utils/_register_nf4_dispatch_ops.py (clone: to_nf4(t."
     "get_original_weight()); copy_: to_nf4(src.to(dest.device))), modules/transformer.py "
     "_get_clones (copy.deepcopy, line 93), modules/peft/lora.py line 94; torchao 0.1 "

@@ -12,10 +12,10 @@ What torchtune 0.1.1 runs (read in its wheel and in torchao 0.1's, which it pins
   (``modules/peft/lora.py`` line 94);
 - ``modules/transformer.py`` ``_get_clones`` deep-copies the template once per layer (line 93);
   torchtune registers NF4's ``clone`` as ``to_nf4(t.get_original_weight())``
-  (``utils/_register_nf4_dispatch_ops.py`` lines 11-18): a dequantize and a requantize;
+  (``utils/_register_nf4_dispatch_ops.py`` lines 11-19): a dequantize and a requantize;
 - the recipe's ``load_state_dict`` copies each checkpoint weight in through NF4's ``copy_``,
-  which torchtune registers as ``to_nf4(src.to(dest.device))`` (same file, lines 21-41): the bf16
-  weight on the GPU, quantized there, the old quantized tensors dropped.
+  which torchtune registers as ``to_nf4(src.to(dest.device))`` (same file, lines 22-42): the
+  checkpoint's weight on the GPU, quantized there, the old quantized tensors dropped.
 
 torchao 0.1 ``dtypes/nf4tensor.py``: ``from_tensor`` runs ``double_quantize_scalers`` then
 ``convert_to_norm_float_weight``, whose ``quantize_tensor_nearest`` computes
@@ -23,7 +23,7 @@ torchao 0.1 ``dtypes/nf4tensor.py``: ``from_tensor`` runs ``double_quantize_scal
 0.2.0 quantizes in chunks of 2**20 elements (``CHUNK_SIZE``), so this is 0.1's alone.
 
 Checked: for Llama-2-7B with ``qlora_llama2_7b`` (LoRA and NF4 on q, k, v, output_proj and the
-MLP) the replay's reserved peak is 9,137,291,264 B, where torchtune's QLoRA tutorial of
+MLP) the replay's reserved peak is 9,135,194,112 B, where torchtune's QLoRA tutorial of
 2024-04-15 (docs/source/tutorials/qlora_finetune.rst, commit 0914d5c) prints "Peak memory
 reserved, model init 9.13 GB" (``memory_stats_log``: bytes / 1e9).
 """
@@ -72,7 +72,7 @@ def _absmax(s: _Stream, n: int) -> int:
 def _to_nf4(s: _Stream, n: int) -> tuple[int, ...]:
     """``to_nf4`` of a bf16 tensor of ``n`` elements: the tensors it keeps."""
     lut = s.alloc(32)  # the 16 bf16 NF4 values
-    # double_quantize_scalers (lines 292-340): the block scalers, their mean removed, requantized
+    # double_quantize_scalers (lines 292-349): the block scalers, their mean removed, requantized
     # to int8 in blocks of 256; quantization_factor[:, 0] keeps its whole (n/64 x 256) storage.
     v1 = _absmax(s, n)
     s1 = s.alloc(n // 32)
@@ -104,7 +104,7 @@ def _to_nf4(s: _Stream, n: int) -> tuple[int, ...]:
 
 
 def _original_weight(s: _Stream, n: int) -> int:
-    """``NF4Tensor.get_original_weight`` (lines 412-436): the bf16 weight it returns."""
+    """``NF4Tensor.get_original_weight`` (lines 409-435): the bf16 weight it returns."""
     t = s.alloc(n // 2)
     first = s.alloc(4 * n)  # (data >> 4).to(torch.long)
     s.free(t)
@@ -128,48 +128,59 @@ def _original_weight(s: _Stream, n: int) -> int:
 
 @lru_cache(maxsize=64)
 def replay_nf4_init(
-    quantized: tuple[tuple[int, int], ...],
+    projections: tuple[tuple[int, int, bool], ...],
     layers: int,
     rank: int,
     embedding_bytes: int,
     head_bytes: int,
     hidden: int,
 ) -> Nf4Init:
-    """The init of a decoder of ``layers`` identical layers whose projections ``quantized``
-    ((in, out) each, in module order) are LoRA + NF4 layers of ``rank`` (bf16 adapters); the
-    embedding and an unquantized head of the given bytes, two bf16 norms per layer."""
+    """The init of a decoder of ``layers`` identical layers whose projections
+    ``(in, out, adapted)`` are, in module order, LoRA + NF4 layers of ``rank`` (bf16 adapters)
+    where adapted and plain bf16 ``nn.Linear`` otherwise (torchtune 0.1 quantizes only the
+    adapted ones); the embedding and an unquantized head of the given bytes, two bf16 norms
+    per layer. A plain weight is built and cloned on the GPU and loaded in place."""
     s = _Stream()
     template: list[tuple[int, ...]] = []
-    adapters: list[int] = []
-    for n_in, n_out in quantized:  # the template layer
+    for n_in, n_out, adapted in projections:  # the template layer
         w = s.alloc(2 * n_in * n_out)
-        template.append(_to_nf4(s, n_in * n_out))
-        s.free(w)
-        adapters += [s.alloc(2 * rank * n_in), s.alloc(2 * rank * n_out)]
-    adapters += [s.alloc(2 * hidden), s.alloc(2 * hidden)]
+        if adapted:
+            template.append(_to_nf4(s, n_in * n_out))
+            s.free(w)
+            template.append((s.alloc(2 * rank * n_in), s.alloc(2 * rank * n_out)))
+        else:
+            template.append((w,))
+    template.append((s.alloc(2 * hidden), s.alloc(2 * hidden)))
     s.alloc(embedding_bytes)
     s.alloc(head_bytes)
-    model: list[list[tuple[int, ...]]] = []
+    model: list[list[tuple[int, ...] | None]] = []
     for _ in range(layers):  # _get_clones: deepcopy of the template, NF4 clone requantizes
-        clones = []
-        for n_in, n_out in quantized:
-            g = _original_weight(s, n_in * n_out)
-            clones.append(_to_nf4(s, n_in * n_out))
-            s.free(g)
-            s.alloc(2 * rank * n_in)
-            s.alloc(2 * rank * n_out)
+        clones: list[tuple[int, ...] | None] = []
+        for n_in, n_out, adapted in projections:
+            n = n_in * n_out
+            if adapted:
+                g = _original_weight(s, n)
+                clones.append(_to_nf4(s, n))
+                s.free(g)
+                s.alloc(2 * rank * n_in)
+                s.alloc(2 * rank * n_out)
+            else:
+                s.alloc(2 * n)
+                clones.append(None)
         s.alloc(2 * hidden)
         s.alloc(2 * hidden)
         model.append(clones)
     for t in template:
         s.free(*t)
-    s.free(*adapters)
     s.alloc(2 * hidden)  # the final norm
     for clones in model:  # load_state_dict: copy_ quantizes each checkpoint weight on the GPU
-        for i, (n_in, n_out) in enumerate(quantized):
+        for i, (n_in, n_out, adapted) in enumerate(projections):
+            old = clones[i]
+            if not adapted or old is None:
+                continue  # a plain weight is copied in place
             x = s.alloc(2 * n_in * n_out)
             new = _to_nf4(s, n_in * n_out)
-            s.free(*clones[i])
+            s.free(*old)
             s.free(x)
             clones[i] = new
     r = replay_events(s.events)

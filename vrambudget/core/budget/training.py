@@ -179,7 +179,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
     init = _nf4_init(w, arch, st, ov)
     if init is not None:
-        phases.insert(0, ("model_init", init))  # before the first step
+        phases.insert(0, ("model_init", init[0]))  # before the first step
     step_comm = tuple(
         (n, b)
         for n, b in comm_parts
@@ -204,9 +204,10 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     par = w.parallelism
     numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
     # Parts describe the peak phase only.
-    if numbers.peak_phase == "model_init":
+    if numbers.peak_phase == "model_init" and init is not None:
         parts = {
-            C.ALLOCATOR_OVERHEAD: ((NF4_INIT_PART, numbers.values[C.ALLOCATOR_OVERHEAD]),),
+            C.RUNTIME_WORKSPACE: ((NF4_INIT_LIVE_PART, init[1]),),
+            C.ALLOCATOR_OVERHEAD: ((NF4_INIT_PART, init[2]),),
             C.CUDA_CONTEXT: parts[C.CUDA_CONTEXT],
         }
         numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
@@ -248,16 +249,23 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
 
 
 NF4_INIT_PART = "torchao 0.1 to_nf4 temporaries the allocator keeps from model init (replayed)"
+NF4_INIT_LIVE_PART = "torchao 0.1 to_nf4 temporaries at the model init's allocated peak (replayed)"
+NF4_BLOCK = 64 * 256
+"""torchao 0.1's ``to_nf4`` asserts a weight's elements divide into blocks of 64 whose scalers
+divide into blocks of 256."""
 
 
 def _nf4_init(
     w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads
-) -> dict[Component, int] | None:
+) -> tuple[dict[Component, int], int, int] | None:
     """torchtune 0.1's QLoRA model init (:mod:`vrambudget.core.allocator.nf4_init`): the
-    model's own tensors, the CUDA context and what the allocator keeps of the init's
-    temporaries (its reserved peak less the model's tensors); no optimizer state, gradients or
-    workspace yet. None where it does not apply: other stacks and methods, several devices,
-    or a model whose layers are not one dense kind."""
+    model's own tensors, the CUDA context, the quantization temporaries live at the init's
+    allocated peak (``runtime_workspace``) and what the allocator reserves beyond that
+    (``allocator_overhead``): the replay's reserved peak plus the context; no optimizer state,
+    gradients or cuBLAS workspace yet. With the two temporaries' bytes. None where it does not
+    apply: other stacks and methods, several devices, a compute dtype other than bf16
+    (``to_nf4`` asserts bf16), a model whose layers are not one dense kind, or weights
+    ``to_nf4`` cannot block."""
     par = w.parallelism
     if (
         not ov.stack.nf4_init_requantize
@@ -266,42 +274,50 @@ def _nf4_init(
         or arch.kind != "decoder"
         or len(st.stage.layer_runs) != 1
         or st.dims.experts
+        or w.precision.compute != "bf16"
     ):
         return None
     d = st.dims
-    q, kv = d.heads * d.qk_head_dim, d.kv_heads * d.qk_head_dim
-    o = d.heads * d.v_head_dim
     shapes = {
-        "q_proj": (d.h, q),
-        "k_proj": (d.h, kv),
+        "q_proj": (d.h, d.heads * d.qk_head_dim),
+        "k_proj": (d.h, d.kv_heads * d.qk_head_dim),
         "v_proj": (d.h, d.kv_heads * d.v_head_dim),
-        "o_proj": (o, d.h),
+        "o_proj": (d.heads * d.v_head_dim, d.h),
         "gate_proj": (d.h, d.f),
         "down_proj": (d.f, d.h),
         "up_proj": (d.h, d.f),
     }
     targets = set(w.method.target_modules)
-    quantized = tuple(v for k, v in shapes.items() if k in targets)
-    if not quantized:
+    projections = tuple((i, o, k in targets) for k, (i, o) in shapes.items())
+    adapted = [i * o for i, o, a in projections if a]
+    if not adapted or any(n % NF4_BLOCK for n in adapted):
         return None
-    e = bytes_of(w.precision.compute)
-    embedding = d.vocab * d.h * e
+    embedding = d.vocab * d.h * 2
     r = replay_nf4_init(
-        quantized,
+        projections,
         st.stage.num_layers,
         w.method.rank,
         embedding,
         0 if arch.tie_word_embeddings else embedding,
         d.h,
     )
+    # The phase is the replay's reserved peak: the budget's own tensors (quantized as the
+    # statics count them), the replay's allocated peak beyond them, the reserve beyond that.
     held = st.weights_bytes + st.metadata_bytes + st.adapter_bytes
-    return {
-        C.WEIGHTS: st.weights_bytes,
-        C.QUANTIZATION_METADATA: st.metadata_bytes,
-        C.ADAPTERS: st.adapter_bytes,
-        C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
-        C.ALLOCATOR_OVERHEAD: max(0, r.peak_reserved_bytes - held),
-    }
+    live = max(0, r.peak_allocated_bytes - held)
+    cached = max(0, r.peak_reserved_bytes - max(r.peak_allocated_bytes, held))
+    return (
+        {
+            C.WEIGHTS: st.weights_bytes,
+            C.QUANTIZATION_METADATA: st.metadata_bytes,
+            C.ADAPTERS: st.adapter_bytes,
+            C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
+            C.RUNTIME_WORKSPACE: live,
+            C.ALLOCATOR_OVERHEAD: cached,
+        },
+        live,
+        cached,
+    )
 
 
 class _Grads(NamedTuple):

@@ -3,6 +3,9 @@
 Shown in answers::
 
     rows x vocab_per_device x bytes (training: + fp32 copy + fp32 log-softmax)
+
+(training: no fp32 copy of fp32 logits; with ``cross_entropy_no_upcast`` the log-softmax is in
+the compute dtype.)
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ def training_forward_parts(
     compiled: bool = False,
 ) -> tuple[tuple[str, int], ...]:
     """Forward: the LM head's output, its fp32 copy and the fp32 log-softmax live together:
-    ``tokens x vocab x (e + 4 + 4)``; without the upcast (``cross_entropy_no_upcast``)
-    ``tokens x vocab x 2e``. A chunked loss (torchtune) upcasts one of ``chunks``
+    ``tokens x vocab x (e + 4 + 4)`` (``x 8`` for fp32 logits, which ``.float()`` returns);
+    without the upcast (``cross_entropy_no_upcast``) ``tokens x vocab x 2e``. A chunked loss
+    (torchtune) upcasts one of ``chunks``
     slices at a time and keeps every slice's log-softmax: ``tokens x vocab x (e + 4) +
     ceil(tokens / chunks) x vocab x 4``; a fused linear cross-entropy (Liger) materializes no
     logits. A chunked loss compiled by inductor (``compiled``) saves the low-precision chunks
