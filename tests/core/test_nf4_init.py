@@ -108,3 +108,12 @@ def test_no_phase_where_torchao_0_1_cannot_quantize() -> None:
     """to_nf4 asserts a bf16 input: an fp32 torchtune 0.1 QLoRA gets no model-init phase."""
     b = _qlora("0.1.1", compute="fp32")
     assert "model_init" not in [p["name"] for p in b["devices"][0]["phases"]]
+
+
+def test_torchtune_before_0_3_says_its_unadapted_projections_are_not_counted_bf16() -> None:
+    """torchtune < 0.3 leaves the projections LoRA does not adapt in bf16; the estimate
+    quantizes them all and says so (0.3.0 builds FrozenNF4Linear for them)."""
+    for version, gap in (("0.2.1", True), ("0.3.1", False)):
+        b = _qlora(version)
+        (kbit,) = [x for x in b["stack"]["behaviours"] if x["name"] == "qlora_unquantized_dtype"]
+        assert ("estimate is low" in kbit["assumed"]) is gap, version

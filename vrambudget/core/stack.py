@@ -433,6 +433,16 @@ _KBIT_KEPT = _B(
     "is not applied to final output_proj currently'), the recipes build the model under "
     "training.set_default_dtype(self._dtype)",
 )
+_KBIT_KEPT_ADAPTED = _B(
+    name="qlora_unquantized_dtype",
+    assumed="the parameters QLoRA does not quantize keep the model's dtype; the estimate "
+    "counts every attention and MLP projection as NF4, but torchtune before 0.3 quantizes only "
+    "the projections LoRA adapts (the others stay bf16 nn.Linear): with LoRA on part of them "
+    "the estimate is low by those projections' bf16 bytes",
+    source="torchtune 0.1.1 and 0.2.1 models/llama2/_component_builders.py "
+    "lora_llama2_self_attention / lora_llama2 (LoRALinear(quantize_base=...) for the adapted "
+    "projections, nn.Linear otherwise); FrozenNF4Linear for the rest from 0.3.0",
+)
 _KBIT_LITGPT = _B(
     name="qlora_unquantized_dtype",
     assumed="every nn.Linear, the LM head included, becomes a 4-bit layer; embeddings and norms "
@@ -627,7 +637,7 @@ def _resolve(software: Software | None) -> Stack:
     qlora_upcast = framework not in ("torchtune", "litgpt") and not (
         trl is not None and version_tuple(trl) >= (0, 22)
     )
-    behaviours.append(_qlora_dtype_behaviour(framework, qlora_upcast))
+    behaviours.append(_qlora_dtype_behaviour(framework, version, qlora_upcast))
     if litgpt:
         behaviours.append(_UNTIED_HEAD)
         behaviours.append(_FUSED_QKV)
@@ -702,13 +712,13 @@ def serving_use(
     )
 
 
-def _qlora_dtype_behaviour(framework: str, upcast: bool) -> StackBehaviour:
+def _qlora_dtype_behaviour(framework: str, version: str, upcast: bool) -> StackBehaviour:
     """What the stack does with the parameters QLoRA leaves unquantized (each rule's source in
     its behaviour)."""
     if framework == "litgpt":
         return _KBIT_LITGPT
     if framework == "torchtune":
-        return _KBIT_KEPT
+        return _KBIT_KEPT_ADAPTED if version_tuple(version) < (0, 3) else _KBIT_KEPT
     return _KBIT_FP32 if upcast else _KBIT_TRL
 
 
