@@ -45,6 +45,8 @@ class Nf4Init:
     peak_allocated_bytes: int
     end_allocated_bytes: int
     """The model's tensors once loaded (the replay's own count of them)."""
+    events: int
+    """Allocations and frees replayed."""
 
 
 class _Stream:
@@ -188,4 +190,5 @@ def replay_nf4_init(
         peak_reserved_bytes=max(res for _, res in r.phases.values()),
         peak_allocated_bytes=max(a for a, _ in r.phases.values()),
         end_allocated_bytes=r.stats.allocated_bytes,
+        events=len(s.events),
     )
