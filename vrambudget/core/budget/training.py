@@ -263,7 +263,7 @@ def _nf4_init(
     allocated peak (``runtime_workspace``) and what the allocator reserves beyond that
     (``allocator_overhead``): the replay's reserved peak plus the context; no optimizer state,
     gradients or cuBLAS workspace yet. With the two temporaries' bytes. None where it does not
-    apply: other stacks and methods, several devices, a compute dtype other than bf16
+    apply: other stacks and methods, several devices or instances, a compute dtype other than bf16
     (``to_nf4`` asserts bf16), a model whose layers are not one dense kind, or weights
     ``to_nf4`` cannot block."""
     par = w.parallelism
@@ -271,6 +271,7 @@ def _nf4_init(
         not ov.stack.nf4_init_requantize
         or not isinstance(w.method, QLoRA)
         or par.tensor * par.pipeline * par.data != 1
+        or w.instances != 1
         or arch.kind != "decoder"
         or len(st.stage.layer_runs) != 1
         or st.dims.experts
