@@ -35,12 +35,12 @@ def test_the_replay_matches_torchtunes_published_init_peak() -> None:
     assert r.peak_reserved_bytes > 2 * r.end_allocated_bytes
 
 
-def _qlora(version: str, compute: str = "bf16") -> dict:
+def _qlora(version: str, compute: str = "bf16", model: str = "llama-2-7b") -> dict:
     req = {
         "workloads": [
             {
                 "kind": "training",
-                "model": {"source": "preset", "id": "llama-2-7b"},
+                "model": {"source": "preset", "id": model},
                 "precision": {"weights": "bf16", "compute": compute},
                 "mixed_precision": "pure",
                 "micro_batch_size": 2,
@@ -117,3 +117,10 @@ def test_torchtune_before_0_3_says_its_unadapted_projections_are_not_counted_bf1
         b = _qlora(version)
         (kbit,) = [x for x in b["stack"]["behaviours"] if x["name"] == "qlora_unquantized_dtype"]
         assert ("estimate is low" in kbit["assumed"]) is gap, version
+
+
+def test_no_phase_for_a_biased_adapted_projection() -> None:
+    """torchtune 0.1's quantized LoRALinear raises on a bias (modules/peft/lora.py:
+    'Quantized LoRALinear does not support bias at the moment'): Qwen2.5's q/k/v have one."""
+    b = _qlora("0.1.1", model="qwen2.5-0.5b")
+    assert "model_init" not in [p["name"] for p in b["devices"][0]["phases"]]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..allocator.nf4_init import replay_nf4_init
-from ..arch import Arch, attention_run
+from ..arch import Arch, Role, attention_run
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
@@ -264,8 +264,8 @@ def _nf4_init(
     (``allocator_overhead``): the replay's reserved peak plus the context; no optimizer state,
     gradients or cuBLAS workspace yet. With the two temporaries' bytes. None where it does not
     apply: other stacks and methods, several devices or instances, a compute dtype other than bf16
-    (``to_nf4`` asserts bf16), a model whose layers are not one dense kind, or weights
-    ``to_nf4`` cannot block."""
+    (``to_nf4`` asserts bf16), a model whose layers are not one dense kind, weights ``to_nf4``
+    cannot block, or a bias on an adapted projection (torchtune 0.1 raises)."""
     par = w.parallelism
     if (
         not ov.stack.nf4_init_requantize
@@ -278,29 +278,27 @@ def _nf4_init(
         or w.precision.compute != "bf16"
     ):
         return None
-    d = st.dims
-    shapes = {
-        "q_proj": (d.h, d.heads * d.qk_head_dim),
-        "k_proj": (d.h, d.kv_heads * d.qk_head_dim),
-        "v_proj": (d.h, d.kv_heads * d.v_head_dim),
-        "o_proj": (d.heads * d.v_head_dim, d.h),
-        "gate_proj": (d.h, d.f),
-        "down_proj": (d.f, d.h),
-        "up_proj": (d.h, d.f),
-    }
+    # The layer's projections in module order, from the model's tensor inventory (the names
+    # LoRA targets, as the statics match them); torchtune 0.1 refuses a bias on a quantized one.
+    layer = st.stage.layer_runs[0][0]
     targets = set(w.method.target_modules)
-    projections = tuple((i, o, k in targets) for k, (i, o) in shapes.items())
+    projections = tuple(
+        (g.cols, g.rows, g.name.rsplit(".", 1)[-1] in targets)
+        for g in layer.tensors
+        if g.role is Role.LINEAR
+    )
+    biased = {
+        g.name.removesuffix(".bias").rsplit(".", 1)[-1]
+        for g in layer.tensors
+        if g.role is Role.BIAS
+    }
     adapted = [i * o for i, o, a in projections if a]
-    if not adapted or any(n % NF4_BLOCK for n in adapted):
+    if not adapted or any(n % NF4_BLOCK for n in adapted) or biased & targets:
         return None
-    embedding = d.vocab * d.h * 2
+    embedding = sum(g.rows * g.cols * 2 for g in arch.embeddings if g.role is Role.EMBEDDING)
+    head = sum(g.rows * g.cols * 2 for g in arch.head if g.role is Role.LM_HEAD)
     r = replay_nf4_init(
-        projections,
-        st.stage.num_layers,
-        w.method.rank,
-        embedding,
-        0 if arch.tie_word_embeddings else embedding,
-        d.h,
+        projections, st.stage.num_layers, w.method.rank, embedding, head, arch.hidden_size
     )
     # The phase is the replay's reserved peak: the budget's own tensors (quantized as the
     # statics count them), the replay's allocated peak beyond them, the reserve beyond that.
