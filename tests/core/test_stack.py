@@ -243,6 +243,7 @@ def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:
         "quantized_saved_tensors",
         "qlora_unquantized_dtype",
         "rms_norm",
+        "swiglu",
     }
     loss = next(b for b in qlora.stack.behaviours if b.name == "loss")
     assert "ce_chunked_output_loss.py" in loss.source

@@ -11,7 +11,12 @@ import msgspec
 from vrambudget.core.budget.inference import inference_terms
 from vrambudget.core.deployed import deploy
 from vrambudget.core.dtypes import bytes_of
-from vrambudget.core.formulas.activations import RmsNorm, training_activations
+from vrambudget.core.formulas.activations import (
+    HEAD_INPUTS_PART,
+    RmsNorm,
+    recompute_backward_bytes,
+    training_activations,
+)
 from vrambudget.core.overheads import DEFAULT_OVERHEADS
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.spec import (
@@ -227,14 +232,27 @@ def analytic_peaks(
         "adapters": st.adapter_bytes,
     }
     if isinstance(w, TrainingWorkload):
-        acts, _, _ = training_activations(w, arch, st.stage, st.dims, norm)
+        acts, one_layer, parts = training_activations(w, arch, st.stage, st.dims, norm)
+        if w.checkpointing == "full":
+            # the loss's moment without the recomputed layer, or the recompute with the
+            # gradients of its intermediates (budget/training.py's phases)
+            e = bytes_of(w.precision.compute)
+            m = w.method
+            fp32_adapters = getattr(m, "adapter_dtype", None) == "fp32" and e != 4
+            grads = recompute_backward_bytes(
+                st.dims, w.sequence_length * w.micro_batch_size, e, fp32_adapters
+            )
+            head = dict(parts).get(HEAD_INPUTS_PART, 0)
+            acts = max(acts - one_layer, acts - head + grads)
         out["activations"] = acts
         out["gradients"] = max(st.gradient_bytes, st.step_gradient_bytes + st.step_upcast_bytes)
         out["optimizer_state"] = st.optimizer_bytes + st.step_temporary_bytes
         out["master_weights"] = st.master_bytes
         e = bytes_of(w.precision.compute)
         if arch.kind == "decoder":
-            out["logits"] = w.sequence_length * w.micro_batch_size * st.dims.vocab * max(e + 8, 12)
+            # + tanh's saved output where the logits are soft-capped (Gemma 2)
+            per = max(e + 8, 12) + (e if arch.final_softcap else 0)
+            out["logits"] = w.sequence_length * w.micro_batch_size * st.dims.vocab * per
     else:
         persistent, phases = inference_terms(w, arch, st, DEFAULT_OVERHEADS)
         out["kv_cache"] = persistent[next(c for c in persistent if c.value == "kv_cache")]

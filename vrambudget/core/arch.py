@@ -186,6 +186,11 @@ class Arch:
     (``Gemma2PreTrainedModel._supports_sdpa = False``) and LitGPT (``# with softcapping we
     cannot use SDPA``) materialize the scores, as eager attention does; flash-attn caps inside
     its kernel."""
+    final_softcap: bool = False
+    """Gemma 2 (``final_logit_softcapping``, 30.0 by default in transformers' Gemma2Config) and
+    any config that sets it: the LM head's output is soft-capped, ``tanh(logits / cap) * cap``
+    (transformers modeling_gemma2.py Gemma2ForCausalLM.forward; LitGPT model.py GPT.forward),
+    and tanh saves its output for backward."""
     checkpoint_only_params: int = 0
     """Parameters in the published checkpoint that inference stacks do not load by default
     (DeepSeek-V3's multi-token-prediction layer)."""

@@ -119,6 +119,9 @@ class Stack:
     (PEFT's ``prepare_model_for_kbit_training``); false: they keep the weights' dtype."""
     rms_norm: RmsNorm
     """What the framework's RMSNorm keeps for backward (:data:`RmsNorm`)."""
+    fused_swiglu: bool
+    """A gated MLP's SiLU-and-product runs as Liger's fused kernel: it saves the gate and up
+    projections' outputs only and writes their gradients into them in backward."""
     fused_qkv: bool
     """LitGPT's attention: one q/k/v projection split into views; SDPA keeps the whole output
     through V's view (as many K/V heads as query heads) or saves K and V repeated to every
@@ -484,6 +487,26 @@ _NORM_FUSED = _B(
     "fp32 rstd (torch 2.13, saved_tensors_hooks on a compiled LlamaRMSNorm; "
     "research/stack_behaviours.md section 2c); other compiled programs are budgeted as eager",
 )
+_SWIGLU_EAGER = _B(
+    name="swiglu",
+    assumed="a gated MLP's SiLU and product are two autograd ops: the gate and up projections' "
+    "outputs and the SiLU output are saved; backward allocates the product's gradient and the "
+    "gate's and up's",
+    source="transformers models/llama/modeling_llama.py LlamaMLP.forward "
+    "(down_proj(act_fn(gate_proj(x)) * up_proj(x))); torch SiLU backward saves its input, mul "
+    "saves both operands; the trace tier's activation peak of the recomputed layer "
+    "(vrambudget/core/formulas/activations/training.py recompute_backward_bytes)",
+)
+_SWIGLU_FUSED = _B(
+    name="swiglu",
+    assumed="a gated MLP's SiLU and product run as one fused kernel that saves only the gate and "
+    "up projections' outputs and writes their gradients into them in backward (no SiLU output "
+    "saved, one gradient allocated)",
+    source="liger_kernel ops/swiglu.py LigerSiLUMulFunction (0.5.10 lines 103-118: "
+    "ctx.save_for_backward(a, b); backward returns swiglu_backward(a, b, dc), whose kernel "
+    "overwrites a and b); applied by Liger's model patches (AutoLigerKernelForCausalLM, "
+    "apply_liger_kernel_to_llama swiglu=True)",
+)
 _PREVIOUS_STEP = _B(
     name="previous_step_graph",
     assumed="the training loop keeps the last micro-batch's logits and loss, so its autograd "
@@ -544,6 +567,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "qlora_unquantized_dtype": frozenset({"qlora"}),
     "lm_head_layout": frozenset({"training", "inference"}),
     "rms_norm": frozenset({"training"}),
+    "swiglu": frozenset({"training"}),
     "fused_qkv_attention": frozenset({"training"}),
     "mqa_math_attention": frozenset({"training"}),
     "previous_step_graph": frozenset({"qlora"}),
@@ -649,6 +673,8 @@ def _resolve(software: Software | None) -> Stack:
             rms_norm
         ]
     )
+    fused_swiglu = sw.libraries.liger_kernel is not None
+    behaviours.append(_SWIGLU_FUSED if fused_swiglu else _SWIGLU_EAGER)
     bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")
     bnb_inputs = version_tuple(bnb) < (0, 43, 2)
     behaviours.append(_BNB_INPUTS if bnb_inputs else _QLORA)
@@ -670,6 +696,7 @@ def _resolve(software: Software | None) -> Stack:
         qlora_head_quantized=litgpt,
         qlora_upcast=qlora_upcast,
         rms_norm=rms_norm,
+        fused_swiglu=fused_swiglu,
         fused_qkv=litgpt,
         math_mqa=litgpt and version_tuple(version) < (0, 2),
         keeps_previous_step=litgpt and bnb_inputs,

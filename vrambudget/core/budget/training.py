@@ -11,13 +11,21 @@ from ..arch import Arch, Role, attention_run
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
-from ..formulas.activations import lora_trainable, shares_one_norm, training_activations
+from ..formulas.activations import (
+    HEAD_INPUTS_PART,
+    RECOMPUTE_GRADS_PART,
+    RECOMPUTED_PART,
+    lora_trainable,
+    recompute_backward_bytes,
+    shares_one_norm,
+    training_activations,
+)
 from ..formulas.logits import training_backward_parts, training_forward_parts
 from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
 from ..spec import FullFineTune, QLoRA, TrainingWorkload
 from ..stack import Stack
-from ..statics import StageStatic
+from ..statics import StageStatic, training_plan
 from .stage import StageNumbers, finish, times
 
 __all__ = ["training_stage"]
@@ -33,8 +41,19 @@ utils.py line 282)."""
 def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> StageNumbers:
     e = bytes_of(w.precision.compute)
     tokens = w.sequence_length * w.micro_batch_size
+    # QLoRA as PEFT prepares it: the fp32 embeddings and norms make the residual stream fp32
+    # (an fp32 embedding output; an fp32 sum at every residual add, autocast or not).
+    residual = 4 if isinstance(w.method, QLoRA) and training_plan(w, ov.stack).kbit_upcast else e
     acts, one_layer, act_parts = training_activations(
-        w, arch, st.stage, st.dims, ov.stack.rms_norm, ov.stack.fused_qkv, ov.stack.math_mqa
+        w,
+        arch,
+        st.stage,
+        st.dims,
+        ov.stack.rms_norm,
+        ov.stack.fused_qkv,
+        ov.stack.math_mqa,
+        residual_bytes=max(residual, e),
+        fused_swiglu=ov.stack.fused_swiglu,
     )
     previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":
@@ -106,6 +125,10 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     bwd_parts = training_backward_parts(
         tokens, st.dims.vocab, stack.loss, chunks, e, stack.loss_compiled, joined
     )
+    if arch.final_softcap and stack.loss != "fused_linear_cross_entropy":
+        # tanh's saved output, beside the capped logits, until its backward (after the loss's)
+        capped = ((SOFTCAP_PART, tokens * st.dims.vocab * e),)
+        fwd_parts, bwd_parts = fwd_parts + capped, bwd_parts + capped
     logits = sum(b for _, b in fwd_parts) if has_head else 0
     logits_bwd = sum(b for _, b in bwd_parts) if has_head else 0
     context = cuda_context.per_device(ov.process_context_bytes("training"), w.instances)
@@ -158,11 +181,32 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         transients.append((a + lg + transient) * k)
         return v
 
+    recomputing = w.checkpointing == "full"
+    # Full recomputation: the layer recomputed in backward is live only after the LM head's
+    # backward has consumed (and freed) the loss's tensors -- autograd reaches the last
+    # checkpointed layer through the head's gradient -- so the forward and the backward start
+    # hold the layer inputs without it; the recompute holds it beside every layer input, the
+    # loss's tensors and the final norm's inputs gone (torch/utils/checkpoint.py: the forward
+    # runs again when its backward node, or the first saved tensor unpacked, is reached).
+    held_acts = acts - one_layer if recomputing else acts
+    head_inputs = dict(act_parts).get(HEAD_INPUTS_PART, 0)
     phases = [
-        ("forward", phase(grads_live, acts + previous_inputs, logits)),
-        ("backward_start", phase(grads_live, acts, logits_bwd)),
-        ("backward_end", phase(end_grads, one_layer, 0)),
+        ("forward", phase(grads_live, held_acts + previous_inputs, logits)),
+        ("backward_start", phase(grads_live, held_acts, logits_bwd)),
     ]
+    recompute_grads = 0
+    if recomputing:
+        method = w.method
+        fp32_adapters = (
+            not isinstance(method, FullFineTune) and bytes_of(method.adapter_dtype) == 4 and e != 4
+        )
+        recompute_grads = recompute_backward_bytes(
+            st.dims, tokens, e, fp32_adapters, ov.stack.fused_swiglu
+        )
+        phases.append(
+            ("backward_recompute", phase(grads_live, acts - head_inputs + recompute_grads, 0))
+        )
+    phases.append(("backward_end", phase(end_grads, one_layer, 0)))
     # The optimizer step: gradients (fp32 when stepping fp32 masters; the largest tensor's
     # low-precision gradient still live while it is upcast) plus the implementation's
     # temporaries, whichever moment is larger.
@@ -233,6 +277,12 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         if end_parts:
             parts[C.GRADIENTS] = times(end_parts, k)
     else:
+        # The itemized activations of the moment: without the recomputed layer before it
+        # runs, without the loss's inputs once it does.
+        gone = HEAD_INPUTS_PART if numbers.peak_phase == "backward_recompute" else RECOMPUTED_PART
+        parts[C.ACTIVATIONS] = tuple((n, b) for n, b in parts[C.ACTIVATIONS] if n != gone)
+        if numbers.peak_phase == "backward_recompute":
+            parts[C.ACTIVATIONS] += ((RECOMPUTE_GRADS_PART, recompute_grads * k),)
         if numbers.peak_phase == "forward" and previous_inputs:
             parts[C.ACTIVATIONS] += (
                 (
@@ -240,7 +290,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                     previous_inputs * k,
                 ),
             )
-        if has_head:
+        if has_head and numbers.peak_phase != "backward_recompute":  # no logits by then
             logit_parts = bwd_parts if numbers.peak_phase == "backward_start" else fwd_parts
             parts[C.LOGITS] = times(logit_parts, k)
         if live_parts and grads_live:
@@ -248,6 +298,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     return numbers
 
 
+SOFTCAP_PART = "soft-capped logits saved by tanh (final_logit_softcapping)"
 NF4_INIT_PART = "torchao 0.1 to_nf4 temporaries the allocator keeps from model init (replayed)"
 NF4_INIT_LIVE_PART = "torchao 0.1 to_nf4 temporaries at the model init's allocated peak (replayed)"
 NF4_BLOCK = 64 * 256

@@ -230,6 +230,9 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         # transformers' Gemma2Config defaults attn_logit_softcapping to 50.0
         attention_softcap=model_type == "gemma2"
         and c.get("attn_logit_softcapping", 50.0) is not None,
+        # transformers' Gemma2Config defaults final_logit_softcapping to 30.0 (Gemma 3: None)
+        final_softcap=c.get("final_logit_softcapping", 30.0 if model_type == "gemma2" else None)
+        is not None,
         layer_runs=compress_runs(layers),
         embeddings=(T("embed_tokens", V, h, Role.EMBEDDING, Split.VOCAB),),
         head=tuple(head),

@@ -147,7 +147,12 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
     def lm_head(self, h: torch.Tensor) -> torch.Tensor:
         head = self.head if self.head.has("lm_head") else self.embed
         name = "lm_head" if self.head.has("lm_head") else _name(self.arch.embeddings[0])
-        return self.ops.linear(head, name, h)
+        logits = self.ops.linear(head, name, h)
+        if self.arch.final_softcap:
+            # Gemma 2 (transformers Gemma2ForCausalLM.forward): tanh saves its output; the cap's
+            # value does not change the memory
+            logits = torch.tanh(logits / 30.0) * 30.0
+        return logits
 
     def pooled(self, h: torch.Tensor) -> torch.Tensor:
         """The first token's state, through BERT's pooler when the model has one."""

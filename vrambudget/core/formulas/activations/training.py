@@ -195,13 +195,20 @@ def lora_trainable(
 
 
 def _mlp_saved(
-    layer: LayerType, arch: Arch, dd: DeviceDims, tokens: int, e: int, output_input: bool = True
+    layer: LayerType,
+    arch: Arch,
+    dd: DeviceDims,
+    tokens: int,
+    e: int,
+    output_input: bool = True,
+    fused_swiglu: bool = False,
 ) -> int:
     """Split (per-device) MLP tensors saved for backward: gate, up, activation (and their
-    product, the output projection's input, when that projection is trained); GELU MLPs the
-    first projection's output (and the GELU output)."""
+    product, the output projection's input, when that projection is trained); with Liger's
+    fused SwiGLU (``fused_swiglu``) gate and up only; GELU MLPs the first projection's output
+    (and the GELU output)."""
     if not layer.moe:
-        per_token = (3 if arch.mlp == "gated" else 1) * dd.f
+        per_token = ((2 if fused_swiglu else 3) if arch.mlp == "gated" else 1) * dd.f
         if output_input:
             per_token += dd.f
         return tokens * per_token * e
@@ -229,6 +236,7 @@ def training_saved(
     fp32_normed: bool = False,
     fused_qkv: bool = False,
     math_mqa: bool = False,
+    fused_swiglu: bool = False,
 ) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
@@ -279,7 +287,9 @@ def training_saved(
         "attention output": tokens * heads * dd.v_head_dim * e if attention_output else 0,
         "attention dropout mask": mask,
         "mlp input": hidden if tr.mlp_input and not shared_input else 0,
-        "mlp intermediates": _mlp_saved(layer, arch, dd, tokens, e, tr.mlp_output_input),
+        "mlp intermediates": _mlp_saved(
+            layer, arch, dd, tokens, e, tr.mlp_output_input, fused_swiglu
+        ),
         "mlp dropout mask": mask,
     }
     if tr.lora_bytes_per_token:
@@ -337,6 +347,34 @@ def in_flight(
     return count, 1.0
 
 
+RECOMPUTED_PART = "one layer recomputed in backward"
+RECOMPUTE_GRADS_PART = "gradients of the recomputed layer's intermediates (its backward)"
+
+
+def recompute_backward_bytes(
+    dd: DeviceDims, tokens: int, e: int, fp32_adapters: bool, fused_swiglu: bool = False
+) -> int:
+    """The working set of the recomputed layer's own backward, on top of its saved tensors:
+    the gradients of its intermediates while its MLP runs backward -- the product's gradient and
+    the two it splits into (gate, up), then the input gradients of the projections -- ``tokens
+    x e x (2 f' + 4 h)``, and with fp32 adapters (PEFT casts each adapted projection's input to
+    the adapter's dtype) ``8 h`` bytes per token more for their fp32 gradients.
+
+    Measured, not derived line by line: the trace tier's activation peak of transformers' own
+    code (Llama layers, PEFT LoRA on every projection and full fine-tuning, SDPA, full
+    recomputation, fake tensors; ``h`` 1,024 / 2,048, ``f`` 2,816 / 5,632, 2,048 tokens) exceeds
+    the recompute phase's saved tensors by ``2.0 f + 3.0..4.5 h`` elements per token (bf16), and
+    by ``2.0 f + 8.0 h`` plus 1.5 % with fp32 adapters; the coefficients above are the larger.
+    Liger's fused SwiGLU writes the gate's and up's gradients into their saved outputs
+    (``fused_swiglu``): only the product's gradient, ``1 f'``, is allocated."""
+    f = dd.f_expert * max(dd.top_k, 1) if dd.experts else dd.f
+    per_f = 1 if fused_swiglu else 2
+    return tokens * e * (per_f * f + 4 * dd.h) + (tokens * 8 * dd.h if fp32_adapters else 0)
+
+
+HEAD_INPUTS_PART = "final norm and LM-head inputs"
+
+
 def training_activations(
     w: TrainingWorkload,
     arch: Arch,
@@ -345,12 +383,17 @@ def training_activations(
     norm: RmsNorm = "fused",
     fused_qkv: bool = False,
     math_mqa: bool = False,
+    residual_bytes: int | None = None,
+    fused_swiglu: bool = False,
 ) -> tuple[int, int, list[tuple[str, int]]]:
     """(all saved activations of a pipeline stage, one layer's saved activations, itemized
     parts): per layer kind the tensors saved for backward (``training_saved``; with full
     recomputation only the layer input, plus one layer recomputed in backward), times the
     micro-batches in flight (``in_flight``), plus the final norm and LM-head inputs on the last
-    stage and the embedding dropout mask on the first."""
+    stage and the embedding dropout mask on the first. ``residual_bytes``: the residual
+    stream's element size where it differs from the compute dtype's (QLoRA as PEFT prepares
+    it: fp32 embeddings and norms make every layer input fp32), which full recomputation
+    keeps."""
     e = bytes_of(w.precision.compute)
     fp32_normed = fp32_normed_of(arch, w.mixed_precision)
     attention = attention_run(w.attention, arch)
@@ -390,6 +433,7 @@ def training_activations(
             fp32_normed=fp32_normed,
             fused_qkv=fused_qkv,
             math_mqa=math_mqa,
+            fused_swiglu=fused_swiglu,
         )
         selective = ckpt == "selective"
         saved = saved_by(drop_scores=selective)
@@ -400,7 +444,8 @@ def training_activations(
         one_layer = max(one_layer, sum(whole.values()))
         if ckpt == "full":
             kept = ceil_div(
-                s * b * arch.hidden_size * e, par.tensor if par.sequence_parallel else 1
+                s * b * arch.hidden_size * (residual_bytes or e),
+                par.tensor if par.sequence_parallel else 1,
             )
             per_layer_total += kept * n
             items["layer inputs (full recomputation)"] = (
@@ -421,7 +466,7 @@ def training_activations(
     parts = [(k, int(v * count * factor)) for k, v in items.items() if v]
     if ckpt == "full":
         total += one_layer  # the layer being recomputed during backward
-        parts.append(("one layer recomputed in backward", one_layer))
+        parts.append((RECOMPUTED_PART, one_layer))
     if stage.last and arch.kind == "decoder":
         # The final norm's input (and normalized tensor when trained), the LM head's input.
         norm_in, normed = norm_saved_bytes(
@@ -429,7 +474,7 @@ def training_activations(
         )
         head_inputs = s * b * arch.hidden_size * (norm_in + normed + e)
         total += head_inputs
-        parts.append(("final norm and LM-head inputs", head_inputs))
+        parts.append((HEAD_INPUTS_PART, head_inputs))
     if stage.first and w.dropout:
         mask = s * b * arch.hidden_size
         total += mask
