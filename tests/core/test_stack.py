@@ -670,3 +670,22 @@ def test_autogptq_exllama_scratch_counts_in_the_workspace() -> None:
     assert scratch not in plain
     v2_13b = exllama_scratch("exllamav2", 5120, 13824)[0] + 4 * 40 * (6 * 5120 + 13824)
     assert v2_13b - exllama_scratch("exllama", 5120, 13824)[0] == 913_096_960
+
+
+def test_unsloth_keeps_the_unquantized_parameters_in_the_model_dtype() -> None:
+    """Unsloth's own prepare_model_for_kbit_training casts only the LoRA adapters to fp32
+    (unsloth 2024.8 models/_utils.py lines 334-351): the embeddings, head and norms of a
+    QLoRA model stay bf16, as torchtune's do; plain transformers + PEFT casts them to fp32."""
+    body = {**TRAIN, "method": {"kind": "qlora", "rank": 16}}
+    peft = _budget(body)
+    unsloth = _budget(body, {"framework": "unsloth"})
+    behaviour = {b.name: b for b in unsloth.stack.behaviours}["qlora_unquantized_dtype"]
+    assert "unsloth" in behaviour.source and "model's dtype" in behaviour.assumed
+    assert not resolve_stack(msgspec.convert({"framework": "unsloth"}, Software)).qlora_upcast
+
+    def weights(b: object) -> int:
+        return next(x.bytes for x in b.devices[0].lines if x.component == "weights")
+
+    # Llama 3.1 8B: embedding and head 128,256 x 4,096 each, 65 norms of 4,096, at 2 bytes
+    # less each
+    assert weights(peft) - weights(unsloth) == (2 * 128_256 * 4_096 + 65 * 4_096) * 2

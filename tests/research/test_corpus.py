@@ -200,13 +200,18 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     half-width 22.8% -> 21.9%. The bands, refitted on calibrate runs now closer, left held-out
     runs whose error lies outside the model above them (Answer.AI's FSDP runs and
     ml-engineering's ZeRO-3 offload runs read never-reset peaks that include loading, a LitGPT
-    Gemma full fine-tune 22% low as before): 90.6% inside, 9 runs above (bounds moved)."""
+    Gemma full fine-tune 22% low as before): 90.6% inside, 9 runs above (bounds moved).
+    Unsloth's QLoRA keeping its unquantized parameters in bf16 (read in its source) brought the
+    calibrate split's Unsloth run from 23% over to 4%, so the QLoRA band narrowed (x0.72 ..
+    x1.24 -> x0.83 .. x1.13) and the half-width fell 21.9% -> 16.0%; universal-llm-trainer's
+    Phi-3 QLoRA rows (three GPUs, one number; 12.6% low, while the trace tier of transformers'
+    own Phi-3 QLoRA agrees with the formulas within 6%) left it: 88.3% inside, 12 runs above."""
     s = summarize(held_out)
     assert s["n"] >= 120
     assert s["median_abs_error"] <= 0.035
-    assert s["coverage"] >= 0.906
-    assert s["exceeded_but_fits"] <= 9
-    assert s["median_half_width"] <= 0.219
+    assert s["coverage"] >= 0.882
+    assert s["exceeded_but_fits"] <= 12
+    assert s["median_half_width"] <= 0.160
     assert not math.isnan(s["median_signed_error"])
 
 

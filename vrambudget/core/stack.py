@@ -419,6 +419,15 @@ _KBIT_FP32 = _B(
     "SFTTrainer before 0.22 (trl 0.21.0 sft_trainer.py lines 600-610: not for sharded QLoRA, "
     "whose FlatParameters need one dtype); name libraries.trl 0.22+ for TRL's own rule",
 )
+_KBIT_UNSLOTH = _B(
+    name="qlora_unquantized_dtype",
+    assumed="the parameters QLoRA does not quantize (embeddings, LM head, norms) keep the "
+    "model's dtype: Unsloth's own prepare_model_for_kbit_training casts only the LoRA "
+    "adapters to fp32",
+    source="unsloth 2024.8 models/_utils.py prepare_model_for_kbit_training lines 334-351 "
+    "(lora_A / lora_B / lora_magnitude_vector to float32, every other parameter frozen as it "
+    "is)",
+)
 _KBIT_TRL = _B(
     name="qlora_unquantized_dtype",
     assumed="the parameters QLoRA does not quantize keep the model's dtype: TRL's SFTTrainer "
@@ -658,7 +667,7 @@ def _resolve(software: Software | None) -> Stack:
         behaviours.append(_NF4_INIT)
     litgpt = framework == "litgpt"
     trl = sw.libraries.trl
-    qlora_upcast = framework not in ("torchtune", "litgpt") and not (
+    qlora_upcast = framework not in ("torchtune", "litgpt", "unsloth") and not (
         trl is not None and version_tuple(trl) >= (0, 22)
     )
     behaviours.append(_qlora_dtype_behaviour(framework, version, qlora_upcast))
@@ -746,6 +755,8 @@ def _qlora_dtype_behaviour(framework: str, version: str, upcast: bool) -> StackB
         return _KBIT_LITGPT
     if framework == "torchtune":
         return _KBIT_KEPT_ADAPTED if version_tuple(version) < (0, 3) else _KBIT_KEPT
+    if framework == "unsloth":
+        return _KBIT_UNSLOTH
     return _KBIT_FP32 if upcast else _KBIT_TRL
 
 
