@@ -25,6 +25,7 @@ from vrambudget.core.stack import resolve_stack
 from vrambudget.core.statics import statics_for
 
 # Mistral-7B: h 4,096, f 14,336, 32 layers, vocab 32,000.
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 H, F, L, V = 4_096, 14_336, 32, 32_000
 
 
@@ -140,6 +141,13 @@ def test_a_recompute_peak_itemizes_the_backward_gradients() -> None:
     assert acts[RECOMPUTE_GRADS_PART] == 16 * 4096 * (2 * (2 * F + 4 * H) + 8 * H)
     assert {x.component: x.bytes for x in d.lines}[Component.LOGITS] == 0
     assert _parts(_budget(body), Component.LOGITS) == {}
+    # LitGPT's loop holds its fp32 logits through fabric.backward (litgpt 0.4.5 finetune/
+    # lora.py lines 304-308): they are still there when the layers are recomputed.
+    body["software"] = {"framework": "litgpt", "framework_version": "0.4.5"}
+    lit = _budget(body)
+    assert lit.devices[0].peak_phase == "backward_recompute"
+    logits = {x.component: x.bytes for x in lit.devices[0].lines}[Component.LOGITS]
+    assert logits == 16 * 4096 * 1_024 * 4
 
 
 def _gemma(model: str, loss: str | None = None) -> Budget:
@@ -211,6 +219,45 @@ def test_liger_swiglu_saves_gate_and_up_only() -> None:
     assert liger.fused_swiglu
     assert "fused kernel" in {b.name: b.assumed for b in liger.behaviours}["swiglu"]
     assert not resolve_stack(None).fused_swiglu
+
+
+def test_liger_leaves_the_families_it_does_not_patch_eager() -> None:
+    """Liger's model table (monkey_patch.py MODEL_TYPE_TO_APPLY_LIGER_FN) patches the MLP of the
+    families it lists; a model it does not know keeps transformers' MLP and saves 3 f'."""
+
+    def mlp_line(model: dict[str, Any], libraries: dict[str, str]) -> int:
+        b = _budget(
+            {
+                "workloads": [
+                    {
+                        "kind": "training",
+                        "model": model,
+                        "precision": {"weights": "bf16"},
+                        "mixed_precision": "pure",
+                        "sequence_length": 4096,
+                        "checkpointing": "none",
+                        "attention": "flash",
+                        "method": {"kind": "lora", "target_modules": TARGETS},
+                    }
+                ],
+                "headroom": {"fraction": 0.0},
+                "software": {"libraries": libraries, "loss": "cross_entropy"},
+            }
+        )
+        return _parts(b, Component.ACTIVATIONS)["mlp intermediates"]
+
+    dims = {
+        "source": "dimensions",
+        "hidden_size": 2048,
+        "num_layers": 4,
+        "num_attention_heads": 16,
+        "intermediate_size": 5632,
+        "vocab_size": 32_000,
+    }
+    liger = {"liger_kernel": "0.5.10"}
+    assert mlp_line(dims, liger) == mlp_line(dims, {})
+    llama = {"source": "preset", "id": "llama-3.1-8b"}
+    assert mlp_line(llama, {}) - mlp_line(llama, liger) == 32 * 4096 * 14_336 * 2
 
 
 def test_peft_qlora_keeps_fp32_layer_inputs() -> None:

@@ -508,14 +508,40 @@ _SWIGLU_EAGER = _B(
 )
 _SWIGLU_FUSED = _B(
     name="swiglu",
-    assumed="a gated MLP's SiLU and product run as one fused kernel that saves only the gate and "
-    "up projections' outputs and writes their gradients into them in backward (no SiLU output "
-    "saved, one gradient allocated)",
+    assumed="a gated MLP's SiLU (GeGLU: GELU) and product run as one fused kernel that saves "
+    "only the gate and up projections' outputs and writes their gradients into them in "
+    "backward (no activation output saved, one gradient allocated), for the families Liger "
+    "patches (Llama, Mistral, Qwen 2/3, Gemma 1-3, Phi-3, Granite, OLMo 2, GLM-4); others keep "
+    "their eager MLP",
     source="liger_kernel ops/swiglu.py LigerSiLUMulFunction (0.5.10 lines 103-118: "
     "ctx.save_for_backward(a, b); backward returns swiglu_backward(a, b, dc), whose kernel "
     "overwrites a and b); applied by Liger's model patches (AutoLigerKernelForCausalLM, "
     "apply_liger_kernel_to_llama swiglu=True)",
 )
+LIGER_GLU_FAMILIES = frozenset(
+    {
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "glm4",
+        "granite",
+        "llama",
+        "mistral",
+        "mllama",
+        "olmo2",
+        "paligemma",
+        "phi3",
+        "qwen2",
+        "qwen2_5_vl",
+        "qwen2_vl",
+        "qwen3",
+    }
+)
+"""Dense families whose MLP Liger patches with its fused SwiGLU / GeGLU (liger_kernel 0.5.10
+transformers/monkey_patch.py MODEL_TYPE_TO_APPLY_LIGER_FN, each apply_liger_kernel_to_* with
+``swiglu`` or ``geglu`` True by default; GeGLU's kernel, ops/geglu.py, saves and overwrites
+its two inputs the same way). Other families keep their eager MLP under Liger."""
 _PREVIOUS_STEP = _B(
     name="previous_step_graph",
     assumed="the training loop keeps the last micro-batch's logits and loss, so its autograd "

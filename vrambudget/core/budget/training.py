@@ -24,7 +24,7 @@ from ..formulas.logits import training_backward_parts, training_forward_parts
 from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
 from ..spec import FullFineTune, QLoRA, TrainingWorkload
-from ..stack import Stack
+from ..stack import LIGER_GLU_FAMILIES, Stack
 from ..statics import StageStatic, training_plan
 from .stage import StageNumbers, finish, times
 
@@ -41,9 +41,12 @@ utils.py line 282)."""
 def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> StageNumbers:
     e = bytes_of(w.precision.compute)
     tokens = w.sequence_length * w.micro_batch_size
-    # QLoRA as PEFT prepares it: the fp32 embeddings and norms make the residual stream fp32
-    # (an fp32 embedding output; an fp32 sum at every residual add, autocast or not).
-    residual = 4 if isinstance(w.method, QLoRA) and training_plan(w, ov.stack).kbit_upcast else e
+    # The residual stream is fp32 where the embeddings are: QLoRA as PEFT prepares it (fp32
+    # embeddings and norms) and autocast over fp32 parameters -- an fp32 embedding output, an
+    # fp32 sum at every residual add.
+    kbit_fp32 = isinstance(w.method, QLoRA) and training_plan(w, ov.stack).kbit_upcast
+    residual = 4 if kbit_fp32 or w.mixed_precision == "autocast" else e
+    fused_swiglu = ov.stack.fused_swiglu and arch.model_type in LIGER_GLU_FAMILIES
     acts, one_layer, act_parts = training_activations(
         w,
         arch,
@@ -53,7 +56,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         ov.stack.fused_qkv,
         ov.stack.math_mqa,
         residual_bytes=max(residual, e),
-        fused_swiglu=ov.stack.fused_swiglu,
+        fused_swiglu=fused_swiglu,
     )
     previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":
@@ -194,17 +197,30 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         ("forward", phase(grads_live, held_acts + previous_inputs, logits)),
         ("backward_start", phase(grads_live, held_acts, logits_bwd)),
     ]
-    recompute_grads = 0
+    recompute_grads = held_logits = 0
     if recomputing:
         method = w.method
         fp32_adapters = (
             not isinstance(method, FullFineTune) and bytes_of(method.adapter_dtype) == 4 and e != 4
         )
         recompute_grads = recompute_backward_bytes(
-            st.dims, tokens, e, fp32_adapters, ov.stack.fused_swiglu
+            st.dims, tokens, e, fp32_adapters, fused_swiglu, max(residual, e)
+        )
+        # The LM head's weight gradient exists by then (a full fine-tune's; with accumulation
+        # or kept gradients it is among the live ones already).
+        if has_head and isinstance(method, FullFineTune) and not grads_live:
+            recompute_grads += st.dims.vocab * arch.hidden_size * bytes_of(w.precision.weights)
+        # LitGPT's loop still holds the fp32 logits (it keeps them through fabric.backward).
+        held_logits = (
+            tokens * st.dims.vocab * 4
+            if has_head and stack.loss == "litgpt_chunked_cross_entropy"
+            else 0
         )
         phases.append(
-            ("backward_recompute", phase(grads_live, acts - head_inputs + recompute_grads, 0))
+            (
+                "backward_recompute",
+                phase(grads_live, acts - head_inputs + recompute_grads, held_logits),
+            )
         )
     phases.append(("backward_end", phase(end_grads, one_layer, 0)))
     # The optimizer step: gradients (fp32 when stepping fp32 masters; the largest tensor's
@@ -290,7 +306,12 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                     previous_inputs * k,
                 ),
             )
-        if has_head and numbers.peak_phase != "backward_recompute":  # no logits by then
+        if has_head and numbers.peak_phase == "backward_recompute":
+            if held_logits:
+                parts[C.LOGITS] = times(
+                    (("fp32 logits (the training loop still holds them)", held_logits),), k
+                )
+        elif has_head:
             logit_parts = bwd_parts if numbers.peak_phase == "backward_start" else fwd_parts
             parts[C.LOGITS] = times(logit_parts, k)
         if live_parts and grads_live:

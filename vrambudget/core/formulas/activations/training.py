@@ -352,7 +352,12 @@ RECOMPUTE_GRADS_PART = "gradients of the recomputed layer's intermediates (its b
 
 
 def recompute_backward_bytes(
-    dd: DeviceDims, tokens: int, e: int, fp32_adapters: bool, fused_swiglu: bool = False
+    dd: DeviceDims,
+    tokens: int,
+    e: int,
+    fp32_adapters: bool,
+    fused_swiglu: bool = False,
+    residual_bytes: int | None = None,
 ) -> int:
     """The working set of the recomputed layer's own backward, on top of its saved tensors:
     the gradients of its intermediates while its MLP runs backward -- the product's gradient and
@@ -366,10 +371,16 @@ def recompute_backward_bytes(
     the recompute phase's saved tensors by ``2.0 f + 3.0..4.5 h`` elements per token (bf16), and
     by ``2.0 f + 8.0 h`` plus 1.5 % with fp32 adapters; the coefficients above are the larger.
     Liger's fused SwiGLU writes the gate's and up's gradients into their saved outputs
-    (``fused_swiglu``): only the product's gradient, ``1 f'``, is allocated."""
-    f = dd.f_expert * max(dd.top_k, 1) if dd.experts else dd.f
+    (``fused_swiglu``): only the product's gradient, ``1 f'``, is allocated. The hidden-wide
+    gradients take the residual stream's element size (``residual_bytes``: fp32 under autocast
+    or PEFT's QLoRA preparation). A mixture of experts takes its routed width (``top_k x
+    f_expert``) plus its shared experts' (not divided by expert parallelism: an upper bound)."""
+    f = dd.f_expert * max(dd.top_k, 1) + dd.f_shared if dd.experts else dd.f
     per_f = 1 if fused_swiglu else 2
-    return tokens * e * (per_f * f + 4 * dd.h) + (tokens * 8 * dd.h if fp32_adapters else 0)
+    h_bytes = residual_bytes or e
+    return tokens * (e * per_f * f + h_bytes * 4 * dd.h) + (
+        tokens * 8 * dd.h if fp32_adapters else 0
+    )
 
 
 HEAD_INPUTS_PART = "final norm and LM-head inputs"
