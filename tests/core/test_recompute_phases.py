@@ -9,7 +9,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from vrambudget.core.budget.training import SOFTCAP_PART
 from vrambudget.core.components import Component
 from vrambudget.core.deployed import deploy
 from vrambudget.core.estimate import estimate
@@ -18,6 +17,7 @@ from vrambudget.core.formulas.activations import (
     recompute_backward_bytes,
     training_activations,
 )
+from vrambudget.core.formulas.logits import SOFTCAP_PART
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest, Software, TrainingWorkload
@@ -97,7 +97,7 @@ def test_the_recomputed_layer_is_not_live_at_the_loss() -> None:
     (st,) = statics_for(w, arch)
     _, one_layer, _ = training_activations(w, arch, st.stage, st.dims, resolve_stack(None).rms_norm)
     grads = tokens * 2 * (2 * F + 4 * H) + tokens * 8 * H  # fp32 adapters: + 8 h per token
-    assert recompute_backward_bytes(st.dims, tokens, 2, True) == grads == 4_026_531_840
+    assert recompute_backward_bytes(st.dims, tokens, 2, w.method) == grads == 4_026_531_840
     ph = _phases(b)
     at_loss = sum(acts.values()) + tokens * V * 14
     assert ph["backward_recompute"] - ph["forward"] == (
@@ -211,8 +211,8 @@ def test_liger_swiglu_saves_gate_and_up_only() -> None:
 
     assert mlp(False) - mlp(True) == 32 * 4096 * 14_336 * 2 == 3_758_096_384
     assert (
-        recompute_backward_bytes(st.dims, 4096, 2, False)
-        - recompute_backward_bytes(st.dims, 4096, 2, False, fused_swiglu=True)
+        recompute_backward_bytes(st.dims, 4096, 2, w.method)
+        - recompute_backward_bytes(st.dims, 4096, 2, w.method, fused_swiglu=True)
         == 4096 * 14_336 * 2
     )
     liger = resolve_stack(msgspec.convert({"libraries": {"liger_kernel": "0.5.10"}}, Software))

@@ -236,11 +236,11 @@ def analytic_peaks(
         if w.checkpointing == "full":
             # the loss's moment without the recomputed layer, or the recompute with the
             # gradients of its intermediates (budget/training.py's phases)
-            e = bytes_of(w.precision.compute)
-            m = w.method
-            fp32_adapters = getattr(m, "adapter_dtype", None) == "fp32" and e != 4
             grads = recompute_backward_bytes(
-                st.dims, w.sequence_length * w.micro_batch_size, e, fp32_adapters
+                st.dims,
+                w.sequence_length * w.micro_batch_size,
+                bytes_of(w.precision.compute),
+                w.method,
             )
             head = dict(parts).get(HEAD_INPUTS_PART, 0)
             acts = max(acts - one_layer, acts - head + grads)

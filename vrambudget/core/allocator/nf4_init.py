@@ -176,9 +176,9 @@ def replay_nf4_init(
         s.free(*t)
     s.alloc(2 * hidden)  # the final norm
     for clones in model:  # load_state_dict: copy_ quantizes each checkpoint weight on the GPU
-        for i, (n_in, n_out, adapted) in enumerate(projections):
+        for i, (n_in, n_out, _) in enumerate(projections):
             old = clones[i]
-            if not adapted or old is None:
+            if old is None:
                 continue  # a plain weight is copied in place
             x = s.alloc(2 * n_in * n_out)
             new = _to_nf4(s, n_in * n_out)

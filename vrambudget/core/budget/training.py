@@ -20,7 +20,11 @@ from ..formulas.activations import (
     shares_one_norm,
     training_activations,
 )
-from ..formulas.logits import training_backward_parts, training_forward_parts
+from ..formulas.logits import (
+    training_backward_parts,
+    training_forward_parts,
+    training_recompute_parts,
+)
 from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
 from ..spec import FullFineTune, QLoRA, TrainingWorkload
@@ -123,15 +127,25 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         shift_copy = full and w.micro_batch_size > 1
         joined = full  # the flattened logits' chunks are split views: their gradients join
     fwd_parts = training_forward_parts(
-        tokens, st.dims.vocab, e, stack.loss, chunks, shift_copy, stack.loss_compiled
+        tokens,
+        st.dims.vocab,
+        e,
+        stack.loss,
+        chunks,
+        shift_copy,
+        stack.loss_compiled,
+        softcap=arch.final_softcap,
     )
     bwd_parts = training_backward_parts(
-        tokens, st.dims.vocab, stack.loss, chunks, e, stack.loss_compiled, joined
+        tokens,
+        st.dims.vocab,
+        stack.loss,
+        chunks,
+        e,
+        stack.loss_compiled,
+        joined,
+        softcap=arch.final_softcap,
     )
-    if arch.final_softcap and stack.loss != "fused_linear_cross_entropy":
-        # tanh's saved output, beside the capped logits, until its backward (after the loss's)
-        capped = ((SOFTCAP_PART, tokens * st.dims.vocab * e),)
-        fwd_parts, bwd_parts = fwd_parts + capped, bwd_parts + capped
     logits = sum(b for _, b in fwd_parts) if has_head else 0
     logits_bwd = sum(b for _, b in bwd_parts) if has_head else 0
     context = cuda_context.per_device(ov.process_context_bytes("training"), w.instances)
@@ -197,25 +211,17 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         ("forward", phase(grads_live, held_acts + previous_inputs, logits)),
         ("backward_start", phase(grads_live, held_acts, logits_bwd)),
     ]
-    recompute_grads = held_logits = 0
+    recompute_grads = 0
+    held_parts = training_recompute_parts(tokens, st.dims.vocab, stack.loss) if has_head else ()
     if recomputing:
-        method = w.method
-        fp32_adapters = (
-            not isinstance(method, FullFineTune) and bytes_of(method.adapter_dtype) == 4 and e != 4
-        )
         recompute_grads = recompute_backward_bytes(
-            st.dims, tokens, e, fp32_adapters, fused_swiglu, max(residual, e)
+            st.dims, tokens, e, w.method, fused_swiglu, max(residual, e)
         )
         # The LM head's weight gradient exists by then (a full fine-tune's; with accumulation
         # or kept gradients it is among the live ones already).
-        if has_head and isinstance(method, FullFineTune) and not grads_live:
+        if has_head and isinstance(w.method, FullFineTune) and not grads_live:
             recompute_grads += st.dims.vocab * arch.hidden_size * bytes_of(w.precision.weights)
-        # LitGPT's loop still holds the fp32 logits (it keeps them through fabric.backward).
-        held_logits = (
-            tokens * st.dims.vocab * 4
-            if has_head and stack.loss == "litgpt_chunked_cross_entropy"
-            else 0
-        )
+        held_logits = sum(b for _, b in held_parts)
         phases.append(
             (
                 "backward_recompute",
@@ -239,7 +245,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
     init = _nf4_init(w, arch, st, ov)
     if init is not None:
-        phases.insert(0, ("model_init", init[0]))  # before the first step
+        phases.insert(0, ("model_init", init))  # before the first step
     step_comm = tuple(
         (n, b)
         for n, b in comm_parts
@@ -266,8 +272,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # Parts describe the peak phase only.
     if numbers.peak_phase == "model_init" and init is not None:
         parts = {
-            C.RUNTIME_WORKSPACE: ((NF4_INIT_LIVE_PART, init[1]),),
-            C.ALLOCATOR_OVERHEAD: ((NF4_INIT_PART, init[2]),),
+            C.RUNTIME_WORKSPACE: ((NF4_INIT_LIVE_PART, init[C.RUNTIME_WORKSPACE]),),
+            C.ALLOCATOR_OVERHEAD: ((NF4_INIT_PART, init[C.ALLOCATOR_OVERHEAD]),),
             C.CUDA_CONTEXT: parts[C.CUDA_CONTEXT],
         }
         numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
@@ -306,20 +312,17 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                     previous_inputs * k,
                 ),
             )
-        if has_head and numbers.peak_phase == "backward_recompute":
-            if held_logits:
-                parts[C.LOGITS] = times(
-                    (("fp32 logits (the training loop still holds them)", held_logits),), k
-                )
-        elif has_head:
-            logit_parts = bwd_parts if numbers.peak_phase == "backward_start" else fwd_parts
-            parts[C.LOGITS] = times(logit_parts, k)
+        if has_head:
+            logit_parts = {"backward_start": bwd_parts, "backward_recompute": held_parts}.get(
+                numbers.peak_phase, fwd_parts
+            )
+            if logit_parts:
+                parts[C.LOGITS] = times(logit_parts, k)
         if live_parts and grads_live:
             parts[C.GRADIENTS] = times(live_parts, k)
     return numbers
 
 
-SOFTCAP_PART = "soft-capped logits saved by tanh (final_logit_softcapping)"
 NF4_INIT_PART = "torchao 0.1 to_nf4 temporaries the allocator keeps from model init (replayed)"
 NF4_INIT_LIVE_PART = "torchao 0.1 to_nf4 temporaries at the model init's allocated peak (replayed)"
 NF4_BLOCK = 64 * 256
@@ -329,12 +332,12 @@ divide into blocks of 256."""
 
 def _nf4_init(
     w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads
-) -> tuple[dict[Component, int], int, int] | None:
+) -> dict[Component, int] | None:
     """torchtune 0.1's QLoRA model init (:mod:`vrambudget.core.allocator.nf4_init`): the
     model's own tensors, the CUDA context, the quantization temporaries live at the init's
     allocated peak (``runtime_workspace``) and what the allocator reserves beyond that
     (``allocator_overhead``): the replay's reserved peak plus the context; no optimizer state,
-    gradients or cuBLAS workspace yet. With the two temporaries' bytes. None where it does not
+    gradients or cuBLAS workspace yet. None where it does not
     apply: other stacks and methods, several devices or instances, a compute dtype other than bf16
     (``to_nf4`` asserts bf16), a model whose layers are not one dense kind, weights ``to_nf4``
     cannot block, or a bias on an adapted projection (torchtune 0.1 raises)."""
@@ -377,18 +380,14 @@ def _nf4_init(
     held = st.weights_bytes + st.metadata_bytes + st.adapter_bytes
     live = max(0, r.peak_allocated_bytes - held)
     cached = max(0, r.peak_reserved_bytes - max(r.peak_allocated_bytes, held))
-    return (
-        {
-            C.WEIGHTS: st.weights_bytes,
-            C.QUANTIZATION_METADATA: st.metadata_bytes,
-            C.ADAPTERS: st.adapter_bytes,
-            C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
-            C.RUNTIME_WORKSPACE: live,
-            C.ALLOCATOR_OVERHEAD: cached,
-        },
-        live,
-        cached,
-    )
+    return {
+        C.WEIGHTS: st.weights_bytes,
+        C.QUANTIZATION_METADATA: st.metadata_bytes,
+        C.ADAPTERS: st.adapter_bytes,
+        C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
+        C.RUNTIME_WORKSPACE: live,
+        C.ALLOCATOR_OVERHEAD: cached,
+    }
 
 
 class _Grads(NamedTuple):

@@ -12,11 +12,17 @@ from __future__ import annotations
 
 __all__ = [
     "FORMULA",
+    "LITGPT_HELD_PART",
+    "SOFTCAP_PART",
     "SOURCE",
     "inference_logits",
     "training_backward_parts",
     "training_forward_parts",
+    "training_recompute_parts",
 ]
+
+SOFTCAP_PART = "soft-capped logits saved by tanh (final_logit_softcapping)"
+LITGPT_HELD_PART = "fp32 logits (the training loop still holds them)"
 
 FORMULA = "rows x vocab_per_device x bytes (training: + fp32 copy + fp32 log-softmax)"
 SOURCE = "transformers ForCausalLMLoss (logits.float()); torch cross_entropy"
@@ -42,6 +48,7 @@ def training_forward_parts(
     chunks: int = 1,
     shift_copy: bool = False,
     compiled: bool = False,
+    softcap: bool = False,
 ) -> tuple[tuple[str, int], ...]:
     """Forward: the LM head's output, its fp32 copy and the fp32 log-softmax live together:
     ``tokens x vocab x (e + 4 + 4)`` (``x 8`` for fp32 logits, which ``.float()`` returns);
@@ -58,7 +65,22 @@ def training_forward_parts(
     Worked number: 4,096 tokens, vocab 128,256, bf16: 4,096 x 128,256 x 10 = 5,253,365,760 B;
     chunked in 8: 4,096 x 128,256 x 6 + 512 x 128,256 x 4 = 3,414,687,744 B; chunked and
     compiled: 4,096 x 128,256 x 2 + 4,096 x 8 = 1,050,705,920 B; LitGPT's:
-    4,096 x 128,256 x 10 = 5,253,365,760 B."""
+    4,096 x 128,256 x 10 = 5,253,365,760 B.
+
+    Soft-capped logits (``softcap``: Gemma 2's ``final_logit_softcapping``, ``tanh(logits /
+    cap) x cap``) add tanh's saved output, ``tokens x vocab x e``, live until its backward
+    (after the loss's); a fused linear cross-entropy caps inside its kernel."""
+    parts = _forward(tokens, vocab, e, loss, chunks, shift_copy, compiled)
+    return parts + _capped(tokens * vocab * e, loss, softcap)
+
+
+def _capped(nbytes: int, loss: str, softcap: bool) -> tuple[tuple[str, int], ...]:
+    return ((SOFTCAP_PART, nbytes),) if softcap and loss != "fused_linear_cross_entropy" else ()
+
+
+def _forward(
+    tokens: int, vocab: int, e: int, loss: str, chunks: int, shift_copy: bool, compiled: bool
+) -> tuple[tuple[str, int], ...]:
     v = tokens * vocab
     if loss == "fused_linear_cross_entropy":
         return ()
@@ -116,6 +138,7 @@ def training_backward_parts(
     e: int = 2,
     compiled: bool = False,
     joined: bool = False,
+    softcap: bool = False,
 ) -> tuple[tuple[str, int], ...]:
     """Backward start: the saved log-softmax, the loss's fp32 gradient and log-softmax's fp32
     input gradient (the forward's low-precision logits and fp32 copy are freed by then):
@@ -128,13 +151,21 @@ def training_backward_parts(
     gradient, all of which precede the LM head's backward) and one chunk's two fp32 gradients:
     ``tokens x vocab x 8 + 2 x ceil(tokens / chunks) x vocab x 4``; ``joined`` (a full
     fine-tune, whose chunks are ``split`` views of one tensor): the chunks' gradients are
-    joined into one full-size gradient, ``tokens x vocab x 12``."""
+    joined into one full-size gradient, ``tokens x vocab x 12``. Soft-capped logits
+    (``softcap``) keep tanh's output beside them."""
+    parts = _backward(tokens, vocab, loss, chunks, e, compiled, joined)
+    return parts + _capped(tokens * vocab * e, loss, softcap)
+
+
+def _backward(
+    tokens: int, vocab: int, loss: str, chunks: int, e: int, compiled: bool, joined: bool
+) -> tuple[tuple[str, int], ...]:
     v = tokens * vocab
     if loss == "fused_linear_cross_entropy":
         return ()
     if loss == "litgpt_chunked_cross_entropy":
         held = (
-            ("fp32 logits (the training loop still holds them)", v * FP32),
+            (LITGPT_HELD_PART, v * FP32),
             ("fp32 log-softmax saved by cross-entropy, then the logits' gradients", v * FP32),
         )
         if joined:  # SplitBackward's cat, then SliceBackward's full-size buffer
@@ -162,3 +193,15 @@ def training_backward_parts(
         ("loss gradient (fp32)", chunk * FP32),
         ("log-softmax input gradient (fp32)", chunk * FP32),
     )
+
+
+def training_recompute_parts(
+    tokens: int, vocab: int, loss: str = "cross_entropy"
+) -> tuple[tuple[str, int], ...]:
+    """Full recomputation, while the layers are recomputed (after the LM head's backward):
+    nothing of the loss, except LitGPT's fp32 logits, which its loop keeps referenced through
+    ``fabric.backward`` (litgpt 0.4.5 finetune/full.py lines 254-257, lora.py lines 304-308):
+    ``tokens x vocab x 4``."""
+    if loss == "litgpt_chunked_cross_entropy":
+        return ((LITGPT_HELD_PART, tokens * vocab * FP32),)
+    return ()

@@ -10,7 +10,7 @@ from typing import Literal
 from ...arch import Arch, LayerType, Role, attention_run
 from ...dtypes import bytes_of
 from ...layout import Stage, per_device_shape
-from ...spec import LoRA, TrainingWorkload
+from ...spec import LoRA, Method, TrainingWorkload
 from ...units import ceil_div
 from .dims import FP32, MASK, DeviceDims
 
@@ -355,14 +355,14 @@ def recompute_backward_bytes(
     dd: DeviceDims,
     tokens: int,
     e: int,
-    fp32_adapters: bool,
+    method: Method,
     fused_swiglu: bool = False,
     residual_bytes: int | None = None,
 ) -> int:
     """The working set of the recomputed layer's own backward, on top of its saved tensors:
     the gradients of its intermediates while its MLP runs backward -- the product's gradient and
     the two it splits into (gate, up), then the input gradients of the projections -- ``tokens
-    x e x (2 f' + 4 h)``, and with fp32 adapters (PEFT casts each adapted projection's input to
+    x e x (2 f' + 4 h)``, and with fp32 LoRA adapters (PEFT casts each adapted projection's input to
     the adapter's dtype) ``8 h`` bytes per token more for their fp32 gradients.
 
     Measured, not derived line by line: the trace tier's activation peak of transformers' own
@@ -375,6 +375,7 @@ def recompute_backward_bytes(
     gradients take the residual stream's element size (``residual_bytes``: fp32 under autocast
     or PEFT's QLoRA preparation). A mixture of experts takes its routed width (``top_k x
     f_expert``) plus its shared experts' (not divided by expert parallelism: an upper bound)."""
+    fp32_adapters = isinstance(method, LoRA) and bytes_of(method.adapter_dtype) == 4 and e != 4
     f = dd.f_expert * max(dd.top_k, 1) + dd.f_shared if dd.experts else dd.f
     per_f = 1 if fused_swiglu else 2
     h_bytes = residual_bytes or e
