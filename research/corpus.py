@@ -36,7 +36,7 @@ from vrambudget.core.estimate import estimate
 from vrambudget.core.resolve import needs_resolution
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest
-from vrambudget.core.stack import PINNED
+from vrambudget.core.stack import HF_MODEL_FRAMEWORKS, PINNED
 
 __all__ = [
     "CORPUS",
@@ -349,6 +349,11 @@ def _dated(sw: dict[str, Any], r: Record) -> None:
         found = version_at(r.framework, when)
         if found:
             libraries[r.framework] = found
+    if framework in HF_MODEL_FRAMEWORKS and "transformers" not in libraries:
+        # The model classes (and their loss) of the release current when the run was published.
+        found = version_at("transformers", when)
+        if found:
+            libraries["transformers"] = found
     for library in _DATED_LIBRARIES:
         if library not in libraries and library not in PINNED.get(framework or "", {}):
             found = version_at(library, when)

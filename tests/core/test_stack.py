@@ -689,3 +689,41 @@ def test_unsloth_keeps_the_unquantized_parameters_in_the_model_dtype() -> None:
     # Llama 3.1 8B: embedding and head 128,256 x 4,096 each, 65 norms of 4,096, at 2 bytes
     # less each
     assert weights(peft) - weights(unsloth) == (2 * 128_256 * 4_096 + 65 * 4_096) * 2
+
+
+def test_fsdp_and_deepspeed_run_the_named_transformers_releases_loss() -> None:
+    """Under FSDP or DeepSpeed the model classes, and the loss their forward computes, are
+    transformers': with 4.48.1 (before 4.49's label shift) the loss copies the shifted fp32
+    logits, 4,096 x 128,256 x 4 = 2,101,346,304 B more in the forward than under the current
+    release; LitGPT has its own model code and takes no transformers release."""
+    fsdp = {**TRAIN, "parallelism": {"data": 2, "zero_stage": 3}}
+
+    def forward(b) -> int:
+        return _phases(b)["forward"]
+
+    for framework in ("fsdp", "deepspeed"):
+        old_sw = {"framework": framework, "libraries": {"transformers": "4.48.1"}}
+        old = resolve_stack(msgspec.convert(old_sw, Software))
+        new = resolve_stack(msgspec.convert({"framework": framework}, Software))
+        assert (old.transformers_version, old.loss_shift_copy) == ("4.48.1", True)
+        assert (new.transformers_version, new.loss_shift_copy) == (CURRENT["transformers"], False)
+        assert forward(_budget(fsdp, old_sw)) - forward(
+            _budget(fsdp, {"framework": framework})
+        ) >= (4_096 * 128_256 * 4)
+        named = _budget(fsdp, old_sw).stack
+        assert any(
+            b.name == "model_code" and "transformers 4.48.1" in b.assumed for b in named.behaviours
+        )
+    assert (
+        resolve_stack(msgspec.convert({"framework": "litgpt"}, Software)).transformers_version
+        is None
+    )
+
+
+def test_the_transformers_library_is_refused_where_transformers_is_the_framework() -> None:
+    """Its release is ``framework_version`` there: naming it twice could disagree."""
+    with pytest.raises(msgspec.ValidationError, match=r"libraries\.transformers"):
+        msgspec.convert(
+            {"workloads": [TRAIN], "software": {"libraries": {"transformers": "4.48.1"}}},
+            BudgetRequest,
+        )

@@ -29,6 +29,7 @@ from .spec import LossImplementation, Software
 __all__ = [
     "CURRENT",
     "DEFAULT_STACK",
+    "HF_MODEL_FRAMEWORKS",
     "PINNED",
     "Stack",
     "resolve_stack",
@@ -84,6 +85,10 @@ class Stack:
 
     framework: str
     framework_version: str
+    transformers_version: str | None
+    """The transformers release whose model code runs (the framework's own, or
+    ``libraries.transformers`` under FSDP, DeepSpeed, axolotl); None where the framework has its
+    own model code."""
     torch_version: str
     loss: Loss
     loss_chunks: int
@@ -594,6 +599,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "kv_cache_growth": frozenset({"inference"}),
     "prefill_logits": frozenset({"inference"}),
     "loss": frozenset({"training"}),
+    "model_code": frozenset({"training", "inference"}),
     "loss_shift_copy": frozenset({"training"}),
     "loss_compiled": frozenset({"training"}),
     "gradient_lifetime": frozenset({"training"}),
@@ -642,7 +648,10 @@ def _resolve(software: Software | None) -> Stack:
     version = sw.framework_version or CURRENT.get(framework, "")
     torch_v = sw.torch_version or CURRENT["torch"]
     behaviours: list[StackBehaviour] = []
-    tf = version_tuple(version) if framework == "transformers" else (99,)
+    hf = _transformers_release(sw, framework, version)
+    if hf is not None and framework != "transformers":
+        behaviours.append(_model_code(framework, hf))
+    tf = version_tuple(hf) if hf is not None else (99,)
     # vLLM and SGLang allocate a block pool; LitGPT (DenseKVCache) and torchtune (KVCache)
     # preallocate the whole cache when generation starts.
     preallocated = framework in ("vllm", "sglang", "litgpt", "torchtune")
@@ -718,6 +727,7 @@ def _resolve(software: Software | None) -> Stack:
     return Stack(
         framework=framework,
         framework_version=version,
+        transformers_version=hf,
         torch_version=torch_v,
         loss=loss,
         loss_chunks=8 if loss == "chunked_cross_entropy" else 1,
@@ -771,6 +781,32 @@ def serving_use(
             ),
             *extra,
         ),
+    )
+
+
+HF_MODEL_FRAMEWORKS = frozenset({"fsdp", "deepspeed", "axolotl"})
+"""Frameworks whose loops run transformers' model classes, and so its loss: their releases say
+nothing of the modelling code's, which is ``libraries.transformers``."""
+
+
+def _transformers_release(sw: Software, framework: str, version: str) -> str | None:
+    """The transformers release whose model code runs, or None where the framework has its own
+    (LitGPT, torchtune, the engines)."""
+    if framework == "transformers":
+        return version
+    if framework in HF_MODEL_FRAMEWORKS:
+        return sw.libraries.transformers or CURRENT["transformers"]
+    return None
+
+
+def _model_code(framework: str, release: str) -> StackBehaviour:
+    return _B(
+        name="model_code",
+        assumed=f"{framework} runs transformers {release}'s model classes: their forward "
+        "computes the loss from the labels, so that release's loss rules apply",
+        source=f"the {framework} training loop calls the transformers model with labels "
+        "(modeling_*.py ForCausalLM.forward -> loss_function / CrossEntropyLoss); name "
+        "libraries.transformers for another release",
     )
 
 

@@ -144,6 +144,14 @@ CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] =
         {"workloads": [INFER, TRAIN], "latency_target": {"time_per_output_token_ms": 20}},
         {"workloads": [INFER, TRAIN]},
     ),
+    ("Software", 0): (
+        BudgetRequest,
+        {"workloads": [TRAIN], "software": {"libraries": {"transformers": "4.48.1"}}},
+        {
+            "workloads": [TRAIN],
+            "software": {"framework": "fsdp", "libraries": {"transformers": "4.48.1"}},
+        },
+    ),
     ("ProbeRequest", 0): (
         ProbeRequest,
         {"workload": TRAIN, "concurrency": 2},

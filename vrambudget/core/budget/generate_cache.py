@@ -109,7 +109,7 @@ def _sdpa_repeats(w: InferenceWorkload, ov: Overheads) -> bool:
     if w.attention != "sdpa":
         return False
     st = ov.stack
-    old = st.framework == "transformers" and version_tuple(st.framework_version) < (4, 54)
+    old = st.transformers_version is not None and version_tuple(st.transformers_version) < (4, 54)
     return old or version_tuple(st.torch_version) < (2, 5)
 
 

@@ -236,6 +236,15 @@ class Libraries(Wire, frozen=True, kw_only=True):
     """Versions of the libraries the framework runs with (each optional; default: the current
     release, or the version the framework's release pins)."""
 
+    transformers: Annotated[
+        Version | None,
+        Meta(
+            description="transformers, whose model classes and loss run under `fsdp`, "
+            "`deepspeed` or `axolotl` (its release decides, among others, the loss's fp32 "
+            "copies of the logits). Where transformers is the framework, its release is "
+            "`framework_version` and this stays absent."
+        ),
+    ] = None
     peft: Annotated[Version | None, Meta(description="PEFT (LoRA / QLoRA wrappers).")] = None
     trl: Annotated[Version | None, Meta(description="TRL (SFTTrainer and friends).")] = None
     accelerate: Annotated[Version | None, Meta(description="accelerate.")] = None
@@ -334,6 +343,9 @@ class Software(Wire, frozen=True, kw_only=True):
             "eager, which is the larger."
         ),
     ] = False
+
+    def __post_init__(self) -> None:
+        rules.check(self)
 
 
 class BudgetRequest(Wire, frozen=True, kw_only=True):

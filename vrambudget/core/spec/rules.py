@@ -379,6 +379,15 @@ RULES: dict[str, tuple[Rule, ...]] = {
             Cond(("workloads",), "contains_kind_in", NO_LATENCY_KINDS),
         ),
     ),
+    "Software": (
+        Rule(
+            Cond(("libraries", "transformers"), "null"),
+            "libraries.transformers names the transformers release whose models run under "
+            "fsdp, deepspeed or axolotl; where transformers is the framework (the default), "
+            "name its release in framework_version",
+            Cond(("framework",), "in", (None, "transformers")),
+        ),
+    ),
     "ProbeRequest": (
         Rule(
             Cond(("workload", "kind"), "ne", "training"),
