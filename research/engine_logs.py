@@ -18,6 +18,7 @@ import json
 import statistics
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,11 @@ def _model(name: str) -> Any:
 def _vllm(
     log: str, workload: dict[str, Any], gpu_id: str | None, measured: dict[str, Any]
 ) -> list[Check]:
+    # The sampler path the log's own line states (topk_topp_sampler.py, 0.10-0.11: FlashInfer
+    # when installed): the profile's warm-up sorts the vocabulary only without it.
+    sampler = _by_id().get(log, {}).get("settings", {}).get("flashinfer_sampler")
+    if sampler is not None and "flashinfer_sampler" not in workload:
+        workload = {**workload, "flashinfer_sampler": sampler}
     w = msgspec.convert({"kind": "llm_serving", **workload}, LLMServingWorkload)
     arch = resolve_model(w.model)
     g = gpu(gpu_id or "h100-sxm5-80gb")
@@ -405,6 +411,7 @@ Olmo 3 and Nanbeige 4.1 (no shapes here), MI355X (not in the catalog) and four S
 name no GPU."""
 
 
+@cache
 def _by_id() -> dict[str, dict[str, Any]]:
     return {entry["id"]: entry for entry in json.loads(LOGS.read_text())["logs"]}
 
