@@ -32,7 +32,14 @@ NCCL = 544_000_000  # one 2-rank communicator (NVIDIA/nccl#964)
 REDUCE = 494_032_768 * 2  # min(5e8, trainable) x 2 B bf16 gradients
 LAYER = 2 * 896 * 896 + 2 * 896 * 128 + (896 + 128 + 128) + 3 * 896 * 4864 + 2 * 896
 assert LAYER == 14_912_384
-GATHERED = (LAYER + 50_000_000) * 2  # largest layer + 5e7 prefetch elements, bf16
+GATHERED = (LAYER + 50_000_000) * 2  # DeepSpeed: largest layer + 5e7 prefetch elements, bf16
+# FSDP: the root unit -- the tied 151,936 x 896 embedding (the LM head is the same tensor) and
+# the final norm of 896 -- with the block being computed; in backward the next block too.
+ROOT = 151_936 * 896 + 896
+assert ROOT == 136_135_552
+FSDP_GATHERED = (ROOT + LAYER) * 2
+assert FSDP_GATHERED == 302_095_872
+PREFETCH = LAYER * 2
 
 
 def _budget(software: dict[str, Any]):
@@ -55,6 +62,8 @@ def _phases(b) -> dict[str, int]:
         (communication_buffers.REDUCE_BUCKET_PART, True, 2, False),  # ZeRO-1/2: released
         (communication_buffers.GATHERED_PART, False, 3, False),
         (communication_buffers.GATHERED_PART, True, 3, False),
+        (communication_buffers.FSDP_GATHERED_PART, False, 3, False),
+        (communication_buffers.FSDP_PREFETCH_PART, False, 3, False),
     ],
 )
 def test_what_is_allocated_at_the_optimizer_step(
@@ -64,23 +73,30 @@ def test_what_is_allocated_at_the_optimizer_step(
 
 
 def test_fsdp_frees_its_buffers_before_the_step_deepspeed_keeps_its_bucket() -> None:
-    """Forward and backward hold the same buffers under either; at the optimizer step FSDP
-    holds only its NCCL communicator, DeepSpeed its reduce bucket too: exactly 988,065,536 B
-    more (494,032,768 x 2 B)."""
+    """In forward and backward the two gather differently: DeepSpeed its largest layer and a
+    prefetch bucket (29,824,768 + 100,000,000 B), FSDP whole units -- the root, which it keeps
+    unsharded from the forward to the end of the backward, and the block being computed
+    (302,095,872 B), plus in backward the next block it prefetches (29,824,768 B). At the
+    optimizer step FSDP holds only its NCCL communicator, DeepSpeed its reduce bucket too:
+    exactly 988,065,536 B more (494,032,768 x 2 B)."""
     fsdp, ds = _budget({}), _budget({"libraries": {"deepspeed": "0.16.0"}})
     a, b = _phases(fsdp), _phases(ds)
-    for moment in ("forward", "backward_start", "backward_end"):
-        assert a[moment] == b[moment]
+    assert a["forward"] - b["forward"] == FSDP_GATHERED - GATHERED
+    for moment in ("backward_start", "backward_end"):
+        assert a[moment] - b[moment] == FSDP_GATHERED + PREFETCH - GATHERED
     assert b["optimizer_step"] - a["optimizer_step"] == REDUCE == 988_065_536
-    # The peak (backward) carries all three parts.
+    # The peak (backward) carries every part.
     line = next(x for x in fsdp.devices[0].lines if x.component is C.COMMUNICATION_BUFFERS)
     assert [(p.name, p.bytes) for p in line.parts] == [
         ("NCCL data-parallel communicator (2 ranks)", NCCL),
         (communication_buffers.REDUCE_BUCKET_PART, REDUCE),
-        (communication_buffers.GATHERED_PART, GATHERED),
+        (communication_buffers.FSDP_GATHERED_PART, FSDP_GATHERED),
+        (communication_buffers.FSDP_PREFETCH_PART, PREFETCH),
     ]
+    line = next(x for x in ds.devices[0].lines if x.component is C.COMMUNICATION_BUFFERS)
+    assert [p.name for p in line.parts][-1] == communication_buffers.GATHERED_PART
     names = {x.name: x.assumed for x in fsdp.stack.behaviours}
-    assert "FSDP frees" in names["sharding_buffers"]
+    assert "FSDP gathers whole units" in names["sharding_buffers"]
     assert "DeepSpeed" in {x.name: x.assumed for x in ds.stack.behaviours}["sharding_buffers"]
 
 
@@ -93,4 +109,29 @@ def test_the_torch_views_keep_the_sharding_buffers_and_leave_out_nccl() -> None:
     allocated = d.total_bytes - lines[C.CUDA_CONTEXT] - NCCL - lines[C.ALLOCATOR_OVERHEAD]
     assert _device_view(b, "torch_max_allocated") == allocated
     assert _device_view(b, "torch_max_reserved") == allocated + lines[C.ALLOCATOR_OVERHEAD]
-    assert lines[C.COMMUNICATION_BUFFERS] == NCCL + REDUCE + GATHERED
+    assert lines[C.COMMUNICATION_BUFFERS] == NCCL + REDUCE + FSDP_GATHERED + PREFETCH
+
+
+def test_fsdp_keeps_mistral_7bs_untied_embedding_and_head_unsharded() -> None:
+    """Mistral 7B under FSDP: the root unit is the untied 32,000 x 4,096 embedding and LM head
+    and the final norm (262,148,096 parameters); a block holds q and o 4,096 x 4,096, k and v
+    4,096 x 1,024, gate/up/down 3 x 4,096 x 14,336 and two norms (218,112,000). In bf16: root
+    and one block 960,520,192 B, the prefetched block 436,224,000 B (its config.json: hidden
+    4,096, 8 KV heads of 128, intermediate 14,336, vocab 32,000, tie_word_embeddings false)."""
+    root = 2 * 32_000 * 4_096 + 4_096
+    block = 2 * 4_096 * 4_096 + 2 * 4_096 * 1_024 + 3 * 4_096 * 14_336 + 2 * 4_096
+    assert (root, block) == (262_148_096, 218_112_000)
+    w = {
+        "kind": "training",
+        "model": {"source": "preset", "id": "mistral-7b-v0.1"},
+        "micro_batch_size": 1,
+        "sequence_length": 1024,
+        "method": {"kind": "lora", "rank": 16},
+        "parallelism": {"data": 2, "zero_stage": 3},
+    }
+    r = msgspec.convert({"workloads": [w], "software": {"framework": "fsdp"}}, BudgetRequest)
+    b = estimate(r.workloads, r.device, r.headroom, software=r.software)
+    line = next(x for x in b.devices[0].lines if x.component is C.COMMUNICATION_BUFFERS)
+    parts = {p.name: p.bytes for p in line.parts}
+    assert parts[communication_buffers.FSDP_GATHERED_PART] == (root + block) * 2 == 960_520_192
+    assert parts[communication_buffers.FSDP_PREFETCH_PART] == block * 2 == 436_224_000

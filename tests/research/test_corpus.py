@@ -131,10 +131,10 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.4% (met), but 88.3% inside their band, a band median half-width of 16.0% "
-    "and 12 runs whose measured peak is above the band's high end (ml-engineering's ZeRO-3 "
-    "offload runs at 8K and 32K tokens, Answer.AI's and llama-recipes' FSDP LoRA runs, "
-    "universal-llm-trainer's Phi-3 QLoRA row, LitGPT's Gemma 2B full fine-tune on 4 A10G)",
+    "peaks median 3.4% and 90.8% inside their band (both met), but a band median half-width of "
+    "16.0% and 9 runs whose measured peak is above the band's high end (ml-engineering's ZeRO-3 "
+    "offload runs at 8K and 32K tokens, universal-llm-trainer's Phi-3 QLoRA row, Answer.AI's "
+    "CPU-offload LoRA run and llama-recipes' FSDP LoRA run)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -205,12 +205,18 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     calibrate split's Unsloth run from 23% over to 4%, so the QLoRA band narrowed (x0.72 ..
     x1.24 -> x0.83 .. x1.13) and the half-width fell 21.9% -> 16.0%; universal-llm-trainer's
     Phi-3 QLoRA rows (three GPUs, one number; 12.6% low, while the trace tier of transformers'
-    own Phi-3 QLoRA agrees with the formulas within 6%) left it: 88.3% inside, 12 runs above."""
+    own Phi-3 QLoRA agrees with the formulas within 6%) left it: 88.3% inside, 12 runs above.
+    Under FSDP, DeepSpeed and axolotl the loss became the named (or dated) transformers
+    release's, and FSDP's gathered parameters whole units -- the root (embeddings, final norm,
+    LM head), which FSDP keeps unsharded from the forward to the end of the backward, the block
+    being computed and, in backward, the prefetched next one -- where DeepSpeed's layer and
+    bucket had been counted; Answer.AI's post's allocated peaks of two LoRA runs joined the
+    held-out split: 130 peaks, 3.4%, 90.8% inside, 9 runs above."""
     s = summarize(held_out)
-    assert s["n"] >= 120
+    assert s["n"] >= 130
     assert s["median_abs_error"] <= 0.035
-    assert s["coverage"] >= 0.882
-    assert s["exceeded_but_fits"] <= 12
+    assert s["coverage"] >= 0.907
+    assert s["exceeded_but_fits"] <= 9
     assert s["median_half_width"] <= 0.160
     assert not math.isnan(s["median_signed_error"])
 

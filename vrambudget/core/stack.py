@@ -385,12 +385,17 @@ _SYNC_EACH = _B(
 )
 _STEP_BUFFERS_FSDP = _B(
     name="sharding_buffers",
-    assumed="FSDP frees each layer's gathered parameters after its forward and backward and "
-    "its unsharded gradient once reduce-scattered: none of them is allocated during the "
-    "optimizer step (the NCCL communicators are)",
-    source="torch 2.13 distributed/fsdp/_runtime_utils.py _post_backward_reshard (line 793), "
-    "_reduce_grad lines 846-847 ('flat_param.grad = None' after taking the unsharded "
-    "gradient for the reduce-scatter)",
+    assumed="FSDP gathers whole units: the root (embeddings, final norm, LM head), which it "
+    "does not reshard after the forward, stays unsharded until the end of the backward, beside "
+    "the block being computed and, in backward, the next block prefetched; it frees each "
+    "block's parameters after its forward and backward and its unsharded gradient once "
+    "reduce-scattered: none of them is allocated during the optimizer step (the NCCL "
+    "communicators are)",
+    source="torch 2.13 distributed/fsdp/_runtime_utils.py _post_forward_reshard (lines "
+    "493-499: not the root's, 'immediately used for backward computation'), "
+    "_post_backward_reshard (line 793), _reduce_grad lines 846-847 ('flat_param.grad = None'); "
+    "FSDP2 _fully_shard/_fsdp_state.py _lazy_init (the root's post_forward_mesh_info = None); "
+    "BackwardPrefetch.BACKWARD_PRE, the default prefetch",
 )
 _STEP_BUFFERS_DEEPSPEED = _B(
     name="sharding_buffers",

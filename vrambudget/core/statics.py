@@ -67,6 +67,9 @@ class TrainingPlan:
     kbit_upcast: bool = True
     """QLoRA: the parameters left unquantized are cast to fp32 (PEFT's
     ``prepare_model_for_kbit_training``); false: they keep the weights' dtype (torchtune)."""
+    fsdp: bool = False
+    """ZeRO-3 runs under FSDP (not DeepSpeed): what it keeps unsharded is units of whole blocks
+    and the root (:func:`~.formulas.communication_buffers.stage_parts`)."""
 
 
 def _kbit_upcast(w: TrainingWorkload, stack: Stack | None) -> bool:
@@ -85,6 +88,8 @@ def _kbit_upcast(w: TrainingWorkload, stack: Stack | None) -> bool:
 
 def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPlan:
     m = w.method
+    par = w.parallelism
+    fsdp = par.zero_stage >= 3 and par.data > 1 and not (stack is not None and stack.deepspeed)
     if isinstance(m, LoRA):  # QLoRA is a LoRA
         return TrainingPlan(
             "qlora" if isinstance(m, QLoRA) else "lora",
@@ -94,8 +99,9 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             w.optimizer,
             w.mixed_precision,
             _kbit_upcast(w, stack),
+            fsdp,
         )
-    return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision)
+    return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision, fsdp=fsdp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +271,9 @@ def stage_statics(
         largest_trainable = 0
         scratch_fixed = scratch_per_layer = 0  # exllama kernels (kernel_scratch_bytes)
         adapted_runs: set[object] = set()  # layer runs with an adapter (FSDP1 frozen gradients)
+        # Stored bytes of one layer of each run, and of what no layer holds (FSDP's units).
+        run_bytes: dict[object, int] = {}
+        root_bytes = 0
         # Buckets whose bytes the checkpoint's headers give: (full, device) elements, per copy.
         shares: dict[object, tuple[tuple[int, int], int, list[int]]] = {}
         for g, mult, bucket, bucket_stored in _bucketed(arch, stage, par.pipeline, untied_head):
@@ -279,6 +288,11 @@ def stage_statics(
                 _fixed_bytes(g, plain_dtype) or (kbit_bytes if not quantized else plain_bytes),
                 quant if quantized else None,
             )
+            if not g.buffer:
+                if isinstance(bucket, int):
+                    run_bytes[bucket] = run_bytes.get(bucket, 0) + (payload + md) * count
+                else:
+                    root_bytes += (payload + md) * n
             copied = g.name == TIED_COPY  # not in the checkpoint: a pipeline stage's own copy
             stored = None if g.buffer or copied else bucket_stored
             if stored is not None:
@@ -402,6 +416,9 @@ def stage_statics(
             block_gradient = (layer_params + adapter_params) * gradients.grad_dtype_bytes(
                 True, plan.mixed_precision, plain_bytes
             )
+        # FSDP's units: the root (what no block holds: embeddings, final norm, LM head) and the
+        # largest block, in the bytes they are stored in.
+        units = (root_bytes, max(run_bytes.values(), default=0))
         comm_parts = communication_buffers.stage_parts(
             t,
             par.pipeline,
@@ -413,6 +430,7 @@ def stage_statics(
             largest_layer,
             params,
             plain_bytes,
+            units if plan is not None and plan.fsdp else None,
         )
         result.append(
             StageStatic(

@@ -207,8 +207,13 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # runs again when its backward node, or the first saved tensor unpacked, is reached).
     held_acts = acts - one_layer if recomputing else acts
     head_inputs = dict(act_parts).get(HEAD_INPUTS_PART, 0)
+    forward = phase(grads_live, held_acts + previous_inputs, logits)
+    # FSDP prefetches the next block in backward only.
+    forward[C.COMMUNICATION_BUFFERS] -= (
+        dict(comm_parts).get(communication_buffers.FSDP_PREFETCH_PART, 0) * k
+    )
     phases = [
-        ("forward", phase(grads_live, held_acts + previous_inputs, logits)),
+        ("forward", forward),
         ("backward_start", phase(grads_live, held_acts, logits_bwd)),
     ]
     recompute_grads = 0
