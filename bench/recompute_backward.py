@@ -24,6 +24,7 @@ from bench.framework_allocations import trace  # noqa: E402
 from vrambudget.core.deployed import deploy  # noqa: E402
 from vrambudget.core.formulas.activations import (  # noqa: E402
     HEAD_INPUTS_PART,
+    eager_score_elements,
     recompute_backward_bytes,
     training_activations,
 )
@@ -37,7 +38,7 @@ TOKENS = 2048
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def _spec(h: int, f: int, method: str, adapter: str) -> dict[str, object]:
+def _spec(h: int, f: int, method: str, adapter: str, attention: str = "sdpa") -> dict[str, object]:
     config = {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
@@ -59,7 +60,7 @@ def _spec(h: int, f: int, method: str, adapter: str) -> dict[str, object]:
         "checkpointing": "full",
         "precision": {"weights": "bf16"},
         "mixed_precision": "pure",
-        "attention": "sdpa",
+        "attention": attention,
     }
     if method == "lora":
         spec["method"] = {"kind": "lora", "adapter_dtype": adapter, "target_modules": TARGETS}
@@ -83,27 +84,39 @@ def _activation_peak(spec: dict[str, object]) -> int:
 
 
 def main() -> int:
-    print("| method | h | f | trace peak | recompute saved | gap | formula's gradients |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for method, adapter in (("full", "bf16"), ("lora", "bf16"), ("lora", "fp32")):
-        for h, f in ((1024, 2816), (1024, 5632), (2048, 2816)):
-            spec = _spec(h, f, method, adapter)
-            w = deploy(msgspec.convert(spec, TrainingWorkload))
-            arch = resolve_model(w.model)
-            (st,) = statics_for(w, arch)
-            acts, _, parts = training_activations(
-                w, arch, st.stage, st.dims, resolve_stack(None).rms_norm
-            )
-            saved = acts - dict(parts).get(HEAD_INPUTS_PART, 0)
-            peak = _activation_peak(spec)
-            grads = recompute_backward_bytes(st.dims, TOKENS, 2, w.method)
-            unit = TOKENS * 2  # bf16 elements per token
-            label = method if method == "full" else f"lora ({adapter} adapters)"
-            print(
-                f"| {label} | {h} | {f} | {peak // unit} | {saved // unit} | "
-                f"{(peak - saved) // unit} | {grads // unit} |",
-                flush=True,
-            )
+    print(
+        "| method | attention | h | f | trace peak | recompute saved | gap | formula's gradients |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    grid = [
+        (method, adapter, h, f, "sdpa")
+        for method, adapter in (("full", "bf16"), ("lora", "bf16"), ("lora", "fp32"))
+        for h, f in ((1024, 2816), (1024, 5632), (2048, 2816))
+    ] + [
+        (method, adapter, h, 2816, "eager")
+        for method, adapter in (("full", "bf16"), ("lora", "bf16"), ("lora", "fp32"))
+        for h in (1024, 2048)
+    ]
+    for method, adapter, h, f, attention in grid:
+        spec = _spec(h, f, method, adapter, attention)
+        w = deploy(msgspec.convert(spec, TrainingWorkload))
+        arch = resolve_model(w.model)
+        (st,) = statics_for(w, arch)
+        acts, _, parts = training_activations(
+            w, arch, st.stage, st.dims, resolve_stack(None).rms_norm
+        )
+        saved = acts - dict(parts).get(HEAD_INPUTS_PART, 0)
+        peak = _activation_peak(spec)
+        grads = recompute_backward_bytes(
+            st.dims, TOKENS, 2, w.method, eager_scores=eager_score_elements(w, st.dims)
+        )
+        unit = TOKENS * 2  # bf16 elements per token
+        label = method if method == "full" else f"lora ({adapter} adapters)"
+        print(
+            f"| {label} | {attention} | {h} | {f} | {peak // unit} | {saved // unit} | "
+            f"{(peak - saved) // unit} | {grads // unit} |",
+            flush=True,
+        )
     return 0
 
 

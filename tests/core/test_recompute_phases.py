@@ -14,6 +14,7 @@ from vrambudget.core.deployed import deploy
 from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.activations import (
     RECOMPUTE_GRADS_PART,
+    eager_score_elements,
     recompute_backward_bytes,
     training_activations,
 )
@@ -283,3 +284,39 @@ def test_peft_qlora_keeps_fp32_layer_inputs() -> None:
     body["software"] = {"framework": "torchtune"}
     tune = _parts(_budget(body), Component.ACTIVATIONS)
     assert tune["layer inputs (full recomputation)"] == L * tokens * H * 2
+
+
+@pytest.mark.parametrize(("weights", "per_score"), [("bf16", 6), ("fp32", 8)])
+def test_an_eager_attentions_backward_holds_the_fp32_softmax_gradients(
+    weights: str, per_score: int
+) -> None:
+    """Llama 2 7B LoRA, 4 x 2,048 tokens, eager attention (transformers'
+    eager_attention_forward: fp32 softmax, cast back): one layer's scores are 4 x 32 x 2,048^2 =
+    536,870,912 elements. The softmax's backward holds the fp32 gradients of its output and
+    input beside the saved fp32 probabilities, the bf16 probabilities released: 12 - 6 = 6 B per
+    score over the saved set, 3,221,225,472 B, more than the MLP's moment (8,192 x (2 x 11,008
+    x 2 + 4 x 4,096 x 2) = 629,145,600 B). In fp32 the probabilities are one tensor: 12 - 4 = 8
+    B. SDPA's fused kernels keep the MLP's moment."""
+    spec = {
+        "kind": "training",
+        "model": {"source": "preset", "id": "llama-2-7b"},
+        "precision": {"weights": weights},
+        "micro_batch_size": 4,
+        "sequence_length": 2048,
+        "checkpointing": "full",
+        "attention": "eager",
+        "method": {"kind": "lora", "rank": 8, "adapter_dtype": weights},
+    }
+    w = deploy(msgspec.convert(spec, TrainingWorkload))
+    (st,) = statics_for(w, resolve_model(w.model))
+    scores = 4 * 32 * 2048 * 2048
+    assert eager_score_elements(w, st.dims) == scores == 536_870_912
+    e = 2 if weights == "bf16" else 4
+    got = recompute_backward_bytes(
+        st.dims, 8192, e, w.method, eager_scores=eager_score_elements(w, st.dims)
+    )
+    assert got == scores * per_score
+    sdpa = deploy(msgspec.convert({**spec, "attention": "sdpa"}, TrainingWorkload))
+    assert eager_score_elements(sdpa, st.dims) == 0
+    if weights == "bf16":
+        assert recompute_backward_bytes(st.dims, 8192, 2, sdpa.method) == 629_145_600

@@ -15,6 +15,7 @@ from ..formulas.activations import (
     HEAD_INPUTS_PART,
     RECOMPUTE_GRADS_PART,
     RECOMPUTED_PART,
+    eager_score_elements,
     lora_trainable,
     recompute_backward_bytes,
     shares_one_norm,
@@ -220,7 +221,13 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     held_parts = training_recompute_parts(tokens, st.dims.vocab, stack.loss) if has_head else ()
     if recomputing:
         recompute_grads = recompute_backward_bytes(
-            st.dims, tokens, e, w.method, fused_swiglu, max(residual, e)
+            st.dims,
+            tokens,
+            e,
+            w.method,
+            fused_swiglu,
+            max(residual, e),
+            eager_score_elements(w, st.dims),
         )
         # The LM head's weight gradient exists by then (a full fine-tune's; with accumulation
         # or kept gradients it is among the live ones already).

@@ -18,6 +18,7 @@ __all__ = [
     "FULL_TRAINING",
     "RmsNorm",
     "Trainable",
+    "eager_score_elements",
     "in_flight",
     "lora_trainable",
     "norm_saved_bytes",
@@ -351,6 +352,14 @@ RECOMPUTED_PART = "one layer recomputed in backward"
 RECOMPUTE_GRADS_PART = "gradients of the recomputed layer's intermediates (its backward)"
 
 
+def eager_score_elements(w: TrainingWorkload, dd: DeviceDims) -> int:
+    """Elements of one layer's attention-score matrix, ``b x heads' x s x s``, where the
+    attention materializes it (``eager``); 0 for the fused kernels."""
+    if w.attention != "eager":
+        return 0
+    return w.micro_batch_size * dd.heads * w.sequence_length * w.sequence_length
+
+
 def recompute_backward_bytes(
     dd: DeviceDims,
     tokens: int,
@@ -358,6 +367,7 @@ def recompute_backward_bytes(
     method: Method,
     fused_swiglu: bool = False,
     residual_bytes: int | None = None,
+    eager_scores: int = 0,
 ) -> int:
     """The working set of the recomputed layer's own backward, on top of its saved tensors:
     the gradients of its intermediates while its MLP runs backward -- the product's gradient and
@@ -374,14 +384,26 @@ def recompute_backward_bytes(
     (``fused_swiglu``): only the product's gradient, ``1 f'``, is allocated. The hidden-wide
     gradients take the residual stream's element size (``residual_bytes``: fp32 under autocast
     or PEFT's QLoRA preparation). A mixture of experts takes its routed width (``top_k x
-    f_expert``) plus its shared experts' (not divided by expert parallelism: an upper bound)."""
+    f_expert``) plus its shared experts' (not divided by expert parallelism: an upper bound).
+
+    An eager attention (``eager_scores``: the layer's score elements, ``b x heads' x s^2``) has
+    a larger moment of its own, later in the layer's backward, when the MLP's gradients are
+    gone: the softmax's backward holds the fp32 gradients of its output and of its input (8 B
+    per score) beside the saved fp32 probabilities, the low-precision probabilities released
+    just before -- ``12 - (4 + e)`` B per score over the saved set (6 in bf16; 8 in fp32,
+    whose probabilities are one tensor). transformers' ``eager_attention_forward`` traced on
+    fake tensors (Llama layers, ``h`` 1,024 / 2,048, 2,048 tokens, full fine-tuning and LoRA)
+    exceeds the saved set by 4.4 - 5.1 B per score element in bf16 (``bench/
+    recompute_backward.py``); the larger of the two moments counts."""
     fp32_adapters = isinstance(method, LoRA) and bytes_of(method.adapter_dtype) == 4 and e != 4
     f = dd.f_expert * max(dd.top_k, 1) + dd.f_shared if dd.experts else dd.f
     per_f = 1 if fused_swiglu else 2
     h_bytes = residual_bytes or e
-    return tokens * (e * per_f * f + h_bytes * 4 * dd.h) + (
+    mlp = tokens * (e * per_f * f + h_bytes * 4 * dd.h) + (
         tokens * 8 * dd.h if fp32_adapters else 0
     )
+    saved_per_score = 4 if e == 4 else 4 + e
+    return max(mlp, eager_scores * (12 - saved_per_score))
 
 
 HEAD_INPUTS_PART = "final norm and LM-head inputs"
