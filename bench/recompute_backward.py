@@ -108,7 +108,7 @@ def main() -> int:
         saved = acts - dict(parts).get(HEAD_INPUTS_PART, 0)
         peak = _activation_peak(spec)
         grads = recompute_backward_bytes(
-            st.dims, TOKENS, 2, w.method, eager_scores=eager_score_elements(w, st.dims)
+            st.dims, TOKENS, 2, w.method, eager_scores=eager_score_elements(w, arch, st.dims)
         )
         unit = TOKENS * 2  # bf16 elements per token
         label = method if method == "full" else f"lora ({adapter} adapters)"

@@ -15,8 +15,10 @@ from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.activations import (
     RECOMPUTE_GRADS_PART,
     eager_score_elements,
+    eager_softmax_fp32,
     recompute_backward_bytes,
     training_activations,
+    training_saved,
 )
 from vrambudget.core.formulas.logits import SOFTCAP_PART
 from vrambudget.core.resolve import resolve_model
@@ -310,13 +312,69 @@ def test_an_eager_attentions_backward_holds_the_fp32_softmax_gradients(
     w = deploy(msgspec.convert(spec, TrainingWorkload))
     (st,) = statics_for(w, resolve_model(w.model))
     scores = 4 * 32 * 2048 * 2048
-    assert eager_score_elements(w, st.dims) == scores == 536_870_912
+    assert eager_score_elements(w, resolve_model(w.model), st.dims) == scores == 536_870_912
     e = 2 if weights == "bf16" else 4
     got = recompute_backward_bytes(
-        st.dims, 8192, e, w.method, eager_scores=eager_score_elements(w, st.dims)
+        st.dims,
+        8192,
+        e,
+        w.method,
+        eager_scores=eager_score_elements(w, resolve_model(w.model), st.dims),
     )
     assert got == scores * per_score
     sdpa = deploy(msgspec.convert({**spec, "attention": "sdpa"}, TrainingWorkload))
-    assert eager_score_elements(sdpa, st.dims) == 0
+    assert eager_score_elements(sdpa, resolve_model(sdpa.model), st.dims) == 0
     if weights == "bf16":
         assert recompute_backward_bytes(st.dims, 8192, 2, sdpa.method) == 629_145_600
+
+
+@pytest.mark.parametrize(
+    ("mixed_precision", "saved", "backward"), [("pure", 2, 4), ("autocast", 4 + 2, 6)]
+)
+def test_gpt2s_softmax_runs_in_the_scores_dtype_unless_autocast(
+    mixed_precision: str, saved: int, backward: int
+) -> None:
+    """GPT-2's eager attention calls ``softmax(attn_weights, dim=-1)`` without a dtype
+    (transformers modeling_gpt2.py eager_attention_forward): a pure fp16 model saves fp16
+    probabilities (2 B per score) and its softmax backward holds two fp16 gradients (4 B);
+    under autocast softmax runs in fp32 (autocast's fp32 list) and is cast back, as Llama's.
+    GPT-2 124M, 2 x 1,024 tokens: 2 x 12 x 1,024^2 = 25,165,824 scores per layer."""
+    spec = {
+        "kind": "training",
+        "model": {"source": "preset", "id": "gpt2"},
+        "precision": {"weights": "fp16", "compute": "fp16"},
+        "mixed_precision": mixed_precision,
+        "micro_batch_size": 2,
+        "sequence_length": 1024,
+        "checkpointing": "full",
+        "attention": "eager",
+        "method": {"kind": "full"},
+    }
+    if mixed_precision == "autocast":
+        spec["precision"] = {"weights": "fp32", "compute": "fp16"}
+    w = deploy(msgspec.convert(spec, TrainingWorkload))
+    arch = resolve_model(w.model)
+    (st,) = statics_for(w, arch)
+    scores = eager_score_elements(w, arch, st.dims)
+    assert scores == 2 * 12 * 1024 * 1024 == 25_165_824
+    assert eager_softmax_fp32(w, arch) is (mixed_precision == "autocast")
+    layer, _ = arch.layer_runs[0]
+    items = training_saved(
+        layer,
+        arch,
+        st.dims,
+        seq=1024,
+        batch=2,
+        e=2,
+        attention="eager",
+        dropout=False,
+        sequence_parallel=False,
+        drop_scores=False,
+        softmax_fp32=eager_softmax_fp32(w, arch),
+    )
+    name = "softmax output (fp32 and its cast)" if saved == 6 else "softmax output"
+    assert items[name] == scores * saved
+    got = recompute_backward_bytes(
+        st.dims, 2048, 2, w.method, eager_scores=scores, softmax_fp32=eager_softmax_fp32(w, arch)
+    )
+    assert got == scores * backward

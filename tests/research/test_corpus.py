@@ -131,10 +131,10 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.5% and 93.1% inside their band (both met), but a band median half-width of "
-    "16.0% and 6 runs whose measured peak is above the band's high end (ml-engineering's two "
-    "ZeRO-3 offload runs at 8K tokens, universal-llm-trainer's Phi-3 QLoRA row on three GPUs, "
-    "Answer.AI's CPU-offload LoRA run)",
+    "peaks median 3.5% and 91.5% inside their band (both met), but a band median half-width of "
+    "15.8% and 8 runs whose measured peak is above the band's high end (ml-engineering's "
+    "ZeRO-3 offload runs at 8K and 32K tokens, universal-llm-trainer's Phi-3 QLoRA row on "
+    "three GPUs, Answer.AI's CPU-offload LoRA run)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -213,17 +213,15 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     bucket had been counted; Answer.AI's post's allocated peaks of two LoRA runs joined the
     held-out split: 130 peaks, 3.4%, 90.8% inside, 9 runs above. An eager attention's backward
     (the softmax's fp32 gradients, 6 B per score element in bf16, traced on transformers'
-    code) took llama-recipes' FSDP LoRA run from 28% to 13% low, and put the calibrate split's
-    ColossalAI GPT-2 XL ZeRO-3 run (fp16 softmax, which the rule counts as fp32) 19% over;
-    the full fine-tuning multi-GPU band, five sources and so widened on both sides, grew
-    (x0.82 .. x1.27 -> x0.69 .. x1.41) and took in ml-engineering's two 32K-token runs (16%
-    low): 3.5%, 93.1% inside, 6 runs above."""
+    code; GPT-2's and BERT's softmax runs in the scores' dtype, as read in their code) took
+    llama-recipes' FSDP LoRA run from 28% to 13% low: 3.5%, 91.5% inside, 8 runs above, and
+    the half-width 16.0% -> 15.8%."""
     s = summarize(held_out)
     assert s["n"] >= 130
     assert s["median_abs_error"] <= 0.035
-    assert s["coverage"] >= 0.930
-    assert s["exceeded_but_fits"] <= 6
-    assert s["median_half_width"] <= 0.160
+    assert s["coverage"] >= 0.915
+    assert s["exceeded_but_fits"] <= 8
+    assert s["median_half_width"] <= 0.158
     assert not math.isnan(s["median_signed_error"])
 
 

@@ -186,6 +186,12 @@ class Arch:
     (``Gemma2PreTrainedModel._supports_sdpa = False``) and LitGPT (``# with softcapping we
     cannot use SDPA``) materialize the scores, as eager attention does; flash-attn caps inside
     its kernel."""
+    eager_softmax_fp32: bool = True
+    """Eager attention runs the softmax in fp32 and casts the probabilities back
+    (transformers' ``eager_attention_forward``: ``softmax(attn_weights, dim=-1,
+    dtype=torch.float32).to(query.dtype)``); GPT-2 and BERT run it in the scores' dtype
+    (``nn.functional.softmax(attn_weights, dim=-1)``), in fp32 only under autocast, whose
+    fp32 list has softmax."""
     final_softcap: bool = False
     """Gemma 2 (``final_logit_softcapping``, 30.0 by default in transformers' Gemma2Config) and
     any config that sets it: the LM head's output is soft-capped, ``tanh(logits / cap) * cap``

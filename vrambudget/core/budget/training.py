@@ -16,6 +16,7 @@ from ..formulas.activations import (
     RECOMPUTE_GRADS_PART,
     RECOMPUTED_PART,
     eager_score_elements,
+    eager_softmax_fp32,
     lora_trainable,
     recompute_backward_bytes,
     shares_one_norm,
@@ -227,7 +228,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             w.method,
             fused_swiglu,
             max(residual, e),
-            eager_score_elements(w, st.dims),
+            eager_score_elements(w, arch, st.dims),
+            eager_softmax_fp32(w, arch),
         )
         # The LM head's weight gradient exists by then (a full fine-tune's; with accumulation
         # or kept gradients it is among the live ones already).

@@ -28,6 +28,7 @@ def _gpt2(c: _Cfg) -> Arch:
     )
     return Arch(
         model_type="gpt2",
+        eager_softmax_fp32=False,  # modeling_gpt2.py eager_attention_forward: softmax(w, dim=-1)
         kind="decoder",
         hidden_size=h,
         num_layers=L,
@@ -83,6 +84,7 @@ def _bert(c: _Cfg) -> Arch:
     mlm_nsp_heads = (h * h + h) + 2 * h + V + (2 * h + 2)
     return Arch(
         model_type="bert",
+        eager_softmax_fp32=False,  # modeling_bert.py eager_attention_forward: softmax(w, dim=-1)
         kind="encoder",
         hidden_size=h,
         num_layers=L,

@@ -19,6 +19,7 @@ __all__ = [
     "RmsNorm",
     "Trainable",
     "eager_score_elements",
+    "eager_softmax_fp32",
     "in_flight",
     "lora_trainable",
     "norm_saved_bytes",
@@ -238,6 +239,7 @@ def training_saved(
     fused_qkv: bool = False,
     math_mqa: bool = False,
     fused_swiglu: bool = False,
+    softmax_fp32: bool = True,
 ) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
@@ -245,7 +247,9 @@ def training_saved(
     instead of stored (Korthikanti §5). Eager attention follows ``transformers``
     ``eager_attention_forward``: the softmax runs in fp32 and is cast back, so the fp32
     probabilities (saved by softmax's backward) and their low-precision copy (saved by the
-    matmul with V) are both kept -- 4 + e bytes per score, not Korthikanti's 2. ``norm``:
+    matmul with V) are both kept -- 4 + e bytes per score, not Korthikanti's 2 -- unless the
+    family's softmax runs in the scores' dtype (``softmax_fp32`` false: GPT-2, BERT without
+    autocast): e bytes. ``norm``:
     what each RMSNorm keeps (:func:`norm_saved_bytes`, with ``fp32_normed``).
 
     ``fused_qkv`` is LitGPT's attention, one projection for q, k and v whose output is split
@@ -313,8 +317,10 @@ def training_saved(
         items["router logits"] = tokens * (arch.moe.num_experts if arch.moe else 0) * e
     if eager:
         scores = b * heads * s * keys
-        softmax = FP32 + (e if e != FP32 else 0)
-        items["softmax output (fp32 and its cast)"] = 0 if drop_scores else scores * softmax
+        softmax = FP32 + (e if e != FP32 else 0) if softmax_fp32 else e
+        items["softmax output (fp32 and its cast)" if softmax_fp32 else "softmax output"] = (
+            0 if drop_scores else scores * softmax
+        )
         if arch.attention_softcap:  # tanh saves its output: the soft-capped scores
             items["soft-capped scores (tanh output)"] = 0 if drop_scores else scores * e
         if dropout and not drop_scores:
@@ -352,10 +358,17 @@ RECOMPUTED_PART = "one layer recomputed in backward"
 RECOMPUTE_GRADS_PART = "gradients of the recomputed layer's intermediates (its backward)"
 
 
-def eager_score_elements(w: TrainingWorkload, dd: DeviceDims) -> int:
+def eager_softmax_fp32(w: TrainingWorkload, arch: Arch) -> bool:
+    """Whether an eager attention's softmax runs in fp32 (:attr:`Arch.eager_softmax_fp32`, or
+    autocast, whose fp32 list has softmax)."""
+    return arch.eager_softmax_fp32 or w.mixed_precision == "autocast"
+
+
+def eager_score_elements(w: TrainingWorkload, arch: Arch, dd: DeviceDims) -> int:
     """Elements of one layer's attention-score matrix, ``b x heads' x s x s``, where the
-    attention materializes it (``eager``); 0 for the fused kernels."""
-    if w.attention != "eager":
+    attention materializes it (eager, as asked or as the family runs it); 0 for the fused
+    kernels."""
+    if attention_run(w.attention, arch) != "eager":
         return 0
     return w.micro_batch_size * dd.heads * w.sequence_length * w.sequence_length
 
@@ -368,6 +381,7 @@ def recompute_backward_bytes(
     fused_swiglu: bool = False,
     residual_bytes: int | None = None,
     eager_scores: int = 0,
+    softmax_fp32: bool = True,
 ) -> int:
     """The working set of the recomputed layer's own backward, on top of its saved tensors:
     the gradients of its intermediates while its MLP runs backward -- the product's gradient and
@@ -394,7 +408,9 @@ def recompute_backward_bytes(
     whose probabilities are one tensor). transformers' ``eager_attention_forward`` traced on
     fake tensors (Llama layers, ``h`` 1,024 / 2,048, 2,048 tokens, full fine-tuning and LoRA)
     exceeds the saved set by 4.4 - 5.1 B per score element in bf16 (``bench/
-    recompute_backward.py``); the larger of the two moments counts."""
+    recompute_backward.py``); the larger of the two moments counts. A softmax in the scores'
+    dtype (``softmax_fp32`` false: GPT-2, BERT) holds its output's and input's gradients beside
+    its saved output: ``2 e``."""
     fp32_adapters = isinstance(method, LoRA) and bytes_of(method.adapter_dtype) == 4 and e != 4
     f = dd.f_expert * max(dd.top_k, 1) + dd.f_shared if dd.experts else dd.f
     per_f = 1 if fused_swiglu else 2
@@ -402,8 +418,8 @@ def recompute_backward_bytes(
     mlp = tokens * (e * per_f * f + h_bytes * 4 * dd.h) + (
         tokens * 8 * dd.h if fp32_adapters else 0
     )
-    saved_per_score = 4 if e == 4 else 4 + e
-    return max(mlp, eager_scores * (12 - saved_per_score))
+    per_score = 12 - (4 if e == 4 else 4 + e) if softmax_fp32 else 2 * e
+    return max(mlp, eager_scores * per_score)
 
 
 HEAD_INPUTS_PART = "final norm and LM-head inputs"
@@ -468,6 +484,7 @@ def training_activations(
             fused_qkv=fused_qkv,
             math_mqa=math_mqa,
             fused_swiglu=fused_swiglu,
+            softmax_fp32=eager_softmax_fp32(w, arch),
         )
         selective = ckpt == "selective"
         saved = saved_by(drop_scores=selective)
