@@ -135,3 +135,30 @@ def test_fsdp_keeps_mistral_7bs_untied_embedding_and_head_unsharded() -> None:
     parts = {p.name: p.bytes for p in line.parts}
     assert parts[communication_buffers.FSDP_GATHERED_PART] == (root + block) * 2 == 960_520_192
     assert parts[communication_buffers.FSDP_PREFETCH_PART] == block * 2 == 436_224_000
+
+
+def test_a_forward_peak_under_fsdp_lists_no_prefetched_block() -> None:
+    """The parts describe the peak phase: Mistral 7B LoRA over 2 FSDP ranks at 4 x 4,096 tokens
+    (fms-acceleration's two-GPU run) peaks at the loss (the forward), where no block is
+    prefetched yet; every line's parts sum to its bytes."""
+    w = {
+        "kind": "training",
+        "model": {"source": "preset", "id": "mistral-7b-v0.1"},
+        "micro_batch_size": 4,
+        "sequence_length": 4096,
+        "checkpointing": "full",
+        "attention": "flash",
+        "method": {"kind": "lora", "rank": 16},
+        "parallelism": {"data": 2, "zero_stage": 3},
+    }
+    # transformers 4.48.1's loss (its shifted fp32 copy) puts the peak at the loss.
+    sw = {"framework": "fsdp", "libraries": {"transformers": "4.48.1"}}
+    r = msgspec.convert({"workloads": [w], "software": sw}, BudgetRequest)
+    b = estimate(r.workloads, r.device, r.headroom, software=r.software)
+    d = b.devices[0]
+    assert d.peak_phase == "forward"
+    for line in d.lines:
+        if line.parts:
+            assert sum(p.bytes for p in line.parts) == line.bytes, line.component
+    comm = next(x for x in d.lines if x.component is C.COMMUNICATION_BUFFERS)
+    assert communication_buffers.FSDP_PREFETCH_PART not in {p.name for p in comm.parts}

@@ -319,6 +319,11 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         parts[C.ACTIVATIONS] = tuple((n, b) for n, b in parts[C.ACTIVATIONS] if n != gone)
         if numbers.peak_phase == "backward_recompute":
             parts[C.ACTIVATIONS] += ((RECOMPUTE_GRADS_PART, recompute_grads * k),)
+        if numbers.peak_phase == "forward":  # FSDP prefetches in backward only
+            prefetch = communication_buffers.FSDP_PREFETCH_PART
+            parts[C.COMMUNICATION_BUFFERS] = times(
+                tuple((n, b) for n, b in comm_parts if n != prefetch), k
+            )
         if numbers.peak_phase == "forward" and previous_inputs:
             parts[C.ACTIVATIONS] += (
                 (
