@@ -24,7 +24,7 @@ from bench.framework_allocations import trace  # noqa: E402
 from vrambudget.core.deployed import deploy  # noqa: E402
 from vrambudget.core.formulas.activations import (  # noqa: E402
     HEAD_INPUTS_PART,
-    eager_score_elements,
+    eager_softmax_backward_bytes,
     recompute_backward_bytes,
     training_activations,
 )
@@ -108,7 +108,7 @@ def main() -> int:
         saved = acts - dict(parts).get(HEAD_INPUTS_PART, 0)
         peak = _activation_peak(spec)
         grads = recompute_backward_bytes(
-            st.dims, TOKENS, 2, w.method, eager_scores=eager_score_elements(w, arch, st.dims)
+            st.dims, TOKENS, 2, w.method, eager_bytes=eager_softmax_backward_bytes(w, arch, st.dims)
         )
         unit = TOKENS * 2  # bf16 elements per token
         label = method if method == "full" else f"lora ({adapter} adapters)"

@@ -14,7 +14,7 @@ from vrambudget.core.deployed import deploy
 from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.activations import (
     RECOMPUTE_GRADS_PART,
-    eager_score_elements,
+    eager_softmax_backward_bytes,
     eager_softmax_fp32,
     recompute_backward_bytes,
     training_activations,
@@ -310,20 +310,16 @@ def test_an_eager_attentions_backward_holds_the_fp32_softmax_gradients(
         "method": {"kind": "lora", "rank": 8, "adapter_dtype": weights},
     }
     w = deploy(msgspec.convert(spec, TrainingWorkload))
-    (st,) = statics_for(w, resolve_model(w.model))
+    arch = resolve_model(w.model)
+    (st,) = statics_for(w, arch)
     scores = 4 * 32 * 2048 * 2048
-    assert eager_score_elements(w, resolve_model(w.model), st.dims) == scores == 536_870_912
+    assert scores == 536_870_912
+    eager = eager_softmax_backward_bytes(w, arch, st.dims)
+    assert eager == scores * per_score
     e = 2 if weights == "bf16" else 4
-    got = recompute_backward_bytes(
-        st.dims,
-        8192,
-        e,
-        w.method,
-        eager_scores=eager_score_elements(w, resolve_model(w.model), st.dims),
-    )
-    assert got == scores * per_score
+    assert recompute_backward_bytes(st.dims, 8192, e, w.method, eager_bytes=eager) == eager
     sdpa = deploy(msgspec.convert({**spec, "attention": "sdpa"}, TrainingWorkload))
-    assert eager_score_elements(sdpa, resolve_model(sdpa.model), st.dims) == 0
+    assert eager_softmax_backward_bytes(sdpa, arch, st.dims) == 0
     if weights == "bf16":
         assert recompute_backward_bytes(st.dims, 8192, 2, sdpa.method) == 629_145_600
 
@@ -355,8 +351,8 @@ def test_gpt2s_softmax_runs_in_the_scores_dtype_unless_autocast(
     w = deploy(msgspec.convert(spec, TrainingWorkload))
     arch = resolve_model(w.model)
     (st,) = statics_for(w, arch)
-    scores = eager_score_elements(w, arch, st.dims)
-    assert scores == 2 * 12 * 1024 * 1024 == 25_165_824
+    scores = 2 * 12 * 1024 * 1024
+    assert scores == 25_165_824
     assert eager_softmax_fp32(w, arch) is (mixed_precision == "autocast")
     layer, _ = arch.layer_runs[0]
     items = training_saved(
@@ -374,7 +370,4 @@ def test_gpt2s_softmax_runs_in_the_scores_dtype_unless_autocast(
     )
     name = "softmax output (fp32 and its cast)" if saved == 6 else "softmax output"
     assert items[name] == scores * saved
-    got = recompute_backward_bytes(
-        st.dims, 2048, 2, w.method, eager_scores=scores, softmax_fp32=eager_softmax_fp32(w, arch)
-    )
-    assert got == scores * backward
+    assert eager_softmax_backward_bytes(w, arch, st.dims) == scores * backward

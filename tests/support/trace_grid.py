@@ -14,8 +14,7 @@ from vrambudget.core.dtypes import bytes_of
 from vrambudget.core.formulas.activations import (
     HEAD_INPUTS_PART,
     RmsNorm,
-    eager_score_elements,
-    eager_softmax_fp32,
+    eager_softmax_backward_bytes,
     recompute_backward_bytes,
     training_activations,
 )
@@ -243,8 +242,7 @@ def analytic_peaks(
                 w.sequence_length * w.micro_batch_size,
                 bytes_of(w.precision.compute),
                 w.method,
-                eager_scores=eager_score_elements(w, arch, st.dims),
-                softmax_fp32=eager_softmax_fp32(w, arch),
+                eager_bytes=eager_softmax_backward_bytes(w, arch, st.dims),
             )
             head = dict(parts).get(HEAD_INPUTS_PART, 0)
             acts = max(acts - one_layer, acts - head + grads)

@@ -15,8 +15,7 @@ from ..formulas.activations import (
     HEAD_INPUTS_PART,
     RECOMPUTE_GRADS_PART,
     RECOMPUTED_PART,
-    eager_score_elements,
-    eager_softmax_fp32,
+    eager_softmax_backward_bytes,
     lora_trainable,
     recompute_backward_bytes,
     shares_one_norm,
@@ -210,10 +209,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     held_acts = acts - one_layer if recomputing else acts
     head_inputs = dict(act_parts).get(HEAD_INPUTS_PART, 0)
     forward = phase(grads_live, held_acts + previous_inputs, logits)
-    # FSDP prefetches the next block in backward only.
-    forward[C.COMMUNICATION_BUFFERS] -= (
-        dict(comm_parts).get(communication_buffers.FSDP_PREFETCH_PART, 0) * k
-    )
+    forward_comm = tuple((n, b) for n, b in comm_parts if communication_buffers.live_in_forward(n))
+    forward[C.COMMUNICATION_BUFFERS] = sum(b for _, b in forward_comm) * k
     phases = [
         ("forward", forward),
         ("backward_start", phase(grads_live, held_acts, logits_bwd)),
@@ -228,8 +225,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             w.method,
             fused_swiglu,
             max(residual, e),
-            eager_score_elements(w, arch, st.dims),
-            eager_softmax_fp32(w, arch),
+            eager_softmax_backward_bytes(w, arch, st.dims),
         )
         # The LM head's weight gradient exists by then (a full fine-tune's; with accumulation
         # or kept gradients it is among the live ones already).
@@ -319,11 +315,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         parts[C.ACTIVATIONS] = tuple((n, b) for n, b in parts[C.ACTIVATIONS] if n != gone)
         if numbers.peak_phase == "backward_recompute":
             parts[C.ACTIVATIONS] += ((RECOMPUTE_GRADS_PART, recompute_grads * k),)
-        if numbers.peak_phase == "forward":  # FSDP prefetches in backward only
-            prefetch = communication_buffers.FSDP_PREFETCH_PART
-            parts[C.COMMUNICATION_BUFFERS] = times(
-                tuple((n, b) for n, b in comm_parts if n != prefetch), k
-            )
+        if numbers.peak_phase == "forward":
+            parts[C.COMMUNICATION_BUFFERS] = times(forward_comm, k)
         if numbers.peak_phase == "forward" and previous_inputs:
             parts[C.ACTIVATIONS] += (
                 (

@@ -26,6 +26,7 @@ __all__ = [
     "calibrated",
     "is_nccl",
     "live_at_step",
+    "live_in_forward",
     "nccl_bytes",
     "source",
     "stage_parts",
@@ -83,6 +84,12 @@ def live_at_step(part_name: str, deepspeed: bool, zero_stage: int) -> bool:
     if part_name == REDUCE_BUCKET_PART:
         return deepspeed and zero_stage >= 3
     return True
+
+
+def live_in_forward(part_name: str) -> bool:
+    """Whether a part is allocated in the forward: all but FSDP's prefetched next block, which
+    ``BACKWARD_PRE`` gathers in backward only."""
+    return part_name != FSDP_PREFETCH_PART
 
 
 def is_nccl(part_name: str) -> bool:

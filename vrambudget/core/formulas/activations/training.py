@@ -18,7 +18,7 @@ __all__ = [
     "FULL_TRAINING",
     "RmsNorm",
     "Trainable",
-    "eager_score_elements",
+    "eager_softmax_backward_bytes",
     "eager_softmax_fp32",
     "in_flight",
     "lora_trainable",
@@ -364,13 +364,26 @@ def eager_softmax_fp32(w: TrainingWorkload, arch: Arch) -> bool:
     return arch.eager_softmax_fp32 or w.mixed_precision == "autocast"
 
 
-def eager_score_elements(w: TrainingWorkload, arch: Arch, dd: DeviceDims) -> int:
-    """Elements of one layer's attention-score matrix, ``b x heads' x s x s``, where the
-    attention materializes it (eager, as asked or as the family runs it); 0 for the fused
-    kernels."""
+def eager_softmax_backward_bytes(w: TrainingWorkload, arch: Arch, dd: DeviceDims) -> int:
+    """What an eager attention's softmax backward holds beyond the layer's saved set, 0 where
+    the attention is fused (``b x heads' x s x s`` scores; eager as asked or as the family runs
+    it).
+
+    The softmax's backward holds the fp32 gradients of its output and of its input (8 B per
+    score) beside the saved fp32 probabilities, the low-precision probabilities released just
+    before: ``12 - (4 + e)`` B per score over the saved set (6 in bf16; 8 in fp32, whose
+    probabilities are one tensor). transformers' ``eager_attention_forward`` traced on fake
+    tensors (Llama layers, ``h`` 1,024 / 2,048, 2,048 tokens, full fine-tuning and LoRA)
+    exceeds the saved set by 4.4 - 5.1 B per score element in bf16 (``bench/
+    recompute_backward.py``). A softmax in the scores' dtype (:func:`eager_softmax_fp32`
+    false: GPT-2, BERT without autocast) holds its output's and input's gradients beside its
+    saved output: ``2 e``."""
     if attention_run(w.attention, arch) != "eager":
         return 0
-    return w.micro_batch_size * dd.heads * w.sequence_length * w.sequence_length
+    s, e = w.sequence_length, bytes_of(w.precision.compute)
+    fp32 = eager_softmax_fp32(w, arch)
+    per_score = (12 - (4 if e == 4 else 4 + e)) if fp32 else 2 * e
+    return w.micro_batch_size * dd.heads * s * s * per_score
 
 
 def recompute_backward_bytes(
@@ -380,8 +393,7 @@ def recompute_backward_bytes(
     method: Method,
     fused_swiglu: bool = False,
     residual_bytes: int | None = None,
-    eager_scores: int = 0,
-    softmax_fp32: bool = True,
+    eager_bytes: int = 0,
 ) -> int:
     """The working set of the recomputed layer's own backward, on top of its saved tensors:
     the gradients of its intermediates while its MLP runs backward -- the product's gradient and
@@ -400,17 +412,9 @@ def recompute_backward_bytes(
     or PEFT's QLoRA preparation). A mixture of experts takes its routed width (``top_k x
     f_expert``) plus its shared experts' (not divided by expert parallelism: an upper bound).
 
-    An eager attention (``eager_scores``: the layer's score elements, ``b x heads' x s^2``) has
-    a larger moment of its own, later in the layer's backward, when the MLP's gradients are
-    gone: the softmax's backward holds the fp32 gradients of its output and of its input (8 B
-    per score) beside the saved fp32 probabilities, the low-precision probabilities released
-    just before -- ``12 - (4 + e)`` B per score over the saved set (6 in bf16; 8 in fp32,
-    whose probabilities are one tensor). transformers' ``eager_attention_forward`` traced on
-    fake tensors (Llama layers, ``h`` 1,024 / 2,048, 2,048 tokens, full fine-tuning and LoRA)
-    exceeds the saved set by 4.4 - 5.1 B per score element in bf16 (``bench/
-    recompute_backward.py``); the larger of the two moments counts. A softmax in the scores'
-    dtype (``softmax_fp32`` false: GPT-2, BERT) holds its output's and input's gradients beside
-    its saved output: ``2 e``."""
+    An eager attention has a larger moment of its own, later in the layer's backward, when the
+    MLP's gradients are gone (``eager_bytes``: :func:`eager_softmax_backward_bytes`); the larger
+    of the two moments counts."""
     fp32_adapters = isinstance(method, LoRA) and bytes_of(method.adapter_dtype) == 4 and e != 4
     f = dd.f_expert * max(dd.top_k, 1) + dd.f_shared if dd.experts else dd.f
     per_f = 1 if fused_swiglu else 2
@@ -418,8 +422,7 @@ def recompute_backward_bytes(
     mlp = tokens * (e * per_f * f + h_bytes * 4 * dd.h) + (
         tokens * 8 * dd.h if fp32_adapters else 0
     )
-    per_score = 12 - (4 if e == 4 else 4 + e) if softmax_fp32 else 2 * e
-    return max(mlp, eager_scores * per_score)
+    return max(mlp, eager_bytes)
 
 
 HEAD_INPUTS_PART = "final norm and LM-head inputs"
