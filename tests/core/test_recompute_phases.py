@@ -371,3 +371,24 @@ def test_gpt2s_softmax_runs_in_the_scores_dtype_unless_autocast(
     name = "softmax output (fp32 and its cast)" if saved == 6 else "softmax output"
     assert items[name] == scores * saved
     assert eager_softmax_backward_bytes(w, arch, st.dims) == scores * backward
+
+
+def test_a_sliding_window_bounds_the_eager_softmax_backward() -> None:
+    """Mistral 7B v0.1 (every layer a 4,096-token sliding window, its config.json) at 8,192
+    tokens: eager scores are 1 x 32 x 8,192 x 4,096 = 1,073,741,824, as the saved set counts
+    them, x 6 B in bf16 = 6,442,450,944 B (not 8,192 x 8,192 keys)."""
+    spec = {
+        "kind": "training",
+        "model": {"source": "preset", "id": "mistral-7b-v0.1"},
+        "precision": {"weights": "bf16"},
+        "micro_batch_size": 1,
+        "sequence_length": 8192,
+        "checkpointing": "full",
+        "attention": "eager",
+        "method": {"kind": "lora", "rank": 8},
+    }
+    w = deploy(msgspec.convert(spec, TrainingWorkload))
+    arch = resolve_model(w.model)
+    (st,) = statics_for(w, arch)
+    assert {layer.window for layer, _ in arch.layer_runs} == {4096}
+    assert eager_softmax_backward_bytes(w, arch, st.dims) == 32 * 8192 * 4096 * 6 == 6_442_450_944

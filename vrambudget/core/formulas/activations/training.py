@@ -366,8 +366,9 @@ def eager_softmax_fp32(w: TrainingWorkload, arch: Arch) -> bool:
 
 def eager_softmax_backward_bytes(w: TrainingWorkload, arch: Arch, dd: DeviceDims) -> int:
     """What an eager attention's softmax backward holds beyond the layer's saved set, 0 where
-    the attention is fused (``b x heads' x s x s`` scores; eager as asked or as the family runs
-    it).
+    the attention is fused (``b x heads' x s x keys`` scores, ``keys`` the sequence or the
+    sliding window of the model's widest layer, as :func:`training_saved` counts them; eager as
+    asked or as the family runs it).
 
     The softmax's backward holds the fp32 gradients of its output and of its input (8 B per
     score) beside the saved fp32 probabilities, the low-precision probabilities released just
@@ -381,9 +382,10 @@ def eager_softmax_backward_bytes(w: TrainingWorkload, arch: Arch, dd: DeviceDims
     if attention_run(w.attention, arch) != "eager":
         return 0
     s, e = w.sequence_length, bytes_of(w.precision.compute)
+    keys = max(min(s, layer.window) if layer.window else s for layer, _ in arch.layer_runs)
     fp32 = eager_softmax_fp32(w, arch)
     per_score = (12 - (4 if e == 4 else 4 + e)) if fp32 else 2 * e
-    return w.micro_batch_size * dd.heads * s * s * per_score
+    return w.micro_batch_size * dd.heads * s * keys * per_score
 
 
 def recompute_backward_bytes(
