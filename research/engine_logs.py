@@ -478,7 +478,11 @@ def checks() -> list[Check]:
                 "model": {"source": "preset", "id": "qwen2.5-7b"},
                 "max_model_len": st["max_model_len"],
                 "gpu_memory_utilization": st["gpu_memory_utilization"],
-                "parallelism": {"tensor": st.get("tensor_parallel", 1)},
+                # the logs' own custom_all_reduce.py line: no peer access between the pair
+                "parallelism": {
+                    "tensor": st.get("tensor_parallel", 1),
+                    **({"peer_access": st["peer_access"]} if "peer_access" in st else {}),
+                },
             },
             entry["gpu_id"],
             entry["measured"],

@@ -44,7 +44,7 @@ def test_vllm_kv_tokens_ratchet():
     errs = _errors("vllm", "KV tokens")
     assert len(errs) == 25
     assert statistics.median(abs(e) for e in errs) <= 0.0135
-    assert max(abs(e) for e in errs) <= 0.32
+    assert max(abs(e) for e in errs) <= 0.085  # 8.26%: 0.11 on an L4, the safe side
 
 
 def test_vllm_kv_tokens_held_out_sets_b_and_c_within_targets():
@@ -59,13 +59,11 @@ def test_vllm_kv_tokens_held_out_sets_b_and_c_within_targets():
     assert max(abs(e) for e in errs) <= 0.10
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="vLLM 0.10.1's tensor-parallel launches on A100s without peer-to-peer access (their "
-    "logs: custom all-reduce disabled for lack of GPU P2P; one across two nodes) hold 9-26% more "
-    "KV than estimated with the NVLink fabric's cost (docs/ACCURACY.md)",
-)
 def test_vllm_kv_tokens_targets():
+    """Every vLLM log together: <= 3% median, <= 10% largest. vLLM 0.10.1's tensor-parallel A100
+    launches print that custom all-reduce is off (no GPU P2P; one pair across two nodes): with
+    ``parallelism.peer_access`` false, as their lines say, 1.5-4.0% low (9-26% with the NVLink
+    fabric's cost)."""
     errs = _errors("vllm", "KV tokens")
     assert statistics.median(abs(e) for e in errs) <= 0.03
     assert max(abs(e) for e in errs) <= 0.10
@@ -73,10 +71,10 @@ def test_vllm_kv_tokens_targets():
 
 def test_vllm_band_low_end_never_promises_more_kv_than_the_engine_printed():
     """kv_cache_tokens_band on the held-out logs: every printed KV size is at or above the band's
-    low end (the low end is what to size for), and at least the current 23 of 25 fall inside."""
+    low end (the low end is what to size for), and all 25 fall inside."""
     band = [r for r in ROWS if r.quantity == "KV tokens inside the band"]
     assert len(band) == 25
-    assert sum(r.predicted for r in band) >= 23
+    assert sum(r.predicted for r in band) == 25
     for r in ROWS:
         if r.engine == "vllm" and r.quantity == "KV tokens":
             log_band = next(b for b in band if b.log == r.log)

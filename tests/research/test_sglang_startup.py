@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vrambudget.core.catalog import gpus
 from vrambudget.core.serving.calibration import CALIBRATED_VERSION, calibration
-from vrambudget.core.serving.engines_budget import SGLANG_PCIE_DISTRIBUTED_BYTES, sglang_nccl_bytes
+from vrambudget.core.serving.engines_budget import PCIE_DISTRIBUTED_BYTES, sglang_nccl_bytes
 
 DATA = Path(__file__).resolve().parents[2] / "research" / "data" / "sglang_startup_logs.json"
 GiB = 1 << 30
@@ -20,8 +20,9 @@ def test_the_nccl_baseline_follows_the_fabric() -> None:
     nccl = round(cal.c("nccl_init_bytes"))
     assert nccl == 1 << 30  # vLLM 0.19's, fitted on H100 launches
     assert sglang_nccl_bytes(cal, 1, "nvlink") == sglang_nccl_bytes(cal, 1, "pcie") == 0
-    assert sglang_nccl_bytes(cal, 4, "pcie") == SGLANG_PCIE_DISTRIBUTED_BYTES == 180_664_402
+    assert sglang_nccl_bytes(cal, 4, "pcie") == PCIE_DISTRIBUTED_BYTES == 180_664_402
     assert sglang_nccl_bytes(cal, 8, "nvlink") == nccl
+    assert sglang_nccl_bytes(cal, 8, "no_p2p") == PCIE_DISTRIBUTED_BYTES  # host-memory NCCL
 
 
 def test_pcie_tensor_parallel_starts_are_covered_by_the_pcie_term() -> None:
@@ -44,5 +45,5 @@ def test_pcie_tensor_parallel_starts_are_covered_by_the_pcie_term() -> None:
         assert any(f"avail mem={free_gib:.2f} GB" in line for line in entry["lines"]), log_id
         footprints[log_id] = total[gpu_id] - round(free_gib * GiB)
         assert footprints[log_id] < context + (1 << 30)
-        assert footprints[log_id] <= context + SGLANG_PCIE_DISTRIBUTED_BYTES, log_id
-    assert max(footprints.values()) == context + SGLANG_PCIE_DISTRIBUTED_BYTES
+        assert footprints[log_id] <= context + PCIE_DISTRIBUTED_BYTES, log_id
+    assert max(footprints.values()) == context + PCIE_DISTRIBUTED_BYTES

@@ -78,6 +78,44 @@ def test_tensor_parallel_fabric_follows_the_catalog_interconnect(gpu, fabric):
     assert tp_fabric(gpu) == fabric
 
 
+@pytest.mark.parametrize("gpu", ["NVIDIA H100 80GB HBM3", "NVIDIA L40S", "my custom GPU"])
+def test_no_peer_access_is_its_own_fabric_whatever_the_gpu(gpu):
+    from vrambudget.core.serving.engine_args import tp_fabric
+
+    assert tp_fabric(gpu, peer_access=False) == "no_p2p"
+    assert tp_fabric(gpu, peer_access=True) == tp_fabric(gpu) == tp_fabric(gpu, None)
+
+
+def test_no_peer_access_by_hand_on_vllm_0_10():
+    """Qwen2.5-7B TP2 on A100 80GB, vLLM 0.10.1 (the NCCL communicators inside the budget: its
+    init snapshot precedes init_worker_distributed_environment). Without peer access the
+    non-torch increase is the one-GPU part plus ``tp_comm_pcie_bytes`` (268,435,456 +
+    158,382,220 = 426,817,676 B) instead of the NVLink transfer value, and the communicators
+    take the PCIe start (180,664,402 B) instead of ``nccl_init_bytes`` (1 GiB): the KV budget
+    grows by (2,244,120,412 - 426,817,676) + (1,073,741,824 - 180,664,402) = 2,710,380,158 B."""
+    from vrambudget.core.serving.calibration import calibration
+
+    def one(**par: object):
+        w = serving(
+            "qwen2.5-7b",
+            max_model_len=16384,
+            gpu_memory_utilization=0.5,
+            engine_version="0.10.1",
+            parallelism={"tensor": 2, **par},
+        )
+        return account(w, preset_arch("qwen2.5-7b"), 85_100_000_000, "NVIDIA A100 SXM4 80GB")
+
+    c = calibration("0.10.0").c  # 0.10.1 is modelled by 0.10.0
+    assert round(c("non_torch_tp2_transfer_bytes")) == 2_244_120_412
+    assert round(c("nccl_init_bytes")) == 1_073_741_824
+    default, none = one().stages[0], one(peer_access=False).stages[0]
+    assert (default.non_torch_bytes, default.nccl_init_bytes) == (2_244_120_412, 1_073_741_824)
+    assert (none.non_torch_bytes, none.non_torch_comm_bytes) == (426_817_676, 158_382_220)
+    assert none.nccl_init_bytes == 180_664_402
+    assert none.available_bytes - default.available_bytes == 2_710_380_158
+    assert one(peer_access=True).stages[0] == default  # A100 SXM4: NVSwitch, peers by default
+
+
 def _non_torch(version: str, gpu: str, tensor: int) -> tuple[int, int]:
     a = account(
         serving(

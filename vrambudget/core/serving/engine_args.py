@@ -50,6 +50,7 @@ def vllm_release_has_kv_memory(version: str) -> bool:
 
 
 __all__ = [
+    "PCIE_DISTRIBUTED_BYTES",
     "Fabric",
     "Resolved",
     "catalog_gpu",
@@ -177,7 +178,9 @@ def weights_quantization(q: ServingQuantization | None) -> Quantization | None:
     raise AssertionError(q.method)
 
 
-Fabric = Literal["nvlink", "pcie"]
+Fabric = Literal["nvlink", "pcie", "no_p2p"]
+"""What a tensor-parallel group all-reduces over: NVLink-class links, PCIe with peer access, or
+no peer access at all (across nodes, or P2P disabled by the host)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,13 +292,33 @@ def catalog_gpu(gpu_name: str) -> GPU | None:
     return match_gpu(gpu_name, None, None)
 
 
-def tp_fabric(gpu_name: str) -> Fabric:
+PCIE_DISTRIBUTED_BYTES = 180_664_402
+"""A distributed start's device memory beyond the CUDA context (NCCL communicators, the custom
+all-reduce's buffers) on GPUs without NVLink/NVSwitch, at most: 2 x RTX 3090 under SGLang
+(a bridged pair, 0.5.12; research/data/sglang_startup_logs.json
+mattbucci-2x3090-gemma4-12b-awq-tp2) printed 22.91 GiB free on rank 0 before loading, the
+lower of its two ranks (SGLang takes the minimum over ranks): 25,327,697,920 - 24,599,425,188
+(22.91 GiB) - 547,608,330 (the context) B. 2 x A100 80GB PCIe (SGLang 0.5.8) took less than
+a context in all; 4 x L4 (0.4.3, held out) 0.32 GiB in all. Taken for SGLang on PCIe and for
+either engine where the group has no peer access (NCCL's shared-memory and network transports
+keep their buffers in host memory)."""
+
+
+def tp_fabric(gpu_name: str, peer_access: bool | None = None) -> Fabric:
     """``pcie`` for a catalog GPU whose GPUs reach each other over PCIe only (L4, L40S, A10G,
     RTX cards, T4, A100/H100 PCIe); ``nvlink`` for NVSwitch / NVLink / xGMI boards and for any
     GPU the catalog does not know (the larger tensor-parallel cost: the safe side). vLLM's
     custom all-reduce and its symmetric-memory all-reduce need peer access over a fast fabric
     (``custom_all_reduce.py``: off on more than two PCIe-only GPUs; ``symm_mem.py``: Hopper /
-    Blackwell only), and NCCL's buffers follow the links it finds."""
+    Blackwell only), and NCCL's buffers follow the links it finds.
+
+    ``no_p2p`` where the caller says the group has no peer access (``parallelism.peer_access``
+    false: across nodes, or P2P disabled by the host), whatever the GPU type: vLLM 0.10.1
+    ``distributed/device_communicators/custom_all_reduce.py`` lines 83-88 and 146-151 disable
+    the custom all-reduce ("spans across nodes", "lacks GPU P2P capability"), and NCCL's
+    shared-memory and network transports stage through host memory."""
+    if peer_access is False:
+        return "no_p2p"
     g = catalog_gpu(gpu_name)
     if g is None or g.interconnect is None:
         return "nvlink"
@@ -355,7 +378,7 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         par.pipeline,
         par.data,
         ep,
-        tp_fabric(gpu_name),
+        tp_fabric(gpu_name, par.peer_access),
         kernel == "awq",
         _unsupported(w, kernel, gpu_name),
         sampler_sorts(cal.top_k_top_p, w.flashinfer_sampler),

@@ -41,6 +41,7 @@ from ..stack import serving_use
 from ..statics import stage_statics
 from .calibration import CALIBRATED_VERSION, EngineCalibration, calibration
 from .engine_args import (
+    PCIE_DISTRIBUTED_BYTES,
     model_dtype,
     serving_format,
     serving_host_and_disk,
@@ -290,26 +291,17 @@ class _SGLangRun:
         return self.cuda_context + self.nccl + self.in_use
 
 
-SGLANG_PCIE_DISTRIBUTED_BYTES = 180_664_402
-"""SGLang's distributed start beyond the CUDA context on GPUs without NVLink/NVSwitch, at most:
-2 x RTX 3090 (a bridged pair, 0.5.12; research/data/sglang_startup_logs.json
-mattbucci-2x3090-gemma4-12b-awq-tp2) printed 22.91 GiB free on rank 0 before loading, the
-lower of its two ranks (SGLang takes the minimum over ranks): 25,327,697,920 - 24,599,425,188
-(22.91 GiB) - 547,608,330 (the context) B. 2 x A100 80GB PCIe (0.5.8) took less than a
-context in all; 4 x L4 (0.4.3, held out) 0.32 GiB in all."""
-
-
 def sglang_nccl_bytes(cal: EngineCalibration, tp: int, fabric: str) -> int:
     """Device memory SGLang's distributed start takes before it measures the free memory,
     beyond the CUDA context: vLLM 0.19's NCCL baseline (an upper bound: SGLang sets
     ``NCCL_CUMEM_ENABLE=0`` and NVLS off) where the GPUs are NVLink/NVSwitch-connected; on
     PCIe-only GPUs, where the custom all-reduce is off beyond two GPUs and NCCL's buffers over
-    PCIe are small, the most a published launch showed (:data:`SGLANG_PCIE_DISTRIBUTED_BYTES`;
+    PCIe are small, the most a published launch showed (:data:`PCIE_DISTRIBUTED_BYTES`;
     research/sglang_startup_logs.md)."""
     if tp <= 1:
         return 0
-    if fabric == "pcie":
-        return SGLANG_PCIE_DISTRIBUTED_BYTES
+    if fabric in ("pcie", "no_p2p"):  # no peer access: NCCL stages through host memory
+        return PCIE_DISTRIBUTED_BYTES
     return round(cal.c("nccl_init_bytes"))
 
 
@@ -336,7 +328,7 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
         o = w.sglang if w.sglang is not None else SGLangOptions()
         cal = calibration(CALIBRATED_VERSION)
         context = round(cal.c("cuda_context_bytes"))
-        nccl = sglang_nccl_bytes(cal, tp, tp_fabric(ctx.name))
+        nccl = sglang_nccl_bytes(cal, tp, tp_fabric(ctx.name, w.parallelism.peer_access))
         a = sglang_account(
             arch,
             r,

@@ -11,7 +11,7 @@ from ..formulas.activations import inference_working_set
 from ..statics import StageStatic
 from ..units import ceil_div
 from .calibration import CALIBRATED_VERSION
-from .engine_args import Resolved
+from .engine_args import PCIE_DISTRIBUTED_BYTES, Resolved
 
 __all__ = [
     "AWQ_FP16_MATMUL_TOKENS",
@@ -140,12 +140,15 @@ def non_torch_bytes(r: Resolved) -> tuple[int, int]:
       tokens).
     - ``pcie``: custom all-reduce off beyond two GPUs and no symmetric memory
       (``tp_comm_pcie_bytes``, fitted on PCIe launches of several releases).
+    - ``no_p2p`` (no peer access: across nodes, or P2P disabled by the host): custom all-reduce
+      and symmetric memory off, NCCL through host memory; ``tp_comm_pcie_bytes`` as for PCIe
+      (whose launches include custom all-reduce's buffers: an upper bound here).
 
     Less with pipeline parallelism only (buffers already made before the snapshot)."""
     c = r.cal.c
     base = round(c("non_torch_tp1_bytes"))
     calibrated = r.cal.version == CALIBRATED_VERSION
-    if r.tensor >= 2 and r.fabric == "pcie":
+    if r.tensor >= 2 and r.fabric in ("pcie", "no_p2p"):
         value = base + round(c("tp_comm_pcie_bytes"))
     elif r.tensor >= 4:
         value = round(c("non_torch_tp4_bytes" if calibrated else "non_torch_tp4_transfer_bytes"))
@@ -159,9 +162,16 @@ def non_torch_bytes(r: Resolved) -> tuple[int, int]:
 
 
 def baseline_bytes(r: Resolved) -> tuple[int, int]:
-    """(CUDA context, NCCL communicators) that exist before the engine's memory snapshot."""
+    """(CUDA context, NCCL communicators) that exist before the engine's memory snapshot.
+    The communicators take ``nccl_init_bytes`` (fitted on NVSwitch H100s); without peer access
+    (``no_p2p``) at most what a PCIe start took (:data:`~.engine_args.PCIE_DISTRIBUTED_BYTES`)."""
     c = r.cal.c
-    nccl = round(c("nccl_init_bytes")) if r.tensor > 1 or r.pipeline > 1 else 0
+    if r.tensor <= 1 and r.pipeline <= 1:
+        nccl = 0
+    elif r.fabric == "no_p2p":
+        nccl = PCIE_DISTRIBUTED_BYTES
+    else:
+        nccl = round(c("nccl_init_bytes"))
     return round(c("cuda_context_bytes")), nccl
 
 

@@ -248,6 +248,19 @@ class ServingParallelism(Wire, frozen=True, kw_only=True):
             "expert split by tensor parallelism."
         ),
     ] = False
+    peer_access: Annotated[
+        bool | None,
+        Meta(
+            description="Whether the GPUs of a tensor-parallel group read each other's memory "
+            "directly (CUDA peer-to-peer). null: as the GPU type implies (NVLink / NVSwitch / "
+            "xGMI boards and PCIe cards are taken to have it). false: the group spans nodes, "
+            "or the host disables P2P (many VMs, containers and consumer boards). vLLM then "
+            "turns its custom all-reduce off, and says so in its log ('Custom allreduce is "
+            "disabled because your platform lacks GPU P2P capability' or '... because this "
+            "process group spans across nodes'); NCCL moves the data through host memory, "
+            "and the all-reduce buffers on the GPU are small."
+        ),
+    ] = None
 
     @property
     def devices(self) -> int:
