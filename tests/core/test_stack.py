@@ -727,3 +727,44 @@ def test_the_transformers_library_is_refused_where_transformers_is_the_framework
             {"workloads": [TRAIN], "software": {"libraries": {"transformers": "4.48.1"}}},
             BudgetRequest,
         )
+
+
+def test_unsloth_fast_lora_keeps_no_bitsandbytes_inputs() -> None:
+    """QLoRA on all seven Llama 3.1 projections without checkpointing, bitsandbytes 0.42
+    (whose MatMul4Bit keeps its input): under transformers the fp32 adapters save their own
+    copies, so bitsandbytes alone keeps the attention and MLP inputs (4,096 wide each) and the
+    MLP product (14,336) -- 32 layers x 4,096 tokens x 22,528 x 2 B = 5,905,580,032 B;
+    Unsloth's kernels dequantize the weights themselves, so none (unsloth 2024.8
+    kernels/fast_lora.py), and the answer names the behaviour."""
+    qlora = {
+        **TRAIN,
+        "checkpointing": "none",
+        "method": {
+            "kind": "qlora",
+            "rank": 16,
+            "target_modules": [
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+            ],
+        },
+    }
+    libs = {"libraries": {"bitsandbytes": "0.42.0"}}
+
+    def kept(b) -> int:
+        line = next(x for x in b.devices[0].lines if x.component == C.ACTIVATIONS)
+        return sum(
+            p.bytes for p in line.parts if p.name == "4-bit layer inputs kept by bitsandbytes"
+        )
+
+    hf = _budget(qlora, {"framework": "transformers", **libs})
+    unsloth = _budget(qlora, {"framework": "unsloth", **libs})
+    assert kept(hf) == 5_905_580_032
+    assert kept(unsloth) == 0
+    assert unsloth.stack is not None and hf.stack is not None
+    assert "lora_saved_tensors" in {b.name for b in unsloth.stack.behaviours}
+    assert "lora_saved_tensors" not in {b.name for b in hf.stack.behaviours}

@@ -131,7 +131,7 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.5% and 91.5% inside their band (both met), but a band median half-width of "
+    "peaks median 3.5% and 91.7% inside their band (both met), but a band median half-width of "
     "15.8% and 8 runs whose measured peak is above the band's high end (ml-engineering's "
     "ZeRO-3 offload runs at 8K and 32K tokens, universal-llm-trainer's Phi-3 QLoRA row on "
     "three GPUs, Answer.AI's CPU-offload LoRA run)",
@@ -215,11 +215,15 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     (the softmax's fp32 gradients, 6 B per score element in bf16, traced on transformers'
     code; GPT-2's and BERT's softmax runs in the scores' dtype, as read in their code) took
     llama-recipes' FSDP LoRA run from 28% to 13% low: 3.5%, 91.5% inside, 8 runs above, and
-    the half-width 16.0% -> 15.8%."""
+    the half-width 16.0% -> 15.8%. Unsloth's fast LoRA (its own autograd functions keep each
+    group's input once and the MLP's gate and up outputs, read in its source) took a held-out
+    Unsloth notebook run (TinyLlama QLoRA, packed 4,096 tokens, no checkpointing) from 136% over
+    to 6.5% low; LitGPT's first config-hub table (TinyLlama LoRA and QLoRA on q and v, +0.5% and
+    -1.5%) joined its group: 133 peaks, 3.5%, 91.7% inside, 8 runs above, 15.8%."""
     s = summarize(held_out)
-    assert s["n"] >= 130
+    assert s["n"] >= 133
     assert s["median_abs_error"] <= 0.035
-    assert s["coverage"] >= 0.915
+    assert s["coverage"] >= 0.917
     assert s["exceeded_but_fits"] <= 8
     assert s["median_half_width"] <= 0.158
     assert not math.isnan(s["median_signed_error"])

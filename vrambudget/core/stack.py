@@ -438,6 +438,18 @@ _KBIT_UNSLOTH = _B(
     "(lora_A / lora_B / lora_magnitude_vector to float32, every other parameter frozen as it "
     "is)",
 )
+_UNSLOTH_LORA = _B(
+    name="lora_saved_tensors",
+    assumed="with lora_dropout 0, Unsloth runs every q/k/v, o and gate/up/down group whose "
+    "projections all carry adapters (and no bias) through its own autograd functions: each "
+    "saves its input once in the compute dtype (no adapter-dtype copy), and the MLP's saves "
+    "the gate and up outputs but not their activation or product (recomputed in backward); "
+    "4-bit weights are dequantized by Unsloth itself, so bitsandbytes keeps no inputs for them",
+    source="unsloth 2024.8 kernels/fast_lora.py LoRA_MLP.forward line 85 (save_for_backward "
+    "adapters, X, e, g), LoRA_QKV.forward line 244, LoRA_W.forward line 363 (fast_dequantize, "
+    "matmul_lora casts the adapters to X's dtype); models/llama.py patch_peft_model lines "
+    "2060-2120 (which groups it patches)",
+)
 _KBIT_TRL = _B(
     name="qlora_unquantized_dtype",
     assumed="the parameters QLoRA does not quantize keep the model's dtype: TRL's SFTTrainer "
@@ -609,6 +621,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "loss_compiled": frozenset({"training"}),
     "gradient_lifetime": frozenset({"training"}),
     "quantized_saved_tensors": frozenset({"qlora"}),
+    "lora_saved_tensors": frozenset({"lora"}),
     "quantized_model_init": frozenset({"qlora"}),
     "qlora_unquantized_dtype": frozenset({"qlora"}),
     "lm_head_layout": frozenset({"training", "inference"}),
@@ -711,6 +724,8 @@ def _resolve(software: Software | None) -> Stack:
         trl is not None and version_tuple(trl) >= (0, 22)
     )
     behaviours.append(_qlora_dtype_behaviour(framework, version, qlora_upcast))
+    if framework == "unsloth":
+        behaviours.append(_UNSLOTH_LORA)
     if litgpt:
         behaviours.append(_UNTIED_HEAD)
         behaviours.append(_FUSED_QKV)

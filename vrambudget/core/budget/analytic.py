@@ -140,7 +140,9 @@ def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
 def stack_kinds(workload_class: str) -> frozenset[str]:
     """The kinds of workload a stack behaviour may apply to, from the workload's class."""
     if workload_class.startswith("fine_tuning_qlora"):
-        return frozenset({"training", "qlora"})
+        return frozenset({"training", "lora", "qlora"})
+    if workload_class.startswith("fine_tuning_lora"):
+        return frozenset({"training", "lora"})
     if workload_class.startswith(("training", "fine_tuning")):
         return frozenset({"training"})
     return frozenset({"inference" if workload_class.startswith("inference") else "other"})

@@ -20,6 +20,7 @@ from ..formulas.activations import (
     recompute_backward_bytes,
     shares_one_norm,
     training_activations,
+    unsloth_trainable,
 )
 from ..formulas.logits import (
     training_backward_parts,
@@ -62,6 +63,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         ov.stack.math_mqa,
         residual_bytes=max(residual, e),
         fused_swiglu=fused_swiglu,
+        unsloth=ov.stack.framework == "unsloth",
     )
     previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":
@@ -78,24 +80,31 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         eager = attention_run(w.attention, arch) == "eager"
         kept = 0
         previous = 0  # every 4-bit projection's input, for the previous micro-batch's graph
+        unsloth = ov.stack.framework == "unsloth" and m.dropout == 0.0
         for layer, n in st.stage.layer_runs:
-            tr = lora_trainable(
-                layer,
-                arch,
-                d.t,
-                tuple(m.target_modules),
-                m.rank,
-                bytes_of(m.adapter_dtype),
-                e,
-                m.dropout > 0.0,
-            )
+            own_mlp = False  # Unsloth's LoRA_MLP dequantizes itself: no MatMul4Bit context
+            if unsloth:
+                tr, own_mlp = unsloth_trainable(
+                    layer, arch, d.t, tuple(m.target_modules), m.rank, bytes_of(m.adapter_dtype), e
+                )
+            else:
+                tr = lora_trainable(
+                    layer,
+                    arch,
+                    d.t,
+                    tuple(m.target_modules),
+                    m.rank,
+                    bytes_of(m.adapter_dtype),
+                    e,
+                    m.dropout > 0.0,
+                )
             # One shared norm (parallel residual): attention and the MLP read one tensor.
             shared = shares_one_norm(layer, arch)
             per_token = (
                 (0 if tr.qkv_input else d.h)
                 + (0 if tr.attention_output or not eager else d.heads * d.v_head_dim)
                 + (0 if tr.mlp_input or shared else d.h)
-                + (0 if tr.mlp_output_input else d.f)
+                + (0 if tr.mlp_output_input or own_mlp else d.f)
             )
             kept += tokens * e * n * per_token
             if ov.stack.keeps_previous_step:

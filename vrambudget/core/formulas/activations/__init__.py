@@ -44,6 +44,8 @@ from .training import (
     shares_one_norm,
     training_activations,
     training_saved,
+    unsloth_patched,
+    unsloth_trainable,
 )
 
 __all__ = [
@@ -69,6 +71,8 @@ __all__ = [
     "shares_one_norm",
     "training_activations",
     "training_saved",
+    "unsloth_patched",
+    "unsloth_trainable",
 ]
 
 FORMULA = (

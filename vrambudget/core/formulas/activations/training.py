@@ -27,6 +27,8 @@ __all__ = [
     "shares_one_norm",
     "training_activations",
     "training_saved",
+    "unsloth_patched",
+    "unsloth_trainable",
 ]
 
 
@@ -194,6 +196,63 @@ def lora_trainable(
         qkv_subset_bytes_per_token=subset,
         qkv_dropout_repeats_bytes_per_token=repeats,
     )
+
+
+_UNSLOTH_GROUPS = (
+    ("qkv", frozenset({"q_proj", "k_proj", "v_proj"})),
+    ("o", frozenset({"o_proj"})),
+    ("mlp", frozenset({"gate_proj", "up_proj", "down_proj"})),
+)
+
+
+@lru_cache(maxsize=1024)
+def unsloth_patched(layer: LayerType, arch: Arch, targets: tuple[str, ...]) -> frozenset[str]:
+    """The projection groups Unsloth runs through its own autograd functions (``qkv``, ``o``,
+    ``mlp``): those whose every projection has an adapter and no bias, on a gated MLP for
+    ``mlp`` (unsloth 2024.8 ``models/llama.py`` ``patch_peft_model`` lines 2060-2120, with
+    ``lora_dropout == 0`` and ``bias == "none"``; the caller checks the dropout)."""
+    names = {g.name.rsplit(".", 1)[-1] for g in layer.tensors if g.role is Role.LINEAR}
+    biased = {g.name.rsplit(".", 1)[0] for g in layer.tensors if g.role is Role.BIAS}
+    out = set()
+    for group, members in _UNSLOTH_GROUPS:
+        if group == "mlp" and (arch.mlp != "gated" or layer.moe):
+            continue
+        if members <= names and members <= set(targets) and not (members & biased):
+            out.add(group)
+    return frozenset(out)
+
+
+def unsloth_trainable(
+    layer: LayerType,
+    arch: Arch,
+    t: int,
+    targets: tuple[str, ...],
+    rank: int,
+    adapter_bytes: int,
+    e: int,
+) -> tuple[Trainable, bool]:
+    """(``Trainable``, whether the MLP is Unsloth's) of one layer under Unsloth's fast LoRA
+    (``lora_dropout`` 0): ``LoRA_QKV`` saves its input once (``save_for_backward(X, QA, QB,
+    ...)``), ``LoRA_W`` the o projection's input, ``LoRA_MLP`` its input and the gate and up
+    outputs ``e``, ``g`` -- not the activation or their product, which its backward recomputes
+    (unsloth 2024.8 ``kernels/fast_lora.py`` lines 85, 244, 363); ``matmul_lora`` casts the
+    adapters to the input's dtype, so no adapter-dtype copy of the input is kept. Projections
+    outside a patched group run PEFT's forward (:func:`lora_trainable`)."""
+    patched = unsloth_patched(layer, arch, targets)
+    members = {n for g, ms in _UNSLOTH_GROUPS if g in patched for n in ms}
+    rest = tuple(x for x in targets if x not in members)
+    peft = lora_trainable(layer, arch, t, rest, rank, adapter_bytes, e, False)
+    trainable = Trainable(
+        qkv_input=peft.qkv_input or "qkv" in patched,
+        mlp_input=peft.mlp_input or "mlp" in patched,
+        mlp_output_input=peft.mlp_output_input and "mlp" not in patched,
+        attention_output=peft.attention_output or "o" in patched,
+        lora_bytes_per_token=peft.lora_bytes_per_token,
+        norm_weights=False,
+        qkv_subset_bytes_per_token=peft.qkv_subset_bytes_per_token,
+        qkv_dropout_repeats_bytes_per_token=peft.qkv_dropout_repeats_bytes_per_token,
+    )
+    return trainable, "mlp" in patched
 
 
 def _mlp_saved(
@@ -440,6 +499,7 @@ def training_activations(
     math_mqa: bool = False,
     residual_bytes: int | None = None,
     fused_swiglu: bool = False,
+    unsloth: bool = False,
 ) -> tuple[int, int, list[tuple[str, int]]]:
     """(all saved activations of a pipeline stage, one layer's saved activations, itemized
     parts): per layer kind the tensors saved for backward (``training_saved``; with full
@@ -448,7 +508,8 @@ def training_activations(
     stage and the embedding dropout mask on the first. ``residual_bytes``: the residual
     stream's element size where it differs from the compute dtype's (QLoRA as PEFT prepares
     it: fp32 embeddings and norms make every layer input fp32), which full recomputation
-    keeps."""
+    keeps. ``unsloth``: the stack is Unsloth's, whose fast LoRA (``lora_dropout`` 0) saves less
+    (:func:`unsloth_trainable`)."""
     e = bytes_of(w.precision.compute)
     fp32_normed = fp32_normed_of(arch, w.mixed_precision)
     attention = attention_run(w.attention, arch)
@@ -461,7 +522,19 @@ def training_activations(
     m = w.method
     for layer, n in stage.layer_runs:
         tr = FULL_TRAINING
-        if isinstance(m, LoRA):
+        swiglu = fused_swiglu
+        if isinstance(m, LoRA) and unsloth and m.dropout == 0.0:
+            tr, own_mlp = unsloth_trainable(
+                layer,
+                arch,
+                par.tensor,
+                tuple(m.target_modules),
+                m.rank,
+                bytes_of(m.adapter_dtype),
+                e,
+            )
+            swiglu = swiglu or own_mlp  # LoRA_MLP keeps e and g only, as a fused SwiGLU does
+        elif isinstance(m, LoRA):
             tr = lora_trainable(
                 layer,
                 arch,
@@ -488,7 +561,7 @@ def training_activations(
             fp32_normed=fp32_normed,
             fused_qkv=fused_qkv,
             math_mqa=math_mqa,
-            fused_swiglu=fused_swiglu,
+            fused_swiglu=swiglu,
             softmax_fp32=eager_softmax_fp32(w, arch),
         )
         selective = ckpt == "selective"
