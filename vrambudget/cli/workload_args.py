@@ -177,7 +177,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     )
     w.add_argument(
         "--checkpointing",
-        choices=["none", "selective", "full"],
+        choices=["none", "selective", "full", "offloaded"],
         default="none",
         help="training: activation checkpointing (default none)",
     )

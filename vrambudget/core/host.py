@@ -7,6 +7,7 @@ from typing import Any
 from .arch import Arch
 from .catalog import preset
 from .dtypes import bytes_of, float_dtype
+from .formulas.activations import offloaded_inputs_bytes
 from .layout import GPUS_PER_NODE
 from .resolve import model_name
 from .resolved import ResolvedModel
@@ -29,7 +30,7 @@ from .spec import (
     TrainingWorkload,
 )
 from .stack import Stack
-from .statics import stage_statics, statics_for, training_plan
+from .statics import residual_bytes, stage_statics, statics_for, training_plan
 from .units import GiB
 
 __all__ = [
@@ -97,10 +98,16 @@ def _local_processes(w: AnalyticWorkload) -> int:
 
 
 def persistent_key(w: AnalyticWorkload) -> Any:
-    """What host RAM and disk depend on: not batch, context or concurrency. Budgets that differ
-    only in those share one cached answer."""
+    """What host RAM and disk depend on: not batch, context or concurrency (except where host
+    RAM holds activations: offloaded checkpointing). Budgets that differ only in those share
+    one cached answer."""
     if isinstance(w, GenericWorkload):
         return w
+    offloaded = (
+        (w.sequence_length, w.micro_batch_size, w.gradient_accumulation_steps)
+        if isinstance(w, TrainingWorkload) and w.checkpointing == "offloaded"
+        else None
+    )
     return (
         type(w),
         w.name,
@@ -111,6 +118,7 @@ def persistent_key(w: AnalyticWorkload) -> Any:
         getattr(w, "method", None),
         getattr(w, "optimizer", None),
         getattr(w, "mixed_precision", None),
+        offloaded,
     )
 
 
@@ -200,6 +208,20 @@ def _compute_host(
                         bytes=offload * n,
                         formula=f"{n} ranks x per-rank partition",
                         source="Ren et al. 2021 (ZeRO-Offload) §4",
+                    )
+                )
+            offloaded = max(
+                offloaded_inputs_bytes(w, arch, s.stage, residual_bytes(w, stack)) for s in statics
+            )
+            if offloaded:
+                items.append(
+                    Item(
+                        item=f"{name}: offloaded layer inputs (activation offloading, pinned)",
+                        bytes=offloaded * n,
+                        formula=f"{n} ranks x layers x micro-batches in flight x s x b x h x "
+                        "residual bytes",
+                        source="unsloth models/_utils.py Unsloth_Offloaded_Gradient_Checkpointer "
+                        "(hidden_states.to('cpu')); torchtune OffloadActivations",
                     )
                 )
             if worst.host_param_bytes:

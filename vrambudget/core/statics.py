@@ -104,6 +104,15 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
     return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision, fsdp=fsdp)
 
 
+def residual_bytes(w: TrainingWorkload, stack: Stack | None = None) -> int:
+    """Bytes per element of the residual stream between layers (what full recomputation keeps
+    of each layer): fp32 under autocast, and for QLoRA as PEFT prepares it (fp32 embeddings and
+    norms make every layer input fp32); else the compute dtype's."""
+    e = bytes_of(w.precision.compute)
+    kbit_fp32 = isinstance(w.method, QLoRA) and training_plan(w, stack).kbit_upcast
+    return max(4 if kbit_fp32 or w.mixed_precision == "autocast" else e, e)
+
+
 @dataclass(frozen=True, slots=True)
 class StageStatic:
     stage: Stage

@@ -60,6 +60,15 @@ def check_traceable(w: InferenceWorkload | TrainingWorkload, field: str) -> None
         (par.zero_stage > 0, "parallelism.zero_stage", "must be 0"),
         (par.sequence_parallel, "parallelism.sequence_parallel", "must be false"),
     ]
+    if isinstance(w, TrainingWorkload):
+        unsupported.append(
+            (
+                w.checkpointing == "offloaded",
+                "checkpointing",
+                "must not be 'offloaded' (the trace runs on fake CPU tensors, where host and "
+                "device memory are one)",
+            )
+        )
     if isinstance(w, InferenceWorkload):
         unsupported.append(
             (
@@ -116,7 +125,9 @@ def build_plan(
         adapter_dtype=TORCH_DTYPES[m.adapter_dtype] if isinstance(m, LoRA) else torch.float32,
         autocast=w.mixed_precision == "autocast",
         dropout=0.1 if w.dropout else 0.0,
-        checkpointing=w.checkpointing,
+        # offloading is refused by check_traceable; a caller that skips it gets the layer
+        # inputs on the device (full recomputation): an upper bound
+        checkpointing="full" if w.checkpointing == "offloaded" else w.checkpointing,
         kbit_fp32=isinstance(m, QLoRA),
         rms_norm=rms_norm or resolve_stack(None).rms_norm,
     )

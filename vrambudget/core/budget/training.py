@@ -13,6 +13,7 @@ from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
 from ..formulas.activations import (
     HEAD_INPUTS_PART,
+    OFFLOADED_BACK_PART,
     RECOMPUTE_GRADS_PART,
     RECOMPUTED_PART,
     eager_softmax_backward_bytes,
@@ -31,7 +32,7 @@ from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
 from ..spec import FullFineTune, QLoRA, TrainingWorkload
 from ..stack import LIGER_GLU_FAMILIES, Stack
-from ..statics import StageStatic, training_plan
+from ..statics import StageStatic, residual_bytes
 from .stage import StageNumbers, finish, times
 
 __all__ = ["training_stage"]
@@ -50,8 +51,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # The residual stream is fp32 where the embeddings are: QLoRA as PEFT prepares it (fp32
     # embeddings and norms) and autocast over fp32 parameters -- an fp32 embedding output, an
     # fp32 sum at every residual add.
-    kbit_fp32 = isinstance(w.method, QLoRA) and training_plan(w, ov.stack).kbit_upcast
-    residual = 4 if kbit_fp32 or w.mixed_precision == "autocast" else e
+    residual = residual_bytes(w, ov.stack)
     fused_swiglu = ov.stack.fused_swiglu and arch.model_type in LIGER_GLU_FAMILIES
     acts, one_layer, act_parts = training_activations(
         w,
@@ -61,7 +61,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         ov.stack.rms_norm,
         ov.stack.fused_qkv,
         ov.stack.math_mqa,
-        residual_bytes=max(residual, e),
+        residual_bytes=residual,
         fused_swiglu=fused_swiglu,
         unsloth=ov.stack.framework == "unsloth",
     )
@@ -208,14 +208,16 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         transients.append((a + lg + transient) * k)
         return v
 
-    recomputing = w.checkpointing == "full"
+    recomputing = w.checkpointing in ("full", "offloaded")
     # Full recomputation: the layer recomputed in backward is live only after the LM head's
     # backward has consumed (and freed) the loss's tensors -- autograd reaches the last
     # checkpointed layer through the head's gradient -- so the forward and the backward start
     # hold the layer inputs without it; the recompute holds it beside every layer input, the
     # loss's tensors and the final norm's inputs gone (torch/utils/checkpoint.py: the forward
     # runs again when its backward node, or the first saved tensor unpacked, is reached).
-    held_acts = acts - one_layer if recomputing else acts
+    # Offloaded: the recomputed layer's input is copied back only for its recompute.
+    brought_back = dict(act_parts).get(OFFLOADED_BACK_PART, 0)
+    held_acts = acts - one_layer - brought_back if recomputing else acts
     head_inputs = dict(act_parts).get(HEAD_INPUTS_PART, 0)
     forward = phase(grads_live, held_acts + previous_inputs, logits)
     forward_comm = tuple((n, b) for n, b in comm_parts if communication_buffers.live_in_forward(n))
@@ -320,8 +322,12 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     else:
         # The itemized activations of the moment: without the recomputed layer before it
         # runs, without the loss's inputs once it does.
-        gone = HEAD_INPUTS_PART if numbers.peak_phase == "backward_recompute" else RECOMPUTED_PART
-        parts[C.ACTIVATIONS] = tuple((n, b) for n, b in parts[C.ACTIVATIONS] if n != gone)
+        gone = (
+            {HEAD_INPUTS_PART}
+            if numbers.peak_phase == "backward_recompute"
+            else {RECOMPUTED_PART, OFFLOADED_BACK_PART}
+        )
+        parts[C.ACTIVATIONS] = tuple((n, b) for n, b in parts[C.ACTIVATIONS] if n not in gone)
         if numbers.peak_phase == "backward_recompute":
             parts[C.ACTIVATIONS] += ((RECOMPUTE_GRADS_PART, recompute_grads * k),)
         if numbers.peak_phase == "forward":

@@ -257,8 +257,14 @@ class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", frozen=
         ),
     ] = "master_fp32"
     checkpointing: Annotated[
-        Literal["none", "selective", "full"],
-        Meta(description="Activation recomputation (Korthikanti et al. 2022)."),
+        Literal["none", "selective", "full", "offloaded"],
+        Meta(
+            description="Activation recomputation (Korthikanti et al. 2022): `selective` "
+            "recomputes the attention core, `full` every layer from its kept input, "
+            "`offloaded` the same with each layer's input kept in host RAM instead of on the "
+            "device (Unsloth's default `use_gradient_checkpointing=\"unsloth\"`, torchtune's "
+            "`enable_activation_offloading` with activation checkpointing)."
+        ),
     ] = "none"
     method: Annotated[
         Method, Meta(description="What is trained: every parameter, or LoRA/QLoRA adapters.")

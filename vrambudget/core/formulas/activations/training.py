@@ -16,14 +16,17 @@ from .dims import FP32, MASK, DeviceDims
 
 __all__ = [
     "FULL_TRAINING",
+    "OFFLOADED_BACK_PART",
     "RmsNorm",
     "Trainable",
     "eager_softmax_backward_bytes",
     "eager_softmax_fp32",
     "in_flight",
+    "layer_input_bytes",
     "lora_trainable",
     "norm_saved_bytes",
     "norms_per_layer",
+    "offloaded_inputs_bytes",
     "shares_one_norm",
     "training_activations",
     "training_saved",
@@ -489,6 +492,41 @@ def recompute_backward_bytes(
 HEAD_INPUTS_PART = "final norm and LM-head inputs"
 
 
+OFFLOADED_BACK_PART = "the recomputed layer's input, copied back from host RAM"
+
+
+def layer_input_bytes(w: TrainingWorkload, arch: Arch, residual_bytes: int) -> int:
+    """One layer's input for one micro-batch, as full recomputation keeps it (split over the
+    tensor-parallel group with sequence parallelism): ``ceil(s x b x h x r / rep)``."""
+    par = w.parallelism
+    return ceil_div(
+        w.sequence_length * w.micro_batch_size * arch.hidden_size * residual_bytes,
+        par.tensor if par.sequence_parallel else 1,
+    )
+
+
+def offloaded_inputs_bytes(
+    w: TrainingWorkload, arch: Arch, stage: Stage, residual_bytes: int
+) -> int:
+    """Host RAM that ``checkpointing: offloaded`` holds at the end of a forward: every layer's
+    input of the stage for each micro-batch in flight (unsloth 2024.8 ``models/_utils.py``
+    ``Unsloth_Offloaded_Gradient_Checkpointer.forward``: ``hidden_states.to("cpu",
+    non_blocking = True)`` saved for backward, brought back in ``backward``; torchtune's
+    ``OffloadActivations`` the same for the checkpointed inputs)."""
+    if w.checkpointing != "offloaded":
+        return 0
+    par = w.parallelism
+    count, factor = in_flight(
+        par.pipeline,
+        w.gradient_accumulation_steps,
+        par.pipeline_schedule,
+        par.virtual_stages,
+        stage.index,
+    )
+    layers = sum(n for _, n in stage.layer_runs)
+    return int(layer_input_bytes(w, arch, residual_bytes) * layers * count * factor)
+
+
 def training_activations(
     w: TrainingWorkload,
     arch: Arch,
@@ -518,6 +556,7 @@ def training_activations(
     ckpt = w.checkpointing
     per_layer_total = 0
     one_layer = 0
+    brought_back = 0
     items: dict[str, int] = {}
     m = w.method
     for layer, n in stage.layer_runs:
@@ -571,15 +610,16 @@ def training_activations(
         # items unless selective recomputation dropped them.
         whole = saved_by(drop_scores=False) if selective else saved
         one_layer = max(one_layer, sum(whole.values()))
+        kept = layer_input_bytes(w, arch, residual_bytes or e)
         if ckpt == "full":
-            kept = ceil_div(
-                s * b * arch.hidden_size * (residual_bytes or e),
-                par.tensor if par.sequence_parallel else 1,
-            )
             per_layer_total += kept * n
             items["layer inputs (full recomputation)"] = (
                 items.get("layer inputs (full recomputation)", 0) + kept * n
             )
+        elif ckpt == "offloaded":
+            # Each layer's input waits in host RAM (:func:`offloaded_inputs_bytes`); the one
+            # being recomputed is copied back.
+            brought_back = max(brought_back, kept)
         else:
             per_layer_total += layer_bytes * n
             for k, v in saved.items():
@@ -593,9 +633,12 @@ def training_activations(
     )
     total = int(per_layer_total * count * factor)
     parts = [(k, int(v * count * factor)) for k, v in items.items() if v]
-    if ckpt == "full":
+    if ckpt in ("full", "offloaded"):
         total += one_layer  # the layer being recomputed during backward
         parts.append((RECOMPUTED_PART, one_layer))
+    if brought_back:
+        total += brought_back
+        parts.append((OFFLOADED_BACK_PART, brought_back))
     if stage.last and arch.kind == "decoder":
         # The final norm's input (and normalized tensor when trained), the LM head's input.
         norm_in, normed = norm_saved_bytes(
