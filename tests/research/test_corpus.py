@@ -131,9 +131,9 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.5% and 91.7% inside their band (both met), but a band median half-width of "
-    "15.8% and 8 runs whose measured peak is above the band's high end (ml-engineering's "
-    "ZeRO-3 offload runs at 8K and 32K tokens, universal-llm-trainer's Phi-3 QLoRA row on "
+    "peaks median 3.5% and 92.5% inside their band (both met), but a band median half-width of "
+    "16.0% and 6 runs whose measured peak is above the band's high end (ml-engineering's "
+    "ZeRO-3 offload runs at 8K tokens, universal-llm-trainer's Phi-3 QLoRA row on "
     "three GPUs, Answer.AI's CPU-offload LoRA run)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
@@ -219,13 +219,17 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     group's input once and the MLP's gate and up outputs, read in its source) took a held-out
     Unsloth notebook run (TinyLlama QLoRA, packed 4,096 tokens, no checkpointing) from 136% over
     to 6.5% low; LitGPT's first config-hub table (TinyLlama LoRA and QLoRA on q and v, +0.5% and
-    -1.5%) joined its group: 133 peaks, 3.5%, 91.7% inside, 8 runs above, 15.8%."""
+    -1.5%) joined its group: 133 peaks, 3.5%, 91.7% inside, 8 runs above, 15.8%.
+    fms-acceleration's Granite (PowerLM-3b) table joined the calibrate split, 7-12% over the
+    estimate: the multi-GPU bands' low ends fell (the training family now rests on 9 sources,
+    unwidened), so two more held-out runs fell inside and the half-width rose 15.8% -> 16.0%
+    (bound raised for it): 92.5% inside, 6 runs above."""
     s = summarize(held_out)
     assert s["n"] >= 133
     assert s["median_abs_error"] <= 0.035
-    assert s["coverage"] >= 0.917
-    assert s["exceeded_but_fits"] <= 8
-    assert s["median_half_width"] <= 0.158
+    assert s["coverage"] >= 0.924
+    assert s["exceeded_but_fits"] <= 6
+    assert s["median_half_width"] <= 0.160
     assert not math.isnan(s["median_signed_error"])
 
 
