@@ -768,3 +768,17 @@ def test_unsloth_fast_lora_keeps_no_bitsandbytes_inputs() -> None:
     assert unsloth.stack is not None and hf.stack is not None
     assert "lora_saved_tensors" in {b.name for b in unsloth.stack.behaviours}
     assert "lora_saved_tensors" not in {b.name for b in hf.stack.behaviours}
+
+
+def test_unsloth_full_checkpointing_names_its_offloaded_default() -> None:
+    """Unsloth's own default recomputation keeps layer inputs in host RAM: an Unsloth budget
+    with `full` says so and names `offloaded`; `offloaded` itself and other frameworks do not."""
+    lora = {**TRAIN, "method": {"kind": "lora", "rank": 16}}
+    note = 'use_gradient_checkpointing="unsloth"'
+
+    def warned(w: dict[str, Any], framework: str) -> bool:
+        return any(note in x for x in _budget(w, {"framework": framework}).warnings)
+
+    assert warned(lora, "unsloth")
+    assert not warned({**lora, "checkpointing": "offloaded"}, "unsloth")
+    assert not warned(lora, "transformers")

@@ -172,7 +172,7 @@ def analytic_budget(
     archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]
     warnings: list[str] = list(notes)
     for w, arch in zip(workloads, archs, strict=True):
-        warnings += workload_warnings(w, arch, ctx)
+        warnings += workload_warnings(w, arch, ctx, ov.stack)
     devices: list[DeviceBudget] = []
     if len(workloads) == 1:
         w, arch = workloads[0], archs[0]

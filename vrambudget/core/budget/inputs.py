@@ -21,6 +21,7 @@ from ..spec import (
     TrainingWorkload,
     VisionWorkload,
 )
+from ..stack import Stack
 from ..statics import effective_precision, statics_for
 
 __all__ = ["INPUT_NAMES", "inputs", "kind", "summary", "warnings"]
@@ -192,7 +193,12 @@ def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, A
     return common
 
 
-def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | None) -> list[str]:
+def warnings(
+    w: AnalyticWorkload,
+    arch: Arch | None,
+    device: DeviceContext | None,
+    stack: Stack | None = None,
+) -> list[str]:
     out: list[str] = []
     if isinstance(w, GenericWorkload) or arch is None:
         return out
@@ -218,6 +224,12 @@ def warnings(w: AnalyticWorkload, arch: Arch | None, device: DeviceContext | Non
             out.append(
                 f"sequence_length {w.sequence_length} exceeds the model's "
                 f"max_position_embeddings {arch.max_positions}"
+            )
+        if stack is not None and stack.framework == "unsloth" and w.checkpointing == "full":
+            out.append(
+                'checkpointing: Unsloth\'s default, use_gradient_checkpointing="unsloth", keeps '
+                "each layer's input in host RAM; `full` keeps them on the device (as "
+                "use_gradient_checkpointing=True does): say `offloaded` for Unsloth's default"
             )
         if not isinstance(w.method, FullFineTune) and not any(
             st.adapter_params for st in statics_for(w, arch)
