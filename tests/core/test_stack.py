@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from tests.support.workloads import ALL_LINEAR
 from vrambudget.core.components import Component
 from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.logits import training_backward_parts, training_forward_parts
@@ -739,19 +740,7 @@ def test_unsloth_fast_lora_keeps_no_bitsandbytes_inputs() -> None:
     qlora = {
         **TRAIN,
         "checkpointing": "none",
-        "method": {
-            "kind": "qlora",
-            "rank": 16,
-            "target_modules": [
-                "q_proj",
-                "k_proj",
-                "v_proj",
-                "o_proj",
-                "gate_proj",
-                "up_proj",
-                "down_proj",
-            ],
-        },
+        "method": {"kind": "qlora", "rank": 16, "target_modules": list(ALL_LINEAR)},
     }
     libs = {"libraries": {"bitsandbytes": "0.42.0"}}
 

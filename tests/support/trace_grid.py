@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from tests.support.workloads import ALL_LINEAR
 from vrambudget.core.budget.inference import inference_terms
 from vrambudget.core.deployed import deploy
 from vrambudget.core.dtypes import bytes_of
@@ -121,15 +122,7 @@ GRID: list[tuple[str, dict[str, object]]] = [
             sequence_length=512,
             method={
                 "kind": "lora",
-                "target_modules": [
-                    "q_proj",
-                    "k_proj",
-                    "v_proj",
-                    "o_proj",
-                    "gate_proj",
-                    "up_proj",
-                    "down_proj",
-                ],
+                "target_modules": list(ALL_LINEAR),
             },
         ),
     ),

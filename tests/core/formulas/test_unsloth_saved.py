@@ -4,6 +4,7 @@ outputs only), checked against hand counts on Llama 2 7B."""
 
 from __future__ import annotations
 
+from tests.support.workloads import ALL_LINEAR
 from vrambudget.core.catalog import preset_arch
 from vrambudget.core.formulas.activations import (
     device_dims,
@@ -13,7 +14,7 @@ from vrambudget.core.formulas.activations import (
     unsloth_trainable,
 )
 
-ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+ALL = ALL_LINEAR
 
 
 def _saved(arch, trainable, swiglu: bool) -> int:
