@@ -74,7 +74,7 @@ def test_inference_grows_with_batch_context_and_concurrency(
     model=st.sampled_from(MODELS),
     batch=st.integers(1, 8),
     seq=st.integers(1, 4096),
-    ckpt=st.sampled_from(["none", "selective", "full"]),
+    ckpt=st.sampled_from(["none", "selective", "full", "offloaded"]),
     method=st.sampled_from([{"kind": "full"}, {"kind": "lora"}, {"kind": "qlora"}]),
 )
 def test_training_grows_with_batch_and_sequence(model, batch, seq, ckpt, method):
@@ -273,7 +273,7 @@ def test_chunked_prefill_grows_with_prompt_batch_and_concurrency(
     instances=st.integers(1, 3),
     tp=st.sampled_from([1, 2]),
     dp=st.sampled_from([1, 2]),
-    ckpt=st.sampled_from(["none", "selective", "full"]),
+    ckpt=st.sampled_from(["none", "selective", "full", "offloaded"]),
     zero=st.sampled_from([0, 1, 3]),
 )
 def test_parts_add_up_to_their_line(model, kind, instances, tp, dp, ckpt, zero):

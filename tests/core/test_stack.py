@@ -759,9 +759,10 @@ def test_unsloth_fast_lora_keeps_no_bitsandbytes_inputs() -> None:
     assert "lora_saved_tensors" not in {b.name for b in hf.stack.behaviours}
 
 
-def test_unsloth_full_checkpointing_names_its_offloaded_default() -> None:
-    """Unsloth's own default recomputation keeps layer inputs in host RAM: an Unsloth budget
-    with `full` says so and names `offloaded`; `offloaded` itself and other frameworks do not."""
+def test_unsloth_full_checkpointing_names_offloaded() -> None:
+    """Unsloth's notebooks recompute with use_gradient_checkpointing="unsloth", which keeps
+    layer inputs in host RAM: an Unsloth budget with `full` says so and names `offloaded`;
+    `offloaded` itself and other frameworks do not."""
     lora = {**TRAIN, "method": {"kind": "lora", "rank": 16}}
     note = 'use_gradient_checkpointing="unsloth"'
 
@@ -771,3 +772,44 @@ def test_unsloth_full_checkpointing_names_its_offloaded_default() -> None:
     assert warned(lora, "unsloth")
     assert not warned({**lora, "checkpointing": "offloaded"}, "unsloth")
     assert not warned(lora, "transformers")
+
+
+def test_unsloth_recompute_has_no_fp32_input_casts_and_one_mlp_gradient(monkeypatch) -> None:
+    """The recomputed layer's backward under Unsloth's functions (every projection adapted,
+    dropout 0): no fp32 adapter-input gradients (8 h per token) and the MLP's gradients written
+    in place (1 f' instead of 2). The budget asks the formula so; the formula then gives, for
+    Llama 3.1 8B at 4,096 tokens, bf16, fp32 adapters, 4,096 x (8 x 4,096 + 2 x 14,336) =
+    251,658,240 B less than under transformers."""
+    import vrambudget.core.budget.training as training
+    from vrambudget.core.formulas.activations import recompute_backward_bytes
+
+    w = {
+        **TRAIN,
+        "method": {
+            "kind": "lora",
+            "rank": 16,
+            "target_modules": list(ALL_LINEAR),
+            "adapter_dtype": "fp32",
+        },
+    }
+    calls: list[tuple] = []
+
+    def spy(dd, tokens, e, method, fused_swiglu=False, residual=None, eager=0, peft_casts=True):
+        calls.append((dd, tokens, e, method, fused_swiglu, residual, eager, peft_casts))
+        return recompute_backward_bytes(
+            dd, tokens, e, method, fused_swiglu, residual, eager, peft_casts=peft_casts
+        )
+
+    monkeypatch.setattr(training, "recompute_backward_bytes", spy)
+    _budget(w, {"framework": "transformers"})
+    _budget(w, {"framework": "unsloth"})
+    _budget({**w, "method": {**w["method"], "dropout": 0.05}}, {"framework": "unsloth"})
+    hf, unsloth, unpatched = calls
+    assert (hf[4], hf[7]) == (False, True)
+    assert (unsloth[4], unsloth[7]) == (True, False)
+    assert (unpatched[4], unpatched[7]) == (False, True)  # dropout: PEFT's forward runs
+    dd, tokens, e, method, _, residual, eager, _ = hf
+    assert tokens == 4_096
+    full = recompute_backward_bytes(dd, tokens, e, method, False, residual, eager)
+    fast = recompute_backward_bytes(dd, tokens, e, method, True, residual, eager, peft_casts=False)
+    assert full - fast == 251_658_240

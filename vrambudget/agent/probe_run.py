@@ -77,6 +77,11 @@ def _program(
     source, w = _weights(req, child, w)
     (w,) = resolve_models((w,))
     w = deploy(w)
+    if getattr(w, "checkpointing", None) == "offloaded":
+        raise InvalidWorkload(
+            "workload.checkpointing",
+            "must not be 'offloaded': the probe's programs keep layer inputs on the device",
+        )
     arch = resolve_model(w.model)
     if before_build is not None:
         before_build(w)

@@ -80,10 +80,34 @@ def test_the_answer_puts_the_inputs_in_host_ram_and_frees_the_device():
     assert acts(full) - acts(off) == 32 * INPUT
 
 
-def test_the_trace_tier_refuses_offloading_naming_the_field():
-    from vrambudget.workloads.run import check_traceable
+@pytest.mark.parametrize("code", ["framework", "builtin"])
+def test_the_trace_tier_refuses_offloading_naming_the_field(code):
+    """Through the trace tier's entry with either program: the framework's own code cannot run
+    it, and the built-in builders refuse it by field (fake tensors have no host memory)."""
+    from vrambudget.trace.engine import trace_budget
+    from vrambudget.workloads.hf.program import framework_unsupported
 
-    w = msgspec.convert(_workload("offloaded"), TrainingWorkload)
+    w = {**_workload("offloaded"), "model": {"source": "preset", "id": "qwen2.5-0.5b"}}
+    w["sequence_length"] = 64
+    request = msgspec.convert(
+        {"method": "trace", "trace": {"code": code}, "workloads": [w]}, BudgetRequest
+    )
+    assert framework_unsupported(request.workloads[0]) is not None
     with pytest.raises(InvalidWorkload) as e:
-        check_traceable(w, "workloads[0]")
+        trace_budget(request)
     assert e.value.field == "workloads[0].checkpointing"
+
+
+def test_host_ram_follows_the_length_under_offloading():
+    """Budgets that differ only in length share one cached host answer, except where host RAM
+    holds the offloaded inputs: 16,384 tokens offload half of 32,768's."""
+
+    def host(seq: int) -> int:
+        r = msgspec.convert(
+            {"workloads": [{**_workload("offloaded"), "sequence_length": seq}]}, BudgetRequest
+        )
+        items = estimate(r.workloads, r.device, r.headroom, software=r.software).host_ram.items
+        return next(i.bytes for i in items if "offloaded layer inputs" in i.item)
+
+    assert host(32_768) == 8_589_934_592
+    assert host(16_384) == 4_294_967_296

@@ -69,3 +69,22 @@ def test_unsloth_patches_only_whole_unbiased_groups():
     # nothing Unsloth-specific changes
     tr, own_mlp = unsloth_trainable(layer, llama, 1, ("q_proj", "v_proj"), 16, 2, 2)
     assert not own_mlp and tr.lora_bytes_per_token == 64
+
+
+def test_a_bias_is_found_by_its_projection_however_the_inventory_names_it():
+    """The framework's inventory names tensors in full (``self_attn.q_proj.bias``), the presets
+    short (``q_proj.bias``): either way Qwen2.5's biased q, k, v stay with PEFT."""
+    import dataclasses
+
+    qwen = preset_arch("qwen2.5-7b")
+    layer = qwen.layer_runs[0][0]
+    prefix = {"q_proj": "self_attn.", "k_proj": "self_attn.", "v_proj": "self_attn."}
+    full = dataclasses.replace(
+        layer,
+        tensors=tuple(
+            dataclasses.replace(g, name=prefix.get(g.name.split(".")[0], "") + g.name)
+            for g in layer.tensors
+        ),
+    )
+    assert any(g.name == "self_attn.q_proj.bias" for g in full.tensors)
+    assert unsloth_patched(full, qwen, ALL) == frozenset({"o", "mlp"})

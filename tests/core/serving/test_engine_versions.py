@@ -389,3 +389,40 @@ def test_sglang_reads_nvidia_smis_total_for_its_defaults():
     assert s is not None and isinstance(s.details, SGLangDetails)
     assert s.details.mem_fraction_static == 0.879
     assert "24564 MiB" in s.details.mem_fraction_static_source
+
+
+def test_no_peer_access_launches_without_the_custom_all_reduce():
+    """What the budget assumes is what the launch starts: with ``peer_access`` false a
+    tensor-parallel group runs without vLLM's (or SGLang's) custom all-reduce, so its command
+    says so; one GPU, or peers, keep the engine's default."""
+
+    def launch(engine: str, tensor: int, peer_access: bool | None) -> str:
+        par = {"tensor": tensor, "peer_access": peer_access}
+        req = msgspec.convert(
+            {
+                "workloads": [
+                    {"kind": "llm_serving", "engine": engine, "model": LLAMA, "parallelism": par}
+                ],
+                "device": {"source": "catalog", "id": "h100-sxm5-80gb"},
+            },
+            BudgetRequest,
+        )
+        s = estimate(req.workloads, req.device, None, None, req.software).serving
+        assert s is not None
+        return s.launch
+
+    for engine in ("vllm", "sglang"):
+        assert "--disable-custom-all-reduce" in launch(engine, 2, False)
+        assert "--disable-custom-all-reduce" not in launch(engine, 2, None)
+        assert "--disable-custom-all-reduce" not in launch(engine, 1, False)
+
+
+def test_no_peer_access_leaves_a_pipeline_only_layout_nccl_baseline():
+    """``peer_access`` describes the tensor-parallel group: a pipeline of single GPUs keeps the
+    NCCL baseline (``nccl_init_bytes``), which no measurement without peers has lowered."""
+    from vrambudget.core.serving.calibration import calibration
+
+    pp = _acct(engine_version="0.10.1", parallelism={"pipeline": 2, "peer_access": False})
+    assert pp.stages[0].nccl_init_bytes == round(calibration("0.10.0").c("nccl_init_bytes"))
+    tp = _acct(engine_version="0.10.1", parallelism={"tensor": 2, "peer_access": False})
+    assert tp.stages[0].nccl_init_bytes == 180_664_402

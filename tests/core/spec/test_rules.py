@@ -258,6 +258,7 @@ _GGUF_BAD: dict[str, Any] = {
     "parallelism.pipeline": 2,
     "parallelism.data": 2,
     "parallelism.enable_expert_parallel": True,
+    "parallelism.peer_access": False,
 }
 _SGLANG_BAD: dict[str, Any] = {
     "gpu_memory_utilization": 0.8,

@@ -227,9 +227,9 @@ def warnings(
             )
         if stack is not None and stack.framework == "unsloth" and w.checkpointing == "full":
             out.append(
-                'checkpointing: Unsloth\'s default, use_gradient_checkpointing="unsloth", keeps '
-                "each layer's input in host RAM; `full` keeps them on the device (as "
-                "use_gradient_checkpointing=True does): say `offloaded` for Unsloth's default"
+                "checkpointing: `full` keeps each layer's input on the device, as Unsloth's "
+                'use_gradient_checkpointing=True does; use_gradient_checkpointing="unsloth" (its '
+                "notebooks' setting) keeps them in host RAM: say `offloaded` for that"
             )
         if not isinstance(w.method, FullFineTune) and not any(
             st.adapter_params for st in statics_for(w, arch)

@@ -21,6 +21,8 @@ from ..formulas.activations import (
     recompute_backward_bytes,
     shares_one_norm,
     training_activations,
+    unsloth_covers,
+    unsloth_patched,
     unsloth_trainable,
 )
 from ..formulas.logits import (
@@ -30,7 +32,7 @@ from ..formulas.logits import (
 )
 from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
-from ..spec import FullFineTune, QLoRA, TrainingWorkload
+from ..spec import FullFineTune, LoRA, QLoRA, TrainingWorkload
 from ..stack import LIGER_GLU_FAMILIES, Stack
 from ..statics import StageStatic, residual_bytes
 from .stage import StageNumbers, finish, times
@@ -229,14 +231,28 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     recompute_grads = 0
     held_parts = training_recompute_parts(tokens, st.dims.vocab, stack.loss) if has_head else ()
     if recomputing:
+        # Unsloth's own functions on every adapted projection: no fp32 input casts, and its
+        # MLP writes the gate's and up's gradients in place (``recompute_backward_bytes``).
+        lora = w.method if isinstance(w.method, LoRA) else None
+        targets = tuple(lora.target_modules) if lora is not None else ()
+        unsloth_all = (
+            ov.stack.framework == "unsloth"
+            and lora is not None
+            and lora.dropout == 0.0
+            and all(unsloth_covers(layer, arch, targets) for layer, _ in st.stage.layer_runs)
+        )
+        unsloth_mlp = unsloth_all and all(
+            "mlp" in unsloth_patched(layer, arch, targets) for layer, _ in st.stage.layer_runs
+        )
         recompute_grads = recompute_backward_bytes(
             st.dims,
             tokens,
             e,
             w.method,
-            fused_swiglu,
+            fused_swiglu or unsloth_mlp,
             max(residual, e),
             eager_softmax_backward_bytes(w, arch, st.dims),
+            peft_casts=not unsloth_all,
         )
         # The LM head's weight gradient exists by then (a full fine-tune's; with accumulation
         # or kept gradients it is among the live ones already).

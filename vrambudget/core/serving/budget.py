@@ -282,6 +282,8 @@ def vllm_launch(w: LLMServingWorkload, a: ServingAccount) -> str:
         parts.append(f"--data-parallel-size {r.data}")
     if w.parallelism.enable_expert_parallel:
         parts.append("--enable-expert-parallel")
+    if r.tensor > 1 and w.parallelism.peer_access is False:
+        parts.append("--disable-custom-all-reduce")  # as budgeted: no IPC buffers
     if w.dtype != "auto":
         parts.append(f"--dtype {w.dtype}")
     if w.kv_cache_dtype != "auto":

@@ -385,6 +385,8 @@ def _sglang_launch(w: LLMServingWorkload, run: _SGLangRun) -> str:
         )
     if o.disable_cuda_graph:
         parts.append("--disable-cuda-graph")
+    if run.tp > 1 and w.parallelism.peer_access is False:
+        parts.append("--disable-custom-all-reduce")  # as budgeted: no IPC buffers
     if w.dtype != "auto":
         parts.append(f"--dtype {w.dtype}")
     q = w.quantization

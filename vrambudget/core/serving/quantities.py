@@ -168,7 +168,7 @@ def baseline_bytes(r: Resolved) -> tuple[int, int]:
     c = r.cal.c
     if r.tensor <= 1 and r.pipeline <= 1:
         nccl = 0
-    elif r.fabric == "no_p2p":
+    elif r.fabric == "no_p2p" and r.tensor >= 2:  # peer access describes the TP group
         nccl = PCIE_DISTRIBUTED_BYTES
     else:
         nccl = round(c("nccl_init_bytes"))

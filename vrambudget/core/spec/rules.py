@@ -224,6 +224,7 @@ _GGUF_NOT_VLLM: tuple[tuple[tuple[str, ...], Op, Any, str], ...] = (
     (("parallelism", "pipeline"), "eq", 1, "gguf.devices and gguf.tensor_split"),
     (("parallelism", "data"), "eq", 1, "one budget per server"),
     (("parallelism", "enable_expert_parallel"), "eq", False, "gguf.devices"),
+    (("parallelism", "peer_access"), "null", None, "gguf.devices and gguf.tensor_split"),
 )
 """vLLM settings that the GGUF engines do not take (with their setting to use)."""
 

@@ -262,8 +262,8 @@ class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", frozen=
             description="Activation recomputation (Korthikanti et al. 2022): `selective` "
             "recomputes the attention core, `full` every layer from its kept input, "
             "`offloaded` the same with each layer's input kept in host RAM instead of on the "
-            "device (Unsloth's default `use_gradient_checkpointing=\"unsloth\"`, torchtune's "
-            "`enable_activation_offloading` with activation checkpointing)."
+            'device (Unsloth\'s `use_gradient_checkpointing="unsloth"`, as its notebooks set '
+            "it; torchtune's `enable_activation_offloading` with activation checkpointing)."
         ),
     ] = "none"
     method: Annotated[

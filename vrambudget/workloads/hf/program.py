@@ -95,6 +95,8 @@ def framework_unsupported(w: ModelWorkload | EncoderWorkload) -> str | None:
         return "tensor parallelism: the framework program runs one whole model"
     if isinstance(w, TrainingWorkload) and w.checkpointing == "selective":
         return "selective recomputation is not a transformers option"
+    if isinstance(w, TrainingWorkload) and w.checkpointing == "offloaded":
+        return "offloaded recomputation keeps layer inputs in host memory, which fake tensors lack"
     if isinstance(w, InferenceWorkload) and w.precision.kv_cache not in (
         "auto",
         w.precision.compute,

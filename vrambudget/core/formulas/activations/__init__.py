@@ -47,6 +47,7 @@ from .training import (
     shares_one_norm,
     training_activations,
     training_saved,
+    unsloth_covers,
     unsloth_patched,
     unsloth_trainable,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "shares_one_norm",
     "training_activations",
     "training_saved",
+    "unsloth_covers",
     "unsloth_patched",
     "unsloth_trainable",
 ]

@@ -30,6 +30,7 @@ __all__ = [
     "shares_one_norm",
     "training_activations",
     "training_saved",
+    "unsloth_covers",
     "unsloth_patched",
     "unsloth_trainable",
 ]
@@ -215,7 +216,13 @@ def unsloth_patched(layer: LayerType, arch: Arch, targets: tuple[str, ...]) -> f
     ``mlp`` (unsloth 2024.8 ``models/llama.py`` ``patch_peft_model`` lines 2060-2120, with
     ``lora_dropout == 0`` and ``bias == "none"``; the caller checks the dropout)."""
     names = {g.name.rsplit(".", 1)[-1] for g in layer.tensors if g.role is Role.LINEAR}
-    biased = {g.name.rsplit(".", 1)[0] for g in layer.tensors if g.role is Role.BIAS}
+    # a bias is named after its projection, in full where the framework's inventory names it
+    # (``self_attn.q_proj.bias``) or short (``q_proj.bias``)
+    biased = {
+        g.name.removesuffix(".bias").rsplit(".", 1)[-1]
+        for g in layer.tensors
+        if g.role is Role.BIAS
+    }
     out = set()
     for group, members in _UNSLOTH_GROUPS:
         if group == "mlp" and (arch.mlp != "gated" or layer.moe):
@@ -223,6 +230,15 @@ def unsloth_patched(layer: LayerType, arch: Arch, targets: tuple[str, ...]) -> f
         if members <= names and members <= set(targets) and not (members & biased):
             out.add(group)
     return frozenset(out)
+
+
+def unsloth_covers(layer: LayerType, arch: Arch, targets: tuple[str, ...]) -> bool:
+    """Every adapted projection of the layer runs in one of Unsloth's own functions (none is
+    left to PEFT's forward, which casts its input to the adapter dtype)."""
+    patched = unsloth_patched(layer, arch, targets)
+    members = {n for g, ms in _UNSLOTH_GROUPS if g in patched for n in ms}
+    linear = {g.name.rsplit(".", 1)[-1] for g in layer.tensors if g.role is Role.LINEAR}
+    return {t for t in targets if t in linear} <= members
 
 
 def unsloth_trainable(
@@ -458,6 +474,7 @@ def recompute_backward_bytes(
     fused_swiglu: bool = False,
     residual_bytes: int | None = None,
     eager_bytes: int = 0,
+    peft_casts: bool = True,
 ) -> int:
     """The working set of the recomputed layer's own backward, on top of its saved tensors:
     the gradients of its intermediates while its MLP runs backward -- the product's gradient and
@@ -478,8 +495,13 @@ def recompute_backward_bytes(
 
     An eager attention has a larger moment of its own, later in the layer's backward, when the
     MLP's gradients are gone (``eager_bytes``: :func:`eager_softmax_backward_bytes`); the larger
-    of the two moments counts."""
-    fp32_adapters = isinstance(method, LoRA) and bytes_of(method.adapter_dtype) == 4 and e != 4
+    of the two moments counts. Under Unsloth's own functions (``peft_casts`` false: every adapted
+    projection runs in one) no projection's input is cast to the adapters' dtype, and its MLP's
+    backward writes the gate's and up's gradients into their saved outputs (unsloth 2024.8
+    ``kernels/fast_lora.py`` ``LoRA_MLP.backward``), as Liger's does (``fused_swiglu``)."""
+    fp32_adapters = (
+        peft_casts and isinstance(method, LoRA) and bytes_of(method.adapter_dtype) == 4 and e != 4
+    )
     f = dd.f_expert * max(dd.top_k, 1) + dd.f_shared if dd.experts else dd.f
     per_f = 1 if fused_swiglu else 2
     h_bytes = residual_bytes or e
