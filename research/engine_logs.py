@@ -31,7 +31,7 @@ from vrambudget.core.resolve import resolve_model
 from vrambudget.core.serving.engines_budget import sglang_engine
 from vrambudget.core.serving.gguf.llamacpp import LlamaSettings, llama_account
 from vrambudget.core.serving.vllm import account, kv_band
-from vrambudget.core.spec import LLMServingWorkload, ModelSource, PresetModel
+from vrambudget.core.spec import CatalogDevice, LLMServingWorkload, ModelSource, PresetModel
 
 LOGS = Path(__file__).parent / "data" / "engine_logs.json"
 BAND = "KV tokens inside the band"
@@ -192,7 +192,42 @@ def _sglang(
             "x",
         )
     )
+    in_use = _sglang_in_use(measured, a.free_before)
+    if in_use is not None:
+        # A diagnostic, not a test of the model: the memory the log says was free before
+        # loading replaces the modelled start (CUDA context, NCCL, other processes), so what
+        # is left is the pool rule's own error.
+        given = resolve_device(CatalogDevice(id=gpu_id, memory_in_use_bytes=in_use))
+        assert given is not None
+        b = sglang_engine(w, given).account
+        out.append(
+            Check(
+                log,
+                "sglang",
+                PRINTED_FREE,
+                measured["max_total_num_tokens"],
+                b.max_total_num_tokens,
+                "tok",
+            )
+        )
     return out
+
+
+PRINTED_FREE = "KV tokens, given the printed free memory"
+
+
+def _sglang_in_use(measured: dict[str, Any], free_before: int) -> int | None:
+    """The memory in use by others that makes the modelled free memory at SGLang's start equal
+    the free memory its log prints ("Load weight begin. avail mem", or "Load weight end"'s
+    avail mem plus its mem usage); None when the log prints neither, or when the modelled start
+    alone already takes more than the log's (a negative use cannot be asked for)."""
+    before = measured.get("avail_mem_before_load_gb")
+    if before is None and {"avail_mem_after_weights_gb", "weights_gb"} <= measured.keys():
+        before = measured["avail_mem_after_weights_gb"] + measured["weights_gb"]
+    if before is None:
+        return None
+    in_use = free_before - round(before * GiB)  # the modelled free memory less the printed
+    return in_use if in_use >= 0 else None
 
 
 def preset_shapes(preset_id: str, **changes: Any) -> dict[str, Any]:

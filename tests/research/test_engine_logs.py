@@ -126,3 +126,18 @@ def test_sglang_kv_tokens_targets():
     errs = _errors("sglang", "KV tokens")
     assert statistics.median(abs(e) for e in errs) <= 0.03
     assert max(abs(e) for e in errs) <= 0.10
+
+
+def test_sglang_pool_rule_given_the_printed_free_memory():
+    """Where the log prints the free memory before loading (or its weights' usage and what was
+    left after), that memory in place of the modelled start leaves the pool rule's own error:
+    +3.7% (RTX 3090), +1.4% (RTX 4090), +0.6% (H100). The desktops' +8.7% and +15.5% are the
+    start-up footprint (the desktop's memory), not the pool. The 4 x L4 log printed more free
+    memory than the modelled start leaves, so it has no row. A diagnostic, not a test of the
+    model: the printed free memory comes from the log."""
+    from research.engine_logs import PRINTED_FREE
+
+    errs = _errors("sglang", PRINTED_FREE)
+    assert len(errs) == 3
+    assert statistics.median(abs(e) for e in errs) <= 0.015
+    assert max(abs(e) for e in errs) <= 0.037
