@@ -210,9 +210,8 @@ def _compute_host(
                         source="Ren et al. 2021 (ZeRO-Offload) §4",
                     )
                 )
-            offloaded = max(
-                offloaded_inputs_bytes(w, arch, s.stage, residual_bytes(w, stack)) for s in statics
-            )
+            residual = residual_bytes(w, stack)
+            offloaded = max(offloaded_inputs_bytes(w, arch, s.stage, residual) for s in statics)
             if offloaded:
                 items.append(
                     Item(

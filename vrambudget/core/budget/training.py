@@ -17,13 +17,13 @@ from ..formulas.activations import (
     RECOMPUTE_GRADS_PART,
     RECOMPUTED_PART,
     eager_softmax_backward_bytes,
-    lora_trainable,
+    lora_layer_trainable,
     recompute_backward_bytes,
     shares_one_norm,
     training_activations,
     unsloth_covers,
     unsloth_patched,
-    unsloth_trainable,
+    unsloth_runs,
 )
 from ..formulas.logits import (
     training_backward_parts,
@@ -55,6 +55,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # fp32 sum at every residual add.
     residual = residual_bytes(w, ov.stack)
     fused_swiglu = ov.stack.fused_swiglu and arch.model_type in LIGER_GLU_FAMILIES
+    unsloth = ov.stack.framework == "unsloth"
     acts, one_layer, act_parts = training_activations(
         w,
         arch,
@@ -65,7 +66,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         ov.stack.math_mqa,
         residual_bytes=residual,
         fused_swiglu=fused_swiglu,
-        unsloth=ov.stack.framework == "unsloth",
+        unsloth=unsloth,
     )
     previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":
@@ -82,24 +83,10 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         eager = attention_run(w.attention, arch) == "eager"
         kept = 0
         previous = 0  # every 4-bit projection's input, for the previous micro-batch's graph
-        unsloth = ov.stack.framework == "unsloth" and m.dropout == 0.0
         for layer, n in st.stage.layer_runs:
-            own_mlp = False  # Unsloth's LoRA_MLP dequantizes itself: no MatMul4Bit context
-            if unsloth:
-                tr, own_mlp = unsloth_trainable(
-                    layer, arch, d.t, tuple(m.target_modules), m.rank, bytes_of(m.adapter_dtype), e
-                )
-            else:
-                tr = lora_trainable(
-                    layer,
-                    arch,
-                    d.t,
-                    tuple(m.target_modules),
-                    m.rank,
-                    bytes_of(m.adapter_dtype),
-                    e,
-                    m.dropout > 0.0,
-                )
+            # Unsloth's functions dequantize the 4-bit weights themselves: no MatMul4Bit context
+            # (its LoRA_MLP's down input included)
+            tr, own_mlp = lora_layer_trainable(layer, arch, d.t, m, e, unsloth)
             # One shared norm (parallel residual): attention and the MLP read one tensor.
             shared = shares_one_norm(layer, arch)
             per_token = (
@@ -233,13 +220,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     if recomputing:
         # Unsloth's own functions on every adapted projection: no fp32 input casts, and its
         # MLP writes the gate's and up's gradients in place (``recompute_backward_bytes``).
-        lora = w.method if isinstance(w.method, LoRA) else None
-        targets = tuple(lora.target_modules) if lora is not None else ()
-        unsloth_all = (
-            ov.stack.framework == "unsloth"
-            and lora is not None
-            and lora.dropout == 0.0
-            and all(unsloth_covers(layer, arch, targets) for layer, _ in st.stage.layer_runs)
+        targets = tuple(w.method.target_modules) if isinstance(w.method, LoRA) else ()
+        unsloth_all = unsloth_runs(w.method, unsloth) and all(
+            unsloth_covers(layer, arch, targets) for layer, _ in st.stage.layer_runs
         )
         unsloth_mlp = unsloth_all and all(
             "mlp" in unsloth_patched(layer, arch, targets) for layer, _ in st.stage.layer_runs
@@ -250,7 +233,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             e,
             w.method,
             fused_swiglu or unsloth_mlp,
-            max(residual, e),
+            residual,
             eager_softmax_backward_bytes(w, arch, st.dims),
             peft_casts=not unsloth_all,
         )

@@ -56,6 +56,7 @@ __all__ = [
     "catalog_gpu",
     "deploy_serving",
     "model_dtype",
+    "pcie_cost",
     "quantization_words",
     "resolve",
     "serving_format",
@@ -302,6 +303,13 @@ lower of its two ranks (SGLang takes the minimum over ranks): 25,327,697,920 - 2
 a context in all; 4 x L4 (0.4.3, held out) 0.32 GiB in all. Taken for SGLang on PCIe and for
 either engine where the group has no peer access (NCCL's shared-memory and network transports
 keep their buffers in host memory)."""
+
+
+def pcie_cost(fabric: Fabric) -> bool:
+    """Whether a tensor-parallel group on ``fabric`` pays PCIe's communication cost: on PCIe
+    boards, and without peer access (no custom all-reduce either way beyond what PCIe launches
+    showed, and NCCL through host memory), where NVLink-class boards pay more."""
+    return fabric in ("pcie", "no_p2p")
 
 
 def tp_fabric(gpu_name: str, peer_access: bool | None = None) -> Fabric:

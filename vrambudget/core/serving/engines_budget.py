@@ -42,7 +42,9 @@ from ..statics import stage_statics
 from .calibration import CALIBRATED_VERSION, EngineCalibration, calibration
 from .engine_args import (
     PCIE_DISTRIBUTED_BYTES,
+    Fabric,
     model_dtype,
+    pcie_cost,
     serving_format,
     serving_host_and_disk,
     serving_quantization,
@@ -291,7 +293,7 @@ class _SGLangRun:
         return self.cuda_context + self.nccl + self.in_use
 
 
-def sglang_nccl_bytes(cal: EngineCalibration, tp: int, fabric: str) -> int:
+def sglang_nccl_bytes(cal: EngineCalibration, tp: int, fabric: Fabric) -> int:
     """Device memory SGLang's distributed start takes before it measures the free memory,
     beyond the CUDA context: vLLM 0.19's NCCL baseline (an upper bound: SGLang sets
     ``NCCL_CUMEM_ENABLE=0`` and NVLS off) where the GPUs are NVLink/NVSwitch-connected; on
@@ -300,7 +302,7 @@ def sglang_nccl_bytes(cal: EngineCalibration, tp: int, fabric: str) -> int:
     research/sglang_startup_logs.md)."""
     if tp <= 1:
         return 0
-    if fabric in ("pcie", "no_p2p"):  # no peer access: NCCL stages through host memory
+    if pcie_cost(fabric):
         return PCIE_DISTRIBUTED_BYTES
     return round(cal.c("nccl_init_bytes"))
 

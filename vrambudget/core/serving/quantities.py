@@ -11,7 +11,7 @@ from ..formulas.activations import inference_working_set
 from ..statics import StageStatic
 from ..units import ceil_div
 from .calibration import CALIBRATED_VERSION
-from .engine_args import PCIE_DISTRIBUTED_BYTES, Resolved
+from .engine_args import PCIE_DISTRIBUTED_BYTES, Resolved, pcie_cost
 
 __all__ = [
     "AWQ_FP16_MATMUL_TOKENS",
@@ -148,7 +148,7 @@ def non_torch_bytes(r: Resolved) -> tuple[int, int]:
     c = r.cal.c
     base = round(c("non_torch_tp1_bytes"))
     calibrated = r.cal.version == CALIBRATED_VERSION
-    if r.tensor >= 2 and r.fabric in ("pcie", "no_p2p"):
+    if r.tensor >= 2 and pcie_cost(r.fabric):
         value = base + round(c("tp_comm_pcie_bytes"))
     elif r.tensor >= 4:
         value = round(c("non_torch_tp4_bytes" if calibrated else "non_torch_tp4_transfer_bytes"))

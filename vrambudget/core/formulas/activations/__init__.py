@@ -39,6 +39,7 @@ from .training import (
     eager_softmax_fp32,
     in_flight,
     layer_input_bytes,
+    lora_layer_trainable,
     lora_trainable,
     norm_saved_bytes,
     norms_per_layer,
@@ -49,6 +50,7 @@ from .training import (
     training_saved,
     unsloth_covers,
     unsloth_patched,
+    unsloth_runs,
     unsloth_trainable,
 )
 
@@ -70,6 +72,7 @@ __all__ = [
     "inference_activations",
     "inference_working_set",
     "layer_input_bytes",
+    "lora_layer_trainable",
     "lora_trainable",
     "norm_saved_bytes",
     "norms_per_layer",
@@ -80,6 +83,7 @@ __all__ = [
     "training_saved",
     "unsloth_covers",
     "unsloth_patched",
+    "unsloth_runs",
     "unsloth_trainable",
 ]
 

@@ -23,6 +23,7 @@ __all__ = [
     "eager_softmax_fp32",
     "in_flight",
     "layer_input_bytes",
+    "lora_layer_trainable",
     "lora_trainable",
     "norm_saved_bytes",
     "norms_per_layer",
@@ -32,6 +33,7 @@ __all__ = [
     "training_saved",
     "unsloth_covers",
     "unsloth_patched",
+    "unsloth_runs",
     "unsloth_trainable",
 ]
 
@@ -232,11 +234,21 @@ def unsloth_patched(layer: LayerType, arch: Arch, targets: tuple[str, ...]) -> f
     return frozenset(out)
 
 
+def _unsloth_members(patched: frozenset[str]) -> set[str]:
+    """The projections of the patched groups."""
+    return {n for g, ms in _UNSLOTH_GROUPS if g in patched for n in ms}
+
+
+def unsloth_runs(method: Method, unsloth: bool) -> bool:
+    """Whether Unsloth's own LoRA functions run at all: an Unsloth stack and LoRA without
+    ``lora_dropout`` (``patch_peft_model`` patches nothing otherwise)."""
+    return unsloth and isinstance(method, LoRA) and method.dropout == 0.0
+
+
 def unsloth_covers(layer: LayerType, arch: Arch, targets: tuple[str, ...]) -> bool:
     """Every adapted projection of the layer runs in one of Unsloth's own functions (none is
     left to PEFT's forward, which casts its input to the adapter dtype)."""
-    patched = unsloth_patched(layer, arch, targets)
-    members = {n for g, ms in _UNSLOTH_GROUPS if g in patched for n in ms}
+    members = _unsloth_members(unsloth_patched(layer, arch, targets))
     linear = {g.name.rsplit(".", 1)[-1] for g in layer.tensors if g.role is Role.LINEAR}
     return {t for t in targets if t in linear} <= members
 
@@ -258,7 +270,7 @@ def unsloth_trainable(
     adapters to the input's dtype, so no adapter-dtype copy of the input is kept. Projections
     outside a patched group run PEFT's forward (:func:`lora_trainable`)."""
     patched = unsloth_patched(layer, arch, targets)
-    members = {n for g, ms in _UNSLOTH_GROUPS if g in patched for n in ms}
+    members = _unsloth_members(patched)
     rest = tuple(x for x in targets if x not in members)
     peft = lora_trainable(layer, arch, t, rest, rank, adapter_bytes, e, False)
     trainable = Trainable(
@@ -272,6 +284,18 @@ def unsloth_trainable(
         qkv_dropout_repeats_bytes_per_token=peft.qkv_dropout_repeats_bytes_per_token,
     )
     return trainable, "mlp" in patched
+
+
+def lora_layer_trainable(
+    layer: LayerType, arch: Arch, t: int, method: LoRA, e: int, unsloth: bool
+) -> tuple[Trainable, bool]:
+    """(``Trainable``, whether Unsloth's MLP function runs) of one layer under LoRA: Unsloth's
+    functions where they run (:func:`unsloth_runs`, :func:`unsloth_trainable`), else PEFT's
+    forward (:func:`lora_trainable`)."""
+    targets, ab = tuple(method.target_modules), bytes_of(method.adapter_dtype)
+    if unsloth_runs(method, unsloth):
+        return unsloth_trainable(layer, arch, t, targets, method.rank, ab, e)
+    return lora_trainable(layer, arch, t, targets, method.rank, ab, e, method.dropout > 0.0), False
 
 
 def _mlp_saved(
@@ -578,34 +602,19 @@ def training_activations(
     ckpt = w.checkpointing
     per_layer_total = 0
     one_layer = 0
-    brought_back = 0
     items: dict[str, int] = {}
     m = w.method
+    softmax_fp32 = eager_softmax_fp32(w, arch)
+    kept = layer_input_bytes(w, arch, residual_bytes or e)  # one layer's input: all alike
+    # Offloaded: every input waits in host RAM (:func:`offloaded_inputs_bytes`); the one being
+    # recomputed is copied back.
+    brought_back = kept if ckpt == "offloaded" else 0
     for layer, n in stage.layer_runs:
-        tr = FULL_TRAINING
-        swiglu = fused_swiglu
-        if isinstance(m, LoRA) and unsloth and m.dropout == 0.0:
-            tr, own_mlp = unsloth_trainable(
-                layer,
-                arch,
-                par.tensor,
-                tuple(m.target_modules),
-                m.rank,
-                bytes_of(m.adapter_dtype),
-                e,
-            )
-            swiglu = swiglu or own_mlp  # LoRA_MLP keeps e and g only, as a fused SwiGLU does
-        elif isinstance(m, LoRA):
-            tr = lora_trainable(
-                layer,
-                arch,
-                par.tensor,
-                tuple(m.target_modules),
-                m.rank,
-                bytes_of(m.adapter_dtype),
-                e,
-                m.dropout > 0.0,
-            )
+        tr, own_mlp = FULL_TRAINING, False
+        if isinstance(m, LoRA):
+            tr, own_mlp = lora_layer_trainable(layer, arch, par.tensor, m, e, unsloth)
+        # Unsloth's LoRA_MLP keeps e and g only, as a fused SwiGLU does
+        swiglu = fused_swiglu or own_mlp
         saved_by = partial(
             training_saved,
             layer,
@@ -623,7 +632,7 @@ def training_activations(
             fused_qkv=fused_qkv,
             math_mqa=math_mqa,
             fused_swiglu=swiglu,
-            softmax_fp32=eager_softmax_fp32(w, arch),
+            softmax_fp32=softmax_fp32,
         )
         selective = ckpt == "selective"
         saved = saved_by(drop_scores=selective)
@@ -632,17 +641,12 @@ def training_activations(
         # items unless selective recomputation dropped them.
         whole = saved_by(drop_scores=False) if selective else saved
         one_layer = max(one_layer, sum(whole.values()))
-        kept = layer_input_bytes(w, arch, residual_bytes or e)
         if ckpt == "full":
             per_layer_total += kept * n
             items["layer inputs (full recomputation)"] = (
                 items.get("layer inputs (full recomputation)", 0) + kept * n
             )
-        elif ckpt == "offloaded":
-            # Each layer's input waits in host RAM (:func:`offloaded_inputs_bytes`); the one
-            # being recomputed is copied back.
-            brought_back = max(brought_back, kept)
-        else:
+        elif ckpt != "offloaded":
             per_layer_total += layer_bytes * n
             for k, v in saved.items():
                 items[k] = items.get(k, 0) + v * n
