@@ -120,9 +120,15 @@ def _vllm(
 ) -> list[Check]:
     # The sampler path the log's own line states (topk_topp_sampler.py, 0.10-0.11: FlashInfer
     # when installed): the profile's warm-up sorts the vocabulary only without it.
-    sampler = _by_id().get(log, {}).get("settings", {}).get("flashinfer_sampler")
+    settings = _by_id().get(log, {}).get("settings", {})
+    sampler = settings.get("flashinfer_sampler")
     if sampler is not None and "flashinfer_sampler" not in workload:
         workload = {**workload, "flashinfer_sampler": sampler}
+    # Whether the GPUs reached each other peer to peer, as the log's custom_all_reduce.py line
+    # says ("Custom allreduce is disabled because ...").
+    if "peer_access" in settings:
+        par = workload.get("parallelism", {})
+        workload = {**workload, "parallelism": {**par, "peer_access": settings["peer_access"]}}
     w = msgspec.convert({"kind": "llm_serving", **workload}, LLMServingWorkload)
     arch = resolve_model(w.model)
     g = gpu(gpu_id or "h100-sxm5-80gb")
@@ -513,11 +519,7 @@ def checks() -> list[Check]:
                 "model": {"source": "preset", "id": "qwen2.5-7b"},
                 "max_model_len": st["max_model_len"],
                 "gpu_memory_utilization": st["gpu_memory_utilization"],
-                # the logs' own custom_all_reduce.py line: no peer access between the pair
-                "parallelism": {
-                    "tensor": st.get("tensor_parallel", 1),
-                    **({"peer_access": st["peer_access"]} if "peer_access" in st else {}),
-                },
+                "parallelism": {"tensor": st.get("tensor_parallel", 1)},
             },
             entry["gpu_id"],
             entry["measured"],
