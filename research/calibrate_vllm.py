@@ -14,7 +14,8 @@ Every fitted constant records the run ids it was fitted on. Fits (all on vLLM's 
   last-stage runs whose sampler term dominates (peak = a S V + b T h e);
 - forward_working_set_scale: median peak / working set on the runs whose forward dominates;
 - pp_hidden_copies: median (peak - forward) / (T h e) on the first stage of PP runs;
-- cuda_graph_{base,per_layer}_bytes: least squares of graph memory on layers per stage;
+- cuda_graph_{base,per_layer}_bytes_per_graph: least squares of graph memory per captured graph
+  on layers per stage (every launch's printed graph counts checked against the rule);
 - tp_comm_pcie_bytes: median implied tensor-parallel non-torch memory (less the one-GPU part)
   over the PCIe-only launches of research/data/vllm_tp_logs.json;
 - non_torch_{tp2,tp4}_transfer_bytes: releases other than the calibrated one on NVLink-class
@@ -74,6 +75,7 @@ def _features(run: dict[str, Any]) -> dict[str, Any] | None:
         "The": T * arch.hidden_size * r.e,
         "ws": ws,
         "layers": st.stage.num_layers,
+        "graphs": r.cuda_graphs,
         "m": run["measured"],
         "x": run.get("measured_extra") or {},
     }
@@ -133,12 +135,17 @@ def _fit_h100() -> dict[str, Any]:
         (f["m"]["activation_peak_gib"] * g - scale * f["ws"]) / f["The"] for f in pp_rows
     )
     graph_rows = [f for f in feats if f["m"].get("cuda_graph_gib")]
+    for f in graph_rows:  # the capture-size rule against what the launches printed
+        sizes = f["x"].get("cudagraph_capture_sizes")
+        if sizes and sizes["piecewise_count"] + sizes["full_count"] != f["graphs"]:
+            raise SystemExit(f"{f['id']}: {sizes} graphs, the rule says {f['graphs']}")
+    # graph memory per captured graph, linear in the layers on the stage
     n = len(graph_rows)
     mx = sum(f["layers"] for f in graph_rows) / n
-    my = sum(f["m"]["cuda_graph_gib"] * g for f in graph_rows) / n
-    slope = sum((f["layers"] - mx) * (f["m"]["cuda_graph_gib"] * g - my) for f in graph_rows) / sum(
-        (f["layers"] - mx) ** 2 for f in graph_rows
-    )
+    my = sum(f["m"]["cuda_graph_gib"] * g / f["graphs"] for f in graph_rows) / n
+    slope = sum(
+        (f["layers"] - mx) * (f["m"]["cuda_graph_gib"] * g / f["graphs"] - my) for f in graph_rows
+    ) / sum((f["layers"] - mx) ** 2 for f in graph_rows)
     base = my - slope * mx
     src = "fitted by research/calibrate_vllm.py on vLLM 0.19.0 H100 launch logs (calibrate split)"
     constants = {
@@ -198,18 +205,17 @@ def _fit_h100() -> dict[str, Any]:
             "calibrate MoE run with a modelled model logs its peak)",
             [],
         ),
-        "cuda_graph_base_bytes": _const(
+        "cuda_graph_base_bytes_per_graph": _const(
             round(base),
-            "bytes",
-            "least squares of the graph "
-            "capture memory ('cuda_graph_actual') on layers per "
-            "stage; " + src,
+            "bytes per graph",
+            "least squares of the graph capture memory ('cuda_graph_actual') per captured "
+            "graph (piecewise + FULL, engine_args.cudagraph_sizes) on layers per stage; " + src,
             [f["id"] for f in graph_rows],
         ),
-        "cuda_graph_per_layer_bytes": _const(
+        "cuda_graph_per_layer_bytes_per_graph": _const(
             round(slope),
-            "bytes per layer",
-            "fitted with cuda_graph_base_bytes",
+            "bytes per graph per layer",
+            "fitted with cuda_graph_base_bytes_per_graph",
             [f["id"] for f in graph_rows],
         ),
     }

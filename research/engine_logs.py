@@ -35,6 +35,7 @@ from vrambudget.core.spec import CatalogDevice, LLMServingWorkload, ModelSource,
 
 LOGS = Path(__file__).parent / "data" / "engine_logs.json"
 BAND = "KV tokens inside the band"
+GRAPHS = "CUDA graphs (capture)"
 MiB, GiB = 1 << 20, 1 << 30
 
 
@@ -144,6 +145,20 @@ def _vllm(
             "GiB",
         )
     ]
+    # Graph memory as the log prints it: "Graph capturing finished ... took" (the capture
+    # after the KV cache) — a diagnostic of the graph rule, not a KV check. Logs where
+    # capture freed memory (a negative reading) say nothing about it.
+    if measured.get("cuda_graph_gib", 0) > 0 and not w.enforce_eager:
+        out.append(
+            Check(
+                log,
+                "vllm",
+                GRAPHS,
+                measured["cuda_graph_gib"],
+                a.stages[0].cuda_graph_bytes / GiB,
+                "GiB",
+            )
+        )
     if gpu_id is not None:
         out.append(Check(log, "vllm", "KV tokens", measured["kv_cache_tokens"], a.kv_tokens, "tok"))
         band = kv_band(w, a, g.name)

@@ -97,6 +97,9 @@ def release(v: dict[str, Any]) -> dict[str, Any]:
         "extensible_kv_cache": extensible,
         "top_k_top_p": v["top_k_top_p"],
         "moe_workspace_persistent": v["moe_workspace_persistent"],
+        "cudagraph_steps": v["cudagraph_capture"]["steps"],
+        "cudagraph_largest_blackwell": v["cudagraph_capture"]["largest_blackwell"],
+        "full_decode_graphs": v["cudagraph_capture"]["full_decode_graphs"],
     }
 
 

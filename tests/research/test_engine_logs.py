@@ -43,8 +43,32 @@ def test_vllm_weights_within_target():
 def test_vllm_kv_tokens_ratchet():
     errs = _errors("vllm", "KV tokens")
     assert len(errs) == 25
-    assert statistics.median(abs(e) for e in errs) <= 0.0135
+    assert statistics.median(abs(e) for e in errs) <= 0.012  # 1.12%
     assert max(abs(e) for e in errs) <= 0.085  # 8.26%: 0.11 on an L4, the safe side
+
+
+def test_vllm_kv_tokens_per_release():
+    """Median KV-token error per vLLM minor release <= 3% (the target), except 0.19, pinned at
+    its one log (an RTX 3090 under WSL, 3.99% low). The 0.22 and 0.26 launches ran with 64 and
+    16 sequences and capture 30 and 12 CUDA graphs instead of 102: with the graph memory per
+    graph, 0.65% and 0.48% (2.5% and 7.7% when the default 102 graphs were subtracted)."""
+    by: dict[str, list[float]] = {}
+    for r in ROWS:
+        if (r.engine, r.quantity) == ("vllm", "KV tokens"):
+            by.setdefault(".".join(r.version.split(".")[:2]), []).append(abs(r.error))
+    assert len(by) >= 8
+    for minor, errs in by.items():
+        assert statistics.median(errs) <= (0.04 if minor == "0.19" else 0.03), (minor, errs)
+
+
+def test_vllm_cuda_graph_memory_diagnostic_is_pinned():
+    """The graph memory the logs print after capture ("Graph capturing finished ... took") is a
+    diagnostic of the per-graph rule, not a KV check: 41.6% median, 80.4% largest (the 0.10.2
+    launch at one sequence: 0.14 GiB printed for 3 graphs), pinned so it can only shrink."""
+    errs = _errors("vllm", "CUDA graphs (capture)")
+    assert len(errs) >= 20
+    assert statistics.median(abs(e) for e in errs) <= 0.42
+    assert max(abs(e) for e in errs) <= 0.81
 
 
 def test_vllm_kv_tokens_held_out_sets_b_and_c_within_targets():
@@ -55,8 +79,8 @@ def test_vllm_kv_tokens_held_out_sets_b_and_c_within_targets():
     vLLM 0.10.2 and 0.11.2) came after every rule: -0.2% .. -0.6%."""
     errs = [r.error for r in ROWS if r.fresh and (r.engine, r.quantity) == ("vllm", "KV tokens")]
     assert len(errs) == 18
-    assert statistics.median(abs(e) for e in errs) <= 0.03
-    assert max(abs(e) for e in errs) <= 0.10
+    assert statistics.median(abs(e) for e in errs) <= 0.007  # 0.62% (target 3%)
+    assert max(abs(e) for e in errs) <= 0.04  # 3.99% (target 10%)
 
 
 def test_vllm_kv_tokens_targets():

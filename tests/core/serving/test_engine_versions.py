@@ -426,3 +426,55 @@ def test_no_peer_access_leaves_a_pipeline_only_layout_nccl_baseline():
     assert pp.stages[0].nccl_init_bytes == round(calibration("0.10.0").c("nccl_init_bytes"))
     tp = _acct(engine_version="0.10.1", parallelism={"tensor": 2, "peer_access": False})
     assert tp.stages[0].nccl_init_bytes == 180_664_402
+
+
+@pytest.mark.parametrize(
+    ("version", "gpu_id", "seqs", "batched", "piecewise", "full"),
+    [
+        # the 0.19 H100 sweep's CSV: 51 piecewise (largest 512), 51 FULL
+        ("0.19.0", "h100-sxm5-80gb", 1024, 8192, 51, 51),
+        # an RTX 3090 launch of 0.19.1 printed "PIECEWISE=51 (largest=512), FULL=35 (largest=256)"
+        ("0.19.0", "rtx-3090-24gb", 256, 2048, 51, 35),
+        # the 0.26.1 candidate at max_num_seqs 16: "PIECEWISE=7 (largest=32), FULL=5 (largest=16)"
+        ("0.26.0", "a100-sxm4-80gb", 16, 8192, 7, 5),
+        # 0.10: [1, 2, 4] + every multiple of 8 up to 512, piecewise only
+        ("0.10.0", "a100-sxm4-80gb", 256, 2048, 67, 0),
+        # 0.10 keeps [1, 2, 4] whatever the largest size: 3 graphs at one sequence
+        ("0.10.0", "rtx-4090-24gb", 1, 8192, 3, 0),
+        # 0.11: the same sizes, and FULL decode graphs up to max_num_seqs
+        ("0.11.0", "l4-24gb", 128, 2048, 35, 19),
+        # sizes above max_num_batched_tokens are dropped (0.12 on: the largest is capped too)
+        ("0.26.0", "h100-sxm5-80gb", 256, 256, 35, 35),
+        # 0.28 on compute capability 10.x: up to 1024 (step 16 from 256)
+        ("0.28.0", "b200-180gb", 1024, 16384, 83, 83),
+        ("0.28.0", "h100-sxm5-80gb", 1024, 8192, 51, 51),
+    ],
+)
+def test_cuda_graph_capture_sizes_by_release(version, gpu_id, seqs, batched, piecewise, full):
+    """Hand-counted from ``_set_cudagraph_sizes`` and ``initialize_cudagraph_keys`` of each
+    release (research/data/vllm_versions.json ``cudagraph_capture``)."""
+    from vrambudget.core.serving.calibration import calibration
+    from vrambudget.core.serving.engine_args import cudagraph_sizes
+
+    p, f = cudagraph_sizes(calibration(version), seqs, batched, gpu(gpu_id).name)
+    assert (len(p), len(f)) == (piecewise, full)
+    assert list(p) == sorted(set(p)) and all(x <= batched for x in p)
+    assert all(x <= seqs for x in f)
+
+
+def test_cuda_graph_memory_scales_with_the_graphs_captured():
+    """The graph memory per graph is fitted on the 0.19 sweep (102 graphs each); 16 sequences
+    capture 12 graphs, so 12/102 of the memory, and 0.20 on subtracts exactly that from the KV
+    budget. Llama 3.1 8B: (3,419,366 + 178,366 x 32) B per graph."""
+    per_graph = 3_419_366 + 178_366 * 32
+    full = _acct(engine_version="0.26.0", max_model_len=8192).stages[0]
+    few = _acct(engine_version="0.26.0", max_model_len=8192, max_num_seqs=16).stages[0]
+    assert full.cuda_graph_bytes == per_graph * 102
+    assert few.cuda_graph_bytes == per_graph * 12
+    # the profile run also shrinks with fewer sequences (the sampler's rows): compare the budget
+    # with the activation peak added back
+    assert (few.available_bytes + few.activation_bytes) - (
+        full.available_bytes + full.activation_bytes
+    ) == per_graph * 90
+    eager = _acct(engine_version="0.26.0", max_model_len=8192, enforce_eager=True).stages[0]
+    assert eager.cuda_graph_bytes == 0

@@ -101,13 +101,16 @@ _FORMULAS: dict[Component, tuple[str, str, tuple[str, ...]]] = {
     ),
     C.RUNTIME_WORKSPACE: (
         (
-            "CUDA graphs captured after the KV cache (piecewise + full, up to 512 "
-            "tokens): base + per_layer x layers on the stage; 0 with enforce_eager"
+            "CUDA graphs: (base + per_layer x layers on the stage) per graph x the graphs "
+            "the release captures (a piecewise graph per capture size, up to min(2 x "
+            "max_num_seqs, 512) and max_num_batched_tokens; a FULL decode graph per size up "
+            "to max_num_seqs from 0.11); 0 with enforce_eager"
             "; + MLA models: 128 MiB per MLA backend module that allocates a "
             "workspace when imported (counted in vLLM's weights memory)"
         ),
         (
-            "vllm compile_or_warm_up_model / capture_model; calibrated; vllm "
+            "vllm compile_or_warm_up_model / capture_model; config/vllm.py "
+            "_set_cudagraph_sizes, v1/cudagraph_dispatcher.py; calibrated per graph; vllm "
             "0.19.0 v1/attention/backends/mla/flashinfer_mla.py g_fi_workspace, "
             "cutlass_mla.py g_sm100_workspace"
         ),
@@ -342,7 +345,12 @@ def serving_budget(
                 ("non-torch increase from TP / PP", s.non_torch_comm_bytes),
             ),
             C.RUNTIME_WORKSPACE: (
-                ("CUDA graphs", s.cuda_graph_bytes),
+                (
+                    f"CUDA graphs ({a.resolved.cuda_graphs} captured: piecewise + FULL decode)"
+                    if s.cuda_graph_bytes
+                    else "CUDA graphs",
+                    s.cuda_graph_bytes,
+                ),
                 (
                     "MLA backend workspaces allocated at import (in the weights memory vLLM logs)",
                     s.load_workspace_bytes,

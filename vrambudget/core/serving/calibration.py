@@ -26,6 +26,7 @@ __all__ = [
 
 
 TopKTopP = Literal["flashinfer_if_installed", "torch_sort", "triton"]
+CudagraphSteps = Literal["8", "8_then_16"]
 
 
 class Constant(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,6 +91,16 @@ class VLLMRelease(msgspec.Struct, frozen=True, kw_only=True):
     ``FusedMoEModularKernel``, whose buffers come from the worker's workspace manager), so it is
     still allocated when the profile's sampler runs; before, ``fused_experts_impl`` allocates
     and frees it per call."""
+    cudagraph_steps: CudagraphSteps = "8_then_16"
+    """The default CUDA-graph capture sizes (``_set_cudagraph_sizes``): ``8`` (0.10-0.11:
+    ``[1, 2, 4]`` and multiples of 8 up to the largest), ``8_then_16`` (0.12 on: steps of 16
+    from 256, ``[1, 2, 4]`` only up to the largest); the largest is ``min(max_num_seqs x 2,
+    512)``, then only sizes up to ``max_num_batched_tokens``."""
+    cudagraph_largest_blackwell: int | None = None
+    """The largest default capture size on compute capability 10.x (0.28 on: 1024)."""
+    full_decode_graphs: bool = True
+    """FULL_AND_PIECEWISE (0.11 on): a FULL decode graph for each capture size up to
+    ``max_num_seqs`` besides the piecewise graph of every size (0.10: piecewise only)."""
 
 
 class EngineCalibration(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,6 +124,9 @@ class EngineCalibration(msgspec.Struct, frozen=True, kw_only=True):
     extensible_kv_cache: bool = False
     top_k_top_p: TopKTopP = "triton"
     moe_workspace_persistent: bool = True
+    cudagraph_steps: CudagraphSteps = "8_then_16"
+    cudagraph_largest_blackwell: int | None = None
+    full_decode_graphs: bool = True
 
     def c(self, name: str) -> float:
         return self.constants[name].value
@@ -180,4 +194,7 @@ def calibration(version: str) -> EngineCalibration:
         extensible_kv_cache=r.extensible_kv_cache,
         top_k_top_p=r.top_k_top_p,
         moe_workspace_persistent=r.moe_workspace_persistent,
+        cudagraph_steps=r.cudagraph_steps,
+        cudagraph_largest_blackwell=r.cudagraph_largest_blackwell,
+        full_decode_graphs=r.full_decode_graphs,
     )

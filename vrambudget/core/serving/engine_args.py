@@ -212,6 +212,9 @@ class Resolved:
     sampler_may_skip_sort: bool = False
     """The release leaves the sort to the installation (0.10-0.11 without flashinfer_sampler):
     the KV band's high end takes the path without it."""
+    cuda_graphs: int = 0
+    """How many CUDA graphs the engine captures unless ``enforce_eager``
+    (:func:`cudagraph_counts`: piecewise + FULL decode)."""
 
 
 MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
@@ -333,6 +336,45 @@ def tp_fabric(gpu_name: str, peer_access: bool | None = None) -> Fabric:
     return "pcie" if g.interconnect.kind == "pcie" else "nvlink"
 
 
+def cudagraph_sizes(
+    cal: EngineCalibration, max_num_seqs: int, max_num_batched_tokens: int, gpu_name: str
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The batch sizes (tokens) of the piecewise and of the FULL decode CUDA graphs the release
+    captures by default, without speculative decoding (decode query length 1).
+
+    ``_set_cudagraph_sizes`` (vllm/config/__init__.py:551 in 0.11.0, vllm/config/vllm.py:988 in
+    0.12.0, :1739 in 0.26.0): the largest size is ``min(max_num_seqs x 2, 512)`` (1024 on
+    compute capability 10.x from 0.28); 0.10-0.11 take ``[1, 2, 4]`` and every multiple of 8 up
+    to it, 0.12 on steps of 8 below 256 and of 16 from 256, ``[1, 2, 4]`` only up to it; sizes
+    above ``max_num_batched_tokens`` are dropped. ``initialize_cudagraph_keys``
+    (v1/cudagraph_dispatcher.py:63 in 0.11.0) adds a FULL graph for every size up to
+    ``max_num_seqs`` (FULL_AND_PIECEWISE, the default from 0.11; 0.10 captures piecewise
+    graphs only). The 0.26 log of research/data/engine_logs.json (max_num_seqs 16) prints
+    "PIECEWISE=7 (largest=32), FULL=5 (largest=16)"; the 0.19 H100 sweep 51 and 51."""
+    largest = 512
+    cap = _capability(catalog_gpu(gpu_name))
+    if cal.cudagraph_largest_blackwell and cap is not None and cap // 10 == 10:
+        largest = cal.cudagraph_largest_blackwell
+    largest = min(max_num_seqs * 2, largest)
+    if cal.cudagraph_steps == "8":
+        sizes = [1, 2, 4, *range(8, largest + 1, 8)]
+    else:
+        largest = min(largest, max_num_batched_tokens)
+        sizes = [i for i in (1, 2, 4) if i <= largest]
+        sizes += [*range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16)]
+    piecewise = tuple(sorted(i for i in set(sizes) if i <= max_num_batched_tokens))
+    full = tuple(i for i in piecewise if i <= max_num_seqs) if cal.full_decode_graphs else ()
+    return piecewise, full
+
+
+def cudagraph_counts(
+    cal: EngineCalibration, max_num_seqs: int, max_num_batched_tokens: int, gpu_name: str
+) -> int:
+    """How many CUDA graphs :func:`cudagraph_sizes` captures in all."""
+    piecewise, full = cudagraph_sizes(cal, max_num_seqs, max_num_batched_tokens, gpu_name)
+    return len(piecewise) + len(full)
+
+
 def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str) -> Resolved:
     """Fill the engine defaults (``EngineArgs.get_batch_defaults``: the larger batch on GPUs of
     at least 70 GiB that are not A100s) and check what vLLM checks at configuration time."""
@@ -391,6 +433,7 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         _unsupported(w, kernel, gpu_name),
         sampler_sorts(cal.top_k_top_p, w.flashinfer_sampler),
         cal.top_k_top_p == "flashinfer_if_installed" and w.flashinfer_sampler is None,
+        cudagraph_counts(cal, seqs, batched, gpu_name),
     )
 
 

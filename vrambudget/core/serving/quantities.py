@@ -176,11 +176,17 @@ def baseline_bytes(r: Resolved) -> tuple[int, int]:
 
 
 def cuda_graph_bytes(st: StageStatic, r: Resolved, eager: bool) -> int:
-    """Memory of the captured CUDA graphs (piecewise + full, up to 512 tokens): ``a + b x
-    layers on the stage``, fitted per version; 0 with ``enforce_eager``."""
+    """Memory of the captured CUDA graphs: ``(a + b x layers on the stage) x graphs``, with
+    ``graphs`` the release's capture sizes for the request's ``max_num_seqs`` and
+    ``max_num_batched_tokens`` (:func:`~.engine_args.cudagraph_sizes`; 102 at the defaults
+    of 0.12 on) and ``a``, ``b`` fitted per graph; 0 with ``enforce_eager``. vLLM's own
+    estimate is linear in the graph count too (``profile_cudagraph_memory``: the first
+    capture plus the second's memory for each further graph, gpu_model_runner.py:6576 in
+    0.26.0)."""
     if eager:
         return 0
     c = r.cal.c
-    return max(
-        round(c("cuda_graph_base_bytes") + c("cuda_graph_per_layer_bytes") * st.stage.num_layers), 0
+    per_graph = c("cuda_graph_base_bytes_per_graph") + c("cuda_graph_per_layer_bytes_per_graph") * (
+        st.stage.num_layers
     )
+    return max(round(per_graph * r.cuda_graphs), 0)
