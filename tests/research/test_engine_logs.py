@@ -131,20 +131,31 @@ def test_sglang_max_running_requests_exact():
 
 def test_sglang_kv_tokens_ratchet():
     """Held out, pinned so it can only shrink: the RTX 3090 launch ran under WSL2 with the
-    desktop's memory already taken (+8.7%); on 4 x L4 (PCIe) the start took 0.32 GiB, where
+    desktop's memory already taken (+7.5%); on 4 x L4 (PCIe) the start took 0.32 GiB, where
     the model keeps one 0.51 GiB context and the 0.17 GiB PCIe distributed term, and SGLang's
-    weights line is 0.28 GiB above the parameters (-0.7%; -25.6% while vLLM 0.19's 1.0 GiB
-    NCCL baseline was kept on PCIe)."""
+    weights line is 0.22 GiB above the parameters and FP32 rotary table (-2.9%; -25.6% while
+    vLLM 0.19's 1.0 GiB NCCL baseline was kept on PCIe)."""
     errs = _errors("sglang", "KV tokens")
     assert len(errs) == 4
-    assert max(errs) <= 0.155 and min(errs) >= -0.008
+    assert max(errs) <= 0.142 and min(errs) >= -0.03
+
+
+def test_sglang_weights_count_the_fp32_rotary_table():
+    """SGLang's "Load weight end ... mem usage" on one GPU: the parameters and the rotary table,
+    kept in FP32 on CUDA (``rotary_embedding.py``): Llama 3.1 8B's 15.02 GiB printed, 15.02
+    counted (14.96 without the table). Pinned: the reranker's 1.18 GiB is 4.3% above the count
+    and the 4 x L4 rank's 15.54 GiB 1.4% above it (both unexplained)."""
+    rows = {r.log: r for r in ROWS if (r.engine, r.quantity) == ("sglang", "weights")}
+    assert abs(rows["sglang-maxuhl98-llama31-8b-rtx4090-tp1"].error) < 0.001
+    assert len(rows) == 3
+    assert all(-0.043 <= r.error <= 0.001 for r in rows.values())
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="SGLang held-out KV tokens: +8.7% (RTX 3090 under WSL2) and +15.5% (RTX 4090 under "
-    "Docker Desktop), both with the desktop's memory taken before SGLang measured; -0.7% "
-    "(4 x L4) and +1.0% (H100): median 4.8% (docs/ACCURACY.md)",
+    reason="SGLang held-out KV tokens: +7.5% (RTX 3090 under WSL2) and +14.1% (RTX 4090 under "
+    "Docker Desktop), both with the desktop's memory taken before SGLang measured; -2.9% "
+    "(4 x L4) and +0.9% (H100): median 5.2% (docs/ACCURACY.md)",
 )
 def test_sglang_kv_tokens_targets():
     errs = _errors("sglang", "KV tokens")
@@ -155,13 +166,14 @@ def test_sglang_kv_tokens_targets():
 def test_sglang_pool_rule_given_the_printed_free_memory():
     """Where the log prints the free memory before loading (or its weights' usage and what was
     left after), that memory in place of the modelled start leaves the pool rule's own error:
-    +3.7% (RTX 3090), +1.4% (RTX 4090), +0.6% (H100). The desktops' +8.7% and +15.5% are the
-    start-up footprint (the desktop's memory), not the pool. The 4 x L4 log printed more free
+    +2.6% (RTX 3090), +0.1% (RTX 4090), +0.6% (H100) with SGLang's FP32 rotary table counted
+    (+3.7%, +1.4%, +0.6% without it). The desktops' +7.5% and +14.1% are the start-up
+    footprint (the desktop's memory), not the pool. The 4 x L4 log printed more free
     memory than the modelled start leaves, so it has no row. A diagnostic, not a test of the
     model: the printed free memory comes from the log."""
     from research.engine_logs import PRINTED_FREE
 
     errs = _errors("sglang", PRINTED_FREE)
     assert len(errs) == 3
-    assert statistics.median(abs(e) for e in errs) <= 0.015
-    assert max(abs(e) for e in errs) <= 0.037
+    assert statistics.median(abs(e) for e in errs) <= 0.0065
+    assert max(abs(e) for e in errs) <= 0.026

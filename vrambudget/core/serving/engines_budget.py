@@ -11,6 +11,7 @@ import msgspec
 from ..arch import Arch
 from ..components import Component
 from ..device import DeviceContext
+from ..dtypes import bytes_of
 from ..errors import InvalidWorkload
 from ..host import DEFAULT_DISK
 from ..resolve import model_name, model_origin, resolve_model
@@ -53,6 +54,7 @@ from .engine_args import (
 from .gguf.budget import gguf_details, gguf_devices, gguf_host_and_disk
 from .gguf.engine import GGUFAccount, concurrency, gguf_account, launch_command
 from .releases import EngineRelease, engine_release
+from .rope import rotary_cache_bytes
 from .sglang import SGLangAccount, sglang_account, sglang_release
 
 __all__ = ["gguf_budget", "gguf_engine", "sglang_budget", "sglang_engine"]
@@ -325,7 +327,7 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
             )
         dtype = model_dtype(w)
         kv_bytes = 1 if w.kv_cache_dtype.startswith("fp8") else (4 if dtype == "fp32" else 2)
-        weights = _weights_per_rank(w, arch, dtype, tp)
+        weights = _weights_per_rank(w, arch, dtype, tp, cuda=ctx.vendor != "amd")
         context_len = w.max_model_len or arch.max_positions
         o = w.sglang if w.sglang is not None else SGLangOptions()
         cal = calibration(CALIBRATED_VERSION)
@@ -357,11 +359,21 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
     )
 
 
-def _weights_per_rank(w: LLMServingWorkload, arch: Arch, dtype: str, tp: int) -> int:
+def _weights_per_rank(
+    w: LLMServingWorkload, arch: Arch, dtype: str, tp: int, cuda: bool = True
+) -> int:
+    """What loading puts on one rank: its weight shards and the rotary tables, which every
+    rank builds whole. SGLang keeps them in FP32 on CUDA ("cache needs to be in FP32 for
+    numerical stability": ``layers/rotary_embedding.py`` ``RotaryEmbedding.__init__`` casts to
+    the model dtype only off CUDA, in 0.4.3, 0.4.9 and 0.5.18 alike); the tables' rows follow
+    the model's rope as vLLM's do (:func:`~.rope.rotary_cache_bytes`). Llama 3.1 8B: 131,072 x
+    128 x 4 = 67,108,864 B, which the RTX 4090 log's "mem usage=15.02 GB" shows above the
+    14.96 GiB of parameters."""
     quant = serving_quantization(w)
     precision = Precision(weights=dtype, compute=dtype, quantization=quant)  # type: ignore[arg-type]
     st = stage_statics(arch, precision, Parallelism(tensor=tp), None)[0]
-    return st.weights_bytes + st.metadata_bytes
+    rope = rotary_cache_bytes(arch, 4 if cuda else bytes_of(dtype))
+    return st.weights_bytes + st.metadata_bytes + rope
 
 
 def _sglang_launch(w: LLMServingWorkload, run: _SGLangRun) -> str:
@@ -481,8 +493,9 @@ def sglang_budget(
     values[C.HEADROOM] = max(total - used, 0)
     formulas = {
         C.WEIGHTS: (
-            "this rank's weights (TP shards) as SGLang loads them",
-            "SGLang model_runner load_model; tensor inventory",
+            "this rank's weights (TP shards) as SGLang loads them, and the rotary table "
+            "(FP32 on CUDA)",
+            "SGLang model_runner load_model; layers/rotary_embedding.py; tensor inventory",
         ),
         C.KV_CACHE: (
             "(max_total_num_tokens + page_size) x cell; tokens = (post - pre x (1 - "
