@@ -223,11 +223,13 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     fms-acceleration's Granite (PowerLM-3b) table joined the calibrate split, 7-12% over the
     estimate: the multi-GPU bands' low ends fell (the training family now rests on 9 sources,
     unwidened), so two more held-out runs fell inside and the half-width rose 15.8% -> 16.0%
-    (bound raised for it): 92.5% inside, 6 runs above."""
+    (bound raised for it): 92.5% inside, 6 runs above. torchao's GaLore profiler (calibrate)
+    and quantized-training (held out: its two Llama2-1B bf16 runs, the estimate 10.5% and 3.3%
+    low) READMEs: 135 peaks, 3.5%, 92.6% inside, 6 runs above, 16.0%."""
     s = summarize(held_out)
-    assert s["n"] >= 133
+    assert s["n"] >= 135
     assert s["median_abs_error"] <= 0.035
-    assert s["coverage"] >= 0.924
+    assert s["coverage"] >= 0.925
     assert s["exceeded_but_fits"] <= 6
     assert s["median_half_width"] <= 0.160
     assert not math.isnan(s["median_signed_error"])
