@@ -112,7 +112,7 @@ def test_estimate_serving_prints_the_engine_summary(tmp_path, capsys):
     # The numbers of docs/API.md's serving example.
     assert "vllm 0.19.0 (rules of 0.19.0) on NVIDIA H100 SXM5 80GB: starts" in out
     assert "443,600 tokens; max concurrency 54.1504 at 8,192 tokens per request" in out
-    assert "launch: vllm serve llama-3.1-8b --tensor-parallel-size 1" in out
+    assert "launch: vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 1" in out
 
 
 def test_estimate_error_is_clear(capsys):

@@ -27,6 +27,7 @@ from .stored import with_stored_tensors
 __all__ = [
     "AnyModel",
     "NeedsResolution",
+    "engine_model",
     "model_name",
     "model_origin",
     "needs_resolution",
@@ -94,6 +95,21 @@ def model_name(source: AnyModel) -> str:
             return source.name or source.id
         case DimensionsModel():
             return source.name or "custom"
+
+
+def engine_model(source: AnyModel) -> str:
+    """The model word of a serving engine's launch command: what the engine loads. A preset's
+    Hugging Face repository (``llama-3.1-8b`` -> ``meta-llama/Llama-3.1-8B``), a Hub model's
+    repository; otherwise the workload's name for it (a config or dimensions: the caller puts
+    its checkpoint's path there)."""
+    match source:
+        case PresetModel():
+            return preset(source.id).hf_repo
+        case HubModel():
+            return source.id
+        case ResolvedModel() if source.origin.startswith("hub "):
+            return source.origin.removeprefix("hub ").split("@")[0]
+    return model_name(source)
 
 
 def model_origin(source: AnyModel) -> ModelOrigin:

@@ -13,7 +13,7 @@ from ..components import Component
 from ..device import require_device
 from ..errors import InvalidWorkload
 from ..host import DEFAULT_DISK
-from ..resolve import model_name, model_origin, resolve_model
+from ..resolve import engine_model, model_name, model_origin, resolve_model
 from ..result import (
     Budget,
     DeviceBudget,
@@ -271,7 +271,7 @@ def vllm_launch(w: LLMServingWorkload, a: ServingAccount) -> str:
     r = a.resolved
     parts = [
         "vllm serve",
-        model_name(w.model),
+        engine_model(w.model),
         f"--tensor-parallel-size {r.tensor}",
         f"--gpu-memory-utilization {utilization(w, r):g}",
         f"--max-model-len {r.max_model_len}",

@@ -14,7 +14,7 @@ from ..device import DeviceContext
 from ..dtypes import bytes_of
 from ..errors import InvalidWorkload
 from ..host import DEFAULT_DISK
-from ..resolve import model_name, model_origin, resolve_model
+from ..resolve import engine_model, model_name, model_origin, resolve_model
 from ..result import (
     Budget,
     CalibrationUse,
@@ -381,7 +381,7 @@ def _sglang_launch(w: LLMServingWorkload, run: _SGLangRun) -> str:
     o = w.sglang if w.sglang is not None else SGLangOptions()
     parts = [
         "python -m sglang.launch_server",
-        f"--model-path {model_name(w.model)}",
+        f"--model-path {engine_model(w.model)}",
         f"--tp {run.tp}",
         f"--context-length {run.context_len}",
         f"--mem-fraction-static {a.mem_fraction_static:.3f}",
