@@ -574,16 +574,16 @@ def test_frozen_gradients_stay_through_the_optimizer_step_with_the_master_gradie
 
 
 def test_host_ram_follows_the_frameworks_model_layout() -> None:
-    """Offloaded AdamW state of a LitGPT full fine-tune includes its own LM head's: 136,134,656
-    parameters x 2 moments x 2 B (bf16, mixed_precision pure) = 544,538,624 B more pinned host
-    memory than transformers' tied Qwen2.5-0.5B."""
+    """Offloaded AdamW state and gradient partition of a LitGPT full fine-tune include its own
+    LM head's: 136,134,656 parameters x (2 moments + 1 gradient) x 2 B (bf16, mixed_precision
+    pure) = 816,807,936 B more pinned host memory than transformers' tied Qwen2.5-0.5B."""
     w = {**QWEN05_FULL, "parallelism": {"zero_stage": 1, "offload_optimizer": True}}
 
     def offloaded(framework: str) -> int:
         items = _budget(w, {"framework": framework}).host_ram.items
         return next(i.bytes for i in items if "offloaded optimizer state" in i.item)
 
-    assert offloaded("litgpt") - offloaded("transformers") == 136_134_656 * 2 * 2 == 544_538_624
+    assert offloaded("litgpt") - offloaded("transformers") == 136_134_656 * 3 * 2 == 816_807_936
 
 
 def test_sharded_qlora_and_trl_0_22_keep_the_unquantized_parameters_in_the_model_dtype() -> None:
@@ -813,3 +813,27 @@ def test_unsloth_recompute_has_no_fp32_input_casts_and_one_mlp_gradient(monkeypa
     full = recompute_backward_bytes(dd, tokens, e, method, False, residual, eager)
     fast = recompute_backward_bytes(dd, tokens, e, method, True, residual, eager, peft_casts=False)
     assert full - fast == 251_658_240
+
+
+def test_an_offloaded_optimizer_takes_the_gradient_partition_to_the_host() -> None:
+    """ZeRO-Offload (and FSDP's CPU offload) move each rank's reduced gradient partition to host
+    memory: Qwen2.5-0.5B full fine-tune, 2 ranks, ZeRO-2, bf16 pure: the partition
+    (494,032,768 parameters x 2 B / 2 = 494,032,768 B) leaves the device, and the host item
+    holds it per rank beside the two bf16 AdamW moments' partition."""
+    from vrambudget.core.deployed import deploy
+    from vrambudget.core.resolve import resolve_model
+    from vrambudget.core.spec import TrainingWorkload
+    from vrambudget.core.statics import statics_for
+
+    def st(parallelism: dict[str, Any]):
+        w = msgspec.convert({**QWEN05_FULL, "parallelism": parallelism}, TrainingWorkload)
+        arch = resolve_model(w.model)
+        return statics_for(deploy(w), arch, resolve_stack(None))[0]
+
+    on = st({"data": 2, "zero_stage": 2, "offload_optimizer": True})
+    off = st({"data": 2, "zero_stage": 2})
+    assert off.gradient_bytes == on.host_gradient_bytes == 494_032_768
+    assert on.gradient_bytes == 0 and off.host_gradient_bytes == 0
+    w = {**QWEN05_FULL, "parallelism": {"data": 2, "zero_stage": 2, "offload_optimizer": True}}
+    host = next(i for i in _budget(w).host_ram.items if "gradient partition" in i.item)
+    assert host.bytes == 2 * (494_032_768 * 2 * 2 // 2 + 494_032_768)

@@ -198,13 +198,20 @@ def _compute_host(
             statics = statics_for(w, arch, stack)  # the same cached statics as the device budget
             worst = max(
                 statics,
-                key=lambda s: s.host_optimizer_bytes + s.host_master_bytes + s.host_param_bytes,
+                key=lambda s: (
+                    s.host_optimizer_bytes
+                    + s.host_master_bytes
+                    + s.host_param_bytes
+                    + s.host_gradient_bytes
+                ),
             )
             offload = worst.host_optimizer_bytes + worst.host_master_bytes
+            offload += worst.host_gradient_bytes
             if offload:
                 items.append(
                     Item(
-                        item=f"{name}: offloaded optimizer state + master weights (pinned)",
+                        item=f"{name}: offloaded optimizer state, master weights and gradient "
+                        "partition (pinned)",
                         bytes=offload * n,
                         formula=f"{n} ranks x per-rank partition",
                         source="Ren et al. 2021 (ZeRO-Offload) §4",

@@ -131,6 +131,9 @@ class StageStatic:
     host_optimizer_bytes: int
     host_master_bytes: int
     host_param_bytes: int
+    host_gradient_bytes: int
+    """With the optimizer offloaded, the rank's gradient partition after its reduce(-scatter),
+    which lives in host memory (0 otherwise)."""
     comm_bytes: int
     comm_parts: tuple[tuple[str, int], ...]
     largest_layer_params: int
@@ -372,7 +375,7 @@ def stage_statics(
                     else:
                         state_fixed += ceil_div(numel, t) * bytes_of(dtype) * n
         gradient = unsharded_gradient = optimizer = master = host_opt = host_master = 0
-        host_params = 0
+        host_params = host_grads = 0
         step_gradient = step_upcast = step_temporary = 0
         adapter_bytes = 0
         trainable = 0
@@ -409,9 +412,19 @@ def stage_statics(
                 step_gradient = ceil_div(step_gradient, dp)
             if zero >= 3:  # ZeRO-3 / FSDP FULL_SHARD shard frozen parameters too
                 weights, meta = ceil_div(weights, dp), ceil_div(meta, dp)
-            if par.offload_optimizer:  # the step runs on the host (ZeRO-Offload)
+            if par.offload_optimizer:
+                # The step runs on the host, and the gradient partition goes there as each bucket
+                # is reduced: ZeRO-Offload "offloads gradients, optimizer states and optimizer
+                # computation to CPU" (Ren et al. 2021 §4; DeepSpeed stage_1_and_2.py
+                # async_accumulate_grad_in_cpu_via_gpu, stage3.py partition_grads into the pinned
+                # grad_partitions_flat_buffer), and FSDP's CPUOffload(offload_params=True)
+                # "offloads gradients to CPU as well" (FSDP2's CPUOffloadPolicy: "sharded
+                # gradients are copied device-to-host in backward"). The device keeps the
+                # buckets in flight (communication buffers) and, under no_sync accumulation,
+                # the unsharded gradients.
                 host_opt, host_master, optimizer, master = optimizer, master, 0, 0
-                step_gradient, step_upcast, step_temporary = gradient, 0, 0
+                host_grads, gradient = gradient, 0
+                step_gradient, step_upcast, step_temporary = 0, 0, 0
             if par.offload_parameters:
                 host_params, weights = weights, 0
         block_gradient = 0
@@ -459,6 +472,7 @@ def stage_statics(
                 host_optimizer_bytes=host_opt,
                 host_master_bytes=host_master,
                 host_param_bytes=host_params,
+                host_gradient_bytes=host_grads,
                 comm_bytes=sum(b for _, b in comm_parts),
                 comm_parts=tuple(comm_parts),
                 largest_layer_params=largest_layer,
