@@ -100,6 +100,10 @@ def release(v: dict[str, Any]) -> dict[str, Any]:
         "cudagraph_steps": v["cudagraph_capture"]["steps"],
         "cudagraph_largest_blackwell": v["cudagraph_capture"]["largest_blackwell"],
         "full_decode_graphs": v["cudagraph_capture"]["full_decode_graphs"],
+        "cudagraph_appends_batched_tokens": v["cudagraph_capture"][
+            "appends_max_num_batched_tokens"
+        ],
+        "cudagraph_appends_max_num_seqs": v["cudagraph_capture"]["appends_max_num_seqs"],
     }
 
 

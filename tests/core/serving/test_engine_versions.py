@@ -448,6 +448,12 @@ def test_no_peer_access_leaves_a_pipeline_only_layout_nccl_baseline():
         # 0.28 on compute capability 10.x: up to 1024 (step 16 from 256)
         ("0.28.0", "b200-180gb", 1024, 16384, 83, 83),
         ("0.28.0", "h100-sxm5-80gb", 1024, 8192, 51, 51),
+        # 0.21 on: max_num_batched_tokens within the largest size is captured too (300)
+        ("0.20.0", "h100-sxm5-80gb", 256, 300, 37, 35),
+        ("0.21.0", "h100-sxm5-80gb", 256, 300, 38, 35),
+        # 0.31 on: so is max_num_seqs (100; FULL decode graphs up to it, 100 included)
+        ("0.30.0", "h100-sxm5-80gb", 100, 8192, 28, 15),
+        ("0.31.0", "h100-sxm5-80gb", 100, 8192, 29, 16),
     ],
 )
 def test_cuda_graph_capture_sizes_by_release(version, gpu_id, seqs, batched, piecewise, full):

@@ -101,6 +101,10 @@ class VLLMRelease(msgspec.Struct, frozen=True, kw_only=True):
     full_decode_graphs: bool = True
     """FULL_AND_PIECEWISE (0.11 on): a FULL decode graph for each capture size up to
     ``max_num_seqs`` besides the piecewise graph of every size (0.10: piecewise only)."""
+    cudagraph_appends_batched_tokens: bool = False
+    """0.21 on: ``max_num_batched_tokens`` is a capture size too when within the largest."""
+    cudagraph_appends_max_num_seqs: bool = False
+    """0.31 on: ``max_num_seqs`` is a capture size too when within the largest."""
 
 
 class EngineCalibration(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,6 +131,8 @@ class EngineCalibration(msgspec.Struct, frozen=True, kw_only=True):
     cudagraph_steps: CudagraphSteps = "8_then_16"
     cudagraph_largest_blackwell: int | None = None
     full_decode_graphs: bool = True
+    cudagraph_appends_batched_tokens: bool = False
+    cudagraph_appends_max_num_seqs: bool = False
 
     def c(self, name: str) -> float:
         return self.constants[name].value
@@ -197,4 +203,6 @@ def calibration(version: str) -> EngineCalibration:
         cudagraph_steps=r.cudagraph_steps,
         cudagraph_largest_blackwell=r.cudagraph_largest_blackwell,
         full_decode_graphs=r.full_decode_graphs,
+        cudagraph_appends_batched_tokens=r.cudagraph_appends_batched_tokens,
+        cudagraph_appends_max_num_seqs=r.cudagraph_appends_max_num_seqs,
     )

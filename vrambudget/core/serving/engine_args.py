@@ -346,7 +346,8 @@ def cudagraph_sizes(
     0.12.0, :1739 in 0.26.0): the largest size is ``min(max_num_seqs x 2, 512)`` (1024 on
     compute capability 10.x from 0.28); 0.10-0.11 take ``[1, 2, 4]`` and every multiple of 8 up
     to it, 0.12 on steps of 8 below 256 and of 16 from 256, ``[1, 2, 4]`` only up to it; sizes
-    above ``max_num_batched_tokens`` are dropped. ``initialize_cudagraph_keys``
+    above ``max_num_batched_tokens`` are dropped; ``max_num_batched_tokens`` (0.21 on) and
+    ``max_num_seqs`` (0.31 on) are added when within the largest. ``initialize_cudagraph_keys``
     (v1/cudagraph_dispatcher.py:63 in 0.11.0) adds a FULL graph for every size up to
     ``max_num_seqs`` (FULL_AND_PIECEWISE, the default from 0.11; 0.10 captures piecewise
     graphs only). The 0.26 log of research/data/engine_logs.json (max_num_seqs 16) prints
@@ -362,6 +363,12 @@ def cudagraph_sizes(
         largest = min(largest, max_num_batched_tokens)
         sizes = [i for i in (1, 2, 4) if i <= largest]
         sizes += [*range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16)]
+        # 0.21 on: the largest batch is captured too (vllm/config/vllm.py:1580 in 0.21.0);
+        # 0.31 on: so is the largest decode batch (:2540 in 0.31.0)
+        if cal.cudagraph_appends_batched_tokens and max_num_batched_tokens <= largest:
+            sizes.append(max_num_batched_tokens)
+        if cal.cudagraph_appends_max_num_seqs and max_num_seqs <= largest:
+            sizes.append(max_num_seqs)
     piecewise = tuple(sorted(i for i in set(sizes) if i <= max_num_batched_tokens))
     full = tuple(i for i in piecewise if i <= max_num_seqs) if cal.full_decode_graphs else ()
     return piecewise, full
