@@ -459,6 +459,20 @@ HELD_OUT_C: dict[str, tuple[str, dict[str, Any], str]] = {
         },
         "h100-sxm5-80gb",
     ),
+    # Set D (collected 2026-12-05, after the SGLang FP32 rotary rule): Qwen3-14B at TP4 over
+    # four PCIe RTX 4090s, --mem-fraction-static 0.8, the model's context; SGLang from a source
+    # checkout between 0.5.6 and 0.5.8 (inferred from its torch pin and log format): the 0.5.7
+    # rules
+    "sglang-ugyhybnb-qwen3-14b-4x4090-tp4-mfs0.8": (
+        "sglang",
+        {
+            "engine_version": "0.5.7",
+            "model": _config("Qwen/Qwen3-14B"),
+            "parallelism": {"tensor": 4},
+            "sglang": {"mem_fraction_static": 0.8},
+        },
+        "rtx-4090-24gb",
+    ),
 }
 """Held-out set C (collected 2026-12-05, after the vLLM and SGLang rules were written): each log
 whose GPU is named or inferred and whose model's shapes are here, as a request. Kept in

@@ -126,7 +126,7 @@ def test_sglang_max_running_requests_exact():
         got = max_running_requests(release, m["max_total_num_tokens"], m["context_len"], None)
         assert got == m["max_running_requests"], (log, got)
     rows = [r for r in ROWS if (r.engine, r.quantity) == ("sglang", "max running requests")]
-    assert len(rows) == 4
+    assert len(rows) == 5
 
 
 def test_sglang_kv_tokens_ratchet():
@@ -134,28 +134,31 @@ def test_sglang_kv_tokens_ratchet():
     desktop's memory already taken (+7.5%); on 4 x L4 (PCIe) the start took 0.32 GiB, where
     the model keeps one 0.51 GiB context and the 0.17 GiB PCIe distributed term, and SGLang's
     weights line is 0.22 GiB above the parameters and FP32 rotary table (-2.9%; -25.6% while
-    vLLM 0.19's 1.0 GiB NCCL baseline was kept on PCIe)."""
+    vLLM 0.19's 1.0 GiB NCCL baseline was kept on PCIe); set D's 4 x RTX 4090 TP4 launch of
+    Qwen3-14B: +0.8%."""
     errs = _errors("sglang", "KV tokens")
-    assert len(errs) == 4
+    assert len(errs) == 5
+    assert statistics.median(abs(e) for e in errs) <= 0.03  # 2.92%
     assert max(errs) <= 0.142 and min(errs) >= -0.03
 
 
 def test_sglang_weights_count_the_fp32_rotary_table():
     """SGLang's "Load weight end ... mem usage" on one GPU: the parameters and the rotary table,
     kept in FP32 on CUDA (``rotary_embedding.py``): Llama 3.1 8B's 15.02 GiB printed, 15.02
-    counted (14.96 without the table). Pinned: the reranker's 1.18 GiB is 4.3% above the count
-    and the 4 x L4 rank's 15.54 GiB 1.4% above it (both unexplained)."""
+    counted (14.96 without the table). Pinned: the reranker's 1.18 GiB is 4.3% above the count;
+    both TP4 ranks print about 0.2 GiB more than the count (4 x L4: 15.54 GiB, 1.4%; 4 x RTX
+    4090: 7.08 GiB, 2.6%), which is not explained."""
     rows = {r.log: r for r in ROWS if (r.engine, r.quantity) == ("sglang", "weights")}
     assert abs(rows["sglang-maxuhl98-llama31-8b-rtx4090-tp1"].error) < 0.001
-    assert len(rows) == 3
+    assert len(rows) == 4
     assert all(-0.043 <= r.error <= 0.001 for r in rows.values())
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="SGLang held-out KV tokens: +7.5% (RTX 3090 under WSL2) and +14.1% (RTX 4090 under "
-    "Docker Desktop), both with the desktop's memory taken before SGLang measured; -2.9% "
-    "(4 x L4) and +0.9% (H100): median 5.2% (docs/ACCURACY.md)",
+    reason="SGLang held-out KV tokens: median 2.9% (met), but +14.1% on an RTX 4090 under Docker "
+    "Desktop and +7.5% on an RTX 3090 under WSL2, both with the desktop's memory taken before "
+    "SGLang measured; -2.9% (4 x L4), +0.8% (4 x RTX 4090), +0.9% (H100) (docs/ACCURACY.md)",
 )
 def test_sglang_kv_tokens_targets():
     errs = _errors("sglang", "KV tokens")
