@@ -421,10 +421,12 @@ def stage_statics(
                 # "offloads gradients to CPU as well" (FSDP2's CPUOffloadPolicy: "sharded
                 # gradients are copied device-to-host in backward"). The device keeps the
                 # buckets in flight (communication buffers) and, under no_sync accumulation,
-                # the unsharded gradients.
+                # the unsharded gradients. ZeRO-1 reduces the whole gradient after the backward,
+                # so it stays on the device until the step copies it.
                 host_opt, host_master, optimizer, master = optimizer, master, 0, 0
-                host_grads, gradient = gradient, 0
-                step_gradient, step_upcast, step_temporary = 0, 0, 0
+                step_gradient, step_upcast, step_temporary = gradient, 0, 0
+                if zero >= gradients.SHARDED_FROM_ZERO_STAGE:
+                    host_grads, gradient, step_gradient = gradient, 0, 0
             if par.offload_parameters:
                 host_params, weights = weights, 0
         block_gradient = 0
