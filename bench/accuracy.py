@@ -183,7 +183,7 @@ def report(rs: list[Row]) -> dict[str, dict[str, float | int]]:
 def _engine_log_kv() -> list[tuple[str, int, float, tuple[str, float, int] | None]]:
     """KV tokens against the published startup logs (research/engine_logs.py, all held out):
     per engine, the median |error| and for vLLM the worst minor release's median."""
-    from research.engine_logs import checks
+    from research.engine_logs import checks, kv_errors_by_release
 
     out: list[tuple[str, int, float, tuple[str, float, int] | None]] = []
     rows = [c for c in checks() if c.quantity == "KV tokens"]
@@ -193,11 +193,12 @@ def _engine_log_kv() -> list[tuple[str, int, float, tuple[str, float, int] | Non
             continue
         worst = None
         if engine == "vllm":
-            by: dict[str, list[float]] = {}
-            for c in errs:
-                by.setdefault(".".join(c.version.split(".")[:2]), []).append(abs(c.error))
-            release = max(by, key=lambda v: statistics.median(by[v]))
-            worst = (release, statistics.median(by[release]), len(by[release]))
+            medians = {
+                v: (statistics.median(abs(x) for x in e), len(e))
+                for v, e in kv_errors_by_release(errs).items()
+            }
+            release = max(medians, key=lambda v: medians[v][0])
+            worst = (release, *medians[release])
         out.append((label, len(errs), statistics.median(abs(c.error) for c in errs), worst))
     return out
 

@@ -630,6 +630,15 @@ def summary(rows: list[Check]) -> list[tuple[str, str, int, float, float, int]]:
     return out
 
 
+def kv_errors_by_release(rows: list[Check]) -> dict[str, list[float]]:
+    """vLLM's KV-token errors grouped by minor release (``0.26`` for ``0.26.0``), in order."""
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        if (r.engine, r.quantity) == ("vllm", "KV tokens"):
+            by.setdefault(".".join(r.version.split(".")[:2]), []).append(r.error)
+    return dict(sorted(by.items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))))
+
+
 def main(argv: list[str] | None = None) -> int:
     rows = checks()
     args = sys.argv[1:] if argv is None else argv
@@ -654,12 +663,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
     if "--by-version" in args:
         print("\nvLLM KV tokens by release (minor):")
-        by: dict[str, list[float]] = {}
-        for r in rows:
-            if (r.engine, r.quantity) == ("vllm", "KV tokens"):
-                by.setdefault(".".join(r.version.split(".")[:2]), []).append(r.error)
-        for v in sorted(by, key=lambda x: tuple(int(p) for p in x.split("."))):
-            e = by[v]
+        for v, e in kv_errors_by_release(rows).items():
             med, mx = statistics.median(abs(x) for x in e), max(abs(x) for x in e)
             print(f"{v:<8}{len(e):>4}{med:>8.2%}{mx:>9.2%}")
     band_b = [r for r in band if r.fresh]
