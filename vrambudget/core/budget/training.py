@@ -21,9 +21,7 @@ from ..formulas.activations import (
     recompute_backward_bytes,
     shares_one_norm,
     training_activations,
-    unsloth_covers,
-    unsloth_patched,
-    unsloth_runs,
+    unsloth_recompute,
 )
 from ..formulas.logits import (
     training_backward_parts,
@@ -32,7 +30,7 @@ from ..formulas.logits import (
 )
 from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
-from ..spec import FullFineTune, LoRA, QLoRA, TrainingWorkload
+from ..spec import FullFineTune, QLoRA, TrainingWorkload
 from ..stack import LIGER_GLU_FAMILIES, Stack
 from ..statics import StageStatic, residual_bytes
 from .stage import StageNumbers, finish, times
@@ -220,13 +218,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     if recomputing:
         # Unsloth's own functions on every adapted projection: no fp32 input casts, and its
         # MLP writes the gate's and up's gradients in place (``recompute_backward_bytes``).
-        targets = tuple(w.method.target_modules) if isinstance(w.method, LoRA) else ()
-        unsloth_all = unsloth_runs(w.method, unsloth) and all(
-            unsloth_covers(layer, arch, targets) for layer, _ in st.stage.layer_runs
-        )
-        unsloth_mlp = unsloth_all and all(
-            "mlp" in unsloth_patched(layer, arch, targets) for layer, _ in st.stage.layer_runs
-        )
+        unsloth_all, unsloth_mlp = unsloth_recompute(w.method, arch, st.stage, unsloth)
         recompute_grads = recompute_backward_bytes(
             st.dims,
             tokens,

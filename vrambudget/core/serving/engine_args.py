@@ -214,7 +214,7 @@ class Resolved:
     the KV band's high end takes the path without it."""
     cuda_graphs: int = 0
     """How many CUDA graphs the engine captures unless ``enforce_eager``
-    (:func:`cudagraph_counts`: piecewise + FULL decode)."""
+    (:func:`cudagraph_sizes`: piecewise + FULL decode)."""
 
 
 MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
@@ -374,14 +374,6 @@ def cudagraph_sizes(
     return piecewise, full
 
 
-def cudagraph_counts(
-    cal: EngineCalibration, max_num_seqs: int, max_num_batched_tokens: int, gpu_name: str
-) -> int:
-    """How many CUDA graphs :func:`cudagraph_sizes` captures in all."""
-    piecewise, full = cudagraph_sizes(cal, max_num_seqs, max_num_batched_tokens, gpu_name)
-    return len(piecewise) + len(full)
-
-
 def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str) -> Resolved:
     """Fill the engine defaults (``EngineArgs.get_batch_defaults``: the larger batch on GPUs of
     at least 70 GiB that are not A100s) and check what vLLM checks at configuration time."""
@@ -440,7 +432,7 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         _unsupported(w, kernel, gpu_name),
         sampler_sorts(cal.top_k_top_p, w.flashinfer_sampler),
         cal.top_k_top_p == "flashinfer_if_installed" and w.flashinfer_sampler is None,
-        cudagraph_counts(cal, seqs, batched, gpu_name),
+        sum(map(len, cudagraph_sizes(cal, seqs, batched, gpu_name))),
     )
 
 

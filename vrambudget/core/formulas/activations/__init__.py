@@ -50,6 +50,7 @@ from .training import (
     training_saved,
     unsloth_covers,
     unsloth_patched,
+    unsloth_recompute,
     unsloth_runs,
     unsloth_trainable,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "training_saved",
     "unsloth_covers",
     "unsloth_patched",
+    "unsloth_recompute",
     "unsloth_runs",
     "unsloth_trainable",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "training_saved",
     "unsloth_covers",
     "unsloth_patched",
+    "unsloth_recompute",
     "unsloth_runs",
     "unsloth_trainable",
 ]
@@ -217,7 +218,7 @@ def unsloth_patched(layer: LayerType, arch: Arch, targets: tuple[str, ...]) -> f
     ``mlp``): those whose every projection has an adapter and no bias, on a gated MLP for
     ``mlp`` (unsloth 2024.8 ``models/llama.py`` ``patch_peft_model`` lines 2060-2120, with
     ``lora_dropout == 0`` and ``bias == "none"``; the caller checks the dropout)."""
-    names = {g.name.rsplit(".", 1)[-1] for g in layer.tensors if g.role is Role.LINEAR}
+    names = _linear_names(layer)
     # a bias is named after its projection, in full where the framework's inventory names it
     # (``self_attn.q_proj.bias``) or short (``q_proj.bias``)
     biased = {
@@ -232,6 +233,11 @@ def unsloth_patched(layer: LayerType, arch: Arch, targets: tuple[str, ...]) -> f
         if members <= names and members <= set(targets) and not (members & biased):
             out.add(group)
     return frozenset(out)
+
+
+def _linear_names(layer: LayerType) -> set[str]:
+    """The short names of the layer's projections (``q_proj`` for ``self_attn.q_proj``)."""
+    return {g.name.rsplit(".", 1)[-1] for g in layer.tensors if g.role is Role.LINEAR}
 
 
 def _unsloth_members(patched: frozenset[str]) -> set[str]:
@@ -249,8 +255,20 @@ def unsloth_covers(layer: LayerType, arch: Arch, targets: tuple[str, ...]) -> bo
     """Every adapted projection of the layer runs in one of Unsloth's own functions (none is
     left to PEFT's forward, which casts its input to the adapter dtype)."""
     members = _unsloth_members(unsloth_patched(layer, arch, targets))
-    linear = {g.name.rsplit(".", 1)[-1] for g in layer.tensors if g.role is Role.LINEAR}
-    return {t for t in targets if t in linear} <= members
+    return {t for t in targets if t in _linear_names(layer)} <= members
+
+
+def unsloth_recompute(method: Method, arch: Arch, stage: Stage, unsloth: bool) -> tuple[bool, bool]:
+    """(every adapted projection of the stage runs in Unsloth's functions, every layer's MLP is
+    Unsloth's) -- what the recomputed layer's backward depends on
+    (:func:`recompute_backward_bytes`: no fp32 input casts; the MLP's gradients in place)."""
+    if not (unsloth_runs(method, unsloth) and isinstance(method, LoRA)):
+        return False, False
+    targets = tuple(method.target_modules)
+    layers = [layer for layer, _ in stage.layer_runs]
+    covered = all(unsloth_covers(layer, arch, targets) for layer in layers)
+    mlp = covered and all("mlp" in unsloth_patched(layer, arch, targets) for layer in layers)
+    return covered, mlp
 
 
 def unsloth_trainable(
