@@ -196,17 +196,8 @@ def _compute_host(
         )
         if isinstance(w, TrainingWorkload):
             statics = statics_for(w, arch, stack)  # the same cached statics as the device budget
-            worst = max(
-                statics,
-                key=lambda s: (
-                    s.host_optimizer_bytes
-                    + s.host_master_bytes
-                    + s.host_param_bytes
-                    + s.host_gradient_bytes
-                ),
-            )
-            offload = worst.host_optimizer_bytes + worst.host_master_bytes
-            offload += worst.host_gradient_bytes
+            worst = max(statics, key=lambda s: s.host_step_bytes + s.host_param_bytes)
+            offload = worst.host_step_bytes
             if offload:
                 items.append(
                     Item(

@@ -168,6 +168,12 @@ class StageStatic:
     weights' gradient dtype, before sharding: what FSDP1 allocates when a FlatParameter
     mixes frozen and trainable parameters (``Stack.frozen_gradients``)."""
 
+    @property
+    def host_step_bytes(self) -> int:
+        """What an offloaded optimizer keeps in host RAM for this rank: its state, the master
+        weights and the gradient partition."""
+        return self.host_optimizer_bytes + self.host_master_bytes + self.host_gradient_bytes
+
 
 def _last_trainable(
     arch: Arch, stage: Stage, plan: TrainingPlan, t: int, ep: int, p: int, untied: bool
