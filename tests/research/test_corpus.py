@@ -131,10 +131,9 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.5% and 92.6% inside their band (both met), but a band median half-width of "
-    "16.0% and 6 runs whose measured peak is above the band's high end (ml-engineering's "
-    "ZeRO-3 offload runs at 8K tokens, universal-llm-trainer's Phi-3 QLoRA row on "
-    "three GPUs, Answer.AI's CPU-offload LoRA run)",
+    "peaks median 3.5% and 94.1% inside their band (both met), but a band median half-width of "
+    "16.0% and 4 runs whose measured peak is above the band's high end (universal-llm-trainer's "
+    "Phi-3 QLoRA row on three GPUs, Answer.AI's CPU-offload LoRA run)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -225,12 +224,14 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     unwidened), so two more held-out runs fell inside and the half-width rose 15.8% -> 16.0%
     (bound raised for it): 92.5% inside, 6 runs above. torchao's GaLore profiler (calibrate)
     and quantized-training (held out: its two Llama2-1B bf16 runs, the estimate 10.5% and 3.3%
-    low) READMEs: 135 peaks, 3.5%, 92.6% inside, 6 runs above, 16.0%."""
+    low) READMEs: 135 peaks, 3.5%, 92.6% inside, 6 runs above, 16.0%. DeepSpeed's whole-model
+    move before ZeRO-3 partitions a model built outside zero.Init (ml-engineering's 8K runs,
+    46% -> 6% low): 94.1% inside, 4 runs above."""
     s = summarize(held_out)
     assert s["n"] >= 135
     assert s["median_abs_error"] <= 0.035
-    assert s["coverage"] >= 0.925
-    assert s["exceeded_but_fits"] <= 6
+    assert s["coverage"] >= 0.94
+    assert s["exceeded_but_fits"] <= 4
     assert s["median_half_width"] <= 0.160
     assert not math.isnan(s["median_signed_error"])
 

@@ -150,6 +150,9 @@ class Stack:
     deepspeed: bool
     """ZeRO runs under DeepSpeed (named as the framework or a library), else under FSDP: what
     of the sharding buffers is still allocated at the optimizer step."""
+    zero_init: bool
+    """DeepSpeed ZeRO-3 builds the model under ``zero.Init`` (else ``deepspeed.initialize``
+    moves the whole model to each device before partitioning it)."""
     frozen_gradients: bool
     """FSDP1 with ``use_orig_params=True`` and each transformer block wrapped whole: a block's
     frozen weights share a FlatParameter with its LoRA adapters, and the gradient is
@@ -407,6 +410,28 @@ _STEP_BUFFERS_DEEPSPEED = _B(
     "stage_1_and_2.py independent_gradient_partition_epilogue (_release_ipg_buffers); "
     "runtime/zero/config.py reduce_bucket_size 5e8",
 )
+_ZERO_INIT = _B(
+    name="zero3_model_init",
+    assumed="the model is built under deepspeed.zero.Init (as transformers' from_pretrained "
+    "does with a ZeRO-3 config active): each parameter is partitioned as it is created, and "
+    "no device ever holds the whole model",
+    source="DeepSpeed 0.19.2 runtime/engine.py lines 1569-1585 (a model whose parameters "
+    "carry ds_id is left where zero.Init put it); transformers integrations/deepspeed.py "
+    "is_deepspeed_zero3_enabled (from_pretrained under zero.Init)",
+)
+_ZERO3_WHOLE_MODEL = _B(
+    name="zero3_model_init",
+    assumed="the model is built outside deepspeed.zero.Init: deepspeed.initialize moves it "
+    "whole to each device (module.to(device)), then converts its parameters one by one in "
+    "module order, each broadcast and partitioned and its full tensor freed; the caching "
+    "allocator keeps the segments until ZeRO-3 defragments the partitions "
+    "(empty_cache): a model-init phase of the whole model in its compute dtype, replayed "
+    "through the caching-allocator model",
+    source="DeepSpeed 0.19.2 runtime/engine.py lines 1584-1585 (self.module.to(self."
+    "device) unless zero.Init built the model), runtime/zero/partition_parameters.py "
+    "_convert_to_zero_parameters / _zero_init_param (lines 1120-1135), runtime/zero/utils.py "
+    "defragment (gc.collect(); empty_cache())",
+)
 _FROZEN_GRADS = _B(
     name="fsdp_frozen_gradients",
     assumed="LoRA under FSDP1 with use_orig_params=True and each transformer block wrapped "
@@ -632,6 +657,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "previous_step_graph": frozenset({"qlora"}),
     "gradient_sync": frozenset({"sharded_data_parallel"}),
     "sharding_buffers": frozenset({"sharded_data_parallel"}),
+    "zero3_model_init": frozenset({"zero3_data_parallel"}),
     "fsdp_frozen_gradients": frozenset({"lora_data_parallel"}),
 }
 """The workload kinds a behaviour applies to (absent: every kind)."""
@@ -712,6 +738,9 @@ def _resolve(software: Software | None) -> Stack:
     behaviours.append(_NO_SYNC if no_sync else _SYNC_EACH)
     deepspeed = framework == "deepspeed" or sw.libraries.deepspeed is not None
     behaviours.append(_STEP_BUFFERS_DEEPSPEED if deepspeed else _STEP_BUFFERS_FSDP)
+    zero_init = sw.zero_init is not False
+    if deepspeed:
+        behaviours.append(_ZERO_INIT if zero_init else _ZERO3_WHOLE_MODEL)
     frozen_grads = framework == "litgpt" and version_tuple(version) < (0, 5, 11)
     if frozen_grads:
         behaviours.append(_FROZEN_GRADS)
@@ -769,6 +798,7 @@ def _resolve(software: Software | None) -> Stack:
         eager_modules=eager,
         accumulate_unsharded=no_sync,
         deepspeed=deepspeed,
+        zero_init=zero_init,
         frozen_gradients=frozen_grads,
         nf4_init_requantize=nf4_init,
         behaviours=tuple(behaviours),

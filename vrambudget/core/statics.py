@@ -47,6 +47,7 @@ __all__ = [
     "StageStatic",
     "TrainingPlan",
     "effective_precision",
+    "fixed_bytes",
     "head_groups",
     "stage_statics",
     "statics_for",
@@ -303,7 +304,7 @@ def stage_statics(
             payload, md = stored_bytes(
                 rows,
                 cols,
-                _fixed_bytes(g, plain_dtype) or (kbit_bytes if not quantized else plain_bytes),
+                fixed_bytes(g, plain_dtype) or (kbit_bytes if not quantized else plain_bytes),
                 quant if quantized else None,
             )
             if not g.buffer:
@@ -501,7 +502,7 @@ def stage_statics(
     return tuple(result)
 
 
-def _fixed_bytes(g: TensorGroup, weights_dtype: str) -> int:
+def fixed_bytes(g: TensorGroup, weights_dtype: str) -> int:
     """Bytes per element of a tensor that keeps its own dtype (0: it follows the weights)."""
     if g.dtype is not None:
         return bytes_of(g.dtype)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..allocator.nf4_init import replay_nf4_init
-from ..arch import Arch, Role, attention_run
+from ..allocator.zero3_init import replay_zero3_module_init
+from ..arch import Arch, Role, TensorGroup, attention_run
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
@@ -29,10 +30,11 @@ from ..formulas.logits import (
     training_recompute_parts,
 )
 from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
+from ..layout import per_device_shape
 from ..overheads import Overheads
 from ..spec import FullFineTune, QLoRA, TrainingWorkload
 from ..stack import LIGER_GLU_FAMILIES, Stack
-from ..statics import StageStatic, residual_bytes
+from ..statics import StageStatic, fixed_bytes, head_groups, residual_bytes
 from .stage import StageNumbers, finish, times
 
 __all__ = ["training_stage"]
@@ -255,9 +257,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         step[C.GRADIENTS] += st.step_upcast_bytes * k
     else:
         step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
-    init = _nf4_init(w, arch, st, ov)
+    init = _nf4_init(w, arch, st, ov) or _zero3_module_init(w, arch, st, ov)
     if init is not None:
-        phases.insert(0, ("model_init", init))  # before the first step
+        phases.insert(0, ("model_init", init.phase))  # before the first step
     step_comm = tuple(
         (n, b)
         for n, b in comm_parts
@@ -283,11 +285,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
     # Parts describe the peak phase only.
     if numbers.peak_phase == "model_init" and init is not None:
-        parts = {
-            C.RUNTIME_WORKSPACE: ((NF4_INIT_LIVE_PART, init[C.RUNTIME_WORKSPACE]),),
-            C.ALLOCATOR_OVERHEAD: ((NF4_INIT_PART, init[C.ALLOCATOR_OVERHEAD]),),
-            C.CUDA_CONTEXT: parts[C.CUDA_CONTEXT],
-        }
+        parts = {**init.parts, C.CUDA_CONTEXT: parts[C.CUDA_CONTEXT]}
         numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
     elif numbers.peak_phase == "optimizer_step":
         parts[C.ACTIVATIONS] = ()
@@ -348,9 +346,14 @@ NF4_BLOCK = 64 * 256
 divide into blocks of 256."""
 
 
-def _nf4_init(
-    w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads
-) -> dict[Component, int] | None:
+class _Init(NamedTuple):
+    """A model-init phase before the first step: its components and its itemized parts."""
+
+    phase: dict[Component, int]
+    parts: dict[Component, tuple[tuple[str, int], ...]]
+
+
+def _nf4_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> _Init | None:
     """torchtune 0.1's QLoRA model init (:mod:`vrambudget.core.allocator.nf4_init`): the
     model's own tensors, the CUDA context, the quantization temporaries live at the init's
     allocated peak (``runtime_workspace``) and what the allocator reserves beyond that
@@ -398,7 +401,7 @@ def _nf4_init(
     held = st.weights_bytes + st.metadata_bytes + st.adapter_bytes
     live = max(0, r.peak_allocated_bytes - held)
     cached = max(0, r.peak_reserved_bytes - max(r.peak_allocated_bytes, held))
-    return {
+    phase = {
         C.WEIGHTS: st.weights_bytes,
         C.QUANTIZATION_METADATA: st.metadata_bytes,
         C.ADAPTERS: st.adapter_bytes,
@@ -406,6 +409,97 @@ def _nf4_init(
         C.RUNTIME_WORKSPACE: live,
         C.ALLOCATOR_OVERHEAD: cached,
     }
+    parts: dict[Component, tuple[tuple[str, int], ...]] = {
+        C.RUNTIME_WORKSPACE: ((NF4_INIT_LIVE_PART, live),),
+        C.ALLOCATOR_OVERHEAD: ((NF4_INIT_PART, cached),),
+    }
+    return _Init(phase, parts)
+
+
+ZERO3_WHOLE_MODEL_PART = "the whole model, moved to the device before ZeRO-3 partitions it"
+ZERO3_PARTITION_PART = (
+    "the partition of the parameter being converted, before its full tensor is freed"
+)
+ZERO3_CACHED_PART = "segments the caching allocator keeps from the whole-model move (replayed)"
+
+
+def _zero3_module_init(
+    w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads
+) -> _Init | None:
+    """DeepSpeed ZeRO-3 on a model built outside ``zero.Init``
+    (:mod:`vrambudget.core.allocator.zero3_init`): the whole model on the device in the weights'
+    dtype, the partition being made, the segments the allocator keeps, the CUDA context and the
+    data-parallel communicator the first broadcast creates; none of the training state yet.
+    None where it does not apply: ``zero.Init`` (the default), FSDP, fewer than two ranks, a
+    pipeline or several instances, quantized weights (``from_pretrained`` quantizes on the
+    device itself)."""
+    par = w.parallelism
+    if (
+        not ov.stack.deepspeed
+        or ov.stack.zero_init
+        or par.zero_stage < 3
+        or par.data < 2
+        or par.pipeline != 1
+        or w.instances != 1
+        or w.precision.quantization is not None
+        or isinstance(w.method, QLoRA)
+        or w.precision.weights == "fp8"
+    ):
+        return None
+    r = replay_zero3_module_init(
+        module_tensors(arch, st, w.precision.weights, par.tensor, par.expert),
+        par.data,
+        not par.offload_parameters,
+    )
+    live = r.peak_allocated_bytes - r.model_bytes
+    cached = r.peak_reserved_bytes - r.peak_allocated_bytes
+    nccl = tuple((n, b) for n, b in st.comm_parts if communication_buffers.is_nccl(n))
+    phase = {
+        C.WEIGHTS: r.model_bytes,
+        C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
+        C.RUNTIME_WORKSPACE: live,
+        C.COMMUNICATION_BUFFERS: sum(b for _, b in nccl),
+        C.ALLOCATOR_OVERHEAD: cached,
+    }
+    parts: dict[Component, tuple[tuple[str, int], ...]] = {
+        C.WEIGHTS: ((ZERO3_WHOLE_MODEL_PART, r.model_bytes),),
+        C.RUNTIME_WORKSPACE: ((ZERO3_PARTITION_PART, live),),
+        C.COMMUNICATION_BUFFERS: nccl,
+        C.ALLOCATOR_OVERHEAD: ((ZERO3_CACHED_PART, cached),),
+    }
+    return _Init(phase, parts)
+
+
+def module_tensors(
+    arch: Arch, st: StageStatic, weights_dtype: str, t: int, ep: int
+) -> tuple[tuple[int, int], ...]:
+    """The stage's parameters as ``(numel, bytes per element)``, one entry per tensor, in
+    module order (embeddings, extras, each layer in turn, the head): a stacked group (fused
+    experts, a tensor that stores several copies) is one tensor, as ``nn.Parameter`` holds it."""
+    plain = bytes_of(weights_dtype)
+    out: list[tuple[int, int]] = []
+
+    def add(groups: tuple[TensorGroup, ...]) -> None:
+        for g in groups:
+            if g.buffer:
+                continue
+            rows, cols, count = per_device_shape(g, arch, t, ep)
+            size = fixed_bytes(g, weights_dtype) or plain
+            if g.role is Role.EXPERT or (count > 1 and g.role is not Role.NORM):
+                out.append((rows * cols * count, size))
+            else:
+                out.extend([(rows * cols, size)] * count)
+
+    stage = st.stage
+    if stage.first:
+        add(arch.embeddings)
+        add(arch.extras)
+    for layer, n in stage.layer_runs:
+        for _ in range(n):
+            add(layer.tensors)
+    if stage.last:
+        add(head_groups(arch, 1))
+    return tuple(out)
 
 
 class _Grads(NamedTuple):

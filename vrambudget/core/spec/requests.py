@@ -343,6 +343,19 @@ class Software(Wire, frozen=True, kw_only=True):
             "eager, which is the larger."
         ),
     ] = False
+    zero_init: Annotated[
+        bool | None,
+        Meta(
+            description="DeepSpeed ZeRO-3 only: whether the model is built under "
+            "`deepspeed.zero.Init`, which partitions each parameter as it is created. "
+            "transformers' `from_pretrained` does it when a ZeRO-3 config is active (the "
+            "Trainer, Accelerate), as does Lightning's DeepSpeed strategy for a model built "
+            "in `configure_model`. `false`: the model is built whole (e.g. `from_pretrained` "
+            "before `deepspeed.initialize`), and `deepspeed.initialize` moves it whole to each "
+            "device before partitioning it, so every device must hold the whole model once. "
+            "Default: `true`."
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         rules.check(self)

@@ -1,0 +1,114 @@
+"""DeepSpeed ZeRO-3 on a model built outside deepspeed.zero.Init
+(vrambudget.core.allocator.zero3_init): deepspeed.initialize moves the whole model to each
+device, then partitions it one parameter at a time; the allocator keeps the segments."""
+
+from __future__ import annotations
+
+import msgspec
+
+from vrambudget.core.allocator.zero3_init import replay_zero3_module_init
+from vrambudget.core.estimate import estimate
+from vrambudget.core.spec import BudgetRequest
+
+MiB = 1 << 20
+
+
+def test_the_replay_by_hand() -> None:
+    """Two bf16 tensors over 4 ranks, by the caching allocator's rules (c10/cuda/
+    CUDACachingAllocator.cpp get_allocation_size: > 10 MiB rounded up to 2 MiB, 1-10 MiB a 20
+    MiB segment, <= 1 MiB the small pool's 2 MiB segments):
+
+    - the move: a 16 MiB tensor (its own 16 MiB segment), a 4 MiB one (a 20 MiB segment);
+    - the first's 4 MiB partition, allocated while it is still whole: the 16 MiB left in the
+      second's segment takes it. Allocated 16 + 4 + 4 = 24 MiB, the peak;
+    - the first tensor freed; the second's 1 MiB partition is a small-pool request: a new 2
+      MiB segment. Reserved 16 + 20 + 2 = 38 MiB, the peak."""
+    r = replay_zero3_module_init(((8 * MiB, 2), (2 * MiB, 2)), 4)
+    assert r.model_bytes == 20 * MiB
+    assert r.peak_allocated_bytes == 24 * MiB
+    assert r.peak_reserved_bytes == 38 * MiB
+    # Parameters offloaded: the partitions go to host memory, the device only frees.
+    off = replay_zero3_module_init(((8 * MiB, 2), (2 * MiB, 2)), 4, False)
+    assert (off.peak_allocated_bytes, off.peak_reserved_bytes) == (20 * MiB, 36 * MiB)
+
+
+def test_a_partition_rounds_its_elements_up_to_the_ranks() -> None:
+    """_partition_param: partition_size = the numel aligned up to a multiple of the ranks,
+    divided by them. 1,000,001 bf16 elements over 8 ranks: 125,001 elements, 250,002 B, which
+    the allocator rounds to 250,368 B (512-byte granules)."""
+    r = replay_zero3_module_init(((1_000_001, 2),), 8)
+    whole = -(-2_000_002 // 512) * 512
+    assert r.peak_allocated_bytes == whole + -(-250_002 // 512) * 512
+
+
+def _request(zero_init: bool | None, framework: str = "deepspeed", data: int = 8) -> dict:
+    software: dict = {"framework": framework}
+    if zero_init is not None:
+        software["zero_init"] = zero_init
+    req = {
+        "workloads": [
+            {
+                "kind": "training",
+                "model": {"source": "preset", "id": "llama-3.1-8b"},
+                "precision": {"weights": "bf16"},
+                "mixed_precision": "master_fp32",
+                "micro_batch_size": 1,
+                "sequence_length": 2048,
+                "optimizer": {"name": "adamw"},
+                "checkpointing": "full",
+                "method": {"kind": "full"},
+                "parallelism": {"data": data, "zero_stage": 3, "offload_optimizer": True},
+            }
+        ],
+        "device": {"source": "catalog", "id": "h100-sxm5-80gb"},
+        "software": software,
+    }
+    r = msgspec.convert(req, BudgetRequest)
+    return msgspec.to_builtins(estimate(r.workloads, r.device, r.headroom, software=r.software))
+
+
+def test_a_model_built_whole_peaks_at_init_with_the_whole_model() -> None:
+    """Llama 3.1 8B by hand: embedding and untied head 128,256 x 4,096 each; per layer q and o
+    4,096 x 4,096, k and v 1,024 x 4,096, gate, up and down 4,096 x 14,336, two norms of 4,096;
+    32 layers and the final norm: 8,030,261,248 parameters, 2 bytes each in bf16. The first
+    parameter converted is the embedding: its partition over 8 ranks, 65,667,072 elements
+    (131,334,144 B), is allocated while the whole model is there, in a new segment rounded up
+    to 2 MiB (126 MiB); the 786,432 B left is under 1 MiB, so the allocator does not split it
+    off (should_split) and the block counts whole."""
+    b = _request(zero_init=False)
+    (dev,) = b["devices"]
+    assert dev["peak_phase"] == "model_init"
+    lines = {ln["component"]: ln["bytes"] for ln in dev["lines"]}
+    layer = 2 * 4_096 * 4_096 + 2 * 1_024 * 4_096 + 3 * 4_096 * 14_336 + 2 * 4_096
+    params = 2 * 128_256 * 4_096 + 32 * layer + 4_096
+    assert params == 8_030_261_248
+    assert lines["weights"] == 2 * params
+    partition = 128_256 * 4_096 // 8 * 2
+    assert partition == 131_334_144
+    assert lines["runtime_workspace"] == 126 * MiB
+    for c in ("optimizer_state", "master_weights", "gradients", "activations", "logits"):
+        assert lines[c] == 0, c
+    (behaviour,) = [x for x in b["stack"]["behaviours"] if x["name"] == "zero3_model_init"]
+    assert "module.to(device)" in behaviour["assumed"]
+    assert "engine.py" in behaviour["source"]
+
+
+def test_zero_init_is_the_default_and_has_no_init_phase() -> None:
+    for zero_init in (None, True):
+        b = _request(zero_init=zero_init)
+        (dev,) = b["devices"]
+        assert "model_init" not in [p["name"] for p in dev["phases"]]
+        (behaviour,) = [x for x in b["stack"]["behaviours"] if x["name"] == "zero3_model_init"]
+        assert "deepspeed.zero.Init" in behaviour["assumed"]
+    # The whole-model phase is far above what a ZeRO-3 rank holds in training here.
+    whole = _request(zero_init=False)["devices"][0]["total_bytes"]
+    assert whole > _request(zero_init=None)["devices"][0]["total_bytes"]
+
+
+def test_fsdp_and_one_rank_have_no_init_phase() -> None:
+    """FSDP shards at wrapping (no DeepSpeed engine); one rank partitions nothing."""
+    for b in (_request(False, framework="fsdp"), _request(False, data=1)):
+        (dev,) = b["devices"]
+        assert "model_init" not in [p["name"] for p in dev["phases"]]
+    names = [x["name"] for x in _request(False, framework="fsdp")["stack"]["behaviours"]]
+    assert "zero3_model_init" not in names

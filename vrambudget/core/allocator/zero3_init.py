@@ -1,0 +1,69 @@
+"""DeepSpeed ZeRO-3 on a model built outside ``deepspeed.zero.Init``, replayed through the
+allocator model: ``deepspeed.initialize`` moves the whole model to the device, then partitions
+its parameters one at a time; the allocator keeps the freed segments until ZeRO-3 defragments
+the partitions.
+
+What DeepSpeed 0.19.2 runs (read in its sdist):
+
+- ``runtime/engine.py`` ``_configure_distributed_model`` (lines 1569-1585): a model whose
+  parameters carry no ``ds_id`` (not built under ``zero.Init``) is moved whole with
+  ``self.module.to(self.device)``: every parameter allocated on the device, in module order;
+- ``runtime/zero/parameter_offload.py`` then wraps it in ``Init(module=...)``, whose
+  ``_convert_to_zero_parameters`` (``runtime/zero/partition_parameters.py`` lines 1129-1135)
+  takes each parameter in module order: ``_zero_init_param`` broadcasts it in place from rank 0
+  and ``_partition_param`` allocates its partition (``torch.empty(partition_size)``, the
+  parameter's numel rounded up to a multiple of the ranks, divided by them; on the device unless
+  parameters are offloaded), copies its slice in, and frees the full tensor (``free_param``);
+- ``runtime/zero/stage3.py`` ``_create_fp16_partitions_with_defragmentation`` calls
+  ``runtime/zero/utils.py`` ``defragment``: the partitions are copied to the host, freed, and
+  ``empty_cache()`` releases every cached segment before one flat buffer is allocated. The
+  init's reserved peak is over by then, but ``max_memory_reserved`` keeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .replay import ALLOC, FREE, Event, replay_events
+
+__all__ = ["Zero3ModuleInit", "replay_zero3_module_init"]
+
+
+@dataclass(frozen=True, slots=True)
+class Zero3ModuleInit:
+    peak_reserved_bytes: int
+    """``max_memory_reserved`` over the init."""
+    peak_allocated_bytes: int
+    """``max_memory_allocated`` over the init: the whole model and the first partition."""
+    model_bytes: int
+    """The whole model's parameters as moved to the device."""
+
+
+def _events(tensors: tuple[tuple[int, int], ...], ranks: int, on_device: bool) -> list[Event]:
+    events: list[Event] = []
+    for i, (numel, size) in enumerate(tensors):  # module.to(device)
+        events.append((ALLOC, i + 1, numel * size, 0))
+    handle = len(tensors)
+    for i, (numel, size) in enumerate(tensors):  # _convert_to_zero_parameters
+        if on_device:
+            handle += 1
+            events.append((ALLOC, handle, -(-numel // ranks) * size, 0))
+        events.append((FREE, i + 1, 0, 0))
+    return events
+
+
+@lru_cache(maxsize=64)
+def replay_zero3_module_init(
+    tensors: tuple[tuple[int, int], ...], ranks: int, partitions_on_device: bool = True
+) -> Zero3ModuleInit:
+    """The init of a model whose parameters are ``tensors`` ``(numel, bytes per element)`` in
+    module order, partitioned over ``ranks`` (``partitions_on_device`` False: parameters
+    offloaded, the partitions in host memory)."""
+    r = replay_events(_events(tensors, ranks, partitions_on_device))
+    allocated, reserved = r.phases.get(0, (0, 0))
+    return Zero3ModuleInit(
+        peak_reserved_bytes=reserved,
+        peak_allocated_bytes=allocated,
+        model_bytes=sum(n * b for n, b in tensors),
+    )
