@@ -313,6 +313,28 @@ CASES.update(
             )
             for i, (name, value) in enumerate(_GGUF_BAD.items())
         },
+        ("LLMServingWorkload", 2 + len(_SGLANG_BAD) + len(_GGUF_BAD)): (
+            BudgetRequest,
+            _serve(engine="sglang", speculative={"method": "ngram", "num_speculative_tokens": 2}),
+            _serve(engine="vllm", speculative={"method": "ngram", "num_speculative_tokens": 2}),
+        ),
+        ("SpeculativeOptions", 0): (
+            BudgetRequest,
+            _serve(
+                speculative={
+                    "method": "ngram",
+                    "num_speculative_tokens": 2,
+                    "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                }
+            ),
+            _serve(
+                speculative={
+                    "method": "eagle",
+                    "num_speculative_tokens": 2,
+                    "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                }
+            ),
+        ),
     }
 )
 

@@ -44,6 +44,7 @@ from .engine_args import (
 )
 from .engines_budget import engine_calibration, gguf_budget, sglang_budget
 from .releases import engine_release
+from .speculative import launch_json
 from .vllm import (
     ServingAccount,
     StageAccount,
@@ -255,7 +256,7 @@ def _inputs(w: LLMServingWorkload, a: ServingAccount) -> dict[str, Any]:
 def stage_values(s: StageAccount, pool: int) -> dict[Component, int]:
     """One stage's GPU by component (headroom excluded), ``pool`` its KV-cache bytes."""
     return {
-        C.WEIGHTS: s.weights_bytes,
+        C.WEIGHTS: s.weights_bytes + s.draft_weights_bytes,
         C.QUANTIZATION_METADATA: s.metadata_bytes,
         C.KV_CACHE: pool,
         C.ACTIVATIONS: s.activation_bytes,
@@ -297,6 +298,10 @@ def vllm_launch(w: LLMServingWorkload, a: ServingAccount) -> str:
         parts.append("--disable-hybrid-kv-cache-manager")
     if w.kv_cache_memory_bytes is not None:
         parts.append(f"--kv-cache-memory {w.kv_cache_memory_bytes}")
+    if w.speculative is not None:
+        draft = w.speculative.model
+        config = launch_json(w.speculative, engine_model(draft) if draft is not None else None)
+        parts.append(f"--speculative-config '{config}'")
     if w.flashinfer_sampler is not None:
         parts.insert(0, f"VLLM_USE_FLASHINFER_SAMPLER={int(w.flashinfer_sampler)}")
     if w.quantization is not UNSET and w.quantization is not None:
@@ -335,6 +340,7 @@ def serving_budget(
             C.WEIGHTS: (
                 ("parameters", s.weights_bytes - s.rotary_bytes),
                 ("rotary cos/sin cache", s.rotary_bytes),
+                *s.draft_parts,
             ),
             C.CUDA_CONTEXT: (
                 ("CUDA context (before the engine's snapshot)", s.cuda_context_bytes),
@@ -349,7 +355,11 @@ def serving_budget(
                     f"CUDA graphs ({a.resolved.cuda_graphs} captured: piecewise + FULL decode)"
                     if s.cuda_graph_bytes
                     else "CUDA graphs",
-                    s.cuda_graph_bytes,
+                    s.cuda_graph_bytes - s.draft_graph_bytes,
+                ),
+                (
+                    f"the drafter's CUDA graphs ({a.resolved.cuda_graphs}, one per captured size)",
+                    s.draft_graph_bytes,
                 ),
                 (
                     "MLA backend workspaces allocated at import (in the weights memory vLLM logs)",
@@ -475,7 +485,9 @@ def serving_budget(
         warnings=tuple(warnings),
         serving=serving,
         calibration=engine_calibration(devices[most]),
-        stack=serving_use(w.engine, rel.modelled, software, (_sampler_behaviour(w, r),)),
+        stack=serving_use(
+            w.engine, rel.modelled, software, (_sampler_behaviour(w, r), *_speculative(w))
+        ),
     )
 
 
@@ -490,6 +502,39 @@ _SAMPLER_ASSUMED = {
     "triton": "the profile's warm-up sampler filters top-k / top-p with a Triton kernel, no sort "
     "(bytes per row x vocabulary element fitted on 0.19.0 launches)",
 }
+
+
+_SPECULATIVE_ASSUMED = {
+    "ngram": "the n-gram drafter matches the prompt's tokens on the CPU: no device memory",
+    "eagle": "the EAGLE head shares the target's embedding and LM head; its decoder layers "
+    "(tensor-parallel like the target's) and its fc (2 x hidden -> hidden, replicated) load "
+    "with the target on the last pipeline stage, its attention layers cache K and V in the "
+    "target's pool (one more page per block and layer), and it captures a piecewise CUDA "
+    "graph at every size the target does (counted with the target's per-graph fit); its "
+    "profile-run forward stays below the target's peak",
+    "draft_model": "the draft model loads whole (its own embedding and head, the target's "
+    "tensor-parallel size) on the last pipeline stage, its attention layers cache K and V in "
+    "the target's pool (one more page per block and layer), and it captures a piecewise CUDA "
+    "graph at every size the target does (counted with the target's per-graph fit); its "
+    "profile-run forward stays below the target's peak",
+}
+
+
+def _speculative(w: LLMServingWorkload) -> tuple[StackBehaviour, ...]:
+    if w.speculative is None:
+        return ()
+    return (
+        StackBehaviour(
+            name="speculative_decoding",
+            assumed=_SPECULATIVE_ASSUMED[w.speculative.method],
+            source="vllm/v1/worker/gpu_model_runner.py (the drafter on the last PP rank, "
+            "loaded inside the 'Model loading took' profiler; its dummy_run in "
+            "capture_model), v1/spec_decode/eagle.py load_model (shared embedding and LM "
+            "head), v1/spec_decode/draft_model.py (0.15 on: nothing shared, the target's "
+            "TP), model_executor/models/llama_eagle.py (layers, fc): 0.10.1, 0.15.0, 0.26.0, "
+            "0.34.0 (vrambudget/core/serving/speculative.py)",
+        ),
+    )
 
 
 def _sampler_behaviour(w: LLMServingWorkload, r: Resolved) -> StackBehaviour:

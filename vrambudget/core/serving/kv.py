@@ -125,7 +125,13 @@ def _unify_hybrid(specs: list[LayerSpec]) -> list[LayerSpec]:
 
 @lru_cache(maxsize=1024)
 def kv_groups(
-    arch: Arch, tensor: int, pipeline: int, dtype_bytes: int, block_size: int, hybrid: bool
+    arch: Arch,
+    tensor: int,
+    pipeline: int,
+    dtype_bytes: int,
+    block_size: int,
+    hybrid: bool,
+    draft: tuple[LayerSpec, ...] = (),
 ) -> KVGroups:
     """Group the layers as ``get_kv_cache_groups`` does.
 
@@ -133,9 +139,11 @@ def kv_groups(
     split into groups of ``group_size`` = the fewest layers of any spec (or the most, when that
     is under 1.5 x the fewest), layer ``i`` of a spec's list going to its group ``i mod
     num_groups`` (``_get_kv_cache_groups_uniform_page_size``). Gemma 3 27B (52 sliding + 10
-    full layers): group_size 10, 6 sliding groups + 1 full = 7 groups.
+    full layers): group_size 10, 6 sliding groups + 1 full = 7 groups. ``draft``: a speculative
+    drafter's attention layers, after the target's, on the last stage (vLLM builds the drafter
+    on the last pipeline rank).
     """
-    specs = layer_specs(arch, tensor, dtype_bytes)
+    specs = layer_specs(arch, tensor, dtype_bytes) + list(draft)
     if not hybrid:
         specs = _unify_hybrid(specs)
     by_spec: dict[LayerSpec, list[int]] = {}
@@ -145,6 +153,7 @@ def kv_groups(
     for st in stages(arch, pipeline):
         start = spans[-1][1] if spans else 0
         spans.append((start, start + st.num_layers))
+    spans[-1] = (spans[-1][0], spans[-1][1] + len(draft))
     if len(by_spec) == 1:
         ((spec, layers),) = by_spec.items()
         return KVGroups(((spec, tuple(layers)),), tuple(spans), block_size)

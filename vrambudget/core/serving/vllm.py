@@ -39,6 +39,8 @@ from .quantities import (
     non_torch_bytes,
     requested_bytes,
 )
+from .releases import engine_release
+from .speculative import Drafter, drafter
 
 __all__ = [
     "ServingAccount",
@@ -78,12 +80,19 @@ class StageAccount:
     group_size: int
     needed_bytes: int
     """KV bytes one request of max_model_len needs on this stage."""
+    draft_weights_bytes: int = 0
+    """A speculative drafter's weights (last stage; not in ``weights_bytes``)."""
+    draft_graph_bytes: int = 0
+    """The drafter's CUDA graphs (in ``cuda_graph_bytes``)."""
+    draft_parts: tuple[tuple[str, int], ...] = ()
 
     @property
     def weights_memory_bytes(self) -> int:
-        """What vLLM logs as "Model loading took": allocated bytes of the load window."""
+        """What vLLM logs as "Model loading took": allocated bytes of the load window (the
+        drafter loads inside it)."""
         return (
             self.weights_bytes
+            + self.draft_weights_bytes
             + self.metadata_bytes
             + self.load_rounding_bytes
             + self.load_workspace_bytes
@@ -142,7 +151,17 @@ def account(
     loads = load_memory(arch, r.e, quant, r.tensor, r.pipeline, r.expert)
     workspace = (mla_import_workspaces(gpu_name) if arch.mla else 0) * MLA_IMPORT_WORKSPACE_BYTES
     hybrid = r.cal.hybrid_kv_cache_manager and not w.disable_hybrid_kv_cache_manager
-    groups = kv.kv_groups(arch, r.tensor, r.pipeline, r.kv_bytes, r.block_size, hybrid)
+    release = engine_release("vllm", w.engine_version).modelled
+    draft = drafter(w, arch, release, r.tensor, r.e, r.kv_bytes)
+    groups = kv.kv_groups(
+        arch,
+        r.tensor,
+        r.pipeline,
+        r.kv_bytes,
+        r.block_size,
+        hybrid,
+        draft.kv_layers if draft is not None else (),
+    )
     # 0.34: on unless --kv-cache-memory is given (vllm/config/cache.py); an explicit
     # utilization only changes `requested`
     extensible = r.cal.extensible_kv_cache and w.kv_cache_memory_bytes is None
@@ -159,11 +178,16 @@ def account(
     for st, load in zip(statics, loads, strict=True):
         act = activation_peak_bytes(arch, st, r)
         act_low = activation_peak_bytes(arch, st, r, sort=False) if r.sampler_may_skip_sort else act
-        graphs = cuda_graph_bytes(st, r, w.enforce_eager)
+        on_last = draft is not None and st.stage.last
+        draft_weights = draft.weights_bytes if on_last and draft is not None else 0
+        draft_graphs = (
+            draft_graph_bytes(draft, r, w.enforce_eager) if on_last and draft is not None else 0
+        )
+        graphs = cuda_graph_bytes(st, r, w.enforce_eager) + draft_graphs
         rope = load.rotary_bytes  # the stage's own tables: each stage is its own process
         available = (
             requested
-            - (st.weights_bytes + st.metadata_bytes + rope)
+            - (st.weights_bytes + st.metadata_bytes + rope + draft_weights)
             - load.rounding_bytes
             - workspace
             - act
@@ -185,6 +209,7 @@ def account(
                 st.weights_bytes
                 + st.metadata_bytes
                 + rope
+                + draft_weights
                 + load.rounding_bytes
                 + workspace
                 + nt
@@ -218,6 +243,9 @@ def account(
                 available_bytes=available,
                 group_size=groups.stage_group_size(i),
                 needed_bytes=kv.needed_bytes(groups, i, r.max_model_len, r.max_num_batched_tokens),
+                draft_weights_bytes=draft_weights,
+                draft_graph_bytes=draft_graphs,
+                draft_parts=draft.parts if on_last and draft is not None else (),
             )
         )
     blocks = min(
@@ -283,6 +311,19 @@ def account(
 
 EXTENSIBLE_MARGIN_FLOOR_BYTES = 1 << 30
 """vllm/v1/worker/extensible_kv_cache.py:64 KV_CACHE_MARGIN_FLOOR_BYTES (CUDA; 3 GiB on ROCm)."""
+
+
+def draft_graph_bytes(d: Drafter, r: Resolved, eager: bool) -> int:
+    """The drafter's piecewise CUDA graphs: one per captured size (``capture_model`` runs its
+    ``dummy_run`` at each), with the target's per-graph fit on the drafter's layers; 0 for an
+    n-gram drafter (no model) or with ``enforce_eager``."""
+    if eager or d.layers == 0:
+        return 0
+    c = r.cal.c
+    per_graph = (
+        c("cuda_graph_base_bytes_per_graph") + c("cuda_graph_per_layer_bytes_per_graph") * d.layers
+    )
+    return max(round(per_graph * r.cuda_graphs), 0)
 
 
 def _vendor(gpu_name: str) -> str:

@@ -85,6 +85,7 @@ from .serving import (
     ServingParallelism,
     ServingQuantization,
     SGLangOptions,
+    SpeculativeOptions,
 )
 from .workloads import (
     SGD,
@@ -176,6 +177,7 @@ __all__ = [
     "ServingQuantization",
     "SizedItem",
     "Software",
+    "SpeculativeOptions",
     "SpeechToTextWorkload",
     "Tokens",
     "TokensOrZero",

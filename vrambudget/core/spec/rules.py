@@ -319,6 +319,13 @@ RULES: dict[str, tuple[Rule, ...]] = {
             Cond(("cache_type_v",), "in", ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")),
         ),
     ),
+    "SpeculativeOptions": (
+        Rule(
+            Cond(("model",), "null"),
+            "method 'ngram' drafts from the prompt's own n-grams: it takes no draft model",
+            Cond(("method",), "eq", "ngram"),
+        ),
+    ),
     "LLMServingWorkload": (
         Rule(
             Cond(("sglang",), "null"),
@@ -346,6 +353,11 @@ RULES: dict[str, tuple[Rule, ...]] = {
                 Cond(("engine",), "in", ("llama_cpp", "ollama")),
             )
             for path, op, value, instead in _GGUF_NOT_VLLM
+        ),
+        Rule(
+            Cond(("speculative",), "null"),
+            "speculative decoding is modelled for engine 'vllm' only",
+            Cond(("engine",), "ne", "vllm"),
         ),
     ),
     "BudgetRequest": (

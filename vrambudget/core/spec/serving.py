@@ -20,6 +20,7 @@ __all__ = [
     "SGLangOptions",
     "ServingParallelism",
     "ServingQuantization",
+    "SpeculativeOptions",
 ]
 
 Engine = Literal["vllm", "sglang", "llama_cpp", "ollama"]
@@ -304,6 +305,37 @@ class ServingQuantization(Wire, frozen=True, kw_only=True):
         rules.check(self)
 
 
+class SpeculativeOptions(Wire, frozen=True, kw_only=True):
+    """vLLM speculative decoding (``--speculative-config``): a drafter proposes tokens that the
+    target model verifies in one step."""
+
+    method: Annotated[
+        Literal["ngram", "eagle", "draft_model"],
+        Meta(
+            description="`ngram`: drafts from the prompt's own n-grams (no model, no memory); "
+            "`eagle`: an EAGLE head (its decoder layers and the fc that joins the target's "
+            "hidden state and the token embedding; the embedding and LM head are the "
+            "target's); `draft_model`: a separate small model with its own embedding and head, "
+            "tensor-parallel like the target (vLLM 0.15 on)."
+        ),
+    ]
+    num_speculative_tokens: Annotated[
+        int, Meta(ge=1, le=32, description="Tokens drafted per step (`num_speculative_tokens`).")
+    ]
+    model: Annotated[
+        ModelSource | None,
+        Meta(
+            description="The drafter (`eagle`, `draft_model`): a preset, its dimensions, or "
+            "its `config.json` (`hf_config`, of a family with a closed form); none for "
+            "`ngram`. Its attention layers must have the target's KV layout (KV heads, head "
+            "size), as vLLM keeps them in the target's KV-cache group."
+        ),
+    ] = None
+
+    def __post_init__(self) -> None:
+        rules.check(self)
+
+
 class LLMServingWorkload(Wire, tag="llm_serving", tag_field="kind", frozen=True, kw_only=True):
     """An LLM served by an inference engine. The engine profiles a dummy forward pass and hands
     everything left of ``gpu_memory_utilization x total memory`` to a paged KV-cache pool; the
@@ -424,6 +456,13 @@ class LLMServingWorkload(Wire, tag="llm_serving", tag_field="kind", frozen=True,
     sglang: Annotated[
         SGLangOptions | None,
         Meta(description="SGLang settings (engine `sglang` only; default: its defaults)."),
+    ] = None
+    speculative: Annotated[
+        SpeculativeOptions | None,
+        Meta(
+            description="vLLM speculative decoding (default: none): the drafter's weights and "
+            "its layers' KV cache come out of the same budget."
+        ),
     ] = None
     gguf: Annotated[
         GGUFOptions | None,

@@ -1,0 +1,163 @@
+"""vLLM speculative decoding: what a drafter adds to the engine's budget on the last pipeline
+stage -- its weights, its attention layers' KV cache in the target's pool, its CUDA graphs.
+
+What the releases do (read in the wheels of 0.10.1, 0.15.0, 0.26.0 and 0.34.0):
+
+- ``v1/worker/gpu_model_runner.py`` builds the drafter on the last pipeline rank only ("we put
+  the entire draft model on the last PP rank": ``NgramProposer``, ``EagleProposer``, from 0.15
+  ``DraftModelProposer``) and loads it inside the ``DeviceMemoryProfiler`` block that logs
+  "Model loading took" (0.10.1 lines 1986-2005): its weights are part of the weights memory;
+- ``NgramProposer`` matches n-grams of the prompt on the CPU: no device memory (a published
+  A/B pair on vLLM 0.18.0 logs the same weights, KV memory and tokens with and without it);
+- ``EagleProposer.load_model`` shares the target's embedding (when the head's has the same
+  shape, or it has none) and, for EAGLE-1, the target's LM head; the head's own modules are
+  its decoder layers (``model_executor/models/llama_eagle.py``: ``LlamaDecoderLayer`` per
+  ``num_hidden_layers``, tensor-parallel like the target's, the first without its input norm)
+  and ``fc``, a replicated ``2 x hidden -> hidden`` linear without bias;
+- ``DraftModelProposer`` (``v1/spec_decode/draft_model.py``, from 0.15) loads a whole model,
+  sharing nothing (``_maybe_share_embeddings`` / ``_maybe_share_lm_head`` do nothing), with the
+  target's tensor-parallel size (it raises otherwise);
+- every drafter attention layer registers in the forward context, so ``get_kv_cache_spec``
+  gives it a KV cache in the same pool as the target's (``EagleProposer.
+  validate_same_kv_cache_group``: the same group): each block holds one more page per draft
+  layer;
+- ``capture_model`` runs the drafter's ``dummy_run`` for every size it captures: the drafter's
+  piecewise graphs, one per captured size, counted here with the same per-graph fit as the
+  target's (``cuda_graph_bytes``) on the drafter's layers;
+- the profile run's drafter forward (``dummy_run``, no logits) runs after the target's and
+  holds one draft layer's activations: below the target's peak, not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..arch import Arch
+from ..errors import InvalidWorkload
+from ..layout import per_device_shape
+from ..resolve import needs_resolution, resolve_model
+from ..spec import LLMServingWorkload, SpeculativeOptions
+from ..stack import version_tuple
+from .kv import LayerSpec, layer_specs
+
+__all__ = ["DRAFT_MODEL_SINCE", "Drafter", "drafter", "launch_json"]
+
+DRAFT_MODEL_SINCE = (0, 15)
+"""The first release whose V1 engine has ``DraftModelProposer`` (``v1/spec_decode/
+draft_model.py`` is in the 0.15.0 wheel, not in 0.14.0's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drafter:
+    method: str
+    weights_bytes: int
+    """The drafter's parameters on one GPU of the last stage, in the model dtype."""
+    kv_layers: tuple[LayerSpec, ...]
+    """Its attention layers' KV specs on one GPU (added to the target's pool)."""
+    layers: int
+    """Its decoder layers (the per-layer term of its CUDA graphs)."""
+    parts: tuple[tuple[str, int], ...]
+    """Its weights by part."""
+
+
+NGRAM = Drafter("ngram", 0, (), 0, ())
+
+
+def drafter(
+    w: LLMServingWorkload, target: Arch, release: str, tensor: int, e: int, kv_bytes: int
+) -> Drafter | None:
+    """The drafter of ``w`` on one GPU of the last stage (None: no speculative decoding).
+    Raises ``InvalidWorkload`` (field relative to the workload) for what the release does not
+    run or this model does not express."""
+    spec = w.speculative
+    if spec is None:
+        return None
+    if spec.method == "ngram":
+        return NGRAM
+    if spec.model is None:
+        raise InvalidWorkload(
+            "speculative.model", f"method {spec.method!r} needs the drafter's model"
+        )
+    if spec.method == "draft_model" and version_tuple(release)[:2] < DRAFT_MODEL_SINCE:
+        raise InvalidWorkload(
+            "speculative.method",
+            f"vLLM {release}'s V1 engine has no separate draft model (DraftModelProposer, "
+            "from 0.15); use 'eagle' or 'ngram', or engine_version >= 0.15",
+        )
+    if needs_resolution(spec.model):
+        raise InvalidWorkload(
+            "speculative.model",
+            "a drafter from the Hub (or a config with a checkpoint header or without a "
+            "closed form) is not resolved: give a preset, its dimensions or its config.json",
+        )
+    draft = resolve_model(spec.model)
+    if draft.kind != "decoder" or draft.mla is not None:
+        raise InvalidWorkload("speculative.model", "the drafter must be a decoder without MLA")
+    if draft.num_kv_heads % tensor and tensor % draft.num_kv_heads:
+        raise InvalidWorkload(
+            "speculative.model",
+            f"the drafter's {draft.num_kv_heads} KV heads do not split over {tensor} GPUs",
+        )
+    kv_layers = tuple(layer_specs(draft, tensor, kv_bytes))
+    _check_kv_layout(target, kv_layers, tensor, kv_bytes)
+    layers = sum(n for _, n in draft.layer_runs)
+    body = _layer_bytes(draft, tensor, e)
+    if spec.method == "eagle":
+        # llama_eagle.py: the first layer's input_layernorm is replaced by nn.Identity
+        # (disable_input_layernorm for i == 0); fc is a ReplicatedLinear without bias
+        body -= draft.hidden_size * e
+        fc = 2 * draft.hidden_size * draft.hidden_size * e
+        parts = (
+            ("EAGLE head: decoder layers (no input norm on the first)", body),
+            ("EAGLE head: fc (2 x hidden -> hidden)", fc),
+        )
+        return Drafter("eagle", body + fc, kv_layers, layers, parts)
+    top = _top_bytes(draft, tensor, e)
+    parts = (("draft model: decoder layers", body), ("draft model: embedding and head", top))
+    return Drafter("draft_model", body + top, kv_layers, layers, parts)
+
+
+def _check_kv_layout(
+    target: Arch, kv_layers: tuple[LayerSpec, ...], tensor: int, kv_bytes: int
+) -> None:
+    full = [s for s in layer_specs(target, tensor, kv_bytes) if s.window is None]
+    want = full[0] if full else None
+    for s in kv_layers:
+        if want is None or (s.heads, s.head_size) != (want.heads, want.head_size):
+            have = f"{s.heads} KV heads x {s.head_size}"
+            need = f"{want.heads} x {want.head_size}" if want else "no full-attention layer"
+            raise InvalidWorkload(
+                "speculative.model",
+                f"the drafter's attention layers ({have} per GPU) differ from the target's "
+                f"({need}): vLLM keeps them in the target's KV-cache group; other layouts "
+                "are not modelled",
+            )
+
+
+def _layer_bytes(a: Arch, t: int, e: int) -> int:
+    total = 0
+    for layer, n in a.layer_runs:
+        for g in layer.tensors:
+            if not g.buffer:
+                rows, cols, count = per_device_shape(g, a, t, 1)
+                total += rows * cols * count * n * e
+    return total
+
+
+def _top_bytes(a: Arch, t: int, e: int) -> int:
+    groups = (*a.embeddings, *a.extras, *a.head)
+    total = 0
+    for g in groups:
+        if not g.buffer:
+            rows, cols, count = per_device_shape(g, a, t, 1)
+            total += rows * cols * count * e
+    return total
+
+
+def launch_json(spec: SpeculativeOptions, model_word: str | None) -> str:
+    """``--speculative-config``'s JSON as the budget assumed it."""
+    items = [f'"method": "{spec.method}"']
+    if model_word is not None:
+        items.append(f'"model": "{model_word}"')
+    items.append(f'"num_speculative_tokens": {spec.num_speculative_tokens}')
+    return "{" + ", ".join(items) + "}"
