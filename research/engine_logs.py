@@ -48,7 +48,7 @@ class Check:
     predicted: float
     unit: str
     fresh: bool = False
-    """From held-out sets B and C: logs collected after the rules were fixed (``collected``)."""
+    """From held-out sets B, C and E: logs collected after the rules were fixed (``collected``)."""
     version: str = ""
     """The engine release the request named (vLLM, SGLang)."""
 
@@ -117,8 +117,15 @@ def _model(name: str) -> Any:
 
 
 def _vllm(
-    log: str, workload: dict[str, Any], gpu_id: str | None, measured: dict[str, Any]
+    log: str,
+    workload: dict[str, Any],
+    gpu_id: str | None,
+    measured: dict[str, Any],
+    device: tuple[str, int] | None = None,
 ) -> list[Check]:
+    """The log's checks for the request its launch states, on the catalog's ``gpu_id`` or on
+    ``device`` (name, total bytes: a GPU the catalog does not have, as the log prints it);
+    without either only the weights and graphs are checked."""
     # The sampler path the log's own line states (topk_topp_sampler.py, 0.10-0.11: FlashInfer
     # when installed): the profile's warm-up sorts the vocabulary only without it.
     settings = _by_id().get(log, {}).get("settings", {})
@@ -133,7 +140,8 @@ def _vllm(
     w = msgspec.convert({"kind": "llm_serving", **workload}, LLMServingWorkload)
     arch = resolve_model(w.model)
     g = gpu(gpu_id or "h100-sxm5-80gb")
-    a = account(w, arch, g.memory_total_bytes, g.name)
+    name, total = device or (g.name, g.memory_total_bytes)
+    a = account(w, arch, total, name)
     version = workload["engine_version"]
     out = [
         Check(
@@ -159,9 +167,9 @@ def _vllm(
                 "GiB",
             )
         )
-    if gpu_id is not None:
+    if gpu_id is not None or device is not None:
         out.append(Check(log, "vllm", "KV tokens", measured["kv_cache_tokens"], a.kv_tokens, "tok"))
-        band = kv_band(w, a, g.name)
+        band = kv_band(w, a, name)
         assert band is not None  # no log sets --kv-cache-memory
         inside = float(band.low <= measured["kv_cache_tokens"] <= band.high)
         out.append(Check(log, "vllm", BAND, 1.0, inside, "yes"))
@@ -475,10 +483,35 @@ HELD_OUT_C: dict[str, tuple[str, dict[str, Any], str]] = {
     ),
 }
 """Held-out set C (collected 2026-12-05, after the vLLM and SGLang rules were written): each log
+
+
 whose GPU is named or inferred and whose model's shapes are here, as a request. Kept in
 research/data/engine_logs.json but not checked: Qwen3.5 / Qwen3.6 (hybrid linear attention),
 Olmo 3 and Nanbeige 4.1 (no shapes here), MI355X (not in the catalog) and four SGLang logs that
 name no GPU."""
+
+_VLLM_LAB = {
+    "model": {"source": "preset", "id": "qwen3-8b"},
+    "dtype": "bfloat16",
+    "max_model_len": 4096,
+    "gpu_memory_utilization": 0.75,
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 4096,
+    "enforce_eager": True,
+}
+_NGRAM = {"speculative": {"method": "ngram", "num_speculative_tokens": 4}}
+HELD_OUT_E: dict[str, tuple[dict[str, Any], str, float]] = {
+    f"vllm-vllmlab-qwen3-8b-4090-48g-v0{v}-{tag}": (
+        {"engine_version": f"0.{v}.0", **_VLLM_LAB, **extra},
+        "NVIDIA GeForce RTX 4090",
+        47.37,
+    )
+    for v in (18, 29)
+    for tag, extra in (("base", {}), ("ngram4", _NGRAM))
+}
+"""Held-out set E (collected 2026-12-05, after the speculative-decoding rules): one repository's
+Qwen3-8B launches on a 48 GB RTX 4090 (47.37 GiB as vLLM prints it; not in the catalog), 0.18.0
+and 0.29.0, each with and without n-gram speculative decoding."""
 
 
 @cache
@@ -592,6 +625,12 @@ def checks() -> list[Check]:
             else _sglang(key, workload, gpu_id, measured)
         )
         out += [dataclasses.replace(c, fresh=True) for c in rows]
+    for key, (workload, name, total_gib) in HELD_OUT_E.items():
+        device = (name, round(total_gib * GiB))
+        out += [
+            dataclasses.replace(c, fresh=True)
+            for c in _vllm(key, workload, None, logs[key]["measured"], device)
+        ]
     for prefix, version, preset_id in (
         ("vllm-energyllm-llama31-8b-4k", "0.11.0", "llama-3.1-8b"),
         ("vllm-memsuit-llama31-8b-32k", "0.17.0", "llama-3.1-8b"),
@@ -658,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(r.predicted for r in band):.0f} of {len(band)}"
     )
     fresh = [r for r in rows if r.fresh]
-    print("\nheld-out sets B and C (collected after the rules were fixed) alone:")
+    print("\nheld-out sets B, C and E (collected after the rules were fixed) alone:")
     for engine, quantity, n, med, mx, below in summary(fresh):
         print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
     if "--by-version" in args:
@@ -668,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{v:<8}{len(e):>4}{med:>8.2%}{mx:>9.2%}")
     band_b = [r for r in band if r.fresh]
     print(
-        "vLLM KV tokens inside kv_cache_tokens_band (sets B and C): "
+        "vLLM KV tokens inside kv_cache_tokens_band (sets B, C and E): "
         f"{sum(r.predicted for r in band_b):.0f} of {len(band_b)}"
     )
     return 0
