@@ -219,3 +219,58 @@ def test_the_answer_itemizes_the_drafter_and_launches_it() -> None:
     ) in b["serving"]["launch"]
     (beh,) = [x for x in b["stack"]["behaviours"] if x["name"] == "speculative_decoding"]
     assert "shares the target's embedding" in beh["assumed"]
+
+
+def test_an_eagle3_head_by_hand() -> None:
+    """An EAGLE-3 head for Llama 3.1 8B (one layer, a 32,000-token draft vocabulary) on one
+    H100, vLLM 0.19.0, bf16: the layer (218,112,000 parameters) plus its wider qkv input
+    ((32 + 2 x 8) x 128 rows over 4,096 more columns) and hidden_norm (4,096); fc 12,288 x
+    4,096; the final norm; its LM head 32,000 x 4,096 (a multiple of 64 already); the int64
+    draft-to-target map of 32,000 tokens."""
+    spec = {
+        "method": "eagle3",
+        "num_speculative_tokens": 3,
+        "model": {**EAGLE, "name": "eagle3-llama3.1-8b"},
+        "draft_vocab_size": 32000,
+    }
+    base, e3 = _pair("llama-3.1-8b", spec, max_model_len=8192, engine_version="0.19.0")
+    layer = (218_112_000 + 6_144 * 4_096 + 4_096) * 2
+    expected = layer + 12_288 * 4_096 * 2 + 4_096 * 2 + 32_000 * 4_096 * 2 + 8 * 32_000
+    assert expected == 849_635_328
+    assert e3.stages[0].draft_weights_bytes == expected
+    assert e3.groups.stage_group_size(0) == 33
+
+
+def test_an_eagle_head_keeps_its_own_embedding_under_pipeline_parallelism() -> None:
+    """EagleProposer shares the target's embedding only when there is one pipeline stage
+    (get_pp_group().world_size == 1): over 2 stages and TP 2 the head keeps its own, 128,256 x
+    4,096 split over 2 GPUs."""
+    spec = {"method": "eagle", "num_speculative_tokens": 3, "model": EAGLE}
+    one = account(
+        serving(
+            "llama-3.1-8b",
+            speculative=spec,
+            engine_version="0.19.0",
+            max_model_len=8192,
+            parallelism={"tensor": 2},
+        ),
+        preset_arch("llama-3.1-8b"),
+        80 * GiB,
+        "H100",
+    )
+    two = account(
+        serving(
+            "llama-3.1-8b",
+            speculative=spec,
+            engine_version="0.19.0",
+            max_model_len=8192,
+            parallelism={"tensor": 2, "pipeline": 2},
+        ),
+        preset_arch("llama-3.1-8b"),
+        80 * GiB,
+        "H100",
+    )
+    assert two.stages[1].draft_weights_bytes - one.stages[0].draft_weights_bytes == (
+        128_256 * 4_096 // 2 * 2
+    )
+    assert two.stages[0].draft_weights_bytes == 0

@@ -318,6 +318,25 @@ CASES.update(
             _serve(engine="sglang", speculative={"method": "ngram", "num_speculative_tokens": 2}),
             _serve(engine="vllm", speculative={"method": "ngram", "num_speculative_tokens": 2}),
         ),
+        ("SpeculativeOptions", 1): (
+            BudgetRequest,
+            _serve(
+                speculative={
+                    "method": "eagle",
+                    "num_speculative_tokens": 2,
+                    "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                    "draft_vocab_size": 32000,
+                }
+            ),
+            _serve(
+                speculative={
+                    "method": "eagle3",
+                    "num_speculative_tokens": 2,
+                    "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                    "draft_vocab_size": 32000,
+                }
+            ),
+        ),
         ("SpeculativeOptions", 0): (
             BudgetRequest,
             _serve(

@@ -512,6 +512,12 @@ _SPECULATIVE_ASSUMED = {
     "target's pool (one more page per block and layer), and it captures a piecewise CUDA "
     "graph at every size the target does (counted with the target's per-graph fit); its "
     "profile-run forward stays below the target's peak",
+    "eagle3": "the EAGLE-3 head shares the target's embedding (on one pipeline stage) and "
+    "keeps its own LM head over its draft vocabulary; its one decoder layer (qkv over twice "
+    "the width, a hidden_norm), fc (three target hidden states -> hidden), final norm and "
+    "draft-to-target token map load with the target on the last pipeline stage, its attention "
+    "layer caches K and V in the target's pool, and it captures a piecewise CUDA graph at "
+    "every size the target does (counted with the target's per-graph fit)",
     "draft_model": "the draft model loads whole (its own embedding and head, the target's "
     "tensor-parallel size) on the last pipeline stage, its attention layers cache K and V in "
     "the target's pool (one more page per block and layer), and it captures a piecewise CUDA "
@@ -531,8 +537,8 @@ def _speculative(w: LLMServingWorkload) -> tuple[StackBehaviour, ...]:
             "loaded inside the 'Model loading took' profiler; its dummy_run in "
             "capture_model), v1/spec_decode/eagle.py load_model (shared embedding and LM "
             "head), v1/spec_decode/draft_model.py (0.15 on: nothing shared, the target's "
-            "TP), model_executor/models/llama_eagle.py (layers, fc): 0.10.1, 0.15.0, 0.26.0, "
-            "0.34.0 (vrambudget/core/serving/speculative.py)",
+            "TP), model_executor/models/llama_eagle.py and llama_eagle3.py (layers, fc, LM "
+            "head): 0.10.1, 0.15.0, 0.26.0, 0.34.0 (vrambudget/core/serving/speculative.py)",
         ),
     )
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from ..arch import Arch
 from ..errors import InvalidWorkload
-from ..layout import per_device_shape
+from ..layout import kv_heads_per_device, per_device_shape
 from ..resolve import needs_resolution, resolve_model
 from ..spec import LLMServingWorkload, SpeculativeOptions
 from ..stack import version_tuple
@@ -64,7 +64,13 @@ NGRAM = Drafter("ngram", 0, (), 0, ())
 
 
 def drafter(
-    w: LLMServingWorkload, target: Arch, release: str, tensor: int, e: int, kv_bytes: int
+    w: LLMServingWorkload,
+    target: Arch,
+    release: str,
+    tensor: int,
+    pipeline: int,
+    e: int,
+    kv_bytes: int,
 ) -> Drafter | None:
     """The drafter of ``w`` on one GPU of the last stage (None: no speculative decoding).
     Raises ``InvalidWorkload`` (field relative to the workload) for what the release does not
@@ -102,6 +108,18 @@ def drafter(
     _check_kv_layout(target, kv_layers, tensor, kv_bytes)
     layers = sum(n for _, n in draft.layer_runs)
     body = _layer_bytes(draft, tensor, e)
+    # An EAGLE head shares the target's embedding on one pipeline stage only
+    # (EagleProposer.load_model / _maybe_share_embeddings: get_pp_group().world_size == 1)
+    own_embedding = (
+        (
+            (
+                "EAGLE head: its own embedding (pipeline parallel: not shared)",
+                _vocab_bytes(draft.vocab_size, draft.hidden_size, tensor, e),
+            ),
+        )
+        if pipeline > 1
+        else ()
+    )
     if spec.method == "eagle":
         # llama_eagle.py: the first layer's input_layernorm is replaced by nn.Identity
         # (disable_input_layernorm for i == 0); fc is a ReplicatedLinear without bias
@@ -110,11 +128,59 @@ def drafter(
         parts = (
             ("EAGLE head: decoder layers (no input norm on the first)", body),
             ("EAGLE head: fc (2 x hidden -> hidden)", fc),
+            *own_embedding,
         )
-        return Drafter("eagle", body + fc, kv_layers, layers, parts)
+        return Drafter("eagle", sum(b for _, b in parts), kv_layers, layers, parts)
+    if spec.method == "eagle3":
+        return _eagle3(spec, draft, target, tensor, e, kv_layers, body, own_embedding)
     top = _top_bytes(draft, tensor, e)
     parts = (("draft model: decoder layers", body), ("draft model: embedding and head", top))
     return Drafter("draft_model", body + top, kv_layers, layers, parts)
+
+
+def _eagle3(
+    spec: SpeculativeOptions,
+    draft: Arch,
+    target: Arch,
+    t: int,
+    e: int,
+    kv_layers: tuple[LayerSpec, ...],
+    body: int,
+    own_embedding: tuple[tuple[str, int], ...],
+) -> Drafter:
+    """An EAGLE-3 head (``llama_eagle3.py``, 0.10.1 and 0.34.0): its layer's ``qkv_proj`` reads
+    ``2 x hidden`` (the embedding and the hidden state side by side) and adds a ``hidden_norm``;
+    ``fc`` maps three of the target's hidden states (``3 x target hidden``) to the head's width;
+    a final ``norm``; its own ``ParallelLMHead`` over ``draft_vocab_size`` tokens (padded to 64,
+    split over the tensor-parallel GPUs) and, when that differs from the target's vocabulary,
+    ``draft_id_to_target_id`` (int64 per draft token; 0.10 allocates it always)."""
+    if sum(n for _, n in draft.layer_runs) != 1:
+        raise InvalidWorkload(
+            "speculative.model", "an EAGLE-3 head with more than one layer is not modelled"
+        )
+    h = draft.hidden_size
+    qkv_rows = (-(-draft.num_heads // t) + 2 * kv_heads_per_device(draft, t)) * draft.head_dim
+    layer = body + qkv_rows * h * e + h * e  # the wider qkv input, hidden_norm
+    fc = 3 * target.hidden_size * h * e
+    vocab = spec.draft_vocab_size or draft.vocab_size
+    head = _vocab_bytes(vocab, h, t, e)
+    d2t = 8 * vocab if vocab != target.vocab_size else 0
+    parts = (
+        ("EAGLE-3 head: decoder layer (qkv over 2 x hidden, hidden_norm)", layer),
+        ("EAGLE-3 head: fc (3 x target hidden -> hidden)", fc),
+        ("EAGLE-3 head: final norm", h * e),
+        (f"EAGLE-3 head: its LM head ({vocab:,} tokens)", head),
+        ("EAGLE-3 head: draft-to-target token map (int64)", d2t),
+        *own_embedding,
+    )
+    return Drafter("eagle3", sum(b for _, b in parts), kv_layers, 1, parts)
+
+
+def _vocab_bytes(vocab: int, hidden: int, t: int, e: int) -> int:
+    """A vocab-parallel embedding or LM head on one GPU: the vocabulary padded to a multiple of
+    64 (``vocab_parallel_embedding.py`` ``DEFAULT_VOCAB_PADDING_SIZE``), split over ``t``."""
+    padded = -(-vocab // 64) * 64
+    return -(-padded // t) * hidden * e
 
 
 def _check_kv_layout(

@@ -152,7 +152,7 @@ def account(
     workspace = (mla_import_workspaces(gpu_name) if arch.mla else 0) * MLA_IMPORT_WORKSPACE_BYTES
     hybrid = r.cal.hybrid_kv_cache_manager and not w.disable_hybrid_kv_cache_manager
     release = engine_release("vllm", w.engine_version).modelled
-    draft = drafter(w, arch, release, r.tensor, r.e, r.kv_bytes)
+    draft = drafter(w, arch, release, r.tensor, r.pipeline, r.e, r.kv_bytes)
     groups = kv.kv_groups(
         arch,
         r.tensor,

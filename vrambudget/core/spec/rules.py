@@ -325,6 +325,12 @@ RULES: dict[str, tuple[Rule, ...]] = {
             "method 'ngram' drafts from the prompt's own n-grams: it takes no draft model",
             Cond(("method",), "eq", "ngram"),
         ),
+        Rule(
+            Cond(("method",), "eq", "eagle3"),
+            "draft_vocab_size is the vocabulary of an EAGLE-3 head's own LM head: method "
+            "'eagle3' only",
+            Cond(("draft_vocab_size",), "not_null"),
+        ),
     ),
     "LLMServingWorkload": (
         Rule(

@@ -310,13 +310,15 @@ class SpeculativeOptions(Wire, frozen=True, kw_only=True):
     target model verifies in one step."""
 
     method: Annotated[
-        Literal["ngram", "eagle", "draft_model"],
+        Literal["ngram", "eagle", "eagle3", "draft_model"],
         Meta(
             description="`ngram`: drafts from the prompt's own n-grams (no model, no memory); "
-            "`eagle`: an EAGLE head (its decoder layers and the fc that joins the target's "
+            "`eagle`: an EAGLE-1 head (its decoder layers and the fc that joins the target's "
             "hidden state and the token embedding; the embedding and LM head are the "
-            "target's); `draft_model`: a separate small model with its own embedding and head, "
-            "tensor-parallel like the target (vLLM 0.15 on)."
+            "target's); `eagle3`: a one-layer EAGLE-3 head (its layer reads twice the width, "
+            "its fc three of the target's hidden states, and it has its own LM head over "
+            "`draft_vocab_size` tokens); `draft_model`: a separate small model with its own "
+            "embedding and head, tensor-parallel like the target (vLLM 0.15 on)."
         ),
     ]
     num_speculative_tokens: Annotated[
@@ -329,6 +331,14 @@ class SpeculativeOptions(Wire, frozen=True, kw_only=True):
             "its `config.json` (`hf_config`, of a family with a closed form); none for "
             "`ngram`. Its attention layers must have the target's KV layout (KV heads, head "
             "size), as vLLM keeps them in the target's KV-cache group."
+        ),
+    ] = None
+    draft_vocab_size: Annotated[
+        Annotated[int, Meta(ge=1, le=1 << 26)] | None,
+        Meta(
+            description="`eagle3` only: the vocabulary of the head's own LM head (its "
+            "config's `draft_vocab_size`, e.g. 32,000); default (null): the head's "
+            "`vocab_size`."
         ),
     ] = None
 
