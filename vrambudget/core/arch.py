@@ -200,6 +200,10 @@ class Arch:
     checkpoint_only_params: int = 0
     """Parameters in the published checkpoint that inference stacks do not load by default
     (DeepSeek-V3's multi-token-prediction layer)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules the checkpoint carries (DeepSeek-V3's
+    ``num_nextn_predict_layers``), each a full decoder layer of the last kind: what vLLM's MTP
+    speculative decoding loads."""
     stored_top: tuple[tuple[str, int, int], ...] = ()
     """(``embeddings`` | ``head`` | ``extras``, payload, metadata) bytes of the tensors outside
     the layer stack as the checkpoint stores them; empty: computed."""

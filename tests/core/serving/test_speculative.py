@@ -233,7 +233,7 @@ def test_an_eagle3_head_by_hand() -> None:
         "model": {**EAGLE, "name": "eagle3-llama3.1-8b"},
         "draft_vocab_size": 32000,
     }
-    base, e3 = _pair("llama-3.1-8b", spec, max_model_len=8192, engine_version="0.19.0")
+    _, e3 = _pair("llama-3.1-8b", spec, max_model_len=8192, engine_version="0.19.0")
     layer = (218_112_000 + 6_144 * 4_096 + 4_096) * 2
     expected = layer + 12_288 * 4_096 * 2 + 4_096 * 2 + 32_000 * 4_096 * 2 + 8 * 32_000
     assert expected == 849_635_328
@@ -274,3 +274,68 @@ def test_an_eagle_head_keeps_its_own_embedding_under_pipeline_parallelism() -> N
         128_256 * 4_096 // 2 * 2
     )
     assert two.stages[0].draft_weights_bytes == 0
+
+
+def _deepseek(layers: int | None = None, **fields: object) -> tuple[LLMServingWorkload, object]:
+    from vrambudget.core.catalog import preset
+    from vrambudget.core.resolve import resolve_model
+
+    config = dict(preset("deepseek-v3").config or {})
+    if layers is not None:
+        config["num_hidden_layers"] = layers
+    w = msgspec.convert(
+        {
+            "kind": "llm_serving",
+            "model": {"source": "hf_config", "config": config},
+            "engine_version": "0.19.0",
+            "max_model_len": 8192,
+            "parallelism": {"tensor": 8},
+            **fields,
+        },
+        LLMServingWorkload,
+    )
+    return w, resolve_model(w.model)
+
+
+def test_deepseek_v3_mtp_by_hand() -> None:
+    """DeepSeek-V3's MTP module (num_nextn_predict_layers 1) over 8 H200s: its decoder layer is
+    one more of the target's MoE layers, fp8 as they are (checked against the same model with 62
+    layers: what the 62nd adds to each GPU's weights and scales); beside it, by hand in bf16:
+    enorm, hnorm and the shared head's norm (3 x 7,168), eh_proj 14,336 x 7,168 (replicated),
+    the shared head's own LM head, 129,280 x 7,168 over 8 GPUs. Its MLA layer takes one more page
+    per block; the launch names it deepseek_mtp (0.10's name, which 0.34 maps to mtp)."""
+    total = 141 * GiB
+    w, arch = _deepseek()
+    assert arch.mtp_layers == 1
+    w_mtp, _ = _deepseek(speculative={"method": "mtp", "num_speculative_tokens": 1})
+    w62, arch62 = _deepseek(layers=62)
+    base = account(w, arch, total, "NVIDIA H200")
+    mtp = account(w_mtp, arch, total, "NVIDIA H200")
+    one_more = account(w62, arch62, total, "NVIDIA H200")
+    s0, s1, s62 = base.stages[0], mtp.stages[0], one_more.stages[0]
+    layer = (s62.weights_bytes + s62.metadata_bytes) - (s0.weights_bytes + s0.metadata_bytes)
+    hand = 3 * 7_168 * 2 + 14_336 * 7_168 * 2 + 129_280 // 8 * 7_168 * 2
+    assert s1.draft_weights_bytes == layer + hand
+    assert mtp.groups.stage_group_size(0) == 62
+    b = msgspec.to_builtins(
+        serving_budget(
+            "h200-sxm-141gb",
+            "deepseek-v3",
+            engine_version="0.19.0",
+            max_model_len=8192,
+            parallelism={"tensor": 8},
+            speculative={"method": "mtp", "num_speculative_tokens": 1},
+        )
+    )
+    assert '"method": "deepseek_mtp"' in b["serving"]["launch"]
+
+
+def test_mtp_needs_a_model_that_has_the_module() -> None:
+    with pytest.raises(InvalidWorkload) as e:
+        account(
+            serving("llama-3.1-8b", speculative={"method": "mtp", "num_speculative_tokens": 1}),
+            preset_arch("llama-3.1-8b"),
+            80 * GiB,
+            "H100",
+        )
+    assert e.value.field == "speculative.method" and "num_nextn_predict_layers" in e.value.message

@@ -322,6 +322,17 @@ CASES.update(
             BudgetRequest,
             _serve(
                 speculative={
+                    "method": "mtp",
+                    "num_speculative_tokens": 1,
+                    "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                }
+            ),
+            _serve(speculative={"method": "mtp", "num_speculative_tokens": 1}),
+        ),
+        ("SpeculativeOptions", 2): (
+            BudgetRequest,
+            _serve(
+                speculative={
                     "method": "eagle",
                     "num_speculative_tokens": 2,
                     "model": {"source": "preset", "id": "qwen2.5-0.5b"},

@@ -243,6 +243,7 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
             c.get("rope_scaling"), c.get("original_max_position_embeddings")
         ),
         checkpoint_only_params=checkpoint_only,
+        mtp_layers=c.get("num_nextn_predict_layers", 0) if model_type == "deepseek_v3" else 0,
     )
 
 

@@ -518,6 +518,12 @@ _SPECULATIVE_ASSUMED = {
     "draft-to-target token map load with the target on the last pipeline stage, its attention "
     "layer caches K and V in the target's pool, and it captures a piecewise CUDA graph at "
     "every size the target does (counted with the target's per-graph fit)",
+    "mtp": "the target's multi-token-prediction module(s) load with it on the last pipeline "
+    "stage: per module a decoder layer of the target's last kind (quantized and split as the "
+    "target's), eh_proj (2 x hidden -> hidden, replicated), three norms and its own LM head; "
+    "the embedding is the target's (on one stage); its attention caches in the target's pool, "
+    "and it captures a piecewise CUDA graph at every size the target does (counted with the "
+    "target's per-graph fit)",
     "draft_model": "the draft model loads whole (its own embedding and head, the target's "
     "tensor-parallel size) on the last pipeline stage, its attention layers cache K and V in "
     "the target's pool (one more page per block and layer), and it captures a piecewise CUDA "
@@ -537,8 +543,9 @@ def _speculative(w: LLMServingWorkload) -> tuple[StackBehaviour, ...]:
             "loaded inside the 'Model loading took' profiler; its dummy_run in "
             "capture_model), v1/spec_decode/eagle.py load_model (shared embedding and LM "
             "head), v1/spec_decode/draft_model.py (0.15 on: nothing shared, the target's "
-            "TP), model_executor/models/llama_eagle.py and llama_eagle3.py (layers, fc, LM "
-            "head): 0.10.1, 0.15.0, 0.26.0, 0.34.0 (vrambudget/core/serving/speculative.py)",
+            "TP), model_executor/models/llama_eagle.py, llama_eagle3.py and deepseek_mtp.py "
+            "(layers, fc, LM heads): 0.10.1, 0.15.0, 0.26.0, 0.34.0 "
+            "(vrambudget/core/serving/speculative.py)",
         ),
     )
 

@@ -40,7 +40,7 @@ from ..spec import LLMServingWorkload, SpeculativeOptions
 from ..stack import version_tuple
 from .kv import LayerSpec, layer_specs
 
-__all__ = ["DRAFT_MODEL_SINCE", "Drafter", "drafter", "launch_json"]
+__all__ = ["DRAFT_MODEL_SINCE", "MTP_BLOCK_PART", "Drafter", "drafter", "launch_json"]
 
 DRAFT_MODEL_SINCE = (0, 15)
 """The first release whose V1 engine has ``DraftModelProposer`` (``v1/spec_decode/
@@ -80,6 +80,8 @@ def drafter(
         return None
     if spec.method == "ngram":
         return NGRAM
+    if spec.method == "mtp":
+        return _mtp(target, tensor, pipeline, e, kv_bytes)
     if spec.model is None:
         raise InvalidWorkload(
             "speculative.model", f"method {spec.method!r} needs the drafter's model"
@@ -176,6 +178,38 @@ def _eagle3(
     return Drafter("eagle3", sum(b for _, b in parts), kv_layers, 1, parts)
 
 
+MTP_BLOCK_PART = "MTP module: its decoder layer (MoE, quantized as the target's)"
+"""The part whose bytes the account adds from the target's statics (the layer is quantized and
+split like the target's own last layer)."""
+
+
+def _mtp(target: Arch, t: int, pipeline: int, e: int, kv_bytes: int) -> Drafter:
+    """DeepSeek-V3's multi-token-prediction module(s) (``deepseek_mtp.py``, read in 0.10.1 and
+    0.34.0): per module ``enorm`` and ``hnorm`` (hidden each), ``eh_proj`` (an ``nn.Linear``
+    ``2 x hidden -> hidden``, replicated, unquantized), ``shared_head`` (a norm and its own
+    ``ParallelLMHead``, unquantized) and ``mtp_block``, a full decoder layer of the target's
+    last kind whose bytes the account adds (:data:`MTP_BLOCK_PART`); the embedding is the
+    target's (``shared_weight_names``, one pipeline stage), the MLA attention caches in the
+    target's pool. Method ``deepseek_mtp`` in 0.10; 0.34 maps it to ``mtp``."""
+    if target.mtp_layers < 1:
+        raise InvalidWorkload(
+            "speculative.method",
+            "method 'mtp' needs a model whose checkpoint carries multi-token-prediction modules "
+            "(modelled: DeepSeek-V3's num_nextn_predict_layers)",
+        )
+    n = target.mtp_layers
+    h = target.hidden_size
+    last = layer_specs(target, t, kv_bytes)[-1]
+    own_embedding = _vocab_bytes(target.vocab_size, h, t, e) if pipeline > 1 else 0
+    parts = (
+        ("MTP module: enorm, hnorm, shared_head norm", n * 3 * h * e),
+        ("MTP module: eh_proj (2 x hidden -> hidden)", n * 2 * h * h * e),
+        ("MTP module: shared_head LM head", n * _vocab_bytes(target.vocab_size, h, t, e)),
+        ("MTP module: its own embedding (pipeline parallel: not shared)", own_embedding),
+    )
+    return Drafter("mtp", sum(b for _, b in parts), (last,) * n, n, parts)
+
+
 def _vocab_bytes(vocab: int, hidden: int, t: int, e: int) -> int:
     """A vocab-parallel embedding or LM head on one GPU: the vocabulary padded to a multiple of
     64 (``vocab_parallel_embedding.py`` ``DEFAULT_VOCAB_PADDING_SIZE``), split over ``t``."""
@@ -221,8 +255,10 @@ def _top_bytes(a: Arch, t: int, e: int) -> int:
 
 
 def launch_json(spec: SpeculativeOptions, model_word: str | None) -> str:
-    """``--speculative-config``'s JSON as the budget assumed it."""
-    items = [f'"method": "{spec.method}"']
+    """``--speculative-config``'s JSON as the budget assumed it (MTP as ``deepseek_mtp``, which
+    every modelled release accepts: 0.34 maps it to ``mtp``, 0.10 knows no other name)."""
+    method = "deepseek_mtp" if spec.method == "mtp" else spec.method
+    items = [f'"method": "{method}"']
     if model_word is not None:
         items.append(f'"model": "{model_word}"')
     items.append(f'"num_speculative_tokens": {spec.num_speculative_tokens}')

@@ -18,9 +18,12 @@ engine leaves outside ``requested``. Each quantity is one function with its form
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+
+import msgspec
 
 from ..arch import Arch
 from ..layout import stages
@@ -40,7 +43,7 @@ from .quantities import (
     requested_bytes,
 )
 from .releases import engine_release
-from .speculative import Drafter, drafter
+from .speculative import MTP_BLOCK_PART, Drafter, drafter
 
 __all__ = [
     "ServingAccount",
@@ -153,6 +156,8 @@ def account(
     hybrid = r.cal.hybrid_kv_cache_manager and not w.disable_hybrid_kv_cache_manager
     release = engine_release("vllm", w.engine_version).modelled
     draft = drafter(w, arch, release, r.tensor, r.pipeline, r.e, r.kv_bytes)
+    if draft is not None and draft.method == "mtp":
+        draft = _with_mtp_block(draft, arch, r.dtype, quant, par)
     groups = kv.kv_groups(
         arch,
         r.tensor,
@@ -311,6 +316,30 @@ def account(
 
 EXTENSIBLE_MARGIN_FLOOR_BYTES = 1 << 30
 """vllm/v1/worker/extensible_kv_cache.py:64 KV_CACHE_MARGIN_FLOOR_BYTES (CUDA; 3 GiB on ROCm)."""
+
+
+def _with_mtp_block(
+    d: Drafter, arch: Arch, dtype: str, quant: Quantization | None, par: Parallelism
+) -> Drafter:
+    """An MTP drafter with its decoder layers' bytes: ``d.layers`` layers of the target's last
+    kind, quantized and split over the GPUs as the target's own (its statics, one stage)."""
+    (layer, _), n = arch.layer_runs[-1], d.layers
+    block_arch = dataclasses.replace(
+        arch,
+        num_layers=n,
+        layer_runs=((layer, n),),
+        embeddings=(),
+        head=(),
+        extras=(),
+        stored_top=(),
+        checkpoint_only_params=0,
+        mtp_layers=0,
+    )
+    st = _statics(block_arch, dtype, quant, msgspec.structs.replace(par, pipeline=1))[0]
+    block = st.weights_bytes + st.metadata_bytes
+    return dataclasses.replace(
+        d, weights_bytes=d.weights_bytes + block, parts=((MTP_BLOCK_PART, block), *d.parts)
+    )
 
 
 def draft_graph_bytes(d: Drafter, r: Resolved, eager: bool) -> int:

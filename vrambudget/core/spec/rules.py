@@ -326,6 +326,12 @@ RULES: dict[str, tuple[Rule, ...]] = {
             Cond(("method",), "eq", "ngram"),
         ),
         Rule(
+            Cond(("model",), "null"),
+            "method 'mtp' runs the target's own multi-token-prediction module: it takes no "
+            "draft model",
+            Cond(("method",), "eq", "mtp"),
+        ),
+        Rule(
             Cond(("method",), "eq", "eagle3"),
             "draft_vocab_size is the vocabulary of an EAGLE-3 head's own LM head: method "
             "'eagle3' only",

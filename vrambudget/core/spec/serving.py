@@ -310,7 +310,7 @@ class SpeculativeOptions(Wire, frozen=True, kw_only=True):
     target model verifies in one step."""
 
     method: Annotated[
-        Literal["ngram", "eagle", "eagle3", "draft_model"],
+        Literal["ngram", "eagle", "eagle3", "draft_model", "mtp"],
         Meta(
             description="`ngram`: drafts from the prompt's own n-grams (no model, no memory); "
             "`eagle`: an EAGLE-1 head (its decoder layers and the fc that joins the target's "
@@ -318,7 +318,9 @@ class SpeculativeOptions(Wire, frozen=True, kw_only=True):
             "target's); `eagle3`: a one-layer EAGLE-3 head (its layer reads twice the width, "
             "its fc three of the target's hidden states, and it has its own LM head over "
             "`draft_vocab_size` tokens); `draft_model`: a separate small model with its own "
-            "embedding and head, tensor-parallel like the target (vLLM 0.15 on)."
+            "embedding and head, tensor-parallel like the target (vLLM 0.15 on); `mtp`: the "
+            "target's own multi-token-prediction module (DeepSeek-V3: `deepseek_mtp`, one MoE "
+            "decoder layer, eh_proj and its own LM head; no `model`)."
         ),
     ]
     num_speculative_tokens: Annotated[
