@@ -12,14 +12,12 @@ model pays it once per worker.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from typing import Any
 
 import msgspec
 
+from bench.replay_speed import print_table
 from vrambudget.core.allocator import nf4_init
-from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "down_proj", "up_proj"]
@@ -44,29 +42,20 @@ def _request(preset: str, version: str) -> BudgetRequest:
     return msgspec.convert(req, BudgetRequest)
 
 
-def _time(r: BudgetRequest, clear: bool) -> float:
-    if clear:
-        nf4_init.replay_nf4_init.cache_clear()
-    t = time.perf_counter()
-    estimate(r.workloads, r.device, r.headroom, software=r.software)
-    return time.perf_counter() - t
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    print("| model | without (0.2.0) | with (0.1.1) | ratio |")
-    print("|---|---:|---:|---:|")
-    for preset in ("llama-2-7b", "llama-3.1-8b", "llama-2-70b"):
-        old, new = _request(preset, "0.1.1"), _request(preset, "0.2.0")
-        _time(new, False)  # warm the statics and the imports
-        without, with_ = [], []
-        for _ in range(args.repeats):
-            without.append(_time(new, False))
-            with_.append(_time(old, True))
-        w, o = statistics.median(with_), statistics.median(without)
-        print(f"| {preset} | {o * 1e3:.2f} ms | {w * 1e3:.1f} ms | {w / o:,.0f} |")
+    rows = [
+        (preset, _request(preset, "0.2.0"), _request(preset, "0.1.1"))
+        for preset in ("llama-2-7b", "llama-3.1-8b", "llama-2-70b")
+    ]
+    print_table(
+        rows,
+        ("without (0.2.0)", "with (0.1.1)"),
+        nf4_init.replay_nf4_init.cache_clear,
+        args.repeats,
+    )
 
 
 if __name__ == "__main__":

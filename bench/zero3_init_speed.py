@@ -12,14 +12,12 @@ memoized by the model's tensor sizes, so a repeated model pays it once per worke
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from typing import Any
 
 import msgspec
 
+from bench.replay_speed import print_table
 from vrambudget.core.allocator import zero3_init
-from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest
 
 
@@ -43,29 +41,20 @@ def _request(preset: str, zero_init: bool) -> BudgetRequest:
     return msgspec.convert(req, BudgetRequest)
 
 
-def _time(r: BudgetRequest, clear: bool) -> float:
-    if clear:
-        zero3_init.replay_zero3_module_init.cache_clear()
-    t = time.perf_counter()
-    estimate(r.workloads, r.device, r.headroom, software=r.software)
-    return time.perf_counter() - t
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    print("| model | without (zero_init true) | with (zero_init false) | ratio |")
-    print("|---|---:|---:|---:|")
-    for preset in ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b"):
-        whole, init = _request(preset, False), _request(preset, True)
-        _time(init, False)  # warm the statics and the imports
-        without, with_ = [], []
-        for _ in range(args.repeats):
-            without.append(_time(init, False))
-            with_.append(_time(whole, True))
-        w, o = statistics.median(with_), statistics.median(without)
-        print(f"| {preset} | {o * 1e3:.2f} ms | {w * 1e3:.2f} ms | {w / o:,.0f} |")
+    rows = [
+        (preset, _request(preset, True), _request(preset, False))
+        for preset in ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b")
+    ]
+    print_table(
+        rows,
+        ("without (zero_init true)", "with (zero_init false)"),
+        zero3_init.replay_zero3_module_init.cache_clear,
+        args.repeats,
+    )
 
 
 if __name__ == "__main__":
