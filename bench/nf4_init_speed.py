@@ -11,12 +11,11 @@ model pays it once per worker.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import msgspec
 
-from bench.replay_speed import print_table
+from bench.replay_speed import main
 from vrambudget.core.allocator import nf4_init
 from vrambudget.core.spec import BudgetRequest
 
@@ -42,21 +41,10 @@ def _request(preset: str, version: str) -> BudgetRequest:
     return msgspec.convert(req, BudgetRequest)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
-    rows = [
-        (preset, _request(preset, "0.2.0"), _request(preset, "0.1.1"))
-        for preset in ("llama-2-7b", "llama-3.1-8b", "llama-2-70b")
-    ]
-    print_table(
-        rows,
+if __name__ == "__main__":
+    main(
+        ("llama-2-7b", "llama-3.1-8b", "llama-2-70b"),
+        lambda preset, replay: _request(preset, "0.1.1" if replay else "0.2.0"),
         ("without (0.2.0)", "with (0.1.1)"),
         nf4_init.replay_nf4_init.cache_clear,
-        args.repeats,
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -4,6 +4,7 @@ replay's memo cleared before every run), interleaved, medians of the repeats and
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -38,3 +39,17 @@ def print_table(
             with_.append(time_budget(with_req, clear))
         w, o = statistics.median(with_), statistics.median(without)
         print(f"| {name} | {o * 1e3:.2f} ms | {w * 1e3:.2f} ms | {w / o:,.0f} |")
+
+
+def main(
+    presets: Sequence[str],
+    request: Callable[[str, bool], BudgetRequest],
+    labels: tuple[str, str],
+    clear: Callable[[], None],
+) -> None:
+    """``--repeats N`` (default 5): the table of ``request(preset, replay)`` for each preset."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    rows = [(p, request(p, False), request(p, True)) for p in presets]
+    print_table(rows, labels, clear, args.repeats)

@@ -11,12 +11,11 @@ memoized by the model's tensor sizes, so a repeated model pays it once per worke
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import msgspec
 
-from bench.replay_speed import print_table
+from bench.replay_speed import main
 from vrambudget.core.allocator import zero3_init
 from vrambudget.core.spec import BudgetRequest
 
@@ -41,21 +40,10 @@ def _request(preset: str, zero_init: bool) -> BudgetRequest:
     return msgspec.convert(req, BudgetRequest)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
-    rows = [
-        (preset, _request(preset, True), _request(preset, False))
-        for preset in ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b")
-    ]
-    print_table(
-        rows,
+if __name__ == "__main__":
+    main(
+        ("llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b"),
+        lambda preset, replay: _request(preset, not replay),
         ("without (zero_init true)", "with (zero_init false)"),
         zero3_init.replay_zero3_module_init.cache_clear,
-        args.repeats,
     )
-
-
-if __name__ == "__main__":
-    main()
