@@ -5,8 +5,10 @@ device, then partitions it one parameter at a time; the allocator keeps the segm
 from __future__ import annotations
 
 import msgspec
+import pytest
 
 from vrambudget.core.allocator.zero3_init import replay_zero3_module_init
+from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest
 
@@ -107,8 +109,15 @@ def test_zero_init_is_the_default_and_has_no_init_phase() -> None:
 
 def test_fsdp_and_one_rank_have_no_init_phase() -> None:
     """FSDP shards at wrapping (no DeepSpeed engine); one rank partitions nothing."""
-    for b in (_request(False, framework="fsdp"), _request(False, data=1)):
+    for b in (_request(None, framework="fsdp"), _request(False, data=1)):
         (dev,) = b["devices"]
         assert "model_init" not in [p["name"] for p in dev["phases"]]
-    names = [x["name"] for x in _request(False, framework="fsdp")["stack"]["behaviours"]]
+    names = [x["name"] for x in _request(None, framework="fsdp")["stack"]["behaviours"]]
     assert "zero3_model_init" not in names
+
+
+def test_zero_init_without_deepspeed_is_refused() -> None:
+    """zero.Init is DeepSpeed's: naming it for FSDP is a mistake the answer names (422)."""
+    with pytest.raises(InvalidWorkload) as e:
+        _request(False, framework="fsdp")
+    assert e.value.field == "software.zero_init"

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from .errors import InvalidWorkload
 from .formulas.activations.training import RmsNorm
 from .formulas.cuda_context import (
     CUDA_CONTEXT_EAGER_CURRENT_BYTES,
@@ -738,6 +739,12 @@ def _resolve(software: Software | None) -> Stack:
     behaviours.append(_NO_SYNC if no_sync else _SYNC_EACH)
     deepspeed = framework == "deepspeed" or sw.libraries.deepspeed is not None
     behaviours.append(_STEP_BUFFERS_DEEPSPEED if deepspeed else _STEP_BUFFERS_FSDP)
+    if sw.zero_init is not None and not deepspeed:
+        raise InvalidWorkload(
+            "software.zero_init",
+            "zero_init is DeepSpeed's zero.Init: it needs framework 'deepspeed' or "
+            "libraries.deepspeed",
+        )
     zero_init = sw.zero_init is not False
     if deepspeed:
         behaviours.append(_ZERO_INIT if zero_init else _ZERO3_WHOLE_MODEL)

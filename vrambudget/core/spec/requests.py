@@ -353,7 +353,7 @@ class Software(Wire, frozen=True, kw_only=True):
             "in `configure_model`. `false`: the model is built whole (e.g. `from_pretrained` "
             "before `deepspeed.initialize`), and `deepspeed.initialize` moves it whole to each "
             "device before partitioning it, so every device must hold the whole model once. "
-            "Default: `true`."
+            "Needs `framework` `deepspeed` or `libraries.deepspeed`. Default: `true`."
         ),
     ] = None
 
