@@ -339,3 +339,27 @@ def test_mtp_needs_a_model_that_has_the_module() -> None:
             "H100",
         )
     assert e.value.field == "speculative.method" and "num_nextn_predict_layers" in e.value.message
+
+
+def test_a_latency_answer_says_speculation_is_not_modelled() -> None:
+    from vrambudget.core.fit import fit
+    from vrambudget.core.spec import FitRequest
+
+    req = msgspec.convert(
+        {
+            "workloads": [
+                {
+                    "kind": "llm_serving",
+                    "model": {"source": "preset", "id": "llama-3.1-8b"},
+                    "max_model_len": 8192,
+                    "speculative": {"method": "ngram", "num_speculative_tokens": 3},
+                }
+            ],
+            "devices": [H100],
+            "latency_target": {"time_per_output_token_ms": 30},
+        },
+        FitRequest,
+    )
+    (layout, *_) = fit(req).gpus[0].layouts
+    assert layout.latency is not None
+    assert any("speculative decoding is not modelled" in x for x in layout.warnings)

@@ -155,6 +155,12 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 if latency is None and req.latency_target is not None:
                     warnings = (*warnings, unknown_warning(ctx.name))
                 elif latency is not None:
+                    if w.speculative is not None:
+                        warnings = (
+                            *warnings,
+                            "latency: speculative decoding is not modelled (each decode step "
+                            "is one token per sequence through the target model alone)",
+                        )
                     length = latency.prompt_tokens + latency.output_tokens
                     if length > a.resolved.max_model_len:
                         warnings = (
