@@ -48,7 +48,8 @@ class Check:
     predicted: float
     unit: str
     fresh: bool = False
-    """From held-out sets B, C and E: logs collected after the rules were fixed (``collected``)."""
+    """From held-out sets B, C, E and F: logs collected after the rules were fixed
+    (``collected``)."""
     version: str = ""
     """The engine release the request named (vLLM, SGLang)."""
 
@@ -513,6 +514,84 @@ HELD_OUT_E: dict[str, tuple[dict[str, Any], str, float]] = {
 Qwen3-8B launches on a 48 GB RTX 4090 (47.37 GiB as vLLM prints it; not in the catalog), 0.18.0
 and 0.29.0, each with and without n-gram speculative decoding."""
 
+QWEN3_0_6B = _config("Qwen/Qwen3-0.6B")
+RTX_3060 = ("NVIDIA GeForce RTX 3060", 11.63)
+"""The RTX 3060 12GB of set F's retriva launches, not in the catalog: 11.63 GiB as the same
+file's first, failed launch prints it ("Free memory on device cuda:0 (9.02/11.63 GiB)")."""
+HELD_OUT_F: dict[str, tuple[dict[str, Any], str | None, tuple[str, float] | None]] = {
+    # vllm serve with its defaults on an A100 40GB (the model's 40,960 positions)
+    "vllm-tokenkaki-qwen3-8b-a100-40gb-serve-v0191": (
+        {"engine_version": "0.19.1", "model": {"source": "preset", "id": "qwen3-8b"}},
+        "a100-sxm4-40gb",
+        None,
+    ),
+    # vllm bench latency / throughput: the offline LLM class's defaults
+    **{
+        f"vllm-tokenkaki-qwen3-8b-a100-40gb-bench-{kind}-v0191": (
+            {
+                "engine_version": "0.19.1",
+                "model": {"source": "preset", "id": "qwen3-8b"},
+                "entrypoint": "llm_class",
+            },
+            "a100-sxm4-40gb",
+            None,
+        )
+        for kind in ("latency", "throughput")
+    },
+    # Qwen2.5-72B-Instruct: Qwen2.5-72B's shapes, TP4 over four PCIe L40S
+    "vllm-gnosia93-qwen25-72b-4xl40s-tp4-v0190": (
+        {
+            "engine_version": "0.19.0",
+            "model": {"source": "preset", "id": "qwen2.5-72b"},
+            "max_model_len": 8192,
+            "parallelism": {"tensor": 4},
+        },
+        "l40s-48gb",
+        None,
+    ),
+    "vllm-retriva-qwen3-0.6b-rtx3060-util075-eager-v0190": (
+        {
+            "engine_version": "0.19.0",
+            "model": QWEN3_0_6B,
+            "max_model_len": 8192,
+            "gpu_memory_utilization": 0.75,
+            "enforce_eager": True,
+        },
+        None,
+        RTX_3060,
+    ),
+    "vllm-retriva-qwen3-0.6b-rtx3060-util060-eager-v0190": (
+        {
+            "engine_version": "0.19.0",
+            "model": QWEN3_0_6B,
+            "max_model_len": 4096,
+            "gpu_memory_utilization": 0.6,
+            "max_num_seqs": 8,
+            "max_num_batched_tokens": 1024,
+            "enforce_eager": True,
+        },
+        None,
+        RTX_3060,
+    ),
+    # typhoon2.5-qwen3-4b (Qwen3-4B's shapes) through Xinference on an RTX 5060 Ti under WSL2:
+    # the GPU's total is not printed, so only the weights (and graphs) are checked
+    "vllm-freshair-prp-typhoon25-qwen3-4b-rtx5060ti-xinference-v0300": (
+        {
+            "engine_version": "0.30.0",
+            "model": QWEN3_4B,
+            "max_model_len": 8192,
+            "gpu_memory_utilization": 0.7,
+            "max_num_seqs": 256,
+            "block_size": 16,
+        },
+        None,
+        None,
+    ),
+}
+"""Held-out set F (collected 2026-12-05, after the speculative-decoding rules): seven launches
+from four repositories no other set uses, vLLM 0.19.0, 0.19.1 and 0.30.0; every one is checked
+(the KV tokens where the GPU's total is known)."""
+
 
 @cache
 def _by_id() -> dict[str, dict[str, Any]]:
@@ -625,6 +704,12 @@ def checks() -> list[Check]:
             else _sglang(key, workload, gpu_id, measured)
         )
         out += [dataclasses.replace(c, fresh=True) for c in rows]
+    for key, (workload, gpu_id, custom) in HELD_OUT_F.items():
+        device = (custom[0], round(custom[1] * GiB)) if custom is not None else None
+        out += [
+            dataclasses.replace(c, fresh=True)
+            for c in _vllm(key, workload, gpu_id, logs[key]["measured"], device)
+        ]
     for key, (workload, name, total_gib) in HELD_OUT_E.items():
         device = (name, round(total_gib * GiB))
         out += [
@@ -697,7 +782,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(r.predicted for r in band):.0f} of {len(band)}"
     )
     fresh = [r for r in rows if r.fresh]
-    print("\nheld-out sets B, C and E (collected after the rules were fixed) alone:")
+    print("\nheld-out sets B, C, E and F (collected after the rules were fixed) alone:")
     for engine, quantity, n, med, mx, below in summary(fresh):
         print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
     if "--by-version" in args:
@@ -707,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{v:<8}{len(e):>4}{med:>8.2%}{mx:>9.2%}")
     band_b = [r for r in band if r.fresh]
     print(
-        "vLLM KV tokens inside kv_cache_tokens_band (sets B, C and E): "
+        "vLLM KV tokens inside kv_cache_tokens_band (sets B, C, E and F): "
         f"{sum(r.predicted for r in band_b):.0f} of {len(band_b)}"
     )
     return 0
