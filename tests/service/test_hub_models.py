@@ -169,3 +169,43 @@ def test_an_unreachable_hub_is_a_503(tmp_path: Path) -> None:
         assert r.headers["retry-after"] == "30"
         assert problem["errors"][0]["field"] == "$.workloads[0].model.id"
         assert "branch. Retry later" in problem["detail"], problem["detail"]
+
+
+def test_a_speculative_drafter_from_the_hub_is_resolved(
+    hub: tuple[FakeHub, dict[str, int]], tmp_path: Path
+) -> None:
+    """A vLLM draft model named by its Hub repository is fetched and resolved like the target;
+    its parameters (bf16) join the weights, and its Hub id goes into the launch command."""
+    server, counts = hub
+    settings = Settings(
+        hub=HubSettings(endpoint=server.url, token=TOKEN, cache_dir=str(tmp_path), timeout_s=5)
+    )
+    target = {"source": "hub", "id": "org/tiny-qwen2"}
+    body = {
+        "workloads": [
+            {
+                "kind": "llm_serving",
+                "engine_version": "0.19.0",
+                "model": target,
+                "max_model_len": 256,
+                "speculative": {
+                    "method": "draft_model",
+                    "num_speculative_tokens": 2,
+                    "model": {"source": "hub", "id": "org/tiny-qwen2"},
+                },
+            }
+        ],
+        "device": {"source": "catalog", "id": "h100-sxm5-80gb"},
+    }
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/v1/budgets", json=body)
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        weights = next(ln for ln in answer["devices"][0]["lines"] if ln["component"] == "weights")
+        draft = sum(p["bytes"] for p in weights["parts"] if p["name"].startswith("draft model"))
+        assert draft == counts["org/tiny-qwen2"] * 2
+        assert '"model": "org/tiny-qwen2"' in answer["serving"]["launch"]
+        body["workloads"][0]["speculative"]["model"] = {"source": "hub", "id": "org/no-such"}
+        r = client.post("/v1/budgets", json=body)
+        assert r.status_code == 422, r.text
+        assert r.json()["errors"][0]["field"] == "$.workloads[0].speculative.model.id"

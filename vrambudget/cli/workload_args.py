@@ -465,12 +465,17 @@ def _no_framework(missing: str) -> Any:
 
     def resolve(workloads: tuple[Any, ...]) -> tuple[Any, ...]:
         for i, w in enumerate(workloads):
-            if getattr(w, "model", None) is not None and needs_resolution(w.model):
-                raise InvalidWorkload(
-                    f"workloads[{i}].model",
-                    f"needs the framework ({missing} is not installed): "
-                    "pip install 'vrambudget[trace]'",
-                )
+            spec = getattr(w, "speculative", None)
+            for where, model in (
+                ("model", getattr(w, "model", None)),
+                ("speculative.model", getattr(spec, "model", None) if spec else None),
+            ):
+                if model is not None and needs_resolution(model):
+                    raise InvalidWorkload(
+                        f"workloads[{i}].{where}",
+                        f"needs the framework ({missing} is not installed): "
+                        "pip install 'vrambudget[trace]'",
+                    )
         return workloads
 
     return resolve

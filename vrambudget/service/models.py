@@ -39,7 +39,7 @@ from vrambudget.core.sources import (
 from vrambudget.core.spec import HFConfigModel, HubModel
 from vrambudget.hub import HubCache, HubError, HubSettings, ResolvedCheckpoint
 
-from .resolutions import Resolutions
+from .resolutions import Resolutions, draft_index
 from .trace_errors import TraceUnavailable
 from .tracing import TracePool
 
@@ -57,13 +57,19 @@ class HubUnreachable(Exception):
         self.message = message
 
 
+def _draft(w: Any) -> Any:
+    """An ``llm_serving`` workload's speculative drafter model, or None."""
+    spec = getattr(w, "speculative", None)
+    return getattr(spec, "model", None) if spec is not None else None
+
+
 def pending(workloads: Sequence[Any]) -> bool:
-    """Whether a workload's model needs resolution: checked before awaiting
-    :meth:`ModelResolver.resolve`, so a request of presets pays no coroutine."""
+    """Whether a workload's model (or its speculative drafter) needs resolution: checked before
+    awaiting :meth:`ModelResolver.resolve`, so a request of presets pays no coroutine."""
     for w in workloads:
-        model = getattr(w, "model", None)
-        if model is not None and needs_resolution(model):
-            return True
+        for model in (getattr(w, "model", None), _draft(w)):
+            if model is not None and needs_resolution(model):
+                return True
     return False
 
 
@@ -86,6 +92,11 @@ class ModelResolver:
             if model is not None and needs_resolution(model):
                 key, encoded = await self.resolve_one(model, f"{field}[{i}].model")
                 out.append((i, key, encoded))
+            draft = _draft(w)
+            if draft is not None and needs_resolution(draft):
+                where = f"{field}[{i}].speculative.model"
+                key, encoded = await self.resolve_one(draft, where)
+                out.append((draft_index(i), key, encoded))
         return tuple(out)
 
     async def resolve_one(self, model: HFConfigModel | HubModel, field: str) -> tuple[str, bytes]:

@@ -13,11 +13,17 @@ import msgspec
 from vrambudget.core.memo import BoundedCache
 from vrambudget.core.resolved import ResolvedModel
 
-__all__ = ["Resolutions", "resolution_digest", "with_resolutions"]
+__all__ = ["Resolutions", "draft_index", "resolution_digest", "with_resolutions"]
 
 Resolutions = tuple[tuple[int, str, bytes], ...]
 """What crosses to a worker with a request: (workload index, ResolvedModel key, the encoded
-ResolvedModel) per resolved model, by index."""
+ResolvedModel) per resolved model, by index; ``-1 - i`` for the speculative drafter of workload
+``i`` (``speculative.model`` of an ``llm_serving`` workload)."""
+
+
+def draft_index(i: int) -> int:
+    """The index a resolution of workload ``i``'s speculative drafter travels under."""
+    return -1 - i
 
 
 def resolution_digest(payload: bytes, resolutions: Resolutions = ()) -> bytes:
@@ -39,5 +45,10 @@ def with_resolutions(workloads: tuple[Any, ...], resolutions: Resolutions) -> tu
     out = list(workloads)
     for i, key, encoded in resolutions:
         model = _DECODED.get_or(key, lambda e=encoded: _DECODER.decode(e))  # type: ignore[misc]
-        out[i] = msgspec.structs.replace(out[i], model=model)
+        if i < 0:  # a speculative drafter (draft_index)
+            w = out[-1 - i]
+            spec = msgspec.structs.replace(w.speculative, model=model)
+            out[-1 - i] = msgspec.structs.replace(w, speculative=spec)
+        else:
+            out[i] = msgspec.structs.replace(out[i], model=model)
     return tuple(out)

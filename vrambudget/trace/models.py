@@ -36,19 +36,29 @@ def local_checkpoint_model(path: str) -> dict[str, Any]:
 
 
 def resolve_models(workloads: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The workloads with the models that need it resolved (Hub fetched, framework run)."""
+    """The workloads with the models that need it resolved (Hub fetched, framework run), an
+    ``llm_serving`` workload's speculative drafter too."""
     out = []
     for i, w in enumerate(workloads):
         model = getattr(w, "model", None)
-        if model is None or not needs_resolution(model):
-            out.append(w)
-            continue
-        try:
-            resolved = _resolve(model)
-        except InvalidWorkload as exc:
-            raise InvalidWorkload(f"workloads[{i}].{exc.field}", exc.message) from None
-        out.append(msgspec.structs.replace(w, model=resolved))
+        if model is not None and needs_resolution(model):
+            w = msgspec.structs.replace(w, model=_resolved(model, f"workloads[{i}]"))
+        spec = getattr(w, "speculative", None)
+        draft = getattr(spec, "model", None) if spec is not None else None
+        if spec is not None and draft is not None and needs_resolution(draft):
+            resolved = _resolved(draft, f"workloads[{i}].speculative")
+            w = msgspec.structs.replace(
+                w, speculative=msgspec.structs.replace(spec, model=resolved)
+            )
+        out.append(w)
     return tuple(out)
+
+
+def _resolved(model: HFConfigModel | HubModel, where: str) -> Any:
+    try:
+        return _resolve(model)
+    except InvalidWorkload as exc:
+        raise InvalidWorkload(f"{where}.{exc.field}", exc.message) from None
 
 
 def _resolve(model: HFConfigModel | HubModel) -> Any:

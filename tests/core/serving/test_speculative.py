@@ -154,7 +154,7 @@ def test_a_draft_model_loads_whole_on_the_last_stage() -> None:
             "0.19.0",
             "llama-3.1-8b",
             "speculative.model",
-            "not resolved",
+            "needs resolving",
         ),
     ],
 )

@@ -92,11 +92,11 @@ def drafter(
             f"vLLM {release}'s V1 engine has no separate draft model (DraftModelProposer, "
             "from 0.15); use 'eagle' or 'ngram', or engine_version >= 0.15",
         )
-    if needs_resolution(spec.model):
+    if needs_resolution(spec.model):  # the service and the CLI resolve it first
         raise InvalidWorkload(
             "speculative.model",
-            "a drafter from the Hub (or a config with a checkpoint header or without a "
-            "closed form) is not resolved: give a preset, its dimensions or its config.json",
+            "the drafter needs resolving (a Hub repository, a checkpoint header or a family "
+            "without a closed form), which the service and the CLI do before the budget",
         )
     draft = resolve_model(spec.model)
     if draft.kind != "decoder" or draft.mla is not None:

@@ -329,9 +329,9 @@ class SpeculativeOptions(Wire, frozen=True, kw_only=True):
     model: Annotated[
         ModelSource | None,
         Meta(
-            description="The drafter (`eagle`, `draft_model`): a preset, its dimensions, or "
-            "its `config.json` (`hf_config`, of a family with a closed form); none for "
-            "`ngram`. Its attention layers must have the target's KV layout (KV heads, head "
+            description="The drafter (`eagle`, `eagle3`, `draft_model`): any model source, "
+            "a Hub repository included (resolved like the target); none for `ngram` and "
+            "`mtp`. Its attention layers must have the target's KV layout (KV heads, head "
             "size), as vLLM keeps them in the target's KV-cache group."
         ),
     ] = None
