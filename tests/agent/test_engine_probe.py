@@ -41,7 +41,8 @@ GGUF = "qwen2.5-0.5b-Q4_K_M.gguf"
 def _running(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        # gone; a process that exits between the open and the read raises ESRCH
         return False
     return state != "Z"  # a zombie waiting for its reaper is gone
 
