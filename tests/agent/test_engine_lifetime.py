@@ -200,7 +200,7 @@ def _members_of(pgid: int) -> list[int]:
         if name.isdigit() and _running(int(name)):
             try:
                 stat = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, IndexError):
+            except (FileNotFoundError, ProcessLookupError, IndexError):
                 continue
             if int(stat[2]) == pgid:
                 found.append(int(name))
