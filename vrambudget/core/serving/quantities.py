@@ -19,6 +19,7 @@ __all__ = [
     "awq_dequant_bytes",
     "baseline_bytes",
     "cuda_graph_bytes",
+    "graph_bytes",
     "non_torch_bytes",
     "requested_bytes",
     "sort_sampler_bytes_per_logit",
@@ -183,10 +184,17 @@ def cuda_graph_bytes(st: StageStatic, r: Resolved, eager: bool) -> int:
     estimate is linear in the graph count too (``profile_cudagraph_memory``: the first
     capture plus the second's memory for each further graph, gpu_model_runner.py:6576 in
     0.26.0)."""
-    if eager:
+    return graph_bytes(st.stage.num_layers, r, eager)
+
+
+def graph_bytes(layers: int, r: Resolved, eager: bool) -> int:
+    """``(a + b x layers) x graphs``: the captured graphs of a model of ``layers`` layers (the
+    stage's, or a speculative drafter's, which is captured at every size the target is); 0
+    with ``enforce_eager`` or no layers."""
+    if eager or layers == 0:
         return 0
     c = r.cal.c
     per_graph = c("cuda_graph_base_bytes_per_graph") + c("cuda_graph_per_layer_bytes_per_graph") * (
-        st.stage.num_layers
+        layers
     )
     return max(round(per_graph * r.cuda_graphs), 0)

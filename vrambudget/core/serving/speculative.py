@@ -40,7 +40,14 @@ from ..spec import LLMServingWorkload, SpeculativeOptions
 from ..stack import version_tuple
 from .kv import LayerSpec, layer_specs
 
-__all__ = ["DRAFT_MODEL_SINCE", "MTP_BLOCK_PART", "Drafter", "drafter", "launch_json"]
+__all__ = [
+    "DRAFT_MODEL_SINCE",
+    "MTP_BLOCK_PART",
+    "NO_DRAFTER",
+    "Drafter",
+    "drafter",
+    "launch_json",
+]
 
 DRAFT_MODEL_SINCE = (0, 15)
 """The first release whose V1 engine has ``DraftModelProposer`` (``v1/spec_decode/
@@ -61,6 +68,8 @@ class Drafter:
 
 
 NGRAM = Drafter("ngram", 0, (), 0, ())
+NO_DRAFTER = Drafter("none", 0, (), 0, ())
+"""What a stage without the drafter holds of it (every stage but the last)."""
 
 
 def drafter(

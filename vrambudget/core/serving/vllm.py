@@ -39,11 +39,12 @@ from .quantities import (
     activation_peak_bytes,
     baseline_bytes,
     cuda_graph_bytes,
+    graph_bytes,
     non_torch_bytes,
     requested_bytes,
 )
 from .releases import engine_release
-from .speculative import MTP_BLOCK_PART, Drafter, drafter
+from .speculative import MTP_BLOCK_PART, NO_DRAFTER, Drafter, drafter
 
 __all__ = [
     "ServingAccount",
@@ -183,11 +184,11 @@ def account(
     for st, load in zip(statics, loads, strict=True):
         act = activation_peak_bytes(arch, st, r)
         act_low = activation_peak_bytes(arch, st, r, sort=False) if r.sampler_may_skip_sort else act
-        on_last = draft is not None and st.stage.last
-        draft_weights = draft.weights_bytes if on_last and draft is not None else 0
-        draft_graphs = (
-            draft_graph_bytes(draft, r, w.enforce_eager) if on_last and draft is not None else 0
-        )
+        # the drafter lives on the last pipeline stage (the n-gram one has no layers)
+        here = draft if draft is not None and st.stage.last else NO_DRAFTER
+        draft_weights = here.weights_bytes
+        # captured at every size the target is (capture_model runs its dummy_run at each)
+        draft_graphs = graph_bytes(here.layers, r, w.enforce_eager)
         graphs = cuda_graph_bytes(st, r, w.enforce_eager) + draft_graphs
         rope = load.rotary_bytes  # the stage's own tables: each stage is its own process
         available = (
@@ -250,7 +251,7 @@ def account(
                 needed_bytes=kv.needed_bytes(groups, i, r.max_model_len, r.max_num_batched_tokens),
                 draft_weights_bytes=draft_weights,
                 draft_graph_bytes=draft_graphs,
-                draft_parts=draft.parts if on_last and draft is not None else (),
+                draft_parts=here.parts,
             )
         )
     blocks = min(
@@ -340,19 +341,6 @@ def _with_mtp_block(
     return dataclasses.replace(
         d, weights_bytes=d.weights_bytes + block, parts=((MTP_BLOCK_PART, block), *d.parts)
     )
-
-
-def draft_graph_bytes(d: Drafter, r: Resolved, eager: bool) -> int:
-    """The drafter's piecewise CUDA graphs: one per captured size (``capture_model`` runs its
-    ``dummy_run`` at each), with the target's per-graph fit on the drafter's layers; 0 for an
-    n-gram drafter (no model) or with ``enforce_eager``."""
-    if eager or d.layers == 0:
-        return 0
-    c = r.cal.c
-    per_graph = (
-        c("cuda_graph_base_bytes_per_graph") + c("cuda_graph_per_layer_bytes_per_graph") * d.layers
-    )
-    return max(round(per_graph * r.cuda_graphs), 0)
 
 
 def _vendor(gpu_name: str) -> str:
