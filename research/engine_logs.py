@@ -501,11 +501,15 @@ _VLLM_LAB = {
     "enforce_eager": True,
 }
 _NGRAM = {"speculative": {"method": "ngram", "num_speculative_tokens": 4}}
-HELD_OUT_E: dict[str, tuple[dict[str, Any], str, float]] = {
+HeldOut = dict[str, tuple[dict[str, Any], str | None, tuple[str, float] | None]]
+"""Log id -> (the request its launch states, the catalog GPU, or None and (name, total GiB as
+the log prints it) for a GPU the catalog does not have; neither: weights and graphs only)."""
+
+HELD_OUT_E: HeldOut = {
     f"vllm-vllmlab-qwen3-8b-4090-48g-v0{v}-{tag}": (
         {"engine_version": f"0.{v}.0", **_VLLM_LAB, **extra},
-        "NVIDIA GeForce RTX 4090",
-        47.37,
+        None,
+        ("NVIDIA GeForce RTX 4090", 47.37),
     )
     for v in (18, 29)
     for tag, extra in (("base", {}), ("ngram4", _NGRAM))
@@ -518,7 +522,7 @@ QWEN3_0_6B = _config("Qwen/Qwen3-0.6B")
 RTX_3060 = ("NVIDIA GeForce RTX 3060", 11.63)
 """The RTX 3060 12GB of set F's retriva launches, not in the catalog: 11.63 GiB as the same
 file's first, failed launch prints it ("Free memory on device cuda:0 (9.02/11.63 GiB)")."""
-HELD_OUT_F: dict[str, tuple[dict[str, Any], str | None, tuple[str, float] | None]] = {
+HELD_OUT_F: HeldOut = {
     # vllm serve with its defaults on an A100 40GB (the model's 40,960 positions)
     "vllm-tokenkaki-qwen3-8b-a100-40gb-serve-v0191": (
         {"engine_version": "0.19.1", "model": {"source": "preset", "id": "qwen3-8b"}},
@@ -704,17 +708,11 @@ def checks() -> list[Check]:
             else _sglang(key, workload, gpu_id, measured)
         )
         out += [dataclasses.replace(c, fresh=True) for c in rows]
-    for key, (workload, gpu_id, custom) in HELD_OUT_F.items():
+    for key, (workload, gpu_id, custom) in {**HELD_OUT_E, **HELD_OUT_F}.items():
         device = (custom[0], round(custom[1] * GiB)) if custom is not None else None
         out += [
             dataclasses.replace(c, fresh=True)
             for c in _vllm(key, workload, gpu_id, logs[key]["measured"], device)
-        ]
-    for key, (workload, name, total_gib) in HELD_OUT_E.items():
-        device = (name, round(total_gib * GiB))
-        out += [
-            dataclasses.replace(c, fresh=True)
-            for c in _vllm(key, workload, None, logs[key]["measured"], device)
         ]
     for prefix, version, preset_id in (
         ("vllm-energyllm-llama31-8b-4k", "0.11.0", "llama-3.1-8b"),
