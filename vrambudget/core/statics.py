@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "StageStatic",
     "TrainingPlan",
+    "device_params",
     "effective_precision",
     "fixed_bytes",
     "head_groups",
@@ -243,7 +244,8 @@ def head_groups(arch: Arch, p: int, untied: bool = False) -> tuple[TensorGroup, 
     return arch.head
 
 
-def _device_params(layer: LayerType, arch: Arch, t: int, ep: int) -> int:
+def device_params(layer: LayerType, arch: Arch, t: int, ep: int) -> int:
+    """Parameters (not buffers) of one ``layer`` on one device of a ``t`` x ``ep`` layout."""
     total = 0
     for g in layer.tensors:
         if not g.buffer:
@@ -355,7 +357,7 @@ def stage_statics(
             weights += stored_payload * device // max(full, 1) * mult
             meta += stored_meta * device // max(full, 1) * mult
         largest_layer = max(
-            (_device_params(layer, arch, t, ep) for layer, _ in stage.layer_runs), default=0
+            (device_params(layer, arch, t, ep) for layer, _ in stage.layer_runs), default=0
         )
         full_layers = (
             [
@@ -440,7 +442,7 @@ def stage_statics(
         if plan is not None and plan.method == "lora":
             # A FlatParameter with nothing trainable gets no gradient: adapted layers only.
             layer_params = sum(
-                _device_params(layer, arch, t, ep) * n
+                device_params(layer, arch, t, ep) * n
                 for run, (layer, n) in enumerate(stage.layer_runs)
                 if run in adapted_runs
             )

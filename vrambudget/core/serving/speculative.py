@@ -38,6 +38,7 @@ from ..layout import kv_heads_per_device, per_device_shape
 from ..resolve import needs_resolution, resolve_model
 from ..spec import LLMServingWorkload, SpeculativeOptions
 from ..stack import version_tuple
+from ..statics import device_params
 from .kv import LayerSpec, layer_specs
 
 __all__ = [
@@ -244,13 +245,9 @@ def _check_kv_layout(
 
 
 def _layer_bytes(a: Arch, t: int, e: int) -> int:
-    total = 0
-    for layer, n in a.layer_runs:
-        for g in layer.tensors:
-            if not g.buffer:
-                rows, cols, count = per_device_shape(g, a, t, 1)
-                total += rows * cols * count * n * e
-    return total
+    """The parameters of ``a``'s layers on one of ``t`` tensor-parallel GPUs (buffers, which
+    vLLM does not keep, left out), in ``e`` bytes each."""
+    return sum(device_params(layer, a, t, 1) * n for layer, n in a.layer_runs) * e
 
 
 def _top_bytes(a: Arch, t: int, e: int) -> int:
