@@ -250,7 +250,7 @@ def test_own_gpu_campaigns_are_recorded_but_do_not_calibrate_the_bands(records) 
     from research.calibrate_bands import OWN_CAMPAIGNS, peak_predictions
 
     own = [r for r in records if r.group.startswith(OWN_CAMPAIGNS)]
-    assert len(own) >= 60 and {r.gpu_id for r in own} == {"h200-sxm-141gb"}
+    assert len(own) >= 120 and {r.gpu_id for r in own} == {"h200-sxm-141gb", "h100-sxm5-80gb"}
     assert any(r.excluded and "rebuilt the optimizer" in r.excluded for r in own)
     assert any(not r.excluded and r.quantity == "peak_device_bytes" for r in own)
     assert not any(p.record.group.startswith(OWN_CAMPAIGNS) for p in peak_predictions(None))
