@@ -48,7 +48,7 @@ class Check:
     predicted: float
     unit: str
     fresh: bool = False
-    """From held-out sets B, C, E and F: logs collected after the rules were fixed
+    """From held-out sets B, C, E, F and G: logs collected after the rules were fixed
     (``collected``)."""
     version: str = ""
     """The engine release the request named (vLLM, SGLang)."""
@@ -596,6 +596,69 @@ HELD_OUT_F: HeldOut = {
 from four repositories no other set uses, vLLM 0.19.0, 0.19.1 and 0.30.0; every one is checked
 (the KV tokens where the GPU's total is known)."""
 
+A40 = ("NVIDIA A40", 44.42)
+"""The A40 of set G's Synapse launches, not in the catalog: 44.42 GiB as each log prints it
+("Free memory on device (44.16/44.42 GiB)")."""
+_SYNAPSE = {
+    "engine_version": "0.31.0",
+    "model": {"source": "preset", "id": "qwen2.5-7b"},
+    "max_model_len": 4096,
+    "gpu_memory_utilization": 0.9,
+    "max_num_seqs": 128,
+}
+HELD_OUT_G: HeldOut = {
+    # vllm serve of Qwen2.5-7B-Instruct (Qwen2.5-7B's shapes) on one A40, three sessions
+    **{
+        f"vllm-synapse-{run}-qwen25-7b-bf16-a40-v0310": (
+            {**_SYNAPSE, "dtype": "bfloat16"},
+            None,
+            A40,
+        )
+        for run in ("2026-10-08t2214-full", "2026-10-09t0124-full", "2026-10-09t1514-perf")
+    },
+    # Qwen2.5-7B-Instruct-AWQ: 4-bit AWQ, fp16 activations (the engine-config line's dtype)
+    **{
+        f"vllm-synapse-{run}-qwen25-7b-awq-a40-v0310": (
+            {**_SYNAPSE, "dtype": "float16", "quantization": {"method": "awq"}},
+            None,
+            A40,
+        )
+        for run in ("2026-10-09t0124-full", "2026-10-09t1514-perf")
+    },
+    # vllm serve of Qwen2.5-3B-Instruct in fp16 on a GPU the log does not name: weights and
+    # graphs only
+    "vllm-augmentqa-qwen25-3b-fp16-v0170": (
+        {
+            "engine_version": "0.17.0",
+            "model": {"source": "preset", "id": "qwen2.5-3b"},
+            "max_model_len": 4096,
+            "dtype": "float16",
+        },
+        None,
+        None,
+    ),
+    # bare vLLM 0.29.0 of typhoon2.5-qwen3-4b on the RTX 5060 Ti (inferred from the
+    # repository) of set F's 0.30.0 Xinference launch; the log prints the total to one decimal
+    # ("Free memory on device (14.8/15.9 GiB)") on a desktop GPU whose other processes held
+    # about 1.1 GiB
+    "vllm-freshair-prp-typhoon25-qwen3-4b-rtx5060ti-bare-v0290": (
+        {
+            "engine_version": "0.29.0",
+            "model": QWEN3_4B,
+            "max_model_len": 8192,
+            "gpu_memory_utilization": 0.7,
+        },
+        None,
+        ("NVIDIA GeForce RTX 5060 Ti", 15.9),
+    ),
+}
+"""Held-out set G (collected 2026-12-05 after the speculative-decoding rules, checked in a later
+session without change): the first vLLM 0.31.0 logs, one repository's Qwen2.5-7B-Instruct
+launches on an A40, with a 0.17.0 and a 0.29.0 launch. Kept but not checked: the three
+GPTQ-Int8 launches (no citable copy of the checkpoint's quantization_config was found), the
+0.31.0 test fixture (no launch line), and the 0.16.0 bitsandbytes 4-bit launch (not a vLLM
+quantization the serving model has)."""
+
 
 @cache
 def _by_id() -> dict[str, dict[str, Any]]:
@@ -708,7 +771,7 @@ def checks() -> list[Check]:
             else _sglang(key, workload, gpu_id, measured)
         )
         out += [dataclasses.replace(c, fresh=True) for c in rows]
-    for key, (workload, gpu_id, custom) in {**HELD_OUT_E, **HELD_OUT_F}.items():
+    for key, (workload, gpu_id, custom) in {**HELD_OUT_E, **HELD_OUT_F, **HELD_OUT_G}.items():
         device = (custom[0], round(custom[1] * GiB)) if custom is not None else None
         out += [
             dataclasses.replace(c, fresh=True)
@@ -780,7 +843,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(r.predicted for r in band):.0f} of {len(band)}"
     )
     fresh = [r for r in rows if r.fresh]
-    print("\nheld-out sets B, C, E and F (collected after the rules were fixed) alone:")
+    print("\nheld-out sets B, C, E, F and G (collected after the rules were fixed) alone:")
     for engine, quantity, n, med, mx, below in summary(fresh):
         print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
     if "--by-version" in args:
@@ -790,7 +853,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{v:<8}{len(e):>4}{med:>8.2%}{mx:>9.2%}")
     band_b = [r for r in band if r.fresh]
     print(
-        "vLLM KV tokens inside kv_cache_tokens_band (sets B, C, E and F): "
+        "vLLM KV tokens inside kv_cache_tokens_band (sets B, C, E, F and G): "
         f"{sum(r.predicted for r in band_b):.0f} of {len(band_b)}"
     )
     return 0

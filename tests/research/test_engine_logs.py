@@ -45,10 +45,12 @@ def test_vllm_weights_within_target():
 
 def test_vllm_kv_tokens_ratchet():
     errs = _errors("vllm", "KV tokens")
-    assert len(errs) == 35
-    assert statistics.median(abs(e) for e in errs) <= 0.009  # 0.82%
-    # 15.24%: set F's first RTX 3060 launch, the safe side (see test_vllm_kv_tokens_targets)
-    assert max(abs(e) for e in errs) <= 0.153
+    assert len(errs) == 41
+    assert statistics.median(abs(e) for e in errs) <= 0.0095  # 0.92%
+    # 36.46%: set G's 0.29.0 launch on a WSL2 desktop GPU, over (see
+    # test_vllm_kv_tokens_targets); next, 15.24%: set F's first RTX 3060 launch, the safe side
+    assert max(abs(e) for e in errs) <= 0.365
+    assert sorted(abs(e) for e in errs)[-2] <= 0.153
 
 
 def test_vllm_kv_tokens_per_release():
@@ -56,10 +58,10 @@ def test_vllm_kv_tokens_per_release():
     0.19 had one log (an RTX 3090 under WSL, 3.99% low) until set F added six: 0.59%. The 0.22
     and 0.26 launches ran with 64 and 16 sequences and capture 30 and 12 CUDA graphs instead of
     102: with the graph memory per graph, 0.65% and 0.48% (2.5% and 7.7% when the default 102
-    graphs were subtracted)."""
+    graphs were subtracted). 0.31 has set G's five A40 launches: 1.18%."""
     by = kv_errors_by_release(ROWS)
-    assert len(by) >= 8
-    assert sum(map(len, by.values())) == 35
+    assert len(by) >= 10 and "0.31" in by
+    assert sum(map(len, by.values())) == 41
     for minor, errs in by.items():
         med = statistics.median(abs(e) for e in errs)
         assert med <= 0.03, (minor, errs)
@@ -67,33 +69,41 @@ def test_vllm_kv_tokens_per_release():
 
 def test_vllm_cuda_graph_memory_diagnostic_is_pinned():
     """The graph memory the logs print after capture ("Graph capturing finished ... took") is a
-    diagnostic of the per-graph rule, not a KV check: 45.3% median, 138.8% largest (set F's
-    0.30.0 launch through Xinference: 0.33 GiB printed), pinned so it can only shrink."""
+    diagnostic of the per-graph rule, not a KV check: 58.9% median, 138.8% largest (set F's
+    0.30.0 launch through Xinference and set G's 0.29.0 launch of the same model: 0.33 GiB
+    printed), pinned so it can only shrink. Set G's 0.31.0 launches (+76% .. +84%) print the
+    profiling capture that precedes the KV sizing; the median was 45.3% before them."""
     errs = _errors("vllm", "CUDA graphs (capture)")
     assert len(errs) >= 20
-    assert statistics.median(abs(e) for e in errs) <= 0.46
+    assert statistics.median(abs(e) for e in errs) <= 0.59
     assert max(abs(e) for e in errs) <= 1.39
 
 
-def test_vllm_kv_tokens_held_out_sets_b_to_f():
-    """Sets B, C, E and F (15 + 3 + 4 + 6 checked launches collected after the vLLM rules were
-    fixed, research/engine_logs.py HELD_OUT_B, _C, _E and _F): the median within the KV-token
-    target; the largest is set F's first RTX 3060 launch (test_vllm_kv_tokens_targets). The
-    sort-path sampler rule was found on set B (docs/ACCURACY.md says so); it is counted from
-    vLLM's and torch's source, nothing fitted. Set C (Qwen3-4B on an H100 and an RTX A6000,
-    vLLM 0.10.2 and 0.11.2) came after every rule: -0.2% .. -0.6%."""
+def test_vllm_kv_tokens_held_out_sets_b_to_g():
+    """Sets B, C, E, F and G (15 + 3 + 4 + 6 + 6 checked launches collected after the vLLM
+    rules were fixed, research/engine_logs.py HELD_OUT_B, _C, _E, _F and _G): the median within
+    the KV-token target; the largest are set G's WSL2 desktop launch and set F's first RTX 3060
+    launch (test_vllm_kv_tokens_targets). The sort-path sampler rule was found on set B
+    (docs/ACCURACY.md says so); it is counted from vLLM's and torch's source, nothing fitted.
+    Set C (Qwen3-4B on an H100 and an RTX A6000, vLLM 0.10.2 and 0.11.2) came after every rule:
+    -0.2% .. -0.6%. Set G's five 0.31.0 launches on an A40, the first logs of that release:
+    -1.2% .. +2.2%."""
     errs = [r.error for r in ROWS if r.fresh and (r.engine, r.quantity) == ("vllm", "KV tokens")]
-    assert len(errs) == 28
-    assert statistics.median(abs(e) for e in errs) <= 0.007  # 0.62% (target 3%)
-    assert max(abs(e) for e in errs) <= 0.153  # 15.24% (target 10%)
+    assert len(errs) == 34
+    assert statistics.median(abs(e) for e in errs) <= 0.009  # 0.81% (target 3%)
+    assert max(abs(e) for e in errs) <= 0.365  # 36.46% (target 10%)
+    g = [r.error for r in ROWS if "synapse" in r.log and r.quantity == "KV tokens"]
+    assert len(g) == 5 and max(abs(e) for e in g) <= 0.023
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="vLLM held-out KV tokens: median 0.8% (met), but -15.2% on set F's first RTX 3060 "
-    "launch, whose printed numbers break vLLM's own arithmetic (8.03 GiB of KV cache beside "
-    "1.12 GiB of weights under a 0.75 x 11.63 = 8.72 GiB budget, as if the desktop sharing the "
-    "GPU freed memory while vLLM profiled) and which ran out of memory right after "
+    reason="vLLM held-out KV tokens: median 0.9% (met), but two launches on desktop GPUs shared "
+    "with other processes miss the 10%: +36.5% on set G's 0.29.0 launch under WSL2 (an RTX "
+    "5060 Ti with about 1.1 GiB held by others, vLLM's non-torch memory 0.95 GiB against the "
+    "estimate's, 1.45 GiB of KV cache left) and -15.2% on set F's first RTX 3060 launch, whose "
+    "printed numbers break vLLM's own arithmetic (8.03 GiB of KV cache beside 1.12 GiB of "
+    "weights under a 0.75 x 11.63 = 8.72 GiB budget) and which ran out of memory right after "
     "(docs/ACCURACY.md)",
 )
 def test_vllm_kv_tokens_targets():
@@ -108,10 +118,10 @@ def test_vllm_kv_tokens_targets():
 
 def test_vllm_band_low_end_never_promises_more_kv_than_the_engine_printed():
     """kv_cache_tokens_band on the held-out logs: every printed KV size is at or above the band's
-    low end (the low end is what to size for), and all 35 fall inside."""
+    low end (the low end is what to size for), and all 41 fall inside."""
     band = [r for r in ROWS if r.quantity == "KV tokens inside the band"]
-    assert len(band) == 35
-    assert sum(r.predicted for r in band) == 35
+    assert len(band) == 41
+    assert sum(r.predicted for r in band) == 41
     for r in ROWS:
         if r.engine == "vllm" and r.quantity == "KV tokens":
             log_band = next(b for b in band if b.log == r.log)

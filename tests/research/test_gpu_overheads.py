@@ -82,7 +82,9 @@ def test_each_further_load_thread_is_the_16_thread_excess_over_one(gpu: str) -> 
 def test_eager_context_and_cublas_images_from_the_eager_run(gpu: str) -> None:
     """Outside the allocator (NVML delta - reserved) after the context step, then after the
     first bf16 GEMM, under CUDA_MODULE_LOADING=EAGER."""
-    eager = next(r for r in json.loads((GPU / STACKS[gpu]).read_text())["runs"] if r["mode"] == "EAGER")
+    eager = next(
+        r for r in json.loads((GPU / STACKS[gpu]).read_text())["runs"] if r["mode"] == "EAGER"
+    )
     steps = {s["step"]: s["nvml_delta"] - s["reserved"] for s in eager["steps"]}
     assert steps["context+first tensor"] == CUDA_CONTEXT_EAGER_CURRENT_BYTES
     gemm = steps["bf16 gemm"] - steps["context+first tensor"]
