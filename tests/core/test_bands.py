@@ -13,7 +13,7 @@ import pytest
 from vrambudget.core.bands import BandRule, band_of, band_rule, resolve_headroom, workload_class
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import fit
-from vrambudget.core.spec import BudgetRequest, FitRequest, Headroom, Software
+from vrambudget.core.spec import BudgetRequest, FitRequest, Headroom, Software, TrainingWorkload
 from vrambudget.core.stack import resolve_stack
 
 RULE = BandRule("inference", 0.9, 1.25, 0.9, 40, "test")
@@ -90,13 +90,13 @@ def test_a_framework_never_measured_widens_the_band(cls: str) -> None:
 def test_a_band_from_few_sources_reaches_both_sides_of_the_estimate() -> None:
     """Below min_sources the sign of a new source's bias is unknown: the band, widened about
     its fitted middle, also reaches its widened half-width on both sides of the estimate (log
-    0). QLoRA's calibrate band lies mostly below the estimate; its high end is the half-width.
-    From the committed file, by hand."""
-    c = BANDS["classes"]["fine_tuning_qlora|transformers"]
+    0). LoRA's calibrate band on transformers lies mostly below the estimate; its high end is
+    the half-width. From the committed file, by hand."""
+    c = BANDS["classes"]["fine_tuning_lora|transformers"]
     if c["measurements"] < BANDS["min_measurements"]:
-        c = BANDS["classes"]["fine_tuning_qlora"]
+        c = BANDS["classes"]["fine_tuning_lora"]
     assert c["sources"] < BANDS["min_sources"]
-    rule = band_rule(("fine_tuning_qlora",), resolve_stack(None))
+    rule = band_rule(("fine_tuning_lora",), resolve_stack(None))
     mid = (c["log_low"] + c["log_high"]) / 2
     half = (c["log_high"] - c["log_low"]) / 2 * BANDS["widen"]
     assert math.isclose(rule.low, math.exp(min(mid - half, -half)))
@@ -171,3 +171,40 @@ def test_a_multi_gpu_fit_uses_the_band_of_its_own_layout() -> None:
         fits_high = band.high_bytes <= layout.capacity_bytes
         assert layout.verdict == ("fits" if fits_high else "fits_if_low"), n
     assert classes == {1: "fine_tuning_lora", 2: "fine_tuning_lora_multi_gpu"}
+
+
+@pytest.mark.parametrize(
+    ("method", "quantization", "cls"),
+    [
+        ({"kind": "lora", "rank": 8}, None, "fine_tuning_lora"),
+        ({"kind": "lora", "rank": 8}, {"scheme": "int8"}, "fine_tuning_lora_quantized_base"),
+        ({"kind": "qlora", "rank": 8}, None, "fine_tuning_qlora"),
+        ({"kind": "full"}, None, "training_full"),
+    ],
+)
+def test_lora_over_an_int8_base_is_its_own_class(method, quantization, cls) -> None:
+    """LoRA over an LLM.int8 (or GPTQ) base runs bitsandbytes' (or the GPTQ kernels') saved
+    tensors in every layer, as QLoRA does: a class apart from plain LoRA, whose band its runs
+    (alpaca-lora's, 52-59% above the estimate) would otherwise set. With 4 calibrate
+    measurements it takes the training family's band, widened."""
+    precision = {"weights": "fp16"} | ({"quantization": quantization} if quantization else {})
+    w = msgspec.convert(
+        {
+            "kind": "training",
+            "model": {"source": "preset", "id": "llama-3.1-8b"},
+            "precision": precision,
+            "method": method,
+        },
+        TrainingWorkload,
+    )
+    assert workload_class(w) == cls
+    if cls == "fine_tuning_lora_quantized_base":
+        rule = band_rule((cls,), resolve_stack(None))
+        fam = BANDS["classes"]["family:training"]
+        assert BANDS["classes"][cls]["measurements"] < BANDS["min_measurements"]
+        assert fam["sources"] >= BANDS["min_sources"]
+        half = (fam["log_high"] - fam["log_low"]) / 2 * BANDS["widen"]
+        mid = (fam["log_high"] + fam["log_low"]) / 2
+        assert math.isclose(rule.low, math.exp(mid - half))
+        assert math.isclose(rule.high, math.exp(mid + half))
+        assert "training workloads" in rule.basis

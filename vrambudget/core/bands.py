@@ -93,14 +93,21 @@ class BandRule:
 
 
 def workload_class(w: Workload) -> str:
-    """``training_full``, ``fine_tuning_lora``, ``fine_tuning_qlora``, ``inference`` or
-    ``other`` (encoders, generic, image generation); ``_multi_gpu`` appended when one
-    instance spans several devices (sharding, gathers and per-rank loading err differently)."""
+    """``training_full``, ``fine_tuning_lora``, ``fine_tuning_qlora``,
+    ``fine_tuning_lora_quantized_base``, ``inference``, ``inference_quantized`` or ``other``
+    (encoders, generic, image generation); ``_multi_gpu`` appended when one instance spans
+    several devices (sharding, gathers and per-rank loading err differently)."""
     if isinstance(w, TrainingWorkload):
         if isinstance(w.method, FullFineTune):
             cls = "training_full"
+        elif isinstance(w.method, QLoRA):
+            cls = "fine_tuning_qlora"
+        elif w.precision.quantization:
+            # LoRA over a base quantized otherwise (LLM.int8, GPTQ): another library's
+            # kernels and saved tensors in every layer, not plain LoRA's error
+            cls = "fine_tuning_lora_quantized_base"
         else:
-            cls = "fine_tuning_qlora" if isinstance(w.method, QLoRA) else "fine_tuning_lora"
+            cls = "fine_tuning_lora"
     elif isinstance(w, InferenceWorkload):
         # A scheme object, or None / UNSET (a request's own workload, not deployed yet).
         cls = "inference_quantized" if w.precision.quantization else "inference"
@@ -114,6 +121,7 @@ _CLASS_WORDS = {
     "training_full": "full training",
     "fine_tuning_lora": "LoRA fine-tuning",
     "fine_tuning_qlora": "QLoRA fine-tuning",
+    "fine_tuning_lora_quantized_base": "LoRA fine-tuning on an 8-bit or GPTQ base",
     "inference": "inference",
     "inference_quantized": "quantized inference",
     "other": "other workloads",

@@ -478,11 +478,17 @@ _UNSLOTH_LORA = _B(
 )
 _KBIT_TRL = _B(
     name="qlora_unquantized_dtype",
-    assumed="the parameters QLoRA does not quantize keep the model's dtype: TRL's SFTTrainer "
-    "no longer calls prepare_model_for_kbit_training (only the adapters are cast to bf16)",
-    source="trl 0.22.0+ trainer/sft_trainer.py (no prepare_model_for_kbit_training; 1.16.0 "
-    "lines 902-910 cast the trainable adapter parameters to bfloat16); trl 0.21.0 still "
-    "called it",
+    assumed="the parameters QLoRA does not quantize keep the model's dtype while training: "
+    "TRL 0.22-0.24 upcast them to fp32 (PEFT's prepare_model_for_kbit_training) and, under "
+    "bf16, cast the embeddings and LM head back (norms stay fp32); 0.25 upcasts the norms "
+    "only; 0.26 on do neither. Not counted: the fp32 copies 0.22-0.24 make at start-up, "
+    "which stay cached in the allocator's reserved memory, and the fp32 embeddings they keep "
+    "when training in fp16",
+    source="trl 0.22.0 trainer/sft_trainer.py line 694 -> models/utils.py prepare_peft_model "
+    "lines 514-560 (prepare_model_for_kbit_training, then peft_module_casting_to_bf16 when "
+    "args.bf16); trl 0.25.1 models/utils.py line 475 (its own prepare_model_for_kbit_training: "
+    "norms only); trl 0.26.0 sft_trainer.py (no call); trl 0.21.0 sft_trainer.py lines "
+    "600-640 called PEFT's directly",
 )
 _KBIT_KEPT = _B(
     name="qlora_unquantized_dtype",
