@@ -105,7 +105,9 @@ def test_jobs_that_together_pass_the_cpu_cap_are_refused_on_overlap(
 
 
 def test_each_child_gets_its_share_of_the_cap(tmp_path: Path) -> None:
-    req = msgspec.convert({"workload": INFER, "overlap": [TRAIN, INFER]}, ProbeRequest)
+    # three tiny inference jobs: their estimates (and so the floor below) do not move with the
+    # training classes' error bands, whose headroom is in a training job's estimate
+    req = msgspec.convert({"workload": INFER, "overlap": [INFER, INFER]}, ProbeRequest)
     jobs = [req, member_request(req, 0), member_request(req, 1)]
     own = [cpu_memory_limit(_settings(tmp_path, cpu_memory_limit_bytes=64 * GiB), j) for j in jobs]
     # tiny jobs: each its own limit, the 4 GiB floor (max(4 GiB, 2 x estimate + 2 GiB))
@@ -131,11 +133,19 @@ def test_each_child_gets_its_share_of_the_cap(tmp_path: Path) -> None:
 
 
 def test_the_group_hands_each_child_its_limit(tmp_path: Path) -> None:
-    req = msgspec.convert({"workload": INFER, "overlap": [TRAIN, INFER]}, ProbeRequest)
+    req = msgspec.convert({"workload": INFER, "overlap": [INFER, INFER]}, ProbeRequest)
     six = _settings(tmp_path, cpu_memory_limit_bytes=6 * GiB)
     group = ProbeGroup(req, ChildSettings(), None, lambda jobs: cpu_memory_limits(six, jobs))
     limits = [p._process._args[3] for p in group._processes]  # type: ignore[attr-defined]
     assert limits == [2 * GiB] * 3
+    # a training job among them: its share follows its own limit (its estimate carries the
+    # training band's headroom), and the shares never pass the cap
+    mixed = msgspec.convert({"workload": INFER, "overlap": [TRAIN, INFER]}, ProbeRequest)
+    jobs = [mixed, member_request(mixed, 0), member_request(mixed, 1)]
+    group = ProbeGroup(mixed, ChildSettings(), None, lambda js: cpu_memory_limits(six, js))
+    limits = [p._process._args[3] for p in group._processes]  # type: ignore[attr-defined]
+    assert limits == cpu_memory_limits(six, jobs)
+    assert sum(limits) <= 6 * GiB and limits[1] >= limits[0] == limits[2]
 
 
 # ------------------------------------------------------------------------------- quality --

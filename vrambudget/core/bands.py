@@ -157,6 +157,14 @@ def band_rule(classes: tuple[str, ...], stack: Stack) -> BandRule:
     return max(rules, key=lambda r: (r.high - r.low, r.high))
 
 
+@cache
+def _default_framework() -> str:
+    """The framework of a request that names none (the current default stack's)."""
+    from .stack import resolve_stack
+
+    return resolve_stack(None).framework
+
+
 @lru_cache(maxsize=1024)
 def _rule(cls: str, framework: str, named: bool) -> BandRule:
     """The class's band: its own (or its framework's, where that cell has enough
@@ -200,6 +208,11 @@ def _rule(cls: str, framework: str, named: bool) -> BandRule:
         # Too few sources to know the sign of a new source's bias: the band also reaches the
         # (widened) half-width on both sides of the estimate itself.
         low, high = min(low, -half), max(high, half)
+    if named and framework not in base.frameworks:
+        # A framework the class never saw: at least the band of the stack a request that
+        # names none gets (which may rest on another cell of the class).
+        default = _rule(cls, _default_framework(), False)
+        low, high = min(low, math.log(default.low)), max(high, math.log(default.high))
     basis = (
         f"split conformal, {pct}, over {base.measurements} published measurements of {words}"
         + (f", widened x{widen:g} ({'; '.join(reasons)})" if reasons else "")
