@@ -227,9 +227,9 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     and quantized-training (held out: its two Llama2-1B bf16 runs, the estimate 10.5% and 3.3%
     low) READMEs: 135 peaks, 3.5%, 92.6% inside, 6 runs above, 16.0%. DeepSpeed's whole-model
     move before ZeRO-3 partitions a model built outside zero.Init (ml-engineering's 8K runs,
-    46% -> 6% low): 94.1% inside, 4 runs above. Twelve more sources were then filed (one-GPU
+    46% -> 6% low): 94.1% inside, 4 runs above. Eleven more sources were then filed (one-GPU
     LoRA, QLoRA and full fine-tunes from issue threads, framework notebooks, READMEs and example
-    scripts and a vendor blog: 6 held-out and 18 calibrate peaks, every row). The calibrate ones
+    scripts and a vendor blog: 6 held-out and 13 calibrate peaks, every row). The calibrate ones
     include alpaca-lora's LLM.int8 LoRA (52% and 59% low), GPT-2 fine-tunes of 2019 (20-28% low) and
     TRL's QLoRA notebooks (15-21% low): the bands widened (half-width 16.0% -> 30.6%), and LoRA over
     a base quantized otherwise than QLoRA's NF4 (LLM.int8, GPTQ) became its own class -- another
