@@ -66,7 +66,8 @@ fi
 rc=$?
 # After the matrix, not in a dry run (they need CUDA): the stack's own overheads (CUDA context
 # lazy/eager, each first kernel's images; ~25 s) and the reserved memory over repeated
-# generate calls (~40 s).
+# generate calls (its first series took ~45 s on an H100; the file is rewritten after each
+# series, so the 90 s limit keeps the series it finished).
 case " $* " in
 *" --dry-run "*) ;;
 *)

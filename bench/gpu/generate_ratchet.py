@@ -78,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     model.eval()
     model.generation_config.pad_token_id = 0
     counters = torch.cuda if cuda else None
+    head = {
+        "schema": "vrambudget.generate_ratchet/1",
+        "dry_run": dry,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "gpu": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "weights_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+    }
     series: list[dict[str, Any]] = []
     for batch, prompt, new in shapes:
         calls = []
@@ -125,20 +135,17 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         print(json.dumps(series[-1]), flush=True)
-    doc = {
-        "schema": "vrambudget.generate_ratchet/1",
-        "dry_run": dry,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "transformers": transformers.__version__,
-        "gpu": torch.cuda.get_device_name(0) if cuda else "cpu",
-        "weights_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-        "series": series,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
+        # Written after every series: a run stopped by campaign.sh's time limit still brings
+        # back the series it finished ("complete": false).
+        _write(out, {**head, "complete": len(series) == len(shapes), "series": series})
     return 0
+
+
+def _write(out: Path, doc: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(out)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ def test_dry_run_writes_every_series(tmp_path: Path) -> None:
     assert main(["--dry-run", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["schema"] == "vrambudget.generate_ratchet/1" and doc["dry_run"] is True
+    # written after each series, complete after the last (campaign.sh's 90 s limit stopped the
+    # H100 run of 2026-12-05 in its second series, before the old single write at the end)
+    assert doc["complete"] is True and not out.with_suffix(".json.tmp").exists()
     assert [s["batch_size"] for s in doc["series"]] == [1, 2]
     assert all(len(s["calls"]) == 2 and s["after_empty_cache"] is None for s in doc["series"])
     assert doc["weights_bytes"] > 0
