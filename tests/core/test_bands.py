@@ -178,6 +178,8 @@ def test_a_multi_gpu_fit_uses_the_band_of_its_own_layout() -> None:
     [
         ({"kind": "lora", "rank": 8}, None, "fine_tuning_lora"),
         ({"kind": "lora", "rank": 8}, {"scheme": "int8"}, "fine_tuning_lora_quantized_base"),
+        ({"kind": "lora", "rank": 8}, {"scheme": "gptq"}, "fine_tuning_lora_quantized_base"),
+        ({"kind": "lora", "rank": 8}, {"scheme": "bnb_4bit"}, "fine_tuning_qlora"),
         ({"kind": "qlora", "rank": 8}, None, "fine_tuning_qlora"),
         ({"kind": "full"}, None, "training_full"),
     ],
@@ -185,8 +187,9 @@ def test_a_multi_gpu_fit_uses_the_band_of_its_own_layout() -> None:
 def test_lora_over_an_int8_base_is_its_own_class(method, quantization, cls) -> None:
     """LoRA over an LLM.int8 (or GPTQ) base runs bitsandbytes' (or the GPTQ kernels') saved
     tensors in every layer, as QLoRA does: a class apart from plain LoRA, whose band its runs
-    (alpaca-lora's, 52-59% above the estimate) would otherwise set. With 4 calibrate
-    measurements it takes the training family's band, widened."""
+    (alpaca-lora's, 52-59% above the estimate) would otherwise set; over bitsandbytes' 4-bit
+    base it is QLoRA. With 4 calibrate measurements the class takes the training family's
+    band, widened."""
     precision = {"weights": "fp16"} | ({"quantization": quantization} if quantization else {})
     w = msgspec.convert(
         {

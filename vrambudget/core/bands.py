@@ -20,6 +20,7 @@ import msgspec
 
 from .result import ErrorBand
 from .spec import (
+    BitsAndBytes4bit,
     FullFineTune,
     Headroom,
     InferenceWorkload,
@@ -27,7 +28,7 @@ from .spec import (
     TrainingWorkload,
     Workload,
 )
-from .stack import Stack
+from .stack import Stack, resolve_stack
 
 __all__ = [
     "BandRule",
@@ -100,11 +101,11 @@ def workload_class(w: Workload) -> str:
     if isinstance(w, TrainingWorkload):
         if isinstance(w.method, FullFineTune):
             cls = "training_full"
-        elif isinstance(w.method, QLoRA):
-            cls = "fine_tuning_qlora"
+        elif isinstance(w.method, QLoRA) or isinstance(w.precision.quantization, BitsAndBytes4bit):
+            cls = "fine_tuning_qlora"  # LoRA over bitsandbytes' 4-bit base is QLoRA
         elif w.precision.quantization:
-            # LoRA over a base quantized otherwise (LLM.int8, GPTQ): another library's
-            # kernels and saved tensors in every layer, not plain LoRA's error
+            # LoRA over a base quantized otherwise (LLM.int8, GPTQ, AWQ, fp8): another
+            # library's kernels and saved tensors in every layer, not plain LoRA's error
             cls = "fine_tuning_lora_quantized_base"
         else:
             cls = "fine_tuning_lora"
@@ -121,7 +122,7 @@ _CLASS_WORDS = {
     "training_full": "full training",
     "fine_tuning_lora": "LoRA fine-tuning",
     "fine_tuning_qlora": "QLoRA fine-tuning",
-    "fine_tuning_lora_quantized_base": "LoRA fine-tuning on an 8-bit or GPTQ base",
+    "fine_tuning_lora_quantized_base": "LoRA fine-tuning on a base quantized other than 4-bit NF4",
     "inference": "inference",
     "inference_quantized": "quantized inference",
     "other": "other workloads",
@@ -160,8 +161,6 @@ def band_rule(classes: tuple[str, ...], stack: Stack) -> BandRule:
 @cache
 def _default_framework() -> str:
     """The framework of a request that names none (the current default stack's)."""
-    from .stack import resolve_stack
-
     return resolve_stack(None).framework
 
 
