@@ -158,6 +158,33 @@ def test_best_fit_takes_the_smallest_block_that_fits() -> None:
     assert (stats.reserved_bytes, stats.num_segments) == (42 * MIB, 3)
 
 
+@pytest.mark.parametrize(
+    ("order", "reserved_mib", "segments"), [("falling", 60, 2), ("rising", 100, 3)]
+)
+def test_ties_between_equal_blocks_go_to_the_lower_address(
+    order: str, reserved_mib: int, segments: int
+) -> None:
+    """Two free 20 MiB blocks: the rest of a split 40 MiB segment S1 and a whole 20 MiB
+    segment S2 made after it. Best fit takes the lower address; with falling addresses (the
+    driver's, research/allocator_addresses.py) that is S2, so S1 merges back whole when its
+    other half is freed and a 40 MiB request fits in it. With rising ones it is S1's rest, and
+    the 40 MiB request needs a third segment."""
+    allocator = CachingAllocator(segment_order=order)  # type: ignore[arg-type]
+    allocator.malloc(1, 40 * MIB)  # S1
+    allocator.free(1)
+    allocator.malloc(2, 20 * MIB)  # S1's first half; the second half stays free
+    allocator.malloc(3, 20 * MIB)  # S1's second half
+    allocator.malloc(4, 20 * MIB)  # S2: nothing cached is free
+    allocator.free(3)
+    allocator.free(4)  # free: S1's second half and S2, 20 MiB each
+    allocator.malloc(5, 20 * MIB)  # the tie
+    allocator.free(2)
+    allocator.malloc(6, 40 * MIB)
+    stats = allocator.stats()
+    assert (stats.reserved_bytes, stats.num_segments) == (reserved_mib * MIB, segments)
+    assert stats.allocated_bytes == 60 * MIB
+
+
 def test_frees_merge_neighbours_and_the_merged_block_is_reused() -> None:
     allocator = CachingAllocator()
     for handle in (1, 2, 3):
@@ -452,7 +479,7 @@ class _Reference:
     """A linear-scan restatement of the native rules, independent of the model's bisect lists.
 
     Segments are lists of [offset, size, allocated] blocks; a free block's address order is
-    (segment creation index, offset), which is the model's rising address order.
+    (newest segment first, offset): the model places each new segment below the last one.
     """
 
     def __init__(self, capacity: int | None, max_split: int | None) -> None:
@@ -481,11 +508,14 @@ class _Reference:
 
     def free_blocks(self, small: bool) -> list[tuple[int, int, int]]:
         return sorted(
-            (b[1], seg, b[0])
-            for seg, (is_small, blocks) in self.segments.items()
-            if is_small == small
-            for b in blocks
-            if not b[2]
+            (
+                (b[1], seg, b[0])
+                for seg, (is_small, blocks) in self.segments.items()
+                if is_small == small
+                for b in blocks
+                if not b[2]
+            ),
+            key=lambda b: (b[0], -b[1], b[2]),
         )
 
     def release(self, seg: int) -> None:

@@ -21,7 +21,7 @@ from torch._subclasses.fake_tensor import (
 
 from vrambudget.core.bands import band_of, band_rule, resolve_headroom, workload_class
 from vrambudget.core.budget.encoders import proxy
-from vrambudget.core.calibration import PROFILES_ENV, profiles_from
+from vrambudget.core.calibration import PROFILES_ENV, ProfileSet, profiles_from
 from vrambudget.core.components import Component
 from vrambudget.core.deployed import deploy
 from vrambudget.core.device import resolve_device
@@ -32,7 +32,7 @@ from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
 from vrambudget.core.formulas.headroom import headroom_bytes
 from vrambudget.core.formulas.runtime_workspace import separate_cublaslt
 from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
-from vrambudget.core.overheads import DEFAULT_OVERHEADS, with_software
+from vrambudget.core.overheads import DEFAULT_OVERHEADS, Overheads, with_software
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.resolved import ResolvedModel
 from vrambudget.core.result import (
@@ -69,12 +69,15 @@ from vrambudget.workloads.hf.program import framework_unsupported, prepare_frame
 from vrambudget.workloads.run import check_traceable, prepare
 
 from .diffusion import trace_image_generation_code
+from .events import Trace
 from .recorder import Recorder
 from .replay import Replay, replay
 
 __all__ = [
     "MODELLED",
     "MODELLED_FRAMEWORK",
+    "record_workload_code",
+    "request_workspaces",
     "trace_budget",
     "trace_budget_with_replays",
     "trace_workload",
@@ -200,6 +203,28 @@ def trace_workload_code(
     """The replay, and the code that ran in words; ``rms_norm``: the framework's norm the
     built-in builders imitate (None: the default stack's; the framework's own code has its
     own)."""
+    trace, words = record_workload_code(
+        w,
+        iterations=iterations,
+        workspaces=workspaces,
+        field=field,
+        code=code,
+        rms_norm=rms_norm,
+    )
+    return replay(trace, expandable_segments=expandable_segments), words
+
+
+def record_workload_code(
+    w: ModelWorkload | EncoderWorkload,
+    *,
+    iterations: int = 2,
+    workspaces: tuple[tuple[str, int], ...] = (),
+    field: str = "workloads[0]",
+    code: str = "framework",
+    rms_norm: RmsNorm | None = None,
+) -> tuple[Trace, str]:
+    """The recorded trace of ``w`` (before any replay) and the code that ran in words (the
+    arguments are :func:`trace_workload_code`'s)."""
     w = deploy(w)
     which, reason = traced_code(w, code)
     encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
@@ -257,7 +282,7 @@ def trace_workload_code(
             " (the framework's code depends on tensor values here -- "
             f"{type(exc).__name__} -- which fake tensors do not have)"
         )
-    return replay(recorder.trace, expandable_segments=expandable_segments), words
+    return recorder.trace, words
 
 
 def _framework_only(w: Any) -> bool:
@@ -327,6 +352,28 @@ def _line(
     return Line(c, value, formula, (), source, tuple(Part(name=n, bytes=b) for n, b in parts))
 
 
+def request_workspaces(
+    request: BudgetRequest, profiles: ProfileSet | None = None
+) -> tuple[tuple[str, int], ...]:
+    """The GEMM workspaces a process of ``request``'s device and stack allocates through the
+    caching allocator at its first GEMM (``profiles``: the calibrated device profiles)."""
+    return _workspaces(*_device_overheads(request, profiles))
+
+
+def _device_overheads(request: BudgetRequest, profiles: ProfileSet | None) -> tuple[Overheads, str]:
+    """The overheads of the request's device and stack, and the device's vendor."""
+    ctx = resolve_device(request.device, profiles, request.software)
+    if ctx is None:
+        return with_software(DEFAULT_OVERHEADS, request.software), "nvidia"
+    return ctx.overheads, ctx.vendor
+
+
+def _workspaces(ov: Overheads, vendor: str) -> tuple[tuple[str, int], ...]:
+    return gemm_workspaces(
+        ov.workspace_bytes, vendor, separate_cublaslt(version_tuple(ov.stack.torch_version))
+    )
+
+
 def trace_budget(request: BudgetRequest) -> Budget:
     """The answer to a ``method: trace`` request."""
     return trace_budget_with_replays(request)[0]
@@ -344,13 +391,8 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
         request.software,
         request.disk,
     )
-    ctx = resolve_device(request.device, profiles, request.software)
-    ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, request.software)
-    workspaces = gemm_workspaces(
-        ov.workspace_bytes,
-        ctx.vendor if ctx else "nvidia",
-        separate_cublaslt(version_tuple(ov.stack.torch_version)),
-    )
+    ov, vendor = _device_overheads(request, profiles)
+    workspaces = _workspaces(ov, vendor)
     source = _SOURCE.format(version=str(torch.__version__))
     values = {c: 0 for c in Component}
     parts: dict[Component, list[tuple[str, int]]] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vrambudget.core.allocator import SegmentOrder
 from vrambudget.core.allocator.replay import replay_events
 from vrambudget.workloads.marks import HOST
 
@@ -20,6 +21,8 @@ _TOP_PARTS = 6
 class Replay:
     peak_allocated_bytes: int
     peak_reserved_bytes: int
+    peak_inactive_split_bytes: int
+    """The most bytes held in free parts of split segments at once (fragmentation)."""
     peak_phase: str
     peak_iteration: int
     components: dict[str, int]
@@ -33,13 +36,16 @@ class Replay:
     """The largest live bytes each component reached at any moment of the run."""
 
 
-def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
+def replay(
+    trace: Trace, *, expandable_segments: bool = False, segment_order: SegmentOrder = "falling"
+) -> Replay:
     tags = trace.tags
     r = replay_events(
         trace.events,
         skip={h for h, tag in tags.items() if tag == HOST},
         tags=tags,
         expandable_segments=expandable_segments,
+        segment_order=segment_order,
     )
     components: dict[str, int] = {}
     by_part: dict[str, dict[str, int]] = {}
@@ -74,6 +80,7 @@ def replay(trace: Trace, *, expandable_segments: bool = False) -> Replay:
     return Replay(
         peak_allocated_bytes=r.stats.peak_allocated_bytes,
         peak_reserved_bytes=r.stats.peak_reserved_bytes,
+        peak_inactive_split_bytes=r.stats.peak_inactive_split_bytes,
         peak_phase=phase,
         peak_iteration=iteration,
         components=components,

@@ -4,6 +4,7 @@ releasing cached segments (the model and its limits: :mod:`vrambudget.core.alloc
 from __future__ import annotations
 
 from bisect import bisect_left
+from typing import Literal
 
 from ..units import MiB
 from .blocks import _KEY_SHIFT, _Block, _expandable_size, _Pool
@@ -19,9 +20,14 @@ from .sizes import (
 )
 from .stats import AllocatorOutOfMemory, AllocatorStats
 
-__all__ = ["CachingAllocator"]
+__all__ = ["CachingAllocator", "SegmentOrder"]
 
-_VA_BASE = 1 << 40  # first model address; nonzero so that no block sits at "null"
+SegmentOrder = Literal["falling", "rising"]
+
+_VA_BASE = 1 << 40  # first expandable range; nonzero so that no block sits at "null"
+_SEGMENT_VA_TOP = 1 << 60
+"""cudaMalloc segments are placed downward from here: each new segment ends where the previous
+one began (see :mod:`vrambudget.core.allocator`, "Device addresses")."""
 _DEFAULT_EXPANDABLE_VA_BYTES = 64 << 40
 
 
@@ -33,6 +39,8 @@ class CachingAllocator(_ExpandableSegments):
     ``PYTORCH_CUDA_ALLOC_CONF``: ``expandable_segments``, ``max_split_size_bytes``
     (``max_split_size_mb`` in bytes) and ``roundup_power2_divisions``; ``capacity_bytes`` is the
     limit ``set_per_process_memory_fraction`` sets (see :mod:`vrambudget.core.allocator`).
+    ``segment_order``: where new cudaMalloc segments go, below the last one (``falling``, what
+    the driver did on the measured runs) or above it (``rising``, kept for comparison).
     """
 
     def __init__(
@@ -42,6 +50,7 @@ class CachingAllocator(_ExpandableSegments):
         capacity_bytes: int | None = None,
         max_split_size_bytes: int | None = None,
         roundup_power2_divisions: Divisions = None,
+        segment_order: SegmentOrder = "falling",
     ) -> None:
         if capacity_bytes is not None and capacity_bytes < 0:
             raise ValueError(f"negative capacity {capacity_bytes}")
@@ -67,6 +76,8 @@ class CachingAllocator(_ExpandableSegments):
         self._large = _Pool(is_small=False)
         self._live: dict[int, _Block | None] = {}
         self._next_va = _VA_BASE
+        self._falling = segment_order == "falling"
+        self._segment_va = _SEGMENT_VA_TOP if self._falling else _SEGMENT_VA_TOP >> 1
         self._allocated = self._peak_allocated = 0
         self._requested = self._peak_requested = 0
         self._reserved = self._peak_reserved = 0
@@ -205,8 +216,12 @@ class CachingAllocator(_ExpandableSegments):
             return None
         if self._expandable:
             return self._try_allocate_expandable_block(pool, size)
-        block = _Block(self._next_va, alloc_size, pool)
-        self._next_va += alloc_size
+        if self._falling:  # each new segment ends where the last one began
+            self._segment_va -= alloc_size
+            block = _Block(self._segment_va, alloc_size, pool)
+        else:
+            block = _Block(self._segment_va, alloc_size, pool)
+            self._segment_va += alloc_size
         self._segments += 1
         self._add_reserved(alloc_size)
         return block

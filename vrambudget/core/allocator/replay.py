@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
-from .caching import CachingAllocator
+from .caching import CachingAllocator, SegmentOrder
 from .stats import AllocatorStats
 
 __all__ = ["ALLOC", "EMPTY_CACHE", "FREE", "Event", "Replayed", "replay_events"]
@@ -45,12 +45,13 @@ def replay_events(
     tags: Mapping[int, str] | None = None,
     default_tag: str = "activations",
     expandable_segments: bool = False,
+    segment_order: SegmentOrder = "falling",
 ) -> Replayed:
     """Replay ``events`` (``skip``: handles not on the device) through a
     :class:`~vrambudget.core.allocator.CachingAllocator` with default options (and
-    ``expandable_segments``); with ``tags`` (handle -> tag, ``default_tag`` otherwise) each
-    tag's peak of live bytes is kept too."""
-    alloc = CachingAllocator(expandable_segments=expandable_segments)
+    ``expandable_segments``, ``segment_order``); with ``tags`` (handle -> tag, ``default_tag``
+    otherwise) each tag's peak of live bytes is kept too."""
+    alloc = CachingAllocator(expandable_segments=expandable_segments, segment_order=segment_order)
     best, best_index = -1, 0
     phases: dict[int, list[int]] = {}
     running: dict[str, int] = {}

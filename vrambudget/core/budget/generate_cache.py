@@ -36,8 +36,8 @@ SOURCE = (
     "c10/cuda/CUDACachingAllocator.cpp; transformers 4.35.2 modeling_llama.py and "
     "generation/utils.py, 4.42.0 / 5.x cache_utils.py (the cache's torch.cat); checked against "
     "published max_memory_reserved (optimum-benchmark running-llamas, transformers 4.35.2, "
-    "A100-80GB, Llama-2 7B/13B fp16, batch 1-8: -0.7% .. +3.3%) and our H200 campaign "
-    "(transformers 5.23: 3.7-5.6% low with SDPA, 19.8% low with eager at batch 4 x 2048; "
+    "A100-80GB, Llama-2 7B/13B fp16, batch 1-8: -0.7% .. +3.4%) and our H100/H200 campaigns "
+    "(transformers 5.23: -4.9% .. +1.1% with SDPA, -0.9% with eager at batch 4 x 2048; "
     "docs/ACCURACY.md)"
 )
 
