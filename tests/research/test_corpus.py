@@ -131,10 +131,9 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.5% and 96.5% inside their band (both met), but a band median half-width of "
-    "22.6% (the calibrate split's sources disagree by that much: alpaca-lora's int8 LoRA, "
-    "2019 GPT-2 fine-tunes, TRL's QLoRA notebooks) and 1 run whose measured peak is above the "
-    "band's high end (Answer.AI's CPU-offload LoRA run)",
+    "peaks median 3.2%, 97.2% inside their band and no run above its band's high end (all "
+    "met), but a band median half-width of 22.6% (the calibrate split's sources disagree by "
+    "that much: alpaca-lora's int8 LoRA, 2019 GPT-2 fine-tunes, TRL's QLoRA notebooks)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -236,12 +235,15 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     library's kernels and saved tensors in every layer, as QLoRA was split from LoRA --
     so plain LoRA's band is not set by int8 runs: 141 peaks, 3.5%, 96.5% inside, 1 run above
     (Answer.AI's CPU-offload LoRA), half-width 22.6% (bound raised for it); the median 3.49% ->
-    3.51% with ms-swift's held-out Qwen2.5-3B script (12.5% low; bound raised for it)."""
+    3.51% with ms-swift's held-out Qwen2.5-3B script (12.5% low; bound raised for it). The
+    fragmentation line's class fractions from the replay grids (research/fragmentation_grids.py:
+    eager inference 0.51, full checkpointing 0.26), and the bands refit: 3.2%, 97.2% inside,
+    no run above (Answer.AI's CPU-offload LoRA now inside), half-width 22.6%."""
     s = summarize(held_out)
     assert s["n"] >= 141
-    assert s["median_abs_error"] <= 0.0351
-    assert s["coverage"] >= 0.96
-    assert s["exceeded_but_fits"] <= 1
+    assert s["median_abs_error"] <= 0.0319
+    assert s["coverage"] >= 0.971
+    assert s["exceeded_but_fits"] == 0
     assert s["median_half_width"] <= 0.227
     assert not math.isnan(s["median_signed_error"])
 

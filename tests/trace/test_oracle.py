@@ -155,7 +155,6 @@ KNOWN_FRAMEWORK: dict[tuple[str, str], str] = {
     ("gemma2-2b infer 8k sliding", "kv_cache"): "DynamicSlidingWindowLayer keeps a view of the "
     "whole prefill's keys/values (cache_utils.py update: full_key_states[:, :, -window+1:]), "
     "so the prefill's storage stays until the next step",
-    ("gemma2-2b infer 8k sliding", "total"): "as its kv_cache",
     ("gpt2 infer", "activations"): "GPT-2's eager attention materializes the scores",
     ("bert-base infer", "activations"): "BERT's SDPA with an attention mask: the "
     "memory-efficient kernel, and the encoder's dropout-free copies per layer",

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from .formulas.allocator_overhead import (
     ALLOCATOR_FRAGMENTATION_FRACTION,
+    CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION,
+    EAGER_INFERENCE_FRAGMENTATION_FRACTION,
     FRAGMENTATION_SOURCE,
     INFERENCE_FRAGMENTATION_FRACTION,
     TRAINING_FRAGMENTATION_FRACTION,
@@ -43,6 +45,12 @@ class Overheads:
     inference_fragmentation_ppm: int = ppm(INFERENCE_FRAGMENTATION_FRACTION)
     training_fragmentation_ppm: int = ppm(TRAINING_FRAGMENTATION_FRACTION)
     generic_fragmentation_ppm: int = ppm(ALLOCATOR_FRAGMENTATION_FRACTION)
+    eager_inference_fragmentation_ppm: int = ppm(EAGER_INFERENCE_FRAGMENTATION_FRACTION)
+    """Inference with eager attention; never below ``inference_fragmentation_ppm`` (a profile's
+    measured inference fraction raises it): :meth:`inference_fragmentation`."""
+    checkpointed_training_fragmentation_ppm: int = ppm(CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION)
+    """Training with full activation checkpointing; never below ``training_fragmentation_ppm``:
+    :meth:`training_fragmentation`."""
     fragmentation_source: str = FRAGMENTATION_SOURCE
     nccl_communicator_bytes: int | None = None
     """A measured NCCL communicator's bytes; None: the built-in pair/group values."""
@@ -58,6 +66,21 @@ class Overheads:
     loading; 0 where the context holds them from the start or none were measured)."""
     kernel_images_training_bytes: int = 0
     """The same for a training step (backward and optimizer kernels too)."""
+
+    def inference_fragmentation(self, attention: str) -> int:
+        """The inference fraction, in millionths, for the attention implementation that runs
+        (:func:`vrambudget.core.arch.attention_run`)."""
+        if attention == "eager":
+            return max(self.eager_inference_fragmentation_ppm, self.inference_fragmentation_ppm)
+        return self.inference_fragmentation_ppm
+
+    def training_fragmentation(self, checkpointing: str) -> int:
+        """The training fraction, in millionths, for the workload's activation checkpointing."""
+        if checkpointing == "full":
+            return max(
+                self.checkpointed_training_fragmentation_ppm, self.training_fragmentation_ppm
+            )
+        return self.training_fragmentation_ppm
 
     def kernel_images_bytes(self, kind: str) -> int:
         """The kernel images of a workload kind (``training`` or anything else: inference)."""

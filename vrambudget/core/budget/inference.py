@@ -122,7 +122,8 @@ def inference_stage(
     persistent, terms = inference_terms(w, arch, st, ov)
     rounding = st.weights_rounding_bytes * w.instances
     transient = max([a + lg for _, a, lg in terms])
-    overhead = allocator_bytes(rounding, transient, ov.inference_fragmentation_ppm)
+    fraction = ov.inference_fragmentation(attention_run(w.attention, arch))
+    overhead = allocator_bytes(rounding, transient, fraction)
     # Phases differ only in activations and logits: their totals without a dict per phase.
     base = sum(persistent.values()) + overhead
     totals = tuple([(name, base + a + lg) for name, a, lg in terms])
@@ -136,7 +137,7 @@ def inference_stage(
             st.comm_parts if ov.nccl_communicator_bytes is None else _communication(st, ov)[1],
             w.instances,
         ),
-        C.ALLOCATOR_OVERHEAD: overhead_parts(rounding, transient, ov.inference_fragmentation_ppm),
+        C.ALLOCATOR_OVERHEAD: overhead_parts(rounding, transient, fraction),
         C.CUDA_CONTEXT: ov.context_parts("inference", w.instances),
     }
     if st.kernel_scratch_bytes:
@@ -164,7 +165,8 @@ def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overh
     rounding = st.weights_rounding_bytes * w.instances
     base = sum(persistent.values())
     transient = max(a + lg for _, a, lg in terms)
-    return base + transient + allocator_bytes(rounding, transient, ov.inference_fragmentation_ppm)
+    fraction = ov.inference_fragmentation(attention_run(w.attention, arch))
+    return base + transient + allocator_bytes(rounding, transient, fraction)
 
 
 def _communication(st: StageStatic, ov: Overheads) -> tuple[int, tuple[tuple[str, int], ...]]:

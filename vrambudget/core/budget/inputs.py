@@ -146,8 +146,10 @@ def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, A
         "instances": w.instances,
         "quantization": q.__struct_config__.tag if q is not None else None,
         "fragmentation_fraction": (
-            ov.training_fragmentation_ppm
+            ov.training_fragmentation(w.checkpointing)
             if isinstance(w, TrainingWorkload)
+            else ov.inference_fragmentation(attention_run(w.attention, arch))
+            if isinstance(w, InferenceWorkload) and arch is not None
             else ov.inference_fragmentation_ppm
         )
         / 1_000_000,

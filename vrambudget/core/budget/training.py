@@ -268,7 +268,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     step[C.COMMUNICATION_BUFFERS] = sum(b for _, b in step_comm) * k
     phases.append(("optimizer_step", step))
     transient = max(transients)
-    overhead = allocator_overhead.overhead(rounding, transient, ov.training_fragmentation_ppm)
+    fraction = ov.training_fragmentation(w.checkpointing)
+    overhead = allocator_overhead.overhead(rounding, transient, fraction)
     for name, v in phases:
         if name != "model_init":
             v[C.ALLOCATOR_OVERHEAD] = overhead
@@ -276,9 +277,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         C.ACTIVATIONS: times(act_parts, k),
         C.COMMUNICATION_BUFFERS: times(comm_parts, k),
         C.RUNTIME_WORKSPACE: tuple(extra_ws),
-        C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(
-            rounding, transient, ov.training_fragmentation_ppm
-        ),
+        C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(rounding, transient, fraction),
         C.CUDA_CONTEXT: ov.context_parts("training", w.instances),
     }
     par = w.parallelism

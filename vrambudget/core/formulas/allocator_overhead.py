@@ -16,6 +16,8 @@ from ..units import round_up
 
 __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRACTION",
+    "CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION",
+    "EAGER_INFERENCE_FRAGMENTATION_FRACTION",
     "FORMULA",
     "FRAGMENTATION_SOURCE",
     "INFERENCE_FRAGMENTATION_FRACTION",
@@ -46,13 +48,29 @@ ROUNDING_SOURCE = "c10/cuda/CUDACachingAllocator.cpp (kMinBlockSize = 512)"
 ALLOCATOR_FRAGMENTATION_FRACTION = 0.05
 TRAINING_FRAGMENTATION_FRACTION = 0.21
 INFERENCE_FRAGMENTATION_FRACTION = 0.34
+# Eager attention's scores (the product, scaled and masked copies, the fp32 softmax and the cast
+# back, per layer) are runs of equal-sized large requests whose best fit splits the fp32
+# segments: the median of the replay over research/fragmentation_grids.py's 16 eager
+# workloads (Qwen2.5 0.5B/1.5B, GPT-2, Gemma 2 2B; 0.14-0.74). The H100 and H200 campaigns'
+# eager run measured 0.558 (max_memory_reserved - max_memory_allocated over the same bytes).
+EAGER_INFERENCE_FRAGMENTATION_FRACTION = 0.51
+# Full activation checkpointing: each layer's recomputed forward and its backward temporaries
+# are allocated and freed between the gradients that stay. The median of the replay over
+# research/fragmentation_grids.py's 16 full-checkpointing steps (Qwen2.5 0.5B/1.5B, GPT-2,
+# Granite 3.1 2B; 0.08-0.79); the H100 campaign's two full-checkpointing steps measured 0.334
+# and 0.343.
+CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION = 0.26
 FRAGMENTATION_SOURCE = (
     "median of the trace tier's replay of c10/cuda/CUDACachingAllocator.cpp over its oracle grid "
     "(docs/ACCURACY.md), until calibrated by probes; public measurements bracket it: reserved but "
     "unallocated at OOM time is 0.5% (training) / 1.8% (inference) of allocated (medians of 19 "
     "PyTorch OOM messages), at the peak +59% to +108% of allocated in RL training with varying "
     "shapes (cosmos-rl), -34% with expandable segments (pytorch/torchtune#1185), GMLake "
-    "(ASPLOS'24) 15% less fragmentation on A100 (research/overhead_measurements.md)"
+    "(ASPLOS'24) 15% less fragmentation on A100 (research/overhead_measurements.md); "
+    "inference with eager attention: 0.51, training with full checkpointing: 0.26, the medians "
+    "of the replay over 16 workloads each (research/fragmentation_grids.py; 0.14-0.74 and "
+    "0.08-0.79); measured: 0.558 (eager, an H100 and an H200), 0.334-0.343 (full "
+    "checkpointing, an H100)"
 )
 SOURCE = f"{ROUNDING_SOURCE}; fraction: {FRAGMENTATION_SOURCE}"
 

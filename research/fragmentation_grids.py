@@ -1,0 +1,180 @@
+"""The caching allocator's fragmentation where the oracle grid's medians do not fit, as a
+fraction of the analytic tier's largest transient bytes: the fragmentation line's fractions
+for eager-attention inference and for training with full activation checkpointing
+(``EAGER_INFERENCE_FRAGMENTATION_FRACTION``, ``CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION`` in
+``vrambudget/core/formulas/allocator_overhead.py``).
+
+* Eager attention materializes each layer's scores in the compute dtype and their softmax in
+  fp32 (transformers' ``eager_attention_forward``): per layer a run of equal-sized large
+  requests -- the product, the scaled and the masked scores, the fp32 copy and its softmax,
+  the cast back -- whose best fit splits the fp32 segments and leaves them partly cached.
+* Full checkpointing recomputes each layer's forward inside backward, so a layer's recomputed
+  activations and its gradients' temporaries are allocated and freed between gradients that
+  stay: the cached segments are cut up around them.
+
+For each workload of a grid, the trace tier records transformers' own code (two iterations,
+the default device's GEMM workspaces) and replays it through the allocator model; the
+fraction is (replayed reserved peak - replayed allocated peak) / the analytic tier's
+``largest_transient_bytes``. The constant is the median. ``--campaign`` adds the GPU
+campaigns' runs of the same kind (measured ``max_memory_reserved`` - ``max_memory_allocated``
+over the same bytes), which check it.
+
+Run from the repository root (torch and transformers; a few minutes per grid):
+    python -m research.fragmentation_grids {eager,checkpointing} [--campaign]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from vrambudget.core.estimate import estimate
+from vrambudget.core.spec import BudgetRequest, Workload
+from vrambudget.trace.engine import record_workload_code, request_workspaces
+from vrambudget.trace.replay import replay
+
+__all__ = ["GRIDS", "Row", "campaign_fractions", "fraction", "rows"]
+
+GPU_DATA = Path(__file__).parent / "data" / "gpu"
+SHAPES = ((1, 4096), (4, 2048), (8, 1024), (16, 512))
+"""(batch or micro-batch, tokens per sequence)."""
+GPT2_SHAPES = ((2, 1000), (4, 1000), (8, 1000), (16, 512))
+"""GPT-2's context is 1,024 positions."""
+
+
+def _model(m: str) -> dict[str, str]:
+    return {"source": "preset", "id": m}
+
+
+def _eager(m: str, batch: int, tokens: int) -> dict[str, Any]:
+    return {
+        "kind": "inference",
+        "model": _model(m),
+        "batch_size": batch,
+        "prompt_tokens": tokens,
+        "generated_tokens": 16,
+        "attention": "eager",
+    }
+
+
+def _checkpointing(m: str, batch: int, tokens: int) -> dict[str, Any]:
+    return {
+        "kind": "training",
+        "model": _model(m),
+        "micro_batch_size": batch,
+        "sequence_length": tokens,
+        "checkpointing": "full",
+        "attention": "sdpa",
+    }
+
+
+GRIDS: dict[str, tuple[tuple[str, ...], Callable[[str, int, int], dict[str, Any]]]] = {
+    "eager": (("qwen2.5-0.5b", "qwen2.5-1.5b", "gpt2", "gemma-2-2b"), _eager),
+    # Gemma 2 trains with eager attention (soft-capped logits): Granite 3.1 2B instead.
+    "checkpointing": (("qwen2.5-0.5b", "qwen2.5-1.5b", "gpt2", "granite-3.1-2b"), _checkpointing),
+}
+"""Each grid: its models (4 shapes each), and the request of one workload."""
+
+
+def _grid(kind: str) -> tuple[Workload, ...]:
+    models, make = GRIDS[kind]
+    return tuple(
+        msgspec.convert(make(m, b, t), Workload)
+        for m in models
+        for b, t in (GPT2_SHAPES if m == "gpt2" else SHAPES)
+    )
+
+
+def _matches(kind: str, w: dict[str, Any]) -> bool:
+    if kind == "eager":
+        return w.get("kind") == "inference" and w.get("attention") == "eager"
+    return w.get("kind") == "training" and w.get("checkpointing") == "full"
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    transient: int
+    reserved_minus_allocated: int
+
+    @property
+    def fraction(self) -> float:
+        return self.reserved_minus_allocated / self.transient
+
+
+def _transient(w: Workload) -> int:
+    """The analytic tier's ``largest_transient_bytes``: what its fraction multiplies."""
+    return int(estimate((w,)).devices[0].inputs["largest_transient_bytes"])
+
+
+def _name(w: Any) -> str:
+    batch = getattr(w, "batch_size", None) or w.micro_batch_size
+    tokens = getattr(w, "prompt_tokens", None) or w.sequence_length
+    return f"{w.model.id} {batch} x {tokens}"
+
+
+def rows(kind: str) -> list[Row]:
+    out = []
+    for w in _grid(kind):
+        trace, _ = record_workload_code(
+            w,  # type: ignore[arg-type]
+            workspaces=request_workspaces(BudgetRequest(workloads=(w,), method="trace")),
+        )
+        r = replay(trace)
+        out.append(Row(_name(w), _transient(w), r.peak_reserved_bytes - r.peak_allocated_bytes))
+    return out
+
+
+def fraction(found: list[Row]) -> float:
+    return statistics.median(r.fraction for r in found)
+
+
+def campaign_fractions(kind: str) -> list[tuple[str, str, float]]:
+    """(file, run, measured reserved - allocated over the analytic transient bytes) of every
+    campaign run of the grid's kind. Training runs count only from campaigns that kept the
+    optimizer state across iterations (``training_loop``): the earlier ones measured steps
+    without the AdamW moments."""
+    out = []
+    for path in sorted(GPU_DATA.glob("gpu_campaign_*.json")):
+        doc = json.loads(path.read_text())
+        for r in doc["results"]:
+            w = r.get("workload") or {}
+            m = r.get("measured") or {}
+            if not _matches(kind, w) or not m.get("torch_max_memory_reserved"):
+                continue
+            if w.get("kind") == "training" and not doc.get("training_loop"):
+                continue
+            gap = m["torch_max_memory_reserved"] - m["torch_max_memory_allocated"]
+            out.append((path.name, r["name"], gap / _transient(msgspec.convert(w, Workload))))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("grid", choices=sorted(GRIDS))
+    p.add_argument("--campaign", action="store_true", help="also the GPU campaigns' runs")
+    args = p.parse_args(argv)
+    found = rows(args.grid)
+    print("| workload | transient, MiB | reserved - allocated, MiB | fraction |")
+    print("| --- | ---: | ---: | ---: |")
+    for r in found:
+        print(
+            f"| {r.name} | {r.transient / 2**20:,.0f} | "
+            f"{r.reserved_minus_allocated / 2**20:,.0f} | {r.fraction:.3f} |"
+        )
+    fs = sorted(r.fraction for r in found)
+    print(f"\nmedian {fraction(found):.3f} over {len(fs)} (range {fs[0]:.3f} .. {fs[-1]:.3f})")
+    if args.campaign:
+        for name, run, f in campaign_fractions(args.grid):
+            print(f"{name} {run}: measured {f:.3f}")
+
+
+if __name__ == "__main__":
+    main()
