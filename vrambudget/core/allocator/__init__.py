@@ -39,7 +39,8 @@ Not modelled exactly:
   on the measured H100 and H200 runs: with rising addresses the replay of a batched eager-attention
   prefill (Qwen2.5-0.5B, 4 x 2,048 tokens) reserved 18.9% less than measured, with falling ones
   it is within 2 MiB of ``max_memory_reserved`` and within 1 MiB of the inactive-split peak
-  (``research/allocator_addresses.py`` replays the campaign's fifteen runs both ways).
+  (``research/allocator_addresses.py`` replays the campaign's fourteen single-stream runs both
+  ways).
   Addresses only break ties between free blocks of equal size (``BlockComparatorSize``) and
   order the expandable search, but a tie-break decides which segment a request splits, and so
   later merges and whether the next large request fits in the cache. A driver that reuses freed
