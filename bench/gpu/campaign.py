@@ -294,6 +294,17 @@ def matrix(dry_run: bool = False) -> list[Case]:
             train(2, 1024, checkpointing="selective", attention="eager"),
             "selective recomputation (built-in only: no transformers option) with eager attention",
         ),
+        Case(
+            "framework-full-checkpointing-1.5b",
+            "framework",
+            {
+                **train(4, 2048, checkpointing="full"),
+                **({} if dry_run else {"model": {"source": "preset", "id": "qwen2.5-1.5b"}}),
+            },
+            "the fragmentation grid's most fragmented step (research/fragmentation_grids.py: "
+            "the replay reserves 0.76 of the transient bytes beyond allocated, the analytic "
+            "fraction is 0.26)",
+        ),
     ]
     cases[3:3] = _agent_cases(model, infer, dry_run)
     return [dataclasses.replace(c, time_limit_s=limit) for c in cases]
