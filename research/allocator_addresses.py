@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 
+from research.gpu_campaign import GPU_DATA
 from vrambudget.core.spec import BudgetRequest, TraceOptions, Workload
 from vrambudget.core.spec.requests import CatalogDevice
 from vrambudget.trace.engine import record_workload_code, request_workspaces
@@ -36,7 +37,6 @@ from vrambudget.trace.replay import replay
 
 __all__ = ["Row", "main", "rows"]
 
-GPU_DATA = Path(__file__).parent / "data" / "gpu"
 CAMPAIGNS = "gpu_campaign_2026-12-05T*_h100-sxm5-80gb.json"
 EXCLUDED = {
     # 16 threads on 16 streams: the model replays one stream.

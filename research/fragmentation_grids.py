@@ -19,30 +19,45 @@ fraction is (replayed reserved peak - replayed allocated peak) / the analytic ti
 campaigns' runs of the same kind (measured ``max_memory_reserved`` - ``max_memory_allocated``
 over the same bytes), which check it.
 
-Run from the repository root (torch and transformers; a few minutes per grid):
-    python -m research.fragmentation_grids {eager,checkpointing} [--campaign]
+Run from the repository root (torch and transformers; a few minutes per grid); ``--write``
+records the rows in ``research/data/fragmentation_grids.json``:
+    python -m research.fragmentation_grids {eager,checkpointing} [--campaign] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from research.gpu_campaign import GPU_DATA
 from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest, Workload
 from vrambudget.trace.engine import record_workload_code, request_workspaces
 from vrambudget.trace.replay import replay
 
-__all__ = ["GRIDS", "Row", "campaign_fractions", "fraction", "rows"]
+__all__ = [
+    "GRIDS",
+    "RESULTS",
+    "Row",
+    "campaign_fractions",
+    "fraction",
+    "grid",
+    "recorded",
+    "row",
+    "rows",
+    "workload_name",
+]
 
-GPU_DATA = Path(__file__).parent / "data" / "gpu"
+RESULTS = Path(__file__).parent / "data" / "fragmentation_grids.json"
+"""Each grid's rows as the last ``--write`` replayed them (the fractions' constants are their
+medians: tests/research/test_fragmentation_grids.py)."""
 SHAPES = ((1, 4096), (4, 2048), (8, 1024), (16, 512))
 """(batch or micro-batch, tokens per sequence)."""
 GPT2_SHAPES = ((2, 1000), (4, 1000), (8, 1000), (16, 512))
@@ -83,7 +98,7 @@ GRIDS: dict[str, tuple[tuple[str, ...], Callable[[str, int, int], dict[str, Any]
 """Each grid: its models (4 shapes each), and the request of one workload."""
 
 
-def _grid(kind: str) -> tuple[Workload, ...]:
+def grid(kind: str) -> tuple[Workload, ...]:
     models, make = GRIDS[kind]
     return tuple(
         msgspec.convert(make(m, b, t), Workload)
@@ -98,7 +113,7 @@ def _matches(kind: str, w: dict[str, Any]) -> bool:
     return w.get("kind") == "training" and w.get("checkpointing") == "full"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Row:
     name: str
     transient: int
@@ -114,22 +129,30 @@ def _transient(w: Workload) -> int:
     return int(estimate((w,)).devices[0].inputs["largest_transient_bytes"])
 
 
-def _name(w: Any) -> str:
+def workload_name(w: Any) -> str:
     batch = getattr(w, "batch_size", None) or w.micro_batch_size
     tokens = getattr(w, "prompt_tokens", None) or w.sequence_length
     return f"{w.model.id} {batch} x {tokens}"
 
 
+def row(w: Workload) -> Row:
+    """One workload's replay (two iterations, the default device's GEMM workspaces)."""
+    trace, _ = record_workload_code(
+        w,  # type: ignore[arg-type]
+        workspaces=request_workspaces(BudgetRequest(workloads=(w,), method="trace")),
+    )
+    r = replay(trace)
+    return Row(workload_name(w), _transient(w), r.peak_reserved_bytes - r.peak_allocated_bytes)
+
+
 def rows(kind: str) -> list[Row]:
-    out = []
-    for w in _grid(kind):
-        trace, _ = record_workload_code(
-            w,  # type: ignore[arg-type]
-            workspaces=request_workspaces(BudgetRequest(workloads=(w,), method="trace")),
-        )
-        r = replay(trace)
-        out.append(Row(_name(w), _transient(w), r.peak_reserved_bytes - r.peak_allocated_bytes))
-    return out
+    return [row(w) for w in grid(kind)]
+
+
+def recorded(kind: str) -> list[Row]:
+    """The grid's rows as :data:`RESULTS` holds them."""
+    doc = json.loads(RESULTS.read_text())
+    return [Row(**r) for r in doc[kind]]
 
 
 def fraction(found: list[Row]) -> float:
@@ -160,8 +183,13 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("grid", choices=sorted(GRIDS))
     p.add_argument("--campaign", action="store_true", help="also the GPU campaigns' runs")
+    p.add_argument("--write", action="store_true", help=f"record the rows in {RESULTS.name}")
     args = p.parse_args(argv)
     found = rows(args.grid)
+    if args.write:
+        doc = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        doc[args.grid] = [dataclasses.asdict(r) for r in found]
+        RESULTS.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print("| workload | transient, MiB | reserved - allocated, MiB | fraction |")
     print("| --- | ---: | ---: | ---: |")
     for r in found:

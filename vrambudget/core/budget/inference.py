@@ -18,7 +18,7 @@ from ..spec import InferenceWorkload
 from ..statics import StageStatic
 from .stage import StageNumbers, peak, times
 
-__all__ = ["inference_stage", "inference_terms", "inference_total"]
+__all__ = ["fragmentation_ppm", "inference_stage", "inference_terms", "inference_total"]
 
 C = Component
 
@@ -116,13 +116,19 @@ def inference_terms(
     return persistent, phases
 
 
+def fragmentation_ppm(w: InferenceWorkload, arch: Arch, ov: Overheads) -> int:
+    """The fragmentation fraction (millionths) of ``w``'s allocator-overhead line: the eager
+    one where the attention that runs is eager (:meth:`Overheads.inference_fragmentation`)."""
+    return ov.inference_fragmentation(attention_run(w.attention, arch))
+
+
 def inference_stage(
     w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
 ) -> StageNumbers:
     persistent, terms = inference_terms(w, arch, st, ov)
     rounding = st.weights_rounding_bytes * w.instances
     transient = max([a + lg for _, a, lg in terms])
-    fraction = ov.inference_fragmentation(attention_run(w.attention, arch))
+    fraction = fragmentation_ppm(w, arch, ov)
     overhead = allocator_bytes(rounding, transient, fraction)
     # Phases differ only in activations and logits: their totals without a dict per phase.
     base = sum(persistent.values()) + overhead
@@ -165,7 +171,7 @@ def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overh
     rounding = st.weights_rounding_bytes * w.instances
     base = sum(persistent.values())
     transient = max(a + lg for _, a, lg in terms)
-    fraction = ov.inference_fragmentation(attention_run(w.attention, arch))
+    fraction = fragmentation_ppm(w, arch, ov)
     return base + transient + allocator_bytes(rounding, transient, fraction)
 
 

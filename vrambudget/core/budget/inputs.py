@@ -23,6 +23,7 @@ from ..spec import (
 )
 from ..stack import Stack
 from ..statics import effective_precision, statics_for
+from .inference import fragmentation_ppm
 
 __all__ = ["INPUT_NAMES", "inputs", "kind", "summary", "warnings"]
 
@@ -148,7 +149,7 @@ def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, A
         "fragmentation_fraction": (
             ov.training_fragmentation(w.checkpointing)
             if isinstance(w, TrainingWorkload)
-            else ov.inference_fragmentation(attention_run(w.attention, arch))
+            else fragmentation_ppm(w, arch, ov)
             if isinstance(w, InferenceWorkload) and arch is not None
             else ov.inference_fragmentation_ppm
         )

@@ -58,7 +58,8 @@ EAGER_INFERENCE_FRAGMENTATION_FRACTION = 0.51
 # are allocated and freed between the gradients that stay. The median of the replay over
 # research/fragmentation_grids.py's 16 full-checkpointing steps (Qwen2.5 0.5B/1.5B, GPT-2,
 # Granite 3.1 2B; 0.08-0.79); the H100 campaign's two full-checkpointing steps measured 0.334
-# and 0.343.
+# and 0.343. Both grids' rows: research/data/fragmentation_grids.json, held to these constants
+# by tests/research/test_fragmentation_grids.py.
 CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION = 0.26
 FRAGMENTATION_SOURCE = (
     "median of the trace tier's replay of c10/cuda/CUDACachingAllocator.cpp over its oracle grid "
