@@ -211,3 +211,29 @@ def test_lora_over_an_int8_base_is_its_own_class(method, quantization, cls) -> N
         assert math.isclose(rule.low, math.exp(mid - half))
         assert math.isclose(rule.high, math.exp(mid + half))
         assert "training workloads" in rule.basis
+
+
+def test_a_framework_cell_from_too_few_sources_yields_to_a_class_with_enough() -> None:
+    """A class band from min_sources or more sources holds for a new source of any of its
+    frameworks; a framework's cell from fewer would be widened past it. So the cell is used
+    only where it has the sources too (or the class lacks them as well). From the committed
+    file, by hand: every such class, its band exactly, unwidened."""
+    checked = 0
+    for key, cell in BANDS["classes"].items():
+        cls, _, framework = key.partition("|")
+        c = BANDS["classes"].get(cls)
+        if (
+            not framework
+            or c is None
+            or cell["measurements"] < BANDS["min_measurements"]
+            or cell["sources"] >= BANDS["min_sources"]
+            or c["sources"] < BANDS["min_sources"]
+            or c["measurements"] < BANDS["min_measurements"]
+        ):
+            continue
+        rule = band_rule((cls,), resolve_stack(Software(framework=framework)))
+        assert math.isclose(rule.low, math.exp(c["log_low"]))
+        assert math.isclose(rule.high, math.exp(c["log_high"]))
+        assert f"of {cls} (" in rule.basis and f"on {framework}" not in rule.basis
+        checked += 1
+    assert checked >= 2  # QLoRA and full training on transformers

@@ -840,3 +840,64 @@ def test_an_offloaded_optimizer_takes_the_gradient_partition_to_the_host() -> No
     w = {**QWEN05_FULL, "parallelism": {"data": 2, "zero_stage": 2, "offload_optimizer": True}}
     host = next(i for i in _budget(w).host_ram.items if "gradient partition" in i.item)
     assert host.bytes == 2 * (494_032_768 * 2 * 2 // 2 + 494_032_768)
+
+
+def test_a_request_may_name_whether_qlora_upcasts_the_unquantized_parameters() -> None:
+    """``software.qlora_upcast`` false keeps embed_tokens and lm_head in the model's dtype where
+    the framework's rule is PEFT's fp32 upcast (transformers). Llama 3.1 8B in bf16, 1 x 4,096
+    tokens, full checkpointing: the 1,050,939,392 unquantized parameters x (4 - 2) B =
+    2,101,878,784 B less of weights, and the 32 layer inputs that full recomputation keeps go
+    from fp32 to bf16: 32 x 4,096 x 4,096 x (4 - 2) = 1,073,741,824 B less. The answer names
+    the rule as the request's. axolotl casts them back itself (its own rule, the same bytes),
+    after a start-up upcast (a model_init phase) that ``embeddings_skip_upcast: true`` --
+    ``qlora_upcast`` false -- does not run."""
+    w = {**TRAIN, "precision": {"weights": "bf16"}, "method": {"kind": "qlora", "rank": 16}}
+    upcast = _budget(w, {"framework": "transformers"})
+    kept = _budget(w, {"framework": "transformers", "qlora_upcast": False})
+    axolotl = _budget(w, {"framework": "axolotl"})
+    skip = _budget(w, {"framework": "axolotl", "qlora_upcast": False})
+    assert _lines(axolotl)[C.WEIGHTS] == _lines(skip)[C.WEIGHTS] == _lines(kept)[C.WEIGHTS]
+    assert "model_init" in _phases(axolotl) and "model_init" not in _phases(skip)
+    assert _lines(upcast)[C.WEIGHTS] - _lines(kept)[C.WEIGHTS] == 2_101_878_784
+
+    def layer_inputs(b) -> int:
+        line = next(x for x in b.devices[0].lines if x.component == C.ACTIVATIONS)
+        return next(p.bytes for p in line.parts if p.name == "layer inputs (full recomputation)")
+
+    assert layer_inputs(upcast) - layer_inputs(kept) == 32 * 4_096 * 4_096 * 2 == 1_073_741_824
+    rule = next(x for x in kept.stack.behaviours if x.name == "qlora_unquantized_dtype")
+    assert "software.qlora_upcast false" in rule.assumed
+    # and the other way round: TRL 0.22's rule overridden
+    trl = {"libraries": {"trl": "0.22.0"}}
+    assert (
+        _lines(_budget(w, {**trl, "qlora_upcast": True}))[C.WEIGHTS]
+        == (_lines(_budget(w))[C.WEIGHTS])
+    )
+
+
+def test_prepare_model_for_kbit_training_is_a_model_init_phase() -> None:
+    """PEFT's prepare_model_for_kbit_training casts each unquantized parameter to fp32 in turn:
+    while the last large one is converted its bf16 original is live next to every fp32 copy.
+    Llama 3.1 8B QLoRA in bf16: the embedding and the LM head are 128,256 x 4,096 each, so the
+    phase holds the model's own bytes plus the LM head's bf16 original, 1,050,673,152 B; under
+    TRL 0.22-0.24, which casts them back to bf16 before training, the model's bytes are bf16
+    and the phase adds the upcast as well: 1,050,939,392 parameters x 2 B = 2,101,878,784 B.
+    TRL 0.25 upcasts the norms only: no phase."""
+    w = {**TRAIN, "precision": {"weights": "bf16"}, "method": {"kind": "qlora", "rank": 16}}
+    head = 128_256 * 4_096 * 2
+    assert head == 1_050_673_152
+
+    def held(b) -> int:  # what every phase holds: the model, adapters and the context
+        lines = _lines(b)
+        return sum(
+            lines.get(c, 0)
+            for c in (C.WEIGHTS, C.QUANTIZATION_METADATA, C.ADAPTERS, C.CUDA_CONTEXT)
+        )
+
+    peft = _budget(w)
+    assert _phases(peft)["model_init"] == held(peft) + head
+    trl = _budget(w, {"libraries": {"trl": "0.24.0"}})
+    assert _phases(trl)["model_init"] == held(trl) + 2_101_878_784 + head
+    assert held(peft) - held(trl) == 2_101_878_784
+    assert "model_init" not in _phases(_budget(w, {"libraries": {"trl": "0.25.0"}}))
+    assert "model_init" not in _phases(_budget(w, {"framework": "torchtune"}))

@@ -131,9 +131,10 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.2%, 97.2% inside their band and no run above its band's high end (all "
-    "met), but a band median half-width of 22.6% (the calibrate split's sources disagree by "
-    "that much: alpaca-lora's int8 LoRA, 2019 GPT-2 fine-tunes, TRL's QLoRA notebooks)",
+    "peaks median 3.2%, 96.5% inside their band and no run above its band's high end (all "
+    "met), but a band median half-width of 15.8% (the calibrate split's sources disagree by "
+    "that much: alpaca-lora's int8 LoRA, 2019 GPT-2 fine-tunes; and classes resting on fewer "
+    "than 9 sources are widened)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -238,13 +239,22 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     3.51% with ms-swift's held-out Qwen2.5-3B script (12.5% low; bound raised for it). The
     fragmentation line's class fractions from the replay grids (research/fragmentation_grids.py:
     eager inference 0.51, full checkpointing 0.26), and the bands refit: 3.2%, 97.2% inside,
-    no run above (Answer.AI's CPU-offload LoRA now inside), half-width 22.6%."""
+    no run above (Answer.AI's CPU-offload LoRA now inside), half-width 22.6%. QLoRA's start-up
+    upcast as a model-init phase (TRL's 14B T4 notebook 21% low -> 0.2% over) and axolotl's
+    embeddings_skip_upcast as software.qlora_upcast false (its 14B T4 notebook 51% -> 13% over):
+    the QLoRA band x0.66..x1.26 -> x0.82..x1.16, half-width 17.0%. axolotl's own rule read from
+    its source (norms, embeddings and LM head cast back to the model's dtype after PEFT's
+    upcast): its 2023 QLoRA example 22% -> 3% over, the band's low end x0.82 -> x0.87; torchtune's
+    README 8B QLoRA on a 4090 (held out, 20.5% over, the safe side) now lies below it: 96.5%
+    inside (bound lowered for it, on the low side only), half-width 17.0%. A framework's cell
+    from too few sources yields to a class band from enough (QLoRA and full training on
+    transformers): half-width 15.8%."""
     s = summarize(held_out)
     assert s["n"] >= 141
     assert s["median_abs_error"] <= 0.0319
-    assert s["coverage"] >= 0.971
+    assert s["coverage"] >= 0.964
     assert s["exceeded_but_fits"] == 0
-    assert s["median_half_width"] <= 0.227
+    assert s["median_half_width"] <= 0.159
     assert not math.isnan(s["median_signed_error"])
 
 

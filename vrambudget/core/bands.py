@@ -167,14 +167,21 @@ def _default_framework() -> str:
 @lru_cache(maxsize=1024)
 def _rule(cls: str, framework: str, named: bool) -> BandRule:
     """The class's band: its own (or its framework's, where that cell has enough
-    measurements), widened where the measurements come from fewer sources than a new source's
-    bias can be bounded with, or the stack's framework was never measured in the class; a class
-    with too few measurements takes its family's band, widened."""
+    measurements, and enough sources unless the class lacks them too: a class band from
+    enough sources holds for a new source of any of its frameworks, a cell from too few
+    would be widened past it), widened where the measurements come from fewer sources than a
+    new source's bias can be bounded with, or the stack's framework was never measured in the
+    class; a class with too few measurements takes its family's band, widened."""
     b = _bands()
     pct = f"{100 * b.coverage:.0f}%"
     cell = b.classes.get(f"{cls}|{framework}")
     c = b.classes.get(cls)
-    if cell is not None and cell.measurements >= b.min_measurements:
+    if (
+        cell is not None
+        and cell.measurements >= b.min_measurements
+        # the framework's own cell, unless it rests on too few sources where the class does not
+        and (cell.sources >= b.min_sources or c is None or c.sources < b.min_sources)
+    ):
         base, words = cell, f"{cls} on {framework}"
     elif c is not None and c.measurements >= b.min_measurements:
         base, words = c, cls

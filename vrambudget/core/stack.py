@@ -123,6 +123,10 @@ class Stack:
     qlora_upcast: bool
     """QLoRA: the parameters left unquantized (embeddings, LM head, norms) are cast to fp32
     (PEFT's ``prepare_model_for_kbit_training``); false: they keep the weights' dtype."""
+    kbit_init_upcast: bool
+    """QLoRA: PEFT's ``prepare_model_for_kbit_training`` runs at start-up and casts the
+    unquantized parameters to fp32 one by one (a parameter's 16-bit original and its fp32 copy
+    are live together), whether or not they are cast back before training (TRL 0.22-0.24)."""
     rms_norm: RmsNorm
     """What the framework's RMSNorm keeps for backward (:data:`RmsNorm`)."""
     fused_swiglu: bool
@@ -449,7 +453,8 @@ _KBIT_FP32 = _B(
     name="qlora_unquantized_dtype",
     assumed="the parameters QLoRA does not quantize (embeddings, LM head, norms) are cast to "
     "fp32, except in sharded QLoRA (ZeRO-3 / FSDP over several replicas), where every "
-    "parameter keeps the model's dtype",
+    "parameter keeps the model's dtype; the cast runs one parameter at a time at start-up, so "
+    "the last large one's 16-bit original is live next to the fp32 copies (a model-init phase)",
     source="peft utils/other.py prepare_model_for_kbit_training (casts every fp16/bf16 "
     "parameter that is not 4-bit to fp32), called by most QLoRA scripts and by TRL's "
     "SFTTrainer before 0.22 (trl 0.21.0 sft_trainer.py lines 600-610: not for sharded QLoRA, "
@@ -481,9 +486,9 @@ _KBIT_TRL = _B(
     assumed="the parameters QLoRA does not quantize keep the model's dtype while training: "
     "TRL 0.22-0.24 upcast them to fp32 (PEFT's prepare_model_for_kbit_training) and, under "
     "bf16, cast the embeddings and LM head back (norms stay fp32); 0.25 upcasts the norms "
-    "only; 0.26 on do neither. Not counted: the fp32 copies 0.22-0.24 make at start-up, "
-    "which stay cached in the allocator's reserved memory, and the fp32 embeddings they keep "
-    "when training in fp16",
+    "only; 0.26 on do neither. The fp32 copies 0.22-0.24 make at start-up are a model-init "
+    "phase (every unquantized parameter in fp32 with the largest one's 16-bit original); not "
+    "counted: the fp32 embeddings they keep when training in fp16",
     source="trl 0.22.0 trainer/sft_trainer.py line 694 -> models/utils.py prepare_peft_model "
     "lines 514-560 (prepare_model_for_kbit_training, then peft_module_casting_to_bf16 when "
     "args.bf16); trl 0.25.1 models/utils.py line 475 (its own prepare_model_for_kbit_training: "
@@ -516,6 +521,35 @@ _KBIT_LITGPT = _B(
     source="lightning 2.1.0 fabric/plugins/precision/bitsandbytes.py _convert_layers (replaces "
     "each torch.nn.Linear not in ignore_modules; LitGPT finetune/lora.py passes none: "
     "BitsandbytesPrecision(quantize[4:], dtype))",
+)
+_KBIT_AXOLOTL = _B(
+    name="qlora_unquantized_dtype",
+    assumed="PEFT's prepare_model_for_kbit_training casts the parameters QLoRA does not "
+    "quantize to fp32 at start-up, then axolotl casts the norms, embeddings and LM head back to "
+    "the model's dtype for any LoRA or QLoRA not sharded by FSDP: they train in the model's "
+    "dtype, and the fp32 copies of start-up are a model-init phase (none with "
+    "embeddings_skip_upcast: name software.qlora_upcast false)",
+    source="axolotl 0.5.2 utils/models.py lines 1069-1089 and 0.9.1 lines 1330-1346 "
+    "(needs_fa2_dtype for every adapter -> convert_embedding_modules_dtype(dist_dtype="
+    "cfg.torch_dtype) after prepare_model)",
+)
+_KBIT_NAMED_FP32 = _B(
+    name="qlora_unquantized_dtype",
+    assumed="the parameters QLoRA does not quantize (embeddings, LM head, norms) are cast to "
+    "fp32, as the request says (software.qlora_upcast true); the fp32 embeddings make every "
+    "layer's input fp32",
+    source="peft utils/other.py prepare_model_for_kbit_training (casts every fp16/bf16 "
+    "parameter that is not 4-bit to fp32)",
+)
+_KBIT_NAMED_KEPT = _B(
+    name="qlora_unquantized_dtype",
+    assumed="the embeddings and LM head keep the model's dtype, as the request says "
+    "(software.qlora_upcast false); norms cast to fp32 are counted at the model's dtype (a "
+    "few kilobytes per layer)",
+    source="axolotl 0.9.1 monkeypatch/peft/utils.py PATCHED_PREPARE_CODE (with "
+    "embeddings_skip_upcast, prepare_model_for_kbit_training skips embed_tokens and lm_head) "
+    "and utils/models.py lines 1305-1315 (no fp32 conversion of the embedding modules for a "
+    "4-bit model); trl 0.22.0 models/utils.py peft_module_casting_to_bf16",
 )
 _NORM_UPCAST = _B(
     name="rms_norm",
@@ -762,10 +796,19 @@ def _resolve(software: Software | None) -> Stack:
         behaviours.append(_NF4_INIT)
     litgpt = framework == "litgpt"
     trl = sw.libraries.trl
-    qlora_upcast = framework not in ("torchtune", "litgpt", "unsloth") and not (
-        trl is not None and version_tuple(trl) >= (0, 22)
-    )
-    behaviours.append(_qlora_dtype_behaviour(framework, version, qlora_upcast))
+    # TRL 0.22-0.24 run PEFT's prepare_model_for_kbit_training and then cast the embeddings
+    # and LM head back to bf16 (prepare_peft_model); 0.25 upcasts the norms only, 0.26 nothing.
+    trl_cast_back = trl is not None and (0, 22) <= version_tuple(trl) < (0, 25)
+    if sw.qlora_upcast is not None:
+        qlora_upcast = kbit_init_upcast = sw.qlora_upcast
+        behaviours.append(_KBIT_NAMED_FP32 if qlora_upcast else _KBIT_NAMED_KEPT)
+    else:
+        # axolotl casts them back to the model's dtype after PEFT's upcast, as TRL 0.22-0.24 do.
+        qlora_upcast = framework not in ("torchtune", "litgpt", "unsloth", "axolotl") and not (
+            trl is not None and version_tuple(trl) >= (0, 22)
+        )
+        kbit_init_upcast = qlora_upcast or trl_cast_back or framework == "axolotl"
+        behaviours.append(_qlora_dtype_behaviour(framework, version, qlora_upcast))
     if framework == "unsloth":
         behaviours.append(_UNSLOTH_LORA)
     if litgpt:
@@ -802,6 +845,7 @@ def _resolve(software: Software | None) -> Stack:
         untied_head=litgpt,
         qlora_head_quantized=litgpt,
         qlora_upcast=qlora_upcast,
+        kbit_init_upcast=kbit_init_upcast,
         rms_norm=rms_norm,
         fused_swiglu=fused_swiglu,
         fused_qkv=litgpt,
@@ -882,6 +926,8 @@ def _qlora_dtype_behaviour(framework: str, version: str, upcast: bool) -> StackB
         return _KBIT_KEPT_ADAPTED if version_tuple(version) < (0, 3) else _KBIT_KEPT
     if framework == "unsloth":
         return _KBIT_UNSLOTH
+    if framework == "axolotl":
+        return _KBIT_AXOLOTL
     return _KBIT_FP32 if upcast else _KBIT_TRL
 
 

@@ -4,6 +4,7 @@ gradients, activations and logits; the peak phase's total and its itemized parts
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 from ..allocator.nf4_init import replay_nf4_init
@@ -34,7 +35,15 @@ from ..layout import per_device_shape
 from ..overheads import Overheads
 from ..spec import FullFineTune, QLoRA, TrainingWorkload
 from ..stack import LIGER_GLU_FAMILIES, Stack
-from ..statics import StageStatic, fixed_bytes, head_groups, residual_bytes
+from ..statics import (
+    StageStatic,
+    effective_precision,
+    fixed_bytes,
+    head_groups,
+    residual_bytes,
+    stage_statics,
+    training_plan,
+)
 from .stage import StageNumbers, finish, times
 
 __all__ = ["training_stage"]
@@ -257,7 +266,11 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         step[C.GRADIENTS] += st.step_upcast_bytes * k
     else:
         step[C.OPTIMIZER_STATE] += st.step_temporary_bytes * k
-    init = _nf4_init(w, arch, st, ov) or _zero3_module_init(w, arch, st, ov)
+    init = (
+        _nf4_init(w, arch, st, ov)
+        or _zero3_module_init(w, arch, st, ov)
+        or _kbit_init(w, arch, st, ov)
+    )
     if init is not None:
         phases.insert(0, ("model_init", init.phase))  # before the first step
     step_comm = tuple(
@@ -413,6 +426,72 @@ def _nf4_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -
         C.ALLOCATOR_OVERHEAD: ((NF4_INIT_PART, cached),),
     }
     return _Init(phase, parts)
+
+
+KBIT_INIT_PART = (
+    "fp32 copies of the unquantized parameters that prepare_model_for_kbit_training makes at "
+    "start-up, with the last large one's 16-bit original"
+)
+
+
+def _kbit_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> _Init | None:
+    """PEFT's ``prepare_model_for_kbit_training`` at start-up (peft 0.17.1 utils/other.py lines
+    151-156): every 16-bit parameter that is not 4-bit gets ``param.data =
+    param.data.to(torch.float32)``, one at a time, so while the last large one (the LM head,
+    or the tied embedding) is converted its 16-bit original and its fp32 copy are both live,
+    next to every earlier one already in fp32: the model's 4-bit layers, the unquantized
+    parameters in fp32 and the largest one's 16-bit bytes once more. TRL 0.22-0.24 then cast
+    the embeddings and LM head back to bf16 (trl 0.24.0 models/utils.py lines 503-510 and
+    560-561), which holds no more than that (the fp32 embedding and its bf16 copy, the fp32
+    head). Allocated bytes, a floor under the reserved peak. None where it does not run or is
+    not modelled: another stack, LoRA, sharded QLoRA (TRL skips it for parameters on the CPU
+    or meta device), tensor or pipeline parallelism, several instances."""
+    par = w.parallelism
+    if (
+        not ov.stack.kbit_init_upcast
+        or not isinstance(w.method, QLoRA)
+        or par.tensor * par.pipeline != 1
+        or (par.zero_stage >= 3 and par.data > 1)
+        or w.instances != 1
+    ):
+        return None
+    plain = bytes_of(w.precision.weights)
+    if plain >= 4:
+        return None  # nothing to upcast
+    unquantized = tuple(
+        g
+        for g in (*arch.embeddings, *arch.head)
+        if g.role in (Role.EMBEDDING, Role.LM_HEAD) and not fixed_bytes(g, w.precision.weights)
+    )
+    largest = max((g.rows * g.cols * plain for g in unquantized), default=0)
+    if not largest:
+        return None
+    # Every unquantized parameter in fp32: the statics' own count where the stack keeps them
+    # so (PEFT), else the upcast's bytes on top of the 16-bit ones they hold (TRL 0.22-0.24).
+    live = (0 if ov.stack.qlora_upcast else _upcast_bytes(w, arch, ov.stack)) + largest
+    phase = {
+        C.WEIGHTS: st.weights_bytes,
+        C.QUANTIZATION_METADATA: st.metadata_bytes,
+        C.ADAPTERS: st.adapter_bytes,
+        C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
+        C.RUNTIME_WORKSPACE: live,
+    }
+    return _Init(phase, {C.RUNTIME_WORKSPACE: ((KBIT_INIT_PART, live),)})
+
+
+def _upcast_bytes(w: TrainingWorkload, arch: Arch, stack: Stack) -> int:
+    """What PEFT's fp32 upcast adds to the weights: the statics with it less those without."""
+    plan = training_plan(w, stack)
+    precision = effective_precision(w, stack)
+    kept = stage_statics(arch, precision, w.parallelism, plan, stack.untied_head)
+    up = stage_statics(
+        arch,
+        precision,
+        w.parallelism,
+        dataclasses.replace(plan, kbit_upcast=True),
+        stack.untied_head,
+    )
+    return up[0].weights_bytes - kept[0].weights_bytes
 
 
 ZERO3_WHOLE_MODEL_PART = "the whole model, moved to the device before ZeRO-3 partitions it"

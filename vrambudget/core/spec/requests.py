@@ -343,6 +343,19 @@ class Software(Wire, frozen=True, kw_only=True):
             "eager, which is the larger."
         ),
     ] = False
+    qlora_upcast: Annotated[
+        bool | None,
+        Meta(
+            description="QLoRA only: whether the parameters the 4-bit base leaves unquantized "
+            "(embeddings, LM head) are cast to fp32 for training, as PEFT's "
+            "`prepare_model_for_kbit_training` does; fp32 embeddings also make every layer's "
+            "input fp32; the cast runs at start-up (a `model_init` phase). `false`: they keep "
+            "the model's dtype from the start (axolotl's `embeddings_skip_upcast: true`). "
+            "Default: the framework's rule, named in the answer's `stack` (fp32 for PEFT's "
+            "scripts and TRL before 0.22; the model's dtype for axolotl and TRL 0.22-0.24, which "
+            "cast them back after the start-up upcast, TRL 0.25+, torchtune, LitGPT, Unsloth)."
+        ),
+    ] = None
     zero_init: Annotated[
         bool | None,
         Meta(
