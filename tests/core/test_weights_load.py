@@ -52,3 +52,13 @@ def test_sglang_fuses_qkv_and_gate_up_per_rank() -> None:
     assert sizes.count(7_168 // 4 * 2) == 64  # the fused q/k/v bias
     per_layer = loaded_reserved_bytes(projections)
     assert per_layer - sum(projections) == 3 * MiB + MiB // 2
+
+
+def test_sglang_stacks_the_routed_experts_gate_and_up_in_one_tensor() -> None:
+    """FusedMoE's w13_weight: Qwen3-30B-A3B's 128 experts of 768 x 2,048 gate and up
+    projections on one rank, 128 x 2 x 768 x 2,048 x 2 B = 805,306,368 B, and w2_weight 128 x
+    2,048 x 768 x 2 B = 402,653,184 B, once per layer (48 layers)."""
+    arch = resolve_model(PresetModel(id="qwen3-30b-a3b"))
+    sizes = loaded_tensors(arch, Precision(weights="bf16", compute="bf16", quantization=None), 1)
+    assert sizes.count(128 * 2 * 768 * 2_048 * 2) == 48
+    assert sizes.count(128 * 2_048 * 768 * 2) == 48

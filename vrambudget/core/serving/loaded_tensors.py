@@ -5,7 +5,9 @@ expert projection stacked over the rank's experts (``FusedMoE``'s ``w13_weight``
 ``w2_weight``); every other tensor of the model's inventory as it is. SGLang builds them under
 ``torch.device(device)`` in that order and copies the checkpoint into them in place
 (``model_loader/loader.py`` ``DefaultModelLoader.load_model``; ``layers/linear.py``
-``QKVParallelLinear``, ``MergedColumnParallelLinear``).
+``QKVParallelLinear``, ``MergedColumnParallelLinear``; ``layers/moe/fused_moe_triton/layer.py``
+``FusedMoE``: ``w13_weight`` holds every local expert's gate and up projections, ``w2_weight``
+their down projections).
 
 A quantized tensor is its packed payload and its quantization metadata, two allocations. The
 engine's rotary tables are not here (the caller adds them).
@@ -59,7 +61,7 @@ def loaded_tensors(arch: Arch, precision: Precision, tp: int) -> tuple[int, ...]
             )
             prefix, _, leaf = g.name.removesuffix(".bias").rpartition(".")
             bias = g.name.endswith(".bias")
-            name = FUSED.get(leaf) if g.role in (Role.LINEAR, Role.BIAS) else None
+            name = FUSED.get(leaf) if g.role in (Role.LINEAR, Role.BIAS, Role.EXPERT) else None
             if g.role is Role.EXPERT or name is not None:
                 key = f"{prefix}.{name or leaf}{'.bias' if bias else ''}"
                 # one stacked tensor per projection: the rank's experts (count) in one
