@@ -413,14 +413,7 @@ def _nf4_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -
     held = st.weights_bytes + st.metadata_bytes + st.adapter_bytes
     live = max(0, r.peak_allocated_bytes - held)
     cached = max(0, r.peak_reserved_bytes - max(r.peak_allocated_bytes, held))
-    phase = {
-        C.WEIGHTS: st.weights_bytes,
-        C.QUANTIZATION_METADATA: st.metadata_bytes,
-        C.ADAPTERS: st.adapter_bytes,
-        C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
-        C.RUNTIME_WORKSPACE: live,
-        C.ALLOCATOR_OVERHEAD: cached,
-    }
+    phase = {**_model_held(st, ov), C.RUNTIME_WORKSPACE: live, C.ALLOCATOR_OVERHEAD: cached}
     parts: dict[Component, tuple[tuple[str, int], ...]] = {
         C.RUNTIME_WORKSPACE: ((NF4_INIT_LIVE_PART, live),),
         C.ALLOCATOR_OVERHEAD: ((NF4_INIT_PART, cached),),
@@ -469,14 +462,19 @@ def _kbit_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) 
     # Every unquantized parameter in fp32: the statics' own count where the stack keeps them
     # so (PEFT), else the upcast's bytes on top of the 16-bit ones they hold (TRL 0.22-0.24).
     live = (0 if ov.stack.qlora_upcast else _upcast_bytes(w, arch, ov.stack)) + largest
-    phase = {
+    phase = {**_model_held(st, ov), C.RUNTIME_WORKSPACE: live}
+    return _Init(phase, {C.RUNTIME_WORKSPACE: ((KBIT_INIT_PART, live),)})
+
+
+def _model_held(st: StageStatic, ov: Overheads) -> dict[Component, int]:
+    """What a QLoRA model-init phase holds before its own temporaries: the model's tensors (as
+    the statics count them), the adapters and one process's CUDA context."""
+    return {
         C.WEIGHTS: st.weights_bytes,
         C.QUANTIZATION_METADATA: st.metadata_bytes,
         C.ADAPTERS: st.adapter_bytes,
         C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
-        C.RUNTIME_WORKSPACE: live,
     }
-    return _Init(phase, {C.RUNTIME_WORKSPACE: ((KBIT_INIT_PART, live),)})
 
 
 def _upcast_bytes(w: TrainingWorkload, arch: Arch, stack: Stack) -> int:
