@@ -23,7 +23,7 @@ from .caching import CachingAllocator
 __all__ = ["loaded_reserved_bytes"]
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def loaded_reserved_bytes(sizes: tuple[int, ...]) -> int:
     """Reserved bytes after allocating tensors of ``sizes`` bytes in that order (no frees).
     Zero-byte entries are skipped (torch allocates nothing for them)."""

@@ -478,18 +478,28 @@ def _model_held(st: StageStatic, ov: Overheads) -> dict[Component, int]:
 
 
 def _upcast_bytes(w: TrainingWorkload, arch: Arch, stack: Stack) -> int:
-    """What PEFT's fp32 upcast adds to the weights: the statics with it less those without."""
-    plan = training_plan(w, stack)
-    precision = effective_precision(w, stack)
-    kept = stage_statics(arch, precision, w.parallelism, plan, stack.untied_head)
-    up = stage_statics(
-        arch,
-        precision,
-        w.parallelism,
-        dataclasses.replace(plan, kbit_upcast=True),
-        stack.untied_head,
-    )
-    return up[0].weights_bytes - kept[0].weights_bytes
+    """What PEFT's fp32 upcast adds to the weights: the statics with it less those without
+    (memoized on what the statics read: a fit's bisections ask again for every batch size)."""
+    key = (arch, stack, w.precision, w.method, w.parallelism, w.optimizer, w.mixed_precision)
+    found = _UPCAST.get(key)
+    if found is None:
+        plan = training_plan(w, stack)
+        precision = effective_precision(w, stack)
+        kept = stage_statics(arch, precision, w.parallelism, plan, stack.untied_head)
+        up = stage_statics(
+            arch,
+            precision,
+            w.parallelism,
+            dataclasses.replace(plan, kbit_upcast=True),
+            stack.untied_head,
+        )
+        if len(_UPCAST) >= 4096:
+            _UPCAST.clear()
+        found = _UPCAST[key] = up[0].weights_bytes - kept[0].weights_bytes
+    return found
+
+
+_UPCAST: dict[tuple[object, ...], int] = {}
 
 
 ZERO3_WHOLE_MODEL_PART = "the whole model, moved to the device before ZeRO-3 partitions it"

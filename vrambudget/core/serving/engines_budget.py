@@ -5,6 +5,7 @@ host RAM and disk, and one ``ServingSummary`` with the engine's own numbers in `
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import msgspec
 
@@ -378,7 +379,15 @@ def _weights_per_rank(
     rank beyond the tensors, the log's 7.08 GB against 6.90 GiB of tensors and tables."""
     quant = serving_quantization(w)
     precision = Precision(weights=dtype, compute=dtype, quantization=quant)  # type: ignore[arg-type]
-    rope = rotary_cache_bytes(arch, 4 if cuda else bytes_of(dtype))
+    return _loaded_bytes(
+        arch, precision, tp, rotary_cache_bytes(arch, 4 if cuda else bytes_of(dtype))
+    )
+
+
+@lru_cache(maxsize=4096)
+def _loaded_bytes(arch: Arch, precision: Precision, tp: int, rope: int) -> int:
+    """The rotary tables, then the weights, as the allocator reserves them (one cached int:
+    the fits' bisections ask for it again and again)."""
     return loaded_reserved_bytes((rope, *loaded_tensors(arch, precision, tp)))
 
 

@@ -38,7 +38,7 @@ FUSED = {
 """Projections the engine allocates as one tensor, by the name it gives them."""
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def loaded_tensors(arch: Arch, precision: Precision, tp: int) -> tuple[int, ...]:
     """Bytes of each tensor one rank of ``tp`` allocates for the weights, in allocation order:
     the embeddings, each layer, the head."""
