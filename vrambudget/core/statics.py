@@ -50,6 +50,7 @@ __all__ = [
     "effective_precision",
     "fixed_bytes",
     "head_groups",
+    "quantizable",
     "stage_statics",
     "statics_for",
     "training_plan",
@@ -302,7 +303,7 @@ def stage_statics(
             n = count * mult
             if not g.buffer:  # parameters only, as Arch.num_params counts them
                 params += rows * cols * n
-            quantized = quant is not None and g.role in roles and _quantizable(g)
+            quantized = quant is not None and g.role in roles and quantizable(g)
             payload, md = stored_bytes(
                 rows,
                 cols,
@@ -513,7 +514,8 @@ def fixed_bytes(g: TensorGroup, weights_dtype: str) -> int:
     return 0
 
 
-def _quantizable(g: TensorGroup) -> bool:
+def quantizable(g: TensorGroup) -> bool:
+    """Whether a quantization scheme may touch the tensor (not one that keeps its own dtype)."""
     return g.dtype is None and not g.fp32_at_fp16
 
 

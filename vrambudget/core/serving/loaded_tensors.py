@@ -24,7 +24,7 @@ from ..formulas.weights import stored_bytes
 from ..layout import per_device_shape
 from ..quantization import quantized_roles
 from ..spec import FP8, Precision
-from ..statics import fixed_bytes
+from ..statics import fixed_bytes, quantizable
 
 __all__ = ["FUSED", "loaded_tensors"]
 
@@ -55,7 +55,7 @@ def loaded_tensors(arch: Arch, precision: Precision, tp: int) -> tuple[int, ...]
         fused: dict[str, list[int]] = {}
         for g in groups:
             rows, cols, count = per_device_shape(g, arch, tp, 1)
-            quantized = quant is not None and g.role in roles and _quantizable(g)
+            quantized = quant is not None and g.role in roles and quantizable(g)
             payload, md = stored_bytes(
                 rows, cols, fixed_bytes(g, plain_dtype) or plain, quant if quantized else None
             )
@@ -79,7 +79,3 @@ def loaded_tensors(arch: Arch, precision: Precision, tp: int) -> tuple[int, ...]
         out += one * n
     out += module(arch.head)
     return tuple(out)
-
-
-def _quantizable(g: TensorGroup) -> bool:
-    return g.dtype is None and not g.fp32_at_fp16
