@@ -154,38 +154,39 @@ def test_sglang_max_running_requests_exact():
 
 def test_sglang_kv_tokens_ratchet():
     """Held out, pinned so it can only shrink: the RTX 3090 launch ran under WSL2 with the
-    desktop's memory already taken (+5.8%); on 4 x L4 (PCIe) the start took 0.32 GiB (0.19 GiB
+    desktop's memory already taken (+5.7%); on 4 x L4 (PCIe) the start took 0.32 GiB (0.19 GiB
     before the distributed start), where the model keeps one 0.51 GiB context (vLLM 0.19's,
     fitted on H100 launches) and the 0.17 GiB PCIe distributed term: -10.7% (-2.9% while the
     weights line missed the allocator's 0.22 GiB of segment rounding, which hid it); set D's 4
     x RTX 4090 TP4 launch of Qwen3-14B: -0.8%."""
     errs = _errors("sglang", "KV tokens")
     assert len(errs) == 5
-    assert statistics.median(abs(e) for e in errs) <= 0.059  # 5.80%
+    assert statistics.median(abs(e) for e in errs) <= 0.058  # 5.70%
     assert max(errs) <= 0.142 and min(errs) >= -0.108
 
 
-def test_sglang_weights_are_the_reserved_segments_of_the_loaded_tensors():
+def test_sglang_weights_are_the_reserved_segments_of_the_loaded_weights():
     """SGLang's "Load weight end ... mem usage" (free memory before less after, the cache
     emptied): the tensors as SGLang fuses them and the FP32 rotary table, as the caching
-    allocator reserves them (vrambudget/core/allocator/weights_load.py). Each log's printed
+    allocator reserves them (vrambudget/core/serving/load.py, the replay vLLM's weights line
+    uses, read as the segments left once the cache is emptied). Each log's printed
     value, two decimals of GiB: Llama 3.1 8B on an RTX 4090 15.02 (its projections are whole
     2 MiB multiples: no rounding); Qwen3-14B over 4 RTX 4090s 7.08 (6.90 GiB of tensors, 4.5
     MiB of segment rounding a layer); Qwen2.5-32B's shapes over 4 L4s 15.54 (15.32, 3.5 MiB a
     layer over 64); the Qwen3 0.6B reranker on an H100 1.18 (its 1-10 MiB projections share 20
-    MiB segments). Within 0.65%: the printed value's own rounding is up to 0.42% at 1.18."""
+    MiB segments). Within 0.5%: the printed value's own rounding is up to 0.42% at 1.18."""
     rows = {r.log: r for r in ROWS if (r.engine, r.quantity) == ("sglang", "weights")}
     assert len(rows) == 4
     assert abs(rows["sglang-maxuhl98-llama31-8b-rtx4090-tp1"].error) < 0.001
     assert abs(rows["sglang-didierdurand-qwq32b-4xl4-tp4"].error) < 0.001
     assert abs(rows["sglang-ugyhybnb-qwen3-14b-4x4090-tp4-mfs0.8"].error) < 0.0015
-    assert all(abs(r.error) <= 0.0065 for r in rows.values())
+    assert all(abs(r.error) <= 0.005 for r in rows.values())
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="SGLang held-out KV tokens: median 5.8% and +14.1% on an RTX 4090 under Docker "
-    "Desktop, +5.8% on an RTX 3090 under WSL2 (both with the desktop's memory taken before "
+    reason="SGLang held-out KV tokens: median 5.7% and +14.1% on an RTX 4090 under Docker "
+    "Desktop, +5.7% on an RTX 3090 under WSL2 (both with the desktop's memory taken before "
     "SGLang measured), -10.7% on 4 x L4 (a 0.19 GiB CUDA context where the model keeps 0.51 "
     "GiB); -0.8% (4 x RTX 4090), +0.6% (H100) (docs/ACCURACY.md)",
 )
@@ -198,7 +199,7 @@ def test_sglang_kv_tokens_targets():
 def test_sglang_pool_rule_given_the_printed_free_memory():
     """Where the log prints the free memory before loading (or its weights' usage and what was
     left after), that memory in place of the modelled start leaves the pool rule's own error:
-    +0.8% (RTX 3090), +0.1% (RTX 4090), +0.3% (H100) with the weights as the allocator
+    +0.7% (RTX 3090), +0.1% (RTX 4090), +0.3% (H100) with the weights as the allocator
     reserves them (+2.6%, +0.1%, +0.6% with the tensors' sum and SGLang's FP32 rotary table;
     +3.7%, +1.4%, +0.6% without the table). The desktops' +7.5% and +14.1% are the start-up
     footprint (the desktop's memory), not the pool. The 4 x L4 log printed more free
@@ -209,7 +210,7 @@ def test_sglang_pool_rule_given_the_printed_free_memory():
     errs = _errors("sglang", PRINTED_FREE)
     assert len(errs) == 3
     assert statistics.median(abs(e) for e in errs) <= 0.0035
-    assert max(abs(e) for e in errs) <= 0.0085
+    assert max(abs(e) for e in errs) <= 0.0075
 
 
 def test_ngram_speculative_decoding_changes_nothing_the_logs_print():

@@ -100,3 +100,31 @@ def test_gemma3_pipeline_stage_builds_only_the_ropes_its_layers_use():
     w = serving("gemma-3-4b", max_model_len=8192, parallelism={"pipeline": 8})
     a = account(w, arch, 85_045_477_376, "NVIDIA H100 SXM5 80GB")
     assert [s.rotary_bytes for s in a.stages] == held
+
+
+def test_sglang_keeps_the_rotary_table_in_fp32():
+    # SGLang on CUDA keeps the cos/sin cache in fp32 (rotary_embedding.py): Llama 3.1 8B's
+    # 131,072 x 128 table is 131,072 x 128 x (4 - 2) = 33,554,432 B larger than vLLM's bf16 one.
+    from vrambudget.core.serving.load import load_memory
+
+    arch = preset_arch("llama-3.1-8b")
+    (vllm,) = load_memory(arch, 2, None, 1, 1, 1)
+    (sglang,) = load_memory(arch, 2, None, 1, 1, 1, True)
+    assert sglang.tensor_bytes - vllm.tensor_bytes == 131_072 * 128 * 2 == 33_554_432
+    assert sglang.rotary_bytes == 131_072 * 128 * 4
+
+
+def test_reserved_after_loading_is_the_weights_segments():
+    # What SGLang's "Load weight end ... mem usage" reads: the segments left once the cache is
+    # emptied. Llama 3.1 8B in bf16 on one GPU: every projection is a whole number of 2 MiB
+    # (fused q/k/v 4,096 x 6,144 x 2 B = 48 MiB, o_proj 32, gate_up 224, down 112, embedding
+    # and head 128,256 x 4,096 x 2 B = 1,002 MiB; the fp32 rope table 64 MiB), so their
+    # segments hold them exactly; the rope's freed 32 MiB temporaries are taken by the next
+    # three 32 MiB o_proj blocks or released. The 65 norm vectors of 4,096 x 2 B = 8 KiB share
+    # one 2 MiB small-pool segment: 2,097,152 - 65 x 8,192 = 1,564,672 B beyond the tensors.
+    # The RTX 4090 log printed "mem usage=15.02 GB" (GiB).
+    from vrambudget.core.serving.load import load_memory
+
+    (lm,) = load_memory(preset_arch("llama-3.1-8b"), 2, None, 1, 1, 1, True)
+    assert lm.reserved_bytes - lm.tensor_bytes == 2_097_152 - 65 * 8_192 == 1_564_672
+    assert round(lm.reserved_bytes / GiB, 2) == 15.02

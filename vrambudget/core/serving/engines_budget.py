@@ -5,11 +5,9 @@ host RAM and disk, and one ``ServingSummary`` with the engine's own numbers in `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import msgspec
 
-from ..allocator.weights_load import loaded_reserved_bytes
 from ..arch import Arch
 from ..components import Component
 from ..device import DeviceContext
@@ -34,7 +32,6 @@ from ..spec import (
     DiskOptions,
     GGUFOptions,
     LLMServingWorkload,
-    Precision,
     ServingQuantization,
     SGLangOptions,
     Software,
@@ -53,9 +50,8 @@ from .engine_args import (
 )
 from .gguf.budget import gguf_details, gguf_devices, gguf_host_and_disk
 from .gguf.engine import GGUFAccount, concurrency, gguf_account, launch_command
-from .loaded_tensors import loaded_tensors
+from .load import load_memory
 from .releases import EngineRelease, engine_release
-from .rope import rotary_cache_bytes
 from .sglang import SGLangAccount, sglang_account, sglang_release
 
 __all__ = ["gguf_budget", "gguf_engine", "sglang_budget", "sglang_engine"]
@@ -372,23 +368,12 @@ def _weights_per_rank(
     14.96 GiB of parameters.
 
     As reserved by the caching allocator: SGLang reads the device's free memory before and
-    after loading (``model_runner.py`` ``load_model``, ``get_available_gpu_memory`` after
-    ``empty_cache``), and a segment holding a weight is not released, so each tensor costs its
-    segment's rounding (:mod:`vrambudget.core.allocator.weights_load`, the tensors as SGLang
-    fuses them: :func:`~.loaded_tensors.loaded_tensors`). Qwen3-14B over 4 RTX 4090s: 180 MiB a
-    rank beyond the tensors, the log's 7.08 GB against 6.90 GiB of tensors and tables."""
+    after loading, the cache emptied, and a segment holding a weight is not released, so each
+    tensor costs its segment's rounding (:func:`~.load.load_memory`, which replays the
+    construction SGLang shares with vLLM). Qwen3-14B over 4 RTX 4090s: 180 MiB a rank beyond
+    the tensors, the log's 7.08 GB against 6.90 GiB of tensors and tables."""
     quant = serving_quantization(w)
-    precision = Precision(weights=dtype, compute=dtype, quantization=quant)  # type: ignore[arg-type]
-    return _loaded_bytes(
-        arch, precision, tp, rotary_cache_bytes(arch, 4 if cuda else bytes_of(dtype))
-    )
-
-
-@lru_cache(maxsize=4096)
-def _loaded_bytes(arch: Arch, precision: Precision, tp: int, rope: int) -> int:
-    """The rotary tables, then the weights, as the allocator reserves them (one cached int:
-    the fits' bisections ask for it again and again)."""
-    return loaded_reserved_bytes((rope, *loaded_tensors(arch, precision, tp)))
+    return load_memory(arch, bytes_of(dtype), quant, tp, 1, 1, cuda)[0].reserved_bytes
 
 
 def _sglang_launch(w: LLMServingWorkload, run: _SGLangRun) -> str:
