@@ -160,6 +160,8 @@ def _conditions(doc: dict[str, Any], r: dict[str, Any]) -> str:
         f"{nv.get('driver_version')}"
     )
     alloc = doc["host"].get("env", {}).get("PYTORCH_CUDA_ALLOC_CONF")
+    if r.get("expandable_segments"):
+        alloc = "expandable_segments:True (the probe request's)"
     parts.append(f"PYTORCH_CUDA_ALLOC_CONF={alloc}" if alloc else "default allocator settings")
     if m.get("nvml_samples"):
         parts.append(
@@ -265,12 +267,21 @@ def records(doc: dict[str, Any], lines: dict[str, str], url: str) -> list[Record
                     workload=r.get("estimated_workload") or w,
                     # The RMSNorm the built-in builders imitated (campaigns before the field
                     # ran one F.rms_norm, fused); the framework code is transformers' own.
-                    software=_builtin_software(doc) if framework == "pytorch" else None,
+                    software=_software(doc, r, framework),
                     excluded=_excluded(doc, r, suffix, quantity, float(value)),
                     notes=notes,
                 )
             )
     return out
+
+
+def _software(doc: dict[str, Any], r: dict[str, Any], framework: str) -> dict[str, Any] | None:
+    """The run's software as the estimate needs it: the built-in builders' RMSNorm, and the
+    allocator's expandable segments where the probe ran with them."""
+    sw = _builtin_software(doc) if framework == "pytorch" else {}
+    if r.get("expandable_segments"):
+        sw["expandable_segments"] = True
+    return sw or None
 
 
 def _builtin_software(doc: dict[str, Any]) -> dict[str, Any]:

@@ -305,6 +305,27 @@ def matrix(dry_run: bool = False) -> list[Case]:
             "the replay reserves 0.76 of the transient bytes beyond allocated, the analytic "
             "fraction is 0.26)",
         ),
+        # The A/B no run of this project has measured: the same two steps with
+        # expandable_segments:True (axolotl's default), whose fractions rest on the replay
+        # and one public run (vrambudget/core/formulas/allocator_overhead.py).
+        Case(
+            "framework-lora-expandable",
+            "framework",
+            train(4, 1024, method=lora),
+            "framework-lora with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            extra={"expandable_segments": True},
+        ),
+        Case(
+            "framework-full-checkpointing-1.5b-expandable",
+            "framework",
+            {
+                **train(4, 2048, checkpointing="full"),
+                **({} if dry_run else {"model": {"source": "preset", "id": "qwen2.5-1.5b"}}),
+            },
+            "framework-full-checkpointing-1.5b with PYTORCH_CUDA_ALLOC_CONF="
+            "expandable_segments:True",
+            extra={"expandable_segments": True},
+        ),
     ]
     cases[3:3] = _agent_cases(model, infer, dry_run)
     return [dataclasses.replace(c, time_limit_s=limit) for c in cases]
@@ -732,18 +753,24 @@ def _estimate_init() -> None:
         torch.set_num_threads(min(4, os.cpu_count() or 1))
 
 
-def _estimate(workload_json: bytes, device_json: bytes, code: str) -> dict[str, Any]:
-    """Both tiers for one workload (run in a pool worker): each Budget as JSON, or its error."""
+def _estimate(
+    workload_json: bytes, device_json: bytes, code: str, expandable: bool = False
+) -> dict[str, Any]:
+    """Both tiers for one workload (run in a pool worker): each Budget as JSON, or its error;
+    ``expandable``: the probe's allocator ran with expandable segments."""
     from vrambudget.core.estimate import estimate
-    from vrambudget.core.spec import BudgetRequest, Headroom, TraceOptions
+    from vrambudget.core.spec import BudgetRequest, Headroom, Software, TraceOptions
     from vrambudget.trace.engine import trace_budget
 
     w = msgspec.json.decode(workload_json, type=Workload)
     device = msgspec.json.decode(device_json, type=DeviceRef | None)
+    software = Software(expandable_segments=True) if expandable else None
     out: dict[str, Any] = {}
     t = time.monotonic()
     try:
-        out["analytic"] = msgspec.json.encode(estimate((w,), device, Headroom(fraction=0.0)))
+        out["analytic"] = msgspec.json.encode(
+            estimate((w,), device, Headroom(fraction=0.0), software=software)
+        )
     except Exception as exc:  # noqa: BLE001 -- an estimate's failure is a result
         out["analytic_error"] = f"{type(exc).__name__}: {exc}"[:2000]
     out["analytic_s"] = round(time.monotonic() - t, 3)
@@ -755,6 +782,7 @@ def _estimate(workload_json: bytes, device_json: bytes, code: str) -> dict[str, 
             device=device,
             headroom=Headroom(fraction=0.0),
             trace=TraceOptions(code=code),  # type: ignore[arg-type]
+            software=software,
         )
         out["trace"] = msgspec.json.encode(trace_budget(request))
     except Exception as exc:  # noqa: BLE001 -- an estimate's failure is a result
@@ -985,10 +1013,13 @@ def run(
                         entry.result["estimated_workload"] = msgspec.to_builtins(inp.workload)
                     if inp.notes:
                         entry.result["estimate_notes"] = list(inp.notes)
+                    expandable = bool(report.result.expandable_segments)
+                    entry.result["expandable_segments"] = report.result.expandable_segments
                     args = (
                         msgspec.json.encode(inp.workload),
                         msgspec.json.encode(inp.device),
                         case.code,
+                        expandable,
                     )
                     pending.append((entry, inp, pool.apply_async(_estimate, args)))
             save()

@@ -218,6 +218,25 @@ def test_a_cuda_result_becomes_one_record_per_view() -> None:
     assert len(msgspec.json.decode(msgspec.json.encode(body))["records"]) == len(recs)
 
 
+def test_a_run_with_expandable_segments_is_estimated_with_them() -> None:
+    """The matrix's expandable twins ask the probe for the setting; their records carry it in
+    the request the estimate is made from, and in the conditions."""
+    twins = [c for c in matrix() if c.name.endswith("-expandable")]
+    assert [c.name.removesuffix("-expandable") for c in twins] == [
+        "framework-lora",
+        "framework-full-checkpointing-1.5b",
+    ]
+    assert all(c.request(60.0).expandable_segments for c in twins)
+    doc = _gpu_doc(_measured(_cuda_result(), 600 << 20, _samples(5 << 30)))
+    doc["results"][0]["expandable_segments"] = True
+    text = dumps(doc)
+    for r in records(json.loads(text), result_lines(text), "research/data/gpu/x.json"):
+        assert r.software is not None and r.software["expandable_segments"] is True
+        assert "expandable_segments:True" in r.conditions
+        assert request_of(r).software is not None
+        assert request_of(r).software.expandable_segments
+
+
 def _training_doc(
     training_loop: str | None, optimizer_state: int, concurrency: int = 1
 ) -> dict[str, Any]:

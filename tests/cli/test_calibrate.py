@@ -106,3 +106,20 @@ def test_calibrate_refuses_cpu_reports_and_bad_files(
     assert main(["calibrate", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert main(["calibrate", "--out", str(tmp_path / "o")]) == 2
     assert "no probe reports" in capsys.readouterr().err
+
+
+def test_calibrate_leaves_out_a_probe_that_ran_with_expandable_segments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A profile holds fixed segments' fragmentation fractions: a probe whose allocator ran
+    with ``expandable_segments:True`` is skipped, saying why."""
+    report = cuda_report()
+    expandable = msgspec.structs.replace(
+        report, result=msgspec.structs.replace(report.result, expandable_segments=True)
+    )
+    f = tmp_path / "expandable.json"
+    f.write_bytes(msgspec.json.encode({"type": "probe.succeeded", "data": expandable}))
+    assert main(["calibrate", str(f), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "ran with expandable_segments:True" in err
+    assert "no succeeded CUDA probe" in err

@@ -184,3 +184,22 @@ def test_current_transformers_is_replayed_too() -> None:
     d = _budget({**GEN, "attention": "sdpa"}).devices[0]
     assert d.allocator_cache is not None
     assert d.allocator_cache.cached_bytes > d.allocator_cache.expandable_segments_cached_bytes
+
+
+def test_a_stack_with_expandable_segments_holds_what_their_replay_holds() -> None:
+    """With ``software.expandable_segments`` the expected readings are the expandable replay's:
+    the allocated bytes plus its cached bytes, the same replay the default answer offers as the
+    remedy."""
+    on = {**OLD, "expandable_segments": True}
+    b = _budget(GEN, software=on, device={"source": "catalog", "id": "a100-sxm4-80gb"})
+    d = b.devices[0]
+    cache = d.allocator_cache
+    assert cache is not None
+    _, allocated = _outside_and_allocated(d)
+    shape = _shape(batch=8, generated=512, keep_old_cache=True, all_prompt_logits=True, eager=True)
+    expandable = replay_generate(shape, expandable_segments=True)
+    assert cache.cached_bytes == cache.expandable_segments_cached_bytes == expandable.cached_bytes
+    assert cache.reserved_bytes == allocated + expandable.cached_bytes
+    fixed = _budget(GEN, software=OLD, device={"source": "catalog", "id": "a100-sxm4-80gb"})
+    assert fixed.devices[0].allocator_cache is not None
+    assert cache.cached_bytes < fixed.devices[0].allocator_cache.cached_bytes

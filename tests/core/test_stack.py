@@ -230,7 +230,12 @@ def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:
     infer = _budget(INFER).stack
     assert infer is not None
     names = {b.name for b in infer.behaviours}
-    assert names == {"kv_cache_growth", "prefill_logits", "cuda_module_loading"}
+    assert names == {
+        "kv_cache_growth",
+        "prefill_logits",
+        "cuda_module_loading",
+        "allocator_segments",
+    }
     assert all(b.source for b in infer.behaviours)
     qlora = _budget({**TRAIN, "method": {"kind": "qlora", "rank": 16}}, {"framework": "torchtune"})
     assert qlora.stack is not None
@@ -241,6 +246,7 @@ def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:
         "loss",
         "gradient_lifetime",
         "cuda_module_loading",
+        "allocator_segments",
         "quantized_saved_tensors",
         "qlora_unquantized_dtype",
         "rms_norm",
@@ -292,7 +298,7 @@ def test_serving_and_image_answers_name_their_stack() -> None:
     ).stack
     assert image is not None
     assert (image.framework, image.framework_version) == ("diffusers", CURRENT["diffusers"])
-    assert {b.name for b in image.behaviours} == {"cuda_module_loading"}
+    assert {b.name for b in image.behaviours} == {"cuda_module_loading", "allocator_segments"}
 
 
 def test_the_cli_estimate_follows_the_requests_software(tmp_path, capsys) -> None:
@@ -901,3 +907,49 @@ def test_prepare_model_for_kbit_training_is_a_model_init_phase() -> None:
     assert held(peft) - held(trl) == 2_101_878_784
     assert "model_init" not in _phases(_budget(w, {"libraries": {"trl": "0.25.0"}}))
     assert "model_init" not in _phases(_budget(w, {"framework": "torchtune"}))
+
+
+def test_expandable_segments_take_the_expandable_replays_fractions() -> None:
+    """axolotl sets ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` from 0.5.2 when torch is
+    2.2 or later and the variable is unset; a request may name it either way. Llama 3.1 8B LoRA,
+    1 x 4,096 tokens, full checkpointing: the analytic tier's largest transient bytes are
+    7,478,444,032; the fragmentation part is ceil(7,478,444,032 x 0.26) = 1,944,395,449 B with
+    fixed segments and ceil(7,478,444,032 x 0.20) = 1,495,688,807 B with expandable ones (the
+    full-checkpointing grid's two medians). Nothing else changes."""
+
+    def frag(b) -> int:
+        line = next(x for x in b.devices[0].lines if x.component == C.ALLOCATOR_OVERHEAD)
+        return next(p.bytes for p in line.parts if p.name == "fragmentation of transient memory")
+
+    def segments(b) -> str:
+        return next(x.assumed for x in b.stack.behaviours if x.name == "allocator_segments")
+
+    fixed = _budget(TRAIN)
+    assert fixed.devices[0].inputs["largest_transient_bytes"] == 7_478_444_032
+    assert frag(fixed) == -(-7_478_444_032 * 26 // 100) == 1_944_395_449
+    for on in (
+        {"framework": "axolotl"},
+        {"framework": "axolotl", "framework_version": "0.5.2", "torch_version": "2.2.0"},
+        {"expandable_segments": True},
+    ):
+        b = _budget(TRAIN, on)
+        assert frag(b) == -(-7_478_444_032 * 20 // 100) == 1_495_688_807, on
+        assert "expandable_segments:True" in segments(b)
+        if "torch_version" not in on:  # (torch 2.2 has cuBLASLt's own workspace too)
+            others = {c: n for c, n in _lines(b).items() if c is not C.ALLOCATOR_OVERHEAD}
+            assert others == {
+                c: n for c, n in _lines(fixed).items() if c is not C.ALLOCATOR_OVERHEAD
+            }
+    for off in (
+        {"framework": "axolotl", "framework_version": "0.5.0"},
+        {"framework": "axolotl", "torch_version": "2.1.2"},
+        {"framework": "axolotl", "expandable_segments": False},
+    ):
+        b = _budget(TRAIN, off)
+        assert frag(b) == 1_944_395_449, off
+        assert "fixed segments" in segments(b)
+    assert "axolotl 0.5.2 train.py" in next(
+        x.source
+        for x in _budget(TRAIN, {"framework": "axolotl"}).stack.behaviours
+        if x.name == "allocator_segments"
+    )

@@ -1,16 +1,27 @@
 """The analytic fragmentation line's class fractions are the medians of research/
 fragmentation_grids.py's replay grids, as research/data/fragmentation_grids.json records them
-(rewrite it with ``python -m research.fragmentation_grids {eager,checkpointing} --write``); one
+(rewrite it with ``python -m research.fragmentation_grids {eager,checkpointing,sdpa,training}
+--write``), with fixed segments and with expandable_segments:True; one
 row of each grid is replayed again here and must give the recorded bytes exactly."""
 
 from __future__ import annotations
 
 import pytest
 
-from research.fragmentation_grids import GRIDS, fraction, grid, recorded, row, workload_name
+from research.fragmentation_grids import (
+    GRIDS,
+    expandable_fraction,
+    fraction,
+    grid,
+    recorded,
+    row,
+    workload_name,
+)
 from vrambudget.core.formulas.allocator_overhead import (
     CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION,
     EAGER_INFERENCE_FRAGMENTATION_FRACTION,
+    EXPANDABLE_FRACTIONS,
+    EXPANDABLE_REPLAY_MEDIANS,
 )
 
 CONSTANTS = {
@@ -19,11 +30,36 @@ CONSTANTS = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(GRIDS))
+@pytest.mark.parametrize("kind", sorted(CONSTANTS))
 def test_the_constant_is_the_recorded_grids_median(kind: str) -> None:
     rows = recorded(kind)
     assert [r.name for r in rows] == [workload_name(w) for w in grid(kind)]
     assert round(fraction(rows), 2) == CONSTANTS[kind]
+
+
+@pytest.mark.parametrize("kind", sorted(GRIDS))
+def test_the_expandable_replay_constant_is_the_recorded_grids_expandable_median(kind: str) -> None:
+    """Every class's replayed fraction under expandable_segments:True is its grid's median
+    replayed with it, below the same grid's median with fixed segments."""
+    rows = recorded(kind)
+    assert [r.name for r in rows] == [workload_name(w) for w in grid(kind)]
+    assert round(expandable_fraction(rows), 2) == EXPANDABLE_REPLAY_MEDIANS[kind]
+    assert expandable_fraction(rows) < fraction(rows)
+
+
+def test_the_expandable_fractions_never_fall_below_the_measured_ratio() -> None:
+    """The fraction used is the larger of the replay's median and 0.542 (cosmos-rl: 35.80 GB
+    beyond allocated with expandable segments against 66.04 GB without) x the fixed-segment
+    fraction: inference 0.34 x 0.542 = 0.184 > 0.14; eager 0.51 x 0.542 = 0.276 > 0.09;
+    training 0.21 x 0.542 = 0.114 > 0.05; full checkpointing 0.26 x 0.542 = 0.141 < 0.20."""
+    assert round(35.80 / 66.04, 3) == 0.542
+    assert EXPANDABLE_FRACTIONS == {
+        "sdpa": 0.18,
+        "eager": 0.28,
+        "training": 0.11,
+        "checkpointing": 0.20,
+    }
+    assert set(EXPANDABLE_FRACTIONS) == set(GRIDS)
 
 
 @pytest.mark.parametrize("kind", sorted(GRIDS))

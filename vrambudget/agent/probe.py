@@ -10,6 +10,7 @@ device counters. On the CPU path the result says ``device: cpu``. The two paths 
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from .alloc_conf import apply
 from .child import ChildSettings
 from .probe_cpu import _measure_cpu
 from .probe_cuda import _measure_cuda
@@ -61,6 +63,7 @@ def measure(
         from .engine.run import measure_engine
 
         return ChildOutcome(*measure_engine(req, child, notify))
+    apply(req.expandable_segments, os.environ)  # before any CUDA allocation
     import torch
 
     run = _measure_cuda if torch.cuda.is_available() else _measure_cpu

@@ -4,12 +4,14 @@ parent's sampler fills in the rest). Runs in the child; torch is imported lazily
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from vrambudget.core.allocator import MIN_BLOCK_SIZE_BYTES
 
+from .alloc_conf import expandable_from
 from .child import ChildSettings
 from .probe_run import (
     _iterations,
@@ -169,6 +171,7 @@ def _measure_cuda(
         memory_total_bytes=props.total_memory,
         compute_capability=f"{props.major}.{props.minor}",
         weights=getattr(program, "weights_source", None),
+        expandable_segments=expandable_from(os.environ),
         **snapshot,
     )
 

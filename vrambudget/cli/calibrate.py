@@ -138,6 +138,13 @@ def run(args: argparse.Namespace) -> int:
                 )
                 skipped.append(f"{report.id}: {why}")
                 continue
+            if res.expandable_segments:
+                # A profile's fractions are fixed segments' (expandable ones have their own).
+                skipped.append(
+                    f"{report.id}: ran with expandable_segments:True, whose fragmentation is "
+                    "not the fixed-segment fraction a profile holds"
+                )
+                continue
             inp = estimate_input(report)
             budget = estimate((inp.workload,), inp.device, Headroom(fraction=0.0))
             inputs.append((report, budget, inp.gpu_id))

@@ -11,6 +11,8 @@ from .formulas.allocator_overhead import (
     ALLOCATOR_FRAGMENTATION_FRACTION,
     CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION,
     EAGER_INFERENCE_FRAGMENTATION_FRACTION,
+    EXPANDABLE_FRACTIONS,
+    EXPANDABLE_SOURCE,
     FRAGMENTATION_SOURCE,
     INFERENCE_FRAGMENTATION_FRACTION,
     TRAINING_FRAGMENTATION_FRACTION,
@@ -163,5 +165,16 @@ def with_software(
             ov,
             cuda_context_bytes=max(ov.cuda_context_bytes, CUDA_CONTEXT_EAGER_BYTES),
             cuda_context_source=CUDA_CONTEXT_EAGER_SOURCE,
+        )
+    if stack.expandable_segments:
+        # A profile's fractions were measured with fixed segments (the probe's default): the
+        # expandable replay's replace them.
+        ov = dataclasses.replace(
+            ov,
+            inference_fragmentation_ppm=ppm(EXPANDABLE_FRACTIONS["sdpa"]),
+            eager_inference_fragmentation_ppm=ppm(EXPANDABLE_FRACTIONS["eager"]),
+            training_fragmentation_ppm=ppm(EXPANDABLE_FRACTIONS["training"]),
+            checkpointed_training_fragmentation_ppm=ppm(EXPANDABLE_FRACTIONS["checkpointing"]),
+            fragmentation_source=EXPANDABLE_SOURCE,
         )
     return ov

@@ -201,6 +201,17 @@ class ProbeRequest(_Wire, frozen=True, kw_only=True):
             "`GET /v1/probes/{id}/snapshot` (never in callbacks); off by default."
         ),
     ] = False
+    expandable_segments: Annotated[
+        bool | None,
+        Meta(
+            description="Run the workload's process with "
+            "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (`false`: `:False`; both "
+            "`PYTORCH_CUDA_ALLOC_CONF` and torch 2.9's `PYTORCH_ALLOC_CONF` are set, any other "
+            "setting of theirs replaced). Null (default): the agent's own environment. The "
+            "result says which ran (`result.expandable_segments`), and the comparison's "
+            "estimate follows it."
+        ),
+    ] = None
     callback: Annotated[Callback | None, Meta(description="Signed webhook on completion.")] = None
     service_url: Annotated[
         Annotated[str, Meta(max_length=2048, pattern=r"^https?://")] | None,
@@ -337,6 +348,10 @@ class ProbeResult(_Wire, frozen=True, kw_only=True):
     snapshot_error: str | None = None
     """Why a requested snapshot is not kept (over the agent's size cap, not recorded, deleted
     by request)."""
+    expandable_segments: bool | None = None
+    """Whether the caching allocator ran with ``expandable_segments:True`` (from the
+    process's ``PYTORCH_ALLOC_CONF`` / ``PYTORCH_CUDA_ALLOC_CONF``; null on the CPU and for
+    engine probes)."""
 
 
 def measured_torch(res: ProbeResult) -> TorchView:

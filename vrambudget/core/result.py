@@ -113,7 +113,8 @@ class AllocatorCache(_Out, frozen=True, kw_only=True):
 
     cached_bytes: int
     """Bytes the allocator holds beyond the allocated peak, as the replay finds them (where the
-    device had room for them)."""
+    device had room for them), with the stack's allocator setting (``stack`` names it:
+    ``allocator_segments``)."""
     reserved_bytes: int
     """The expected ``torch.cuda.max_memory_reserved()``: the budget's allocated bytes plus
     ``cached_bytes``, at most what the device leaves the allocator."""

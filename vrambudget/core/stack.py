@@ -17,6 +17,7 @@ from typing import Literal
 
 from .errors import InvalidWorkload
 from .formulas.activations.training import RmsNorm
+from .formulas.allocator_overhead import EXPANDABLE_FRACTIONS
 from .formulas.cuda_context import (
     CUDA_CONTEXT_EAGER_CURRENT_BYTES,
     EAGER_LIBRARY_IMAGES_BYTES,
@@ -165,6 +166,10 @@ class Stack:
     nf4_init_requantize: bool
     """torchtune < 0.2 (torchao 0.1): QLoRA's model init quantizes every NF4 weight on the GPU
     three times with the unchunked ``to_nf4`` (:mod:`vrambudget.core.allocator.nf4_init`)."""
+    expandable_segments: bool
+    """The caching allocator runs with ``expandable_segments:True`` (axolotl >= 0.5.2 sets it
+    with torch >= 2.2): the fragmentation fractions are
+    :data:`~vrambudget.core.formulas.allocator_overhead.EXPANDABLE_FRACTIONS`."""
     behaviours: tuple[StackBehaviour, ...]
     named: bool
     """The request named the framework (else the current release of the default one)."""
@@ -344,6 +349,41 @@ _EAGER = _B(
     "before 1.13 left the CUDA 11 default, eager); "
     f"{CUDA_CONTEXT_EAGER_CURRENT_BYTES:,} B on an H200, torch 2.11 cu130 (CUDA 12 on); "
     "pytorch/pytorch#55277 (721 MB GTX 1080 cu101, 1,687 MB RTX 3090 cu111)",
+)
+_EXPANDABLE_WORDS = (
+    f"{EXPANDABLE_FRACTIONS['training']:g} training, {EXPANDABLE_FRACTIONS['checkpointing']:g} "
+    f"full checkpointing, {EXPANDABLE_FRACTIONS['sdpa']:g} inference, "
+    f"{EXPANDABLE_FRACTIONS['eager']:g} eager attention"
+)
+_SEGMENTS = _B(
+    name="allocator_segments",
+    assumed="the caching allocator cuts fixed segments into blocks (torch's default "
+    "PYTORCH_CUDA_ALLOC_CONF): blocks freed between allocations of other sizes stay cached, "
+    "the fragmentation fractions of the replay grids",
+    source="c10/cuda/CUDACachingAllocator.cpp (expandable_segments off by default); fractions: "
+    "research/fragmentation_grids.py",
+)
+_EXPANDABLE_AXOLOTL = _B(
+    name="allocator_segments",
+    assumed="the caching allocator runs with expandable_segments:True (axolotl sets "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,roundup_power2_divisions:16 when it is "
+    "unset, with torch 2.2 and later; PYTORCH_ALLOC_CONF=expandable_segments:True from torch "
+    "2.9 in 0.19): segments grow page by page, the expandable fragmentation fractions "
+    f"({_EXPANDABLE_WORDS}); the rounding of roundup_power2_divisions is not modelled",
+    source="axolotl 0.5.2 train.py lines 56-63; 0.9.1 utils/__init__.py "
+    "set_pytorch_cuda_alloc_conf lines 37-46, called by cli/main.py; 0.19.0 utils/__init__.py "
+    "lines 81-97, called by cli/main.py cli(); fractions: the replay over "
+    "research/fragmentation_grids.py, at least 0.542 x the fixed ones (cosmos-rl's A/B, "
+    "research/overhead_measurements.md)",
+)
+_EXPANDABLE_NAMED = _B(
+    name="allocator_segments",
+    assumed="the caching allocator runs with expandable_segments:True, as the request says "
+    "(software.expandable_segments): segments grow page by page, the expandable "
+    f"fragmentation fractions ({_EXPANDABLE_WORDS})",
+    source="c10/cuda/CUDACachingAllocator.cpp ExpandableSegment; fractions: the replay over "
+    "research/fragmentation_grids.py, at least 0.542 x the fixed ones (cosmos-rl's A/B, "
+    "research/overhead_measurements.md)",
 )
 _QLORA = _B(
     name="quantized_saved_tensors",
@@ -824,6 +864,23 @@ def _resolve(software: Software | None) -> Stack:
     )
     fused_swiglu = sw.libraries.liger_kernel is not None
     behaviours.append(_SWIGLU_FUSED if fused_swiglu else _SWIGLU_EAGER)
+    # axolotl sets expandable segments when the variable is unset (0.5.2 train.py; since 0.9 the
+    # CLI), from torch 2.2 on.
+    axolotl_expandable = (
+        framework == "axolotl"
+        and version_tuple(version) >= (0, 5, 2)
+        and version_tuple(torch_v) >= (2, 2)
+    )
+    expandable = (
+        sw.expandable_segments if sw.expandable_segments is not None else axolotl_expandable
+    )
+    behaviours.append(
+        _SEGMENTS
+        if not expandable
+        else _EXPANDABLE_NAMED
+        if sw.expandable_segments
+        else _EXPANDABLE_AXOLOTL
+    )
     bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")
     bnb_inputs = version_tuple(bnb) < (0, 43, 2)
     behaviours.append(_BNB_INPUTS if bnb_inputs else _QLORA)
@@ -858,6 +915,7 @@ def _resolve(software: Software | None) -> Stack:
         zero_init=zero_init,
         frozen_gradients=frozen_grads,
         nf4_init_requantize=nf4_init,
+        expandable_segments=expandable,
         behaviours=tuple(behaviours),
         named=sw.framework is not None,
     )

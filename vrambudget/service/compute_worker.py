@@ -41,7 +41,8 @@ def init_worker(profiles_dir: str | None) -> None:
 
 
 def software_of(report: ProbeResource) -> Software | None:
-    """The target's versions as the report measured them (CUDA probes only)."""
+    """The target's versions and allocator setting as the report measured them (CUDA probes
+    only)."""
     res = report.result
     if res is None or res.device != "cuda":
         return None
@@ -49,6 +50,7 @@ def software_of(report: ProbeResource) -> Software | None:
         torch_version=(res.torch_version or "")[:64],
         cuda_version=(res.cuda_version or "")[:32] or None,
         driver_version=(res.driver_version or "")[:32] or None,
+        expandable_segments=res.expandable_segments,
     )
 
 

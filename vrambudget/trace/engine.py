@@ -401,6 +401,8 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
     peaks: list[str] = []
     analytic_device = analytic.devices[analytic.most_loaded]
     analytic_lines = {line.component: line for line in analytic_device.lines}
+    # The trace's own switch, or the stack's allocator setting (the request's software, axolotl).
+    expandable = request.trace.expandable_segments or ov.stack.expandable_segments
     for i, w in enumerate(request.workloads):
         if isinstance(w, GenericWorkload):
             raise InvalidWorkload(
@@ -414,7 +416,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
             r, code_words = trace_image_generation_code(
                 w,
                 iterations=request.trace.iterations,
-                expandable_segments=request.trace.expandable_segments,
+                expandable_segments=expandable,
                 workspaces=workspaces,
                 field=f"workloads[{i}]",
             )
@@ -422,7 +424,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
             r, code_words = trace_workload_code(
                 w,
                 iterations=request.trace.iterations,
-                expandable_segments=request.trace.expandable_segments,
+                expandable_segments=expandable,
                 workspaces=workspaces,
                 field=f"workloads[{i}]",
                 code=request.trace.code,
@@ -447,7 +449,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 peak_phase=r.peak_phase,
                 peak_iteration=r.peak_iteration,
                 iterations=request.trace.iterations,
-                expandable_segments=request.trace.expandable_segments,
+                expandable_segments=expandable,
                 num_events=r.num_events,
                 timeline=tuple(
                     TracePoint(iteration=it, phase=ph, allocated_bytes=a, reserved_bytes=rs)

@@ -121,8 +121,9 @@ def allocator_cache(
     shape = generate_shape(w, ov)
     if shape is None:
         return None
-    replay = replay_generate(shape)
     expandable = replay_generate(shape, expandable_segments=True)
+    # The stack's own allocator setting decides what it will hold (axolotl, or the request).
+    replay = expandable if ov.stack.expandable_segments else replay_generate(shape)
     lines = {ln.component: ln for ln in device.lines}
     outside = outside_allocator_bytes(device)
     overhead = lines[Component.ALLOCATOR_OVERHEAD]

@@ -18,6 +18,11 @@ __all__ = [
     "ALLOCATOR_FRAGMENTATION_FRACTION",
     "CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION",
     "EAGER_INFERENCE_FRAGMENTATION_FRACTION",
+    "EXPANDABLE_FRACTIONS",
+    "EXPANDABLE_MEASURED_RATIO",
+    "EXPANDABLE_REPLAY_MEDIANS",
+    "EXPANDABLE_SOURCE",
+    "FIXED_FRACTIONS",
     "FORMULA",
     "FRAGMENTATION_SOURCE",
     "INFERENCE_FRAGMENTATION_FRACTION",
@@ -61,6 +66,46 @@ EAGER_INFERENCE_FRAGMENTATION_FRACTION = 0.51
 # and 0.343. Both grids' rows: research/data/fragmentation_grids.json, held to these constants
 # by tests/research/test_fragmentation_grids.py.
 CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION = 0.26
+# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment per pool and stream grows by
+# mapping 2 MiB pages, so a freed block is merged back into it instead of staying cached in a
+# segment of its own. Two sources, and the larger fraction is taken:
+# * the replay: per class, the median of research/fragmentation_grids.py's grid of that class
+#   replayed with it (16 workloads each; ranges: SDPA inference 0.03-0.40, eager 0.003-0.29,
+#   training 0.007-0.11, full checkpointing 0.002-0.50; held to these medians by
+#   tests/research/test_fragmentation_grids.py);
+# * the one public A/B that gives both readings: cosmos-rl's RL training of Qwen2.5 7B kept
+#   66.04 GB reserved beyond 60.93 GB allocated with fixed segments and 35.80 GB beyond 60.81 GB
+#   with expandable ones (research/overhead_measurements.md): 0.542 of the fixed fraction.
+# The replay cuts the fraction further than that run did (its medians are 0.23-0.77 of the
+# fixed ones); until a measurement says otherwise the measured ratio is a floor.
+EXPANDABLE_REPLAY_MEDIANS: dict[str, float] = {
+    "sdpa": 0.14,
+    "eager": 0.09,
+    "training": 0.05,
+    "checkpointing": 0.20,
+}
+EXPANDABLE_MEASURED_RATIO = 0.542
+FIXED_FRACTIONS: dict[str, float] = {
+    "sdpa": INFERENCE_FRAGMENTATION_FRACTION,
+    "eager": EAGER_INFERENCE_FRAGMENTATION_FRACTION,
+    "training": TRAINING_FRAGMENTATION_FRACTION,
+    "checkpointing": CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION,
+}
+"""Each class's fraction with fixed segments, by research/fragmentation_grids.py's grid names."""
+EXPANDABLE_FRACTIONS: dict[str, float] = {
+    k: round(max(m, FIXED_FRACTIONS[k] * EXPANDABLE_MEASURED_RATIO), 2)
+    for k, m in EXPANDABLE_REPLAY_MEDIANS.items()
+}
+"""sdpa 0.18, eager 0.28, training 0.11, checkpointing 0.20."""
+EXPANDABLE_SOURCE = (
+    "with expandable_segments:True, the larger of the trace tier's replay of "
+    "c10/cuda/CUDACachingAllocator.cpp (its ExpandableSegment; medians over 16 workloads per "
+    "class, research/fragmentation_grids.py: inference 0.14, eager attention 0.09, training "
+    "0.05, full checkpointing 0.20) and 0.542 x the fixed-segment fraction (cosmos-rl, RL "
+    "training of Qwen2.5 7B: 66.04 GB reserved beyond allocated with fixed segments, 35.80 GB "
+    "with expandable ones; research/overhead_measurements.md): inference 0.18, eager attention "
+    "0.28, training 0.11, full checkpointing 0.20"
+)
 FRAGMENTATION_SOURCE = (
     "median of the trace tier's replay of c10/cuda/CUDACachingAllocator.cpp over its oracle grid "
     "(docs/ACCURACY.md), until calibrated by probes; public measurements bracket it: reserved but "

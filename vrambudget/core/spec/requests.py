@@ -190,7 +190,12 @@ class TraceOptions(Wire, frozen=True, kw_only=True):
         ),
     ] = 2
     expandable_segments: Annotated[
-        bool, Meta(description="Replay with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.")
+        bool,
+        Meta(
+            description="Replay with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (also "
+            "done when the stack runs with it: `software.expandable_segments`, or axolotl's "
+            "default)."
+        ),
     ] = False
     code: Annotated[
         Literal["framework", "builtin"],
@@ -354,6 +359,19 @@ class Software(Wire, frozen=True, kw_only=True):
             "Default: the framework's rule, named in the answer's `stack` (fp32 for PEFT's "
             "scripts and TRL before 0.22; the model's dtype for axolotl and TRL 0.22-0.24, which "
             "cast them back after the start-up upcast, TRL 0.25+, torchtune, LitGPT, Unsloth)."
+        ),
+    ] = None
+    expandable_segments: Annotated[
+        bool | None,
+        Meta(
+            description="The caching allocator runs with "
+            "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (`PYTORCH_ALLOC_CONF` from "
+            "torch 2.9): segments grow by mapping 2 MiB pages instead of being cut into "
+            "blocks, so less of the reserved memory is cached and unusable. It changes the "
+            "fragmentation part of `allocator_overhead`, not the tensors. Default: the "
+            "framework's rule, named in the answer's `stack` (on for axolotl 0.5.2 and later "
+            "with torch 2.2 and later, which sets it when the variable is unset; off "
+            "otherwise, torch's default)."
         ),
     ] = None
     zero_init: Annotated[
