@@ -1,8 +1,8 @@
 """The analytic fragmentation line's class fractions (core/formulas/allocator_overhead.py;
 medians of research/fragmentation_grids.py's replay grids): inference 0.34, 0.51 under eager
 attention (0.558 measured on the H100 campaign's eager run); training 0.21, 0.26 with full
-checkpointing (0.334-0.343 measured). Each number is recomputed here from the budget's own
-lines and its largest transient bytes."""
+checkpointing (0.334-0.343 measured); with expandable segments 0.18, 0.28, 0.11 and 0.20. Each
+number is recomputed here from the budget's own lines and its largest transient bytes."""
 
 from __future__ import annotations
 
@@ -92,3 +92,50 @@ def test_training_fragmentation_follows_full_checkpointing(
     assert device.inputs["fragmentation_fraction"] == percent / 100
     measured = dataclasses.replace(DEFAULT_OVERHEADS, training_fragmentation_ppm=400_000)
     assert measured.training_fragmentation(checkpointing) == 400_000
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "percent"),
+    [
+        ("inference", {"attention": "sdpa"}, 18),
+        ("inference", {"attention": "eager"}, 28),
+        ("training", {"checkpointing": "none"}, 11),
+        ("training", {"checkpointing": "full"}, 20),
+    ],
+)
+def test_expandable_segments_replace_every_class_fraction_and_a_profiles(
+    kind: str, extra: dict[str, str], percent: int
+) -> None:
+    """With expandable segments each class takes its expandable fraction (0.18, 0.28, 0.11,
+    0.20), also over a calibration profile's measured (fixed-segment) fraction."""
+    from vrambudget.core.overheads import with_software
+    from vrambudget.core.spec import Software
+
+    shape = (
+        {"batch_size": 4, "prompt_tokens": 2048, "generated_tokens": 16}
+        if kind == "inference"
+        else {"micro_batch_size": 2, "sequence_length": 2048}
+    )
+    w = msgspec.convert(
+        {"kind": kind, "model": {"source": "preset", "id": "qwen2.5-0.5b"}, **shape, **extra},
+        InferenceWorkload if kind == "inference" else TrainingWorkload,
+    )
+    on = Software(expandable_segments=True)
+    (device,) = estimate((w,), None, Headroom(fraction=0.0), software=on).devices
+    transient = device.inputs["largest_transient_bytes"]
+    assert isinstance(transient, int) and transient > 0
+    line = next(x for x in device.lines if x.component is Component.ALLOCATOR_OVERHEAD)
+    parts = {p.name: p.bytes for p in line.parts}
+    assert parts["fragmentation of transient memory"] == -(-transient * percent // 100)
+    assert device.inputs["fragmentation_fraction"] == percent / 100
+    assert "expandable_segments:True" in line.source
+    profiled = dataclasses.replace(
+        DEFAULT_OVERHEADS, training_fragmentation_ppm=400_000, inference_fragmentation_ppm=600_000
+    )
+    ov = with_software(profiled, on)
+    got = (
+        ov.inference_fragmentation(extra["attention"])
+        if kind == "inference"
+        else ov.training_fragmentation(extra["checkpointing"])
+    )
+    assert got == percent * 10_000

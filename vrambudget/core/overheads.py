@@ -167,8 +167,8 @@ def with_software(
             cuda_context_source=CUDA_CONTEXT_EAGER_SOURCE,
         )
     if stack.expandable_segments:
-        # A profile's fractions were measured with fixed segments (the probe's default): the
-        # expandable replay's replace them.
+        # A profile's fractions were measured with fixed segments (calibrate leaves out probes
+        # that ran with expandable ones): the expandable fractions replace them.
         ov = dataclasses.replace(
             ov,
             inference_fragmentation_ppm=ppm(EXPANDABLE_FRACTIONS["sdpa"]),
