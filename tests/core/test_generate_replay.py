@@ -105,13 +105,23 @@ def _outside_and_allocated(d) -> tuple[int, int]:
     return outside, allocated
 
 
+A100 = {"source": "catalog", "id": "a100-sxm4-80gb"}
+OLD_SHAPE = {"batch": 8, "generated": 512, "keep_old_cache": True, "all_prompt_logits": True}
+
+
+def _a100_readings(software: dict[str, Any]):
+    """GEN on an A100: the device's reading, its bytes outside the allocator, its allocated
+    bytes."""
+    d = _budget(GEN, software=software, device=A100).devices[0]
+    assert d.allocator_cache is not None
+    return (d.allocator_cache, *_outside_and_allocated(d))
+
+
 def test_the_expected_readings_add_up_to_the_byte() -> None:
-    b = _budget(GEN, software=OLD, device={"source": "catalog", "id": "a100-sxm4-80gb"})
+    b = _budget(GEN, software=OLD, device=A100)
     d = b.devices[0]
-    cache = d.allocator_cache
-    assert cache is not None
-    outside, allocated = _outside_and_allocated(d)
-    shape = _shape(batch=8, generated=512, keep_old_cache=True, all_prompt_logits=True, eager=True)
+    cache, outside, allocated = _a100_readings(OLD)
+    shape = _shape(**OLD_SHAPE, eager=True)
     replay = replay_generate(shape)
     assert cache.cached_bytes == replay.cached_bytes
     assert cache.reserved_bytes == allocated + replay.cached_bytes
@@ -190,16 +200,8 @@ def test_a_stack_with_expandable_segments_holds_what_their_replay_holds() -> Non
     """With ``software.expandable_segments`` the expected readings are the expandable replay's:
     the allocated bytes plus its cached bytes, the same replay the default answer offers as the
     remedy."""
-    on = {**OLD, "expandable_segments": True}
-    b = _budget(GEN, software=on, device={"source": "catalog", "id": "a100-sxm4-80gb"})
-    d = b.devices[0]
-    cache = d.allocator_cache
-    assert cache is not None
-    _, allocated = _outside_and_allocated(d)
-    shape = _shape(batch=8, generated=512, keep_old_cache=True, all_prompt_logits=True, eager=True)
-    expandable = replay_generate(shape, expandable_segments=True)
+    cache, _, allocated = _a100_readings({**OLD, "expandable_segments": True})
+    expandable = replay_generate(_shape(**OLD_SHAPE, eager=True), expandable_segments=True)
     assert cache.cached_bytes == cache.expandable_segments_cached_bytes == expandable.cached_bytes
     assert cache.reserved_bytes == allocated + expandable.cached_bytes
-    fixed = _budget(GEN, software=OLD, device={"source": "catalog", "id": "a100-sxm4-80gb"})
-    assert fixed.devices[0].allocator_cache is not None
-    assert cache.cached_bytes < fixed.devices[0].allocator_cache.cached_bytes
+    assert cache.cached_bytes < _a100_readings(OLD)[0].cached_bytes
