@@ -373,8 +373,8 @@ _EXPANDABLE_AXOLOTL = _B(
     source="axolotl 0.5.2 train.py lines 56-63; 0.9.1 utils/__init__.py "
     "set_pytorch_cuda_alloc_conf lines 37-46, called by cli/main.py; 0.19.0 utils/__init__.py "
     "lines 81-97, called by cli/main.py cli(); fractions: the replay over "
-    "research/fragmentation_grids.py, at least 0.542 x the fixed ones (cosmos-rl's A/B, "
-    "research/overhead_measurements.md)",
+    "research/fragmentation_grids.py, at least 0.48 x the fixed ones (the median of seven "
+    "published A/Bs, research/overhead_measurements.md)",
 )
 _EXPANDABLE_NAMED = _B(
     name="allocator_segments",
@@ -382,8 +382,8 @@ _EXPANDABLE_NAMED = _B(
     "(software.expandable_segments): segments grow page by page, the expandable "
     f"fragmentation fractions ({_EXPANDABLE_WORDS})",
     source="c10/cuda/CUDACachingAllocator.cpp ExpandableSegment; fractions: the replay over "
-    "research/fragmentation_grids.py, at least 0.542 x the fixed ones (cosmos-rl's A/B, "
-    "research/overhead_measurements.md)",
+    "research/fragmentation_grids.py, at least 0.48 x the fixed ones (the median of seven "
+    "published A/Bs, research/overhead_measurements.md)",
 )
 _QLORA = _B(
     name="quantized_saved_tensors",
