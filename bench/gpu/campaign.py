@@ -307,7 +307,7 @@ def matrix(dry_run: bool = False) -> list[Case]:
         ),
         # The A/B no run of this project has measured: the same two steps with
         # expandable_segments:True (axolotl's default), whose fractions rest on the replay
-        # and one public run (vrambudget/core/formulas/allocator_overhead.py).
+        # and published runs of other workloads (vrambudget/core/formulas/allocator_overhead.py).
         Case(
             "framework-lora-expandable",
             "framework",
