@@ -86,3 +86,14 @@ def test_the_child_sets_it_before_measuring(monkeypatch: pytest.MonkeyPatch) -> 
     assert out.result is not None and out.result.device == "cpu"
     assert all(os.environ[k] == "expandable_segments:True" for k in ENV_KEYS)
     assert out.result.expandable_segments is None
+
+
+def test_an_engine_probe_refuses_it_naming_the_field() -> None:
+    body = {
+        "workload": {"kind": "llm_serving", "model": {"source": "preset", "id": "qwen2.5-7b"}},
+        "engine": {"concurrency": 4},
+        "expandable_segments": True,
+    }
+    with pytest.raises(msgspec.ValidationError, match="expandable_segments"):
+        msgspec.convert(body, ProbeRequest)
+    assert msgspec.convert({**body, "expandable_segments": None}, ProbeRequest).engine is not None

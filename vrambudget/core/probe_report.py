@@ -207,9 +207,10 @@ class ProbeRequest(_Wire, frozen=True, kw_only=True):
             description="Run the workload's process with "
             "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (`false`: `:False`; both "
             "`PYTORCH_CUDA_ALLOC_CONF` and torch 2.9's `PYTORCH_ALLOC_CONF` are set, any other "
-            "setting of theirs replaced). Null (default): the agent's own environment. The "
-            "result says which ran (`result.expandable_segments`), and the comparison's "
-            "estimate follows it."
+            "setting of theirs replaced). Null (default): the agent's own environment; null "
+            "only for an llm_serving probe, whose engine keeps its launcher's. The result says "
+            "which ran (`result.expandable_segments`), and the comparison's estimate follows "
+            "it."
         ),
     ] = None
     callback: Annotated[Callback | None, Meta(description="Signed webhook on completion.")] = None

@@ -187,6 +187,11 @@ CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] =
         {"workload": SERVE, "memory_snapshot": True},
         {"workload": INFER, "memory_snapshot": True},
     ),
+    ("ProbeRequest", 7): (
+        ProbeRequest,
+        {"workload": SERVE, "expandable_segments": False},
+        {"workload": INFER, "expandable_segments": False},
+    ),
 }
 
 

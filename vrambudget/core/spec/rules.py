@@ -450,6 +450,12 @@ RULES: dict[str, tuple[Rule, ...]] = {
             "available for an llm_serving probe",
             Cond(("workload", "kind"), "eq", "llm_serving"),
         ),
+        Rule(
+            Cond(("expandable_segments",), "eq", None),
+            "expandable_segments sets PyTorch's allocator in the probe's process: an "
+            "llm_serving probe's engine keeps its launcher's environment (must be null)",
+            Cond(("workload", "kind"), "eq", "llm_serving"),
+        ),
     ),
 }
 """The rules of each wire type, in the order they are checked."""
