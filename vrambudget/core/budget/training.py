@@ -32,6 +32,7 @@ from ..formulas.logits import (
 )
 from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..layout import per_device_shape
+from ..memo import BoundedCache
 from ..overheads import Overheads
 from ..spec import FullFineTune, QLoRA, TrainingWorkload
 from ..stack import LIGER_GLU_FAMILIES, Stack
@@ -480,9 +481,8 @@ def _model_held(st: StageStatic, ov: Overheads) -> dict[Component, int]:
 def _upcast_bytes(w: TrainingWorkload, arch: Arch, stack: Stack) -> int:
     """What PEFT's fp32 upcast adds to the weights: the statics with it less those without
     (memoized on what the statics read: a fit's bisections ask again for every batch size)."""
-    key = (arch, stack, w.precision, w.method, w.parallelism, w.optimizer, w.mixed_precision)
-    found = _UPCAST.get(key)
-    if found is None:
+
+    def compute() -> int:
         plan = training_plan(w, stack)
         precision = effective_precision(w, stack)
         kept = stage_statics(arch, precision, w.parallelism, plan, stack.untied_head)
@@ -493,13 +493,13 @@ def _upcast_bytes(w: TrainingWorkload, arch: Arch, stack: Stack) -> int:
             dataclasses.replace(plan, kbit_upcast=True),
             stack.untied_head,
         )
-        if len(_UPCAST) >= 4096:
-            _UPCAST.clear()
-        found = _UPCAST[key] = up[0].weights_bytes - kept[0].weights_bytes
-    return found
+        return up[0].weights_bytes - kept[0].weights_bytes
+
+    key = (arch, stack, w.precision, w.method, w.parallelism, w.optimizer, w.mixed_precision)
+    return _UPCAST.get_or(key, compute)
 
 
-_UPCAST: dict[tuple[object, ...], int] = {}
+_UPCAST: BoundedCache[tuple[object, ...], int] = BoundedCache(4096)
 
 
 ZERO3_WHOLE_MODEL_PART = "the whole model, moved to the device before ZeRO-3 partitions it"
