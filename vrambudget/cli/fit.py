@@ -28,6 +28,7 @@ from .workload_args import (
     UsageError,
     add_workload_args,
     reject_with_file,
+    software_from_args,
     workload_from_args,
 )
 
@@ -58,6 +59,9 @@ def _request(args: argparse.Namespace) -> Any:
             data["devices"] = devices
         return msgspec.convert(data, FitRequest)
     body: dict[str, Any] = {"workloads": [workload_from_args(args, "fit")]}
+    software = software_from_args(args)
+    if software:
+        body["software"] = software
     if devices:
         body["devices"] = devices
     if args.counts:

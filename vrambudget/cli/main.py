@@ -62,7 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _request_from_args(args: argparse.Namespace) -> object:
     from vrambudget.core.spec import BudgetRequest
 
-    from .workload_args import reject_with_file, workload_from_args
+    from .workload_args import reject_with_file, software_from_args, workload_from_args
 
     if args.file:
         reject_with_file(args)
@@ -74,11 +74,11 @@ def _request_from_args(args: argparse.Namespace) -> object:
             data["device"] = _device(args)
         return msgspec.convert(data, BudgetRequest)
     request: dict[str, object] = {"workloads": [workload_from_args(args, "estimate")]}
-    if args.iterations is not None or args.expandable_segments:
-        request["trace"] = {
-            "iterations": args.iterations or 2,
-            "expandable_segments": args.expandable_segments,
-        }
+    software = software_from_args(args)
+    if software:
+        request["software"] = software
+    if args.iterations is not None:
+        request["trace"] = {"iterations": args.iterations}
     if args.gpu:
         request["device"] = _device(args)
     return msgspec.convert(request, BudgetRequest)
@@ -160,6 +160,8 @@ def _estimate(args: argparse.Namespace) -> int:
                 f"  format: weights {f.weights} ({f.weights_from}), compute {f.compute}{quant}; "
                 f"bytes {f.stored_bytes}"
             )
+    if budget.stack is not None:
+        print("  " + _stack_words(budget.stack))
     for i, d in enumerate(budget.devices):
         mark = "  <- most loaded" if i == budget.most_loaded and len(budget.devices) > 1 else ""
         print(f"\n{d.label} (x{d.num_devices}), peak at {d.peak_phase}{mark}")
@@ -319,6 +321,16 @@ def _version() -> str:
         return "vrambudget (not installed)"
 
 
+def _stack_words(stack: Any) -> str:
+    """One line of the stack the budget assumed: the framework and torch releases and the
+    behaviours by name (``--json`` gives each one's assumption and source)."""
+    named = [f"{stack.framework} {stack.framework_version}"]
+    if stack.torch_version:
+        named.append(f"torch {stack.torch_version}")
+    names = ", ".join(b.name for b in stack.behaviours)
+    return f"stack: {', '.join(named)}; behaviours assumed: {names} (--json: each with its source)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``vrambudget`` parser with every subcommand."""
     from .errors import EXIT_CODES
@@ -396,11 +408,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     est.add_argument(
         "--iterations", type=int, metavar="N", help="trace: steps traced (2 .. 8, default 2)"
-    )
-    est.add_argument(
-        "--expandable-segments",
-        action="store_true",
-        help="trace: replay with expandable_segments:True",
     )
     est.set_defaults(func=_estimate)
     oa = sub.add_parser("openapi", help="print the service's OpenAPI document")

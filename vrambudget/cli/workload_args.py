@@ -1,8 +1,10 @@
 """The workload flags ``vrambudget estimate`` and ``vrambudget fit`` share: the model (one of
 ``--model``, ``--config``, ``--hub``, ``--checkpoint``), the kind and its sizes, precision and
-parallelism, and an ``llm_serving`` deployment's engine settings (the names of
-:class:`vrambudget.core.spec.LLMServingWorkload`). Each flag names the request field it sets,
-so that an error about the field can name the flag (:data:`FLAG_OF`)."""
+parallelism, what a training run trains (full, LoRA, QLoRA) and with which optimizer, the
+software stack (:class:`vrambudget.core.spec.Software`), and an ``llm_serving`` deployment's
+engine settings (the names of :class:`vrambudget.core.spec.LLMServingWorkload`). Each flag
+names the request field it sets, so that an error about the field can name the flag
+(:data:`FLAG_OF`)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, get_args
 
+import msgspec
+
 __all__ = [
     "FLAG_OF",
     "UsageError",
@@ -18,6 +22,7 @@ __all__ = [
     "model_from_args",
     "model_resolver",
     "reject_with_file",
+    "software_from_args",
     "workload_from_args",
 ]
 
@@ -27,6 +32,12 @@ _SIZES: dict[str, dict[str, int | None]] = {
     "training": {"batch": 1, "prompt": 1024, "generate": None, "concurrency": None},
     "llm_serving": {"batch": None, "prompt": None, "generate": None, "concurrency": None},
 }
+
+# Training flags, by dest (each sets a field of a training workload; None: not given).
+_TRAINING = ("finetune", "lora_rank", "lora_targets", "optimizer", "mixed_precision", "grad_accum")
+
+# Software-stack flags, by dest (request field `software`; inference and training).
+_STACK = ("framework", "library", "torch", "cuda", "expandable_segments")
 
 # Flags that set a field of an llm_serving workload, by dest; the engines each applies to.
 _VLLM_SGLANG = ("vllm", "sglang")
@@ -82,8 +93,33 @@ FLAG_OF: dict[str, str] = {
     "n_parallel": "--n-parallel",
     "iterations": "--iterations",
     "id": "--model / --gpu",
+    "rank": "--lora-rank",
+    "target_modules": "--lora-targets",
+    "mixed_precision": "--mixed-precision",
+    "gradient_accumulation_steps": "--grad-accum",
+    "attention": "--attention",
+    "framework": "--framework",
+    "framework_version": "--framework",
+    "torch_version": "--torch",
+    "cuda_version": "--cuda",
+    "expandable_segments": "--expandable-segments",
+    **{lib: "--library" for lib in ("transformers", "peft", "trl", "accelerate")},
+    **{lib: "--library" for lib in ("bitsandbytes", "deepspeed", "flash_attn", "liger_kernel")},
 }
 """The flag that sets a request field (by the field's last name), for error messages."""
+
+
+def _flag_name(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _given(args: argparse.Namespace, dests: tuple[str, ...]) -> list[str]:
+    """The flags among ``dests`` that were given (``--no-expandable-segments`` counts)."""
+    return [_flag_name(d) for d in dests if getattr(args, d, None) not in (None, False)] + [
+        "--no-expandable-segments"
+        for d in dests
+        if d == "expandable_segments" and getattr(args, d, None) is False
+    ]
 
 
 def _serving_quant_methods() -> tuple[str, ...]:
@@ -100,11 +136,34 @@ def _serving_quant_methods() -> tuple[str, ...]:
     return tuple(str(v) for v in t.values)
 
 
+_ENGINE_FRAMEWORKS = ("vllm", "sglang", "diffusers")
+"""Frameworks that ``--framework`` does not take: the serving engines are ``--engine``, and
+image generation has no flags here."""
+
+
+def _library_names() -> tuple[str, ...]:
+    """The libraries ``software.libraries`` names, read from the type."""
+    from vrambudget.core.spec import Libraries
+
+    return tuple(f.name for f in msgspec.structs.fields(Libraries))
+
+
+def _mixed_precision_type() -> Any:
+    """``TrainingWorkload.mixed_precision``'s Literal, read from the type."""
+    from vrambudget.core.spec import TrainingWorkload
+
+    field = next(f for f in msgspec.structs.fields(TrainingWorkload) if f.name == "mixed_precision")
+    return get_args(field.type)[0]
+
+
 def add_workload_args(p: argparse.ArgumentParser) -> None:
-    """The workload flags (the model, the kind, its sizes, precision, parallelism, serving)."""
+    """The workload flags (the model, the kind, its sizes, precision, parallelism, training,
+    the software stack, serving)."""
     from vrambudget.core.dtypes import COMPUTE_DTYPES, WeightDType
     from vrambudget.core.spec import Quantization
+    from vrambudget.core.spec.requests import Framework
     from vrambudget.core.spec.serving import GGUFFileType
+    from vrambudget.core.spec.workloads import Attention, Optimizer
 
     m = p.add_argument_group("the model (exactly one, or --file)")
     m.add_argument("--model", metavar="PRESET", help="a preset id (`vrambudget models` lists them)")
@@ -200,6 +259,81 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         default=0,
         choices=[0, 1, 2, 3],
         help="training: ZeRO stage, sharding over --dp (default 0)",
+    )
+    w.add_argument(
+        "--attention",
+        choices=list(get_args(get_args(Attention)[0])),
+        help="inference / training: attention implementation; eager materializes the scores "
+        "(default: sdpa for inference, flash for training)",
+    )
+    t = p.add_argument_group("training (with --kind training)")
+    t.add_argument(
+        "--finetune",
+        choices=["full", "lora", "qlora"],
+        help="what is trained: every parameter (default), LoRA adapters on a frozen base, or "
+        "QLoRA (LoRA on a bitsandbytes 4-bit NF4 base with double quantization)",
+    )
+    t.add_argument(
+        "--lora-rank",
+        type=int,
+        metavar="R",
+        help="LoRA / QLoRA: adapter rank (default 16)",
+    )
+    t.add_argument(
+        "--lora-targets",
+        metavar="NAMES",
+        help="LoRA / QLoRA: comma-separated module names that get adapters, as the modelling "
+        "code calls them (default q_proj,k_proj,v_proj,o_proj; every linear layer of a "
+        "Llama-style model: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)",
+    )
+    t.add_argument(
+        "--optimizer",
+        choices=[c.__struct_config__.tag for c in get_args(Optimizer)],
+        help="optimizer (default adamw, torch's foreach implementation; adamw_8bit: "
+        "bitsandbytes' 8-bit AdamW)",
+    )
+    t.add_argument(
+        "--mixed-precision",
+        choices=list(get_args(_mixed_precision_type())),
+        help="master_fp32 (default: 16-bit weights and gradients, fp32 masters and moments), "
+        "autocast (fp32 parameters, 16-bit compute: torch.autocast, Trainer's bf16=True on an "
+        "fp32 model) or pure (everything in the weights' dtype)",
+    )
+    t.add_argument(
+        "--grad-accum",
+        type=int,
+        metavar="N",
+        help="micro-batches per optimizer step (default 1; above 1 the gradients stay live "
+        "between them)",
+    )
+    k = p.add_argument_group(
+        "the software stack (inference and training; what is not named is the current "
+        "release, and the answer lists every behaviour it assumed)"
+    )
+    k.add_argument(
+        "--framework",
+        metavar="NAME[==VERSION]",
+        help="what runs the workload, optionally with its release: one of "
+        f"{', '.join(f for f in get_args(Framework) if f not in _ENGINE_FRAMEWORKS)} "
+        "(e.g. axolotl==0.9.1, transformers==4.46.3; default transformers)",
+    )
+    k.add_argument(
+        "--library",
+        action="append",
+        metavar="NAME==VERSION",
+        help="a library's release, repeatable (e.g. --library peft==0.13.2 --library "
+        f"trl==0.24.0); one of {', '.join(_library_names())}",
+    )
+    k.add_argument("--torch", metavar="VERSION", help="torch release, e.g. 2.5.1 (major.minor)")
+    k.add_argument("--cuda", metavar="VERSION", help="CUDA runtime of the torch build, e.g. 12.4")
+    k.add_argument(
+        "--expandable-segments",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the caching allocator runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+        "(or, with --no-expandable-segments, without it): the fragmentation part of "
+        "allocator_overhead, and the trace's allocator replay (default: the framework's rule; "
+        "axolotl 0.5.2+ with torch 2.2+ sets it)",
     )
     s = p.add_argument_group(
         "llm_serving (with --kind llm_serving; each flag names the engines it applies to)"
@@ -335,7 +469,7 @@ def reject_with_file(args: argparse.Namespace) -> None:
             *((d, FLAG_OF[d]) for d in _SERVING),
         )
         if getattr(args, dest) not in (None, False)
-    ]
+    ] + _given(args, (*_TRAINING, *_STACK, "attention"))
     if given:
         raise UsageError(f"--file is the whole request: drop {', '.join(given)}")
 
@@ -385,8 +519,79 @@ def _serving_workload(args: argparse.Namespace, model: dict[str, Any]) -> dict[s
         raise UsageError("--weights / --compute: for --kind llm_serving use --dtype")
     if args.checkpointing != "none" or args.zero:
         raise UsageError("--checkpointing / --zero apply to --kind training only")
+    _only_training(args)
+    stack = _given(args, (*_STACK, "attention"))
+    if stack:
+        raise UsageError(
+            f"{', '.join(stack)}: not for --kind llm_serving; the engine and its release "
+            "(--engine, --engine-version) fix its stack and attention kernels"
+        )
     w["parallelism"] = {"tensor": args.tp, "pipeline": args.pp, "data": args.dp}
     return w
+
+
+def _only_training(args: argparse.Namespace) -> None:
+    given = _given(args, _TRAINING)
+    if given:
+        verb = "applies" if len(given) == 1 else "apply"
+        raise UsageError(f"{', '.join(given)}: {verb} to --kind training only")
+
+
+def _training_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The training workload's fields the training flags set (none: the request's defaults)."""
+    out: dict[str, Any] = {}
+    lora = args.finetune in ("lora", "qlora")
+    if not lora and (args.lora_rank is not None or args.lora_targets is not None):
+        raise UsageError("--lora-rank / --lora-targets need --finetune lora or qlora")
+    if args.finetune:
+        method: dict[str, Any] = {"kind": args.finetune}
+        if args.lora_rank is not None:
+            method["rank"] = args.lora_rank
+        if args.lora_targets is not None:
+            method["target_modules"] = _targets(args.lora_targets)
+        out["method"] = method
+    if args.optimizer:
+        out["optimizer"] = {"name": args.optimizer}
+    if args.mixed_precision:
+        out["mixed_precision"] = args.mixed_precision
+    if args.grad_accum is not None:
+        out["gradient_accumulation_steps"] = args.grad_accum
+    return out
+
+
+def _targets(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--lora-targets: give module names, e.g. q_proj,v_proj")
+    return names
+
+
+def software_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The request's ``software`` the stack flags describe (None: none given)."""
+    sw: dict[str, Any] = {}
+    if args.framework:
+        name, sep, version = args.framework.partition("==")
+        sw["framework"] = name.strip()
+        if sep:
+            sw["framework_version"] = version.strip()
+    libraries: dict[str, str] = {}
+    for item in args.library or ():
+        name, sep, version = item.partition("==")
+        name = name.strip().replace("-", "_")
+        if not sep or not version.strip():
+            raise UsageError(f"--library {item}: give NAME==VERSION, e.g. peft==0.13.2")
+        if name not in _library_names():
+            raise UsageError(f"--library {item}: allowed names: {', '.join(_library_names())}")
+        libraries[name] = version.strip()
+    if libraries:
+        sw["libraries"] = libraries
+    if args.torch:
+        sw["torch_version"] = args.torch
+    if args.cuda:
+        sw["cuda_version"] = args.cuda
+    if args.expandable_segments is not None:
+        sw["expandable_segments"] = args.expandable_segments
+    return sw or None
 
 
 def workload_from_args(args: argparse.Namespace, command: str) -> dict[str, Any]:
@@ -432,9 +637,23 @@ def workload_from_args(args: argparse.Namespace, command: str) -> dict[str, Any]
                 f"--quant {args.quant}: for --kind {args.kind}, allowed: {', '.join(tags)}"
             )
         workload["precision"]["quantization"] = {"scheme": args.quant}
+    framework = args.framework.partition("==")[0].strip() if args.framework else None
+    if framework is not None and (
+        framework in _ENGINE_FRAMEWORKS or framework not in _frameworks()
+    ):
+        engine = " (a serving engine is --kind llm_serving --engine)" * (
+            framework in ("vllm", "sglang")
+        )
+        raise UsageError(
+            f"--framework {args.framework}{engine}: allowed: "
+            f"{', '.join(f for f in _frameworks() if f not in _ENGINE_FRAMEWORKS)}"
+        )
+    if args.attention:
+        workload["attention"] = args.attention
     if args.kind == "inference":
         if args.checkpointing != "none" or args.zero:
             raise UsageError("--checkpointing / --zero apply to --kind training only")
+        _only_training(args)
         workload.update(
             batch_size=size("batch"),
             prompt_tokens=size("prompt"),
@@ -446,8 +665,15 @@ def workload_from_args(args: argparse.Namespace, command: str) -> dict[str, Any]
             micro_batch_size=size("batch"),
             sequence_length=size("prompt"),
             checkpointing=args.checkpointing,
+            **_training_fields(args),
         )
     return workload
+
+
+def _frameworks() -> tuple[str, ...]:
+    from vrambudget.core.spec.requests import Framework
+
+    return get_args(Framework)
 
 
 def _missing_framework() -> str | None:

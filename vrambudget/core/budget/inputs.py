@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..arch import Arch, attention_run
+from ..arch import Arch, Role, attention_run
 from ..components import Component
 from ..deployed import deployed_format
 from ..device import DeviceContext
@@ -234,14 +234,37 @@ def warnings(
                 'use_gradient_checkpointing=True does; use_gradient_checkpointing="unsloth" (its '
                 "notebooks' setting) keeps them in host RAM: say `offloaded` for that"
             )
-        if not isinstance(w.method, FullFineTune) and not any(
-            st.adapter_params for st in statics_for(w, arch)
-        ):
-            out.append(
-                "no LoRA target module matches this model's projections: "
-                "adapters, gradients and optimizer state are 0"
-            )
+        if not isinstance(w.method, FullFineTune):
+            if not any(st.adapter_params for st in statics_for(w, arch)):
+                # peft 0.17.1 tuners/tuners_utils.py BaseTuner.inject_adapter lines 632-651:
+                # an error when no name matched, nothing when some did.
+                out.append(
+                    "no LoRA target module matches this model's projections: "
+                    "adapters, gradients and optimizer state are 0 (PEFT refuses such a "
+                    "config: 'Target modules ... not found in the base model')"
+                )
+            else:
+                names = _projection_names(arch)
+                missing = [t for t in w.method.target_modules if t not in names]
+                if missing:
+                    out.append(
+                        f"LoRA target module(s) {', '.join(missing)} match no projection of "
+                        f"this model and get no adapter (its projections: "
+                        f"{', '.join(sorted(names))}); PEFT ignores such a name when another "
+                        "one matches"
+                    )
     return out
+
+
+def _projection_names(arch: Arch) -> frozenset[str]:
+    """The last name components of the model's projections, which LoRA targets match (PEFT's
+    rule, as the statics apply it)."""
+    return frozenset(
+        g.name.rsplit(".", 1)[-1]
+        for layer, _ in arch.layer_runs
+        for g in layer.tensors
+        if g.role in (Role.LINEAR, Role.EXPERT)
+    )
 
 
 def summary(w: AnalyticWorkload, arch: Arch | None) -> WorkloadSummary:
