@@ -20,6 +20,8 @@ def _sources() -> list[tuple[str, str, Source, bool]]:
         out.append((g.id, "memory_total_source", g.memory_total_source, True))
         if g.nvidia_smi_total_source is not None:
             out.append((g.id, "nvidia_smi_total_source", g.nvidia_smi_total_source, True))
+        if g.sm_count_source is not None:
+            out.append((g.id, "sm_count_source", g.sm_count_source, True))
         out += [(g.id, f"spec_sources[{i}]", s, False) for i, s in enumerate(g.spec_sources)]
     for p in presets().values():
         out.append((p.id, "config_source", p.config_source, True))
@@ -48,6 +50,17 @@ def test_every_entry_has_a_quoted_primary_source() -> None:
     cited = {e for e, f, _, _ in SOURCES if f == "nvidia_smi_total_source"}
     assert cited <= {g.id for g in gpus().values() if g.nvidia_smi_total_mib is not None}
     assert {e for e, f, _, _ in SOURCES if f == "config_source"} == set(presets())
+
+
+def test_every_nvidia_gpu_has_a_quoted_sm_count() -> None:
+    """The CUDA context line reads each NVIDIA GPU's SM count: every one has it, quoted where
+    the number can be read (the quote names the count)."""
+    for g in gpus().values():
+        if g.vendor != "nvidia":
+            assert g.sm_count is None and g.sm_count_source is None, g.id
+            continue
+        assert g.sm_count and g.sm_count_source is not None, g.id
+        assert g.sm_count_source.quote and str(g.sm_count) in g.sm_count_source.quote, g.id
 
 
 @pytest.mark.parametrize("name", ["gpus.json", "models.json"])

@@ -153,16 +153,21 @@ def test_sglang_max_running_requests_exact():
 
 
 def test_sglang_kv_tokens_ratchet():
-    """Held out, pinned so it can only shrink: the RTX 3090 launch ran under WSL2 with the
-    desktop's memory already taken (+5.7%); on 4 x L4 (PCIe) the start took 0.32 GiB (0.19 GiB
-    before the distributed start), where the model keeps one 0.51 GiB context (vLLM 0.19's,
-    fitted on H100 launches) and the 0.17 GiB PCIe distributed term: -10.7% (-2.9% while the
-    weights line missed the allocator's 0.22 GiB of segment rounding, which hid it); set D's 4
-    x RTX 4090 TP4 launch of Qwen3-14B: -0.8%."""
+    """Held out, pinned so it can only shrink. The start-up context is the GPU's own (the line
+    in its resident threads, tests/core/formulas/test_cuda_context_line.py), no longer vLLM
+    0.19's H100 value (0.51 GiB) on every GPU: 4 x L4 (PCIe), whose start took 0.19 GiB before
+    the distributed start, went from -10.7% to -2.9% (the smallest measured GPU's 0.25 GiB
+    context, the floor of the line, and the 0.17 GiB PCIe distributed term); set D's 4 x RTX
+    4090 TP4 launch of Qwen3-14B from -0.8% to +0.1%; the H100 stays +0.6% (its line value is
+    within 0.2% of vLLM's). The two desktop launches, whose desktops held memory before SGLang
+    measured, move the other way, as a bare card's smaller context leaves more of the printed
+    gap to the desktop: the RTX 3090 under WSL2 from +5.7% to +9.8%, the RTX 4090 under
+    Docker Desktop from +14.1% to +16.6% (+0.7% and +0.1% given the printed free memory:
+    `device.memory_in_use_bytes` is the input for it)."""
     errs = _errors("sglang", "KV tokens")
     assert len(errs) == 5
-    assert statistics.median(abs(e) for e in errs) <= 0.058  # 5.70%
-    assert max(errs) <= 0.142 and min(errs) >= -0.108
+    assert statistics.median(abs(e) for e in errs) <= 0.0291  # 2.90%
+    assert max(errs) <= 0.166 and min(errs) >= -0.0291
 
 
 def test_sglang_weights_are_the_reserved_segments_of_the_loaded_weights():
@@ -185,10 +190,10 @@ def test_sglang_weights_are_the_reserved_segments_of_the_loaded_weights():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="SGLang held-out KV tokens: median 5.7% and +14.1% on an RTX 4090 under Docker "
-    "Desktop, +5.7% on an RTX 3090 under WSL2 (both with the desktop's memory taken before "
-    "SGLang measured), -10.7% on 4 x L4 (a 0.19 GiB CUDA context where the model keeps 0.51 "
-    "GiB); -0.8% (4 x RTX 4090), +0.6% (H100) (docs/ACCURACY.md)",
+    reason="SGLang held-out KV tokens: median 2.9% (met), but +16.6% on an RTX 4090 under "
+    "Docker Desktop and +9.8% on an RTX 3090 under WSL2, both with the desktop's memory taken "
+    "before SGLang measured (the answer assumes a bare card unless memory_in_use_bytes says "
+    "otherwise); -2.9% (4 x L4), +0.1% (4 x RTX 4090), +0.6% (H100) (docs/ACCURACY.md)",
 )
 def test_sglang_kv_tokens_targets():
     errs = _errors("sglang", "KV tokens")
@@ -201,14 +206,16 @@ def test_sglang_pool_rule_given_the_printed_free_memory():
     left after), that memory in place of the modelled start leaves the pool rule's own error:
     +0.7% (RTX 3090), +0.1% (RTX 4090), +0.3% (H100) with the weights as the allocator
     reserves them (+2.6%, +0.1%, +0.6% with the tensors' sum and SGLang's FP32 rotary table;
-    +3.7%, +1.4%, +0.6% without the table). The desktops' +7.5% and +14.1% are the start-up
-    footprint (the desktop's memory), not the pool. The 4 x L4 log printed more free
-    memory than the modelled start leaves, so it has no row. A diagnostic, not a test of the
-    model: the printed free memory comes from the log."""
+    +3.7%, +1.4%, +0.6% without the table), and +0.03% on 4 x RTX 4090 (whose log printed more
+    free memory than the modelled start left while that start took vLLM's H100 context, and
+    so had no row). The 4 x L4 log still prints more free memory than the modelled start
+    leaves (the smallest measured GPU's context is its floor), so it has none. The desktops'
+    +9.8% and +16.6% are the start-up footprint (the desktop's memory), not the pool. A
+    diagnostic, not a test of the model: the printed free memory comes from the log."""
     from research.engine_logs import PRINTED_FREE
 
     errs = _errors("sglang", PRINTED_FREE)
-    assert len(errs) == 3
+    assert len(errs) == 4
     assert statistics.median(abs(e) for e in errs) <= 0.0035
     assert max(abs(e) for e in errs) <= 0.0075
 

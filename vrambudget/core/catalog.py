@@ -142,6 +142,10 @@ class GPUFacts(msgspec.Struct, frozen=True, kw_only=True):
     memory_bandwidth_bytes_per_s: int | None = None
     native_dtypes: tuple[DTypeName, ...]
     tdp_watts: int | None = None
+    sm_count: int | None = None
+    """Streaming multiprocessors (NVIDIA; torch's ``multi_processor_count``): the bare CUDA
+    context at a process's start grows with them
+    (:func:`vrambudget.core.formulas.cuda_context.start_context`)."""
 
 
 class GPU(GPUFacts, frozen=True, kw_only=True):
@@ -152,6 +156,8 @@ class GPU(GPUFacts, frozen=True, kw_only=True):
     memory_total_source: Source
     nvidia_smi_total_source: Source | None = None
     """Where ``nvidia_smi_total_mib`` was read: an ``nvidia-smi`` printout naming the GPU."""
+    sm_count_source: Source | None = None
+    """Where ``sm_count`` was read: a device-properties printout or a data sheet naming it."""
     mig_profiles: tuple[MIGProfile, ...] = ()
     interconnect: Interconnect | None = None
     spec_sources: tuple[Source, ...] = ()

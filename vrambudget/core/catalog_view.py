@@ -135,6 +135,13 @@ class CatalogGPU(GPUFacts, frozen=True, kw_only=True):
             "the GPU (null where the value has no citation here)."
         ),
     ] = None
+    sm_count_source: Annotated[
+        Citation | None,
+        msgspec.Meta(
+            description="Where `sm_count` is read: a device-properties printout or a data "
+            "sheet naming the GPU (null where the catalog has no SM count)."
+        ),
+    ] = None
     mig_profiles: tuple[CatalogMIGProfile, ...] = ()
     interconnect: CatalogInterconnect | None = None
     spec_sources: Annotated[
@@ -255,6 +262,7 @@ def gpu_entry(g: GPU) -> CatalogGPU:
         nvidia_smi_total_source=(
             citation(g.nvidia_smi_total_source) if g.nvidia_smi_total_source is not None else None
         ),
+        sm_count_source=citation(g.sm_count_source) if g.sm_count_source is not None else None,
         mig_profiles=tuple(_mig(m) for m in g.mig_profiles),
         interconnect=_interconnect(g.interconnect) if g.interconnect is not None else None,
         spec_sources=tuple(citation(s) for s in g.spec_sources),

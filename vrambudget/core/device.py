@@ -36,6 +36,9 @@ class DeviceContext:
     """``nvidia-smi``'s total (the catalog's, where published): what engines that read
     nvidia-smi size their defaults from; the runtime's ``memory_total_bytes`` is smaller by the
     driver's reservation."""
+    sm_count: int | None = None
+    """Streaming multiprocessors (the catalog's, NVIDIA): what the bare CUDA context at a
+    process's start grows with (:func:`~.formulas.cuda_context.start_context`)."""
 
     @property
     def capacity_bytes(self) -> int:
@@ -151,6 +154,7 @@ def _catalog_context(g: GPU) -> DeviceContext:
                 g.compute_capability,
                 g.gfx_target,
                 nvidia_smi_total_mib=g.nvidia_smi_total_mib,
+                sm_count=g.sm_count,
             ),
         )
     return ctx

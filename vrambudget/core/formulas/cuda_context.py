@@ -15,10 +15,17 @@ defaults below.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
 from ..units import MiB
 
 __all__ = [
+    "CONTEXT_INTERCEPT",
     "CONTEXT_PART",
+    "CONTEXT_PER_THREAD",
+    "CONTEXT_POINTS",
     "CUDA_CONTEXT_BYTES",
     "CUDA_CONTEXT_DATACENTER_BYTES",
     "CUDA_CONTEXT_DATACENTER_SOURCE",
@@ -33,11 +40,14 @@ __all__ = [
     "KERNEL_IMAGES_PART",
     "KERNEL_IMAGES_SOURCE",
     "KERNEL_IMAGES_TRAINING_BYTES",
+    "MIN_FITTED_THREADS",
+    "RESIDENT_THREADS_PER_SM",
     "SOURCE",
     "default_context",
     "eager_context",
     "kernel_images",
     "per_device",
+    "start_context",
 ]
 
 FORMULA = "one context per process, and the kernel images its ops load"
@@ -139,9 +149,132 @@ def eager_context(cuda_version: tuple[int, ...] | None, lazy_with_images: int) -
     return max(value, lazy_with_images), source
 
 
+# The context grows with the GPU: the driver reserves local memory (the per-thread stack,
+# cudaLimitStackSize) for every thread the device can hold resident at once, SMs x resident
+# threads per SM, and the bare lazy-loading contexts measured on three GPU types of three
+# architectures lie on one line in that count (CONTEXT_POINTS; within 0.6 MiB of each). The
+# resident threads per SM are a compute-capability fact.
+RESIDENT_THREADS_PER_SM: dict[str, int] = {
+    "7.0": 2048,
+    "7.2": 2048,
+    "7.5": 1024,
+    "8.0": 2048,
+    "8.6": 1536,
+    "8.7": 2048,
+    "8.9": 1536,
+    "9.0": 2048,
+    "10.0": 2048,
+    "10.3": 2048,
+    "12.0": 1536,
+    "12.1": 1536,
+}
+RESIDENT_THREADS_SOURCE = (
+    "CUDA C++ Programming Guide, Technical Specifications per Compute Capability: maximum "
+    "number of resident threads per SM (2048 on 7.0, 8.0, 8.7, 9.0, 10.x; 1536 on 8.6, 8.9, "
+    "12.x; 1024 on 7.5)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPoint:
+    """One published bare-context measurement under lazy module loading, on a named GPU."""
+
+    gpu: str
+    sm_count: int
+    compute_capability: str
+    bytes: int
+    source: str
+
+    @property
+    def resident_threads(self) -> int:
+        return self.sm_count * RESIDENT_THREADS_PER_SM[self.compute_capability]
+
+
+CONTEXT_POINTS: tuple[ContextPoint, ...] = (
+    ContextPoint(
+        "RTX 3090",
+        82,
+        "8.6",
+        256 * MiB,
+        "256 MiB, nvidia-smi per process of an idle server, torch 2.7.1+cu128 "
+        "(invoke-ai/InvokeAI#9413)",
+    ),
+    ContextPoint(
+        "RTX 6000 Ada",
+        142,
+        "8.9",
+        426 * MiB,
+        "426 MiB, nvidia-smi after mem_get_info only, torch 2.10.0+cu130 "
+        "(unslothai/unsloth-zoo#1053)",
+    ),
+    ContextPoint(
+        "H100 SXM and H200",
+        132,
+        "9.0",
+        548_995_072,
+        "548,995,072 B on both, NVML in a fresh process before any tensor, torch 2.11.0+cu130 "
+        "(this project's GPU campaigns of 2026-12-04 and 2026-12-05, "
+        "research/overhead_measurements.md)",
+    ),
+)
+"""The bare-context measurements the line is fitted to (research/overhead_measurements.md,
+section 1); SM counts from each GPU's catalog entry."""
+
+
+def _least_squares() -> tuple[Fraction, Fraction]:
+    """(intercept bytes, bytes per resident thread) of the least-squares line through
+    :data:`CONTEXT_POINTS`, exact."""
+    xs = [Fraction(p.resident_threads) for p in CONTEXT_POINTS]
+    ys = [Fraction(p.bytes) for p in CONTEXT_POINTS]
+    mx = sum(xs, Fraction(0)) / len(xs)
+    my = sum(ys, Fraction(0)) / len(ys)
+    sxy = sum(((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)), Fraction(0))
+    sxx = sum(((x - mx) ** 2 for x in xs), Fraction(0))
+    slope = sxy / sxx
+    return my - slope * mx, slope
+
+
+CONTEXT_INTERCEPT, CONTEXT_PER_THREAD = _least_squares()
+MIN_FITTED_THREADS = min(p.resident_threads for p in CONTEXT_POINTS)
+"""Below the smallest measured GPU the line is not extrapolated: a GPU with fewer resident
+threads takes the smallest measured GPU's context (the larger, safe side)."""
+
+
+def start_context(sm_count: int, compute_capability: str) -> tuple[int, str] | None:
+    """(bytes, source) of the bare context at a process's start on ``sm_count`` SMs of
+    ``compute_capability``, before any kernel runs: the line through :data:`CONTEXT_POINTS`
+    (None where the resident threads per SM are not known). What an engine that measures the
+    free memory at its start sees (SGLang).
+
+    Worked number: an L40S, 142 SMs of 8.9 (218,112 resident threads), takes
+    ceil(intercept + 218,112 x the per-thread slope) = 447,228,195 B (426.5 MiB)."""
+    per_sm = RESIDENT_THREADS_PER_SM.get(compute_capability)
+    if per_sm is None:
+        return None
+    threads = max(sm_count * per_sm, MIN_FITTED_THREADS)
+    value = math.ceil(CONTEXT_INTERCEPT + CONTEXT_PER_THREAD * threads)
+    below = " (fewer than the smallest measured GPU: its value)" * (
+        sm_count * per_sm < MIN_FITTED_THREADS
+    )
+    source = (
+        f"{value:,} B: {sm_count} SMs x {per_sm} resident threads{below} on the line through "
+        "the bare lazy-loading contexts of three GPUs, "
+        f"{float(CONTEXT_INTERCEPT) / MiB:.1f} MiB + "
+        f"{float(CONTEXT_PER_THREAD):,.0f} B per resident thread ("
+        + "; ".join(f"{p.gpu}: {p.source}" for p in CONTEXT_POINTS)
+        + f"); {RESIDENT_THREADS_SOURCE}"
+    )
+    return value, source
+
+
 def default_context(compute_capability: str | None, vendor: str) -> tuple[int, str]:
-    """(bytes, source) of one process's context on a device type: 534 MiB on NVIDIA compute
-    capability 9.x/10.x (Hopper, datacenter Blackwell), 426 MiB otherwise."""
+    """(bytes, source) of one process's context in a workload's budget, on a device type: 534
+    MiB on NVIDIA compute capability 9.x/10.x (Hopper, datacenter Blackwell), 426 MiB
+    otherwise. Not :func:`start_context`'s line: on the smaller GPUs the whole runs measured
+    outside the allocator (nvidia-smi readings of V100s and RTX 4090s, already 1-7% above
+    their estimates) hold more than that bare line plus the kernel images measured on an H200,
+    and no other architecture's images are measured (docs/ACCURACY.md, "The CUDA context at a
+    process's start")."""
     major = int(compute_capability.split(".")[0]) if compute_capability else 0
     if vendor == "nvidia" and major in (9, 10):
         return CUDA_CONTEXT_DATACENTER_BYTES, CUDA_CONTEXT_DATACENTER_SOURCE

@@ -13,6 +13,7 @@ from ..components import Component
 from ..device import DeviceContext
 from ..dtypes import bytes_of
 from ..errors import InvalidWorkload
+from ..formulas.cuda_context import start_context
 from ..host import DEFAULT_DISK
 from ..resolve import engine_model, model_name, model_origin, resolve_model
 from ..result import (
@@ -279,11 +280,11 @@ class _SGLangRun:
     context_len: int
     cuda_context: int
     nccl: int
-    """The CUDA context and NCCL communicators before SGLang measures free memory: vLLM
-    0.19.0's calibrated values. SGLang starts NCCL with cuMem and NVLS off
-    (``entrypoints/engine.py`` ``_set_envs_and_config``), vLLM 0.19 with cuMem on, so these are
-    an upper bound (the safe side: a smaller pool); a held-out 4 x L4 launch of 0.4.3 took
-    0.32 GiB for both where these give 1.51 GiB (docs/ACCURACY.md)."""
+    """The CUDA context and NCCL communicators before SGLang measures free memory. The context
+    is the bare context at a process's start on this GPU (on NVIDIA with a catalog SM count,
+    :func:`~vrambudget.core.formulas.cuda_context.start_context`, whose line gives an H100
+    548,653,699 B, within 0.2% of the 547,608,330 B vLLM 0.19.0's H100 launches were fitted
+    to); elsewhere vLLM 0.19.0's calibrated value. NCCL: :func:`sglang_nccl_bytes`."""
     in_use: int = 0
     """Memory other processes hold (the request's device): also gone when SGLang measures."""
 
@@ -328,7 +329,12 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
         context_len = w.max_model_len or arch.max_positions
         o = w.sglang if w.sglang is not None else SGLangOptions()
         cal = calibration(CALIBRATED_VERSION)
-        context = round(cal.c("cuda_context_bytes"))
+        bare = (
+            start_context(ctx.sm_count, ctx.compute_capability)
+            if ctx.vendor == "nvidia" and ctx.sm_count and ctx.compute_capability
+            else None
+        )
+        context = bare[0] if bare is not None else round(cal.c("cuda_context_bytes"))
         nccl = sglang_nccl_bytes(cal, tp, tp_fabric(ctx.name, w.parallelism.peer_access))
         a = sglang_account(
             arch,
