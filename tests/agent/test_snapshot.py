@@ -209,7 +209,10 @@ def test_an_out_of_memory_keeps_an_oom_snapshot(tmp_path: Path) -> None:
 def test_expired_snapshots_are_deleted_at_start_periodically_and_when_asked_for(
     tmp_path: Path,
 ) -> None:
-    retention = 2.0
+    """Polled, not slept: on a loaded machine the start or a sweep may come late. ``a`` is
+    written just before the start, so it outlives the start's sweep by ``retention`` less the
+    start-up time; ``b`` is expired from the first."""
+    retention = 3.0
     child = ChildSettings(
         snapshot_path=snapshot_path(tmp_path, "a" * 32), snapshot_retention_s=retention
     )
@@ -219,11 +222,12 @@ def test_expired_snapshots_are_deleted_at_start_periodically_and_when_asked_for(
     old.write_bytes(b"x")
     os.utime(old, (time.time() - 3 * retention, time.time() - 3 * retention))
     settings = AgentSettings(data_dir=tmp_path, tokens=(b"t",), snapshot_retention_s=retention)
+    listing = lambda: sorted(os.listdir(tmp_path / "snapshots"))  # noqa: E731
     with TestClient(create_agent_app(settings)):
-        time.sleep(0.5)
-        assert sorted(os.listdir(tmp_path / "snapshots")) == [f"{'a' * 32}.pickle"]  # at start
-        time.sleep(retention + 1.5)  # the sweep runs every retention period when that is shorter
-        assert os.listdir(tmp_path / "snapshots") == []
+        # at start: the expired one goes, the fresh one stays
+        assert _within(retention / 2, lambda: listing() == [f"{'a' * 32}.pickle"]), listing()
+        # the sweep runs every retention period when that is shorter than its default
+        assert _within(3 * retention, lambda: listing() == []), listing()
     # On request, an expired file is deleted even before a sweep reaches it.
     fresh = Path(snapshot_path(tmp_path, "c" * 32))
     fresh.write_bytes(b"y")
@@ -233,6 +237,16 @@ def test_expired_snapshots_are_deleted_at_start_periodically_and_when_asked_for(
     assert not fresh.exists()
     assert expire_snapshots(tmp_path, 60, now) == []
     assert snapshot_file(tmp_path, "../x", 60, now) is None  # no path outside the directory
+
+
+def _within(seconds: float, condition: Any) -> bool:
+    """Whether ``condition()`` holds within ``seconds`` (polled every 50 ms)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_the_agent_keeps_a_file_only_when_the_stored_result_describes_it(tmp_path: Path) -> None:
