@@ -172,6 +172,12 @@ def _estimate(args: argparse.Namespace) -> int:
             )
         print(f"  {'total':<24}{d.total_bytes:>20,}{'':>4}{d.total_bytes / 2**30:>10.3f}")
         print("  phases: " + ", ".join(f"{p.name} {format_bytes(p.total_bytes)}" for p in d.phases))
+        if d.band is not None:
+            b = d.band
+            print(
+                f"  error band: the real peak {format_bytes(b.low_bytes)} .. "
+                f"{format_bytes(b.high_bytes)}, headroom excluded ({b.basis})"
+            )
         c = d.allocator_cache
         if c is not None:
             flush = "; the allocator will release its cache and retry" if c.releases_cache else ""
