@@ -129,6 +129,32 @@ def test_fit_takes_the_same_flags(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert _json(["fit", "--file", str(f)], capsys) == by_flags
 
 
+def test_headroom_flag_is_the_request_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--headroom 0`` budgets no headroom, as ``headroom.fraction: 0`` does; the default is
+    the band's high end, which here is above the estimate: more headroom."""
+    flags = ["estimate", "--model", "qwen2.5-7b", "--gpu", "l4-24gb"]
+    zero = _json([*flags, "--headroom", "0"], capsys)
+    f = tmp_path / "h.json"
+    f.write_text(
+        json.dumps(
+            {
+                "workloads": [
+                    {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-7b"}}
+                ],
+                "device": {"source": "catalog", "id": "l4-24gb"},
+                "headroom": {"fraction": 0.0},
+            }
+        )
+    )
+    assert _json(["estimate", "--file", str(f)], capsys) == zero
+    lines = {x["component"]: x["bytes"] for x in zero["devices"][0]["lines"]}
+    assert lines["headroom"] == 0
+    default = _json(flags, capsys)
+    assert default["total_bytes"] > zero["total_bytes"]
+
+
 def test_the_text_answer_names_the_stack(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", *QLORA_FLAGS]) == EXIT_FITS
     out = capsys.readouterr().out
@@ -211,6 +237,11 @@ def test_expandable_segments_flag_switches_the_fragmentation_fraction(
         (
             ["--file", "w.json", "--framework", "axolotl", "--finetune", "lora"],
             "error: --file is the whole request: drop --finetune, --framework",
+        ),
+        (
+            ["--headroom", "1.5"],
+            "error: headroom.fraction (--headroom): Expected `float` <= 0.9; allowed range: "
+            "0.0 .. 0.9",
         ),
     ],
 )

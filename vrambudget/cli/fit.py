@@ -27,6 +27,7 @@ from .workload_args import (
     FLAG_OF,
     UsageError,
     add_workload_args,
+    headroom_from_args,
     reject_with_file,
     software_from_args,
     workload_from_args,
@@ -62,6 +63,9 @@ def _request(args: argparse.Namespace) -> Any:
     software = software_from_args(args)
     if software:
         body["software"] = software
+    headroom = headroom_from_args(args)
+    if headroom:
+        body["headroom"] = headroom
     if devices:
         body["devices"] = devices
     if args.counts:

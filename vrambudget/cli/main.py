@@ -62,7 +62,12 @@ def _serve(args: argparse.Namespace) -> int:
 def _request_from_args(args: argparse.Namespace) -> object:
     from vrambudget.core.spec import BudgetRequest
 
-    from .workload_args import reject_with_file, software_from_args, workload_from_args
+    from .workload_args import (
+        headroom_from_args,
+        reject_with_file,
+        software_from_args,
+        workload_from_args,
+    )
 
     if args.file:
         reject_with_file(args)
@@ -77,6 +82,9 @@ def _request_from_args(args: argparse.Namespace) -> object:
     software = software_from_args(args)
     if software:
         request["software"] = software
+    headroom = headroom_from_args(args)
+    if headroom:
+        request["headroom"] = headroom
     if args.iterations is not None:
         request["trace"] = {"iterations": args.iterations}
     if args.gpu:

@@ -19,6 +19,7 @@ __all__ = [
     "FLAG_OF",
     "UsageError",
     "add_workload_args",
+    "headroom_from_args",
     "model_from_args",
     "model_resolver",
     "reject_with_file",
@@ -103,6 +104,7 @@ FLAG_OF: dict[str, str] = {
     "torch_version": "--torch",
     "cuda_version": "--cuda",
     "expandable_segments": "--expandable-segments",
+    "fraction": "--headroom",
     **{lib: "--library" for lib in ("transformers", "peft", "trl", "accelerate")},
     **{lib: "--library" for lib in ("bitsandbytes", "deepspeed", "flash_attn", "liger_kernel")},
 }
@@ -306,6 +308,13 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         help="micro-batches per optimizer step (default 1; above 1 the gradients stay live "
         "between them)",
     )
+    p.add_argument(
+        "--headroom",
+        type=float,
+        metavar="FRACTION",
+        help="memory kept free on top of the estimate, a fraction of the device subtotal in "
+        "[0, 0.9] (default: up to the error band's high end, docs/ACCURACY.md)",
+    )
     k = p.add_argument_group(
         "the software stack (inference and training; what is not named is the current "
         "release, and the answer lists every behaviour it assumed)"
@@ -469,7 +478,7 @@ def reject_with_file(args: argparse.Namespace) -> None:
             *((d, FLAG_OF[d]) for d in _SERVING),
         )
         if getattr(args, dest) not in (None, False)
-    ] + _given(args, (*_TRAINING, *_STACK, "attention"))
+    ] + _given(args, (*_TRAINING, *_STACK, "attention", "headroom"))
     if given:
         raise UsageError(f"--file is the whole request: drop {', '.join(given)}")
 
@@ -564,6 +573,12 @@ def _targets(text: str) -> list[str]:
     if not names:
         raise UsageError("--lora-targets: give module names, e.g. q_proj,v_proj")
     return names
+
+
+def headroom_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The request's ``headroom`` ``--headroom`` sets (None: the default, the band's high
+    end)."""
+    return None if args.headroom is None else {"fraction": args.headroom}
 
 
 def software_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
