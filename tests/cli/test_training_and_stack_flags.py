@@ -155,6 +155,37 @@ def test_headroom_flag_is_the_request_field(
     assert default["total_bytes"] > zero["total_bytes"]
 
 
+def test_fit_memory_in_use_is_each_devices_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fit --memory-in-use 2`` is ``memory_in_use_bytes`` = 2 GiB on every ``--gpu``: the
+    free memory of the same layout is 2 GiB less."""
+    flags = ["fit", "--model", "qwen2.5-7b", "--gpu", "l4-24gb,rtx-4090-24gb"]
+    held = _json([*flags, "--memory-in-use", "2"], capsys)
+    f = tmp_path / "held.json"
+    f.write_text(
+        json.dumps(
+            {
+                "workloads": [
+                    {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-7b"}}
+                ],
+                "devices": [
+                    {"source": "catalog", "id": g, "memory_in_use_bytes": 2 << 30}
+                    for g in ("l4-24gb", "rtx-4090-24gb")
+                ],
+            }
+        )
+    )
+    assert _json(["fit", "--file", str(f)], capsys) == held
+    bare = _json(flags, capsys)
+    for a, b in zip(held["gpus"], bare["gpus"], strict=True):
+        assert a["layouts"][0]["free_bytes"] == b["layouts"][0]["free_bytes"] - (2 << 30)
+    assert main(["fit", "--model", "qwen2.5-7b", "--memory-in-use", "2"]) == EXIT_INPUT
+    assert "--memory-in-use needs --gpu" in capsys.readouterr().err
+    assert main([*flags, "--memory-in-use", "-1"]) == EXIT_INPUT
+    assert "(--memory-in-use)" in capsys.readouterr().err
+
+
 def test_the_text_answer_names_the_stack(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", *QLORA_FLAGS]) == EXIT_FITS
     out = capsys.readouterr().out

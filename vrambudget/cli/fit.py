@@ -51,7 +51,12 @@ def _request(args: argparse.Namespace) -> Any:
     from vrambudget.core.spec import FitRequest
 
     gpus = [g.strip() for item in args.gpu for g in item.split(",") if g.strip()]
-    devices = [{"source": "catalog", "id": g} for g in gpus]
+    if args.memory_in_use and not gpus:
+        raise UsageError("--memory-in-use needs --gpu: the devices whose memory others hold")
+    held = (
+        {"memory_in_use_bytes": round(args.memory_in_use * (1 << 30))} if args.memory_in_use else {}
+    )
+    devices = [{"source": "catalog", "id": g, **held} for g in gpus]
     if args.file:
         reject_with_file(args)
         raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
@@ -209,6 +214,14 @@ def add_parser(sub: Any) -> None:
         metavar="ID[,ID...]",
         help="catalog GPU ids to check (repeat or comma-separate; `vrambudget gpus` lists "
         "them); default: the whole catalog",
+    )
+    f.add_argument(
+        "--memory-in-use",
+        metavar="GIB",
+        type=float,
+        default=0.0,
+        help="GiB other processes already hold on each --gpu (a desktop, another server: "
+        "nvidia-smi's used memory with nothing of yours running)",
     )
     f.add_argument(
         "--counts",

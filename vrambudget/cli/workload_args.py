@@ -105,6 +105,7 @@ FLAG_OF: dict[str, str] = {
     "cuda_version": "--cuda",
     "expandable_segments": "--expandable-segments",
     "fraction": "--headroom",
+    "memory_in_use_bytes": "--memory-in-use",
     **{lib: "--library" for lib in ("transformers", "peft", "trl", "accelerate")},
     **{lib: "--library" for lib in ("bitsandbytes", "deepspeed", "flash_attn", "liger_kernel")},
 }
