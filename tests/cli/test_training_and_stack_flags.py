@@ -129,6 +129,14 @@ def test_fit_takes_the_same_flags(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert _json(["fit", "--file", str(f)], capsys) == by_flags
 
 
+def _qwen_file(tmp_path: Path, **fields: Any) -> str:
+    """A request for Qwen2.5 7B inference at the defaults, with ``fields``, as a file."""
+    f = tmp_path / "request.json"
+    model = {"source": "preset", "id": "qwen2.5-7b"}
+    f.write_text(json.dumps({"workloads": [{"kind": "inference", "model": model}], **fields}))
+    return str(f)
+
+
 def test_headroom_flag_is_the_request_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -136,19 +144,10 @@ def test_headroom_flag_is_the_request_field(
     the band's high end, which here is above the estimate: more headroom."""
     flags = ["estimate", "--model", "qwen2.5-7b", "--gpu", "l4-24gb"]
     zero = _json([*flags, "--headroom", "0"], capsys)
-    f = tmp_path / "h.json"
-    f.write_text(
-        json.dumps(
-            {
-                "workloads": [
-                    {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-7b"}}
-                ],
-                "device": {"source": "catalog", "id": "l4-24gb"},
-                "headroom": {"fraction": 0.0},
-            }
-        )
+    f = _qwen_file(
+        tmp_path, device={"source": "catalog", "id": "l4-24gb"}, headroom={"fraction": 0.0}
     )
-    assert _json(["estimate", "--file", str(f)], capsys) == zero
+    assert _json(["estimate", "--file", f], capsys) == zero
     lines = {x["component"]: x["bytes"] for x in zero["devices"][0]["lines"]}
     assert lines["headroom"] == 0
     default = _json(flags, capsys)
@@ -162,21 +161,11 @@ def test_fit_memory_in_use_is_each_devices_field(
     free memory of the same layout is 2 GiB less."""
     flags = ["fit", "--model", "qwen2.5-7b", "--gpu", "l4-24gb,rtx-4090-24gb"]
     held = _json([*flags, "--memory-in-use", "2"], capsys)
-    f = tmp_path / "held.json"
-    f.write_text(
-        json.dumps(
-            {
-                "workloads": [
-                    {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-7b"}}
-                ],
-                "devices": [
-                    {"source": "catalog", "id": g, "memory_in_use_bytes": 2 << 30}
-                    for g in ("l4-24gb", "rtx-4090-24gb")
-                ],
-            }
-        )
-    )
-    assert _json(["fit", "--file", str(f)], capsys) == held
+    devices = [
+        {"source": "catalog", "id": g, "memory_in_use_bytes": 2 << 30}
+        for g in ("l4-24gb", "rtx-4090-24gb")
+    ]
+    assert _json(["fit", "--file", _qwen_file(tmp_path, devices=devices)], capsys) == held
     bare = _json(flags, capsys)
     for a, b in zip(held["gpus"], bare["gpus"], strict=True):
         assert a["layouts"][0]["free_bytes"] == b["layouts"][0]["free_bytes"] - (2 << 30)

@@ -27,9 +27,8 @@ from .workload_args import (
     FLAG_OF,
     UsageError,
     add_workload_args,
-    headroom_from_args,
     reject_with_file,
-    software_from_args,
+    request_fields,
     workload_from_args,
 )
 
@@ -64,13 +63,7 @@ def _request(args: argparse.Namespace) -> Any:
         if devices and isinstance(data, dict):  # --gpu names the devices of the file's request
             data["devices"] = devices
         return msgspec.convert(data, FitRequest)
-    body: dict[str, Any] = {"workloads": [workload_from_args(args, "fit")]}
-    software = software_from_args(args)
-    if software:
-        body["software"] = software
-    headroom = headroom_from_args(args)
-    if headroom:
-        body["headroom"] = headroom
+    body: dict[str, Any] = {"workloads": [workload_from_args(args, "fit")], **request_fields(args)}
     if devices:
         body["devices"] = devices
     if args.counts:

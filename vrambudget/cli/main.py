@@ -62,12 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _request_from_args(args: argparse.Namespace) -> object:
     from vrambudget.core.spec import BudgetRequest
 
-    from .workload_args import (
-        headroom_from_args,
-        reject_with_file,
-        software_from_args,
-        workload_from_args,
-    )
+    from .workload_args import reject_with_file, request_fields, workload_from_args
 
     if args.file:
         reject_with_file(args)
@@ -78,13 +73,10 @@ def _request_from_args(args: argparse.Namespace) -> object:
         if args.gpu:  # --gpu names the device of the file's request
             data["device"] = _device(args)
         return msgspec.convert(data, BudgetRequest)
-    request: dict[str, object] = {"workloads": [workload_from_args(args, "estimate")]}
-    software = software_from_args(args)
-    if software:
-        request["software"] = software
-    headroom = headroom_from_args(args)
-    if headroom:
-        request["headroom"] = headroom
+    request: dict[str, object] = {
+        "workloads": [workload_from_args(args, "estimate")],
+        **request_fields(args),
+    }
     if args.iterations is not None:
         request["trace"] = {"iterations": args.iterations}
     if args.gpu:

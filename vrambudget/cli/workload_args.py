@@ -19,10 +19,10 @@ __all__ = [
     "FLAG_OF",
     "UsageError",
     "add_workload_args",
-    "headroom_from_args",
     "model_from_args",
     "model_resolver",
     "reject_with_file",
+    "request_fields",
     "software_from_args",
     "workload_from_args",
 ]
@@ -576,10 +576,16 @@ def _targets(text: str) -> list[str]:
     return names
 
 
-def headroom_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The request's ``headroom`` ``--headroom`` sets (None: the default, the band's high
-    end)."""
-    return None if args.headroom is None else {"fraction": args.headroom}
+def request_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The request-level fields the flags set, shared by a budget and a fit: ``software`` (the
+    stack flags) and ``headroom`` (``--headroom``); absent where no flag sets them."""
+    out: dict[str, Any] = {}
+    software = software_from_args(args)
+    if software:
+        out["software"] = software
+    if args.headroom is not None:
+        out["headroom"] = {"fraction": args.headroom}
+    return out
 
 
 def software_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
