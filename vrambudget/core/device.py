@@ -39,6 +39,8 @@ class DeviceContext:
     sm_count: int | None = None
     """Streaming multiprocessors (the catalog's, NVIDIA): what the bare CUDA context at a
     process's start grows with (:func:`~.formulas.cuda_context.start_context`)."""
+    segment: str | None = None
+    """The catalog's market segment (``datacenter``, ``workstation``, ``consumer``)."""
 
     @property
     def capacity_bytes(self) -> int:
@@ -138,6 +140,23 @@ def require_device(ref: DeviceRef | None, what: str) -> DeviceContext:
     return ctx
 
 
+def display_note(ctx: DeviceContext, engine: str) -> str | None:
+    """A warning for an engine that sizes its pool from the memory free at its start, on a
+    consumer card nothing is said to share: such a card often drives a display, and a desktop
+    session holds memory first. Three published launches on Windows/WSL2 desktops did (0.58
+    GiB on an RTX 3090 and 0.88 GiB on an RTX 4090 before SGLang measured, about 1.1 GiB on an
+    RTX 5060 Ti before vLLM; docs/ACCURACY.md, *Serving engines across releases*). None where
+    the request says what others hold, or for another segment."""
+    if ctx.segment != "consumer" or ctx.memory_in_use_bytes:
+        return None
+    return (
+        f"{ctx.name} is a consumer card: if it also drives a display, the desktop holds memory "
+        f"before {engine} starts (0.6-1.1 GiB in three published launches on Windows/WSL2 "
+        "desktops), which this answer, made for a card nothing else uses, does not subtract; "
+        "give device.memory_in_use_bytes (nvidia-smi's used memory before the engine starts)"
+    )
+
+
 def _catalog_context(g: GPU) -> DeviceContext:
     ctx = _CONTEXTS.get(g.id)
     if ctx is None:
@@ -155,6 +174,7 @@ def _catalog_context(g: GPU) -> DeviceContext:
                 g.gfx_target,
                 nvidia_smi_total_mib=g.nvidia_smi_total_mib,
                 sm_count=g.sm_count,
+                segment=g.segment,
             ),
         )
     return ctx

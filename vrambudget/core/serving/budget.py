@@ -10,7 +10,7 @@ import msgspec
 from msgspec import UNSET
 
 from ..components import Component
-from ..device import require_device
+from ..device import display_note, require_device
 from ..errors import InvalidWorkload
 from ..host import DEFAULT_DISK
 from ..resolve import engine_model, model_name, model_origin, resolve_model
@@ -410,7 +410,7 @@ def serving_budget(
         ),
     )
     limiting = min(a.stages, key=lambda s: s.available_bytes)
-    warnings = []
+    warnings = [n for n in (display_note(ctx, "vLLM"),) if n]
     if sum(v.bytes for v in devices[most].lines if v.component is not C.HEADROOM) > total - in_use:
         warnings.append(
             "the memory outside the engine's accounting (CUDA context, NCCL, CUDA "

@@ -10,7 +10,7 @@ import msgspec
 
 from ..arch import Arch
 from ..components import Component
-from ..device import DeviceContext
+from ..device import DeviceContext, display_note
 from ..dtypes import bytes_of
 from ..errors import InvalidWorkload
 from ..formulas.cuda_context import start_context
@@ -578,7 +578,7 @@ def sglang_budget(
         ),
     )
     host_ram, disk = serving_host_and_disk(w, arch, run.dtype, run.tp, disk=disk_options)
-    warnings = []
+    warnings = [n for n in (display_note(ctx, "SGLang"),) if n]
     if held < 1 and a.would_start:
         warnings.append(
             f"the pool holds {a.max_total_num_tokens} tokens, fewer than one request of "
