@@ -256,6 +256,17 @@ def test_sglang_pool_by_hand():
     assert lines["kv_cache"] == (tokens + 1) * cell  # one padding page of size 1
     assert d.max_running_requests == min(max(int(tokens / 8192 * 512), 2048), 4096, tokens // 2)
     assert "--mem-fraction-static 0.850" in s.launch
+    assert f"--max-running-requests {d.max_running_requests}" in s.launch
+
+
+def test_sglang_launch_pins_no_request_limit_where_it_would_not_start() -> None:
+    """A fraction below the weights' share: the engine refuses to start, there is no pool to
+    size, and the launch line leaves ``--max-running-requests`` out (0 is no limit to give)."""
+    b = _sglang(max_model_len=8192, sglang={"mem_fraction_static": 0.1})
+    s = b.serving
+    assert s is not None and not s.would_start and s.kv_cache_tokens == 0
+    assert "--max-running-requests" not in s.launch
+    assert "--mem-fraction-static 0.100" in s.launch
 
 
 @pytest.mark.parametrize(

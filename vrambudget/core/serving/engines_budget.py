@@ -393,8 +393,9 @@ def _sglang_launch(w: LLMServingWorkload, run: _SGLangRun) -> str:
         f"--mem-fraction-static {a.mem_fraction_static:.3f}",
         f"--chunked-prefill-size {a.chunked_prefill_size}",
         f"--cuda-graph-max-bs {a.cuda_graph_max_bs}",
-        f"--max-running-requests {a.max_running_requests}",
     ]
+    if a.max_running_requests > 0:  # none where the engine would not start: no pool to size
+        parts.append(f"--max-running-requests {a.max_running_requests}")
     if o.page_size != 1:
         parts.append(f"--page-size {o.page_size}")
     if o.max_total_tokens is not None:
