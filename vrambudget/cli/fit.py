@@ -109,6 +109,8 @@ def _maxima(m: Any) -> str:
 def print_fit(answer: Any, show_all: bool, solved_count: bool) -> None:
     """The fit as a table, smallest GPU first: one row per GPU and device count (unless
     ``show_all``, the layouts that fit or fit if the real peak is low, and each GPU's first),
+    its ``GiB`` what each device leaves the workload (its total less what other processes
+    hold),
     with the smallest device count that fits (``min n``; ``none`` when none up to the
     request's maximum does); below it, the warnings of the rows that do not fit (often why)."""
     headers = ("gpu", "GiB", "n", "verdict", "used GiB", "free GiB", "limiting", "min n", "maxima")
@@ -122,7 +124,7 @@ def print_fit(answer: Any, show_all: bool, solved_count: bool) -> None:
             rows.append(
                 (
                     g.gpu_id or g.name,
-                    f"{g.memory_total_bytes / GiB:.2f}",
+                    f"{lay.capacity_bytes / GiB:.2f}",  # the total less what others hold
                     str(lay.device_count),
                     _verdict_words(lay),
                     f"{lay.total_bytes / GiB:.2f}",
