@@ -25,6 +25,8 @@ __all__ = [
     "Split",
     "TensorGroup",
     "attention_run",
+    "lora_targeted",
+    "projection_names",
 ]
 
 
@@ -228,3 +230,20 @@ def attention_run(attention: str, arch: Arch) -> str:
     """The attention implementation that runs for a requested one: ``sdpa`` on a model whose
     attention logits are soft-capped falls back to ``eager`` (:attr:`Arch.attention_softcap`)."""
     return "eager" if attention == "sdpa" and arch.attention_softcap else attention
+
+
+def lora_targeted(g: TensorGroup, targets: tuple[str, ...] | frozenset[str]) -> bool:
+    """Whether a LoRA target list adapts this tensor: a projection (dense or routed expert)
+    whose name's last component is one of ``targets`` (PEFT's rule for a list of names)."""
+    return g.role in (Role.LINEAR, Role.EXPERT) and g.name.rsplit(".", 1)[-1] in targets
+
+
+def projection_names(arch: Arch) -> frozenset[str]:
+    """The last name components of the model's projections: the names a LoRA target can
+    match (:func:`lora_targeted`)."""
+    return frozenset(
+        g.name.rsplit(".", 1)[-1]
+        for layer, _ in arch.layer_runs
+        for g in layer.tensors
+        if g.role in (Role.LINEAR, Role.EXPERT)
+    )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .arch import Arch, LayerType, Role, Split, TensorGroup
+from .arch import Arch, LayerType, Role, Split, TensorGroup, lora_targeted
 from .deployed import deployed_quantization
 from .dtypes import bytes_of
 from .formulas import communication_buffers, gradients, master_weights, optimizer_state
@@ -195,11 +195,7 @@ def _last_trainable(
         stacked = g.role is Role.EXPERT or (count > 1 and g.role is not Role.NORM)
         return rows * cols * (count if stacked else 1)
     layer = stage.layer_runs[-1][0]
-    targeted = [
-        g
-        for g in layer.tensors
-        if g.name.rsplit(".", 1)[-1] in plan.lora_targets and g.role in (Role.LINEAR, Role.EXPERT)
-    ]
+    targeted = [g for g in layer.tensors if lora_targeted(g, plan.lora_targets)]
     if not targeted:
         return 0
     g = targeted[-1]
@@ -341,10 +337,7 @@ def stage_statics(
             if plan.method == "full":
                 trainable_shapes.append((rows, cols, n))
                 largest_trainable = max(largest_trainable, rows * cols * stacked)
-            elif g.name.rsplit(".", 1)[-1] in plan.lora_targets and g.role in (
-                Role.LINEAR,
-                Role.EXPERT,
-            ):
+            elif lora_targeted(g, plan.lora_targets):
                 # lora_A (r x in) and lora_B (out x r) per adapted projection.
                 adapter_params += lora_params(plan.lora_rank, rows, cols) * n
                 adapted_runs.add(bucket)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..arch import Arch, Role, attention_run
+from ..arch import Arch, attention_run, projection_names
 from ..components import Component
 from ..deployed import deployed_format
 from ..device import DeviceContext
@@ -244,7 +244,7 @@ def warnings(
                     "config: 'Target modules ... not found in the base model')"
                 )
             else:
-                names = _projection_names(arch)
+                names = projection_names(arch)
                 missing = [t for t in w.method.target_modules if t not in names]
                 if missing:
                     out.append(
@@ -254,17 +254,6 @@ def warnings(
                         "one matches"
                     )
     return out
-
-
-def _projection_names(arch: Arch) -> frozenset[str]:
-    """The last name components of the model's projections, which LoRA targets match (PEFT's
-    rule, as the statics apply it)."""
-    return frozenset(
-        g.name.rsplit(".", 1)[-1]
-        for layer, _ in arch.layer_runs
-        for g in layer.tensors
-        if g.role in (Role.LINEAR, Role.EXPERT)
-    )
 
 
 def summary(w: AnalyticWorkload, arch: Arch | None) -> WorkloadSummary:

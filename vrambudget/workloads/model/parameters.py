@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vrambudget.core.arch import Arch, Role, TensorGroup
+from vrambudget.core.arch import Arch, Role, TensorGroup, lora_targeted
 from vrambudget.core.layout import per_device_shape
 from vrambudget.core.quantization import quantized_roles, tensor_storage
 
@@ -74,10 +74,7 @@ class _Bank(nn.Module):
             )
         if plan.trainable == "lora":
             for g in groups:
-                if g.name.rsplit(".", 1)[-1] in plan.lora_targets and g.role in (
-                    Role.LINEAR,
-                    Role.EXPERT,
-                ):
+                if lora_targeted(g, plan.lora_targets):
                     rows, cols, count = per_device_shape(g, arch, t, 1)
                     lead = (count,) if g.role is Role.EXPERT else ()
                     r = plan.lora_rank
