@@ -117,12 +117,16 @@ def _flag_name(dest: str) -> str:
 
 
 def _given(args: argparse.Namespace, dests: tuple[str, ...]) -> list[str]:
-    """The flags among ``dests`` that were given (``--no-expandable-segments`` counts)."""
-    return [_flag_name(d) for d in dests if getattr(args, d, None) not in (None, False)] + [
-        "--no-expandable-segments"
-        for d in dests
-        if d == "expandable_segments" and getattr(args, d, None) is False
-    ]
+    """The flags among ``dests`` that were given, as written (``--no-expandable-segments`` is
+    the one flag that gives False)."""
+    out = []
+    for d in dests:
+        value = getattr(args, d, None)
+        if value is False and d == "expandable_segments":
+            out.append("--no-expandable-segments")
+        elif value not in (None, False):
+            out.append(_flag_name(d))
+    return out
 
 
 def _serving_quant_methods() -> tuple[str, ...]:

@@ -72,8 +72,19 @@ def test_a_gpu_takes_the_line_at_its_resident_threads(sm: int, cc: str, threads:
     assert f"{sm} SMs x" in source and "CUDA C++ Programming Guide" in source
 
 
+def test_each_point_is_its_catalog_gpus_sm_count_and_capability() -> None:
+    for p in CONTEXT_POINTS:
+        for gpu_id in p.gpu_ids:
+            g = gpus()[gpu_id]
+            assert (g.sm_count, g.compute_capability) == (p.sm_count, p.compute_capability)
+
+
 def test_the_l40s_worked_number() -> None:
-    assert start_context(142, "8.9") == (447_228_195, start_context(142, "8.9")[1])  # type: ignore[index]
+    """The docstring's worked number: 142 SMs x 1536 = 218,112 resident threads."""
+    intercept, slope = _by_hand()
+    assert math.ceil(intercept + slope * 218_112) == 447_228_195
+    got = start_context(142, "8.9")
+    assert got is not None and got[0] == 447_228_195
 
 
 def test_below_the_smallest_measured_gpu_the_line_is_not_extrapolated() -> None:

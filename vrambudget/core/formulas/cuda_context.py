@@ -177,9 +177,12 @@ RESIDENT_THREADS_SOURCE = (
 
 @dataclass(frozen=True, slots=True)
 class ContextPoint:
-    """One published bare-context measurement under lazy module loading, on a named GPU."""
+    """One published bare-context measurement under lazy module loading, on a named GPU; its
+    SM count and compute capability are the catalog entries' (``gpu_ids``), which
+    tests/core/formulas/test_cuda_context_line.py holds them to."""
 
     gpu: str
+    gpu_ids: tuple[str, ...]
     sm_count: int
     compute_capability: str
     bytes: int
@@ -193,6 +196,7 @@ class ContextPoint:
 CONTEXT_POINTS: tuple[ContextPoint, ...] = (
     ContextPoint(
         "RTX 3090",
+        ("rtx-3090-24gb",),
         82,
         "8.6",
         256 * MiB,
@@ -201,6 +205,7 @@ CONTEXT_POINTS: tuple[ContextPoint, ...] = (
     ),
     ContextPoint(
         "RTX 6000 Ada",
+        ("rtx-6000-ada-48gb",),
         142,
         "8.9",
         426 * MiB,
@@ -209,6 +214,7 @@ CONTEXT_POINTS: tuple[ContextPoint, ...] = (
     ),
     ContextPoint(
         "H100 SXM and H200",
+        ("h100-sxm5-80gb", "h200-sxm-141gb"),
         132,
         "9.0",
         548_995_072,
@@ -218,7 +224,7 @@ CONTEXT_POINTS: tuple[ContextPoint, ...] = (
     ),
 )
 """The bare-context measurements the line is fitted to (research/overhead_measurements.md,
-section 1); SM counts from each GPU's catalog entry."""
+section 1)."""
 
 
 def _least_squares() -> tuple[Fraction, Fraction]:
