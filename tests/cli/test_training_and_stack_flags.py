@@ -116,6 +116,17 @@ def test_training_and_stack_flags_make_the_same_request_as_a_file(
     assert lines["adapters"] == 32 * per_layer * 4 == 671_088_640
 
 
+def test_all_linear_is_the_seven_projections_of_a_llama(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--lora-targets all-linear`` (PEFT's shorthand) sends ``["all-linear"]``: on Llama 3.1
+    8B the same budget as the seven projections named one by one."""
+    argv = list(QLORA_FLAGS)
+    argv[argv.index("--lora-targets") + 1] = "all-linear"
+    by_shorthand = _json(["estimate", *argv], capsys)
+    assert by_shorthand["devices"] == _json(["estimate", *QLORA_FLAGS], capsys)["devices"]
+
+
 def test_fit_takes_the_same_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = [a for a in QLORA_FLAGS if a != "rtx-4090-24gb" and a != "--gpu"]
     by_flags = _json(["fit", *argv, "--gpu", "rtx-4090-24gb,l40s-48gb"], capsys)
@@ -226,6 +237,10 @@ def test_expandable_segments_flag_switches_the_fragmentation_fraction(
             ["--kind", "training", "--finetune", "lora", "--lora-rank", "0"],
             "error: workloads[0].method.rank (--lora-rank): Expected `int` >= 1; allowed "
             "range: 1 .. 65536",
+        ),
+        (
+            ["--kind", "training", "--finetune", "lora", "--lora-targets", "all-linear,q_proj"],
+            "error: --lora-targets: all-linear stands alone (every projection already)",
         ),
         (
             ["--kind", "training", "--library", "bogus==1"],

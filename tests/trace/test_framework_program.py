@@ -58,3 +58,35 @@ def test_code_that_reads_tensor_values_falls_back_to_the_builtin_builders(
 def test_the_builtin_code_is_asked_for_and_said() -> None:
     budget = trace_budget(msgspec.structs.replace(_request(), trace=TraceOptions(code="builtin")))
     assert budget.trace is not None and budget.trace.code == "built-in builders"
+
+
+def test_all_linear_runs_peft_shorthand_and_matches_the_analytic_adapters() -> None:
+    """``["all-linear"]`` reaches PEFT as its string shorthand (a list would name a module
+    'all-linear'); the adapters PEFT builds on Qwen2.5 0.5B are the analytic tier's, to the
+    byte: every projection of the 24 layers, rank 8, fp32 (r x (in + out) per projection:
+    q 896 + 896, k and v 896 + 128, o 896 + 896, gate and up 896 + 4,864, down 4,864 + 896)."""
+    from vrambudget.core.components import Component
+    from vrambudget.core.estimate import estimate
+
+    body = {
+        "method": "trace",
+        "workloads": [
+            {
+                "kind": "training",
+                "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                "micro_batch_size": 1,
+                "sequence_length": 64,
+                "method": {"kind": "lora", "rank": 8, "target_modules": ["all-linear"]},
+            }
+        ],
+    }
+    req = msgspec.convert(body, BudgetRequest)
+    traced = trace_budget(req)
+    analytic = estimate(req.workloads, req.device, req.headroom)
+    assert traced.trace is not None and "PeftModel" in traced.trace.code
+
+    def adapters(b: Any) -> int:
+        return next(x.bytes for x in b.devices[0].lines if x.component == Component.ADAPTERS)
+
+    per_layer = 2 * 896 + 2 * (896 + 128) + 2 * 896 + 3 * (896 + 4864)
+    assert adapters(traced) == adapters(analytic) == 8 * per_layer * 24 * 4

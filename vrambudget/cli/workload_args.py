@@ -290,8 +290,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         "--lora-targets",
         metavar="NAMES",
         help="LoRA / QLoRA: comma-separated module names that get adapters, as the modelling "
-        "code calls them (default q_proj,k_proj,v_proj,o_proj; every linear layer of a "
-        "Llama-style model: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj)",
+        "code calls them (default q_proj,k_proj,v_proj,o_proj), or all-linear (PEFT's "
+        "shorthand: every projection of the layers, the LM head excepted)",
     )
     t.add_argument(
         "--optimizer",
@@ -577,6 +577,8 @@ def _targets(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise UsageError("--lora-targets: give module names, e.g. q_proj,v_proj")
+    if "all-linear" in names and len(names) > 1:
+        raise UsageError("--lora-targets: all-linear stands alone (every projection already)")
     return names
 
 

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Literal
 
 __all__ = [
+    "ALL_LINEAR",
     "MLA",
     "Arch",
     "AttentionKind",
@@ -25,6 +26,7 @@ __all__ = [
     "Split",
     "TensorGroup",
     "attention_run",
+    "lora_target_names",
     "lora_targeted",
     "projection_names",
 ]
@@ -232,18 +234,42 @@ def attention_run(attention: str, arch: Arch) -> str:
     return "eager" if attention == "sdpa" and arch.attention_softcap else attention
 
 
+ALL_LINEAR = "all-linear"
+"""PEFT's shorthand target (``peft.utils.constants.INCLUDE_LINEAR_LAYERS_SHORTHAND``): every
+``nn.Linear`` / ``Conv1D`` of the model except its output embedding (peft 0.21.2
+``tuners/tuners_utils.py`` ``_maybe_include_all_linear_layers``, lines 2430-2490) -- here, every
+projection of the layers (dense and routed expert); the LM head is the output embedding."""
+
+
 def lora_targeted(g: TensorGroup, targets: tuple[str, ...] | frozenset[str]) -> bool:
     """Whether a LoRA target list adapts this tensor: a projection (dense or routed expert)
-    whose name's last component is one of ``targets`` (PEFT's rule for a list of names)."""
-    return g.role in (Role.LINEAR, Role.EXPERT) and g.name.rsplit(".", 1)[-1] in targets
+    whose name's last component is one of ``targets`` (PEFT's rule for a list of names), or
+    any projection for :data:`ALL_LINEAR`."""
+    return g.role in (Role.LINEAR, Role.EXPERT) and (
+        ALL_LINEAR in targets or g.name.rsplit(".", 1)[-1] in targets
+    )
+
+
+def _projection_names(arch: Arch) -> tuple[str, ...]:
+    """The last name components of the model's projections, in the order the layers list
+    them (each once)."""
+    return tuple(
+        dict.fromkeys(
+            g.name.rsplit(".", 1)[-1]
+            for layer, _ in arch.layer_runs
+            for g in layer.tensors
+            if g.role in (Role.LINEAR, Role.EXPERT)
+        )
+    )
 
 
 def projection_names(arch: Arch) -> frozenset[str]:
     """The last name components of the model's projections: the names a LoRA target can
     match (:func:`lora_targeted`)."""
-    return frozenset(
-        g.name.rsplit(".", 1)[-1]
-        for layer, _ in arch.layer_runs
-        for g in layer.tensors
-        if g.role in (Role.LINEAR, Role.EXPERT)
-    )
+    return frozenset(_projection_names(arch))
+
+
+def lora_target_names(targets: tuple[str, ...], arch: Arch) -> tuple[str, ...]:
+    """The target names a LoRA target list stands for on ``arch``: :data:`ALL_LINEAR` spelled
+    out as the model's projection names; a list of names as it is."""
+    return _projection_names(arch) if ALL_LINEAR in targets else targets

@@ -83,6 +83,17 @@ CASES: dict[tuple[str, int], tuple[type[Any], dict[str, Any], dict[str, Any]]] =
         ),
         _budget(workloads=[{**TRAIN, "mixed_precision": "autocast"}]),
     ),
+    ("TrainingWorkload", 2): (
+        BudgetRequest,
+        _budget(
+            workloads=[
+                {**TRAIN, "method": {"kind": "qlora", "target_modules": ["all-linear", "q_proj"]}}
+            ]
+        ),
+        _budget(
+            workloads=[{**TRAIN, "method": {"kind": "qlora", "target_modules": ["all-linear"]}}]
+        ),
+    ),
     ("TrainingWorkload", 1): (
         BudgetRequest,
         _budget(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..arch import Arch, attention_run, projection_names
+from ..arch import ALL_LINEAR, Arch, Role, attention_run, lora_target_names, projection_names
 from ..components import Component
 from ..deployed import deployed_format
 from ..device import DeviceContext
@@ -245,7 +245,8 @@ def warnings(
                 )
             else:
                 names = projection_names(arch)
-                missing = [t for t in w.method.target_modules if t not in names]
+                targets = lora_target_names(w.method.target_modules, arch)
+                missing = [t for t in targets if t not in names]
                 if missing:
                     out.append(
                         f"LoRA target module(s) {', '.join(missing)} match no projection of "
@@ -253,6 +254,31 @@ def warnings(
                         f"{', '.join(sorted(names))}); PEFT ignores such a name when another "
                         "one matches"
                     )
+            if ALL_LINEAR in w.method.target_modules:
+                out += _all_linear_notes(arch)
+    return out
+
+
+def _all_linear_notes(arch: Arch) -> list[str]:
+    """What PEFT's ``all-linear`` reaches beyond (or short of) the layers' projections that are
+    counted: it adapts every ``nn.Linear`` the modelling code builds, LM head excepted (peft
+    0.21.2 ``_maybe_include_all_linear_layers``)."""
+    out = []
+    if arch.moe is not None:
+        out.append(
+            "target_modules all-linear on a mixture of experts: adapters are counted on every "
+            "projection, routed experts included, as transformers < 5 builds them (nn.Linear "
+            "per expert); its router (an nn.Linear there, hidden x experts) also gets one, not "
+            "counted. transformers >= 5 keeps the experts as fused 3-D parameters "
+            "(modeling_mixtral.py MixtralExperts) that all-linear does not reach: there the "
+            "experts' adapters, gradients and optimizer state counted here are not allocated"
+        )
+    if any(g.role is Role.VISION for g in arch.extras):
+        out.append(
+            "target_modules all-linear on a multimodal checkpoint: PEFT also adapts the vision "
+            "tower's and projector's linear layers, which are not counted here (list the "
+            "language model's projections to adapt those only)"
+        )
     return out
 
 

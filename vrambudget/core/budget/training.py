@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from ..allocator.nf4_init import replay_nf4_init
 from ..allocator.zero3_init import replay_zero3_module_init
-from ..arch import Arch, Role, TensorGroup, attention_run
+from ..arch import Arch, Role, TensorGroup, attention_run, lora_target_names
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
@@ -390,7 +390,7 @@ def _nf4_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -
     # The layer's projections in module order, from the model's tensor inventory (the names
     # LoRA targets, as the statics match them); torchtune 0.1 refuses a bias on a quantized one.
     layer = st.stage.layer_runs[0][0]
-    targets = set(w.method.target_modules)
+    targets = set(lora_target_names(w.method.target_modules, arch))
     projections = tuple(
         (g.cols, g.rows, g.name.rsplit(".", 1)[-1] in targets)
         for g in layer.tensors

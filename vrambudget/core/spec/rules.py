@@ -30,6 +30,7 @@ Op = Literal[
     "null_or_absent",
     "not_null",
     "max_items",
+    "alone_if_present",
     "contains_kind",
     "contains_kind_in",
 ]
@@ -85,6 +86,8 @@ class Cond:
                 return {"not": {"type": "null"}}
             case "max_items":
                 return {"maxItems": self.value}
+            case "alone_if_present":
+                return {"anyOf": [{"not": {"contains": {"const": self.value}}}, {"maxItems": 1}]}
             case "contains_kind":
                 return {
                     "contains": {
@@ -116,6 +119,7 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "null_or_absent": lambda v, _: v is None or v is msgspec.UNSET,
     "not_null": lambda v, _: v is not None,
     "max_items": lambda v, x: len(v) <= x,
+    "alone_if_present": lambda v, x: x not in v or len(v) == 1,
     "contains_kind": _contains_kind,
     "contains_kind_in": lambda v, kinds: any(_contains_kind(v, k) for k in kinds),
 }
@@ -129,7 +133,8 @@ def _schema(
     tag_fields = {s.__struct_config__.tag_field for s in structs}
     if name in tag_fields:  # a tagged union's tag: always present in the JSON
         return {"properties": {name: leaf}, "required": [name]}
-    field = next(f for f in msgspec.structs.fields(structs[0]) if f.name == name)
+    # the first member of a union that has the field (LoRA's target_modules, not FullFineTune)
+    field = next(f for s in structs for f in msgspec.structs.fields(s) if f.name == name)
     inner = (
         _schema(field.type, rest, leaf, Cond(rest, cond.op, cond.value), position)
         if (rest)
@@ -301,6 +306,12 @@ RULES: dict[str, tuple[Rule, ...]] = {
             "QLoRA sets the base quantization itself (method.quant_type, ...); leave "
             "precision.quantization empty",
             Cond(("method", "kind"), "eq", "qlora"),
+        ),
+        Rule(
+            Cond(("method", "target_modules"), "alone_if_present", "all-linear"),
+            "method.target_modules: 'all-linear' stands alone (PEFT reads the shorthand only "
+            "as the whole target_modules string); list module names instead to add others",
+            Cond(("method", "kind"), "in", ("lora", "qlora")),
         ),
     ),
     "ServingQuantization": (

@@ -155,12 +155,14 @@ class FullFineTune(Wire, tag="full", tag_field="kind", frozen=True, kw_only=True
 LoRATarget = Annotated[
     str,
     Meta(
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$",
+        pattern=r"^(all-linear|[A-Za-z_][A-Za-z0-9_]{0,63})$",
         description="A module name as the model's modelling code calls it, matched against "
         "the last component of each linear layer's name (PEFT's rule): `q_proj`, `k_proj`, "
         "`v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj` (Llama-style), `qkv_proj`, "
         "`gate_up_proj` (Phi-3), `query_key_value`, `dense` (GPT-NeoX, Falcon), `c_attn`, "
-        "`c_proj`, `c_fc` (GPT-2), `query`, `key`, `value` (BERT), `fc1`, `fc2` ...",
+        "`c_proj`, `c_fc` (GPT-2), `query`, `key`, `value` (BERT), `fc1`, `fc2` ...; or, "
+        'alone, `all-linear` (PEFT\'s `target_modules="all-linear"`): every projection of '
+        "the layers, the LM head excluded.",
     ),
 ]
 """A LoRA target: any module name (models built by the framework have their own names)."""

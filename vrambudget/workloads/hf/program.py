@@ -37,7 +37,7 @@ from msgspec import UNSET
 from torch import nn
 from torch.utils._python_dispatch import _disable_current_modes
 
-from vrambudget.core.arch import Arch
+from vrambudget.core.arch import ALL_LINEAR, Arch
 from vrambudget.core.catalog import preset
 from vrambudget.core.deployed import checkpoint_of, deploy, deployed_quantization
 from vrambudget.core.errors import InvalidWorkload
@@ -627,7 +627,10 @@ def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
     lora = LoraConfig(
         r=method.rank,
         lora_alpha=2 * method.rank,
-        target_modules=list(method.target_modules),
+        # PEFT reads its shorthand only as the whole string
+        target_modules=ALL_LINEAR
+        if ALL_LINEAR in method.target_modules
+        else list(method.target_modules),
         lora_dropout=method.dropout,
         bias="none",
     )

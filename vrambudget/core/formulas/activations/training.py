@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Literal
 
-from ...arch import Arch, LayerType, Role, attention_run
+from ...arch import Arch, LayerType, Role, attention_run, lora_target_names, lora_targeted
 from ...dtypes import bytes_of
 from ...layout import Stage, per_device_shape
 from ...spec import LoRA, Method, TrainingWorkload
@@ -170,9 +170,7 @@ def lora_trainable(
     copy of the input (adapter dtype) and a 1-byte mask instead of the input itself (PEFT
     ``lora.Linear.forward``: ``lora_B(lora_A(dropout(x)))``; LitGPT ``lora.py``
     ``self.lora_dropout(x) @ self.lora_A``). Cached: the fit solver asks once per evaluation."""
-    adapted = [
-        g for g in layer.tensors if g.name.rsplit(".", 1)[-1] in targets and g.role is Role.LINEAR
-    ]
+    adapted = [g for g in layer.tensors if g.role is Role.LINEAR and lora_targeted(g, targets)]
     names = {g.name for g in adapted}
     # The cast is a no-op and no dropout: the adapter saves the base input itself.
     same = adapter_bytes == e and not dropout
@@ -264,7 +262,7 @@ def unsloth_recompute(method: Method, arch: Arch, stage: Stage, unsloth: bool) -
     (:func:`recompute_backward_bytes`: no fp32 input casts; the MLP's gradients in place)."""
     if not (unsloth_runs(method, unsloth) and isinstance(method, LoRA)):
         return False, False
-    targets = tuple(method.target_modules)
+    targets = lora_target_names(method.target_modules, arch)
     layers = [layer for layer, _ in stage.layer_runs]
     covered = all(unsloth_covers(layer, arch, targets) for layer in layers)
     mlp = covered and all("mlp" in unsloth_patched(layer, arch, targets) for layer in layers)
@@ -310,7 +308,8 @@ def lora_layer_trainable(
     """(``Trainable``, whether Unsloth's MLP function runs) of one layer under LoRA: Unsloth's
     functions where they run (:func:`unsloth_runs`, :func:`unsloth_trainable`), else PEFT's
     forward (:func:`lora_trainable`)."""
-    targets, ab = tuple(method.target_modules), bytes_of(method.adapter_dtype)
+    targets = lora_target_names(method.target_modules, arch)
+    ab = bytes_of(method.adapter_dtype)
     if unsloth_runs(method, unsloth):
         return unsloth_trainable(layer, arch, t, targets, method.rank, ab, e)
     return lora_trainable(layer, arch, t, targets, method.rank, ab, e, method.dropout > 0.0), False

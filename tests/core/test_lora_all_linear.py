@@ -1,0 +1,108 @@
+"""PEFT's ``target_modules="all-linear"`` (peft 0.21.2 tuners/tuners_utils.py
+``_maybe_include_all_linear_layers``: every nn.Linear / Conv1D but the output embedding): the
+request's ``["all-linear"]`` adapts every projection of the layers, the LM head excepted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from litestar.testing import TestClient
+
+from vrambudget.core.components import Component
+from vrambudget.core.estimate import estimate
+from vrambudget.core.spec import BudgetRequest
+from vrambudget.service.app import Settings, create_app
+
+LLAMA_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def _body(model: str, targets: list[str], kind: str = "lora", **software: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "workloads": [
+            {
+                "kind": "training",
+                "model": {"source": "preset", "id": model},
+                "micro_batch_size": 2,
+                "sequence_length": 2048,
+                "checkpointing": "full",
+                "method": {"kind": kind, "rank": 16, "target_modules": targets},
+            }
+        ],
+        "device": {"source": "catalog", "id": "a100-sxm4-80gb"},
+    }
+    if software:
+        body["software"] = software
+    return body
+
+
+def _budget(body: dict[str, Any]) -> Any:
+    req = msgspec.convert(body, BudgetRequest)
+    return estimate(req.workloads, req.device, req.headroom, software=req.software)
+
+
+def _lines(body: dict[str, Any]) -> dict[Component, int]:
+    return {line.component: line.bytes for line in _budget(body).devices[0].lines}
+
+
+def test_llama_adapters_to_the_byte() -> None:
+    """Llama 3.1 8B (hidden 4,096, 8 KV heads of 128, MLP 14,336, 32 layers), rank 16, fp32
+    adapters: A (r x in) + B (out x r) per projection. Per layer r x (q 4,096 + 4,096, k and v
+    4,096 + 1,024 each, o 4,096 + 4,096, gate and up 4,096 + 14,336 each, down 14,336 + 4,096)
+    = 16 x 81,920; x 32 layers x 4 B = 167,772,160 B."""
+    per_layer = (
+        (4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096) + 3 * (4096 + 14336)
+    )  # in + out of each
+    assert per_layer == 81_920
+    lines = _lines(_body("llama-3.1-8b", ["all-linear"]))
+    assert lines[Component.ADAPTERS] == 16 * per_layer * 32 * 4 == 167_772_160
+
+
+@pytest.mark.parametrize(
+    ("kind", "framework"),
+    [("lora", None), ("qlora", None), ("lora", "unsloth"), ("qlora", "unsloth")],
+)
+def test_all_linear_is_every_projection_listed(kind: str, framework: str | None) -> None:
+    """The whole budget (activations, the QLoRA base, Unsloth's patched functions) is the one
+    of the seven names listed by hand."""
+    sw = {"framework": framework} if framework else {}
+    assert _lines(_body("llama-3.1-8b", ["all-linear"], kind, **sw)) == _lines(
+        _body("llama-3.1-8b", LLAMA_PROJECTIONS, kind, **sw)
+    )
+
+
+def test_gpt2_conv1d_projections_are_linear_layers() -> None:
+    """GPT-2's projections are Conv1D, which PEFT's all-linear includes: c_attn, c_proj (both),
+    c_fc; the tied LM head is not adapted."""
+    assert _lines(_body("gpt2", ["all-linear"])) == _lines(
+        _body("gpt2", ["c_attn", "c_proj", "c_fc"])
+    )
+
+
+def test_mixture_of_experts_says_what_is_and_is_not_counted() -> None:
+    """Mixtral 8x7B: attention r x 26,624 and 8 experts x 3 x r x 18,432 per layer, 32 layers,
+    fp32: 16 x 468,992 x 32 x 4 = 960,495,616 B; the warning names the router and
+    transformers 5's fused experts."""
+    b = _budget(_body("mixtral-8x7b", ["all-linear"]))
+    lines = {line.component: line.bytes for line in b.devices[0].lines}
+    assert lines[Component.ADAPTERS] == 16 * (26_624 + 8 * 3 * 18_432) * 32 * 4 == 960_495_616
+    (note,) = [w for w in b.warnings if "all-linear" in w]
+    assert "router" in note and "transformers >= 5" in note
+
+
+def test_dense_models_get_no_all_linear_note() -> None:
+    assert not [
+        w for w in _budget(_body("llama-3.1-8b", ["all-linear"])).warnings if "all-linear" in w
+    ]
+
+
+def test_all_linear_beside_other_names_is_a_422_naming_the_field() -> None:
+    with TestClient(create_app(Settings())) as client:
+        r = client.post("/v1/budgets", json=_body("llama-3.1-8b", ["all-linear", "q_proj"]))
+        ok = client.post("/v1/budgets", json=_body("llama-3.1-8b", ["all-linear"]))
+    assert r.status_code == 422, r.text
+    (error,) = r.json()["errors"]
+    assert "method.target_modules: 'all-linear' stands alone" in error["message"]
+    assert error["field"] == "$.workloads[0]"
+    assert ok.status_code == 200, ok.status_code
