@@ -20,7 +20,9 @@ import json
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from fractions import Fraction
+from functools import cache
 from pathlib import Path
 
 import msgspec
@@ -59,8 +61,24 @@ def conformal(scores: list[float], coverage: float = COVERAGE) -> tuple[float, f
     return s[lo - 1], s[hi - 1]
 
 
+_CLASSES: dict[str, tuple[str, str]] = {}
+
+
+def _class_and_framework(p: Prediction) -> tuple[str, str]:
+    """(workload class, the stack's framework) of a record's request, once per record id (a
+    leave-one-source-out pass refits the bands once per source)."""
+    out = _CLASSES.get(p.record.id)
+    if out is None:
+        req = request_of(p.record)
+        sw = req.software
+        framework = sw.framework if sw is not None and sw.framework is not None else None
+        out = workload_class(req.workloads[0]), framework or p.record.framework
+        _CLASSES[p.record.id] = out
+    return out
+
+
 def class_of(p: Prediction) -> str:
-    return workload_class(request_of(p.record).workloads[0])
+    return _class_and_framework(p)[0]
 
 
 OWN_CAMPAIGNS = "gpu-campaign-"
@@ -71,24 +89,30 @@ to x1.29 with the first one) while saying nothing about the spread between sourc
 must cover. They check the components instead (docs/ACCURACY.md, "First CUDA measurements")."""
 
 
-def peak_predictions(split: str | None = "calibrate") -> list[Prediction]:
+def peak_predictions(split: str | None = "calibrate") -> tuple[Prediction, ...]:
     """Predictions of every compared device-peak record of the published corpus (of ``split``;
     None: both); the project's own campaigns are left out (:data:`OWN_CAMPAIGNS`)."""
+    return tuple(p for p in _peak_predictions() if split is None or p.split == split)
+
+
+@cache
+def _peak_predictions() -> tuple[Prediction, ...]:
+    """Every split's, computed once per process (a minute: some records' models are built by
+    the framework)."""
     out = []
     for r in load():
         if r.workload is None or r.excluded or r.quantity != "peak_device_bytes":
             continue
         if r.group.startswith(OWN_CAMPAIGNS):
             continue
-        p = predict(r)
-        if split is None or p.split == split:
-            out.append(p)
-    return out
+        out.append(predict(r))
+    return tuple(out)
 
 
-def fit() -> dict[str, object]:
+def fit(predictions: Sequence[Prediction] | None = None) -> dict[str, object]:
+    """The bands of ``predictions`` (default: the calibrate split's device peaks)."""
     by_class: dict[str, list[Prediction]] = defaultdict(list)
-    for p in peak_predictions():
+    for p in peak_predictions() if predictions is None else predictions:
         cls = class_of(p)
         by_class[cls].append(p)
         by_class[f"{cls}|{_stack_framework(p)}"].append(p)
@@ -131,8 +155,7 @@ def fit() -> dict[str, object]:
 
 
 def _stack_framework(p: Prediction) -> str:
-    sw = request_of(p.record).software
-    return sw.framework if sw is not None and sw.framework is not None else p.record.framework
+    return _class_and_framework(p)[1]
 
 
 def main(argv: list[str]) -> int:

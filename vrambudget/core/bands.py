@@ -31,12 +31,15 @@ from .spec import (
 from .stack import Stack, resolve_stack
 
 __all__ = [
+    "BandFit",
     "BandRule",
     "band_of",
     "band_rule",
     "class_label",
     "family_of",
+    "parse_bands",
     "resolve_headroom",
+    "rule_from",
     "workload_class",
 ]
 
@@ -52,7 +55,7 @@ class _Class(msgspec.Struct, frozen=True):
     frameworks: tuple[str, ...]
 
 
-class _Bands(msgspec.Struct, frozen=True):
+class BandFit(msgspec.Struct, frozen=True):
     schema: str
     coverage: float
     min_measurements: int
@@ -63,10 +66,16 @@ class _Bands(msgspec.Struct, frozen=True):
     classes: dict[str, _Class]
 
 
+def parse_bands(raw: bytes) -> BandFit:
+    """A fit as ``research/calibrate_bands.py`` writes it (JSON)."""
+    return msgspec.json.decode(raw, type=BandFit)
+
+
 @cache
-def _bands() -> _Bands:
-    raw = resources.files("vrambudget.core.data").joinpath("error_bands.json").read_bytes()
-    return msgspec.json.decode(raw, type=_Bands)
+def _bands() -> BandFit:
+    return parse_bands(
+        resources.files("vrambudget.core.data").joinpath("error_bands.json").read_bytes()
+    )
 
 
 MAX_DEFAULT_HEADROOM = 0.9
@@ -166,13 +175,18 @@ def _default_framework() -> str:
 
 @lru_cache(maxsize=1024)
 def _rule(cls: str, framework: str, named: bool) -> BandRule:
-    """The class's band: its own (or its framework's, where that cell has enough
+    """The class's band from the committed fit (:func:`rule_from`)."""
+    return rule_from(_bands(), cls, framework, named)
+
+
+def rule_from(b: BandFit, cls: str, framework: str, named: bool) -> BandRule:
+    """The class's band in the fit ``b``: its own (or its framework's, where that cell has enough
     measurements, and enough sources unless the class lacks them too: a class band from
     enough sources holds for a new source of any of its frameworks, a cell from too few
     would be widened past it), widened where the measurements come from fewer sources than a
     new source's bias can be bounded with, or the stack's framework was never measured in the
-    class; a class with too few measurements takes its family's band, widened."""
-    b = _bands()
+    class; a class with too few measurements takes its family's band, widened. (Any fit:
+    ``research/band_loso.py`` refits without one source at a time.)"""
     pct = f"{100 * b.coverage:.0f}%"
     cell = b.classes.get(f"{cls}|{framework}")
     c = b.classes.get(cls)
@@ -217,7 +231,7 @@ def _rule(cls: str, framework: str, named: bool) -> BandRule:
     if named and framework not in base.frameworks:
         # A framework the class never saw: at least the band of the stack a request that
         # names none gets (which may rest on another cell of the class).
-        default = _rule(cls, _default_framework(), False)
+        default = rule_from(b, cls, _default_framework(), False)
         low, high = min(low, math.log(default.low)), max(high, math.log(default.high))
     basis = (
         f"split conformal, {pct}, over {base.measurements} published measurements of {words}"
