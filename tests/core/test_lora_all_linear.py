@@ -80,15 +80,34 @@ def test_gpt2_conv1d_projections_are_linear_layers() -> None:
     )
 
 
-def test_mixture_of_experts_says_what_is_and_is_not_counted() -> None:
-    """Mixtral 8x7B: attention r x 26,624 and 8 experts x 3 x r x 18,432 per layer, 32 layers,
-    fp32: 16 x 468,992 x 32 x 4 = 960,495,616 B; the warning names the router and
-    transformers 5's fused experts."""
+def test_transformers_5_fused_experts_get_no_adapter() -> None:
+    """transformers >= 5 keeps Mixtral's experts as fused 3-D parameters (5.0
+    modeling_mixtral.py MixtralExperts), which target_modules do not reach: all-linear adapts
+    the attention only, 16 x (q 4,096 + 4,096, k and v 4,096 + 1,024, o 4,096 + 4,096) x 32
+    layers x 4 B = 54,525,952 B, and the answer says the experts were named but not reached."""
     b = _budget(_body("mixtral-8x7b", ["all-linear"]))
     lines = {line.component: line.bytes for line in b.devices[0].lines}
+    assert lines[Component.ADAPTERS] == 16 * 26_624 * 32 * 4 == 54_525_952
+    (note,) = [w for w in b.warnings if "routed experts" in w]
+    assert "transformers 5.23.0 keeps them as fused 3-D parameters" in note
+    assert "down_proj, gate_proj, up_proj" in note
+    # the same names listed by hand: the same budget
+    assert lines == _lines(_body("mixtral-8x7b", LLAMA_PROJECTIONS))
+
+
+def test_transformers_4_adapts_every_expert_and_says_the_router_is_not_counted() -> None:
+    """Under transformers 4.46 each expert is nn.Linear modules: attention r x 26,624 and 8
+    experts x 3 x r x 18,432 per layer, 32 layers, fp32: 16 x 468,992 x 32 x 4 = 960,495,616 B;
+    the router (an nn.Linear there) also gets an adapter under all-linear, not counted."""
+    body = _body(
+        "mixtral-8x7b", ["all-linear"], framework="transformers", framework_version="4.46.0"
+    )
+    b = _budget(body)
+    lines = {line.component: line.bytes for line in b.devices[0].lines}
     assert lines[Component.ADAPTERS] == 16 * (26_624 + 8 * 3 * 18_432) * 32 * 4 == 960_495_616
+    assert not [w for w in b.warnings if "routed experts" in w]
     (note,) = [w for w in b.warnings if "all-linear" in w]
-    assert "router" in note and "transformers >= 5" in note
+    assert "router" in note and "not counted" in note
 
 
 def test_dense_models_get_no_all_linear_note() -> None:

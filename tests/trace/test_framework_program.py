@@ -90,3 +90,42 @@ def test_all_linear_runs_peft_shorthand_and_matches_the_analytic_adapters() -> N
 
     per_layer = 2 * 896 + 2 * (896 + 128) + 2 * 896 + 3 * (896 + 4864)
     assert adapters(traced) == adapters(analytic) == 8 * per_layer * 24 * 4
+
+
+@pytest.mark.parametrize(("transformers", "experts"), [(None, False), ("4.46.0", True)])
+def test_builtin_builders_adapt_experts_as_the_stack_builds_them(
+    transformers: str | None, experts: bool
+) -> None:
+    """The built-in builders (what the trace falls back to where an MoE's routing reads tensor
+    values) give routed experts adapters only under transformers < 5, as the analytic tier
+    does (:attr:`vrambudget.core.stack.Stack.lora_reaches_experts`)."""
+    from vrambudget.core.components import Component
+    from vrambudget.core.estimate import estimate
+
+    body: dict[str, Any] = {
+        "method": "trace",
+        "trace": {"code": "builtin"},
+        "workloads": [
+            {
+                "kind": "training",
+                "model": {"source": "preset", "id": "qwen1.5-moe-a2.7b"},
+                "micro_batch_size": 1,
+                "sequence_length": 32,
+                "method": {"kind": "lora", "rank": 8, "target_modules": ["q_proj", "up_proj"]},
+            }
+        ],
+    }
+    if transformers:
+        body["software"] = {"framework": "transformers", "framework_version": transformers}
+    req = msgspec.convert(body, BudgetRequest)
+    traced = trace_budget(req)
+    analytic = estimate(req.workloads, req.device, req.headroom, software=req.software)
+
+    def adapters(b: Any) -> int:
+        return next(x.bytes for x in b.devices[0].lines if x.component == Component.ADAPTERS)
+
+    # Qwen1.5-MoE-A2.7B: hidden 2,048, 24 layers; q 2,048 -> 2,048; the shared expert's up
+    # 2,048 -> 5,632; 60 routed experts' up 2,048 -> 1,408 each
+    dense = 8 * ((2048 + 2048) + (2048 + 5632))
+    routed = 60 * 8 * (2048 + 1408)
+    assert adapters(traced) == adapters(analytic) == (dense + experts * routed) * 24 * 4

@@ -241,11 +241,14 @@ ALL_LINEAR = "all-linear"
 projection of the layers (dense and routed expert); the LM head is the output embedding."""
 
 
-def lora_targeted(g: TensorGroup, targets: tuple[str, ...] | frozenset[str]) -> bool:
-    """Whether a LoRA target list adapts this tensor: a projection (dense or routed expert)
-    whose name's last component is one of ``targets`` (PEFT's rule for a list of names), or
-    any projection for :data:`ALL_LINEAR`."""
-    return g.role in (Role.LINEAR, Role.EXPERT) and (
+def lora_targeted(
+    g: TensorGroup, targets: tuple[str, ...] | frozenset[str], experts: bool = True
+) -> bool:
+    """Whether a LoRA target list adapts this tensor: a projection (dense, or routed expert
+    where ``experts``: the modelling code builds them as modules,
+    :attr:`vrambudget.core.stack.Stack.lora_reaches_experts`) whose name's last component is
+    one of ``targets`` (PEFT's rule for a list of names), or any such for :data:`ALL_LINEAR`."""
+    return (g.role is Role.LINEAR or (experts and g.role is Role.EXPERT)) and (
         ALL_LINEAR in targets or g.name.rsplit(".", 1)[-1] in targets
     )
 

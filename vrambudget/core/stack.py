@@ -188,6 +188,17 @@ class Stack:
             behaviours=tuple(b for b in self.behaviours if _APPLIES.get(b.name, kinds) & kinds),
         )
 
+    @property
+    def lora_reaches_experts(self) -> bool:
+        """Whether LoRA ``target_modules`` reach a mixture of experts' routed experts: under
+        transformers < 5 each expert is its own ``nn.Linear`` modules; transformers 5 keeps them
+        as fused 3-D parameters (5.0.0 ``models/mixtral/modeling_mixtral.py`` ``MixtralExperts``:
+        ``gate_up_proj = nn.Parameter(...)``, likewise every MoE family of 5.23), which PEFT
+        adapts only through ``target_parameters`` (peft 0.21.2 ``helpers.py`` lines 401-402).
+        Frameworks with their own model code (LitGPT, torchtune) build per-expert linears."""
+        v = self.transformers_version
+        return v is None or version_tuple(v) < (5,)
+
 
 _B = StackBehaviour
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -38,10 +38,8 @@ from .spec import (
     QLoRA,
     TrainingWorkload,
 )
+from .stack import Stack, resolve_stack
 from .units import ceil_div
-
-if TYPE_CHECKING:
-    from .stack import Stack
 
 __all__ = [
     "StageStatic",
@@ -73,6 +71,8 @@ class TrainingPlan:
     fsdp: bool = False
     """ZeRO-3 runs under FSDP (not DeepSpeed): what it keeps unsharded is units of whole blocks
     and the root (:func:`~.formulas.communication_buffers.stage_parts`)."""
+    lora_experts: bool = True
+    """LoRA target names reach routed experts (:attr:`Stack.lora_reaches_experts`)."""
 
 
 def _kbit_upcast(w: TrainingWorkload, stack: Stack | None) -> bool:
@@ -103,6 +103,7 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             w.mixed_precision,
             _kbit_upcast(w, stack),
             fsdp,
+            (stack or resolve_stack(None)).lora_reaches_experts,
         )
     return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision, fsdp=fsdp)
 
@@ -195,7 +196,7 @@ def _last_trainable(
         stacked = g.role is Role.EXPERT or (count > 1 and g.role is not Role.NORM)
         return rows * cols * (count if stacked else 1)
     layer = stage.layer_runs[-1][0]
-    targeted = [g for g in layer.tensors if lora_targeted(g, plan.lora_targets)]
+    targeted = [g for g in layer.tensors if lora_targeted(g, plan.lora_targets, plan.lora_experts)]
     if not targeted:
         return 0
     g = targeted[-1]
@@ -337,7 +338,7 @@ def stage_statics(
             if plan.method == "full":
                 trainable_shapes.append((rows, cols, n))
                 largest_trainable = max(largest_trainable, rows * cols * stacked)
-            elif lora_targeted(g, plan.lora_targets):
+            elif lora_targeted(g, plan.lora_targets, plan.lora_experts):
                 # lora_A (r x in) and lora_B (out x r) per adapted projection.
                 adapter_params += lora_params(plan.lora_rank, rows, cols) * n
                 adapted_runs.add(bucket)

@@ -99,6 +99,7 @@ def build_plan(
     w: InferenceWorkload | TrainingWorkload,
     device: torch.device,
     rms_norm: RmsNorm | None = None,
+    lora_experts: bool | None = None,
 ) -> BuildPlan:
     """What the builders need: ``rms_norm`` is the framework's norm a training program imitates
     (the request's stack, :attr:`vrambudget.core.stack.Stack.rms_norm`; None: the default
@@ -122,6 +123,9 @@ def build_plan(
         trainable="lora" if lora else "full",
         lora_rank=m.rank if isinstance(m, LoRA) else 0,
         lora_targets=tuple(m.target_modules) if isinstance(m, LoRA) else (),
+        lora_experts=(
+            resolve_stack(None).lora_reaches_experts if lora_experts is None else lora_experts
+        ),
         adapter_dtype=TORCH_DTYPES[m.adapter_dtype] if isinstance(m, LoRA) else torch.float32,
         autocast=w.mixed_precision == "autocast",
         dropout=0.1 if w.dropout else 0.0,
@@ -299,10 +303,12 @@ def prepare(
     marks: Marks,
     device: torch.device,
     rms_norm: RmsNorm | None = None,
+    lora_experts: bool | None = None,
 ) -> Program:
-    """Build the model (phase ``load``) and return the program."""
+    """Build the model (phase ``load``) and return the program (``rms_norm``,
+    ``lora_experts``: the stack's, :func:`build_plan`)."""
     w = deploy(w)
-    plan = build_plan(w, device, rms_norm)
+    plan = build_plan(w, device, rms_norm, lora_experts)
     marks.phase("load")
     with marks.scope("weights"):
         model = TransformerModel(arch, plan, marks)

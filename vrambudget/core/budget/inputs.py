@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..arch import ALL_LINEAR, Arch, Role, attention_run, lora_target_names, projection_names
+from ..arch import (
+    ALL_LINEAR,
+    Arch,
+    Role,
+    attention_run,
+    lora_target_names,
+    lora_targeted,
+    projection_names,
+)
 from ..components import Component
 from ..deployed import deployed_format
 from ..device import DeviceContext
@@ -21,7 +29,7 @@ from ..spec import (
     TrainingWorkload,
     VisionWorkload,
 )
-from ..stack import Stack
+from ..stack import Stack, resolve_stack
 from ..statics import effective_precision, statics_for
 from .inference import fragmentation_ppm
 
@@ -235,7 +243,7 @@ def warnings(
                 "notebooks' setting) keeps them in host RAM: say `offloaded` for that"
             )
         if not isinstance(w.method, FullFineTune):
-            if not any(st.adapter_params for st in statics_for(w, arch)):
+            if not any(st.adapter_params for st in statics_for(w, arch, stack)):
                 # peft 0.17.1 tuners/tuners_utils.py BaseTuner.inject_adapter lines 632-651:
                 # an error when no name matched, nothing when some did.
                 out.append(
@@ -254,26 +262,33 @@ def warnings(
                         f"{', '.join(sorted(names))}); PEFT ignores such a name when another "
                         "one matches"
                     )
-            if ALL_LINEAR in w.method.target_modules:
-                out += _all_linear_notes(arch)
+            out += _lora_notes(w.method.target_modules, arch, stack or resolve_stack(None))
     return out
 
 
-def _all_linear_notes(arch: Arch) -> list[str]:
-    """What PEFT's ``all-linear`` reaches beyond (or short of) the layers' projections that are
-    counted: it adapts every ``nn.Linear`` the modelling code builds, LM head excepted (peft
-    0.21.2 ``_maybe_include_all_linear_layers``)."""
+def _lora_notes(targets: tuple[str, ...], arch: Arch, stack: Stack) -> list[str]:
+    """What LoRA's targets reach that the answer does not count, or do not reach that they
+    name: routed experts under transformers >= 5 (:attr:`Stack.lora_reaches_experts`), the
+    router and a vision tower under PEFT's ``all-linear``, which adapts every ``nn.Linear`` the
+    modelling code builds, LM head excepted (peft 0.21.2 ``_maybe_include_all_linear_layers``)."""
     out = []
-    if arch.moe is not None:
+    experts = [g for layer, _ in arch.layer_runs for g in layer.tensors if g.role is Role.EXPERT]
+    named = sorted({g.name.rsplit(".", 1)[-1] for g in experts if lora_targeted(g, targets)})
+    if named and not stack.lora_reaches_experts:
         out.append(
-            "target_modules all-linear on a mixture of experts: adapters are counted on every "
-            "projection, routed experts included, as transformers < 5 builds them (nn.Linear "
-            "per expert); its router (an nn.Linear there, hidden x experts) also gets one, not "
-            "counted. transformers >= 5 keeps the experts as fused 3-D parameters "
-            "(modeling_mixtral.py MixtralExperts) that all-linear does not reach: there the "
-            "experts' adapters, gradients and optimizer state counted here are not allocated"
+            f"LoRA on the routed experts ({', '.join(named)}): transformers "
+            f"{stack.transformers_version} keeps them as fused 3-D parameters "
+            "(5.0 modeling_mixtral.py MixtralExperts; every MoE family of 5.23), which "
+            "target_modules do not reach, so they get no adapter here (PEFT adapts them only "
+            "through target_parameters, not modelled); under transformers < 5 "
+            "(software.libraries.transformers) each expert is adapted"
         )
-    if any(g.role is Role.VISION for g in arch.extras):
+    if ALL_LINEAR in targets and arch.moe is not None and stack.lora_reaches_experts:
+        out.append(
+            "target_modules all-linear under transformers < 5 also adapts the router (an "
+            "nn.Linear there, hidden x experts per layer), which is not counted"
+        )
+    if ALL_LINEAR in targets and any(g.role is Role.VISION for g in arch.extras):
         out.append(
             "target_modules all-linear on a multimodal checkpoint: PEFT also adapts the vision "
             "tower's and projector's linear layers, which are not counted here (list the "

@@ -74,7 +74,7 @@ class _Bank(nn.Module):
             )
         if plan.trainable == "lora":
             for g in groups:
-                if lora_targeted(g, plan.lora_targets):
+                if lora_targeted(g, plan.lora_targets, plan.lora_experts):
                     rows, cols, count = per_device_shape(g, arch, t, 1)
                     lead = (count,) if g.role is Role.EXPERT else ()
                     r = plan.lora_rank

@@ -30,6 +30,9 @@ class BuildPlan:
     trainable: Literal["none", "full", "lora"] = "none"
     lora_rank: int = 0
     lora_targets: tuple[str, ...] = ()
+    lora_experts: bool = True
+    """The target names reach routed experts (the stack's modelling code builds them as
+    modules: :attr:`vrambudget.core.stack.Stack.lora_reaches_experts`)."""
     adapter_dtype: torch.dtype = torch.float32
     autocast: bool = False
     """fp32 parameters cast to the compute dtype at each use (torch.autocast's weight cache)."""
