@@ -8,6 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from vrambudget.core.components import Component
+from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest, TraceOptions
 from vrambudget.trace import engine
 from vrambudget.trace.engine import trace_budget
@@ -60,36 +62,39 @@ def test_the_builtin_code_is_asked_for_and_said() -> None:
     assert budget.trace is not None and budget.trace.code == "built-in builders"
 
 
+def _training(model: str, method: dict[str, Any], **fields: Any) -> BudgetRequest:
+    workload = {
+        "kind": "training",
+        "model": {"source": "preset", "id": model},
+        "micro_batch_size": 1,
+        "sequence_length": 32,
+        "method": method,
+    }
+    return msgspec.convert({"method": "trace", "workloads": [workload], **fields}, BudgetRequest)
+
+
+def _adapters(req: BudgetRequest) -> tuple[int, int, str]:
+    """(the trace's adapter bytes, the analytic tier's, the code the trace ran)."""
+    traced = trace_budget(req)
+    analytic = estimate(req.workloads, req.device, req.headroom, software=req.software)
+    assert traced.trace is not None
+
+    def adapters(b: Any) -> int:
+        return next(x.bytes for x in b.devices[0].lines if x.component == Component.ADAPTERS)
+
+    return adapters(traced), adapters(analytic), traced.trace.code
+
+
 def test_all_linear_runs_peft_shorthand_and_matches_the_analytic_adapters() -> None:
     """``["all-linear"]`` reaches PEFT as its string shorthand (a list would name a module
     'all-linear'); the adapters PEFT builds on Qwen2.5 0.5B are the analytic tier's, to the
     byte: every projection of the 24 layers, rank 8, fp32 (r x (in + out) per projection:
     q 896 + 896, k and v 896 + 128, o 896 + 896, gate and up 896 + 4,864, down 4,864 + 896)."""
-    from vrambudget.core.components import Component
-    from vrambudget.core.estimate import estimate
-
-    body = {
-        "method": "trace",
-        "workloads": [
-            {
-                "kind": "training",
-                "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-                "micro_batch_size": 1,
-                "sequence_length": 64,
-                "method": {"kind": "lora", "rank": 8, "target_modules": ["all-linear"]},
-            }
-        ],
-    }
-    req = msgspec.convert(body, BudgetRequest)
-    traced = trace_budget(req)
-    analytic = estimate(req.workloads, req.device, req.headroom)
-    assert traced.trace is not None and "PeftModel" in traced.trace.code
-
-    def adapters(b: Any) -> int:
-        return next(x.bytes for x in b.devices[0].lines if x.component == Component.ADAPTERS)
-
+    req = _training("qwen2.5-0.5b", {"kind": "lora", "rank": 8, "target_modules": ["all-linear"]})
+    traced, analytic, code = _adapters(req)
+    assert "PeftModel" in code
     per_layer = 2 * 896 + 2 * (896 + 128) + 2 * 896 + 3 * (896 + 4864)
-    assert adapters(traced) == adapters(analytic) == 8 * per_layer * 24 * 4
+    assert traced == analytic == 8 * per_layer * 24 * 4
 
 
 @pytest.mark.parametrize(("transformers", "experts"), [(None, False), ("4.46.0", True)])
@@ -99,33 +104,17 @@ def test_builtin_builders_adapt_experts_as_the_stack_builds_them(
     """The built-in builders (what the trace falls back to where an MoE's routing reads tensor
     values) give routed experts adapters only under transformers < 5, as the analytic tier
     does (:attr:`vrambudget.core.stack.Stack.lora_reaches_experts`)."""
-    from vrambudget.core.components import Component
-    from vrambudget.core.estimate import estimate
-
-    body: dict[str, Any] = {
-        "method": "trace",
-        "trace": {"code": "builtin"},
-        "workloads": [
-            {
-                "kind": "training",
-                "model": {"source": "preset", "id": "qwen1.5-moe-a2.7b"},
-                "micro_batch_size": 1,
-                "sequence_length": 32,
-                "method": {"kind": "lora", "rank": 8, "target_modules": ["q_proj", "up_proj"]},
-            }
-        ],
-    }
-    if transformers:
-        body["software"] = {"framework": "transformers", "framework_version": transformers}
-    req = msgspec.convert(body, BudgetRequest)
-    traced = trace_budget(req)
-    analytic = estimate(req.workloads, req.device, req.headroom, software=req.software)
-
-    def adapters(b: Any) -> int:
-        return next(x.bytes for x in b.devices[0].lines if x.component == Component.ADAPTERS)
-
+    software = {"framework": "transformers", "framework_version": transformers}
+    req = _training(
+        "qwen1.5-moe-a2.7b",
+        {"kind": "lora", "rank": 8, "target_modules": ["q_proj", "up_proj"]},
+        trace={"code": "builtin"},
+        **({"software": software} if transformers else {}),
+    )
+    traced, analytic, code = _adapters(req)
+    assert code == "built-in builders"
     # Qwen1.5-MoE-A2.7B: hidden 2,048, 24 layers; q 2,048 -> 2,048; the shared expert's up
     # 2,048 -> 5,632; 60 routed experts' up 2,048 -> 1,408 each
     dense = 8 * ((2048 + 2048) + (2048 + 5632))
     routed = 60 * 8 * (2048 + 1408)
-    assert adapters(traced) == adapters(analytic) == (dense + experts * routed) * 24 * 4
+    assert traced == analytic == (dense + experts * routed) * 24 * 4
