@@ -113,14 +113,15 @@ def _peak_predictions() -> tuple[Prediction, ...]:
 
 
 def fit(predictions: Sequence[Prediction] | None = None) -> dict[str, object]:
-    """The bands of ``predictions`` (default: the calibrate split's device peaks)."""
+    """The bands of ``predictions`` (default: the calibrate split's device peaks, with each
+    class's leave-one-source-out coverage, ``research/band_loso.py``)."""
     by_class: dict[str, list[Prediction]] = defaultdict(list)
     for p in peak_predictions() if predictions is None else predictions:
         cls = class_of(p)
         by_class[cls].append(p)
         by_class[f"{cls}|{_stack_framework(p)}"].append(p)
         by_class[f"family:{family_of(cls)}"].append(p)
-    classes = {}
+    classes: dict[str, dict[str, object]] = {}
     everything: list[float] = []
     pool_sources: set[str] = set()
     for cls, ps in sorted(by_class.items()):
@@ -137,6 +138,12 @@ def fit(predictions: Sequence[Prediction] | None = None) -> dict[str, object]:
             "frameworks": sorted({_stack_framework(p) for p in ps}),
         }
     low, high = conformal(everything) if everything else (0.0, 0.0)
+    if predictions is None:  # the committed fit: each class's coverage of an unseen source
+        from research.band_loso import folds, table
+
+        for cls, row in table(folds(peak_predictions())).items():
+            if cls in classes:
+                classes[cls]["source_coverage"] = round(float(row["source_coverage"]), 4)
     return {
         **_HEADER,
         "pooled": {

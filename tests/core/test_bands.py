@@ -237,3 +237,21 @@ def test_a_framework_cell_from_too_few_sources_yields_to_a_class_with_enough() -
         assert f"of {cls} (" in rule.basis and f"on {framework}" not in rule.basis
         checked += 1
     assert checked >= 2  # QLoRA and full training on transformers
+
+
+def test_the_answer_carries_its_class_coverage_of_an_unseen_source() -> None:
+    """``band.source_coverage`` is the committed fit's leave-one-source-out figure for the
+    answer's class (research/band_loso.py), and says so in the CLI's words too; the pooled
+    'other' class has none."""
+    committed = json.loads(
+        (Path(__file__).parents[2] / "vrambudget/core/data/error_bands.json").read_text()
+    )["classes"]
+    for precision, cls in (
+        ({}, "inference"),
+        ({"quantization": {"scheme": "awq"}}, "inference_quantized"),
+    ):
+        req = msgspec.convert({"workloads": [{**INFER, "precision": precision}]}, BudgetRequest)
+        band = estimate(req.workloads, req.device, req.headroom).devices[0].band
+        assert band is not None and band.workload_class == cls
+        assert band.source_coverage == committed[cls]["source_coverage"]
+    assert band_rule(("other",), resolve_stack(None)).source_coverage is None

@@ -174,9 +174,14 @@ def _estimate(args: argparse.Namespace) -> int:
         print("  phases: " + ", ".join(f"{p.name} {format_bytes(p.total_bytes)}" for p in d.phases))
         if d.band is not None:
             b = d.band
+            unseen = (
+                ""
+                if b.source_coverage is None
+                else f"; for a source left out of the fit, {100 * b.source_coverage:.0f}% inside"
+            )
             print(
                 f"  error band: the real peak {format_bytes(b.low_bytes)} .. "
-                f"{format_bytes(b.high_bytes)}, headroom excluded ({b.basis})"
+                f"{format_bytes(b.high_bytes)}, headroom excluded ({b.basis}{unseen})"
             )
         c = d.allocator_cache
         if c is not None:

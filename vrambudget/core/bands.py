@@ -53,6 +53,9 @@ class _Class(msgspec.Struct, frozen=True):
     log_low: float
     log_high: float
     frameworks: tuple[str, ...]
+    source_coverage: float | None = None
+    """Leave-one-source-out coverage of the class (``research/band_loso.py``); None for the
+    ``class|framework`` cells, the families and the pool."""
 
 
 class BandFit(msgspec.Struct, frozen=True):
@@ -93,6 +96,8 @@ class BandRule:
     coverage: float
     measurements: int
     basis: str
+    source_coverage: float | None = None
+    """The class's measured coverage of a source the fit did not see (:class:`ErrorBand`)."""
 
     @property
     def headroom_fraction(self) -> float:
@@ -238,7 +243,15 @@ def rule_from(b: BandFit, cls: str, framework: str, named: bool) -> BandRule:
         + (f", widened x{widen:g} ({'; '.join(reasons)})" if reasons else "")
         + f" ({b.source})"
     )
-    return BandRule(cls, math.exp(low), math.exp(high), b.coverage, base.measurements, basis)
+    return BandRule(
+        cls,
+        math.exp(low),
+        math.exp(high),
+        b.coverage,
+        base.measurements,
+        basis,
+        None if c is None else c.source_coverage,
+    )
 
 
 def band_of(rule: BandRule, subtotal: int) -> ErrorBand:
@@ -250,6 +263,7 @@ def band_of(rule: BandRule, subtotal: int) -> ErrorBand:
         workload_class=rule.workload_class,
         measurements=rule.measurements,
         basis=rule.basis,
+        source_coverage=rule.source_coverage,
     )
 
 

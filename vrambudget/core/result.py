@@ -100,6 +100,12 @@ class ErrorBand(_Out, frozen=True, kw_only=True):
     """How many calibration measurements of this class the band comes from (0: none; the
     band is the pooled one, widened)."""
     basis: str
+    source_coverage: float | None = None
+    """Measured, not assumed: refitting the bands without each published source of this class
+    in turn, the share of that source's measurements inside the band it got (each source
+    weighted once; ``research/band_loso.py``). What to expect for a run the corpus has not
+    seen, where ``coverage`` is what the band is fitted to; null where the class has no
+    calibration source of its own."""
 
 
 class AllocatorCache(_Out, frozen=True, kw_only=True):
