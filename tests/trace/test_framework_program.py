@@ -118,3 +118,24 @@ def test_builtin_builders_adapt_experts_as_the_stack_builds_them(
     dense = 8 * ((2048 + 2048) + (2048 + 5632))
     routed = 60 * 8 * (2048 + 1408)
     assert traced == analytic == (dense + experts * routed) * 24 * 4
+
+
+@pytest.mark.parametrize("transformers", [None, "4.46.0"])
+def test_builtin_builders_quantize_experts_as_the_stack_does(transformers: str | None) -> None:
+    """QLoRA on an MoE: bitsandbytes 4-bit reaches the routed experts only where the stack
+    builds them as modules (transformers < 5); the built-in builders' weights are the analytic
+    tier's, whichever way (Stack.bnb_quantizes_experts)."""
+    software = {"framework": "transformers", "framework_version": transformers}
+    req = _training(
+        "qwen1.5-moe-a2.7b",
+        {"kind": "qlora", "rank": 8},
+        trace={"code": "builtin"},
+        **({"software": software} if transformers else {}),
+    )
+    traced = trace_budget(req)
+    analytic = estimate(req.workloads, req.device, req.headroom, software=req.software)
+
+    def weights(b: Any) -> int:
+        return next(x.bytes for x in b.devices[0].lines if x.component == Component.WEIGHTS)
+
+    assert weights(traced) == weights(analytic)

@@ -75,6 +75,8 @@ def quantized_roles(q: Quantization) -> frozenset[Role]:
     ``quantization/mxfp4.py`` 95-106 keeps every linear layer unquantized). Norms, biases,
     routers and vision towers stay in the unquantized dtype under every scheme here."""
     roles = {Role.EXPERT} if isinstance(q, MXFP4) else {Role.LINEAR, Role.EXPERT}
+    if isinstance(q, BitsAndBytes4bit) and q.quantize_experts is False:
+        roles.discard(Role.EXPERT)  # fused 3-D experts: bitsandbytes replaces nn.Linear only
     if q.quantize_embeddings:
         roles.add(Role.EMBEDDING)
     if q.quantize_lm_head:

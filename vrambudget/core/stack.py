@@ -189,6 +189,19 @@ class Stack:
         )
 
     @property
+    def bnb_quantizes_experts(self) -> bool:
+        """Whether bitsandbytes' 4-bit conversion reaches a mixture of experts' routed experts:
+        it replaces ``nn.Linear`` modules (transformers 5.23.0 ``integrations/bitsandbytes.py``
+        ``replace_with_bnb_linear``: ``type(module) is nn.Linear``; ``quantizer_bnb_4bit.py``
+        ``param_needs_quantization``: a ``Linear4bit``'s weight), so the fused 3-D experts of
+        transformers 5 stay in the load dtype (bitsandbytes-foundation/bitsandbytes#1849, open;
+        the ``Experts4bit`` PRs #1965 / #1984 unmerged) -- and PEFT's
+        ``prepare_model_for_kbit_training`` then casts them to fp32 with every other
+        non-4-bit parameter (peft 0.21.2 ``utils/other.py`` lines 203-208). The same
+        modelling-code fact as :attr:`lora_reaches_experts`."""
+        return self.lora_reaches_experts
+
+    @property
     def lora_reaches_experts(self) -> bool:
         """Whether LoRA ``target_modules`` reach a mixture of experts' routed experts: under
         transformers < 5 each expert is its own ``nn.Linear`` modules; transformers 5 keeps them

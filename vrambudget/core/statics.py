@@ -29,6 +29,7 @@ from .layout import Stage, check_layout, kv_heads_per_device, per_device_shape, 
 from .quantization import quantized_roles
 from .spec import (
     FP8,
+    BitsAndBytes4bit,
     EncoderWorkload,
     InferenceWorkload,
     LoRA,
@@ -523,13 +524,23 @@ def _layer_kv_elems(layer: LayerType, arch: Arch, t: int) -> int:
 
 def effective_precision(w: ModelWorkload | EncoderWorkload, stack: Stack | None = None) -> Any:
     """The workload's precision, with QLoRA's base quantization as its weights' quantization
-    (the LM head too where the framework quantizes it: ``Stack.qlora_head_quantized``)."""
+    (the LM head too where the framework quantizes it: ``Stack.qlora_head_quantized``), and
+    bitsandbytes 4-bit's routed experts as ``stack`` (None: the default stack) quantizes them
+    (``Stack.bnb_quantizes_experts``)."""
+    p = w.precision
     if isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA):
         base = w.method.base_quantization
         if stack is not None and stack.qlora_head_quantized:
             base = msgspec.structs.replace(base, quantize_lm_head=True)
-        return msgspec.structs.replace(w.precision, quantization=base)
-    return w.precision
+        p = msgspec.structs.replace(p, quantization=base)
+    q = p.quantization
+    if isinstance(q, BitsAndBytes4bit) and q.quantize_experts is None:
+        # as the stack's modelling code and bitsandbytes do (Stack.bnb_quantizes_experts)
+        experts = (stack or resolve_stack(None)).bnb_quantizes_experts
+        p = msgspec.structs.replace(
+            p, quantization=msgspec.structs.replace(q, quantize_experts=experts)
+        )
+    return p
 
 
 def statics_for(

@@ -199,7 +199,7 @@ def trace_workload_code(
     field: str = "workloads[0]",
     code: str = "framework",
     rms_norm: RmsNorm | None = None,
-    lora_experts: bool | None = None,
+    expert_modules: bool | None = None,
 ) -> tuple[Replay, str]:
     """The replay, and the code that ran in words; ``rms_norm``: the framework's norm the
     built-in builders imitate (None: the default stack's; the framework's own code has its
@@ -211,7 +211,7 @@ def trace_workload_code(
         field=field,
         code=code,
         rms_norm=rms_norm,
-        lora_experts=lora_experts,
+        expert_modules=expert_modules,
     )
     return replay(trace, expandable_segments=expandable_segments), words
 
@@ -224,7 +224,7 @@ def record_workload_code(
     field: str = "workloads[0]",
     code: str = "framework",
     rms_norm: RmsNorm | None = None,
-    lora_experts: bool | None = None,
+    expert_modules: bool | None = None,
 ) -> tuple[Trace, str]:
     """The recorded trace of ``w`` (before any replay) and the code that ran in words (the
     arguments are :func:`trace_workload_code`'s)."""
@@ -266,7 +266,7 @@ def record_workload_code(
         _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     try:
-        words = _run(w, arch, recorder, which, reason, iterations, field, rms_norm, lora_experts)
+        words = _run(w, arch, recorder, which, reason, iterations, field, rms_norm, expert_modules)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         # The framework's code branches on tensor values somewhere (an MoE block that loops
         # over the experts tokens were routed to): fake tensors have none. The built-in
@@ -280,7 +280,9 @@ def record_workload_code(
             ) from None
         check_traceable(w, field)  # type: ignore[arg-type]
         recorder = Recorder(gemm_workspaces=workspaces)
-        words = _run(w, arch, recorder, "builtin", None, iterations, field, rms_norm, lora_experts)
+        words = _run(
+            w, arch, recorder, "builtin", None, iterations, field, rms_norm, expert_modules
+        )
         words += (
             " (the framework's code depends on tensor values here -- "
             f"{type(exc).__name__} -- which fake tensors do not have)"
@@ -307,7 +309,7 @@ def _run(
     iterations: int,
     field: str,
     rms_norm: RmsNorm | None = None,
-    lora_experts: bool | None = None,
+    expert_modules: bool | None = None,
 ) -> str:
     """Build and run the program (``framework`` or ``builtin``) under the recorder; the code
     that ran, in words."""
@@ -324,7 +326,7 @@ def _run(
                 words += " (" + "; ".join(program.notes) + ")"
         else:
             assert isinstance(w, InferenceWorkload | TrainingWorkload)  # encoders raised above
-            program = prepare(w, arch, recorder, torch.device("cpu"), rms_norm, lora_experts)
+            program = prepare(w, arch, recorder, torch.device("cpu"), rms_norm, expert_modules)
             words = "built-in builders" + (f" ({reason})" if reason else "")
         program.run(iterations)
         del program
@@ -433,7 +435,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 field=f"workloads[{i}]",
                 code=request.trace.code,
                 rms_norm=ov.stack.rms_norm,
-                lora_experts=ov.stack.lora_reaches_experts,
+                expert_modules=ov.stack.lora_reaches_experts,
             )
         replays.append(r)
         k = w.instances

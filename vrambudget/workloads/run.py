@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import msgspec
 import torch
 import torch.nn.functional as F
 
@@ -19,6 +20,7 @@ from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.formulas.activations import RmsNorm
 from vrambudget.core.spec import (
     Adafactor,
+    BitsAndBytes4bit,
     InferenceWorkload,
     LoRA,
     QLoRA,
@@ -99,18 +101,28 @@ def build_plan(
     w: InferenceWorkload | TrainingWorkload,
     device: torch.device,
     rms_norm: RmsNorm | None = None,
-    lora_experts: bool | None = None,
+    expert_modules: bool | None = None,
 ) -> BuildPlan:
     """What the builders need: ``rms_norm`` is the framework's norm a training program imitates
     (the request's stack, :attr:`vrambudget.core.stack.Stack.rms_norm`; None: the default
     stack's, as an estimate that names no software assumes); inference programs run the fused
-    norm, as the inference formulas count it."""
+    norm, as the inference formulas count it. ``expert_modules``: the stack builds routed
+    experts as modules, which LoRA targets and bitsandbytes reach
+    (:attr:`vrambudget.core.stack.Stack.lora_reaches_experts`; None: the default stack's)."""
     p = w.precision
+    experts = resolve_stack(None).lora_reaches_experts if expert_modules is None else expert_modules
+    quant = deployed_quantization(effective_precision(w).quantization)
+    if (
+        isinstance(quant, BitsAndBytes4bit)
+        and getattr(p.quantization, "quantize_experts", None) is None
+    ):
+        # bitsandbytes reaches the experts where the stack builds them as modules
+        quant = msgspec.structs.replace(quant, quantize_experts=experts)
     plan = BuildPlan(
         tensor_parallel=w.parallelism.tensor,
         param_dtype=TORCH_DTYPES[p.weights],
         compute_dtype=TORCH_DTYPES[p.compute],
-        quantization=deployed_quantization(effective_precision(w).quantization),
+        quantization=quant,
         attention=w.attention,
         device=device,
     )
@@ -123,9 +135,7 @@ def build_plan(
         trainable="lora" if lora else "full",
         lora_rank=m.rank if isinstance(m, LoRA) else 0,
         lora_targets=tuple(m.target_modules) if isinstance(m, LoRA) else (),
-        lora_experts=(
-            resolve_stack(None).lora_reaches_experts if lora_experts is None else lora_experts
-        ),
+        lora_experts=experts,
         adapter_dtype=TORCH_DTYPES[m.adapter_dtype] if isinstance(m, LoRA) else torch.float32,
         autocast=w.mixed_precision == "autocast",
         dropout=0.1 if w.dropout else 0.0,
@@ -303,12 +313,12 @@ def prepare(
     marks: Marks,
     device: torch.device,
     rms_norm: RmsNorm | None = None,
-    lora_experts: bool | None = None,
+    expert_modules: bool | None = None,
 ) -> Program:
     """Build the model (phase ``load``) and return the program (``rms_norm``,
-    ``lora_experts``: the stack's, :func:`build_plan`)."""
+    ``expert_modules``: the stack's, :func:`build_plan`)."""
     w = deploy(w)
-    plan = build_plan(w, device, rms_norm, lora_experts)
+    plan = build_plan(w, device, rms_norm, expert_modules)
     marks.phase("load")
     with marks.scope("weights"):
         model = TransformerModel(arch, plan, marks)

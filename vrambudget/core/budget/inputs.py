@@ -22,6 +22,7 @@ from ..resolve import model_name, model_origin
 from ..result import WorkloadSummary
 from ..spec import (
     AnalyticWorkload,
+    BitsAndBytes4bit,
     EncoderWorkload,
     FullFineTune,
     GenericWorkload,
@@ -30,7 +31,7 @@ from ..spec import (
     VisionWorkload,
 )
 from ..stack import Stack, resolve_stack
-from ..statics import effective_precision, statics_for
+from ..statics import effective_precision, statics_for, training_plan
 from .inference import fragmentation_ppm
 
 __all__ = ["INPUT_NAMES", "inputs", "kind", "summary", "warnings"]
@@ -221,6 +222,23 @@ def warnings(
             "attention: this model soft-caps its attention logits, which SDPA cannot do; "
             "transformers and LitGPT run it eagerly (the scores are materialized), and so "
             "does this budget: `flash` (flash-attn caps inside its kernel) avoids them"
+        )
+    q = effective_precision(w, stack).quantization
+    if arch.moe is not None and isinstance(q, BitsAndBytes4bit) and not q.quantize_experts:
+        upcast = isinstance(w, TrainingWorkload) and training_plan(w, stack).kbit_upcast
+        out.append(
+            "bitsandbytes 4-bit leaves the routed experts unquantized here: transformers "
+            f"{(stack or resolve_stack(None)).transformers_version} keeps them as fused 3-D "
+            "parameters and bitsandbytes replaces nn.Linear modules only "
+            "(bitsandbytes-foundation/bitsandbytes#1849), so they stay in "
+            + ("fp32 (prepare_model_for_kbit_training casts them)" if upcast else "16 bits")
+            + "; under transformers < 5 (software.libraries.transformers) they are 4-bit"
+            + (
+                ""
+                if isinstance(w, TrainingWorkload)
+                else ", as with a loader that quantizes fused experts "
+                "(precision.quantization.quantize_experts: true)"
+            )
         )
     if isinstance(w, InferenceWorkload):
         if arch.kind == "encoder" and w.generated_tokens:

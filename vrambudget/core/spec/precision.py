@@ -196,6 +196,18 @@ class BitsAndBytes4bit(_QuantBase, tag="bnb_4bit", tag_field="scheme", frozen=Tr
             "(QLoRA) shares one."
         ),
     ] = False
+    quantize_experts: Annotated[
+        bool | None,
+        Meta(
+            description="Whether a mixture of experts' routed experts are 4-bit. null (the "
+            "default): as the stack does it -- transformers < 5 builds each expert as nn.Linear "
+            "modules, which bitsandbytes replaces; transformers 5 keeps them as fused 3-D "
+            "parameters, which its conversion skips (bitsandbytes-foundation/bitsandbytes#1849), "
+            "so they stay in the weights' dtype (fp32 after QLoRA's "
+            "prepare_model_for_kbit_training). true: a stack that quantizes fused experts "
+            "(recent Unsloth)."
+        ),
+    ] = None
 
 
 class MXFP4(_QuantBase, tag="mxfp4", tag_field="scheme", frozen=True, kw_only=True):
