@@ -71,7 +71,7 @@ def folds(predictions: Sequence[Prediction], widen: float | None = None) -> list
             cls, framework, named = keys[id(p)]
             rule = rule_from(bands, cls, framework, named)
             by_class[cls].append(rule.low <= p.record.measured / p.predicted <= rule.high)
-            few[cls] = "fewer than" in rule.basis
+            few[cls] = "sources, fewer than" in rule.basis  # widened for too few sources
         for cls, hits in by_class.items():
             out.append(Fold(cls, source, len(hits), sum(hits), few[cls]))
     return out

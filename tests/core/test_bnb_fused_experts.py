@@ -75,3 +75,26 @@ def test_bnb_inference_keeps_the_experts_16_bit_unless_told() -> None:
     told = {"kind": "inference", "precision": {"quantization": {**q, "quantize_experts": True}}}
     assert _weights(_answer(told)) == (ATTENTION + EXPERTS) // 2 + 2 * (EMBED_HEAD + NORMS + ROUTER)
     assert _weights(_answer(told)) == _weights(_answer(infer, V4))
+
+
+def test_lora_on_a_bnb_base_keeps_the_experts_16_bit_and_says_so() -> None:
+    """LoRA over a bitsandbytes 4-bit base (not QLoRA: no kbit upcast) under transformers 5:
+    the experts stay bf16, and the warning says bf16 (not fp32) and names the override."""
+    lora = {
+        "kind": "training",
+        "sequence_length": 512,
+        "checkpointing": "full",
+        "precision": {"quantization": {"scheme": "bnb_4bit"}},
+        "method": {"kind": "lora", "rank": 16},
+    }
+    b = _answer(lora)
+    (note,) = [w for w in b.warnings if "routed experts unquantized" in w]
+    assert "stay in bf16" in note and "quantize_experts: true" in note
+
+
+def test_an_explicit_no_says_as_requested() -> None:
+    q = {"scheme": "bnb_4bit", "quantize_experts": False}
+    b = _answer({"kind": "inference", "precision": {"quantization": q}}, V4)
+    (note,) = [w for w in b.warnings if "routed experts unquantized" in w]
+    assert note.endswith("as requested: bf16")
+    assert _weights(b) == ATTENTION // 2 + 2 * (EXPERTS + EMBED_HEAD + NORMS + ROUTER)

@@ -283,7 +283,7 @@ def test_bands_cover_sources_they_never_saw() -> None:
     each source in turn, the product's band rule covers at least 90% of the left-out source's
     measurements (each source weighted once), over every class and over the bands widened for
     resting on fewer than ``min_sources`` sources -- the claim the widening makes. Measured at
-    the committed fit: 90.3% and 91.5% (73 sources, 44 of them widened; docs/ACCURACY.md)."""
+    the committed fit: 90.3% and 95.6% (73 sources, 40 of them widened; docs/ACCURACY.md)."""
     from research.band_loso import folds, table
     from research.calibrate_bands import peak_predictions
 

@@ -120,22 +120,37 @@ def test_builtin_builders_adapt_experts_as_the_stack_builds_them(
     assert traced == analytic == (dense + experts * routed) * 24 * 4
 
 
-@pytest.mark.parametrize("transformers", [None, "4.46.0"])
-def test_builtin_builders_quantize_experts_as_the_stack_does(transformers: str | None) -> None:
+def test_builtin_builders_quantize_experts_as_the_stack_does() -> None:
     """QLoRA on an MoE: bitsandbytes 4-bit reaches the routed experts only where the stack
     builds them as modules (transformers < 5); the built-in builders' weights are the analytic
-    tier's, whichever way (Stack.bnb_quantizes_experts)."""
-    software = {"framework": "transformers", "framework_version": transformers}
-    req = _training(
-        "qwen1.5-moe-a2.7b",
-        {"kind": "qlora", "rank": 8},
-        trace={"code": "builtin"},
-        **({"software": software} if transformers else {}),
-    )
-    traced = trace_budget(req)
-    analytic = estimate(req.workloads, req.device, req.headroom, software=req.software)
+    tier's under either stack, and the two differ (Stack.bnb_quantizes_experts)."""
+    out = []
+    for transformers in (None, "4.46.0"):
+        software = {"framework": "transformers", "framework_version": transformers}
+        req = _training(
+            "qwen1.5-moe-a2.7b",
+            {"kind": "qlora", "rank": 8},
+            trace={"code": "builtin"},
+            **({"software": software} if transformers else {}),
+        )
+        traced = trace_budget(req)
+        analytic = estimate(req.workloads, req.device, req.headroom, software=req.software)
 
-    def weights(b: Any) -> int:
-        return next(x.bytes for x in b.devices[0].lines if x.component == Component.WEIGHTS)
+        def weights(b: Any) -> int:
+            return next(x.bytes for x in b.devices[0].lines if x.component == Component.WEIGHTS)
 
-    assert weights(traced) == weights(analytic)
+        assert weights(traced) == weights(analytic)
+        out.append(weights(traced))
+    assert out[0] > 4 * out[1]  # fp32 experts against 4-bit ones
+
+
+def test_expert_only_lora_under_transformers_4_is_traced() -> None:
+    """Mixtral has no shared experts: LoRA on the expert projections alone has something to
+    train under transformers < 5 (each expert nn.Linear modules), and the trace's layout check
+    reads the request's stack, not the default one (whose fused experts it cannot reach)."""
+    software = {"framework": "transformers", "framework_version": "4.46.0"}
+    method = {"kind": "lora", "rank": 8, "target_modules": ["gate_proj", "up_proj", "down_proj"]}
+    req = _training("mixtral-8x7b", method, trace={"code": "builtin"}, software=software)
+    traced, analytic, _ = _adapters(req)
+    # 8 experts x (gate and up 4,096 + 14,336, down 14,336 + 4,096) x rank 8 x 32 layers x 4 B
+    assert traced == analytic == 8 * 3 * (4096 + 14336) * 8 * 32 * 4

@@ -329,8 +329,11 @@ def stage_statics(
                 fixed, per_layer = exllama_scratch(kernel, cols, rows)
                 scratch_fixed = max(scratch_fixed, fixed)
                 scratch_per_layer += per_layer * n
-            if g.role in (Role.LINEAR, Role.EXPERT) or (quantized and g.role is Role.LM_HEAD):
-                # A 4-bit LM head (LitGPT's QLoRA) is dequantized for its matmul too.
+            if ((quantized or quant is None) and g.role in (Role.LINEAR, Role.EXPERT)) or (
+                quantized and g.role is Role.LM_HEAD
+            ):
+                # What a 4-bit matmul dequantizes: a quantized projection (experts left 16-bit
+                # are not), and a 4-bit LM head (LitGPT's QLoRA) too.
                 largest_linear = max(largest_linear, rows * cols)
             if plan is None or g.buffer:
                 continue

@@ -60,7 +60,7 @@ from vrambudget.core.spec import (
     VisionWorkload,
 )
 from vrambudget.core.spec.diffusion import ImageGenerationWorkload
-from vrambudget.core.stack import version_tuple
+from vrambudget.core.stack import Stack, version_tuple
 from vrambudget.core.statics import statics_for
 from vrambudget.core.verdict import with_fit
 from vrambudget.workloads import kernels
@@ -199,11 +199,12 @@ def trace_workload_code(
     field: str = "workloads[0]",
     code: str = "framework",
     rms_norm: RmsNorm | None = None,
-    expert_modules: bool | None = None,
+    stack: Stack | None = None,
 ) -> tuple[Replay, str]:
     """The replay, and the code that ran in words; ``rms_norm``: the framework's norm the
     built-in builders imitate (None: the default stack's; the framework's own code has its
-    own)."""
+    own); ``stack``: the request's, for the layout checks and how its modelling code builds
+    routed experts (None: the default stack)."""
     trace, words = record_workload_code(
         w,
         iterations=iterations,
@@ -211,7 +212,7 @@ def trace_workload_code(
         field=field,
         code=code,
         rms_norm=rms_norm,
-        expert_modules=expert_modules,
+        stack=stack,
     )
     return replay(trace, expandable_segments=expandable_segments), words
 
@@ -224,7 +225,7 @@ def record_workload_code(
     field: str = "workloads[0]",
     code: str = "framework",
     rms_norm: RmsNorm | None = None,
-    expert_modules: bool | None = None,
+    stack: Stack | None = None,
 ) -> tuple[Trace, str]:
     """The recorded trace of ``w`` (before any replay) and the code that ran in words (the
     arguments are :func:`trace_workload_code`'s)."""
@@ -248,13 +249,14 @@ def record_workload_code(
     try:
         arch = resolve_model(w.model)
         # the layout checks of the analytic tier
-        statics = statics_for(proxy(w) if encoder else w, arch)  # type: ignore[arg-type]
+        statics = statics_for(proxy(w) if encoder else w, arch, stack)  # type: ignore[arg-type]
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"{field}.{exc.field}", exc.message) from None
     if which == "builtin":
         _check_matrices(
             arch, f"{field}.model.config" if hasattr(w.model, "config") else f"{field}.model"
         )
+    expert_modules = None if stack is None else stack.lora_reaches_experts
     if isinstance(w, TrainingWorkload) and not any(st.trainable_params for st in statics):
         # The analytic tier budgets it (with a warning); a real step has nothing to optimize.
         raise InvalidWorkload(
@@ -435,7 +437,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 field=f"workloads[{i}]",
                 code=request.trace.code,
                 rms_norm=ov.stack.rms_norm,
-                expert_modules=ov.stack.lora_reaches_experts,
+                stack=ov.stack,
             )
         replays.append(r)
         k = w.instances

@@ -27,6 +27,7 @@ from ..spec import (
     FullFineTune,
     GenericWorkload,
     InferenceWorkload,
+    QLoRA,
     TrainingWorkload,
     VisionWorkload,
 )
@@ -225,21 +226,7 @@ def warnings(
         )
     q = effective_precision(w, stack).quantization
     if arch.moe is not None and isinstance(q, BitsAndBytes4bit) and not q.quantize_experts:
-        upcast = isinstance(w, TrainingWorkload) and training_plan(w, stack).kbit_upcast
-        out.append(
-            "bitsandbytes 4-bit leaves the routed experts unquantized here: transformers "
-            f"{(stack or resolve_stack(None)).transformers_version} keeps them as fused 3-D "
-            "parameters and bitsandbytes replaces nn.Linear modules only "
-            "(bitsandbytes-foundation/bitsandbytes#1849), so they stay in "
-            + ("fp32 (prepare_model_for_kbit_training casts them)" if upcast else "16 bits")
-            + "; under transformers < 5 (software.libraries.transformers) they are 4-bit"
-            + (
-                ""
-                if isinstance(w, TrainingWorkload)
-                else ", as with a loader that quantizes fused experts "
-                "(precision.quantization.quantize_experts: true)"
-            )
-        )
+        out.append(_unquantized_experts(w, stack or resolve_stack(None)))
     if isinstance(w, InferenceWorkload):
         if arch.kind == "encoder" and w.generated_tokens:
             out.append("encoder models do not generate: generated_tokens is ignored")
@@ -284,6 +271,28 @@ def warnings(
     return out
 
 
+def _unquantized_experts(w: InferenceWorkload | TrainingWorkload, stack: Stack) -> str:
+    """Why bitsandbytes 4-bit left a mixture of experts' routed experts unquantized, and in
+    what dtype."""
+    qlora = isinstance(w, TrainingWorkload) and isinstance(w.method, QLoRA)
+    upcast = (
+        isinstance(w, TrainingWorkload)
+        and isinstance(w.method, QLoRA)
+        and training_plan(w, stack).kbit_upcast
+    )
+    dtype = "fp32 (prepare_model_for_kbit_training casts them)" if upcast else w.precision.weights
+    if getattr(w.precision.quantization, "quantize_experts", None) is False:
+        return f"bitsandbytes 4-bit leaves the routed experts unquantized, as requested: {dtype}"
+    override = "" if qlora else " (or precision.quantization.quantize_experts: true)"
+    return (
+        "bitsandbytes 4-bit leaves the routed experts unquantized here: transformers "
+        f"{stack.transformers_version} keeps them as fused 3-D parameters and bitsandbytes "
+        "replaces nn.Linear modules only (bitsandbytes-foundation/bitsandbytes#1849), so they "
+        f"stay in {dtype}; under transformers < 5 (software.libraries.transformers){override} "
+        "they are 4-bit"
+    )
+
+
 def _lora_notes(targets: tuple[str, ...], arch: Arch, stack: Stack) -> list[str]:
     """What LoRA's targets reach that the answer does not count, or do not reach that they
     name: routed experts under transformers >= 5 (:attr:`Stack.lora_reaches_experts`), the
@@ -301,7 +310,12 @@ def _lora_notes(targets: tuple[str, ...], arch: Arch, stack: Stack) -> list[str]
             "through target_parameters, not modelled); under transformers < 5 "
             "(software.libraries.transformers) each expert is adapted"
         )
-    if ALL_LINEAR in targets and arch.moe is not None and stack.lora_reaches_experts:
+    if (
+        ALL_LINEAR in targets
+        and arch.moe is not None
+        and stack.transformers_version is not None
+        and stack.lora_reaches_experts
+    ):
         out.append(
             "target_modules all-linear under transformers < 5 also adapts the router (an "
             "nn.Linear there, hidden x experts per layer), which is not counted"
