@@ -145,11 +145,12 @@ def test_builtin_builders_quantize_experts_as_the_stack_does() -> None:
 
 
 def test_expert_only_lora_under_transformers_4_is_traced() -> None:
-    """Mixtral has no shared experts: LoRA on the expert projections alone has something to
-    train under transformers < 5 (each expert nn.Linear modules), and the trace's layout check
-    reads the request's stack, not the default one (whose fused experts it cannot reach)."""
+    """Mixtral has no shared experts: LoRA on the expert modules alone (transformers < 5's
+    ``w1``, ``w3``, ``w2``) has something to train under transformers < 5, and the trace's
+    layout check reads the request's stack, not the default one (whose fused experts it cannot
+    reach)."""
     software = {"framework": "transformers", "framework_version": "4.46.0"}
-    method = {"kind": "lora", "rank": 8, "target_modules": ["gate_proj", "up_proj", "down_proj"]}
+    method = {"kind": "lora", "rank": 8, "target_modules": ["w1", "w3", "w2"]}
     req = _training("mixtral-8x7b", method, trace={"code": "builtin"}, software=software)
     traced, analytic, _ = _adapters(req)
     # 8 experts x (gate and up 4,096 + 14,336, down 14,336 + 4,096) x rank 8 x 32 layers x 4 B

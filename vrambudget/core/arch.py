@@ -28,6 +28,7 @@ __all__ = [
     "attention_run",
     "lora_target_names",
     "lora_targeted",
+    "module_name",
     "projection_names",
 ]
 
@@ -93,6 +94,10 @@ class TensorGroup:
     """Kept in fp32 when the weights are fp16 (transformers ``_keep_in_fp32_modules``)."""
     buffer: bool = False
     """A buffer, not a parameter: loaded with the model, never trained."""
+    module: str | None = None
+    """The module's own name where the modelling code calls it otherwise than ``name``'s last
+    component (Mixtral's experts: ``w1`` / ``w3`` / ``w2`` in transformers < 5's
+    ``MixtralBlockSparseTop2MLP``): what a LoRA target list matches."""
 
     @property
     def num_params(self) -> int:
@@ -249,8 +254,14 @@ def lora_targeted(
     :attr:`vrambudget.core.stack.Stack.lora_reaches_experts`) whose name's last component is
     one of ``targets`` (PEFT's rule for a list of names), or any such for :data:`ALL_LINEAR`."""
     return (g.role is Role.LINEAR or (experts and g.role is Role.EXPERT)) and (
-        ALL_LINEAR in targets or g.name.rsplit(".", 1)[-1] in targets
+        ALL_LINEAR in targets or module_name(g) in targets
     )
+
+
+def module_name(g: TensorGroup) -> str:
+    """The name a LoRA target matches: the module's own (:attr:`TensorGroup.module`) or the
+    last component of the tensor's."""
+    return g.module or g.name.rsplit(".", 1)[-1]
 
 
 def _projection_names(arch: Arch) -> tuple[str, ...]:
@@ -258,7 +269,7 @@ def _projection_names(arch: Arch) -> tuple[str, ...]:
     them (each once)."""
     return tuple(
         dict.fromkeys(
-            g.name.rsplit(".", 1)[-1]
+            module_name(g)
             for layer, _ in arch.layer_runs
             for g in layer.tensors
             if g.role in (Role.LINEAR, Role.EXPERT)

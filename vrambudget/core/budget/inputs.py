@@ -12,6 +12,7 @@ from ..arch import (
     attention_run,
     lora_target_names,
     lora_targeted,
+    module_name,
     projection_names,
 )
 from ..components import Component
@@ -300,7 +301,7 @@ def _lora_notes(targets: tuple[str, ...], arch: Arch, stack: Stack) -> list[str]
     modelling code builds, LM head excepted (peft 0.21.2 ``_maybe_include_all_linear_layers``)."""
     out = []
     experts = [g for layer, _ in arch.layer_runs for g in layer.tensors if g.role is Role.EXPERT]
-    named = sorted({g.name.rsplit(".", 1)[-1] for g in experts if lora_targeted(g, targets)})
+    named = sorted({module_name(g) for g in experts if lora_targeted(g, targets)})
     if named and not stack.lora_reaches_experts:
         out.append(
             f"LoRA on the routed experts ({', '.join(named)}): transformers "

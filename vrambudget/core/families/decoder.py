@@ -4,6 +4,7 @@ and the resolved ``Arch``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..arch import MLA, Arch, AttentionKind, LayerType, MoE, Role, RopeScaling, Split, TensorGroup
@@ -117,6 +118,12 @@ def _attention_tensors(
     return groups
 
 
+_W123_EXPERTS = frozenset({"mixtral", "phimoe", "minimax"})
+"""Families whose transformers < 5 experts are Mixtral's ``w1`` / ``w3`` / ``w2`` modules
+(``modeling_mixtral.py`` ``MixtralBlockSparseTop2MLP``, copied by PhiMoE and MiniMax)."""
+_W123 = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+
+
 def _moe_tensors(model_type: str, c: _Cfg, h: int, moe: MoE) -> list[TensorGroup]:
     groups = [T("router", moe.num_experts, h, Role.ROUTER, Split.REPLICATED)]
     if model_type == "deepseek_v3" and c.get("topk_method") == "noaux_tc":
@@ -133,9 +140,13 @@ def _moe_tensors(model_type: str, c: _Cfg, h: int, moe: MoE) -> list[TensorGroup
                 dtype="fp32",
             )
         )
-    groups += gated_mlp(
+    experts = gated_mlp(
         "experts.", h, moe.expert_intermediate_size, role=Role.EXPERT, count=moe.num_experts
     )
+    if model_type in _W123_EXPERTS:
+        # transformers < 5 MixtralBlockSparseTop2MLP: w1 (gate), w3 (up), w2 (down)
+        experts = [replace(g, module=_W123[g.name.rsplit(".", 1)[-1]]) for g in experts]
+    groups += experts
     if moe.shared_intermediate_size:
         groups += gated_mlp("shared_experts.", h, moe.shared_intermediate_size)
         if model_type == "qwen2_moe":
