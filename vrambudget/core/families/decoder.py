@@ -118,9 +118,9 @@ def _attention_tensors(
     return groups
 
 
-_W123_EXPERTS = frozenset({"mixtral", "phimoe", "minimax"})
-"""Families whose transformers < 5 experts are Mixtral's ``w1`` / ``w3`` / ``w2`` modules
-(``modeling_mixtral.py`` ``MixtralBlockSparseTop2MLP``, copied by PhiMoE and MiniMax)."""
+_W123_EXPERTS = frozenset({"mixtral"})
+"""Closed-form families whose transformers < 5 experts are ``w1`` / ``w3`` / ``w2`` modules
+(``modeling_mixtral.py`` ``MixtralBlockSparseTop2MLP``)."""
 _W123 = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
 
 
