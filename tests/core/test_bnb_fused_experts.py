@@ -98,3 +98,19 @@ def test_an_explicit_no_says_as_requested() -> None:
     (note,) = [w for w in b.warnings if "routed experts unquantized" in w]
     assert note.endswith("as requested: bf16")
     assert _weights(b) == ATTENTION // 2 + 2 * (EXPERTS + EMBED_HEAD + NORMS + ROUTER)
+
+
+def test_a_fit_says_why_too() -> None:
+    """A fit answer carries the workload's own warnings once, beside the per-GPU ones: why
+    Mixtral's QLoRA fits no single 80 GB GPU under transformers 5."""
+    from vrambudget.core.fit import fit
+    from vrambudget.core.spec import FitRequest
+
+    body = {
+        "workloads": [{"model": {"source": "preset", "id": "mixtral-8x7b"}, **QLORA}],
+        "devices": [{"source": "catalog", "id": "a100-sxm4-80gb"}],
+    }
+    answer = fit(msgspec.convert(body, FitRequest))
+    (note,) = [w for w in answer.warnings if "routed experts unquantized" in w]
+    assert "fp32" in note
+    assert answer.gpus[0].layouts[0].verdict == "does_not_fit"

@@ -7,24 +7,29 @@ from __future__ import annotations
 import msgspec
 
 from .budget.fit import analytic_fit
+from .budget.inputs import warnings as workload_warnings
 from .calibration import ProfileSet
 from .catalog import gpus
 from .compat import device_facts, evaluate, needs_of, not_supported, warnings_of
 from .deployed import deploy_all
 from .device import resolve_device
 from .errors import InvalidWorkload
+from .resolve import resolve_model
 from .result import Compatibility, ExcludedDevice, FitResponse
 from .serving.engine_args import deploy_serving
 from .serving.fit import serving_fit
 from .spec import (
+    AnalyticWorkload,
     CatalogDevice,
     DeviceRef,
     FitRequest,
+    GenericWorkload,
     LLMServingWorkload,
     Workload,
     analytic_workloads,
 )
 from .spec.diffusion import ImageGenerationWorkload
+from .stack import resolve_stack
 
 __all__ = ["FitRequest", "FitResponse", "fit"]
 
@@ -56,9 +61,22 @@ def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
     answer = analytic_fit(
         msgspec.structs.replace(req, workloads=deployed, devices=offered), deployed, profiles
     )
-    if notes:
-        answer = msgspec.structs.replace(answer, warnings=notes)
+    said = tuple(dict.fromkeys((*notes, *_workload_warnings(deployed, req))))
+    if said:
+        answer = msgspec.structs.replace(answer, warnings=said)
     return _with_verdicts(answer, verdicts, excluded)
+
+
+def _workload_warnings(workloads: tuple[AnalyticWorkload, ...], req: FitRequest) -> list[str]:
+    """What a budget of each workload would warn that holds on any GPU (the experts a stack
+    leaves unquantized, LoRA targets that match nothing ...): often why nothing fits."""
+    stack = resolve_stack(req.software)
+    out = []
+    for w in workloads:
+        if isinstance(w, GenericWorkload):
+            continue
+        out += workload_warnings(w, resolve_model(w.model), None, stack)
+    return out
 
 
 def _compatible(
