@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.workloads import LLAMA_PROJECTIONS
 from vrambudget.cli.errors import EXIT_FITS, EXIT_INPUT
 from vrambudget.cli.main import main
 
@@ -31,7 +32,7 @@ QLORA_FLAGS = [
     "--lora-rank",
     "64",
     "--lora-targets",
-    "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+    ",".join(LLAMA_PROJECTIONS),
     "--optimizer",
     "adamw_8bit",
     "--grad-accum",
@@ -66,15 +67,7 @@ QLORA_REQUEST: dict[str, Any] = {
             "method": {
                 "kind": "qlora",
                 "rank": 64,
-                "target_modules": [
-                    "q_proj",
-                    "k_proj",
-                    "v_proj",
-                    "o_proj",
-                    "gate_proj",
-                    "up_proj",
-                    "down_proj",
-                ],
+                "target_modules": list(LLAMA_PROJECTIONS),
             },
         }
     ],

@@ -10,12 +10,11 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
+from tests.support.workloads import LLAMA_PROJECTIONS
 from vrambudget.core.components import Component
 from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest
 from vrambudget.service.app import Settings, create_app
-
-LLAMA_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def _body(model: str, targets: list[str], kind: str = "lora", **software: Any) -> dict[str, Any]:
@@ -68,7 +67,7 @@ def test_all_linear_is_every_projection_listed(kind: str, framework: str | None)
     of the seven names listed by hand."""
     sw = {"framework": framework} if framework else {}
     assert _lines(_body("llama-3.1-8b", ["all-linear"], kind, **sw)) == _lines(
-        _body("llama-3.1-8b", LLAMA_PROJECTIONS, kind, **sw)
+        _body("llama-3.1-8b", list(LLAMA_PROJECTIONS), kind, **sw)
     )
 
 

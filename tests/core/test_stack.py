@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tests.support.workloads import ALL_LINEAR
+from tests.support.workloads import LLAMA_PROJECTIONS
 from vrambudget.core.components import Component
 from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.logits import training_backward_parts, training_forward_parts
@@ -746,7 +746,7 @@ def test_unsloth_fast_lora_keeps_no_bitsandbytes_inputs() -> None:
     qlora = {
         **TRAIN,
         "checkpointing": "none",
-        "method": {"kind": "qlora", "rank": 16, "target_modules": list(ALL_LINEAR)},
+        "method": {"kind": "qlora", "rank": 16, "target_modules": list(LLAMA_PROJECTIONS)},
     }
     libs = {"libraries": {"bitsandbytes": "0.42.0"}}
 
@@ -794,7 +794,7 @@ def test_unsloth_recompute_has_no_fp32_input_casts_and_one_mlp_gradient(monkeypa
         "method": {
             "kind": "lora",
             "rank": 16,
-            "target_modules": list(ALL_LINEAR),
+            "target_modules": list(LLAMA_PROJECTIONS),
             "adapter_dtype": "fp32",
         },
     }

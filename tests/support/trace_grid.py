@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from tests.support.workloads import ALL_LINEAR
+from tests.support.workloads import LLAMA_PROJECTIONS
 from vrambudget.core.budget.inference import inference_terms
 from vrambudget.core.deployed import deploy
 from vrambudget.core.dtypes import bytes_of
@@ -122,7 +122,7 @@ GRID: list[tuple[str, dict[str, object]]] = [
             sequence_length=512,
             method={
                 "kind": "lora",
-                "target_modules": list(ALL_LINEAR),
+                "target_modules": list(LLAMA_PROJECTIONS),
             },
         ),
     ),

@@ -33,8 +33,9 @@ def serving_budget(gpu_id: str, model: str = "llama-3.1-8b", **fields: object) -
 # A model small enough that a real CPU probe of it takes about a second.
 TINY = TINY_MODEL
 
-ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-"""LoRA on every projection of a Llama-style layer."""
+LLAMA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""LoRA on every projection of a Llama-style layer, named one by one (PEFT's `all-linear`
+on a Llama)."""
 # The smallest model a probe child builds (one layer): for tests of the probe plumbing.
 TINIEST = {
     "source": "dimensions",

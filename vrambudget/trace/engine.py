@@ -27,7 +27,6 @@ from vrambudget.core.deployed import deploy
 from vrambudget.core.device import resolve_device
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
-from vrambudget.core.formulas.activations import RmsNorm
 from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
 from vrambudget.core.formulas.headroom import headroom_bytes
 from vrambudget.core.formulas.runtime_workspace import separate_cublaslt
@@ -198,20 +197,17 @@ def trace_workload_code(
     workspaces: tuple[tuple[str, int], ...] = (),
     field: str = "workloads[0]",
     code: str = "framework",
-    rms_norm: RmsNorm | None = None,
     stack: Stack | None = None,
 ) -> tuple[Replay, str]:
-    """The replay, and the code that ran in words; ``rms_norm``: the framework's norm the
-    built-in builders imitate (None: the default stack's; the framework's own code has its
-    own); ``stack``: the request's, for the layout checks and how its modelling code builds
-    routed experts (None: the default stack)."""
+    """The replay, and the code that ran in words; ``stack``: the request's (None: the default
+    stack), for the layout checks and what the built-in builders imitate (its norm, how its
+    modelling code builds routed experts; the framework's own code has its own)."""
     trace, words = record_workload_code(
         w,
         iterations=iterations,
         workspaces=workspaces,
         field=field,
         code=code,
-        rms_norm=rms_norm,
         stack=stack,
     )
     return replay(trace, expandable_segments=expandable_segments), words
@@ -224,7 +220,6 @@ def record_workload_code(
     workspaces: tuple[tuple[str, int], ...] = (),
     field: str = "workloads[0]",
     code: str = "framework",
-    rms_norm: RmsNorm | None = None,
     stack: Stack | None = None,
 ) -> tuple[Trace, str]:
     """The recorded trace of ``w`` (before any replay) and the code that ran in words (the
@@ -256,7 +251,6 @@ def record_workload_code(
         _check_matrices(
             arch, f"{field}.model.config" if hasattr(w.model, "config") else f"{field}.model"
         )
-    expert_modules = None if stack is None else stack.lora_reaches_experts
     if isinstance(w, TrainingWorkload) and not any(st.trainable_params for st in statics):
         # The analytic tier budgets it (with a warning); a real step has nothing to optimize.
         raise InvalidWorkload(
@@ -268,7 +262,7 @@ def record_workload_code(
         _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     try:
-        words = _run(w, arch, recorder, which, reason, iterations, field, rms_norm, expert_modules)
+        words = _run(w, arch, recorder, which, reason, iterations, field, stack)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         # The framework's code branches on tensor values somewhere (an MoE block that loops
         # over the experts tokens were routed to): fake tensors have none. The built-in
@@ -282,9 +276,7 @@ def record_workload_code(
             ) from None
         check_traceable(w, field)  # type: ignore[arg-type]
         recorder = Recorder(gemm_workspaces=workspaces)
-        words = _run(
-            w, arch, recorder, "builtin", None, iterations, field, rms_norm, expert_modules
-        )
+        words = _run(w, arch, recorder, "builtin", None, iterations, field, stack)
         words += (
             " (the framework's code depends on tensor values here -- "
             f"{type(exc).__name__} -- which fake tensors do not have)"
@@ -310,8 +302,7 @@ def _run(
     reason: str | None,
     iterations: int,
     field: str,
-    rms_norm: RmsNorm | None = None,
-    expert_modules: bool | None = None,
+    stack: Stack | None = None,
 ) -> str:
     """Build and run the program (``framework`` or ``builtin``) under the recorder; the code
     that ran, in words."""
@@ -328,7 +319,7 @@ def _run(
                 words += " (" + "; ".join(program.notes) + ")"
         else:
             assert isinstance(w, InferenceWorkload | TrainingWorkload)  # encoders raised above
-            program = prepare(w, arch, recorder, torch.device("cpu"), rms_norm, expert_modules)
+            program = prepare(w, arch, recorder, torch.device("cpu"), stack)
             words = "built-in builders" + (f" ({reason})" if reason else "")
         program.run(iterations)
         del program
@@ -436,7 +427,6 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 workspaces=workspaces,
                 field=f"workloads[{i}]",
                 code=request.trace.code,
-                rms_norm=ov.stack.rms_norm,
                 stack=ov.stack,
             )
         replays.append(r)

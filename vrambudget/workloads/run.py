@@ -10,23 +10,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import msgspec
 import torch
 import torch.nn.functional as F
 
 from vrambudget.core.arch import Arch
 from vrambudget.core.deployed import deploy, deployed_quantization
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.formulas.activations import RmsNorm
 from vrambudget.core.spec import (
     Adafactor,
-    BitsAndBytes4bit,
     InferenceWorkload,
     LoRA,
     QLoRA,
     TrainingWorkload,
 )
-from vrambudget.core.stack import resolve_stack
+from vrambudget.core.stack import Stack, resolve_stack
 from vrambudget.core.statics import effective_precision
 
 from .marks import Marks
@@ -100,29 +97,20 @@ def check_traceable(w: InferenceWorkload | TrainingWorkload, field: str) -> None
 def build_plan(
     w: InferenceWorkload | TrainingWorkload,
     device: torch.device,
-    rms_norm: RmsNorm | None = None,
-    expert_modules: bool | None = None,
+    stack: Stack | None = None,
 ) -> BuildPlan:
-    """What the builders need: ``rms_norm`` is the framework's norm a training program imitates
-    (the request's stack, :attr:`vrambudget.core.stack.Stack.rms_norm`; None: the default
-    stack's, as an estimate that names no software assumes); inference programs run the fused
-    norm, as the inference formulas count it. ``expert_modules``: the stack builds routed
-    experts as modules, which LoRA targets and bitsandbytes reach
-    (:attr:`vrambudget.core.stack.Stack.lora_reaches_experts`; None: the default stack's)."""
+    """What the builders need, under the request's ``stack`` (None: the default stack, as an
+    estimate that names no software assumes): the framework's norm a training program imitates
+    (:attr:`Stack.rms_norm`; inference programs run the fused norm, as the inference formulas
+    count it), and whether routed experts are modules that LoRA targets and bitsandbytes reach
+    (:attr:`Stack.lora_reaches_experts`, through :func:`effective_precision`)."""
     p = w.precision
-    experts = resolve_stack(None).lora_reaches_experts if expert_modules is None else expert_modules
-    quant = deployed_quantization(effective_precision(w).quantization)
-    if (
-        isinstance(quant, BitsAndBytes4bit)
-        and getattr(p.quantization, "quantize_experts", None) is None
-    ):
-        # bitsandbytes reaches the experts where the stack builds them as modules
-        quant = msgspec.structs.replace(quant, quantize_experts=experts)
+    st = stack or resolve_stack(None)
     plan = BuildPlan(
         tensor_parallel=w.parallelism.tensor,
         param_dtype=TORCH_DTYPES[p.weights],
         compute_dtype=TORCH_DTYPES[p.compute],
-        quantization=quant,
+        quantization=deployed_quantization(effective_precision(w, stack).quantization),
         attention=w.attention,
         device=device,
     )
@@ -135,7 +123,7 @@ def build_plan(
         trainable="lora" if lora else "full",
         lora_rank=m.rank if isinstance(m, LoRA) else 0,
         lora_targets=tuple(m.target_modules) if isinstance(m, LoRA) else (),
-        lora_experts=experts,
+        lora_experts=st.lora_reaches_experts,
         adapter_dtype=TORCH_DTYPES[m.adapter_dtype] if isinstance(m, LoRA) else torch.float32,
         autocast=w.mixed_precision == "autocast",
         dropout=0.1 if w.dropout else 0.0,
@@ -143,7 +131,7 @@ def build_plan(
         # inputs on the device (full recomputation): an upper bound
         checkpointing="full" if w.checkpointing == "offloaded" else w.checkpointing,
         kbit_fp32=isinstance(m, QLoRA),
-        rms_norm=rms_norm or resolve_stack(None).rms_norm,
+        rms_norm=st.rms_norm,
     )
 
 
@@ -312,13 +300,12 @@ def prepare(
     arch: Arch,
     marks: Marks,
     device: torch.device,
-    rms_norm: RmsNorm | None = None,
-    expert_modules: bool | None = None,
+    stack: Stack | None = None,
 ) -> Program:
-    """Build the model (phase ``load``) and return the program (``rms_norm``,
-    ``expert_modules``: the stack's, :func:`build_plan`)."""
+    """Build the model (phase ``load``) and return the program (``stack``: the request's,
+    :func:`build_plan`)."""
     w = deploy(w)
-    plan = build_plan(w, device, rms_norm, expert_modules)
+    plan = build_plan(w, device, stack)
     marks.phase("load")
     with marks.scope("weights"):
         model = TransformerModel(arch, plan, marks)

@@ -4,7 +4,7 @@ outputs only), checked against hand counts on Llama 2 7B."""
 
 from __future__ import annotations
 
-from tests.support.workloads import ALL_LINEAR
+from tests.support.workloads import LLAMA_PROJECTIONS
 from vrambudget.core.catalog import preset_arch
 from vrambudget.core.formulas.activations import (
     device_dims,
@@ -14,7 +14,7 @@ from vrambudget.core.formulas.activations import (
     unsloth_trainable,
 )
 
-ALL = ALL_LINEAR
+ALL = LLAMA_PROJECTIONS
 
 
 def _saved(arch, trainable, swiglu: bool) -> int:

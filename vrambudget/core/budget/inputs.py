@@ -218,6 +218,7 @@ def warnings(
         return out
     if isinstance(w, EncoderWorkload):
         return out
+    stack = stack or resolve_stack(None)
     attention = getattr(w, "attention", None)
     if attention is not None and attention_run(attention, arch) != attention:
         out.append(
@@ -227,7 +228,7 @@ def warnings(
         )
     q = effective_precision(w, stack).quantization
     if arch.moe is not None and isinstance(q, BitsAndBytes4bit) and not q.quantize_experts:
-        out.append(_unquantized_experts(w, stack or resolve_stack(None)))
+        out.append(_unquantized_experts(w, stack))
     if isinstance(w, InferenceWorkload):
         if arch.kind == "encoder" and w.generated_tokens:
             out.append("encoder models do not generate: generated_tokens is ignored")
@@ -242,7 +243,7 @@ def warnings(
                 f"sequence_length {w.sequence_length} exceeds the model's "
                 f"max_position_embeddings {arch.max_positions}"
             )
-        if stack is not None and stack.framework == "unsloth" and w.checkpointing == "full":
+        if stack.framework == "unsloth" and w.checkpointing == "full":
             out.append(
                 "checkpointing: `full` keeps each layer's input on the device, as Unsloth's "
                 'use_gradient_checkpointing=True does; use_gradient_checkpointing="unsloth" (its '
@@ -268,7 +269,7 @@ def warnings(
                         f"{', '.join(sorted(names))}); PEFT ignores such a name when another "
                         "one matches"
                     )
-            out += _lora_notes(w.method.target_modules, arch, stack or resolve_stack(None))
+            out += _lora_notes(w.method.target_modules, arch, stack)
     return out
 
 
