@@ -29,7 +29,9 @@ __all__ = [
     "lora_target_names",
     "lora_targeted",
     "module_name",
+    "owning_module",
     "projection_names",
+    "saved_by",
 ]
 
 
@@ -287,3 +289,21 @@ def lora_target_names(targets: tuple[str, ...], arch: Arch) -> tuple[str, ...]:
     """The target names a LoRA target list stands for on ``arch``: :data:`ALL_LINEAR` spelled
     out as the model's projection names; a list of names as it is."""
     return _projection_names(arch) if ALL_LINEAR in targets else targets
+
+
+def owning_module(g: TensorGroup) -> str:
+    """The last component of the name of the module a tensor belongs to (a bias is its
+    projection's; Mixtral's experts are ``w1`` / ``w3`` / ``w2`` under transformers < 5)."""
+    if g.module:
+        return g.module
+    return g.name.removesuffix(".bias").removesuffix(".weight").rsplit(".", 1)[-1]
+
+
+def saved_by(g: TensorGroup, names: tuple[str, ...]) -> bool:
+    """Whether PEFT's ``modules_to_save`` names the module of this parameter: a module whose
+    name ends with one of ``names`` (peft 0.21.2 ``utils/other.py`` ``_set_trainable``, line
+    1088: ``key.endswith(target_key)``), compared here on the last name components."""
+    if g.buffer or not names:
+        return False
+    own = owning_module(g)
+    return any(own.endswith(n.rsplit(".", 1)[-1]) for n in names)

@@ -14,9 +14,10 @@ from typing import Any
 
 import msgspec
 
-from .arch import Arch, LayerType, Role, Split, TensorGroup, lora_targeted
+from .arch import Arch, LayerType, Role, Split, TensorGroup, lora_targeted, owning_module, saved_by
 from .deployed import deployed_quantization
 from .dtypes import bytes_of
+from .errors import InvalidWorkload
 from .formulas import communication_buffers, gradients, master_weights, optimizer_state
 from .formulas.activations import DeviceDims, device_dims
 from .formulas.adapters import lora_params
@@ -29,6 +30,7 @@ from .layout import Stage, check_layout, kv_heads_per_device, per_device_shape, 
 from .quantization import quantized_roles
 from .spec import (
     FP8,
+    AdamW,
     BitsAndBytes4bit,
     EncoderWorkload,
     InferenceWorkload,
@@ -52,6 +54,7 @@ __all__ = [
     "quantizable",
     "stage_statics",
     "statics_for",
+    "tied_head_module",
     "training_plan",
 ]
 
@@ -74,6 +77,11 @@ class TrainingPlan:
     and the root (:func:`~.formulas.communication_buffers.stage_parts`)."""
     lora_experts: bool = True
     """LoRA target names reach routed experts (:attr:`Stack.lora_reaches_experts`)."""
+    modules_to_save: tuple[str, ...] = ()
+    """PEFT's ``modules_to_save``: modules trained whole, as a trainable copy of each."""
+    saved_fp16_to_fp32: bool = False
+    """An fp16 ``modules_to_save`` copy is trained in fp32 (Unsloth: unsloth 2026.10.9
+    ``models/llama.py`` ``_offload_frozen_module_for_training``, "Tesla T4 must use float32")."""
 
 
 def _kbit_upcast(w: TrainingWorkload, stack: Stack | None) -> bool:
@@ -95,6 +103,7 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
     par = w.parallelism
     fsdp = par.zero_stage >= 3 and par.data > 1 and not (stack is not None and stack.deepspeed)
     if isinstance(m, LoRA):  # QLoRA is a LoRA
+        resolved = stack or resolve_stack(None)
         return TrainingPlan(
             "qlora" if isinstance(m, QLoRA) else "lora",
             m.rank,
@@ -104,7 +113,9 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             w.mixed_precision,
             _kbit_upcast(w, stack),
             fsdp,
-            (stack or resolve_stack(None)).lora_reaches_experts,
+            resolved.lora_reaches_experts,
+            tuple(m.modules_to_save),
+            resolved.framework == "unsloth",
         )
     return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision, fsdp=fsdp)
 
@@ -173,6 +184,22 @@ class StageStatic:
     weights' gradient dtype, before sharding: what FSDP1 allocates when a FlatParameter
     mixes frozen and trainable parameters (``Stack.frozen_gradients``)."""
 
+    saved_parts: tuple[tuple[str, int], ...] = ()
+    """With PEFT ``modules_to_save``: the adapters component itemized (the LoRA adapters and
+    each module's trainable copy); empty otherwise."""
+    saved_head_gradient_bytes: int = 0
+    """The weight gradient of a ``modules_to_save`` LM head copy (written in the head's
+    backward, before the layers')."""
+    saved_largest_state_bytes: int = 0
+    """One optimizer-state tensor of the largest ``modules_to_save`` copy (what the first step
+    allocates for it, lazily, after the backward)."""
+
+    @property
+    def saved_copy_bytes(self) -> int:
+        """The ``modules_to_save`` copies' bytes (in :attr:`adapter_bytes`): what PEFT's
+        ``get_peft_model`` adds, after any model-init phase."""
+        return sum(b for _, b in self.saved_parts[1:])
+
     @property
     def host_step_bytes(self) -> int:
         """What an offloaded optimizer keeps in host RAM for this rank: its state, the master
@@ -203,6 +230,39 @@ def _last_trainable(
     g = targeted[-1]
     rows, _, count = per_device_shape(g, arch, t, ep)
     return rows * plan.lora_rank * (count if g.role is Role.EXPERT else 1)
+
+
+def _check_saved(g: TensorGroup, targeted: bool, quantized: bool) -> None:
+    """What PEFT refuses in ``modules_to_save``: a module that LoRA adapts (a
+    ModulesToSaveWrapper "cannot be applied to modules of type" a LoraLayer: peft 0.21.2
+    ``utils/other.py`` ``check_module``, lines 355-360) and a 4-bit one (its uint8 storage
+    cannot require gradients)."""
+    name = owning_module(g)
+    if targeted:
+        raise InvalidWorkload(
+            "method.modules_to_save",
+            f"{name} is also a LoRA target (method.target_modules): PEFT cannot train a copy "
+            "of an adapted module ('modules_to_save cannot be applied to modules of type "
+            "LoraLayer'); name it in one list only",
+        )
+    if quantized:
+        raise InvalidWorkload(
+            "method.modules_to_save",
+            f"{name} is quantized here: a copy of a 4-bit module cannot be trained (its uint8 "
+            "storage cannot require gradients); name an unquantized module (embed_tokens, "
+            "lm_head, a norm)",
+        )
+
+
+def tied_head_module(arch: Arch, p: int = 1, untied: bool = False) -> TensorGroup | None:
+    """The LM head module of a tied decoder where the head groups do not list it (its weight
+    is the embedding's): what ``modules_to_save`` may name as ``lm_head``."""
+    if arch.kind != "decoder" or not arch.tie_word_embeddings:
+        return None
+    if any(g.role is Role.LM_HEAD for g in head_groups(arch, p, untied)):
+        return None
+    emb = arch.embeddings[0]
+    return TensorGroup("lm_head", emb.rows, emb.cols, Role.LM_HEAD, Split.VOCAB)
 
 
 def _bucketed(
@@ -238,7 +298,7 @@ def head_groups(arch: Arch, p: int, untied: bool = False) -> tuple[TensorGroup, 
         emb = arch.embeddings[0]
         return (
             *arch.head,
-            TensorGroup(TIED_COPY, emb.rows, emb.cols, Role.LM_HEAD, Split.VOCAB),
+            TensorGroup(TIED_COPY, emb.rows, emb.cols, Role.LM_HEAD, Split.VOCAB, module="lm_head"),
         )
     return arch.head
 
@@ -291,6 +351,13 @@ def stage_statics(
         largest_trainable = 0
         scratch_fixed = scratch_per_layer = 0  # exllama kernels (kernel_scratch_bytes)
         adapted_runs: set[object] = set()  # layer runs with an adapter (FSDP1 frozen gradients)
+        # modules_to_save: the trainable copies' shapes and largest tensor by their dtype's
+        # bytes, their names, and the LM head's copy (elements, bytes) -- the last trainable.
+        saved: dict[int, list[tuple[int, int, int]]] = {}
+        saved_largest: dict[int, int] = {}
+        saved_names: dict[str, int] = {}
+        head_copy: tuple[int, int] | None = None
+        other_copy: tuple[int, int] | None = None
         # Stored bytes of one layer of each run, and of what no layer holds (FSDP's units).
         run_bytes: dict[object, int] = {}
         root_bytes = 0
@@ -342,7 +409,22 @@ def stage_statics(
             if plan.method == "full":
                 trainable_shapes.append((rows, cols, n))
                 largest_trainable = max(largest_trainable, rows * cols * stacked)
-            elif lora_targeted(g, plan.lora_targets, plan.lora_experts):
+                continue
+            targeted = lora_targeted(g, plan.lora_targets, plan.lora_experts)
+            if saved_by(g, plan.modules_to_save):
+                _check_saved(g, targeted, quantized)
+                copy = fixed_bytes(g, plain_dtype) or kbit_bytes
+                if copy == 2 and plain_dtype == "fp16" and plan.saved_fp16_to_fp32:
+                    copy = 4
+                saved.setdefault(copy, []).append((rows, cols, n))
+                saved_largest[copy] = max(saved_largest.get(copy, 0), rows * cols * stacked)
+                name = owning_module(g)
+                saved_names[name] = saved_names.get(name, 0) + rows * cols * n * copy
+                if bucket == "head":
+                    head_copy = (rows * cols * n, copy)
+                else:
+                    other_copy = (rows * cols * n, copy)
+            elif targeted:
                 # lora_A (r x in) and lora_B (out x r) per adapted projection.
                 adapter_params += lora_params(plan.lora_rank, rows, cols) * n
                 adapted_runs.add(bucket)
@@ -351,6 +433,22 @@ def stage_statics(
                 largest_trainable = max(
                     largest_trainable, plan.lora_rank * max(rows, cols) * stacked
                 )
+        tied_head = tied_head_module(arch, par.pipeline, untied_head) if stage.last else None
+        if plan is not None and tied_head is not None and saved_by(tied_head, plan.modules_to_save):
+            # The tied LM head is a module of its own in the modelling code (lm_head, its
+            # weight the embedding's): its saved copy is a new tensor of the embedding's shape
+            # and dtype (PEFT deep-copies the module; with ensure_weight_tying, not modelled,
+            # it would share the embedding copy's).
+            rows, cols, count = per_device_shape(tied_head, arch, t, ep)
+            emb = arch.embeddings[0]
+            _check_saved(tied_head, False, quant is not None and emb.role in roles)
+            copy = fixed_bytes(emb, plain_dtype) or kbit_bytes
+            if copy == 2 and plain_dtype == "fp16" and plan.saved_fp16_to_fp32:
+                copy = 4
+            saved.setdefault(copy, []).append((rows, cols, count))
+            saved_largest[copy] = max(saved_largest.get(copy, 0), rows * cols)
+            saved_names["lm_head"] = rows * cols * count * copy
+            head_copy = (rows * cols * count, copy)
         for (stored_payload, stored_meta), mult, (full, device) in shares.values():
             # A device's share of the stored bytes: its share of the bucket's elements.
             weights += stored_payload * device // max(full, 1) * mult
@@ -388,28 +486,65 @@ def stage_statics(
         adapter_bytes = 0
         trainable = 0
         grad_bytes = 0
+        saved_parts: tuple[tuple[str, int], ...] = ()
+        saved_head_gradient = saved_state = 0
         if plan is not None:
             full = plan.method == "full"
+            mp = plan.mixed_precision
+            # The trained tensors by their dtype's bytes: (bytes, shapes, elements, largest).
+            sets: list[tuple[int, list[tuple[int, int, int]], int, int]]
             if full:
                 trainable = params
-                param_bytes = plain_bytes
+                sets = [(plain_bytes, trainable_shapes, params, largest_trainable)]
             else:
-                trainable = adapter_params
-                adapter_bytes = adapter_params * plan.adapter_bytes
-                param_bytes = plan.adapter_bytes
-            grad_bytes = gradients.grad_dtype_bytes(full, plan.mixed_precision, param_bytes)
-            state = optimizer_state.state_dtype_bytes(full, plan.mixed_precision, param_bytes)
-            master_per = master_weights.master_bytes_per_param(plan.mixed_precision, param_bytes)
-            gradient = unsharded_gradient = trainable * grad_bytes
-            optimizer = state_bytes(plan.optimizer, trainable_shapes, state)
-            master = trainable * master_per
-            step_gradient = trainable * (4 if master_per else grad_bytes)
-            step_upcast = (
-                _last_trainable(arch, stage, plan, t, ep, par.pipeline, untied_head) * grad_bytes
-                if (master_per)
-                else 0
+                sets = [(plan.adapter_bytes, trainable_shapes, adapter_params, largest_trainable)]
+                sets += [
+                    (b, shapes, sum(r * c * k for r, c, k in shapes), saved_largest[b])
+                    for b, shapes in saved.items()
+                ]
+                trainable = sum(numel for _, _, numel, _ in sets)
+                adapter_bytes = sum(b * numel for b, _, numel, _ in sets)
+                if saved:
+                    saved_parts = (
+                        ("LoRA adapters", adapter_params * plan.adapter_bytes),
+                        *((f"{name} (modules_to_save copy)", b) for name, b in saved_names.items()),
+                    )
+            temporaries = []
+            for pb, shapes, numel, largest in sets:
+                gb = gradients.grad_dtype_bytes(full, mp, pb)
+                state = optimizer_state.state_dtype_bytes(full, mp, pb)
+                per = master_weights.master_bytes_per_param(mp, pb)
+                grad_bytes = max(grad_bytes, gb)
+                gradient += numel * gb
+                optimizer += state_bytes(plan.optimizer, shapes, state)
+                master += numel * per
+                step_gradient += numel * (4 if per else gb)
+                temporaries.append(step_temporaries(plan.optimizer, numel, largest, state))
+                if not full and pb in saved:
+                    saved_state = max(saved_state, saved_largest[pb] * state)
+            unsharded_gradient = gradient
+            # torch's foreach step runs dtype group after dtype group (_group_tensors_by_device
+            # _and_dtype); counted as if all at once, an upper bound.
+            foreach = (
+                isinstance(plan.optimizer, AdamW) and plan.optimizer.implementation == "foreach"
             )
-            step_temporary = step_temporaries(plan.optimizer, trainable, largest_trainable, state)
+            step_temporary = sum(temporaries) if foreach else max(temporaries)
+            # The last trainable tensor in module order: a saved LM head's copy, else the last
+            # adapter, else another saved copy.
+            last_adapter = _last_trainable(arch, stage, plan, t, ep, par.pipeline, untied_head)
+            last = head_copy or (
+                (last_adapter, plan.adapter_bytes if not full else plain_bytes)
+                if last_adapter or other_copy is None
+                else other_copy
+            )
+            if head_copy is not None:
+                saved_head_gradient = head_copy[0] * gradients.grad_dtype_bytes(
+                    full, mp, head_copy[1]
+                )
+            last_grad = gradients.grad_dtype_bytes(full, mp, last[1])
+            step_upcast = (
+                last[0] * last_grad if master_weights.master_bytes_per_param(mp, last[1]) else 0
+            )
             if zero >= optimizer_state.SHARDED_FROM_ZERO_STAGE:
                 optimizer = ceil_div(optimizer, dp)
                 step_temporary = ceil_div(step_temporary, dp)
@@ -497,6 +632,9 @@ def stage_statics(
                 step_temporary_bytes=step_temporary,
                 unsharded_gradient_bytes=unsharded_gradient,
                 block_gradient_bytes=block_gradient,
+                saved_parts=saved_parts,
+                saved_head_gradient_bytes=saved_head_gradient,
+                saved_largest_state_bytes=saved_state,
                 kernel_scratch_bytes=scratch_fixed + scratch_per_layer,
             )
         )

@@ -14,10 +14,12 @@ from ..arch import (
     lora_targeted,
     module_name,
     projection_names,
+    saved_by,
 )
 from ..components import Component
 from ..deployed import deployed_format
 from ..device import DeviceContext
+from ..dtypes import bytes_of
 from ..overheads import Overheads
 from ..resolve import model_name, model_origin
 from ..result import WorkloadSummary
@@ -28,12 +30,13 @@ from ..spec import (
     FullFineTune,
     GenericWorkload,
     InferenceWorkload,
+    LoRA,
     QLoRA,
     TrainingWorkload,
     VisionWorkload,
 )
 from ..stack import Stack, resolve_stack
-from ..statics import effective_precision, statics_for, training_plan
+from ..statics import effective_precision, statics_for, tied_head_module, training_plan
 from .inference import fragmentation_ppm
 
 __all__ = ["INPUT_NAMES", "inputs", "kind", "summary", "warnings"]
@@ -270,6 +273,54 @@ def warnings(
                         "one matches"
                     )
             out += _lora_notes(w.method.target_modules, arch, stack)
+            if w.method.modules_to_save:
+                out += _saved_notes(w, arch, stack)
+    return out
+
+
+def _saved_notes(w: TrainingWorkload, arch: Arch, stack: Stack) -> list[str]:
+    """What the answer assumes of PEFT's ``modules_to_save`` copies, and names that reach
+    nothing it counts."""
+    assert isinstance(w.method, LoRA)
+    names = w.method.modules_to_save
+    out = []
+    groups = [
+        *(g for layer, _ in arch.layer_runs for g in layer.tensors),
+        *arch.embeddings,
+        *arch.extras,
+        *arch.head,
+    ]
+    tied = arch.kind == "decoder" and arch.tie_word_embeddings
+    tied_head = tied_head_module(arch)
+    if tied_head is not None:
+        groups.append(tied_head)
+    missing = [n for n in names if not any(saved_by(g, (n,)) for g in groups)]
+    if missing:
+        out.append(
+            f"modules_to_save {', '.join(missing)} match no module counted here (its "
+            "embeddings, LM head, final norm and projections) and add nothing"
+        )
+    if stack.framework in ("torchtune", "litgpt"):
+        out.append(
+            f"modules_to_save is PEFT's option; {stack.framework} has none: the copies are "
+            "counted as PEFT makes them"
+        )
+    saved_head = any(saved_by(g, names) for g in groups if g.role is Role.LM_HEAD)
+    saved_embedding = any(saved_by(g, names) for g in arch.embeddings[:1])
+    if tied and saved_head and saved_embedding:
+        out.append(
+            "the model ties its LM head to its embedding, and modules_to_save names both: PEFT "
+            "trains a copy of each (two diverging copies); its ensure_weight_tying=True shares "
+            "one, not modelled here"
+        )
+    kbit = isinstance(w.method, QLoRA) and training_plan(w, stack).kbit_upcast
+    if w.mixed_precision == "master_fp32" and not kbit and bytes_of(w.precision.weights) < 4:
+        out.append(
+            "mixed_precision master_fp32: the modules_to_save copies get fp32 master weights "
+            "and fp32 optimizer state, as DeepSpeed and FSDP mixed precision keep them; "
+            "transformers' Trainer on a model loaded in 16-bit keeps neither (torch's AdamW "
+            "state is zeros_like the parameter): say mixed_precision 'pure' for that"
+        )
     return out
 
 

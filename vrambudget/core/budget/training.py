@@ -245,6 +245,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         # or kept gradients it is among the live ones already).
         if has_head and isinstance(w.method, FullFineTune) and not grads_live:
             recompute_grads += st.dims.vocab * arch.hidden_size * bytes_of(w.precision.weights)
+        elif has_head and not grads_live:  # a modules_to_save LM head copy's
+            recompute_grads += st.saved_head_gradient_bytes
         held_logits = sum(b for _, b in held_parts)
         phases.append(
             (
@@ -287,6 +289,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     for name, v in phases:
         if name != "model_init":
             v[C.ALLOCATOR_OVERHEAD] = overhead
+    stranded = _stranded_by_first_step(st, fwd_parts, bwd_parts, has_head, transients[:-1])
+    step[C.ALLOCATOR_OVERHEAD] += stranded
     parts = {
         C.ACTIVATIONS: times(act_parts, k),
         C.COMMUNICATION_BUFFERS: times(comm_parts, k),
@@ -294,6 +298,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         C.ALLOCATOR_OVERHEAD: allocator_overhead.parts(rounding, transient, fraction),
         C.CUDA_CONTEXT: ov.context_parts("training", w.instances),
     }
+    if st.saved_parts:
+        parts[C.ADAPTERS] = times(st.saved_parts, k)
     par = w.parallelism
     numbers = finish(st.stage.index, par.tensor * par.data, phases, parts, transient)
     # Parts describe the peak phase only.
@@ -309,6 +315,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                 ("moments and statistics", base[C.OPTIMIZER_STATE]),
                 ("optimizer step temporaries", extra),
             )
+        if stranded:
+            parts[C.ALLOCATOR_OVERHEAD] += ((FIRST_STEP_PART, stranded),)
         upcast = st.step_upcast_bytes >= st.step_temporary_bytes and st.step_upcast_bytes
         step_parts = g.step_parts or (
             (("fp32 gradients of the masters", st.step_gradient_bytes),) if upcast else ()
@@ -411,7 +419,7 @@ def _nf4_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) -
     )
     # The phase is the replay's reserved peak: the budget's own tensors (quantized as the
     # statics count them), the replay's allocated peak beyond them, the reserve beyond that.
-    held = st.weights_bytes + st.metadata_bytes + st.adapter_bytes
+    held = st.weights_bytes + st.metadata_bytes + st.adapter_bytes - st.saved_copy_bytes
     live = max(0, r.peak_allocated_bytes - held)
     cached = max(0, r.peak_reserved_bytes - max(r.peak_allocated_bytes, held))
     phase = {**_model_held(st, ov), C.RUNTIME_WORKSPACE: live, C.ALLOCATOR_OVERHEAD: cached}
@@ -467,13 +475,45 @@ def _kbit_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) 
     return _Init(phase, {C.RUNTIME_WORKSPACE: ((KBIT_INIT_PART, live),)})
 
 
+FIRST_STEP_PART = (
+    "the forward's and backward's freed blocks, cached but too small for the first step's "
+    "optimizer state of the modules_to_save copies"
+)
+
+
+def _stranded_by_first_step(
+    st: StageStatic,
+    fwd_parts: tuple[tuple[str, int], ...],
+    bwd_parts: tuple[tuple[str, int], ...],
+    has_head: bool,
+    transients: list[int],
+) -> int:
+    """What the caching allocator keeps reserved beside the first optimizer step when that step
+    creates state tensors larger than any block the forward and backward freed: torch's
+    optimizers create their state lazily in the first ``step()`` (torch/optim/adamw.py
+    ``_init_group``: ``torch.zeros_like(p)``), after the backward's transient blocks are
+    cached; a request larger than every cached block gets a new segment
+    (c10/cuda/CUDACachingAllocator.cpp ``get_free_block`` then ``alloc_block``), so the
+    forward's and backward's transient memory stays reserved beside it. Counted for PEFT's
+    ``modules_to_save`` copies (an embedding or LM head: vocabulary x hidden), whose states
+    outsize the logits; the trace tier's allocator replay of the framework's code shows it
+    (docs/COMPONENTS.md §3). Full fine-tunes are left to the calibrated fragmentation, which
+    their measurements cover."""
+    if not st.saved_largest_state_bytes or not transients:
+        return 0
+    block = max((b for _, b in (*fwd_parts, *bwd_parts)), default=0) if has_head else 0
+    if st.saved_largest_state_bytes <= block:
+        return 0
+    return max(transients)
+
+
 def _model_held(st: StageStatic, ov: Overheads) -> dict[Component, int]:
     """What a QLoRA model-init phase holds before its own temporaries: the model's tensors (as
     the statics count them), the adapters and one process's CUDA context."""
     return {
         C.WEIGHTS: st.weights_bytes,
         C.QUANTIZATION_METADATA: st.metadata_bytes,
-        C.ADAPTERS: st.adapter_bytes,
+        C.ADAPTERS: st.adapter_bytes - st.saved_copy_bytes,  # before get_peft_model's copies
         C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
     }
 

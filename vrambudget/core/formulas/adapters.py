@@ -1,16 +1,20 @@
-"""Adapters: LoRA/QLoRA parameters.
+"""Adapters: LoRA/QLoRA parameters, and the trainable copies of PEFT's ``modules_to_save``.
 
 Shown in answers::
 
-    r x (in + out) x bytes(adapter) per adapted projection
+    r x (in + out) x bytes(adapter) per adapted projection + a copy of each modules_to_save
+    module in its dtype
 """
 
 from __future__ import annotations
 
 __all__ = ["FORMULA", "SOURCE", "lora_params"]
 
-FORMULA = "r x (in + out) x bytes(adapter) per adapted projection"
-SOURCE = "Hu et al. 2021 (LoRA) §4.1; PEFT LoraLayer"
+FORMULA = (
+    "r x (in + out) x bytes(adapter) per adapted projection + a copy of each modules_to_save "
+    "module in its dtype"
+)
+SOURCE = "Hu et al. 2021 (LoRA) §4.1; PEFT LoraLayer, ModulesToSaveWrapper"
 
 
 def lora_params(rank: int, rows: int, cols: int) -> int:

@@ -167,6 +167,17 @@ LoRATarget = Annotated[
 ]
 """A LoRA target: any module name (models built by the framework have their own names)."""
 
+ModuleName = Annotated[
+    str,
+    Meta(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z0-9_]{1,64}){0,7}$",
+        description="A module name as the model's modelling code calls it (`embed_tokens`, "
+        "`lm_head`, `wte`, `norm`, `q_proj`, `model.embed_tokens` ...), matched against the "
+        "end of each module's name (PEFT's rule for modules_to_save).",
+    ),
+]
+"""A module PEFT trains whole (``modules_to_save``)."""
+
 
 class LoRA(Wire, tag="lora", tag_field="kind", frozen=True, kw_only=True):
     """Frozen base, low-rank adapters (Hu et al. 2021) on the named projections."""
@@ -187,6 +198,17 @@ class LoRA(Wire, tag="lora", tag_field="kind", frozen=True, kw_only=True):
         Literal["fp32", "bf16", "fp16"],
         Meta(description="PEFT keeps adapters in fp32 by default (autocast_adapter_dtype)."),
     ] = "fp32"
+    modules_to_save: Annotated[
+        tuple[ModuleName, ...],
+        Meta(
+            max_length=64,
+            description="PEFT's `modules_to_save`: modules trained whole beside the adapters "
+            "(`embed_tokens` and `lm_head` to learn new tokens, a norm, a projection). PEFT "
+            "wraps each in a ModulesToSaveWrapper that keeps the frozen original and a "
+            "trainable deep copy, so each adds its own bytes, gradients and optimizer state "
+            "in the original's dtype. A name may not also be a LoRA target.",
+        ),
+    ] = ()
     dropout: Annotated[
         float,
         Meta(

@@ -574,7 +574,8 @@ def prepare_framework(
         with marks.scope("weights"):
             _materialize(model, device)
     for name, p in model.named_parameters():
-        marks.tag(p, "adapters" if "lora_" in name else "weights", name)
+        trained = "lora_" in name or ".modules_to_save." in name
+        marks.tag(p, "adapters" if trained else "weights", name)
     for name, b in model.named_buffers():
         marks.tag(b, "quantization_metadata" if name.endswith("quant_meta") else "weights", name)
     program = FrameworkProgram(w, arch, model, marks, device, emulate)
@@ -633,6 +634,7 @@ def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
         else list(method.target_modules),
         lora_dropout=method.dropout,
         bias="none",
+        modules_to_save=list(method.modules_to_save) or None,
     )
     with warnings.catch_warnings():  # PEFT calls transformers' deprecated spellings
         warnings.simplefilter("ignore", FutureWarning)

@@ -32,7 +32,9 @@ class _Ops:
         self.cast_cache: dict[int, torch.Tensor] = {}
 
     def weight(self, bank: _Bank, name: str) -> torch.Tensor:
-        w: torch.Tensor = getattr(bank, name)
+        # a modules_to_save copy, where there is one, in place of the frozen original
+        saved = getattr(bank, name + "__saved", None)
+        w: torch.Tensor = saved if saved is not None else getattr(bank, name)
         # Parameters stored in another dtype than the compute dtype (autocast, or e.g. fp32
         # weights with fp16 compute) are cast at use, once per forward, as torch.autocast does.
         if w.dtype == self.plan.compute_dtype or not w.is_floating_point():

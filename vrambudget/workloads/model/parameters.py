@@ -3,10 +3,12 @@ tensor-parallel rank (quantized payloads and their metadata, LoRA adapters)."""
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
 
-from vrambudget.core.arch import Arch, Role, TensorGroup, lora_targeted
+from vrambudget.core.arch import Arch, Role, TensorGroup, lora_targeted, saved_by
 from vrambudget.core.layout import per_device_shape
 from vrambudget.core.quantization import quantized_roles, tensor_storage
 
@@ -27,7 +29,15 @@ def _name(group: TensorGroup) -> str:
 class _Bank(nn.Module):
     """The parameters of one layer (or of the embeddings/head), created from tensor groups."""
 
-    def __init__(self, groups: tuple[TensorGroup, ...], arch: Arch, plan: BuildPlan) -> None:
+    def __init__(
+        self,
+        groups: tuple[TensorGroup, ...],
+        arch: Arch,
+        plan: BuildPlan,
+        saved_only: tuple[TensorGroup, ...] = (),
+    ) -> None:
+        """``saved_only``: modules with no parameter of their own here that get a
+        ``modules_to_save`` copy (a tied LM head: its weight is the embedding's)."""
         super().__init__()
         t = plan.tensor_parallel
         q = plan.quantization
@@ -73,6 +83,7 @@ class _Bank(nn.Module):
                 ),
             )
         if plan.trainable == "lora":
+            self._save_copies(groups, saved_only, arch, plan)
             for g in groups:
                 if lora_targeted(g, plan.lora_targets, plan.lora_experts):
                     rows, cols, count = per_device_shape(g, arch, t, 1)
@@ -95,6 +106,40 @@ class _Bank(nn.Module):
                         ),
                     )
 
+    def _save_copies(
+        self,
+        groups: tuple[TensorGroup, ...],
+        saved_only: tuple[TensorGroup, ...],
+        arch: Arch,
+        plan: BuildPlan,
+    ) -> None:
+        """PEFT's ``ModulesToSaveWrapper``: a trainable deep copy of each named module's
+        parameters, ``<name>__saved``, in the original's dtype (fp16 promoted to fp32 where the
+        plan says), which :meth:`_Ops.weight` reads in place of the original."""
+        fresh = {_name(g) for g in saved_only}
+        for g in (*groups, *saved_only):
+            name = _name(g)
+            if not saved_by(g, plan.saved_modules) or name in self.quantized:
+                continue  # a 4-bit module is refused by the statics (its copy cannot train)
+            originals: list[tuple[str, tuple[int, ...], torch.dtype]]
+            if name in fresh:
+                rows, cols, _ = per_device_shape(g, arch, plan.tensor_parallel, 1)
+                self.shapes[name] = (rows, cols)
+                originals = [(name, (rows, cols), _dtype(plan))]
+            else:  # the group's parameter, or its numbered ones (a layer's norms)
+                originals = [
+                    (n, tuple(p.shape), p.dtype)
+                    for n, p in self.named_parameters(recurse=False)
+                    if re.fullmatch(rf"{name}(__\d+)?", n)
+                ]
+            for n, shape, dtype in originals:
+                if dtype == torch.float16 and plan.saved_fp16_to_fp32:
+                    dtype = torch.float32
+                self.register_parameter(
+                    n + "__saved",
+                    nn.Parameter(torch.empty(shape, dtype=dtype, device=plan.device)),
+                )
+
     def has(self, name: str) -> bool:
         return hasattr(self, name)
 
@@ -103,6 +148,6 @@ def component_of(name: str) -> str:
     """Component of a named parameter or buffer of a ``TransformerModel``."""
     if name.endswith("__meta"):
         return "quantization_metadata"
-    if "__lora_" in name:
+    if "__lora_" in name or name.endswith("__saved"):
         return "adapters"
     return "weights"

@@ -33,6 +33,11 @@ class BuildPlan:
     lora_experts: bool = True
     """The target names reach routed experts (the stack's modelling code builds them as
     modules: :attr:`vrambudget.core.stack.Stack.lora_reaches_experts`)."""
+    saved_modules: tuple[str, ...] = ()
+    """PEFT's ``modules_to_save``: each named module's parameters get a trainable copy, which
+    the forward uses in place of the frozen original."""
+    saved_fp16_to_fp32: bool = False
+    """An fp16 copy is trained in fp32 (Unsloth)."""
     adapter_dtype: torch.dtype = torch.float32
     autocast: bool = False
     """fp32 parameters cast to the compute dtype at each use (torch.autocast's weight cache)."""

@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from vrambudget.core.arch import Arch, LayerType
 from vrambudget.core.layout import kv_heads_per_device
+from vrambudget.core.statics import tied_head_module
 
 from ..marks import Marks
 from .attention import KVCache, _AttentionBlock
@@ -45,7 +46,8 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
                 banks.append(_Bank(layer.tensors, arch, plan))
                 self.layer_types.append(layer)
         self.layers = nn.ModuleList(banks)
-        self.head = _Bank(arch.head, arch, plan)
+        tied = tied_head_module(arch) if plan.trainable == "lora" else None
+        self.head = _Bank(arch.head, arch, plan, (tied,) if tied is not None else ())
         self.extras = _Bank(arch.extras, arch, plan) if arch.extras else None
         if plan.trainable == "lora" and self.extras is not None:
             self.extras.requires_grad_(False)
@@ -145,8 +147,9 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
         return x
 
     def lm_head(self, h: torch.Tensor) -> torch.Tensor:
-        head = self.head if self.head.has("lm_head") else self.embed
-        name = "lm_head" if self.head.has("lm_head") else _name(self.arch.embeddings[0])
+        own = self.head.has("lm_head") or self.head.has("lm_head__saved")  # a tied head's copy
+        head = self.head if own else self.embed
+        name = "lm_head" if own else _name(self.arch.embeddings[0])
         logits = self.ops.linear(head, name, h)
         if self.arch.final_softcap:
             # Gemma 2 (transformers Gemma2ForCausalLM.forward): tanh saves its output; the cap's
