@@ -120,6 +120,22 @@ def test_all_linear_is_the_seven_projections_of_a_llama(
     assert by_shorthand["devices"] == _json(["estimate", *QLORA_FLAGS], capsys)["devices"]
 
 
+def test_modules_to_save_reaches_the_method(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--modules-to-save embed_tokens,lm_head`` is the request's ``method.modules_to_save``:
+    on Llama 3.1 8B QLoRA under axolotl 0.9.1 (which casts the embeddings and LM head back to
+    bf16 after PEFT's fp32 upcast: the stack's qlora_unquantized_dtype) two bf16 copies of
+    128,256 x 4,096."""
+    argv = ["a100-sxm4-80gb" if a == "rtx-4090-24gb" else a for a in QLORA_FLAGS]  # it fits
+    plain = _json(["estimate", *argv], capsys)
+    saved = _json(["estimate", *argv, "--modules-to-save", "embed_tokens,lm_head"], capsys)
+
+    def adapters(answer: dict[str, Any]) -> int:
+        lines = {x["component"]: x["bytes"] for x in answer["devices"][0]["lines"]}
+        return int(lines["adapters"])
+
+    assert adapters(saved) - adapters(plain) == 2 * 128_256 * 4096 * 2
+
+
 def test_fit_takes_the_same_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = [a for a in QLORA_FLAGS if a != "rtx-4090-24gb" and a != "--gpu"]
     by_flags = _json(["fit", *argv, "--gpu", "rtx-4090-24gb,l40s-48gb"], capsys)
@@ -224,7 +240,13 @@ def test_expandable_segments_flag_switches_the_fragmentation_fraction(
         ),
         (
             ["--kind", "training", "--lora-rank", "8"],
-            "error: --lora-rank / --lora-targets need --finetune lora or qlora",
+            "error: --lora-rank / --lora-targets / --modules-to-save need --finetune lora or "
+            "qlora",
+        ),
+        (
+            ["--kind", "training", "--modules-to-save", "lm_head"],
+            "error: --lora-rank / --lora-targets / --modules-to-save need --finetune lora or "
+            "qlora",
         ),
         (
             ["--kind", "training", "--finetune", "lora", "--lora-rank", "0"],

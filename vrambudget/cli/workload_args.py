@@ -35,7 +35,15 @@ _SIZES: dict[str, dict[str, int | None]] = {
 }
 
 # Training flags, by dest (each sets a field of a training workload; None: not given).
-_TRAINING = ("finetune", "lora_rank", "lora_targets", "optimizer", "mixed_precision", "grad_accum")
+_TRAINING = (
+    "finetune",
+    "lora_rank",
+    "lora_targets",
+    "modules_to_save",
+    "optimizer",
+    "mixed_precision",
+    "grad_accum",
+)
 
 # Software-stack flags, by dest (request field `software`; inference and training).
 _STACK = ("framework", "library", "torch", "cuda", "expandable_segments")
@@ -96,6 +104,7 @@ FLAG_OF: dict[str, str] = {
     "id": "--model / --gpu",
     "rank": "--lora-rank",
     "target_modules": "--lora-targets",
+    "modules_to_save": "--modules-to-save",
     "mixed_precision": "--mixed-precision",
     "gradient_accumulation_steps": "--grad-accum",
     "attention": "--attention",
@@ -292,6 +301,13 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         help="LoRA / QLoRA: comma-separated module names that get adapters, as the modelling "
         "code calls them (default q_proj,k_proj,v_proj,o_proj), or all-linear (PEFT's "
         "shorthand: every projection of the layers, the LM head excepted)",
+    )
+    t.add_argument(
+        "--modules-to-save",
+        metavar="NAMES",
+        help="LoRA / QLoRA: comma-separated modules trained whole beside the adapters (PEFT's "
+        "modules_to_save, e.g. embed_tokens,lm_head to learn new tokens): each adds a "
+        "trainable copy with its gradients and optimizer state",
     )
     t.add_argument(
         "--optimizer",
@@ -555,14 +571,21 @@ def _training_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The training workload's fields the training flags set (none: the request's defaults)."""
     out: dict[str, Any] = {}
     lora = args.finetune in ("lora", "qlora")
-    if not lora and (args.lora_rank is not None or args.lora_targets is not None):
-        raise UsageError("--lora-rank / --lora-targets need --finetune lora or qlora")
+    lora_flags = (args.lora_rank, args.lora_targets, args.modules_to_save)
+    if not lora and any(f is not None for f in lora_flags):
+        raise UsageError(
+            "--lora-rank / --lora-targets / --modules-to-save need --finetune lora or qlora"
+        )
     if args.finetune:
         method: dict[str, Any] = {"kind": args.finetune}
         if args.lora_rank is not None:
             method["rank"] = args.lora_rank
         if args.lora_targets is not None:
             method["target_modules"] = _targets(args.lora_targets)
+        if args.modules_to_save is not None:
+            method["modules_to_save"] = [
+                n.strip() for n in args.modules_to_save.split(",") if n.strip()
+            ]
         out["method"] = method
     if args.optimizer:
         out["optimizer"] = {"name": args.optimizer}

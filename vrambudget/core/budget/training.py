@@ -476,8 +476,9 @@ def _kbit_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) 
 
 
 FIRST_STEP_PART = (
-    "the forward's and backward's freed blocks, cached but too small for the first step's "
-    "optimizer state of the modules_to_save copies"
+    "the forward's and backward's freed blocks, cached beside the first step's new optimizer "
+    "state of the modules_to_save copies, which they are too small for (what max_memory_"
+    "reserved and nvidia-smi show; the allocator frees them and retries before it would fail)"
 )
 
 
@@ -494,7 +495,10 @@ def _stranded_by_first_step(
     ``_init_group``: ``torch.zeros_like(p)``), after the backward's transient blocks are
     cached; a request larger than every cached block gets a new segment
     (c10/cuda/CUDACachingAllocator.cpp ``get_free_block`` then ``alloc_block``), so the
-    forward's and backward's transient memory stays reserved beside it. Counted for PEFT's
+    forward's and backward's transient memory stays reserved beside it -- as long as the device
+    has room: short of it, ``release_cached_blocks`` frees those wholly free segments and the
+    request is retried. Counted, as the reserved peak a measurement shows and an upper bound on
+    what the run needs. Counted for PEFT's
     ``modules_to_save`` copies (an embedding or LM head: vocabulary x hidden), whose states
     outsize the logits; the trace tier's allocator replay of the framework's code shows it
     (docs/COMPONENTS.md §3). Full fine-tunes are left to the calibrated fragmentation, which
