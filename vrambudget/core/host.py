@@ -273,7 +273,10 @@ def _compute_disk(
                 formula = "weights + master weights + optimizer state of the whole model"
             else:
                 state = sum(s.adapter_bytes + s.master_bytes + s.optimizer_bytes for s in whole)
-                formula = "adapters + their master weights and optimizer state"
+                formula = (
+                    "adapters (and modules_to_save copies) + their master weights and "
+                    "optimizer state"
+                )
             items.append(
                 Item(
                     item=f"{name}: training checkpoint",

@@ -147,6 +147,10 @@ class Stack:
     grads_kept: bool
     """``zero_grad`` zeroes gradients instead of freeing them (torch < 2.0): they stay through
     the next forward."""
+    foreach_intermediates: int
+    """State-sized intermediates torch's foreach AdamW holds at once in its step: 2 before
+    torch 2.1 (``denom = torch._foreach_add(exp_avg_sq_sqrt, eps)`` out of place), 1 from 2.1
+    (pytorch#104898)."""
     eager_modules: bool
     """CUDA_MODULE_LOADING=EAGER (or CUDA < 11.7): every kernel image loaded at context creation."""
     accumulate_unsharded: bool
@@ -350,6 +354,21 @@ _GRADS_KEPT = _B(
     assumed="zero_grad zeroes gradients in place (set_to_none=False before torch 2.0): they "
     "stay allocated through the next forward",
     source="torch < 2.0 optim/optimizer.py zero_grad(set_to_none=False)",
+)
+_FOREACH_ONE = _B(
+    name="optimizer_step_intermediates",
+    assumed="torch's foreach AdamW step holds one state-sized intermediate per parameter "
+    "(exp_avg_sq_sqrt, divided and offset in place)",
+    source="torch >= 2.1 optim/adamw.py _multi_tensor_adamw (pytorch#104898, 'Minimize "
+    "intermediates to save peak memory', 2023-07-10)",
+)
+_FOREACH_TWO = _B(
+    name="optimizer_step_intermediates",
+    assumed="torch's foreach AdamW step holds two state-sized intermediates per parameter at "
+    "once: exp_avg_sq_sqrt and denom = torch._foreach_add(exp_avg_sq_sqrt, eps), out of place",
+    source="torch < 2.1 optim/adamw.py _multi_tensor_adamw; changed by pytorch#104898 "
+    "(2023-07-10, first released in 2.1.0; pytorch#97712 'Foreach optimizers use higher memory "
+    "due to intermediates')",
 )
 _LAZY = _B(
     name="cuda_module_loading",
@@ -750,6 +769,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "loss_shift_copy": frozenset({"training"}),
     "loss_compiled": frozenset({"training"}),
     "gradient_lifetime": frozenset({"training"}),
+    "optimizer_step_intermediates": frozenset({"training"}),
     "quantized_saved_tensors": frozenset({"qlora"}),
     "lora_saved_tensors": frozenset({"lora"}),
     "quantized_model_init": frozenset({"qlora"}),
@@ -826,6 +846,8 @@ def _resolve(software: Software | None) -> Stack:
         behaviours.append(_SHIFT_COPY)
     grads_kept = version_tuple(torch_v) < (2, 0)
     behaviours.append(_GRADS_KEPT if grads_kept else _GRADS_FREED)
+    foreach_intermediates = 2 if version_tuple(torch_v) < (2, 1) else 1
+    behaviours.append(_FOREACH_TWO if foreach_intermediates == 2 else _FOREACH_ONE)
     # Lazy loading needs CUDA 11.7 and an opt-in that torch makes from 1.13 on (pytorch#86509
     # sets CUDA_MODULE_LOADING=LAZY when unset); before, the CUDA 11 runtime's default was
     # eager (lazy became the driver's default with CUDA 12.2, pytorch#152695).
@@ -933,6 +955,7 @@ def _resolve(software: Software | None) -> Stack:
         math_mqa=litgpt and version_tuple(version) < (0, 2),
         keeps_previous_step=litgpt and bnb_inputs,
         grads_kept=grads_kept,
+        foreach_intermediates=foreach_intermediates,
         eager_modules=eager,
         accumulate_unsharded=no_sync,
         deepspeed=deepspeed,

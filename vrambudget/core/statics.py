@@ -79,6 +79,9 @@ class TrainingPlan:
     """LoRA target names reach routed experts (:attr:`Stack.lora_reaches_experts`)."""
     modules_to_save: tuple[str, ...] = ()
     """PEFT's ``modules_to_save``: modules trained whole, as a trainable copy of each."""
+    foreach_intermediates: int = 1
+    """State-sized intermediates of torch's foreach AdamW step (:attr:`Stack.foreach_
+    intermediates`)."""
     saved_fp16_to_fp32: bool = False
     """An fp16 ``modules_to_save`` copy is trained in fp32 (Unsloth: unsloth 2026.10.9
     ``models/llama.py`` ``_offload_frozen_module_for_training``, "Tesla T4 must use float32")."""
@@ -115,9 +118,19 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             fsdp,
             resolved.lora_reaches_experts,
             tuple(m.modules_to_save),
+            resolved.foreach_intermediates,
             resolved.framework == "unsloth",
         )
-    return TrainingPlan("full", 0, (), 0, w.optimizer, w.mixed_precision, fsdp=fsdp)
+    return TrainingPlan(
+        "full",
+        0,
+        (),
+        0,
+        w.optimizer,
+        w.mixed_precision,
+        fsdp=fsdp,
+        foreach_intermediates=(stack or resolve_stack(None)).foreach_intermediates,
+    )
 
 
 def residual_bytes(w: TrainingWorkload, stack: Stack | None = None) -> int:
@@ -519,7 +532,11 @@ def stage_statics(
                 optimizer += state_bytes(plan.optimizer, shapes, state)
                 master += numel * per
                 step_gradient += numel * (4 if per else gb)
-                temporaries.append(step_temporaries(plan.optimizer, numel, largest, state))
+                temporaries.append(
+                    step_temporaries(
+                        plan.optimizer, numel, largest, state, plan.foreach_intermediates
+                    )
+                )
                 if not full and pb in saved:
                     saved_state = max(saved_state, saved_largest[pb] * state)
             unsharded_gradient = gradient

@@ -79,17 +79,21 @@ def state_bytes(opt: Optimizer, shapes: list[tuple[int, int, int]], state: int) 
     return total
 
 
-def step_temporaries(opt: Optimizer, trainable: int, largest: int, state: int) -> int:
+def step_temporaries(
+    opt: Optimizer, trainable: int, largest: int, state: int, intermediates: int = 1
+) -> int:
     """The step implementation's temporaries at its peak. torch/optim/adamw.py:
     ``_multi_tensor_adamw`` allocates ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`` for
     every parameter at once; ``_single_tensor_adamw`` ``exp_avg_sq.sqrt()`` and its quotient for
     one tensor at a time; the fused kernel none. SGD (momentum buffers updated in place) and
-    bitsandbytes' 8-bit kernels have none; the trace tier checks each.
+    bitsandbytes' 8-bit kernels have none; the trace tier checks each. ``intermediates``: the
+    state-sized tensor lists foreach holds at once (2 before torch 2.1, whose ``denom =
+    torch._foreach_add(exp_avg_sq_sqrt, eps)`` was out of place: pytorch#104898).
 
     Worked number: foreach AdamW over 494,032,768 fp32-state parameters: 1,976,131,072 B."""
     match opt:
         case AdamW(implementation="foreach"):
-            return trainable * state
+            return trainable * state * intermediates
         case AdamW(implementation="for_loop"):
             return 2 * largest * state
         case _:  # Adafactor: not traced (torch.optim.Adafactor reads tensor values)
