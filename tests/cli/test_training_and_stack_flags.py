@@ -240,13 +240,11 @@ def test_expandable_segments_flag_switches_the_fragmentation_fraction(
         ),
         (
             ["--kind", "training", "--lora-rank", "8"],
-            "error: --lora-rank / --lora-targets / --modules-to-save need --finetune lora or "
-            "qlora",
+            "error: --lora-rank / --lora-targets / --modules-to-save need --finetune lora or qlora",
         ),
         (
             ["--kind", "training", "--modules-to-save", "lm_head"],
-            "error: --lora-rank / --lora-targets / --modules-to-save need --finetune lora or "
-            "qlora",
+            "error: --lora-rank / --lora-targets / --modules-to-save need --finetune lora or qlora",
         ),
         (
             ["--kind", "training", "--finetune", "lora", "--lora-rank", "0"],

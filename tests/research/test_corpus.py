@@ -131,10 +131,11 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.2%, 96.5% inside their band and no run above its band's high end (all "
-    "met), but a band median half-width of 15.8% (the calibrate split's sources disagree by "
-    "that much: alpaca-lora's int8 LoRA, 2019 GPT-2 fine-tunes; and classes resting on fewer "
-    "than 9 sources are widened)",
+    "peaks median 3.4%, 93.2% inside their band (met), but a band median half-width of 15.8% "
+    "(the calibrate split's sources disagree by that much: alpaca-lora's int8 LoRA, 2019 GPT-2 "
+    "fine-tunes; and classes resting on fewer than 9 sources are widened) and 7 runs above "
+    "their band's high end, all plain-LoRA rows of QwenLM/Qwen's profiling table, 8-19% low at "
+    "short sequences",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -142,6 +143,12 @@ def test_held_out_peaks_meet_every_target(held_out) -> None:
     assert s["coverage"] >= 0.90
     assert s["median_half_width"] <= 0.10
     assert s["exceeded_but_fits"] == 0
+
+
+QWEN_V1_PROFILING = "ft-qwen-readme-finetune-profiling-2023-12"
+"""QwenLM/Qwen's fine-tuning profiling table, a held-out source since it was filed, compared
+from 2026-12-06 on (once the model family ``qwen`` and PEFT's ``modules_to_save`` were
+modelled): 36 rows."""
 
 
 def test_held_out_accuracy_does_not_regress(held_out) -> None:
@@ -249,13 +256,34 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     inside (bound lowered for it, on the low side only), half-width 17.0%. A framework's cell
     from too few sources yields to a class band from enough (QLoRA and full training on
     transformers): half-width 15.8%."""
-    s = summarize(held_out)
+    s = summarize([r for r in held_out if r.record.group != QWEN_V1_PROFILING])
     assert s["n"] >= 141
     assert s["median_abs_error"] <= 0.0319
     assert s["coverage"] >= 0.964
     assert s["exceeded_but_fits"] == 0
     assert s["median_half_width"] <= 0.159
     assert not math.isnan(s["median_signed_error"])
+
+
+def test_held_out_accuracy_with_qwen_v1_does_not_regress(held_out) -> None:
+    """The whole held-out split, QwenLM/Qwen's profiling table included (A100 80GB, transformers
+    4.32, torch 2.0, the Trainer without DeepSpeed; 'G' read as GB): its LoRA (emb) rows, which
+    train copies of the embedding and LM head (``modules_to_save``), lie within -5.8% .. +7.4%;
+    its plain LoRA rows are 8-19% low at 256-1,024 tokens (a floor of 1.3 / 2.1 / 2.7 GB for
+    1.8B / 7B / 14B that this estimate does not have; the growth per token matches) and seven
+    of them lie above the LoRA band's high end (x1.09): the product's known miss on this
+    source. Bounds a change may only improve: median 3.4%, 93.2% inside, 7 above, half-width
+    15.8% over 177 peaks."""
+    s = summarize(held_out)
+    assert s["n"] >= 177
+    assert s["median_abs_error"] <= 0.0338
+    assert s["coverage"] >= 0.932
+    assert s["exceeded_but_fits"] <= 7
+    assert s["median_half_width"] <= 0.159
+    qwen = [r for r in held_out if r.record.group == QWEN_V1_PROFILING]
+    emb = [r for r in qwen if "-lora-emb-" in r.record.id]
+    assert len(qwen) == 36 and len(emb) == 18
+    assert max(abs(r.prediction.error) for r in emb) <= 0.075
 
 
 def test_docs_accuracy_carries_the_current_tables() -> None:

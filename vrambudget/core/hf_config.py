@@ -54,6 +54,7 @@ ModelType = Literal[
     "gemma3",
     "gemma3_text",
     "phi3",
+    "qwen",
     "granite",
     "deepseek_v2",
     "deepseek_v3",
@@ -147,6 +148,17 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
         Meta(
             description="Longest context the model supports, tokens (BERT: rows of the learned "
             "position table)."
+        ),
+    ] = UNSET
+    kv_channels: Annotated[
+        Dim | None | UnsetType,
+        Meta(description="Qwen (v1, model_type `qwen`): width of one attention head."),
+    ] = UNSET
+    no_bias: Annotated[
+        bool | None | UnsetType,
+        Meta(
+            description="Qwen (v1): no bias on the attention output and MLP projections "
+            "(`c_attn` keeps its bias)."
         ),
     ] = UNSET
     rope_scaling: Annotated[

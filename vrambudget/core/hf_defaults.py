@@ -161,6 +161,18 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
         sliding_window=4096,
         sliding_window_pattern=6,
     ),
+    # Qwen (v1) configuration_qwen.py QWenConfig (trust_remote_code; Qwen/Qwen-7B at e7a368b)
+    "qwen": dict(
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=22016,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        kv_channels=128,
+        max_position_embeddings=8192,
+        no_bias=True,
+        tie_word_embeddings=False,
+    ),
     "phi3": dict(
         vocab_size=32064,
         hidden_size=3072,

@@ -127,6 +127,15 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # backward needs them).
     stack = ov.stack
     chunks, shift_copy, joined = stack.loss_chunks, stack.loss_shift_copy, False
+    own_shift = arch.model_type in OWN_LOSS_SHIFT_FAMILIES and stack.loss in (
+        "cross_entropy",
+        "cross_entropy_no_upcast",
+    )
+    if own_shift:
+        # Qwen (v1)'s remote code (modeling_qwen.py QWenLMHeadModel.forward): CrossEntropyLoss
+        # on lm_logits[..., :-1, :].contiguous(), whatever transformers; the Trainer's autocast
+        # runs it in fp32 (cross_entropy), without autocast it stays in the compute dtype.
+        shift_copy = True
     if stack.loss == "litgpt_chunked_cross_entropy":
         # LitGPT: chunks of 128 positions of every sequence (the LM head's), or of 128 rows
         # of the flattened logits for a full fine-tune, whose logits[..., :-1, :] is reshaped
@@ -144,6 +153,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         shift_copy,
         stack.loss_compiled,
         softcap=arch.final_softcap,
+        shift_first=own_shift,
     )
     bwd_parts = training_backward_parts(
         tokens,
@@ -474,6 +484,10 @@ def _kbit_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) 
     phase = {**_model_held(st, ov), C.RUNTIME_WORKSPACE: live}
     return _Init(phase, {C.RUNTIME_WORKSPACE: ((KBIT_INIT_PART, live),)})
 
+
+OWN_LOSS_SHIFT_FAMILIES = frozenset({"qwen"})
+"""Families whose own modelling code (``trust_remote_code``) computes the loss on a shifted
+contiguous copy of the logits in the compute dtype."""
 
 FIRST_STEP_PART = (
     "the forward's and backward's freed blocks, cached beside the first step's new optimizer "

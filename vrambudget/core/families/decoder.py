@@ -21,7 +21,19 @@ _QK_NORM_FAMILIES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
 _SANDWICH_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text"})
 # Phi-3 fuses q/k/v into qkv_proj and gate/up into gate_up_proj (modeling_phi3.py Phi3Attention,
 # Phi3MLP): the same parameters, but LoRA targets and tensor-parallel splits see two matrices.
-_FUSED_FAMILIES = frozenset({"phi3"})
+_FUSED_FAMILIES = frozenset({"phi3", "qwen"})
+# Qwen (v1), modeling_qwen.py (trust_remote_code, Qwen/Qwen-72B at 4c539df): QWenAttention's
+# fused c_attn (always biased) and c_proj (bias = not no_bias); QWenMLP's w1 (up), w2 (the
+# SiLU-gated half) and c_proj, each intermediate_size // 2 wide; wte, ln_f, an untied lm_head.
+_QWEN_MODULES = {
+    "qkv_proj": "c_attn",
+    "o_proj": "c_proj",
+    "up_proj": "w1",
+    "gate_proj": "w2",
+    "down_proj": "c_proj",
+    "embed_tokens": "wte",
+    "norm": "ln_f",
+}
 
 
 def _layer_attention_kinds(model_type: str, c: _Cfg, num_layers: int) -> list[int | None]:
@@ -103,6 +115,8 @@ def _attention_tensors(
         return groups
     attention_bias = bool(c.get("attention_bias", False))
     qkv_bias = attention_bias or model_type in _QKV_BIAS_FAMILIES
+    if model_type == "qwen":
+        qkv_bias, attention_bias = True, not c.get("no_bias", True)
     groups = []
     if model_type in _FUSED_FAMILIES:  # Phi3Attention: one qkv_proj (modeling_phi3.py)
         groups += linear("qkv_proj", a * d + 2 * kv * d, h, Split.COLUMN, bias=qkv_bias)
@@ -172,6 +186,8 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
     d = c.get("head_dim", h // a)
     V = c.require("vocab_size")
     f = c.require("intermediate_size")
+    if model_type == "qwen":  # w1 and w2 are each intermediate_size // 2 wide
+        d, kv, f = c.get("kv_channels", d), a, f // 2
     tie = bool(c.get("tie_word_embeddings", False))
     mla = _mla_from(c) if model_type in ("deepseek_v2", "deepseek_v3") else None
     if mla is not None:
@@ -181,7 +197,9 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         raise InvalidWorkload(
             "config.num_key_value_heads", f"must divide num_attention_heads ({a}); got {kv}"
         )
-    mlp_bias = bool(c.get("mlp_bias", False))
+    mlp_bias = bool(c.get("mlp_bias", False)) or (
+        model_type == "qwen" and not c.get("no_bias", True)
+    )
     windows = _layer_attention_kinds(model_type, c, L)
     moe_flags, moe = _moe_layer_flags(model_type, c, L)
     attention = _attention_tensors(model_type, c, h, a, kv, d, mla)
@@ -192,9 +210,14 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
             *linear("gate_up_proj", 2 * f, h, Split.COLUMN, bias=mlp_bias),
             *linear("down_proj", h, f, Split.ROW, bias=mlp_bias),
         ]
-        if model_type in _FUSED_FAMILIES
+        if model_type == "phi3"
         else gated_mlp("", h, f, bias=mlp_bias)
     )
+    if model_type == "qwen":
+        attention, dense_mlp = (
+            list(_qwen_modules(tuple(attention))),
+            list(_qwen_modules(tuple(dense_mlp))),
+        )
     moe_mlp = _moe_tensors(model_type, c, h, moe) if moe else []
     cache: dict[tuple[int | None, bool], LayerType] = {}
     layers = []
@@ -211,6 +234,9 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
     head = [T("norm", h, 1, Role.NORM, Split.REPLICATED)]
     if not tie:
         head.append(T("lm_head", V, h, Role.LM_HEAD, Split.VOCAB))
+    embeddings = [T("embed_tokens", V, h, Role.EMBEDDING, Split.VOCAB)]
+    if model_type == "qwen":
+        head, embeddings = list(_qwen_modules(tuple(head))), list(_qwen_modules(tuple(embeddings)))
     checkpoint_only = 0
     if model_type == "deepseek_v3" and c.get("num_nextn_predict_layers", 0):
         # The hub checkpoint stores the multi-token-prediction module (DeepSeek-V3 report §2.2):
@@ -245,7 +271,7 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         final_softcap=c.get("final_logit_softcapping", 30.0 if model_type == "gemma2" else None)
         is not None,
         layer_runs=compress_runs(layers),
-        embeddings=(T("embed_tokens", V, h, Role.EMBEDDING, Split.VOCAB),),
+        embeddings=tuple(embeddings),
         head=tuple(head),
         extras=tuple(extras),
         mla=mla,
@@ -256,6 +282,17 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         checkpoint_only_params=checkpoint_only,
         mtp_layers=c.get("num_nextn_predict_layers", 0) if model_type == "deepseek_v3" else 0,
     )
+
+
+def _qwen_modules(groups: tuple[TensorGroup, ...]) -> tuple[TensorGroup, ...]:
+    """Qwen (v1)'s module names on the shared tensor inventory (what LoRA targets and
+    ``modules_to_save`` match: ``_QWEN_MODULES``)."""
+    out = []
+    for g in groups:
+        base = g.name.removesuffix(".bias")
+        module = _QWEN_MODULES.get(base)
+        out.append(replace(g, module=module) if module else g)
+    return tuple(out)
 
 
 def _rope_scaling(r: Any, top_original: int | None) -> RopeScaling | None:

@@ -49,10 +49,14 @@ def training_forward_parts(
     shift_copy: bool = False,
     compiled: bool = False,
     softcap: bool = False,
+    shift_first: bool = False,
 ) -> tuple[tuple[str, int], ...]:
     """Forward: the LM head's output, its fp32 copy and the fp32 log-softmax live together:
     ``tokens x vocab x (e + 4 + 4)`` (``x 8`` for fp32 logits, which ``.float()`` returns);
-    without the upcast (``cross_entropy_no_upcast``) ``tokens x vocab x 2e``. A chunked loss
+    without the upcast (``cross_entropy_no_upcast``) ``tokens x vocab x 2e`` (``3e`` with a
+    ``shift_copy``: the shifted logits' contiguous copy). ``shift_first``: the copy is made in
+    the compute dtype before the upcast (Qwen (v1)'s own code shifts its logits and autocast
+    runs the loss in fp32): ``tokens x vocab x (2e + 8)``. A chunked loss
     (torchtune) upcasts one of ``chunks``
     slices at a time and keeps every slice's log-softmax: ``tokens x vocab x (e + 4) +
     ceil(tokens / chunks) x vocab x 4``; a fused linear cross-entropy (Liger) materializes no
@@ -70,7 +74,7 @@ def training_forward_parts(
     Soft-capped logits (``softcap``: Gemma 2's ``final_logit_softcapping``, ``tanh(logits /
     cap) x cap``) add tanh's saved output, ``tokens x vocab x e``, live until its backward
     (after the loss's); a fused linear cross-entropy caps inside its kernel."""
-    parts = _forward(tokens, vocab, e, loss, chunks, shift_copy, compiled)
+    parts = _forward(tokens, vocab, e, loss, chunks, shift_copy, compiled, shift_first)
     return parts + _capped(tokens * vocab * e, loss, softcap)
 
 
@@ -79,7 +83,14 @@ def _capped(nbytes: int, loss: str, softcap: bool) -> tuple[tuple[str, int], ...
 
 
 def _forward(
-    tokens: int, vocab: int, e: int, loss: str, chunks: int, shift_copy: bool, compiled: bool
+    tokens: int,
+    vocab: int,
+    e: int,
+    loss: str,
+    chunks: int,
+    shift_copy: bool,
+    compiled: bool,
+    shift_first: bool = False,
 ) -> tuple[tuple[str, int], ...]:
     v = tokens * vocab
     if loss == "fused_linear_cross_entropy":
@@ -115,11 +126,15 @@ def _forward(
             ("fp32 upcast of one chunk", -(-tokens // chunks) * vocab * FP32),
         )
     if loss == "cross_entropy_no_upcast":
+        copy = (("shifted logits (contiguous copy)", v * e),) if shift_copy else ()
         return (
             ("lm_head output", v * e),
+            *copy,
             ("log-softmax saved by cross-entropy (compute dtype)", v * e),
         )
     shifted = (("shifted fp32 logits (contiguous copy)", v * FP32),) if shift_copy else ()
+    if shift_copy and shift_first:
+        shifted = (("shifted logits (contiguous copy, before the upcast)", v * e),)
     # logits.float() of fp32 logits returns them: no copy
     upcast = (("fp32 upcast for the loss", v * FP32),) if e != FP32 else ()
     return (
