@@ -245,6 +245,7 @@ def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:
     assert names == {
         "loss",
         "gradient_lifetime",
+        "optimizer_step_intermediates",
         "cuda_module_loading",
         "allocator_segments",
         "quantized_saved_tensors",
