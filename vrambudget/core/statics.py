@@ -267,6 +267,16 @@ def _check_saved(g: TensorGroup, targeted: bool, quantized: bool) -> None:
         )
 
 
+def _copy_bytes(g: TensorGroup, plain_dtype: str, unquantized: int, plan: TrainingPlan) -> int:
+    """Bytes per element of a ``modules_to_save`` copy: the original's as the model holds it
+    (``unquantized``: after any QLoRA fp32 upcast), an fp16 one promoted to fp32 where the
+    stack trains it so (:attr:`TrainingPlan.saved_fp16_to_fp32`)."""
+    copy = fixed_bytes(g, plain_dtype) or unquantized
+    if copy == 2 and plain_dtype == "fp16" and plan.saved_fp16_to_fp32:
+        return 4
+    return copy
+
+
 def tied_head_module(arch: Arch, p: int = 1, untied: bool = False) -> TensorGroup | None:
     """The LM head module of a tied decoder where the head groups do not list it (its weight
     is the embedding's): what ``modules_to_save`` may name as ``lm_head``."""
@@ -426,9 +436,7 @@ def stage_statics(
             targeted = lora_targeted(g, plan.lora_targets, plan.lora_experts)
             if saved_by(g, plan.modules_to_save):
                 _check_saved(g, targeted, quantized)
-                copy = fixed_bytes(g, plain_dtype) or kbit_bytes
-                if copy == 2 and plain_dtype == "fp16" and plan.saved_fp16_to_fp32:
-                    copy = 4
+                copy = _copy_bytes(g, plain_dtype, kbit_bytes, plan)
                 saved.setdefault(copy, []).append((rows, cols, n))
                 saved_largest[copy] = max(saved_largest.get(copy, 0), rows * cols * stacked)
                 name = owning_module(g)
@@ -455,9 +463,7 @@ def stage_statics(
             rows, cols, count = per_device_shape(tied_head, arch, t, ep)
             emb = arch.embeddings[0]
             _check_saved(tied_head, False, quant is not None and emb.role in roles)
-            copy = fixed_bytes(emb, plain_dtype) or kbit_bytes
-            if copy == 2 and plain_dtype == "fp16" and plan.saved_fp16_to_fp32:
-                copy = 4
+            copy = _copy_bytes(emb, plain_dtype, kbit_bytes, plan)
             saved.setdefault(copy, []).append((rows, cols, count))
             saved_largest[copy] = max(saved_largest.get(copy, 0), rows * cols)
             saved_names["lm_head"] = rows * cols * count * copy
