@@ -221,3 +221,15 @@ def test_the_first_step_strands_the_backward_cache() -> None:
     small = _budget(_body("llama-3.1-8b", ["norm"])).devices[0]
     (line,) = [x for x in small.lines if x.component == Component.ALLOCATOR_OVERHEAD]
     assert FIRST_STEP_PART not in [p.name for p in line.parts]
+
+
+def test_zero3_shards_the_copies_like_every_parameter() -> None:
+    """ZeRO-3 / FSDP FULL_SHARD over 4 ranks: each rank holds a quarter of each bf16 copy (the
+    LoRA adapters are counted whole, as before)."""
+    par = {"data": 4, "zero_stage": 3}
+    st = _statics(_body("llama-3.1-8b", ["embed_tokens", "lm_head"], parallelism=par))
+    assert st.saved_parts[1:] == (
+        ("embed_tokens (modules_to_save copy)", LLAMA_TABLE * 2 // 4),
+        ("lm_head (modules_to_save copy)", LLAMA_TABLE * 2 // 4),
+    )
+    assert st.adapter_bytes == 54_525_952 + 2 * LLAMA_TABLE * 2 // 4

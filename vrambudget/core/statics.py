@@ -578,6 +578,12 @@ def stage_statics(
                 step_gradient = ceil_div(step_gradient, dp)
             if zero >= 3:  # ZeRO-3 / FSDP FULL_SHARD shard frozen parameters too
                 weights, meta = ceil_div(weights, dp), ceil_div(meta, dp)
+                if saved_parts:  # and the modules_to_save copies, parameters like the rest
+                    saved_parts = (
+                        saved_parts[0],
+                        *((name, ceil_div(b, dp)) for name, b in saved_parts[1:]),
+                    )
+                    adapter_bytes = sum(b for _, b in saved_parts)
             if par.offload_optimizer:
                 # The step runs on the host, and the gradient partition goes there as each bucket
                 # is reduced: ZeRO-Offload "offloads gradients, optimizer states and optimizer
