@@ -151,10 +151,24 @@ def test_a_tied_head_gets_its_own_copy() -> None:
 
 
 def test_a_norm_and_a_projection_are_copied_whole() -> None:
-    """The final norm (4,096) and every layer's gate_proj (14,336 x 4,096) x 32: bf16 copies."""
+    """PEFT matches the end of each module's name: ``norm`` reaches the final norm (4,096) and
+    every layer's input_layernorm and post_attention_layernorm (32 x 2 x 4,096); gate_proj
+    every layer's (14,336 x 4,096) x 32: bf16 copies. ``input_layernorm`` alone, one of each
+    layer's two norms."""
     none = _statics(_body("llama-3.1-8b", []))
     st = _statics(_body("llama-3.1-8b", ["norm", "gate_proj"]))
-    assert st.adapter_bytes - none.adapter_bytes == (4096 + 32 * 14_336 * 4096) * 2
+    assert st.adapter_bytes - none.adapter_bytes == (4096 + 32 * 2 * 4096 + 32 * 14_336 * 4096) * 2
+    one = _statics(_body("llama-3.1-8b", ["input_layernorm"]))
+    assert one.adapter_bytes - none.adapter_bytes == 32 * 4096 * 2
+    assert one.saved_parts[1] == ("input_layernorm (modules_to_save copy)", 32 * 4096 * 2)
+
+
+def test_a_dotted_path_is_refused_naming_the_field() -> None:
+    """A path to one module (``model.layers.0.mlp``) would copy that module only; the request
+    takes module names, which reach every layer's."""
+    with pytest.raises(msgspec.ValidationError) as exc:
+        _request(_body("llama-3.1-8b", ["model.layers.0.mlp.gate_proj"]))
+    assert "modules_to_save" in str(exc.value)
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,8 @@ __all__ = [
     "owning_module",
     "projection_names",
     "saved_by",
+    "saved_count",
+    "saved_names",
 ]
 
 
@@ -100,6 +102,10 @@ class TensorGroup:
     """The module's own name where the modelling code calls it otherwise than ``name``'s last
     component (Mixtral's experts: ``w1`` / ``w3`` / ``w2`` in transformers < 5's
     ``MixtralBlockSparseTop2MLP``): what a LoRA target list matches."""
+    modules: tuple[str, ...] = ()
+    """Where each of the ``count`` tensors is a module of its own (a layer's norms:
+    ``input_layernorm``, ``post_attention_layernorm``), their names in order: what
+    ``modules_to_save`` matches one by one (:func:`saved_count`)."""
 
     @property
     def num_params(self) -> int:
@@ -299,11 +305,25 @@ def owning_module(g: TensorGroup) -> str:
     return g.name.removesuffix(".bias").removesuffix(".weight").rsplit(".", 1)[-1]
 
 
-def saved_by(g: TensorGroup, names: tuple[str, ...]) -> bool:
-    """Whether PEFT's ``modules_to_save`` names the module of this parameter: a module whose
-    name ends with one of ``names`` (peft 0.21.2 ``utils/other.py`` ``_set_trainable``, line
-    1088: ``key.endswith(target_key)``), compared here on the last name components."""
+def saved_count(g: TensorGroup, names: tuple[str, ...]) -> int:
+    """How many of the group's ``count`` tensors PEFT's ``modules_to_save`` trains a copy of:
+    those of a module whose name ends with one of ``names`` (peft 0.21.2 ``utils/other.py``
+    ``_set_trainable``, line 1088: ``key.endswith(target_key)``; ``norm`` reaches every
+    ``*_layernorm`` too), compared on the module's own name (``names`` are such names: the
+    request takes no dotted path)."""
     if g.buffer or not names:
-        return False
-    own = owning_module(g)
-    return any(own.endswith(n.rsplit(".", 1)[-1]) for n in names)
+        return 0
+    if g.modules:
+        return sum(1 for m in g.modules if any(m.endswith(n) for n in names))
+    return g.count if any(owning_module(g).endswith(n) for n in names) else 0
+
+
+def saved_by(g: TensorGroup, names: tuple[str, ...]) -> bool:
+    """Whether ``modules_to_save`` reaches any tensor of the group (:func:`saved_count`)."""
+    return saved_count(g, names) > 0
+
+
+def saved_names(g: TensorGroup, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of the group's modules that ``modules_to_save`` reaches."""
+    own = g.modules or (owning_module(g),)
+    return tuple(m for m in own if any(m.endswith(n) for n in names))

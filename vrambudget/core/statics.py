@@ -14,7 +14,18 @@ from typing import Any
 
 import msgspec
 
-from .arch import Arch, LayerType, Role, Split, TensorGroup, lora_targeted, owning_module, saved_by
+from .arch import (
+    Arch,
+    LayerType,
+    Role,
+    Split,
+    TensorGroup,
+    lora_targeted,
+    owning_module,
+    saved_by,
+    saved_count,
+    saved_names,
+)
 from .deployed import deployed_quantization
 from .dtypes import bytes_of
 from .errors import InvalidWorkload
@@ -378,7 +389,7 @@ def stage_statics(
         # bytes, their names, and the LM head's copy (elements, bytes) -- the last trainable.
         saved: dict[int, list[tuple[int, int, int]]] = {}
         saved_largest: dict[int, int] = {}
-        saved_names: dict[str, int] = {}
+        copy_names: dict[str, int] = {}
         head_copy: tuple[int, int] | None = None
         other_copy: tuple[int, int] | None = None
         # Stored bytes of one layer of each run, and of what no layer holds (FSDP's units).
@@ -434,17 +445,25 @@ def stage_statics(
                 largest_trainable = max(largest_trainable, rows * cols * stacked)
                 continue
             targeted = lora_targeted(g, plan.lora_targets, plan.lora_experts)
-            if saved_by(g, plan.modules_to_save):
+            reached = saved_count(g, plan.modules_to_save)
+            if reached:
                 _check_saved(g, targeted, quantized)
                 copy = _copy_bytes(g, plain_dtype, kbit_bytes, plan)
-                saved.setdefault(copy, []).append((rows, cols, n))
-                saved_largest[copy] = max(saved_largest.get(copy, 0), rows * cols * stacked)
-                name = owning_module(g)
-                saved_names[name] = saved_names.get(name, 0) + rows * cols * n * copy
-                if bucket == "head":
-                    head_copy = (rows * cols * n, copy)
+                kept = reached if g.modules else count  # a layer's norms one by one
+                elements = rows * cols * kept * mult
+                # FSDP wraps the copy in its module's unit, beside the frozen original
+                if isinstance(bucket, int):
+                    run_bytes[bucket] = run_bytes.get(bucket, 0) + rows * cols * kept * copy
                 else:
-                    other_copy = (rows * cols * n, copy)
+                    root_bytes += elements * copy
+                saved.setdefault(copy, []).append((rows, cols, kept * mult))
+                saved_largest[copy] = max(saved_largest.get(copy, 0), rows * cols * stacked)
+                name = ", ".join(saved_names(g, plan.modules_to_save))
+                copy_names[name] = copy_names.get(name, 0) + elements * copy
+                if bucket == "head":
+                    head_copy = (elements, copy)
+                else:
+                    other_copy = (elements, copy)
             elif targeted:
                 # lora_A (r x in) and lora_B (out x r) per adapted projection.
                 adapter_params += lora_params(plan.lora_rank, rows, cols) * n
@@ -464,9 +483,10 @@ def stage_statics(
             emb = arch.embeddings[0]
             _check_saved(tied_head, False, quant is not None and emb.role in roles)
             copy = _copy_bytes(emb, plain_dtype, kbit_bytes, plan)
+            root_bytes += rows * cols * count * copy
             saved.setdefault(copy, []).append((rows, cols, count))
             saved_largest[copy] = max(saved_largest.get(copy, 0), rows * cols)
-            saved_names["lm_head"] = rows * cols * count * copy
+            copy_names["lm_head"] = rows * cols * count * copy
             head_copy = (rows * cols * count, copy)
         for (stored_payload, stored_meta), mult, (full, device) in shares.values():
             # A device's share of the stored bytes: its share of the bucket's elements.
@@ -526,7 +546,7 @@ def stage_statics(
                 if saved:
                     saved_parts = (
                         ("LoRA adapters", adapter_params * plan.adapter_bytes),
-                        *((f"{name} (modules_to_save copy)", b) for name, b in saved_names.items()),
+                        *((f"{name} (modules_to_save copy)", b) for name, b in copy_names.items()),
                     )
             temporaries = []
             for pb, shapes, numel, largest in sets:

@@ -307,14 +307,20 @@ def _saved_notes(w: TrainingWorkload, arch: Arch, stack: Stack) -> list[str]:
         )
     saved_head = any(saved_by(g, names) for g in groups if g.role is Role.LM_HEAD)
     saved_embedding = any(saved_by(g, names) for g in arch.embeddings[:1])
-    if tied and saved_head and saved_embedding:
+    if tied and saved_head and saved_embedding and w.parallelism.pipeline == 1:
         out.append(
             "the model ties its LM head to its embedding, and modules_to_save names both: PEFT "
             "trains a copy of each (two diverging copies); its ensure_weight_tying=True shares "
             "one, not modelled here"
         )
     kbit = isinstance(w.method, QLoRA) and training_plan(w, stack).kbit_upcast
-    if w.mixed_precision == "master_fp32" and not kbit and bytes_of(w.precision.weights) < 4:
+    reached = any(saved_by(g, names) for g in groups)
+    if (
+        reached
+        and w.mixed_precision == "master_fp32"
+        and not kbit
+        and bytes_of(w.precision.weights) < 4
+    ):
         out.append(
             "mixed_precision master_fp32: the modules_to_save copies get fp32 master weights "
             "and fp32 optimizer state, as DeepSpeed and FSDP mixed precision keep them; "

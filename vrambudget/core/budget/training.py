@@ -299,7 +299,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     for name, v in phases:
         if name != "model_init":
             v[C.ALLOCATOR_OVERHEAD] = overhead
-    stranded = _stranded_by_first_step(st, fwd_parts, bwd_parts, has_head, transients[:-1])
+    stranded = _stranded_by_first_step(
+        w, st, stack, tokens, (*fwd_parts, *bwd_parts) if has_head else (), transients[:-1]
+    )
     step[C.ALLOCATOR_OVERHEAD] += stranded
     parts = {
         C.ACTIVATIONS: times(act_parts, k),
@@ -497,10 +499,11 @@ FIRST_STEP_PART = (
 
 
 def _stranded_by_first_step(
+    w: TrainingWorkload,
     st: StageStatic,
-    fwd_parts: tuple[tuple[str, int], ...],
-    bwd_parts: tuple[tuple[str, int], ...],
-    has_head: bool,
+    stack: Stack,
+    tokens: int,
+    logit_parts: tuple[tuple[str, int], ...],
     transients: list[int],
 ) -> int:
     """What the caching allocator keeps reserved beside the first optimizer step when that step
@@ -512,15 +515,27 @@ def _stranded_by_first_step(
     forward's and backward's transient memory stays reserved beside it -- as long as the device
     has room: short of it, ``release_cached_blocks`` frees those wholly free segments and the
     request is retried. Counted, as the reserved peak a measurement shows and an upper bound on
-    what the run needs. Counted for PEFT's
-    ``modules_to_save`` copies (an embedding or LM head: vocabulary x hidden), whose states
-    outsize the logits; the trace tier's allocator replay of the framework's code shows it
-    (docs/COMPONENTS.md §3). Full fine-tunes are left to the calibrated fragmentation, which
-    their measurements cover."""
+    what the run needs, for PEFT's ``modules_to_save`` copies (an embedding or LM head:
+    vocabulary x hidden), whose states outsize the logits; the trace tier's allocator replay of
+    the framework's code shows it (docs/COMPONENTS.md §3). Full fine-tunes are left to the
+    calibrated fragmentation, which their measurements cover. None where the device creates no
+    state at the step: an offloaded optimizer, DeepSpeed (whose ZeRO optimizer allocates its
+    state at ``deepspeed.initialize``). The largest freed block: a logits tensor where the stage
+    has the head, else one activation tensor in fp32 (tokens x the widest projection); the
+    state compared is this rank's share under ZeRO-1+."""
+    par = w.parallelism
     if not st.saved_largest_state_bytes or not transients:
         return 0
-    block = max((b for _, b in (*fwd_parts, *bwd_parts)), default=0) if has_head else 0
-    if st.saved_largest_state_bytes <= block:
+    if par.offload_optimizer or stack.deepspeed:
+        return 0
+    state = st.saved_largest_state_bytes
+    if par.zero_stage >= 1:
+        state = -(-state // par.data)
+    d = st.dims
+    widest = max(d.h, d.f, d.heads * max(d.qk_head_dim, d.v_head_dim), d.f_expert, d.f_shared)
+    block = max((b for _, b in logit_parts), default=0)
+    block = max(block, tokens * widest * 4)
+    if state <= block:
         return 0
     return max(transients)
 

@@ -204,7 +204,9 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
     moe_flags, moe = _moe_layer_flags(model_type, c, L)
     attention = _attention_tensors(model_type, c, h, a, kv, d, mla)
     norms = 4 if model_type in _SANDWICH_FAMILIES else 2
-    norm_groups = [T("layernorms", h, 1, Role.NORM, Split.REPLICATED, norms)]
+    norm_groups = [
+        T("layernorms", h, 1, Role.NORM, Split.REPLICATED, norms, modules=_norm_modules(model_type))
+    ]
     dense_mlp = (
         [
             *linear("gate_up_proj", 2 * f, h, Split.COLUMN, bias=mlp_bias),
@@ -282,6 +284,18 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         checkpoint_only_params=checkpoint_only,
         mtp_layers=c.get("num_nextn_predict_layers", 0) if model_type == "deepseek_v3" else 0,
     )
+
+
+def _norm_modules(model_type: str) -> tuple[str, ...]:
+    """A decoder layer's norms as its modelling code names them: Llama's input_layernorm and
+    post_attention_layernorm; Gemma 2/3's sandwich adds pre_ and post_feedforward_layernorm;
+    Qwen (v1)'s QWenBlock has ln_1 and ln_2."""
+    if model_type == "qwen":
+        return ("ln_1", "ln_2")
+    pair = ("input_layernorm", "post_attention_layernorm")
+    if model_type in _SANDWICH_FAMILIES:
+        return (*pair, "pre_feedforward_layernorm", "post_feedforward_layernorm")
+    return pair
 
 
 def _qwen_modules(groups: tuple[TensorGroup, ...]) -> tuple[TensorGroup, ...]:

@@ -170,10 +170,11 @@ LoRATarget = Annotated[
 ModuleName = Annotated[
     str,
     Meta(
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}(\.[A-Za-z0-9_]{1,64}){0,7}$",
-        description="A module name as the model's modelling code calls it (`embed_tokens`, "
-        "`lm_head`, `wte`, `norm`, `q_proj`, `model.embed_tokens` ...), matched against the "
-        "end of each module's name (PEFT's rule for modules_to_save).",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$",
+        description="A module's own name as the model's modelling code calls it (`embed_tokens`, "
+        "`lm_head`, `wte`, `norm`, `input_layernorm`, `q_proj` ...), matched against the end of "
+        "each module's name as PEFT's modules_to_save does (`norm` reaches every `*_layernorm` "
+        "too); a dotted path to one module (`model.layers.0.mlp`) is not taken.",
     ),
 ]
 """A module PEFT trains whole (``modules_to_save``)."""

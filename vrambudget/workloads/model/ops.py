@@ -31,9 +31,10 @@ class _Ops:
         self.norm_offset = norm_offset
         self.cast_cache: dict[int, torch.Tensor] = {}
 
-    def weight(self, bank: _Bank, name: str) -> torch.Tensor:
-        # a modules_to_save copy, where there is one, in place of the frozen original
-        saved = getattr(bank, name + "__saved", None)
+    def weight(self, bank: _Bank, name: str, saved_copy: bool = True) -> torch.Tensor:
+        # a modules_to_save copy, where there is one, in place of the frozen original (not for
+        # a tied LM head reading the embedding's table: PEFT wraps the embedding module only)
+        saved = getattr(bank, name + "__saved", None) if saved_copy else None
         w: torch.Tensor = saved if saved is not None else getattr(bank, name)
         # Parameters stored in another dtype than the compute dtype (autocast, or e.g. fp32
         # weights with fp16 compute) are cast at use, once per forward, as torch.autocast does.
@@ -47,7 +48,9 @@ class _Ops:
             self.cast_cache[key] = cached
         return cached
 
-    def linear(self, bank: _Bank, name: str, x: torch.Tensor) -> torch.Tensor:
+    def linear(
+        self, bank: _Bank, name: str, x: torch.Tensor, saved_copy: bool = True
+    ) -> torch.Tensor:
         bias = getattr(bank, name + "__bias", None)
         if bias is not None:
             bias = self.weight(bank, name + "__bias")
@@ -60,7 +63,7 @@ class _Ops:
             else:
                 y = kernels.packed_linear(x, rows, bias)
         else:
-            y = F.linear(x, self.weight(bank, name), bias)
+            y = F.linear(x, self.weight(bank, name, saved_copy), bias)
         lora_a = getattr(bank, name + "__lora_A", None)
         if lora_a is None:
             return y

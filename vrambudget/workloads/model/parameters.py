@@ -8,7 +8,7 @@ import re
 import torch
 from torch import nn
 
-from vrambudget.core.arch import Arch, Role, TensorGroup, lora_targeted, saved_by
+from vrambudget.core.arch import Arch, Role, TensorGroup, lora_targeted, saved_by, saved_names
 from vrambudget.core.layout import per_device_shape
 from vrambudget.core.quantization import quantized_roles, tensor_storage
 
@@ -126,11 +126,16 @@ class _Bank(nn.Module):
                 rows, cols, _ = per_device_shape(g, arch, plan.tensor_parallel, 1)
                 self.shapes[name] = (rows, cols)
                 originals = [(name, (rows, cols), _dtype(plan))]
-            else:  # the group's parameter, or its numbered ones (a layer's norms)
+            else:  # the group's parameter, or those of its numbered modules it names
+                reached = set(saved_names(g, plan.saved_modules))
                 originals = [
                     (n, tuple(p.shape), p.dtype)
                     for n, p in self.named_parameters(recurse=False)
-                    if re.fullmatch(rf"{name}(__\d+)?", n)
+                    if n == name
+                    or (
+                        (m := re.fullmatch(rf"{name}__(\d+)", n)) is not None
+                        and (not g.modules or g.modules[int(m.group(1))] in reached)
+                    )
                 ]
             for n, shape, dtype in originals:
                 if dtype == torch.float16 and plan.saved_fp16_to_fp32:

@@ -150,7 +150,7 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
         own = self.head.has("lm_head") or self.head.has("lm_head__saved")  # a tied head's copy
         head = self.head if own else self.embed
         name = "lm_head" if own else _name(self.arch.embeddings[0])
-        logits = self.ops.linear(head, name, h)
+        logits = self.ops.linear(head, name, h, saved_copy=own)
         if self.arch.final_softcap:
             # Gemma 2 (transformers Gemma2ForCausalLM.forward): tanh saves its output; the cap's
             # value does not change the memory
