@@ -247,3 +247,13 @@ def test_zero3_shards_the_copies_like_every_parameter() -> None:
         ("lm_head (modules_to_save copy)", LLAMA_TABLE * 2 // 4),
     )
     assert st.adapter_bytes == 54_525_952 + 2 * LLAMA_TABLE * 2 // 4
+
+
+def test_ensure_weight_tying_shares_the_embedding_copy() -> None:
+    """With PEFT's ensure_weight_tying the tied head uses the embedding's copy: one table, no
+    warning about two copies."""
+    body = _body("qwen2.5-0.5b", ["embed_tokens", "lm_head"])
+    body["workloads"][0]["method"]["ensure_weight_tying"] = True
+    none = _statics(_body("qwen2.5-0.5b", []))
+    assert _statics(body).adapter_bytes - none.adapter_bytes == QWEN_TABLE * 2
+    assert not any("two diverging copies" in w for w in _budget(body).warnings)

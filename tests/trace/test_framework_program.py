@@ -207,3 +207,19 @@ def test_modules_to_save_norm_reaches_every_layernorm_as_peft_does(code: str) ->
     adapters = 8 * (1792 + 1024) * 24 * 4
     copies = (896 + 24 * 2 * 896 + 24 * 4864 * 896) * 2
     assert traced == analytic == adapters + copies
+
+
+@pytest.mark.parametrize("code", ["framework", "builtin"])
+def test_ensure_weight_tying_shares_one_copy(code: str) -> None:
+    """PEFT's ensure_weight_tying on tied Qwen2.5 0.5B: the lm_head's wrapper takes the
+    embedding copy's weight (peft 0.21.2 ModulesToSaveWrapper.update with tied_module), so
+    embed_tokens and lm_head saved make one 151,936 x 896 bf16 copy, not two."""
+    method = {
+        "kind": "lora",
+        "rank": 8,
+        "target_modules": ["q_proj", "v_proj"],
+        "modules_to_save": ["embed_tokens", "lm_head"],
+        "ensure_weight_tying": True,
+    }
+    traced, analytic, _ = _adapters(_training("qwen2.5-0.5b", method, trace={"code": code}))
+    assert traced == analytic == 8 * (1792 + 1024) * 24 * 4 + 151_936 * 896 * 2

@@ -93,6 +93,8 @@ class TrainingPlan:
     foreach_intermediates: int = 1
     """State-sized intermediates of torch's foreach AdamW step (:attr:`Stack.foreach_
     intermediates`)."""
+    tie_saved_head: bool = False
+    """PEFT's ``ensure_weight_tying``: a tied LM head shares the embedding's saved copy."""
     saved_fp16_to_fp32: bool = False
     """An fp16 ``modules_to_save`` copy is trained in fp32 (Unsloth: unsloth 2026.10.9
     ``models/llama.py`` ``_offload_frozen_module_for_training``, "Tesla T4 must use float32")."""
@@ -130,6 +132,7 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             resolved.lora_reaches_experts,
             tuple(m.modules_to_save),
             resolved.foreach_intermediates,
+            m.ensure_weight_tying,
             resolved.framework == "unsloth",
         )
     return TrainingPlan(
@@ -474,6 +477,12 @@ def stage_statics(
                     largest_trainable, plan.lora_rank * max(rows, cols) * stacked
                 )
         tied_head = tied_head_module(arch, par.pipeline, untied_head) if stage.last else None
+        if (
+            plan is not None
+            and plan.tie_saved_head
+            and saved_by(arch.embeddings[0], plan.modules_to_save)
+        ):
+            tied_head = None  # it shares the embedding's copy (PEFT's ensure_weight_tying)
         if plan is not None and tied_head is not None and saved_by(tied_head, plan.modules_to_save):
             # The tied LM head is a module of its own in the modelling code (lm_head, its
             # weight the embedding's): its saved copy is a new tensor of the embedding's shape

@@ -307,11 +307,17 @@ def _saved_notes(w: TrainingWorkload, arch: Arch, stack: Stack) -> list[str]:
         )
     saved_head = any(saved_by(g, names) for g in groups if g.role is Role.LM_HEAD)
     saved_embedding = any(saved_by(g, names) for g in arch.embeddings[:1])
-    if tied and saved_head and saved_embedding and w.parallelism.pipeline == 1:
+    if (
+        tied
+        and saved_head
+        and saved_embedding
+        and w.parallelism.pipeline == 1
+        and not w.method.ensure_weight_tying
+    ):
         out.append(
             "the model ties its LM head to its embedding, and modules_to_save names both: PEFT "
-            "trains a copy of each (two diverging copies); its ensure_weight_tying=True shares "
-            "one, not modelled here"
+            "trains a copy of each (two diverging copies); method.ensure_weight_tying (PEFT's "
+            "ensure_weight_tying=True) shares one"
         )
     kbit = isinstance(w.method, QLoRA) and training_plan(w, stack).kbit_upcast
     reached = any(saved_by(g, names) for g in groups)

@@ -210,6 +210,15 @@ class LoRA(Wire, tag="lora", tag_field="kind", frozen=True, kw_only=True):
             "in the original's dtype. A name may not also be a LoRA target.",
         ),
     ] = ()
+    ensure_weight_tying: Annotated[
+        bool,
+        Meta(
+            description="PEFT's `ensure_weight_tying`: on a model that ties its LM head to its "
+            "embedding, with the embedding in modules_to_save, the head shares the "
+            "embedding's trainable copy (one copy); false (PEFT's default): naming both trains "
+            "two diverging copies.",
+        ),
+    ] = False
     dropout: Annotated[
         float,
         Meta(

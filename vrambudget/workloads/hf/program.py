@@ -635,6 +635,7 @@ def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
         lora_dropout=method.dropout,
         bias="none",
         modules_to_save=list(method.modules_to_save) or None,
+        ensure_weight_tying=method.ensure_weight_tying,
     )
     with warnings.catch_warnings():  # PEFT calls transformers' deprecated spellings
         warnings.simplefilter("ignore", FutureWarning)

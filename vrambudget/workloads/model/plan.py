@@ -38,6 +38,8 @@ class BuildPlan:
     the forward uses in place of the frozen original."""
     saved_fp16_to_fp32: bool = False
     """An fp16 copy is trained in fp32 (Unsloth)."""
+    tie_saved_head: bool = False
+    """A tied LM head shares the embedding's saved copy (PEFT's ``ensure_weight_tying``)."""
     adapter_dtype: torch.dtype = torch.float32
     autocast: bool = False
     """fp32 parameters cast to the compute dtype at each use (torch.autocast's weight cache)."""

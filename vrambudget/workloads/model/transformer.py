@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from vrambudget.core.arch import Arch, LayerType
+from vrambudget.core.arch import Arch, LayerType, saved_by
 from vrambudget.core.layout import kv_heads_per_device
 from vrambudget.core.statics import tied_head_module
 
@@ -46,7 +46,9 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
                 banks.append(_Bank(layer.tensors, arch, plan))
                 self.layer_types.append(layer)
         self.layers = nn.ModuleList(banks)
-        tied = tied_head_module(arch) if plan.trainable == "lora" else None
+        shared = plan.tie_saved_head and saved_by(arch.embeddings[0], plan.saved_modules)
+        tied = tied_head_module(arch) if plan.trainable == "lora" and not shared else None
+        self.shared_head = shared  # the tied head reads the embedding's saved copy
         self.head = _Bank(arch.head, arch, plan, (tied,) if tied is not None else ())
         self.extras = _Bank(arch.extras, arch, plan) if arch.extras else None
         if plan.trainable == "lora" and self.extras is not None:
@@ -150,7 +152,7 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
         own = self.head.has("lm_head") or self.head.has("lm_head__saved")  # a tied head's copy
         head = self.head if own else self.embed
         name = "lm_head" if own else _name(self.arch.embeddings[0])
-        logits = self.ops.linear(head, name, h, saved_copy=own)
+        logits = self.ops.linear(head, name, h, saved_copy=own or self.shared_head)
         if self.arch.final_softcap:
             # Gemma 2 (transformers Gemma2ForCausalLM.forward): tanh saves its output; the cap's
             # value does not change the memory
