@@ -249,11 +249,30 @@ def test_zero3_shards_the_copies_like_every_parameter() -> None:
     assert st.adapter_bytes == 54_525_952 + 2 * LLAMA_TABLE * 2 // 4
 
 
-def test_ensure_weight_tying_shares_the_embedding_copy() -> None:
-    """With PEFT's ensure_weight_tying the tied head uses the embedding's copy: one table, no
-    warning about two copies."""
-    body = _body("qwen2.5-0.5b", ["embed_tokens", "lm_head"])
+@pytest.mark.parametrize("saved", [["embed_tokens", "lm_head"], ["lm_head"], ["embed_tokens"]])
+def test_ensure_weight_tying_shares_the_embedding_copy(saved: list[str]) -> None:
+    """With PEFT's ensure_weight_tying a name that is exactly embed_tokens or lm_head saves the
+    embedding and ties the head to its copy (peft 0.21.2 _add_modules_to_save_to_tie): one
+    table, no warning about two copies, the shared gradient counted."""
+    body = _body("qwen2.5-0.5b", saved)
     body["workloads"][0]["method"]["ensure_weight_tying"] = True
     none = _statics(_body("qwen2.5-0.5b", []))
-    assert _statics(body).adapter_bytes - none.adapter_bytes == QWEN_TABLE * 2
-    assert not any("two diverging copies" in w for w in _budget(body).warnings)
+    st = _statics(body)
+    assert st.adapter_bytes - none.adapter_bytes == QWEN_TABLE * 2
+    assert st.saved_tied_accumulate_bytes == QWEN_TABLE * 2  # bf16 gradients (master_fp32)
+    warnings = _budget(body).warnings
+    assert not any("two diverging copies" in w for w in warnings)
+    assert any("shares the embedding's copy" in w for w in warnings)
+
+
+def test_ensure_weight_tying_needs_peft_s_names_and_a_tied_model() -> None:
+    """GPT-2's ``wte`` is not among PEFT's EMBEDDING_LAYER_NAMES: its copy stays untied (PEFT
+    warns); Llama 3.1 8B does not tie at all."""
+    gpt2 = _body("gpt2", ["wte"], targets=["c_attn"])
+    gpt2["workloads"][0]["method"]["ensure_weight_tying"] = True
+    assert _statics(gpt2).saved_tied_accumulate_bytes == 0
+    assert any("ties only when" in w for w in _budget(gpt2).warnings)
+    llama = _body("llama-3.1-8b", ["embed_tokens", "lm_head"])
+    llama["workloads"][0]["method"]["ensure_weight_tying"] = True
+    assert _statics(llama).adapter_bytes == 2_155_872_256  # two copies, as without it
+    assert any("does not tie" in w for w in _budget(llama).warnings)

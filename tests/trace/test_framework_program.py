@@ -209,16 +209,18 @@ def test_modules_to_save_norm_reaches_every_layernorm_as_peft_does(code: str) ->
     assert traced == analytic == adapters + copies
 
 
+@pytest.mark.parametrize("saved", [["embed_tokens", "lm_head"], ["lm_head"]])
 @pytest.mark.parametrize("code", ["framework", "builtin"])
-def test_ensure_weight_tying_shares_one_copy(code: str) -> None:
+def test_ensure_weight_tying_shares_one_copy(code: str, saved: list[str]) -> None:
     """PEFT's ensure_weight_tying on tied Qwen2.5 0.5B: the lm_head's wrapper takes the
     embedding copy's weight (peft 0.21.2 ModulesToSaveWrapper.update with tied_module), so
-    embed_tokens and lm_head saved make one 151,936 x 896 bf16 copy, not two."""
+    embed_tokens and lm_head saved make one 151,936 x 896 bf16 copy, not two; lm_head alone
+    saves the embedding too (_add_modules_to_save_to_tie)."""
     method = {
         "kind": "lora",
         "rank": 8,
         "target_modules": ["q_proj", "v_proj"],
-        "modules_to_save": ["embed_tokens", "lm_head"],
+        "modules_to_save": saved,
         "ensure_weight_tying": True,
     }
     traced, analytic, _ = _adapters(_training("qwen2.5-0.5b", method, trace={"code": code}))

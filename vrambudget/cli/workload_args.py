@@ -40,6 +40,7 @@ _TRAINING = (
     "lora_rank",
     "lora_targets",
     "modules_to_save",
+    "ensure_weight_tying",
     "optimizer",
     "mixed_precision",
     "grad_accum",
@@ -105,6 +106,7 @@ FLAG_OF: dict[str, str] = {
     "rank": "--lora-rank",
     "target_modules": "--lora-targets",
     "modules_to_save": "--modules-to-save",
+    "ensure_weight_tying": "--ensure-weight-tying",
     "mixed_precision": "--mixed-precision",
     "gradient_accumulation_steps": "--grad-accum",
     "attention": "--attention",
@@ -308,6 +310,13 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         help="LoRA / QLoRA: comma-separated modules trained whole beside the adapters (PEFT's "
         "modules_to_save, e.g. embed_tokens,lm_head to learn new tokens): each adds a "
         "trainable copy with its gradients and optimizer state",
+    )
+    t.add_argument(
+        "--ensure-weight-tying",
+        action="store_true",
+        default=None,
+        help="LoRA / QLoRA with --modules-to-save: PEFT's ensure_weight_tying (a tied LM head "
+        "shares the embedding's trainable copy)",
     )
     t.add_argument(
         "--optimizer",
@@ -571,7 +580,7 @@ def _training_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The training workload's fields the training flags set (none: the request's defaults)."""
     out: dict[str, Any] = {}
     lora = args.finetune in ("lora", "qlora")
-    lora_flags = (args.lora_rank, args.lora_targets, args.modules_to_save)
+    lora_flags = (args.lora_rank, args.lora_targets, args.modules_to_save, args.ensure_weight_tying)
     if not lora and any(f is not None for f in lora_flags):
         raise UsageError(
             "--lora-rank / --lora-targets / --modules-to-save need --finetune lora or qlora"
@@ -582,6 +591,8 @@ def _training_fields(args: argparse.Namespace) -> dict[str, Any]:
             method["rank"] = args.lora_rank
         if args.lora_targets is not None:
             method["target_modules"] = _targets(args.lora_targets)
+        if args.ensure_weight_tying:
+            method["ensure_weight_tying"] = True
         if args.modules_to_save is not None:
             method["modules_to_save"] = [
                 n.strip() for n in args.modules_to_save.split(",") if n.strip()

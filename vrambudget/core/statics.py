@@ -66,6 +66,7 @@ __all__ = [
     "stage_statics",
     "statics_for",
     "tied_head_module",
+    "tied_saving",
     "training_plan",
 ]
 
@@ -217,6 +218,9 @@ class StageStatic:
     saved_head_gradient_bytes: int = 0
     """The weight gradient of a ``modules_to_save`` LM head copy (written in the head's
     backward, before the layers')."""
+    saved_tied_accumulate_bytes: int = 0
+    """With the LM head sharing the embedding's ``modules_to_save`` copy: the embedding's own
+    gradient, live beside the head's while it is added into it (the backward's end)."""
     saved_largest_state_bytes: int = 0
     """One optimizer-state tensor of the largest ``modules_to_save`` copy (what the first step
     allocates for it, lazily, after the backward)."""
@@ -279,6 +283,31 @@ def _check_saved(g: TensorGroup, targeted: bool, quantized: bool) -> None:
             "storage cannot require gradients); name an unquantized module (embed_tokens, "
             "lm_head, a norm)",
         )
+
+
+EMBEDDING_LAYER_NAMES = ("embed_tokens", "lm_head")
+"""The names with which PEFT's ``ensure_weight_tying`` ties a saved embedding and head
+(peft 0.21.2 ``utils/constants.py`` ``EMBEDDING_LAYER_NAMES``)."""
+
+
+def tied_saving(
+    arch: Arch, names: tuple[str, ...], ensure: bool, p: int = 1, untied: bool = False
+) -> tuple[tuple[str, ...], bool]:
+    """``modules_to_save`` as PEFT applies it, and whether the LM head shares the embedding's
+    copy: with ``ensure_weight_tying`` on a model that ties its head, a name that is exactly
+    ``embed_tokens`` or ``lm_head`` saves the input embedding and ties the head to its copy,
+    ``lm_head`` leaving the list (peft 0.21.2 ``tuners_utils.py`` ``_check_tied_modules``,
+    ``lora/model.py`` ``_add_modules_to_save_to_tie``); else the names as given (GPT-2's
+    ``wte`` does not tie: PEFT warns)."""
+    if not ensure or tied_head_module(arch, p, untied) is None:
+        return names, False
+    if not any(n in EMBEDDING_LAYER_NAMES for n in names):
+        return names, False
+    embedding = owning_module(arch.embeddings[0])
+    kept = tuple(n for n in names if n != "lm_head")
+    if not any(embedding.endswith(n) for n in kept):
+        kept += (embedding,)
+    return kept, True
 
 
 def _copy_bytes(g: TensorGroup, plain_dtype: str, unquantized: int, plan: TrainingPlan) -> int:
@@ -391,10 +420,16 @@ def stage_statics(
         # modules_to_save: the trainable copies' shapes and largest tensor by their dtype's
         # bytes, their names, and the LM head's copy (elements, bytes) -- the last trainable.
         saved: dict[int, list[tuple[int, int, int]]] = {}
+        names, shared = (
+            tied_saving(arch, plan.modules_to_save, plan.tie_saved_head, par.pipeline, untied_head)
+            if plan is not None
+            else ((), False)
+        )
         saved_largest: dict[int, int] = {}
         copy_names: dict[str, int] = {}
         head_copy: tuple[int, int] | None = None
         other_copy: tuple[int, int] | None = None
+        embedding_copy: tuple[int, int] | None = None
         # Stored bytes of one layer of each run, and of what no layer holds (FSDP's units).
         run_bytes: dict[object, int] = {}
         root_bytes = 0
@@ -448,7 +483,7 @@ def stage_statics(
                 largest_trainable = max(largest_trainable, rows * cols * stacked)
                 continue
             targeted = lora_targeted(g, plan.lora_targets, plan.lora_experts)
-            reached = saved_count(g, plan.modules_to_save)
+            reached = saved_count(g, names)
             if reached:
                 _check_saved(g, targeted, quantized)
                 copy = _copy_bytes(g, plain_dtype, kbit_bytes, plan)
@@ -461,12 +496,14 @@ def stage_statics(
                     root_bytes += elements * copy
                 saved.setdefault(copy, []).append((rows, cols, kept * mult))
                 saved_largest[copy] = max(saved_largest.get(copy, 0), rows * cols * stacked)
-                name = ", ".join(saved_names(g, plan.modules_to_save))
+                name = ", ".join(saved_names(g, names))
                 copy_names[name] = copy_names.get(name, 0) + elements * copy
                 if bucket == "head":
                     head_copy = (elements, copy)
                 else:
                     other_copy = (elements, copy)
+                if g is arch.embeddings[0]:
+                    embedding_copy = (elements, copy)
             elif targeted:
                 # lora_A (r x in) and lora_B (out x r) per adapted projection.
                 adapter_params += lora_params(plan.lora_rank, rows, cols) * n
@@ -477,17 +514,13 @@ def stage_statics(
                     largest_trainable, plan.lora_rank * max(rows, cols) * stacked
                 )
         tied_head = tied_head_module(arch, par.pipeline, untied_head) if stage.last else None
-        if (
-            plan is not None
-            and plan.tie_saved_head
-            and saved_by(arch.embeddings[0], plan.modules_to_save)
-        ):
+        if shared:
             tied_head = None  # it shares the embedding's copy (PEFT's ensure_weight_tying)
-        if plan is not None and tied_head is not None and saved_by(tied_head, plan.modules_to_save):
+        if plan is not None and tied_head is not None and saved_by(tied_head, names):
             # The tied LM head is a module of its own in the modelling code (lm_head, its
             # weight the embedding's): its saved copy is a new tensor of the embedding's shape
-            # and dtype (PEFT deep-copies the module; with ensure_weight_tying, not modelled,
-            # it would share the embedding copy's).
+            # and dtype (PEFT deep-copies the module; with ensure_weight_tying it shares the
+            # embedding copy's: ``tied_saving``).
             rows, cols, count = per_device_shape(tied_head, arch, t, ep)
             emb = arch.embeddings[0]
             _check_saved(tied_head, False, quant is not None and emb.role in roles)
@@ -535,7 +568,7 @@ def stage_statics(
         trainable = 0
         grad_bytes = 0
         saved_parts: tuple[tuple[str, int], ...] = ()
-        saved_head_gradient = saved_state = 0
+        saved_head_gradient = saved_state = tied_accumulate = 0
         if plan is not None:
             full = plan.method == "full"
             mp = plan.mixed_precision
@@ -593,6 +626,13 @@ def stage_statics(
                 saved_head_gradient = head_copy[0] * gradients.grad_dtype_bytes(
                     full, mp, head_copy[1]
                 )
+            if shared and embedding_copy is not None:
+                # One copy for the embedding and the head: its gradient is written by the
+                # head's backward and the embedding's own, at the end, is added into it.
+                tied_accumulate = embedding_copy[0] * gradients.grad_dtype_bytes(
+                    full, mp, embedding_copy[1]
+                )
+                saved_head_gradient = tied_accumulate
             last_grad = gradients.grad_dtype_bytes(full, mp, last[1])
             step_upcast = (
                 last[0] * last_grad if master_weights.master_bytes_per_param(mp, last[1]) else 0
@@ -693,6 +733,7 @@ def stage_statics(
                 saved_parts=saved_parts,
                 saved_head_gradient_bytes=saved_head_gradient,
                 saved_largest_state_bytes=saved_state,
+                saved_tied_accumulate_bytes=tied_accumulate,
                 kernel_scratch_bytes=scratch_fixed + scratch_per_layer,
             )
         )

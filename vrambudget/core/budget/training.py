@@ -264,7 +264,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                 phase(grads_live, acts - head_inputs + recompute_grads, held_logits),
             )
         )
-    phases.append(("backward_end", phase(end_grads, one_layer, 0)))
+    # A head sharing the embedding's saved copy: the embedding's gradient is added into the
+    # head's at the backward's end.
+    phases.append(("backward_end", phase(end_grads + st.saved_tied_accumulate_bytes, one_layer, 0)))
     # The optimizer step: gradients (fp32 when stepping fp32 masters; the largest tensor's
     # low-precision gradient still live while it is upcast) plus the implementation's
     # temporaries, whichever moment is larger.

@@ -3,6 +3,7 @@ preallocated KV cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import cast
 
@@ -11,9 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from vrambudget.core.arch import Arch, LayerType, saved_by
+from vrambudget.core.arch import Arch, LayerType
 from vrambudget.core.layout import kv_heads_per_device
-from vrambudget.core.statics import tied_head_module
+from vrambudget.core.statics import tied_head_module, tied_saving
 
 from ..marks import Marks
 from .attention import KVCache, _AttentionBlock
@@ -28,6 +29,10 @@ __all__ = ["TransformerModel"]
 class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
     def __init__(self, arch: Arch, plan: BuildPlan, marks: Marks | None = None) -> None:
         super().__init__()
+        # modules_to_save as PEFT applies it (ensure_weight_tying may save the embedding and
+        # tie the head to its copy)
+        names, shared = tied_saving(arch, plan.saved_modules, plan.tie_saved_head)
+        plan = dataclasses.replace(plan, saved_modules=names)
         self.arch = arch
         self.plan = plan
         self.marks = marks or Marks()
@@ -46,7 +51,6 @@ class TransformerModel(_AttentionBlock, _FeedForward, nn.Module):
                 banks.append(_Bank(layer.tensors, arch, plan))
                 self.layer_types.append(layer)
         self.layers = nn.ModuleList(banks)
-        shared = plan.tie_saved_head and saved_by(arch.embeddings[0], plan.saved_modules)
         tied = tied_head_module(arch) if plan.trainable == "lora" and not shared else None
         self.shared_head = shared  # the tied head reads the embedding's saved copy
         self.head = _Bank(arch.head, arch, plan, (tied,) if tied is not None else ())
