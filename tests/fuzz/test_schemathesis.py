@@ -21,6 +21,14 @@ from hypothesis import HealthCheck, settings
 from schemathesis.core.media_types import YAML_MEDIA_TYPES
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+# The worker side of the trace pool, imported once here: on a fresh virtual environment the
+# first request that needs a framework inventory (a config.json of a family without a closed
+# form) would otherwise wait while the pool's new worker compiles torch's and transformers'
+# bytecode on import -- past schemathesis' 10 s read timeout on a 2-core machine, a flaky
+# failure of the harness, not of the service. Imported here, the bytecode is cached on disk
+# before the fuzzing starts and the worker only loads it.
+import vrambudget.trace.engine
+import vrambudget.workloads.hf.resolve  # noqa: F401
 from tests.fuzz.semantic import semantic_422_names_the_field
 from tests.hub.fake_hub import FakeHub
 from vrambudget.hub import HubSettings
