@@ -29,7 +29,6 @@ __all__ = [
     "lora_target_names",
     "lora_targeted",
     "module_name",
-    "owning_module",
     "projection_names",
     "saved_by",
     "saved_count",
@@ -267,9 +266,13 @@ def lora_targeted(
 
 
 def module_name(g: TensorGroup) -> str:
-    """The name a LoRA target matches: the module's own (:attr:`TensorGroup.module`) or the
-    last component of the tensor's."""
-    return g.module or g.name.rsplit(".", 1)[-1]
+    """The last component of the name of the module a tensor belongs to: what a LoRA target
+    and ``modules_to_save`` match -- the module's own (:attr:`TensorGroup.module`: Mixtral's
+    experts are ``w1`` / ``w3`` / ``w2`` under transformers < 5), else the tensor's name less
+    ``.weight`` / ``.bias`` (a bias is its projection's)."""
+    if g.module:
+        return g.module
+    return g.name.removesuffix(".bias").removesuffix(".weight").rsplit(".", 1)[-1]
 
 
 def _projection_names(arch: Arch) -> tuple[str, ...]:
@@ -297,14 +300,6 @@ def lora_target_names(targets: tuple[str, ...], arch: Arch) -> tuple[str, ...]:
     return _projection_names(arch) if ALL_LINEAR in targets else targets
 
 
-def owning_module(g: TensorGroup) -> str:
-    """The last component of the name of the module a tensor belongs to (a bias is its
-    projection's; Mixtral's experts are ``w1`` / ``w3`` / ``w2`` under transformers < 5)."""
-    if g.module:
-        return g.module
-    return g.name.removesuffix(".bias").removesuffix(".weight").rsplit(".", 1)[-1]
-
-
 def saved_count(g: TensorGroup, names: tuple[str, ...]) -> int:
     """How many of the group's ``count`` tensors PEFT's ``modules_to_save`` trains a copy of:
     those of a module whose name ends with one of ``names`` (peft 0.21.2 ``utils/other.py``
@@ -315,7 +310,7 @@ def saved_count(g: TensorGroup, names: tuple[str, ...]) -> int:
         return 0
     if g.modules:
         return sum(1 for m in g.modules if any(m.endswith(n) for n in names))
-    return g.count if any(owning_module(g).endswith(n) for n in names) else 0
+    return g.count if any(module_name(g).endswith(n) for n in names) else 0
 
 
 def saved_by(g: TensorGroup, names: tuple[str, ...]) -> bool:
@@ -325,5 +320,5 @@ def saved_by(g: TensorGroup, names: tuple[str, ...]) -> bool:
 
 def saved_names(g: TensorGroup, names: tuple[str, ...]) -> tuple[str, ...]:
     """The names of the group's modules that ``modules_to_save`` reaches."""
-    own = g.modules or (owning_module(g),)
+    own = g.modules or (module_name(g),)
     return tuple(m for m in own if any(m.endswith(n) for n in names))

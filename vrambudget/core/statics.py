@@ -21,7 +21,7 @@ from .arch import (
     Split,
     TensorGroup,
     lora_targeted,
-    owning_module,
+    module_name,
     saved_by,
     saved_count,
     saved_names,
@@ -268,7 +268,7 @@ def _check_saved(g: TensorGroup, targeted: bool, quantized: bool) -> None:
     ModulesToSaveWrapper "cannot be applied to modules of type" a LoraLayer: peft 0.21.2
     ``utils/other.py`` ``check_module``, lines 355-360) and a 4-bit one (its uint8 storage
     cannot require gradients)."""
-    name = owning_module(g)
+    name = module_name(g)
     if targeted:
         raise InvalidWorkload(
             "method.modules_to_save",
@@ -303,7 +303,7 @@ def tied_saving(
         return names, False
     if not any(n in EMBEDDING_LAYER_NAMES for n in names):
         return names, False
-    embedding = owning_module(arch.embeddings[0])
+    embedding = module_name(arch.embeddings[0])
     kept = tuple(n for n in names if n != "lm_head")
     if not any(embedding.endswith(n) for n in kept):
         kept += (embedding,)
