@@ -118,6 +118,9 @@ class Stack:
     untied_head: bool
     """The framework's model has its own LM head where the checkpoint ties it to the
     embedding (LitGPT)."""
+    saved_fp16_to_fp32: bool
+    """An fp16 ``modules_to_save`` copy is trained in fp32 (Unsloth: unsloth 2026.10.9
+    ``models/llama.py`` ``_offload_frozen_module_for_training``, "Tesla T4 must use float32")."""
     qlora_head_quantized: bool
     """QLoRA quantizes the LM head with the layers (LitGPT: Fabric's BitsandbytesPrecision
     replaces every ``nn.Linear``)."""
@@ -946,6 +949,7 @@ def _resolve(software: Software | None) -> Stack:
         loss_shift_copy=shift_copy,
         bnb_keeps_inputs=bnb_inputs,
         untied_head=litgpt,
+        saved_fp16_to_fp32=framework == "unsloth",
         qlora_head_quantized=litgpt,
         qlora_upcast=qlora_upcast,
         kbit_init_upcast=kbit_init_upcast,

@@ -97,8 +97,7 @@ class TrainingPlan:
     tie_saved_head: bool = False
     """PEFT's ``ensure_weight_tying``: a tied LM head shares the embedding's saved copy."""
     saved_fp16_to_fp32: bool = False
-    """An fp16 ``modules_to_save`` copy is trained in fp32 (Unsloth: unsloth 2026.10.9
-    ``models/llama.py`` ``_offload_frozen_module_for_training``, "Tesla T4 must use float32")."""
+    """An fp16 ``modules_to_save`` copy is trained in fp32 (:attr:`Stack.saved_fp16_to_fp32`)."""
 
 
 def _kbit_upcast(w: TrainingWorkload, stack: Stack | None) -> bool:
@@ -134,7 +133,7 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             tuple(m.modules_to_save),
             resolved.foreach_intermediates,
             m.ensure_weight_tying,
-            resolved.framework == "unsloth",
+            resolved.saved_fp16_to_fp32,
         )
     return TrainingPlan(
         "full",

@@ -125,7 +125,7 @@ def build_plan(
         lora_targets=tuple(m.target_modules) if isinstance(m, LoRA) else (),
         lora_experts=st.lora_reaches_experts,
         saved_modules=tuple(m.modules_to_save) if isinstance(m, LoRA) else (),
-        saved_fp16_to_fp32=st.framework == "unsloth",
+        saved_fp16_to_fp32=st.saved_fp16_to_fp32,
         tie_saved_head=isinstance(m, LoRA) and m.ensure_weight_tying,
         adapter_dtype=TORCH_DTYPES[m.adapter_dtype] if isinstance(m, LoRA) else torch.float32,
         autocast=w.mixed_precision == "autocast",
