@@ -12,9 +12,8 @@ from typing import Any
 
 import msgspec
 
+from tests.support.workloads import budget_of, preset_body
 from vrambudget.core.components import Component
-from vrambudget.core.estimate import estimate
-from vrambudget.core.spec import BudgetRequest
 
 EXPERTS = 8 * 3 * 4096 * 14336 * 32  # 45,097,156,608 parameters
 ATTENTION = (2 * 4096 * 4096 + 2 * 4096 * 1024) * 32  # q, o + k, v: 1,342,177,280
@@ -25,13 +24,8 @@ V4 = {"framework": "transformers", "framework_version": "4.46.0"}
 
 
 def _answer(workload: dict[str, Any], software: dict[str, str] | None = None) -> Any:
-    body: dict[str, Any] = {
-        "workloads": [{"model": {"source": "preset", "id": "mixtral-8x7b"}, **workload}]
-    }
-    if software:
-        body["software"] = software
-    req = msgspec.convert(body, BudgetRequest)
-    return estimate(req.workloads, req.device, req.headroom, software=req.software)
+    fields = dict(workload)
+    return budget_of(preset_body(fields.pop("kind"), "mixtral-8x7b", None, software, **fields))
 
 
 def _weights(b: Any) -> int:

@@ -6,43 +6,29 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from tests.support.workloads import LLAMA_PROJECTIONS
+from tests.support.workloads import LLAMA_PROJECTIONS, budget_of, preset_body
 from vrambudget.core.components import Component
-from vrambudget.core.estimate import estimate
-from vrambudget.core.spec import BudgetRequest
 from vrambudget.service.app import Settings, create_app
 
 
 def _body(model: str, targets: list[str], kind: str = "lora", **software: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "workloads": [
-            {
-                "kind": "training",
-                "model": {"source": "preset", "id": model},
-                "micro_batch_size": 2,
-                "sequence_length": 2048,
-                "checkpointing": "full",
-                "method": {"kind": kind, "rank": 16, "target_modules": targets},
-            }
-        ],
-        "device": {"source": "catalog", "id": "a100-sxm4-80gb"},
-    }
-    if software:
-        body["software"] = software
-    return body
-
-
-def _budget(body: dict[str, Any]) -> Any:
-    req = msgspec.convert(body, BudgetRequest)
-    return estimate(req.workloads, req.device, req.headroom, software=req.software)
+    return preset_body(
+        "training",
+        model,
+        "a100-sxm4-80gb",
+        software,
+        micro_batch_size=2,
+        sequence_length=2048,
+        checkpointing="full",
+        method={"kind": kind, "rank": 16, "target_modules": targets},
+    )
 
 
 def _lines(body: dict[str, Any]) -> dict[Component, int]:
-    return {line.component: line.bytes for line in _budget(body).devices[0].lines}
+    return {line.component: line.bytes for line in budget_of(body).devices[0].lines}
 
 
 def test_llama_adapters_to_the_byte() -> None:
@@ -84,7 +70,7 @@ def test_transformers_5_fused_experts_get_no_adapter() -> None:
     modeling_mixtral.py MixtralExperts), which target_modules do not reach: all-linear adapts
     the attention only, 16 x (q 4,096 + 4,096, k and v 4,096 + 1,024, o 4,096 + 4,096) x 32
     layers x 4 B = 54,525,952 B, and the answer says the experts were named but not reached."""
-    b = _budget(_body("mixtral-8x7b", ["all-linear"]))
+    b = budget_of(_body("mixtral-8x7b", ["all-linear"]))
     lines = {line.component: line.bytes for line in b.devices[0].lines}
     assert lines[Component.ADAPTERS] == 16 * 26_624 * 32 * 4 == 54_525_952
     (note,) = [w for w in b.warnings if "routed experts" in w]
@@ -102,7 +88,7 @@ def test_transformers_4_adapts_every_expert_and_says_the_router_is_not_counted()
     body = _body(
         "mixtral-8x7b", ["all-linear"], framework="transformers", framework_version="4.46.0"
     )
-    b = _budget(body)
+    b = budget_of(body)
     lines = {line.component: line.bytes for line in b.devices[0].lines}
     assert lines[Component.ADAPTERS] == 16 * (26_624 + 8 * 3 * 18_432) * 32 * 4 == 960_495_616
     assert not [w for w in b.warnings if "routed experts" in w]
@@ -112,7 +98,7 @@ def test_transformers_4_adapts_every_expert_and_says_the_router_is_not_counted()
 
 def test_dense_models_get_no_all_linear_note() -> None:
     assert not [
-        w for w in _budget(_body("llama-3.1-8b", ["all-linear"])).warnings if "all-linear" in w
+        w for w in budget_of(_body("llama-3.1-8b", ["all-linear"])).warnings if "all-linear" in w
     ]
 
 

@@ -12,15 +12,11 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
+from tests.support.workloads import budget_of, preset_body, training_statics
 from vrambudget.core.budget.training import FIRST_STEP_PART
 from vrambudget.core.components import Component
-from vrambudget.core.deployed import deploy
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.estimate import estimate
-from vrambudget.core.resolve import resolve_model
 from vrambudget.core.spec import BudgetRequest
-from vrambudget.core.stack import resolve_stack
-from vrambudget.core.statics import StageStatic, statics_for
 from vrambudget.service.app import Settings, create_app
 
 # Llama 3.1 8B: vocabulary 128,256 x hidden 4,096, untied; 32 layers; 8 KV heads of 128.
@@ -36,54 +32,32 @@ def _body(
     saved: list[str],
     kind: str = "lora",
     targets: list[str] | None = None,
+    software: dict[str, Any] | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
-    software = fields.pop("software", None)
-    body: dict[str, Any] = {
-        "workloads": [
-            {
-                "kind": "training",
-                "model": {"source": "preset", "id": model},
-                "micro_batch_size": 1,
-                "sequence_length": 1024,
-                "method": {
-                    "kind": kind,
-                    "rank": 16,
-                    "target_modules": targets or ["q_proj", "k_proj", "v_proj", "o_proj"],
-                    "modules_to_save": saved,
-                },
-                **fields,
-            }
-        ],
-        "device": {"source": "catalog", "id": "a100-sxm4-80gb"},
+    method = {
+        "kind": kind,
+        "rank": 16,
+        "target_modules": targets or ["q_proj", "k_proj", "v_proj", "o_proj"],
+        "modules_to_save": saved,
     }
-    if software:
-        body["software"] = software
-    return body
-
-
-def _request(body: dict[str, Any]) -> BudgetRequest:
-    return msgspec.convert(body, BudgetRequest)
-
-
-def _statics(body: dict[str, Any]) -> StageStatic:
-    req = _request(body)
-    stack = resolve_stack(req.software)
-    w = deploy(req.workloads[0])
-    (st,) = statics_for(w, resolve_model(w.model), stack)  # type: ignore[arg-type]
-    return st
-
-
-def _budget(body: dict[str, Any]) -> Any:
-    req = _request(body)
-    return estimate(req.workloads, req.device, req.headroom, software=req.software)
+    return preset_body(
+        "training",
+        model,
+        "a100-sxm4-80gb",
+        software,
+        micro_batch_size=1,
+        sequence_length=1024,
+        method=method,
+        **fields,
+    )
 
 
 def test_llama_embedding_and_head_copies_to_the_byte() -> None:
     """bf16 Llama 3.1 8B, master_fp32 (the default): the two copies are 2 x 525,336,576 bf16
     parameters beside the fp32 adapters; their gradients bf16, their masters and AdamW moments
     fp32."""
-    st = _statics(_body("llama-3.1-8b", ["embed_tokens", "lm_head"]))
+    st = training_statics(_body("llama-3.1-8b", ["embed_tokens", "lm_head"]))
     copies = 2 * LLAMA_TABLE
     assert st.adapter_bytes == LLAMA_QKVO_R16 * 4 + copies * 2 == 2_155_872_256
     assert st.trainable_params == LLAMA_QKVO_R16 + copies
@@ -103,7 +77,7 @@ def test_pure_keeps_the_copies_state_in_their_dtype() -> None:
     """mixed_precision pure (transformers' Trainer on a bf16-loaded model: torch's AdamW state
     is zeros_like the parameter): no masters, bf16 moments for the copies, fp32 for the fp32
     adapters."""
-    st = _statics(_body("llama-3.1-8b", ["embed_tokens"], mixed_precision="pure"))
+    st = training_statics(_body("llama-3.1-8b", ["embed_tokens"], mixed_precision="pure"))
     assert st.master_bytes == 0
     assert st.optimizer_bytes == 2 * (4 * LLAMA_QKVO_R16 + 2 * LLAMA_TABLE)
     assert st.gradient_bytes == 4 * LLAMA_QKVO_R16 + 2 * LLAMA_TABLE
@@ -113,8 +87,8 @@ def test_qlora_copies_are_fp32_as_prepare_model_for_kbit_training_left_them() ->
     """QLoRA: prepare_model_for_kbit_training casts the embedding and LM head to fp32 before
     get_peft_model copies them (peft 0.21.2 utils/other.py 203-208): fp32 copies, fp32
     gradients, no masters."""
-    plain = _statics(_body("llama-3.1-8b", [], "qlora"))
-    st = _statics(_body("llama-3.1-8b", ["embed_tokens", "lm_head"], "qlora"))
+    plain = training_statics(_body("llama-3.1-8b", [], "qlora"))
+    st = training_statics(_body("llama-3.1-8b", ["embed_tokens", "lm_head"], "qlora"))
     assert st.adapter_bytes - plain.adapter_bytes == 2 * LLAMA_TABLE * 4
     assert st.gradient_bytes - plain.gradient_bytes == 2 * LLAMA_TABLE * 4
     assert st.master_bytes == plain.master_bytes == 0
@@ -132,7 +106,7 @@ def test_unsloth_trains_an_fp16_copy_in_fp32() -> None:
             precision={"weights": "fp16", "compute": "fp16"},
             software={"framework": framework},
         )
-        return _statics(body).saved_parts[1][1]
+        return training_statics(body).saved_parts[1][1]
 
     assert copy_bytes("unsloth") == LLAMA_TABLE * 4
     assert copy_bytes("transformers") == LLAMA_TABLE * 2
@@ -141,12 +115,12 @@ def test_unsloth_trains_an_fp16_copy_in_fp32() -> None:
 def test_a_tied_head_gets_its_own_copy() -> None:
     """Qwen2.5 0.5B ties lm_head to embed_tokens; PEFT deep-copies the lm_head module (its
     weight the embedding's) into a tensor of its own: naming both makes two copies."""
-    one = _statics(_body("qwen2.5-0.5b", ["lm_head"]))
-    both = _statics(_body("qwen2.5-0.5b", ["embed_tokens", "lm_head"]))
-    none = _statics(_body("qwen2.5-0.5b", []))
+    one = training_statics(_body("qwen2.5-0.5b", ["lm_head"]))
+    both = training_statics(_body("qwen2.5-0.5b", ["embed_tokens", "lm_head"]))
+    none = training_statics(_body("qwen2.5-0.5b", []))
     assert one.adapter_bytes - none.adapter_bytes == QWEN_TABLE * 2
     assert both.adapter_bytes - none.adapter_bytes == 2 * QWEN_TABLE * 2
-    warnings = _budget(_body("qwen2.5-0.5b", ["embed_tokens", "lm_head"])).warnings
+    warnings = budget_of(_body("qwen2.5-0.5b", ["embed_tokens", "lm_head"])).warnings
     assert any("two diverging copies" in w for w in warnings)
 
 
@@ -155,10 +129,10 @@ def test_a_norm_and_a_projection_are_copied_whole() -> None:
     every layer's input_layernorm and post_attention_layernorm (32 x 2 x 4,096); gate_proj
     every layer's (14,336 x 4,096) x 32: bf16 copies. ``input_layernorm`` alone, one of each
     layer's two norms."""
-    none = _statics(_body("llama-3.1-8b", []))
-    st = _statics(_body("llama-3.1-8b", ["norm", "gate_proj"]))
+    none = training_statics(_body("llama-3.1-8b", []))
+    st = training_statics(_body("llama-3.1-8b", ["norm", "gate_proj"]))
     assert st.adapter_bytes - none.adapter_bytes == (4096 + 32 * 2 * 4096 + 32 * 14_336 * 4096) * 2
-    one = _statics(_body("llama-3.1-8b", ["input_layernorm"]))
+    one = training_statics(_body("llama-3.1-8b", ["input_layernorm"]))
     assert one.adapter_bytes - none.adapter_bytes == 32 * 4096 * 2
     assert one.saved_parts[1] == ("input_layernorm (modules_to_save copy)", 32 * 4096 * 2)
 
@@ -167,7 +141,7 @@ def test_a_dotted_path_is_refused_naming_the_field() -> None:
     """A path to one module (``model.layers.0.mlp``) would copy that module only; the request
     takes module names, which reach every layer's."""
     with pytest.raises(msgspec.ValidationError) as exc:
-        _request(_body("llama-3.1-8b", ["model.layers.0.mlp.gate_proj"]))
+        msgspec.convert(_body("llama-3.1-8b", ["model.layers.0.mlp.gate_proj"]), BudgetRequest)
     assert "modules_to_save" in str(exc.value)
 
 
@@ -184,7 +158,7 @@ def test_what_peft_refuses_is_a_422_naming_the_field(
 ) -> None:
     body = _body("llama-3.1-8b", saved, kind, targets)
     with pytest.raises(InvalidWorkload) as exc:
-        _budget(body)
+        budget_of(body)
     assert exc.value.field == "workloads[0].method.modules_to_save"
     assert says in exc.value.message
     with TestClient(create_app(Settings())) as client:
@@ -194,25 +168,25 @@ def test_what_peft_refuses_is_a_422_naming_the_field(
 
 
 def test_names_that_match_nothing_are_said() -> None:
-    b = _budget(_body("llama-3.1-8b", ["score"]))
+    b = budget_of(_body("llama-3.1-8b", ["score"]))
     assert any("modules_to_save score match no module" in w for w in b.warnings)
     lines = {x.component: x.bytes for x in b.devices[0].lines}
     assert lines == {
-        x.component: x.bytes for x in _budget(_body("llama-3.1-8b", [])).devices[0].lines
+        x.component: x.bytes for x in budget_of(_body("llama-3.1-8b", [])).devices[0].lines
     }
 
 
 def test_master_fp32_copies_are_explained() -> None:
-    b = _budget(_body("llama-3.1-8b", ["embed_tokens"]))
+    b = budget_of(_body("llama-3.1-8b", ["embed_tokens"]))
     assert any("say mixed_precision 'pure'" in w for w in b.warnings)
     assert not any(
         "say mixed_precision" in w
-        for w in _budget(_body("llama-3.1-8b", ["embed_tokens"], "qlora")).warnings
+        for w in budget_of(_body("llama-3.1-8b", ["embed_tokens"], "qlora")).warnings
     )
 
 
 def test_the_adapters_line_is_itemized() -> None:
-    b = _budget(_body("llama-3.1-8b", ["embed_tokens", "lm_head"]))
+    b = budget_of(_body("llama-3.1-8b", ["embed_tokens", "lm_head"]))
     (line,) = [x for x in b.devices[0].lines if x.component == Component.ADAPTERS]
     assert [p.name for p in line.parts] == [
         "LoRA adapters",
@@ -226,13 +200,13 @@ def test_the_first_step_strands_the_backward_cache() -> None:
     """A copy's AdamW moment (525,336,576 x 4 B) outsizes every block the forward and backward
     freed (the fp32 logits, 1,024 x 128,256 x 4 B): the first step's states take new segments
     and the backward's cached bytes stay reserved beside them."""
-    b = _budget(_body("llama-3.1-8b", ["embed_tokens", "lm_head"]))
+    b = budget_of(_body("llama-3.1-8b", ["embed_tokens", "lm_head"]))
     d = b.devices[0]
     assert d.peak_phase == "optimizer_step"
     (line,) = [x for x in d.lines if x.component == Component.ALLOCATOR_OVERHEAD]
     assert FIRST_STEP_PART in [p.name for p in line.parts]
     # A norm's copy is far smaller than the logits: no such part.
-    small = _budget(_body("llama-3.1-8b", ["norm"])).devices[0]
+    small = budget_of(_body("llama-3.1-8b", ["norm"])).devices[0]
     (line,) = [x for x in small.lines if x.component == Component.ALLOCATOR_OVERHEAD]
     assert FIRST_STEP_PART not in [p.name for p in line.parts]
 
@@ -241,7 +215,7 @@ def test_zero3_shards_the_copies_like_every_parameter() -> None:
     """ZeRO-3 / FSDP FULL_SHARD over 4 ranks: each rank holds a quarter of each bf16 copy (the
     LoRA adapters are counted whole, as before)."""
     par = {"data": 4, "zero_stage": 3}
-    st = _statics(_body("llama-3.1-8b", ["embed_tokens", "lm_head"], parallelism=par))
+    st = training_statics(_body("llama-3.1-8b", ["embed_tokens", "lm_head"], parallelism=par))
     assert st.saved_parts[1:] == (
         ("embed_tokens (modules_to_save copy)", LLAMA_TABLE * 2 // 4),
         ("lm_head (modules_to_save copy)", LLAMA_TABLE * 2 // 4),
@@ -256,11 +230,11 @@ def test_ensure_weight_tying_shares_the_embedding_copy(saved: list[str]) -> None
     table, no warning about two copies, the shared gradient counted."""
     body = _body("qwen2.5-0.5b", saved)
     body["workloads"][0]["method"]["ensure_weight_tying"] = True
-    none = _statics(_body("qwen2.5-0.5b", []))
-    st = _statics(body)
+    none = training_statics(_body("qwen2.5-0.5b", []))
+    st = training_statics(body)
     assert st.adapter_bytes - none.adapter_bytes == QWEN_TABLE * 2
     assert st.saved_tied_accumulate_bytes == QWEN_TABLE * 2  # bf16 gradients (master_fp32)
-    warnings = _budget(body).warnings
+    warnings = budget_of(body).warnings
     assert not any("two diverging copies" in w for w in warnings)
     assert any("shares the embedding's copy" in w for w in warnings)
 
@@ -270,9 +244,9 @@ def test_ensure_weight_tying_needs_peft_s_names_and_a_tied_model() -> None:
     warns); Llama 3.1 8B does not tie at all."""
     gpt2 = _body("gpt2", ["wte"], targets=["c_attn"])
     gpt2["workloads"][0]["method"]["ensure_weight_tying"] = True
-    assert _statics(gpt2).saved_tied_accumulate_bytes == 0
-    assert any("ties only when" in w for w in _budget(gpt2).warnings)
+    assert training_statics(gpt2).saved_tied_accumulate_bytes == 0
+    assert any("ties only when" in w for w in budget_of(gpt2).warnings)
     llama = _body("llama-3.1-8b", ["embed_tokens", "lm_head"])
     llama["workloads"][0]["method"]["ensure_weight_tying"] = True
-    assert _statics(llama).adapter_bytes == 2_155_872_256  # two copies, as without it
-    assert any("does not tie" in w for w in _budget(llama).warnings)
+    assert training_statics(llama).adapter_bytes == 2_155_872_256  # two copies, as without it
+    assert any("does not tie" in w for w in budget_of(llama).warnings)

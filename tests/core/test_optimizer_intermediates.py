@@ -7,31 +7,24 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from vrambudget.core.deployed import deploy
-from vrambudget.core.resolve import resolve_model
-from vrambudget.core.spec import BudgetRequest
+from tests.support.workloads import preset_body, training_statics
+from vrambudget.core.spec import Software
 from vrambudget.core.stack import resolve_stack
-from vrambudget.core.statics import statics_for
 
 QWEN_05B = 494_032_768  # Qwen2.5 0.5B parameters (the formulas' worked number)
 
 
 def _step_temporaries(torch: str, implementation: str = "foreach") -> tuple[int, list[str]]:
-    body = {
-        "workloads": [
-            {
-                "kind": "training",
-                "model": {"source": "preset", "id": "qwen2.5-0.5b"},
-                "optimizer": {"name": "adamw", "implementation": implementation},
-                "method": {"kind": "full"},
-            }
-        ],
-        "software": {"framework": "transformers", "torch_version": torch},
-    }
-    req = msgspec.convert(body, BudgetRequest)
-    stack = resolve_stack(req.software)
-    w = deploy(req.workloads[0])
-    (st,) = statics_for(w, resolve_model(w.model), stack)  # type: ignore[arg-type]
+    software = {"framework": "transformers", "torch_version": torch}
+    body = preset_body(
+        "training",
+        "qwen2.5-0.5b",
+        software=software,
+        optimizer={"name": "adamw", "implementation": implementation},
+        method={"kind": "full"},
+    )
+    st = training_statics(body)
+    stack = resolve_stack(msgspec.convert(software, Software))
     said = [b.assumed for b in stack.behaviours if b.name == "optimizer_step_intermediates"]
     return st.step_temporary_bytes, said
 

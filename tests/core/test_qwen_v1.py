@@ -7,13 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
+from tests.support.workloads import budget_of
 from vrambudget.core.arch import lora_targeted, saved_by
-from vrambudget.core.estimate import estimate
 from vrambudget.core.families import arch_from_hf_config
 from vrambudget.core.hf_config import typed_config
-from vrambudget.core.spec import BudgetRequest
 
 CONFIGS = Path(__file__).parents[2] / "research" / "data" / "configs"
 
@@ -81,8 +78,7 @@ def _logits(loss: str | None) -> int:
     }
     if loss:
         body["software"]["loss"] = loss
-    req = msgspec.convert(body, BudgetRequest)
-    b = estimate(req.workloads, req.device, req.headroom, software=req.software)
+    b = budget_of(body)
     (line,) = [x for x in b.devices[0].lines if x.component.value == "logits"]
     return int(line.bytes)
 

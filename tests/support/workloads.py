@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from vrambudget.agent.examples import TINY_MODEL
+from vrambudget.core.deployed import deploy
 from vrambudget.core.estimate import estimate
+from vrambudget.core.resolve import resolve_model
 from vrambudget.core.result import Budget
-from vrambudget.core.spec import BudgetRequest, Workload
+from vrambudget.core.spec import BudgetRequest, TrainingWorkload, Workload
+from vrambudget.core.stack import resolve_stack
+from vrambudget.core.statics import StageStatic, statics_for
 
 
 def workload(**fields: object) -> Workload:
@@ -15,18 +21,45 @@ def workload(**fields: object) -> Workload:
     return msgspec.convert(fields, Workload)
 
 
+def preset_body(
+    kind: str,
+    model: str,
+    gpu_id: str | None = None,
+    software: dict[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A ``/v1/budgets`` body: one workload of a preset (on a catalog GPU, under a software
+    stack, where given)."""
+    body: dict[str, Any] = {
+        "workloads": [{"kind": kind, "model": {"source": "preset", "id": model}, **fields}]
+    }
+    if gpu_id is not None:
+        body["device"] = {"source": "catalog", "id": gpu_id}
+    if software:
+        body["software"] = software
+    return body
+
+
+def budget_of(body: dict[str, Any]) -> Budget:
+    """The analytic budget of a request body, decoded as the API decodes it."""
+    req = msgspec.convert(body, BudgetRequest)
+    return estimate(req.workloads, req.device, req.headroom, software=req.software)
+
+
+def training_statics(body: dict[str, Any]) -> StageStatic:
+    """The per-stage statics of a body's one-stage training workload, deployed, under its
+    stack."""
+    req = msgspec.convert(body, BudgetRequest)
+    w = deploy(req.workloads[0])
+    assert isinstance(w, TrainingWorkload)
+    (st,) = statics_for(w, resolve_model(w.model), resolve_stack(req.software))
+    return st
+
+
 def serving_budget(gpu_id: str, model: str = "llama-3.1-8b", **fields: object) -> Budget:
     """The service's budget of an ``llm_serving`` workload of a preset on a catalog GPU, the
     request decoded as the API decodes it."""
-    req = msgspec.convert(
-        {
-            "workloads": [
-                {"kind": "llm_serving", "model": {"source": "preset", "id": model}, **fields}
-            ],
-            "device": {"source": "catalog", "id": gpu_id},
-        },
-        BudgetRequest,
-    )
+    req = msgspec.convert(preset_body("llm_serving", model, gpu_id, **fields), BudgetRequest)
     return estimate(req.workloads, req.device, None, None, req.software)
 
 
