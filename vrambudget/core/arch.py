@@ -213,6 +213,10 @@ class Arch:
     any config that sets it: the LM head's output is soft-capped, ``tanh(logits / cap) * cap``
     (transformers modeling_gemma2.py Gemma2ForCausalLM.forward; LitGPT model.py GPT.forward),
     and tanh saves its output for backward."""
+    shifted_loss_copy: bool = False
+    """The modelling code's own loss takes a contiguous copy of the shifted logits in the
+    compute dtype, whatever the framework release (Qwen (v1)'s remote ``modeling_qwen.py``
+    ``QWenLMHeadModel.forward``: ``lm_logits[..., :-1, :].contiguous()``)."""
     checkpoint_only_params: int = 0
     """Parameters in the published checkpoint that inference stacks do not load by default
     (DeepSeek-V3's multi-token-prediction layer)."""

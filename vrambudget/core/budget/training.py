@@ -127,7 +127,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     # backward needs them).
     stack = ov.stack
     chunks, shift_copy, joined = stack.loss_chunks, stack.loss_shift_copy, False
-    own_shift = arch.model_type in OWN_LOSS_SHIFT_FAMILIES and stack.loss in (
+    own_shift = arch.shifted_loss_copy and stack.loss in (
         "cross_entropy",
         "cross_entropy_no_upcast",
     )
@@ -488,10 +488,6 @@ def _kbit_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) 
     phase = {**_model_held(st, ov), C.RUNTIME_WORKSPACE: live}
     return _Init(phase, {C.RUNTIME_WORKSPACE: ((KBIT_INIT_PART, live),)})
 
-
-OWN_LOSS_SHIFT_FAMILIES = frozenset({"qwen"})
-"""Families whose own modelling code (``trust_remote_code``) computes the loss on a shifted
-contiguous copy of the logits in the compute dtype."""
 
 FIRST_STEP_PART = (
     "the forward's and backward's freed blocks, cached beside the first step's new optimizer "

@@ -21,7 +21,9 @@ _QK_NORM_FAMILIES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
 _SANDWICH_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text"})
 # Phi-3 fuses q/k/v into qkv_proj and gate/up into gate_up_proj (modeling_phi3.py Phi3Attention,
 # Phi3MLP): the same parameters, but LoRA targets and tensor-parallel splits see two matrices.
-_FUSED_FAMILIES = frozenset({"phi3", "qwen"})
+# Qwen (v1) fuses q/k/v (c_attn) only.
+_FUSED_QKV_FAMILIES = frozenset({"phi3", "qwen"})
+_FUSED_GATE_UP_FAMILIES = frozenset({"phi3"})
 # Qwen (v1), modeling_qwen.py (trust_remote_code, Qwen/Qwen-72B at 4c539df): QWenAttention's
 # fused c_attn (always biased) and c_proj (bias = not no_bias); QWenMLP's w1 (up), w2 (the
 # SiLU-gated half) and c_proj, each intermediate_size // 2 wide; wte, ln_f, an untied lm_head.
@@ -118,7 +120,7 @@ def _attention_tensors(
     if model_type == "qwen":
         qkv_bias, attention_bias = True, not c.get("no_bias", True)
     groups = []
-    if model_type in _FUSED_FAMILIES:  # Phi3Attention: one qkv_proj (modeling_phi3.py)
+    if model_type in _FUSED_QKV_FAMILIES:  # Phi3Attention: one qkv_proj (modeling_phi3.py)
         groups += linear("qkv_proj", a * d + 2 * kv * d, h, Split.COLUMN, bias=qkv_bias)
         groups += linear("o_proj", h, a * d, Split.ROW, bias=attention_bias)
         return groups
@@ -212,7 +214,7 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
             *linear("gate_up_proj", 2 * f, h, Split.COLUMN, bias=mlp_bias),
             *linear("down_proj", h, f, Split.ROW, bias=mlp_bias),
         ]
-        if model_type == "phi3"
+        if model_type in _FUSED_GATE_UP_FAMILIES
         else gated_mlp("", h, f, bias=mlp_bias)
     )
     if model_type == "qwen":
@@ -283,6 +285,7 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         ),
         checkpoint_only_params=checkpoint_only,
         mtp_layers=c.get("num_nextn_predict_layers", 0) if model_type == "deepseek_v3" else 0,
+        shifted_loss_copy=model_type == "qwen",
     )
 
 
