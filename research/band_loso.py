@@ -47,6 +47,13 @@ class Fold:
     inside: int
     few_sources: bool
     """The band it got rested on fewer than ``min_sources`` sources (it was widened)."""
+    needed: tuple[float, ...] = ()
+    """Per measurement, the least factor (about the band's middle, in log space) that puts it
+    inside its band: 1 where it already is."""
+
+    def inside_at(self, factor: float) -> float:
+        """The fraction of its measurements inside the bands widened by ``factor``."""
+        return sum(n <= factor for n in self.needed) / self.measurements
 
     @property
     def coverage(self) -> float:
@@ -64,6 +71,7 @@ def folds(predictions: Sequence[Prediction], widen: float | None = None) -> list
         if widen is not None:
             bands = msgspec.structs.replace(bands, widen=widen)
         by_class: dict[str, list[bool]] = defaultdict(list)
+        needed: dict[str, list[float]] = defaultdict(list)
         few: dict[str, bool] = {}
         for p in predictions:
             if p.record.group != source:
@@ -71,10 +79,34 @@ def folds(predictions: Sequence[Prediction], widen: float | None = None) -> list
             cls, framework, named = keys[id(p)]
             rule = rule_from(bands, cls, framework, named)
             by_class[cls].append(rule.low <= p.record.measured / p.predicted <= rule.high)
+            needed[cls].append(_needed(rule.low, rule.high, p.record.measured / p.predicted))
             few[cls] = "sources, fewer than" in rule.basis  # widened for too few sources
         for cls, hits in by_class.items():
-            out.append(Fold(cls, source, len(hits), sum(hits), few[cls]))
+            out.append(Fold(cls, source, len(hits), sum(hits), few[cls], tuple(needed[cls])))
     return out
+
+
+def _needed(low: float, high: float, ratio: float) -> float:
+    """The least factor, about the band's middle in log space, that puts ``ratio`` inside."""
+    lo, hi, r = math.log(low), math.log(high), math.log(ratio)
+    mid, half = (lo + hi) / 2, (hi - lo) / 2
+    if abs(r - mid) <= half:
+        return 1.0
+    return abs(r - mid) / half if half > 0 else math.inf
+
+
+def source_widen(fs: Sequence[Fold], coverage: float) -> tuple[float, float]:
+    """(factor, coverage by source at it): the least factor >= 1 by which a class's bands,
+    each fitted without the source it is scored on, cover ``coverage`` of the sources (each
+    source once: the mean of its measurements' coverage), rounded up to 0.01. Infinite where
+    no factor does (a band of zero width)."""
+    candidates = sorted({1.0, *(n for f in fs for n in f.needed if n > 1.0)})
+    for factor in candidates:
+        got = mean(f.inside_at(factor) for f in fs)
+        if got >= coverage - 1e-12:
+            rounded = math.ceil(factor * 100 - 1e-9) / 100
+            return rounded, mean(f.inside_at(rounded) for f in fs)
+    return math.inf, mean(f.inside_at(math.inf) for f in fs)
 
 
 def _key(p: Prediction) -> tuple[str, str, bool]:

@@ -4,7 +4,9 @@ for eager-attention inference and for training with full activation checkpointin
 (``EAGER_INFERENCE_FRAGMENTATION_FRACTION``, ``CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION`` in
 ``vrambudget/core/formulas/allocator_overhead.py``); and every class's replay with
 ``expandable_segments:True`` (``EXPANDABLE_REPLAY_MEDIANS``), for which the SDPA-inference and
-no-checkpointing training grids are here too.
+no-checkpointing training grids are here too; and LoRA without checkpointing, whose fraction
+(``LORA_TRAINING_FRAGMENTATION_FRACTION``) the campaigns' LoRA steps set where they measure more
+than the replay.
 
 * Eager attention materializes each layer's scores in the compute dtype and their softmax in
   fp32 (transformers' ``eager_attention_forward``): per layer a run of equal-sized large
@@ -23,7 +25,7 @@ over the same bytes), which check it.
 
 Run from the repository root (torch and transformers; a few minutes per grid); ``--write``
 records the rows in ``research/data/fragmentation_grids.json``:
-    python -m research.fragmentation_grids {eager,checkpointing,sdpa,training} [--campaign]
+    python -m research.fragmentation_grids {eager,checkpointing,sdpa,training,lora} [--campaign]
         [--write]
 """
 
@@ -102,6 +104,16 @@ def _training(m: str, batch: int, tokens: int) -> dict[str, Any]:
     return {**_checkpointing(m, batch, tokens), "checkpointing": "none"}
 
 
+LORA = {"kind": "lora", "rank": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+"""The GPU campaigns' LoRA (PEFT's r 16 on the attention projections; GPT-2's fused c_attn and
+c_proj)."""
+
+
+def _lora(m: str, batch: int, tokens: int) -> dict[str, Any]:
+    targets = ["c_attn", "c_proj"] if m == "gpt2" else LORA["target_modules"]
+    return {**_training(m, batch, tokens), "method": {**LORA, "target_modules": targets}}
+
+
 GRIDS: dict[str, tuple[tuple[str, ...], Callable[[str, int, int], dict[str, Any]]]] = {
     "eager": (("qwen2.5-0.5b", "qwen2.5-1.5b", "gpt2", "gemma-2-2b"), _eager),
     # Gemma 2 trains with eager attention (soft-capped logits): Granite 3.1 2B instead.
@@ -110,6 +122,9 @@ GRIDS: dict[str, tuple[tuple[str, ...], Callable[[str, int, int], dict[str, Any]
     # here for their expandable-segments replay, which the oracle grid does not run.
     "sdpa": (("qwen2.5-0.5b", "qwen2.5-1.5b", "gpt2", "gemma-2-2b"), _sdpa),
     "training": (("qwen2.5-0.5b", "qwen2.5-1.5b", "gpt2", "granite-3.1-2b"), _training),
+    # LoRA without checkpointing: the frozen weights get no gradients, so the backward frees
+    # activations into segments that no gradient or optimizer state takes back.
+    "lora": (("qwen2.5-0.5b", "qwen2.5-1.5b", "gpt2", "granite-3.1-2b"), _lora),
 }
 """Each grid: its models (4 shapes each), and the request of one workload."""
 
@@ -127,7 +142,14 @@ def _matches(kind: str, w: dict[str, Any]) -> bool:
     if kind in ("eager", "sdpa"):
         return w.get("kind") == "inference" and w.get("attention", "sdpa") == kind
     full = w.get("checkpointing") == "full"
-    return w.get("kind") == "training" and full == (kind == "checkpointing")
+    lora = (w.get("method") or {}).get("kind") == "lora"
+    if kind == "lora":
+        return w.get("kind") == "training" and lora and not full
+    return (
+        w.get("kind") == "training"
+        and full == (kind == "checkpointing")
+        and not (lora and kind == "training")
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -99,9 +99,13 @@ def test_a_band_from_few_sources_reaches_both_sides_of_the_estimate() -> None:
     rule = band_rule(("fine_tuning_lora",), resolve_stack(None))
     mid = (c["log_low"] + c["log_high"]) / 2
     half = (c["log_high"] - c["log_low"]) / 2 * BANDS["widen"]
-    assert math.isclose(rule.low, math.exp(min(mid - half, -half)))
-    assert math.isclose(rule.high, math.exp(max(mid + half, half)))
+    low, high = min(mid - half, -half), max(mid + half, half)
     assert mid + half < half  # the fitted band alone would end closer to the estimate
+    # then the class's leave-one-source-out factor, about the middle of that
+    f = BANDS["classes"]["fine_tuning_lora"].get("source_widen", 1.0)
+    mid2, half2 = (low + high) / 2, (high - low) / 2 * f
+    assert math.isclose(rule.low, math.exp(mid2 - half2))
+    assert math.isclose(rule.high, math.exp(mid2 + half2))
     assert rule.low <= math.exp(c["log_low"]) and rule.high >= math.exp(c["log_high"])
 
 
@@ -217,7 +221,8 @@ def test_a_framework_cell_from_too_few_sources_yields_to_a_class_with_enough() -
     """A class band from min_sources or more sources holds for a new source of any of its
     frameworks; a framework's cell from fewer would be widened past it. So the cell is used
     only where it has the sources too (or the class lacks them as well). From the committed
-    file, by hand: every such class, its band exactly, unwidened."""
+    file, by hand: every such class, its band exactly, widened only by the class's
+    leave-one-source-out factor."""
     checked = 0
     for key, cell in BANDS["classes"].items():
         cls, _, framework = key.partition("|")
@@ -232,9 +237,13 @@ def test_a_framework_cell_from_too_few_sources_yields_to_a_class_with_enough() -
         ):
             continue
         rule = band_rule((cls,), resolve_stack(Software(framework=framework)))
-        assert math.isclose(rule.low, math.exp(c["log_low"]))
-        assert math.isclose(rule.high, math.exp(c["log_high"]))
-        assert f"of {cls} (" in rule.basis and f"on {framework}" not in rule.basis
+        # the class's band, widened only by its leave-one-source-out factor
+        mid = (c["log_low"] + c["log_high"]) / 2
+        half = (c["log_high"] - c["log_low"]) / 2 * c.get("source_widen", 1.0)
+        assert math.isclose(rule.low, math.exp(mid - half))
+        assert math.isclose(rule.high, math.exp(mid + half))
+        assert f"of {cls} (" in rule.basis or f"of {cls}, x" in rule.basis
+        assert f"on {framework}" not in rule.basis
         checked += 1
     assert checked >= 2  # QLoRA and full training on transformers
 

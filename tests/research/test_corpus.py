@@ -3,8 +3,10 @@ fitted from its calibrate split only, and the accuracy targets on its held-out s
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
+from statistics import mean
 
 import pytest
 
@@ -131,9 +133,10 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.4%, 93.2% inside their band (met), but a band median half-width of 15.8% "
-    "(the calibrate split's sources disagree by that much: alpaca-lora's int8 LoRA, 2019 GPT-2 "
-    "fine-tunes; and classes resting on fewer than 9 sources are widened) and 7 runs above "
+    "peaks median 3.4%, 93.2% inside their band (met), but a band median half-width of 16.1% "
+    "(the calibrate split's sources disagree by that much: bands from fewer than 9 sources are "
+    "widened, and LoRA, full training and quantized inference until a source left out of the "
+    "fit is covered 90% of the time) and 7 runs above "
     "their band's high end, all plain-LoRA rows of QwenLM/Qwen's profiling table, 8-19% low at "
     "short sequences",
 )
@@ -255,13 +258,21 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     README 8B QLoRA on a 4090 (held out, 20.5% over, the safe side) now lies below it: 96.5%
     inside (bound lowered for it, on the low side only), half-width 17.0%. A framework's cell
     from too few sources yields to a class band from enough (QLoRA and full training on
-    transformers): half-width 15.8%."""
+    transformers): half-width 15.8%. transformers' Python-composed GELUs (``gelu_new``: four
+    tensors of the MLP's width saved where a kernel saves one) and LoRA's own fragmentation
+    fraction (0.117, an H100's LoRA steps, above the replay's 0.072) took the calibrate split's
+    2019 GPT-2 fine-tunes from 20-28% to 9-15% low and its PEFT LoRA runs from 8-12% to 2-6%
+    over; every class's band was then widened until, refitted without each calibrate source in
+    turn, it covers 90% of them (research/band_loso.py: LoRA x1.21, full training x1.27,
+    quantized inference x1.09): 3.2%, 96.5% inside, none above, half-width 15.8% -> 16.1%
+    (bound raised for it; without the widening 14.8%, but 91.0% inside and 10 runs above on
+    the whole split)."""
     s = summarize([r for r in held_out if r.record.group != QWEN_V1_PROFILING])
     assert s["n"] >= 141
     assert s["median_abs_error"] <= 0.0319
     assert s["coverage"] >= 0.964
     assert s["exceeded_but_fits"] == 0
-    assert s["median_half_width"] <= 0.159
+    assert s["median_half_width"] <= 0.161
     assert not math.isnan(s["median_signed_error"])
 
 
@@ -271,15 +282,15 @@ def test_held_out_accuracy_with_qwen_v1_does_not_regress(held_out) -> None:
     train copies of the embedding and LM head (``modules_to_save``), lie within -5.8% .. +7.4%;
     its plain LoRA rows are 8-19% low at 256-1,024 tokens (a floor of 1.3 / 2.1 / 2.7 GB for
     1.8B / 7B / 14B that this estimate does not have; the growth per token matches) and seven
-    of them lie above the LoRA band's high end (x1.09): the product's known miss on this
-    source. Bounds a change may only improve: median 3.4%, 93.2% inside, 7 above, half-width
-    15.8% over 177 peaks."""
+    of them lie above the LoRA band's high end: the product's known miss on this source.
+    Bounds a change may only improve: median 3.4%, 93.2% inside, 7 above, half-width 16.1%
+    over 177 peaks (15.8% before the bands' leave-one-source-out widening)."""
     s = summarize(held_out)
     assert s["n"] >= 177
     assert s["median_abs_error"] <= 0.0338
     assert s["coverage"] >= 0.932
     assert s["exceeded_but_fits"] <= 7
-    assert s["median_half_width"] <= 0.159
+    assert s["median_half_width"] <= 0.161
     qwen = [r for r in held_out if r.record.group == QWEN_V1_PROFILING]
     emb = [r for r in qwen if "-lora-emb-" in r.record.id]
     assert len(qwen) == 36 and len(emb) == 18
@@ -308,14 +319,29 @@ def test_own_gpu_campaigns_are_recorded_but_do_not_calibrate_the_bands(records) 
 
 def test_bands_cover_sources_they_never_saw() -> None:
     """Leave-one-source-out over the calibrate split (research/band_loso.py): refitted without
-    each source in turn, the product's band rule covers at least 90% of the left-out source's
-    measurements (each source weighted once), over every class and over the bands widened for
-    resting on fewer than ``min_sources`` sources -- the claim the widening makes. Measured at
-    the committed fit: 90.3% and 95.6% (73 sources, 40 of them widened; docs/ACCURACY.md)."""
+    each source in turn, the product's band rule, widened by its class's committed
+    ``source_widen``, covers at least 90% of the left-out source's measurements (each source
+    weighted once) for every class with its own band, and over every class together. Without
+    that factor the rule covers 88.6% of the 73 sources (LoRA 81.2%, full training 88.9%,
+    quantized inference 83.0%): the widening is what the data need (docs/ACCURACY.md)."""
     from research.band_loso import folds, table
-    from research.calibrate_bands import peak_predictions
+    from research.calibrate_bands import MIN_MEASUREMENTS, peak_predictions
 
-    rows = table(folds(peak_predictions()))
-    assert rows["(every class)"]["source_coverage"] >= 0.90, rows
-    assert rows["(bands from fewer than min_sources sources)"]["source_coverage"] >= 0.90, rows
-    assert rows["(every class)"]["sources"] == 73
+    committed = json.loads(OUT.read_text())["classes"]
+    fs = folds(peak_predictions())
+    assert table(fs)["(every class)"]["sources"] == 73
+    assert round(table(fs)["(every class)"]["source_coverage"], 3) == 0.886
+    factor = {cls: committed.get(cls, {}).get("source_widen", 1.0) for cls in committed}
+    by_class: dict[str, list[float]] = {}
+    for f in fs:
+        by_class.setdefault(f.workload_class, []).append(f.inside_at(factor[f.workload_class]))
+    for cls, covered in by_class.items():
+        if committed[cls]["measurements"] >= MIN_MEASUREMENTS:
+            assert mean(covered) >= 0.90, (cls, mean(covered))
+            assert committed[cls]["source_coverage"] == round(mean(covered), 4)
+    assert mean(c for v in by_class.values() for c in v) >= 0.90
+    assert {c: factor[c] for c in factor if factor[c] > 1} == {
+        "fine_tuning_lora": 1.21,
+        "training_full": 1.27,
+        "inference_quantized": 1.09,
+    }

@@ -1,8 +1,9 @@
 """The analytic fragmentation line's class fractions are the medians of research/
 fragmentation_grids.py's replay grids, as research/data/fragmentation_grids.json records them
-(rewrite it with ``python -m research.fragmentation_grids {eager,checkpointing,sdpa,training}
+(rewrite it with ``python -m research.fragmentation_grids {eager,checkpointing,sdpa,training,lora}
 --write``), with fixed segments and with expandable_segments:True; one
-row of each grid is replayed again here and must give the recorded bytes exactly."""
+row of each grid is replayed again here and must give the recorded bytes exactly. LoRA's
+fraction is the larger of its grid's median and the GPU campaigns' measured LoRA steps'."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from research.fragmentation_grids import (
     GRIDS,
+    campaign_fractions,
     expandable_fraction,
     fraction,
     grid,
@@ -25,6 +27,7 @@ from vrambudget.core.formulas.allocator_overhead import (
     EXPANDABLE_FRACTIONS,
     EXPANDABLE_MEASURED_RATIO,
     EXPANDABLE_REPLAY_MEDIANS,
+    LORA_TRAINING_FRAGMENTATION_FRACTION,
 )
 
 CONSTANTS = {
@@ -67,8 +70,24 @@ def test_the_expandable_fractions_never_fall_below_the_measured_ratio() -> None:
         "eager": 0.24,
         "training": 0.10,
         "checkpointing": 0.20,
+        "lora": 0.06,  # 0.117 x 0.48 = 0.056 > 0.04
     }
     assert set(EXPANDABLE_FRACTIONS) == set(GRIDS)
+
+
+def test_the_lora_fraction_is_the_larger_of_the_replay_and_the_measured_steps() -> None:
+    """The replay's median over the LoRA grid (0.072) reads below the H100 campaign's three LoRA
+    steps of Qwen2.5 0.5B (0.088, 0.117, 0.120: max_memory_reserved - max_memory_allocated over
+    the analytic transient bytes), whose median is the fraction."""
+    rows = recorded("lora")
+    assert [r.name for r in rows] == [workload_name(w) for w in grid("lora")]
+    replayed = fraction(rows)
+    measured = sorted(f for _, _, f in campaign_fractions("lora"))
+    assert round(replayed, 3) == 0.072
+    assert [round(f, 3) for f in measured] == [0.088, 0.117, 0.12]
+    assert (
+        round(max(replayed, statistics.median(measured)), 3) == LORA_TRAINING_FRAGMENTATION_FRACTION
+    )
 
 
 @pytest.mark.parametrize("kind", sorted(GRIDS))

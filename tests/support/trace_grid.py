@@ -15,6 +15,7 @@ from vrambudget.core.dtypes import bytes_of
 from vrambudget.core.formulas.activations import (
     HEAD_INPUTS_PART,
     RmsNorm,
+    activation_saved,
     eager_softmax_backward_bytes,
     recompute_backward_bytes,
     training_activations,
@@ -28,6 +29,7 @@ from vrambudget.core.spec import (
     TrainingWorkload,
     Workload,
 )
+from vrambudget.core.stack import resolve_stack
 from vrambudget.core.statics import statics_for
 
 # Tolerances of the issue: model states to 0.5%, activations 10%, the device total 5%.
@@ -226,7 +228,11 @@ def analytic_peaks(
         "adapters": st.adapter_bytes,
     }
     if isinstance(w, TrainingWorkload):
-        acts, one_layer, parts = training_activations(w, arch, st.stage, st.dims, norm)
+        # the MLP's activation as the default stack's model code (transformers') runs it
+        act = activation_saved(arch, resolve_stack(None).transformers_modules)
+        acts, one_layer, parts = training_activations(
+            w, arch, st.stage, st.dims, norm, act_saved=act
+        )
         if w.checkpointing == "full":
             # the loss's moment without the recomputed layer, or the recompute with the
             # gradients of its intermediates (budget/training.py's phases)

@@ -16,6 +16,11 @@ from tests.support.trace_grid import GRID, compare
 pytestmark = pytest.mark.trace_grid
 
 # (workload, component) -> why the formula and the trace still disagree.
+_GPT2_FRAGMENTS = (
+    "the fragmentation line's fraction (0.21 of the largest transient bytes, the oracle grid's "
+    "median) reads 0.98 GB where the replay reserves 0.39 GB beyond its allocated peak: the "
+    "analytic total is 6-7% above the trace's, on the safe side (activations agree within 5%)"
+)
 KNOWN: dict[tuple[str, str], str] = {
     ("qwen0.5b train foreach", "total"): "fragmentation after foreach temporaries (replay 59%)",
     ("qwen0.5b train for-loop", "total"): "fragmentation of per-tensor temporaries (replay 69%)",
@@ -39,6 +44,7 @@ KNOWN: dict[tuple[str, str], str] = {
     ("gemma2-2b infer 8k sliding", "total"): "as its activations",
     ("gpt2 train dropout", "gradients"): "GPT-2's last parameters in module order differ from "
     "the formula's (tied head)",
+    ("gpt2 train dropout", "total"): _GPT2_FRAGMENTS,
     ("bert-base train", "gradients"): "BERT's pooler is registered after the layers",
     ("phi3-mini train LoRA bf16", "activations"): "Phi-3's fused gate_up_proj: the SiLU and "
     "the product save views of one 2f-wide output, which keep its whole storage (Phi3MLP "
@@ -123,11 +129,9 @@ KNOWN_FRAMEWORK: dict[tuple[str, str], str] = {
     ("qwen0.5b train autocast fp32", "activations"): "torch.autocast casts each fp32 weight "
     "to bf16 per use and saves the casts for backward",
     ("qwen0.5b train autocast fp32", "total"): "as its activations",
-    ("gpt2 train dropout", "activations"): "GPT-2's eager attention materializes the scores "
-    "and their dropout mask (models/gpt2/modeling_gpt2.py eager_attention_forward)",
     ("gpt2 train dropout", "gradients"): "GPT-2's last parameters in module order differ from "
     "the formula's (tied head)",
-    ("gpt2 train dropout", "total"): "as its activations",
+    ("gpt2 train dropout", "total"): _GPT2_FRAGMENTS,
     ("bert-base train", "activations"): "BertModel's SDPA path receives an attention mask, so "
     "the memory-efficient kernel runs on every head (not flash), and its pooler, embeddings "
     "LayerNorm and dropout keep their own copies",

@@ -213,6 +213,11 @@ class Arch:
     any config that sets it: the LM head's output is soft-capped, ``tanh(logits / cap) * cap``
     (transformers modeling_gemma2.py Gemma2ForCausalLM.forward; LitGPT model.py GPT.forward),
     and tanh saves its output for backward."""
+    activation: str = ""
+    """The MLP's activation as the config names it (``hidden_act``, GPT-2's
+    ``activation_function``): what transformers' module for it keeps for backward
+    (:data:`~vrambudget.core.formulas.activations.MODEL_CODE_ACTIVATIONS`); empty: unknown, one
+    kernel assumed."""
     shifted_loss_copy: bool = False
     """The modelling code's own loss takes a contiguous copy of the shifted logits in the
     compute dtype, whatever the framework release (Qwen (v1)'s remote ``modeling_qwen.py``

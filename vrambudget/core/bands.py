@@ -54,8 +54,13 @@ class _Class(msgspec.Struct, frozen=True):
     log_high: float
     frameworks: tuple[str, ...]
     source_coverage: float | None = None
-    """Leave-one-source-out coverage of the class (``research/band_loso.py``); None for the
-    ``class|framework`` cells, the families and the pool."""
+    """Leave-one-source-out coverage of the class (``research/band_loso.py``), with
+    ``source_widen`` applied; None for the ``class|framework`` cells, the families and the
+    pool."""
+    source_widen: float = 1.0
+    """The least factor (about the band's middle) by which the class's bands, fitted without
+    each calibrate source in turn, cover ``coverage`` of the sources left out
+    (``research/band_loso.py``): a new source's bias, measured; 1 where they already do."""
 
 
 class BandFit(msgspec.Struct, frozen=True):
@@ -238,9 +243,19 @@ def rule_from(b: BandFit, cls: str, framework: str, named: bool) -> BandRule:
         # names none gets (which may rest on another cell of the class).
         default = rule_from(b, cls, _default_framework(), False)
         low, high = min(low, math.log(default.low)), max(high, math.log(default.high))
+    if c is not None and c.source_widen > 1.0:
+        # Widened again until the bands fitted without each source cover a new one as often as
+        # the coverage says (leave-one-source-out over the calibrate split).
+        mid, half = (low + high) / 2, (high - low) / 2 * c.source_widen
+        low, high = mid - half, mid + half
     basis = (
         f"split conformal, {pct}, over {base.measurements} published measurements of {words}"
         + (f", widened x{widen:g} ({'; '.join(reasons)})" if reasons else "")
+        + (
+            f", x{c.source_widen:g} to cover {pct} of the sources left out of the fit in turn"
+            if c is not None and c.source_widen > 1.0
+            else ""
+        )
         + f" ({b.source})"
     )
     return BandRule(

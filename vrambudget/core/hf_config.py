@@ -102,6 +102,10 @@ class HFRopeScaling(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     ] = UNSET
 
 
+ActivationName = Annotated[str, Meta(max_length=64)]
+"""An activation's name as transformers' ``ACT2FN`` knows it (``silu``, ``gelu_new`` ...)."""
+
+
 class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Fields shared by a top-level config and Gemma 3's nested ``text_config``."""
 
@@ -149,6 +153,22 @@ class _ConfigBase(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
             description="Longest context the model supports, tokens (BERT: rows of the learned "
             "position table)."
         ),
+    ] = UNSET
+    hidden_act: Annotated[
+        ActivationName | None | UnsetType,
+        Meta(
+            description="The MLP's activation, as transformers' `ACT2FN` names it: the GELUs "
+            "written as Python compositions (`gelu_new`, `gelu_fast`, `quick_gelu` ...) keep "
+            "several tensors of the MLP's width for backward, one kernel keeps one.",
+        ),
+    ] = UNSET
+    hidden_activation: Annotated[
+        ActivationName | None | UnsetType,
+        Meta(description="Gemma: the MLP's activation (as `hidden_act`)."),
+    ] = UNSET
+    activation_function: Annotated[
+        ActivationName | None | UnsetType,
+        Meta(description="GPT-2: the MLP's activation (as `hidden_act`)."),
     ] = UNSET
     kv_channels: Annotated[
         Dim | None | UnsetType,

@@ -66,6 +66,9 @@ class InvDims(msgspec.Struct, frozen=True, kw_only=True):
     max_positions: int
     experts_per_token: int = 0
     """Top-k routing of a mixture-of-experts model (0: none or not stated)."""
+    activation: str = ""
+    """The MLP's activation as the config names it (``hidden_act``; GPT-2-style
+    ``activation_function``); empty: not stated."""
 
 
 class StateTensor(msgspec.Struct, frozen=True, kw_only=True, array_like=True):

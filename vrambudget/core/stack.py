@@ -219,6 +219,13 @@ class Stack:
         v = self.transformers_version
         return v is None or version_tuple(v) < (5,)
 
+    @property
+    def transformers_modules(self) -> bool:
+        """Whether the model's layers are transformers' modules (its activation functions
+        included): the transformers family of stacks and Unsloth, which patches attention, norms
+        and gated MLPs but runs the rest of the transformers model; not LitGPT or torchtune."""
+        return self.transformers_version is not None or self.framework == "unsloth"
+
 
 _B = StackBehaviour
 

@@ -135,6 +135,7 @@ def build_plan(
         checkpointing="full" if w.checkpointing == "offloaded" else w.checkpointing,
         kbit_fp32=isinstance(m, QLoRA),
         rms_norm=st.rms_norm,
+        composed_activations=st.transformers_modules,
     )
 
 

@@ -18,6 +18,7 @@ from ..formulas.activations import (
     OFFLOADED_BACK_PART,
     RECOMPUTE_GRADS_PART,
     RECOMPUTED_PART,
+    activation_saved,
     eager_softmax_backward_bytes,
     lora_layer_trainable,
     recompute_backward_bytes,
@@ -38,6 +39,7 @@ from ..spec import FullFineTune, QLoRA, TrainingWorkload
 from ..stack import LIGER_GLU_FAMILIES, Stack
 from ..statics import (
     StageStatic,
+    adapters_train,
     effective_precision,
     fixed_bytes,
     head_groups,
@@ -77,6 +79,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         residual_bytes=residual,
         fused_swiglu=fused_swiglu,
         unsloth=unsloth,
+        act_saved=activation_saved(arch, ov.stack.transformers_modules),
     )
     previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":
@@ -296,7 +299,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     step[C.COMMUNICATION_BUFFERS] = sum(b for _, b in step_comm) * k
     phases.append(("optimizer_step", step))
     transient = max(transients)
-    fraction = ov.training_fragmentation(w.checkpointing)
+    fraction = ov.training_fragmentation(w.checkpointing, adapters_train(w))
     overhead = allocator_overhead.overhead(rounding, transient, fraction)
     for name, v in phases:
         if name != "model_init":

@@ -286,6 +286,7 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         checkpoint_only_params=checkpoint_only,
         mtp_layers=c.get("num_nextn_predict_layers", 0) if model_type == "deepseek_v3" else 0,
         shifted_loss_copy=model_type == "qwen",
+        activation=c.get("hidden_act") or c.get("hidden_activation") or "",
     )
 
 

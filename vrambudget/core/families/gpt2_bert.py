@@ -28,6 +28,8 @@ def _gpt2(c: _Cfg) -> Arch:
     )
     return Arch(
         model_type="gpt2",
+        # GPT2Config's default; GPT2MLP runs ACT2FN[config.activation_function]
+        activation=c.get("activation_function", "gelu_new"),
         eager_softmax_fp32=False,  # modeling_gpt2.py eager_attention_forward: softmax(w, dim=-1)
         kind="decoder",
         hidden_size=h,
@@ -84,6 +86,7 @@ def _bert(c: _Cfg) -> Arch:
     mlm_nsp_heads = (h * h + h) + 2 * h + V + (2 * h + 2)
     return Arch(
         model_type="bert",
+        activation=c.get("hidden_act", "gelu"),  # BertConfig's default
         eager_softmax_fp32=False,  # modeling_bert.py eager_attention_forward: softmax(w, dim=-1)
         kind="encoder",
         hidden_size=h,

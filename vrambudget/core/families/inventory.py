@@ -246,6 +246,7 @@ def arch_from_inventory(inv: ModelInventory) -> Arch:
         head=tuple(head),
         extras=tuple(extras),
         moe=moe,
+        activation=d.activation,
     )
 
 

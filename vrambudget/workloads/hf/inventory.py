@@ -185,6 +185,14 @@ def _dims(cfg: PreTrainedConfig) -> InvDims:
         experts_per_token=_get(
             text, "num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k", "moe_k"
         ),
+        activation=next(
+            (
+                a
+                for n in ("hidden_act", "activation_function", "hidden_activation")
+                if isinstance(a := getattr(text, n, None), str)
+            ),
+            "",
+        ),
     )
 
 

@@ -3,6 +3,9 @@ balanced experts (the package docstring says why balanced)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -12,6 +15,29 @@ from .. import kernels
 from .ops import _GELU_FAMILIES, _Ops
 from .parameters import _Bank
 from .plan import BuildPlan
+
+
+def _tanh_gelu(x: torch.Tensor) -> torch.Tensor:
+    return (
+        0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    )
+
+
+_COMPOSED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    # transformers' activations.py, op for op: autograd saves what their modules save
+    "gelu_new": _tanh_gelu,
+    "gelu_accurate": _tanh_gelu,
+    "gelu_python_tanh": lambda x: (
+        x * 0.5 * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    ),
+    "gelu_fast": lambda x: (
+        0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+    ),
+    "gelu_python": lambda x: x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0))),
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
+    "gelu_10": lambda x: torch.clip(F.gelu(x), -10.0, 10.0),
+}
+"""The activations of :data:`~vrambudget.core.formulas.activations.MODEL_CODE_ACTIVATIONS`."""
 
 
 class _FeedForward:
@@ -29,6 +55,11 @@ class _FeedForward:
             return F.gelu(x, approximate="tanh")
         return F.silu(x)
 
+    def _dense_act(self, x: torch.Tensor, approximate: str) -> torch.Tensor:
+        """A plain MLP's GELU: the model code's Python composition where the plan runs it."""
+        composed = _COMPOSED.get(self.arch.activation) if self.plan.composed_activations else None
+        return composed(x) if composed is not None else F.gelu(x, approximate=approximate)
+
     def _gated(self, bank: _Bank, prefix: str, x: torch.Tensor) -> torch.Tensor:
         ops = self.ops
         g = self._act(ops.linear(bank, prefix + "gate_proj", x))
@@ -40,18 +71,20 @@ class _FeedForward:
             return self._moe(bank, x)
         if bank.has("mlp__c_fc"):
             return ops.linear(
-                bank, "mlp__c_proj", F.gelu(ops.linear(bank, "mlp__c_fc", x), approximate="tanh")
+                bank, "mlp__c_proj", self._dense_act(ops.linear(bank, "mlp__c_fc", x), "tanh")
             )
         if bank.has("intermediate__dense"):
             return ops.linear(
-                bank, "output__dense", F.gelu(ops.linear(bank, "intermediate__dense", x))
+                bank,
+                "output__dense",
+                self._dense_act(ops.linear(bank, "intermediate__dense", x), "none"),
             )
         if bank.has("gate_proj"):
             return self._gated(bank, "", x)
         if bank.has("gate_up_proj"):  # Phi-3: fused gate_up_proj, chunked (Phi3MLP)
             gate, up = ops.linear(bank, "gate_up_proj", x).chunk(2, dim=-1)
             return ops.linear(bank, "down_proj", self._act(gate) * up)
-        return ops.linear(bank, "fc2", F.gelu(ops.linear(bank, "fc1", x)))
+        return ops.linear(bank, "fc2", self._dense_act(ops.linear(bank, "fc1", x), "none"))
 
     def _experts(self, bank: _Bank, xe: torch.Tensor) -> torch.Tensor:
         """Grouped GEMM over experts: xe (E, n, h) -> (E, n, h)."""

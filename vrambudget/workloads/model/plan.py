@@ -48,6 +48,11 @@ class BuildPlan:
     kbit_fp32: bool = False
     """QLoRA as PEFT prepares it: the parameters that are not 4-bit are fp32
     (``prepare_model_for_kbit_training``)."""
+    composed_activations: bool = False
+    """The MLP runs the activation the config names as transformers' module does: a Python
+    composition of elementwise ops for ``gelu_new`` and the others of
+    :data:`~vrambudget.core.formulas.activations.MODEL_CODE_ACTIVATIONS` (the framework's
+    model code is transformers'); false: torch's kernel."""
     rms_norm: RmsNorm = "fused"
     """The framework's RMSNorm the program imitates: ``fused`` one kernel (``F.rms_norm``),
     ``upcast`` / ``upcast_fp32_normed`` the framework's module in fp32

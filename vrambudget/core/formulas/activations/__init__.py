@@ -28,13 +28,16 @@ from __future__ import annotations
 from .dims import DeviceDims, device_dims
 from .inference import inference_activations, inference_working_set
 from .training import (
+    ACTIVATION_PART,
     FULL_TRAINING,
     HEAD_INPUTS_PART,
+    MODEL_CODE_ACTIVATIONS,
     OFFLOADED_BACK_PART,
     RECOMPUTE_GRADS_PART,
     RECOMPUTED_PART,
     RmsNorm,
     Trainable,
+    activation_saved,
     eager_softmax_backward_bytes,
     eager_softmax_fp32,
     in_flight,
@@ -56,9 +59,11 @@ from .training import (
 )
 
 __all__ = [
+    "ACTIVATION_PART",
     "FORMULA",
     "FULL_TRAINING",
     "HEAD_INPUTS_PART",
+    "MODEL_CODE_ACTIVATIONS",
     "OFFLOADED_BACK_PART",
     "RECOMPUTED_PART",
     "RECOMPUTE_GRADS_PART",
@@ -66,6 +71,7 @@ __all__ = [
     "DeviceDims",
     "RmsNorm",
     "Trainable",
+    "activation_saved",
     "device_dims",
     "eager_softmax_backward_bytes",
     "eager_softmax_fp32",

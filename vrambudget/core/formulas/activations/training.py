@@ -15,10 +15,13 @@ from ...units import ceil_div
 from .dims import FP32, MASK, DeviceDims
 
 __all__ = [
+    "ACTIVATION_PART",
     "FULL_TRAINING",
+    "MODEL_CODE_ACTIVATIONS",
     "OFFLOADED_BACK_PART",
     "RmsNorm",
     "Trainable",
+    "activation_saved",
     "eager_softmax_backward_bytes",
     "eager_softmax_fp32",
     "in_flight",
@@ -315,6 +318,41 @@ def lora_layer_trainable(
     return lora_trainable(layer, arch, t, targets, method.rank, ab, e, method.dropout > 0.0), False
 
 
+ACTIVATION_PART = "MLP activation's own intermediates (composed of elementwise ops)"
+
+MODEL_CODE_ACTIVATIONS: dict[str, int] = {
+    # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))): x, 0.5 x, tanh, 1 + tanh
+    "gelu_new": 4,
+    "gelu_accurate": 4,
+    "gelu_python_tanh": 4,
+    # 0.5 * x * (1 + tanh(0.7978845608 x (1 + 0.044715 x x)))
+    "gelu_fast": 7,
+    # x * 0.5 * (1 + erf(x / sqrt 2)): x / sqrt 2, 0.5 x, 1 + erf
+    "gelu_python": 3,
+    # x * sigmoid(1.702 x): x, the sigmoid
+    "quick_gelu": 2,
+    # clip(gelu(x), -10, 10): x, gelu(x)
+    "gelu_10": 2,
+}
+"""transformers' activation modules (``activations.py`` ``ACT2CLS``; 5.23.0, and the 4.x releases
+since ``NewGELUActivation`` was added) that are Python compositions of elementwise ops rather
+than one kernel: autograd saves each op's operands, so the MLP keeps this many tensors of its
+width where ``F.gelu`` / ``F.silu`` keep one (its input); the description names them. Counted
+with torch's ``saved_tensors_hooks`` on torch 2.13 (``tests/core/test_activation_functions.py``
+recounts them on transformers' own modules). GPT-2 (``activation_function`` ``gelu_new`` by
+default), GPT-J, GPT-Neo, CodeGen and Phi-1/1.5/2 (``hidden_act`` ``gelu_new``) run them;
+LitGPT, torchtune and torch's ``nn.GELU`` do not."""
+
+
+def activation_saved(arch: Arch, model_code: bool) -> int:
+    """Tensors of the MLP's width its activation keeps for backward, its input included: the
+    count of :data:`MODEL_CODE_ACTIVATIONS` when transformers' model code runs (``model_code``)
+    and the config names such an activation; else 1 (one kernel saves its input)."""
+    if not model_code:
+        return 1
+    return MODEL_CODE_ACTIVATIONS.get(arch.activation, 1)
+
+
 def _mlp_saved(
     layer: LayerType,
     arch: Arch,
@@ -359,6 +397,7 @@ def training_saved(
     math_mqa: bool = False,
     fused_swiglu: bool = False,
     softmax_fp32: bool = True,
+    act_saved: int = 1,
 ) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
@@ -379,7 +418,9 @@ def training_saved(
     lit-gpt before its PR #667 (2023-10-24) left one K/V head unrepeated, which SDPA's fused
     kernels refuse, so its math path ran: the probabilities (b x heads x s x keys x e) are saved,
     with the scaled q and K/V broadcast to every query head by ``matmul``; no log-sum-exp, and
-    the output is saved only where a trained projection needs it.
+    the output is saved only where a trained projection needs it. ``act_saved``: tensors of the
+    MLP's width its activation keeps (:func:`activation_saved`), more than one for transformers'
+    Python-composed GELUs.
     """
     s, b, h = seq, batch, dd.h
     tokens = s * b
@@ -416,6 +457,10 @@ def training_saved(
         ),
         "mlp dropout mask": mask,
     }
+    if act_saved > 1 and not fused_swiglu and not layer.moe:
+        # ``act_saved``: the activation's count of :data:`MODEL_CODE_ACTIVATIONS`; its input is
+        # one of the mlp intermediates already
+        items[ACTIVATION_PART] = tokens * (act_saved - 1) * dd.f * e
     if tr.lora_bytes_per_token:
         lora = tr.lora_bytes_per_token - (
             tr.qkv_dropout_repeats_bytes_per_token if fused_qkv else 0
@@ -601,6 +646,7 @@ def training_activations(
     residual_bytes: int | None = None,
     fused_swiglu: bool = False,
     unsloth: bool = False,
+    act_saved: int = 1,
 ) -> tuple[int, int, list[tuple[str, int]]]:
     """(all saved activations of a pipeline stage, one layer's saved activations, itemized
     parts): per layer kind the tensors saved for backward (``training_saved``; with full
@@ -610,7 +656,8 @@ def training_activations(
     stream's element size where it differs from the compute dtype's (QLoRA as PEFT prepares
     it: fp32 embeddings and norms make every layer input fp32), which full recomputation
     keeps. ``unsloth``: the stack is Unsloth's, whose fast LoRA (``lora_dropout`` 0) saves less
-    (:func:`unsloth_trainable`)."""
+    (:func:`unsloth_trainable`). ``act_saved``: what the MLP's activation keeps
+    (:func:`activation_saved`)."""
     e = bytes_of(w.precision.compute)
     fp32_normed = fp32_normed_of(arch, w.mixed_precision)
     attention = attention_run(w.attention, arch)
@@ -650,6 +697,7 @@ def training_activations(
             math_mqa=math_mqa,
             fused_swiglu=swiglu,
             softmax_fp32=softmax_fp32,
+            act_saved=act_saved,
         )
         selective = ckpt == "selective"
         saved = saved_by(drop_scores=selective)
