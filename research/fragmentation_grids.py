@@ -4,9 +4,10 @@ for eager-attention inference and for training with full activation checkpointin
 (``EAGER_INFERENCE_FRAGMENTATION_FRACTION``, ``CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION`` in
 ``vrambudget/core/formulas/allocator_overhead.py``); and every class's replay with
 ``expandable_segments:True`` (``EXPANDABLE_REPLAY_MEDIANS``), for which the SDPA-inference and
-no-checkpointing training grids are here too; and LoRA without checkpointing, whose fraction
-(``LORA_TRAINING_FRAGMENTATION_FRACTION``) the campaigns' LoRA steps set where they measure more
-than the replay.
+no-checkpointing training grids are here too; and LoRA without checkpointing, whose median
+(0.072) lies below the training fraction but not for every model (a large vocabulary's loss
+tensors fragment as a full fine-tune's do), so LoRA keeps the training fraction
+(tests/research/test_fragmentation_grids.py says why).
 
 * Eager attention materializes each layer's scores in the compute dtype and their softmax in
   fp32 (transformers' ``eager_attention_forward``): per layer a run of equal-sized large
@@ -122,8 +123,7 @@ GRIDS: dict[str, tuple[tuple[str, ...], Callable[[str, int, int], dict[str, Any]
     # here for their expandable-segments replay, which the oracle grid does not run.
     "sdpa": (("qwen2.5-0.5b", "qwen2.5-1.5b", "gpt2", "gemma-2-2b"), _sdpa),
     "training": (("qwen2.5-0.5b", "qwen2.5-1.5b", "gpt2", "granite-3.1-2b"), _training),
-    # LoRA without checkpointing: the frozen weights get no gradients, so the backward frees
-    # activations into segments that no gradient or optimizer state takes back.
+    # LoRA without checkpointing (a finding, not a fraction: see the module's docstring).
     "lora": (("qwen2.5-0.5b", "qwen2.5-1.5b", "gpt2", "granite-3.1-2b"), _lora),
 }
 """Each grid: its models (4 shapes each), and the request of one workload."""

@@ -2,8 +2,7 @@
 fragmentation_grids.py's replay grids, as research/data/fragmentation_grids.json records them
 (rewrite it with ``python -m research.fragmentation_grids {eager,checkpointing,sdpa,training,lora}
 --write``), with fixed segments and with expandable_segments:True; one
-row of each grid is replayed again here and must give the recorded bytes exactly. LoRA's
-fraction is the larger of its grid's median and the GPU campaigns' measured LoRA steps'."""
+row of each grid is replayed again here and must give the recorded bytes exactly."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ from vrambudget.core.formulas.allocator_overhead import (
     EXPANDABLE_FRACTIONS,
     EXPANDABLE_MEASURED_RATIO,
     EXPANDABLE_REPLAY_MEDIANS,
-    LORA_TRAINING_FRAGMENTATION_FRACTION,
+    TRAINING_FRAGMENTATION_FRACTION,
 )
 
 CONSTANTS = {
@@ -43,7 +42,7 @@ def test_the_constant_is_the_recorded_grids_median(kind: str) -> None:
     assert round(fraction(rows), 2) == CONSTANTS[kind]
 
 
-@pytest.mark.parametrize("kind", sorted(GRIDS))
+@pytest.mark.parametrize("kind", sorted(EXPANDABLE_REPLAY_MEDIANS))
 def test_the_expandable_replay_constant_is_the_recorded_grids_expandable_median(kind: str) -> None:
     """Every class's replayed fraction under expandable_segments:True is its grid's median
     replayed with it, below the same grid's median with fixed segments."""
@@ -70,24 +69,27 @@ def test_the_expandable_fractions_never_fall_below_the_measured_ratio() -> None:
         "eager": 0.24,
         "training": 0.10,
         "checkpointing": 0.20,
-        "lora": 0.06,  # 0.117 x 0.48 = 0.056 > 0.04
     }
-    assert set(EXPANDABLE_FRACTIONS) == set(GRIDS)
+    assert set(EXPANDABLE_FRACTIONS) == set(GRIDS) - {"lora"}
 
 
-def test_the_lora_fraction_is_the_larger_of_the_replay_and_the_measured_steps() -> None:
-    """The replay's median over the LoRA grid (0.072) reads below the H100 campaign's three LoRA
-    steps of Qwen2.5 0.5B (0.088, 0.117, 0.120: max_memory_reserved - max_memory_allocated over
-    the analytic transient bytes), whose median is the fraction."""
+def test_lora_keeps_the_training_fraction() -> None:
+    """LoRA's own grid (r 16 on the attention projections) replays a median of 0.072, below the
+    training fraction (0.21), and an H100's three LoRA steps of Qwen2.5 0.5B measured 0.088-0.120
+    (that model's replayed rows: 0.111-0.137). But the fraction grows with the vocabulary (the
+    loss's fp32 tensors are most of a LoRA step's transient bytes): Gemma 2 2B's LoRA step in
+    the oracle grid (256k vocabulary) replays 0.21 of its transient. One LoRA constant below
+    0.21 would under-state those, so LoRA keeps the training fraction (the safe side: the
+    campaign's LoRA steps read 7-10% over on reserved and NVML)."""
     rows = recorded("lora")
     assert [r.name for r in rows] == [workload_name(w) for w in grid("lora")]
-    replayed = fraction(rows)
-    measured = sorted(f for _, _, f in campaign_fractions("lora"))
-    assert round(replayed, 3) == 0.072
-    assert [round(f, 3) for f in measured] == [0.088, 0.117, 0.12]
-    assert (
-        round(max(replayed, statistics.median(measured)), 3) == LORA_TRAINING_FRAGMENTATION_FRACTION
-    )
+    assert round(fraction(rows), 3) == 0.072
+    qwen = sorted(round(r.fraction, 3) for r in rows if r.name.startswith("qwen2.5-0.5b"))
+    assert qwen == [0.111, 0.111, 0.111, 0.137]
+    measured = sorted(round(f, 3) for _, _, f in campaign_fractions("lora"))
+    assert measured == [0.088, 0.117, 0.12]
+    assert TRAINING_FRAGMENTATION_FRACTION == 0.21
+    assert "lora" not in EXPANDABLE_FRACTIONS
 
 
 @pytest.mark.parametrize("kind", sorted(GRIDS))

@@ -15,7 +15,6 @@ from .formulas.allocator_overhead import (
     EXPANDABLE_SOURCE,
     FRAGMENTATION_SOURCE,
     INFERENCE_FRAGMENTATION_FRACTION,
-    LORA_TRAINING_FRAGMENTATION_FRACTION,
     TRAINING_FRAGMENTATION_FRACTION,
     ppm,
 )
@@ -54,9 +53,6 @@ class Overheads:
     checkpointed_training_fragmentation_ppm: int = ppm(CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION)
     """Training with full activation checkpointing; never below ``training_fragmentation_ppm``:
     :meth:`training_fragmentation`."""
-    lora_training_fragmentation_ppm: int = ppm(LORA_TRAINING_FRAGMENTATION_FRACTION)
-    """LoRA (not QLoRA) without full checkpointing; never above ``training_fragmentation_ppm``:
-    :meth:`training_fragmentation`."""
     fragmentation_source: str = FRAGMENTATION_SOURCE
     nccl_communicator_bytes: int | None = None
     """A measured NCCL communicator's bytes; None: the built-in pair/group values."""
@@ -80,15 +76,12 @@ class Overheads:
             return max(self.eager_inference_fragmentation_ppm, self.inference_fragmentation_ppm)
         return self.inference_fragmentation_ppm
 
-    def training_fragmentation(self, checkpointing: str, lora: bool = False) -> int:
-        """The training fraction, in millionths, for the workload's activation checkpointing;
-        ``lora``: LoRA's adapters are all that train (QLoRA's dequantized weights are not)."""
+    def training_fragmentation(self, checkpointing: str) -> int:
+        """The training fraction, in millionths, for the workload's activation checkpointing."""
         if checkpointing == "full":
             return max(
                 self.checkpointed_training_fragmentation_ppm, self.training_fragmentation_ppm
             )
-        if lora:
-            return min(self.lora_training_fragmentation_ppm, self.training_fragmentation_ppm)
         return self.training_fragmentation_ppm
 
     def kernel_images_bytes(self, kind: str) -> int:
@@ -182,7 +175,6 @@ def with_software(
             eager_inference_fragmentation_ppm=ppm(EXPANDABLE_FRACTIONS["eager"]),
             training_fragmentation_ppm=ppm(EXPANDABLE_FRACTIONS["training"]),
             checkpointed_training_fragmentation_ppm=ppm(EXPANDABLE_FRACTIONS["checkpointing"]),
-            lora_training_fragmentation_ppm=ppm(EXPANDABLE_FRACTIONS["lora"]),
             fragmentation_source=EXPANDABLE_SOURCE,
         )
     return ov

@@ -58,7 +58,6 @@ from .units import ceil_div
 __all__ = [
     "StageStatic",
     "TrainingPlan",
-    "adapters_train",
     "device_params",
     "effective_precision",
     "fixed_bytes",
@@ -70,13 +69,6 @@ __all__ = [
     "tied_saving",
     "training_plan",
 ]
-
-
-def adapters_train(w: TrainingWorkload) -> bool:
-    """Whether LoRA's adapters are what trains over frozen unquantized weights (not QLoRA,
-    whose backward dequantizes each 4-bit weight): the caching allocator's LoRA fraction
-    (:meth:`~vrambudget.core.overheads.Overheads.training_fragmentation`)."""
-    return isinstance(w.method, LoRA) and not isinstance(w.method, QLoRA)
 
 
 @dataclass(frozen=True, slots=True)

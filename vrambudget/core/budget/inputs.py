@@ -38,7 +38,6 @@ from ..spec import (
 from ..stack import Stack, resolve_stack
 from ..statics import (
     EMBEDDING_LAYER_NAMES,
-    adapters_train,
     effective_precision,
     statics_for,
     tied_head_module,
@@ -169,7 +168,7 @@ def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, A
         "instances": w.instances,
         "quantization": q.__struct_config__.tag if q is not None else None,
         "fragmentation_fraction": (
-            ov.training_fragmentation(w.checkpointing, adapters_train(w))
+            ov.training_fragmentation(w.checkpointing)
             if isinstance(w, TrainingWorkload)
             else fragmentation_ppm(w, arch, ov)
             if isinstance(w, InferenceWorkload) and arch is not None

@@ -39,7 +39,6 @@ from ..spec import FullFineTune, QLoRA, TrainingWorkload
 from ..stack import LIGER_GLU_FAMILIES, Stack
 from ..statics import (
     StageStatic,
-    adapters_train,
     effective_precision,
     fixed_bytes,
     head_groups,
@@ -299,7 +298,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     step[C.COMMUNICATION_BUFFERS] = sum(b for _, b in step_comm) * k
     phases.append(("optimizer_step", step))
     transient = max(transients)
-    fraction = ov.training_fragmentation(w.checkpointing, adapters_train(w))
+    fraction = ov.training_fragmentation(w.checkpointing)
     overhead = allocator_overhead.overhead(rounding, transient, fraction)
     for name, v in phases:
         if name != "model_init":

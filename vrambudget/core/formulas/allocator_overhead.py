@@ -26,7 +26,6 @@ __all__ = [
     "FORMULA",
     "FRAGMENTATION_SOURCE",
     "INFERENCE_FRAGMENTATION_FRACTION",
-    "LORA_TRAINING_FRAGMENTATION_FRACTION",
     "ROUNDING_PART",
     "ROUNDING_SOURCE",
     "SOURCE",
@@ -67,15 +66,6 @@ EAGER_INFERENCE_FRAGMENTATION_FRACTION = 0.51
 # and 0.343. Both grids' rows: research/data/fragmentation_grids.json, held to these constants
 # by tests/research/test_fragmentation_grids.py.
 CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION = 0.26
-# LoRA without checkpointing: the frozen weights take no gradients and the adapters' state is
-# small, so the backward frees the activations and the loss's fp32 tensors into segments that
-# nothing of the step takes back, and fewer stay split. The trace tier's replay over
-# research/fragmentation_grids.py's 16 LoRA steps (r 16 on the attention projections: Qwen2.5
-# 0.5B/1.5B, GPT-2, Granite 3.1 2B) has a median of 0.072 (0.014-0.137; Qwen2.5 0.5B
-# 0.111-0.137); the H100 campaign's three LoRA steps of Qwen2.5 0.5B measured 0.088, 0.117 and
-# 0.120. The fraction is the larger of the two medians, the measured one: the replay reads low
-# on the runs it can be checked with, as it does for full checkpointing (0.26 against 0.334-0.343).
-LORA_TRAINING_FRAGMENTATION_FRACTION = 0.117
 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: one segment per pool and stream grows by
 # mapping 2 MiB pages, so a freed block is merged back into it instead of staying cached in a
 # segment of its own. Two sources, and the larger fraction is taken:
@@ -95,7 +85,6 @@ EXPANDABLE_REPLAY_MEDIANS: dict[str, float] = {
     "eager": 0.09,
     "training": 0.05,
     "checkpointing": 0.20,
-    "lora": 0.04,
 }
 EXPANDABLE_MEASURED_RATIO = 0.48
 FIXED_FRACTIONS: dict[str, float] = {
@@ -103,23 +92,22 @@ FIXED_FRACTIONS: dict[str, float] = {
     "eager": EAGER_INFERENCE_FRAGMENTATION_FRACTION,
     "training": TRAINING_FRAGMENTATION_FRACTION,
     "checkpointing": CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION,
-    "lora": LORA_TRAINING_FRAGMENTATION_FRACTION,
 }
 """Each class's fraction with fixed segments, by research/fragmentation_grids.py's grid names."""
 EXPANDABLE_FRACTIONS: dict[str, float] = {
     k: round(max(m, FIXED_FRACTIONS[k] * EXPANDABLE_MEASURED_RATIO), 2)
     for k, m in EXPANDABLE_REPLAY_MEDIANS.items()
 }
-"""sdpa 0.16, eager 0.24, training 0.10, checkpointing 0.20, lora 0.06."""
+"""sdpa 0.16, eager 0.24, training 0.10, checkpointing 0.20."""
 EXPANDABLE_SOURCE = (
     "with expandable_segments:True, the larger of the trace tier's replay of "
     "c10/cuda/CUDACachingAllocator.cpp (its ExpandableSegment; medians over 16 workloads per "
     "class, research/fragmentation_grids.py: inference 0.14, eager attention 0.09, training "
-    "0.05, full checkpointing 0.20, LoRA 0.04) and 0.48 x the fixed-segment fraction (the "
-    "median over seven published training A/Bs of the gap reserved beyond allocated with and "
-    "without them, 0.26-0.79: cosmos-rl#388, torchrec#4375, gpjt/fine-tune-2024-04; "
+    "0.05, full checkpointing 0.20) and 0.48 x the fixed-segment fraction (the median over "
+    "seven published training A/Bs of the gap reserved beyond allocated with and without "
+    "them, 0.26-0.79: cosmos-rl#388, torchrec#4375, gpjt/fine-tune-2024-04; "
     "research/overhead_measurements.md): inference 0.16, eager attention 0.24, training 0.10, "
-    "full checkpointing 0.20, LoRA 0.06"
+    "full checkpointing 0.20"
 )
 FRAGMENTATION_SOURCE = (
     "median of the trace tier's replay of c10/cuda/CUDACachingAllocator.cpp over its oracle grid "
@@ -131,8 +119,7 @@ FRAGMENTATION_SOURCE = (
     "inference with eager attention: 0.51, training with full checkpointing: 0.26, the medians "
     "of the replay over 16 workloads each (research/fragmentation_grids.py; 0.14-0.74 and "
     "0.08-0.79); measured: 0.558 (eager, an H100 and an H200), 0.334-0.343 (full "
-    "checkpointing, an H100); LoRA without checkpointing: 0.117, the median of an H100's three "
-    "LoRA steps (0.088-0.120), above the replay's median over 16 (0.072)"
+    "checkpointing, an H100)"
 )
 SOURCE = f"{ROUNDING_SOURCE}; fraction: {FRAGMENTATION_SOURCE}"
 
