@@ -47,9 +47,9 @@ class Fold:
     inside: int
     few_sources: bool
     """The band it got rested on fewer than ``min_sources`` sources (it was widened)."""
-    needed: tuple[float, ...] = ()
+    needed: tuple[float, ...]
     """Per measurement, the least factor (about the band's middle, in log space) that puts it
-    inside its band: 1 where it already is."""
+    inside its band: 1 where it already is, infinite for a band of zero width."""
 
     def inside_at(self, factor: float) -> float:
         """The fraction of its measurements inside the bands widened by ``factor``."""
@@ -100,7 +100,7 @@ def source_widen(fs: Sequence[Fold], coverage: float) -> tuple[float, float]:
     each fitted without the source it is scored on, cover ``coverage`` of the sources (each
     source once: the mean of its measurements' coverage), rounded up to 0.01. Infinite where
     no factor does (a band of zero width)."""
-    candidates = sorted({1.0, *(n for f in fs for n in f.needed if n > 1.0)})
+    candidates = sorted({1.0, *(n for f in fs for n in f.needed if 1.0 < n < math.inf)})
     for factor in candidates:
         got = mean(f.inside_at(factor) for f in fs)
         if got >= coverage - 1e-12:

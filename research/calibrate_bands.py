@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from functools import cache
 from pathlib import Path
+from statistics import mean
 
 import msgspec
 
@@ -114,7 +115,9 @@ def _peak_predictions() -> tuple[Prediction, ...]:
 
 def fit(predictions: Sequence[Prediction] | None = None) -> dict[str, object]:
     """The bands of ``predictions`` (default: the calibrate split's device peaks, with each
-    class's leave-one-source-out coverage, ``research/band_loso.py``)."""
+    class's leave-one-source-out coverage and, for a class with its own band that covers fewer
+    sources left out than ``COVERAGE``, the least factor that makes it: ``source_widen``,
+    ``research/band_loso.py``)."""
     by_class: dict[str, list[Prediction]] = defaultdict(list)
     for p in peak_predictions() if predictions is None else predictions:
         cls = class_of(p)
@@ -145,12 +148,17 @@ def fit(predictions: Sequence[Prediction] | None = None) -> dict[str, object]:
         for f in folds(peak_predictions()):
             by_source[f.workload_class].append(f)
         for cls, fs in by_source.items():
-            # a class short of measurements answers with its family's band, widened already
-            if cls in classes and classes[cls]["measurements"] >= MIN_MEASUREMENTS:  # type: ignore[operator]
-                factor, covered = source_widen(fs, COVERAGE)
-                classes[cls]["source_coverage"] = round(covered, 4)
-                if factor > 1.0:
-                    classes[cls]["source_widen"] = factor
+            if cls not in classes:
+                continue
+            factor, covered = source_widen(fs, COVERAGE)
+            # A class short of measurements answers with its family's band, widened already:
+            # its coverage is recorded as measured, unwidened.
+            own = classes[cls]["measurements"] >= MIN_MEASUREMENTS  # type: ignore[operator]
+            if own and 1.0 < factor < math.inf:
+                classes[cls]["source_widen"] = factor
+            else:
+                covered = mean(f.inside_at(1.0) for f in fs)
+            classes[cls]["source_coverage"] = round(covered, 4)
     return {
         **_HEADER,
         "pooled": {

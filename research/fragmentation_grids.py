@@ -107,7 +107,7 @@ def _training(m: str, batch: int, tokens: int) -> dict[str, Any]:
 
 LORA = {"kind": "lora", "rank": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 """The GPU campaigns' LoRA (PEFT's r 16 on the attention projections; GPT-2's fused c_attn and
-c_proj)."""
+c_proj, a name that also reaches its MLP's output projection, as PEFT matches names)."""
 
 
 def _lora(m: str, batch: int, tokens: int) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def test_gelu_new_keeps_three_more_tensors_of_the_mlp_width() -> None:
     assert parts[ACTIVATION_PART] == 12 * 2048 * 3 * 3072 * 2 == 452_984_832
 
 
-def test_the_preset_gpt2_runs_gelu_new_by_default() -> None:
+def test_a_gpt2_config_naming_no_activation_runs_gelu_new() -> None:
     # GPT2Config's default activation_function is gelu_new: a config that names none gets it
     config = {k: v for k, v in GPT2_SMALL.items() if k != "activation_function"}
     parts = _activation_parts(_training({"source": "hf_config", "config": config}))
@@ -80,13 +80,31 @@ def test_gelu_fast_keeps_seven() -> None:
     assert parts[ACTIVATION_PART] == 12 * 2048 * 6 * 3072 * 2
 
 
+def test_under_autocast_the_pow_compositions_keep_fp32_copies() -> None:
+    """CUDA autocast runs ``torch.pow`` in fp32 (torch's AMP op reference): ``gelu_new`` then
+    keeps an fp32 x, the fp32 tanh and 1 + tanh, and 0.5 x in bf16 -- 12 + 2 bytes per element
+    where the formula's base counts x in bf16 (2): 12 more, not 3 x 2."""
+    model = {"source": "hf_config", "config": GPT2_SMALL}
+    body = _training(model)
+    body["workloads"][0]["mixed_precision"] = "autocast"
+    body["workloads"][0]["precision"] = {"weights": "fp32", "compute": "bf16"}
+    parts = _activation_parts(body)
+    assert parts[ACTIVATION_PART] == 12 * 2048 * 12 * 3072 == 905_969_664
+    # gelu_fast has no pow: its seven tensors stay in bf16
+    fast = {"source": "hf_config", "config": {**GPT2_SMALL, "activation_function": "gelu_fast"}}
+    body["workloads"][0]["model"] = fast
+    assert _activation_parts(body)[ACTIVATION_PART] == 12 * 2048 * 6 * 3072 * 2
+
+
 def test_the_table_is_what_autograd_saves() -> None:
-    """Each count of the table, recounted on transformers' own modules with torch's
-    saved-tensor hooks: the storages of the activation's width that its backward keeps."""
+    """Every activation transformers names (``ACT2CLS``), recounted on its own module with
+    torch's saved-tensor hooks: the storages of the activation's width that its backward
+    keeps, the table's count or 1 (``linear`` keeps none)."""
     torch = pytest.importorskip("torch")
     activations = pytest.importorskip("transformers.activations")
     n = 1 << 12
-    for name, count in MODEL_CODE_ACTIVATIONS.items():
+    for name in activations.ACT2CLS:
+        count = 0 if name == "linear" else MODEL_CODE_ACTIVATIONS.get(name, 1)
         x = torch.randn(n, requires_grad=True) * 1.0  # a non-leaf, as a projection's output
         kept: dict[int, int] = {}
 

@@ -15,7 +15,7 @@ from vrambudget.core.dtypes import bytes_of
 from vrambudget.core.formulas.activations import (
     HEAD_INPUTS_PART,
     RmsNorm,
-    activation_saved,
+    activation_extra_bytes,
     eager_softmax_backward_bytes,
     recompute_backward_bytes,
     training_activations,
@@ -229,9 +229,14 @@ def analytic_peaks(
     }
     if isinstance(w, TrainingWorkload):
         # the MLP's activation as the default stack's model code (transformers') runs it
-        act = activation_saved(arch, resolve_stack(None).transformers_modules)
+        act = activation_extra_bytes(
+            arch,
+            resolve_stack(None).transformers_modules,
+            bytes_of(w.precision.compute),
+            w.mixed_precision == "autocast",
+        )
         acts, one_layer, parts = training_activations(
-            w, arch, st.stage, st.dims, norm, act_saved=act
+            w, arch, st.stage, st.dims, norm, act_extra=act
         )
         if w.checkpointing == "full":
             # the loss's moment without the recomputed layer, or the recompute with the

@@ -54,9 +54,9 @@ class _Class(msgspec.Struct, frozen=True):
     log_high: float
     frameworks: tuple[str, ...]
     source_coverage: float | None = None
-    """Leave-one-source-out coverage of the class (``research/band_loso.py``), with
-    ``source_widen`` applied; None for the ``class|framework`` cells, the families and the
-    pool."""
+    """Leave-one-source-out coverage of the class (``research/band_loso.py``), with its
+    ``source_widen`` applied where it has one (then at least ``coverage`` by construction); None
+    for the ``class|framework`` cells, the families and the pool."""
     source_widen: float = 1.0
     """The least factor (about the band's middle) by which the class's bands, fitted without
     each calibrate source in turn, cover ``coverage`` of the sources left out
@@ -189,14 +189,18 @@ def _rule(cls: str, framework: str, named: bool) -> BandRule:
     return rule_from(_bands(), cls, framework, named)
 
 
-def rule_from(b: BandFit, cls: str, framework: str, named: bool) -> BandRule:
+def rule_from(
+    b: BandFit, cls: str, framework: str, named: bool, source_widen: bool = True
+) -> BandRule:
     """The class's band in the fit ``b``: its own (or its framework's, where that cell has enough
     measurements, and enough sources unless the class lacks them too: a class band from
     enough sources holds for a new source of any of its frameworks, a cell from too few
     would be widened past it), widened where the measurements come from fewer sources than a
     new source's bias can be bounded with, or the stack's framework was never measured in the
-    class; a class with too few measurements takes its family's band, widened. (Any fit:
-    ``research/band_loso.py`` refits without one source at a time.)"""
+    class; a class with too few measurements takes its family's band, widened. Last, the
+    class's ``source_widen``, about the band's middle (``source_widen`` false: not applied, for
+    the default stack's band that a framework the class never saw is joined with before it is
+    widened once). (Any fit: ``research/band_loso.py`` refits without one source at a time.)"""
     pct = f"{100 * b.coverage:.0f}%"
     cell = b.classes.get(f"{cls}|{framework}")
     c = b.classes.get(cls)
@@ -241,9 +245,11 @@ def rule_from(b: BandFit, cls: str, framework: str, named: bool) -> BandRule:
     if named and framework not in base.frameworks:
         # A framework the class never saw: at least the band of the stack a request that
         # names none gets (which may rest on another cell of the class).
-        default = rule_from(b, cls, _default_framework(), False)
+        default = rule_from(b, cls, _default_framework(), False, source_widen=False)
         low, high = min(low, math.log(default.low)), max(high, math.log(default.high))
-    if c is not None and c.source_widen > 1.0:
+    widened = source_widen and c is not None and c.source_widen > 1.0
+    if widened:
+        assert c is not None
         # Widened again until the bands fitted without each source cover a new one as often as
         # the coverage says (leave-one-source-out over the calibrate split).
         mid, half = (low + high) / 2, (high - low) / 2 * c.source_widen
@@ -253,7 +259,7 @@ def rule_from(b: BandFit, cls: str, framework: str, named: bool) -> BandRule:
         + (f", widened x{widen:g} ({'; '.join(reasons)})" if reasons else "")
         + (
             f", x{c.source_widen:g} to cover {pct} of the sources left out of the fit in turn"
-            if c is not None and c.source_widen > 1.0
+            if widened and c is not None
             else ""
         )
         + f" ({b.source})"

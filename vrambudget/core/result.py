@@ -103,9 +103,11 @@ class ErrorBand(_Out, frozen=True, kw_only=True):
     source_coverage: float | None = None
     """Measured, not assumed: refitting the bands without each published source of this class
     in turn, the share of that source's measurements inside the band it got (each source
-    weighted once; ``research/band_loso.py``). What to expect for a run the corpus has not
-    seen, where ``coverage`` is what the band is fitted to; null where the class has no
-    calibration source of its own."""
+    weighted once; ``research/band_loso.py``). Where that fell short of ``coverage``, the
+    class's band is widened until it does not (the ``basis`` says by how much), so this reads
+    ``coverage`` or more; a class short of measurements, which answers with its family's band,
+    reports its own figure as measured. Null where the class has no calibration source of its
+    own."""
 
 
 class AllocatorCache(_Out, frozen=True, kw_only=True):

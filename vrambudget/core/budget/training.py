@@ -18,7 +18,7 @@ from ..formulas.activations import (
     OFFLOADED_BACK_PART,
     RECOMPUTE_GRADS_PART,
     RECOMPUTED_PART,
-    activation_saved,
+    activation_extra_bytes,
     eager_softmax_backward_bytes,
     lora_layer_trainable,
     recompute_backward_bytes,
@@ -78,7 +78,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         residual_bytes=residual,
         fused_swiglu=fused_swiglu,
         unsloth=unsloth,
-        act_saved=activation_saved(arch, ov.stack.transformers_modules),
+        act_extra=activation_extra_bytes(
+            arch, ov.stack.transformers_modules, e, w.mixed_precision == "autocast"
+        ),
     )
     previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":

@@ -286,7 +286,13 @@ def _decoder(model_type: str, c: _Cfg, *, extras: list[TensorGroup]) -> Arch:
         checkpoint_only_params=checkpoint_only,
         mtp_layers=c.get("num_nextn_predict_layers", 0) if model_type == "deepseek_v3" else 0,
         shifted_loss_copy=model_type == "qwen",
-        activation=c.get("hidden_act") or c.get("hidden_activation") or "",
+        # the key the family's model code reads (Gemma's MLPs: config.hidden_activation)
+        activation=(
+            c.get("hidden_activation") or c.get("hidden_act")
+            if model_type.startswith("gemma")
+            else c.get("hidden_act")
+        )
+        or "",
     )
 
 

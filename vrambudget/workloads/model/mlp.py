@@ -37,7 +37,10 @@ _COMPOSED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
     "gelu_10": lambda x: torch.clip(F.gelu(x), -10.0, 10.0),
 }
-"""The activations of :data:`~vrambudget.core.formulas.activations.MODEL_CODE_ACTIVATIONS`."""
+"""The activations of :data:`~vrambudget.core.formulas.activations.MODEL_CODE_ACTIVATIONS`
+(``sqrtsoftplus`` and ``xielu`` run torch's kernels here: the built-in builders do not build
+their families). The ops run in the compute dtype: torch.autocast's fp32 ``pow`` is not
+imitated."""
 
 
 class _FeedForward:
@@ -51,6 +54,11 @@ class _FeedForward:
     # ------------------------------------------------------------------------------- MLP --
 
     def _act(self, x: torch.Tensor) -> torch.Tensor:
+        """A gated MLP's activation: the model code's Python composition where the plan runs
+        it, else torch's kernel."""
+        composed = _COMPOSED.get(self.arch.activation) if self.plan.composed_activations else None
+        if composed is not None:
+            return composed(x)
         if self.arch.model_type in _GELU_FAMILIES:
             return F.gelu(x, approximate="tanh")
         return F.silu(x)

@@ -19,9 +19,10 @@ __all__ = [
     "FULL_TRAINING",
     "MODEL_CODE_ACTIVATIONS",
     "OFFLOADED_BACK_PART",
+    "POW_UPCAST_ACTIVATIONS",
     "RmsNorm",
     "Trainable",
-    "activation_saved",
+    "activation_extra_bytes",
     "eager_softmax_backward_bytes",
     "eager_softmax_fp32",
     "in_flight",
@@ -333,24 +334,41 @@ MODEL_CODE_ACTIVATIONS: dict[str, int] = {
     "quick_gelu": 2,
     # clip(gelu(x), -10, 10): x, gelu(x)
     "gelu_10": 2,
+    # sqrt(softplus(x)): x, its output
+    "sqrtsoftplus": 2,
+    # Apertus' xIELU, transformers' Python fallback without the xielu package
+    "xielu": 4,
 }
 """transformers' activation modules (``activations.py`` ``ACT2CLS``; 5.23.0, and the 4.x releases
 since ``NewGELUActivation`` was added) that are Python compositions of elementwise ops rather
 than one kernel: autograd saves each op's operands, so the MLP keeps this many tensors of its
-width where ``F.gelu`` / ``F.silu`` keep one (its input); the description names them. Counted
-with torch's ``saved_tensors_hooks`` on torch 2.13 (``tests/core/test_activation_functions.py``
-recounts them on transformers' own modules). GPT-2 (``activation_function`` ``gelu_new`` by
-default), GPT-J, GPT-Neo, CodeGen and Phi-1/1.5/2 (``hidden_act`` ``gelu_new``) run them;
+width where ``F.gelu`` / ``F.silu`` keep one (its input). Counted with torch's
+``saved_tensors_hooks`` on torch 2.13 (``tests/core/test_activation_functions.py`` recounts
+every ``ACT2CLS`` entry on transformers' own modules). GPT-2, GPT-J, GPT-Neo and CodeGen
+(``activation_function`` ``gelu_new``) and Phi-1/1.5/2 (``hidden_act`` ``gelu_new``) run them;
 LitGPT, torchtune and torch's ``nn.GELU`` do not."""
 
+POW_UPCAST_ACTIVATIONS = frozenset({"gelu_new", "gelu_accurate", "gelu_python_tanh"})
+"""Compositions with ``torch.pow``, which CUDA autocast runs in fp32 (torch's AMP op reference,
+"CUDA Ops that can autocast to float32"): under bf16/fp16 autocast they save an fp32 copy of
+x, the fp32 tanh and 1 + tanh, and 0.5 x in the compute dtype -- 12 + e bytes per element,
+where the compute-dtype x they no longer save is e."""
 
-def activation_saved(arch: Arch, model_code: bool) -> int:
-    """Tensors of the MLP's width its activation keeps for backward, its input included: the
-    count of :data:`MODEL_CODE_ACTIVATIONS` when transformers' model code runs (``model_code``)
-    and the config names such an activation; else 1 (one kernel saves its input)."""
+
+def activation_extra_bytes(arch: Arch, model_code: bool, e: int, autocast: bool) -> int:
+    """Bytes per element of the MLP's width that its activation keeps for backward beyond its
+    input (counted once, in the compute dtype ``e``, with the MLP's intermediates): 0 for one
+    kernel, or where the model code is not transformers' (``model_code`` false); (k - 1) x e for
+    a composition of :data:`MODEL_CODE_ACTIVATIONS` keeping k tensors; 12 for the ``pow`` ones
+    under CUDA autocast from 16-bit (:data:`POW_UPCAST_ACTIVATIONS`)."""
     if not model_code:
-        return 1
-    return MODEL_CODE_ACTIVATIONS.get(arch.activation, 1)
+        return 0
+    k = MODEL_CODE_ACTIVATIONS.get(arch.activation, 1)
+    if k == 1:
+        return 0
+    if autocast and e < FP32 and arch.activation in POW_UPCAST_ACTIVATIONS:
+        return 3 * FP32
+    return (k - 1) * e
 
 
 def _mlp_saved(
@@ -397,7 +415,7 @@ def training_saved(
     math_mqa: bool = False,
     fused_swiglu: bool = False,
     softmax_fp32: bool = True,
-    act_saved: int = 1,
+    act_extra: int = 0,
 ) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
@@ -418,9 +436,9 @@ def training_saved(
     lit-gpt before its PR #667 (2023-10-24) left one K/V head unrepeated, which SDPA's fused
     kernels refuse, so its math path ran: the probabilities (b x heads x s x keys x e) are saved,
     with the scaled q and K/V broadcast to every query head by ``matmul``; no log-sum-exp, and
-    the output is saved only where a trained projection needs it. ``act_saved``: tensors of the
-    MLP's width its activation keeps (:func:`activation_saved`), more than one for transformers'
-    Python-composed GELUs.
+    the output is saved only where a trained projection needs it. ``act_extra``: bytes per element
+    of the MLP's width its activation keeps beyond its input (:func:`activation_extra_bytes`;
+    transformers' Python-composed GELUs).
     """
     s, b, h = seq, batch, dd.h
     tokens = s * b
@@ -457,10 +475,9 @@ def training_saved(
         ),
         "mlp dropout mask": mask,
     }
-    if act_saved > 1 and not fused_swiglu and not layer.moe:
-        # ``act_saved``: the activation's count of :data:`MODEL_CODE_ACTIVATIONS`; its input is
-        # one of the mlp intermediates already
-        items[ACTIVATION_PART] = tokens * (act_saved - 1) * dd.f * e
+    if act_extra and not fused_swiglu and not layer.moe:
+        # its input is one of the mlp intermediates already
+        items[ACTIVATION_PART] = tokens * act_extra * dd.f
     if tr.lora_bytes_per_token:
         lora = tr.lora_bytes_per_token - (
             tr.qkv_dropout_repeats_bytes_per_token if fused_qkv else 0
@@ -646,7 +663,7 @@ def training_activations(
     residual_bytes: int | None = None,
     fused_swiglu: bool = False,
     unsloth: bool = False,
-    act_saved: int = 1,
+    act_extra: int = 0,
 ) -> tuple[int, int, list[tuple[str, int]]]:
     """(all saved activations of a pipeline stage, one layer's saved activations, itemized
     parts): per layer kind the tensors saved for backward (``training_saved``; with full
@@ -656,8 +673,8 @@ def training_activations(
     stream's element size where it differs from the compute dtype's (QLoRA as PEFT prepares
     it: fp32 embeddings and norms make every layer input fp32), which full recomputation
     keeps. ``unsloth``: the stack is Unsloth's, whose fast LoRA (``lora_dropout`` 0) saves less
-    (:func:`unsloth_trainable`). ``act_saved``: what the MLP's activation keeps
-    (:func:`activation_saved`)."""
+    (:func:`unsloth_trainable`). ``act_extra``: what the MLP's activation keeps beyond its input
+    (:func:`activation_extra_bytes`)."""
     e = bytes_of(w.precision.compute)
     fp32_normed = fp32_normed_of(arch, w.mixed_precision)
     attention = attention_run(w.attention, arch)
@@ -697,7 +714,7 @@ def training_activations(
             math_mqa=math_mqa,
             fused_swiglu=swiglu,
             softmax_fp32=softmax_fp32,
-            act_saved=act_saved,
+            act_extra=act_extra,
         )
         selective = ckpt == "selective"
         saved = saved_by(drop_scores=selective)
