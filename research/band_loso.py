@@ -43,13 +43,20 @@ class Fold:
 
     workload_class: str
     source: str
-    measurements: int
-    inside: int
     few_sources: bool
     """The band it got rested on fewer than ``min_sources`` sources (it was widened)."""
     needed: tuple[float, ...]
     """Per measurement, the least factor (about the band's middle, in log space) that puts it
     inside its band: 1 where it already is, infinite for a band of zero width."""
+
+    @property
+    def measurements(self) -> int:
+        return len(self.needed)
+
+    @property
+    def inside(self) -> int:
+        """Its measurements inside the band as fitted."""
+        return sum(n <= 1.0 for n in self.needed)
 
     def inside_at(self, factor: float) -> float:
         """The fraction of its measurements inside the bands widened by ``factor``."""
@@ -70,7 +77,6 @@ def folds(predictions: Sequence[Prediction], widen: float | None = None) -> list
         bands = msgspec.convert(fit(rest), BandFit)
         if widen is not None:
             bands = msgspec.structs.replace(bands, widen=widen)
-        by_class: dict[str, list[bool]] = defaultdict(list)
         needed: dict[str, list[float]] = defaultdict(list)
         few: dict[str, bool] = {}
         for p in predictions:
@@ -78,11 +84,10 @@ def folds(predictions: Sequence[Prediction], widen: float | None = None) -> list
                 continue
             cls, framework, named = keys[id(p)]
             rule = rule_from(bands, cls, framework, named)
-            by_class[cls].append(rule.low <= p.record.measured / p.predicted <= rule.high)
             needed[cls].append(_needed(rule.low, rule.high, p.record.measured / p.predicted))
             few[cls] = "sources, fewer than" in rule.basis  # widened for too few sources
-        for cls, hits in by_class.items():
-            out.append(Fold(cls, source, len(hits), sum(hits), few[cls], tuple(needed[cls])))
+        for cls, factors in needed.items():
+            out.append(Fold(cls, source, few[cls], tuple(factors)))
     return out
 
 

@@ -144,10 +144,10 @@ def fit(predictions: Sequence[Prediction] | None = None) -> dict[str, object]:
     if predictions is None:  # the committed fit: each class's coverage of an unseen source
         from research.band_loso import folds, source_widen
 
-        by_source: dict[str, list] = defaultdict(list)
+        by_class: dict[str, list] = defaultdict(list)
         for f in folds(peak_predictions()):
-            by_source[f.workload_class].append(f)
-        for cls, fs in by_source.items():
+            by_class[f.workload_class].append(f)
+        for cls, fs in by_class.items():
             if cls not in classes:
                 continue
             factor, covered = source_widen(fs, COVERAGE)

@@ -19,8 +19,7 @@ def test_needed_is_the_distance_from_the_middle_over_the_half_width() -> None:
 
 
 def _fold(source: str, needed: tuple[float, ...]) -> Fold:
-    inside = sum(n <= 1.0 for n in needed)
-    return Fold("fine_tuning_lora", source, len(needed), inside, False, needed)
+    return Fold("fine_tuning_lora", source, False, needed)
 
 
 def test_the_least_factor_that_covers_the_coverage_of_sources() -> None:

@@ -247,19 +247,18 @@ def rule_from(
         # names none gets (which may rest on another cell of the class).
         default = rule_from(b, cls, _default_framework(), False, source_widen=False)
         low, high = min(low, math.log(default.low)), max(high, math.log(default.high))
-    widened = source_widen and c is not None and c.source_widen > 1.0
-    if widened:
-        assert c is not None
+    factor = c.source_widen if source_widen and c is not None else 1.0
+    if factor > 1.0:
         # Widened again until the bands fitted without each source cover a new one as often as
         # the coverage says (leave-one-source-out over the calibrate split).
-        mid, half = (low + high) / 2, (high - low) / 2 * c.source_widen
+        mid, half = (low + high) / 2, (high - low) / 2 * factor
         low, high = mid - half, mid + half
     basis = (
         f"split conformal, {pct}, over {base.measurements} published measurements of {words}"
         + (f", widened x{widen:g} ({'; '.join(reasons)})" if reasons else "")
         + (
-            f", x{c.source_widen:g} to cover {pct} of the sources left out of the fit in turn"
-            if widened and c is not None
+            f", x{factor:g} to cover {pct} of the sources left out of the fit in turn"
+            if factor > 1.0
             else ""
         )
         + f" ({b.source})"
