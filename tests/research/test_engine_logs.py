@@ -119,7 +119,7 @@ def test_vllm_kv_tokens_targets():
 def test_vllm_band_low_end_never_promises_more_kv_than_the_engine_printed():
     """kv_cache_tokens_band on the held-out logs: every printed KV size is at or above the band's
     low end (the low end is what to size for), and all 41 fall inside."""
-    band = [r for r in ROWS if r.quantity == "KV tokens inside the band"]
+    band = [r for r in ROWS if r.quantity == "KV tokens inside the band" and r.engine == "vllm"]
     assert len(band) == 41
     assert sum(r.predicted for r in band) == 41
     for r in ROWS:
@@ -159,15 +159,27 @@ def test_sglang_kv_tokens_ratchet():
     the distributed start, went from -10.7% to -2.9% (the smallest measured GPU's 0.25 GiB
     context, the floor of the line, and the 0.17 GiB PCIe distributed term); set D's 4 x RTX
     4090 TP4 launch of Qwen3-14B from -0.8% to +0.1%; the H100 stays +0.6% (its line value is
-    within 0.2% of vLLM's). The two desktop launches, whose desktops held memory before SGLang
-    measured, move the other way, as a bare card's smaller context leaves more of the printed
-    gap to the desktop: the RTX 3090 under WSL2 from +5.7% to +9.8%, the RTX 4090 under
-    Docker Desktop from +14.1% to +16.6% (+0.7% and +0.1% given the printed free memory:
-    `device.memory_in_use_bytes` is the input for it)."""
+    within 0.2% of vLLM's). The two desktop launches are re-created as their sources state
+    the host (Windows with WSL2 / Docker Desktop: `device.desktop_session` "windows"), whose
+    hold comes from published nvidia-smi readings, none of them these logs
+    (research/desktop_hold.py): the RTX 3090 under WSL2 from +9.8% (a bare card) to -2.7%, the
+    RTX 4090 under Docker Desktop from +16.6% to +1.6% (+0.7% and +0.1% given the printed
+    free memory)."""
     errs = _errors("sglang", "KV tokens")
     assert len(errs) == 5
-    assert statistics.median(abs(e) for e in errs) <= 0.0291  # 2.90%
-    assert max(errs) <= 0.166 and min(errs) >= -0.0291
+    assert statistics.median(abs(e) for e in errs) <= 0.0156  # 1.55%
+    assert max(errs) <= 0.0161 and min(errs) >= -0.0291
+
+
+def test_sglang_desktop_band_holds_the_printed_pool():
+    """Where the hold is assumed, SGLang's kv_cache_tokens_band (the pools beside the two ends
+    of the readings' band) holds the pool each desktop launch printed."""
+    band = [r for r in ROWS if r.quantity == "KV tokens inside the band" and r.engine == "sglang"]
+    assert {r.log for r in band} == {
+        "sglang-jerryzsj-r1distill-qwen7b-rtx3090",
+        "sglang-maxuhl98-llama31-8b-rtx4090-tp1",
+    }
+    assert all(r.predicted == 1.0 for r in band)
 
 
 def test_sglang_weights_are_the_reserved_segments_of_the_loaded_weights():
@@ -188,14 +200,9 @@ def test_sglang_weights_are_the_reserved_segments_of_the_loaded_weights():
     assert all(abs(r.error) <= 0.005 for r in rows.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SGLang held-out KV tokens: median 2.9% (met), but +16.6% on an RTX 4090 under "
-    "Docker Desktop and +9.8% on an RTX 3090 under WSL2, both with the desktop's memory taken "
-    "before SGLang measured (the answer assumes a bare card unless memory_in_use_bytes says "
-    "otherwise); -2.9% (4 x L4), +0.1% (4 x RTX 4090), +0.6% (H100) (docs/ACCURACY.md)",
-)
 def test_sglang_kv_tokens_targets():
+    """Issue 16's targets for SGLang's held-out logs: KV tokens within 3% at the median and 10%
+    at most (the desktop launches with their stated host)."""
     errs = _errors("sglang", "KV tokens")
     assert statistics.median(abs(e) for e in errs) <= 0.03
     assert max(abs(e) for e in errs) <= 0.10
@@ -210,7 +217,8 @@ def test_sglang_pool_rule_given_the_printed_free_memory():
     free memory than the modelled start left while that start took vLLM's H100 context, and
     so had no row). The 4 x L4 log still prints more free memory than the modelled start
     leaves (the smallest measured GPU's context is its floor), so it has none. The desktops'
-    +9.8% and +16.6% are the start-up footprint (the desktop's memory), not the pool. A
+    +9.8% and +16.6% on a bare card are the start-up footprint (the desktop's memory), not the
+    pool. A
     diagnostic, not a test of the model: the printed free memory comes from the log."""
     from research.engine_logs import PRINTED_FREE
 

@@ -24,6 +24,7 @@ import msgspec
 from .catalog import print_table
 from .errors import EXIT_CODES, EXIT_DOES_NOT_FIT, EXIT_FITS, report
 from .workload_args import (
+    DESKTOP_ARG,
     FLAG_OF,
     UsageError,
     add_workload_args,
@@ -52,9 +53,13 @@ def _request(args: argparse.Namespace) -> Any:
     gpus = [g.strip() for item in args.gpu for g in item.split(",") if g.strip()]
     if args.memory_in_use and not gpus:
         raise UsageError("--memory-in-use needs --gpu: the devices whose memory others hold")
-    held = (
+    if args.desktop and not gpus:
+        raise UsageError("--desktop needs --gpu: the devices that drive the desktop")
+    held: dict[str, object] = (
         {"memory_in_use_bytes": round(args.memory_in_use * (1 << 30))} if args.memory_in_use else {}
     )
+    if args.desktop:
+        held["desktop_session"] = args.desktop
     devices = [{"source": "catalog", "id": g, **held} for g in gpus]
     if args.file:
         reject_with_file(args)
@@ -218,6 +223,7 @@ def add_parser(sub: Any) -> None:
         help="GiB other processes already hold on each --gpu (a desktop, another server: "
         "nvidia-smi's used memory with nothing of yours running)",
     )
+    f.add_argument("--desktop", **DESKTOP_ARG)
     f.add_argument(
         "--counts",
         type=_csv_ints,

@@ -90,6 +90,8 @@ def _device(args: argparse.Namespace) -> dict[str, object]:
     device: dict[str, object] = {"source": "catalog", "id": args.gpu}
     if args.memory_in_use:
         device["memory_in_use_bytes"] = round(args.memory_in_use * (1 << 30))
+    if args.desktop:
+        device["desktop_session"] = args.desktop
     return device
 
 
@@ -106,6 +108,8 @@ def _estimate(args: argparse.Namespace) -> int:
     try:
         if args.memory_in_use and not args.gpu:
             raise UsageError("--memory-in-use needs --gpu: the device whose memory others hold")
+        if args.desktop and not args.gpu:
+            raise UsageError("--desktop needs --gpu: the device that drives the desktop")
         req = _request_from_args(args)
         if args.method:
             req = msgspec.structs.replace(req, method=args.method)  # type: ignore[type-var]
@@ -248,12 +252,16 @@ def _print_verdict(budget: Any) -> None:
     f = budget.fit
     if f is None or budget.device is None:
         return
-    held = budget.device.memory_in_use_bytes
+    d = budget.device
+    held = d.memory_in_use_bytes
+    who = (
+        f"assumed held by the {d.desktop_session} desktop (published readings "
+        f"{format_bytes(d.memory_in_use_low_bytes)} .. {format_bytes(d.memory_in_use_high_bytes)})"
+        if d.memory_in_use_basis is not None
+        else "held by other processes"
+    )
     room = format_bytes(f.capacity_bytes) + (
-        f" left of {format_bytes(budget.device.memory_total_bytes)}, "
-        f"{format_bytes(held)} held by other processes"
-        if held
-        else ""
+        f" left of {format_bytes(d.memory_total_bytes)}, {format_bytes(held)} {who}" if held else ""
     )
     name = f"{budget.device.name} ({room})"
     used = format_bytes(f.used_bytes)
@@ -345,7 +353,7 @@ def _stack_words(stack: Any) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The ``vrambudget`` parser with every subcommand."""
     from .errors import EXIT_CODES
-    from .workload_args import add_workload_args
+    from .workload_args import DESKTOP_ARG, add_workload_args
 
     parser = argparse.ArgumentParser(
         prog="vrambudget",
@@ -398,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
         "nvidia-smi's used memory with nothing of yours running); the fit and the serving "
         "engines' pools see what is left",
     )
+    est.add_argument("--desktop", **DESKTOP_ARG)
     est.add_argument("--json", action="store_true", help="print the JSON budget")
     est.add_argument(
         "--svg",

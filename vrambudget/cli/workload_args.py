@@ -117,6 +117,7 @@ FLAG_OF: dict[str, str] = {
     "expandable_segments": "--expandable-segments",
     "fraction": "--headroom",
     "memory_in_use_bytes": "--memory-in-use",
+    "desktop_session": "--desktop",
     **{lib: "--library" for lib in ("transformers", "peft", "trl", "accelerate")},
     **{lib: "--library" for lib in ("bitsandbytes", "deepspeed", "flash_attn", "liger_kernel")},
 }
@@ -779,3 +780,12 @@ def model_resolver() -> Any:
     from vrambudget.trace.models import resolve_models
 
     return resolve_models
+
+
+DESKTOP_ARG: dict[str, Any] = {
+    "choices": ("windows", "linux", "none"),
+    "help": "the --gpu also drives a desktop session: windows (native, WSL2 or Docker "
+    "Desktop), linux (Xorg / Wayland), or none (headless); without --memory-in-use the "
+    "desktop's published hold is assumed and the verdict holds at its high end",
+}
+"""``--desktop`` of ``estimate`` and ``fit`` (``device.desktop_session``)."""

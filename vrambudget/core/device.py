@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal
 
 from .calibration import ProfileSet, apply_profile
 from .catalog import GPU, gpu
+from .desktop import desktop_hold, hold_basis
 from .errors import InvalidWorkload
 from .memo import BoundedCache
 from .overheads import DEFAULT_OVERHEADS, Overheads, device_overheads, with_software
@@ -41,6 +43,14 @@ class DeviceContext:
     process's start grows with (:func:`~.formulas.cuda_context.start_context`)."""
     segment: str | None = None
     """The catalog's market segment (``datacenter``, ``workstation``, ``consumer``)."""
+    desktop_session: Literal["windows", "linux", "none"] | None = None
+    """The request's ``desktop_session`` (None: not said)."""
+    in_use_below: int = 0
+    in_use_above: int = 0
+    """How far below and above ``memory_in_use_bytes`` the real hold may lie: a desktop's
+    published spread where the hold is assumed (:mod:`.desktop`), 0 where it was measured."""
+    in_use_basis: str | None = None
+    """Where an assumed hold comes from (None: the request's own number)."""
 
     @property
     def capacity_bytes(self) -> int:
@@ -49,13 +59,36 @@ class DeviceContext:
         ``mem_fraction_static``) still reads the total, as the engine does."""
         return self.memory_total_bytes - self.memory_in_use_bytes
 
+    @property
+    def capacity_low_bytes(self) -> int:
+        """The capacity if others hold the high end of their assumed hold: what a "fits"
+        verdict and the largest batch / context must hold under."""
+        return self.capacity_bytes - self.in_use_above
+
+    def at_hold(self, high: bool) -> DeviceContext:
+        """The device with the high (or low) end of an assumed hold as what others hold, as if
+        measured (no spread left)."""
+        held = self.memory_in_use_bytes + (self.in_use_above if high else -self.in_use_below)
+        return dataclasses.replace(
+            self, memory_in_use_bytes=held, in_use_below=0, in_use_above=0, in_use_basis=None
+        )
+
     def summary(self) -> DeviceSummary:
+        assumed = self.in_use_basis is not None
         return DeviceSummary(
             name=self.name,
             id=self.id,
             memory_total_bytes=self.memory_total_bytes,
             architecture=self.architecture,
             memory_in_use_bytes=self.memory_in_use_bytes,
+            desktop_session=self.desktop_session,
+            memory_in_use_low_bytes=self.memory_in_use_bytes - self.in_use_below
+            if assumed
+            else None,
+            memory_in_use_high_bytes=self.memory_in_use_bytes + self.in_use_above
+            if assumed
+            else None,
+            memory_in_use_basis=self.in_use_basis,
         )
 
 
@@ -94,8 +127,11 @@ def resolve_device(
             )
         case _:
             raise TypeError(ref)
-    if not isinstance(ref, GPU) and ref.memory_in_use_bytes:
-        ctx = _in_use(ctx, ref.memory_in_use_bytes, field)
+    if not isinstance(ref, GPU):
+        if ref.memory_in_use_bytes:
+            ctx = _in_use(ctx, ref.memory_in_use_bytes, field)
+        if ref.desktop_session is not None:
+            ctx = _desktop(ctx, ref.desktop_session, field)
     if software is not None:
         ctx = _STACKED.get_or(
             (ctx, software),
@@ -132,6 +168,30 @@ def _in_use(ctx: DeviceContext, in_use: int, field: str) -> DeviceContext:
     return dataclasses.replace(ctx, memory_in_use_bytes=in_use)
 
 
+def _desktop(
+    ctx: DeviceContext, session: Literal["windows", "linux", "none"], field: str
+) -> DeviceContext:
+    """The device that drives ``session``: where the request did not measure what others hold,
+    a desktop's published hold and its spread (a 422 when the hold's high end leaves nothing)."""
+    if session == "none" or ctx.memory_in_use_bytes:
+        return dataclasses.replace(ctx, desktop_session=session)
+    h = desktop_hold(session)
+    if h.high_bytes >= ctx.memory_total_bytes:
+        raise InvalidWorkload(
+            f"{field}.desktop_session",
+            f"a {session} desktop holds up to {h.high_bytes} bytes, the {ctx.name}'s whole "
+            f"{ctx.memory_total_bytes}: give memory_in_use_bytes as measured",
+        )
+    return dataclasses.replace(
+        ctx,
+        memory_in_use_bytes=h.typical_bytes,
+        desktop_session=session,
+        in_use_below=h.typical_bytes - h.low_bytes,
+        in_use_above=h.high_bytes - h.typical_bytes,
+        in_use_basis=hold_basis(session),
+    )
+
+
 def require_device(ref: DeviceRef | None, what: str) -> DeviceContext:
     """The device's context, or a 422 naming ``device`` when none was given."""
     ctx = resolve_device(ref)
@@ -147,13 +207,14 @@ def display_note(ctx: DeviceContext, engine: str) -> str | None:
     GiB on an RTX 3090 and 0.88 GiB on an RTX 4090 before SGLang measured, about 1.1 GiB on an
     RTX 5060 Ti before vLLM; docs/ACCURACY.md, *Serving engines across releases*). None where
     the request says what others hold, or for another segment."""
-    if ctx.segment != "consumer" or ctx.memory_in_use_bytes:
+    if ctx.segment != "consumer" or ctx.memory_in_use_bytes or ctx.desktop_session is not None:
         return None
     return (
         f"{ctx.name} is a consumer card: if it also drives a display, the desktop holds memory "
         f"before {engine} starts (0.6-1.1 GiB in three published launches on Windows/WSL2 "
         "desktops), which this answer, made for a card nothing else uses, does not subtract; "
-        "give device.memory_in_use_bytes (nvidia-smi's used memory before the engine starts)"
+        "give device.memory_in_use_bytes (nvidia-smi's used memory before the engine starts), "
+        "or device.desktop_session to assume a desktop's published hold"
     )
 
 

@@ -234,7 +234,17 @@ class DeviceSummary(_Out, frozen=True, kw_only=True):
     memory_total_bytes: int
     architecture: str
     memory_in_use_bytes: int = 0
-    """Memory other processes hold (the request's): the fit compares with the total less it."""
+    """Memory other processes hold (the request's, or a desktop session's assumed hold): the
+    fit compares with the total less it."""
+    desktop_session: Literal["windows", "linux", "none"] | None = None
+    """The request's ``desktop_session`` (null: not said)."""
+    memory_in_use_low_bytes: int | None = None
+    memory_in_use_high_bytes: int | None = None
+    """Where the hold is assumed (a desktop session without ``memory_in_use_bytes``): the band
+    of published readings it may lie in. The fit's "fits", the largest batch / context and a
+    serving engine's KV-token band hold at the high end."""
+    memory_in_use_basis: str | None = None
+    """Where an assumed hold comes from."""
 
     @property
     def capacity_bytes(self) -> int:
@@ -354,6 +364,11 @@ class GGUFDetails(_Out, tag="gguf", tag_field="engine", frozen=True, kw_only=Tru
     fitted: str | None = None
     """What llama.cpp's ``--fit`` (or Ollama's scheduler) changed to fit, in words."""
     ollama_estimate: OllamaPeer | None = None
+    n_gpu_layers_at_high_hold: int | None = None
+    """Where the memory others hold is assumed (a desktop session's, ``device``'s
+    ``memory_in_use_high_bytes``): the layers on the GPUs beside the high end of that hold (0
+    where the engine would not start then; fewer than ``n_layer + 1``: the verdict says
+    ``fits_if_low``); null where the hold is measured."""
 
 
 EngineDetails = VLLMDetails | SGLangDetails | GGUFDetails

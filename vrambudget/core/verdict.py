@@ -27,32 +27,51 @@ from .result import (
     BudgetFit,
     DeviceBudget,
     DeviceFit,
+    DeviceSummary,
     GGUFDetails,
     KVTokensBand,
     ServingSummary,
 )
 from .spec import LLMServingWorkload, Workload
 
-__all__ = ["free_percent", "memory_verdict", "with_fit"]
+__all__ = ["free_percent", "in_use_spread", "memory_verdict", "with_fit"]
 
 _RANK: dict[Verdict, int] = {"fits": 0, "fits_if_low": 1, "does_not_fit": 2}
 
 
 def memory_verdict(
-    total: int, capacity: int, band_low: int | None = None, band_high: int | None = None
+    total: int,
+    capacity: int,
+    band_low: int | None = None,
+    band_high: int | None = None,
+    in_use_spread: tuple[int, int] = (0, 0),
 ) -> Verdict:
     """``fits`` when the total with its headroom (and the band's high end) fit the capacity,
     ``fits_if_low`` when only the band's low end does, else ``does_not_fit``; without a band,
-    ``fits`` or ``does_not_fit`` by the total alone.
+    ``fits`` or ``does_not_fit`` by the total alone. ``in_use_spread``: how far (below, above)
+    the memory others hold may lie from the one the capacity assumes (a desktop's assumed
+    hold): ``fits`` holds at the hold's high end, ``fits_if_low`` at its low end.
 
     >>> memory_verdict(70, 80, 50, 79), memory_verdict(70, 80, 50, 81), memory_verdict(90, 80)
     ('fits', 'fits_if_low', 'does_not_fit')
+    >>> memory_verdict(70, 80, 50, 79, (0, 2)), memory_verdict(90, 80, 85, 95, (6, 2))
+    ('fits_if_low', 'fits_if_low')
     """
+    below, above = in_use_spread
     if band_low is None or band_high is None:
-        return "fits" if total <= capacity else "does_not_fit"
-    if total <= capacity and band_high <= capacity:
+        band_low = band_high = total
+    if total <= capacity and band_high <= capacity - above:
         return "fits"
-    return "fits_if_low" if band_low <= capacity else "does_not_fit"
+    return "fits_if_low" if band_low <= capacity + below else "does_not_fit"
+
+
+def in_use_spread(device: DeviceSummary) -> tuple[int, int]:
+    """(below, above): how far the memory others hold may lie from the answer's
+    ``memory_in_use_bytes`` (0, 0 where the request measured it)."""
+    if device.memory_in_use_low_bytes is None or device.memory_in_use_high_bytes is None:
+        return 0, 0
+    held = device.memory_in_use_bytes
+    return held - device.memory_in_use_low_bytes, device.memory_in_use_high_bytes - held
 
 
 def free_percent(free: int, capacity: int) -> float:
@@ -89,6 +108,15 @@ def _serving_fits(sv: ServingSummary, w: Workload | None) -> tuple[bool, str | N
     return True, None
 
 
+def _short_at_high_hold(sv: ServingSummary, w: Workload | None) -> bool:
+    """llama.cpp / Ollama would keep fewer layers on the GPUs than every one (or than the
+    request fixed) beside the high end of an assumed hold of others."""
+    d = sv.details
+    if not isinstance(d, GGUFDetails) or d.n_gpu_layers_at_high_hold is None:
+        return False
+    return d.n_gpu_layers_at_high_hold < d.n_gpu_layers
+
+
 def serving_verdict(starts: bool, band: KVTokensBand | None, target: float = 1.0) -> Verdict:
     """A serving engine's verdict: ``fits`` when it starts with ``target`` concurrency even at
     the low end of its KV-token band, ``fits_if_low`` when only the estimate does (it starts
@@ -115,6 +143,8 @@ def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
         if sv is not None:  # the engine's verdict holds for each of its GPUs
             ok = engine_ok
             verdict: Verdict = serving_verdict(ok, sv.kv_cache_tokens_band)
+            if ok and _short_at_high_hold(sv, workloads[0] if workloads else None):
+                verdict = "fits_if_low"
         else:
             band = d.band
             verdict = memory_verdict(
@@ -122,6 +152,7 @@ def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
                 capacity,
                 band.low_bytes if band else None,
                 band.high_bytes if band else None,
+                in_use_spread(budget.device),
             )
             ok = used <= capacity
         rows.append(

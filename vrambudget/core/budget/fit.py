@@ -253,7 +253,13 @@ def analytic_fit(
             capacity = target.capacity_bytes
             fits = t <= capacity
             band, headroom = rule_on(n, w0)
-            verdict = _verdict(t, subtotal_on(n, w0, target), band, capacity)
+            verdict = _verdict(
+                t,
+                subtotal_on(n, w0, target),
+                band,
+                capacity,
+                (target.in_use_below, target.in_use_above),
+            )
             maxima: dict[str, object] = {}
             for variable in req.solve:
                 if variable == "device_count":
@@ -267,7 +273,7 @@ def analytic_fit(
                 best = (
                     max_fitting(
                         objective(make, w0, target, headroom),
-                        target.capacity_bytes,
+                        target.capacity_low_bytes,  # at an assumed hold's high end
                         max(bound, 1),
                         memo,
                     )
@@ -382,8 +388,11 @@ def _latency(
     return estimate(perf, fmt, cost, target, point, memory_max, price, n)
 
 
-def _verdict(total: int, sub: int, band: BandRule, capacity: int) -> Verdict:
-    """The verdict of a total whose subtotal ``sub`` has the band ``band``
-    (:func:`vrambudget.core.verdict.memory_verdict`, the budgets' own)."""
+def _verdict(
+    total: int, sub: int, band: BandRule, capacity: int, spread: tuple[int, int] = (0, 0)
+) -> Verdict:
+    """The verdict of a total whose subtotal ``sub`` has the band ``band``, ``spread`` the
+    assumed hold's of others (:func:`vrambudget.core.verdict.memory_verdict`, the budgets'
+    own)."""
     b = band_of(band, sub)
-    return memory_verdict(total, capacity, b.low_bytes, b.high_bytes)
+    return memory_verdict(total, capacity, b.low_bytes, b.high_bytes, spread)

@@ -10,13 +10,14 @@ import msgspec
 from msgspec import UNSET
 
 from ..components import Component
-from ..device import display_note, require_device
+from ..device import DeviceContext, display_note, require_device
 from ..errors import InvalidWorkload
 from ..host import DEFAULT_DISK
 from ..resolve import engine_model, model_name, model_origin, resolve_model
 from ..result import (
     Budget,
     DeviceBudget,
+    KVTokensBand,
     Line,
     Part,
     Phase,
@@ -54,7 +55,7 @@ from .vllm import (
     utilization,
 )
 
-__all__ = ["remedies", "serving_account", "serving_budget", "stage_values"]
+__all__ = ["device_kv_band", "remedies", "serving_account", "serving_budget", "stage_values"]
 
 C = Component
 
@@ -164,6 +165,22 @@ def serving_account(
         return account(w, resolve_model(w.model), memory_total_bytes, gpu_name, in_use)
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"workloads[{index}].{exc.field}", exc.message) from None
+
+
+def device_kv_band(
+    w: LLMServingWorkload, a: ServingAccount, ctx: DeviceContext, index: int = 0
+) -> KVTokensBand | None:
+    """``kv_band`` of ``a`` on ``ctx``, reaching the spread of what other processes are assumed
+    to hold there (a desktop session's, :mod:`vrambudget.core.desktop`)."""
+    held = None
+    if ctx.in_use_basis is not None:
+        total, name = ctx.memory_total_bytes, ctx.name
+        held = (
+            serving_account(w, total, name, index, ctx.at_hold(high=True).memory_in_use_bytes),
+            serving_account(w, total, name, index, ctx.at_hold(high=False).memory_in_use_bytes),
+            f"the {ctx.desktop_session} desktop's assumed hold",
+        )
+    return kv_band(w, a, ctx.name, held)
 
 
 def _starts(
@@ -439,7 +456,7 @@ def serving_budget(
             ]
         ),
         kv_cache_tokens=a.kv_tokens,
-        kv_cache_tokens_band=kv_band(w, a, gpu_name),
+        kv_cache_tokens_band=device_kv_band(w, a, ctx),
         max_model_len=r.max_model_len,
         max_concurrency=round(a.max_concurrency, 4),
         data_parallel=r.data,

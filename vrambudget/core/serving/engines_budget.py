@@ -4,6 +4,7 @@ host RAM and disk, and one ``ServingSummary`` with the engine's own numbers in `
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import msgspec
@@ -21,6 +22,7 @@ from ..result import (
     CalibrationUse,
     DeployedFormat,
     DeviceBudget,
+    KVTokensBand,
     Line,
     OverheadOrigin,
     Phase,
@@ -86,6 +88,16 @@ def gguf_engine(
     except InvalidWorkload as exc:
         raise _field(exc, index) from None
     return rel, g
+
+
+def gguf_layers_at_high_hold(w: LLMServingWorkload, ctx: DeviceContext) -> int | None:
+    """The layers llama.cpp (or Ollama) puts on the GPUs beside the high end of an assumed hold
+    of other processes (a desktop session's), 0 where it would not start; None where the hold
+    is the request's own."""
+    if ctx.in_use_basis is None:
+        return None
+    _, g = gguf_engine(w, ctx.at_hold(high=True))
+    return g.settings.n_gpu_layers if g.would_start else 0
 
 
 def _gguf_remedies(w: LLMServingWorkload, g: GGUFAccount, ctx: DeviceContext) -> tuple[str, ...]:
@@ -193,7 +205,9 @@ def gguf_budget(
         reason=g.reason,
         remedies=_gguf_remedies(w, g, ctx),
         launch=launch_command(w, g, name),
-        details=gguf_details(w, g),
+        details=msgspec.structs.replace(
+            gguf_details(w, g), n_gpu_layers_at_high_hold=gguf_layers_at_high_hold(w, ctx)
+        ),
     )
     warnings = []
     if g.fitted:
@@ -359,6 +373,28 @@ def sglang_engine(w: LLMServingWorkload, ctx: DeviceContext, index: int = 0) -> 
         raise _field(exc, index) from None
     return _SGLangRun(
         rel, a, tp, dtype, kv_bytes, context_len, context, nccl, ctx.memory_in_use_bytes
+    )
+
+
+def sglang_kv_band(
+    w: LLMServingWorkload, run: _SGLangRun, ctx: DeviceContext, index: int = 0
+) -> KVTokensBand | None:
+    """The pool's tokens at the high and the low end of what other processes are assumed to
+    hold (a desktop session's, :mod:`vrambudget.core.desktop`): SGLang's pool is its fraction
+    of the free memory at its start, so the hold moves it directly. None where the hold is the
+    request's own (measured) or none."""
+    if ctx.in_use_basis is None:
+        return None
+    more = sglang_engine(w, ctx.at_hold(high=True), index).account
+    less = sglang_engine(w, ctx.at_hold(high=False), index).account
+    low = more.max_total_num_tokens if more.would_start else 0
+    return KVTokensBand(
+        low=low,
+        high=less.max_total_num_tokens,
+        max_concurrency_low=math.floor(low / max(run.context_len, 1) * 10_000) / 10_000,
+        basis=f"the pool at the high and the low end of the {ctx.desktop_session} desktop's "
+        "assumed hold (SGLang's pool is mem_fraction_static of the memory free at its start)"
+        + ("" if more.would_start else "; at the high end SGLang would not start"),
     )
 
 
@@ -559,6 +595,7 @@ def sglang_budget(
         kv_cache_pool_bytes=a.pool_bytes,
         kv_cache_bytes_per_token=a.cell_bytes,
         kv_cache_tokens=a.max_total_num_tokens,
+        kv_cache_tokens_band=sglang_kv_band(w, run, ctx),
         max_model_len=run.context_len,
         max_concurrency=round(held, 4),
         data_parallel=1,

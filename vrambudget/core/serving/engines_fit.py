@@ -15,12 +15,13 @@ from ..components import Component
 from ..device import DeviceContext
 from ..errors import InvalidWorkload
 from ..interconnect import layout_interconnect
+from ..mig import Verdict
 from ..resolve import resolve_model
 from ..result import LayoutFit, Maxima
 from ..search import largest_true
 from ..spec import FitRequest, GGUFOptions, LLMServingWorkload
-from ..verdict import free_percent
-from .engines_budget import _LADDER, gguf_engine, sglang_engine
+from ..verdict import free_percent, serving_verdict
+from .engines_budget import _LADDER, gguf_engine, sglang_engine, sglang_kv_band
 from .gguf.engine import GGUFAccount, concurrency
 
 __all__ = ["gguf_layout", "sglang_layout"]
@@ -38,8 +39,10 @@ def _layout_fit(
     values: dict[Component, int],
     warnings: tuple[str, ...],
     maxima: dict[str, object],
+    verdict: Verdict | None = None,
 ) -> LayoutFit:
-    """One layout's row: ``values`` the most loaded GPU's lines, ``tp`` (tensor, pipeline)."""
+    """One layout's row: ``values`` the most loaded GPU's lines, ``tp`` (tensor, pipeline);
+    ``verdict`` where it is not ``fits`` by itself."""
     used = sum(values.values())
     free = ctx.capacity_bytes - used
     links, link_warnings = layout_interconnect(ctx.id, n, tp[0], tp[1])
@@ -49,7 +52,7 @@ def _layout_fit(
         pipeline=tp[1],
         data=1,
         fits=fits,
-        verdict="fits" if fits else "does_not_fit",
+        verdict=verdict or ("fits" if fits else "does_not_fit"),
         total_bytes=used,
         capacity_bytes=ctx.capacity_bytes,
         free_bytes=free,
@@ -128,6 +131,15 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
                 best_ft = ft
                 break
         maxima["file_type"] = best_ft
+    verdict: Verdict | None = None
+    if fits and ctx.in_use_basis is not None:
+        g_high = _try(placed, ctx.at_hold(high=True))
+        if (
+            g_high is None
+            or not _whole(placed, g_high)
+            or (target is not None and concurrency(g_high) < target)
+        ):
+            verdict = "fits_if_low"  # not beside the high end of the desktop's assumed hold
     warnings: list[str] = []
     if not g.would_start:
         warnings.append(f"would not start: {g.reason}")
@@ -136,7 +148,7 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
             f"only {g.settings.n_gpu_layers} of {arch.num_layers + 1} layers fit on the GPUs "
             f"({g.fitted})"
         )
-    return _layout_fit(ctx, n, (1, n), fits, values, tuple(warnings), maxima)
+    return _layout_fit(ctx, n, (1, n), fits, values, tuple(warnings), maxima, verdict)
 
 
 def gguf_fits(w: LLMServingWorkload, ctx: DeviceContext, n: int, target: float | None) -> bool:
@@ -197,4 +209,6 @@ def sglang_layout(
         )
     fits = _sglang_ok(placed, ctx, target)
     warnings = () if a.would_start else (f"would not start: {a.reason}",)
-    return _layout_fit(ctx, n, (n, 1), fits, values, warnings, maxima)
+    band = sglang_kv_band(placed, run, ctx)
+    verdict = serving_verdict(fits, band, target if target is not None else 1.0)
+    return _layout_fit(ctx, n, (n, 1), fits, values, warnings, maxima, verdict)

@@ -38,10 +38,10 @@ from ..result import Cheapest, FitResponse, GPUFit, LatencyEstimate, LayoutFit, 
 from ..search import largest_true
 from ..spec import FP8, FitRequest, LatencyTarget, LLMServingWorkload, Parallelism
 from ..verdict import free_percent, serving_verdict
-from .budget import stage_values
+from .budget import device_kv_band, stage_values
 from .engine_args import serving_quantization
 from .engines_fit import MAX_GGUF_DEVICES, gguf_fits, gguf_layout, sglang_fits, sglang_layout
-from .vllm import ServingAccount, account, kv_band
+from .vllm import ServingAccount, account
 
 __all__ = ["serving_fit"]
 
@@ -174,7 +174,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
             warnings = warnings + link_warnings
             free = ctx.capacity_bytes - used
             fits = _fits(a, target)
-            band = kv_band(placed, a, ctx.name)
+            band = device_kv_band(placed, a, ctx)
             verdict = serving_verdict(fits, band, target if target is not None else 1.0)
             layouts.append(
                 LayoutFit(

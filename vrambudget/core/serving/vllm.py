@@ -423,19 +423,28 @@ CALIBRATED_GPU = "h100-sxm5-80gb"
 """The GPU type of the calibrated release's launches."""
 
 
-def kv_band(w: LLMServingWorkload, a: ServingAccount, gpu_name: str) -> KVTokensBand | None:
+def kv_band(
+    w: LLMServingWorkload,
+    a: ServingAccount,
+    gpu_name: str,
+    held: tuple[ServingAccount, ServingAccount, str] | None = None,
+) -> KVTokensBand | None:
     """The KV tokens (and the concurrency at the low end) if every stage's KV budget were ``U``
     bytes smaller or larger, ``U`` the largest gap between predicted and printed budgets on
     published launches of the same kind: ``kv_band_calibrated_bytes`` for the calibrated
     release on its GPU type, ``kv_band_transfer_bytes`` for any other release or GPU. None with
     ``--kv-cache-memory``: the pool is given. The low end's concurrency is rounded down, so a
-    verdict read from it never rounds up across a target."""
+    verdict read from it never rounds up across a target. ``held``: the accounts with the
+    high and the low end of an assumed hold of other processes (a desktop session's) and its
+    words; the low end takes the first (none where the engine would not start then), the high
+    end the second."""
     if w.kv_cache_memory_bytes is not None:
         return None
     r = a.resolved
     calibrated = r.cal.version == CALIBRATED_VERSION and _on_calibrated_gpu(gpu_name)
     u = round(r.cal.c("kv_band_calibrated_bytes" if calibrated else "kv_band_transfer_bytes"))
-    low_blocks = _blocks(a, -u)
+    more, less = (a, a) if held is None else held[:2]
+    low_blocks = _blocks(more, -u) if more.would_start else 0
     low_conc = kv.max_concurrency(low_blocks, a.groups, r.max_model_len, r.max_num_batched_tokens)
     basis = f"KV budget +/- {u / GiB:.2f} GiB per GPU: the largest gap between predicted and " + (
         f"printed budgets over the {CALIBRATED_VERSION} H100 launches it was fitted on"
@@ -448,9 +457,13 @@ def kv_band(w: LLMServingWorkload, a: ServingAccount, gpu_name: str) -> KVTokens
             "; the high end also takes the sampler without a sort (flashinfer installed, as in "
             "vLLM's Docker image), the estimate the torch.sort path of a pip install"
         )
+    if held is not None:
+        basis += f"; the low end at the high end of {held[2]}, the high end at its low end" + (
+            "" if more.would_start else " (at the high end vLLM would not start)"
+        )
     return KVTokensBand(
         low=kv.num_tokens(low_blocks, a.groups),
-        high=kv.num_tokens(_blocks(a, u, cheaper), a.groups),
+        high=kv.num_tokens(_blocks(less, u, cheaper), a.groups),
         max_concurrency_low=math.floor(low_conc * 10_000) / 10_000,
         basis=basis,
     )

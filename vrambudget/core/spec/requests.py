@@ -93,7 +93,22 @@ InUse = Annotated[
         "batch), and a serving engine sees it as SGLang and vLLM do: SGLang's pool is its "
         "fraction of the free memory, vLLM refuses to start when the free memory is below "
         "`gpu_memory_utilization` x total. Must be below the device's total. Default 0: a GPU "
-        "nothing else uses.",
+        "nothing else uses (with `desktop_session`: that desktop's published hold).",
+    ),
+]
+
+
+DesktopSession = Annotated[
+    Literal["windows", "linux", "none"] | None,
+    Meta(
+        description="Whether the device also drives a desktop session: `windows` (the WDDM "
+        "driver: native Windows, WSL2 or Docker Desktop), `linux` (Xorg or a Wayland "
+        "compositor), or `none` (headless). Where `memory_in_use_bytes` is 0, a desktop's hold "
+        "is taken as the median of published nvidia-smi readings of such desktops, and the "
+        "fit verdict, the largest batch / context and a serving engine's KV-token band reach "
+        "the spread of those readings (`device.memory_in_use_low_bytes` / `_high_bytes` in "
+        "the answer); a measured `memory_in_use_bytes` replaces it. Default null: not said "
+        "(a consumer card's serving answer warns that a desktop may hold memory).",
     ),
 ]
 
@@ -101,6 +116,7 @@ InUse = Annotated[
 class CatalogDevice(Wire, tag="catalog", tag_field="source", frozen=True, kw_only=True):
     id: Annotated[GPUId, Meta(description="GPU id from `GET /v1/gpus`.")]
     memory_in_use_bytes: InUse = 0
+    desktop_session: DesktopSession = None
 
 
 class CustomDevice(Wire, tag="custom", tag_field="source", frozen=True, kw_only=True):
@@ -127,6 +143,7 @@ class CustomDevice(Wire, tag="custom", tag_field="source", frozen=True, kw_only=
         ),
     ] = "unknown"
     memory_in_use_bytes: InUse = 0
+    desktop_session: DesktopSession = None
 
 
 DeviceRef = CatalogDevice | CustomDevice
