@@ -6,7 +6,8 @@ memory) on a GPU that also drives a desktop, with nothing of theirs holding memo
 and the page it comes from are kept with it. Per session kind (``windows``: the WDDM driver,
 native, WSL2 and Docker Desktop; ``linux``: Xorg or a Wayland compositor) the fit keeps the
 median (the hold an answer assumes) and the split-conformal band of the readings at 90%
-(``research.calibrate_bands.conformal``: their extremes while they are fewer than 19).
+(``research.calibrate_bands.conformal``: their extremes while they are fewer than 19, which
+then cover a new desktop with the probability :func:`covered` says: 75% for seven).
 
 No engine start-up log that this project checks (``research/engine_logs.py``) is among the
 readings: those logs test the hold, they do not set it.
@@ -19,8 +20,10 @@ Run from the repository root:
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 from research.calibrate_bands import COVERAGE, conformal
@@ -42,6 +45,17 @@ def readings() -> list[dict[str, object]]:
     return list(json.loads(READINGS.read_text())["readings"])
 
 
+def covered(n: int, coverage: float = COVERAGE) -> float:
+    """What the band of ``n`` readings guarantees a new one (readings exchangeable): with the
+    split-conformal ranks lo and hi (``research.calibrate_bands.conformal``, clamped to 1 .. n),
+    (hi - lo) / (n + 1); ``coverage`` itself once n reaches 19. Seven readings at their
+    extremes: 6 / 8 = 0.75."""
+    a = Fraction(1) - Fraction(str(coverage))
+    lo = max(math.floor((n + 1) * a / 2), 1)
+    hi = min(math.ceil((n + 1) * (1 - a / 2)), n)
+    return round(float(Fraction(hi - lo, n + 1)), 4)
+
+
 def fit(rows: list[dict[str, object]] | None = None) -> dict[str, object]:
     rows = readings() if rows is None else rows
     sessions = {}
@@ -57,7 +71,7 @@ def fit(rows: list[dict[str, object]] | None = None) -> dict[str, object]:
             "typical_bytes": round(statistics.median(used)),
             "low_bytes": round(low),
             "high_bytes": round(high),
-            "coverage": COVERAGE,
+            "coverage": covered(len(used)),
             "what": WHAT[session],
         }
     return {

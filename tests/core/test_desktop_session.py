@@ -224,3 +224,83 @@ def test_llama_cpp_that_keeps_every_layer_only_below_the_hold_high_end() -> None
     assert m.n_gpu_layers_at_high_hold is None
     assert assumed.fit is not None and measured.fit is not None
     assert (assumed.fit.verdict, measured.fit.verdict) == ("fits_if_low", "fits")
+
+
+def _fit(w: dict[str, Any], device: dict[str, Any], **extra: Any):
+    req = msgspec.convert({"workloads": [w], "devices": [device], **extra}, FitRequest)
+    return fit(req).gpus[0]
+
+
+@pytest.mark.parametrize(
+    ("w", "field"),
+    [
+        (
+            {
+                "kind": "llm_serving",
+                "engine": "sglang",
+                "engine_version": "0.5.23",
+                "model": {"source": "preset", "id": "qwen2.5-7b"},
+                "max_model_len": 4096,
+            },
+            "max_model_len",
+        ),
+        (
+            {
+                "kind": "llm_serving",
+                "engine": "llama_cpp",
+                "model": LLAMA,
+                "gguf": {"file_type": "Q8_0"},
+            },
+            "context_tokens",
+        ),
+        (
+            {"kind": "llm_serving", "engine_version": "0.19.0", "model": LLAMA},
+            "max_model_len",
+        ),
+    ],
+)
+def test_serving_fits_solve_beside_the_high_end(w: dict[str, Any], field: str) -> None:
+    """/v1/fits for an engine: the largest context (and the fewest devices) with an assumed
+    desktop hold are those beside its high end, as if that hold were measured; the GPU's
+    warnings say the hold was assumed."""
+    h = desktop_hold("windows")
+    solve = {"solve": ["context", "device_count"]}
+    assumed = _fit(w, _dev("windows"), **solve)
+    measured = _fit(w, _dev(None, h.high_bytes), **solve)
+    a, m = assumed.layouts[0].maxima, measured.layouts[0].maxima
+    assert getattr(a, field) == getattr(m, field)
+    assert assumed.min_device_count == measured.min_device_count
+    assert any("assumed held by a Windows desktop" in x for x in assumed.warnings)
+    assert not any("assumed" in x for x in measured.warnings)
+
+
+def test_a_mig_instance_starts_empty_without_the_desktop_spread() -> None:
+    from vrambudget.core.mig import mig_devices
+    from vrambudget.core.serving.fit import mig_context
+
+    ctx = resolve_device(CatalogDevice(id="h100-sxm5-80gb", desktop_session="windows"))
+    assert ctx is not None and ctx.in_use_above > 0
+    inst = mig_context(ctx, mig_devices("h100-sxm5-80gb")[0])
+    assert (inst.memory_in_use_bytes, inst.in_use_below, inst.in_use_above) == (0, 0, 0)
+    assert inst.at_hold(high=False) is inst
+
+
+def test_cli_desktop_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from vrambudget.cli.main import main
+
+    rc = main(
+        [
+            "estimate",
+            "--model",
+            "llama-3.1-8b",
+            "--batch",
+            "1",
+            "--gpu",
+            "rtx-4090-24gb",
+            "--desktop",
+            "windows",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "assumed held by the windows desktop (published readings" in out

@@ -250,6 +250,7 @@ def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:
         "allocator_segments",
         "quantized_saved_tensors",
         "qlora_unquantized_dtype",
+        "lora_adapter_dtype",
         "rms_norm",
         "swiglu",
     }

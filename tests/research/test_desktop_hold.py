@@ -46,3 +46,11 @@ def test_the_median_and_band_by_hand() -> None:
         assert f["typical_bytes"] == round(statistics.median(used) * MiB)
         lo, hi = max((n + 1) * 5 // 100, 1), min(-(-(n + 1) * 95 // 100), n)
         assert (f["low_bytes"], f["high_bytes"]) == (used[lo - 1] * MiB, used[hi - 1] * MiB)
+        assert f["coverage"] == round((hi - lo) / (n + 1), 4)  # 7 readings: 0.75
+
+
+def test_coverage_of_a_band_of_few_readings() -> None:
+    from research.desktop_hold import covered
+
+    assert covered(7) == 0.75 and covered(5) == round(4 / 6, 4)
+    assert covered(19) == 0.9  # ranks 1 and 19 of 19: 18 / 20

@@ -36,11 +36,14 @@ from .spec import (
     HFConfigModel,
     HubModel,
     InferenceWorkload,
+    LoRA,
     PresetModel,
     QLoRA,
     Quantization,
+    Software,
     TrainingWorkload,
 )
+from .stack import resolve_stack
 
 __all__ = [
     "CheckpointFormat",
@@ -290,17 +293,29 @@ def stored_bytes_source(model: object) -> Literal["safetensors headers", "comput
 
 
 def deploy_all(
-    workloads: tuple[Any, ...],
+    workloads: tuple[Any, ...], software: Software | None = None
 ) -> tuple[tuple[Any, ...], tuple[str, ...]]:
-    """Every model workload deployed (others as they are), and the format warnings, each
-    prefixed with its workload when there are several."""
+    """Every model workload deployed (others as they are), its LoRA adapters' dtype made
+    concrete for the stack of ``software`` (:meth:`Stack.adapter_dtype`), and the format
+    warnings, each prefixed with its workload when there are several."""
     out: list[Any] = []
     notes: list[str] = []
     for i, w in enumerate(workloads):
         if isinstance(w, _Model):
             prefix = f"workloads[{i}]: " if len(workloads) > 1 else ""
             notes += [prefix + n for n in format_warnings(w)]
-            out.append(deploy(w))
+            out.append(_with_adapters(deploy(w), software))
         else:
             out.append(w)
     return tuple(out), tuple(notes)
+
+
+def _with_adapters(w: Any, software: Software | None) -> Any:
+    """A LoRA / QLoRA training workload with its adapters' dtype resolved."""
+    if not isinstance(w, TrainingWorkload) or not isinstance(w.method, LoRA):
+        return w
+    if w.method.adapter_dtype is not None:
+        return w
+    quantized = isinstance(w.method, QLoRA) or bool(w.precision.quantization)
+    dtype = resolve_stack(software).adapter_dtype(None, str(w.precision.weights), quantized)
+    return msgspec.structs.replace(w, method=msgspec.structs.replace(w.method, adapter_dtype=dtype))

@@ -29,9 +29,11 @@ class DesktopHold(msgspec.Struct, frozen=True):
     """The readings' median: the memory in use an answer assumes."""
     low_bytes: int
     high_bytes: int
-    """The split-conformal band of the readings at ``coverage`` (their extremes when they are
-    too few for its ranks)."""
+    """The split-conformal band of the readings at 90% (their extremes when they are too few
+    for its ranks)."""
     coverage: float
+    """The share of new desktops the band holds, as its readings guarantee (with few readings
+    the band is their range: (n - 1) / (n + 1))."""
     what: str
     """The session in words (``a Windows desktop (WDDM: native, WSL2 or Docker Desktop)``)."""
 
@@ -64,8 +66,9 @@ def hold_basis(session: str) -> str:
     gib = 1 << 30
     return (
         f"{h.typical_bytes / gib:.2f} GiB assumed held by {h.what}: the median of "
-        f"{h.measurements} published nvidia-smi readings ({h.sources} sources), "
-        f"{100 * h.coverage:.0f}% of such desktops between {h.low_bytes / gib:.2f} and "
-        f"{h.high_bytes / gib:.2f} GiB ({_holds().source}); give device.memory_in_use_bytes, "
-        "nvidia-smi's used memory before the workload starts, to replace it"
+        f"{h.measurements} published nvidia-smi readings ({h.sources} sources), which lie "
+        f"between {h.low_bytes / gib:.2f} and {h.high_bytes / gib:.2f} GiB (a new desktop "
+        f"inside with probability {100 * h.coverage:.0f}%; {_holds().source}); give "
+        "device.memory_in_use_bytes, nvidia-smi's used memory before the workload starts, to "
+        "replace it"
     )

@@ -18,7 +18,7 @@ from .overheads import DEFAULT_OVERHEADS, Overheads, device_overheads, with_soft
 from .result import DeviceSummary
 from .spec import CatalogDevice, CustomDevice, DeviceRef, Software
 
-__all__ = ["DeviceContext", "require_device", "resolve_device"]
+__all__ = ["DeviceContext", "held_note", "require_device", "resolve_device"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,9 @@ class DeviceContext:
 
     def at_hold(self, high: bool) -> DeviceContext:
         """The device with the high (or low) end of an assumed hold as what others hold, as if
-        measured (no spread left)."""
+        measured (no spread left); itself where the hold is measured (or none)."""
+        if self.in_use_basis is None:
+            return self
         held = self.memory_in_use_bytes + (self.in_use_above if high else -self.in_use_below)
         return dataclasses.replace(
             self, memory_in_use_bytes=held, in_use_below=0, in_use_above=0, in_use_basis=None
@@ -215,6 +217,16 @@ def display_note(ctx: DeviceContext, engine: str) -> str | None:
         "desktops), which this answer, made for a card nothing else uses, does not subtract; "
         "give device.memory_in_use_bytes (nvidia-smi's used memory before the engine starts), "
         "or device.desktop_session to assume a desktop's published hold"
+    )
+
+
+def held_note(ctx: DeviceContext) -> str:
+    """A fit's note where what others hold is assumed (a desktop session's): the capacity is
+    the total less the median hold, and the verdicts and maxima hold at its high end."""
+    return (
+        f"capacity_bytes leaves out {ctx.in_use_basis}; the verdicts, the largest values and "
+        f"the fewest devices hold beside the high end of that hold "
+        f"({ctx.memory_in_use_bytes + ctx.in_use_above} bytes), on every GPU of a layout"
     )
 
 

@@ -57,7 +57,7 @@ def estimate(
         return _with_compatibility(
             serving_budget(serving, device, software, disk), serving, device, software
         )
-    deployed, notes = deploy_all(analytic)
+    deployed, notes = deploy_all(analytic, software)
     budget = analytic_budget(
         deployed, device, headroom, profiles, software, notes, disk, allocator_replay
     )

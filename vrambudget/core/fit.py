@@ -56,7 +56,7 @@ def fit(req: FitRequest, profiles: ProfileSet | None = None) -> FitResponse:
             )
             answer = msgspec.structs.replace(answer, warnings=(*answer.warnings, note))
         return _with_verdicts(answer, verdicts, excluded)
-    deployed, notes = deploy_all(workloads)
+    deployed, notes = deploy_all(workloads, req.software)
     offered, verdicts, excluded = _compatible(req, deployed)
     answer = analytic_fit(
         msgspec.structs.replace(req, workloads=deployed, devices=offered), deployed, profiles

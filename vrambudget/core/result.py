@@ -365,10 +365,12 @@ class GGUFDetails(_Out, tag="gguf", tag_field="engine", frozen=True, kw_only=Tru
     """What llama.cpp's ``--fit`` (or Ollama's scheduler) changed to fit, in words."""
     ollama_estimate: OllamaPeer | None = None
     n_gpu_layers_at_high_hold: int | None = None
+    n_ctx_at_high_hold: int | None = None
     """Where the memory others hold is assumed (a desktop session's, ``device``'s
-    ``memory_in_use_high_bytes``): the layers on the GPUs beside the high end of that hold (0
-    where the engine would not start then; fewer than ``n_layer + 1``: the verdict says
-    ``fits_if_low``); null where the hold is measured."""
+    ``memory_in_use_high_bytes``): the layers on the GPUs and the KV cells llama.cpp's ``--fit``
+    (or Ollama's scheduler) leaves beside the high end of that hold (0 where the engine would
+    not start then; fewer than ``n_gpu_layers`` / ``n_ctx``: the verdict says ``fits_if_low``);
+    null where the hold is measured."""
 
 
 EngineDetails = VLLMDetails | SGLangDetails | GGUFDetails

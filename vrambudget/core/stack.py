@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from .errors import InvalidWorkload
 from .formulas.activations.training import RmsNorm
@@ -26,7 +26,7 @@ from .formulas.cuda_context import (
 )
 from .memo import BoundedCache
 from .result import StackBehaviour, StackUse
-from .spec import LossImplementation, Software
+from .spec import AdapterDType, LossImplementation, Software
 
 __all__ = [
     "CURRENT",
@@ -177,9 +177,24 @@ class Stack:
     """The caching allocator runs with ``expandable_segments:True`` (axolotl >= 0.5.2 sets it
     with torch >= 2.2): the fragmentation fractions are
     :data:`~vrambudget.core.formulas.allocator_overhead.EXPANDABLE_FRACTIONS`."""
+    adapters_cast: bool
+    """PEFT 0.6 - 0.11 casts LoRA adapters to the base weight's dtype where it is floating point
+    (a request's ``adapter_dtype`` left null then takes a 16-bit base's dtype; elsewhere fp32)."""
     behaviours: tuple[StackBehaviour, ...]
     named: bool
     """The request named the framework (else the current release of the default one)."""
+
+    def adapter_dtype(
+        self, requested: AdapterDType | None, weights: str, quantized: bool
+    ) -> AdapterDType:
+        """LoRA adapters' dtype: the request's, else as the stack's PEFT leaves them over a base
+        of ``weights`` (``quantized``: a 4-bit / 8-bit base, whose integer storage PEFT does
+        not cast to)."""
+        if requested is not None:
+            return requested
+        if self.adapters_cast and not quantized and weights in ("bf16", "fp16"):
+            return cast("AdapterDType", weights)
+        return "fp32"
 
     def use(self, kinds: frozenset[str], default_framework: str | None = None) -> StackUse:
         """What the answer shows for workloads of ``kinds`` (``inference``, ``training``,
@@ -530,6 +545,37 @@ _ZERO3_WHOLE_MODEL = _B(
     "_convert_to_zero_parameters / _zero_init_param (lines 1120-1135), runtime/zero/utils.py "
     "defragment (gc.collect(); empty_cache())",
 )
+_ADAPTERS_UNCAST = _B(
+    name="lora_adapter_dtype",
+    assumed="PEFT < 0.6: LoRA adapters stay in nn.Linear's fp32 (moved to the weight's device "
+    "only), with fp32 gradients and optimizer state (where the request leaves adapter_dtype "
+    "null)",
+    source="peft 0.5.0 tuners/lora.py LoraLayer.update_layer (self.to(self.weight.device))",
+)
+_ADAPTERS_CAST = _B(
+    name="lora_adapter_dtype",
+    assumed="PEFT 0.6 - 0.11: LoRA adapters cast to the base weight's dtype where it is floating "
+    "point (a bf16 / fp16 base: 16-bit adapters, gradients and optimizer state; a quantized "
+    "base: fp32), where the request leaves adapter_dtype null",
+    source="peft 0.6.0 and 0.11.1 tuners/lora/layer.py LoraLayer.update_layer (if "
+    "weight.dtype.is_floating_point or weight.dtype.is_complex: self.to(weight.device, "
+    "dtype=weight.dtype))",
+)
+_ADAPTERS_AUTOCAST = _B(
+    name="lora_adapter_dtype",
+    assumed="PEFT >= 0.12: LoRA adapters in fp32, get_peft_model's autocast_adapter_dtype "
+    "upcasting 16-bit ones (where the request leaves adapter_dtype null)",
+    source="peft 0.12.0 mapping.py get_peft_model(autocast_adapter_dtype=True); peft 0.21.2 the "
+    "same",
+)
+_ADAPTERS_OWN = _B(
+    name="lora_adapter_dtype",
+    assumed="the framework's own LoRA (not PEFT's): adapters taken as fp32 where the request "
+    "leaves adapter_dtype null (set it to the model's dtype for a bf16-true LitGPT or a "
+    "torchtune recipe)",
+    source="vrambudget default (the larger of the two readings)",
+)
+
 _FROZEN_GRADS = _B(
     name="fsdp_frozen_gradients",
     assumed="LoRA under FSDP1 with use_orig_params=True and each transformer block wrapped "
@@ -782,6 +828,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "optimizer_step_intermediates": frozenset({"training"}),
     "quantized_saved_tensors": frozenset({"qlora"}),
     "lora_saved_tensors": frozenset({"lora"}),
+    "lora_adapter_dtype": frozenset({"lora", "qlora"}),
     "quantized_model_init": frozenset({"qlora"}),
     "qlora_unquantized_dtype": frozenset({"qlora"}),
     "lm_head_layout": frozenset({"training", "inference"}),
@@ -905,6 +952,18 @@ def _resolve(software: Software | None) -> Stack:
         )
         kbit_init_upcast = qlora_upcast or trl_cast_back or framework == "axolotl"
         behaviours.append(_qlora_dtype_behaviour(framework, version, qlora_upcast))
+    peft = version_tuple(sw.libraries.peft or CURRENT["peft"])
+    own_lora = framework in ("litgpt", "torchtune")
+    adapters_cast = not own_lora and (0, 6) <= peft < (0, 12)
+    behaviours.append(
+        _ADAPTERS_OWN
+        if own_lora
+        else _ADAPTERS_CAST
+        if adapters_cast
+        else _ADAPTERS_UNCAST
+        if peft < (0, 6)
+        else _ADAPTERS_AUTOCAST
+    )
     if framework == "unsloth":
         behaviours.append(_UNSLOTH_LORA)
     if litgpt:
@@ -974,6 +1033,7 @@ def _resolve(software: Software | None) -> Stack:
         frozen_gradients=frozen_grads,
         nf4_init_requantize=nf4_init,
         expandable_segments=expandable,
+        adapters_cast=adapters_cast,
         behaviours=tuple(behaviours),
         named=sw.framework is not None,
     )

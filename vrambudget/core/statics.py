@@ -124,7 +124,13 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             "qlora" if isinstance(m, QLoRA) else "lora",
             m.rank,
             tuple(m.target_modules),
-            bytes_of(m.adapter_dtype),
+            bytes_of(
+                resolved.adapter_dtype(
+                    m.adapter_dtype,
+                    str(w.precision.weights),
+                    isinstance(m, QLoRA) or bool(w.precision.quantization),
+                )
+            ),
             w.optimizer,
             w.mixed_precision,
             _kbit_upcast(w, stack),

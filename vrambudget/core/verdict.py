@@ -109,12 +109,12 @@ def _serving_fits(sv: ServingSummary, w: Workload | None) -> tuple[bool, str | N
 
 
 def _short_at_high_hold(sv: ServingSummary, w: Workload | None) -> bool:
-    """llama.cpp / Ollama would keep fewer layers on the GPUs than every one (or than the
-    request fixed) beside the high end of an assumed hold of others."""
+    """llama.cpp / Ollama would keep fewer layers on the GPUs, or fewer KV cells (``--fit``
+    shrinks an unset context), beside the high end of an assumed hold of others."""
     d = sv.details
     if not isinstance(d, GGUFDetails) or d.n_gpu_layers_at_high_hold is None:
         return False
-    return d.n_gpu_layers_at_high_hold < d.n_gpu_layers
+    return d.n_gpu_layers_at_high_hold < d.n_gpu_layers or (d.n_ctx_at_high_hold or 0) < d.n_ctx
 
 
 def serving_verdict(starts: bool, band: KVTokensBand | None, target: float = 1.0) -> Verdict:

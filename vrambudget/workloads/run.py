@@ -127,7 +127,15 @@ def build_plan(
         saved_modules=tuple(m.modules_to_save) if isinstance(m, LoRA) else (),
         saved_fp16_to_fp32=st.saved_fp16_to_fp32,
         tie_saved_head=isinstance(m, LoRA) and m.ensure_weight_tying,
-        adapter_dtype=TORCH_DTYPES[m.adapter_dtype] if isinstance(m, LoRA) else torch.float32,
+        adapter_dtype=TORCH_DTYPES[
+            st.adapter_dtype(
+                m.adapter_dtype,
+                str(p.weights),
+                isinstance(m, QLoRA) or bool(p.quantization),
+            )
+        ]
+        if isinstance(m, LoRA)
+        else torch.float32,
         autocast=w.mixed_precision == "autocast",
         dropout=0.1 if w.dropout else 0.0,
         # offloading is refused by check_traceable; a caller that skips it gets the layer

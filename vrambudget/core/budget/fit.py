@@ -16,7 +16,7 @@ from ..bands import BandRule, band_of, band_rule, resolve_headroom, workload_cla
 from ..calibration import ProfileSet
 from ..catalog import GPU, gpus
 from ..components import Component
-from ..device import DeviceContext, resolve_device
+from ..device import DeviceContext, held_note, resolve_device
 from ..errors import InvalidWorkload
 from ..formulas.headroom import headroom_bytes
 from ..formulas.kv_cache import elem_bytes
@@ -326,7 +326,7 @@ def analytic_fit(
         if "device_count" in req.solve:
             for n in device_count_candidates(req.max_device_count):
                 w0 = placed(n)
-                if w0 is not None and total_on(n, w0, target) <= target.capacity_bytes:
+                if w0 is not None and total_on(n, w0, target) <= target.capacity_low_bytes:
                     min_count = n
                     break
         gpu_warnings: tuple[str, ...] = ()
@@ -335,6 +335,8 @@ def analytic_fit(
                 f"does not fit on any layout of up to {req.max_device_count} "
                 f"devices of {target.name}",
             )
+        if target.in_use_basis is not None:
+            gpu_warnings += (held_note(target),)
         results.append(
             GPUFit(
                 gpu_id=target.id,

@@ -90,14 +90,20 @@ def gguf_engine(
     return rel, g
 
 
-def gguf_layers_at_high_hold(w: LLMServingWorkload, ctx: DeviceContext) -> int | None:
-    """The layers llama.cpp (or Ollama) puts on the GPUs beside the high end of an assumed hold
-    of other processes (a desktop session's), 0 where it would not start; None where the hold
-    is the request's own."""
-    if ctx.in_use_basis is None:
-        return None
-    _, g = gguf_engine(w, ctx.at_hold(high=True))
-    return g.settings.n_gpu_layers if g.would_start else 0
+def gguf_at_high_hold(w: LLMServingWorkload, ctx: DeviceContext) -> dict[str, int]:
+    """The layers and KV cells llama.cpp (or Ollama) keeps on the GPUs beside the high end of
+    an assumed hold of other processes (a desktop session's), 0 where it would not start; none
+    where the hold is the request's own."""
+    high = ctx.at_hold(high=True)
+    if high is ctx:
+        return {}
+    _, g = gguf_engine(w, high)
+    if not g.would_start:
+        return {"n_gpu_layers_at_high_hold": 0, "n_ctx_at_high_hold": 0}
+    return {
+        "n_gpu_layers_at_high_hold": g.settings.n_gpu_layers,
+        "n_ctx_at_high_hold": g.settings.n_ctx,
+    }
 
 
 def _gguf_remedies(w: LLMServingWorkload, g: GGUFAccount, ctx: DeviceContext) -> tuple[str, ...]:
@@ -205,9 +211,7 @@ def gguf_budget(
         reason=g.reason,
         remedies=_gguf_remedies(w, g, ctx),
         launch=launch_command(w, g, name),
-        details=msgspec.structs.replace(
-            gguf_details(w, g), n_gpu_layers_at_high_hold=gguf_layers_at_high_hold(w, ctx)
-        ),
+        details=msgspec.structs.replace(gguf_details(w, g), **gguf_at_high_hold(w, ctx)),
     )
     warnings = []
     if g.fitted:

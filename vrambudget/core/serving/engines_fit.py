@@ -101,14 +101,18 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
     slots = concurrency(g)
     target = req.target_concurrency
     fits = _whole(placed, g) and (target is None or slots >= target)
+    # the maxima hold beside the high end of an assumed hold (a desktop session's)
+    high = ctx.at_hold(high=True)
+    g_high = _try(placed, high) if high is not ctx else g
     maxima: dict[str, object] = {}
     if "concurrency" in req.solve:
-        maxima["max_concurrency"] = round(slots, 4)
-        maxima["concurrent_requests"] = math.floor(slots)
+        slots_high = concurrency(g_high) if g_high is not None and g_high.would_start else 0.0
+        maxima["max_concurrency"] = round(slots_high, 4)
+        maxima["concurrent_requests"] = math.floor(slots_high)
     if "context" in req.solve or "max_model_len" in req.solve:
 
         def ctx_ok(x: int) -> bool:
-            g2 = _try(_with(placed, n_ctx=x), ctx)
+            g2 = _try(_with(placed, n_ctx=x), high)
             return g2 is not None and _whole(placed, g2)
 
         cap = arch.max_positions * (g.settings.n_parallel if w.engine == "llama_cpp" else 1)
@@ -119,27 +123,30 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
         full = arch.num_layers + 1
 
         def ngl_ok(x: int) -> bool:
-            g2 = _try(_with(placed, n_gpu_layers=x), ctx)
+            g2 = _try(_with(placed, n_gpu_layers=x), high)
             return g2 is not None and g2.would_start
 
         maxima["n_gpu_layers"] = max(largest_true(0, full, ngl_ok), 0) if ngl_ok(0) else 0
     if "file_type" in req.solve and _opts(w).tensors is None:
         best_ft = None
         for ft in _LADDER:
-            g2 = _try(_with(placed, file_type=ft), ctx)
+            g2 = _try(_with(placed, file_type=ft), high)
             if g2 is not None and _whole(placed, g2):
                 best_ft = ft
                 break
         maxima["file_type"] = best_ft
     verdict: Verdict | None = None
-    if fits and ctx.in_use_basis is not None:
-        g_high = _try(placed, ctx.at_hold(high=True))
-        if (
+    if (
+        fits
+        and high is not ctx
+        and (
             g_high is None
             or not _whole(placed, g_high)
+            or g_high.settings.n_ctx < g.settings.n_ctx  # --fit shrank the context
             or (target is not None and concurrency(g_high) < target)
-        ):
-            verdict = "fits_if_low"  # not beside the high end of the desktop's assumed hold
+        )
+    ):
+        verdict = "fits_if_low"  # not beside the high end of the desktop's assumed hold
     warnings: list[str] = []
     if not g.would_start:
         warnings.append(f"would not start: {g.reason}")
@@ -154,7 +161,7 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
 def gguf_fits(w: LLMServingWorkload, ctx: DeviceContext, n: int, target: float | None) -> bool:
     if n > MAX_GGUF_DEVICES:
         return False
-    g = _try(_with(w, devices=n, tensor_split=None), ctx)
+    g = _try(_with(w, devices=n, tensor_split=None), ctx.at_hold(high=True))
     return g is not None and _whole(w, g) and (target is None or concurrency(g) >= target)
 
 
@@ -176,8 +183,9 @@ def sglang_placed(w: LLMServingWorkload, n: int) -> LLMServingWorkload | None:
 
 
 def sglang_fits(w: LLMServingWorkload, ctx: DeviceContext, n: int, target: float | None) -> bool:
+    """Starts on ``n`` GPUs with ``target`` concurrency (beside an assumed hold's high end)."""
     placed = sglang_placed(w, n)
-    return placed is not None and _sglang_ok(placed, ctx, target)
+    return placed is not None and _sglang_ok(placed, ctx.at_hold(high=True), target)
 
 
 def sglang_layout(
@@ -194,8 +202,11 @@ def sglang_layout(
         C.ACTIVATIONS: a.graph_bytes,
         C.CUDA_CONTEXT: run.cuda_context + run.nccl,  # the capacity leaves out what others hold
     }
-    conc = a.max_total_num_tokens / max(run.context_len, 1)
     target = req.target_concurrency
+    # the maxima hold beside the high end of an assumed hold (a desktop session's)
+    high = ctx.at_hold(high=True)
+    a_high = sglang_engine(placed, high).account if high is not ctx else a
+    conc = a_high.max_total_num_tokens / max(run.context_len, 1)
     maxima: dict[str, object] = {}
     if "concurrency" in req.solve:
         maxima["max_concurrency"] = round(conc, 4)
@@ -205,7 +216,7 @@ def sglang_layout(
         maxima["max_model_len"] = largest_true(
             1,
             cap,
-            lambda x: _sglang_ok(msgspec.structs.replace(placed, max_model_len=x), ctx, target),
+            lambda x: _sglang_ok(msgspec.structs.replace(placed, max_model_len=x), high, target),
         )
     fits = _sglang_ok(placed, ctx, target)
     warnings = () if a.would_start else (f"would not start: {a.reason}",)

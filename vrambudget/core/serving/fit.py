@@ -16,7 +16,7 @@ import msgspec
 
 from ..catalog import gpus
 from ..components import Component
-from ..device import DeviceContext, resolve_device
+from ..device import DeviceContext, held_note, resolve_device
 from ..errors import InvalidWorkload
 from ..gpu_perf import perf_of
 from ..interconnect import layout_interconnect
@@ -101,6 +101,9 @@ def mig_context(ctx: DeviceContext, d: MIGDevice) -> DeviceContext:
         memory_total_bytes=d.capacity_bytes,
         name=d.name,
         memory_in_use_bytes=0,
+        in_use_below=0,
+        in_use_above=0,
+        in_use_basis=None,
         nvidia_smi_total_mib=None,
     )
 
@@ -147,7 +150,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 maxima["max_concurrency"] = round(a.max_concurrency, 4)
                 maxima["concurrent_requests"] = math.floor(a.max_concurrency)
             if "max_model_len" in req.solve or "context" in req.solve:
-                maxima["max_model_len"] = _largest_len(placed, ctx, target)
+                maxima["max_model_len"] = _largest_len(placed, ctx.at_hold(high=True), target)
             warnings: tuple[str, ...] = () if a.would_start else (f"would not start: {a.reason}",)
             latency = None
             if req.latency_target is not None or req.prices is not None:
@@ -199,7 +202,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
         if "device_count" in req.solve:
             for n in device_count_candidates(req.max_device_count):
                 placed = _layout(w, n)
-                if placed is not None and _fits(_account(placed, ctx), target):
+                if placed is not None and _fits(_account(placed, ctx.at_hold(high=True)), target):
                     min_count = n
                     break
         results.append(_gpu_fit(req, ctx, layouts, min_count, "start", _vllm_mig(w, ctx, target)))
@@ -297,6 +300,8 @@ def _gpu_fit(
             f"does not {verb} (or reach the target concurrency) on any layout of up to "
             f"{req.max_device_count} devices of {ctx.name}",
         )
+    if ctx.in_use_basis is not None:
+        warnings += (held_note(ctx),)
     return GPUFit(
         gpu_id=ctx.id,
         name=ctx.name,

@@ -17,6 +17,7 @@ __all__ = [
     "Adafactor",
     "AdamW",
     "AdamW8bit",
+    "AdapterDType",
     "Attention",
     "CacheItem",
     "FullFineTune",
@@ -40,6 +41,10 @@ Attention = Annotated[
         "`sdpa` (memory-efficient kernels) keep O(s) state."
     ),
 ]
+
+
+AdapterDType = Literal["fp32", "bf16", "fp16"]
+"""A LoRA adapter's dtype."""
 
 
 class _ModelWorkload(Wire, frozen=True, kw_only=True):
@@ -196,9 +201,16 @@ class LoRA(Wire, tag="lora", tag_field="kind", frozen=True, kw_only=True):
         Meta(min_length=1, max_length=64, description="Projections that get adapters."),
     ] = ("q_proj", "k_proj", "v_proj", "o_proj")
     adapter_dtype: Annotated[
-        Literal["fp32", "bf16", "fp16"],
-        Meta(description="PEFT keeps adapters in fp32 by default (autocast_adapter_dtype)."),
-    ] = "fp32"
+        AdapterDType | None,
+        Meta(
+            description="The adapters' dtype (and their gradients' and optimizer state's). "
+            "Null: as the stack's PEFT leaves them (`software.libraries.peft`, default the "
+            "current release): fp32 before 0.6 (never cast) and from 0.12 "
+            "(`autocast_adapter_dtype`), the base weights' dtype where it is 16-bit in 0.6 - "
+            "0.11; fp32 over a quantized base and under LitGPT's and torchtune's own LoRA. The "
+            "answer's `stack.behaviours` says which."
+        ),
+    ] = None
     modules_to_save: Annotated[
         tuple[ModuleName, ...],
         Meta(

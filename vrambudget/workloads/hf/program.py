@@ -639,10 +639,11 @@ def _prepare_training(model: nn.Module, w: TrainingWorkload) -> nn.Module:
     )
     with warnings.catch_warnings():  # PEFT calls transformers' deprecated spellings
         warnings.simplefilter("ignore", FutureWarning)
+        # null: as the installed PEFT leaves them (its autocast_adapter_dtype default)
         peft_model = get_peft_model(
-            model, lora, autocast_adapter_dtype=method.adapter_dtype == "fp32"
+            model, lora, autocast_adapter_dtype=method.adapter_dtype in ("fp32", None)
         )
-    if method.adapter_dtype != "fp32":
+    if method.adapter_dtype not in ("fp32", None):
         dtype = TORCH_DTYPES[method.adapter_dtype]
         for name, p in peft_model.named_parameters():
             if "lora_" in name:

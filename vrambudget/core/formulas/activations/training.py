@@ -313,7 +313,7 @@ def lora_layer_trainable(
     functions where they run (:func:`unsloth_runs`, :func:`unsloth_trainable`), else PEFT's
     forward (:func:`lora_trainable`)."""
     targets = lora_target_names(method.target_modules, arch)
-    ab = bytes_of(method.adapter_dtype)
+    ab = bytes_of(method.adapter_dtype or "fp32")  # concrete once deployed (deploy_all)
     if unsloth_runs(method, unsloth):
         return unsloth_trainable(layer, arch, t, targets, method.rank, ab, e)
     return lora_trainable(layer, arch, t, targets, method.rank, ab, e, method.dropout > 0.0), False
@@ -603,7 +603,10 @@ def recompute_backward_bytes(
     backward writes the gate's and up's gradients into their saved outputs (unsloth 2024.8
     ``kernels/fast_lora.py`` ``LoRA_MLP.backward``), as Liger's does (``fused_swiglu``)."""
     fp32_adapters = (
-        peft_casts and isinstance(method, LoRA) and bytes_of(method.adapter_dtype) == 4 and e != 4
+        peft_casts
+        and isinstance(method, LoRA)
+        and bytes_of(method.adapter_dtype or "fp32") == 4
+        and e != 4
     )
     f = dd.f_expert * max(dd.top_k, 1) + dd.f_shared if dd.experts else dd.f
     per_f = 1 if fused_swiglu else 2
