@@ -304,3 +304,19 @@ def test_cli_desktop_flag(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert rc == 0
     assert "assumed held by the windows desktop (published readings" in out
+
+
+def test_vllm_names_what_starts_beside_the_high_end() -> None:
+    """vLLM at its default 0.9 on an RTX 4090 with a Windows desktop: it starts beside the
+    median hold, not beside the high end; the remedy names the utilization that does, and that
+    utilization starts with the high end measured."""
+    w = {"kind": "llm_serving", "engine_version": "0.19.0", "model": LLAMA, "max_model_len": 4096}
+    b = _budget(w, _dev("windows"))
+    assert b.serving is not None and b.serving.would_start
+    assert b.fit is not None and b.fit.verdict == "fits_if_low"
+    lower = [r for r in b.serving.remedies if "lower gpu_memory_utilization to" in r]
+    assert len(lower) == 1 and "high end of the desktop's assumed hold" in lower[0]
+    util = float(lower[0].rsplit(" ", 1)[1])
+    h = desktop_hold("windows")
+    fixed = _budget({**w, "gpu_memory_utilization": util}, _dev(None, h.high_bytes))
+    assert fixed.serving is not None and fixed.serving.would_start

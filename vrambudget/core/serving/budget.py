@@ -183,6 +183,24 @@ def device_kv_band(
     return kv_band(w, a, ctx.name, held)
 
 
+def _high_hold_remedies(
+    w: LLMServingWorkload, a: ServingAccount, ctx: DeviceContext
+) -> tuple[str, ...]:
+    """For an engine that starts beside an assumed hold's median but not beside its high end
+    (a desktop session's): what would make it start there too."""
+    high = ctx.at_hold(high=True)
+    if high is ctx or not a.would_start:
+        return ()
+    total, name, held = ctx.memory_total_bytes, ctx.name, high.memory_in_use_bytes
+    a_high = serving_account(w, total, name, 0, held)
+    if a_high.would_start:
+        return ()
+    return tuple(
+        f"to start beside the high end of the desktop's assumed hold ({held} bytes): {r}"
+        for r in remedies(w, a_high, total, name, held)
+    )
+
+
 def _starts(
     w: LLMServingWorkload, total: int, name: str, in_use: int = 0, **changes: Any
 ) -> ServingAccount | None:
@@ -228,9 +246,13 @@ def remedies(
     if in_use:
         # memory other processes hold refuses a share vLLM cannot get free: the largest share
         # the free memory at start allows, if the engine starts with it
+        # (just below the ceiling the graphs outside the budget may not fit: step down, at
+        # most 0.2, to the first share that starts)
         lower = min(ceiling, permille - 1)
-        if lower >= 1 and _starts(w, total, name, in_use, gpu_memory_utilization=lower / 1000):
-            out.append(f"lower gpu_memory_utilization to {lower / 1000:.3f}")
+        for x in range(lower, max(lower - 200, 0), -1):
+            if _starts(w, total, name, in_use, gpu_memory_utilization=x / 1000):
+                out.append(f"lower gpu_memory_utilization to {x / 1000:.3f}")
+                break
     par = w.parallelism
     t = par.tensor * 2
     while t <= max(8, par.tensor) and t <= arch.num_heads:
@@ -463,7 +485,7 @@ def serving_budget(
         max_concurrency_all_replicas=round(a.max_concurrency * r.data, 4),
         would_start=a.would_start,
         reason=a.reason,
-        remedies=remedies(w, a, total, gpu_name, in_use),
+        remedies=remedies(w, a, total, gpu_name, in_use) or _high_hold_remedies(w, a, ctx),
         launch=vllm_launch(w, a),
         details=VLLMDetails(
             gpu_memory_utilization=utilization(w, r),
