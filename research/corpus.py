@@ -290,8 +290,9 @@ def _version(v: str | None) -> str | None:
 
 # A measurement that states no version ran on the last release before its publication
 # (research/releases.py, PyPI's upload dates); a library the framework pins is left to the
-# stack's pin (vrambudget.core.stack.PINNED).
-_DATED_LIBRARIES = ("bitsandbytes",)
+# stack's pin (vrambudget.core.stack.PINNED). PEFT's release decides a LoRA adapter's dtype
+# where the record leaves it null (vrambudget.core.stack, lora_adapter_dtype).
+_DATED_LIBRARIES = ("bitsandbytes", "peft")
 
 
 def software_of(r: Record) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """LoRA adapters' dtype by the stack's PEFT release (``adapter_dtype`` null): read from PEFT's
 released source — 0.5.0 ``tuners/lora.py`` ``update_layer`` moves them to the weight's device
-only (fp32), 0.6.0 - 0.11.1 ``tuners/lora/layer.py`` casts them to a floating-point weight's
-dtype, 0.12.0 ``get_peft_model(autocast_adapter_dtype=True)`` upcasts 16-bit ones to fp32."""
+only (fp32), 0.6.x's ``lora.Linear`` has no weight yet when ``update_layer`` runs (fp32),
+0.7.0 - 0.11.1 ``tuners/lora/layer.py`` casts them to a floating-point base weight's dtype,
+0.12.0 ``get_peft_model(autocast_adapter_dtype=True)`` upcasts 16-bit ones to fp32 (each
+release's adapters checked by get_peft_model on bf16, fp16 and fp32 bases)."""
 
 from __future__ import annotations
 
@@ -51,7 +53,8 @@ def _budget(req: BudgetRequest):
     ("peft", "kind", "expected"),
     [
         ("0.5.0", "lora", "fp32"),
-        ("0.6.0", "lora", "bf16"),
+        ("0.6.2", "lora", "fp32"),
+        ("0.7.0", "lora", "bf16"),
         ("0.11.1", "lora", "bf16"),
         ("0.12.0", "lora", "fp32"),
         (None, "lora", "fp32"),  # the current release, 0.21.2

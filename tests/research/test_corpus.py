@@ -133,12 +133,12 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.2%, 94.4% inside their band (met), but a band median half-width of 15.8% "
+    "peaks median 3.2%, 95.5% inside their band (met), but a band median half-width of 15.8% "
     "(the calibrate split's sources disagree by that much: bands from fewer than 9 sources are "
     "widened, and full training and quantized inference until a source left out of the fit is "
-    "covered 90% of the time) and 5 runs above "
-    "their band's high end, the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table, "
-    "9-19% low at 256-4,096 tokens",
+    "covered 90% of the time) and 2 runs above "
+    "their band's high end, the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at "
+    "256 and 512 tokens, 12-13% low",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -278,19 +278,18 @@ def test_held_out_accuracy_with_qwen_v1_does_not_regress(held_out) -> None:
     4.32, torch 2.0, the Trainer without DeepSpeed; 'G' read as GB): its LoRA (emb) rows, which
     train copies of the embedding and LM head (``modules_to_save``), lie within -5.8% .. +7.4%;
     its plain LoRA rows were 8-19% low at 256-1,024 tokens (a floor of 1.3 / 2.1 / 2.7 GB for
-    1.8B / 7B / 14B) and seven of them lay above the LoRA band's high end (x1.09). The 7B and
-    14B cells date from 2023-10, when PEFT's release (0.5.0) left the adapters in nn.Linear's
-    fp32 (0.6.0 first cast them to the weights' dtype); read so (corrected after these errors
-    were seen), the 7B and 14B plain-LoRA rows are -2.6% .. +9.9% and the LoRA (emb) rows
-    -5.8% .. +11.6% (over: the safe side). The Qwen-1.8B plain-LoRA rows (added 2023-11-30, PEFT
-    0.6.2) stay 9-19% low at 256-4,096 tokens, five above the band: the product's known miss on
-    this source. Bounds a change may only improve: median 3.2%, 94.4% inside, 5 above,
-    half-width 15.8% over 177 peaks."""
+    1.8B / 7B / 14B) and seven of them lay above the LoRA band's high end (x1.09). Every cell
+    predates PEFT 0.7.0 (2023-12-06), the first release that casts new adapters to the
+    weights' dtype (0.5.0 and 0.6.x leave them in nn.Linear's fp32); read so (corrected after
+    these errors were seen), the 7B and 14B plain-LoRA rows are -2.6% .. +9.9%, the 1.8B ones
+    -12.6% .. +15.6% (two above the band, at 256 and 512 tokens), and the LoRA (emb) rows -0.8%
+    .. +11.6% (over: the safe side). Bounds a change may only improve: median 3.2%, 95.5%
+    inside, 2 above, half-width 15.8% over 177 peaks."""
     s = summarize(held_out)
     assert s["n"] >= 177
-    assert s["median_abs_error"] <= 0.0319
-    assert s["coverage"] >= 0.943
-    assert s["exceeded_but_fits"] <= 5
+    assert s["median_abs_error"] <= 0.0321
+    assert s["coverage"] >= 0.954
+    assert s["exceeded_but_fits"] <= 2
     assert s["median_half_width"] <= 0.159
     qwen = [r for r in held_out if r.record.group == QWEN_V1_PROFILING]
     emb = [r for r in qwen if "-lora-emb-" in r.record.id]

@@ -189,3 +189,41 @@ def test_a_calibrated_workspace_below_the_cublaslt_size_is_all_cublaslt() -> Non
     )
     assert gemm_workspaces(131_072) == (("cuBLAS workspace (shared with cuBLASLt)", 131_072),)
     assert gemm_workspaces(131_072, "amd") == (("hipBLAS workspace", 131_072),)
+
+
+@pytest.mark.parametrize("code", ["framework", "builtin"])
+def test_the_trace_resolves_the_adapters_dtype_as_the_analytic_tier(code: str) -> None:
+    """A LoRA request that leaves ``adapter_dtype`` null under PEFT 0.8 (which casts adapters
+    to a bf16 base's dtype): the traced adapters are bf16 in both codes, as the analytic tier
+    counts them, not the installed PEFT's fp32."""
+    from vrambudget.trace.engine import trace_budget
+
+    request = msgspec.convert(
+        {
+            "method": "trace",
+            "trace": {"code": code, "iterations": 2},
+            "workloads": [
+                {
+                    "kind": "training",
+                    "model": {"source": "preset", "id": "qwen2.5-0.5b"},
+                    "precision": {"weights": "bf16"},
+                    "mixed_precision": "pure",
+                    "method": {"kind": "lora", "rank": 8},
+                    "micro_batch_size": 1,
+                    "sequence_length": 16,
+                }
+            ],
+            "software": {"libraries": {"peft": "0.8.2"}},
+        },
+        BudgetRequest,
+    )
+    traced = trace_budget(request)
+    analytic = estimate(request.workloads, software=request.software)
+
+    def adapters(b: Any) -> int:
+        return next(ln.bytes for ln in b.devices[0].lines if ln.component.value == "adapters")
+
+    # qwen2.5-0.5b, r 8 on q/k/v/o over 24 layers: 8 x (896+896 + 2 x (896+128) + 896+896)
+    # = 45,056 per layer, 1,081,344 in all, x 2 B
+    assert adapters(analytic) == 1_081_344 * 2
+    assert adapters(traced) == adapters(analytic)

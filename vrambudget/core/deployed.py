@@ -43,7 +43,7 @@ from .spec import (
     Software,
     TrainingWorkload,
 )
-from .stack import resolve_stack
+from .stack import Stack, resolve_stack
 
 __all__ = [
     "CheckpointFormat",
@@ -56,6 +56,7 @@ __all__ = [
     "format_warnings",
     "has_headers",
     "stored_bytes_source",
+    "with_adapters",
     "without_headers",
 ]
 
@@ -304,18 +305,19 @@ def deploy_all(
         if isinstance(w, _Model):
             prefix = f"workloads[{i}]: " if len(workloads) > 1 else ""
             notes += [prefix + n for n in format_warnings(w)]
-            out.append(_with_adapters(deploy(w), software))
+            out.append(with_adapters(deploy(w), resolve_stack(software)))
         else:
             out.append(w)
     return tuple(out), tuple(notes)
 
 
-def _with_adapters(w: Any, software: Software | None) -> Any:
-    """A LoRA / QLoRA training workload with its adapters' dtype resolved."""
+def with_adapters(w: _W, stack: Stack) -> _W:
+    """A deployed LoRA / QLoRA training workload with its adapters' dtype resolved for
+    ``stack`` (:meth:`Stack.adapter_dtype`); any other workload as it is."""
     if not isinstance(w, TrainingWorkload) or not isinstance(w.method, LoRA):
         return w
     if w.method.adapter_dtype is not None:
         return w
     quantized = isinstance(w.method, QLoRA) or bool(w.precision.quantization)
-    dtype = resolve_stack(software).adapter_dtype(None, str(w.precision.weights), quantized)
+    dtype = stack.adapter_dtype(None, str(w.precision.weights), quantized)
     return msgspec.structs.replace(w, method=msgspec.structs.replace(w.method, adapter_dtype=dtype))

@@ -178,7 +178,7 @@ class Stack:
     with torch >= 2.2): the fragmentation fractions are
     :data:`~vrambudget.core.formulas.allocator_overhead.EXPANDABLE_FRACTIONS`."""
     adapters_cast: bool
-    """PEFT 0.6 - 0.11 casts LoRA adapters to the base weight's dtype where it is floating point
+    """PEFT 0.7 - 0.11 casts LoRA adapters to the base weight's dtype where it is floating point
     (a request's ``adapter_dtype`` left null then takes a 16-bit base's dtype; elsewhere fp32)."""
     behaviours: tuple[StackBehaviour, ...]
     named: bool
@@ -547,19 +547,21 @@ _ZERO3_WHOLE_MODEL = _B(
 )
 _ADAPTERS_UNCAST = _B(
     name="lora_adapter_dtype",
-    assumed="PEFT < 0.6: LoRA adapters stay in nn.Linear's fp32 (moved to the weight's device "
-    "only), with fp32 gradients and optimizer state (where the request leaves adapter_dtype "
-    "null)",
-    source="peft 0.5.0 tuners/lora.py LoraLayer.update_layer (self.to(self.weight.device))",
+    assumed="PEFT < 0.7: new LoRA adapters stay in nn.Linear's fp32 (where the request leaves "
+    "adapter_dtype null)",
+    source="peft 0.5.0 tuners/lora.py LoraLayer.update_layer (self.to(self.weight.device)); "
+    "peft 0.6.0 - 0.6.2 tuners/lora/layer.py: lora.Linear.__init__ has no weight yet when "
+    "update_layer runs, so its dtype cast applies only to a second adapter",
 )
 _ADAPTERS_CAST = _B(
     name="lora_adapter_dtype",
-    assumed="PEFT 0.6 - 0.11: LoRA adapters cast to the base weight's dtype where it is floating "
-    "point (a bf16 / fp16 base: 16-bit adapters, gradients and optimizer state; a quantized "
-    "base: fp32), where the request leaves adapter_dtype null",
-    source="peft 0.6.0 and 0.11.1 tuners/lora/layer.py LoraLayer.update_layer (if "
-    "weight.dtype.is_floating_point or weight.dtype.is_complex: self.to(weight.device, "
-    "dtype=weight.dtype))",
+    assumed="PEFT 0.7 - 0.11: LoRA adapters cast to the base weight's dtype where it is floating "
+    "point (a bf16 / fp16 base: 16-bit adapters and gradients; masters and optimizer state as "
+    "mixed_precision says; a quantized base's integer storage: fp32), where the request leaves "
+    "adapter_dtype null",
+    source="peft 0.7.0 and 0.11.1 tuners/lora/layer.py LoraLayer.update_layer (weight = "
+    "self.get_base_layer().weight; if weight.dtype.is_floating_point or "
+    "weight.dtype.is_complex: self.to(weight.device, dtype=weight.dtype))",
 )
 _ADAPTERS_AUTOCAST = _B(
     name="lora_adapter_dtype",
@@ -954,14 +956,14 @@ def _resolve(software: Software | None) -> Stack:
         behaviours.append(_qlora_dtype_behaviour(framework, version, qlora_upcast))
     peft = version_tuple(sw.libraries.peft or CURRENT["peft"])
     own_lora = framework in ("litgpt", "torchtune")
-    adapters_cast = not own_lora and (0, 6) <= peft < (0, 12)
+    adapters_cast = not own_lora and (0, 7) <= peft < (0, 12)
     behaviours.append(
         _ADAPTERS_OWN
         if own_lora
         else _ADAPTERS_CAST
         if adapters_cast
         else _ADAPTERS_UNCAST
-        if peft < (0, 6)
+        if peft < (0, 7)
         else _ADAPTERS_AUTOCAST
     )
     if framework == "unsloth":

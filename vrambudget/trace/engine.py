@@ -23,7 +23,7 @@ from vrambudget.core.bands import band_of, band_rule, resolve_headroom, workload
 from vrambudget.core.budget.encoders import proxy
 from vrambudget.core.calibration import PROFILES_ENV, ProfileSet, profiles_from
 from vrambudget.core.components import Component
-from vrambudget.core.deployed import deploy
+from vrambudget.core.deployed import deploy, with_adapters
 from vrambudget.core.device import resolve_device
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
@@ -59,7 +59,7 @@ from vrambudget.core.spec import (
     VisionWorkload,
 )
 from vrambudget.core.spec.diffusion import ImageGenerationWorkload
-from vrambudget.core.stack import Stack, version_tuple
+from vrambudget.core.stack import Stack, resolve_stack, version_tuple
 from vrambudget.core.statics import statics_for
 from vrambudget.core.verdict import with_fit
 from vrambudget.workloads import kernels
@@ -224,7 +224,8 @@ def record_workload_code(
 ) -> tuple[Trace, str]:
     """The recorded trace of ``w`` (before any replay) and the code that ran in words (the
     arguments are :func:`trace_workload_code`'s)."""
-    w = deploy(w)
+    # the adapters' dtype as the analytic tier resolves it for the same stack
+    w = with_adapters(deploy(w), stack or resolve_stack(None))
     which, reason = traced_code(w, code)
     encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
     if which == "builtin" and _framework_only(w):

@@ -205,8 +205,15 @@ def sglang_layout(
     target = req.target_concurrency
     # the maxima hold beside the high end of an assumed hold (a desktop session's)
     high = ctx.at_hold(high=True)
-    a_high = sglang_engine(placed, high).account if high is not ctx else a
-    conc = a_high.max_total_num_tokens / max(run.context_len, 1)
+    try:
+        a_high = sglang_engine(placed, high).account if high is not ctx else a
+    except InvalidWorkload:
+        a_high = None
+    conc = (
+        a_high.max_total_num_tokens / max(run.context_len, 1)
+        if a_high is not None and a_high.would_start
+        else 0.0
+    )
     maxima: dict[str, object] = {}
     if "concurrency" in req.solve:
         maxima["max_concurrency"] = round(conc, 4)

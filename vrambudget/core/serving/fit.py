@@ -147,8 +147,12 @@ def serving_fit(req: FitRequest) -> FitResponse:
             used = sum(values.values())
             maxima: dict[str, object] = {}
             if "concurrency" in req.solve:
-                maxima["max_concurrency"] = round(a.max_concurrency, 4)
-                maxima["concurrent_requests"] = math.floor(a.max_concurrency)
+                # beside the high end of an assumed hold (a desktop session's)
+                high = ctx.at_hold(high=True)
+                a_high = a if high is ctx else _account(placed, high)
+                conc = a_high.max_concurrency if a_high.would_start else 0.0
+                maxima["max_concurrency"] = round(conc, 4)
+                maxima["concurrent_requests"] = math.floor(conc)
             if "max_model_len" in req.solve or "context" in req.solve:
                 maxima["max_model_len"] = _largest_len(placed, ctx.at_hold(high=True), target)
             warnings: tuple[str, ...] = () if a.would_start else (f"would not start: {a.reason}",)

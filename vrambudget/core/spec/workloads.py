@@ -205,8 +205,8 @@ class LoRA(Wire, tag="lora", tag_field="kind", frozen=True, kw_only=True):
         Meta(
             description="The adapters' dtype (and their gradients' and optimizer state's). "
             "Null: as the stack's PEFT leaves them (`software.libraries.peft`, default the "
-            "current release): fp32 before 0.6 (never cast) and from 0.12 "
-            "(`autocast_adapter_dtype`), the base weights' dtype where it is 16-bit in 0.6 - "
+            "current release): fp32 before 0.7 (never cast) and from 0.12 "
+            "(`autocast_adapter_dtype`), the base weights' dtype where it is 16-bit in 0.7 - "
             "0.11; fp32 over a quantized base and under LitGPT's and torchtune's own LoRA. The "
             "answer's `stack.behaviours` says which."
         ),
