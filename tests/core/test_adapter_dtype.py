@@ -107,3 +107,35 @@ def test_the_stack_decides_the_analytic_plan() -> None:
     stack = resolve_stack(req.software)
     assert training_plan(w, stack).adapter_bytes == 2  # type: ignore[arg-type]
     assert training_plan(w, resolve_stack(None)).adapter_bytes == 4  # type: ignore[arg-type]
+
+
+def test_sharded_qlora_stores_its_4bit_weights_in_a_dtype_peft_casts_to() -> None:
+    """QLoRA over ZeRO-3 / FSDP stores the 4-bit weights in the model's bf16
+    (``bnb_4bit_quant_storage``), a floating-point dtype, so PEFT 0.7 - 0.11 casts the adapters
+    to it; on one GPU the storage is uint8 and they stay fp32."""
+    from vrambudget.core.deployed import adapters_over_integers, deploy_all
+
+    def method_dtype(parallelism: dict[str, Any]) -> str | None:
+        req = msgspec.convert(
+            {
+                "workloads": [
+                    {
+                        "kind": "training",
+                        "model": {"source": "preset", "id": "llama-3.1-8b"},
+                        "precision": {"weights": "bf16"},
+                        "micro_batch_size": 1,
+                        "sequence_length": 1024,
+                        "method": {"kind": "qlora", "rank": 16},
+                        "parallelism": parallelism,
+                    }
+                ],
+                "software": {"libraries": {"peft": "0.10.0"}},
+            },
+            BudgetRequest,
+        )
+        (w,) = deploy_all(req.workloads, req.software)[0]
+        assert adapters_over_integers(w) == (parallelism == {})
+        return w.method.adapter_dtype
+
+    assert method_dtype({}) == "fp32"
+    assert method_dtype({"data": 2, "zero_stage": 3}) == "bf16"

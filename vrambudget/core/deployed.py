@@ -31,6 +31,7 @@ from .quant_config import CheckpointQuantization, parse_quantization_config
 from .resolved import ResolvedModel
 from .result import DeployedFormat
 from .spec import (
+    BitsAndBytes4bit,
     DimensionsModel,
     EncoderWorkload,
     HFConfigModel,
@@ -47,6 +48,7 @@ from .stack import Stack, resolve_stack
 
 __all__ = [
     "CheckpointFormat",
+    "adapters_over_integers",
     "checkpoint_of",
     "checkpoint_quantization",
     "deploy",
@@ -311,6 +313,19 @@ def deploy_all(
     return tuple(out), tuple(notes)
 
 
+def adapters_over_integers(w: TrainingWorkload) -> bool:
+    """Whether the adapted layers' weights are integer storage (4-bit / 8-bit bitsandbytes,
+    GPTQ, AWQ), which PEFT does not cast adapters to; sharded QLoRA (ZeRO-3 / FSDP over
+    several replicas) stores its 4-bit weights in the model's dtype (``bnb_4bit_quant_storage``,
+    as PEFT's FSDP and DeepSpeed QLoRA guides set it), a floating-point dtype it does."""
+    q = w.precision.quantization
+    four_bit = isinstance(w.method, QLoRA) or isinstance(q, BitsAndBytes4bit)
+    if four_bit:
+        par = w.parallelism
+        return not (par.zero_stage >= 3 and par.data > 1)
+    return bool(q)
+
+
 def with_adapters(w: _W, stack: Stack) -> _W:
     """A deployed LoRA / QLoRA training workload with its adapters' dtype resolved for
     ``stack`` (:meth:`Stack.adapter_dtype`); any other workload as it is."""
@@ -318,6 +333,5 @@ def with_adapters(w: _W, stack: Stack) -> _W:
         return w
     if w.method.adapter_dtype is not None:
         return w
-    quantized = isinstance(w.method, QLoRA) or bool(w.precision.quantization)
-    dtype = stack.adapter_dtype(None, str(w.precision.weights), quantized)
+    dtype = stack.adapter_dtype(None, str(w.precision.weights), adapters_over_integers(w))
     return msgspec.structs.replace(w, method=msgspec.structs.replace(w.method, adapter_dtype=dtype))

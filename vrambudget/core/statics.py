@@ -26,7 +26,7 @@ from .arch import (
     saved_count,
     saved_names,
 )
-from .deployed import deployed_quantization
+from .deployed import adapters_over_integers, deployed_quantization
 from .dtypes import bytes_of
 from .errors import InvalidWorkload
 from .formulas import communication_buffers, gradients, master_weights, optimizer_state
@@ -126,9 +126,7 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             tuple(m.target_modules),
             bytes_of(
                 resolved.adapter_dtype(
-                    m.adapter_dtype,
-                    str(w.precision.weights),
-                    isinstance(m, QLoRA) or bool(w.precision.quantization),
+                    m.adapter_dtype, str(w.precision.weights), adapters_over_integers(w)
                 )
             ),
             w.optimizer,

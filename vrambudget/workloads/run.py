@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from vrambudget.core.arch import Arch
-from vrambudget.core.deployed import deploy, deployed_quantization
+from vrambudget.core.deployed import adapters_over_integers, deploy, deployed_quantization
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.spec import (
     Adafactor,
@@ -128,11 +128,7 @@ def build_plan(
         saved_fp16_to_fp32=st.saved_fp16_to_fp32,
         tie_saved_head=isinstance(m, LoRA) and m.ensure_weight_tying,
         adapter_dtype=TORCH_DTYPES[
-            st.adapter_dtype(
-                m.adapter_dtype,
-                str(p.weights),
-                isinstance(m, QLoRA) or bool(p.quantization),
-            )
+            st.adapter_dtype(m.adapter_dtype, str(p.weights), adapters_over_integers(w))
         ]
         if isinstance(m, LoRA)
         else torch.float32,
