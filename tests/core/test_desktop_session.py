@@ -320,3 +320,18 @@ def test_vllm_names_what_starts_beside_the_high_end() -> None:
     h = desktop_hold("windows")
     fixed = _budget({**w, "gpu_memory_utilization": util}, _dev(None, h.high_bytes))
     assert fixed.serving is not None and fixed.serving.would_start
+
+
+def test_vllm_034_extensible_cache_starts_beside_a_desktop() -> None:
+    """vLLM 0.34's extensible KV cache (its default) skips the start-up check of free memory
+    against utilization x total (0.34.0 vllm/v1/worker/utils.py request_memory: "the budget
+    is only a cap"); the pool is what the free memory leaves, so a larger hold leaves fewer
+    tokens."""
+    w = {"kind": "llm_serving", "engine_version": "0.34.0", "model": LLAMA, "max_model_len": 8192}
+    bare = _budget(w, _dev(None)).serving
+    desk = _budget(w, _dev("windows")).serving
+    assert bare is not None and desk is not None
+    assert desk.would_start and desk.reason is None
+    assert desk.kv_cache_tokens < bare.kv_cache_tokens
+    band = desk.kv_cache_tokens_band
+    assert band is not None and 0 < band.low < desk.kv_cache_tokens < band.high

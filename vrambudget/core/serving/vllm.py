@@ -263,7 +263,9 @@ def account(
     free = free_at_start(memory_total_bytes, memory_in_use_bytes, out[0])
     room = memory_total_bytes - memory_in_use_bytes
     reason = None
-    if memory_in_use_bytes and free < requested:
+    # 0.34's extensible KV cache skips the check: its budget is only a cap
+    # (vllm/v1/worker/utils.py request_memory, lines 783-786 of 0.34.0)
+    if memory_in_use_bytes and free < requested and not extensible:
         reason = (
             f"free memory on the device at start ({_gib(free)}) is less than "
             f"gpu_memory_utilization x total ({_gib(requested)}): other processes hold "
