@@ -204,3 +204,12 @@ def test_vllm_remedies_stay_below_what_is_free() -> None:
     named = float(s30.reason.split("at most ")[1].split(",")[0])
     ok = _budget({**VLLM, "gpu_memory_utilization": named}, _on("h100-sxm5-80gb", 30 * GiB))
     assert ok.serving is not None and ok.serving.reason is None
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "llama_cpp", "ollama"])
+def test_an_engine_on_a_device_below_a_mib_does_not_fit(engine: str) -> None:
+    """Found by schemathesis (a custom device of 1 byte): SGLang's automatic fraction divides
+    by the GPU's MiB, which rounded to 0; every engine answers does_not_fit."""
+    w = {"kind": "llm_serving", "engine": engine, "model": {"source": "preset", "id": "gpt2"}}
+    b = _budget(w, {"source": "custom", "memory_total_bytes": 1})
+    assert b.fit is not None and b.fit.verdict == "does_not_fit"

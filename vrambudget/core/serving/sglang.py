@@ -390,7 +390,8 @@ def sglang_account(
     automatic defaults read (``get_nvgpu_memory_capacity`` runs ``nvidia-smi --query-gpu=
     memory.total``; larger than the runtime's total by the driver's reservation), the runtime
     total in MiB where the catalog has none."""
-    gpu_mib = smi_mib if smi_mib is not None else _mib(total)
+    # (at least 1 MiB: a custom device below it divides the fraction rules by zero)
+    gpu_mib = max(smi_mib if smi_mib is not None else _mib(total), 1)
     chunk = chunked if chunked is not None else chunked_prefill_default(r, gpu_mib)
     gbs = graph_bs if graph_bs is not None else cuda_graph_max_bs_default(r, gpu_mib, tp)
     mla = arch.mla is not None
