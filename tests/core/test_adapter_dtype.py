@@ -20,29 +20,32 @@ from vrambudget.core.statics import training_plan
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def _request(peft: str | None, dtype: str | None = None, kind: str = "lora", **sw: Any):
-    method: dict[str, Any] = {"kind": kind, "rank": 64, "target_modules": TARGETS}
+def _request(
+    peft: str | None,
+    dtype: str | None = None,
+    kind: str = "lora",
+    rank: int = 64,
+    parallelism: dict[str, Any] | None = None,
+):
+    """Llama 3.1 8B in bf16, one 1,024-token sequence, LoRA / QLoRA of ``rank``, under
+    ``peft`` (None: the current release)."""
+    method: dict[str, Any] = {"kind": kind, "rank": rank}
+    if kind == "lora":
+        method["target_modules"] = TARGETS
     if dtype is not None:
         method["adapter_dtype"] = dtype
-    software: dict[str, Any] = dict(sw)
-    if peft is not None:
-        software["libraries"] = {"peft": peft}
-    return msgspec.convert(
-        {
-            "workloads": [
-                {
-                    "kind": "training",
-                    "model": {"source": "preset", "id": "llama-3.1-8b"},
-                    "precision": {"weights": "bf16"},
-                    "micro_batch_size": 1,
-                    "sequence_length": 1024,
-                    "method": method,
-                }
-            ],
-            "software": software or None,
-        },
-        BudgetRequest,
-    )
+    w: dict[str, Any] = {
+        "kind": "training",
+        "model": {"source": "preset", "id": "llama-3.1-8b"},
+        "precision": {"weights": "bf16"},
+        "micro_batch_size": 1,
+        "sequence_length": 1024,
+        "method": method,
+    }
+    if parallelism:
+        w["parallelism"] = parallelism
+    software = {"libraries": {"peft": peft}} if peft is not None else None
+    return msgspec.convert({"workloads": [w], "software": software}, BudgetRequest)
 
 
 def _budget(req: BudgetRequest):
@@ -116,23 +119,7 @@ def test_sharded_qlora_stores_its_4bit_weights_in_a_dtype_peft_casts_to() -> Non
     from vrambudget.core.deployed import adapters_over_integers, deploy_all
 
     def method_dtype(parallelism: dict[str, Any]) -> str | None:
-        req = msgspec.convert(
-            {
-                "workloads": [
-                    {
-                        "kind": "training",
-                        "model": {"source": "preset", "id": "llama-3.1-8b"},
-                        "precision": {"weights": "bf16"},
-                        "micro_batch_size": 1,
-                        "sequence_length": 1024,
-                        "method": {"kind": "qlora", "rank": 16},
-                        "parallelism": parallelism,
-                    }
-                ],
-                "software": {"libraries": {"peft": "0.10.0"}},
-            },
-            BudgetRequest,
-        )
+        req = _request("0.10.0", kind="qlora", rank=16, parallelism=parallelism)
         (w,) = deploy_all(req.workloads, req.software)[0]
         assert adapters_over_integers(w) == (parallelism == {})
         return w.method.adapter_dtype

@@ -10,26 +10,21 @@ from typing import Any
 import msgspec
 import pytest
 
+from tests.support.workloads import budget_of
 from vrambudget.core.catalog import gpu
 from vrambudget.core.desktop import desktop_hold
 from vrambudget.core.device import display_note, resolve_device
 from vrambudget.core.errors import InvalidWorkload
-from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import fit
 from vrambudget.core.result import GGUFDetails
-from vrambudget.core.spec import BudgetRequest, CatalogDevice, FitRequest
+from vrambudget.core.spec import CatalogDevice, FitRequest
 from vrambudget.core.units import GiB
 from vrambudget.core.verdict import memory_verdict
 
 RTX4090 = gpu("rtx-4090-24gb")
 LLAMA = {"source": "preset", "id": "llama-3.1-8b"}
-INFER = {
-    "kind": "inference",
-    "model": LLAMA,
-    "batch_size": 1,
-    "prompt_tokens": 2048,
-    "generated_tokens": 256,
-}
+# Llama 3.1 8B, one sequence of 2,048 + 256 tokens
+INFER = dict(kind="inference", model=LLAMA, batch_size=1, prompt_tokens=2048, generated_tokens=256)
 
 
 def _dev(session: str | None, in_use: int = 0, gpu_id: str = "rtx-4090-24gb") -> dict[str, Any]:
@@ -40,8 +35,7 @@ def _dev(session: str | None, in_use: int = 0, gpu_id: str = "rtx-4090-24gb") ->
 
 
 def _budget(w: dict[str, Any], device: dict[str, Any]):
-    r = msgspec.convert({"workloads": [w], "device": device}, BudgetRequest)
-    return estimate(r.workloads, r.device, r.headroom, None, r.software)
+    return budget_of({"workloads": [w], "device": device})
 
 
 @pytest.mark.parametrize("session", ["windows", "linux"])
