@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 import msgspec
 
 from research import vllm_tp_logs
+from research.committed import write_or_check
 from research.vllm_runs import compare, load_runs, run_request
 from vrambudget.core.formulas.activations import inference_working_set
 from vrambudget.core.resolve import resolve_model
@@ -338,17 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args(argv)
     text = json.dumps(fit(), indent=1) + "\n"
-    if args.check:
-        if OUT.read_text() != text:
-            print(
-                "vllm_calibration.json is stale: run python -m research.calibrate_vllm",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    OUT.write_text(text)
-    print(text)
-    return 0
+    return write_or_check(OUT, text, args.check, "python -m research.calibrate_vllm")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from research.calibrate_bands import COVERAGE, conformal
+from research.committed import write_or_check
 
 READINGS = Path(__file__).parent / "data" / "desktop_hold.json"
 OUT = Path(__file__).parents[1] / "vrambudget" / "core" / "data" / "desktop_hold.json"
@@ -83,14 +84,7 @@ def fit(rows: list[dict[str, object]] | None = None) -> dict[str, object]:
 
 def main(argv: list[str]) -> int:
     text = json.dumps(fit(), indent=1) + "\n"
-    if "--check" in argv:
-        if not OUT.exists() or OUT.read_text() != text:
-            print(f"{OUT} differs from a fresh fit: run python -m research.desktop_hold")
-            return 1
-        return 0
-    OUT.write_text(text)
-    print(text)
-    return 0
+    return write_or_check(OUT, text, "--check" in argv, "python -m research.desktop_hold")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from research.corpus import _config
 from vrambudget.core.catalog import preset
 from vrambudget.core.device import DeviceContext, resolve_device
 from vrambudget.core.resolve import resolve_model
-from vrambudget.core.serving.budget import device_kv_band
+from vrambudget.core.serving.budget import device_kv_band, held_accounts
 from vrambudget.core.serving.engines_budget import sglang_engine, sglang_kv_band
 from vrambudget.core.serving.gguf.llamacpp import LlamaSettings, llama_account
 from vrambudget.core.serving.vllm import account
@@ -177,7 +177,7 @@ def _vllm(
         )
     if gpu_id is not None or device is not None:
         out.append(Check(log, "vllm", "KV tokens", measured["kv_cache_tokens"], a.kv_tokens, "tok"))
-        band = device_kv_band(w, a, ctx)
+        band = device_kv_band(w, a, ctx, held_accounts(w, ctx))
         assert band is not None  # no log sets --kv-cache-memory
         inside = float(band.low <= measured["kv_cache_tokens"] <= band.high)
         out.append(Check(log, "vllm", BAND, 1.0, inside, "yes"))

@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from importlib import resources
 
 import msgspec
 
+from .data import data_file
 from .result import ErrorBand
 from .spec import (
     BitsAndBytes4bit,
@@ -81,9 +81,7 @@ def parse_bands(raw: bytes) -> BandFit:
 
 @cache
 def _bands() -> BandFit:
-    return parse_bands(
-        resources.files("vrambudget.core.data").joinpath("error_bands.json").read_bytes()
-    )
+    return parse_bands(data_file("error_bands.json"))
 
 
 MAX_DEFAULT_HEADROOM = 0.9

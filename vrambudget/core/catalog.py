@@ -7,12 +7,12 @@ test decodes both files), so the service never starts with a catalog it cannot t
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 from .arch import Arch
+from .data import data_file
 from .dtypes import NativeDType
 from .errors import UnknownGPU, UnknownModel
 from .hf_config import HFConfig, typed_config
@@ -199,19 +199,15 @@ class _ModelFile(msgspec.Struct):
     presets: tuple[ModelPreset, ...]
 
 
-def _read(name: str) -> bytes:
-    return resources.files("vrambudget.core.data").joinpath(name).read_bytes()
-
-
 @cache
 def gpus() -> dict[str, GPU]:
-    entries = msgspec.json.decode(_read("gpus.json"), type=_GPUFile).gpus
+    entries = msgspec.json.decode(data_file("gpus.json"), type=_GPUFile).gpus
     return {g.id: g for g in entries}
 
 
 @cache
 def presets() -> dict[str, ModelPreset]:
-    entries = msgspec.json.decode(_read("models.json"), type=_ModelFile).presets
+    entries = msgspec.json.decode(data_file("models.json"), type=_ModelFile).presets
     return {p.id: p for p in entries if p.config is not None}
 
 

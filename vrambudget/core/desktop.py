@@ -12,9 +12,10 @@ as its band: ``data/desktop_hold.json``, written by ``research/desktop_hold.py``
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 
 import msgspec
+
+from .data import data_file
 
 __all__ = ["DesktopHold", "desktop_hold", "hold_basis", "parse_holds"]
 
@@ -50,9 +51,7 @@ def parse_holds(raw: bytes) -> DesktopHolds:
 
 @cache
 def _holds() -> DesktopHolds:
-    return parse_holds(
-        resources.files("vrambudget.core.data").joinpath("desktop_hold.json").read_bytes()
-    )
+    return parse_holds(data_file("desktop_hold.json"))
 
 
 def desktop_hold(session: str) -> DesktopHold:

@@ -9,12 +9,12 @@ are unknown here, and the answer says so rather than guessing.
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from typing import Literal
 
 import msgspec
 
 from .catalog import Source
+from .data import data_file
 
 __all__ = ["DenseFlops", "GPUPerf", "MathFormat", "gpu_perf", "perf_of"]
 
@@ -56,7 +56,7 @@ class _PerfFile(msgspec.Struct):
 
 @cache
 def gpu_perf() -> dict[str, GPUPerf]:
-    raw = resources.files("vrambudget.core.data").joinpath("gpu_perf.json").read_bytes()
+    raw = data_file("gpu_perf.json")
     return {g.id: g for g in msgspec.json.decode(raw, type=_PerfFile).gpus}
 
 

@@ -108,7 +108,7 @@ def _serving_fits(sv: ServingSummary, w: Workload | None) -> tuple[bool, str | N
     return True, None
 
 
-def _short_at_high_hold(sv: ServingSummary, w: Workload | None) -> bool:
+def _short_at_high_hold(sv: ServingSummary) -> bool:
     """llama.cpp / Ollama would keep fewer layers on the GPUs, or fewer KV cells (``--fit``
     shrinks an unset context), beside the high end of an assumed hold of others."""
     d = sv.details
@@ -143,7 +143,7 @@ def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
         if sv is not None:  # the engine's verdict holds for each of its GPUs
             ok = engine_ok
             verdict: Verdict = serving_verdict(ok, sv.kv_cache_tokens_band)
-            if ok and _short_at_high_hold(sv, workloads[0] if workloads else None):
+            if ok and _short_at_high_hold(sv):
                 verdict = "fits_if_low"
         else:
             band = d.band

@@ -5,12 +5,12 @@ with its source and the published parameter count (the catalog's ``Source`` and
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 import msgspec
 
 from ..catalog import CheckpointFacts, Source
+from ..data import data_file
 
 __all__ = ["PIPELINE_IDS", "ComponentPreset", "PipelinePreset", "pipeline_preset", "presets"]
 
@@ -39,7 +39,7 @@ class _File(msgspec.Struct):
 
 @cache
 def presets() -> dict[str, PipelinePreset]:
-    raw = resources.files("vrambudget.core.data").joinpath("pipelines.json").read_bytes()
+    raw = data_file("pipelines.json")
     return {p.id: p for p in msgspec.json.decode(raw, type=_File).presets}
 
 

@@ -55,7 +55,14 @@ from .vllm import (
     utilization,
 )
 
-__all__ = ["device_kv_band", "remedies", "serving_account", "serving_budget", "stage_values"]
+__all__ = [
+    "device_kv_band",
+    "held_accounts",
+    "remedies",
+    "serving_account",
+    "serving_budget",
+    "stage_values",
+]
 
 C = Component
 
@@ -167,37 +174,47 @@ def serving_account(
         raise InvalidWorkload(f"workloads[{index}].{exc.field}", exc.message) from None
 
 
+def held_accounts(
+    w: LLMServingWorkload, ctx: DeviceContext, index: int = 0
+) -> tuple[ServingAccount, ServingAccount] | None:
+    """The accounts beside the high and the low end of what other processes are assumed to hold
+    on ``ctx`` (a desktop session's, :mod:`vrambudget.core.desktop`); None where the hold is
+    the request's own (measured) or none."""
+    if ctx.in_use_basis is None:
+        return None
+    total, name = ctx.memory_total_bytes, ctx.name
+    return (
+        serving_account(w, total, name, index, ctx.at_hold(high=True).memory_in_use_bytes),
+        serving_account(w, total, name, index, ctx.at_hold(high=False).memory_in_use_bytes),
+    )
+
+
 def device_kv_band(
-    w: LLMServingWorkload, a: ServingAccount, ctx: DeviceContext, index: int = 0
+    w: LLMServingWorkload,
+    a: ServingAccount,
+    ctx: DeviceContext,
+    held: tuple[ServingAccount, ServingAccount] | None,
 ) -> KVTokensBand | None:
-    """``kv_band`` of ``a`` on ``ctx``, reaching the spread of what other processes are assumed
-    to hold there (a desktop session's, :mod:`vrambudget.core.desktop`)."""
-    held = None
-    if ctx.in_use_basis is not None:
-        total, name = ctx.memory_total_bytes, ctx.name
-        held = (
-            serving_account(w, total, name, index, ctx.at_hold(high=True).memory_in_use_bytes),
-            serving_account(w, total, name, index, ctx.at_hold(high=False).memory_in_use_bytes),
-            f"the {ctx.desktop_session} desktop's assumed hold",
-        )
-    return kv_band(w, a, ctx.name, held)
+    """``kv_band`` of ``a`` on ``ctx``, reaching ``held`` (:func:`held_accounts`)."""
+    words = f"the {ctx.desktop_session} desktop's assumed hold"
+    return kv_band(w, a, ctx.name, None if held is None else (*held, words))
 
 
 def _high_hold_remedies(
-    w: LLMServingWorkload, a: ServingAccount, ctx: DeviceContext
+    w: LLMServingWorkload,
+    a: ServingAccount,
+    ctx: DeviceContext,
+    held: tuple[ServingAccount, ServingAccount] | None,
 ) -> tuple[str, ...]:
     """For an engine that starts beside an assumed hold's median but not beside its high end
-    (a desktop session's): what would make it start there too."""
-    high = ctx.at_hold(high=True)
-    if high is ctx or not a.would_start:
+    (``held``, :func:`held_accounts`): what would make it start there too."""
+    if held is None or not a.would_start or held[0].would_start:
         return ()
-    total, name, held = ctx.memory_total_bytes, ctx.name, high.memory_in_use_bytes
-    a_high = serving_account(w, total, name, 0, held)
-    if a_high.would_start:
-        return ()
+    total, name = ctx.memory_total_bytes, ctx.name
+    in_use = ctx.at_hold(high=True).memory_in_use_bytes
     return tuple(
-        f"to start beside the high end of the desktop's assumed hold ({held} bytes): {r}"
-        for r in remedies(w, a_high, total, name, held)
+        f"to start beside the high end of the desktop's assumed hold ({in_use} bytes): {r}"
+        for r in remedies(w, held[0], total, name, in_use)
     )
 
 
@@ -367,6 +384,7 @@ def serving_budget(
     total, gpu_name, summary_device = ctx.memory_total_bytes, ctx.name, ctx.summary()
     in_use = ctx.memory_in_use_bytes
     a = serving_account(w, total, gpu_name, in_use=in_use)
+    held = held_accounts(w, ctx)
     arch = resolve_model(w.model)
     inputs = _inputs(w, a)
     r_version = engine_release("vllm", w.engine_version).modelled
@@ -478,14 +496,14 @@ def serving_budget(
             ]
         ),
         kv_cache_tokens=a.kv_tokens,
-        kv_cache_tokens_band=device_kv_band(w, a, ctx),
+        kv_cache_tokens_band=device_kv_band(w, a, ctx, held),
         max_model_len=r.max_model_len,
         max_concurrency=round(a.max_concurrency, 4),
         data_parallel=r.data,
         max_concurrency_all_replicas=round(a.max_concurrency * r.data, 4),
         would_start=a.would_start,
         reason=a.reason,
-        remedies=remedies(w, a, total, gpu_name, in_use) or _high_hold_remedies(w, a, ctx),
+        remedies=remedies(w, a, total, gpu_name, in_use) or _high_hold_remedies(w, a, ctx, held),
         launch=vllm_launch(w, a),
         details=VLLMDetails(
             gpu_memory_utilization=utilization(w, r),

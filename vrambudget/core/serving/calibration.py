@@ -9,10 +9,11 @@ allowed set is the file's versions.
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from typing import Literal
 
 import msgspec
+
+from ..data import data_file
 
 __all__ = [
     "CALIBRATED_VERSION",
@@ -153,13 +154,13 @@ class _Releases(msgspec.Struct, frozen=True):
 
 @cache
 def _file() -> _File:
-    raw = resources.files("vrambudget.core.data").joinpath("vllm_calibration.json").read_bytes()
+    raw = data_file("vllm_calibration.json")
     return msgspec.json.decode(raw, type=_File)
 
 
 @cache
 def vllm_releases() -> tuple[VLLMRelease, ...]:
-    raw = resources.files("vrambudget.core.data").joinpath("vllm_releases.json").read_bytes()
+    raw = data_file("vllm_releases.json")
     return msgspec.json.decode(raw, type=_Releases).releases
 
 

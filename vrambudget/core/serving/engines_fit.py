@@ -203,17 +203,12 @@ def sglang_layout(
         C.CUDA_CONTEXT: run.cuda_context + run.nccl,  # the capacity leaves out what others hold
     }
     target = req.target_concurrency
-    # the maxima hold beside the high end of an assumed hold (a desktop session's)
+    # the maxima hold beside the high end of an assumed hold (a desktop session's): the band's
+    # low end is the pool there
     high = ctx.at_hold(high=True)
-    try:
-        a_high = sglang_engine(placed, high).account if high is not ctx else a
-    except InvalidWorkload:
-        a_high = None
-    conc = (
-        a_high.max_total_num_tokens / max(run.context_len, 1)
-        if a_high is not None and a_high.would_start
-        else 0.0
-    )
+    band = sglang_kv_band(placed, run, ctx)
+    tokens = band.low if band is not None else a.max_total_num_tokens
+    conc = tokens / max(run.context_len, 1)
     maxima: dict[str, object] = {}
     if "concurrency" in req.solve:
         maxima["max_concurrency"] = round(conc, 4)
@@ -227,6 +222,5 @@ def sglang_layout(
         )
     fits = _sglang_ok(placed, ctx, target)
     warnings = () if a.would_start else (f"would not start: {a.reason}",)
-    band = sglang_kv_band(placed, run, ctx)
     verdict = serving_verdict(fits, band, target if target is not None else 1.0)
     return _layout_fit(ctx, n, (n, 1), fits, values, warnings, maxima, verdict)

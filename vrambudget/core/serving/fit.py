@@ -38,7 +38,7 @@ from ..result import Cheapest, FitResponse, GPUFit, LatencyEstimate, LayoutFit, 
 from ..search import largest_true
 from ..spec import FP8, FitRequest, LatencyTarget, LLMServingWorkload, Parallelism
 from ..verdict import free_percent, serving_verdict
-from .budget import device_kv_band, stage_values
+from .budget import device_kv_band, held_accounts, stage_values
 from .engine_args import serving_quantization
 from .engines_fit import MAX_GGUF_DEVICES, gguf_fits, gguf_layout, sglang_fits, sglang_layout
 from .vllm import ServingAccount, account
@@ -145,11 +145,10 @@ def serving_fit(req: FitRequest) -> FitResponse:
             a = _account(placed, ctx)
             values = _values(a)
             used = sum(values.values())
+            held = held_accounts(placed, ctx)  # beside an assumed hold's ends
             maxima: dict[str, object] = {}
             if "concurrency" in req.solve:
-                # beside the high end of an assumed hold (a desktop session's)
-                high = ctx.at_hold(high=True)
-                a_high = a if high is ctx else _account(placed, high)
+                a_high = a if held is None else held[0]
                 conc = a_high.max_concurrency if a_high.would_start else 0.0
                 maxima["max_concurrency"] = round(conc, 4)
                 maxima["concurrent_requests"] = math.floor(conc)
@@ -181,7 +180,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
             warnings = warnings + link_warnings
             free = ctx.capacity_bytes - used
             fits = _fits(a, target)
-            band = device_kv_band(placed, a, ctx)
+            band = device_kv_band(placed, a, ctx, held)
             verdict = serving_verdict(fits, band, target if target is not None else 1.0)
             layouts.append(
                 LayoutFit(
