@@ -12,7 +12,11 @@ measurements inside. Each source counts once (the mean of its measurements' cove
 
 It also asks the widening's question: scaled by what factor would bands from fewer than
 ``min_sources`` sources reach 90% for the sources left out? (The committed fit uses ``widen``;
-this shows what the calibrate split itself supports.) The held-out split never enters.
+this shows what the calibrate split itself supports.) And, for a class whose bands cover fewer
+new sources than that, how far from its band's middle a new source may lie: the least distance
+(log space, about the middle of the band fitted without it) within which the left-out sources
+fall as often as the coverage says (:func:`source_reach`, a jackknife+ score taken by source;
+Barber et al. 2021). The held-out split never enters.
 
 Run from the repository root:
     python -m research.band_loso              # the table, per class and pooled
@@ -48,6 +52,10 @@ class Fold:
     needed: tuple[float, ...]
     """Per measurement, the least factor (about the band's middle, in log space) that puts it
     inside its band: 1 where it already is, infinite for a band of zero width."""
+    distance: tuple[float, ...] = ()
+    """Per measurement, its distance from the middle of its band (log space)."""
+    half: tuple[float, ...] = ()
+    """Per measurement, its band's half-width (log space)."""
 
     @property
     def measurements(self) -> int:
@@ -61,6 +69,12 @@ class Fold:
     def inside_at(self, factor: float) -> float:
         """The fraction of its measurements inside the bands widened by ``factor``."""
         return sum(n <= factor for n in self.needed) / self.measurements
+
+    def inside_within(self, reach: float) -> float:
+        """The fraction of its measurements inside their bands reaching at least ``reach``
+        from the middle (log space)."""
+        pairs = zip(self.distance, self.half, strict=True)
+        return sum(d <= max(h, reach) for d, h in pairs) / self.measurements
 
     @property
     def coverage(self) -> float:
@@ -77,17 +91,21 @@ def folds(predictions: Sequence[Prediction], widen: float | None = None) -> list
         bands = msgspec.convert(fit(rest), BandFit)
         if widen is not None:
             bands = msgspec.structs.replace(bands, widen=widen)
-        needed: dict[str, list[float]] = defaultdict(list)
+        needed: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
         few: dict[str, bool] = {}
         for p in predictions:
             if p.record.group != source:
                 continue
             cls, framework, named = keys[id(p)]
             rule = rule_from(bands, cls, framework, named)
-            needed[cls].append(_needed(rule.low, rule.high, p.record.measured / p.predicted))
+            ratio = p.record.measured / p.predicted
+            lo, hi = math.log(rule.low), math.log(rule.high)
+            distance = abs(math.log(ratio) - (lo + hi) / 2)
+            needed[cls].append((_needed(rule.low, rule.high, ratio), distance, (hi - lo) / 2))
             few[cls] = "sources, fewer than" in rule.basis  # widened for too few sources
-        for cls, factors in needed.items():
-            out.append(Fold(cls, source, few[cls], tuple(factors)))
+        for cls, rows in needed.items():
+            factors, distances, halves = zip(*rows, strict=True)
+            out.append(Fold(cls, source, few[cls], factors, distances, halves))
     return out
 
 
@@ -112,6 +130,22 @@ def source_widen(fs: Sequence[Fold], coverage: float) -> tuple[float, float]:
             rounded = math.ceil(factor * 100 - 1e-9) / 100
             return rounded, mean(f.inside_at(rounded) for f in fs)
     return math.inf, mean(f.inside_at(math.inf) for f in fs)
+
+
+def source_reach(fs: Sequence[Fold], coverage: float) -> tuple[float, float]:
+    """(reach, coverage by source at it): the least distance from the middle (log space, of
+    each band fitted without the source it is scored on) within which ``coverage`` of the
+    sources' measurements lie (each source once: the mean of its measurements' coverage), a
+    band's own half-width counting where it is larger; rounded up to 1e-4. 0 where the bands
+    already cover. Unlike a factor on the bands' widths (:func:`source_widen`), it does not
+    grow with the band it is applied to: a source far off the others, which the band fitted
+    with it already reaches, is not counted twice."""
+    candidates = sorted({0.0, *(d for f in fs for d in f.distance)})
+    for reach in candidates:
+        if mean(f.inside_within(reach) for f in fs) >= coverage - 1e-12:
+            rounded = math.ceil(reach * 1e4 - 1e-9) / 1e4
+            return rounded, mean(f.inside_within(rounded) for f in fs)
+    raise AssertionError("the largest distance covers every measurement")  # pragma: no cover
 
 
 def _key(p: Prediction) -> tuple[str, str, bool]:

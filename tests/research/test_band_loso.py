@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from research.band_loso import Fold, _needed, source_widen
+from research.band_loso import Fold, _needed, source_reach, source_widen
 
 
 def test_needed_is_the_distance_from_the_middle_over_the_half_width() -> None:
@@ -39,3 +39,39 @@ def test_the_factor_is_rounded_up_to_a_hundredth() -> None:
     assert source_widen(fs, 0.9)[0] == 1.0
     factor, covered = source_widen(fs, 0.95)
     assert factor == 1.24 and covered == 1.0
+
+
+def _reach_fold(source: str, rows: tuple[tuple[float, float], ...]) -> Fold:
+    """A fold from (distance from its band's middle, the band's half-width) per measurement."""
+    needed = tuple(1.0 if d <= h else d / h for d, h in rows)
+    distance, half = zip(*rows, strict=True)
+    return Fold("fine_tuning_qlora_multi_gpu", source, True, needed, distance, half)
+
+
+def test_the_reach_counts_a_far_source_once() -> None:
+    """Five sources: four inside bands of half-width 0.6 fitted with the fifth, which lies
+    1.23 from the middle of the narrow band (half-width 0.1) fitted without it. 90% by source
+    needs the fifth: the reach is its distance, 1.23 -- a band of x0.29 .. x3.4 about its
+    middle -- where a factor on the widths (12.3 = 1.23 / 0.1) applied to a band of half-width
+    0.6 would reach 7.4 (x0.0006 .. x1,600)."""
+    fs = [_reach_fold(f"s{i}", ((0.3, 0.6),)) for i in range(4)]
+    fs.append(_reach_fold("far", ((1.23, 0.1),)))
+    reach, covered = source_reach(fs, 0.9)
+    assert reach == 1.23 and covered == 1.0
+    factor, _ = source_widen(fs, 0.9)
+    assert math.isclose(factor, 12.3) and factor * 0.6 > 7
+
+
+def test_the_reach_is_zero_where_the_bands_already_cover() -> None:
+    fs = [_reach_fold(f"s{i}", ((0.05, 0.1), (0.2, 0.1))) for i in range(10)]
+    # each source half inside: 50% at reach 0; both of each at 0.2
+    assert source_reach(fs, 0.5) == (0.0, 0.5)
+    assert source_reach(fs, 0.9) == (0.2, 1.0)
+    # a band's own half-width counts where it is wider than the reach
+    assert fs[0].inside_within(0.0) == 0.5 and fs[0].inside_within(0.15) == 0.5
+
+
+def test_the_reach_is_rounded_up_to_a_ten_thousandth() -> None:
+    fs = [_reach_fold(f"s{i}", ((0.123456, 0.01),)) for i in range(3)]
+    reach, covered = source_reach(fs, 0.9)
+    assert reach == 0.1235 and covered == 1.0

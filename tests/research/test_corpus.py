@@ -133,10 +133,10 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.2%, 95.5% inside their band (met), but a band median half-width of 15.8% "
-    "(the calibrate split's sources disagree by that much: bands from fewer than 9 sources are "
-    "widened, and full training and quantized inference until a source left out of the fit is "
-    "covered 90% of the time) and 2 runs above "
+    "peaks median 3.3%, 96.1% inside their band (met), but a band median half-width of 14.8% "
+    "(the calibrate split's sources disagree by that much: QLoRA's 11 sources from x0.87 to "
+    "x1.16, bands from fewer than 9 sources are widened, and inference until a source left out "
+    "of the fit is reached 90% of the time) and 2 runs above "
     "their band's high end, the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at "
     "256 and 512 tokens, 12-13% low",
 )
@@ -263,13 +263,22 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     GPT-2 fine-tunes from 20-28% to 9-15% low, and the full-training band's fitted high end from
     x1.39 to x1.18; every class's band was then widened until, refitted without each calibrate
     source in turn, it covers 90% of them (research/band_loso.py: full training x1.27,
-    quantized inference x1.09): 3.2%, 96.5% inside, none above, half-width 15.8%."""
+    quantized inference x1.09): 3.2%, 96.5% inside, none above, half-width 15.8%. That
+    widening became a reach (research/band_loso.py ``source_reach``: how far from the middle of
+    a band fitted without a source that source lies, not a factor on the narrower band's width,
+    which counted a far-off source twice): full training x1.27 -> none. Then 19 more sources
+    (three helpers, 2026-12-06: ms-swift's multi-GPU example scripts, axolotl's Mistral-Small
+    QLoRA READMEs, LitGPT's Thunder table, transformers' 2020 BERT benchmarks, torchao's and
+    Gemma 3's cards); four held-out peaks among them: ms-swift's 2-GPU ZeRO-3 LoRA (41% low, in
+    the multi-GPU LoRA band that its DDP twin widened to x2.0), its FSDP2 LoRA (20% low), its
+    packed ZeRO-3 full SFT (0.2%) and axolotl's Devstral QLoRA (13% over): 145 peaks, 3.2%,
+    97.2% inside, none above, half-width 14.8% (LoRA's band now rests on 9 sources)."""
     s = summarize([r for r in held_out if r.record.group != QWEN_V1_PROFILING])
-    assert s["n"] >= 141
-    assert s["median_abs_error"] <= 0.0319
-    assert s["coverage"] >= 0.964
+    assert s["n"] >= 145
+    assert s["median_abs_error"] <= 0.0321
+    assert s["coverage"] >= 0.972
     assert s["exceeded_but_fits"] == 0
-    assert s["median_half_width"] <= 0.159
+    assert s["median_half_width"] <= 0.148
     assert not math.isnan(s["median_signed_error"])
 
 
@@ -284,13 +293,14 @@ def test_held_out_accuracy_with_qwen_v1_does_not_regress(held_out) -> None:
     these errors were seen), the 7B and 14B plain-LoRA rows are -2.6% .. +9.9%, the 1.8B ones
     -12.6% .. +15.6% (two above the band, at 256 and 512 tokens), and the LoRA (emb) rows -0.8%
     .. +11.6% (over: the safe side). Bounds a change may only improve: median 3.2%, 95.5%
-    inside, 2 above, half-width 15.8% over 177 peaks."""
+    inside, 2 above, half-width 15.8% over 177 peaks; with the four held-out peaks of
+    2026-12-06 (see the test above): 3.3%, 96.1% inside, 2 above, 14.8% over 181."""
     s = summarize(held_out)
-    assert s["n"] >= 177
-    assert s["median_abs_error"] <= 0.0321
-    assert s["coverage"] >= 0.954
+    assert s["n"] >= 181
+    assert s["median_abs_error"] <= 0.0331
+    assert s["coverage"] >= 0.961
     assert s["exceeded_but_fits"] <= 2
-    assert s["median_half_width"] <= 0.159
+    assert s["median_half_width"] <= 0.148
     qwen = [r for r in held_out if r.record.group == QWEN_V1_PROFILING]
     emb = [r for r in qwen if "-lora-emb-" in r.record.id]
     assert len(qwen) == 36 and len(emb) == 18
@@ -321,28 +331,35 @@ def test_own_gpu_campaigns_are_recorded_but_do_not_calibrate_the_bands(records) 
 
 def test_bands_cover_sources_they_never_saw() -> None:
     """Leave-one-source-out over the calibrate split (research/band_loso.py): refitted without
-    each source in turn, the product's band rule, widened by its class's committed
-    ``source_widen``, covers at least 90% of the left-out source's measurements (each source
-    weighted once) for every class with its own band, and over every class together. Without
-    that factor the rule covers 90.3% of the 73 sources, but full training 88.9% and quantized
-    inference 83.0%: the widening is what the data need (docs/ACCURACY.md)."""
-    from research.band_loso import folds, table
-    from research.calibrate_bands import MIN_MEASUREMENTS, peak_predictions
+    each source in turn, the product's band rule reaches the left-out source's measurements --
+    as far from the middle of the band fitted without it as the committed band for the
+    default stack reaches from its own (its ``source_widen`` applied) -- at least 90% of the
+    time (each source weighted once) for every class with its own band, and over every class
+    together. As fitted, without that reach, the bands cover 86.7% of the 88 sources (full
+    training 84.0%, quantized inference 81.6%, multi-GPU QLoRA 80.0%: docs/ACCURACY.md)."""
+    from research.band_loso import folds, source_reach, table
+    from research.calibrate_bands import COVERAGE, MIN_MEASUREMENTS, peak_predictions
+    from vrambudget.core.bands import band_rule
+    from vrambudget.core.stack import resolve_stack
 
     committed = json.loads(OUT.read_text())["classes"]
     fs = folds(peak_predictions())
-    assert table(fs)["(every class)"]["sources"] == 73
-    assert round(table(fs)["(every class)"]["source_coverage"], 3) == 0.903
-    factor = {cls: committed.get(cls, {}).get("source_widen", 1.0) for cls in committed}
-    by_class: dict[str, list[float]] = {}
+    assert table(fs)["(every class)"]["sources"] == 88
+    assert round(table(fs)["(every class)"]["source_coverage"], 3) == 0.867
+    by_class: dict[str, list] = {}
     for f in fs:
-        by_class.setdefault(f.workload_class, []).append(f.inside_at(factor[f.workload_class]))
-    for cls, covered in by_class.items():
-        if committed[cls]["measurements"] >= MIN_MEASUREMENTS:
-            assert mean(covered) >= 0.90, (cls, mean(covered))
-            assert committed[cls]["source_coverage"] == round(mean(covered), 4)
-    assert mean(c for v in by_class.values() for c in v) >= 0.90
-    assert {c: factor[c] for c in factor if factor[c] > 1} == {
-        "training_full": 1.27,
-        "inference_quantized": 1.09,
-    }
+        by_class.setdefault(f.workload_class, []).append(f)
+    covered: list[float] = []
+    for cls, folds_ in by_class.items():
+        if committed[cls]["measurements"] < MIN_MEASUREMENTS:  # the family's band, as fitted
+            covered += [f.inside_at(1.0) for f in folds_]
+            continue
+        rule = band_rule((cls,), resolve_stack(None))
+        reach = (math.log(rule.high) - math.log(rule.low)) / 2
+        got = mean(f.inside_within(reach) for f in folds_)
+        assert got >= COVERAGE, (cls, got)
+        assert committed[cls]["source_coverage"] == round(source_reach(folds_, COVERAGE)[1], 4)
+        covered += [f.inside_within(reach) for f in folds_]
+    assert mean(covered) >= COVERAGE, mean(covered)
+    factor = {c: v["source_widen"] for c, v in committed.items() if "source_widen" in v}
+    assert factor == {"inference": 1.08, "inference_quantized": 1.08}

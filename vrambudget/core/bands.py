@@ -54,13 +54,14 @@ class _Class(msgspec.Struct, frozen=True):
     log_high: float
     frameworks: tuple[str, ...]
     source_coverage: float | None = None
-    """Leave-one-source-out coverage of the class (``research/band_loso.py``), with its
-    ``source_widen`` applied where it has one (then at least ``coverage`` by construction); None
+    """Leave-one-source-out coverage of the class (``research/band_loso.py``), at the reach its
+    ``source_widen`` gives it where it has one (then at least ``coverage`` by construction); None
     for the ``class|framework`` cells, the families and the pool."""
     source_widen: float = 1.0
-    """The least factor (about the band's middle) by which the class's bands, fitted without
-    each calibrate source in turn, cover ``coverage`` of the sources left out
-    (``research/band_loso.py``): a new source's bias, measured; 1 where they already do."""
+    """The factor (about the middle) that makes the class's band for the default stack reach
+    as far from its middle as ``coverage`` of the calibrate sources lie from the middle of the
+    bands fitted without each of them (``research/band_loso.py`` ``source_reach``): a new
+    source's bias, measured; 1 where the band already reaches that far."""
 
 
 class BandFit(msgspec.Struct, frozen=True):
