@@ -12,11 +12,11 @@ measurements inside. Each source counts once (the mean of its measurements' cove
 
 It also asks the widening's question: scaled by what factor would bands from fewer than
 ``min_sources`` sources reach 90% for the sources left out? (The committed fit uses ``widen``;
-this shows what the calibrate split itself supports.) And, for a class whose bands cover fewer
-new sources than that, how far from its band's middle a new source may lie: the least distance
-(log space, about the middle of the band fitted without it) within which the left-out sources
-fall as often as the coverage says (:func:`source_reach`, a jackknife+ score taken by source;
-Barber et al. 2021). The held-out split never enters.
+this shows what the calibrate split itself supports.) And how far from a band's middle a new
+source may lie: the least distance (log space, from the middle of the band fitted without it)
+within which the left-out sources' measurements fall as often as the coverage says
+(:func:`source_reach`, a leave-one-source-out (jackknife) quantile of distances, each source
+weighted once), which the committed bands are made to reach. The held-out split never enters.
 
 Run from the repository root:
     python -m research.band_loso              # the table, per class and pooled
@@ -71,10 +71,10 @@ class Fold:
         return sum(n <= factor for n in self.needed) / self.measurements
 
     def inside_within(self, reach: float) -> float:
-        """The fraction of its measurements inside their bands reaching at least ``reach``
-        from the middle (log space)."""
-        pairs = zip(self.distance, self.half, strict=True)
-        return sum(d <= max(h, reach) for d, h in pairs) / self.measurements
+        """The fraction of its measurements within ``reach`` (log space) of the middle of the
+        bands fitted without the source (the band's own half-width is not counted: the
+        widening for few sources that a fold's band gets, the committed band may not)."""
+        return sum(d <= reach for d in self.distance) / self.measurements
 
     @property
     def coverage(self) -> float:
@@ -135,10 +135,9 @@ def source_widen(fs: Sequence[Fold], coverage: float) -> tuple[float, float]:
 def source_reach(fs: Sequence[Fold], coverage: float) -> tuple[float, float]:
     """(reach, coverage by source at it): the least distance from the middle (log space, of
     each band fitted without the source it is scored on) within which ``coverage`` of the
-    sources' measurements lie (each source once: the mean of its measurements' coverage), a
-    band's own half-width counting where it is larger; rounded up to 1e-4. 0 where the bands
-    already cover. Unlike a factor on the bands' widths (:func:`source_widen`), it does not
-    grow with the band it is applied to: a source far off the others, which the band fitted
+    sources' measurements lie (each source once: the mean of its measurements' coverage),
+    rounded up to 1e-4. Unlike a factor on the bands' widths (:func:`source_widen`), it does
+    not grow with the band it is applied to: a source far off the others, which the band fitted
     with it already reaches, is not counted twice."""
     candidates = sorted({0.0, *(d for f in fs for d in f.distance)})
     for reach in candidates:

@@ -163,14 +163,14 @@ def fit(predictions: Sequence[Prediction] | None = None) -> dict[str, object]:
 
 
 def _source_widening(out: dict[str, object]) -> None:
-    """Each class's leave-one-source-out coverage (``source_coverage``) and, for a class with
-    its own band whose bands fitted without each source reach fewer of them than ``COVERAGE``,
-    the factor (``source_widen``, about the middle) that makes its band for the default stack
-    reach as far from the middle as the left-out sources need (``research/band_loso.py``
-    :func:`~research.band_loso.source_reach`). A reach, not a factor measured on the narrower
-    bands fitted without a far-off source: that factor, applied to the band fitted with it,
-    would count the source twice (one 3.4x source turned a band of x0.4 - x4.8 into x0.004 -
-    x431)."""
+    """Each class's leave-one-source-out reach and coverage (``research/band_loso.py``): for a
+    class with its own band, ``source_reach``, how far from the middle of the bands fitted
+    without each calibrate source ``COVERAGE`` of the sources' measurements lie (every band of
+    the class is widened to reach that far), and ``source_coverage``, the share within the
+    reach of the default stack's band, each source once, at most k / (k + 1) for k sources. A
+    reach, not a factor measured on the narrower bands fitted without a far-off source: that
+    factor, applied to the band fitted with it, counted the source twice (one 3.4x source
+    turned a band of x0.37 - x4.8 into x0.004 - x431)."""
     from research.band_loso import folds, source_reach
     from vrambudget.core.bands import BandFit, _default_framework, rule_from
 
@@ -187,15 +187,11 @@ def _source_widening(out: dict[str, object]) -> None:
         if classes[cls]["measurements"] < MIN_MEASUREMENTS:  # type: ignore[operator]
             classes[cls]["source_coverage"] = round(mean(f.inside_at(1.0) for f in fs), 4)
             continue
-        # The reach is measured on bands fitted without the source it scores (out of
-        # sample); the committed band, fitted with every source, reaches at least that far
-        # once widened, and its coverage is recorded as the reach's.
-        reach, covered = source_reach(fs, COVERAGE)
-        rule = rule_from(fitted, cls, _default_framework(), False, source_widen=False)
-        half = (math.log(rule.high) - math.log(rule.low)) / 2
-        factor = math.ceil(reach / half * 100 - 1e-9) / 100 if half > 0 and reach > half else 1.0
-        if factor > 1.0:
-            classes[cls]["source_widen"] = factor
+        reach, _ = source_reach(fs, COVERAGE)
+        classes[cls]["source_reach"] = reach
+        rule = rule_from(fitted, cls, _default_framework(), False, source_reach=False)
+        half = max((math.log(rule.high) - math.log(rule.low)) / 2, reach)
+        covered = min(mean(f.inside_within(half) for f in fs), len(fs) / (len(fs) + 1))
         classes[cls]["source_coverage"] = round(covered, 4)
 
 

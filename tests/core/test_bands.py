@@ -51,15 +51,16 @@ BANDS = json.loads(
 def test_every_device_budget_carries_its_band_and_default_headroom() -> None:
     """From the committed file, by hand: the inference class's (or, with enough of them, its
     transformers cell's) conformal ends, not widened for its sources (they suffice), only by
-    the class's leave-one-source-out factor about their middle."""
+    the class's leave-one-source-out reach about their middle."""
     r = msgspec.convert({"workloads": [INFER]}, BudgetRequest)
     d = estimate(r.workloads, r.device, r.headroom).devices[0]
     cell = BANDS["classes"].get("inference|transformers")
     c = cell if cell and cell["measurements"] >= BANDS["min_measurements"] else None
     c = c or BANDS["classes"]["inference"]
     assert c["sources"] >= BANDS["min_sources"]  # the inference bands rest on enough sources
-    f = BANDS["classes"]["inference"].get("source_widen", 1.0)
-    mid, half = (c["log_low"] + c["log_high"]) / 2, (c["log_high"] - c["log_low"]) / 2 * f
+    reach = BANDS["classes"]["inference"].get("source_reach", 0.0)
+    mid = (c["log_low"] + c["log_high"]) / 2
+    half = max((c["log_high"] - c["log_low"]) / 2, reach)
     low, high = math.exp(mid - half), math.exp(mid + half)
     sub = d.inputs["subtotal_bytes"]
     assert isinstance(sub, int) and d.band is not None
@@ -106,9 +107,9 @@ def test_a_band_from_few_sources_reaches_both_sides_of_the_estimate() -> None:
     half = (c["log_high"] - c["log_low"]) / 2 * BANDS["widen"]
     low, high = min(mid - half, -half), max(mid + half, half)
     assert mid - half > -half  # the fitted band alone would end closer to the estimate
-    # then the class's leave-one-source-out factor, about the middle of that
-    f = BANDS["classes"][cls].get("source_widen", 1.0)
-    mid2, half2 = (low + high) / 2, (high - low) / 2 * f
+    # then the class's leave-one-source-out reach, about the middle of that
+    reach = BANDS["classes"][cls].get("source_reach", 0.0)
+    mid2, half2 = (low + high) / 2, max((high - low) / 2, reach)
     assert math.isclose(rule.low, math.exp(mid2 - half2))
     assert math.isclose(rule.high, math.exp(mid2 + half2))
     assert rule.low <= math.exp(c["log_low"]) and rule.high >= math.exp(c["log_high"])
@@ -227,7 +228,7 @@ def test_a_framework_cell_from_too_few_sources_yields_to_a_class_with_enough() -
     frameworks; a framework's cell from fewer would be widened past it. So the cell is used
     only where it has the sources too (or the class lacks them as well). From the committed
     file, by hand: every such class, its band exactly, widened only by the class's
-    leave-one-source-out factor."""
+    leave-one-source-out reach."""
     checked = 0
     for key, cell in BANDS["classes"].items():
         cls, _, framework = key.partition("|")
@@ -242,12 +243,12 @@ def test_a_framework_cell_from_too_few_sources_yields_to_a_class_with_enough() -
         ):
             continue
         rule = band_rule((cls,), resolve_stack(Software(framework=framework)))
-        # the class's band, widened only by its leave-one-source-out factor
+        # the class's band, widened only to its leave-one-source-out reach
         mid = (c["log_low"] + c["log_high"]) / 2
-        half = (c["log_high"] - c["log_low"]) / 2 * c.get("source_widen", 1.0)
+        half = max((c["log_high"] - c["log_low"]) / 2, c.get("source_reach", 0.0))
         assert math.isclose(rule.low, math.exp(mid - half))
         assert math.isclose(rule.high, math.exp(mid + half))
-        assert f"of {cls} (" in rule.basis or f"of {cls}, x" in rule.basis
+        assert f"of {cls} (" in rule.basis or f"of {cls}, widened to x" in rule.basis
         assert f"on {framework}" not in rule.basis
         checked += 1
     assert checked >= 2  # QLoRA and full training on transformers

@@ -205,9 +205,11 @@ def test_eager_module_loading_takes_the_eager_context() -> None:
 
 def test_torch_before_1_13_loads_modules_eagerly() -> None:
     """torch 1.13 first sets CUDA_MODULE_LOADING=LAZY (pytorch/pytorch#86509); before it CUDA
-    11's default, eager, held. A torch before 2.1 with no CUDA named was built for CUDA 11, so
-    the context is the torch 1.13 A/B's eager 666,632,192 B -- on an H100 never less than the
-    lazy 559,939,584 + 245,825,536 = 805,765,120 B -- plus cuBLAS's 517,996,544 B."""
+    11's default, eager, held. A torch from 1.7 to 2.0 with no CUDA named was built for CUDA
+    11, so the context is the torch 1.13 A/B's eager 666,632,192 B -- on an H100 never less
+    than the lazy 559,939,584 + 245,825,536 = 805,765,120 B -- plus cuBLAS's 517,996,544 B; a
+    torch before 1.7 for CUDA 10: 877 MiB = 919,601,152 B, cuBLAS's images in it
+    (pytorch/pytorch#49877)."""
     dev = {"device": {"source": "catalog", "id": "h100-sxm5-80gb"}}
 
     def line(software: dict[str, str]) -> Any:
@@ -221,6 +223,8 @@ def test_torch_before_1_13_loads_modules_eagerly() -> None:
     assert not resolve_stack(msgspec.convert(rocm, Software)).eager_modules
     old = line({"torch_version": "1.10.1"})
     assert old.bytes == 805_765_120 + 517_996_544
+    assert line({"torch_version": "1.4.0"}).bytes == 919_601_152
+    assert line({"torch_version": "1.12.1", "cuda_version": "10.2"}).bytes == 919_601_152
     assert line({"torch_version": "1.13.1"}).bytes == 740_753_408
     # named lazy wins over the release's default
     assert line({"torch_version": "1.10.1", "cuda_module_loading": "lazy"}).bytes == 740_753_408

@@ -1,6 +1,7 @@
-"""The leave-one-source-out widening (research/band_loso.py ``source_widen``) on folds made by
-hand: the least factor, about each band's middle in log space, at which the sources left out
-are covered as often as the coverage says, each source counted once."""
+"""The leave-one-source-out widening and reach (research/band_loso.py ``source_widen``,
+``source_reach``) on folds made by hand: the least factor about each band's middle (log space),
+or the least distance from it, at which the sources left out are covered as often as the
+coverage says, each source counted once."""
 
 from __future__ import annotations
 
@@ -62,13 +63,14 @@ def test_the_reach_counts_a_far_source_once() -> None:
     assert math.isclose(factor, 12.3) and factor * 0.6 > 7
 
 
-def test_the_reach_is_zero_where_the_bands_already_cover() -> None:
+def test_the_reach_is_the_distance_that_covers_the_coverage() -> None:
+    """Distances alone: a fold's band's own half-width (widened for the few sources it was
+    fitted on, where the committed band may not be) is not counted."""
     fs = [_reach_fold(f"s{i}", ((0.05, 0.1), (0.2, 0.1))) for i in range(10)]
-    # each source half inside: 50% at reach 0; both of each at 0.2
-    assert source_reach(fs, 0.5) == (0.0, 0.5)
+    # half of each source within 0.05, both within 0.2
+    assert source_reach(fs, 0.5) == (0.05, 0.5)
     assert source_reach(fs, 0.9) == (0.2, 1.0)
-    # a band's own half-width counts where it is wider than the reach
-    assert fs[0].inside_within(0.0) == 0.5 and fs[0].inside_within(0.15) == 0.5
+    assert fs[0].inside_within(0.0) == 0.0 and fs[0].inside_within(0.15) == 0.5
 
 
 def test_the_reach_is_rounded_up_to_a_ten_thousandth() -> None:

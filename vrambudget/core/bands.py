@@ -54,14 +54,16 @@ class _Class(msgspec.Struct, frozen=True):
     log_high: float
     frameworks: tuple[str, ...]
     source_coverage: float | None = None
-    """Leave-one-source-out coverage of the class (``research/band_loso.py``), at the reach its
-    ``source_widen`` gives it where it has one (then at least ``coverage`` by construction); None
-    for the ``class|framework`` cells, the families and the pool."""
-    source_widen: float = 1.0
-    """The factor (about the middle) that makes the class's band for the default stack reach
-    as far from its middle as ``coverage`` of the calibrate sources lie from the middle of the
-    bands fitted without each of them (``research/band_loso.py`` ``source_reach``): a new
-    source's bias, measured; 1 where the band already reaches that far."""
+    """Leave-one-source-out coverage of the class (``research/band_loso.py``): the share of a
+    left-out source's measurements within the reach of the band the default stack gets
+    (``source_reach`` applied), each source weighted once, at most k / (k + 1) for k sources
+    (what k sources can show of a new one); None for the ``class|framework`` cells, the
+    families and the pool."""
+    source_reach: float = 0.0
+    """How far (log space) from the middle of the bands fitted without each calibrate source
+    ``coverage`` of the sources' measurements lie (``research/band_loso.py``
+    ``source_reach``): every band of the class reaches at least that far from its middle. A
+    new source's bias, measured; 0 for a class without its own band."""
 
 
 class BandFit(msgspec.Struct, frozen=True):
@@ -189,7 +191,7 @@ def _rule(cls: str, framework: str, named: bool) -> BandRule:
 
 
 def rule_from(
-    b: BandFit, cls: str, framework: str, named: bool, source_widen: bool = True
+    b: BandFit, cls: str, framework: str, named: bool, source_reach: bool = True
 ) -> BandRule:
     """The class's band in the fit ``b``: its own (or its framework's, where that cell has enough
     measurements, and enough sources unless the class lacks them too: a class band from
@@ -197,9 +199,10 @@ def rule_from(
     would be widened past it), widened where the measurements come from fewer sources than a
     new source's bias can be bounded with, or the stack's framework was never measured in the
     class; a class with too few measurements takes its family's band, widened. Last, the
-    class's ``source_widen``, about the band's middle (``source_widen`` false: not applied, for
-    the default stack's band that a framework the class never saw is joined with before it is
-    widened once). (Any fit: ``research/band_loso.py`` refits without one source at a time.)"""
+    class's ``source_reach``: widened about its middle until it reaches that far
+    (``source_reach`` false: not applied, for the default stack's band that a framework the
+    class never saw is joined with). (Any fit: ``research/band_loso.py`` refits without one
+    source at a time.)"""
     pct = f"{100 * b.coverage:.0f}%"
     cell = b.classes.get(f"{cls}|{framework}")
     c = b.classes.get(cls)
@@ -244,20 +247,22 @@ def rule_from(
     if named and framework not in base.frameworks:
         # A framework the class never saw: at least the band of the stack a request that
         # names none gets (which may rest on another cell of the class).
-        default = rule_from(b, cls, _default_framework(), False, source_widen=False)
+        default = rule_from(b, cls, _default_framework(), False, source_reach=False)
         low, high = min(low, math.log(default.low)), max(high, math.log(default.high))
-    factor = c.source_widen if source_widen and c is not None else 1.0
-    if factor > 1.0:
-        # Widened again until the bands fitted without each source cover a new one as often as
-        # the coverage says (leave-one-source-out over the calibrate split).
-        mid, half = (low + high) / 2, (high - low) / 2 * factor
-        low, high = mid - half, mid + half
+    reach = c.source_reach if source_reach and c is not None else 0.0
+    reached = reach > (high - low) / 2
+    if reached:
+        # Widened about its middle until it reaches as far as the calibrate sources lie from
+        # the middle of the bands fitted without each of them, as often as the coverage says.
+        mid = (low + high) / 2
+        low, high = mid - reach, mid + reach
     basis = (
         f"split conformal, {pct}, over {base.measurements} published measurements of {words}"
         + (f", widened x{widen:g} ({'; '.join(reasons)})" if reasons else "")
         + (
-            f", x{factor:g} to cover {pct} of the sources left out of the fit in turn"
-            if factor > 1.0
+            f", widened to x{math.exp(reach):.3g} either side of its middle, as far as {pct} "
+            "of the sources left out of the fit in turn lie"
+            if reached
             else ""
         )
         + f" ({b.source})"

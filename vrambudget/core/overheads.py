@@ -27,6 +27,7 @@ from .formulas.cuda_context import (
     default_context,
     eager_context,
     kernel_images,
+    wheel_cuda,
 )
 from .formulas.runtime_workspace import default_workspace
 from .spec import Software
@@ -149,14 +150,15 @@ def with_software(
         ov = dataclasses.replace(ov, workspace_bytes=ws, workspace_source=ws_source)
     if stack.eager_modules and vendor == "nvidia":
         # Eager: the context as created holds torch's kernel images, the first GEMM brings
-        # cuBLAS's whole set (kernel_images(eager=True)).
+        # cuBLAS's whole set from CUDA 11 on (kernel_images(eager=True)); with no CUDA named,
+        # the release's wheels' (wheel_cuda).
+        cuda = version_tuple(software.cuda_version) if software.cuda_version else None
+        if cuda is None:
+            cuda = wheel_cuda(version_tuple(stack.torch_version))
         if ov.profile is None:
-            cuda = version_tuple(software.cuda_version) if software.cuda_version else None
-            if cuda is None and version_tuple(stack.torch_version) < (2, 1):
-                cuda = (11,)  # torch 2.1 shipped the first CUDA 12 wheels (cu121)
             context, source = eager_context(cuda, ov.process_context_bytes("training"))
             ov = dataclasses.replace(ov, cuda_context_bytes=context, cuda_context_source=source)
-        images = kernel_images("training", vendor, eager=True)
+        images = kernel_images("training", vendor, eager=True, cuda_version=cuda)
         ov = dataclasses.replace(
             ov, kernel_images_inference_bytes=images, kernel_images_training_bytes=images
         )

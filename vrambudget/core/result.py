@@ -102,12 +102,12 @@ class ErrorBand(_Out, frozen=True, kw_only=True):
     basis: str
     source_coverage: float | None = None
     """Measured, not assumed: refitting the bands without each published source of this class
-    in turn, the share of that source's measurements inside the band it got (each source
-    weighted once; ``research/band_loso.py``). Where that fell short of ``coverage``, the
-    class's band is widened until it does not (the ``basis`` says by how much), so this reads
-    ``coverage`` or more; a class short of measurements, which answers with its family's band,
-    reports its own figure as measured. Null where the class has no calibration source of its
-    own."""
+    in turn, the share of that source's measurements within the reach of the class's band
+    (each source weighted once; ``research/band_loso.py``), every band of the class being
+    widened until it reaches as far as ``coverage`` of them lie (the ``basis`` says when);
+    at most k / (k + 1) for a class of k sources, what so few can show of a new one. A class
+    short of measurements, which answers with its family's band, reports its own figure as
+    measured. Null where the class has no calibration source of its own."""
 
 
 class AllocatorCache(_Out, frozen=True, kw_only=True):

@@ -410,13 +410,15 @@ _LAZY = _B(
 _EAGER = _B(
     name="cuda_module_loading",
     assumed="CUDA loads every kernel image of a library when the library loads (eager): the "
-    "context is the eager measurement for the CUDA release, never less than the lazy context "
-    "with its images; on NVIDIA the context line adds cuBLAS's whole image set "
-    f"({EAGER_LIBRARY_IMAGES_BYTES:,} B), loaded at the first GEMM",
-    source="pytorch/pytorch#86509 (666.6 MB eager vs 287.0 MB lazy, CUDA before 12; torch "
-    "before 1.13 left the CUDA 11 default, eager); "
-    f"{CUDA_CONTEXT_EAGER_CURRENT_BYTES:,} B on an H200, torch 2.11 cu130 (CUDA 12 on); "
-    "pytorch/pytorch#55277 (721 MB GTX 1080 cu101, 1,687 MB RTX 3090 cu111)",
+    "context is the eager measurement for the CUDA release (with no CUDA named, the one the "
+    "torch wheels were built for: CUDA 10 before torch 1.7, 11 before 2.1), never less than "
+    "the lazy context with its images; on NVIDIA the context line adds cuBLAS's whole image "
+    f"set ({EAGER_LIBRARY_IMAGES_BYTES:,} B), loaded at the first GEMM, from CUDA 11 on "
+    "(CUDA 10's measured contexts hold it)",
+    source="pytorch/pytorch#55277 (721 MB GTX 1080 cu101) and #49877 (877 MiB RTX 2080 Ti "
+    "cu101): CUDA 10; pytorch/pytorch#86509 (666.6 MB eager vs 287.0 MB lazy): CUDA 11, whose "
+    "torch before 1.13 kept CUDA's default, eager; "
+    f"{CUDA_CONTEXT_EAGER_CURRENT_BYTES:,} B on an H200, torch 2.11 cu130 (CUDA 12 on)",
 )
 _EXPANDABLE_WORDS = (
     f"{EXPANDABLE_FRACTIONS['training']:g} training, {EXPANDABLE_FRACTIONS['checkpointing']:g} "

@@ -30,6 +30,8 @@ __all__ = [
     "CUDA_CONTEXT_DATACENTER_BYTES",
     "CUDA_CONTEXT_DATACENTER_SOURCE",
     "CUDA_CONTEXT_EAGER_BYTES",
+    "CUDA_CONTEXT_EAGER_CUDA10_BYTES",
+    "CUDA_CONTEXT_EAGER_CUDA10_SOURCE",
     "CUDA_CONTEXT_EAGER_CURRENT_BYTES",
     "CUDA_CONTEXT_EAGER_CURRENT_SOURCE",
     "CUDA_CONTEXT_EAGER_SOURCE",
@@ -48,6 +50,7 @@ __all__ = [
     "kernel_images",
     "per_device",
     "start_context",
+    "wheel_cuda",
 ]
 
 FORMULA = "one context per process, and the kernel images its ops load"
@@ -126,27 +129,63 @@ KERNEL_IMAGES_SOURCE = (
 EAGER_LIBRARY_IMAGES_BYTES = 517_996_544
 
 
-def kernel_images(kind: str, vendor: str, eager: bool) -> int:
+# The eager context of CUDA 10 wheels, read with nvidia-smi beside a tensor and no GEMM: 721 MB
+# on a GTX 1080 (torch 1.8.2+cu101, pytorch/pytorch#55277) and 1,035 MiB less a 163,840,000 B
+# tensor (its 158 MiB of segments) = 877 MiB on an RTX 2080 Ti (torch 1.6.0+cu101,
+# pytorch/pytorch#49877); the larger is taken. The first GEMM did not add cuBLAS's images on
+# top: transformers' 2020 benchmark pages read about 800 MiB beside BERT's weights on a TITAN
+# RTX after a forward's GEMMs (torch 1.4 and 1.5; research/data/corpus/
+# v2026-12-06_inference.json), under the 2080 Ti's context alone. (CUDA 11.0-11.6 readings
+# disagree too much to replace the torch 1.13 A/B: 1,486 and 1,687 MiB on an RTX 3090 with
+# torch 1.7.1+cu110 and 1.8.2+cu111, pytorch/pytorch#49877 and #55277, against 543 MiB for an
+# NGC torch 1.11 with CUDA 11.5, pytorch/pytorch#81257.)
+CUDA_CONTEXT_EAGER_CUDA10_BYTES = 877 * MiB
+CUDA_CONTEXT_EAGER_CUDA10_SOURCE = (
+    "measured, eager module loading, CUDA 10.1 with a tensor and no GEMM: 721 MB GTX 1080 "
+    "(pytorch/pytorch#55277), 877 MiB RTX 2080 Ti (pytorch/pytorch#49877), the larger; "
+    "cuBLAS's images in it (BERT on a TITAN RTX, transformers' 2020 benchmarks, ~800 MiB after "
+    "its GEMMs; research/overhead_measurements.md)"
+)
+
+
+def kernel_images(
+    kind: str, vendor: str, eager: bool, cuda_version: tuple[int, ...] | None = None
+) -> int:
     """Bytes of kernel images a workload's ops load after the context exists, on NVIDIA: the
     measured inference or training value under lazy loading; under eager loading cuBLAS's
-    whole image set, loaded with the library at the first GEMM. 0 on other vendors (not
-    measured)."""
+    whole image set, loaded with the library at the first GEMM (none beyond the context with
+    CUDA 10, whose measured contexts hold them). 0 on other vendors (not measured)."""
     if vendor != "nvidia":
         return 0
     if eager:
-        return EAGER_LIBRARY_IMAGES_BYTES
+        old = cuda_version is not None and cuda_version < (11,)
+        return 0 if old else EAGER_LIBRARY_IMAGES_BYTES
     return KERNEL_IMAGES_TRAINING_BYTES if kind == "training" else KERNEL_IMAGES_INFERENCE_BYTES
 
 
 def eager_context(cuda_version: tuple[int, ...] | None, lazy_with_images: int) -> tuple[int, str]:
-    """(bytes, source) of a context as created under eager module loading: the torch 1.13 A/B
-    for CUDA before 12, the current-stack measurement from CUDA 12 on (or unknown); never below
-    the lazy context with its largest kernel images (eager loading loads at least those)."""
-    if cuda_version is not None and cuda_version < (12,):
+    """(bytes, source) of a context as created under eager module loading: the published CUDA
+    10 readings, the torch 1.13 A/B for CUDA 11, the current-stack measurement from CUDA 12 on
+    (or unknown); never below the lazy context with its largest kernel images (eager loading
+    loads at least those)."""
+    if cuda_version is not None and cuda_version < (11,):
+        value, source = CUDA_CONTEXT_EAGER_CUDA10_BYTES, CUDA_CONTEXT_EAGER_CUDA10_SOURCE
+    elif cuda_version is not None and cuda_version < (12,):
         value, source = CUDA_CONTEXT_EAGER_BYTES, CUDA_CONTEXT_EAGER_SOURCE
     else:
         value, source = CUDA_CONTEXT_EAGER_CURRENT_BYTES, CUDA_CONTEXT_EAGER_CURRENT_SOURCE
     return max(value, lazy_with_images), source
+
+
+def wheel_cuda(torch_version: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The CUDA a torch release's wheels were built for, where a request names none: CUDA 10
+    before 1.7.0 (which shipped the first CUDA 11 wheels), CUDA 11 before 2.1 (which shipped
+    the first CUDA 12 ones, cu121); None after (the current stack's)."""
+    if torch_version < (1, 7):
+        return (10,)
+    if torch_version < (2, 1):
+        return (11,)
+    return None
 
 
 # The context grows with the GPU: the driver reserves local memory (the per-thread stack,
