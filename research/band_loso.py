@@ -54,8 +54,6 @@ class Fold:
     inside its band: 1 where it already is, infinite for a band of zero width."""
     distance: tuple[float, ...] = ()
     """Per measurement, its distance from the middle of its band (log space)."""
-    half: tuple[float, ...] = ()
-    """Per measurement, its band's half-width (log space)."""
 
     @property
     def measurements(self) -> int:
@@ -72,8 +70,8 @@ class Fold:
 
     def inside_within(self, reach: float) -> float:
         """The fraction of its measurements within ``reach`` (log space) of the middle of the
-        bands fitted without the source (the band's own half-width is not counted: the
-        widening for few sources that a fold's band gets, the committed band may not)."""
+        bands fitted without the source (not the band's own half-width: the widening for few
+        sources that a fold's band gets, the committed band may not)."""
         return sum(d <= reach for d in self.distance) / self.measurements
 
     @property
@@ -91,7 +89,7 @@ def folds(predictions: Sequence[Prediction], widen: float | None = None) -> list
         bands = msgspec.convert(fit(rest), BandFit)
         if widen is not None:
             bands = msgspec.structs.replace(bands, widen=widen)
-        needed: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        needed: dict[str, list[tuple[float, float]]] = defaultdict(list)
         few: dict[str, bool] = {}
         for p in predictions:
             if p.record.group != source:
@@ -101,11 +99,11 @@ def folds(predictions: Sequence[Prediction], widen: float | None = None) -> list
             ratio = p.record.measured / p.predicted
             lo, hi = math.log(rule.low), math.log(rule.high)
             distance = abs(math.log(ratio) - (lo + hi) / 2)
-            needed[cls].append((_needed(rule.low, rule.high, ratio), distance, (hi - lo) / 2))
+            needed[cls].append((_needed(rule.low, rule.high, ratio), distance))
             few[cls] = "sources, fewer than" in rule.basis  # widened for too few sources
         for cls, rows in needed.items():
-            factors, distances, halves = zip(*rows, strict=True)
-            out.append(Fold(cls, source, few[cls], factors, distances, halves))
+            factors, distances = zip(*rows, strict=True)
+            out.append(Fold(cls, source, few[cls], factors, distances))
     return out
 
 

@@ -10,7 +10,15 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from vrambudget.core.bands import BandRule, band_of, band_rule, resolve_headroom, workload_class
+from vrambudget.core.bands import (
+    BandFit,
+    BandRule,
+    band_of,
+    band_rule,
+    resolve_headroom,
+    rule_from,
+    workload_class,
+)
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import fit
 from vrambudget.core.spec import BudgetRequest, FitRequest, Headroom, Software, TrainingWorkload
@@ -270,3 +278,55 @@ def test_the_answer_carries_its_class_coverage_of_an_unseen_source() -> None:
         assert band is not None and band.workload_class == cls
         assert band.source_coverage == committed[cls]["source_coverage"]
     assert band_rule(("other",), resolve_stack(None)).source_coverage is None
+
+
+def _synthetic_fit(reach: float) -> BandFit:
+    """A fit by hand: a class band x0.74 .. x1.11 from 9 sources on transformers and vllm,
+    its transformers cell (8 measurements, 9 sources) x1.11 .. x1.22, and a reach of
+    ``reach``."""
+    cls = {"measurements": 20, "sources": 9, "log_low": -0.3, "log_high": 0.1}
+    cell = {"measurements": 8, "sources": 9, "log_low": 0.1, "log_high": 0.2}
+    return msgspec.convert(
+        {
+            "schema": "vrambudget.error_bands/1",
+            "coverage": 0.9,
+            "min_measurements": 8,
+            "min_sources": 9,
+            "widen": 1.5,
+            "source": "test",
+            "pooled": {**cls, "frameworks": ["transformers"]},
+            "classes": {
+                "inference": {**cls, "frameworks": ["transformers", "vllm"], "source_reach": reach},
+                "inference|transformers": {**cell, "frameworks": ["transformers"]},
+            },
+        },
+        BandFit,
+    )
+
+
+def test_the_reach_widens_every_band_of_the_class_about_its_middle() -> None:
+    """The transformers cell (half-width 0.05 in log space) reaches 0.15 once widened about its
+    middle 0.15: log 0 .. 0.3; the class band's own half-width (0.2) already reaches it."""
+    b = _synthetic_fit(0.15)
+    cell = rule_from(b, "inference", "transformers", True)
+    assert math.isclose(math.log(cell.low), 0.0, abs_tol=1e-12)
+    assert math.isclose(math.log(cell.high), 0.3)
+    assert "widened to x1.16 either side of its middle" in cell.basis
+    other = rule_from(b, "inference", "vllm", True)
+    assert (math.log(other.low), math.log(other.high)) == pytest.approx((-0.3, 0.1))
+    assert "widened to" not in other.basis
+    # without a reach the cell is as fitted
+    plain = rule_from(_synthetic_fit(0.0), "inference", "transformers", True)
+    assert (math.log(plain.low), math.log(plain.high)) == pytest.approx((0.1, 0.2))
+
+
+def test_a_framework_the_class_never_saw_holds_the_default_band_with_its_reach() -> None:
+    """sglang was never measured: its band is the class band widened x1.5 (log -0.4 .. 0.2),
+    joined with the default stack's band *with* its reach (log 0 .. 0.3), so its high end is
+    at least the default's: log 0.3, not the 0.2 a join before the reach would give."""
+    b = _synthetic_fit(0.15)
+    default = rule_from(b, "inference", "transformers", False)
+    sglang = rule_from(b, "inference", "sglang", True)
+    assert sglang.low <= default.low and sglang.high >= default.high
+    assert math.isclose(math.log(sglang.high), 0.3)
+    assert math.isclose(math.log(sglang.low), -0.4)

@@ -11,6 +11,7 @@ import pytest
 from tests.support.workloads import LLAMA_PROJECTIONS
 from vrambudget.core.components import Component
 from vrambudget.core.estimate import estimate
+from vrambudget.core.formulas.cuda_context import wheel_cuda
 from vrambudget.core.formulas.logits import training_backward_parts, training_forward_parts
 from vrambudget.core.spec import BudgetRequest, Software
 from vrambudget.core.stack import CURRENT, resolve_stack, version_tuple
@@ -225,9 +226,33 @@ def test_torch_before_1_13_loads_modules_eagerly() -> None:
     assert old.bytes == 805_765_120 + 517_996_544
     assert line({"torch_version": "1.4.0"}).bytes == 919_601_152
     assert line({"torch_version": "1.12.1", "cuda_version": "10.2"}).bytes == 919_601_152
+    # the build's own tag names its CUDA; a CUDA named wins over the release's default
+    assert line({"torch_version": "1.8.2+cu101"}).bytes == 919_601_152
+    named = line({"torch_version": "1.6.0", "cuda_version": "11.0"})
+    assert named.bytes == 805_765_120 + 517_996_544 == 1_323_761_664
     assert line({"torch_version": "1.13.1"}).bytes == 740_753_408
     # named lazy wins over the release's default
     assert line({"torch_version": "1.10.1", "cuda_module_loading": "lazy"}).bytes == 740_753_408
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "cuda"),
+    [
+        ("1.8.2+cu101", (10, 1)),
+        ("1.13.1+cu117", (11, 7)),
+        ("2.1.0+cu121", (12, 1)),
+        ("1.6.0", (10,)),
+        ("1.12.1", (11,)),
+        ("2.0.1", (11,)),
+        ("2.1.0", None),
+        ("2.5.1+rocm6.2", None),
+        ("nightly", None),
+    ],
+)
+def test_the_cuda_of_a_torch_build(torch_version: str, cuda: tuple[int, ...] | None) -> None:
+    """Its +cuNNN tag, else by release: 1.7.0 shipped the first CUDA 11 wheels, 2.1.0 the
+    first CUDA 12 ones."""
+    assert wheel_cuda(torch_version) == cuda
 
 
 def test_the_answer_lists_the_behaviours_of_its_workloads() -> None:

@@ -45,8 +45,7 @@ def test_the_factor_is_rounded_up_to_a_hundredth() -> None:
 def _reach_fold(source: str, rows: tuple[tuple[float, float], ...]) -> Fold:
     """A fold from (distance from its band's middle, the band's half-width) per measurement."""
     needed = tuple(1.0 if d <= h else d / h for d, h in rows)
-    distance, half = zip(*rows, strict=True)
-    return Fold("fine_tuning_qlora_multi_gpu", source, True, needed, distance, half)
+    return Fold("fine_tuning_qlora_multi_gpu", source, True, needed, tuple(d for d, _ in rows))
 
 
 def test_the_reach_counts_a_far_source_once() -> None:

@@ -200,9 +200,8 @@ def rule_from(
     new source's bias can be bounded with, or the stack's framework was never measured in the
     class; a class with too few measurements takes its family's band, widened. Last, the
     class's ``source_reach``: widened about its middle until it reaches that far
-    (``source_reach`` false: not applied, for the default stack's band that a framework the
-    class never saw is joined with). (Any fit: ``research/band_loso.py`` refits without one
-    source at a time.)"""
+    (``source_reach`` false: not applied, as the fit measures the band it widens). (Any fit:
+    ``research/band_loso.py`` refits without one source at a time.)"""
     pct = f"{100 * b.coverage:.0f}%"
     cell = b.classes.get(f"{cls}|{framework}")
     c = b.classes.get(cls)
@@ -246,8 +245,8 @@ def rule_from(
         low, high = min(low, -half), max(high, half)
     if named and framework not in base.frameworks:
         # A framework the class never saw: at least the band of the stack a request that
-        # names none gets (which may rest on another cell of the class).
-        default = rule_from(b, cls, _default_framework(), False, source_reach=False)
+        # names none gets (which may rest on another cell of the class), its reach included.
+        default = rule_from(b, cls, _default_framework(), False, source_reach=source_reach)
         low, high = min(low, math.log(default.low)), max(high, math.log(default.high))
     reach = c.source_reach if source_reach and c is not None else 0.0
     reached = reach > (high - low) / 2

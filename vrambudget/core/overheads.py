@@ -154,7 +154,7 @@ def with_software(
         # the release's wheels' (wheel_cuda).
         cuda = version_tuple(software.cuda_version) if software.cuda_version else None
         if cuda is None:
-            cuda = wheel_cuda(version_tuple(stack.torch_version))
+            cuda = wheel_cuda(stack.torch_version)
         if ov.profile is None:
             context, source = eager_context(cuda, ov.process_context_bytes("training"))
             ov = dataclasses.replace(ov, cuda_context_bytes=context, cuda_context_source=source)

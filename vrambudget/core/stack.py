@@ -410,8 +410,8 @@ _LAZY = _B(
 _EAGER = _B(
     name="cuda_module_loading",
     assumed="CUDA loads every kernel image of a library when the library loads (eager): the "
-    "context is the eager measurement for the CUDA release (with no CUDA named, the one the "
-    "torch wheels were built for: CUDA 10 before torch 1.7, 11 before 2.1), never less than "
+    "context is the eager measurement for the CUDA release (with no CUDA named, the torch "
+    "version's +cuNNN tag, else CUDA 10 before torch 1.7 and 11 before 2.1), never less than "
     "the lazy context with its images; on NVIDIA the context line adds cuBLAS's whole image "
     f"set ({EAGER_LIBRARY_IMAGES_BYTES:,} B), loaded at the first GEMM, from CUDA 11 on "
     "(CUDA 10's measured contexts hold it)",

@@ -16,6 +16,7 @@ defaults below.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -177,13 +178,23 @@ def eager_context(cuda_version: tuple[int, ...] | None, lazy_with_images: int) -
     return max(value, lazy_with_images), source
 
 
-def wheel_cuda(torch_version: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The CUDA a torch release's wheels were built for, where a request names none: CUDA 10
-    before 1.7.0 (which shipped the first CUDA 11 wheels), CUDA 11 before 2.1 (which shipped
-    the first CUDA 12 ones, cu121); None after (the current stack's)."""
-    if torch_version < (1, 7):
+def wheel_cuda(torch_version: str) -> tuple[int, ...] | None:
+    """The CUDA of a torch build, where a request names none: its local tag (``+cu101`` ->
+    (10, 1)); else by release: CUDA 10 before 1.7.0 (which shipped the first CUDA 11 wheels),
+    CUDA 11 before 2.1 (which shipped the first CUDA 12 ones, cu121) -- for 1.7-1.12, whose
+    default pip wheels were cu102 and whose cu11x ones came from PyTorch's index, the larger
+    context of the two (an Ampere GPU needs the latter); None after (the current stack's)."""
+    tag = torch_version.partition("+")[2]
+    if tag.startswith("cu") and tag[2:].isdigit() and len(tag) >= 4:
+        digits = tag[2:]
+        return (int(digits[:-1]), int(digits[-1]))
+    m = re.match(r"(\d+)\.(\d+)", torch_version)
+    if m is None:
+        return None
+    release = (int(m[1]), int(m[2]))
+    if release < (1, 7):
         return (10,)
-    if torch_version < (2, 1):
+    if release < (2, 1):
         return (11,)
     return None
 
