@@ -116,27 +116,13 @@ def _needed(low: float, high: float, ratio: float) -> float:
     return abs(r - mid) / half if half > 0 else math.inf
 
 
-def source_widen(fs: Sequence[Fold], coverage: float) -> tuple[float, float]:
-    """(factor, coverage by source at it): the least factor >= 1 by which a class's bands,
-    each fitted without the source it is scored on, cover ``coverage`` of the sources (each
-    source once: the mean of its measurements' coverage), rounded up to 0.01. Infinite where
-    no factor does (a band of zero width)."""
-    candidates = sorted({1.0, *(n for f in fs for n in f.needed if 1.0 < n < math.inf)})
-    for factor in candidates:
-        got = mean(f.inside_at(factor) for f in fs)
-        if got >= coverage - 1e-12:
-            rounded = math.ceil(factor * 100 - 1e-9) / 100
-            return rounded, mean(f.inside_at(rounded) for f in fs)
-    return math.inf, mean(f.inside_at(math.inf) for f in fs)
-
-
 def source_reach(fs: Sequence[Fold], coverage: float) -> tuple[float, float]:
     """(reach, coverage by source at it): the least distance from the middle (log space, of
     each band fitted without the source it is scored on) within which ``coverage`` of the
     sources' measurements lie (each source once: the mean of its measurements' coverage),
-    rounded up to 1e-4. Unlike a factor on the bands' widths (:func:`source_widen`), it does
-    not grow with the band it is applied to: a source far off the others, which the band fitted
-    with it already reaches, is not counted twice."""
+    rounded up to 1e-4. Unlike a factor on the bands' widths (the widening this replaced), it
+    does not grow with the band it is applied to: a source far off the others, which the band
+    fitted with it already reaches, is not counted twice."""
     candidates = sorted({0.0, *(d for f in fs for d in f.distance)})
     for reach in candidates:
         if mean(f.inside_within(reach) for f in fs) >= coverage - 1e-12:

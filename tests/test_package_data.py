@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 READ = re.compile(r'resources\.files\("([\w.]+)"\)\s*\.joinpath\("([^"]+)"\)')
-CORE_DATA = re.compile(r'data_file\("([^"]+)"\)')
+CORE_DATA = re.compile(r'data_file\("([^"]+)"')
 """``vrambudget.core.data.data_file(NAME)``: the core's one reader of its packaged files."""
 
 

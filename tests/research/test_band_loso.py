@@ -1,13 +1,12 @@
-"""The leave-one-source-out widening and reach (research/band_loso.py ``source_widen``,
-``source_reach``) on folds made by hand: the least factor about each band's middle (log space),
-or the least distance from it, at which the sources left out are covered as often as the
-coverage says, each source counted once."""
+"""The leave-one-source-out reach (research/band_loso.py ``source_reach``) on folds made by
+hand: the least distance from each band's middle (log space) within which the sources left out
+lie as often as the coverage says, each source counted once."""
 
 from __future__ import annotations
 
 import math
 
-from research.band_loso import Fold, _needed, source_reach, source_widen
+from research.band_loso import Fold, _needed, source_reach
 
 
 def test_needed_is_the_distance_from_the_middle_over_the_half_width() -> None:
@@ -17,29 +16,6 @@ def test_needed_is_the_distance_from_the_middle_over_the_half_width() -> None:
     assert _needed(low, high, 1.0) == 1.0  # inside: no widening
     assert math.isclose(_needed(low, high, 1.25), (math.log(1.25) - mid) / half)
     assert math.isclose(_needed(low, high, 0.8), (mid - math.log(0.8)) / half)
-
-
-def _fold(source: str, needed: tuple[float, ...]) -> Fold:
-    return Fold("fine_tuning_lora", source, False, needed)
-
-
-def test_the_least_factor_that_covers_the_coverage_of_sources() -> None:
-    # ten sources: eight inside, one needs x1.3, one (two rows) needs x1.2 and x2.0
-    fs = [_fold(f"s{i}", (1.0,)) for i in range(8)]
-    fs += [_fold("s8", (1.3,)), _fold("s9", (1.2, 2.0))]
-    # at x1.0: 8/10 sources; x1.2: 8.5/10; x1.3: 9.5/10 >= 0.9
-    factor, covered = source_widen(fs, 0.9)
-    assert factor == 1.3 and math.isclose(covered, 0.95)
-    # a coverage already met needs no widening
-    assert source_widen(fs[:8], 0.9) == (1.0, 1.0)
-
-
-def test_the_factor_is_rounded_up_to_a_hundredth() -> None:
-    fs = [_fold(f"s{i}", (1.0,)) for i in range(9)] + [_fold("s9", (1.234,))]
-    # 9/10 inside already: 0.9 holds at x1.0
-    assert source_widen(fs, 0.9)[0] == 1.0
-    factor, covered = source_widen(fs, 0.95)
-    assert factor == 1.24 and covered == 1.0
 
 
 def _reach_fold(source: str, rows: tuple[tuple[float, float], ...]) -> Fold:
@@ -58,8 +34,6 @@ def test_the_reach_counts_a_far_source_once() -> None:
     fs.append(_reach_fold("far", ((1.23, 0.1),)))
     reach, covered = source_reach(fs, 0.9)
     assert reach == 1.23 and covered == 1.0
-    factor, _ = source_widen(fs, 0.9)
-    assert math.isclose(factor, 12.3) and factor * 0.6 > 7
 
 
 def test_the_reach_is_the_distance_that_covers_the_coverage() -> None:

@@ -37,7 +37,6 @@ __all__ = [
     "band_rule",
     "class_label",
     "family_of",
-    "parse_bands",
     "resolve_headroom",
     "rule_from",
     "workload_class",
@@ -77,14 +76,10 @@ class BandFit(msgspec.Struct, frozen=True):
     classes: dict[str, _Class]
 
 
-def parse_bands(raw: bytes) -> BandFit:
-    """A fit as ``research/calibrate_bands.py`` writes it (JSON)."""
-    return msgspec.json.decode(raw, type=BandFit)
-
-
 @cache
 def _bands() -> BandFit:
-    return parse_bands(data_file("error_bands.json"))
+    """The committed fit, as ``research/calibrate_bands.py`` writes it."""
+    return data_file("error_bands.json", BandFit)
 
 
 MAX_DEFAULT_HEADROOM = 0.9

@@ -201,13 +201,13 @@ class _ModelFile(msgspec.Struct):
 
 @cache
 def gpus() -> dict[str, GPU]:
-    entries = msgspec.json.decode(data_file("gpus.json"), type=_GPUFile).gpus
+    entries = data_file("gpus.json", _GPUFile).gpus
     return {g.id: g for g in entries}
 
 
 @cache
 def presets() -> dict[str, ModelPreset]:
-    entries = msgspec.json.decode(data_file("models.json"), type=_ModelFile).presets
+    entries = data_file("models.json", _ModelFile).presets
     return {p.id: p for p in entries if p.config is not None}
 
 

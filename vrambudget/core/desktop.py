@@ -17,7 +17,7 @@ import msgspec
 
 from .data import data_file
 
-__all__ = ["DesktopHold", "desktop_hold", "hold_basis", "parse_holds"]
+__all__ = ["DesktopHold", "desktop_hold", "hold_basis"]
 
 
 class DesktopHold(msgspec.Struct, frozen=True):
@@ -45,13 +45,9 @@ class DesktopHolds(msgspec.Struct, frozen=True):
     sessions: dict[str, DesktopHold]
 
 
-def parse_holds(raw: bytes) -> DesktopHolds:
-    return msgspec.json.decode(raw, type=DesktopHolds)
-
-
 @cache
 def _holds() -> DesktopHolds:
-    return parse_holds(data_file("desktop_hold.json"))
+    return data_file("desktop_hold.json", DesktopHolds)
 
 
 def desktop_hold(session: str) -> DesktopHold:

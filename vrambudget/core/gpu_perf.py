@@ -56,8 +56,7 @@ class _PerfFile(msgspec.Struct):
 
 @cache
 def gpu_perf() -> dict[str, GPUPerf]:
-    raw = data_file("gpu_perf.json")
-    return {g.id: g for g in msgspec.json.decode(raw, type=_PerfFile).gpus}
+    return {g.id: g for g in data_file("gpu_perf.json", _PerfFile).gpus}
 
 
 def perf_of(gpu_id: str | None) -> GPUPerf | None:

@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 from importlib import resources
+from typing import TypeVar
+
+import msgspec
 
 __all__ = ["data_file"]
 
+T = TypeVar("T")
 
-def data_file(name: str) -> bytes:
-    """The bytes of the packaged data file ``name`` (``gpus.json``, ``error_bands.json``...)."""
-    return resources.files(__name__).joinpath(name).read_bytes()
+
+def data_file(name: str, type: type[T]) -> T:
+    """The packaged JSON data file ``name`` (``gpus.json``, ``error_bands.json``...), decoded
+    and validated as ``type``."""
+    return msgspec.json.decode(resources.files(__name__).joinpath(name).read_bytes(), type=type)

@@ -39,8 +39,7 @@ class _File(msgspec.Struct):
 
 @cache
 def presets() -> dict[str, PipelinePreset]:
-    raw = data_file("pipelines.json")
-    return {p.id: p for p in msgspec.json.decode(raw, type=_File).presets}
+    return {p.id: p for p in data_file("pipelines.json", _File).presets}
 
 
 def pipeline_preset(preset_id: str) -> PipelinePreset:

@@ -154,14 +154,12 @@ class _Releases(msgspec.Struct, frozen=True):
 
 @cache
 def _file() -> _File:
-    raw = data_file("vllm_calibration.json")
-    return msgspec.json.decode(raw, type=_File)
+    return data_file("vllm_calibration.json", _File)
 
 
 @cache
 def vllm_releases() -> tuple[VLLMRelease, ...]:
-    raw = data_file("vllm_releases.json")
-    return msgspec.json.decode(raw, type=_Releases).releases
+    return data_file("vllm_releases.json", _Releases).releases
 
 
 def vllm_release(version: str) -> VLLMRelease:
