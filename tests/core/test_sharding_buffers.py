@@ -162,3 +162,30 @@ def test_a_forward_peak_under_fsdp_lists_no_prefetched_block() -> None:
             assert sum(p.bytes for p in line.parts) == line.bytes, line.component
     comm = next(x for x in d.lines if x.component is C.COMMUNICATION_BUFFERS)
     assert communication_buffers.FSDP_PREFETCH_PART not in {p.name for p in comm.parts}
+
+
+def _metadata(framework: str | None, data: int) -> int:
+    qlora = {
+        **SHARDED,
+        "method": {"kind": "qlora", "rank": 8, "quant_type": "nf4", "double_quant": True},
+        "parallelism": {"data": data, "zero_stage": 3 if data > 1 else 0},
+    }
+    software = {"framework": framework} if framework else None
+    body = {"workloads": [qlora], "headroom": {"fraction": 0.0}, "software": software}
+    r = msgspec.convert(body, BudgetRequest)
+    b = estimate(r.workloads, r.device, r.headroom, software=r.software)
+    line = next(x for x in b.devices[0].lines if x.component is C.QUANTIZATION_METADATA)
+    return line.bytes
+
+
+def test_bitsandbytes_quant_state_stays_whole_on_every_rank() -> None:
+    """bitsandbytes keeps a 4-bit layer's absmax and nested state in ``quant_state``, an
+    attribute of the ``Params4bit`` and not a parameter: FSDP's flat parameters and ZeRO-3's
+    partitions leave it whole on every GPU (and CPU offload moves only the packed data), so
+    two FULL_SHARD ranks hold as much of it as one GPU does. torchtune's torchao NF4 shards its
+    scalers with the data: half of it (rounded up) on each of two ranks."""
+    one = _metadata(None, 1)
+    assert one > 0
+    assert _metadata(None, 2) == one
+    tt = _metadata("torchtune", 1)
+    assert tt > 0 and _metadata("torchtune", 2) == -(-tt // 2)

@@ -136,7 +136,7 @@ def _class(held, name):
     "peaks median 3.3% (met), but 89.6% inside their band (ml-engineering's long-context ZeRO "
     "runs, -14% .. +18%, outside multi-GPU full training's x0.89 .. x1.13 since DeepSpeedExamples "
     "made its ninth source and ended its widening for too few), a band median half-width of "
-    "12.1% (the calibrate split's sources disagree by that much: QLoRA's 11 sources from x0.87 "
+    "12.1% (the calibrate split's sources disagree by that much: QLoRA's 12 sources from x0.86 "
     "to x1.16, and every class's band reaches as far as 90% of the sources left out of its fit "
     "lie) and 6 runs above their band's high end: four of those ml-engineering runs (13-14% "
     "low) and the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at 256 and 512 "
@@ -284,15 +284,17 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     9 sources), and ml-engineering's held-out Llama 3.1 8B runs (13-14% low at 8K-32K, 14-18%
     over at 128K-256K) fell outside it, four above it; held out too: axolotl's 70B FSDP-QLoRA
     README row (53% low, inside the multi-GPU QLoRA band), DeepSpeed's Qwen3-32B MI300X example
-    (10% low) and axolotl's Plano-4B QLoRA README (21% over): 147 peaks, 3.3%, 89.1% inside,
-    4 above, half-width 14.8% (bounds moved for the new sources: docs/ACCURACY.md, *Sources of
+    (10% low) and axolotl's Plano-4B QLoRA README (21% over); axolotl's Ministral-8B QLoRA
+    README (calibrate, 17% over) widened QLoRA's band to x0.85 .. x1.17; bitsandbytes'
+    quant_state kept whole on every FSDP / ZeRO-3 rank: 147 peaks, 3.3%, 89.1% inside, 4
+    above, half-width 15.8% (bounds moved for the new sources: docs/ACCURACY.md, *Sources of
     2026-12-07*)."""
     s = summarize([r for r in held_out if r.record.group != QWEN_V1_PROFILING])
     assert s["n"] >= 147
     assert s["median_abs_error"] <= 0.0331
     assert s["coverage"] >= 0.891
     assert s["exceeded_but_fits"] <= 4
-    assert s["median_half_width"] <= 0.148
+    assert s["median_half_width"] <= 0.1581
     assert not math.isnan(s["median_signed_error"])
 
 
@@ -350,8 +352,8 @@ def test_bands_cover_sources_they_never_saw() -> None:
     the product gives the default stack (its class's ``source_reach`` applied) -- measured from
     the middle of the band fitted without it -- at least 90% of the time (each source weighted
     once), for every class with its own band; the committed ``source_coverage`` is that share,
-    at most k / (k + 1) for k sources. As fitted, before any reach, the bands cover 87.0% of
-    the 89 sources (full training 84.0%, quantized inference 81.6%, multi-GPU QLoRA 83.3%:
+    at most k / (k + 1) for k sources. As fitted, before any reach, the bands cover 86.6% of
+    the 90 sources (full training 84.0%, quantized inference 81.6%, multi-GPU QLoRA 83.3%:
     docs/ACCURACY.md)."""
     from research.band_loso import folds, source_reach, table
     from research.calibrate_bands import COVERAGE, MIN_MEASUREMENTS, peak_predictions
@@ -360,8 +362,8 @@ def test_bands_cover_sources_they_never_saw() -> None:
 
     committed = json.loads(OUT.read_text())["classes"]
     fs = folds(peak_predictions())
-    assert table(fs)["(every class)"]["sources"] == 89
-    assert round(table(fs)["(every class)"]["source_coverage"], 3) == 0.870
+    assert table(fs)["(every class)"]["sources"] == 90
+    assert round(table(fs)["(every class)"]["source_coverage"], 3) == 0.866
     by_class: dict[str, list] = {}
     for f in fs:
         by_class.setdefault(f.workload_class, []).append(f)

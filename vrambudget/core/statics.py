@@ -98,6 +98,15 @@ class TrainingPlan:
     """PEFT's ``ensure_weight_tying``: a tied LM head shares the embedding's saved copy."""
     saved_fp16_to_fp32: bool = False
     """An fp16 ``modules_to_save`` copy is trained in fp32 (:attr:`Stack.saved_fp16_to_fp32`)."""
+    metadata_sharded: bool = True
+    """ZeRO-3 / FSDP shard the quantization metadata with the weights. False for
+    bitsandbytes' 4-bit layers: their absmax and nested state live in ``quant_state``, an
+    attribute of the ``Params4bit``, not a parameter, so neither FSDP's flat parameters nor
+    ZeRO-3's partitions take it, and CPU offload moves only the packed data (transformers
+    4.40 modeling_utils.py lines 892-896, 4.46 lines 999-1006: ``type(value)(value.data.to(
+    "cpu"), **value.__dict__)``; Answer.AI's fsdp_qlora train.py lines 240-244 the same): every
+    rank keeps all of it on its GPU. torchtune's torchao NF4 shards its scalers with the data
+    (FSDP2's pre-all-gather extension of ``NF4Tensor``)."""
 
 
 def _kbit_upcast(w: TrainingWorkload, stack: Stack | None) -> bool:
@@ -138,6 +147,8 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             resolved.foreach_intermediates,
             m.ensure_weight_tying,
             resolved.saved_fp16_to_fp32,
+            metadata_sharded=resolved.framework == "torchtune"
+            or not (isinstance(m, QLoRA) or isinstance(w.precision.quantization, BitsAndBytes4bit)),
         )
     return TrainingPlan(
         "full",
@@ -649,7 +660,9 @@ def stage_statics(
                 gradient = ceil_div(gradient, dp)
                 step_gradient = ceil_div(step_gradient, dp)
             if zero >= 3:  # ZeRO-3 / FSDP FULL_SHARD shard frozen parameters too
-                weights, meta = ceil_div(weights, dp), ceil_div(meta, dp)
+                weights = ceil_div(weights, dp)
+                if plan is None or plan.metadata_sharded:
+                    meta = ceil_div(meta, dp)
                 if saved_parts:  # and the modules_to_save copies, parameters like the rest
                     saved_parts = (
                         saved_parts[0],
