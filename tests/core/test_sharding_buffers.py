@@ -164,13 +164,25 @@ def test_a_forward_peak_under_fsdp_lists_no_prefetched_block() -> None:
     assert communication_buffers.FSDP_PREFETCH_PART not in {p.name for p in comm.parts}
 
 
-def _metadata(framework: str | None, data: int) -> int:
+def _metadata(
+    framework: str | None, data: int, *, base: bool = False, offload: bool = False, **sw: Any
+) -> int:
+    """The metadata line of Qwen2.5-0.5B QLoRA (or LoRA over a bnb_4bit base) over ``data``
+    FULL_SHARD ranks (one device when 1)."""
     qlora = {
         **SHARDED,
         "method": {"kind": "qlora", "rank": 8, "quant_type": "nf4", "double_quant": True},
         "parallelism": {"data": data, "zero_stage": 3 if data > 1 else 0},
     }
-    software = {"framework": framework} if framework else None
+    if base:
+        qlora["method"] = {"kind": "lora", "rank": 8}
+        qlora["precision"] = {
+            "weights": "bf16",
+            "quantization": {"scheme": "bnb_4bit", "quant_type": "nf4", "double_quant": True},
+        }
+    if offload:
+        qlora["parallelism"] = {**qlora["parallelism"], "offload_parameters": True}
+    software = {**({"framework": framework} if framework else {}), **sw} or None
     body = {"workloads": [qlora], "headroom": {"fraction": 0.0}, "software": software}
     r = msgspec.convert(body, BudgetRequest)
     b = estimate(r.workloads, r.device, r.headroom, software=r.software)
@@ -178,14 +190,33 @@ def _metadata(framework: str | None, data: int) -> int:
     return line.bytes
 
 
-def test_bitsandbytes_quant_state_stays_whole_on_every_rank() -> None:
+@pytest.mark.parametrize(
+    ("framework", "base", "software"),
+    [
+        (None, False, {}),  # transformers + PEFT QLoRA under FSDP
+        (None, True, {}),  # LoRA over a bnb_4bit base
+        ("torchtune", True, {}),  # a bnb_4bit base is bitsandbytes' whatever runs it
+        (None, False, {"libraries": {"deepspeed": "0.16.0"}}),  # ZeRO-3 partitions data only
+        ("axolotl", False, {}),
+    ],
+)
+def test_bitsandbytes_quant_state_stays_whole_on_every_rank(
+    framework: str | None, base: bool, software: dict[str, Any]
+) -> None:
     """bitsandbytes keeps a 4-bit layer's absmax and nested state in ``quant_state``, an
-    attribute of the ``Params4bit`` and not a parameter: FSDP's flat parameters and ZeRO-3's
-    partitions leave it whole on every GPU (and CPU offload moves only the packed data), so
-    two FULL_SHARD ranks hold as much of it as one GPU does. torchtune's torchao NF4 shards its
-    scalers with the data: half of it (rounded up) on each of two ranks."""
-    one = _metadata(None, 1)
+    attribute of the ``Params4bit`` and not a parameter: FSDP's flat parameters (and so its
+    CPU offload) and ZeRO-3's partitions leave it whole on every GPU, so two FULL_SHARD ranks
+    hold as much of it as one GPU does, with or without parameter offload."""
+    one = _metadata(framework, 1, base=base, **software)
     assert one > 0
-    assert _metadata(None, 2) == one
-    tt = _metadata("torchtune", 1)
-    assert tt > 0 and _metadata("torchtune", 2) == -(-tt // 2)
+    assert _metadata(framework, 2, base=base, **software) == one
+    if not software:  # parameter offload is FSDP's here
+        assert _metadata(framework, 2, base=base, offload=True) == one
+
+
+def test_torchtune_nf4_shards_its_scalers_and_offloads_them() -> None:
+    """torchtune's torchao NF4 shards its scalers with the data (half, rounded up, on each of
+    two ranks), and CPU offload moves them to the host with the shards."""
+    one = _metadata("torchtune", 1)
+    assert one > 0 and _metadata("torchtune", 2) == -(-one // 2)
+    assert _metadata("torchtune", 2, offload=True) == 0

@@ -99,14 +99,17 @@ class TrainingPlan:
     saved_fp16_to_fp32: bool = False
     """An fp16 ``modules_to_save`` copy is trained in fp32 (:attr:`Stack.saved_fp16_to_fp32`)."""
     metadata_sharded: bool = True
-    """ZeRO-3 / FSDP shard the quantization metadata with the weights. False for
-    bitsandbytes' 4-bit layers: their absmax and nested state live in ``quant_state``, an
-    attribute of the ``Params4bit``, not a parameter, so neither FSDP's flat parameters nor
-    ZeRO-3's partitions take it, and CPU offload moves only the packed data (transformers
-    4.40 modeling_utils.py lines 892-896, 4.46 lines 999-1006: ``type(value)(value.data.to(
-    "cpu"), **value.__dict__)``; Answer.AI's fsdp_qlora train.py lines 240-244 the same): every
-    rank keeps all of it on its GPU. torchtune's torchao NF4 shards its scalers with the data
-    (FSDP2's pre-all-gather extension of ``NF4Tensor``)."""
+    """ZeRO-3 / FSDP shard the quantization metadata with the weights (and CPU offload moves
+    it with them). False for bitsandbytes' 4-bit layers: their absmax and nested state live in
+    ``quant_state``, an attribute of the ``Params4bit``, not a parameter, so FSDP's flat
+    parameters (and so its all-gathers and CPU offload) and ZeRO-3's partitions never take it:
+    every rank keeps all of it on its GPU. The loaders show it: transformers quantizes each
+    weight on the GPU and moves only its data off it for FSDP (4.40 modeling_utils.py lines
+    892-896 ``type(value)(value.data.to("cpu"), **value.__dict__)``; 4.46 lines 999-1006, to
+    ``param_to``: the CPU on rank 0, meta elsewhere), and Answer.AI's fsdp_qlora train.py says
+    "FSDP only syncs parameters and buffers, so the quant_state isn't copied" (lines 236-244,
+    the same move). torchtune's torchao NF4 shards its scalers with the data (FSDP2's
+    pre-all-gather extension of ``NF4Tensor``)."""
 
 
 def _kbit_upcast(w: TrainingWorkload, stack: Stack | None) -> bool:
@@ -147,8 +150,8 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             resolved.foreach_intermediates,
             m.ensure_weight_tying,
             resolved.saved_fp16_to_fp32,
-            metadata_sharded=resolved.framework == "torchtune"
-            or not (isinstance(m, QLoRA) or isinstance(w.precision.quantization, BitsAndBytes4bit)),
+            metadata_sharded=not isinstance(w.precision.quantization, BitsAndBytes4bit)
+            and not (isinstance(m, QLoRA) and resolved.framework != "torchtune"),
         )
     return TrainingPlan(
         "full",
@@ -462,10 +465,12 @@ def stage_statics(
                 quant if quantized else None,
             )
             if not g.buffer:
+                # what FSDP flattens into the unit: bitsandbytes' quant_state is not a parameter
+                unit = payload + (md if plan is None or plan.metadata_sharded else 0)
                 if isinstance(bucket, int):
-                    run_bytes[bucket] = run_bytes.get(bucket, 0) + (payload + md) * count
+                    run_bytes[bucket] = run_bytes.get(bucket, 0) + unit * count
                 else:
-                    root_bytes += (payload + md) * n
+                    root_bytes += unit * n
             copied = g.name == TIED_COPY  # not in the checkpoint: a pipeline stage's own copy
             stored = None if g.buffer or copied else bucket_stored
             if stored is not None:
@@ -661,7 +666,7 @@ def stage_statics(
                 step_gradient = ceil_div(step_gradient, dp)
             if zero >= 3:  # ZeRO-3 / FSDP FULL_SHARD shard frozen parameters too
                 weights = ceil_div(weights, dp)
-                if plan is None or plan.metadata_sharded:
+                if plan.metadata_sharded:
                     meta = ceil_div(meta, dp)
                 if saved_parts:  # and the modules_to_save copies, parameters like the rest
                     saved_parts = (
@@ -686,6 +691,8 @@ def stage_statics(
                     host_grads, gradient, step_gradient = gradient, 0, 0
             if par.offload_parameters:
                 host_params, weights = weights, 0
+                if plan.metadata_sharded:  # moved with the shards (torchtune's NF4 scalers)
+                    host_params, meta = host_params + meta, 0
         block_gradient = 0
         if plan is not None and plan.method == "lora":
             # A FlatParameter with nothing trainable gets no gradient: adapted layers only.
