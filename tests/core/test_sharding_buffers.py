@@ -220,3 +220,26 @@ def test_torchtune_nf4_shards_its_scalers_and_offloads_them() -> None:
     one = _metadata("torchtune", 1)
     assert one > 0 and _metadata("torchtune", 2) == -(-one // 2)
     assert _metadata("torchtune", 2, offload=True) == 0
+
+
+def test_the_answer_names_where_quantization_state_lives() -> None:
+    """Sharded QLoRA's answer lists the ``quantization_state_sharding`` behaviour with the
+    stack's rule (bitsandbytes whole, torchtune's NF4 sharded); one device's does not."""
+
+    def behaviours(framework: str | None, data: int) -> dict[str, str]:
+        qlora = {
+            **SHARDED,
+            "method": {"kind": "qlora", "rank": 8},
+            "parallelism": {"data": data, "zero_stage": 3 if data > 1 else 0},
+        }
+        body = {
+            "workloads": [qlora],
+            "software": {"framework": framework} if framework else None,
+        }
+        r = msgspec.convert(body, BudgetRequest)
+        b = estimate(r.workloads, r.device, r.headroom, software=r.software)
+        return {x.name: x.assumed for x in b.stack.behaviours}
+
+    assert "quantization_state_sharding" not in behaviours(None, 1)
+    assert "every rank keeps all of it" in behaviours(None, 2)["quantization_state_sharding"]
+    assert "FSDP2 shards them" in behaviours("torchtune", 2)["quantization_state_sharding"]

@@ -170,6 +170,9 @@ class Stack:
     """FSDP1 with ``use_orig_params=True`` and each transformer block wrapped whole: a block's
     frozen weights share a FlatParameter with its LoRA adapters, and the gradient is
     allocated for the whole FlatParameter (LitGPT < 0.5.11)."""
+    quantized_state_sharded: bool
+    """QLoRA's quantization state is sharded with the weights under ZeRO-3 / FSDP (torchtune's
+    torchao NF4); false: bitsandbytes keeps it whole on every rank (``_QSTATE_WHOLE``)."""
     nf4_init_requantize: bool
     """torchtune < 0.2 (torchao 0.1): QLoRA's model init quantizes every NF4 weight on the GPU
     three times with the unchunked ``to_nf4`` (:mod:`vrambudget.core.allocator.nf4_init`)."""
@@ -464,6 +467,23 @@ _QLORA = _B(
     "(dequantize_4bit(B, ...).to(A.dtype))",
 )
 
+_QSTATE_WHOLE = _B(
+    name="quantization_state_sharding",
+    assumed="bitsandbytes keeps each 4-bit layer's absmax and nested state in quant_state, an "
+    "attribute of the Params4bit and not a parameter: FSDP's flat parameters (its all-gathers "
+    "and CPU offload) and ZeRO-3's partitions never take it, so every rank keeps all of it on "
+    "its GPU",
+    source="transformers 4.40 modeling_utils.py lines 892-896 and 4.46 lines 999-1006 (only "
+    "the quantized weight's .data leaves the GPU); Answer.AI fsdp_qlora train.py lines 236-244 "
+    "('FSDP only syncs parameters and buffers, so the quant_state isn't copied')",
+)
+_QSTATE_SHARDED = _B(
+    name="quantization_state_sharding",
+    assumed="torchtune's torchao NF4 weights carry their scalers inside the tensor subclass: "
+    "FSDP2 shards them with the data, and CPU offload moves them with the shards",
+    source="torchao dtypes/nf4tensor.py (NF4Tensor's fsdp_pre_all_gather / "
+    "fsdp_post_all_gather and its chunk / split of the quantized data and scalers)",
+)
 _NF4_INIT = _B(
     name="quantized_model_init",
     assumed="torchtune 0.1 builds one template layer on the GPU and deep-copies it per layer; "
@@ -844,6 +864,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "gradient_sync": frozenset({"sharded_data_parallel"}),
     "sharding_buffers": frozenset({"sharded_data_parallel"}),
     "zero3_model_init": frozenset({"zero3_data_parallel"}),
+    "quantization_state_sharding": frozenset({"qlora_zero3_data_parallel"}),
     "fsdp_frozen_gradients": frozenset({"lora_data_parallel"}),
 }
 """The workload kinds a behaviour applies to (absent: every kind)."""
@@ -1003,6 +1024,7 @@ def _resolve(software: Software | None) -> Stack:
     bnb = sw.libraries.bitsandbytes or _pinned(framework, version, "bitsandbytes")
     bnb_inputs = version_tuple(bnb) < (0, 43, 2)
     behaviours.append(_BNB_INPUTS if bnb_inputs else _QLORA)
+    behaviours.append(_QSTATE_SHARDED if framework == "torchtune" else _QSTATE_WHOLE)
     if litgpt and bnb_inputs:
         behaviours.append(_PREVIOUS_STEP)
     return Stack(
@@ -1035,6 +1057,7 @@ def _resolve(software: Software | None) -> Stack:
         deepspeed=deepspeed,
         zero_init=zero_init,
         frozen_gradients=frozen_grads,
+        quantized_state_sharded=framework == "torchtune",
         nf4_init_requantize=nf4_init,
         expandable_segments=expandable,
         adapters_cast=adapters_cast,

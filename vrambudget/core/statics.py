@@ -100,16 +100,9 @@ class TrainingPlan:
     """An fp16 ``modules_to_save`` copy is trained in fp32 (:attr:`Stack.saved_fp16_to_fp32`)."""
     metadata_sharded: bool = True
     """ZeRO-3 / FSDP shard the quantization metadata with the weights (and CPU offload moves
-    it with them). False for bitsandbytes' 4-bit layers: their absmax and nested state live in
-    ``quant_state``, an attribute of the ``Params4bit``, not a parameter, so FSDP's flat
-    parameters (and so its all-gathers and CPU offload) and ZeRO-3's partitions never take it:
-    every rank keeps all of it on its GPU. The loaders show it: transformers quantizes each
-    weight on the GPU and moves only its data off it for FSDP (4.40 modeling_utils.py lines
-    892-896 ``type(value)(value.data.to("cpu"), **value.__dict__)``; 4.46 lines 999-1006, to
-    ``param_to``: the CPU on rank 0, meta elsewhere), and Answer.AI's fsdp_qlora train.py says
-    "FSDP only syncs parameters and buffers, so the quant_state isn't copied" (lines 236-244,
-    the same move). torchtune's torchao NF4 shards its scalers with the data (FSDP2's
-    pre-all-gather extension of ``NF4Tensor``)."""
+    it with them). False for bitsandbytes' 4-bit state, which every rank keeps whole on its GPU
+    (the stack's ``quantization_state_sharding`` behaviour: QLoRA outside torchtune, and any
+    LoRA over a ``bnb_4bit`` base)."""
 
 
 def _kbit_upcast(w: TrainingWorkload, stack: Stack | None) -> bool:
@@ -151,7 +144,7 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             m.ensure_weight_tying,
             resolved.saved_fp16_to_fp32,
             metadata_sharded=not isinstance(w.precision.quantization, BitsAndBytes4bit)
-            and not (isinstance(m, QLoRA) and resolved.framework != "torchtune"),
+            and not (isinstance(m, QLoRA) and not resolved.quantized_state_sharded),
         )
     return TrainingPlan(
         "full",

@@ -126,7 +126,8 @@ def _tags(workloads: tuple[AnalyticWorkload, ...], stack: Stack) -> tuple[BandRu
 def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
     """Kinds a training workload's data-parallel layout adds: ``sharded_data_parallel``
     (ZeRO >= 2 over several replicas: how gradients are synchronized matters),
-    ``zero3_data_parallel`` (ZeRO-3: how the model reaches its partitions) and
+    ``zero3_data_parallel`` (ZeRO-3: how the model reaches its partitions; with QLoRA also
+    ``qlora_zero3_data_parallel``: where its quantization state lives) and
     ``lora_data_parallel`` (LoRA over several replicas: how FSDP wraps frozen weights)."""
     if not isinstance(w, TrainingWorkload) or w.parallelism.data == 1:
         return frozenset()
@@ -135,6 +136,8 @@ def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
         kinds.add("sharded_data_parallel")
     if w.parallelism.zero_stage >= 3:
         kinds.add("zero3_data_parallel")
+        if isinstance(w.method, QLoRA):
+            kinds.add("qlora_zero3_data_parallel")
     if isinstance(w.method, LoRA) and not isinstance(w.method, QLoRA):
         kinds.add("lora_data_parallel")
     return frozenset(kinds)
