@@ -243,3 +243,67 @@ def test_the_answer_names_where_quantization_state_lives() -> None:
     assert "quantization_state_sharding" not in behaviours(None, 1)
     assert "every rank keeps all of it" in behaviours(None, 2)["quantization_state_sharding"]
     assert "FSDP2 shards them" in behaviours("torchtune", 2)["quantization_state_sharding"]
+
+
+# Qwen2.5-0.5B's projections per layer: q and o 896 x 896, k and v 128 x 896, gate/up/down
+# 3 x 4,864 x 896; 24 layers. 4-bit GPTQ / AWQ pack each into in x out / 2 bytes (qweight).
+PROJECTIONS = 24 * (2 * 896 * 896 + 2 * 128 * 896 + 3 * 4864 * 896)
+PACKED = PROJECTIONS // 2
+assert PACKED == 178_913_280
+# What stays a parameter: the tied embedding 151,936 x 896, 49 norms of 896 and the q/k/v
+# biases (896 + 128 + 128 per layer), bf16.
+PLAIN = (151_936 * 896 + 49 * 896 + 24 * (896 + 128 + 128)) * 2
+assert PLAIN == 272_412_416
+
+
+def _buffer_quantized(scheme: str, data: int, offload: bool = False, **software: Any):
+    """LoRA (r 8) over a 4-bit ``scheme`` base of Qwen2.5-0.5B over ``data`` FULL_SHARD
+    ranks; the weights and metadata lines, the communication parts and the behaviours."""
+    w = {
+        **SHARDED,
+        "precision": {"weights": "bf16", "quantization": {"scheme": scheme}},
+        "method": {"kind": "lora", "rank": 8},
+        "parallelism": {
+            "data": data,
+            "zero_stage": 3 if data > 1 else 0,
+            **({"offload_parameters": True} if offload else {}),
+        },
+    }
+    body = {"workloads": [w], "headroom": {"fraction": 0.0}, "software": software or None}
+    r = msgspec.convert(body, BudgetRequest)
+    b = estimate(r.workloads, r.device, r.headroom, software=r.software)
+    lines = {x.component: x for x in b.devices[0].lines}
+    comm = {p.name: p.bytes for p in lines[C.COMMUNICATION_BUFFERS].parts or ()}
+    behaviours = {x.name for x in b.stack.behaviours}
+    return lines[C.WEIGHTS].bytes, lines[C.QUANTIZATION_METADATA].bytes, comm, behaviours
+
+
+@pytest.mark.parametrize("scheme", ["gptq", "awq"])
+@pytest.mark.parametrize("software", [{}, {"framework": "deepspeed"}])
+def test_gptq_and_awq_bases_stay_whole_on_every_rank(scheme: str, software: dict[str, Any]) -> None:
+    """GPTQ's and AWQ's packed weights, scales and zero points are module buffers
+    (``register_buffer`` in auto_gptq's and AutoAWQ's QuantLinear), and ZeRO-3 and FSDP shard,
+    gather and offload parameters only: over two ranks each GPU keeps the whole packed base
+    and all its metadata; only the embedding, norms and biases are halved; parameter offload
+    leaves the packed base on the GPU; FSDP's units gather no packed weight."""
+    w1, m1, _, one = _buffer_quantized(scheme, 1, **software)
+    assert w1 == PACKED + PLAIN
+    w2, m2, comm, two = _buffer_quantized(scheme, 2, **software)
+    assert w2 == PACKED + PLAIN // 2
+    assert m2 == m1 > 0
+    assert "quantized_buffers_sharding" in two and "quantized_buffers_sharding" not in one
+    if not software:  # FSDP: the root unit and a block's biases and norms, bf16
+        block = (896 + 128 + 128 + 2 * 896) * 2
+        assert comm[communication_buffers.FSDP_PREFETCH_PART] == block
+        w_off, m_off, _, _ = _buffer_quantized(scheme, 2, offload=True)
+        assert (w_off, m_off) == (PACKED, m1)
+
+
+def test_bitsandbytes_4bit_weights_are_still_sharded() -> None:
+    """bitsandbytes' packed 4-bit weight is a parameter (``Params4bit``): halved over two
+    ranks, as the embedding is (its quant_state is not: the tests above)."""
+    w1, _, _, _ = _buffer_quantized("bnb_4bit", 1)
+    w2, _, _, behaviours = _buffer_quantized("bnb_4bit", 2)
+    assert w1 == PACKED + PLAIN
+    assert w2 == PACKED // 2 + PLAIN // 2
+    assert "quantized_buffers_sharding" not in behaviours

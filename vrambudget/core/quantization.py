@@ -41,6 +41,7 @@ __all__ = [
     "NVFP4_GROUP",
     "bnb_serialized_state_bytes",
     "quantized_roles",
+    "stored_as_buffers",
     "tensor_storage",
 ]
 
@@ -66,6 +67,28 @@ _FP32 = 4
 _INT16 = 2
 _INT32 = 4
 _INT64 = 8
+
+
+def stored_as_buffers(q: object) -> bool:
+    """Whether the scheme's loader keeps a quantized projection's packed weight and its
+    metadata as module buffers, not parameters. ZeRO-3 and FSDP shard, gather and offload
+    parameters only, so every data-parallel rank then holds all of them on its GPU.
+
+    - GPTQ: auto_gptq 0.7.1 ``nn_modules/qlinear/qlinear_cuda.py`` lines 51-77 (also
+      ``qlinear_exllama.py`` 72-99 and ``qlinear_exllamav2.py`` 138-165) register ``qweight``,
+      ``qzeros``, ``scales``, ``g_idx`` and ``bias`` with ``register_buffer``.
+    - AWQ: AutoAWQ 0.2.9 ``awq/modules/linear/gemm.py`` lines 135-167 register ``qweight``,
+      ``qzeros``, ``scales`` and ``bias`` the same way.
+    - The sharders: DeepSpeed 0.16.4 ``runtime/zero/parameter_offload.py`` 200-205 converts
+      ``module.parameters()`` to ZeRO parameters, and ``engine.py`` 1236-1237 moves the module
+      (its buffers too) whole to each device; torch 2.13 FSDP1 ``fsdp/_init_utils.py`` 312-313
+      (buffers "are implicitly ignored for most functionality since they are not sharded");
+      FSDP2 ``fully_shard`` builds its parameter groups from the parameters alone
+      (``_fully_shard.py`` 266-280).
+
+    bitsandbytes' 4-bit weight is a parameter (``Params4bit``); its quant_state is neither
+    (:attr:`vrambudget.core.stack.Stack.quantized_state_sharded`)."""
+    return isinstance(q, (GPTQ, AWQ))
 
 
 def quantized_roles(q: Quantization) -> frozenset[Role]:

@@ -484,6 +484,17 @@ _QSTATE_SHARDED = _B(
     source="torchao dtypes/nf4tensor.py (NF4Tensor's fsdp_pre_all_gather / "
     "fsdp_post_all_gather and its chunk / split of the quantized data and scalers)",
 )
+_QBUFFERS_WHOLE = _B(
+    name="quantized_buffers_sharding",
+    assumed="GPTQ's and AWQ's packed weights, scales and zero points are module buffers, not "
+    "parameters: ZeRO-3 and FSDP shard, gather and offload parameters only, so every rank "
+    "keeps the whole quantized base on its GPU (the unquantized embeddings, LM head and norms "
+    "are sharded)",
+    source="auto_gptq 0.7.1 nn_modules/qlinear/qlinear_cuda.py lines 51-77 and AutoAWQ 0.2.9 "
+    "awq/modules/linear/gemm.py lines 135-167 (register_buffer); DeepSpeed 0.16.4 "
+    "runtime/zero/parameter_offload.py lines 200-205 (module.parameters() only); torch "
+    "fsdp/_init_utils.py ('[buffers] are not sharded')",
+)
 _NF4_INIT = _B(
     name="quantized_model_init",
     assumed="torchtune 0.1 builds one template layer on the GPU and deep-copies it per layer; "
@@ -865,6 +876,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "sharding_buffers": frozenset({"sharded_data_parallel"}),
     "zero3_model_init": frozenset({"zero3_data_parallel"}),
     "quantization_state_sharding": frozenset({"qlora_zero3_data_parallel"}),
+    "quantized_buffers_sharding": frozenset({"buffer_quantized_zero3_data_parallel"}),
     "fsdp_frozen_gradients": frozenset({"lora_data_parallel"}),
 }
 """The workload kinds a behaviour applies to (absent: every kind)."""
@@ -1025,6 +1037,7 @@ def _resolve(software: Software | None) -> Stack:
     bnb_inputs = version_tuple(bnb) < (0, 43, 2)
     behaviours.append(_BNB_INPUTS if bnb_inputs else _QLORA)
     behaviours.append(_QSTATE_SHARDED if framework == "torchtune" else _QSTATE_WHOLE)
+    behaviours.append(_QBUFFERS_WHOLE)
     if litgpt and bnb_inputs:
         behaviours.append(_PREVIOUS_STEP)
     return Stack(

@@ -38,7 +38,7 @@ from .formulas.optimizer_state import Optimizer, state_bytes, step_temporaries
 from .formulas.runtime_workspace import exllama_scratch
 from .formulas.weights import stored_bytes
 from .layout import Stage, check_layout, kv_heads_per_device, per_device_shape, stages
-from .quantization import quantized_roles
+from .quantization import quantized_roles, stored_as_buffers
 from .spec import (
     FP8,
     AdamW,
@@ -411,6 +411,7 @@ def stage_statics(
     plain_bytes = bytes_of(plain_dtype)
     roles = quantized_roles(quant) if quant is not None else frozenset()
     kernel = getattr(quant, "kernel", None)
+    buffer_stored = stored_as_buffers(quant)
     # QLoRA as PEFT prepares it (peft/utils/other.py prepare_model_for_kbit_training, which
     # TRL's SFTTrainer calls for a 4-bit model): every 16-bit parameter that is not 4-bit is
     # cast to fp32 -- embeddings, LM head, norms, routers.
@@ -421,6 +422,9 @@ def stage_statics(
     result = []
     for stage in stages(arch, par.pipeline):
         weights = meta = rounding = params = 0
+        # What ZeRO-3 and FSDP leave whole on every rank: buffers (they shard, gather and
+        # offload parameters only), GPTQ's and AWQ's packed projections among them.
+        whole_weights = whole_meta = 0
         trainable_shapes: list[tuple[int, int, int]] = []
         adapter_params = 0
         largest_linear = 0
@@ -457,7 +461,11 @@ def stage_statics(
                 fixed_bytes(g, plain_dtype) or (kbit_bytes if not quantized else plain_bytes),
                 quant if quantized else None,
             )
-            if not g.buffer:
+            kept_whole = g.buffer or (quantized and buffer_stored)
+            if kept_whole:
+                whole_weights += payload * n
+                whole_meta += md * n
+            else:
                 # what FSDP flattens into the unit: bitsandbytes' quant_state is not a parameter
                 unit = payload + (md if plan is None or plan.metadata_sharded else 0)
                 if isinstance(bucket, int):
@@ -657,10 +665,12 @@ def stage_statics(
             if zero >= gradients.SHARDED_FROM_ZERO_STAGE:
                 gradient = ceil_div(gradient, dp)
                 step_gradient = ceil_div(step_gradient, dp)
+            # the bytes of buffers (stored_as_buffers) that no rank shards or offloads
+            kept_weights, kept_meta = min(whole_weights, weights), min(whole_meta, meta)
             if zero >= 3:  # ZeRO-3 / FSDP FULL_SHARD shard frozen parameters too
-                weights = ceil_div(weights, dp)
+                weights = ceil_div(weights - kept_weights, dp) + kept_weights
                 if plan.metadata_sharded:
-                    meta = ceil_div(meta, dp)
+                    meta = ceil_div(meta - kept_meta, dp) + kept_meta
                 if saved_parts:  # and the modules_to_save copies, parameters like the rest
                     saved_parts = (
                         saved_parts[0],
@@ -683,9 +693,9 @@ def stage_statics(
                 if zero >= gradients.SHARDED_FROM_ZERO_STAGE:
                     host_grads, gradient, step_gradient = gradient, 0, 0
             if par.offload_parameters:
-                host_params, weights = weights, 0
+                host_params, weights = weights - kept_weights, kept_weights
                 if plan.metadata_sharded:  # moved with the shards (torchtune's NF4 scalers)
-                    host_params, meta = host_params + meta, 0
+                    host_params, meta = host_params + meta - kept_meta, kept_meta
         block_gradient = 0
         if plan is not None and plan.method == "lora":
             # A FlatParameter with nothing trainable gets no gradient: adapted layers only.

@@ -19,6 +19,7 @@ from ..formulas.headroom import headroom_bytes
 from ..host import DEFAULT_DISK, host_and_disk, persistent_key
 from ..memo import BoundedCache
 from ..overheads import DEFAULT_OVERHEADS, Overheads, with_software
+from ..quantization import stored_as_buffers
 from ..resolve import resolve_model
 from ..result import Budget, DeviceBudget, DiskBudget, HostBudget, StackUse, WorkloadSummary
 from ..spec import (
@@ -127,7 +128,8 @@ def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
     """Kinds a training workload's data-parallel layout adds: ``sharded_data_parallel``
     (ZeRO >= 2 over several replicas: how gradients are synchronized matters),
     ``zero3_data_parallel`` (ZeRO-3: how the model reaches its partitions; with QLoRA also
-    ``qlora_zero3_data_parallel``: where its quantization state lives) and
+    ``qlora_zero3_data_parallel``: where its quantization state lives; with LoRA over GPTQ or
+    AWQ ``buffer_quantized_zero3_data_parallel``: its packed base stays whole) and
     ``lora_data_parallel`` (LoRA over several replicas: how FSDP wraps frozen weights)."""
     if not isinstance(w, TrainingWorkload) or w.parallelism.data == 1:
         return frozenset()
@@ -138,6 +140,8 @@ def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
         kinds.add("zero3_data_parallel")
         if isinstance(w.method, QLoRA):
             kinds.add("qlora_zero3_data_parallel")
+        elif isinstance(w.method, LoRA) and stored_as_buffers(w.precision.quantization):
+            kinds.add("buffer_quantized_zero3_data_parallel")
     if isinstance(w.method, LoRA) and not isinstance(w.method, QLoRA):
         kinds.add("lora_data_parallel")
     return frozenset(kinds)
