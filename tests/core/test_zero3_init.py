@@ -7,7 +7,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from vrambudget.core.allocator.zero3_init import replay_zero3_module_init
+from vrambudget.core.allocator.zero3_init import (
+    replay_zero3_module_init,
+    replay_zero3_quantized_init,
+)
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
 from vrambudget.core.spec import BudgetRequest
@@ -121,3 +124,89 @@ def test_zero_init_without_deepspeed_is_refused() -> None:
     with pytest.raises(InvalidWorkload) as e:
         _request(False, framework="fsdp")
     assert e.value.field == "software.zero_init"
+
+
+def test_the_quantized_replay_by_hand() -> None:
+    """A 4-bit weight quantized on the device and a 12 MiB bf16 one, over 2 ranks:
+
+    - the weight's 16 MiB bf16 source (its own segment), its 4 MiB packed data (a 20 MiB
+      segment), its 256 KiB quant_state (a small-pool 2 MiB segment): allocated 20.25 MiB,
+      the peak; the source freed;
+    - the bf16 weight takes 12 MiB of the source's freed 16 MiB block (split: 4 MiB left);
+    - the packed weight's 2 MiB partition takes the 4 MiB block (split), the packed data is
+      freed; the bf16 weight's 6 MiB partition takes the now free 20 MiB segment: allocated
+      0.25 + 12 + 2 + 6 = 20.25 MiB again. Reserved 16 + 20 + 2 = 38 MiB; the quant_state is
+      never partitioned."""
+    q = ((16 * MiB, 4 * MiB, 256 * 1024, 2), (0, 12 * MiB, 0, 2))
+    r = replay_zero3_quantized_init(q, 2)
+    assert r.model_bytes == 16 * MiB + 256 * 1024
+    assert r.peak_allocated_bytes == 20 * MiB + 256 * 1024
+    assert r.peak_reserved_bytes == 38 * MiB
+
+
+# Llama 3.1 8B at 4 bits by hand: 32 layers of q and o 4,096 x 4,096, k and v 1,024 x 4,096,
+# gate/up/down 3 x 14,336 x 4,096 packed to half a byte per weight; the embedding and untied
+# head 128,256 x 4,096 and 65 norms of 4,096 stay bf16 (sharded QLoRA keeps them in the storage
+# dtype: no fp32 upcast).
+PACKED = 32 * (2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14_336 * 4096) // 2
+PLAIN = (2 * 128_256 * 4096 + 65 * 4096) * 2
+assert PACKED + PLAIN == 5_591_539_712
+
+
+def _qlora(framework: str, data: int = 4, method: str = "qlora", scheme: str = "bnb_4bit") -> dict:
+    w: dict = {
+        "kind": "training",
+        "model": {"source": "preset", "id": "llama-3.1-8b"},
+        "precision": {"weights": "bf16"},
+        "micro_batch_size": 1,
+        "sequence_length": 256,
+        "checkpointing": "full",
+        "method": {"kind": method, "rank": 8},
+        "parallelism": {"data": data, "zero_stage": 3 if data > 1 else 0},
+    }
+    if method == "lora":
+        w["precision"]["quantization"] = {"scheme": scheme}
+    r = msgspec.convert(
+        {"workloads": [w], "headroom": {"fraction": 0.0}, "software": {"framework": framework}},
+        BudgetRequest,
+    )
+    return msgspec.to_builtins(estimate(r.workloads, r.device, r.headroom, software=r.software))
+
+
+@pytest.mark.parametrize(
+    ("method", "scheme"), [("qlora", "bnb_4bit"), ("lora", "bnb_4bit"), ("lora", "gptq")]
+)
+def test_a_quantized_model_reaches_each_deepspeed_rank_whole(method: str, scheme: str) -> None:
+    """transformers never builds a quantized model under zero.Init: each DeepSpeed ZeRO-3 rank
+    holds the whole quantized model on its GPU before partitioning it (bitsandbytes quantizes
+    it there; GPTQ's is moved there whole). At 256 tokens that init is the peak: the whole
+    packed model, its bf16 embeddings and head and all its metadata (as one GPU holds them),
+    where a training step holds a quarter of the bf16 parameters; the answer names the
+    behaviour, not zero.Init's."""
+    b = _qlora("deepspeed", method=method, scheme=scheme)
+    (dev,) = b["devices"]
+    assert dev["peak_phase"] == "model_init"
+    lines = {ln["component"]: ln["bytes"] for ln in dev["lines"]}
+    assert lines["weights"] == PACKED + PLAIN
+    one = _qlora("deepspeed", 1, method, scheme)["devices"][0]["lines"]
+    meta = next(ln["bytes"] for ln in one if ln["component"] == "quantization_metadata")
+    assert lines["quantization_metadata"] == meta > 0
+    for c in ("optimizer_state", "gradients", "activations", "logits"):
+        assert lines[c] == 0, c
+    phases = {p["name"]: p["total_bytes"] for p in dev["phases"]}
+    assert phases["model_init"] > max(v for k, v in phases.items() if k != "model_init")
+    names = {x["name"] for x in b["stack"]["behaviours"]}
+    assert "zero3_quantized_model_init" in names and "zero3_model_init" not in names
+
+
+def test_fsdp_qlora_has_no_whole_model_init() -> None:
+    """FSDP's QLoRA loads on rank 0's host (transformers moves each quantized weight's data
+    off the GPU): no whole-model init phase, no DeepSpeed behaviour."""
+    b = _qlora("fsdp")
+    assert "model_init" not in [p["name"] for p in b["devices"][0]["phases"]]
+    assert "zero3_quantized_model_init" not in {x["name"] for x in b["stack"]["behaviours"]}
+
+
+def test_an_unquantized_deepspeed_model_names_zero_init_only() -> None:
+    names = {x["name"] for x in _request(None)["stack"]["behaviours"]}
+    assert "zero3_model_init" in names and "zero3_quantized_model_init" not in names

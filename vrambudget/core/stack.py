@@ -565,6 +565,22 @@ _ZERO_INIT = _B(
     "carry ds_id is left where zero.Init put it); transformers integrations/deepspeed.py "
     "is_deepspeed_zero3_enabled (from_pretrained under zero.Init)",
 )
+_ZERO3_QUANTIZED = _B(
+    name="zero3_quantized_model_init",
+    assumed="transformers never builds a quantized model under deepspeed.zero.Init: each rank "
+    "holds the whole quantized model on its own GPU (bitsandbytes 4-bit quantizes it onto the "
+    "device in from_pretrained or when deepspeed.initialize moves it there; GPTQ and AWQ load "
+    "to the host and deepspeed.initialize moves the module whole), then ZeRO-3 partitions its "
+    "parameters one at a time: a model-init phase of the whole quantized model, the 16-bit "
+    "weight being quantized or the partition being made, replayed through the "
+    "caching-allocator model",
+    source="transformers 5.23.0 modeling_utils.py line 1435 (needs_zero3_init = "
+    "is_deepspeed_zero3_enabled() and not _is_quantized), quantizers/quantizer_bnb_4bit.py "
+    "lines 94-111 (update_device_map: the current device), quantizer_gptq.py lines 80-83 (the "
+    "host); DeepSpeed 0.16.4 runtime/engine.py lines 1236-1237 (module.to(device)), runtime/"
+    "zero/parameter_offload.py lines 200-205; reported in huggingface/peft#2016 and "
+    "huggingface/transformers#24395",
+)
 _ZERO3_WHOLE_MODEL = _B(
     name="zero3_model_init",
     assumed="the model is built outside deepspeed.zero.Init: deepspeed.initialize moves it "
@@ -874,7 +890,8 @@ _APPLIES: dict[str, frozenset[str]] = {
     "previous_step_graph": frozenset({"qlora"}),
     "gradient_sync": frozenset({"sharded_data_parallel"}),
     "sharding_buffers": frozenset({"sharded_data_parallel"}),
-    "zero3_model_init": frozenset({"zero3_data_parallel"}),
+    "zero3_model_init": frozenset({"unquantized_zero3_data_parallel"}),
+    "zero3_quantized_model_init": frozenset({"quantized_zero3_data_parallel"}),
     "quantization_state_sharding": frozenset({"qlora_zero3_data_parallel"}),
     "quantized_buffers_sharding": frozenset({"buffer_quantized_zero3_data_parallel"}),
     "fsdp_frozen_gradients": frozenset({"lora_data_parallel"}),
@@ -968,6 +985,7 @@ def _resolve(software: Software | None) -> Stack:
     zero_init = sw.zero_init is not False
     if deepspeed:
         behaviours.append(_ZERO_INIT if zero_init else _ZERO3_WHOLE_MODEL)
+        behaviours.append(_ZERO3_QUANTIZED)
     frozen_grads = framework == "litgpt" and version_tuple(version) < (0, 5, 11)
     if frozen_grads:
         behaviours.append(_FROZEN_GRADS)

@@ -27,7 +27,7 @@ from functools import lru_cache
 
 from .replay import ALLOC, FREE, Event, replay_events
 
-__all__ = ["Zero3ModuleInit", "replay_zero3_module_init"]
+__all__ = ["Zero3ModuleInit", "replay_zero3_module_init", "replay_zero3_quantized_init"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,4 +66,56 @@ def replay_zero3_module_init(
         peak_reserved_bytes=reserved,
         peak_allocated_bytes=allocated,
         model_bytes=sum(n * b for n, b in tensors),
+    )
+
+
+def _quantized_events(
+    tensors: tuple[tuple[int, int, int, int], ...], ranks: int, on_device: bool
+) -> list[Event]:
+    events: list[Event] = []
+    handle = 0
+    params: list[tuple[int, int, int]] = []
+    for source, stored, metadata, size in tensors:  # quantized onto the device
+        if source:
+            handle += 1
+            src = handle
+            events.append((ALLOC, src, source, 0))
+        param = 0
+        if stored:
+            handle += 1
+            param = handle
+            events.append((ALLOC, param, stored, 0))
+        if metadata:
+            handle += 1
+            events.append((ALLOC, handle, metadata, 0))
+        if source:
+            events.append((FREE, src, 0, 0))
+        if param:
+            params.append((param, stored, size))
+    for param, stored, size in params:  # _convert_to_zero_parameters
+        if on_device:
+            handle += 1
+            events.append((ALLOC, handle, -(-(stored // size) // ranks) * size, 0))
+        events.append((FREE, param, 0, 0))
+    return events
+
+
+@lru_cache(maxsize=64)
+def replay_zero3_quantized_init(
+    tensors: tuple[tuple[int, int, int, int], ...], ranks: int, partitions_on_device: bool = True
+) -> Zero3ModuleInit:
+    """The init of a quantized model under ZeRO-3, which transformers never builds under
+    ``zero.Init``: each rank holds the whole model on its own device, then ZeRO-3 partitions
+    the parameters one at a time in module order. ``tensors`` are ``(source bytes, parameter
+    bytes, kept bytes, bytes per stored element)`` in module order: a weight quantized on the
+    device is first its 16-bit ``source`` there, then its packed parameter and what stays
+    beside it (bitsandbytes' quant_state: not a parameter, never partitioned); GPTQ's and
+    AWQ's packed weights are buffers, all kept; an unquantized parameter has neither source nor
+    kept bytes. ``model_bytes``: the parameter and kept bytes."""
+    r = replay_events(_quantized_events(tensors, ranks, partitions_on_device))
+    allocated, reserved = r.phases.get(0, (0, 0))
+    return Zero3ModuleInit(
+        peak_reserved_bytes=reserved,
+        peak_allocated_bytes=allocated,
+        model_bytes=sum(stored + metadata for _, stored, metadata, _ in tensors),
     )

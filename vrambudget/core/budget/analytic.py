@@ -9,6 +9,7 @@ the same stage functions, so an explained number and a solved number cannot drif
 from __future__ import annotations
 
 import msgspec
+from msgspec import UNSET
 
 from ..bands import BandRule, band_rule, resolve_headroom, workload_class
 from ..calibration import ProfileSet
@@ -24,6 +25,7 @@ from ..resolve import resolve_model
 from ..result import Budget, DeviceBudget, DiskBudget, HostBudget, StackUse, WorkloadSummary
 from ..spec import (
     AnalyticWorkload,
+    BitsAndBytes4bit,
     DeviceRef,
     DiskOptions,
     EncoderWorkload,
@@ -129,7 +131,9 @@ def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
     (ZeRO >= 2 over several replicas: how gradients are synchronized matters),
     ``zero3_data_parallel`` (ZeRO-3: how the model reaches its partitions; with QLoRA also
     ``qlora_zero3_data_parallel``: where its quantization state lives; with LoRA over GPTQ or
-    AWQ ``buffer_quantized_zero3_data_parallel``: its packed base stays whole) and
+    AWQ ``buffer_quantized_zero3_data_parallel``: its packed base stays whole; over a
+    bitsandbytes 4-bit, GPTQ or AWQ base ``quantized_zero3_data_parallel``, else, unquantized,
+    ``unquantized_zero3_data_parallel``: how the model reaches its partitions) and
     ``lora_data_parallel`` (LoRA over several replicas: how FSDP wraps frozen weights)."""
     if not isinstance(w, TrainingWorkload) or w.parallelism.data == 1:
         return frozenset()
@@ -138,10 +142,15 @@ def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
         kinds.add("sharded_data_parallel")
     if w.parallelism.zero_stage >= 3:
         kinds.add("zero3_data_parallel")
+        q = w.precision.quantization
         if isinstance(w.method, QLoRA):
             kinds.add("qlora_zero3_data_parallel")
-        elif isinstance(w.method, LoRA) and stored_as_buffers(w.precision.quantization):
+        elif isinstance(w.method, LoRA) and stored_as_buffers(q):
             kinds.add("buffer_quantized_zero3_data_parallel")
+        if isinstance(w.method, QLoRA) or isinstance(q, BitsAndBytes4bit) or stored_as_buffers(q):
+            kinds.add("quantized_zero3_data_parallel")
+        elif q is None or q is UNSET:
+            kinds.add("unquantized_zero3_data_parallel")
     if isinstance(w.method, LoRA) and not isinstance(w.method, QLoRA):
         kinds.add("lora_data_parallel")
     return frozenset(kinds)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
+import msgspec
+
 from ..allocator.nf4_init import replay_nf4_init
-from ..allocator.zero3_init import replay_zero3_module_init
+from ..allocator.zero3_init import replay_zero3_module_init, replay_zero3_quantized_init
 from ..arch import Arch, Role, TensorGroup, attention_run, lora_target_names
 from ..components import Component
 from ..dtypes import bytes_of
@@ -32,16 +34,19 @@ from ..formulas.logits import (
     training_recompute_parts,
 )
 from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
+from ..formulas.weights import stored_bytes
 from ..layout import per_device_shape
 from ..memo import BoundedCache
 from ..overheads import Overheads
-from ..spec import FullFineTune, QLoRA, TrainingWorkload
+from ..quantization import quantized_roles, stored_as_buffers
+from ..spec import BitsAndBytes4bit, FullFineTune, QLoRA, Quantization, TrainingWorkload
 from ..stack import LIGER_GLU_FAMILIES, Stack
 from ..statics import (
     StageStatic,
     effective_precision,
     fixed_bytes,
     head_groups,
+    quantizable,
     residual_bytes,
     stage_statics,
     training_plan,
@@ -288,6 +293,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     init = (
         _nf4_init(w, arch, st, ov)
         or _zero3_module_init(w, arch, st, ov)
+        or _zero3_quantized_init(w, arch, st, ov)
         or _kbit_init(w, arch, st, ov)
     )
     if init is not None:
@@ -629,6 +635,122 @@ def _zero3_module_init(
         C.ALLOCATOR_OVERHEAD: ((ZERO3_CACHED_PART, cached),),
     }
     return _Init(phase, parts)
+
+
+ZERO3_QUANTIZED_MODEL_PART = (
+    "the whole quantized model, on each device before ZeRO-3 partitions its parameters"
+)
+ZERO3_QUANTIZED_LIVE_PART = (
+    "the 16-bit weight being quantized, or the partition of the parameter being converted"
+)
+
+
+def _zero3_quantized_init(
+    w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads
+) -> _Init | None:
+    """DeepSpeed ZeRO-3 over a quantized base (QLoRA, or LoRA over ``bnb_4bit``, GPTQ or AWQ):
+    transformers never builds a quantized model under ``zero.Init`` (5.23.0
+    ``modeling_utils.py`` line 1435), so each rank holds the whole quantized model on its own
+    GPU before ZeRO-3 partitions its parameters one at a time
+    (:func:`~vrambudget.core.allocator.zero3_init.replay_zero3_quantized_init`):
+    bitsandbytes quantizes it onto the current device in ``from_pretrained``
+    (``quantizers/quantizer_bnb_4bit.py`` lines 94-111) or when ``deepspeed.initialize`` moves
+    it there (``Params4bit`` quantizes its 16-bit data on the device); GPTQ loads to the host
+    (``quantizer_gptq.py`` lines 80-83) and ``deepspeed.initialize`` moves the module whole
+    (DeepSpeed 0.16.4 ``runtime/engine.py`` lines 1236-1237). The phase: the whole quantized
+    model, its quant_state, the whole adapters, the CUDA context, the data-parallel
+    communicator, the largest 16-bit weight being quantized or partition being made
+    (``runtime_workspace``) and what the allocator keeps beyond (``allocator_overhead``).
+    Reported: huggingface/peft#2016 (Llama 3.1 405B QLoRA: "the parameters are not
+    partitioned, but copied across the GPUs"), huggingface/transformers#24395. None
+    elsewhere: FSDP (rank 0 loads to the host), one rank, a pipeline, several instances, other
+    quantization schemes."""
+    par = w.parallelism
+    precision = effective_precision(w, ov.stack)
+    quant = precision.quantization
+    if (
+        not ov.stack.deepspeed
+        or par.zero_stage < 3
+        or par.data < 2
+        or par.pipeline != 1
+        or w.instances != 1
+        or not (isinstance(quant, BitsAndBytes4bit) or stored_as_buffers(quant))
+    ):
+        return None
+    plan = training_plan(w, ov.stack)
+    one = msgspec.structs.replace(
+        par, data=1, zero_stage=0, offload_optimizer=False, offload_parameters=False
+    )
+    whole = stage_statics(arch, precision, one, plan, ov.stack.untied_head)[st.stage.index]
+    r = replay_zero3_quantized_init(
+        _quantized_module_tensors(arch, st, precision.weights, quant, par.tensor, par.expert),
+        par.data,
+        not par.offload_parameters,
+    )
+    live = max(0, r.peak_allocated_bytes - r.model_bytes)
+    cached = r.peak_reserved_bytes - r.peak_allocated_bytes
+    nccl = tuple((n, b) for n, b in st.comm_parts if communication_buffers.is_nccl(n))
+    phase = {
+        C.WEIGHTS: whole.weights_bytes,
+        C.QUANTIZATION_METADATA: whole.metadata_bytes,
+        C.ADAPTERS: whole.adapter_bytes - whole.saved_copy_bytes,
+        C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
+        C.RUNTIME_WORKSPACE: live,
+        C.COMMUNICATION_BUFFERS: sum(b for _, b in nccl),
+        C.ALLOCATOR_OVERHEAD: cached,
+    }
+    parts: dict[Component, tuple[tuple[str, int], ...]] = {
+        C.WEIGHTS: ((ZERO3_QUANTIZED_MODEL_PART, whole.weights_bytes),),
+        C.RUNTIME_WORKSPACE: ((ZERO3_QUANTIZED_LIVE_PART, live),),
+        C.COMMUNICATION_BUFFERS: nccl,
+        C.ALLOCATOR_OVERHEAD: ((ZERO3_CACHED_PART, cached),),
+    }
+    return _Init(phase, parts)
+
+
+def _quantized_module_tensors(
+    arch: Arch, st: StageStatic, weights_dtype: str, quant: Quantization, t: int, ep: int
+) -> tuple[tuple[int, int, int, int], ...]:
+    """The stage's parameters in module order as :func:`~vrambudget.core.allocator.
+    zero3_init.replay_zero3_quantized_init` takes them: ``(16-bit source bytes, parameter
+    bytes, kept bytes, bytes per stored element)``. A bitsandbytes 4-bit weight is quantized
+    on the device from its 16-bit source and stored in the weights' dtype
+    (``bnb_4bit_quant_storage``, as ZeRO-3 needs one dtype), its quant_state kept; GPTQ's and
+    AWQ's packed weights and metadata are buffers, kept whole (:func:`~vrambudget.core.
+    quantization.stored_as_buffers`)."""
+    plain = bytes_of(weights_dtype)
+    roles = quantized_roles(quant)
+    buffers = stored_as_buffers(quant)
+    out: list[tuple[int, int, int, int]] = []
+
+    def add(groups: tuple[TensorGroup, ...]) -> None:
+        for g in groups:
+            if g.buffer:
+                continue
+            rows, cols, count = per_device_shape(g, arch, t, ep)
+            size = fixed_bytes(g, weights_dtype) or plain
+            stacked = g.role is Role.EXPERT or (count > 1 and g.role is not Role.NORM)
+            copies, each = (1, count) if stacked else (count, 1)
+            if g.role in roles and quantizable(g):
+                payload, md = stored_bytes(rows, cols, plain, quant)
+                if buffers:  # loaded to the host, moved whole, never partitioned
+                    entry = (0, 0, (payload + md) * each, plain)
+                else:  # quantized from its 16-bit source on the device
+                    entry = (rows * cols * each * plain, payload * each, md * each, plain)
+            else:
+                entry = (0, rows * cols * each * size, 0, size)
+            out.extend([entry] * copies)
+
+    stage = st.stage
+    if stage.first:
+        add(arch.embeddings)
+        add(arch.extras)
+    for layer, n in stage.layer_runs:
+        for _ in range(n):
+            add(layer.tensors)
+    if stage.last:
+        add(head_groups(arch, 1))
+    return tuple(out)
 
 
 def module_tensors(
