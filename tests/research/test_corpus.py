@@ -133,15 +133,15 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.3% (met), but 89.6% inside their band (ml-engineering's Llama 3.1 8B ZeRO "
-    "runs from 8K to 256K tokens, -14% .. +18%, outside multi-GPU full training's x0.89 .. "
-    "x1.13 since DeepSpeedExamples made its ninth source and ended its widening for too few), "
-    "a band median half-width of "
-    "12.1% (the calibrate split's sources disagree by that much: QLoRA's 12 sources from x0.86 "
+    "peaks median 3.6% (met), but 87.8% inside their band (ml-engineering's Llama 3.1 8B ZeRO "
+    "runs from 8K to 256K tokens, -14% .. +18%, outside multi-GPU full training's x0.90 .. "
+    "x1.12; Qwen (v1)'s README inference tables, -8.5% .. +23%, against the inference band's "
+    "x0.86 .. x1.03), a band median half-width of "
+    "11.2% (the calibrate split's sources disagree by that much: QLoRA's 12 sources from x0.86 "
     "to x1.16, and every class's band reaches as far as 90% of the sources left out of its fit "
-    "lie) and 6 runs above their band's high end: four of those ml-engineering runs (13-14% "
-    "low) and the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at 256 and 512 "
-    "tokens, 12-13% low",
+    "lie) and 11 runs above their band's high end: four of those ml-engineering runs (13-14% "
+    "low), the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at 256 and 512 "
+    "tokens (12-13% low) and five Qwen-7B bf16 rows of its inference tables (3.5-8.5% low)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -289,12 +289,19 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     README (calibrate, 17% over) widened QLoRA's band to x0.85 .. x1.17; bitsandbytes'
     quant_state kept whole on every FSDP / ZeRO-3 rank: 147 peaks, 3.3%, 89.1% inside, 4
     above, half-width 15.8% (bounds moved for the new sources: docs/ACCURACY.md, *Sources of
-    2026-12-07*)."""
+    2026-12-07*). GPTQ's and AWQ's packed base kept whole on every ZeRO-3 / FSDP rank and the
+    whole quantized model on each DeepSpeed rank before ZeRO-3 partitions it (read in the
+    libraries' source; no held-out peak moved); then the sources of 2026-12-08: Qwen (v1)'s
+    README inference tables (38 held-out peaks, the profiling table's document; 6.8% median,
+    five Qwen-7B bf16 rows 3.5-8.5% low above the inference band) and dlrover's ATorch table
+    (calibrate; its tenth source narrowed multi-GPU full training's band to x0.90 .. x1.12):
+    185 peaks, 3.6%, 87.0% inside, 9 above, half-width 15.8% (bounds moved for the new
+    sources: docs/ACCURACY.md, *Sources and model changes of 2026-12-08*)."""
     s = summarize([r for r in held_out if r.record.group != QWEN_V1_PROFILING])
-    assert s["n"] >= 147
-    assert s["median_abs_error"] <= 0.0331
-    assert s["coverage"] >= 0.891
-    assert s["exceeded_but_fits"] <= 4
+    assert s["n"] >= 185
+    assert s["median_abs_error"] <= 0.0363
+    assert s["coverage"] >= 0.870
+    assert s["exceeded_but_fits"] <= 9
     assert s["median_half_width"] <= 0.1581
     assert not math.isnan(s["median_signed_error"])
 
@@ -312,13 +319,14 @@ def test_held_out_accuracy_with_qwen_v1_does_not_regress(held_out) -> None:
     .. +11.6% (over: the safe side). Bounds a change may only improve: median 3.2%, 95.5%
     inside, 2 above, half-width 15.8% over 177 peaks; with the changes of 2026-12-06 (see the
     test above): 3.3%, 95.6% inside, 2 above, 14.8% over 180; with the sources of 2026-12-07:
-    3.3%, 89.6% inside, 6 above, 12.1% over 183."""
+    3.3%, 89.6% inside, 6 above, 12.1% over 183; with those of 2026-12-08: 3.6%, 87.8% inside,
+    11 above, 11.2% over 221."""
     s = summarize(held_out)
-    assert s["n"] >= 183
-    assert s["median_abs_error"] <= 0.0335
-    assert s["coverage"] >= 0.896
-    assert s["exceeded_but_fits"] <= 6
-    assert s["median_half_width"] <= 0.122
+    assert s["n"] >= 221
+    assert s["median_abs_error"] <= 0.0363
+    assert s["coverage"] >= 0.877
+    assert s["exceeded_but_fits"] <= 11
+    assert s["median_half_width"] <= 0.1124
     qwen = [r for r in held_out if r.record.group == QWEN_V1_PROFILING]
     emb = [r for r in qwen if "-lora-emb-" in r.record.id]
     assert len(qwen) == 36 and len(emb) == 18
@@ -353,9 +361,9 @@ def test_bands_cover_sources_they_never_saw() -> None:
     the product gives the default stack (its class's ``source_reach`` applied) -- measured from
     the middle of the band fitted without it -- at least 90% of the time (each source weighted
     once), for every class with its own band; the committed ``source_coverage`` is that share,
-    at most k / (k + 1) for k sources. As fitted, before any reach, the bands cover 86.6% of
-    the 90 sources (full training 84.0%, quantized inference 81.6%, multi-GPU QLoRA 83.3%:
-    docs/ACCURACY.md)."""
+    at most k / (k + 1) for k sources. As fitted, before any reach, the bands cover 86.4% of
+    the 92 sources (full training 84.0%, quantized inference 81.6%, multi-GPU QLoRA 83.3%,
+    multi-GPU full training 85.0%: docs/ACCURACY.md)."""
     from research.band_loso import folds, source_reach, table
     from research.calibrate_bands import COVERAGE, MIN_MEASUREMENTS, peak_predictions
     from vrambudget.core.bands import band_rule
@@ -363,8 +371,8 @@ def test_bands_cover_sources_they_never_saw() -> None:
 
     committed = json.loads(OUT.read_text())["classes"]
     fs = folds(peak_predictions())
-    assert table(fs)["(every class)"]["sources"] == 90
-    assert round(table(fs)["(every class)"]["source_coverage"], 3) == 0.866
+    assert table(fs)["(every class)"]["sources"] == 92
+    assert round(table(fs)["(every class)"]["source_coverage"], 3) == 0.864
     by_class: dict[str, list] = {}
     for f in fs:
         by_class.setdefault(f.workload_class, []).append(f)
