@@ -250,10 +250,11 @@ def test_the_answer_names_where_quantization_state_lives() -> None:
 PROJECTIONS = 24 * (2 * 896 * 896 + 2 * 128 * 896 + 3 * 4864 * 896)
 PACKED = PROJECTIONS // 2
 assert PACKED == 178_913_280
-# What stays a parameter: the tied embedding 151,936 x 896, 49 norms of 896 and the q/k/v
-# biases (896 + 128 + 128 per layer), bf16.
-PLAIN = (151_936 * 896 + 49 * 896 + 24 * (896 + 128 + 128)) * 2
-assert PLAIN == 272_412_416
+# What stays a parameter: the tied embedding 151,936 x 896 and 49 norms of 896, bf16; the
+# q/k/v biases (896 + 128 + 128 per layer) are the QuantLinear's buffers under GPTQ / AWQ.
+PLAIN = (151_936 * 896 + 49 * 896) * 2
+BIASES = 24 * (896 + 128 + 128) * 2
+assert PLAIN + BIASES == 272_412_416
 
 
 def _buffer_quantized(scheme: str, data: int, offload: bool = False, **software: Any):
@@ -281,22 +282,21 @@ def _buffer_quantized(scheme: str, data: int, offload: bool = False, **software:
 @pytest.mark.parametrize("scheme", ["gptq", "awq"])
 @pytest.mark.parametrize("software", [{}, {"framework": "deepspeed"}])
 def test_gptq_and_awq_bases_stay_whole_on_every_rank(scheme: str, software: dict[str, Any]) -> None:
-    """GPTQ's and AWQ's packed weights, scales and zero points are module buffers
+    """GPTQ's and AWQ's packed weights, scales, zero points and biases are module buffers
     (``register_buffer`` in auto_gptq's and AutoAWQ's QuantLinear), and ZeRO-3 and FSDP shard,
-    gather and offload parameters only: over two ranks each GPU keeps the whole packed base
-    and all its metadata; only the embedding, norms and biases are halved; parameter offload
-    leaves the packed base on the GPU; FSDP's units gather no packed weight."""
+    gather and offload parameters only: over two ranks each GPU keeps the whole packed base,
+    its biases and all its metadata; only the embedding and norms are halved; parameter
+    offload leaves the packed base on the GPU; FSDP's units gather no packed weight."""
     w1, m1, _, one = _buffer_quantized(scheme, 1, **software)
-    assert w1 == PACKED + PLAIN
+    assert w1 == PACKED + BIASES + PLAIN
     w2, m2, comm, two = _buffer_quantized(scheme, 2, **software)
-    assert w2 == PACKED + PLAIN // 2
+    assert w2 == PACKED + BIASES + PLAIN // 2 == 315_147_136
     assert m2 == m1 > 0
     assert "quantized_buffers_sharding" in two and "quantized_buffers_sharding" not in one
-    if not software:  # FSDP: the root unit and a block's biases and norms, bf16
-        block = (896 + 128 + 128 + 2 * 896) * 2
-        assert comm[communication_buffers.FSDP_PREFETCH_PART] == block
+    if not software:  # FSDP: the root unit and a block's two norms, bf16
+        assert comm[communication_buffers.FSDP_PREFETCH_PART] == 2 * 896 * 2
         w_off, m_off, _, _ = _buffer_quantized(scheme, 2, offload=True)
-        assert (w_off, m_off) == (PACKED, m1)
+        assert (w_off, m_off) == (PACKED + BIASES, m1)
 
 
 def test_bitsandbytes_4bit_weights_are_still_sharded() -> None:
@@ -304,6 +304,21 @@ def test_bitsandbytes_4bit_weights_are_still_sharded() -> None:
     ranks, as the embedding is (its quant_state is not: the tests above)."""
     w1, _, _, _ = _buffer_quantized("bnb_4bit", 1)
     w2, _, _, behaviours = _buffer_quantized("bnb_4bit", 2)
-    assert w1 == PACKED + PLAIN
-    assert w2 == PACKED // 2 + PLAIN // 2
+    assert w1 == PACKED + BIASES + PLAIN
+    assert w2 == PACKED // 2 + (BIASES + PLAIN) // 2
     assert "quantized_buffers_sharding" not in behaviours
+
+
+def test_lora_over_a_bnb_base_names_its_quantization_state() -> None:
+    """LoRA over a ``bnb_4bit`` base keeps bitsandbytes' quant_state whole as QLoRA does, and
+    its answer says so."""
+    w = {
+        **SHARDED,
+        "precision": {"weights": "bf16", "quantization": {"scheme": "bnb_4bit"}},
+        "method": {"kind": "lora", "rank": 8},
+    }
+    r = msgspec.convert({"workloads": [w]}, BudgetRequest)
+    b = estimate(r.workloads, r.device, r.headroom, software=r.software)
+    names = {x.name: x.assumed for x in b.stack.behaviours}
+    assert "every rank keeps all of it" in names["quantization_state_sharding"]
+    assert "quantized_buffers_sharding" not in names

@@ -153,7 +153,13 @@ PLAIN = (2 * 128_256 * 4096 + 65 * 4096) * 2
 assert PACKED + PLAIN == 5_591_539_712
 
 
-def _qlora(framework: str, data: int = 4, method: str = "qlora", scheme: str = "bnb_4bit") -> dict:
+def _qlora(
+    framework: str,
+    data: int = 4,
+    method: str = "qlora",
+    scheme: str = "bnb_4bit",
+    transformers: str | None = None,
+) -> dict:
     w: dict = {
         "kind": "training",
         "model": {"source": "preset", "id": "llama-3.1-8b"},
@@ -166,9 +172,11 @@ def _qlora(framework: str, data: int = 4, method: str = "qlora", scheme: str = "
     }
     if method == "lora":
         w["precision"]["quantization"] = {"scheme": scheme}
+    software: dict = {"framework": framework}
+    if transformers:
+        software["libraries"] = {"transformers": transformers}
     r = msgspec.convert(
-        {"workloads": [w], "headroom": {"fraction": 0.0}, "software": {"framework": framework}},
-        BudgetRequest,
+        {"workloads": [w], "headroom": {"fraction": 0.0}, "software": software}, BudgetRequest
     )
     return msgspec.to_builtins(estimate(r.workloads, r.device, r.headroom, software=r.software))
 
@@ -210,3 +218,19 @@ def test_fsdp_qlora_has_no_whole_model_init() -> None:
 def test_an_unquantized_deepspeed_model_names_zero_init_only() -> None:
     names = {x["name"] for x in _request(None)["stack"]["behaviours"]}
     assert "zero3_model_init" in names and "zero3_quantized_model_init" not in names
+
+
+def test_the_quantized_init_follows_the_transformers_release() -> None:
+    """transformers 4.39 - 4.x sends each quantized weight's packed data to the host under
+    ZeRO-3 and DeepSpeed moves it back whole: the same whole model at the init's peak as 5.x,
+    which keeps it on the device (only the allocator's history differs). Before 4.39
+    transformers built quantized models under zero.Init too: no whole-model phase is claimed,
+    nor the behaviour."""
+    for release in ("4.46.3", "5.23.0"):
+        dev = _qlora("deepspeed", transformers=release)["devices"][0]
+        assert dev["peak_phase"] == "model_init", release
+        lines = {ln["component"]: ln["bytes"] for ln in dev["lines"]}
+        assert lines["weights"] == PACKED + PLAIN, release
+    old = _qlora("deepspeed", transformers="4.38.2")
+    assert "model_init" not in [p["name"] for p in old["devices"][0]["phases"]]
+    assert "zero3_quantized_model_init" not in {x["name"] for x in old["stack"]["behaviours"]}

@@ -567,19 +567,21 @@ _ZERO_INIT = _B(
 )
 _ZERO3_QUANTIZED = _B(
     name="zero3_quantized_model_init",
-    assumed="transformers never builds a quantized model under deepspeed.zero.Init: each rank "
-    "holds the whole quantized model on its own GPU (bitsandbytes 4-bit quantizes it onto the "
-    "device in from_pretrained or when deepspeed.initialize moves it there; GPTQ and AWQ load "
-    "to the host and deepspeed.initialize moves the module whole), then ZeRO-3 partitions its "
-    "parameters one at a time: a model-init phase of the whole quantized model, the 16-bit "
-    "weight being quantized or the partition being made, replayed through the "
-    "caching-allocator model",
-    source="transformers 5.23.0 modeling_utils.py line 1435 (needs_zero3_init = "
-    "is_deepspeed_zero3_enabled() and not _is_quantized), quantizers/quantizer_bnb_4bit.py "
-    "lines 94-111 (update_device_map: the current device), quantizer_gptq.py lines 80-83 (the "
-    "host); DeepSpeed 0.16.4 runtime/engine.py lines 1236-1237 (module.to(device)), runtime/"
-    "zero/parameter_offload.py lines 200-205; reported in huggingface/peft#2016 and "
-    "huggingface/transformers#24395",
+    assumed="transformers (4.39 on) builds no quantized model under deepspeed.zero.Init: each "
+    "rank holds the whole quantized model on its own GPU (bitsandbytes 4-bit quantizes each "
+    "weight on the device, 4.39 - 4.x then sends the packed data to the host until "
+    "deepspeed.initialize moves the module back; GPTQ and AWQ load to the host and are moved "
+    "whole), then ZeRO-3 partitions its parameters one at a time: a model-init phase of the "
+    "whole quantized model and the 16-bit weight being quantized or the partition being made, "
+    "replayed through the caching-allocator model (LLM.int8, fp8 and other schemes not "
+    "modelled)",
+    source="transformers 4.39.3 modeling_utils.py line 3389 and 4.46.3 line 4077 ('if "
+    "is_deepspeed_zero3_enabled() and not is_quantized'), 4.46.3 lines 995-1006 (the packed "
+    "data to the host under ZeRO-3), 5.23.0 get_init_context lines 3811-3825, quantizers/"
+    "quantizer_bnb_4bit.py lines 94-111 (update_device_map: the current device) and "
+    "quantizer_gptq.py lines 80-83 (the host); DeepSpeed 0.16.4 runtime/engine.py lines "
+    "1236-1237 (module.to(device)), runtime/zero/parameter_offload.py lines 200-205; reported "
+    "in huggingface/peft#2016 and huggingface/transformers#24395",
 )
 _ZERO3_WHOLE_MODEL = _B(
     name="zero3_model_init",
@@ -985,7 +987,8 @@ def _resolve(software: Software | None) -> Stack:
     zero_init = sw.zero_init is not False
     if deepspeed:
         behaviours.append(_ZERO_INIT if zero_init else _ZERO3_WHOLE_MODEL)
-        behaviours.append(_ZERO3_QUANTIZED)
+        if hf is not None and version_tuple(hf) >= (4, 39):
+            behaviours.append(_ZERO3_QUANTIZED)
     frozen_grads = framework == "litgpt" and version_tuple(version) < (0, 5, 11)
     if frozen_grads:
         behaviours.append(_FROZEN_GRADS)

@@ -425,6 +425,9 @@ def stage_statics(
         # What ZeRO-3 and FSDP leave whole on every rank: buffers (they shard, gather and
         # offload parameters only), GPTQ's and AWQ's packed projections among them.
         whole_weights = whole_meta = 0
+        # ... and, for buckets whose bytes the checkpoint's headers give, the formula's kept
+        # and total (payload, metadata) bytes: the headers' bytes are split in that proportion.
+        bucket_kept: dict[object, list[int]] = {}
         trainable_shapes: list[tuple[int, int, int]] = []
         adapter_params = 0
         largest_linear = 0
@@ -461,11 +464,11 @@ def stage_statics(
                 fixed_bytes(g, plain_dtype) or (kbit_bytes if not quantized else plain_bytes),
                 quant if quantized else None,
             )
-            kept_whole = g.buffer or (quantized and buffer_stored)
-            if kept_whole:
-                whole_weights += payload * n
-                whole_meta += md * n
-            else:
+            # GPTQ's and AWQ's QuantLinear keep a quantized projection's bias as a buffer too.
+            kept_whole = g.buffer or (
+                buffer_stored and (quantized or (g.role is Role.BIAS and Role.LINEAR in roles))
+            )
+            if not kept_whole:
                 # what FSDP flattens into the unit: bitsandbytes' quant_state is not a parameter
                 unit = payload + (md if plan is None or plan.metadata_sharded else 0)
                 if isinstance(bucket, int):
@@ -478,9 +481,18 @@ def stage_statics(
                 share = shares.setdefault(bucket, (stored, mult, [0, 0]))[2]
                 share[0] += g.rows * g.cols * g.count
                 share[1] += rows * cols * count
+                split = bucket_kept.setdefault(bucket, [0, 0, 0, 0])
+                split[2] += payload * count
+                split[3] += md * count
+                if kept_whole:
+                    split[0] += payload * count
+                    split[1] += md * count
             else:
                 weights += payload * n
                 meta += md * n
+                if kept_whole:
+                    whole_weights += payload * n
+                    whole_meta += md * n
             rounding += block_rounding(payload) * n
             if md:
                 rounding += block_rounding(md) * n
@@ -550,10 +562,17 @@ def stage_statics(
             saved_largest[copy] = max(saved_largest.get(copy, 0), rows * cols)
             copy_names["lm_head"] = rows * cols * count * copy
             head_copy = (rows * cols * count, copy)
-        for (stored_payload, stored_meta), mult, (full, device) in shares.values():
+        for bucket, ((stored_payload, stored_meta), mult, (full, device)) in shares.items():
             # A device's share of the stored bytes: its share of the bucket's elements.
-            weights += stored_payload * device // max(full, 1) * mult
-            meta += stored_meta * device // max(full, 1) * mult
+            share_payload = stored_payload * device // max(full, 1) * mult
+            share_meta = stored_meta * device // max(full, 1) * mult
+            weights += share_payload
+            meta += share_meta
+            kept_payload, kept_md, all_payload, all_md = bucket_kept[bucket]
+            if kept_payload:
+                whole_weights += share_payload * kept_payload // all_payload
+            if kept_md:
+                whole_meta += share_meta * kept_md // all_md
         largest_layer = max(
             (device_params(layer, arch, t, ep) for layer, _ in stage.layer_runs), default=0
         )
@@ -666,7 +685,7 @@ def stage_statics(
                 gradient = ceil_div(gradient, dp)
                 step_gradient = ceil_div(step_gradient, dp)
             # the bytes of buffers (stored_as_buffers) that no rank shards or offloads
-            kept_weights, kept_meta = min(whole_weights, weights), min(whole_meta, meta)
+            kept_weights, kept_meta = whole_weights, whole_meta
             if zero >= 3:  # ZeRO-3 / FSDP FULL_SHARD shard frozen parameters too
                 weights = ceil_div(weights - kept_weights, dp) + kept_weights
                 if plan.metadata_sharded:

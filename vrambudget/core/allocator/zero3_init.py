@@ -70,12 +70,12 @@ def replay_zero3_module_init(
 
 
 def _quantized_events(
-    tensors: tuple[tuple[int, int, int, int], ...], ranks: int, on_device: bool
+    tensors: tuple[tuple[int, int, int, int], ...], ranks: int, on_device: bool, via_host: bool
 ) -> list[Event]:
     events: list[Event] = []
     handle = 0
-    params: list[tuple[int, int, int]] = []
-    for source, stored, metadata, size in tensors:  # quantized onto the device
+    params: list[tuple[int, int, int, bool]] = []  # handle, bytes, element size, on the host
+    for source, stored, metadata, size in tensors:  # loaded, quantized on the device
         if source:
             handle += 1
             src = handle
@@ -90,9 +90,17 @@ def _quantized_events(
             events.append((ALLOC, handle, metadata, 0))
         if source:
             events.append((FREE, src, 0, 0))
+        away = bool(source) and via_host
+        if away:  # the packed data sent to the host, its quant_state left on the device
+            events.append((FREE, param, 0, 0))
         if param:
-            params.append((param, stored, size))
-    for param, stored, size in params:  # _convert_to_zero_parameters
+            params.append((param, stored, size, away))
+    for i, (_, stored, size, away) in enumerate(params):
+        if away:  # deepspeed.initialize: module.to(device) brings it back, in module order
+            handle += 1
+            events.append((ALLOC, handle, stored, 0))
+            params[i] = (handle, stored, size, False)
+    for param, stored, size, _ in params:  # _convert_to_zero_parameters
         if on_device:
             handle += 1
             events.append((ALLOC, handle, -(-(stored // size) // ranks) * size, 0))
@@ -102,7 +110,10 @@ def _quantized_events(
 
 @lru_cache(maxsize=64)
 def replay_zero3_quantized_init(
-    tensors: tuple[tuple[int, int, int, int], ...], ranks: int, partitions_on_device: bool = True
+    tensors: tuple[tuple[int, int, int, int], ...],
+    ranks: int,
+    partitions_on_device: bool = True,
+    via_host: bool = False,
 ) -> Zero3ModuleInit:
     """The init of a quantized model under ZeRO-3, which transformers never builds under
     ``zero.Init``: each rank holds the whole model on its own device, then ZeRO-3 partitions
@@ -111,8 +122,11 @@ def replay_zero3_quantized_init(
     device is first its 16-bit ``source`` there, then its packed parameter and what stays
     beside it (bitsandbytes' quant_state: not a parameter, never partitioned); GPTQ's and
     AWQ's packed weights are buffers, all kept; an unquantized parameter has neither source nor
-    kept bytes. ``model_bytes``: the parameter and kept bytes."""
-    r = replay_events(_quantized_events(tensors, ranks, partitions_on_device))
+    kept bytes. ``via_host``: transformers 4.39 - 4.x sends each weight's packed data to the
+    host once quantized (its quant_state stays), and ``deepspeed.initialize`` moves it back
+    whole before partitioning; 5.x leaves it on the device. ``model_bytes``: the parameter and
+    kept bytes."""
+    r = replay_events(_quantized_events(tensors, ranks, partitions_on_device, via_host))
     allocated, reserved = r.phases.get(0, (0, 0))
     return Zero3ModuleInit(
         peak_reserved_bytes=reserved,

@@ -130,9 +130,10 @@ def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
     """Kinds a training workload's data-parallel layout adds: ``sharded_data_parallel``
     (ZeRO >= 2 over several replicas: how gradients are synchronized matters),
     ``zero3_data_parallel`` (ZeRO-3: how the model reaches its partitions; with QLoRA also
-    ``qlora_zero3_data_parallel``: where its quantization state lives; with LoRA over GPTQ or
-    AWQ ``buffer_quantized_zero3_data_parallel``: its packed base stays whole; over a
-    bitsandbytes 4-bit, GPTQ or AWQ base ``quantized_zero3_data_parallel``, else, unquantized,
+    ``qlora_zero3_data_parallel`` (QLoRA or LoRA over ``bnb_4bit``): where its quantization
+    state lives; with LoRA over GPTQ or AWQ ``buffer_quantized_zero3_data_parallel``: its
+    packed base stays whole; over a bitsandbytes 4-bit, GPTQ or AWQ base, one instance and no
+    tensor or pipeline parallelism, ``quantized_zero3_data_parallel``, and unquantized
     ``unquantized_zero3_data_parallel``: how the model reaches its partitions) and
     ``lora_data_parallel`` (LoRA over several replicas: how FSDP wraps frozen weights)."""
     if not isinstance(w, TrainingWorkload) or w.parallelism.data == 1:
@@ -143,11 +144,14 @@ def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
     if w.parallelism.zero_stage >= 3:
         kinds.add("zero3_data_parallel")
         q = w.precision.quantization
-        if isinstance(w.method, QLoRA):
+        bnb_4bit = isinstance(w.method, QLoRA) or isinstance(q, BitsAndBytes4bit)
+        if bnb_4bit:
             kinds.add("qlora_zero3_data_parallel")
         elif isinstance(w.method, LoRA) and stored_as_buffers(q):
             kinds.add("buffer_quantized_zero3_data_parallel")
-        if isinstance(w.method, QLoRA) or isinstance(q, BitsAndBytes4bit) or stored_as_buffers(q):
+        par = w.parallelism
+        single = par.tensor == 1 and par.pipeline == 1 and w.instances == 1
+        if (bnb_4bit or stored_as_buffers(q)) and single:
             kinds.add("quantized_zero3_data_parallel")
         elif q is None or q is UNSET:
             kinds.add("unquantized_zero3_data_parallel")

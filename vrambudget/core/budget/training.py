@@ -5,6 +5,7 @@ gradients, activations and logits; the peak phase's total and its itemized parts
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import msgspec
@@ -40,7 +41,7 @@ from ..memo import BoundedCache
 from ..overheads import Overheads
 from ..quantization import quantized_roles, stored_as_buffers
 from ..spec import BitsAndBytes4bit, FullFineTune, QLoRA, Quantization, TrainingWorkload
-from ..stack import LIGER_GLU_FAMILIES, Stack
+from ..stack import LIGER_GLU_FAMILIES, Stack, version_tuple
 from ..statics import (
     StageStatic,
     effective_precision,
@@ -618,19 +619,39 @@ def _zero3_module_init(
         par.data,
         not par.offload_parameters,
     )
-    live = r.peak_allocated_bytes - r.model_bytes
-    cached = r.peak_reserved_bytes - r.peak_allocated_bytes
+    return _zero3_phase(
+        st,
+        ov,
+        {C.WEIGHTS: r.model_bytes},
+        ZERO3_WHOLE_MODEL_PART,
+        (ZERO3_PARTITION_PART, r.peak_allocated_bytes - r.model_bytes),
+        r.peak_reserved_bytes - r.peak_allocated_bytes,
+    )
+
+
+def _zero3_phase(
+    st: StageStatic,
+    ov: Overheads,
+    held: dict[Component, int],
+    model_part: str,
+    live: tuple[str, int],
+    cached: int,
+) -> _Init:
+    """A ZeRO-3 model-init phase: what the device ``held`` (the whole model's weights first),
+    one process's CUDA context, the data-parallel communicator the first broadcast creates,
+    the ``live`` temporaries at the init's allocated peak (``runtime_workspace``) and the
+    segments ``cached`` beyond it (``allocator_overhead``)."""
     nccl = tuple((n, b) for n, b in st.comm_parts if communication_buffers.is_nccl(n))
     phase = {
-        C.WEIGHTS: r.model_bytes,
+        **held,
         C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
-        C.RUNTIME_WORKSPACE: live,
+        C.RUNTIME_WORKSPACE: live[1],
         C.COMMUNICATION_BUFFERS: sum(b for _, b in nccl),
         C.ALLOCATOR_OVERHEAD: cached,
     }
     parts: dict[Component, tuple[tuple[str, int], ...]] = {
-        C.WEIGHTS: ((ZERO3_WHOLE_MODEL_PART, r.model_bytes),),
-        C.RUNTIME_WORKSPACE: ((ZERO3_PARTITION_PART, live),),
+        C.WEIGHTS: ((model_part, held[C.WEIGHTS]),),
+        C.RUNTIME_WORKSPACE: (live,),
         C.COMMUNICATION_BUFFERS: nccl,
         C.ALLOCATOR_OVERHEAD: ((ZERO3_CACHED_PART, cached),),
     }
@@ -641,39 +662,65 @@ ZERO3_QUANTIZED_MODEL_PART = (
     "the whole quantized model, on each device before ZeRO-3 partitions its parameters"
 )
 ZERO3_QUANTIZED_LIVE_PART = (
-    "the 16-bit weight being quantized, or the partition of the parameter being converted"
+    "the 16-bit weight being quantized or the partition being made, with the blocks the "
+    "allocator leaves unsplit beside it (replayed)"
 )
+ZERO3_QUANTIZED_FROM = (4, 39)
+"""The first transformers release that builds no quantized model under ``zero.Init`` (4.38.2
+``modeling_utils.py`` line 3360 still did; 4.39.3 line 3389: ``if is_deepspeed_zero3_enabled()
+and not is_quantized``)."""
+
+
+def zero3_quantized_init_applies(w: TrainingWorkload, stack: Stack) -> bool:
+    """Whether a quantized workload's layout and stack are those :func:`_zero3_quantized_init`
+    models (the answer's ``zero3_quantized_model_init`` behaviour goes with it): DeepSpeed
+    ZeRO-3 over two or more ranks, one instance, no tensor or pipeline parallelism, the model
+    loaded by transformers >= 4.39."""
+    par = w.parallelism
+    hf = stack.transformers_version
+    return (
+        stack.deepspeed
+        and hf is not None
+        and version_tuple(hf) >= ZERO3_QUANTIZED_FROM
+        and par.zero_stage >= 3
+        and par.data >= 2
+        and par.tensor == 1
+        and par.pipeline == 1
+        and w.instances == 1
+    )
 
 
 def _zero3_quantized_init(
     w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads
 ) -> _Init | None:
-    """DeepSpeed ZeRO-3 over a quantized base (QLoRA, or LoRA over ``bnb_4bit``, GPTQ or AWQ):
-    transformers never builds a quantized model under ``zero.Init`` (5.23.0
-    ``modeling_utils.py`` line 1435), so each rank holds the whole quantized model on its own
-    GPU before ZeRO-3 partitions its parameters one at a time
-    (:func:`~vrambudget.core.allocator.zero3_init.replay_zero3_quantized_init`):
-    bitsandbytes quantizes it onto the current device in ``from_pretrained``
-    (``quantizers/quantizer_bnb_4bit.py`` lines 94-111) or when ``deepspeed.initialize`` moves
-    it there (``Params4bit`` quantizes its 16-bit data on the device); GPTQ loads to the host
-    (``quantizer_gptq.py`` lines 80-83) and ``deepspeed.initialize`` moves the module whole
-    (DeepSpeed 0.16.4 ``runtime/engine.py`` lines 1236-1237). The phase: the whole quantized
-    model, its quant_state, the whole adapters, the CUDA context, the data-parallel
-    communicator, the largest 16-bit weight being quantized or partition being made
-    (``runtime_workspace``) and what the allocator keeps beyond (``allocator_overhead``).
-    Reported: huggingface/peft#2016 (Llama 3.1 405B QLoRA: "the parameters are not
-    partitioned, but copied across the GPUs"), huggingface/transformers#24395. None
-    elsewhere: FSDP (rank 0 loads to the host), one rank, a pipeline, several instances, other
-    quantization schemes."""
+    """DeepSpeed ZeRO-3 over a quantized base (QLoRA, or LoRA over ``bnb_4bit``, GPTQ or AWQ)
+    loaded by transformers >= 4.39, which builds no quantized model under ``zero.Init``
+    (4.39.3 ``modeling_utils.py`` line 3389, 4.46.3 line 4077, 5.23.0 ``get_init_context``
+    lines 3811-3825): each rank holds the whole quantized model on its own GPU before ZeRO-3
+    partitions its parameters one at a time
+    (:func:`~vrambudget.core.allocator.zero3_init.replay_zero3_quantized_init`).
+    bitsandbytes quantizes each weight on the current device (``quantizer_bnb_4bit.py``
+    ``update_device_map``, lines 94-111 in 5.23.0); transformers 4.39 - 4.x then sends the
+    packed data to the host under ZeRO-3 (4.46.3 ``modeling_utils.py`` lines 995-1006, its
+    quant_state staying on the device) and ``deepspeed.initialize`` moves it back whole
+    (DeepSpeed 0.16.4 ``runtime/engine.py`` lines 1236-1237), where 5.x leaves it there.
+    GPTQ and AWQ load to the host (5.23.0 ``quantizer_gptq.py`` lines 80-83; AWQ keeps no
+    device map) and the engine moves the module whole. The phase: the whole quantized model,
+    its quant_state, the whole adapters, the CUDA context, the data-parallel communicator, the
+    largest 16-bit weight being quantized or partition being made (``runtime_workspace``) and
+    what the allocator keeps beyond (``allocator_overhead``). Reported: huggingface/peft#2016
+    (Llama 3.1 405B QLoRA: "the parameters are not partitioned, but copied across the GPUs"),
+    huggingface/transformers#24395. None elsewhere: FSDP (rank 0 loads to the host), a stack
+    whose model is not transformers' (or transformers < 4.39), one rank, tensor or pipeline
+    parallelism, several instances, other quantization schemes (LLM.int8, fp8, MXFP4 and the
+    rest are not modelled here)."""
     par = w.parallelism
     precision = effective_precision(w, ov.stack)
     quant = precision.quantization
+    hf = ov.stack.transformers_version
     if (
-        not ov.stack.deepspeed
-        or par.zero_stage < 3
-        or par.data < 2
-        or par.pipeline != 1
-        or w.instances != 1
+        not zero3_quantized_init_applies(w, ov.stack)
+        or hf is None
         or not (isinstance(quant, BitsAndBytes4bit) or stored_as_buffers(quant))
     ):
         return None
@@ -686,26 +733,21 @@ def _zero3_quantized_init(
         _quantized_module_tensors(arch, st, precision.weights, quant, par.tensor, par.expert),
         par.data,
         not par.offload_parameters,
+        via_host=isinstance(quant, BitsAndBytes4bit) and version_tuple(hf) < (5,),
     )
-    live = max(0, r.peak_allocated_bytes - r.model_bytes)
-    cached = r.peak_reserved_bytes - r.peak_allocated_bytes
-    nccl = tuple((n, b) for n, b in st.comm_parts if communication_buffers.is_nccl(n))
-    phase = {
+    held = {
         C.WEIGHTS: whole.weights_bytes,
         C.QUANTIZATION_METADATA: whole.metadata_bytes,
         C.ADAPTERS: whole.adapter_bytes - whole.saved_copy_bytes,
-        C.CUDA_CONTEXT: cuda_context.per_device(ov.process_context_bytes("training"), 1),
-        C.RUNTIME_WORKSPACE: live,
-        C.COMMUNICATION_BUFFERS: sum(b for _, b in nccl),
-        C.ALLOCATOR_OVERHEAD: cached,
     }
-    parts: dict[Component, tuple[tuple[str, int], ...]] = {
-        C.WEIGHTS: ((ZERO3_QUANTIZED_MODEL_PART, whole.weights_bytes),),
-        C.RUNTIME_WORKSPACE: ((ZERO3_QUANTIZED_LIVE_PART, live),),
-        C.COMMUNICATION_BUFFERS: nccl,
-        C.ALLOCATOR_OVERHEAD: ((ZERO3_CACHED_PART, cached),),
-    }
-    return _Init(phase, parts)
+    return _zero3_phase(
+        st,
+        ov,
+        held,
+        ZERO3_QUANTIZED_MODEL_PART,
+        (ZERO3_QUANTIZED_LIVE_PART, max(0, r.peak_allocated_bytes - r.model_bytes)),
+        r.peak_reserved_bytes - r.peak_allocated_bytes,
+    )
 
 
 def _quantized_module_tensors(
@@ -722,35 +764,43 @@ def _quantized_module_tensors(
     roles = quantized_roles(quant)
     buffers = stored_as_buffers(quant)
     out: list[tuple[int, int, int, int]] = []
-
-    def add(groups: tuple[TensorGroup, ...]) -> None:
-        for g in groups:
-            if g.buffer:
-                continue
-            rows, cols, count = per_device_shape(g, arch, t, ep)
-            size = fixed_bytes(g, weights_dtype) or plain
-            stacked = g.role is Role.EXPERT or (count > 1 and g.role is not Role.NORM)
-            copies, each = (1, count) if stacked else (count, 1)
-            if g.role in roles and quantizable(g):
-                payload, md = stored_bytes(rows, cols, plain, quant)
-                if buffers:  # loaded to the host, moved whole, never partitioned
-                    entry = (0, 0, (payload + md) * each, plain)
-                else:  # quantized from its 16-bit source on the device
-                    entry = (rows * cols * each * plain, payload * each, md * each, plain)
-            else:
-                entry = (0, rows * cols * each * size, 0, size)
-            out.extend([entry] * copies)
-
-    stage = st.stage
-    if stage.first:
-        add(arch.embeddings)
-        add(arch.extras)
-    for layer, n in stage.layer_runs:
-        for _ in range(n):
-            add(layer.tensors)
-    if stage.last:
-        add(head_groups(arch, 1))
+    for g in _parameters_in_module_order(arch, st):
+        rows, cols, count = per_device_shape(g, arch, t, ep)
+        size = fixed_bytes(g, weights_dtype) or plain
+        copies, each = (1, count) if _stacked(g, count) else (count, 1)
+        if g.role in roles and quantizable(g):
+            payload, md = stored_bytes(rows, cols, plain, quant)
+            if buffers:  # loaded to the host, moved whole, never partitioned
+                entry = (0, 0, (payload + md) * each, plain)
+            else:  # quantized from its 16-bit source on the device
+                entry = (rows * cols * each * plain, payload * each, md * each, plain)
+        elif buffers and g.role is Role.BIAS and Role.LINEAR in roles:
+            entry = (0, 0, rows * cols * each * size, size)  # a QuantLinear's bias buffer
+        else:
+            entry = (0, rows * cols * each * size, 0, size)
+        out.extend([entry] * copies)
     return tuple(out)
+
+
+def _parameters_in_module_order(arch: Arch, st: StageStatic) -> Iterator[TensorGroup]:
+    """The stage's parameter groups (not buffers) in module order: embeddings, extras, each
+    layer in turn, the head."""
+    stage = st.stage
+    groups: list[tuple[TensorGroup, ...]] = []
+    if stage.first:
+        groups += [arch.embeddings, arch.extras]
+    for layer, n in stage.layer_runs:
+        groups += [layer.tensors] * n
+    if stage.last:
+        groups.append(head_groups(arch, 1))
+    for run in groups:
+        yield from (g for g in run if not g.buffer)
+
+
+def _stacked(g: TensorGroup, count: int) -> bool:
+    """Whether a group's ``count`` copies are one tensor (fused experts, a tensor that stores
+    several copies), as ``nn.Parameter`` holds it; a layer's norms are one each."""
+    return g.role is Role.EXPERT or (count > 1 and g.role is not Role.NORM)
 
 
 def module_tensors(
@@ -761,27 +811,13 @@ def module_tensors(
     experts, a tensor that stores several copies) is one tensor, as ``nn.Parameter`` holds it."""
     plain = bytes_of(weights_dtype)
     out: list[tuple[int, int]] = []
-
-    def add(groups: tuple[TensorGroup, ...]) -> None:
-        for g in groups:
-            if g.buffer:
-                continue
-            rows, cols, count = per_device_shape(g, arch, t, ep)
-            size = fixed_bytes(g, weights_dtype) or plain
-            if g.role is Role.EXPERT or (count > 1 and g.role is not Role.NORM):
-                out.append((rows * cols * count, size))
-            else:
-                out.extend([(rows * cols, size)] * count)
-
-    stage = st.stage
-    if stage.first:
-        add(arch.embeddings)
-        add(arch.extras)
-    for layer, n in stage.layer_runs:
-        for _ in range(n):
-            add(layer.tensors)
-    if stage.last:
-        add(head_groups(arch, 1))
+    for g in _parameters_in_module_order(arch, st):
+        rows, cols, count = per_device_shape(g, arch, t, ep)
+        size = fixed_bytes(g, weights_dtype) or plain
+        if _stacked(g, count):
+            out.append((rows * cols * count, size))
+        else:
+            out.extend([(rows * cols, size)] * count)
     return tuple(out)
 
 
