@@ -543,3 +543,30 @@ def test_qlora_budgets_its_nf4_base_not_the_stored_bytes(config: Any, header: An
     assert deploy(once) is once
     weights = {line.component: line.bytes for line in estimate((_qlora(model),)).devices[0].lines}
     assert weights[Component.WEIGHTS] == 2 * UNQUANTIZED + PACKED_4BIT + ROTARY == 723_738_368
+
+
+@pytest.mark.parametrize(
+    ("config", "header", "meta"),
+    [(GPTQ_CONFIG, gptq_header, 7_971_840), (AWQ_CONFIG, awq_gemm_header, 6_988_800)],
+)
+def test_header_bytes_of_a_buffer_quantized_base_stay_whole_on_every_rank(
+    config: dict[str, Any], header: Any, meta: int
+) -> None:
+    """LoRA over a GPTQ / AWQ checkpoint read from its headers, two FSDP ranks: the packed
+    weights, the q/k/v biases (QuantLinear buffers), the rotary buffers and all the metadata
+    stay whole on each GPU; only the fp16 embedding and norms are halved."""
+    model = resolve_config(
+        config, name="header", origin="test", checkpoint=Checkpoint(tensors=tuple(header()))
+    )
+    w = workload(
+        kind="training",
+        model={"source": "preset", "id": "qwen2.5-0.5b"},
+        method={"kind": "lora", "rank": 8},
+        parallelism={"data": 2, "zero_stage": 3},
+    )
+    budget = estimate((msgspec.structs.replace(w, model=model),))
+    by = {line.component: line.bytes for line in budget.devices[0].lines}
+    biases = 24 * (896 + 128 + 128) * 2
+    plain = 151_936 * 896 * 2 + (2 * 24 + 1) * 896 * 2
+    assert by[Component.WEIGHTS] == PACKED_4BIT + biases + ROTARY + plain // 2
+    assert by[Component.QUANTIZATION_METADATA] == meta
