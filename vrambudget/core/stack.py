@@ -173,6 +173,13 @@ class Stack:
     quantized_state_sharded: bool
     """QLoRA's quantization state is sharded with the weights under ZeRO-3 / FSDP (torchtune's
     torchao NF4); false: bitsandbytes keeps it whole on every rank (``_QSTATE_WHOLE``)."""
+    quantized_outside_zero_init: bool
+    """Under DeepSpeed ZeRO-3, transformers (>= :data:`QUANTIZED_OUTSIDE_ZERO_INIT_FROM`) builds
+    a quantized model whole on every rank, not under ``zero.Init`` (``_ZERO3_QUANTIZED``)."""
+    bnb_packed_via_host: bool
+    """transformers 4.39 - 4.x sends bitsandbytes' packed 4-bit data to the host under ZeRO-3
+    once quantized, until ``deepspeed.initialize`` moves it back; 5.x leaves it on the
+    device."""
     nf4_init_requantize: bool
     """torchtune < 0.2 (torchao 0.1): QLoRA's model init quantizes every NF4 weight on the GPU
     three times with the unchunked ``to_nf4`` (:mod:`vrambudget.core.allocator.nf4_init`)."""
@@ -565,6 +572,10 @@ _ZERO_INIT = _B(
     "carry ds_id is left where zero.Init put it); transformers integrations/deepspeed.py "
     "is_deepspeed_zero3_enabled (from_pretrained under zero.Init)",
 )
+QUANTIZED_OUTSIDE_ZERO_INIT_FROM = (4, 39)
+"""The first transformers release that builds no quantized model under ``zero.Init`` (4.38.2
+``modeling_utils.py`` line 3360 still did; 4.39.3 line 3389: ``if is_deepspeed_zero3_enabled()
+and not is_quantized``)."""
 _ZERO3_QUANTIZED = _B(
     name="zero3_quantized_model_init",
     assumed="transformers (4.39 on) builds no quantized model under deepspeed.zero.Init: each "
@@ -985,9 +996,12 @@ def _resolve(software: Software | None) -> Stack:
             "libraries.deepspeed",
         )
     zero_init = sw.zero_init is not False
+    quantized_whole = (
+        deepspeed and hf is not None and version_tuple(hf) >= QUANTIZED_OUTSIDE_ZERO_INIT_FROM
+    )
     if deepspeed:
         behaviours.append(_ZERO_INIT if zero_init else _ZERO3_WHOLE_MODEL)
-        if hf is not None and version_tuple(hf) >= (4, 39):
+        if quantized_whole:
             behaviours.append(_ZERO3_QUANTIZED)
     frozen_grads = framework == "litgpt" and version_tuple(version) < (0, 5, 11)
     if frozen_grads:
@@ -1092,6 +1106,8 @@ def _resolve(software: Software | None) -> Stack:
         zero_init=zero_init,
         frozen_gradients=frozen_grads,
         quantized_state_sharded=framework == "torchtune",
+        quantized_outside_zero_init=quantized_whole,
+        bnb_packed_via_host=quantized_whole and hf is not None and version_tuple(hf) < (5,),
         nf4_init_requantize=nf4_init,
         expandable_segments=expandable,
         adapters_cast=adapters_cast,

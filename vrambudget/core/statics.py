@@ -684,12 +684,11 @@ def stage_statics(
             if zero >= gradients.SHARDED_FROM_ZERO_STAGE:
                 gradient = ceil_div(gradient, dp)
                 step_gradient = ceil_div(step_gradient, dp)
-            # the bytes of buffers (stored_as_buffers) that no rank shards or offloads
-            kept_weights, kept_meta = whole_weights, whole_meta
+            # whole_*: the bytes of buffers (stored_as_buffers) no rank shards or offloads
             if zero >= 3:  # ZeRO-3 / FSDP FULL_SHARD shard frozen parameters too
-                weights = ceil_div(weights - kept_weights, dp) + kept_weights
+                weights = ceil_div(weights - whole_weights, dp) + whole_weights
                 if plan.metadata_sharded:
-                    meta = ceil_div(meta - kept_meta, dp) + kept_meta
+                    meta = ceil_div(meta - whole_meta, dp) + whole_meta
                 if saved_parts:  # and the modules_to_save copies, parameters like the rest
                     saved_parts = (
                         saved_parts[0],
@@ -712,9 +711,9 @@ def stage_statics(
                 if zero >= gradients.SHARDED_FROM_ZERO_STAGE:
                     host_grads, gradient, step_gradient = gradient, 0, 0
             if par.offload_parameters:
-                host_params, weights = weights - kept_weights, kept_weights
+                host_params, weights = weights - whole_weights, whole_weights
                 if plan.metadata_sharded:  # moved with the shards (torchtune's NF4 scalers)
-                    host_params, meta = host_params + meta - kept_meta, kept_meta
+                    host_params, meta = host_params + meta - whole_meta, whole_meta
         block_gradient = 0
         if plan is not None and plan.method == "lora":
             # A FlatParameter with nothing trainable gets no gradient: adapted layers only.

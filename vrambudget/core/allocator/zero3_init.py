@@ -74,33 +74,31 @@ def _quantized_events(
 ) -> list[Event]:
     events: list[Event] = []
     handle = 0
-    params: list[tuple[int, int, int, bool]] = []  # handle, bytes, element size, on the host
+    params: list[tuple[int, int, int]] = []  # (handle, bytes, bytes per element) in order
+    away: list[int] = []  # indices into params of packed data sent to the host
     for source, stored, metadata, size in tensors:  # loaded, quantized on the device
         if source:
             handle += 1
             src = handle
             events.append((ALLOC, src, source, 0))
-        param = 0
         if stored:
             handle += 1
-            param = handle
-            events.append((ALLOC, param, stored, 0))
+            params.append((handle, stored, size))
+            events.append((ALLOC, handle, stored, 0))
         if metadata:
             handle += 1
             events.append((ALLOC, handle, metadata, 0))
         if source:
             events.append((FREE, src, 0, 0))
-        away = bool(source) and via_host
-        if away:  # the packed data sent to the host, its quant_state left on the device
-            events.append((FREE, param, 0, 0))
-        if param:
-            params.append((param, stored, size, away))
-    for i, (_, stored, size, away) in enumerate(params):
-        if away:  # deepspeed.initialize: module.to(device) brings it back, in module order
-            handle += 1
-            events.append((ALLOC, handle, stored, 0))
-            params[i] = (handle, stored, size, False)
-    for param, stored, size, _ in params:  # _convert_to_zero_parameters
+            if via_host:  # the packed data to the host, its quant_state left on the device
+                events.append((FREE, params[-1][0], 0, 0))
+                away.append(len(params) - 1)
+    for i in away:  # deepspeed.initialize: module.to(device) brings it back, in module order
+        handle += 1
+        _, stored, size = params[i]
+        events.append((ALLOC, handle, stored, 0))
+        params[i] = (handle, stored, size)
+    for param, stored, size in params:  # _convert_to_zero_parameters
         if on_device:
             handle += 1
             events.append((ALLOC, handle, -(-(stored // size) // ranks) * size, 0))

@@ -47,7 +47,7 @@ from .inference import inference_stage, inference_total
 from .inputs import INPUT_NAMES, inputs, kind, summary
 from .inputs import warnings as workload_warnings
 from .stage import StageNumbers
-from .training import training_stage
+from .training import training_stage, zero3_quantized_init_layout
 
 __all__ = ["analytic_budget", "device_subtotal", "device_totals", "workload_stages"]
 
@@ -149,10 +149,9 @@ def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
             kinds.add("qlora_zero3_data_parallel")
         elif isinstance(w.method, LoRA) and stored_as_buffers(q):
             kinds.add("buffer_quantized_zero3_data_parallel")
-        par = w.parallelism
-        single = par.tensor == 1 and par.pipeline == 1 and w.instances == 1
-        if (bnb_4bit or stored_as_buffers(q)) and single:
-            kinds.add("quantized_zero3_data_parallel")
+        if bnb_4bit or stored_as_buffers(q):
+            if zero3_quantized_init_layout(w):
+                kinds.add("quantized_zero3_data_parallel")
         elif q is None or q is UNSET:
             kinds.add("unquantized_zero3_data_parallel")
     if isinstance(w.method, LoRA) and not isinstance(w.method, QLoRA):

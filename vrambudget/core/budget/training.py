@@ -41,7 +41,7 @@ from ..memo import BoundedCache
 from ..overheads import Overheads
 from ..quantization import quantized_roles, stored_as_buffers
 from ..spec import BitsAndBytes4bit, FullFineTune, QLoRA, Quantization, TrainingWorkload
-from ..stack import LIGER_GLU_FAMILIES, Stack, version_tuple
+from ..stack import LIGER_GLU_FAMILIES, Stack
 from ..statics import (
     StageStatic,
     effective_precision,
@@ -665,24 +665,16 @@ ZERO3_QUANTIZED_LIVE_PART = (
     "the 16-bit weight being quantized or the partition being made, with the blocks the "
     "allocator leaves unsplit beside it (replayed)"
 )
-ZERO3_QUANTIZED_FROM = (4, 39)
-"""The first transformers release that builds no quantized model under ``zero.Init`` (4.38.2
-``modeling_utils.py`` line 3360 still did; 4.39.3 line 3389: ``if is_deepspeed_zero3_enabled()
-and not is_quantized``)."""
 
 
-def zero3_quantized_init_applies(w: TrainingWorkload, stack: Stack) -> bool:
-    """Whether a quantized workload's layout and stack are those :func:`_zero3_quantized_init`
-    models (the answer's ``zero3_quantized_model_init`` behaviour goes with it): DeepSpeed
-    ZeRO-3 over two or more ranks, one instance, no tensor or pipeline parallelism, the model
-    loaded by transformers >= 4.39."""
+def zero3_quantized_init_layout(w: TrainingWorkload) -> bool:
+    """Whether a workload's layout is one :func:`_zero3_quantized_init` models (the answer's
+    ``zero3_quantized_model_init`` behaviour goes with it, on the stacks that load the model
+    so: :attr:`~vrambudget.core.stack.Stack.quantized_outside_zero_init`): ZeRO-3 over two or
+    more ranks, one instance, no tensor or pipeline parallelism."""
     par = w.parallelism
-    hf = stack.transformers_version
     return (
-        stack.deepspeed
-        and hf is not None
-        and version_tuple(hf) >= ZERO3_QUANTIZED_FROM
-        and par.zero_stage >= 3
+        par.zero_stage >= 3
         and par.data >= 2
         and par.tensor == 1
         and par.pipeline == 1
@@ -717,10 +709,9 @@ def _zero3_quantized_init(
     par = w.parallelism
     precision = effective_precision(w, ov.stack)
     quant = precision.quantization
-    hf = ov.stack.transformers_version
     if (
-        not zero3_quantized_init_applies(w, ov.stack)
-        or hf is None
+        not ov.stack.quantized_outside_zero_init
+        or not zero3_quantized_init_layout(w)
         or not (isinstance(quant, BitsAndBytes4bit) or stored_as_buffers(quant))
     ):
         return None
@@ -733,7 +724,7 @@ def _zero3_quantized_init(
         _quantized_module_tensors(arch, st, precision.weights, quant, par.tensor, par.expert),
         par.data,
         not par.offload_parameters,
-        via_host=isinstance(quant, BitsAndBytes4bit) and version_tuple(hf) < (5,),
+        via_host=isinstance(quant, BitsAndBytes4bit) and ov.stack.bnb_packed_via_host,
     )
     held = {
         C.WEIGHTS: whole.weights_bytes,
