@@ -75,7 +75,9 @@ def rows() -> list[Row]:
         cls = workload_class(req.workloads[0])
         if r.quantity == "peak_device_bytes":
             rule = band_rule((cls,), resolve_stack(req.software))
-            low, high = p.predicted * rule.low, p.predicted * rule.high
+            # The answer's band: its low end never below the bytes counted from the tensors.
+            low = max(p.predicted * rule.low, min(p.counted, p.predicted))
+            high = p.predicted * rule.high
         else:
             cls = f"serving_{r.quantity}"
             low = high = p.predicted

@@ -381,6 +381,9 @@ class Prediction:
     record: Record
     predicted: float
     split: str
+    counted: float = 0.0
+    """The band's floor (``ErrorBand.counted_bytes``: weights, quantization metadata and
+    adapters counted from the model's tensors); 0 where the answer has no band."""
 
     @property
     def error(self) -> float:
@@ -443,7 +446,9 @@ def predict(r: Record) -> Prediction:
 
         workloads = resolve_models(workloads)
     b = estimate(workloads, req.device, req.headroom, software=req.software, allocator_replay=True)
-    return Prediction(r, float(value_of(b, r)), split_for(r))
+    band = b.devices[b.most_loaded].band
+    counted = float(band.counted_bytes) if band is not None else 0.0
+    return Prediction(r, float(value_of(b, r)), split_for(r), counted)
 
 
 def _check(paths: list[Path]) -> int:

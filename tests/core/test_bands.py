@@ -33,6 +33,15 @@ def test_band_of_a_subtotal() -> None:
     assert (b.coverage, b.workload_class, b.measurements) == (0.9, "inference", 40)
 
 
+def test_the_band_low_end_never_falls_below_the_counted_bytes() -> None:
+    """The bytes counted from the model's tensors floor the low end (at most the subtotal);
+    below the band's own low end they change nothing; the high end never moves."""
+    assert band_of(RULE, 1_000, 950).low_bytes == 950
+    assert band_of(RULE, 1_000, 2_000).low_bytes == 1_000
+    assert band_of(RULE, 1_000, 899).low_bytes == 900
+    assert band_of(RULE, 1_000, 950).high_bytes == band_of(RULE, 1_000).high_bytes == 1_250
+
+
 def test_default_headroom_reaches_the_band_high_end() -> None:
     assert resolve_headroom(Headroom(), RULE) == Headroom(fraction=0.25)
     assert resolve_headroom(Headroom(min_bytes=7), RULE) == Headroom(fraction=0.25, min_bytes=7)
@@ -72,7 +81,16 @@ def test_every_device_budget_carries_its_band_and_default_headroom() -> None:
     low, high = math.exp(mid - half), math.exp(mid + half)
     sub = d.inputs["subtotal_bytes"]
     assert isinstance(sub, int) and d.band is not None
-    assert d.band.low_bytes == math.floor(sub * low)
+    # Qwen2.5-7B by hand: 28 layers of q and o 3,584 x 3,584, k and v 512 x 3,584, q/k/v
+    # biases, gate/up/down 3 x 18,944 x 3,584, two norms; untied embedding and head 152,064 x
+    # 3,584; the final norm: 7,615,616,512 parameters, bf16. At a 1,024-token prompt the
+    # weights are 94% of the subtotal: the band's ratio would reach below them, so they are
+    # its low end.
+    layer = 2 * 3584 * 3584 + 3584 + 2 * (512 * 3584 + 512) + 3 * 3584 * 18_944 + 2 * 3584
+    weights = 2 * (28 * layer + 2 * 152_064 * 3584 + 3584)
+    assert weights == 15_231_233_024 == d.band.counted_bytes
+    assert math.floor(sub * low) < weights
+    assert d.band.low_bytes == weights
     assert d.band.high_bytes == math.ceil(sub * high)
     assert d.inputs["headroom_fraction"] == round(max(0.0, high - 1), 6)
     assert d.band.workload_class == "inference"

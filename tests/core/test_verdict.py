@@ -18,8 +18,11 @@ from vrambudget.core.verdict import memory_verdict
 GiB = 1 << 30
 
 
-def _generic(capacity: int, pipeline_assets: tuple[int, ...] = (6 * GiB,)) -> Any:
-    """6 GiB of assets, no CUDA context and no headroom: the device uses exactly 6 GiB."""
+def _generic(
+    capacity: int, pipeline_assets: tuple[int, ...] = (6 * GiB,), workspace: int = 0
+) -> Any:
+    """6 GiB of assets (or assets and a workspace), no CUDA context and no headroom: the
+    device uses exactly their sum."""
     req = msgspec.convert(
         {
             "workloads": [
@@ -28,6 +31,7 @@ def _generic(capacity: int, pipeline_assets: tuple[int, ...] = (6 * GiB,)) -> An
                     "assets": [
                         {"name": f"a{i}", "bytes": b} for i, b in enumerate(pipeline_assets)
                     ],
+                    "workspaces": [{"name": "w", "bytes": workspace}] if workspace else [],
                     "uses_cuda_context": False,
                 }
             ],
@@ -67,8 +71,9 @@ def test_missing_bytes_by_hand() -> None:
 
 
 def test_verdict_reads_the_band_at_its_edges() -> None:
-    band = _generic(8 * GiB).devices[0].band
-    assert band is not None and band.low_bytes < 6 * GiB < band.high_bytes
+    """1 GiB of assets and a 5 GiB workspace: the band's ratio sets its low end."""
+    band = _generic(8 * GiB, (GiB,), 5 * GiB).devices[0].band
+    assert band is not None and GiB < band.low_bytes < 6 * GiB < band.high_bytes
     cases = {
         band.high_bytes: (True, "fits"),  # the band's high end fits exactly
         band.high_bytes - 1: (True, "fits_if_low"),  # the total fits, the high end does not
@@ -77,9 +82,18 @@ def test_verdict_reads_the_band_at_its_edges() -> None:
         band.low_bytes - 1: (False, "does_not_fit"),
     }
     for capacity, expected in cases.items():
-        f = _generic(capacity).fit
+        f = _generic(capacity, (GiB,), 5 * GiB).fit
         assert f is not None
         assert (f.fits, f.verdict) == expected, capacity
+
+
+def test_no_band_reaches_below_the_assets() -> None:
+    """6 GiB of assets are on the device whatever the band's ratio says: its low end is
+    them, and a device one byte short of them gets ``does_not_fit``."""
+    band = _generic(8 * GiB).devices[0].band
+    assert band is not None and band.low_bytes == band.counted_bytes == 6 * GiB
+    f = _generic(6 * GiB - 1).fit
+    assert f is not None and (f.fits, f.verdict) == (False, "does_not_fit")
 
 
 def test_memory_verdict_without_a_band() -> None:

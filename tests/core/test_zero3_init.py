@@ -4,6 +4,8 @@ device, then partitions it one parameter at a time; the allocator keeps the segm
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 import pytest
 
@@ -11,9 +13,12 @@ from vrambudget.core.allocator.zero3_init import (
     replay_zero3_module_init,
     replay_zero3_quantized_init,
 )
+from vrambudget.core.bands import band_rule
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
-from vrambudget.core.spec import BudgetRequest
+from vrambudget.core.fit import fit
+from vrambudget.core.spec import BudgetRequest, FitRequest, Software
+from vrambudget.core.stack import resolve_stack
 
 MiB = 1 << 20
 
@@ -153,25 +158,31 @@ PLAIN = (2 * 128_256 * 4096 + 65 * 4096) * 2
 assert PACKED + PLAIN == 5_591_539_712
 
 
-def _qlora(
-    framework: str,
-    data: int = 4,
-    method: str = "qlora",
-    scheme: str = "bnb_4bit",
-    transformers: str | None = None,
-) -> dict:
+def _qlora_workload(data: int, method: str, scheme: str, sequence_length: int) -> dict:
     w: dict = {
         "kind": "training",
         "model": {"source": "preset", "id": "llama-3.1-8b"},
         "precision": {"weights": "bf16"},
         "micro_batch_size": 1,
-        "sequence_length": 256,
+        "sequence_length": sequence_length,
         "checkpointing": "full",
         "method": {"kind": method, "rank": 8},
         "parallelism": {"data": data, "zero_stage": 3 if data > 1 else 0},
     }
     if method == "lora":
         w["precision"]["quantization"] = {"scheme": scheme}
+    return w
+
+
+def _qlora(
+    framework: str,
+    data: int = 4,
+    method: str = "qlora",
+    scheme: str = "bnb_4bit",
+    transformers: str | None = None,
+    sequence_length: int = 256,
+) -> dict:
+    w = _qlora_workload(data, method, scheme, sequence_length)
     software: dict = {"framework": framework}
     if transformers:
         software["libraries"] = {"transformers": transformers}
@@ -234,3 +245,69 @@ def test_the_quantized_init_follows_the_transformers_release() -> None:
     old = _qlora("deepspeed", transformers="4.38.2")
     assert "model_init" not in [p["name"] for p in old["devices"][0]["phases"]]
     assert "zero3_quantized_model_init" not in {x["name"] for x in old["stack"]["behaviours"]}
+
+
+def test_the_band_never_reaches_below_the_whole_model_at_init() -> None:
+    """The multi-GPU QLoRA band reaches far below the estimate (few sources, one of them 3.4x
+    over), but each DeepSpeed rank holds the whole 4-bit model at init whatever the stack: at
+    2,048 tokens the peak is mid-backward, and the band's low end is the init phase's counted
+    bytes (weights by hand, the one-GPU budget's metadata and adapters, which no rank shards
+    before deepspeed.initialize), not the band's ratio of the subtotal. /v1/fits reads the
+    same floor: a device one byte short of it gets ``does_not_fit``, not ``fits_if_low``."""
+    b = _qlora("deepspeed", sequence_length=2048)
+    (dev,) = b["devices"]
+    assert dev["peak_phase"] == "backward_start"
+    one = {ln["component"]: ln["bytes"] for ln in _qlora("deepspeed", 1, sequence_length=2048)[
+        "devices"][0]["lines"]}  # fmt: skip
+    floor = PACKED + PLAIN + one["quantization_metadata"] + one["adapters"]
+    assert floor == 5_729_573_760
+    sub = dev["total_bytes"]  # headroom 0
+    rule = band_rule(
+        (dev["band"]["workload_class"],), resolve_stack(Software(framework="deepspeed"))
+    )
+    assert math.floor(sub * rule.low) < floor < sub
+    assert dev["band"]["low_bytes"] == floor
+
+    def verdict(capacity: int) -> str:
+        w = _qlora_workload(4, "qlora", "bnb_4bit", 2048)
+        req = msgspec.convert(
+            {
+                "workloads": [w],
+                "devices": [{"source": "custom", "name": "x", "memory_total_bytes": capacity}],
+                "headroom": {"fraction": 0.0},
+                "software": {"framework": "deepspeed"},
+                "device_counts": [4],
+                "solve": [],
+            },
+            FitRequest,
+        )
+        (layout,) = fit(req).gpus[0].layouts
+        assert layout.total_bytes == sub
+        return layout.verdict
+
+    assert verdict(floor - 1) == "does_not_fit"
+    assert verdict(floor) == "fits_if_low"
+
+
+def test_co_located_workloads_floor_their_band_at_their_peaks_not_their_inits() -> None:
+    """Two such jobs sharing each device: the co-located subtotal adds each one's peak phase
+    (mid-backward), when each rank holds its quarter of the packed weights, the metadata and
+    the adapters (1,397,884,928 + 110,771,072 + 27,262,976 B); their inits, each holding the
+    whole model, need not coincide with the other's peak, so the floor is the peaks' sum, not
+    twice the init's 5,729,573,760 B."""
+    w = _qlora_workload(4, "qlora", "bnb_4bit", 2048)
+    r = msgspec.convert(
+        {
+            "workloads": [w, w],
+            "headroom": {"fraction": 0.0},
+            "software": {"framework": "deepspeed"},
+        },
+        BudgetRequest,
+    )
+    (dev,) = estimate(r.workloads, r.device, r.headroom, software=r.software).devices
+    assert dev.band is not None
+    assert dev.band.counted_bytes == 2 * (1_397_884_928 + 110_771_072 + 27_262_976)
+    lines = {ln.component.value: ln.bytes for ln in dev.lines}
+    assert dev.band.counted_bytes == sum(
+        lines[c] for c in ("weights", "quantization_metadata", "adapters")
+    )

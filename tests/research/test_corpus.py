@@ -133,15 +133,16 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.6% (met), but 87.8% inside their band (ml-engineering's Llama 3.1 8B ZeRO "
+    "peaks median 3.4% (met), but 89.1% inside their band (ml-engineering's Llama 3.1 8B ZeRO "
     "runs from 8K to 256K tokens, -14% .. +18%, outside multi-GPU full training's x0.90 .. "
-    "x1.12; Qwen (v1)'s README inference tables, -8.5% .. +23%, against the inference band's "
+    "x1.12; Qwen (v1)'s README inference tables, -15% .. +14%, against the inference band's "
     "x0.86 .. x1.03), a band median half-width of "
     "11.2% (the calibrate split's sources disagree by that much: QLoRA's 12 sources from x0.86 "
     "to x1.16, and every class's band reaches as far as 90% of the sources left out of its fit "
     "lie) and 11 runs above their band's high end: four of those ml-engineering runs (13-14% "
     "low), the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at 256 and 512 "
-    "tokens (12-13% low) and five Qwen-7B bf16 rows of its inference tables (3.5-8.5% low)",
+    "tokens (12-13% low) and five Qwen-7B bf16 rows of its inference tables (3.5-8.2% low, and "
+    "15% low at batch 4 in its KV-cache table)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -293,14 +294,18 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     whole quantized model on each DeepSpeed rank before ZeRO-3 partitions it (read in the
     libraries' source; no held-out peak moved); then the sources of 2026-12-08: Qwen (v1)'s
     README inference tables (38 held-out peaks, the profiling table's document; 6.8% median,
-    five Qwen-7B bf16 rows 3.5-8.5% low above the inference band) and dlrover's ATorch table
+    five Qwen-7B bf16 rows 3.5-8.5% low above the inference band; 3.5-8.2% and 14.7% since its
+    KV-cache tables are read in GiB) and dlrover's ATorch table
     (calibrate; its tenth source narrowed multi-GPU full training's band to x0.90 .. x1.12):
     185 peaks, 3.6%, 87.0% inside, 9 above, half-width 15.8% (bounds moved for the new
-    sources: docs/ACCURACY.md, *Sources and model changes of 2026-12-08*)."""
+    sources: docs/ACCURACY.md, *Sources and model changes of 2026-12-08*). The band's low end
+    floored at the counted weights, and Qwen (v1)'s KV-cache tables read in GiB (read as 10^9
+    B, their smallest cells lie below the bf16 weights): 3.4%, 88.6% inside, 9 above, 15.8%
+    (docs/ACCURACY.md, *The band's floor*)."""
     s = summarize([r for r in held_out if r.record.group != QWEN_V1_PROFILING])
     assert s["n"] >= 185
-    assert s["median_abs_error"] <= 0.0363
-    assert s["coverage"] >= 0.870
+    assert s["median_abs_error"] <= 0.0342
+    assert s["coverage"] >= 0.886
     assert s["exceeded_but_fits"] <= 9
     assert s["median_half_width"] <= 0.1581
     assert not math.isnan(s["median_signed_error"])
@@ -320,11 +325,12 @@ def test_held_out_accuracy_with_qwen_v1_does_not_regress(held_out) -> None:
     inside, 2 above, half-width 15.8% over 177 peaks; with the changes of 2026-12-06 (see the
     test above): 3.3%, 95.6% inside, 2 above, 14.8% over 180; with the sources of 2026-12-07:
     3.3%, 89.6% inside, 6 above, 12.1% over 183; with those of 2026-12-08: 3.6%, 87.8% inside,
-    11 above, 11.2% over 221."""
+    11 above, 11.2% over 221; with the band's floor and Qwen (v1)'s KV-cache tables in GiB:
+    3.4%, 89.1% inside, 11 above, 11.2%."""
     s = summarize(held_out)
     assert s["n"] >= 221
-    assert s["median_abs_error"] <= 0.0363
-    assert s["coverage"] >= 0.877
+    assert s["median_abs_error"] <= 0.0345
+    assert s["coverage"] >= 0.891
     assert s["exceeded_but_fits"] <= 11
     assert s["median_half_width"] <= 0.1124
     qwen = [r for r in held_out if r.record.group == QWEN_V1_PROFILING]

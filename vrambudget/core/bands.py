@@ -272,16 +272,31 @@ def rule_from(
     )
 
 
-def band_of(rule: BandRule, subtotal: int) -> ErrorBand:
-    """The band of a device's subtotal (headroom excluded)."""
+def band_of(rule: BandRule, subtotal: int, counted: int = 0) -> ErrorBand:
+    """The band of a device's subtotal (headroom excluded). ``counted``: the bytes the device
+    holds of the components counted from the model's tensors as the modelled stack lays them
+    out (weights, quantization metadata, adapters; at most ``subtotal``), under which the low
+    end never falls: a wide band fitted on other runs' residuals, a ratio of the whole
+    subtotal, must not reach below them (nor the high end below the low).
+
+    >>> rule = BandRule("c", 0.5, 1.2, 0.9, 9, "b")
+    >>> b = band_of(rule, 100, 70)
+    >>> b.low_bytes, b.high_bytes, band_of(rule, 100, 20).low_bytes
+    (70, 120, 50)
+    >>> below = BandRule("c", 0.7, 0.95, 0.9, 9, "b")
+    >>> band_of(below, 100, 97).low_bytes, band_of(below, 100, 97).high_bytes
+    (97, 97)
+    """
+    low = max(math.floor(subtotal * rule.low), min(counted, subtotal))
     return ErrorBand(
-        low_bytes=math.floor(subtotal * rule.low),
-        high_bytes=math.ceil(subtotal * rule.high),
+        low_bytes=low,
+        high_bytes=max(math.ceil(subtotal * rule.high), low),  # a band below the estimate
         coverage=rule.coverage,
         workload_class=rule.workload_class,
         measurements=rule.measurements,
         basis=rule.basis,
         source_coverage=rule.source_coverage,
+        counted_bytes=counted,
     )
 
 

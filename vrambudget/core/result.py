@@ -108,6 +108,12 @@ class ErrorBand(_Out, frozen=True, kw_only=True):
     at most k / (k + 1) for a class of k sources, what so few can show of a new one. A class
     short of measurements, which answers with its family's band, reports its own figure as
     measured. Null where the class has no calibration source of its own."""
+    counted_bytes: int = 0
+    """The weights, quantization metadata and adapters this device holds (a training
+    budget's: in the phase holding most of them; otherwise at the peak phase), counted from
+    the model's tensors as the modelled stack lays them out rather than fitted from
+    measurements: ``low_bytes`` never falls below them (a ZeRO-3 rank holding the whole
+    quantized model at init; a short prompt, where weights are nearly all of the budget)."""
 
 
 class AllocatorCache(_Out, frozen=True, kw_only=True):

@@ -21,6 +21,7 @@ from torch._subclasses.fake_tensor import (
 
 from vrambudget.core.bands import band_of, band_rule, resolve_headroom, workload_class
 from vrambudget.core.budget.encoders import proxy
+from vrambudget.core.budget.stage import counted_bytes
 from vrambudget.core.calibration import PROFILES_ENV, ProfileSet, profiles_from
 from vrambudget.core.components import Component
 from vrambudget.core.deployed import deploy, with_adapters
@@ -506,7 +507,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
             _phase(p, outside_torch, summary_instances, headroom)
             for p in (summary.timeline if summary and len(request.workloads) == 1 else ())
         ),
-        band=band_of(band, subtotal),
+        band=band_of(band, subtotal, counted_bytes(values)),
     )
     budget = msgspec.structs.replace(
         analytic,

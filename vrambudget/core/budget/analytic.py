@@ -46,10 +46,16 @@ from .generic import generic_stage
 from .inference import inference_stage, inference_total
 from .inputs import INPUT_NAMES, inputs, kind, summary
 from .inputs import warnings as workload_warnings
-from .stage import StageNumbers
+from .stage import StageNumbers, counted_bytes, top_stage
 from .training import training_stage, zero3_quantized_init_layout
 
-__all__ = ["analytic_budget", "device_subtotal", "device_totals", "workload_stages"]
+__all__ = [
+    "analytic_budget",
+    "device_counted",
+    "device_subtotal",
+    "device_totals",
+    "workload_stages",
+]
 
 
 def workload_stages(w: AnalyticWorkload, ov: Overheads, index: int = 0) -> tuple[StageNumbers, ...]:
@@ -91,6 +97,24 @@ def device_subtotal(workloads: tuple[AnalyticWorkload, ...], device: DeviceConte
         else:
             subtotal += max(sum(s.values.values()) for s in workload_stages(w, ov, i))
     return subtotal
+
+
+def device_counted(workloads: tuple[AnalyticWorkload, ...], device: DeviceContext | None) -> int:
+    """The floor under the layout's worst device (:attr:`StageNumbers.counted`): one
+    workload's largest over its pipeline stages (each stage's device holds its own), co-located
+    ones' sum over the peak phases of their most loaded stages, the phases the co-located
+    subtotal adds up (their largest-holding phases need not coincide)."""
+    ov = device.overheads if device else DEFAULT_OVERHEADS
+    per = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
+    if len(per) == 1:
+        return max([s.counted for s in per[0]])
+    return colocated_counted(per)
+
+
+def colocated_counted(per_workload: list[list[StageNumbers]]) -> int:
+    """Co-located workloads' floor: the counted bytes of each one's most loaded stage at its
+    peak phase, summed as the co-located subtotal sums those phases."""
+    return sum([counted_bytes(top_stage(stages).values) for stages in per_workload])
 
 
 def device_totals(
@@ -220,6 +244,7 @@ def analytic_budget(
                     ov,
                     s.transient_bytes,
                     band,
+                    s.counted,
                 )
             )
         if allocator_replay and isinstance(w, InferenceWorkload) and len(devices) == 1:
@@ -232,7 +257,7 @@ def analytic_budget(
         parts: dict[Component, list[tuple[str, int]]] = {}
         peaks = []
         for w, stages_, arch in zip(workloads, per_workload, archs, strict=True):
-            top = max(stages_, key=lambda s: sum(s.values.values()))
+            top = top_stage(stages_)
             name = summary(w, arch).name
             peaks.append(f"{name}: {top.peak_phase}")
             for c, v in top.values.items():
@@ -258,6 +283,7 @@ def analytic_budget(
                 headroom,
                 ov,
                 band=band,
+                counted=colocated_counted(per_workload),
             )
         )
     most = (

@@ -113,8 +113,10 @@ def device_budget(
     ov: Overheads,
     transient: int | None = None,
     band: BandRule | None = None,
+    counted: int = 0,
 ) -> DeviceBudget:
-    """One device's explained budget; ``headroom`` resolved (its fraction set)."""
+    """One device's explained budget; ``headroom`` resolved (its fraction set); ``counted``
+    the floor of the band's low end (:func:`vrambudget.core.bands.band_of`)."""
     subtotal = sum(values.values())
     assert headroom.fraction is not None, "resolve_headroom() first"
     ppm, floor = round(headroom.fraction * 1_000_000), headroom.min_bytes
@@ -149,7 +151,7 @@ def device_budget(
         phases=tuple(
             [Phase(name=n, total_bytes=t + headroom_of(t, ppm, floor)) for n, t in phases]
         ),
-        band=None if band is None else band_of(band, subtotal),
+        band=None if band is None else band_of(band, subtotal, counted),
     )
 
 

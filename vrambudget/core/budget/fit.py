@@ -54,8 +54,9 @@ from ..spec import (
 from ..stack import resolve_stack
 from ..statics import statics_for
 from ..verdict import free_percent, memory_verdict
-from .analytic import device_subtotal, device_totals, workload_stages
+from .analytic import device_counted, device_subtotal, device_totals, workload_stages
 from .inference import inference_total
+from .stage import top_stage
 
 __all__ = ["analytic_fit", "layout_for"]
 
@@ -136,7 +137,7 @@ def _targets(req: FitRequest, profiles: ProfileSet | None) -> list[DeviceContext
 def _limiting(workloads: tuple[AnalyticWorkload, ...], ctx: DeviceContext) -> Component:
     values: dict[Component, int] = {}
     for i, w in enumerate(workloads):
-        top = max(workload_stages(w, ctx.overheads, i), key=lambda s: sum(s.values.values()))
+        top = top_stage(workload_stages(w, ctx.overheads, i))
         for c, v in top.values.items():
             values[c] = values.get(c, 0) + v
     return max(values, key=lambda c: values[c])
@@ -226,6 +227,24 @@ def analytic_fit(
             totals[tkey] = subtotal(w0, ctx)
         return totals[tkey]
 
+    counted: dict[tuple[int, Overheads], int] = {}
+
+    def verdict_on(
+        n: int,
+        w0: AnalyticWorkload,
+        ctx: DeviceContext,
+        capacity: int,
+        spread: tuple[int, int] = (0, 0),
+    ) -> Verdict:
+        """The layout's verdict: its total against ``capacity`` and its band, whose low end
+        never falls below the bytes counted from the model's tensors."""
+        tkey = (n, _overhead_key(ctx))
+        if tkey not in counted:
+            counted[tkey] = device_counted((w0, *rest), ctx)
+        sub = subtotal_on(n, w0, ctx)
+        b = band_of(rule_on(n, w0)[0], sub, counted[tkey])
+        return memory_verdict(total_on(n, w0, ctx), capacity, b.low_bytes, b.high_bytes, spread)
+
     def mig_fit(target: DeviceContext) -> MIGFit | None:
         """The smallest MIG instance of the target's GPU type holding the one-device layout
         (its total does not depend on the capacity: only the comparison does)."""
@@ -235,8 +254,7 @@ def analytic_fit(
 
         def check(d: MIGDevice) -> tuple[bool, int, Verdict]:
             t = total_on(1, w1, target)
-            verdict = _verdict(t, subtotal_on(1, w1, target), rule_on(1, w1)[0], d.capacity_bytes)
-            return t <= d.capacity_bytes, t, verdict
+            return t <= d.capacity_bytes, t, verdict_on(1, w1, target, d.capacity_bytes)
 
         return smallest_fitting(target.id, check)
 
@@ -252,13 +270,9 @@ def analytic_fit(
             t = total_on(n, w0, target)
             capacity = target.capacity_bytes
             fits = t <= capacity
-            band, headroom = rule_on(n, w0)
-            verdict = _verdict(
-                t,
-                subtotal_on(n, w0, target),
-                band,
-                capacity,
-                (target.in_use_below, target.in_use_above),
+            headroom = rule_on(n, w0)[1]
+            verdict = verdict_on(
+                n, w0, target, capacity, (target.in_use_below, target.in_use_above)
             )
             maxima: dict[str, object] = {}
             for variable in req.solve:
@@ -388,13 +402,3 @@ def _latency(
     fmt = compute_format(w.precision.compute, fp8, perf)
     price = price_of(req.prices, ctx.id, ctx.name)
     return estimate(perf, fmt, cost, target, point, memory_max, price, n)
-
-
-def _verdict(
-    total: int, sub: int, band: BandRule, capacity: int, spread: tuple[int, int] = (0, 0)
-) -> Verdict:
-    """The verdict of a total whose subtotal ``sub`` has the band ``band``, ``spread`` the
-    assumed hold's of others (:func:`vrambudget.core.verdict.memory_verdict`, the budgets'
-    own)."""
-    b = band_of(band, sub)
-    return memory_verdict(total, capacity, b.low_bytes, b.high_bytes, spread)

@@ -16,7 +16,7 @@ from ..formulas.runtime_workspace import BLAS_PART, KERNEL_SCRATCH_PART
 from ..overheads import Overheads
 from ..spec import InferenceWorkload
 from ..statics import StageStatic
-from .stage import StageNumbers, peak, times
+from .stage import StageNumbers, counted_bytes, peak, times
 
 __all__ = ["fragmentation_ppm", "inference_stage", "inference_terms", "inference_total"]
 
@@ -162,6 +162,7 @@ def inference_stage(
         parts,
         totals,
         transient,
+        counted_bytes(values),
     )
 
 

@@ -23,6 +23,7 @@ import msgspec
 
 from ..bands import band_rule, resolve_headroom
 from ..budget.explain import calibration_use, device_budget
+from ..budget.stage import counted_bytes
 from ..calibration import ProfileSet
 from ..components import Component
 from ..device import DeviceContext, resolve_device
@@ -291,6 +292,7 @@ def diffusion_budget(
         headroom,
         ov,
         band=band,
+        counted=counted_bytes(values),
     )
     dev = _retext(dev)
     host, disk_budget = _host_disk(
