@@ -68,6 +68,30 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == f"vrambudget {version('vrambudget')}\n"
 
 
+def test_estimate_says_when_the_band_stops_at_the_model_s_own_tensors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """6 GiB of assets are all of the budget: the band's low end is them, and says so; a 6 GiB
+    workspace is no tensor of the model, and its band's low end is the class's ratio."""
+    main(["estimate", "--file", _generic_file(tmp_path, 16 * GiB)])
+    (band,) = [ln for ln in capsys.readouterr().out.splitlines() if "error band" in ln]
+    assert (
+        band.startswith("  error band: the real peak 6.00 GiB .. ")
+        and "(the low end: the model's own tensors, which it must hold)" in band
+    )
+    body = json.loads(Path(_generic_file(tmp_path, 16 * GiB)).read_text())
+    body["workloads"][0] = {
+        "kind": "generic",
+        "workspaces": [{"name": "scratch", "bytes": 6 * GiB}],
+        "uses_cuda_context": False,
+    }
+    f = tmp_path / "workspace.json"
+    f.write_text(json.dumps(body))
+    main(["estimate", "--file", str(f)])
+    (band,) = [ln for ln in capsys.readouterr().out.splitlines() if "error band" in ln]
+    assert "own tensors" not in band and not band.startswith("  error band: the real peak 6.00")
+
+
 def _generic_file(tmp_path: Path, capacity: int) -> str:
     """6 GiB of assets, no CUDA context, no headroom, on a custom device."""
     body = {

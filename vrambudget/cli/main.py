@@ -183,9 +183,14 @@ def _estimate(args: argparse.Namespace) -> int:
                 if b.source_coverage is None
                 else f"; for a source left out of the fit, {100 * b.source_coverage:.0f}% inside"
             )
+            floor = (
+                " (the low end: the model's own tensors, which it must hold)"
+                if b.counted_bytes and b.low_bytes == b.counted_bytes
+                else ""
+            )
             print(
                 f"  error band: the real peak {format_bytes(b.low_bytes)} .. "
-                f"{format_bytes(b.high_bytes)}, headroom excluded ({b.basis}{unseen})"
+                f"{format_bytes(b.high_bytes)}{floor}, headroom excluded ({b.basis}{unseen})"
             )
         c = d.allocator_cache
         if c is not None:

@@ -257,11 +257,16 @@ def _share(part: int, whole: int) -> str:
 
 
 def _band_words(band: ErrorBand, subtotal: int) -> str:
+    floor = (
+        " (its low end raised to the model's own tensors, which the device must hold)"
+        if band.counted_bytes and band.low_bytes == band.counted_bytes
+        else ""
+    )
     return (
         f"Error band: the real peak lay within {human_bytes(band.low_bytes)} to "
         f"{human_bytes(band.high_bytes)} for {band.coverage * 100:.0f}% of "
         f"{band.measurements} published measurements of {class_label(band.workload_class)}, "
-        f"around the {human_bytes(subtotal)} estimated before headroom"
+        f"around the {human_bytes(subtotal)} estimated before headroom{floor}"
     )
 
 
