@@ -126,3 +126,67 @@ def test_sharded_qlora_stores_its_4bit_weights_in_a_dtype_peft_casts_to() -> Non
 
     assert method_dtype({}) == "fp32"
     assert method_dtype({"data": 2, "zero_stage": 3}) == "bf16"
+
+
+def test_trl_s_sft_trainer_sets_a_bitsandbytes_base_s_adapters() -> None:
+    """TRL's SFTTrainer, read in its wheels: 0.26.0 ``trainer/sft_trainer.py`` lines 715-718
+    (and 1.16.0 lines 908-911) cast every trainable parameter of a model transformers marks
+    ``is_loaded_in_4bit`` / ``_8bit`` to bf16; 0.21.0 lines 600-626 and 0.22 - 0.25's
+    ``prepare_peft_model`` pass ``autocast_adapter_dtype=False`` for sharded QLoRA only. Rank
+    8 on q/k/v/o of Llama 3.1 8B: 32 x 8 x [(4,096 + 4,096) x 2 + (4,096 + 1,024) x 2] =
+    6,815,744 parameters: 27,262,976 B in fp32, 13,631,488 B in bf16."""
+    n = 32 * 8 * ((4096 + 4096) * 2 + (4096 + 1024) * 2)
+    assert n == 6_815_744
+
+    def adapters(
+        trl: str | None,
+        method: str = "qlora",
+        scheme: str | None = None,
+        data=1,
+        framework: str = "fsdp",
+        transformers: str | None = None,
+    ):
+        m: dict[str, Any] = {"kind": method, "rank": 8}
+        w: dict[str, Any] = {
+            "kind": "training",
+            "model": {"source": "preset", "id": "llama-3.1-8b"},
+            "precision": {"weights": "bf16", "quantization": {"scheme": scheme}}
+            if scheme
+            else {"weights": "bf16"},
+            "micro_batch_size": 1,
+            "sequence_length": 1024,
+            "method": m,
+        }
+        if data > 1:
+            w["parallelism"] = {"data": data, "zero_stage": 3}
+        software: dict[str, Any] = (
+            {"framework": framework} if data > 1 or framework != "fsdp" else {}
+        )
+        libraries = {"trl": trl, "transformers": transformers}
+        if trl or transformers:
+            software["libraries"] = {k: v for k, v in libraries.items() if v}
+        req = msgspec.convert({"workloads": [w], "software": software or None}, BudgetRequest)
+        b = _budget(req)
+        names = {x.name for x in b.stack.behaviours}
+        line = next(ln.bytes for ln in b.devices[0].lines if ln.component.value == "adapters")
+        return line, "trl_quantized_adapter_dtype" in names
+
+    # 0.26 on: bf16 over a bitsandbytes base, one GPU or sharded, 4-bit or LLM.int8.
+    assert adapters("1.16.0") == (2 * n, True)
+    assert adapters("1.16.0", "lora", "int8") == (2 * n, True)
+    # GPTQ is not loaded through bitsandbytes; an unquantized base neither: PEFT's fp32.
+    assert adapters("1.16.0", "lora", "gptq") == (4 * n, False)
+    assert adapters("1.16.0", "lora") == (4 * n, False)
+    # 0.21 - 0.25: the model's bf16 for sharded QLoRA only; no TRL named: PEFT's fp32.
+    assert adapters("0.24.0") == adapters("0.9.6") == (4 * n, True)
+    assert adapters("0.8.6") == (4 * n, False)  # not read: PEFT's rule
+    sharded_fp32, named = adapters(None, data=2)
+    assert not named
+    assert adapters("0.24.0", data=2) == adapters("0.26.0", data=2) == (sharded_fp32 // 2, True)
+    # TRL calls QLoRA sharded when its 4-bit data sits on the host at preparation: under
+    # DeepSpeed ZeRO-3 transformers 4.39 - 4.x sends it there, 5.x leaves it on the device.
+    ds = {"data": 2, "framework": "deepspeed"}
+    assert adapters("0.24.0", transformers="4.46.3", **ds)[0] == sharded_fp32 // 2
+    assert adapters("0.24.0", transformers="5.23.0", **ds)[0] == sharded_fp32
+    # axolotl trains through transformers' Trainer, not TRL's SFTTrainer.
+    assert adapters("1.16.0", framework="axolotl") == (4 * n, False)

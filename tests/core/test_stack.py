@@ -623,15 +623,20 @@ def test_host_ram_follows_the_frameworks_model_layout() -> None:
     assert offloaded("litgpt") - offloaded("transformers") == 136_134_656 * 2 * 2 == 544_538_624
 
 
-def test_sharded_qlora_and_trl_0_22_keep_the_unquantized_parameters_in_the_model_dtype() -> None:
+def test_sharded_qlora_and_trl_keep_the_unquantized_parameters_in_the_model_dtype() -> None:
     """FSDP / ZeRO-3 flatten parameters into one dtype, so sharded QLoRA keeps the
-    unquantized ones in bf16 (TRL < 0.22 skips prepare_model_for_kbit_training for it); TRL
-    0.22+ never calls it. Llama 3.1 8B: 1,050,939,392 unquantized parameters x 2 B =
-    2,101,878,784 B less than PEFT's fp32 upcast on one device, half of it per rank over 2."""
+    unquantized ones in bf16 (TRL skips prepare_model_for_kbit_training for it); on one GPU TRL
+    0.9.6 - 0.24 casts the embeddings and LM head back to bf16 after PEFT's upcast (0.9.6 and
+    0.21.0 sft_trainer.py peft_module_casting_to_bf16, 0.22 prepare_peft_model), 0.25 upcasts
+    the norms only and 0.26 on nothing; releases before 0.9.6 were not read (PEFT's rule).
+    Llama 3.1 8B: 1,050,939,392 unquantized parameters x 2 B = 2,101,878,784 B less than PEFT's
+    fp32 upcast on one device, half of it per rank over 2."""
     w = {**TRAIN, "precision": {"weights": "bf16"}, "method": {"kind": "qlora", "rank": 16}}
     upcast = _lines(_budget(w))[C.WEIGHTS]
     trl = _lines(_budget(w, {"libraries": {"trl": "0.22.0"}}))[C.WEIGHTS]
-    old_trl = _lines(_budget(w, {"libraries": {"trl": "0.21.0"}}))[C.WEIGHTS]
+    for release in ("0.9.6", "0.21.0", "0.25.1", "1.16.0"):
+        assert _lines(_budget(w, {"libraries": {"trl": release}}))[C.WEIGHTS] == trl, release
+    old_trl = _lines(_budget(w, {"libraries": {"trl": "0.8.6"}}))[C.WEIGHTS]
     assert upcast - trl == 2_101_878_784 and old_trl == upcast
     two = {"parallelism": {"data": 2, "zero_stage": 3}}
     sharded = _lines(_budget({**w, **two}))[C.WEIGHTS]

@@ -31,12 +31,14 @@ from .quant_config import CheckpointQuantization, parse_quantization_config
 from .resolved import ResolvedModel
 from .result import DeployedFormat
 from .spec import (
+    AdapterDType,
     BitsAndBytes4bit,
     DimensionsModel,
     EncoderWorkload,
     HFConfigModel,
     HubModel,
     InferenceWorkload,
+    Int8,
     LoRA,
     PresetModel,
     QLoRA,
@@ -48,7 +50,9 @@ from .stack import Stack, resolve_stack
 
 __all__ = [
     "CheckpointFormat",
+    "adapter_dtype_of",
     "adapters_over_integers",
+    "bnb_loaded",
     "checkpoint_of",
     "checkpoint_quantization",
     "deploy",
@@ -326,6 +330,24 @@ def adapters_over_integers(w: TrainingWorkload) -> bool:
     return bool(q)
 
 
+def bnb_loaded(w: TrainingWorkload) -> bool:
+    """Whether transformers loads the base through bitsandbytes (QLoRA, ``bnb_4bit``, LLM.int8
+    ``int8``), setting ``is_loaded_in_4bit`` / ``is_loaded_in_8bit`` (transformers 5.23.0
+    ``quantizers/quantizer_bnb_4bit.py`` line 138, ``quantizer_bnb_8bit.py`` line 114), which
+    TRL's SFTTrainer reads."""
+    q = w.precision.quantization
+    return isinstance(w.method, QLoRA) or isinstance(q, (BitsAndBytes4bit, Int8))
+
+
+def adapter_dtype_of(w: TrainingWorkload, stack: Stack) -> AdapterDType:
+    """A LoRA workload's adapters' dtype on ``stack`` (:meth:`Stack.adapter_dtype`): the
+    request's, else what its PEFT and TRL leave them in over its base."""
+    assert isinstance(w.method, LoRA)
+    return stack.adapter_dtype(
+        w.method.adapter_dtype, str(w.precision.weights), adapters_over_integers(w), bnb_loaded(w)
+    )
+
+
 def with_adapters(w: _W, stack: Stack) -> _W:
     """A deployed LoRA / QLoRA training workload with its adapters' dtype resolved for
     ``stack`` (:meth:`Stack.adapter_dtype`); any other workload as it is."""
@@ -333,5 +355,5 @@ def with_adapters(w: _W, stack: Stack) -> _W:
         return w
     if w.method.adapter_dtype is not None:
         return w
-    dtype = stack.adapter_dtype(None, str(w.precision.weights), adapters_over_integers(w))
+    dtype = adapter_dtype_of(w, stack)
     return msgspec.structs.replace(w, method=msgspec.structs.replace(w.method, adapter_dtype=dtype))

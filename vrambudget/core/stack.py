@@ -130,7 +130,7 @@ class Stack:
     kbit_init_upcast: bool
     """QLoRA: PEFT's ``prepare_model_for_kbit_training`` runs at start-up and casts the
     unquantized parameters to fp32 one by one (a parameter's 16-bit original and its fp32 copy
-    are live together), whether or not they are cast back before training (TRL 0.22-0.24)."""
+    are live together), whether or not they are cast back before training (TRL 0.9.6-0.24)."""
     rms_norm: RmsNorm
     """What the framework's RMSNorm keeps for backward (:data:`RmsNorm`)."""
     fused_swiglu: bool
@@ -190,19 +190,36 @@ class Stack:
     adapters_cast: bool
     """PEFT 0.7 - 0.11 casts LoRA adapters to the base weight's dtype where it is floating point
     (a request's ``adapter_dtype`` left null then takes a 16-bit base's dtype; elsewhere fp32)."""
+    trl_bnb_adapters: Literal["bf16", "sharded_base_dtype"] | None
+    """What the named TRL's SFTTrainer does to the adapters of a bitsandbytes-loaded model
+    (``is_loaded_in_4bit`` / ``_8bit``): ``bf16`` (0.26 on: every trainable parameter cast to
+    bf16), ``sharded_base_dtype`` (0.9.6 - 0.25: ``autocast_adapter_dtype=False`` for sharded
+    QLoRA, so its adapters take the 4-bit layer's dtype), None (no TRL named, one older than
+    0.9.6, or a framework with its own trainer)."""
     behaviours: tuple[StackBehaviour, ...]
     named: bool
     """The request named the framework (else the current release of the default one)."""
 
     def adapter_dtype(
-        self, requested: AdapterDType | None, weights: str, quantized: bool
+        self, requested: AdapterDType | None, weights: str, quantized: bool, bnb: bool = False
     ) -> AdapterDType:
-        """LoRA adapters' dtype: the request's, else as the stack's PEFT leaves them over a base
-        of ``weights`` (``quantized``: a 4-bit / 8-bit base, whose integer storage PEFT does
-        not cast to)."""
+        """LoRA adapters' dtype: the request's, else as the stack's PEFT (and the named TRL)
+        leaves them over a base of ``weights`` (``quantized``: a 4-bit / 8-bit base whose
+        integer storage PEFT does not cast to; ``bnb``: a bitsandbytes-loaded base, 4-bit or
+        LLM.int8, sharded or not, which TRL's SFTTrainer checks)."""
         if requested is not None:
             return requested
-        if self.adapters_cast and not quantized and weights in ("bf16", "fp16"):
+        if bnb and self.trl_bnb_adapters == "bf16":
+            return "bf16"
+        sharded_qlora = bnb and not quantized  # its 4-bit storage in the model's dtype
+        # TRL 0.21 - 0.25 call QLoRA sharded when its first Params4bit's data is on the host
+        # or the meta device: FSDP's loading, and DeepSpeed's where transformers sends the
+        # packed data to the host (4.39 - 4.x); transformers 5 leaves it on the device.
+        trl_sharded = sharded_qlora and (not self.deepspeed or self.bnb_packed_via_host)
+        cast_to_base = self.adapters_cast or (
+            trl_sharded and self.trl_bnb_adapters == "sharded_base_dtype"
+        )
+        if cast_to_base and not quantized and weights in ("bf16", "fp16"):
             return cast("AdapterDType", weights)
         return "fp32"
 
@@ -576,6 +593,10 @@ QUANTIZED_OUTSIDE_ZERO_INIT_FROM = (4, 39)
 """The first transformers release that builds no quantized model under ``zero.Init`` (4.38.2
 ``modeling_utils.py`` line 3360 still did; 4.39.3 line 3389: ``if is_deepspeed_zero3_enabled()
 and not is_quantized``)."""
+TRL_READ_FROM = (0, 9, 6)
+"""The oldest TRL release whose SFTTrainer's QLoRA preparation was read (0.9.6, 0.12.0,
+0.17.0, 0.19.0 - 0.22.0, 0.24.0, 0.25.1, 0.26.0, 0.29.1, 1.0.0, 1.16.0): a named release
+before it keeps the rules of a script that calls PEFT itself."""
 _ZERO3_QUANTIZED = _B(
     name="zero3_quantized_model_init",
     assumed="transformers (4.39 on) builds no quantized model under deepspeed.zero.Init: each "
@@ -632,6 +653,33 @@ _ADAPTERS_AUTOCAST = _B(
     source="peft 0.12.0 mapping.py get_peft_model(autocast_adapter_dtype=True); peft 0.21.2 the "
     "same",
 )
+_ADAPTERS_TRL_BF16 = _B(
+    name="trl_quantized_adapter_dtype",
+    assumed="TRL >= 0.26's SFTTrainer casts every trainable parameter of a bitsandbytes-loaded "
+    "model (4-bit or LLM.int8, sharded or not) to bf16 after get_peft_model: the LoRA adapters "
+    "are bf16, their gradients and optimizer state follow (where the request leaves "
+    "adapter_dtype null; in recent releases DoRA's magnitude vectors stay fp32; not modelled: "
+    "the bf16 cast of modules_to_save copies, counted in their module's dtype)",
+    source="trl 0.26.0 trainer/sft_trainer.py lines 715-718 (is_loaded_in_4bit or "
+    "is_loaded_in_8bit: param.data = param.data.to(torch.bfloat16) for requires_grad, whatever "
+    "args.bf16 says); trl 1.16.0 lines 908-911 (lora_magnitude_vector excluded; not yet in "
+    "1.0.0); transformers 5.23.0 "
+    "quantizers/quantizer_bnb_4bit.py line 138, quantizer_bnb_8bit.py line 114",
+)
+_ADAPTERS_TRL_SHARDED = _B(
+    name="trl_quantized_adapter_dtype",
+    assumed="TRL 0.9.6 - 0.25's SFTTrainer passes autocast_adapter_dtype=False to get_peft_model "
+    "for sharded QLoRA (its 4-bit parameters on the host or meta device at preparation: FSDP, "
+    "and DeepSpeed ZeRO-3 under transformers 4.39 - 4.x), so the adapters take the 4-bit "
+    "layer's dtype, taken as the model's (its storage dtype before PEFT 0.19, its compute "
+    "dtype from 0.19: the same in the usual setup); unsharded ones stay fp32 (where the "
+    "request leaves adapter_dtype null)",
+    source="trl 0.21.0 trainer/sft_trainer.py lines 600-626 (is_sharded_qlora: the first "
+    "Params4bit's data on cpu / meta; 0.9.6 lines 221-263, cpu only); trl 0.22.0 - 0.25.1 "
+    "models/utils.py prepare_peft_model "
+    "(0.25.1 lines 574-603); peft 0.21.2 tuners/tuners_utils.py lines 2149-2212 (a bnb "
+    "Linear4bit's compute_dtype, from 0.19; the base weight's dtype before)",
+)
 _ADAPTERS_OWN = _B(
     name="lora_adapter_dtype",
     assumed="the framework's own LoRA (not PEFT's): adapters taken as fp32 where the request "
@@ -660,8 +708,8 @@ _KBIT_FP32 = _B(
     "the last large one's 16-bit original is live next to the fp32 copies (a model-init phase)",
     source="peft utils/other.py prepare_model_for_kbit_training (casts every fp16/bf16 "
     "parameter that is not 4-bit to fp32), called by most QLoRA scripts and by TRL's "
-    "SFTTrainer before 0.22 (trl 0.21.0 sft_trainer.py lines 600-610: not for sharded QLoRA, "
-    "whose FlatParameters need one dtype); name libraries.trl 0.22+ for TRL's own rule",
+    "SFTTrainer (trl 0.21.0 sft_trainer.py lines 600-610: not for sharded QLoRA, whose "
+    "FlatParameters need one dtype); name libraries.trl (0.9.6 on) for TRL's own rule",
 )
 _KBIT_UNSLOTH = _B(
     name="qlora_unquantized_dtype",
@@ -687,16 +735,17 @@ _UNSLOTH_LORA = _B(
 _KBIT_TRL = _B(
     name="qlora_unquantized_dtype",
     assumed="the parameters QLoRA does not quantize keep the model's dtype while training: "
-    "TRL 0.22-0.24 upcast them to fp32 (PEFT's prepare_model_for_kbit_training) and, under "
+    "TRL 0.9.6-0.24 upcast them to fp32 (PEFT's prepare_model_for_kbit_training) and, under "
     "bf16, cast the embeddings and LM head back (norms stay fp32); 0.25 upcasts the norms "
-    "only; 0.26 on do neither. The fp32 copies 0.22-0.24 make at start-up are a model-init "
+    "only; 0.26 on do neither. The fp32 copies 0.9.6-0.24 make at start-up are a model-init "
     "phase (every unquantized parameter in fp32 with the largest one's 16-bit original); not "
     "counted: the fp32 embeddings they keep when training in fp16",
     source="trl 0.22.0 trainer/sft_trainer.py line 694 -> models/utils.py prepare_peft_model "
     "lines 514-560 (prepare_model_for_kbit_training, then peft_module_casting_to_bf16 when "
     "args.bf16); trl 0.25.1 models/utils.py line 475 (its own prepare_model_for_kbit_training: "
     "norms only); trl 0.26.0 sft_trainer.py (no call); trl 0.21.0 sft_trainer.py lines "
-    "600-640 called PEFT's directly",
+    "600-628 (0.9.6 lines 255-272, 0.17.0 and 0.19.0 the same) called PEFT's directly, then "
+    "peft_module_casting_to_bf16 under args.bf16; releases before 0.9.6 not read",
 )
 _KBIT_KEPT = _B(
     name="qlora_unquantized_dtype",
@@ -893,6 +942,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "quantized_saved_tensors": frozenset({"qlora"}),
     "lora_saved_tensors": frozenset({"lora"}),
     "lora_adapter_dtype": frozenset({"lora", "qlora"}),
+    "trl_quantized_adapter_dtype": frozenset({"lora_bnb_base"}),
     "quantized_model_init": frozenset({"qlora"}),
     "qlora_unquantized_dtype": frozenset({"qlora"}),
     "lm_head_layout": frozenset({"training", "inference"}),
@@ -1011,16 +1061,19 @@ def _resolve(software: Software | None) -> Stack:
         behaviours.append(_NF4_INIT)
     litgpt = framework == "litgpt"
     trl = sw.libraries.trl
-    # TRL 0.22-0.24 run PEFT's prepare_model_for_kbit_training and then cast the embeddings
-    # and LM head back to bf16 (prepare_peft_model); 0.25 upcasts the norms only, 0.26 nothing.
-    trl_cast_back = trl is not None and (0, 22) <= version_tuple(trl) < (0, 25)
+    # TRL 0.9.6-0.24 run PEFT's prepare_model_for_kbit_training and then cast the embeddings
+    # and LM head back to bf16 (0.9.6 sft_trainer.py line 272, 0.21.0 line 628, 0.22
+    # prepare_peft_model); 0.25 upcasts the norms only, 0.26 nothing. Older ones not read.
+    trl_v = version_tuple(trl) if trl is not None else None
+    trl_read = trl_v is not None and trl_v >= TRL_READ_FROM
+    trl_cast_back = trl_v is not None and TRL_READ_FROM <= trl_v < (0, 25)
     if sw.qlora_upcast is not None:
         qlora_upcast = kbit_init_upcast = sw.qlora_upcast
         behaviours.append(_KBIT_NAMED_FP32 if qlora_upcast else _KBIT_NAMED_KEPT)
     else:
-        # axolotl casts them back to the model's dtype after PEFT's upcast, as TRL 0.22-0.24 do.
+        # axolotl casts them back to the model's dtype after PEFT's upcast, as TRL 0.9.6-0.24 do.
         qlora_upcast = framework not in ("torchtune", "litgpt", "unsloth", "axolotl") and not (
-            trl is not None and version_tuple(trl) >= (0, 22)
+            trl_read
         )
         kbit_init_upcast = qlora_upcast or trl_cast_back or framework == "axolotl"
         behaviours.append(_qlora_dtype_behaviour(framework, version, qlora_upcast))
@@ -1036,6 +1089,17 @@ def _resolve(software: Software | None) -> Stack:
         if peft < (0, 7)
         else _ADAPTERS_AUTOCAST
     )
+    trl_bnb_adapters: Literal["bf16", "sharded_base_dtype"] | None = None
+    # TRL's SFTTrainer's own rule; axolotl trains through transformers' Trainer, Unsloth
+    # through its own patched trainer, LitGPT and torchtune through their own LoRA.
+    sft_trainer = framework not in ("axolotl", "unsloth", "litgpt", "torchtune")
+    if trl_read and sft_trainer:
+        trl_bnb_adapters = (
+            "bf16" if trl_v is not None and trl_v >= (0, 26) else "sharded_base_dtype"
+        )
+        behaviours.append(
+            _ADAPTERS_TRL_BF16 if trl_bnb_adapters == "bf16" else _ADAPTERS_TRL_SHARDED
+        )
     if framework == "unsloth":
         behaviours.append(_UNSLOTH_LORA)
     if litgpt:
@@ -1111,6 +1175,7 @@ def _resolve(software: Software | None) -> Stack:
         nf4_init_requantize=nf4_init,
         expandable_segments=expandable,
         adapters_cast=adapters_cast,
+        trl_bnb_adapters=trl_bnb_adapters,
         behaviours=tuple(behaviours),
         named=sw.framework is not None,
     )

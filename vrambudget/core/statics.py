@@ -26,7 +26,7 @@ from .arch import (
     saved_count,
     saved_names,
 )
-from .deployed import adapters_over_integers, deployed_quantization
+from .deployed import adapter_dtype_of, deployed_quantization
 from .dtypes import bytes_of
 from .errors import InvalidWorkload
 from .formulas import communication_buffers, gradients, master_weights, optimizer_state
@@ -129,11 +129,7 @@ def training_plan(w: TrainingWorkload, stack: Stack | None = None) -> TrainingPl
             "qlora" if isinstance(m, QLoRA) else "lora",
             m.rank,
             tuple(m.target_modules),
-            bytes_of(
-                resolved.adapter_dtype(
-                    m.adapter_dtype, str(w.precision.weights), adapters_over_integers(w)
-                )
-            ),
+            bytes_of(adapter_dtype_of(w, resolved)),
             w.optimizer,
             w.mixed_precision,
             _kbit_upcast(w, stack),

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from vrambudget.core.arch import Arch
-from vrambudget.core.deployed import adapters_over_integers, deploy, deployed_quantization
+from vrambudget.core.deployed import adapter_dtype_of, deploy, deployed_quantization
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.spec import (
     Adafactor,
@@ -127,9 +127,7 @@ def build_plan(
         saved_modules=tuple(m.modules_to_save) if isinstance(m, LoRA) else (),
         saved_fp16_to_fp32=st.saved_fp16_to_fp32,
         tie_saved_head=isinstance(m, LoRA) and m.ensure_weight_tying,
-        adapter_dtype=TORCH_DTYPES[
-            st.adapter_dtype(m.adapter_dtype, str(p.weights), adapters_over_integers(w))
-        ]
+        adapter_dtype=TORCH_DTYPES[adapter_dtype_of(w, st)]
         if isinstance(m, LoRA)
         else torch.float32,
         autocast=w.mixed_precision == "autocast",

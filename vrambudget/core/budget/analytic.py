@@ -14,6 +14,7 @@ from msgspec import UNSET
 from ..bands import BandRule, band_rule, resolve_headroom, workload_class
 from ..calibration import ProfileSet
 from ..components import Component
+from ..deployed import bnb_loaded
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
 from ..formulas.headroom import headroom_bytes
@@ -111,7 +112,7 @@ def device_counted(workloads: tuple[AnalyticWorkload, ...], device: DeviceContex
     return colocated_counted(per)
 
 
-def colocated_counted(per_workload: list[list[StageNumbers]]) -> int:
+def colocated_counted(per_workload: list[tuple[StageNumbers, ...]]) -> int:
     """Co-located workloads' floor: the counted bytes of each one's most loaded stage at its
     peak phase, summed as the co-located subtotal sums those phases."""
     return sum([counted_bytes(top_stage(stages).values) for stages in per_workload])
@@ -145,9 +146,19 @@ def _tags(workloads: tuple[AnalyticWorkload, ...], stack: Stack) -> tuple[BandRu
     """The band of workloads (by their classes) and the stack's behaviours that apply to them."""
     classes = tuple(workload_class(w) for w in workloads)
     kinds = frozenset().union(
-        *(stack_kinds(c) for c in classes), *(_layout_kinds(w) for w in workloads)
+        *(stack_kinds(c) for c in classes),
+        *(_layout_kinds(w) for w in workloads),
+        *(_base_kinds(w) for w in workloads),
     )
     return band_rule(classes, stack), stack.use(kinds)
+
+
+def _base_kinds(w: AnalyticWorkload) -> frozenset[str]:
+    """``lora_bnb_base``: LoRA over a bitsandbytes-loaded base (QLoRA, ``bnb_4bit``, LLM.int8),
+    whose adapters TRL's SFTTrainer treats apart."""
+    if isinstance(w, TrainingWorkload) and isinstance(w.method, LoRA) and bnb_loaded(w):
+        return frozenset({"lora_bnb_base"})
+    return frozenset()
 
 
 def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:

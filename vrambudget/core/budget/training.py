@@ -467,7 +467,7 @@ def _kbit_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) 
     param.data.to(torch.float32)``, one at a time, so while the last large one (the LM head,
     or the tied embedding) is converted its 16-bit original and its fp32 copy are both live,
     next to every earlier one already in fp32: the model's 4-bit layers, the unquantized
-    parameters in fp32 and the largest one's 16-bit bytes once more. TRL 0.22-0.24 then cast
+    parameters in fp32 and the largest one's 16-bit bytes once more. TRL 0.9.6-0.24 then cast
     the embeddings and LM head back to bf16 (trl 0.24.0 models/utils.py lines 503-510 and
     560-561), which holds no more than that (the fp32 embedding and its bf16 copy, the fp32
     head). Allocated bytes, a floor under the reserved peak. None where it does not run or is
@@ -494,7 +494,7 @@ def _kbit_init(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overheads) 
     if not largest:
         return None
     # Every unquantized parameter in fp32: the statics' own count where the stack keeps them
-    # so (PEFT), else the upcast's bytes on top of the 16-bit ones they hold (TRL 0.22-0.24).
+    # so (PEFT), else the upcast's bytes on top of the 16-bit ones they hold (TRL 0.9.6-0.24).
     live = (0 if ov.stack.qlora_upcast else _upcast_bytes(w, arch, ov.stack)) + largest
     phase = {**_model_held(st, ov), C.RUNTIME_WORKSPACE: live}
     return _Init(phase, {C.RUNTIME_WORKSPACE: ((KBIT_INIT_PART, live),)})

@@ -374,7 +374,7 @@ class Software(Wire, frozen=True, kw_only=True):
             "input fp32; the cast runs at start-up (a `model_init` phase). `false`: they keep "
             "the model's dtype from the start (axolotl's `embeddings_skip_upcast: true`). "
             "Default: the framework's rule, named in the answer's `stack` (fp32 for PEFT's "
-            "scripts and TRL before 0.22; the model's dtype for axolotl and TRL 0.22-0.24, which "
+            "scripts and TRL before 0.9.6; the model's dtype for axolotl and TRL 0.9.6-0.24, which "
             "cast them back after the start-up upcast, TRL 0.25+, torchtune, LitGPT, Unsloth)."
         ),
     ] = None
