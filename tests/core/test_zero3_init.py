@@ -291,10 +291,15 @@ def test_the_band_never_reaches_below_the_whole_model_at_init() -> None:
 
 def test_co_located_workloads_floor_their_band_at_their_peaks_not_their_inits() -> None:
     """Two such jobs sharing each device: the co-located subtotal adds each one's peak phase
-    (mid-backward), when each rank holds its quarter of the packed weights, the metadata and
-    the adapters (1,397,884,928 + 110,771,072 + 27,262,976 B); their inits, each holding the
-    whole model, need not coincide with the other's peak, so the floor is the peaks' sum, not
-    twice the init's 5,729,573,760 B."""
+    (mid-backward), when each rank holds its quarter of the 4-bit model (by hand above), the
+    quant_state whole (the one-GPU budget's metadata) and the adapters whole (rank 8 on q/k/v/o:
+    32 x 8 x [(4,096 + 4,096) x 2 + (4,096 + 1,024) x 2] = 6,815,744 fp32 parameters); their
+    inits, each holding the whole model, need not coincide with the other's peak, so the floor
+    is the peaks' sum, not twice the init's 5,729,573,760 B."""
+    one = _qlora("deepspeed", 1, sequence_length=2048)["devices"][0]["lines"]
+    meta = next(ln["bytes"] for ln in one if ln["component"] == "quantization_metadata")
+    adapters = 4 * 32 * 8 * ((4096 + 4096) * 2 + (4096 + 1024) * 2)
+    quarter = -(-(PACKED + PLAIN) // 4)
     w = _qlora_workload(4, "qlora", "bnb_4bit", 2048)
     r = msgspec.convert(
         {
@@ -306,7 +311,7 @@ def test_co_located_workloads_floor_their_band_at_their_peaks_not_their_inits() 
     )
     (dev,) = estimate(r.workloads, r.device, r.headroom, software=r.software).devices
     assert dev.band is not None
-    assert dev.band.counted_bytes == 2 * (1_397_884_928 + 110_771_072 + 27_262_976)
+    assert dev.band.counted_bytes == 2 * (quarter + meta + adapters) == 2 * 1_535_918_976
     lines = {ln.component.value: ln.bytes for ln in dev.lines}
     assert dev.band.counted_bytes == sum(
         lines[c] for c in ("weights", "quantization_metadata", "adapters")

@@ -52,6 +52,7 @@ __all__ = [
     "CheckpointFormat",
     "adapter_dtype_of",
     "adapters_over_integers",
+    "bnb_4bit",
     "bnb_loaded",
     "checkpoint_of",
     "checkpoint_quantization",
@@ -322,12 +323,15 @@ def adapters_over_integers(w: TrainingWorkload) -> bool:
     GPTQ, AWQ), which PEFT does not cast adapters to; sharded QLoRA (ZeRO-3 / FSDP over
     several replicas) stores its 4-bit weights in the model's dtype (``bnb_4bit_quant_storage``,
     as PEFT's FSDP and DeepSpeed QLoRA guides set it), a floating-point dtype it does."""
-    q = w.precision.quantization
-    four_bit = isinstance(w.method, QLoRA) or isinstance(q, BitsAndBytes4bit)
-    if four_bit:
+    if bnb_4bit(w):
         par = w.parallelism
         return not (par.zero_stage >= 3 and par.data > 1)
-    return bool(q)
+    return bool(w.precision.quantization)
+
+
+def bnb_4bit(w: TrainingWorkload) -> bool:
+    """Whether the base is bitsandbytes 4-bit: QLoRA, or LoRA over ``bnb_4bit``."""
+    return isinstance(w.method, QLoRA) or isinstance(w.precision.quantization, BitsAndBytes4bit)
 
 
 def bnb_loaded(w: TrainingWorkload) -> bool:
@@ -335,8 +339,7 @@ def bnb_loaded(w: TrainingWorkload) -> bool:
     ``int8``), setting ``is_loaded_in_4bit`` / ``is_loaded_in_8bit`` (transformers 5.23.0
     ``quantizers/quantizer_bnb_4bit.py`` line 138, ``quantizer_bnb_8bit.py`` line 114), which
     TRL's SFTTrainer reads."""
-    q = w.precision.quantization
-    return isinstance(w.method, QLoRA) or isinstance(q, (BitsAndBytes4bit, Int8))
+    return bnb_4bit(w) or isinstance(w.precision.quantization, Int8)
 
 
 def adapter_dtype_of(w: TrainingWorkload, stack: Stack) -> AdapterDType:

@@ -212,7 +212,7 @@ class Stack:
         if bnb and self.trl_bnb_adapters == "bf16":
             return "bf16"
         sharded_qlora = bnb and not quantized  # its 4-bit storage in the model's dtype
-        # TRL 0.21 - 0.25 call QLoRA sharded when its first Params4bit's data is on the host
+        # TRL 0.9.6 - 0.25 call QLoRA sharded when its first Params4bit's data is on the host
         # or the meta device: FSDP's loading, and DeepSpeed's where transformers sends the
         # packed data to the host (4.39 - 4.x); transformers 5 leaves it on the device.
         trl_sharded = sharded_qlora and (not self.deepspeed or self.bnb_packed_via_host)
@@ -1064,9 +1064,9 @@ def _resolve(software: Software | None) -> Stack:
     # TRL 0.9.6-0.24 run PEFT's prepare_model_for_kbit_training and then cast the embeddings
     # and LM head back to bf16 (0.9.6 sft_trainer.py line 272, 0.21.0 line 628, 0.22
     # prepare_peft_model); 0.25 upcasts the norms only, 0.26 nothing. Older ones not read.
-    trl_v = version_tuple(trl) if trl is not None else None
-    trl_read = trl_v is not None and trl_v >= TRL_READ_FROM
-    trl_cast_back = trl_v is not None and TRL_READ_FROM <= trl_v < (0, 25)
+    trl_v = version_tuple(trl) if trl is not None else (0,)  # (0,): none named
+    trl_read = trl_v >= TRL_READ_FROM
+    trl_cast_back = trl_read and trl_v < (0, 25)
     if sw.qlora_upcast is not None:
         qlora_upcast = kbit_init_upcast = sw.qlora_upcast
         behaviours.append(_KBIT_NAMED_FP32 if qlora_upcast else _KBIT_NAMED_KEPT)
@@ -1094,9 +1094,7 @@ def _resolve(software: Software | None) -> Stack:
     # through its own patched trainer, LitGPT and torchtune through their own LoRA.
     sft_trainer = framework not in ("axolotl", "unsloth", "litgpt", "torchtune")
     if trl_read and sft_trainer:
-        trl_bnb_adapters = (
-            "bf16" if trl_v is not None and trl_v >= (0, 26) else "sharded_base_dtype"
-        )
+        trl_bnb_adapters = "bf16" if trl_v >= (0, 26) else "sharded_base_dtype"
         behaviours.append(
             _ADAPTERS_TRL_BF16 if trl_bnb_adapters == "bf16" else _ADAPTERS_TRL_SHARDED
         )

@@ -14,7 +14,7 @@ from msgspec import UNSET
 from ..bands import BandRule, band_rule, resolve_headroom, workload_class
 from ..calibration import ProfileSet
 from ..components import Component
-from ..deployed import bnb_loaded
+from ..deployed import bnb_4bit, bnb_loaded
 from ..device import DeviceContext, resolve_device
 from ..errors import InvalidWorkload
 from ..formulas.headroom import headroom_bytes
@@ -26,7 +26,6 @@ from ..resolve import resolve_model
 from ..result import Budget, DeviceBudget, DiskBudget, HostBudget, StackUse, WorkloadSummary
 from ..spec import (
     AnalyticWorkload,
-    BitsAndBytes4bit,
     DeviceRef,
     DiskOptions,
     EncoderWorkload,
@@ -48,7 +47,7 @@ from .inference import inference_stage, inference_total
 from .inputs import INPUT_NAMES, inputs, kind, summary
 from .inputs import warnings as workload_warnings
 from .stage import StageNumbers, counted_bytes, top_stage
-from .training import training_stage, zero3_quantized_init_layout
+from .training import training_stage, zero3_quantized_init_applies
 
 __all__ = [
     "analytic_budget",
@@ -179,15 +178,13 @@ def _layout_kinds(w: AnalyticWorkload) -> frozenset[str]:
     if w.parallelism.zero_stage >= 3:
         kinds.add("zero3_data_parallel")
         q = w.precision.quantization
-        bnb_4bit = isinstance(w.method, QLoRA) or isinstance(q, BitsAndBytes4bit)
-        if bnb_4bit:
+        if bnb_4bit(w):
             kinds.add("qlora_zero3_data_parallel")
         elif isinstance(w.method, LoRA) and stored_as_buffers(q):
             kinds.add("buffer_quantized_zero3_data_parallel")
-        if bnb_4bit or stored_as_buffers(q):
-            if zero3_quantized_init_layout(w):
-                kinds.add("quantized_zero3_data_parallel")
-        elif q is None or q is UNSET:
+        if zero3_quantized_init_applies(w):
+            kinds.add("quantized_zero3_data_parallel")
+        elif not (bnb_4bit(w) or stored_as_buffers(q)) and (q is None or q is UNSET):
             kinds.add("unquantized_zero3_data_parallel")
     if isinstance(w.method, LoRA) and not isinstance(w.method, QLoRA):
         kinds.add("lora_data_parallel")

@@ -14,6 +14,7 @@ from ..allocator.nf4_init import replay_nf4_init
 from ..allocator.zero3_init import replay_zero3_module_init, replay_zero3_quantized_init
 from ..arch import Arch, Role, TensorGroup, attention_run, lora_target_names
 from ..components import Component
+from ..deployed import bnb_4bit
 from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
 from ..formulas.activations import (
@@ -667,14 +668,16 @@ ZERO3_QUANTIZED_LIVE_PART = (
 )
 
 
-def zero3_quantized_init_layout(w: TrainingWorkload) -> bool:
-    """Whether a workload's layout is one :func:`_zero3_quantized_init` models (the answer's
+def zero3_quantized_init_applies(w: TrainingWorkload) -> bool:
+    """Whether a workload is one :func:`_zero3_quantized_init` models (the answer's
     ``zero3_quantized_model_init`` behaviour goes with it, on the stacks that load the model
-    so: :attr:`~vrambudget.core.stack.Stack.quantized_outside_zero_init`): ZeRO-3 over two or
-    more ranks, one instance, no tensor or pipeline parallelism."""
+    so: :attr:`~vrambudget.core.stack.Stack.quantized_outside_zero_init`): a bitsandbytes
+    4-bit, GPTQ or AWQ base, ZeRO-3 over two or more ranks, one instance, no tensor or pipeline
+    parallelism."""
     par = w.parallelism
     return (
-        par.zero_stage >= 3
+        (bnb_4bit(w) or stored_as_buffers(w.precision.quantization))
+        and par.zero_stage >= 3
         and par.data >= 2
         and par.tensor == 1
         and par.pipeline == 1
@@ -709,11 +712,7 @@ def _zero3_quantized_init(
     par = w.parallelism
     precision = effective_precision(w, ov.stack)
     quant = precision.quantization
-    if (
-        not ov.stack.quantized_outside_zero_init
-        or not zero3_quantized_init_layout(w)
-        or not (isinstance(quant, BitsAndBytes4bit) or stored_as_buffers(quant))
-    ):
+    if not ov.stack.quantized_outside_zero_init or not zero3_quantized_init_applies(w):
         return None
     plan = training_plan(w, ov.stack)
     one = msgspec.structs.replace(
