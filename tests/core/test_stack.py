@@ -154,6 +154,82 @@ def test_loss_implementation_sets_the_forward_logits(
     assert (extra == 0) == (expected == 0)
 
 
+@pytest.mark.parametrize(
+    ("transformers", "per_element", "head_freed"),
+    [
+        # 4.35 - 4.45: the model's forward rebinds logits = logits.float(), freeing the bf16
+        # output: fp32 logits + shifted fp32 copy + fp32 log-softmax.
+        ("4.35.2", 12, True),
+        ("4.45.2", 12, True),
+        # 4.46 - 4.48: ForCausalLMLoss upcasts a copy while the model keeps the bf16 logits.
+        ("4.46.0", 14, False),
+        ("4.48.1", 14, False),
+        # 4.49 on: the labels are shifted instead of the logits.
+        ("4.49.0", 10, False),
+    ],
+)
+def test_the_loss_forward_follows_the_transformers_release(
+    transformers: str, per_element: int, head_freed: bool
+) -> None:
+    """The forward's logits bytes per token x vocabulary element by transformers release, as
+    the released code allocates them (measured on CPU tensors: 12.3, 14.3 and 10.4 bytes per
+    element with 4.45.2, 4.46.0 and 5.23.0, research/loss_peaks.py): 4,096 x 128,256 x
+    ``per_element`` for Llama 3.1 8B at 4,096 tokens in bf16."""
+    sw = {"framework": "fsdp", "libraries": {"transformers": transformers}}
+    stack = resolve_stack(msgspec.convert(sw, Software))
+    assert stack.loss_head_freed is head_freed
+    assert ("loss_head_freed" in {b.name for b in stack.behaviours}) is head_freed
+    parts = training_forward_parts(
+        4_096,
+        128_256,
+        2,
+        stack.loss,
+        stack.loss_chunks,
+        stack.loss_shift_copy,
+        head_freed=stack.loss_head_freed,
+    )
+    assert sum(b for _, b in parts) == 4_096 * 128_256 * per_element
+    # fp32 logits: .float() returns them, the head's output is the fp32 logits themselves.
+    fp32 = training_forward_parts(4_096, 128_256, 4, "cross_entropy", 1, True, head_freed=True)
+    assert sum(b for _, b in fp32) == 4_096 * 128_256 * 12
+
+
+@pytest.mark.parametrize(("transformers", "per_element"), [("4.45.2", 4), ("4.48.1", 2)])
+def test_a_loop_holding_the_model_output_keeps_its_logits_after_the_forward(
+    transformers: str, per_element: int
+) -> None:
+    """Answer.AI's fsdp_qlora loop drops ``output`` only after the optimizer step: the logits
+    it returned stay through the backward and the step -- fp32 before 4.46 (the model's
+    forward upcast them), bf16 after -- 4,096 x 128,256 x 4 = 2,101,346,304 B or x 2 =
+    1,050,673,152 B more in every phase after the forward, none in the forward; the answer
+    names the behaviour. Other losses keep their own rules."""
+    lora = {**TRAIN, "parallelism": {"data": 2, "zero_stage": 3}}
+    sw = {"framework": "fsdp", "libraries": {"transformers": transformers}}
+    dropped = _budget(lora, sw)
+    held = _budget(lora, {**sw, "loop_holds_output": True})
+    logits = 4_096 * 128_256 * per_element
+
+    def logit_bytes(b, phase: str) -> int:
+        (p,) = (p for p in b.devices[0].phases if p.name == phase)
+        return p.total_bytes
+
+    allocator = {  # the fragmentation share follows the largest transient: compare without it
+        name: _lines(b)[C.ALLOCATOR_OVERHEAD] for name, b in (("dropped", dropped), ("held", held))
+    }
+    shift = allocator["held"] - allocator["dropped"]
+    assert logit_bytes(held, "forward") - logit_bytes(dropped, "forward") == shift
+    for phase in ("backward_start", "backward_recompute", "backward_end", "optimizer_step"):
+        assert logit_bytes(held, phase) - logit_bytes(dropped, phase) == logits + shift, phase
+    assert held.stack is not None and dropped.stack is not None
+    assert "loop_holds_output" in {b.name for b in held.stack.behaviours}
+    assert "loop_holds_output" not in {b.name for b in dropped.stack.behaviours}
+    # A chunked loss (torchtune) or LitGPT's are their own loops' rules: the flag changes nothing.
+    for fw in ("torchtune", "litgpt"):
+        assert not resolve_stack(
+            msgspec.convert({"framework": fw, "loop_holds_output": True}, Software)
+        ).loop_holds_output
+
+
 def test_zero_grad_before_torch_2_keeps_gradients_through_the_forward() -> None:
     """torch < 2.0 zeroes gradients in place: they stay allocated through the next forward.
     GPT-2's checkpoint is fp32, so full fine-tuning keeps fp32 gradients: 124,439,808 x 4 =

@@ -133,11 +133,11 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.4% (met), but 89.1% inside their band (ml-engineering's Llama 3.1 8B ZeRO "
-    "runs from 8K to 256K tokens, -14% .. +18%, outside multi-GPU full training's x0.90 .. "
+    "peaks median 3.6% (met), but 88.7% inside their band (ml-engineering's Llama 3.1 8B ZeRO "
+    "runs from 8K to 256K tokens, -14% .. +18%, outside multi-GPU full training's x0.93 .. "
     "x1.12; Qwen (v1)'s README inference tables, -15% .. +14%, against the inference band's "
     "x0.86 .. x1.03), a band median half-width of "
-    "11.2% (the calibrate split's sources disagree by that much: QLoRA's 12 sources from x0.86 "
+    "10.2% (the calibrate split's sources disagree by that much: QLoRA's 12 sources from x0.86 "
     "to x1.16, and every class's band reaches as far as 90% of the sources left out of its fit "
     "lie) and 11 runs above their band's high end: four of those ml-engineering runs (13-14% "
     "low), the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at 256 and 512 "
@@ -301,13 +301,17 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     sources: docs/ACCURACY.md, *Sources and model changes of 2026-12-08*). The band's low end
     floored at the counted weights, and Qwen (v1)'s KV-cache tables read in GiB (read as 10^9
     B, their smallest cells lie below the bf16 weights): 3.4%, 88.6% inside, 9 above, 15.8%
-    (docs/ACCURACY.md, *The band's floor*)."""
+    (docs/ACCURACY.md, *The band's floor*). transformers before 4.46 freeing the LM head's
+    bf16 output at the upcast, and Answer.AI's loop holding the model's output through the
+    backward (both read in the released code, measured on it; bounds moved for them:
+    docs/ACCURACY.md, *The loss's forward by transformers release*): 3.6%, 88.1% inside, 9
+    above, 15.9%."""
     s = summarize([r for r in held_out if r.record.group != QWEN_V1_PROFILING])
     assert s["n"] >= 185
-    assert s["median_abs_error"] <= 0.0342
-    assert s["coverage"] >= 0.886
+    assert s["median_abs_error"] <= 0.0363
+    assert s["coverage"] >= 0.881
     assert s["exceeded_but_fits"] <= 9
-    assert s["median_half_width"] <= 0.1581
+    assert s["median_half_width"] <= 0.159
     assert not math.isnan(s["median_signed_error"])
 
 
@@ -326,13 +330,15 @@ def test_held_out_accuracy_with_qwen_v1_does_not_regress(held_out) -> None:
     test above): 3.3%, 95.6% inside, 2 above, 14.8% over 180; with the sources of 2026-12-07:
     3.3%, 89.6% inside, 6 above, 12.1% over 183; with those of 2026-12-08: 3.6%, 87.8% inside,
     11 above, 11.2% over 221; with the band's floor and Qwen (v1)'s KV-cache tables in GiB:
-    3.4%, 89.1% inside, 11 above, 11.2%."""
+    3.4%, 89.1% inside, 11 above, 11.2%; with the loss's forward by transformers release and
+    Answer.AI's loop holding its output (read in the code; the refitted multi-GPU full-training
+    band's low end rose from x0.896 to x0.934): 3.6%, 88.7% inside, 11 above, 10.2%."""
     s = summarize(held_out)
     assert s["n"] >= 221
-    assert s["median_abs_error"] <= 0.0345
-    assert s["coverage"] >= 0.891
+    assert s["median_abs_error"] <= 0.0363
+    assert s["coverage"] >= 0.886
     assert s["exceeded_but_fits"] <= 11
-    assert s["median_half_width"] <= 0.1124
+    assert s["median_half_width"] <= 0.1023
     qwen = [r for r in held_out if r.record.group == QWEN_V1_PROFILING]
     emb = [r for r in qwen if "-lora-emb-" in r.record.id]
     assert len(qwen) == 36 and len(emb) == 18
@@ -367,9 +373,9 @@ def test_bands_cover_sources_they_never_saw() -> None:
     the product gives the default stack (its class's ``source_reach`` applied) -- measured from
     the middle of the band fitted without it -- at least 90% of the time (each source weighted
     once), for every class with its own band; the committed ``source_coverage`` is that share,
-    at most k / (k + 1) for k sources. As fitted, before any reach, the bands cover 86.4% of
-    the 92 sources (full training 84.0%, quantized inference 81.6%, multi-GPU QLoRA 83.3%,
-    multi-GPU full training 85.0%: docs/ACCURACY.md)."""
+    at most k / (k + 1) for k sources. As fitted, before any reach, the bands cover 86.1% of
+    the 92 sources (full training 80.0%, quantized inference 81.6%, multi-GPU QLoRA 83.3%,
+    multi-GPU full training 89.0%: docs/ACCURACY.md)."""
     from research.band_loso import folds, source_reach, table
     from research.calibrate_bands import COVERAGE, MIN_MEASUREMENTS, peak_predictions
     from vrambudget.core.bands import band_rule
@@ -378,7 +384,7 @@ def test_bands_cover_sources_they_never_saw() -> None:
     committed = json.loads(OUT.read_text())["classes"]
     fs = folds(peak_predictions())
     assert table(fs)["(every class)"]["sources"] == 92
-    assert round(table(fs)["(every class)"]["source_coverage"], 3) == 0.864
+    assert round(table(fs)["(every class)"]["source_coverage"], 3) == 0.861
     by_class: dict[str, list] = {}
     for f in fs:
         by_class.setdefault(f.workload_class, []).append(f)

@@ -111,6 +111,13 @@ class Stack:
     loss_shift_copy: bool
     """transformers < 4.49: the loss shifts the fp32 logits with a contiguous copy
     (``shift_logits = logits[..., :-1, :].contiguous()``): one more fp32 tokens x vocab."""
+    loss_head_freed: bool
+    """transformers < 4.46: the model's forward rebinds ``logits = logits.float()``, so the LM
+    head's low-precision output is freed before the loss (4.46 - 4.48's ``ForCausalLMLoss``
+    upcasts a copy while the caller keeps it)."""
+    loop_holds_output: bool
+    """The training loop keeps the model's output (its logits) until after the optimizer step
+    (``software.loop_holds_output``)."""
     bnb_keeps_inputs: bool
     """bitsandbytes < 0.43.2: ``MatMul4Bit`` keeps each 4-bit layer's input on its autograd
     context (``ctx.tensors = (A, B)``), outside ``save_for_backward``: checkpointing cannot
@@ -383,6 +390,30 @@ _SHIFT_COPY = _B(
     source="transformers < 4.49 loss/loss_utils.py ForCausalLMLoss (shift_logits = "
     "logits[..., :-1, :].contiguous()); from 4.49 the labels are shifted instead "
     "(research/stack_behaviours.md section 2)",
+)
+_HEAD_FREED = _B(
+    name="loss_head_freed",
+    assumed="the model's forward upcasts the LM head's output in place of it (logits = "
+    "logits.float()): the low-precision logits are freed before the loss, whose forward holds "
+    "only the fp32 logits, their shifted copy and the log-softmax",
+    source="transformers 4.35.2 models/llama/modeling_llama.py lines 1052-1053, 4.44.0 lines "
+    "1208-1209, 4.45.2 line 1214 (lm_head(...).float()); 4.46.0 loss/loss_utils.py "
+    "ForCausalLMLoss upcasts a copy while modeling_llama.py line 1214 keeps the logits. "
+    "Measured on the released code (CPU tensors, live storages over the forward and loss): "
+    "12.3-12.5 bytes per token x vocabulary element with 4.35.2, 4.40.2 and 4.45.2, 14.3 "
+    "with 4.46.0, 10.4 with 5.23.0 (research/loss_peaks.py; research/stack_behaviours.md "
+    "section 2)",
+)
+_LOOP_HOLDS_OUTPUT = _B(
+    name="loop_holds_output",
+    assumed="the training loop keeps the model's output until after the optimizer step: its "
+    "logits (fp32 where the model's forward upcast them, transformers < 4.46; else the "
+    "compute dtype) stay beside the loss's backward tensors, the backward and the step",
+    source="software.loop_holds_output; e.g. Answer.AI fsdp_qlora train.py (commit 02586ac): "
+    "'output = model(...)', 'loss = output.loss', loss.backward(), optimizer.step(), then "
+    "'output = None  # Delete the output so more memory frees up before the next forward pass'; "
+    "measured on transformers' released code: 16.3 bytes per token x vocabulary element at the "
+    "backward's start holding the output (4.45.2), 12.3 dropping it (research/loss_peaks.py)",
 )
 _BNB_INPUTS = _B(
     name="quantized_saved_tensors",
@@ -936,6 +967,8 @@ _APPLIES: dict[str, frozenset[str]] = {
     "loss": frozenset({"training"}),
     "model_code": frozenset({"training", "inference"}),
     "loss_shift_copy": frozenset({"training"}),
+    "loss_head_freed": frozenset({"training"}),
+    "loop_holds_output": frozenset({"training"}),
     "loss_compiled": frozenset({"training"}),
     "gradient_lifetime": frozenset({"training"}),
     "optimizer_step_intermediates": frozenset({"training"}),
@@ -1018,6 +1051,12 @@ def _resolve(software: Software | None) -> Stack:
     shift_copy = loss == "cross_entropy" and tf < (4, 49)
     if shift_copy:
         behaviours.append(_SHIFT_COPY)
+    head_freed = loss == "cross_entropy" and tf < (4, 46)
+    if head_freed:
+        behaviours.append(_HEAD_FREED)
+    holds_output = sw.loop_holds_output and loss in ("cross_entropy", "cross_entropy_no_upcast")
+    if holds_output:
+        behaviours.append(_LOOP_HOLDS_OUTPUT)
     grads_kept = version_tuple(torch_v) < (2, 0)
     behaviours.append(_GRADS_KEPT if grads_kept else _GRADS_FREED)
     foreach_intermediates = 2 if version_tuple(torch_v) < (2, 1) else 1
@@ -1149,6 +1188,8 @@ def _resolve(software: Software | None) -> Stack:
         cache_concat=concat,
         cache_copy_all=copy_all,
         loss_shift_copy=shift_copy,
+        loss_head_freed=head_freed,
+        loop_holds_output=holds_output,
         bnb_keeps_inputs=bnb_inputs,
         untied_head=litgpt,
         saved_fp16_to_fp32=framework == "unsloth",

@@ -31,6 +31,7 @@ from ..formulas.activations import (
     unsloth_recompute,
 )
 from ..formulas.logits import (
+    loop_held_parts,
     training_backward_parts,
     training_forward_parts,
     training_recompute_parts,
@@ -155,6 +156,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         chunks = -(-(tokens if full else w.sequence_length) // LITGPT_LOSS_CHUNK_TOKENS)
         shift_copy = full and w.micro_batch_size > 1
         joined = full  # the flattened logits' chunks are split views: their gradients join
+    head_freed = stack.loss_head_freed and not own_shift
     fwd_parts = training_forward_parts(
         tokens,
         st.dims.vocab,
@@ -165,6 +167,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         stack.loss_compiled,
         softcap=arch.final_softcap,
         shift_first=own_shift,
+        head_freed=head_freed,
     )
     bwd_parts = training_backward_parts(
         tokens,
@@ -176,8 +179,16 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         joined,
         softcap=arch.final_softcap,
     )
+    # A loop holding the model's output keeps its logits (fp32 where the model's forward
+    # upcast them) through the backward and the optimizer step.
+    held_output = (
+        loop_held_parts(tokens, st.dims.vocab, e, head_freed)
+        if has_head and stack.loop_holds_output
+        else ()
+    )
+    held_out = sum(b for _, b in held_output)
     logits = sum(b for _, b in fwd_parts) if has_head else 0
-    logits_bwd = sum(b for _, b in bwd_parts) if has_head else 0
+    logits_bwd = sum(b for _, b in bwd_parts) + held_out if has_head else 0
     context = cuda_context.per_device(ov.process_context_bytes("training"), w.instances)
     workspace = ov.workspace_bytes * w.instances
     extra_ws: list[tuple[str, int]] = [(BLAS_PART, workspace)]
@@ -268,7 +279,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             recompute_grads += st.dims.vocab * arch.hidden_size * bytes_of(w.precision.weights)
         elif has_head and not grads_live:  # a modules_to_save LM head copy's
             recompute_grads += st.saved_head_gradient_bytes
-        held_logits = sum(b for _, b in held_parts)
+        held_logits = sum(b for _, b in held_parts) + held_out
         phases.append(
             (
                 "backward_recompute",
@@ -277,7 +288,9 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         )
     # A head sharing the embedding's saved copy: the embedding's gradient is added into the
     # head's at the backward's end.
-    phases.append(("backward_end", phase(end_grads + st.saved_tied_accumulate_bytes, one_layer, 0)))
+    phases.append(
+        ("backward_end", phase(end_grads + st.saved_tied_accumulate_bytes, one_layer, held_out))
+    )
     # The optimizer step: gradients (fp32 when stepping fp32 masters; the largest tensor's
     # low-precision gradient still live while it is upcast) plus the implementation's
     # temporaries, whichever moment is larger.
@@ -285,7 +298,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     step = phase(
         g.step,
         0,
-        0,
+        held_out,
         upcast_grads + max(st.step_upcast_bytes, st.step_temporary_bytes),
     )
     if st.step_upcast_bytes >= st.step_temporary_bytes:
@@ -376,9 +389,13 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                 ),
             )
         if has_head:
-            logit_parts = {"backward_start": bwd_parts, "backward_recompute": held_parts}.get(
-                numbers.peak_phase, fwd_parts
-            )
+            logit_parts = {
+                "forward": fwd_parts,
+                "backward_start": (*bwd_parts, *held_output),
+                "backward_recompute": (*held_parts, *held_output),
+                "backward_end": held_output,
+                "optimizer_step": held_output,
+            }.get(numbers.peak_phase, ())
             if logit_parts:
                 parts[C.LOGITS] = times(logit_parts, k)
         if live_parts and grads_live:

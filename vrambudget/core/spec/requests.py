@@ -404,6 +404,17 @@ class Software(Wire, frozen=True, kw_only=True):
             "Needs `framework` `deepspeed` or `libraries.deepspeed`. Default: `true`."
         ),
     ] = None
+    loop_holds_output: Annotated[
+        bool,
+        Meta(
+            description="Training only: the training loop keeps the model's output, and so "
+            "its logits, until after the optimizer step, as a hand-written loop that binds "
+            "`output = model(...)` and drops it only after `optimizer.step()` (Answer.AI's "
+            "fsdp_qlora `train.py`). The logits then sit beside the loss's backward tensors. "
+            "transformers' Trainer, TRL, torchtune and LitGPT drop them before the backward "
+            "(LitGPT's own rule is its loss's). Applies with the `cross_entropy` losses."
+        ),
+    ] = False
 
     def __post_init__(self) -> None:
         rules.check(self)
