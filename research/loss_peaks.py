@@ -6,7 +6,9 @@ and holding it through the backward (a hand-written loop that keeps ``output = m
 The model is a one-layer Llama (hidden 64) with a 32,000-token vocabulary in bf16, on CPU
 tensors, so the logits dominate every number; a ``TorchDispatchMode`` sees each op's outputs
 and a weak reference on each storage sees its release (as ``vrambudget.trace.recorder``).
-It checks ``vrambudget/core/formulas/logits.py`` (behaviours ``loss_head_freed`` and
+The figures run about 0.3 byte per element above the formulas': storages seen first as an
+op's output other than the loss's (the layer's activations, gradients) count too. It checks
+``vrambudget/core/formulas/logits.py`` (behaviours ``loss_head_freed`` and
 ``loop_holds_output``): forward 12 bytes per element before 4.46, 14 for 4.46 - 4.48, 10 from
 4.49; the backward's start 12 dropping the output, 16 / 14 / 14 holding it.
 

@@ -303,6 +303,14 @@ def test_parts_add_up_to_their_line(model, kind, instances, tp, dp, ckpt, zero):
             {"framework": "torchtune", "torch_compile": True},
             {"framework": "transformers", "libraries": {"deepspeed": "0.16.0"}},
             {"framework": "transformers", "libraries": {"trl": "0.22.0"}},
+            {"framework": "transformers", "framework_version": "4.45.2", "loop_holds_output": True},
+            {
+                "framework": "fsdp",
+                "libraries": {"transformers": "4.47.0"},
+                "loop_holds_output": True,
+            },
+            {"framework": "deepspeed", "libraries": {"liger_kernel": "0.8.0"}},
+            {"framework": "transformers", "libraries": {"liger_kernel": "0.3.0"}},
         ]
     ),
     method=st.sampled_from(["full", "lora", "qlora"]),
@@ -336,6 +344,11 @@ def test_training_parts_add_up_under_every_stack(
     except ValueError:
         return
     _assert_parts_add_up(budget)
+    # The loss's bytes are itemized at whichever phase is the peak.
+    for device in budget.devices:
+        for line in device.lines:
+            if line.component == "logits" and line.bytes:
+                assert line.parts, device.peak_phase
 
 
 def _assert_parts_add_up(budget) -> None:

@@ -12,9 +12,14 @@ from tests.support.workloads import LLAMA_PROJECTIONS
 from vrambudget.core.components import Component
 from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.cuda_context import wheel_cuda
-from vrambudget.core.formulas.logits import training_backward_parts, training_forward_parts
+from vrambudget.core.formulas.logits import (
+    LOOP_HELD_PART,
+    fused_loss_parts,
+    training_backward_parts,
+    training_forward_parts,
+)
 from vrambudget.core.spec import BudgetRequest, Software
-from vrambudget.core.stack import CURRENT, resolve_stack, version_tuple
+from vrambudget.core.stack import CURRENT, resolve_stack, upcast_rebound, version_tuple
 
 C = Component
 LLAMA31 = {"source": "preset", "id": "llama-3.1-8b"}
@@ -155,30 +160,38 @@ def test_loss_implementation_sets_the_forward_logits(
 
 
 @pytest.mark.parametrize(
-    ("transformers", "per_element", "head_freed"),
+    ("transformers", "family", "per_element"),
     [
-        # 4.35 - 4.45: the model's forward rebinds logits = logits.float(), freeing the bf16
+        # Before 4.46 the model's forward rebinds logits = logits.float(), freeing the bf16
         # output: fp32 logits + shifted fp32 copy + fp32 log-softmax.
-        ("4.35.2", 12, True),
-        ("4.45.2", 12, True),
-        # 4.46 - 4.48: ForCausalLMLoss upcasts a copy while the model keeps the bf16 logits.
-        ("4.46.0", 14, False),
-        ("4.48.1", 14, False),
+        ("4.35.2", "llama", 12),
+        ("4.45.2", "llama", 12),
+        # 4.46 - 4.48: ForCausalLMLoss upcasts a copy while the model keeps the bf16 logits ...
+        ("4.46.0", "llama", 14),
+        # ... except where the family still computes its own loss after the rebind.
+        ("4.46.0", "starcoder2", 12),
+        ("4.47.0", "starcoder2", 14),
+        ("4.47.0", "mistral", 12),
+        ("4.48.1", "mistral", 14),
+        # GPT-2 never upcasts in its forward: the head's output is kept (the larger count).
+        ("4.45.2", "gpt2", 14),
         # 4.49 on: the labels are shifted instead of the logits.
-        ("4.49.0", 10, False),
+        ("4.49.0", "llama", 10),
     ],
 )
 def test_the_loss_forward_follows_the_transformers_release(
-    transformers: str, per_element: int, head_freed: bool
+    transformers: str, family: str, per_element: int
 ) -> None:
-    """The forward's logits bytes per token x vocabulary element by transformers release, as
-    the released code allocates them (measured on CPU tensors: 12.3, 14.3 and 10.4 bytes per
-    element with 4.45.2, 4.46.0 and 5.23.0, research/loss_peaks.py): 4,096 x 128,256 x
-    ``per_element`` for Llama 3.1 8B at 4,096 tokens in bf16."""
+    """The forward's logits bytes per token x vocabulary element by transformers release and
+    family, as the released code allocates them (measured on CPU tensors: 12.3, 14.3 and 10.4
+    bytes per element for Llama with 4.45.2, 4.46.0 and 5.23.0, research/loss_peaks.py; 12.3
+    for Mistral with 4.46.0): 4,096 x 128,256 x ``per_element`` at 4,096 tokens in bf16."""
     sw = {"framework": "fsdp", "libraries": {"transformers": transformers}}
     stack = resolve_stack(msgspec.convert(sw, Software))
-    assert stack.loss_head_freed is head_freed
-    assert ("loss_head_freed" in {b.name for b in stack.behaviours}) is head_freed
+    head_freed = upcast_rebound(stack, family)
+    assert ("loss_head_freed" in {b.name for b in stack.behaviours}) is (
+        version_tuple(transformers) < (4, 48)
+    )
     parts = training_forward_parts(
         4_096,
         128_256,
@@ -186,12 +199,27 @@ def test_the_loss_forward_follows_the_transformers_release(
         stack.loss,
         stack.loss_chunks,
         stack.loss_shift_copy,
-        head_freed=stack.loss_head_freed,
+        head_freed=head_freed,
     )
     assert sum(b for _, b in parts) == 4_096 * 128_256 * per_element
     # fp32 logits: .float() returns them, the head's output is the fp32 logits themselves.
     fp32 = training_forward_parts(4_096, 128_256, 4, "cross_entropy", 1, True, head_freed=True)
     assert sum(b for _, b in fp32) == 4_096 * 128_256 * 12
+
+
+def test_the_freed_head_output_reaches_the_budget() -> None:
+    """Through the budget: Llama 3.1 8B's forward phase holds 4,096 x 128,256 x 2 =
+    1,050,673,152 B less of logits under transformers 4.45.2 than under 4.46.0 (the rest of the
+    phase, the allocator's share aside, is the same)."""
+
+    def forward_without_overhead(transformers: str) -> int:
+        b = _budget(TRAIN, {"framework": "fsdp", "libraries": {"transformers": transformers}})
+        (p,) = (p for p in b.devices[0].phases if p.name == "forward")
+        return p.total_bytes - _lines(b)[C.ALLOCATOR_OVERHEAD]
+
+    assert forward_without_overhead("4.46.0") - forward_without_overhead("4.45.2") == (
+        4_096 * 128_256 * 2
+    )
 
 
 @pytest.mark.parametrize(("transformers", "per_element"), [("4.45.2", 4), ("4.48.1", 2)])
@@ -209,25 +237,107 @@ def test_a_loop_holding_the_model_output_keeps_its_logits_after_the_forward(
     held = _budget(lora, {**sw, "loop_holds_output": True})
     logits = 4_096 * 128_256 * per_element
 
-    def logit_bytes(b, phase: str) -> int:
+    def phase_total(b, phase: str) -> int:
         (p,) = (p for p in b.devices[0].phases if p.name == phase)
         return p.total_bytes
 
-    allocator = {  # the fragmentation share follows the largest transient: compare without it
-        name: _lines(b)[C.ALLOCATOR_OVERHEAD] for name, b in (("dropped", dropped), ("held", held))
-    }
-    shift = allocator["held"] - allocator["dropped"]
-    assert logit_bytes(held, "forward") - logit_bytes(dropped, "forward") == shift
+    # The fragmentation share follows the largest transient: it moves every phase alike.
+    shift = _lines(held)[C.ALLOCATOR_OVERHEAD] - _lines(dropped)[C.ALLOCATOR_OVERHEAD]
+    assert phase_total(held, "forward") - phase_total(dropped, "forward") == shift
     for phase in ("backward_start", "backward_recompute", "backward_end", "optimizer_step"):
-        assert logit_bytes(held, phase) - logit_bytes(dropped, phase) == logits + shift, phase
+        assert phase_total(held, phase) - phase_total(dropped, phase) == logits + shift, phase
     assert held.stack is not None and dropped.stack is not None
     assert "loop_holds_output" in {b.name for b in held.stack.behaviours}
     assert "loop_holds_output" not in {b.name for b in dropped.stack.behaviours}
+    # A short step peaks at the optimizer step: the held logits are itemized there too.
+    short = {**lora, "sequence_length": 128, "method": {"kind": "full"}}
+    b = _budget(short, {**sw, "loop_holds_output": True})
+    assert b.devices[0].peak_phase in ("optimizer_step", "backward_end")
+    (line,) = (x for x in b.devices[0].lines if x.component == C.LOGITS)
+    assert line.bytes == 128 * 128_256 * per_element
+    assert [p.name for p in line.parts] == [LOOP_HELD_PART]
     # A chunked loss (torchtune) or LitGPT's are their own loops' rules: the flag changes nothing.
     for fw in ("torchtune", "litgpt"):
         assert not resolve_stack(
             msgspec.convert({"framework": fw, "loop_holds_output": True}, Software)
         ).loop_holds_output
+
+
+V, H, N = 128_256, 4_096, 8_192
+CHUNK = 256
+"""Llama 3.1 8B at 8,192 tokens: Liger's chunk is next_pow2(8,192 / ceil(128,256 / 4,096)) =
+256 rows of logits."""
+
+
+@pytest.mark.parametrize(
+    ("liger", "chunk_bytes", "head_temporary"),
+    [
+        # < 0.5: the previous chunk's logits and scaled copy beside the current one in fp32.
+        ("0.3.0", CHUNK * V * (2 * 2 + 4), 0),
+        # 0.5.0 - 0.5.9: three chunk tensors (the scaled copy stays to 0.5.2, read).
+        ("0.5.2", CHUNK * V * 3 * 2, 0),
+        # 0.5.10 - 0.8.2: two chunks (the loop's names keep the previous one) ...
+        ("0.5.10", CHUNK * V * 2 * 2, 0),
+        # ... and from 0.6.2 each chunk's head-gradient product and its fp32 copy, head-sized.
+        ("0.8.0", CHUNK * V * 2 * 2, V * H * (2 + 4)),
+        ("0.8.2", CHUNK * V * 2 * 2, V * H * (2 + 4)),
+        # 0.8.3 on: one chunk, accumulated in place (compute capability 8+).
+        ("0.8.5", CHUNK * V * 2, 0),
+    ],
+)
+def test_liger_fused_loss_computes_gradients_in_its_forward(
+    liger: str, chunk_bytes: int, head_temporary: int
+) -> None:
+    """Liger's fused linear cross-entropy (liger_kernel ops/fused_linear_cross_entropy.py):
+    its forward fills the hidden states' gradient (8,192 x 4,096 x 2 B) and a full fine-tune's
+    head gradient (128,256 x 4,096 x 2 B) and keeps both for the backward, and works a chunk of
+    logits at a time with the copies its release keeps; a LoRA's frozen head has no gradient
+    and no head-sized temporary; Unsloth's own fused loss is not Liger's."""
+    full = {
+        **TRAIN,
+        "sequence_length": N,
+        "checkpointing": "none",
+        "method": {"kind": "full"},
+        "mixed_precision": "master_fp32",
+        "parallelism": {"data": 8, "zero_stage": 2},
+    }
+    sw = {"framework": "deepspeed", "libraries": {"liger_kernel": liger}}
+    assert "fused_loss_gradients" in {
+        b.name for b in resolve_stack(msgspec.convert(sw, Software)).behaviours
+    }
+    saved = N * H * 2 + V * H * 2
+
+    def logits_line(workload: dict[str, Any]) -> tuple[str, int, int]:
+        b = _budget(workload, sw)
+        (line,) = (x for x in b.devices[0].lines if x.component == C.LOGITS)
+        assert sum(p.bytes for p in line.parts) == line.bytes
+        return b.devices[0].peak_phase, line.bytes, _phases(b)["backward_start"]
+
+    phase, forward, _ = logits_line(full)
+    assert phase == "forward"
+    assert forward == saved + chunk_bytes + head_temporary
+    # A LoRA (frozen head): the hidden states' gradient and the chunks, through the budget.
+    lora = {**full, "method": {"kind": "lora", "rank": 16}, "mixed_precision": "pure"}
+    _, lora_forward, _ = logits_line(lora)
+    assert lora_forward == N * H * 2 + chunk_bytes
+    assert training_forward_parts(N, V, 2, "fused_linear_cross_entropy") == ()
+    unsloth = resolve_stack(msgspec.convert({"framework": "unsloth"}, Software))
+    assert unsloth.loss == "fused_linear_cross_entropy" and unsloth.liger_loss is None
+
+
+@pytest.mark.parametrize(("torch", "upcast"), [("2.7.1", True), ("2.8.0", False)])
+def test_liger_fp32_head_gradient_needs_torch_2_8_to_accumulate_in_place(
+    torch: str, upcast: bool
+) -> None:
+    """fp32 weights under autocast give Liger an fp32 head gradient (128,256 x 4,096 x 4 B);
+    liger 0.8.1 on accumulates it with addmm(out_dtype=float32), which needs torch 2.8
+    (_ADDMM_SUPPORTS_OUT_DTYPE); before, the head-sized bf16 product and its fp32 copy."""
+    sw = msgspec.convert({"libraries": {"liger_kernel": "0.8.5"}, "torch_version": torch}, Software)
+    liger = resolve_stack(sw).liger_loss
+    assert liger is not None and liger.upcast_fp32 is upcast and not liger.upcast_16bit
+    saved, work = fused_loss_parts(N, V, H, 2, 4, V * H * 4, liger.chunks, liger.upcast_fp32)
+    assert sum(b for _, b in saved) == N * H * 4 + V * H * 4
+    assert sum(b for _, b in work) == CHUNK * V * 2 + (V * H * 6 if upcast else 0)
 
 
 def test_zero_grad_before_torch_2_keeps_gradients_through_the_forward() -> None:

@@ -133,16 +133,16 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.6% (met), but 88.7% inside their band (ml-engineering's Llama 3.1 8B ZeRO "
+    "peaks median 3.6% (met), but 89.6% inside their band (ml-engineering's Llama 3.1 8B ZeRO "
     "runs from 8K to 256K tokens, -14% .. +18%, outside multi-GPU full training's x0.93 .. "
     "x1.12; Qwen (v1)'s README inference tables, -15% .. +14%, against the inference band's "
     "x0.86 .. x1.03), a band median half-width of "
     "10.2% (the calibrate split's sources disagree by that much: QLoRA's 12 sources from x0.86 "
     "to x1.16, and every class's band reaches as far as 90% of the sources left out of its fit "
-    "lie) and 11 runs above their band's high end: four of those ml-engineering runs (13-14% "
-    "low), the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at 256 and 512 "
-    "tokens (12-13% low) and five Qwen-7B bf16 rows of its inference tables (3.5-8.2% low, and "
-    "15% low at batch 4 in its KV-cache table)",
+    "lie) and 9 runs above their band's high end: two of those ml-engineering runs (ZeRO-3 at "
+    "32K, 13-14% low), the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at 256 "
+    "and 512 tokens (12-13% low) and five Qwen-7B bf16 rows of its inference tables (3.5-8.2% "
+    "low, and 15% low at batch 4 in its KV-cache table)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -305,12 +305,13 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     bf16 output at the upcast, and Answer.AI's loop holding the model's output through the
     backward (both read in the released code, measured on it; bounds moved for them:
     docs/ACCURACY.md, *The loss's forward by transformers release*): 3.6%, 88.1% inside, 9
-    above, 15.9%."""
+    above, 15.9%; Liger's fused loss computing its gradients in the forward (ml-engineering's
+    ZeRO-2 8K runs from 14.4% to 8.2% low): 3.6%, 89.2% inside, 7 above, 15.9%."""
     s = summarize([r for r in held_out if r.record.group != QWEN_V1_PROFILING])
     assert s["n"] >= 185
     assert s["median_abs_error"] <= 0.0363
-    assert s["coverage"] >= 0.881
-    assert s["exceeded_but_fits"] <= 9
+    assert s["coverage"] >= 0.891
+    assert s["exceeded_but_fits"] <= 7
     assert s["median_half_width"] <= 0.159
     assert not math.isnan(s["median_signed_error"])
 
@@ -332,12 +333,13 @@ def test_held_out_accuracy_with_qwen_v1_does_not_regress(held_out) -> None:
     11 above, 11.2% over 221; with the band's floor and Qwen (v1)'s KV-cache tables in GiB:
     3.4%, 89.1% inside, 11 above, 11.2%; with the loss's forward by transformers release and
     Answer.AI's loop holding its output (read in the code; the refitted multi-GPU full-training
-    band's low end rose from x0.896 to x0.934): 3.6%, 88.7% inside, 11 above, 10.2%."""
+    band's low end rose from x0.896 to x0.934): 3.6%, 88.7% inside, 11 above, 10.2%; with
+    Liger's fused-loss gradients: 3.6%, 89.6% inside, 9 above, 10.2%."""
     s = summarize(held_out)
     assert s["n"] >= 221
     assert s["median_abs_error"] <= 0.0363
-    assert s["coverage"] >= 0.886
-    assert s["exceeded_but_fits"] <= 11
+    assert s["coverage"] >= 0.895
+    assert s["exceeded_but_fits"] <= 9
     assert s["median_half_width"] <= 0.1023
     qwen = [r for r in held_out if r.record.group == QWEN_V1_PROFILING]
     emb = [r for r in qwen if "-lora-emb-" in r.record.id]

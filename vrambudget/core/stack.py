@@ -33,9 +33,11 @@ __all__ = [
     "DEFAULT_STACK",
     "HF_MODEL_FRAMEWORKS",
     "PINNED",
+    "LigerLoss",
     "Stack",
     "resolve_stack",
     "serving_use",
+    "upcast_rebound",
     "version_tuple",
 ]
 
@@ -79,6 +81,24 @@ def version_tuple(v: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class LigerLoss:
+    """What a liger_kernel release's fused linear cross-entropy allocates in its forward, beside
+    the hidden states' and a trainable head's gradients it saves for the backward."""
+
+    chunks: Literal["fp32_copy", "scaled_copy", "aliased", "deleted"]
+    """The chunks of logits live at once, per chunk element: ``fp32_copy`` (< 0.5: the previous
+    chunk's logits and scaled copy, the current one's and its fp32 copy, 2e + 4),
+    ``scaled_copy`` (0.5 - 0.5.9: three chunk tensors, 3e), ``aliased`` (0.5.10 - 0.8.2: the
+    previous chunk still bound, 2e), ``deleted`` (0.8.3 on, e)."""
+    upcast_16bit: bool
+    """A 16-bit head gradient accumulates through a head-sized temporary in the compute dtype
+    and its fp32 copy (0.6.2 - 0.8.2; 0.8.3 on only below compute capability 8, not counted)."""
+    upcast_fp32: bool
+    """An fp32 head gradient (fp32 weights under autocast) does the same: 0.6.2 - 0.8.0, and
+    0.8.1 on with torch < 2.8 (``addmm(out_dtype=...)`` needs 2.8)."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Stack:
     """What the formulas need to know of the software, and the behaviours shown to the caller.
@@ -112,12 +132,16 @@ class Stack:
     """transformers < 4.49: the loss shifts the fp32 logits with a contiguous copy
     (``shift_logits = logits[..., :-1, :].contiguous()``): one more fp32 tokens x vocab."""
     loss_head_freed: bool
-    """transformers < 4.46: the model's forward rebinds ``logits = logits.float()``, so the LM
-    head's low-precision output is freed before the loss (4.46 - 4.48's ``ForCausalLMLoss``
-    upcasts a copy while the caller keeps it)."""
+    """A transformers release (< 4.48) in which some families' forward rebinds ``logits =
+    logits.float()``, freeing the LM head's low-precision output before the loss (4.46 - 4.48's
+    ``ForCausalLMLoss`` upcasts a copy while the caller keeps it): which families, by
+    :func:`upcast_rebound`."""
     loop_holds_output: bool
     """The training loop keeps the model's output (its logits) until after the optimizer step
     (``software.loop_holds_output``)."""
+    liger_loss: LigerLoss | None
+    """Liger's fused linear cross-entropy and what its release allocates in the forward; None:
+    another loss (or Unsloth's own fused loss)."""
     bnb_keeps_inputs: bool
     """bitsandbytes < 0.43.2: ``MatMul4Bit`` keeps each 4-bit layer's input on its autograd
     context (``ctx.tensors = (A, B)``), outside ``save_for_backward``: checkpointing cannot
@@ -395,10 +419,17 @@ _HEAD_FREED = _B(
     name="loss_head_freed",
     assumed="the model's forward upcasts the LM head's output in place of it (logits = "
     "logits.float()): the low-precision logits are freed before the loss, whose forward holds "
-    "only the fp32 logits, their shifted copy and the log-softmax",
+    "only the fp32 logits, their shifted copy and the log-softmax -- Llama, Gemma, Gemma 2, "
+    "Qwen2 (MoE), Phi, Phi-3, Mixtral, Cohere, OLMo, Nemotron, Jamba and the other families "
+    "whose forward rebinds it before 4.46, Starcoder2 before 4.47, Mistral and Granite before "
+    "4.48; other families (GPT-2, GPT-NeoX, OPT, Falcon, GPT-Neo...) keep the head's output "
+    "(the larger)",
     source="transformers 4.35.2 models/llama/modeling_llama.py lines 1052-1053, 4.44.0 lines "
     "1208-1209, 4.45.2 line 1214 (lm_head(...).float()); 4.46.0 loss/loss_utils.py "
-    "ForCausalLMLoss upcasts a copy while modeling_llama.py line 1214 keeps the logits. "
+    "ForCausalLMLoss upcasts a copy while modeling_llama.py (lm_head at line 1210) keeps the "
+    "logits; 4.46.0 and 4.47.0 modeling_mistral.py (line 1090 in 4.47.0) and "
+    "modeling_granite.py (line 1108) still rebind, 4.46.0 modeling_starcoder2.py too, 4.48.0 "
+    "none of the three (grep over every 4.45.2 / 4.46.0 / 4.47.1 / 4.48.3 *ForCausalLM). "
     "Measured on the released code (CPU tensors, live storages over the forward and loss): "
     "12.3-12.5 bytes per token x vocabulary element with 4.35.2, 4.40.2 and 4.45.2, 14.3 "
     "with 4.46.0, 10.4 with 5.23.0 (research/loss_peaks.py; research/stack_behaviours.md "
@@ -407,13 +438,37 @@ _HEAD_FREED = _B(
 _LOOP_HOLDS_OUTPUT = _B(
     name="loop_holds_output",
     assumed="the training loop keeps the model's output until after the optimizer step: its "
-    "logits (fp32 where the model's forward upcast them, transformers < 4.46; else the "
+    "logits (fp32 where the model's forward rebound them, see loss_head_freed; else the "
     "compute dtype) stay beside the loss's backward tensors, the backward and the step",
-    source="software.loop_holds_output; e.g. Answer.AI fsdp_qlora train.py (commit 02586ac): "
+    source="software.loop_holds_output; e.g. Answer.AI fsdp_qlora train.py (05ed9f2 lines "
+    "872-925, the same loop since its first commit 152ed89): "
     "'output = model(...)', 'loss = output.loss', loss.backward(), optimizer.step(), then "
     "'output = None  # Delete the output so more memory frees up before the next forward pass'; "
     "measured on transformers' released code: 16.3 bytes per token x vocabulary element at the "
     "backward's start holding the output (4.45.2), 12.3 dropping it (research/loss_peaks.py)",
+)
+_LIGER_SOURCE = (
+    "liger_kernel ops/fused_linear_cross_entropy.py fused_linear_cross_entropy_forward, read "
+    "in 0.3.0, 0.4.2, 0.5.0-0.5.2, 0.5.10, 0.6.0-0.6.4, 0.7.0, 0.8.0-0.8.5: grad_input = "
+    "zeros_like(_input), grad_weight = zeros_like(weight) when the head is trainable, both "
+    "saved (ctx.save_for_backward) for the backward to hand on; chunk_size = "
+    "next_power_of_2(cdiv(BT, cdiv(V, H))); the loop's names keep the previous chunk until "
+    "0.8.3's 'del logits_chunk'; 0.3.0 line 75 logits_chunk.float() and 'grad_logits_chunk = "
+    "logits_chunk * alpha' (to 0.5.2); torch.addmm(out=grad_weight) to 0.6.1; 'grad_weight += "
+    "torch.mm(grad_logits_chunk.t(), _input_chunk).float()' from 0.6.2 (line 134), the only "
+    "path to 0.8.0 (line 212); 0.8.1 addmm(out_dtype=torch.float32) into an fp32 gradient "
+    "with torch >= 2.8 (_ADDMM_SUPPORTS_OUT_DTYPE); 0.8.3 addmm(out=grad_weight) for a 16-bit "
+    "gradient on compute capability 8+ (0.8.5 lines 325-371)"
+)
+_LIGER_BEHAVIOUR = _B(
+    name="fused_loss_gradients",
+    assumed="Liger's fused loss computes the hidden states' gradient (tokens x hidden) and a "
+    "trainable head's weight gradient in its forward and keeps them for the backward, a chunk "
+    "of logits at a time (with the release's copies of it); where its release adds each "
+    "chunk's head-gradient product through a head-sized temporary and its fp32 copy, that "
+    "too (from 0.8.3 a 16-bit gradient accumulates in place on compute capability 8.0 and "
+    "newer; the temporary older GPUs take is not counted)",
+    source=_LIGER_SOURCE,
 )
 _BNB_INPUTS = _B(
     name="quantized_saved_tensors",
@@ -969,6 +1024,7 @@ _APPLIES: dict[str, frozenset[str]] = {
     "loss_shift_copy": frozenset({"training"}),
     "loss_head_freed": frozenset({"training"}),
     "loop_holds_output": frozenset({"training"}),
+    "fused_loss_gradients": frozenset({"training"}),
     "loss_compiled": frozenset({"training"}),
     "gradient_lifetime": frozenset({"training"}),
     "optimizer_step_intermediates": frozenset({"training"}),
@@ -1051,12 +1107,15 @@ def _resolve(software: Software | None) -> Stack:
     shift_copy = loss == "cross_entropy" and tf < (4, 49)
     if shift_copy:
         behaviours.append(_SHIFT_COPY)
-    head_freed = loss == "cross_entropy" and tf < (4, 46)
+    head_freed = loss == "cross_entropy" and tf < (4, 48)
     if head_freed:
         behaviours.append(_HEAD_FREED)
     holds_output = sw.loop_holds_output and loss in ("cross_entropy", "cross_entropy_no_upcast")
     if holds_output:
         behaviours.append(_LOOP_HOLDS_OUTPUT)
+    liger_loss = _liger_loss(loss, framework, sw, torch_v)
+    if liger_loss is not None:
+        behaviours.append(_LIGER_BEHAVIOUR)
     grads_kept = version_tuple(torch_v) < (2, 0)
     behaviours.append(_GRADS_KEPT if grads_kept else _GRADS_FREED)
     foreach_intermediates = 2 if version_tuple(torch_v) < (2, 1) else 1
@@ -1190,6 +1249,7 @@ def _resolve(software: Software | None) -> Stack:
         loss_shift_copy=shift_copy,
         loss_head_freed=head_freed,
         loop_holds_output=holds_output,
+        liger_loss=liger_loss,
         bnb_keeps_inputs=bnb_inputs,
         untied_head=litgpt,
         saved_fp16_to_fp32=framework == "unsloth",
@@ -1304,6 +1364,79 @@ def _rms_norm(sw: Software, framework: str, version: str) -> RmsNorm:
     if (framework == "litgpt" and v >= (0, 4, 6)) or (framework == "torchtune" and v >= (0, 5)):
         return "upcast_fp32_normed"
     return "upcast"
+
+
+_UPCAST_REBOUND_UNTIL: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(
+        (
+            "cohere",
+            "falcon_mamba",
+            "gemma",
+            "gemma2",
+            "granitemoe",
+            "idefics2",
+            "jamba",
+            "jetmoe",
+            "llama",
+            "mamba",
+            "mamba2",
+            "mixtral",
+            "mllama",
+            "nemotron",
+            "olmo",
+            "olmoe",
+            "paligemma",
+            "phi",
+            "phi3",
+            "qwen2",
+            "qwen2_moe",
+            "recurrent_gemma",
+        ),
+        (4, 46),
+    ),
+    "starcoder2": (4, 47),
+    "mistral": (4, 48),
+    "granite": (4, 48),
+}
+"""The first transformers release whose forward no longer rebinds ``logits = logits.float()``,
+by ``model_type``: the *ForCausalLM files of 4.45.2 that rebind it, and those still doing it in
+4.46.0 and 4.47.x (Mistral, Granite; Starcoder2 in 4.46.0 only). Families still rebinding in
+4.48.3 (GraniteMoE, JetMoE, Mamba...) are taken to stop at 4.46, the larger budget."""
+
+
+def upcast_rebound(stack: Stack, model_type: str) -> bool:
+    """The model's own forward frees the LM head's low-precision output at the upcast (the
+    ``loss_head_freed`` behaviour) for this family and the stack's transformers release."""
+    if not stack.loss_head_freed or stack.transformers_version is None:
+        return False
+    until = _UPCAST_REBOUND_UNTIL.get(model_type)
+    return until is not None and version_tuple(stack.transformers_version) < until
+
+
+def _liger_loss(loss: str, framework: str, sw: Software, torch_v: str) -> LigerLoss | None:
+    """What the named liger_kernel release's fused loss allocates (the current release where
+    the fused loss is named without it); None for another loss or Unsloth's own."""
+    if loss != "fused_linear_cross_entropy" or (
+        framework == "unsloth" and sw.libraries.liger_kernel is None
+    ):
+        return None
+    v = version_tuple(sw.libraries.liger_kernel or CURRENT["liger_kernel"])
+    chunks: Literal["fp32_copy", "scaled_copy", "aliased", "deleted"] = (
+        "fp32_copy"
+        if v < (0, 5)
+        else "scaled_copy"
+        if v < (0, 5, 10)
+        else "aliased"
+        if v < (0, 8, 3)
+        else "deleted"
+    )
+    legacy = v >= (0, 6, 2)
+    out_dtype = v >= (0, 8, 1) and version_tuple(torch_v) >= (2, 8)
+    return LigerLoss(
+        chunks=chunks,
+        upcast_16bit=legacy and v < (0, 8, 3),
+        upcast_fp32=legacy and not out_dtype,
+    )
 
 
 def _pinned(framework: str, version: str, library: str) -> str:

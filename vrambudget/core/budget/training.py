@@ -31,6 +31,7 @@ from ..formulas.activations import (
     unsloth_recompute,
 )
 from ..formulas.logits import (
+    fused_loss_parts,
     loop_held_parts,
     training_backward_parts,
     training_forward_parts,
@@ -43,7 +44,7 @@ from ..memo import BoundedCache
 from ..overheads import Overheads
 from ..quantization import quantized_roles, stored_as_buffers
 from ..spec import BitsAndBytes4bit, FullFineTune, QLoRA, Quantization, TrainingWorkload
-from ..stack import LIGER_GLU_FAMILIES, Stack
+from ..stack import LIGER_GLU_FAMILIES, Stack, upcast_rebound
 from ..statics import (
     StageStatic,
     effective_precision,
@@ -156,7 +157,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         chunks = -(-(tokens if full else w.sequence_length) // LITGPT_LOSS_CHUNK_TOKENS)
         shift_copy = full and w.micro_batch_size > 1
         joined = full  # the flattened logits' chunks are split views: their gradients join
-    head_freed = stack.loss_head_freed and not own_shift
+    head_freed = upcast_rebound(stack, arch.model_type) and not own_shift
     fwd_parts = training_forward_parts(
         tokens,
         st.dims.vocab,
@@ -179,6 +180,28 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         joined,
         softcap=arch.final_softcap,
     )
+    loss_fwd_parts, loss_bwd_parts = fwd_parts, bwd_parts
+    fused_work: tuple[tuple[str, int], ...] = ()
+    liger = stack.liger_loss
+    if has_head and liger is not None:
+        # Liger's fused loss: the hidden states' and a trainable head's gradients come from its
+        # forward (the head's counted at the recompute and after, where it is the gradient).
+        weight_e = bytes_of(w.precision.weights)
+        full = isinstance(w.method, FullFineTune)
+        head_grad = st.dims.vocab * arch.hidden_size * weight_e if full else 0
+        head_grad = head_grad or st.saved_head_gradient_bytes
+        head_upcast = liger.upcast_fp32 if weight_e == 4 else liger.upcast_16bit
+        saved, fused_work = fused_loss_parts(
+            tokens,
+            st.dims.vocab,
+            arch.hidden_size,
+            e,
+            residual,
+            head_grad,
+            liger.chunks,
+            head_upcast,
+        )
+        fwd_parts, bwd_parts = (*fwd_parts, *saved, *fused_work), (*bwd_parts, *saved)
     # A loop holding the model's output keeps its logits (fp32 where the model's forward
     # upcast them) through the backward and the optimizer step.
     held_output = (
@@ -326,9 +349,10 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     for name, v in phases:
         if name != "model_init":
             v[C.ALLOCATOR_OVERHEAD] = overhead
-    stranded = _stranded_by_first_step(
-        w, st, stack, tokens, (*fwd_parts, *bwd_parts) if has_head else (), transients[:-1]
-    )
+    # The blocks the first step frees: the loss's, not the fused loss's saved gradients (the
+    # head's becomes its .grad).
+    freed = (*loss_fwd_parts, *loss_bwd_parts, *fused_work) if has_head else ()
+    stranded = _stranded_by_first_step(w, st, stack, tokens, freed, transients[:-1])
     step[C.ALLOCATOR_OVERHEAD] += stranded
     parts = {
         C.ACTIVATIONS: times(act_parts, k),
@@ -364,10 +388,14 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             step_parts += (("low-precision gradient being upcast", st.step_upcast_bytes),)
         if step_parts:
             parts[C.GRADIENTS] = times(step_parts, k)
+        if held_output:
+            parts[C.LOGITS] = times(held_output, k)
     elif numbers.peak_phase == "backward_end":
         parts[C.ACTIVATIONS] = (("one layer's saved tensors (last gradients)", one_layer * k),)
         if end_parts:
             parts[C.GRADIENTS] = times(end_parts, k)
+        if held_output:
+            parts[C.LOGITS] = times(held_output, k)
     else:
         # The itemized activations of the moment: without the recomputed layer before it
         # runs, without the loss's inputs once it does.
@@ -393,8 +421,6 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                 "forward": fwd_parts,
                 "backward_start": (*bwd_parts, *held_output),
                 "backward_recompute": (*held_parts, *held_output),
-                "backward_end": held_output,
-                "optimizer_step": held_output,
             }.get(numbers.peak_phase, ())
             if logit_parts:
                 parts[C.LOGITS] = times(logit_parts, k)

@@ -16,6 +16,7 @@ __all__ = [
     "LOOP_HELD_PART",
     "SOFTCAP_PART",
     "SOURCE",
+    "fused_loss_parts",
     "inference_logits",
     "loop_held_parts",
     "training_backward_parts",
@@ -48,11 +49,66 @@ def loop_held_parts(
 ) -> tuple[tuple[str, int], ...]:
     """The logits a training loop holding the model's output keeps through the backward and
     the optimizer step: ``tokens x vocab x 4`` where the model's forward returned them upcast
-    (``head_freed``: transformers < 4.46), else ``tokens x vocab x e``.
+    (``head_freed``: :func:`vrambudget.core.stack.upcast_rebound`), else ``tokens x vocab x e``.
 
     Worked number: 4,096 tokens, vocab 128,256: 2,101,346,304 B upcast, 1,050,673,152 B in
     bf16."""
     return ((LOOP_HELD_PART, tokens * vocab * (FP32 if head_freed else e)),)
+
+
+_CHUNK_BYTES = {
+    # per chunk element, e the compute dtype's bytes (LigerLoss.chunks)
+    "fp32_copy": (2, 4, "the previous chunk's logits and scaled copy, the current one in fp32"),
+    "scaled_copy": (3, 0, "the previous chunk's logits and scaled copy, the current one's"),
+    "aliased": (2, 0, "two chunks' logits (the previous one still bound)"),
+    "deleted": (1, 0, "one chunk's logits"),
+}
+
+
+def fused_loss_parts(
+    tokens: int,
+    vocab: int,
+    hidden: int,
+    e: int,
+    input_e: int,
+    head_gradient: int,
+    chunks: str,
+    head_upcast: bool,
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+    """Liger's fused linear cross-entropy (what it saves, what its forward works in): its
+    forward fills the hidden states' gradient, ``tokens x hidden x input_e`` (the head's input
+    dtype), and a trainable head's weight gradient (``head_gradient`` bytes; 0 for a frozen
+    head), and saves both for the backward, which hands them on; it computes the logits a chunk
+    of ``chunk = next_pow2(ceil(tokens / ceil(vocab / hidden)))`` rows (at most ``tokens``) at a
+    time, with the copies its release keeps (``chunks``: ``chunk x vocab x (2e + 4)``, ``3e``,
+    ``2e`` or ``e``); ``head_upcast``: each chunk adds its head-gradient product through a
+    head-sized temporary in the compute dtype and its fp32 copy, ``vocab x hidden x (e + 4)``,
+    while a head is trained. The forward holds both, the backward's start what is saved.
+
+    Worked number: Llama 3.1 8B (vocab 128,256, hidden 4,096) full fine-tune in bf16, 8,192
+    tokens, liger 0.8.0 (``aliased``, ``head_upcast``): chunk 256; saved 8,192 x 4,096 x 2 +
+    128,256 x 4,096 x 2 = 1,117,782,016 B; work 256 x 128,256 x 4 + 128,256 x 4,096 x 6 =
+    3,283,353,600 B."""
+    inc = -(-vocab // hidden)
+    chunk = min(1 << max(0, (-(-tokens // inc) - 1).bit_length()), tokens)
+    saved: tuple[tuple[str, int], ...] = (
+        (
+            "hidden states' gradient, computed by the fused loss in its forward",
+            tokens * hidden * input_e,
+        ),
+    )
+    if head_gradient:
+        saved += (
+            ("LM head's weight gradient, computed by the fused loss in its forward", head_gradient),
+        )
+    times_e, plus, name = _CHUNK_BYTES[chunks]
+    work: tuple[tuple[str, int], ...] = ((name, chunk * vocab * (times_e * e + plus)),)
+    if head_upcast and head_gradient:
+        work += (
+            ("one chunk's head-gradient product", vocab * hidden * e),
+            ("its fp32 copy", vocab * hidden * FP32),
+        )
+    return saved, work
 
 
 def training_forward_parts(
@@ -69,7 +125,7 @@ def training_forward_parts(
 ) -> tuple[tuple[str, int], ...]:
     """Forward: the LM head's output, its fp32 copy and the fp32 log-softmax live together:
     ``tokens x vocab x (e + 4 + 4)`` (``x 8`` for fp32 logits, which ``.float()`` returns);
-    ``head_freed`` (transformers < 4.46, whose model forward rebinds ``logits =
+    ``head_freed`` (transformers < 4.46 for most families, whose model forward rebinds ``logits =
     logits.float()``): the LM head's low-precision output is freed by the upcast, so only the
     fp32 tensors are live at the loss, ``tokens x vocab x 8`` (``x 12`` with the shifted copy);
     without the upcast (``cross_entropy_no_upcast``) ``tokens x vocab x 2e`` (``3e`` with a

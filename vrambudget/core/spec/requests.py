@@ -315,7 +315,9 @@ class Software(Wire, frozen=True, kw_only=True):
             "chunk of the sequence (torchtune's CEWithChunkedOutputLoss); "
             "`litgpt_chunked_cross_entropy`: fp32 logits (Fabric converts the model's output) held "
             "by the training loop, cross-entropy per 128-token chunk (LitGPT); "
-            "`fused_linear_cross_entropy`: no logits materialized (Liger, Unsloth). Default: the "
+            "`fused_linear_cross_entropy`: no logits materialized (Liger, Unsloth; Liger's "
+            "forward computes the hidden states' and a trainable head's gradients, by the "
+            "`libraries.liger_kernel` release, the current one if not named). Default: the "
             "framework's own."
         ),
     ] = None
@@ -409,10 +411,13 @@ class Software(Wire, frozen=True, kw_only=True):
         Meta(
             description="Training only: the training loop keeps the model's output, and so "
             "its logits, until after the optimizer step, as a hand-written loop that binds "
-            "`output = model(...)` and drops it only after `optimizer.step()` (Answer.AI's "
-            "fsdp_qlora `train.py`). The logits then sit beside the loss's backward tensors. "
-            "transformers' Trainer, TRL, torchtune and LitGPT drop them before the backward "
-            "(LitGPT's own rule is its loss's). Applies with the `cross_entropy` losses."
+            "`output = model(...)` and drops it (`output = None`) only after "
+            "`optimizer.step()` (Answer.AI's fsdp_qlora `train.py`). The logits then sit "
+            "beside the loss's backward tensors. transformers' Trainer and TRL drop them "
+            "before the backward; LitGPT's loop, which holds them, has its own rule (the "
+            "`litgpt_chunked_cross_entropy` loss). Applies with the `cross_entropy` losses. "
+            "Not counted: a loop that never drops them, whose previous logits also live "
+            "through the next forward."
         ),
     ] = False
 
