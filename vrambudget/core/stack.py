@@ -131,11 +131,6 @@ class Stack:
     loss_shift_copy: bool
     """transformers < 4.49: the loss shifts the fp32 logits with a contiguous copy
     (``shift_logits = logits[..., :-1, :].contiguous()``): one more fp32 tokens x vocab."""
-    loss_head_freed: bool
-    """A transformers release (< 4.48) in which some families' forward rebinds ``logits =
-    logits.float()``, freeing the LM head's low-precision output before the loss (4.46 - 4.48's
-    ``ForCausalLMLoss`` upcasts a copy while the caller keeps it): which families, by
-    :func:`upcast_rebound`."""
     loop_holds_output: bool
     """The training loop keeps the model's output (its logits) until after the optimizer step
     (``software.loop_holds_output``)."""
@@ -1247,7 +1242,6 @@ def _resolve(software: Software | None) -> Stack:
         cache_concat=concat,
         cache_copy_all=copy_all,
         loss_shift_copy=shift_copy,
-        loss_head_freed=head_freed,
         loop_holds_output=holds_output,
         liger_loss=liger_loss,
         bnb_keeps_inputs=bnb_inputs,
@@ -1407,10 +1401,13 @@ by ``model_type``: the *ForCausalLM files of 4.45.2 that rebind it, and those st
 def upcast_rebound(stack: Stack, model_type: str) -> bool:
     """The model's own forward frees the LM head's low-precision output at the upcast (the
     ``loss_head_freed`` behaviour) for this family and the stack's transformers release."""
-    if not stack.loss_head_freed or stack.transformers_version is None:
-        return False
     until = _UPCAST_REBOUND_UNTIL.get(model_type)
-    return until is not None and version_tuple(stack.transformers_version) < until
+    return (
+        until is not None
+        and stack.loss == "cross_entropy"
+        and stack.transformers_version is not None
+        and version_tuple(stack.transformers_version) < until
+    )
 
 
 def _liger_loss(loss: str, framework: str, sw: Software, torch_v: str) -> LigerLoss | None:

@@ -180,16 +180,21 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         joined,
         softcap=arch.final_softcap,
     )
+    # A trained LM head's weight gradient: a full fine-tune's, or a modules_to_save copy's.
+    weight_e = bytes_of(w.precision.weights)
+    head_gradient = (
+        0
+        if not has_head
+        else st.dims.vocab * arch.hidden_size * weight_e
+        if isinstance(w.method, FullFineTune)
+        else st.saved_head_gradient_bytes
+    )
     loss_fwd_parts, loss_bwd_parts = fwd_parts, bwd_parts
     fused_work: tuple[tuple[str, int], ...] = ()
     liger = stack.liger_loss
     if has_head and liger is not None:
         # Liger's fused loss: the hidden states' and a trainable head's gradients come from its
         # forward (the head's counted at the recompute and after, where it is the gradient).
-        weight_e = bytes_of(w.precision.weights)
-        full = isinstance(w.method, FullFineTune)
-        head_grad = st.dims.vocab * arch.hidden_size * weight_e if full else 0
-        head_grad = head_grad or st.saved_head_gradient_bytes
         head_upcast = liger.upcast_fp32 if weight_e == 4 else liger.upcast_16bit
         saved, fused_work = fused_loss_parts(
             tokens,
@@ -197,7 +202,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             arch.hidden_size,
             e,
             residual,
-            head_grad,
+            head_gradient,
             liger.chunks,
             head_upcast,
         )
@@ -298,10 +303,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         )
         # The LM head's weight gradient exists by then (a full fine-tune's; with accumulation
         # or kept gradients it is among the live ones already).
-        if has_head and isinstance(w.method, FullFineTune) and not grads_live:
-            recompute_grads += st.dims.vocab * arch.hidden_size * bytes_of(w.precision.weights)
-        elif has_head and not grads_live:  # a modules_to_save LM head copy's
-            recompute_grads += st.saved_head_gradient_bytes
+        if not grads_live:
+            recompute_grads += head_gradient
         held_logits = sum(b for _, b in held_parts) + held_out
         phases.append(
             (
