@@ -150,9 +150,7 @@ def report(rs: list[Row]) -> dict[str, dict[str, float | int]]:
             "Weights, KV cache and serving quantities by framework and version",
             _by(
                 ss,
-                lambda r: (
-                    f"{r.record.framework} {r.record.framework_version or '?'} {r.record.quantity}"
-                ),
+                lambda r: f"{r.record.framework} {_version_asked(r)} {r.record.quantity}",
             ),
             False,
         )
@@ -230,6 +228,13 @@ def main(argv: list[str]) -> int:
         return 0
     _print_all(rs)
     return 0
+
+
+def _version_asked(r: Row) -> str:
+    """The release a row's request named: a serving workload's ``engine_version`` (the run's
+    release, dated where the source does not print it), else the record's framework version."""
+    w = r.record.workload or {}
+    return w.get("engine_version") or r.record.framework_version or "?"
 
 
 def _print_all(rs: list[Row]) -> None:

@@ -47,6 +47,35 @@ def test_every_record_is_verifiable(records) -> None:
         assert (r.workload is None) <= (r.excluded is not None), f"{r.id}: excluded says why"
 
 
+def test_serving_records_are_compared_at_the_release_that_ran(records) -> None:
+    """A compared vLLM record asks for the release its run used: the printed one where the source
+    prints it (``framework_version``), and one the service models (0.10 onward): a run of an
+    older release would be answered with rules that release never had, so it stays excluded.
+    The llm-d-planner H100 table ran ``vllm/vllm-openai:latest`` of 2026-01-27 (0.14.1): under
+    the 0.19.0 accounting it had been labelled with, its Qwen3-32B pool read 74% high."""
+    from research.releases import version_at
+    from vrambudget.core.errors import InvalidWorkload
+    from vrambudget.core.serving.releases import engine_release
+
+    compared = [
+        r for r in records
+        if r.workload and r.workload.get("kind") == "llm_serving" and not r.excluded
+        and r.workload.get("engine", "vllm") == "vllm"
+    ]  # fmt: skip
+    assert len(compared) >= 10
+    for r in compared:
+        asked = r.workload["engine_version"]
+        engine_release("vllm", asked)  # raises for a release the service does not model
+        if r.framework_version:
+            assert asked == r.framework_version, r.id
+    planner = {r.workload["engine_version"] for r in compared if r.id.startswith("srv-llmd-")}
+    assert planner == {version_at("vllm", "2026-01-27")} == {"0.14.1"}
+    old = [r for r in records if r.id.startswith(("srv-vllm-pr-2031", "srv-vllm-issue-10517"))]
+    assert old and all(r.excluded and "predates the modelled releases" in r.excluded for r in old)
+    with pytest.raises(InvalidWorkload):
+        engine_release("vllm", "0.6.4")
+
+
 def test_every_corpus_config_names_its_source() -> None:
     import json
     import re
