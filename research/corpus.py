@@ -85,6 +85,11 @@ View = Literal[
     "torch_allocated_plus_context",
     "engine_log",  # a serving engine's own startup line
     "unspecified",  # "peak memory" without saying how: compared as nvidia_smi
+    # one of torch's allocator statistics (peak allocated, active or reserved) without saying
+    # which, where the only memory report of the code that ran prints those (torchtune's
+    # recipes, training/memory.py get_memory_stats): none counts the CUDA context or NCCL, so
+    # compared as torch_max_reserved, the largest of them
+    "torch_unspecified",
     # the device's used memory read through NVML's v1 memory info (pynvml / py3nvml
     # nvmlDeviceGetMemoryInfo(handle).used without version=2), which counts the memory the
     # driver reserves as used; nvidia-smi since R510 (and v2) leaves it out
@@ -396,7 +401,7 @@ def _device_view(b: Budget, view: View) -> int:
     cache = d.allocator_cache
     if cache is not None and view == "nvidia_smi":
         return cache.device_used_bytes
-    if cache is not None and view == "torch_max_reserved":
+    if cache is not None and view in ("torch_max_reserved", "torch_unspecified"):
         return cache.reserved_bytes
     lines = {line.component: line.bytes for line in d.lines}
     total = d.total_bytes - lines.get(Component.HEADROOM, 0)
@@ -406,7 +411,7 @@ def _device_view(b: Budget, view: View) -> int:
         # torch's allocated peak plus everything outside the allocator (context, NCCL)
         return total - lines.get(Component.ALLOCATOR_OVERHEAD, 0)
     reserved = total - outside_allocator_bytes(d)
-    if view == "torch_max_reserved":
+    if view in ("torch_max_reserved", "torch_unspecified"):
         return reserved
     return reserved - lines.get(Component.ALLOCATOR_OVERHEAD, 0)
 

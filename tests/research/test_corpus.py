@@ -76,6 +76,30 @@ def test_serving_records_are_compared_at_the_release_that_ran(records) -> None:
         engine_release("vllm", "0.6.4")
 
 
+def test_torch_unspecified_is_compared_as_torch_reserved(records) -> None:
+    """torchtune's recipes log three statistics (peak active, max allocated, max reserved:
+    ``get_memory_stats``), none with the CUDA context: a number that is one of them is compared
+    with the estimate's reserved bytes, the largest, never with the device total."""
+    import msgspec
+
+    from research.corpus import request_of, value_of
+    from vrambudget.core.estimate import estimate
+
+    torch_stats = [r for r in records if r.view == "torch_unspecified"]
+    assert len(torch_stats) == 18 and {r.framework for r in torch_stats} == {"torchtune"}
+    r = next(r for r in torch_stats if r.id == "ft-torchtune-readme-2024-09-8b-lora-1x4090")
+    req = request_of(r)
+    b = estimate(req.workloads, req.device, req.headroom, software=req.software)
+    as_view = {
+        v: value_of(b, msgspec.structs.replace(r, view=v))
+        for v in ("torch_unspecified", "torch_max_reserved", "unspecified", "torch_max_allocated")
+    }
+    assert as_view["torch_unspecified"] == as_view["torch_max_reserved"]
+    assert as_view["torch_max_allocated"] < as_view["torch_max_reserved"] < as_view["unspecified"]
+    context = next(line.bytes for line in b.devices[0].lines if line.component == "cuda_context")
+    assert as_view["unspecified"] - as_view["torch_unspecified"] == context
+
+
 def test_every_corpus_config_names_its_source() -> None:
     import json
     import re
@@ -162,16 +186,18 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.6% (met), but 89.6% inside their band (ml-engineering's Llama 3.1 8B ZeRO "
-    "runs from 8K to 256K tokens, -14% .. +18%, outside multi-GPU full training's x0.93 .. "
-    "x1.12; Qwen (v1)'s README inference tables, -15% .. +14%, against the inference band's "
-    "x0.86 .. x1.03), a band median half-width of "
+    "peaks median 3.7% (met) and 90.0% inside their band (met, by one run: ml-engineering's "
+    "Llama 3.1 8B ZeRO runs from 8K to 256K tokens, -14% .. +18%, lie outside multi-GPU full "
+    "training's x0.93 .. x1.12, Qwen (v1)'s README inference tables, -15% .. +14%, outside the "
+    "inference band's x0.86 .. x1.03), but a band median half-width of "
     "10.2% (the calibrate split's sources disagree by that much: QLoRA's 12 sources from x0.86 "
     "to x1.16, and every class's band reaches as far as 90% of the sources left out of its fit "
-    "lie) and 9 runs above their band's high end: two of those ml-engineering runs (ZeRO-3 at "
+    "lie) and 10 runs above their band's high end: two of those ml-engineering runs (ZeRO-3 at "
     "32K, 13-14% low), the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at 256 "
-    "and 512 tokens (12-13% low) and five Qwen-7B bf16 rows of its inference tables (3.5-8.2% "
-    "low, and 15% low at batch 4 in its KV-cache table)",
+    "and 512 tokens (12-13% low), five Qwen-7B bf16 rows of its inference tables (3.5-8.2% "
+    "low, and 15% low at batch 4 in its KV-cache table) and torchtune's FSDP full fine-tune "
+    "on four RTX 4090s (24.1 GB reserved on a 24 GB card, 19% above the estimate's reserved "
+    "bytes)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -335,12 +361,17 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     backward (both read in the released code, measured on it; bounds moved for them:
     docs/ACCURACY.md, *The loss's forward by transformers release*): 3.6%, 88.1% inside, 9
     above, 15.9%; Liger's fused loss computing its gradients in the forward (ml-engineering's
-    ZeRO-2 8K runs from 14.4% to 8.2% low): 3.6%, 89.2% inside, 7 above, 15.9%."""
+    ZeRO-2 8K runs from 14.4% to 8.2% low): 3.6%, 89.2% inside, 7 above, 15.9%. torchtune's
+    README tables compared as one of torch's statistics (its recipes log no other; they had been
+    compared with the device total, CUDA context included; changed after these numbers were
+    seen, docs/ACCURACY.md *torchtune's tables read as torch's statistics*): 3.7%, 89.7% inside,
+    8 above (its FSDP full fine-tune on four RTX 4090s, 24.1 GB reserved on a 24 GB card),
+    15.9%."""
     s = summarize([r for r in held_out if r.record.group != QWEN_V1_PROFILING])
     assert s["n"] >= 185
-    assert s["median_abs_error"] <= 0.0363
-    assert s["coverage"] >= 0.891
-    assert s["exceeded_but_fits"] <= 7
+    assert s["median_abs_error"] <= 0.0369
+    assert s["coverage"] >= 0.897
+    assert s["exceeded_but_fits"] <= 8
     assert s["median_half_width"] <= 0.159
     assert not math.isnan(s["median_signed_error"])
 
@@ -363,12 +394,13 @@ def test_held_out_accuracy_with_qwen_v1_does_not_regress(held_out) -> None:
     3.4%, 89.1% inside, 11 above, 11.2%; with the loss's forward by transformers release and
     Answer.AI's loop holding its output (read in the code; the refitted multi-GPU full-training
     band's low end rose from x0.896 to x0.934): 3.6%, 88.7% inside, 11 above, 10.2%; with
-    Liger's fused-loss gradients: 3.6%, 89.6% inside, 9 above, 10.2%."""
+    Liger's fused-loss gradients: 3.6%, 89.6% inside, 9 above, 10.2%; with torchtune's tables
+    compared as torch's statistics: 3.7%, 90.0% inside, 10 above, 10.2%."""
     s = summarize(held_out)
     assert s["n"] >= 221
-    assert s["median_abs_error"] <= 0.0363
-    assert s["coverage"] >= 0.895
-    assert s["exceeded_but_fits"] <= 9
+    assert s["median_abs_error"] <= 0.0369
+    assert s["coverage"] >= 0.900
+    assert s["exceeded_but_fits"] <= 10
     assert s["median_half_width"] <= 0.1023
     qwen = [r for r in held_out if r.record.group == QWEN_V1_PROFILING]
     emb = [r for r in qwen if "-lora-emb-" in r.record.id]
