@@ -30,7 +30,10 @@ def test_gguf_compute_buffers_never_fall_short_by_more_than_print_rounding():
         r for r in ROWS if r.engine in ("ollama", "llama_cpp") and r.quantity == "compute buffer"
     ]
     assert all(r.predicted - r.measured >= -0.06 for r in rows), rows
-    assert max(abs(r.error) for r in rows) <= 0.31
+    # 6.0%: the single-GPU Llama 3.1 70B logs (30% while the two-GPU pipeline's terms were
+    # applied to one GPU too); the two-GPU logs within print rounding
+    assert max(abs(r.error) for r in rows) <= 0.061
+    assert all(abs(r.error) <= 0.001 for r in rows if r.measured in (316.04, 346.55, 688.02))
 
 
 def test_vllm_weights_within_target():

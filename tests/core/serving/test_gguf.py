@@ -19,6 +19,7 @@ from vrambudget.core.serving.gguf.llamacpp import (
     kv_layer_bytes,
     layer_devices,
     llama_account,
+    pipeline_parallel,
 )
 from vrambudget.core.serving.gguf.ollama_estimate import ollama_estimate
 from vrambudget.core.serving.gguf.recipe import file_type_default
@@ -160,8 +161,9 @@ def test_compute_buffer_by_hand():
     off = _settings(flash_attn=False)
     per = 8192 * (4 * 32 + 4) + 20 * 4096 + 8 * 1024 + 20
     assert compute_buffer(arch, off, every, True, cells, gpu=False) == 512 * per
-    # a GPU keeps more alive: logits 4 V + 24 E on the output GPU,
-    # 12 n_ff + 36 E + 2 n_kv for layers with flash attention, 4 H n_kv + 12 n_ff + 2 E without
+    # a GPU of a pipeline (two or more GPUs) keeps more alive: logits 4 V + 24 E on the output
+    # GPU, 12 n_ff + 36 E + 2 n_kv for layers with flash attention, 4 H n_kv + 12 n_ff + 2 E
+    # without
     assert compute_buffer(arch, s, every, True, cells) == 512 * (4 * 128256 + 24 * 4096)
     assert compute_buffer(arch, s, (0, 1), False, cells) == 512 * (
         12 * 14336 + 36 * 4096 + 2 * 8192
@@ -169,6 +171,28 @@ def test_compute_buffer_by_hand():
     assert compute_buffer(arch, off, (0, 1), False, cells) == 512 * (
         4 * 32 * 8192 + 12 * 14336 + 2 * 4096
     )
+    # one GPU runs no pipeline: the CPU terms with flash attention (the two-GPU term without)
+    alone = compute_buffer(arch, s, every, True, cells, pipeline=False)
+    assert alone == 512 * (4 * 128256 + 8 * 4096 + 4)
+    assert compute_buffer(arch, s, (0, 1), False, cells, pipeline=False) == 512 * (
+        2 * 8192 + 16 * 4096 + 12 * 14336 + 28
+    )
+    assert compute_buffer(arch, off, (0, 1), False, cells, pipeline=False) == 512 * (
+        4 * 32 * 8192 + 12 * 14336 + 2 * 4096
+    )
+
+
+def test_pipeline_parallelism_needs_two_gpus_and_everything_offloaded():
+    arch = resolve_model(LLAMA8B)  # 32 layers, the output layer the 33rd
+    one = llama_account(arch, "Q4_K_M", _settings())
+    assert not pipeline_parallel(one.settings, 32)
+    assert one.devices[0].compute_bytes == 512 * (4 * 128256 + 8 * 4096 + 4)
+    two = _settings(devices=2, splits=(1.0, 1.0))
+    assert pipeline_parallel(two, 32)
+    a = llama_account(arch, "Q4_K_M", two)
+    assert a.devices[1].compute_bytes == 512 * (4 * 128256 + 24 * 4096)
+    assert not pipeline_parallel(_settings(devices=2, splits=(1.0, 1.0), n_gpu_layers=32), 32)
+    assert not pipeline_parallel(_settings(devices=2, splits=(1.0, 1.0), kv_offload=False), 32)
 
 
 def test_account_splits_weights_and_keeps_embeddings_on_the_host():
@@ -234,7 +258,8 @@ def test_llama_cpp_budget_lines_are_the_buffers():
     lines = {ln.component.value: ln.bytes for ln in b.devices[0].lines}
     assert lines["weights"] == 4_912_898_048 - 295_501_824
     assert lines["kv_cache"] == s.kv_cache_pool_bytes == 1 << 30
-    assert lines["activations"] == 512 * (4 * 128256 + 24 * 4096)
+    # one GPU, no pipeline: the logits' CPU-backend term
+    assert lines["activations"] == 512 * (4 * 128256 + 8 * 4096 + 4) == 279_447_552
     assert b.devices[0].total_bytes == b.device.memory_total_bytes  # type: ignore[union-attr]
     assert "-c 8192" in s.launch and "-ngl 33" in s.launch and "--fit" not in s.launch
     assert b.disk.total_bytes == 4_912_898_048

@@ -37,6 +37,7 @@ __all__ = [
     "kv_cells",
     "layer_devices",
     "llama_account",
+    "pipeline_parallel",
 ]
 
 QUANTIZED_KV_COMPUTE_FACTOR = 1.3
@@ -176,6 +177,15 @@ def _ff(arch: Arch) -> int:
     return arch.intermediate_size
 
 
+def pipeline_parallel(s: LlamaSettings, n_layer: int) -> bool:
+    """llama.cpp's pipeline parallelism (src/llama-context.cpp:429-458): more than one GPU,
+    every layer and the output layer offloaded (``n_gpu_layers > n_layer``), the KV cache on
+    the GPUs, split mode ``layer`` (the only one modelled). Its scheduler then keeps
+    ``GGML_SCHED_MAX_COPIES`` (4) copies of each split's inputs in the compute buffers
+    (ggml/src/ggml-backend.cpp:771-773)."""
+    return s.devices > 1 and s.n_gpu_layers > n_layer and s.kv_offload
+
+
 def compute_buffer(
     arch: Arch,
     s: LlamaSettings,
@@ -183,6 +193,7 @@ def compute_buffer(
     output: bool,
     cells: tuple[int, ...],
     gpu: bool = True,
+    pipeline: bool = True,
 ) -> int:
     """One backend's compute buffer: ``T x`` the largest per-token term of the stages it runs,
     ``T = min(n_ctx, n_ubatch)`` (graph_reserve, src/llama-context.cpp:629-670: every token an
@@ -201,13 +212,18 @@ def compute_buffer(
     measured 0.93 - 1.29 x the f16 buffer, so the budget takes ``QUANTIZED_KV_COMPUTE_FACTOR``
     (1.3) x.
 
-    A GPU backend's graph keeps more alive than the CPU's. Published llama.cpp buffer lines of
-    Llama 3.1 70B on CUDA (Ollama 0.11 / 0.13 logs, research/data/engine_logs.json) give, per
-    token: without flash attention ``4 n_head n_kv + 12 n_ff + 2 n_embd`` (688.02 MiB at n_kv
-    4096), with it ``12 n_ff + 36 n_embd + 2 n_kv`` on a GPU without the output layer (316.04
-    MiB) and ``4 n_vocab + 24 n_embd`` on the one with it (346.55 MiB); a GPU buffer is the
-    larger of those and the CPU terms (one single-GPU log measured 266.50 MiB where this
-    gives 346.55: the GPU terms err high, never low, on these logs).
+    Over two GPUs (``pipeline``: :func:`pipeline_parallel`) a GPU's graph keeps more alive
+    than the CPU's. Published llama.cpp buffer lines of Llama 3.1 70B split over two CUDA GPUs
+    (Ollama 0.11 / 0.13 logs, research/data/engine_logs.json) give, per token: without flash
+    attention ``4 n_head n_kv + 12 n_ff + 2 n_embd`` (688.02 MiB at n_kv 4096), with it
+    ``12 n_ff + 36 n_embd + 2 n_kv`` on a GPU without the output layer (316.04 MiB) and
+    ``4 n_vocab + 24 n_embd`` on the one with it (346.55 MiB); such a GPU's buffer is the
+    larger of those and the CPU terms. With flash attention the excess over the CPU terms,
+    ``16 n_embd`` on the output GPU and ``20 n_embd`` on the other, is about the four f32
+    copies (``16 n_embd``) of the hidden state the pipeline's scheduler keeps for each split's
+    input; one GPU runs no pipeline, so it takes the CPU terms (three single-GPU logs print
+    ``4 n_vocab + 4 n_embd``: 4 n_embd + 4 B per token below them). Without flash attention
+    a single GPU keeps the two-GPU term: no single-GPU log without it says what it holds.
     """
     t = min(s.n_ctx, s.n_ubatch)
     e = arch.hidden_size
@@ -232,12 +248,13 @@ def compute_buffer(
                 factor = QUANTIZED_K_COMPUTE_FACTOR
         if gpu:
             if s.flash_attn:
-                per = max(per, 12 * ff + 36 * e + 2 * n_kv)
+                if pipeline:
+                    per = max(per, 12 * ff + 36 * e + 2 * n_kv)
             else:
                 per = max(per, 4 * arch.num_heads * n_kv + 12 * ff + 2 * e)
     if output:
         per = max(per, 4 * arch.vocab_size + 8 * e + 4)
-        if gpu:
+        if gpu and pipeline:
             per = max(per, 4 * arch.vocab_size + 24 * e)
     return math.ceil(t * per * factor)
 
@@ -282,6 +299,7 @@ def llama_account(
         else:
             host_kv += b
     devices = []
+    pipeline = pipeline_parallel(s, n_layer)
     for d in range(s.devices):
         layers = tuple(i for i in range(n_layer) if where[i] == d)
         out = where[n_layer] == d
@@ -290,7 +308,11 @@ def llama_account(
                 index=d,
                 weights_bytes=weights[d],
                 kv_bytes=kv[d],
-                compute_bytes=compute_buffer(arch, s, layers, out, cells) if layers or out else 0,
+                compute_bytes=(
+                    compute_buffer(arch, s, layers, out, cells, pipeline=pipeline)
+                    if layers or out
+                    else 0
+                ),
                 layers=layers,
                 output=out,
             )
