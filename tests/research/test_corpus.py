@@ -48,32 +48,37 @@ def test_every_record_is_verifiable(records) -> None:
 
 
 def test_serving_records_are_compared_at_the_release_that_ran(records) -> None:
-    """A compared vLLM record asks for the release its run used: the printed one where the source
-    prints it (``framework_version``), and one the service models (0.10 onward): a run of an
-    older release would be answered with rules that release never had, so it stays excluded.
-    The llm-d-planner H100 table ran ``vllm/vllm-openai:latest`` of 2026-01-27 (0.14.1): under
-    the 0.19.0 accounting it had been labelled with, its Qwen3-32B pool read 74% high."""
+    """A vLLM record asks for the release its run used: the printed one where the source prints
+    it (``framework_version``), else the one current when the source says it ran. It is compared
+    exactly when the service models that release (0.10 onward): a run of an older release would
+    be answered with rules that release never had. llm-d-planner's H100 table ran
+    ``vllm/vllm-openai:latest`` before 2026-01-23 (0.14.0): under the 0.19.0 accounting it had
+    been labelled with, its Qwen3-32B pool read 74% high."""
     from research.releases import version_at
     from vrambudget.core.errors import InvalidWorkload
     from vrambudget.core.serving.releases import engine_release
 
-    compared = [
+    vllm = [
         r for r in records
-        if r.workload and r.workload.get("kind") == "llm_serving" and not r.excluded
+        if r.workload and r.workload.get("kind") == "llm_serving"
         and r.workload.get("engine", "vllm") == "vllm"
     ]  # fmt: skip
-    assert len(compared) >= 10
+    old = [r for r in vllm if r.excluded and "predates the modelled releases" in r.excluded]
+    compared = [r for r in vllm if not r.excluded]
+    assert len(old) == 19 and len(compared) >= 10
+    for r in old:
+        with pytest.raises(InvalidWorkload):
+            engine_release("vllm", r.workload["engine_version"])
+        assert f"vLLM {r.workload['engine_version']}" in r.excluded, r.id
     for r in compared:
         asked = r.workload["engine_version"]
         engine_release("vllm", asked)  # raises for a release the service does not model
         if r.framework_version:
             assert asked == r.framework_version, r.id
-    planner = {r.workload["engine_version"] for r in compared if r.id.startswith("srv-llmd-")}
-    assert planner == {version_at("vllm", "2026-01-27")} == {"0.14.1"}
-    old = [r for r in records if r.id.startswith(("srv-vllm-pr-2031", "srv-vllm-issue-10517"))]
-    assert old and all(r.excluded and "predates the modelled releases" in r.excluded for r in old)
-    with pytest.raises(InvalidWorkload):
-        engine_release("vllm", "0.6.4")
+    asked = {r.id.split("-")[1]: r.workload["engine_version"] for r in compared}
+    assert asked["llmd"] == version_at("vllm", "2026-01-23") == "0.14.0"
+    assert asked["ray"] == version_at("vllm", "2025-08-19") == "0.10.1"
+    assert asked["llmservingsim"] == "0.19.0"
 
 
 def test_torch_unspecified_is_compared_as_torch_reserved(records) -> None:
@@ -86,7 +91,7 @@ def test_torch_unspecified_is_compared_as_torch_reserved(records) -> None:
     from vrambudget.core.estimate import estimate
 
     torch_stats = [r for r in records if r.view == "torch_unspecified"]
-    assert len(torch_stats) == 18 and {r.framework for r in torch_stats} == {"torchtune"}
+    assert len(torch_stats) == 10 and {r.framework for r in torch_stats} == {"torchtune"}
     r = next(r for r in torch_stats if r.id == "ft-torchtune-readme-2024-09-8b-lora-1x4090")
     req = request_of(r)
     b = estimate(req.workloads, req.device, req.headroom, software=req.software)
@@ -98,6 +103,17 @@ def test_torch_unspecified_is_compared_as_torch_reserved(records) -> None:
     assert as_view["torch_max_allocated"] < as_view["torch_max_reserved"] < as_view["unspecified"]
     context = next(line.bytes for line in b.devices[0].lines if line.component == "cuda_context")
     assert as_view["unspecified"] - as_view["torch_unspecified"] == context
+    # where the answer replays the allocator (transformers' generate), both read its reserved
+    from research.corpus import _device_view
+
+    (g,) = [r for r in records if r.id == "inf2-ob-llama2-7b-fp16-bs1-reserved-a100"]
+    req = request_of(g)
+    b = estimate(req.workloads, req.device, req.headroom, software=req.software,
+                 allocator_replay=True)  # fmt: skip
+    cache = b.devices[b.most_loaded].allocator_cache
+    assert cache is not None
+    assert _device_view(b, "torch_unspecified") == cache.reserved_bytes
+    assert _device_view(b, "torch_max_reserved") == cache.reserved_bytes
 
 
 def test_every_corpus_config_names_its_source() -> None:
@@ -186,18 +202,16 @@ def _class(held, name):
 @pytest.mark.xfail(
     strict=True,
     reason="not met yet (docs/ACCURACY.md, 'Against published measurements'): held-out device "
-    "peaks median 3.7% (met) and 90.0% inside their band (met, by one run: ml-engineering's "
-    "Llama 3.1 8B ZeRO runs from 8K to 256K tokens, -14% .. +18%, lie outside multi-GPU full "
-    "training's x0.93 .. x1.12, Qwen (v1)'s README inference tables, -15% .. +14%, outside the "
-    "inference band's x0.86 .. x1.03), but a band median half-width of "
-    "10.2% (the calibrate split's sources disagree by that much: QLoRA's 12 sources from x0.86 "
-    "to x1.16, and every class's band reaches as far as 90% of the sources left out of its fit "
-    "lie) and 10 runs above their band's high end: two of those ml-engineering runs (ZeRO-3 at "
-    "32K, 13-14% low), the Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at 256 "
-    "and 512 tokens (12-13% low), five Qwen-7B bf16 rows of its inference tables (3.5-8.2% "
-    "low, and 15% low at batch 4 in its KV-cache table) and torchtune's FSDP full fine-tune "
-    "on four RTX 4090s (24.1 GB reserved on a 24 GB card, 19% above the estimate's reserved "
-    "bytes)",
+    "peaks median 3.6% and 90.5% inside their band (both met; ml-engineering's Llama 3.1 8B "
+    "ZeRO runs from 8K to 256K tokens, -14% .. +18%, lie outside multi-GPU full training's "
+    "x0.93 .. x1.12, Qwen (v1)'s README inference tables, -15% .. +14%, outside the inference "
+    "band's x0.86 .. x1.03), but a band median half-width of 10.03% (the calibrate split's "
+    "sources disagree by that much: QLoRA's 12 sources from x0.86 to x1.16, and every class's "
+    "band reaches as far as 90% of the sources left out of its fit lie) and 9 runs above their "
+    "band's high end: two of those ml-engineering runs (ZeRO-3 at 32K, 13-14% low), the "
+    "Qwen-1.8B plain-LoRA rows of QwenLM/Qwen's profiling table at 256 and 512 tokens (12-13% "
+    "low) and five Qwen-7B bf16 rows of its inference tables (3.5-8.2% low, and 15% low at "
+    "batch 4 in its KV-cache table)",
 )
 def test_held_out_peaks_meet_every_target(held_out) -> None:
     s = summarize(held_out)
@@ -362,16 +376,15 @@ def test_held_out_accuracy_does_not_regress(held_out) -> None:
     docs/ACCURACY.md, *The loss's forward by transformers release*): 3.6%, 88.1% inside, 9
     above, 15.9%; Liger's fused loss computing its gradients in the forward (ml-engineering's
     ZeRO-2 8K runs from 14.4% to 8.2% low): 3.6%, 89.2% inside, 7 above, 15.9%. torchtune's
-    README tables compared as one of torch's statistics (its recipes log no other; they had been
-    compared with the device total, CUDA context included; changed after these numbers were
-    seen, docs/ACCURACY.md *torchtune's tables read as torch's statistics*): 3.7%, 89.7% inside,
-    8 above (its FSDP full fine-tune on four RTX 4090s, 24.1 GB reserved on a 24 GB card),
-    15.9%."""
+    2024-04-18 and 2024-09 README tables compared as one of torch's statistics (its recipes log
+    no other; they had been compared with the device total, CUDA context included; changed
+    after these numbers were seen, docs/ACCURACY.md *torchtune's tables read as torch's
+    statistics*): 3.6%, 90.3% inside, 7 above, 15.9%."""
     s = summarize([r for r in held_out if r.record.group != QWEN_V1_PROFILING])
     assert s["n"] >= 185
-    assert s["median_abs_error"] <= 0.0369
-    assert s["coverage"] >= 0.897
-    assert s["exceeded_but_fits"] <= 8
+    assert s["median_abs_error"] <= 0.0363
+    assert s["coverage"] >= 0.902
+    assert s["exceeded_but_fits"] <= 7
     assert s["median_half_width"] <= 0.159
     assert not math.isnan(s["median_signed_error"])
 
@@ -395,13 +408,14 @@ def test_held_out_accuracy_with_qwen_v1_does_not_regress(held_out) -> None:
     Answer.AI's loop holding its output (read in the code; the refitted multi-GPU full-training
     band's low end rose from x0.896 to x0.934): 3.6%, 88.7% inside, 11 above, 10.2%; with
     Liger's fused-loss gradients: 3.6%, 89.6% inside, 9 above, 10.2%; with torchtune's tables
-    compared as torch's statistics: 3.7%, 90.0% inside, 10 above, 10.2%."""
+    compared as torch's statistics and its Llama 3 tutorial (calibrate) as allocated, as its
+    README says: 3.6%, 90.5% inside, 9 above, 10.03%."""
     s = summarize(held_out)
     assert s["n"] >= 221
-    assert s["median_abs_error"] <= 0.0369
-    assert s["coverage"] >= 0.900
-    assert s["exceeded_but_fits"] <= 10
-    assert s["median_half_width"] <= 0.1023
+    assert s["median_abs_error"] <= 0.0363
+    assert s["coverage"] >= 0.904
+    assert s["exceeded_but_fits"] <= 9
+    assert s["median_half_width"] <= 0.1004
     qwen = [r for r in held_out if r.record.group == QWEN_V1_PROFILING]
     emb = [r for r in qwen if "-lora-emb-" in r.record.id]
     assert len(qwen) == 36 and len(emb) == 18
