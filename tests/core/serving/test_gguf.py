@@ -161,23 +161,34 @@ def test_compute_buffer_by_hand():
     off = _settings(flash_attn=False)
     per = 8192 * (4 * 32 + 4) + 20 * 4096 + 8 * 1024 + 20
     assert compute_buffer(arch, off, every, True, cells, gpu=False) == 512 * per
-    # a GPU of a pipeline (two or more GPUs) keeps more alive: logits 4 V + 24 E on the output
-    # GPU, 12 n_ff + 36 E + 2 n_kv for layers with flash attention, 4 H n_kv + 12 n_ff + 2 E
-    # without
-    assert compute_buffer(arch, s, every, True, cells) == 512 * (4 * 128256 + 24 * 4096)
-    assert compute_buffer(arch, s, (0, 1), False, cells) == 512 * (
-        12 * 14336 + 36 * 4096 + 2 * 8192
-    )
-    assert compute_buffer(arch, off, (0, 1), False, cells) == 512 * (
+    # split over several GPUs a GPU keeps more alive: logits 4 V + 24 E on the output GPU,
+    # 12 n_ff + 36 E + 2 n_kv for layers with flash attention, 4 H n_kv + 12 n_ff + 2 E
+    # without (measured at n_kv 4096; here n_kv is 8192)
+    two = _settings(devices=2, splits=(1.0, 1.0))
+    two_off = _settings(devices=2, splits=(1.0, 1.0), flash_attn=False)
+    split = compute_buffer(arch, two, (0, 1), False, cells, pipeline=False)
+    assert split == 512 * (12 * 14336 + 36 * 4096 + 2 * 8192)
+    assert compute_buffer(arch, two_off, (0, 1), False, cells, pipeline=False) == 512 * (
         4 * 32 * 8192 + 12 * 14336 + 2 * 4096
     )
+    assert compute_buffer(arch, two, every, True, cells, pipeline=False) == 512 * (
+        4 * 128256 + 24 * 4096
+    )
+    # under the pipeline the four copies of each split's f16 mask grow with n_kv: the CPU
+    # terms + 16 E + 8 n_kv where that is larger (equal to the measured terms at n_kv 4096)
+    assert compute_buffer(arch, two, (0, 1), False, cells) == 512 * (
+        2 * 8192 + 16 * 4096 + 12 * 14336 + 28 + 16 * 4096 + 8 * 8192
+    )
+    assert compute_buffer(arch, two, every, True, cells) == 512 * (
+        4 * 128256 + 20 * 4096 + 8 * 8192
+    )
     # one GPU runs no pipeline: the CPU terms with flash attention (the two-GPU term without)
-    alone = compute_buffer(arch, s, every, True, cells, pipeline=False)
+    alone = compute_buffer(arch, s, every, True, cells)
     assert alone == 512 * (4 * 128256 + 8 * 4096 + 4)
-    assert compute_buffer(arch, s, (0, 1), False, cells, pipeline=False) == 512 * (
+    assert compute_buffer(arch, s, (0, 1), False, cells) == 512 * (
         2 * 8192 + 16 * 4096 + 12 * 14336 + 28
     )
-    assert compute_buffer(arch, off, (0, 1), False, cells, pipeline=False) == 512 * (
+    assert compute_buffer(arch, off, (0, 1), False, cells) == 512 * (
         4 * 32 * 8192 + 12 * 14336 + 2 * 4096
     )
 
@@ -190,9 +201,24 @@ def test_pipeline_parallelism_needs_two_gpus_and_everything_offloaded():
     two = _settings(devices=2, splits=(1.0, 1.0))
     assert pipeline_parallel(two, 32)
     a = llama_account(arch, "Q4_K_M", two)
-    assert a.devices[1].compute_bytes == 512 * (4 * 128256 + 24 * 4096)
-    assert not pipeline_parallel(_settings(devices=2, splits=(1.0, 1.0), n_gpu_layers=32), 32)
-    assert not pipeline_parallel(_settings(devices=2, splits=(1.0, 1.0), kv_offload=False), 32)
+    assert a.devices[0].compute_bytes == 512 * (
+        2 * 8192 + 16 * 4096 + 12 * 14336 + 28 + 16 * 4096 + 8 * 8192
+    )
+    assert a.devices[1].compute_bytes == 512 * (4 * 128256 + 20 * 4096 + 8 * 8192)
+    # two GPUs without the pipeline (partial offload, or the KV cache on the host) keep the
+    # two-GPU terms as measured: no log says what they hold
+    for no_pipe in (
+        _settings(devices=2, splits=(1.0, 1.0), n_gpu_layers=32),
+        _settings(devices=2, splits=(1.0, 1.0), kv_offload=False),
+    ):
+        assert not pipeline_parallel(no_pipe, 32)
+        b = llama_account(arch, "Q4_K_M", no_pipe)
+        assert all(d.layers for d in b.devices)
+        assert b.devices[0].compute_bytes == 512 * (12 * 14336 + 36 * 4096 + 2 * 8192)
+        last = b.devices[-1]
+        assert last.compute_bytes == 512 * (
+            4 * 128256 + 24 * 4096 if last.output else 12 * 14336 + 36 * 4096 + 2 * 8192
+        )
 
 
 def test_account_splits_weights_and_keeps_embeddings_on_the_host():

@@ -180,9 +180,12 @@ def _ff(arch: Arch) -> int:
 def pipeline_parallel(s: LlamaSettings, n_layer: int) -> bool:
     """llama.cpp's pipeline parallelism (src/llama-context.cpp:429-458): more than one GPU,
     every layer and the output layer offloaded (``n_gpu_layers > n_layer``), the KV cache on
-    the GPUs, split mode ``layer`` (the only one modelled). Its scheduler then keeps
-    ``GGML_SCHED_MAX_COPIES`` (4) copies of each split's inputs in the compute buffers
-    (ggml/src/ggml-backend.cpp:771-773)."""
+    the GPUs, split mode ``layer`` (the only one modelled); llama.cpp also needs no tensor
+    overrides and devices with async compute and events (not modelled: they would only turn it
+    off). Its scheduler then keeps ``GGML_SCHED_MAX_COPIES`` (4) copies of each split's inputs
+    in the compute buffers (ggml/src/ggml-backend.cpp:771-773). When that allocation fails,
+    llama.cpp retries without the pipeline (CTX:676-683); the estimate keeps the pipeline's
+    buffers, the larger."""
     return s.devices > 1 and s.n_gpu_layers > n_layer and s.kv_offload
 
 
@@ -212,20 +215,30 @@ def compute_buffer(
     measured 0.93 - 1.29 x the f16 buffer, so the budget takes ``QUANTIZED_KV_COMPUTE_FACTOR``
     (1.3) x.
 
-    Over two GPUs (``pipeline``: :func:`pipeline_parallel`) a GPU's graph keeps more alive
-    than the CPU's. Published llama.cpp buffer lines of Llama 3.1 70B split over two CUDA GPUs
-    (Ollama 0.11 / 0.13 logs, research/data/engine_logs.json) give, per token: without flash
-    attention ``4 n_head n_kv + 12 n_ff + 2 n_embd`` (688.02 MiB at n_kv 4096), with it
-    ``12 n_ff + 36 n_embd + 2 n_kv`` on a GPU without the output layer (316.04 MiB) and
-    ``4 n_vocab + 24 n_embd`` on the one with it (346.55 MiB); such a GPU's buffer is the
-    larger of those and the CPU terms. With flash attention the excess over the CPU terms,
-    ``16 n_embd`` on the output GPU and ``20 n_embd`` on the other, is about the four f32
-    copies (``16 n_embd``) of the hidden state the pipeline's scheduler keeps for each split's
-    input; one GPU runs no pipeline, so it takes the CPU terms (three single-GPU logs print
-    ``4 n_vocab + 4 n_embd``: 4 n_embd + 4 B per token below them). Without flash attention
-    a single GPU keeps the two-GPU term: no single-GPU log without it says what it holds.
+    A GPU's graph keeps more alive than the CPU's when the model is split over several GPUs.
+    Published llama.cpp buffer lines of Llama 3.1 70B split over two CUDA GPUs (Ollama 0.11 /
+    0.13 logs, research/data/engine_logs.json; both at n_kv 4,096) give, per token: without
+    flash attention ``4 n_head n_kv + 12 n_ff + 2 n_embd`` (688.02 MiB), with it ``12 n_ff +
+    36 n_embd + 2 n_kv`` on a GPU without the output layer (316.04 MiB) and ``4 n_vocab + 24
+    n_embd`` on the one with it (346.55 MiB); such a GPU's buffer is the larger of those and
+    the CPU terms. Under the pipeline (``pipeline``: :func:`pipeline_parallel`) those
+    flash-attention terms are what the CPU-backend terms (the single-GPU CUDA logs' ``4
+    n_vocab + 4 n_embd`` for the logits) plus four copies of each split's inputs, the f32
+    hidden state and the f16 mask (``16 n_embd + 8 n_kv``), come to at n_kv 4,096; beyond it
+    the mask's copies grow with n_kv, so a pipeline GPU takes the larger of the measured term
+    and that sum. One GPU runs no pipeline: with flash attention it takes the CPU terms (every
+    single-GPU log prints ``4 n_vocab + 4 n_embd`` for the logits, 4 n_embd + 4 B per token
+    below the CPU's). Without flash attention, and on several GPUs without the pipeline
+    (partial offload, the KV cache on the host), no log says what a GPU holds: those keep the
+    two-GPU terms.
+
+    Not modelled: with partial offload, llama.cpp runs large-batch matmuls of host-resident
+    weights on the GPU (``offload_op``), which copies such a weight into the GPU's compute
+    buffer; the estimate can be low there.
     """
     t = min(s.n_ctx, s.n_ubatch)
+    several = s.devices > 1
+    pipeline = pipeline and several
     e = arch.hidden_size
     ff = _ff(arch)
     k, _ = _kv_widths(arch)
@@ -248,14 +261,19 @@ def compute_buffer(
                 factor = QUANTIZED_K_COMPUTE_FACTOR
         if gpu:
             if s.flash_attn:
-                if pipeline:
+                if several:
                     per = max(per, 12 * ff + 36 * e + 2 * n_kv)
+                if pipeline:
+                    per = max(per, 2 * n_kv + 16 * e + 12 * ff + 28 + 16 * e + 8 * n_kv)
             else:
                 per = max(per, 4 * arch.num_heads * n_kv + 12 * ff + 2 * e)
     if output:
         per = max(per, 4 * arch.vocab_size + 8 * e + 4)
-        if gpu and pipeline:
+        if gpu and several:
             per = max(per, 4 * arch.vocab_size + 24 * e)
+        if gpu and pipeline:
+            kv_out = max((cells[i] for i in layers), default=0)
+            per = max(per, 4 * arch.vocab_size + 4 * e + 16 * e + 8 * kv_out)
     return math.ceil(t * per * factor)
 
 
