@@ -221,6 +221,22 @@ def test_pipeline_parallelism_needs_two_gpus_and_everything_offloaded():
         )
 
 
+def test_host_compute_buffer_grows_with_the_context():
+    """Fully offloaded, the host's compute buffer holds the input layer's rows and the graph
+    inputs: T x (4 n_embd + 4 n_kv), as Ollama's logs of Llama 3.1 70B on one L40S print it
+    (24.01 MiB at 4,096 cells, 32.01 MiB at 8,192); over a two-GPU pipeline the larger of
+    twice that and 16 n_embd x T (its two logs at 4,096 cells: 48.05 and 64.04 MiB)."""
+    arch = resolve_model(PresetModel(id="llama-3.1-70b"))
+    for n_ctx, mib in ((4096, 24), (8192, 32), (65536, 144)):
+        s = _settings(n_ctx=n_ctx, n_ctx_seq=n_ctx, n_gpu_layers=81)
+        a = llama_account(arch, "Q4_K_M", s)
+        assert a.host_compute_bytes == 512 * (4 * 8192 + 4 * n_ctx) == mib * MiB
+    pipe = _settings(n_gpu_layers=81, n_ctx=4096, n_ctx_seq=4096, devices=2, splits=(1.0, 1.0))
+    assert llama_account(arch, "Q4_K_M", pipe).host_compute_bytes == 512 * 16 * 8192 == 64 * MiB
+    long = _settings(n_gpu_layers=81, devices=2, splits=(1.0, 1.0))  # 8,192 cells
+    assert llama_account(arch, "Q4_K_M", long).host_compute_bytes == 2 * 32 * MiB
+
+
 def test_account_splits_weights_and_keeps_embeddings_on_the_host():
     arch = resolve_model(LLAMA8B)
     a = llama_account(arch, "Q4_K_M", _settings())

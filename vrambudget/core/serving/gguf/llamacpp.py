@@ -338,8 +338,15 @@ def llama_account(
     cpu_layers = tuple(i for i in range(n_layer) if where[i] < 0)
     host_compute = compute_buffer(arch, s, cpu_layers, where[n_layer] < 0, cells, gpu=False)
     if not cpu_layers and where[n_layer] >= 0:
-        # the input layer's get_rows and the transfers (CUDA_Host compute buffer)
-        host_compute = 3 * arch.hidden_size * min(s.n_ctx, s.n_ubatch) * 4
+        # the input layer's get_rows and the graph inputs (CUDA_Host compute buffer): without
+        # the pipeline llama.cpp logs print T x (4 n_embd + 4 n_kv) (Llama 3.1 70B: 24.01 MiB
+        # at 4,096 cells and 32.01 at 8,192; Llama 3.2 1B 12.01; Pythia 2.8B 9.01; gpt-oss-20b
+        # 71.15 and 135.15 at 32K and 64K, 1.5 MiB above it); the two two-GPU pipelines of
+        # Llama 3.1 70B at 4,096 cells print 48.05 (flash attention) and 64.04 MiB (without):
+        # the larger of twice the one-GPU figure and 16 n_embd x T (64 MiB for both)
+        e = arch.hidden_size
+        one = 4 * e + 4 * max(cells, default=0)
+        host_compute = min(s.n_ctx, s.n_ubatch) * (max(2 * one, 16 * e) if pipeline else one)
     per_cell = sum(
         kv_layer_bytes(arch, s, 1)
         for layer, count in arch.layer_runs
