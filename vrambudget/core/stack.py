@@ -1102,7 +1102,8 @@ def _resolve(software: Software | None) -> Stack:
     shift_copy = loss == "cross_entropy" and tf < (4, 49)
     if shift_copy:
         behaviours.append(_SHIFT_COPY)
-    head_freed = loss == "cross_entropy" and tf < (4, 48)
+    # listed while any family's forward still rebinds the upcast (upcast_rebound is per family)
+    head_freed = loss == "cross_entropy" and tf < max(_UPCAST_REBOUND_UNTIL.values())
     if head_freed:
         behaviours.append(_HEAD_FREED)
     holds_output = sw.loop_holds_output and loss in ("cross_entropy", "cross_entropy_no_upcast")

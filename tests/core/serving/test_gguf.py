@@ -205,6 +205,10 @@ def test_pipeline_parallelism_needs_two_gpus_and_everything_offloaded():
         2 * 8192 + 16 * 4096 + 12 * 14336 + 28 + 16 * 4096 + 8 * 8192
     )
     assert a.devices[1].compute_bytes == 512 * (4 * 128256 + 20 * 4096 + 8 * 8192)
+    # two slots of 4,096 cells each (no unified cache): each stream's mask spans its own cells
+    slots = _settings(devices=2, splits=(1.0, 1.0), n_parallel=2, n_ctx_seq=4096)
+    b = llama_account(arch, "Q4_K_M", slots)
+    assert b.devices[1].compute_bytes == 512 * (4 * 128256 + 20 * 4096 + 8 * 4096)
     # two GPUs without the pipeline (partial offload, or the KV cache on the host) keep the
     # two-GPU terms as measured: no log says what they hold
     for no_pipe in (

@@ -244,10 +244,13 @@ def compute_buffer(
     k, _ = _kv_widths(arch)
     per = 0
     factor = 1.0
+    # the cells one stream attends over on this backend (0 for the output layer alone)
+    n_kv = max((cells[i] for i in layers), default=0)
+    if not s.kv_unified:
+        n_kv = min(n_kv, s.n_ctx_seq)
+    # the pipeline's four copies of each split's inputs: the f32 hidden state, the f16 mask
+    copies = 16 * e + 8 * n_kv
     if layers:
-        n_kv = max(cells[i] for i in layers)
-        if not s.kv_unified:
-            n_kv = min(n_kv, s.n_ctx_seq)
         if s.flash_attn:
             per = 2 * n_kv + 16 * e + 12 * ff + 28
             if s.type_k in _QUANTIZED_KV or s.type_v in _QUANTIZED_KV:
@@ -261,19 +264,19 @@ def compute_buffer(
                 factor = QUANTIZED_K_COMPUTE_FACTOR
         if gpu:
             if s.flash_attn:
+                cpu_terms = per
                 if several:
                     per = max(per, 12 * ff + 36 * e + 2 * n_kv)
                 if pipeline:
-                    per = max(per, 2 * n_kv + 16 * e + 12 * ff + 28 + 16 * e + 8 * n_kv)
+                    per = max(per, cpu_terms + copies)
             else:
                 per = max(per, 4 * arch.num_heads * n_kv + 12 * ff + 2 * e)
     if output:
         per = max(per, 4 * arch.vocab_size + 8 * e + 4)
         if gpu and several:
             per = max(per, 4 * arch.vocab_size + 24 * e)
-        if gpu and pipeline:
-            kv_out = max((cells[i] for i in layers), default=0)
-            per = max(per, 4 * arch.vocab_size + 4 * e + 16 * e + 8 * kv_out)
+        if gpu and pipeline:  # the CUDA graph's logits (4 n_vocab + 4 n_embd) + the copies
+            per = max(per, 4 * arch.vocab_size + 4 * e + copies)
     return math.ceil(t * per * factor)
 
 
