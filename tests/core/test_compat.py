@@ -17,7 +17,7 @@ from vrambudget.core.device import resolve_device
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import fit
 from vrambudget.core.result import Compatibility, RuleOutcome
-from vrambudget.core.spec import BudgetRequest, FitRequest
+from vrambudget.core.spec import BudgetRequest, FitRequest, TrainingWorkload
 
 LLAMA = {"source": "preset", "id": "llama-3.1-8b"}
 
@@ -51,7 +51,7 @@ def _without_gfx(workload: dict[str, Any], gpu: str) -> Compatibility:
     return compat.evaluate(needs_of(req.workloads, req.software), facts)
 
 
-TRAIN = {"kind": "training", "model": LLAMA, "sequence_length": 512}
+TRAIN = {"kind": "training", "model": LLAMA, "sequence_length": 512, "attention": "flash"}
 INFER = {"kind": "inference", "model": LLAMA, "prompt_tokens": 128, "generated_tokens": 16}
 CUDA12 = {"torch_version": "2.10.0"}  # PyPI: CUDA 12.8, which still targets Volta
 
@@ -76,6 +76,19 @@ def test_flash_attention_on_a100_and_sdpa_on_t4_are_supported():
     )
     c = _verdict({**TRAIN, "attention": "sdpa"}, "t4-16gb")
     assert c.verdict == "supported" and not [o for o in c.checks if "flash" in o.rule]
+
+
+def test_training_defaults_to_sdpa_which_a_t4_runs():
+    """transformers' own default (``attn_implementation`` unset: sdpa where torch has it): a
+    training request that names no attention asks for no FlashAttention-2, so a T4 is not
+    refused for a kernel the user never chose (it was, while ``flash`` was the default)."""
+    plain = {"kind": "training", "model": LLAMA, "sequence_length": 512}
+    assert msgspec.convert(plain, TrainingWorkload).attention == "sdpa"
+    c = _verdict(plain, "t4-16gb")
+    assert not [o for o in c.checks if "flash" in o.rule]
+    # the bytes are flash's: both keep O(s) per head (only eager materializes the scores)
+    flash = _budget({**plain, "attention": "flash"}, "a100-sxm4-80gb")
+    assert _budget(plain, "a100-sxm4-80gb").total_bytes == flash.total_bytes
 
 
 def test_flash_attention_3_is_hopper_only():

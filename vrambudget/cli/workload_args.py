@@ -283,7 +283,7 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         "--attention",
         choices=list(get_args(get_args(Attention)[0])),
         help="inference / training: attention implementation; eager materializes the scores "
-        "(default: sdpa for inference, flash for training)",
+        "(default: sdpa)",
     )
     t = p.add_argument_group("training (with --kind training)")
     t.add_argument(

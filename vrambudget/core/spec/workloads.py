@@ -315,7 +315,7 @@ class TrainingWorkload(_ModelWorkload, tag="training", tag_field="kind", frozen=
     method: Annotated[
         Method, Meta(description="What is trained: every parameter, or LoRA/QLoRA adapters.")
     ] = FullFineTune()
-    attention: Attention = "flash"
+    attention: Attention = "sdpa"
     dropout: Annotated[bool, Meta(description="Dropout layers keep 1-byte masks.")] = False
 
     def __post_init__(self) -> None:
