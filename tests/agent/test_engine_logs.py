@@ -99,6 +99,24 @@ def test_llama_cpp_counts_device_buffers_only_and_the_slots() -> None:
     assert s.max_concurrency == 4.0  # n_seq_max
 
 
+def test_llama_cpp_with_no_layer_on_the_gpu_reads_zero_device_bytes() -> None:
+    """Builds of 2025 print ``llama_kv_cache_unified:``; with -ngl 0 only host buffers appear,
+    so the device holds 0 bytes of weights and KV cache (known), not None (unread)."""
+    s = parse_startup(
+        "llama_cpp",
+        [
+            "load_tensors:   CPU_Mapped model buffer size =  3147.42 MiB",
+            "llama_kv_cache_unified:        CPU KV buffer size =   576.00 MiB",
+            "llama_context:      CUDA0 compute buffer size =   606.03 MiB",
+        ],
+    )
+    assert s.weights_bytes == 0 and s.kv_cache_bytes == 0
+    s = parse_startup(
+        "llama_cpp", ["llama_kv_cache_unified:      CUDA0 KV buffer size =   576.00 MiB"]
+    )
+    assert s.kv_cache_bytes == round(576.0 * MiB) and s.weights_bytes is None
+
+
 def test_other_ranks_lines_are_skipped() -> None:
     assert rank_zero("(Worker_TP0 pid=1) INFO [gpu_worker.py:1] Available KV cache memory: 1 GiB")
     assert not rank_zero("(Worker_TP1 pid=2) INFO Available KV cache memory: 2 GiB")

@@ -348,6 +348,45 @@ def test_ollama_too_big_for_one_gpu_offloads_layers():
     assert any("run on the CPU" in w for w in b.warnings)
 
 
+def _llama_cpp(model: str, gpu: str, **gguf: object):
+    return _budget(
+        {
+            "kind": "llm_serving",
+            "engine": "llama_cpp",
+            "engine_version": "b6500",
+            "model": {"source": "preset", "id": model},
+            "gguf": gguf,
+        },
+        gpu,
+    )
+
+
+def test_long_context_on_one_gpu_warns_of_the_compute_buffer_growth():
+    """Held-out llama.cpp / Ollama logs (set H) printed 19-36% more compute buffer than the rule
+    on one GPU with flash attention at 32K-128K cells, at most 4.6 B per cell and micro-batch
+    token beyond it: the answer says how much that is for its layout."""
+    long = _llama_cpp("llama-3.1-8b", "a100-sxm4-80gb", n_ctx=131072, flash_attn="on")
+    (w,) = [w for w in long.warnings if "compute buffer on one GPU" in w]
+    assert f"up to {512 * 131072 * 4.6 / 2**20:,.0f} MiB larger" in w
+    assert "up to 294 MiB larger" in w  # by hand: 512 x 131,072 x 4.6 B = 294.4 MiB
+    short = _llama_cpp("llama-3.1-8b", "a100-sxm4-80gb", n_ctx=8192, flash_attn="on")
+    assert not [w for w in short.warnings if "compute buffer on one GPU" in w]
+    eager = _llama_cpp("llama-3.1-8b", "a100-sxm4-80gb", n_ctx=131072, flash_attn="off")
+    assert not [w for w in eager.warnings if "compute buffer on one GPU" in w]
+
+
+def test_partial_offload_warns_of_the_host_weight_copy():
+    """offload_op copies a host-resident weight into the GPU's compute buffer: the warning
+    names the largest. Llama 3.3 70B Q4_K_M with 30 of 81 layers on the GPU: the host's
+    largest is a Q6_K ffn_down, 8,192 x 28,672 at 210 B per 256 weights = 183.75 MiB."""
+    b = _llama_cpp("llama-3.3-70b", "rtx-4090-24gb", n_ctx=8192, n_gpu_layers=30)
+    (w,) = [w for w in b.warnings if "offload_op" in w]
+    assert f"up to {8192 * 28672 * 210 / 256 / 2**20:,.0f} MiB more" in w
+    assert "184 MiB" in w
+    full = _llama_cpp("llama-3.1-8b", "rtx-4090-24gb", n_ctx=8192)
+    assert not [w for w in full.warnings if "offload_op" in w]
+
+
 def test_bad_gguf_settings_are_field_errors():
     with pytest.raises(msgspec.ValidationError, match=r"gguf\.n_ctx"):
         msgspec.convert(

@@ -154,7 +154,9 @@ def _sglang(lines: list[str]) -> EngineStartup:
 # ----------------------------------------------------------------------------- llama.cpp --
 
 _L_MODEL = re.compile(r"load_tensors:\s+(\S+) (?:model )?buffer size =\s+" + _NUM + " MiB")
-_L_KV = re.compile(r"llama_kv_cache(?:_init)?:\s+(\S+) KV buffer size =\s+" + _NUM + " MiB")
+_L_KV = re.compile(
+    r"llama_kv_cache(?:_init|_unified)?:\s+(\S+) KV buffer size =\s+" + _NUM + " MiB"
+)
 _L_CTX = re.compile(r"\bn_ctx\s+=\s+(\d+)")
 _L_SEQ = re.compile(r"\bn_seq_max\s+=\s+(\d+)")
 _L_PARALLEL = re.compile(r"using n_parallel = (\d+)")
@@ -173,14 +175,17 @@ def _llama_cpp(lines: list[str]) -> EngineStartup:
     used: list[str] = []
     for line in lines:
         hit = False
+        # a host buffer alone says the device holds none (-ngl 0): 0, not unknown
         if m := _L_MODEL.search(line):
+            model_seen = True
             if _device_buffer(m.group(1)):
                 model_mib += _num(m.group(2))
-                model_seen = hit = True
+                hit = True
         elif m := _L_KV.search(line):
+            kv_seen = True
             if _device_buffer(m.group(1)):
                 kv_mib += _num(m.group(2))
-                kv_seen = hit = True
+                hit = True
         elif n_ctx is None and (m := _L_CTX.search(line)):
             n_ctx, hit = int(m.group(1)), True
         elif slots is None and (m := _L_SEQ.search(line)):

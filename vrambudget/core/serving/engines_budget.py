@@ -53,6 +53,7 @@ from .engine_args import (
 )
 from .gguf.budget import gguf_details, gguf_devices, gguf_host_and_disk
 from .gguf.engine import GGUFAccount, concurrency, gguf_account, launch_command
+from .gguf.llamacpp import unmodelled_compute
 from .load import load_memory
 from .releases import EngineRelease, engine_release
 from .sglang import SGLangAccount, sglang_account, sglang_release
@@ -221,6 +222,7 @@ def gguf_budget(
             f"{arch.num_layers + 1 - s.n_gpu_layers} of {arch.num_layers + 1} layers run on the "
             "CPU from host memory: generation is limited by host memory bandwidth"
         )
+    warnings += unmodelled_compute(arch, g.account)
     if (s.type_k != "f16" or s.type_v != "f16") and s.flash_attn:
         warnings.append(
             "quantized KV cache: the compute buffer adds llama.cpp's f16 copies of K and V "

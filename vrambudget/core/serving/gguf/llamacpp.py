@@ -38,6 +38,7 @@ __all__ = [
     "layer_devices",
     "llama_account",
     "pipeline_parallel",
+    "unmodelled_compute",
 ]
 
 QUANTIZED_KV_COMPUTE_FACTOR = 1.3
@@ -46,6 +47,13 @@ QUANTIZED_KV_COMPUTE_FACTOR = 1.3
 QUANTIZED_K_COMPUTE_FACTOR = 1.08
 """A quantized K cache without flash attention: measured 0.93 - 1.07 x the f16 buffer."""
 _QUANTIZED_KV = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+MIB = 1 << 20
+LONG_CONTEXT_CELLS = 16384
+"""From here a warning says what one GPU's compute buffer may add with the cells."""
+LONG_CONTEXT_BYTES_PER_CELL = 4.6
+"""The most the compute buffer grew per cell and micro-batch token beyond the rule in the
+published one-GPU flash-attention logs at 32K - 128K cells (held-out set H: 4.4 and 4.6 B on two
+Qwen 2.5 logs at 32K, 2.3 B on Llama 3.1 8B at 128K; research/engine_logs.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +376,39 @@ def llama_account(
         tensors=tensors,
         layer_weights=tuple(per_layer),
     )
+
+
+def unmodelled_compute(arch: Arch, a: LlamaAccount) -> tuple[str, ...]:
+    """What a GPU's compute buffer may hold beyond :func:`compute_buffer`, as warnings with the
+    bytes for this layout (MiB): the growth with the cells that one-GPU flash-attention logs
+    print at long context, and the copy of a host-resident weight that ``offload_op`` makes
+    under partial offload (``ggml_backend_sched``: an op with a batch of 32 or more whose
+    weight lies in host memory runs on the GPU, its weight copied into that GPU's buffer)."""
+    s = a.settings
+    out: list[str] = []
+    t = min(s.n_ctx, s.n_ubatch)
+    cells = s.n_ctx if s.kv_unified else s.n_ctx_seq
+    if s.devices == 1 and s.flash_attn and cells >= LONG_CONTEXT_CELLS and a.devices[0].layers:
+        more = t * cells * LONG_CONTEXT_BYTES_PER_CELL / MIB
+        out.append(
+            f"llama.cpp's compute buffer on one GPU at {cells:,} cells may be up to "
+            f"{more:,.0f} MiB larger than estimated: published logs at 32K - 128K cells printed "
+            "19 - 36% more than this rule, growing with the cells (docs/ACCURACY.md, "
+            "held-out set H)"
+        )
+    on_gpu = {i for d in a.devices for i in d.layers}
+    if any(d.output for d in a.devices):
+        on_gpu.add(arch.num_layers)
+    host = [t_.nbytes for t_ in a.tensors if t_.layer != INPUT and t_.layer not in on_gpu]
+    if a.devices and host and t >= 32:
+        out.append(
+            "partial offload: llama.cpp runs a micro-batch's matmuls with host-resident weights "
+            "on the GPU (offload_op), copying the weight into the GPU's compute buffer, which "
+            f"the estimate does not count: up to {max(host) / MIB:,.0f} MiB more (the largest "
+            "host-resident weight; an Ollama log printed 403 MiB more with its 411 MiB head on "
+            "the host, docs/ACCURACY.md held-out set H)"
+        )
+    return tuple(out)
 
 
 def split_fractions(devices: int, tensor_split: tuple[float, ...] | None) -> tuple[float, ...]:
