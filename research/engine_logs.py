@@ -731,19 +731,20 @@ HELD_OUT_H: dict[str, tuple[str, str, int, bool, dict[str, Any]]] = {
         True,
         {"n_parallel": 4, "kv_unified": True, "n_batch": 2048},
     ),
+    # no layer on the GPU, which still gets a compute buffer (CUDA0): offload_op
     "llamacpp-alpy-b5285-qwen3-4b-q6k-1660ti-ngl0": (
         "Qwen/Qwen3-4B",
         "Q6_K",
         4096,
         False,
-        {"ngl": 0, "n_batch": 2048},
+        {"ngl": 0, "n_batch": 2048, "device_names": ("CUDA0",)},
     ),
     "llamacpp-alpy-b5285-qwen3-8b-q4km-1660ti-ngl0": (
         "qwen3-8b",
         "Q4_K_M",
         4096,
         False,
-        {"ngl": 0, "n_batch": 2048},
+        {"ngl": 0, "n_batch": 2048, "device_names": ("CUDA0",)},
     ),
     # Qwen2.5-Coder-7B-Instruct has Qwen2.5-7B's shapes (28 layers, 3584 wide, vocabulary
     # 152,064, untied), as the log's print_info lines say
@@ -754,12 +755,13 @@ HELD_OUT_H: dict[str, tuple[str, str, int, bool, dict[str, Any]]] = {
         True,
         {},
     ),
+    # one cache of 8,192 cells for the four slots ("kv_size = 8192"): streams came later
     "ollama-materialagent-060-llama31-8b-q4km-v100-np4": (
         "llama-3.1-8b",
         "Q4_K_M",
         8192,
         False,
-        {"n_parallel": 4, "n_batch": 2048},
+        {"n_parallel": 4, "kv_unified": True, "n_batch": 2048},
     ),
     "ollama-robustness-0210-llama31-8b-q4km-a100-80gb-128k": (
         "llama-3.1-8b",

@@ -78,6 +78,29 @@ def test_flash_attention_on_a100_and_sdpa_on_t4_are_supported():
     assert c.verdict == "supported" and not [o for o in c.checks if "flash" in o.rule]
 
 
+@pytest.mark.parametrize("kind", ["training", "inference"])
+def test_sdpa_on_grouped_query_heads_below_sm80_says_it_runs_the_math_path(kind):
+    """torch's SDPA takes grouped-query heads with its flash kernel (sm80+) or the math path
+    only, and transformers calls it with enable_gqa when there is no mask: on a T4 that is the
+    math path, which keeps the scores. Llama 3.1 8B has 8 key/value heads for 32 query heads;
+    GPT-2 has none grouped; Gemma 2 is soft-capped (eager already); an A100 runs flash."""
+    workload = TRAIN if kind == "training" else INFER
+    plain = {k: v for k, v in workload.items() if k != "attention"}
+    (o,) = [o for o in _verdict(plain, "t4-16gb").checks if o.rule == "attention.sdpa_gqa"]
+    assert o.verdict == "supported" and "math path" in o.reason
+    assert "works only for Flash_attention" in o.source
+    assert any("math path" in w for w in _budget(plain, "t4-16gb").warnings)
+    for model, gpu in (
+        ("gpt2", "t4-16gb"),
+        ("gemma-2-2b", "t4-16gb"),
+        ("llama-3.1-8b", "a100-sxm4-80gb"),
+    ):
+        other = {**plain, "model": {"source": "preset", "id": model}}
+        assert not [o for o in _verdict(other, gpu).checks if o.rule == "attention.sdpa_gqa"]
+    eager = {**plain, "attention": "eager"}
+    assert not [o for o in _verdict(eager, "t4-16gb").checks if o.rule == "attention.sdpa_gqa"]
+
+
 def test_training_defaults_to_sdpa_which_a_t4_runs():
     """transformers' own default (``attn_implementation`` unset: sdpa where torch has it): a
     training request that names no attention asks for no FlashAttention-2, so a T4 is not
@@ -86,6 +109,7 @@ def test_training_defaults_to_sdpa_which_a_t4_runs():
     assert msgspec.convert(plain, TrainingWorkload).attention == "sdpa"
     c = _verdict(plain, "t4-16gb")
     assert not [o for o in c.checks if "flash" in o.rule]
+    assert c.verdict == "supported"  # the math path runs: a note, not a refusal
     # the bytes are flash's: both keep O(s) per head (only eager materializes the scores)
     flash = _budget({**plain, "attention": "flash"}, "a100-sxm4-80gb")
     assert _budget(plain, "a100-sxm4-80gb").total_bytes == flash.total_bytes
@@ -387,6 +411,7 @@ RULE_IDS = (
     "flash_attention.cuda_arch",
     "flash_attention.fa3",
     "flash_attention.rocm",
+    "attention.sdpa_gqa",
     "bitsandbytes",
 )
 
@@ -401,7 +426,7 @@ def test_every_rule_is_documented_with_its_source():
     for rule in RULE_IDS:
         assert f'"{rule}' in code, rule
         assert f"| `{rule}" in doc, rule
-    assert len(rules_module.RULES) == 10
+    assert len(rules_module.RULES) == 11
 
 
 def test_engines_on_rocm_targets():

@@ -385,6 +385,9 @@ def test_partial_offload_warns_of_the_host_weight_copy():
     assert "184 MiB" in w
     full = _llama_cpp("llama-3.1-8b", "rtx-4090-24gb", n_ctx=8192)
     assert not [w for w in full.warnings if "offload_op" in w]
+    none = _llama_cpp("llama-3.1-8b", "rtx-4090-24gb", n_ctx=8192, n_gpu_layers=0)
+    (w,) = [w for w in none.warnings if "offload_op" in w]
+    assert w.startswith("no layer on the GPU")
 
 
 def test_bad_gguf_settings_are_field_errors():

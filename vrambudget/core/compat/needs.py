@@ -57,6 +57,9 @@ class Needs:
     rocm: tuple[int, ...] | None
     driver: tuple[int, ...] | None
     driver_text: str | None
+    sdpa_gqa: bool = False
+    """A model workload runs PyTorch's SDPA on grouped-query heads (fewer key/value heads than
+    query heads; not soft-capped, which falls back to eager)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,12 +149,28 @@ def _quant_kinds(q: Quantization | object | None) -> set[str]:
     return set()
 
 
+def _grouped_query(w: Workload) -> bool:
+    """Whether the workload's model has fewer key/value heads than query heads, and SDPA runs
+    (a soft-capped model falls back to eager); False where the model cannot be resolved here."""
+    from ..errors import InvalidWorkload
+    from ..resolve import resolve_model
+
+    model = getattr(w, "model", None)
+    if model is None:
+        return False
+    try:
+        arch = resolve_model(model)
+    except (InvalidWorkload, ValueError, KeyError):
+        return False
+    return arch.num_kv_heads < arch.num_heads and not arch.attention_softcap
+
+
 def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Needs:
     """What the (deployed) workloads need; the first serving workload names the engine."""
     sw = software or Software()
     dtypes: set[str] = set()
     quant: set[str] = set()
-    flash = False
+    flash = sdpa_gqa = False
     framework: str = sw.framework or "transformers"
     version = sw.framework_version
     for w in workloads:
@@ -177,6 +196,8 @@ def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Need
                 quant.add("bnb_optim8bit")
         if getattr(w, "attention", None) == "flash":
             flash = True
+        if getattr(w, "attention", None) == "sdpa" and _grouped_query(w):
+            sdpa_gqa = True
     named = version is not None
     if version is None:
         if framework in _ENGINES:
@@ -218,6 +239,7 @@ def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Need
         dtypes=frozenset(dtypes),
         quant=frozenset(quant),
         flash_attention=flash,
+        sdpa_gqa=sdpa_gqa,
         flash_attn_version=sw.libraries.flash_attn,
         bnb_version=bnb,
         bnb_named=bnb_named,

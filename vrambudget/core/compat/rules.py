@@ -318,6 +318,24 @@ def transformers_quantization(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
 # ------------------------------------------------------------------------- attention ----
 
 
+def sdpa_gqa(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
+    """PyTorch's SDPA on grouped-query heads below sm80: flash needs sm80+ and the
+    memory-efficient kernel takes no GQA, so transformers' unmasked call (``enable_gqa``) runs
+    the math path, which materializes the scores."""
+    if not n.sdpa_gqa or d.vendor != "nvidia" or d.cc is None or d.cc >= (8, 0):
+        return None
+    return _out(
+        "attention.sdpa_gqa",
+        "supported",
+        f"on {d.name} ({_sm(d.cc)}) PyTorch's SDPA has no kernel for grouped-query heads "
+        "(FlashAttention needs sm80+, the memory-efficient kernel takes no GQA): it runs the "
+        "math path, which keeps every head's s x s scores as eager attention does (in fp32 for "
+        "16-bit inputs); this budget assumes a memory-efficient kernel and can be low",
+        "torch_sdpa_gqa",
+        "attention: eager budgets the scores (or a GPU of sm80+)",
+    )
+
+
 def flash_attention(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
     """FlashAttention-2 needs Ampere or newer (CUDA) or a CK target (ROCm); FlashAttention-3
     is Hopper's."""
@@ -518,6 +536,7 @@ RULES: tuple[Rule, ...] = (
     vllm_quantization,
     transformers_quantization,
     flash_attention,
+    sdpa_gqa,
     bitsandbytes,
 )
 """Every rule, in the order their outcomes are listed."""

@@ -400,7 +400,20 @@ def unmodelled_compute(arch: Arch, a: LlamaAccount) -> tuple[str, ...]:
     if any(d.output for d in a.devices):
         on_gpu.add(arch.num_layers)
     host = [t_.nbytes for t_ in a.tensors if t_.layer != INPUT and t_.layer not in on_gpu]
-    if a.devices and host and t >= 32:
+    if arch.num_layers not in on_gpu:  # the head (a tied one is the embeddings' duplicate)
+        host.append(a.layer_weights[arch.num_layers])
+    if a.devices and not on_gpu and host and t >= 32:
+        # -ngl 0: every matmul of the micro-batch runs there on copied weights (b5285 printed
+        # 606 and 792 MiB on a GPU holding no layer: the host's terms plus the largest weight
+        # come to 626 and 811)
+        more = a.host_compute_bytes + max(host)
+        out.append(
+            "no layer on the GPU: llama.cpp still gives it a compute buffer, where a "
+            "micro-batch's matmuls run on copied host weights (offload_op), which the estimate "
+            f"does not count: about {more / MIB:,.0f} MiB (the host's compute terms and the "
+            "largest weight; docs/ACCURACY.md held-out set H)"
+        )
+    elif a.devices and host and t >= 32:
         out.append(
             "partial offload: llama.cpp runs a micro-batch's matmuls with host-resident weights "
             "on the GPU (offload_op), copying the weight into the GPU's compute buffer, which "
