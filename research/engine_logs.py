@@ -811,7 +811,8 @@ HELD_OUT_H: dict[str, tuple[str, str, int, bool, dict[str, Any]]] = {
 startup logs on one NVIDIA GPU, from repositories no other set uses, each re-created with the
 settings its own lines print. Kept with their provenance but not checked: two Mistral-Nemo
 12B logs (no config of that model here), and two Ollama 0.1.30 logs (llama.cpp of 2024-03,
-before the modelled builds; Yi-6B and Command-R)."""
+before the modelled builds; Yi-6B and Command-R). Ollama 0.6.0, older than the first modelled
+Ollama release (0.6.7), is checked as the llama.cpp of 2025 it runs (from b4000 on)."""
 
 
 @cache

@@ -404,8 +404,8 @@ def unmodelled_compute(arch: Arch, a: LlamaAccount) -> tuple[str, ...]:
         host.append(a.layer_weights[arch.num_layers])
     if a.devices and not on_gpu and host and t >= 32:
         # -ngl 0: every matmul of the micro-batch runs there on copied weights (b5285 printed
-        # 606 and 792 MiB on a GPU holding no layer: the host's terms plus the largest weight
-        # come to 626 and 811)
+        # 606 and 792 MiB on a GPU holding no layer; the host's terms plus the largest weight
+        # come to 611 and 800: a figure written after reading those logs)
         more = a.host_compute_bytes + max(host)
         out.append(
             "no layer on the GPU: llama.cpp still gives it a compute buffer, where a "
