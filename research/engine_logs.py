@@ -30,7 +30,7 @@ from vrambudget.core.device import DeviceContext, resolve_device
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.serving.budget import device_kv_band, held_accounts
 from vrambudget.core.serving.engines_budget import sglang_engine, sglang_kv_band
-from vrambudget.core.serving.gguf.llamacpp import LlamaSettings, llama_account
+from vrambudget.core.serving.gguf.llamacpp import LlamaSettings, device_buffer, llama_account
 from vrambudget.core.serving.vllm import account
 from vrambudget.core.spec import (
     CatalogDevice,
@@ -126,15 +126,12 @@ def _llama(
                 out.append(Check(log, engine, quantity, value, pred / MiB, "MiB"))
     # the host's share: one mapped buffer, or (llama.cpp with --no-mmap, Ollama's newer
     # runner) a CPU buffer and a pinned CUDA_Host one
-    host = [v for k, v in measured["model_buffer_mib"].items() if k.startswith(_HOST_BUFFERS)]
+    host = [v for k, v in measured["model_buffer_mib"].items() if not device_buffer(k)]
     if host:
         out.append(
             Check(log, engine, "model buffer (CPU)", sum(host), a.host_weights_bytes / MiB, "MiB")
         )
     return [dataclasses.replace(c, version=version) for c in out]
-
-
-_HOST_BUFFERS = ("CPU", "CUDA_Host")
 
 
 def _model(name: str) -> Any:

@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable
 
 from vrambudget.core.probe_engine import EngineStartup
+from vrambudget.core.serving.gguf.llamacpp import device_buffer
 
 __all__ = ["engine_version", "parse_startup", "rank_zero", "version_warning"]
 
@@ -162,12 +163,6 @@ _L_SEQ = re.compile(r"\bn_seq_max\s+=\s+(\d+)")
 _L_PARALLEL = re.compile(r"using n_parallel = (\d+)")
 
 
-def _device_buffer(name: str) -> bool:
-    """A buffer in device memory (``CUDA0``, ``Vulkan1``, ``MTL0_Mapped``), not the host's
-    (``CPU``, ``CPU_Mapped``, ``CUDA_Host``, ``Vulkan_Host``, ``CPU_REPACK``)."""
-    return not name.startswith("CPU") and not name.endswith("_Host")
-
-
 def _llama_cpp(lines: list[str]) -> EngineStartup:
     model_mib = kv_mib = 0.0
     model_seen = kv_seen = False
@@ -178,12 +173,12 @@ def _llama_cpp(lines: list[str]) -> EngineStartup:
         # a host buffer alone says the device holds none (-ngl 0): 0, not unknown
         if m := _L_MODEL.search(line):
             model_seen = True
-            if _device_buffer(m.group(1)):
+            if device_buffer(m.group(1)):
                 model_mib += _num(m.group(2))
                 hit = True
         elif m := _L_KV.search(line):
             kv_seen = True
-            if _device_buffer(m.group(1)):
+            if device_buffer(m.group(1)):
                 kv_mib += _num(m.group(2))
                 hit = True
         elif n_ctx is None and (m := _L_CTX.search(line)):

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..device import DeviceContext
+from ..errors import InvalidWorkload
+from ..resolve import resolve_model
 from ..serving.engine_args import model_dtype, serving_quantization
 from ..serving.releases import engine_release
 from ..spec import QLoRA, Software, Workload
@@ -152,9 +154,6 @@ def _quant_kinds(q: Quantization | object | None) -> set[str]:
 def _grouped_query(w: Workload) -> bool:
     """Whether the workload's model has fewer key/value heads than query heads, and SDPA runs
     (a soft-capped model falls back to eager); False where the model cannot be resolved here."""
-    from ..errors import InvalidWorkload
-    from ..resolve import resolve_model
-
     model = getattr(w, "model", None)
     if model is None:
         return False

@@ -26,6 +26,7 @@ from functools import lru_cache
 
 from ...arch import Arch, AttentionKind
 from ...spec import GGUFTensorSpec
+from ...units import MiB
 from .tensors import INPUT, GGUFTensor, file_tensors, gguf_tensors
 from .types import row_bytes
 
@@ -34,6 +35,7 @@ __all__ = [
     "LlamaAccount",
     "LlamaSettings",
     "compute_buffer",
+    "device_buffer",
     "kv_cells",
     "layer_devices",
     "llama_account",
@@ -47,7 +49,6 @@ QUANTIZED_KV_COMPUTE_FACTOR = 1.3
 QUANTIZED_K_COMPUTE_FACTOR = 1.08
 """A quantized K cache without flash attention: measured 0.93 - 1.07 x the f16 buffer."""
 _QUANTIZED_KV = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-MIB = 1 << 20
 LONG_CONTEXT_CELLS = 16384
 """From here a warning says what one GPU's compute buffer may add with the cells."""
 LONG_CONTEXT_BYTES_PER_CELL = 4.6
@@ -185,6 +186,18 @@ def _ff(arch: Arch) -> int:
     return arch.intermediate_size
 
 
+def device_buffer(name: str) -> bool:
+    """Whether a buffer llama.cpp names in its log lies in device memory (``CUDA0``,
+    ``Vulkan1``, ``MTL0_Mapped``), not the host's (``CPU``, ``CPU_Mapped``, ``CUDA_Host``,
+    ``Vulkan_Host``, ``CPU_REPACK``)."""
+    return not name.startswith("CPU") and not name.endswith("_Host")
+
+
+def _tokens(s: LlamaSettings) -> int:
+    """The tokens a graph is reserved for: ``min(n_ctx, n_ubatch)`` (graph_reserve)."""
+    return min(s.n_ctx, s.n_ubatch)
+
+
 def pipeline_parallel(s: LlamaSettings, n_layer: int) -> bool:
     """llama.cpp's pipeline parallelism (src/llama-context.cpp:429-458): more than one GPU,
     every layer and the output layer offloaded (``n_gpu_layers > n_layer``), the KV cache on
@@ -244,7 +257,7 @@ def compute_buffer(
     weights on the GPU (``offload_op``), which copies such a weight into the GPU's compute
     buffer; the estimate can be low there.
     """
-    t = min(s.n_ctx, s.n_ubatch)
+    t = _tokens(s)
     several = s.devices > 1
     pipeline = pipeline and several
     e = arch.hidden_size
@@ -357,7 +370,7 @@ def llama_account(
         # the larger of twice the one-GPU figure and 16 n_embd x T (64 MiB for both)
         e = arch.hidden_size
         one = 4 * e + 4 * max(cells, default=0)
-        host_compute = min(s.n_ctx, s.n_ubatch) * (max(2 * one, 16 * e) if pipeline else one)
+        host_compute = _tokens(s) * (max(2 * one, 16 * e) if pipeline else one)
     per_cell = sum(
         kv_layer_bytes(arch, s, 1)
         for layer, count in arch.layer_runs
@@ -386,10 +399,10 @@ def unmodelled_compute(arch: Arch, a: LlamaAccount) -> tuple[str, ...]:
     weight lies in host memory runs on the GPU, its weight copied into that GPU's buffer)."""
     s = a.settings
     out: list[str] = []
-    t = min(s.n_ctx, s.n_ubatch)
+    t = _tokens(s)
     cells = s.n_ctx if s.kv_unified else s.n_ctx_seq
     if s.devices == 1 and s.flash_attn and cells >= LONG_CONTEXT_CELLS and a.devices[0].layers:
-        more = t * cells * LONG_CONTEXT_BYTES_PER_CELL / MIB
+        more = t * cells * LONG_CONTEXT_BYTES_PER_CELL / MiB
         out.append(
             f"llama.cpp's compute buffer on one GPU at {cells:,} cells may be up to "
             f"{more:,.0f} MiB larger than estimated: published logs at 32K - 128K cells printed "
@@ -410,14 +423,14 @@ def unmodelled_compute(arch: Arch, a: LlamaAccount) -> tuple[str, ...]:
         out.append(
             "no layer on the GPU: llama.cpp still gives it a compute buffer, where a "
             "micro-batch's matmuls run on copied host weights (offload_op), which the estimate "
-            f"does not count: about {more / MIB:,.0f} MiB (the host's compute terms and the "
+            f"does not count: about {more / MiB:,.0f} MiB (the host's compute terms and the "
             "largest weight; docs/ACCURACY.md held-out set H)"
         )
     elif a.devices and host and t >= 32:
         out.append(
             "partial offload: llama.cpp runs a micro-batch's matmuls with host-resident weights "
             "on the GPU (offload_op), copying the weight into the GPU's compute buffer, which "
-            f"the estimate does not count: up to {max(host) / MIB:,.0f} MiB more (the largest "
+            f"the estimate does not count: up to {max(host) / MiB:,.0f} MiB more (the largest "
             "host-resident weight; an Ollama log printed 403 MiB more with its 411 MiB head on "
             "the host, docs/ACCURACY.md held-out set H)"
         )
