@@ -388,6 +388,11 @@ def test_partial_offload_warns_of_the_host_weight_copy():
     none = _llama_cpp("llama-3.1-8b", "rtx-4090-24gb", n_ctx=8192, n_gpu_layers=0)
     (w,) = [w for w in none.warnings if "offload_op" in w]
     assert w.startswith("no layer on the GPU")
+    # by hand: the host's terms at 512 tokens (the logits' 4 V + 8 E + 4 B each, above flash
+    # attention's layer term) and the Q6_K head, 128,256 x 4,096 at 210 B per 256 weights
+    host_terms = 512 * (4 * 128256 + 8 * 4096 + 4)
+    head = 128256 * 4096 * 210 // 256
+    assert f"about {(host_terms + head) / 2**20:,.0f} MiB" in w and "about 677 MiB" in w
 
 
 def test_bad_gguf_settings_are_field_errors():
