@@ -5,7 +5,7 @@ for eager-attention inference and for training with full activation checkpointin
 ``vrambudget/core/formulas/allocator_overhead.py``); and every class's replay with
 ``expandable_segments:True`` (``EXPANDABLE_REPLAY_MEDIANS``), for which the SDPA-inference and
 no-checkpointing training grids are here too; and LoRA without checkpointing, whose median
-(0.072) lies below the training fraction but not for every model (a large vocabulary's loss
+(0.069) lies below the training fraction but not for every model (a large vocabulary's loss
 tensors fragment as a full fine-tune's do), so LoRA keeps the training fraction
 (tests/research/test_fragmentation_grids.py says why).
 

@@ -78,27 +78,43 @@ def test_flash_attention_on_a100_and_sdpa_on_t4_are_supported():
     assert c.verdict == "supported" and not [o for o in c.checks if "flash" in o.rule]
 
 
+def _math(workload: dict[str, Any], gpu: str, software: dict[str, Any] | None = None) -> list[Any]:
+    return [o for o in _verdict(workload, gpu, software).checks if o.rule == "attention.sdpa_math"]
+
+
+FP16 = {"weights": "fp16", "compute": "fp16"}
+
+
 @pytest.mark.parametrize("kind", ["training", "inference"])
-def test_sdpa_on_grouped_query_heads_below_sm80_says_it_runs_the_math_path(kind):
-    """torch's SDPA takes grouped-query heads with its flash kernel (sm80+) or the math path
-    only, and transformers calls it with enable_gqa when there is no mask: on a T4 that is the
-    math path, which keeps the scores. Llama 3.1 8B has 8 key/value heads for 32 query heads;
-    GPT-2 has none grouped; Gemma 2 is soft-capped (eager already); an A100 runs flash."""
+def test_sdpa_without_a_fused_kernel_says_it_runs_the_math_path(kind):
+    """torch's SDPA takes grouped-query heads with its flash kernel (sm80+, 16-bit) or the math
+    path only, and transformers calls it with enable_gqa when there is no mask; below sm80 its
+    memory-efficient kernel takes no bf16. Llama 3.1 8B has 8 key/value heads for 32 query
+    heads; GPT-2 has none grouped; Gemma 2 is soft-capped (eager already)."""
     workload = TRAIN if kind == "training" else INFER
     plain = {k: v for k, v in workload.items() if k != "attention"}
-    (o,) = [o for o in _verdict(plain, "t4-16gb").checks if o.rule == "attention.sdpa_gqa"]
+    fp16 = {**plain, "precision": FP16}
+    (o,) = _math(fp16, "t4-16gb")
     assert o.verdict == "supported" and "math path" in o.reason
-    assert "works only for Flash_attention" in o.source
-    assert any("math path" in w for w in _budget(plain, "t4-16gb").warnings)
-    for model, gpu in (
-        ("gpt2", "t4-16gb"),
-        ("gemma-2-2b", "t4-16gb"),
-        ("llama-3.1-8b", "a100-sxm4-80gb"),
+    assert "32 query heads on 8 K/V heads" in o.reason and "sm75" in o.reason
+    assert "check_batch_size_and_num_heads_dense<false>" in o.source
+    assert any("math path" in w for w in _budget(fp16, "t4-16gb").warnings)
+    (o,) = _math({**plain, "precision": {"weights": "fp32", "compute": "fp32"}}, "a100-sxm4-80gb")
+    assert "fp32 with 32 query heads on 8 K/V heads" in o.reason
+    gpt2 = {**plain, "model": {"source": "preset", "id": "gpt2"}}
+    (o,) = _math({**gpt2, "precision": {"weights": "bf16", "compute": "bf16"}}, "t4-16gb")
+    assert "bf16 on" in o.reason and "fp16 and fp32 only below sm80" in o.reason
+    for other, gpu, software in (
+        ({**gpt2, "precision": FP16}, "t4-16gb", None),
+        ({**fp16, "model": {"source": "preset", "id": "gemma-2-2b"}}, "t4-16gb", None),
+        (fp16, "a100-sxm4-80gb", None),
+        ({**fp16, "attention": "eager"}, "t4-16gb", None),
+        # transformers 4.53 repeats K/V itself: the memory-efficient kernel takes fp16
+        (fp16, "t4-16gb", {"framework_version": "4.53.0"}),
+        # torchtune's own attention code expands K/V before SDPA (not modelled as math)
+        (fp16, "t4-16gb", {"framework": "torchtune"}),
     ):
-        other = {**plain, "model": {"source": "preset", "id": model}}
-        assert not [o for o in _verdict(other, gpu).checks if o.rule == "attention.sdpa_gqa"]
-    eager = {**plain, "attention": "eager"}
-    assert not [o for o in _verdict(eager, "t4-16gb").checks if o.rule == "attention.sdpa_gqa"]
+        assert not _math(other, gpu, software), (other, gpu, software)
 
 
 def test_training_defaults_to_sdpa_which_a_t4_runs():
@@ -411,7 +427,7 @@ RULE_IDS = (
     "flash_attention.cuda_arch",
     "flash_attention.fa3",
     "flash_attention.rocm",
-    "attention.sdpa_gqa",
+    "attention.sdpa_math",
     "bitsandbytes",
 )
 

@@ -27,12 +27,13 @@ CASES = [
     (2, 3, 50, 64, 4, "mem_efficient", 78_336, 76_800),
     # math (head dim 20: not a multiple of 8): fp32 copies of q, k, v (3 x 24,000), scaled q and
     # k (48,000), the scores 6 x 50 x 50 x 4 = 60,000 -> 180,000; k freed (156,000), softmax
-    # (216,000), scores freed (156,000), probabilities in fp16 (30,000), the fp32 output
-    # (24,000), its fp16 cast (12,000): 222,000
-    (2, 3, 50, 20, 2, "math", 222_000, 12_000),
+    # (216,000) with its isneginf mask (15,000) and row flags (300): 231,300; then scores freed
+    # (156,000), probabilities in fp16 (30,000), the fp32 output (24,000), its fp16 cast
+    # (12,000): 222,000
+    (2, 3, 50, 20, 2, "math", 231_300, 12_000),
     # math in fp32 (head dim 18: not a multiple of 4): scaled q and k (2 x 21,600), the scores
-    # (60,000) -> 103,200; k freed, softmax (60,000): 141,600
-    (2, 3, 50, 18, 4, "math", 141_600, 21_600),
+    # (60,000) -> 103,200; k freed, softmax (60,000), its mask (15,000) and flags (300): 156,900
+    (2, 3, 50, 18, 4, "math", 156_900, 21_600),
 ]
 
 
@@ -99,3 +100,164 @@ def test_the_builders_fp32_gqa_attention_is_math() -> None:
         kernels.flash_attention(q, k, v, causal=False)
     sizes = [n for kind, _, n, _ in r.trace.events[start:] if kind == ALLOC]
     assert 65_536 in sizes
+
+
+# ------------------------------------------------------------------ SDPA's math path ----
+
+# (batch, heads, K/V heads, query tokens, keys, head dim, dtype): prefills in bf16 and fp32
+# with grouped heads, bf16 without (a T4's bf16 call), a decode step and a head dim of 96.
+MATH_SHAPES = [
+    (1, 8, 2, 512, 512, 64, torch.bfloat16),
+    (2, 8, 2, 300, 300, 64, torch.float32),
+    (1, 8, 8, 256, 256, 64, torch.bfloat16),
+    (3, 14, 2, 1, 700, 64, torch.float16),
+    (2, 4, 1, 128, 128, 96, torch.float16),
+]
+
+
+def _dims(heads: int, kv: int, d: int) -> Any:
+    from vrambudget.core.formulas.activations.dims import DeviceDims
+
+    return DeviceDims(
+        h=heads * d, heads=heads, kv_heads=kv, qk_head_dim=d, v_head_dim=d, f=1, vocab=1,
+        vocab_full=1, experts=0, top_k=0, f_expert=0, f_shared=0, ep=1, t=1,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("b", "h", "kv", "sq", "sk", "d", "dtype"), MATH_SHAPES)
+def test_the_math_path_allocates_what_the_analytic_tier_counts(
+    b: int, h: int, kv: int, sq: int, sk: int, d: int, dtype: torch.dtype
+) -> None:
+    """Without a flash kernel (a T4), SDPA's emulation runs torch 2.13's math path op by op;
+    its peak above q, k and v is :func:`math_path_bytes` to the byte. (torch's CPU build,
+    which runs the same composite kernels, allocated the same bytes plus one 4-byte scalar for
+    each shape, by its profiler's memory events.)"""
+    from vrambudget.core.formulas.activations.inference import math_path_bytes
+
+    e = torch.finfo(dtype).bits // 8
+    assert sdpa_backend(half=e == 2, bf16=dtype == torch.bfloat16, head_dim=d, v_head_dim=d,
+                        mask=False, gqa=kv < h, flash_hw=False) == "math"  # fmt: skip
+    r = Recorder()
+    with FakeTensorMode(), kernels.emulation(flash_hw=False), r.recording(), torch.no_grad():
+        q = torch.empty(b, h, sq, d, dtype=dtype)
+        k, v = torch.empty(b, kv, sk, d, dtype=dtype), torch.empty(b, kv, sk, d, dtype=dtype)
+        base = r.peak_bytes = r.live_bytes
+        kernels.emulated_sdpa(q, k, v, is_causal=sq > 1, enable_gqa=kv < h)
+        assert r.peak_bytes - base == math_path_bytes(_dims(h, kv, d), b, sq, sk, e)
+
+
+@pytest.mark.parametrize(("b", "h", "kv", "s", "d", "dtype"), [
+    (1, 8, 2, 512, 64, torch.bfloat16), (2, 8, 2, 300, 64, torch.float32),
+    (1, 8, 8, 256, 64, torch.bfloat16), (2, 14, 2, 128, 64, torch.float16),
+])  # fmt: skip
+def test_the_math_path_saves_and_backs_up_what_the_training_formulas_count(
+    b: int, h: int, kv: int, s: int, d: int, dtype: torch.dtype
+) -> None:
+    """With autograd the math path keeps its fp32 scaled q, keys and values on every head and
+    the fp32 probabilities (``training_saved``'s math items), and its softmax's backward holds
+    8 B per score beyond them (``eager_softmax_backward_bytes``)."""
+    from vrambudget.core.formulas.activations.training import (
+        FULL_TRAINING,
+        MATH_PROBABILITIES_PART,
+        training_saved,
+    )
+    from vrambudget.core.resolve import resolve_model
+    from vrambudget.core.spec import DimensionsModel
+
+    r = Recorder()
+    with FakeTensorMode(), kernels.emulation(flash_hw=False), r.recording():
+        q = torch.empty(b, h, s, d, dtype=dtype, requires_grad=True)
+        k = torch.empty(b, kv, s, d, dtype=dtype, requires_grad=True)
+        v = torch.empty(b, kv, s, d, dtype=dtype, requires_grad=True)
+        base = r.live_bytes
+        out = kernels.emulated_sdpa(q, k, v, is_causal=True, enable_gqa=kv < h)
+        kept = r.live_bytes - base - out.untyped_storage().nbytes()
+        grad = torch.empty_like(out)
+        start = r.peak_bytes = r.live_bytes
+        out.backward(grad)
+        backward = r.peak_bytes - start
+    e = torch.finfo(dtype).bits // 8
+    arch = resolve_model(
+        DimensionsModel(
+            hidden_size=h * d, num_layers=1, num_attention_heads=h, num_key_value_heads=kv,
+            intermediate_size=4 * h * d, vocab_size=1024,
+        )
+    )  # fmt: skip
+    ((layer, _),) = arch.layer_runs
+    items = training_saved(
+        layer, arch, _dims(h, kv, d), seq=s, batch=b, e=e, attention="math",
+        dropout=False, sequence_parallel=False, drop_scores=False, trainable=FULL_TRAINING,
+    )  # fmt: skip
+    saved = items["q"] + items["k"] + items["v"] + items[MATH_PROBABILITIES_PART]
+    assert kept == saved
+    assert backward == b * h * s * s * 8
+
+
+def _traced_on(gpu: str, spec: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """(the trace's answer, its replay, the analytic answer, the SDPA backends it ran) of one
+    workload run as transformers' own code on a catalog GPU."""
+    import collections
+
+    import msgspec
+
+    from vrambudget.core.estimate import estimate
+    from vrambudget.core.spec import BudgetRequest
+    from vrambudget.trace.engine import trace_budget_with_replays
+
+    seen: collections.Counter[tuple[str, bool]] = collections.Counter()
+
+    def spy(**kw: Any) -> Any:
+        backend = sdpa_backend(**kw)
+        seen[(backend, kw["mask"])] += 1
+        return backend
+
+    monkeypatch.setattr(kernels, "sdpa_backend", spy)
+    body = {
+        "workloads": [spec],
+        "method": "trace",
+        "trace": {"code": "framework"},
+        "device": {"source": "catalog", "id": gpu},
+    }
+    request = msgspec.convert(body, BudgetRequest)
+    traced, (replay,) = trace_budget_with_replays(request)
+    return traced, replay, estimate(request.workloads, request.device), seen
+
+
+def _line(budget: Any, component: str) -> int:
+    d = budget.devices[budget.most_loaded]
+    (line,) = [ln for ln in d.lines if ln.component.value == component]
+    return int(line.bytes)
+
+
+QWEN_FP16 = {"model": {"source": "preset", "id": "qwen2.5-0.5b"},
+             "precision": {"weights": "fp16", "compute": "fp16"}}  # fmt: skip
+
+
+def test_transformers_sdpa_on_a_t4_runs_the_math_path_the_budget_counts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Qwen 2.5 0.5B (14 query heads on 2 K/V heads) in fp16, transformers' own code traced on
+    a T4: every SDPA call runs the math path, unmasked (the trace's batches are unpadded, so
+    transformers passes ``is_causal`` and ``enable_gqa``). A 2,048-token prefill's activations
+    are the analytic line's within 1% (traced 592.0 MB, budgeted 596.1 MB on 2026-12-07); a
+    1,024-token training step's, at the phase the budget peaks in (the backward's start),
+    within 0.1% (3,034.0 MB against 3,033.5 MB)."""
+    infer = {"kind": "inference", **QWEN_FP16, "prompt_tokens": 2048, "generated_tokens": 4}
+    traced, replay, analytic, seen = _traced_on("t4-16gb", infer, monkeypatch)
+    assert set(seen) == {("math", False)}
+    budgeted = _line(analytic, "activations")
+    assert abs(replay.component_peaks["activations"] - budgeted) <= 0.01 * budgeted
+    train = {"kind": "training", **QWEN_FP16, "sequence_length": 1024}
+    traced, replay, analytic, seen = _traced_on("t4-16gb", train, monkeypatch)
+    assert set(seen) == {("math", False)}
+    budgeted = _line(analytic, "activations")
+    assert abs(_line(traced, "activations") - budgeted) <= 0.001 * budgeted
+
+
+def test_transformers_sdpa_on_an_a10_runs_flash_unmasked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same training step on an A10 (sm86): FlashAttention with grouped heads, no mask --
+    not the 4-D mask and repeated K/V that fake tensors made transformers build before the
+    trace answered its two value tests as a GPU would (``unpadded_batches``)."""
+    train = {"kind": "training", **QWEN_FP16, "sequence_length": 1024}
+    _, _, _, seen = _traced_on("a10-24gb", train, monkeypatch)
+    assert set(seen) == {("flash", False)}

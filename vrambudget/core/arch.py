@@ -249,10 +249,21 @@ class Arch:
         return self._num_params + self.checkpoint_only_params
 
 
-def attention_run(attention: str, arch: Arch) -> str:
+SCORES_MATERIALIZED = frozenset({"eager", "math"})
+"""The attention implementations that run hold every head's s x s scores."""
+
+
+def attention_run(attention: str, arch: Arch, sdpa_math: bool = False) -> str:
     """The attention implementation that runs for a requested one: ``sdpa`` on a model whose
-    attention logits are soft-capped falls back to ``eager`` (:attr:`Arch.attention_softcap`)."""
-    return "eager" if attention == "sdpa" and arch.attention_softcap else attention
+    attention logits are soft-capped falls back to ``eager`` (:attr:`Arch.attention_softcap`);
+    ``sdpa`` runs as ``math``, torch's composite path with the scores materialized in fp32,
+    where the device and stack leave it no fused kernel (``sdpa_math``:
+    :meth:`vrambudget.core.overheads.Overheads.sdpa_math`)."""
+    if attention != "sdpa":
+        return attention
+    if arch.attention_softcap:
+        return "eager"
+    return "math" if sdpa_math else attention
 
 
 ALL_LINEAR = "all-linear"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .arch import SCORES_MATERIALIZED, Arch
 from .formulas.allocator_overhead import (
     ALLOCATOR_FRAGMENTATION_FRACTION,
     CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION,
@@ -30,6 +31,7 @@ from .formulas.cuda_context import (
     wheel_cuda,
 )
 from .formulas.runtime_workspace import default_workspace
+from .formulas.sdpa import flash_hardware, transformers_sdpa_backend
 from .spec import Software
 from .stack import DEFAULT_STACK, Stack, resolve_stack, version_tuple
 
@@ -69,11 +71,33 @@ class Overheads:
     loading; 0 where the context holds them from the start or none were measured)."""
     kernel_images_training_bytes: int = 0
     """The same for a training step (backward and optimizer kernels too)."""
+    flash_hw: bool = True
+    """The device runs SDPA's FlashAttention kernel, and its memory-efficient one in bf16
+    (:func:`vrambudget.core.formulas.sdpa.flash_hardware`: NVIDIA sm80+, or unknown)."""
+
+    def sdpa_math(self, arch: Arch, compute: str) -> bool:
+        """Whether transformers' SDPA attention runs torch's math path for ``arch`` in the
+        ``compute`` dtype on this device and stack (an unpadded batch:
+        :func:`vrambudget.core.formulas.sdpa.transformers_sdpa_backend`); False for frameworks
+        with their own attention code (their calls are not modelled here)."""
+        if self.stack.transformers_version is None or arch.mla is not None:
+            return False
+        backend = transformers_sdpa_backend(
+            dtype=compute,
+            heads=arch.num_heads,
+            kv_heads=arch.num_kv_heads,
+            head_dim=arch.head_dim,
+            v_head_dim=arch.head_dim,
+            native_gqa=self.stack.sdpa_native_gqa,
+            flash_hw=self.flash_hw,
+        )
+        return backend == "math"
 
     def inference_fragmentation(self, attention: str) -> int:
         """The inference fraction, in millionths, for the attention implementation that runs
-        (:func:`vrambudget.core.arch.attention_run`)."""
-        if attention == "eager":
+        (:func:`vrambudget.core.arch.attention_run`): SDPA's math path materializes the scores
+        as eager attention does, and takes its fraction."""
+        if attention in SCORES_MATERIALIZED:
             return max(self.eager_inference_fragmentation_ppm, self.inference_fragmentation_ppm)
         return self.inference_fragmentation_ppm
 
@@ -120,6 +144,7 @@ def device_overheads(
         ws_source,
         kernel_images_inference_bytes=kernel_images("inference", vendor, eager=False),
         kernel_images_training_bytes=kernel_images("training", vendor, eager=False),
+        flash_hw=flash_hardware(compute_capability, vendor),
     )
 
 

@@ -99,6 +99,12 @@ class LigerLoss:
     0.8.1 on with torch < 2.8 (``addmm(out_dtype=...)`` needs 2.8)."""
 
 
+SDPA_NATIVE_GQA_TRANSFORMERS = (4, 54)
+"""The first transformers release whose ``sdpa_attention_forward`` passes ``enable_gqa``."""
+SDPA_NATIVE_GQA_TORCH = (2, 5)
+"""The first torch release with ``enable_gqa`` in ``scaled_dot_product_attention``."""
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Stack:
     """What the formulas need to know of the software, and the behaviours shown to the caller.
@@ -293,6 +299,20 @@ class Stack:
         included): the transformers family of stacks and Unsloth, which patches attention, norms
         and gated MLPs but runs the rest of the transformers model; not LitGPT or torchtune."""
         return self.transformers_version is not None or self.framework == "unsloth"
+
+    @property
+    def sdpa_native_gqa(self) -> bool:
+        """Whether transformers' SDPA attention passes grouped K/V heads to torch as they are
+        (``enable_gqa``, when no mask is needed): from transformers 4.54 with torch 2.5
+        (4.54.0 ``integrations/sdpa_attention.py`` ``use_gqa_in_sdpa``; 4.53.0 always
+        ``repeat_kv``). False for frameworks with their own attention code (LitGPT, torchtune,
+        Unsloth), which expand K/V themselves."""
+        v = self.transformers_version
+        return (
+            v is not None
+            and version_tuple(v) >= SDPA_NATIVE_GQA_TRANSFORMERS
+            and version_tuple(self.torch_version) >= SDPA_NATIVE_GQA_TORCH
+        )
 
 
 _B = StackBehaviour

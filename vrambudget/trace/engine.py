@@ -199,10 +199,13 @@ def trace_workload_code(
     field: str = "workloads[0]",
     code: str = "framework",
     stack: Stack | None = None,
+    flash_hw: bool = True,
 ) -> tuple[Replay, str]:
     """The replay, and the code that ran in words; ``stack``: the request's (None: the default
     stack), for the layout checks and what the built-in builders imitate (its norm, how its
-    modelling code builds routed experts; the framework's own code has its own)."""
+    modelling code builds routed experts; the framework's own code has its own); ``flash_hw``:
+    the device runs FlashAttention (:attr:`vrambudget.core.overheads.Overheads.flash_hw`),
+    which decides the backends SDPA's emulation picks."""
     trace, words = record_workload_code(
         w,
         iterations=iterations,
@@ -210,6 +213,7 @@ def trace_workload_code(
         field=field,
         code=code,
         stack=stack,
+        flash_hw=flash_hw,
     )
     return replay(trace, expandable_segments=expandable_segments), words
 
@@ -222,6 +226,7 @@ def record_workload_code(
     field: str = "workloads[0]",
     code: str = "framework",
     stack: Stack | None = None,
+    flash_hw: bool = True,
 ) -> tuple[Trace, str]:
     """The recorded trace of ``w`` (before any replay) and the code that ran in words (the
     arguments are :func:`trace_workload_code`'s)."""
@@ -264,7 +269,7 @@ def record_workload_code(
         _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     try:
-        words = _run(w, arch, recorder, which, reason, iterations, field, stack)
+        words = _run(w, arch, recorder, which, reason, iterations, field, stack, flash_hw)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         # The framework's code branches on tensor values somewhere (an MoE block that loops
         # over the experts tokens were routed to): fake tensors have none. The built-in
@@ -278,7 +283,7 @@ def record_workload_code(
             ) from None
         check_traceable(w, field)  # type: ignore[arg-type]
         recorder = Recorder(gemm_workspaces=workspaces)
-        words = _run(w, arch, recorder, "builtin", None, iterations, field, stack)
+        words = _run(w, arch, recorder, "builtin", None, iterations, field, stack, flash_hw)
         words += (
             " (the framework's code depends on tensor values here -- "
             f"{type(exc).__name__} -- which fake tensors do not have)"
@@ -305,10 +310,11 @@ def _run(
     iterations: int,
     field: str,
     stack: Stack | None = None,
+    flash_hw: bool = True,
 ) -> str:
     """Build and run the program (``framework`` or ``builtin``) under the recorder; the code
     that ran, in words."""
-    with FakeTensorMode(), kernels.emulation(), recorder.recording():
+    with FakeTensorMode(), kernels.emulation(flash_hw), recorder.recording():
         if which == "framework":
             try:
                 program: Any = prepare_framework(
@@ -430,6 +436,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 field=f"workloads[{i}]",
                 code=request.trace.code,
                 stack=ov.stack,
+                flash_hw=ov.flash_hw,
             )
         replays.append(r)
         k = w.instances

@@ -11,6 +11,7 @@ peak then checks the emulation of each kernel.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -39,15 +40,21 @@ HALF_DTYPES = (torch.float16, torch.bfloat16)
 """The 16-bit float dtypes (FlashAttention's, and the 8-element GEMM alignment's)."""
 
 _EMULATE: ContextVar[bool] = ContextVar("vrambudget_emulate_cuda_kernels", default=False)
+_FLASH_HW: ContextVar[bool] = ContextVar("vrambudget_emulated_flash_hardware", default=True)
 
 
 @contextmanager
-def emulation() -> Iterator[None]:
-    """Within: kernels allocate what their CUDA versions allocate and compute nothing."""
+def emulation(flash_hw: bool = True) -> Iterator[None]:
+    """Within: kernels allocate what their CUDA versions allocate and compute nothing, on a
+    device with or without FlashAttention (``flash_hw``:
+    :func:`vrambudget.core.formulas.sdpa.flash_hardware`; below sm80 SDPA picks other
+    backends)."""
     token = _EMULATE.set(True)
+    hw = _FLASH_HW.set(flash_hw)
     try:
         yield
     finally:
+        _FLASH_HW.reset(hw)
         _EMULATE.reset(token)
 
 
@@ -142,10 +149,12 @@ def emulated_sdpa(
     is computed."""
     backend = sdpa_backend(
         half=query.dtype in HALF_DTYPES,
+        bf16=query.dtype == torch.bfloat16,
         head_dim=query.shape[-1],
         v_head_dim=value.shape[-1],
         mask=attn_mask is not None,
         gqa=key.shape[1] != query.shape[1],
+        flash_hw=_FLASH_HW.get(),
     )
     if backend == "flash":
         out = _apply(
@@ -154,12 +163,62 @@ def emulated_sdpa(
         return out.transpose(1, 2)
     if backend == "mem_efficient":
         return _apply(_MemEfficientAttention, query, key, value)
-    math: Any = torch.ops.aten._scaled_dot_product_attention_math
-    mathed: torch.Tensor = math(
-        query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
-        enable_gqa=enable_gqa,
-    )[0]  # fmt: skip
-    return mathed
+    return _math_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _math_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    dropout_p: float,
+    is_causal: bool,
+    scale: float | None,
+    enable_gqa: bool,
+) -> torch.Tensor:
+    """torch 2.13.0's ``_scaled_dot_product_attention_math`` (``attention.cpp``) op by op, so
+    that the recorder sees what ``_safe_softmax`` allocates inside its one kernel (fake tensors
+    show only its output): 16-bit inputs copied to fp32, q and the transposed k scaled by
+    sqrt(scale), the causal mask as a float matrix (``convert_boolean_attn_mask``), K/V
+    expanded to every query head under ``enable_gqa`` (``repeat_interleave``), the fp32 scores
+    with the mask added in place, ``_safe_softmax`` (the softmax output, an ``isneginf`` bool
+    mask and its all-masked-rows flags; the zeroing of such rows writes in place), the product
+    with V, and the casts back (the probabilities' cast is the kernel's second output, dropped
+    by ``F.scaled_dot_product_attention``). Autograd saves what the C++ composite saves: each
+    matmul's inputs and the softmax's output."""
+    origin = query.dtype
+    upcast = origin in HALF_DTYPES
+    q_acc = query.to(torch.float32) if upcast else query
+    k_acc = key.to(torch.float32) if upcast else key
+    v_acc = value.to(torch.float32) if upcast else value
+    factor = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]))
+    q = q_acc * factor
+    mask = attn_mask
+    if is_causal:
+        ones = torch.ones(q.shape[-2], k_acc.shape[-2], dtype=torch.bool, device=q.device)
+        mask = ones.tril()
+        del ones
+    if mask is not None and mask.dtype == torch.bool:
+        # q is fp32 here (copied, or given so): python scalars give an fp32 matrix
+        mask = torch.where(mask, 0.0, -math.inf)
+    k_exp, v_exp = k_acc, v_acc  # the copies stay alive beside the expanded heads
+    if enable_gqa and k_acc.shape[-3] != q.shape[-3]:
+        k_exp = k_acc.repeat_interleave(q.shape[-3] // k_acc.shape[-3], dim=-3)
+        v_exp = v_acc.repeat_interleave(q.shape[-3] // v_acc.shape[-3], dim=-3)
+    attn = torch.matmul(q, k_exp.transpose(-2, -1) * factor)
+    if mask is not None:
+        attn.add_(mask)
+    probs = torch.softmax(attn, -1)
+    masked = torch.isneginf(attn)
+    rows = masked.all(-1, keepdim=True)
+    del masked, rows, attn
+    if dropout_p > 0.0:
+        probs = torch.dropout(probs, dropout_p, True)
+    out = torch.matmul(probs, v_exp)
+    result = out.to(origin)
+    second = probs.to(origin)
+    del second, out
+    return result
 
 
 def _sdpa_bshd(

@@ -21,7 +21,7 @@ from ..resolve import resolve_model
 from ..result import AllocatorCache, DeviceBudget
 from ..spec import InferenceWorkload
 from ..spec.precision import BitsAndBytes4bit
-from ..stack import version_tuple
+from ..stack import SDPA_NATIVE_GQA_TORCH, version_tuple
 from ..statics import statics_for
 from .views import outside_allocator_bytes
 
@@ -76,7 +76,10 @@ def generate_shape(w: InferenceWorkload, ov: Overheads) -> GenerateShape | None:
         or w.instances != 1
     ):
         return None
-    eager = attention_run(w.attention, arch) == "eager"
+    attention = attention_run(w.attention, arch, ov.sdpa_math(arch, w.precision.compute))
+    if attention == "math":  # the replay follows transformers' eager and fused paths only
+        return None
+    eager = attention == "eager"
     shape = GenerateShape(
         layers=arch.num_layers,
         hidden=arch.hidden_size,
@@ -109,8 +112,9 @@ def _sdpa_repeats(w: InferenceWorkload, ov: Overheads) -> bool:
     if w.attention != "sdpa":
         return False
     st = ov.stack
-    old = st.transformers_version is not None and version_tuple(st.transformers_version) < (4, 54)
-    return old or version_tuple(st.torch_version) < (2, 5)
+    if st.transformers_version is None:  # no release named: only torch's enable_gqa decides
+        return version_tuple(st.torch_version) < SDPA_NATIVE_GQA_TORCH
+    return not st.sdpa_native_gqa
 
 
 def allocator_cache(

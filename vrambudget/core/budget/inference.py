@@ -53,7 +53,7 @@ def inference_terms(
     }
     chunk = w.prefill_chunk_tokens
     prompt_total = w.prompt_tokens * n_seq
-    attention = attention_run(w.attention, arch)
+    attention = attention_run(w.attention, arch, ov.sdpa_math(arch, w.precision.compute))
     if chunk is not None and chunk < prompt_total:
         # Chunked prefill (vLLM): every step carries `chunk` tokens, packing whole and partial
         # prompts; a query may attend to its whole prompt (the last chunk of a prompt). Logits
@@ -118,8 +118,11 @@ def inference_terms(
 
 def fragmentation_ppm(w: InferenceWorkload, arch: Arch, ov: Overheads) -> int:
     """The fragmentation fraction (millionths) of ``w``'s allocator-overhead line: the eager
-    one where the attention that runs is eager (:meth:`Overheads.inference_fragmentation`)."""
-    return ov.inference_fragmentation(attention_run(w.attention, arch))
+    one where the attention that runs materializes the scores
+    (:meth:`Overheads.inference_fragmentation`)."""
+    return ov.inference_fragmentation(
+        attention_run(w.attention, arch, ov.sdpa_math(arch, w.precision.compute))
+    )
 
 
 def inference_stage(

@@ -12,7 +12,14 @@ import msgspec
 
 from ..allocator.nf4_init import replay_nf4_init
 from ..allocator.zero3_init import replay_zero3_module_init, replay_zero3_quantized_init
-from ..arch import Arch, Role, TensorGroup, attention_run, lora_target_names
+from ..arch import (
+    SCORES_MATERIALIZED,
+    Arch,
+    Role,
+    TensorGroup,
+    attention_run,
+    lora_target_names,
+)
 from ..components import Component
 from ..deployed import bnb_4bit
 from ..dtypes import bytes_of
@@ -76,6 +83,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     residual = residual_bytes(w, ov.stack)
     fused_swiglu = ov.stack.fused_swiglu and arch.model_type in LIGER_GLU_FAMILIES
     unsloth = ov.stack.framework == "unsloth"
+    sdpa_math = ov.sdpa_math(arch, w.precision.compute)
     acts, one_layer, act_parts = training_activations(
         w,
         arch,
@@ -90,6 +98,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         act_extra=activation_extra_bytes(
             arch, ov.stack.transformers_modules, e, w.mixed_precision == "autocast"
         ),
+        sdpa_math=sdpa_math,
     )
     previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":
@@ -103,7 +112,8 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         # when an adapter reads it in the compute dtype), o the attention output (which SDPA
         # and flash save), down the MLP's product.
         d, m = st.dims, w.method
-        eager = attention_run(w.attention, arch) == "eager"
+        # Neither eager attention nor SDPA's math path saves its output.
+        eager = attention_run(w.attention, arch, sdpa_math) in SCORES_MATERIALIZED
         kept = 0
         previous = 0  # every 4-bit projection's input, for the previous micro-batch's graph
         for layer, n in st.stage.layer_runs:
@@ -298,7 +308,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             w.method,
             fused_swiglu or unsloth_mlp,
             residual,
-            eager_softmax_backward_bytes(w, arch, st.dims),
+            eager_softmax_backward_bytes(w, arch, st.dims, sdpa_math),
             peft_casts=not unsloth_all,
         )
         # The LM head's weight gradient exists by then (a full fine-tune's; with accumulation

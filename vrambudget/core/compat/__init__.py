@@ -66,13 +66,13 @@ def not_supported(c: Compatibility) -> Compatibility:
 
 def warnings_of(c: Compatibility | None) -> tuple[str, ...]:
     """One warning line per check that is not ``supported``, and the notes of the supported
-    checks that change what runs (bf16 emulated; SDPA's math path for grouped-query heads)."""
+    checks that change what runs (bf16 emulated; SDPA's math path)."""
     if c is None:
         return ()
     return tuple(_line(o) for o in c.checks if o.verdict != "supported" or o.rule in _NOTED)
 
 
-_NOTED = ("dtype.bf16", "attention.sdpa_gqa")
+_NOTED = ("dtype.bf16", "attention.sdpa_math")
 
 
 def _line(o: RuleOutcome) -> str:

@@ -59,11 +59,13 @@ SOURCES: dict[str, str] = {
     "Requires-Dist 'nvidia-cuda-runtime-cu12==12.6.77' (2.7.0), '==12.8.90' (2.8.0-2.10.0), "
     "'cuda-toolkit[...]==13.0.2' (2.11.0, 2.12.0), '==13.0.3' (2.14.0); a '+cuXYZ' local "
     "version names its build",
-    "torch_sdpa_gqa": "torch 2.13.0 torch/nn/functional.py scaled_dot_product_attention: "
-    "'Grouped Query Attention (GQA) ... currently works only for Flash_attention and math "
-    "kernel on CUDA tensor' and 'For math backend, all intermediates are kept in torch.float "
-    "if inputs are in torch.half or torch.bfloat16'; transformers 5.23.0 "
-    "integrations/sdpa_attention.py use_gqa_in_sdpa (no mask: enable_gqa=True)",
+    "torch_sdpa_math": "torch 2.13.0 aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: "
+    "check_flash_attention_hardware_support (sm80+), can_use_mem_efficient_attention "
+    "(less_than_sm80_mem_efficient_dtypes = {kHalf, kFloat}; "
+    "check_batch_size_and_num_heads_dense<false>: no grouped heads); attention.cpp "
+    "_scaled_dot_product_attention_math ('Keep query, key, value in high precision'); "
+    "transformers 5.23.0 integrations/sdpa_attention.py use_gqa_in_sdpa (no mask: "
+    "enable_gqa=True)",
     "torch_bf16": "torch 2.13.0 torch/cuda/__init__.py is_bf16_supported: native when "
     "'get_device_properties(device).major >= 8', else bf16 'including_emulation' (a bf16 tensor "
     "is created and runs without bf16 tensor cores)",

@@ -26,7 +26,7 @@ from ..spec.precision import (
 )
 from ..spec.serving import LLMServingWorkload
 from ..spec.workloads import AdamW8bit, TrainingWorkload
-from ..stack import CURRENT, PINNED, version_tuple
+from ..stack import CURRENT, PINNED, resolve_stack, version_tuple
 from .facts import TORCH_PYPI_CUDA, VLLM_TORCH
 
 __all__ = ["DeviceFacts", "Needs", "device_facts", "needs_of", "parse_cuda", "torch_cuda"]
@@ -59,9 +59,13 @@ class Needs:
     rocm: tuple[int, ...] | None
     driver: tuple[int, ...] | None
     driver_text: str | None
-    sdpa_gqa: bool = False
-    """A model workload runs PyTorch's SDPA on grouped-query heads (fewer key/value heads than
-    query heads; not soft-capped, which falls back to eager)."""
+    sdpa_calls: frozenset[tuple[str, int, int, int]] = frozenset()
+    """(compute dtype, heads, K/V heads, head dim) of each model workload whose attention is
+    transformers' SDPA (asked for, not soft-capped -- which falls back to eager -- nor latent);
+    empty for frameworks with their own attention code."""
+    sdpa_native_gqa: bool = True
+    """transformers passes grouped K/V heads to SDPA as they are
+    (:attr:`vrambudget.core.stack.Stack.sdpa_native_gqa`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,17 +155,20 @@ def _quant_kinds(q: Quantization | object | None) -> set[str]:
     return set()
 
 
-def _grouped_query(w: Workload) -> bool:
-    """Whether the workload's model has fewer key/value heads than query heads, and SDPA runs
-    (a soft-capped model falls back to eager); False where the model cannot be resolved here."""
+def _sdpa_call(w: Workload) -> tuple[str, int, int, int] | None:
+    """(compute dtype, heads, K/V heads, head dim) of the workload's SDPA attention, or None:
+    not SDPA, soft-capped (eager runs), latent attention, or a model not resolved here."""
     model = getattr(w, "model", None)
-    if model is None:
-        return False
+    precision = getattr(w, "precision", None)
+    if getattr(w, "attention", None) != "sdpa" or model is None or precision is None:
+        return None
     try:
         arch = resolve_model(model)
     except (InvalidWorkload, ValueError, KeyError):
-        return False
-    return arch.num_kv_heads < arch.num_heads and not arch.attention_softcap
+        return None
+    if arch.attention_softcap or arch.mla is not None:
+        return None
+    return (precision.compute, arch.num_heads, arch.num_kv_heads, arch.head_dim)
 
 
 def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Needs:
@@ -169,7 +176,8 @@ def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Need
     sw = software or Software()
     dtypes: set[str] = set()
     quant: set[str] = set()
-    flash = sdpa_gqa = False
+    flash = False
+    sdpa_calls: set[tuple[str, int, int, int]] = set()
     framework: str = sw.framework or "transformers"
     version = sw.framework_version
     for w in workloads:
@@ -195,8 +203,9 @@ def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Need
                 quant.add("bnb_optim8bit")
         if getattr(w, "attention", None) == "flash":
             flash = True
-        if getattr(w, "attention", None) == "sdpa" and _grouped_query(w):
-            sdpa_gqa = True
+        call = _sdpa_call(w)
+        if call is not None:
+            sdpa_calls.add(call)
     named = version is not None
     if version is None:
         if framework in _ENGINES:
@@ -222,6 +231,7 @@ def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Need
         if torch_basis != "named":
             cuda_basis += f"; torch {torch_basis}"
     driver = version_tuple(sw.driver_version) if sw.driver_version else None
+    stack = resolve_stack(software)
     bnb = sw.libraries.bitsandbytes
     bnb_named = bnb is not None
     if bnb is None:
@@ -238,7 +248,8 @@ def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Need
         dtypes=frozenset(dtypes),
         quant=frozenset(quant),
         flash_attention=flash,
-        sdpa_gqa=sdpa_gqa,
+        sdpa_calls=frozenset(sdpa_calls) if stack.transformers_version is not None else frozenset(),
+        sdpa_native_gqa=stack.sdpa_native_gqa,
         flash_attn_version=sw.libraries.flash_attn,
         bnb_version=bnb,
         bnb_named=bnb_named,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..formulas.sdpa import flash_hardware, transformers_sdpa_backend
 from ..result import CompatibilityVerdict, RuleOutcome
 from ..stack import version_tuple
 from .facts import (
@@ -318,21 +319,57 @@ def transformers_quantization(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
 # ------------------------------------------------------------------------- attention ----
 
 
-def sdpa_gqa(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
-    """PyTorch's SDPA on grouped-query heads below sm80: flash needs sm80+ and the
-    memory-efficient kernel takes no GQA, so transformers' unmasked call (``enable_gqa``) runs
-    the math path, which materializes the scores."""
-    if not n.sdpa_gqa or d.vendor != "nvidia" or d.cc is None or d.cc >= (8, 0):
+def sdpa_math(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
+    """PyTorch's SDPA with no fused kernel for the call runs its math path, which materializes
+    every head's scores in fp32: grouped K/V heads passed as they are below sm80 (flash needs
+    sm80+, the memory-efficient kernel takes no grouped heads) or in fp32 anywhere, and bf16
+    below sm80 (the memory-efficient kernel takes fp16 and fp32 there). The budget counts it
+    (:func:`vrambudget.core.formulas.sdpa.transformers_sdpa_backend`); this says why."""
+    if not n.sdpa_calls or d.custom:
+        return None
+    cc = f"{d.cc[0]}.{d.cc[1]}" if d.cc else None
+    hw = flash_hardware(cc, d.vendor)
+    sm = _sm(d.cc) if d.cc else "of unknown capability"
+    reasons = []
+    for dtype, heads, kv_heads, head_dim in sorted(n.sdpa_calls):
+        backend = transformers_sdpa_backend(
+            dtype=dtype,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            v_head_dim=head_dim,
+            native_gqa=n.sdpa_native_gqa,
+            flash_hw=hw,
+        )
+        if backend != "math":
+            continue
+        if dtype == "bf16" and not hw:
+            reasons.append(
+                f"bf16 on {d.name} ({sm}): FlashAttention needs sm80+ and the "
+                "memory-efficient kernel takes fp16 and fp32 only below sm80"
+            )
+        elif not hw:
+            reasons.append(
+                f"{heads} query heads on {kv_heads} K/V heads, passed as they are, on {d.name} "
+                f"({sm}): FlashAttention needs sm80+ and the memory-efficient kernel "
+                "takes no grouped heads"
+            )
+        else:
+            reasons.append(
+                f"{dtype} with {heads} query heads on {kv_heads} K/V heads: FlashAttention "
+                "takes fp16/bf16 only and the memory-efficient kernel no grouped heads"
+            )
+    if not reasons:
         return None
     return _out(
-        "attention.sdpa_gqa",
+        "attention.sdpa_math",
         "supported",
-        f"on {d.name} ({_sm(d.cc)}) PyTorch's SDPA has no kernel for grouped-query heads "
-        "(FlashAttention needs sm80+, the memory-efficient kernel takes no GQA): it runs the "
-        "math path, which keeps every head's s x s scores as eager attention does (in fp32 for "
-        "16-bit inputs); this budget assumes a memory-efficient kernel and can be low",
-        "torch_sdpa_gqa",
-        "attention: eager budgets the scores (or a GPU of sm80+)",
+        "PyTorch's SDPA has no fused kernel here and runs its math path, which holds every "
+        "head's s x s scores in fp32 (about 9 B per score at its peak; 4 B per score per layer "
+        "saved in training); the budget counts them: " + "; ".join(dict.fromkeys(reasons)),
+        "torch_sdpa_math",
+        "a GPU of sm80+ (FlashAttention takes grouped heads), fp16 instead of bf16 below sm80, "
+        "or 16-bit compute instead of fp32",
     )
 
 
@@ -536,7 +573,7 @@ RULES: tuple[Rule, ...] = (
     vllm_quantization,
     transformers_quantization,
     flash_attention,
-    sdpa_gqa,
+    sdpa_math,
     bitsandbytes,
 )
 """Every rule, in the order their outcomes are listed."""

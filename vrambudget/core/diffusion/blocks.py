@@ -89,10 +89,11 @@ def _math_sdpa(w: Walk, bh: int, sq: int, sk: int, d: int, e: int) -> int:
     """``_scaled_dot_product_attention_math`` (a composite of plain ops, the same on every
     device) on ``bh`` = batch x heads rows: 16-bit inputs are upcast to fp32 first (q, k, v
     copies), q and the transposed k scaled by sqrt(scale), the fp32 scores, ``_safe_softmax``
-    (an additive mask is added in place), the probabilities cast back (returned as the second
-    output and dropped by ``F.scaled_dot_product_attention``), the product with v in fp32 and
-    its cast back. Worked number: 2 x 3 rows of 50 tokens, head dim 20, fp16: 222,000 B live
-    above the inputs at the cast-back output."""
+    (an additive mask is added in place; inside, an ``isneginf`` bool mask of the scores and a
+    flag per row), the probabilities cast back (returned as the second output and dropped by
+    ``F.scaled_dot_product_attention``), the product with v in fp32 and its cast back (the
+    same ops as :func:`vrambudget.workloads.kernels.emulated_sdpa` runs). Worked number: 2 x 3
+    rows of 50 tokens, head dim 20, fp16: 231,300 B live above the inputs inside the softmax."""
     nq, nk, ns = bh * sq * d, bh * sk * d, bh * sq * sk
     upcast = e != 4
     copies = [w.alloc(4 * n) for n in (nq, nk, nk)] if upcast else []  # query_acc, key_acc ...
@@ -100,7 +101,8 @@ def _math_sdpa(w: Walk, bh: int, sq: int, sk: int, d: int, e: int) -> int:
     k = w.alloc(4 * nk)  # key.transpose(-2, -1) * sqrt(scale)
     scores = w.alloc(4 * ns)  # matmul
     w.free(k)
-    probs = w.alloc(4 * ns)  # _safe_softmax
+    probs = w.alloc(4 * ns)  # _safe_softmax: its output,
+    w.temp(ns, bh * sq)  # its isneginf bool mask and all-masked-rows flags (freed inside)
     w.free(scores)
     if not upcast:
         out = w.alloc(4 * nq)  # matmul(attn, value); .to(fp32) is the same tensor

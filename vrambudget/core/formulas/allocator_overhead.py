@@ -62,7 +62,7 @@ EAGER_INFERENCE_FRAGMENTATION_FRACTION = 0.51
 # Full activation checkpointing: each layer's recomputed forward and its backward temporaries
 # are allocated and freed between the gradients that stay. The median of the replay over
 # research/fragmentation_grids.py's 16 full-checkpointing steps (Qwen2.5 0.5B/1.5B, GPT-2,
-# Granite 3.1 2B; 0.08-0.79); the H100 campaign's two full-checkpointing steps measured 0.334
+# Granite 3.1 2B; 0.12-0.92); the H100 campaign's two full-checkpointing steps measured 0.334
 # and 0.343. Both grids' rows: research/data/fragmentation_grids.json, held to these constants
 # by tests/research/test_fragmentation_grids.py.
 CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION = 0.26
@@ -71,19 +71,19 @@ CHECKPOINTED_TRAINING_FRAGMENTATION_FRACTION = 0.26
 # segment of its own. Two sources, and the larger fraction is taken:
 # * the replay: per class, the median of research/fragmentation_grids.py's grid of that class
 #   replayed with it (16 workloads each; ranges: SDPA inference 0.03-0.40, eager 0.003-0.29,
-#   training 0.007-0.11, full checkpointing 0.002-0.50; held to these medians by
+#   training 0.003-0.10, full checkpointing 0.002-0.40; held to these medians by
 #   tests/research/test_fragmentation_grids.py);
 # * published A/Bs that give both readings: over seven training workloads (cosmos-rl, TorchRec,
 #   five of Giles Thomas's DeepSpeed fine-tunes) the gap reserved beyond allocated with
 #   expandable segments is a median 0.48 of the gap without (0.26-0.79;
 #   research/overhead_measurements.md).
-# The replay cuts the fraction further than the runs did (its medians are 0.23-0.77 of the
+# The replay cuts the fraction further than the runs did (its medians are 0.17-0.78 of the
 # fixed ones); until a measurement of the same workloads says otherwise the measured ratio is
 # a floor.
 EXPANDABLE_REPLAY_MEDIANS: dict[str, float] = {
     "sdpa": 0.14,
     "eager": 0.09,
-    "training": 0.05,
+    "training": 0.04,
     "checkpointing": 0.20,
 }
 EXPANDABLE_MEASURED_RATIO = 0.48
@@ -103,7 +103,7 @@ EXPANDABLE_SOURCE = (
     "with expandable_segments:True, the larger of the trace tier's replay of "
     "c10/cuda/CUDACachingAllocator.cpp (its ExpandableSegment; medians over 16 workloads per "
     "class, research/fragmentation_grids.py: inference 0.14, eager attention 0.09, training "
-    "0.05, full checkpointing 0.20) and 0.48 x the fixed-segment fraction (the median over "
+    "0.04, full checkpointing 0.20) and 0.48 x the fixed-segment fraction (the median over "
     "seven published training A/Bs of the gap reserved beyond allocated with and without "
     "them, 0.26-0.79: cosmos-rl#388, torchrec#4375, gpjt/fine-tune-2024-04; "
     "research/overhead_measurements.md): inference 0.16, eager attention 0.24, training 0.10, "

@@ -6,14 +6,21 @@ the built-in builders and for the frameworks' own attention code alike.
 ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`` ``select_sdp_backend`` tries flash,
 then memory-efficient, then math:
 
-* flash (``check_tensor_dtype``: fp16/bf16 only; ``check_head_dim_size_flash``: head dim
+* flash (``check_flash_attention_hardware_support``: NVIDIA compute capability 8.0 and later;
+  ``check_tensor_dtype``: fp16/bf16 only; ``check_head_dim_size_flash``: head dim
   <= 256, a multiple of 8 here; ``check_for_attn_mask``: no mask; native GQA): the output and
   an fp32 log-sum-exp per row and head;
 * memory-efficient (``check_head_dim_size_mem_efficient``: the q and v head dims aligned to
-  ``minimum_gemm_alignment``, 8 elements for fp16/bf16 and 4 for fp32 on sm80+; an additive
-  mask allowed; no native GQA): the output and an fp32 log-sum-exp padded to 32 rows
-  (``attention.cu`` ``kAlignLSE``) -- fp32 inputs always land here or in math;
-* math otherwise (``_scaled_dot_product_attention_math``): the scores materialized.
+  ``minimum_gemm_alignment``, 8 elements for fp16/bf16 and 4 for fp32 on sm80+;
+  ``less_than_sm80_mem_efficient_dtypes``: fp16 and fp32 only below sm80, so no bf16 there; an
+  additive mask allowed; ``check_batch_size_and_num_heads_dense<false>``: no native GQA): the
+  output and an fp32 log-sum-exp padded to 32 rows (``attention.cu`` ``kAlignLSE``) -- fp32
+  inputs always land here or in math;
+* math otherwise (``attention.cpp`` ``_scaled_dot_product_attention_math``): the scores
+  materialized, in fp32 for 16-bit inputs (:func:`math_score_bytes`).
+
+So below sm80 (T4, V100) a grouped-query call with ``enable_gqa`` -- transformers' unmasked one,
+:func:`transformers_sdpa_backend` -- and any bf16 call run the math path.
 """
 
 from __future__ import annotations
@@ -24,10 +31,14 @@ from ..units import round_up
 
 __all__ = [
     "FLASH_MAX_HEAD",
+    "FLASH_MIN_CC",
+    "MATH_SOFTMAX_PEAK_BYTES",
     "MEM_EFFICIENT_LSE_ALIGN",
     "SdpaBackend",
+    "flash_hardware",
     "lse_rows",
     "sdpa_backend",
+    "transformers_sdpa_backend",
 ]
 
 SdpaBackend = Literal["flash", "mem_efficient", "math"]
@@ -40,27 +51,99 @@ MEM_EFFICIENT_LSE_ALIGN = 32
 (``attention.cu`` ``kAlignLSE``)."""
 
 
+FLASH_MIN_CC = (8, 0)
+"""``check_flash_attention_hardware_support`` (``check_sm_version<sm80, ...>``): FlashAttention
+runs from compute capability 8.0; below it the memory-efficient kernel takes no bf16 either."""
+
+MATH_SOFTMAX_PEAK_BYTES = 9
+"""Bytes per score element live inside the math path's ``_safe_softmax`` (one
+CompositeExplicitAutograd kernel for every device): its fp32 input (the scores, the causal mask
+added in place), the fp32 softmax output and the ``isneginf`` bool mask, 4 + 4 + 1; the
+masked rows are then zeroed in place (torch 2.13.0's profiler: ``softmax``, ``isneginf``,
+``all``, then ``where`` allocating nothing)."""
+
+
+def flash_hardware(compute_capability: str | None, vendor: str) -> bool:
+    """Whether a device runs SDPA's FlashAttention kernel (and the memory-efficient kernel in
+    bf16): NVIDIA from compute capability 8.0 (:data:`FLASH_MIN_CC`); a device of unknown
+    capability, and AMD's (AOTriton's flash and memory-efficient kernels on the Instinct
+    targets this catalog lists), are taken to. Worked cases: T4 (7.5) and V100 (7.0) no; A10
+    (8.6) yes."""
+    if vendor != "nvidia" or not compute_capability:
+        return True
+    major, _, minor = compute_capability.partition(".")
+    try:
+        return (int(major), int(minor or 0)) >= FLASH_MIN_CC
+    except ValueError:
+        return True
+
+
 def _alignment(half: bool) -> int:
     """``minimum_gemm_alignment`` on sm80+: 128 bits / element bits with tensor cores."""
     return 8 if half else 4
 
 
 def sdpa_backend(
-    *, half: bool, head_dim: int, v_head_dim: int, mask: bool, gqa: bool
+    *,
+    half: bool,
+    head_dim: int,
+    v_head_dim: int,
+    mask: bool,
+    gqa: bool,
+    bf16: bool = False,
+    flash_hw: bool = True,
 ) -> SdpaBackend:
-    """The backend ``select_sdp_backend`` picks for inputs of a 16-bit float dtype (``half``)
-    or fp32, the q/k and v head dims, an attention mask, and fewer key/value heads than query
-    heads (``gqa``).
+    """The backend ``select_sdp_backend`` picks for inputs of a 16-bit float dtype (``half``;
+    ``bf16`` for bfloat16) or fp32, the q/k and v head dims, an attention mask, fewer
+    key/value heads than query heads passed as they are (``gqa``: ``enable_gqa``), on a device
+    with or without FlashAttention (``flash_hw``: :func:`flash_hardware`).
 
     Worked cases: SD 1.5's UNet (fp16, head dim 40, no mask) -> flash; the SD VAE's mid
     attention (one head of 512) -> memory-efficient; T5 (its position bias is a mask) ->
-    memory-efficient; fp32 GQA -> math."""
-    if half and not mask and head_dim <= FLASH_MAX_HEAD and head_dim % FLASH_HEAD_MULTIPLE == 0:
+    memory-efficient; fp32 GQA -> math; fp16 GQA on a T4 -> math; bf16 on a T4 -> math."""
+    if (
+        flash_hw
+        and half
+        and not mask
+        and head_dim <= FLASH_MAX_HEAD
+        and head_dim % FLASH_HEAD_MULTIPLE == 0
+    ):
         return "flash"
     align = _alignment(half)
-    if head_dim % align == 0 and v_head_dim % align == 0 and not gqa:
+    dtype_ok = flash_hw or not bf16
+    if dtype_ok and head_dim % align == 0 and v_head_dim % align == 0 and not gqa:
         return "mem_efficient"
     return "math"
+
+
+def transformers_sdpa_backend(
+    *,
+    dtype: str,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    v_head_dim: int,
+    native_gqa: bool,
+    flash_hw: bool,
+) -> SdpaBackend:
+    """The backend of transformers' ``sdpa_attention_forward`` on an unpadded batch (no mask:
+    ``is_causal``), with compute ``dtype`` (``fp32`` / ``fp16`` / ``bf16``). Grouped K/V heads
+    go to SDPA as they are (``enable_gqa``) where the release does that (``native_gqa``:
+    :attr:`vrambudget.core.stack.Stack.sdpa_native_gqa`) and the head dims are equal and at
+    most 256 (5.23.0 ``integrations/sdpa_attention.py`` ``use_gqa_in_sdpa``); otherwise
+    ``repeat_kv`` gives every query head its own copy first. Worked cases: Llama 3 8B (32 heads,
+    8 K/V heads, 128) in fp16 on a T4 -> math, on an A10 -> flash; in fp32 on an A100 -> math;
+    GPT-2 (12 heads, 12 K/V heads) in fp16 on a T4 -> memory-efficient, in bf16 -> math."""
+    passed = kv_heads < heads and native_gqa and head_dim == v_head_dim <= FLASH_MAX_HEAD
+    return sdpa_backend(
+        half=dtype in ("fp16", "bf16"),
+        bf16=dtype == "bf16",
+        head_dim=head_dim,
+        v_head_dim=v_head_dim,
+        mask=False,
+        gqa=passed,
+        flash_hw=flash_hw,
+    )
 
 
 def lse_rows(backend: SdpaBackend, sq: int) -> int:

@@ -13,6 +13,8 @@ In native mode (real runs) nothing is replaced: the real kernels run.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -20,7 +22,7 @@ import torch
 from .. import kernels
 from ..sdpa import cuda_sdpa
 
-__all__ = ["FLASH_ATTENTION_2", "attn_implementation", "cuda_sdpa", "register"]
+__all__ = ["FLASH_ATTENTION_2", "attn_implementation", "cuda_sdpa", "register", "unpadded_batches"]
 
 FLASH_ATTENTION_2 = "vrambudget_fa2"
 
@@ -54,6 +56,35 @@ def _unpadded_mask(*args: Any, **kwargs: Any) -> None:
     ``masking_utils.py`` ``flash_attention_mask`` returns None when the 2-D mask is all ones
     (line 673) -- a test of tensor values, which fake tensors do not have."""
     return None
+
+
+@contextlib.contextmanager
+def unpadded_batches() -> Iterator[None]:
+    """Within: transformers' mask code decides as it does on a GPU for the trace's batches,
+    which have no padding and are not packed -- two tests of tensor values that fake tensors
+    cannot answer (``masking_utils.is_tracing`` is true for them). ``_ignore_causal_mask_sdpa``
+    sees no padding mask, so SDPA gets ``is_causal`` and no mask (and grouped K/V heads as
+    they are: ``use_gqa_in_sdpa``); ``find_packed_sequence_indices`` finds no packed
+    sequences (on fake tensors it reported every training batch as packed, and a 4-D mask
+    made SDPA's call repeat K/V to every head). In native mode nothing is replaced."""
+    from transformers import masking_utils
+
+    ignore = masking_utils._ignore_causal_mask_sdpa
+    packed = masking_utils.find_packed_sequence_indices
+
+    def unpadded(padding_mask: Any, *args: Any, **kwargs: Any) -> bool:
+        return bool(ignore(None, *args, **kwargs))
+
+    def not_packed(position_ids: torch.Tensor) -> None:
+        return None
+
+    masking_utils._ignore_causal_mask_sdpa = unpadded
+    masking_utils.find_packed_sequence_indices = not_packed
+    try:
+        yield
+    finally:
+        masking_utils._ignore_causal_mask_sdpa = ignore
+        masking_utils.find_packed_sequence_indices = packed
 
 
 _REGISTERED: list[bool] = []

@@ -61,7 +61,7 @@ from vrambudget.core.statics import effective_precision
 from ..marks import Marks
 from ..run import TORCH_DTYPES
 from ..step import TrainingState, step, training_state
-from .attention import attn_implementation, cuda_sdpa
+from .attention import attn_implementation, cuda_sdpa, unpadded_batches
 from .config import build_config, model_class
 from .quantized import quantize_linears
 
@@ -164,8 +164,14 @@ class FrameworkProgram:
         out = self.last_output
         return out is None or bool(torch.isfinite(out.float()).all().item())
 
-    def _kernels(self) -> contextlib.AbstractContextManager[None]:
-        return cuda_sdpa() if self.emulate else contextlib.nullcontext()
+    @contextlib.contextmanager
+    def _kernels(self) -> Iterator[None]:
+        """Emulated: CUDA's SDPA and transformers' mask decisions for unpadded batches."""
+        if not self.emulate:
+            yield
+            return
+        with cuda_sdpa(), unpadded_batches():
+            yield
 
     def run(self, iterations: int) -> None:
         # PEFT and transformers call each other's deprecated spellings (FutureWarning).

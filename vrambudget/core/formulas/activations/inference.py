@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from ...arch import Arch, LayerType
 from ...units import ceil_div
+from ..sdpa import MATH_SOFTMAX_PEAK_BYTES
 from .dims import FP32, DeviceDims
 
-__all__ = ["inference_activations", "inference_working_set"]
+__all__ = ["inference_activations", "inference_working_set", "math_path_bytes"]
 
 
 def inference_working_set(
@@ -22,7 +23,8 @@ def inference_working_set(
 ) -> int:
     """Peak live bytes of one no-grad layer forward: residual in and out, normalized input and
     sublayer output, plus the larger sublayer (attention: Q, K, V, output, and the s_q x s_kv
-    scores and probabilities when eager;
+    scores and probabilities when eager, or what SDPA's math path holds
+    (:func:`math_path_bytes`);
     MLP: gate, up and activation outputs, or fc1 and GELU outputs)."""
     T = sequences * query_tokens
     # The residual stream in and out, the normalized input and the sublayer's output are live
@@ -33,10 +35,14 @@ def inference_working_set(
     kv_live = heads if attention == "eager" else dd.kv_heads
     attn = T * (heads * (qk + v) + kv_live * (qk + v)) * e
     keys = min(key_tokens, layer.window) if layer.window else key_tokens
+    if attention == "math":  # its output is among what it allocates
+        attn -= T * heads * v * e
     if attention == "eager":
         # Scores, softmax's fp32 copy of them and its fp32 output (transformers eager path).
         live = e + FP32 + (FP32 if e != FP32 else 0)
         attn += sequences * heads * query_tokens * keys * live
+    elif attention == "math":
+        attn += math_path_bytes(dd, sequences, query_tokens, keys, e)
     else:
         attn += sequences * heads * query_tokens * FP32
     if layer.moe:
@@ -46,6 +52,41 @@ def inference_working_set(
     else:
         mlp = T * (3 if arch.mlp == "gated" else 2) * dd.f * e
     return resid + max(attn, mlp)
+
+
+def math_path_bytes(dd: DeviceDims, sequences: int, query_tokens: int, keys: int, e: int) -> int:
+    """What torch's SDPA math path allocates beyond its q, k and v inputs, at its peak, without
+    autograd (``attention.cpp`` ``_scaled_dot_product_attention_math``, torch 2.5 - 2.13). Held
+    until it returns: the fp32 copies of 16-bit q, k and v (``allowFP16BF16ReductionMathSDP``
+    is off by default), the scaled fp32 query, k and v expanded to every query head
+    (``repeat_interleave`` under ``enable_gqa``) and, in a prefill (``is_causal``), the causal
+    mask as an fp32 ``s_q x s_kv`` matrix. On top, the largest of three moments:
+
+    * the scores' matmul: the scaled keys (fp32, every query head) and the fp32 scores;
+    * ``_safe_softmax``: the scores, its fp32 output and the ``isneginf`` bool mask (9 B per
+      score, :data:`MATH_SOFTMAX_PEAK_BYTES`) and its all-masked-rows flags (1 B per row);
+    * the return: the fp32 probabilities, their cast to the input dtype, the fp32 output and
+      its cast (no casts in fp32).
+
+    torch 2.13.0's CPU build, which runs the same composite kernels, allocates exactly this
+    (its profiler's memory events, fp16 / bf16 / fp32, prefill and decode shapes, to 4 bytes).
+
+    Worked number: Llama 3 8B (32 heads, 8 K/V heads, 128), one 1,024-token fp16 prefill:
+    copies 1,024 x (32 + 16) x 128 x 4 = 25,165,824; scaled q 16,777,216; expanded K/V
+    33,554,432; mask 4,194,304; the softmax's moment 32 x 1,024^2 x 9 + 32 x 1,024 =
+    302,022,656 (the matmul's 150,994,944, the return's 226,492,416): 381,714,432 B."""
+    b, q_len, k_len = sequences, query_tokens, keys
+    heads, kv, qk, v = dd.heads, dd.kv_heads, dd.qk_head_dim, dd.v_head_dim
+    cast = e if e != FP32 else 0  # a .to() of an fp32 tensor to fp32 returns it
+    copies = (b * q_len * heads * qk + b * k_len * kv * (qk + v)) * FP32 if cast else 0
+    scaled_q = b * q_len * heads * qk * FP32
+    expanded = b * k_len * heads * (qk + v) * FP32 if kv < heads else 0
+    mask = q_len * k_len * FP32 if q_len > 1 else 0
+    scores = b * heads * q_len * k_len
+    matmul = b * k_len * heads * qk * FP32 + scores * FP32
+    softmax = scores * MATH_SOFTMAX_PEAK_BYTES + b * heads * q_len
+    ret = scores * (FP32 + cast) + b * q_len * heads * v * (FP32 + cast)
+    return copies + scaled_q + expanded + mask + max(matmul, softmax, ret)
 
 
 def inference_activations(

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Literal
 
-from ...arch import Arch, LayerType, Role, attention_run, lora_target_names, lora_targeted
+from ...arch import (
+    SCORES_MATERIALIZED,
+    Arch,
+    LayerType,
+    Role,
+    attention_run,
+    lora_target_names,
+    lora_targeted,
+)
 from ...dtypes import bytes_of
 from ...layout import Stage, per_device_shape
 from ...spec import LoRA, Method, TrainingWorkload
@@ -17,6 +25,7 @@ from .dims import FP32, MASK, DeviceDims
 __all__ = [
     "ACTIVATION_PART",
     "FULL_TRAINING",
+    "MATH_PROBABILITIES_PART",
     "MODEL_CODE_ACTIVATIONS",
     "OFFLOADED_BACK_PART",
     "POW_UPCAST_ACTIVATIONS",
@@ -396,6 +405,9 @@ def _mlp_saved(
     return saved
 
 
+MATH_PROBABILITIES_PART = "attention probabilities (fp32, SDPA's math path)"
+
+
 def training_saved(
     layer: LayerType,
     arch: Arch,
@@ -427,6 +439,9 @@ def training_saved(
     family's softmax runs in the scores' dtype (``softmax_fp32`` false: GPT-2, BERT without
     autocast): e bytes. ``norm``:
     what each RMSNorm keeps (:func:`norm_saved_bytes`, with ``fp32_normed``).
+
+    ``attention`` ``math`` is SDPA's composite path (:func:`vrambudget.core.arch.attention_run`):
+    fp32 probabilities, and the fp32 scaled q, scaled keys and values of every query head.
 
     ``fused_qkv`` is LitGPT's attention, one projection for q, k and v whose output is split
     into views: with as many K/V heads as query heads V stays a view, and SDPA, saving V, keeps
@@ -507,6 +522,21 @@ def training_saved(
         if dropout and not drop_scores:
             items["score dropout mask"] = scores * MASK
             items["score dropout output"] = scores * e
+    elif attention == "math":
+        # torch's math path (attention.cpp _scaled_dot_product_attention_math, torch 2.5+)
+        # saves fp32 tensors of its own for its matmuls' backward -- the scaled query, the
+        # scaled keys and the values, both expanded to every query head -- and the fp32
+        # probabilities (one tensor: _safe_softmax's output, the second matmul's input);
+        # nothing saves its output unless a trained projection reads it.
+        items["q"] = tokens * heads * dd.qk_head_dim * FP32
+        items["k"] = tokens * heads * dd.qk_head_dim * FP32
+        items["v"] = tokens * heads * dd.v_head_dim * FP32
+        items["attention output"] = tokens * heads * dd.v_head_dim * e if tr.attention_output else 0
+        scores = b * heads * s * keys
+        items[MATH_PROBABILITIES_PART] = 0 if drop_scores else scores * FP32
+        if dropout and not drop_scores:
+            items["score dropout mask"] = scores * MASK
+            items["score dropout output"] = scores * FP32
     elif litgpt and math_mqa and dd.kv_heads == 1:
         items["attention probabilities (math SDPA: one K/V head takes no fused kernel)"] = (
             b * heads * s * keys * e
@@ -545,7 +575,9 @@ def eager_softmax_fp32(w: TrainingWorkload, arch: Arch) -> bool:
     return arch.eager_softmax_fp32 or w.mixed_precision == "autocast"
 
 
-def eager_softmax_backward_bytes(w: TrainingWorkload, arch: Arch, dd: DeviceDims) -> int:
+def eager_softmax_backward_bytes(
+    w: TrainingWorkload, arch: Arch, dd: DeviceDims, sdpa_math: bool = False
+) -> int:
     """What an eager attention's softmax backward holds beyond the layer's saved set, 0 where
     the attention is fused (``b x heads' x s x keys`` scores, ``keys`` the sequence or the
     sliding window of the model's widest layer, as :func:`training_saved` counts them; eager as
@@ -559,13 +591,20 @@ def eager_softmax_backward_bytes(w: TrainingWorkload, arch: Arch, dd: DeviceDims
     exceeds the saved set by 4.4 - 5.1 B per score element in bf16 (``bench/
     recompute_backward.py``). A softmax in the scores' dtype (:func:`eager_softmax_fp32`
     false: GPT-2, BERT without autocast) holds its output's and input's gradients beside its
-    saved output: ``2 e``."""
-    if attention_run(w.attention, arch) != "eager":
+    saved output: ``2 e``. SDPA's math path (``sdpa_math``: :meth:`vrambudget.core.overheads.
+    Overheads.sdpa_math`) saves only the fp32 probabilities, and its backward holds the fp32
+    gradients of the probabilities and of the scores beside them (``_softmax_backward_data``):
+    8 B per score over the saved set."""
+    attention = attention_run(w.attention, arch, sdpa_math)
+    if attention not in SCORES_MATERIALIZED:
         return 0
     s, e = w.sequence_length, bytes_of(w.precision.compute)
     keys = max(min(s, layer.window) if layer.window else s for layer, _ in arch.layer_runs)
     fp32 = eager_softmax_fp32(w, arch)
-    per_score = (12 - (4 if e == 4 else 4 + e)) if fp32 else 2 * e
+    if attention == "math":
+        per_score = 2 * FP32
+    else:
+        per_score = (12 - (4 if e == 4 else 4 + e)) if fp32 else 2 * e
     return w.micro_batch_size * dd.heads * s * keys * per_score
 
 
@@ -667,6 +706,7 @@ def training_activations(
     fused_swiglu: bool = False,
     unsloth: bool = False,
     act_extra: int = 0,
+    sdpa_math: bool = False,
 ) -> tuple[int, int, list[tuple[str, int]]]:
     """(all saved activations of a pipeline stage, one layer's saved activations, itemized
     parts): per layer kind the tensors saved for backward (``training_saved``; with full
@@ -677,10 +717,11 @@ def training_activations(
     it: fp32 embeddings and norms make every layer input fp32), which full recomputation
     keeps. ``unsloth``: the stack is Unsloth's, whose fast LoRA (``lora_dropout`` 0) saves less
     (:func:`unsloth_trainable`). ``act_extra``: what the MLP's activation keeps beyond its input
-    (:func:`activation_extra_bytes`)."""
+    (:func:`activation_extra_bytes`). ``sdpa_math``: SDPA runs its math path on this device
+    and stack (:meth:`vrambudget.core.overheads.Overheads.sdpa_math`)."""
     e = bytes_of(w.precision.compute)
     fp32_normed = fp32_normed_of(arch, w.mixed_precision)
-    attention = attention_run(w.attention, arch)
+    attention = attention_run(w.attention, arch, sdpa_math)
     par = w.parallelism
     s, b = w.sequence_length, w.micro_batch_size
     ckpt = w.checkpointing

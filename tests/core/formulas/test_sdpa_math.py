@@ -1,0 +1,181 @@
+"""SDPA's math path in the analytic tier: which device and stack leave transformers' SDPA call
+no fused kernel (torch 2.13 ``sdp_utils.cpp``; transformers 5.23 ``use_gqa_in_sdpa``), and what
+the math path holds (``attention.cpp`` ``_scaled_dot_product_attention_math``), against hand
+computations. tests/trace/test_sdpa.py checks the same bytes against the path itself, run op by
+op on fake tensors, and a framework trace of transformers' code on a T4."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.workloads import budget_of, preset_body, workload
+from vrambudget.core.arch import attention_run
+from vrambudget.core.components import Component
+from vrambudget.core.deployed import deploy
+from vrambudget.core.formulas.activations import training_activations
+from vrambudget.core.formulas.activations.dims import DeviceDims
+from vrambudget.core.formulas.activations.inference import math_path_bytes
+from vrambudget.core.formulas.activations.training import (
+    MATH_PROBABILITIES_PART,
+    eager_softmax_backward_bytes,
+)
+from vrambudget.core.formulas.allocator_overhead import (
+    EAGER_INFERENCE_FRAGMENTATION_FRACTION,
+    INFERENCE_FRAGMENTATION_FRACTION,
+)
+from vrambudget.core.formulas.sdpa import flash_hardware, transformers_sdpa_backend
+from vrambudget.core.overheads import device_overheads, with_software
+from vrambudget.core.resolve import resolve_model
+from vrambudget.core.spec import Software
+from vrambudget.core.statics import statics_for
+
+LLAMA8 = {"heads": 32, "kv_heads": 8, "head_dim": 128, "v_head_dim": 128}
+
+
+@pytest.mark.parametrize(
+    ("cc", "vendor", "flash"),
+    [("7.5", "nvidia", False), ("7.0", "nvidia", False), ("8.0", "nvidia", True),
+     ("8.6", "nvidia", True), ("9.0", "nvidia", True), (None, "nvidia", True),
+     (None, "amd", True)],
+)  # fmt: skip
+def test_flash_hardware_is_sm80_and_later(cc: str | None, vendor: str, flash: bool) -> None:
+    assert flash_hardware(cc, vendor) is flash
+
+
+@pytest.mark.parametrize(
+    ("dtype", "heads", "kv_heads", "native", "flash_hw", "backend"),
+    [
+        ("fp16", 32, 8, True, False, "math"),  # Llama 3 8B on a T4
+        ("fp16", 32, 8, True, True, "flash"),  # on an A10
+        ("fp32", 32, 8, True, True, "math"),  # fp32 on an A100: no flash, no GQA in mem-eff
+        ("fp16", 32, 8, False, False, "mem_efficient"),  # transformers < 4.54 repeats K/V
+        ("bf16", 32, 8, False, False, "math"),  # ... but bf16 has no kernel below sm80
+        ("fp16", 12, 12, True, False, "mem_efficient"),  # GPT-2 on a T4
+        ("bf16", 12, 12, True, False, "math"),
+        ("fp32", 12, 12, True, True, "mem_efficient"),
+    ],
+)
+def test_transformers_sdpa_backend(
+    dtype: str, heads: int, kv_heads: int, native: bool, flash_hw: bool, backend: str
+) -> None:
+    got = transformers_sdpa_backend(
+        dtype=dtype,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=128 if heads == 32 else 64,
+        v_head_dim=128 if heads == 32 else 64,
+        native_gqa=native,
+        flash_hw=flash_hw,
+    )
+    assert got == backend
+
+
+def _dims(heads: int, kv: int, d: int) -> DeviceDims:
+    return DeviceDims(
+        h=heads * d, heads=heads, kv_heads=kv, qk_head_dim=d, v_head_dim=d, f=1, vocab=1,
+        vocab_full=1, experts=0, top_k=0, f_expert=0, f_shared=0, ep=1, t=1,
+    )  # fmt: skip
+
+
+def test_math_path_bytes_by_hand() -> None:
+    """Llama 3 8B, one 1,024-token fp16 prefill. Held to the end: fp32 copies of q (1,024 x 32
+    x 128 x 4 = 16,777,216), k and v (2 x 1,024 x 8 x 128 x 4 = 8,388,608), the scaled q
+    (16,777,216), k and v on every head (2 x 16,777,216) and the causal mask (1,024^2 x 4 =
+    4,194,304): 79,691,776. The softmax's moment: 32 x 1,024^2 scores x 9 B + 32 x 1,024 row
+    flags = 302,022,656 (the scores' matmul: 16,777,216 + 134,217,728; the return: 6 B per
+    score and the fp32 output with its cast, 201,326,592 + 25,165,824)."""
+    held = 16_777_216 + 8_388_608 + 16_777_216 + 2 * 16_777_216 + 4_194_304
+    assert held == 79_691_776
+    softmax = 32 * 1024 * 1024 * 9 + 32 * 1024
+    assert softmax > 16_777_216 + 134_217_728 and softmax > 201_326_592 + 25_165_824
+    assert math_path_bytes(_dims(32, 8, 128), 1, 1024, 1024, 2) == held + softmax == 381_714_432
+    # fp32 inputs: no copies, no casts back; the same softmax moment.
+    fp32 = 16_777_216 + 2 * 16_777_216 + 4_194_304 + softmax
+    assert math_path_bytes(_dims(32, 8, 128), 1, 1024, 1024, 4) == fp32
+    # A decode step over 700 keys, 3 sequences, Qwen 2.5 0.5B's heads (14 on 2, 64): no mask,
+    # and the scaled keys dominate: copies (3 x 14 x 64 + 3 x 700 x 2 x 128) x 4 = 2,161,152,
+    # scaled q 10,752, K/V on every head 3 x 700 x 14 x 128 x 4 = 15,052,800, the scaled keys
+    # 3 x 700 x 14 x 64 x 4 = 7,526,400 and the fp32 scores 3 x 14 x 700 x 4 = 117,600.
+    decode = 2_161_152 + 10_752 + 15_052_800 + 7_526_400 + 117_600
+    assert math_path_bytes(_dims(14, 2, 64), 3, 1, 700, 2) == decode == 24_868_704
+
+
+def _activations(gpu: str, **fields: object) -> int:
+    body = preset_body("inference", "llama-3.1-8b", gpu, **fields)
+    b = budget_of(body)
+    (line,) = [ln for ln in b.devices[0].lines if ln.component is Component.ACTIVATIONS]
+    return line.bytes
+
+
+FP16 = {"weights": "fp16", "compute": "fp16"}
+
+
+def test_a_t4_budgets_the_math_path_and_an_a10_does_not() -> None:
+    """Llama 3.1 8B, one 1,024-token fp16 prefill: per layer the residual stream (4 x 1,024 x
+    4,096 x 2 = 33,554,432), q, k and v (1,024 x (32 + 2 x 8) x 128 x 2 = 12,582,912) and the
+    math path (381,714,432) -- larger than the MLP's 1,024 x 3 x 14,336 x 2 = 88,080,384."""
+    t4 = _activations("t4-16gb", prompt_tokens=1024, generated_tokens=1, precision=FP16)
+    assert t4 == 33_554_432 + 12_582_912 + 381_714_432
+    a10 = _activations("a10-24gb", prompt_tokens=1024, generated_tokens=1, precision=FP16)
+    # flash: q, k, v, the output and the fp32 log-sum-exp (32 x 1,024 x 4) beside the stream
+    attn = 1024 * (2 * 32 * 128 + 2 * 8 * 128) * 2 + 32 * 1024 * 4
+    assert a10 == 33_554_432 + max(attn, 88_080_384)
+    # transformers 4.53 repeats K/V itself: fp16 takes the memory-efficient kernel on a T4
+    old = budget_of(
+        preset_body(
+            "inference", "llama-3.1-8b", "t4-16gb", {"framework_version": "4.53.0"},
+            prompt_tokens=1024, generated_tokens=1, precision=FP16,
+        )
+    )  # fmt: skip
+    (line,) = [ln for ln in old.devices[0].lines if ln.component is Component.ACTIVATIONS]
+    assert line.bytes < t4 / 3
+
+
+def test_the_math_path_takes_the_eager_fragmentation_fraction() -> None:
+    ov = with_software(device_overheads("7.5", "nvidia", None), Software())
+    assert ov.inference_fragmentation("math") == ov.inference_fragmentation("eager")
+    assert ov.inference_fragmentation("math") == round(
+        EAGER_INFERENCE_FRAGMENTATION_FRACTION * 1_000_000
+    )
+    assert ov.inference_fragmentation("sdpa") == round(INFERENCE_FRAGMENTATION_FRACTION * 1_000_000)
+
+
+def test_which_stacks_run_the_math_path() -> None:
+    w = workload(kind="inference", model={"source": "preset", "id": "llama-3.1-8b"})
+    arch = resolve_model(w.model)  # type: ignore[union-attr]
+    t4 = device_overheads("7.5", "nvidia", None)
+    a100 = device_overheads("8.0", "nvidia", None)
+    current = with_software(t4, Software())
+    assert current.sdpa_math(arch, "fp16") and current.sdpa_math(arch, "bf16")
+    assert not with_software(a100, Software()).sdpa_math(arch, "bf16")
+    assert with_software(a100, Software()).sdpa_math(arch, "fp32")
+    assert not with_software(t4, Software(torch_version="2.4.1")).sdpa_math(arch, "fp16")
+    assert not with_software(t4, Software(framework="litgpt")).sdpa_math(arch, "fp16")
+    assert attention_run("sdpa", arch, True) == "math"
+    assert attention_run("eager", arch, True) == "eager"
+    assert attention_run("flash", arch, True) == "flash"
+
+
+def test_training_saves_the_math_paths_tensors() -> None:
+    """Llama 3.1 8B, full fine-tuning, 1 x 2,048 fp16 tokens, per layer: flash saves q, k, v
+    (2,048 x (32 + 16) x 128 x 2) and the fp32 log-sum-exp (32 x 2,048 x 4); the math path its
+    fp32 scaled q, keys and values on every head (3 x 2,048 x 32 x 128 x 4) and the fp32
+    probabilities (32 x 2,048^2 x 4). Both keep the output for o_proj."""
+    w = deploy(
+        workload(
+            kind="training", model={"source": "preset", "id": "llama-3.1-8b"},
+            sequence_length=2048, precision=FP16,
+        )
+    )  # fmt: skip
+    arch = resolve_model(w.model)  # type: ignore[union-attr]
+    (st,) = statics_for(w, arch)  # type: ignore[arg-type]
+    _, flash, _ = training_activations(w, arch, st.stage, st.dims)  # type: ignore[arg-type]
+    _, math, parts_m = training_activations(w, arch, st.stage, st.dims, sdpa_math=True)  # type: ignore[arg-type]
+    flash_attn = 2048 * 48 * 128 * 2 + 32 * 2048 * 4
+    math_attn = 3 * 2048 * 32 * 128 * 4 + 32 * 2048 * 2048 * 4
+    assert math - flash == math_attn - flash_attn
+    assert dict(parts_m)[MATH_PROBABILITIES_PART] == 32 * 32 * 2048 * 2048 * 4
+    # its softmax's backward: the fp32 gradients of the probabilities and of the scores
+    back = eager_softmax_backward_bytes(w, arch, st.dims, sdpa_math=True)  # type: ignore[arg-type]
+    assert back == 32 * 2048 * 2048 * 8
+    assert eager_softmax_backward_bytes(w, arch, st.dims) == 0  # type: ignore[arg-type]
