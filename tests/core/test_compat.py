@@ -94,25 +94,31 @@ def test_sdpa_without_a_fused_kernel_says_it_runs_the_math_path(kind):
     workload = TRAIN if kind == "training" else INFER
     plain = {k: v for k, v in workload.items() if k != "attention"}
     fp16 = {**plain, "precision": FP16}
-    (o,) = _math(fp16, "t4-16gb")
+    torch_2_13 = {"torch_version": "2.13.0"}  # torch 2.14's memory-efficient kernel takes GQA
+    (o,) = _math(fp16, "t4-16gb", torch_2_13)
     assert o.verdict == "supported" and "math path" in o.reason
     assert "32 query heads on 8 K/V heads" in o.reason and "sm75" in o.reason
     assert "check_batch_size_and_num_heads_dense<false>" in o.source
-    assert any("math path" in w for w in _budget(fp16, "t4-16gb").warnings)
-    (o,) = _math({**plain, "precision": {"weights": "fp32", "compute": "fp32"}}, "a100-sxm4-80gb")
+    assert any("math path" in w for w in _budget(fp16, "t4-16gb", torch_2_13).warnings)
+    fp32 = {**plain, "precision": {"weights": "fp32", "compute": "fp32"}}
+    (o,) = _math(fp32, "a100-sxm4-80gb", torch_2_13)
     assert "fp32 with 32 query heads on 8 K/V heads" in o.reason
+    (o,) = _math({**plain, "precision": {"weights": "bf16", "compute": "bf16"}}, "t4-16gb")
+    assert "bf16 on" in o.reason
     gpt2 = {**plain, "model": {"source": "preset", "id": "gpt2"}}
     (o,) = _math({**gpt2, "precision": {"weights": "bf16", "compute": "bf16"}}, "t4-16gb")
     assert "bf16 on" in o.reason and "fp16 and fp32 only below sm80" in o.reason
     for other, gpu, software in (
+        (fp16, "t4-16gb", None),  # torch 2.15: the memory-efficient kernel takes GQA
+        (fp32, "a100-sxm4-80gb", None),
         ({**gpt2, "precision": FP16}, "t4-16gb", None),
         ({**fp16, "model": {"source": "preset", "id": "gemma-2-2b"}}, "t4-16gb", None),
-        (fp16, "a100-sxm4-80gb", None),
-        ({**fp16, "attention": "eager"}, "t4-16gb", None),
+        (fp16, "a100-sxm4-80gb", torch_2_13),
+        ({**fp16, "attention": "eager"}, "t4-16gb", torch_2_13),
         # transformers 4.53 repeats K/V itself: the memory-efficient kernel takes fp16
-        (fp16, "t4-16gb", {"framework_version": "4.53.0"}),
+        (fp16, "t4-16gb", {**torch_2_13, "framework_version": "4.53.0"}),
         # torchtune's own attention code expands K/V before SDPA (not modelled as math)
-        (fp16, "t4-16gb", {"framework": "torchtune"}),
+        (fp16, "t4-16gb", {**torch_2_13, "framework": "torchtune"}),
     ):
         assert not _math(other, gpu, software), (other, gpu, software)
 

@@ -159,3 +159,22 @@ def test_analytic_matches_the_trace(preset: str, px: int, b: int, kw: dict[str, 
     act_tol = 0.07 if kw.get("guidance") else 0.01
     reserved_tol = 0.08 if kw.get("cpu_offload") == "sequential" else 0.02
     _compare(w, act_tol, reserved_tol)
+
+
+def test_bf16_below_sm80_runs_the_math_path_in_both_tiers() -> None:
+    """SD 1.5 at 256 x 256 in bf16 on a GPU without FlashAttention (a T4): the memory-efficient
+    kernel takes no bf16 below sm80, so every attention runs SDPA's math path. The walk and
+    the trace agree within 1% (176.2 MB of activations each on 2026-12-07, against 100.7 MB
+    with flash); fp16 takes the memory-efficient kernel there, as much as flash."""
+    spaces = gemm_workspaces(DEFAULT_OVERHEADS.workspace_bytes)
+    bf16 = _workload("sd-1.5", 256, 1, precision="bf16")
+    _, flash = diffusion_outcome(bf16, spaces)
+    _, walked = diffusion_outcome(bf16, spaces, flash_hw=False)
+    traced = trace_image_generation(bf16, workspaces=spaces, flash_hw=False)
+    act_w, act_t = walked.components["activations"], traced.components["activations"]
+    assert abs(act_w - act_t) <= 0.01 * act_t
+    assert act_w > 1.5 * flash.components["activations"]
+    fp16 = _workload("sd-1.5", 256, 1, precision="fp16")
+    _, a = diffusion_outcome(fp16, spaces, flash_hw=False)
+    _, b = diffusion_outcome(fp16, spaces)
+    assert a.components["activations"] == b.components["activations"]

@@ -129,9 +129,8 @@ def test_the_math_path_allocates_what_the_analytic_tier_counts(
     b: int, h: int, kv: int, sq: int, sk: int, d: int, dtype: torch.dtype
 ) -> None:
     """Without a flash kernel (a T4), SDPA's emulation runs torch 2.13's math path op by op;
-    its peak above q, k and v is :func:`math_path_bytes` to the byte. (torch's CPU build,
-    which runs the same composite kernels, allocated the same bytes plus one 4-byte scalar for
-    each shape, by its profiler's memory events.)"""
+    its peak above q, k and v is :func:`math_path_bytes` to the byte (and torch's own math path
+    on real CPU tensors, :func:`test_torchs_own_math_path_allocates_the_same`)."""
     from vrambudget.core.formulas.activations.inference import math_path_bytes
 
     e = torch.finfo(dtype).bits // 8
@@ -144,6 +143,38 @@ def test_the_math_path_allocates_what_the_analytic_tier_counts(
         base = r.peak_bytes = r.live_bytes
         kernels.emulated_sdpa(q, k, v, is_causal=sq > 1, enable_gqa=kv < h)
         assert r.peak_bytes - base == math_path_bytes(_dims(h, kv, d), b, sq, sk, e)
+
+
+@pytest.mark.parametrize(("b", "h", "kv", "sq", "sk", "d", "dtype"), MATH_SHAPES)
+def test_torchs_own_math_path_allocates_the_same(
+    b: int, h: int, kv: int, sq: int, sk: int, d: int, dtype: torch.dtype
+) -> None:
+    """torch's ``_scaled_dot_product_attention_math`` on real CPU tensors -- the composite
+    kernels CUDA runs too (``_safe_softmax`` is one CompositeExplicitAutograd kernel) -- peaks,
+    by the profiler's memory events, at :func:`math_path_bytes` above its inputs, plus at most
+    the 4-byte scalar ``_safe_softmax`` makes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from vrambudget.core.formulas.activations.inference import math_path_bytes
+
+    q = torch.zeros(b, h, sq, d, dtype=dtype)
+    k, v = torch.zeros(b, kv, sk, d, dtype=dtype), torch.zeros(b, kv, sk, d, dtype=dtype)
+    math: Any = torch.ops.aten._scaled_dot_product_attention_math
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+        math(q, k, v, None, 0.0, sq > 1, None, enable_gqa=kv < h)
+    results = getattr(p.profiler, "kineto_results", None)
+    if results is None:
+        pytest.skip("this torch's profiler keeps no memory events")
+    events = sorted(
+        (e for e in results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns()
+    )
+    live = peak = 0
+    for e in events:
+        live += e.nbytes()
+        peak = max(peak, live)
+    e_bytes = torch.finfo(dtype).bits // 8
+    expected = math_path_bytes(_dims(h, kv, d), b, sq, sk, e_bytes)
+    assert expected <= peak <= expected + 4
 
 
 @pytest.mark.parametrize(("b", "h", "kv", "s", "d", "dtype"), [
@@ -193,7 +224,12 @@ def test_the_math_path_saves_and_backs_up_what_the_training_formulas_count(
     assert backward == b * h * s * s * 8
 
 
-def _traced_on(gpu: str, spec: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+def _traced_on(
+    gpu: str,
+    spec: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    software: dict[str, Any] | None = None,
+) -> Any:
     """(the trace's answer, its replay, the analytic answer, the SDPA backends it ran) of one
     workload run as transformers' own code on a catalog GPU."""
     import collections
@@ -218,9 +254,12 @@ def _traced_on(gpu: str, spec: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
         "trace": {"code": "framework"},
         "device": {"source": "catalog", "id": gpu},
     }
+    if software is not None:
+        body["software"] = software
     request = msgspec.convert(body, BudgetRequest)
     traced, (replay,) = trace_budget_with_replays(request)
-    return traced, replay, estimate(request.workloads, request.device), seen
+    analytic = estimate(request.workloads, request.device, software=request.software)
+    return traced, replay, analytic, seen
 
 
 def _line(budget: Any, component: str) -> int:
@@ -236,22 +275,26 @@ QWEN_FP16 = {"model": {"source": "preset", "id": "qwen2.5-0.5b"},
 def test_transformers_sdpa_on_a_t4_runs_the_math_path_the_budget_counts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Qwen 2.5 0.5B (14 query heads on 2 K/V heads) in fp16, transformers' own code traced on
-    a T4: every SDPA call runs the math path, unmasked (the trace's batches are unpadded, so
-    transformers passes ``is_causal`` and ``enable_gqa``). A 2,048-token prefill's activations
-    are the analytic line's within 1% (traced 592.0 MB, budgeted 596.1 MB on 2026-12-07); a
-    1,024-token training step's, at the phase the budget peaks in (the backward's start),
-    within 0.1% (3,034.0 MB against 3,033.5 MB)."""
+    """Qwen 2.5 0.5B (14 query heads on 2 K/V heads) in fp16 under torch 2.13, transformers'
+    own code traced on a T4: every SDPA call runs the math path, unmasked (the trace's batches
+    are unpadded, so transformers passes ``is_causal`` and ``enable_gqa``). A 2,048-token
+    prefill's activations are the analytic line's within 1% (traced 592.0 MB, budgeted 596.1
+    MB on 2026-12-07); a 1,024-token training step's, at the phase the budget peaks in (the
+    backward's start), within 0.1% (3,034.0 MB against 3,033.5 MB). Under torch 2.15 (the
+    default) the memory-efficient kernel takes the grouped heads."""
+    torch_2_13 = {"torch_version": "2.13.0"}
     infer = {"kind": "inference", **QWEN_FP16, "prompt_tokens": 2048, "generated_tokens": 4}
-    traced, replay, analytic, seen = _traced_on("t4-16gb", infer, monkeypatch)
+    traced, replay, analytic, seen = _traced_on("t4-16gb", infer, monkeypatch, torch_2_13)
     assert set(seen) == {("math", False)}
     budgeted = _line(analytic, "activations")
     assert abs(replay.component_peaks["activations"] - budgeted) <= 0.01 * budgeted
     train = {"kind": "training", **QWEN_FP16, "sequence_length": 1024}
-    traced, replay, analytic, seen = _traced_on("t4-16gb", train, monkeypatch)
+    traced, replay, analytic, seen = _traced_on("t4-16gb", train, monkeypatch, torch_2_13)
     assert set(seen) == {("math", False)}
     budgeted = _line(analytic, "activations")
     assert abs(_line(traced, "activations") - budgeted) <= 0.001 * budgeted
+    _, _, _, seen = _traced_on("t4-16gb", train, monkeypatch)
+    assert set(seen) == {("mem_efficient", False)}
 
 
 def test_transformers_sdpa_on_an_a10_runs_flash_unmasked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,7 @@ from .formulas.cuda_context import (
     wheel_cuda,
 )
 from .formulas.runtime_workspace import default_workspace
-from .formulas.sdpa import flash_hardware, transformers_sdpa_backend
+from .formulas.sdpa import MEM_EFFICIENT_GQA_TORCH, flash_hardware, transformers_sdpa_backend
 from .spec import Software
 from .stack import DEFAULT_STACK, Stack, resolve_stack, version_tuple
 
@@ -74,10 +74,14 @@ class Overheads:
     flash_hw: bool = True
     """The device runs SDPA's FlashAttention kernel, and its memory-efficient one in bf16
     (:func:`vrambudget.core.formulas.sdpa.flash_hardware`: NVIDIA sm80+, or unknown)."""
+    vendor: str = "nvidia"
+    """The device's vendor (NVIDIA's memory-efficient SDPA kernel takes grouped heads from torch
+    2.14)."""
 
-    def sdpa_math(self, arch: Arch, compute: str) -> bool:
+    def sdpa_math(self, arch: Arch, compute: str, masked: bool = False) -> bool:
         """Whether transformers' SDPA attention runs torch's math path for ``arch`` in the
-        ``compute`` dtype on this device and stack (an unpadded batch:
+        ``compute`` dtype on this device and stack (an unpadded batch; ``masked``: a
+        sliding-window layer's call with its mask:
         :func:`vrambudget.core.formulas.sdpa.transformers_sdpa_backend`); False for frameworks
         with their own attention code (their calls are not modelled here)."""
         if self.stack.transformers_version is None or arch.mla is not None:
@@ -90,8 +94,18 @@ class Overheads:
             v_head_dim=arch.head_dim,
             native_gqa=self.stack.sdpa_native_gqa,
             flash_hw=self.flash_hw,
+            mem_efficient_gqa=self.mem_efficient_gqa,
+            mask=masked,
         )
         return backend == "math"
+
+    @property
+    def mem_efficient_gqa(self) -> bool:
+        """SDPA's memory-efficient kernel takes grouped K/V heads: NVIDIA, torch 2.14 on."""
+        return (
+            self.vendor == "nvidia"
+            and version_tuple(self.stack.torch_version) >= MEM_EFFICIENT_GQA_TORCH
+        )
 
     def inference_fragmentation(self, attention: str) -> int:
         """The inference fraction, in millionths, for the attention implementation that runs
@@ -145,6 +159,7 @@ def device_overheads(
         kernel_images_inference_bytes=kernel_images("inference", vendor, eager=False),
         kernel_images_training_bytes=kernel_images("training", vendor, eager=False),
         flash_hw=flash_hardware(compute_capability, vendor),
+        vendor=vendor,
     )
 
 

@@ -26,13 +26,15 @@ def trace_image_generation(
     expandable_segments: bool = False,
     workspaces: tuple[tuple[str, int], ...] = (),
     field: str = "workloads[0]",
+    flash_hw: bool = True,
 ) -> Replay:
     """Trace one process of ``w``: ``iterations`` denoising steps between the prompt encoding
-    and the VAE decode, then replay."""
+    and the VAE decode, then replay; on a device with or without FlashAttention
+    (``flash_hw``)."""
     pipeline = resolve_pipeline(w, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     program = prepare_diffusion(w, pipeline, recorder, torch.device("cpu"))  # meta modules
-    with FakeTensorMode(), kernels.emulation(), recorder.recording():
+    with FakeTensorMode(), kernels.emulation(flash_hw), recorder.recording():
         program.run(iterations)
         del program
     return replay(recorder.trace, expandable_segments=expandable_segments)
@@ -45,6 +47,7 @@ def trace_image_generation_code(
     expandable_segments: bool = False,
     workspaces: tuple[tuple[str, int], ...] = (),
     field: str = "workloads[0]",
+    flash_hw: bool = True,
 ) -> tuple[Replay, str]:
     """The replay and the words saying which code ran (the trace engine's ``code``)."""
     r = trace_image_generation(
@@ -53,6 +56,7 @@ def trace_image_generation_code(
         expandable_segments=expandable_segments,
         workspaces=workspaces,
         field=field,
+        flash_hw=flash_hw,
     )
     pipeline = resolve_pipeline(w, field)
     return r, f"framework: {library()} {pipeline.class_name}"

@@ -200,12 +200,15 @@ def trace_workload_code(
     code: str = "framework",
     stack: Stack | None = None,
     flash_hw: bool = True,
+    mem_efficient_gqa: bool = False,
 ) -> tuple[Replay, str]:
     """The replay, and the code that ran in words; ``stack``: the request's (None: the default
     stack), for the layout checks and what the built-in builders imitate (its norm, how its
     modelling code builds routed experts; the framework's own code has its own); ``flash_hw``:
-    the device runs FlashAttention (:attr:`vrambudget.core.overheads.Overheads.flash_hw`),
-    which decides the backends SDPA's emulation picks."""
+    the device runs FlashAttention (:attr:`vrambudget.core.overheads.Overheads.flash_hw`) and
+    ``mem_efficient_gqa``: its memory-efficient kernel takes grouped heads
+    (:attr:`vrambudget.core.overheads.Overheads.mem_efficient_gqa`), which decide the backends
+    SDPA's emulation picks."""
     trace, words = record_workload_code(
         w,
         iterations=iterations,
@@ -214,6 +217,7 @@ def trace_workload_code(
         code=code,
         stack=stack,
         flash_hw=flash_hw,
+        mem_efficient_gqa=mem_efficient_gqa,
     )
     return replay(trace, expandable_segments=expandable_segments), words
 
@@ -227,6 +231,7 @@ def record_workload_code(
     code: str = "framework",
     stack: Stack | None = None,
     flash_hw: bool = True,
+    mem_efficient_gqa: bool = False,
 ) -> tuple[Trace, str]:
     """The recorded trace of ``w`` (before any replay) and the code that ran in words (the
     arguments are :func:`trace_workload_code`'s)."""
@@ -269,7 +274,17 @@ def record_workload_code(
         _check_positions(w, arch, field)
     recorder = Recorder(gemm_workspaces=workspaces)
     try:
-        words = _run(w, arch, recorder, which, reason, iterations, field, stack, flash_hw)
+        words = _run(
+            w,
+            arch,
+            recorder,
+            which,
+            reason,
+            iterations,
+            field,
+            stack,
+            (flash_hw, mem_efficient_gqa),
+        )
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         # The framework's code branches on tensor values somewhere (an MoE block that loops
         # over the experts tokens were routed to): fake tensors have none. The built-in
@@ -283,7 +298,17 @@ def record_workload_code(
             ) from None
         check_traceable(w, field)  # type: ignore[arg-type]
         recorder = Recorder(gemm_workspaces=workspaces)
-        words = _run(w, arch, recorder, "builtin", None, iterations, field, stack, flash_hw)
+        words = _run(
+            w,
+            arch,
+            recorder,
+            "builtin",
+            None,
+            iterations,
+            field,
+            stack,
+            (flash_hw, mem_efficient_gqa),
+        )
         words += (
             " (the framework's code depends on tensor values here -- "
             f"{type(exc).__name__} -- which fake tensors do not have)"
@@ -310,11 +335,11 @@ def _run(
     iterations: int,
     field: str,
     stack: Stack | None = None,
-    flash_hw: bool = True,
+    sdpa_device: tuple[bool, bool] = (True, False),
 ) -> str:
     """Build and run the program (``framework`` or ``builtin``) under the recorder; the code
     that ran, in words."""
-    with FakeTensorMode(), kernels.emulation(flash_hw), recorder.recording():
+    with FakeTensorMode(), kernels.emulation(*sdpa_device), recorder.recording():
         if which == "framework":
             try:
                 program: Any = prepare_framework(
@@ -426,6 +451,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 expandable_segments=expandable,
                 workspaces=workspaces,
                 field=f"workloads[{i}]",
+                flash_hw=ov.flash_hw,
             )
         else:
             r, code_words = trace_workload_code(
@@ -437,6 +463,7 @@ def trace_budget_with_replays(request: BudgetRequest) -> tuple[Budget, tuple[Rep
                 code=request.trace.code,
                 stack=ov.stack,
                 flash_hw=ov.flash_hw,
+                mem_efficient_gqa=ov.mem_efficient_gqa,
             )
         replays.append(r)
         k = w.instances

@@ -41,19 +41,23 @@ HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 _EMULATE: ContextVar[bool] = ContextVar("vrambudget_emulate_cuda_kernels", default=False)
 _FLASH_HW: ContextVar[bool] = ContextVar("vrambudget_emulated_flash_hardware", default=True)
+_MEM_EFFICIENT_GQA: ContextVar[bool] = ContextVar("vrambudget_mem_efficient_gqa", default=False)
 
 
 @contextmanager
-def emulation(flash_hw: bool = True) -> Iterator[None]:
+def emulation(flash_hw: bool = True, mem_efficient_gqa: bool = False) -> Iterator[None]:
     """Within: kernels allocate what their CUDA versions allocate and compute nothing, on a
     device with or without FlashAttention (``flash_hw``:
     :func:`vrambudget.core.formulas.sdpa.flash_hardware`; below sm80 SDPA picks other
-    backends)."""
+    backends), under a torch whose memory-efficient kernel takes grouped K/V heads or not
+    (``mem_efficient_gqa``: 2.14 on, NVIDIA)."""
     token = _EMULATE.set(True)
     hw = _FLASH_HW.set(flash_hw)
+    gqa = _MEM_EFFICIENT_GQA.set(mem_efficient_gqa)
     try:
         yield
     finally:
+        _MEM_EFFICIENT_GQA.reset(gqa)
         _FLASH_HW.reset(hw)
         _EMULATE.reset(token)
 
@@ -112,7 +116,11 @@ class _FlashAttention(torch.autograd.Function):
 class _MemEfficientAttention(torch.autograd.Function):
     """``_efficient_attention_forward`` / ``_efficient_attention_backward`` on (b, h, s, d)
     inputs: the output and an fp32 log-sum-exp padded to 32 rows; the backward the three
-    input gradients and an fp32 ``delta`` per row (``attention_backward.cu``)."""
+    input gradients and an fp32 ``delta`` per row (``attention_backward.cu``). With grouped
+    K/V heads (torch 2.14+) the backward's K/V gradients are taken per query head, then
+    reduced by a follow-up kernel (pytorch#191085: "no atomics and launch a follow up kernel
+    to reduce for gqa bwd"): counted here as FlashAttention-2's ``dk_expanded`` and
+    ``dv_expanded`` are, in the input dtype."""
 
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -129,6 +137,11 @@ class _MemEfficientAttention(torch.autograd.Function):
         b, h, sq, _ = q.shape
         delta = torch.empty(b, h, sq, dtype=torch.float32, device=q.device)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        if k.shape[1] != h:
+            sk = k.shape[2]
+            dk_expanded = torch.empty(b, h, sk, k.shape[-1], dtype=k.dtype, device=k.device)
+            dv_expanded = torch.empty(b, h, sk, v.shape[-1], dtype=v.dtype, device=v.device)
+            del dk_expanded, dv_expanded
         del delta
         return dq, dk, dv
 
@@ -155,6 +168,7 @@ def emulated_sdpa(
         mask=attn_mask is not None,
         gqa=key.shape[1] != query.shape[1],
         flash_hw=_FLASH_HW.get(),
+        mem_efficient_gqa=_MEM_EFFICIENT_GQA.get(),
     )
     if backend == "flash":
         out = _apply(
@@ -187,6 +201,10 @@ def _math_sdpa(
     by ``F.scaled_dot_product_attention``). Autograd saves what the C++ composite saves: each
     matmul's inputs and the softmax's output."""
     origin = query.dtype
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        # scaled_dot_product_attention converts a caller's bool mask in the query's dtype
+        zero = torch.zeros((), dtype=origin, device=query.device)
+        attn_mask = torch.where(attn_mask, zero, torch.full_like(zero, -math.inf))
     upcast = origin in HALF_DTYPES
     q_acc = query.to(torch.float32) if upcast else query
     k_acc = key.to(torch.float32) if upcast else key
@@ -213,7 +231,8 @@ def _math_sdpa(
     rows = masked.all(-1, keepdim=True)
     del masked, rows, attn
     if dropout_p > 0.0:
-        probs = torch.dropout(probs, dropout_p, True)
+        # CUDA's native_dropout: the output and a bool mask (the CPU's dropout draws fp32 noise)
+        probs, _keep = torch.ops.aten.native_dropout(probs, dropout_p, True)
     out = torch.matmul(probs, v_exp)
     result = out.to(origin)
     second = probs.to(origin)

@@ -100,8 +100,12 @@ def test_math_path_bytes_by_hand() -> None:
     assert math_path_bytes(_dims(14, 2, 64), 3, 1, 700, 2) == decode == 24_868_704
 
 
-def _activations(gpu: str, **fields: object) -> int:
-    body = preset_body("inference", "llama-3.1-8b", gpu, **fields)
+TORCH_2_13 = {"torch_version": "2.13.0"}
+"""The last torch release whose memory-efficient kernel takes no grouped heads."""
+
+
+def _activations(gpu: str, software: dict[str, str] | None = None, **fields: object) -> int:
+    body = preset_body("inference", "llama-3.1-8b", gpu, software, **fields)
     b = budget_of(body)
     (line,) = [ln for ln in b.devices[0].lines if ln.component is Component.ACTIVATIONS]
     return line.bytes
@@ -111,24 +115,25 @@ FP16 = {"weights": "fp16", "compute": "fp16"}
 
 
 def test_a_t4_budgets_the_math_path_and_an_a10_does_not() -> None:
-    """Llama 3.1 8B, one 1,024-token fp16 prefill: per layer the residual stream (4 x 1,024 x
-    4,096 x 2 = 33,554,432), q, k and v (1,024 x (32 + 2 x 8) x 128 x 2 = 12,582,912) and the
-    math path (381,714,432) -- larger than the MLP's 1,024 x 3 x 14,336 x 2 = 88,080,384."""
-    t4 = _activations("t4-16gb", prompt_tokens=1024, generated_tokens=1, precision=FP16)
+    """Llama 3.1 8B, one 1,024-token fp16 prefill under torch 2.13: per layer the residual
+    stream (4 x 1,024 x 4,096 x 2 = 33,554,432), q, k and v (1,024 x (32 + 2 x 8) x 128 x 2 =
+    12,582,912) and the math path (381,714,432) -- larger than the MLP's 1,024 x 3 x 14,336 x 2
+    = 88,080,384. bf16 runs it under any torch (no memory-efficient kernel takes bf16 there)."""
+    fields = {"prompt_tokens": 1024, "generated_tokens": 1}
+    t4 = _activations("t4-16gb", TORCH_2_13, precision=FP16, **fields)
     assert t4 == 33_554_432 + 12_582_912 + 381_714_432
-    a10 = _activations("a10-24gb", prompt_tokens=1024, generated_tokens=1, precision=FP16)
+    assert _activations("t4-16gb", precision={"weights": "bf16", "compute": "bf16"}, **fields) == t4
+    a10 = _activations("a10-24gb", TORCH_2_13, precision=FP16, **fields)
     # flash: q, k, v, the output and the fp32 log-sum-exp (32 x 1,024 x 4) beside the stream
     attn = 1024 * (2 * 32 * 128 + 2 * 8 * 128) * 2 + 32 * 1024 * 4
     assert a10 == 33_554_432 + max(attn, 88_080_384)
-    # transformers 4.53 repeats K/V itself: fp16 takes the memory-efficient kernel on a T4
-    old = budget_of(
-        preset_body(
-            "inference", "llama-3.1-8b", "t4-16gb", {"framework_version": "4.53.0"},
-            prompt_tokens=1024, generated_tokens=1, precision=FP16,
-        )
-    )  # fmt: skip
-    (line,) = [ln for ln in old.devices[0].lines if ln.component is Component.ACTIVATIONS]
-    assert line.bytes < t4 / 3
+    # fp16 under torch 2.14+ (the default stack's 2.15): the memory-efficient kernel takes the
+    # grouped heads; and under 2.13, transformers 4.53 repeats K/V itself: the same kernel
+    assert _activations("t4-16gb", precision=FP16, **fields) == a10
+    old = _activations(
+        "t4-16gb", {**TORCH_2_13, "framework_version": "4.53.0"}, precision=FP16, **fields
+    )
+    assert old < t4 / 3
 
 
 def test_the_math_path_takes_the_eager_fragmentation_fraction() -> None:
@@ -145,12 +150,17 @@ def test_which_stacks_run_the_math_path() -> None:
     arch = resolve_model(w.model)  # type: ignore[union-attr]
     t4 = device_overheads("7.5", "nvidia", None)
     a100 = device_overheads("8.0", "nvidia", None)
-    current = with_software(t4, Software())
-    assert current.sdpa_math(arch, "fp16") and current.sdpa_math(arch, "bf16")
+    current = with_software(t4, Software())  # torch 2.15: memory-efficient takes GQA
+    assert not current.sdpa_math(arch, "fp16") and current.sdpa_math(arch, "bf16")
+    old = with_software(t4, Software(torch_version="2.13.0"))
+    assert old.sdpa_math(arch, "fp16") and old.sdpa_math(arch, "bf16")
+    # a sliding-window layer's masked call: K/V repeated, so only the dtype decides
+    assert not old.sdpa_math(arch, "fp16", masked=True) and old.sdpa_math(arch, "bf16", masked=True)
     assert not with_software(a100, Software()).sdpa_math(arch, "bf16")
-    assert with_software(a100, Software()).sdpa_math(arch, "fp32")
+    assert not with_software(a100, Software()).sdpa_math(arch, "fp32")
+    assert with_software(a100, Software(torch_version="2.13.0")).sdpa_math(arch, "fp32")
     assert not with_software(t4, Software(torch_version="2.4.1")).sdpa_math(arch, "fp16")
-    assert not with_software(t4, Software(framework="litgpt")).sdpa_math(arch, "fp16")
+    assert not with_software(t4, Software(framework="litgpt")).sdpa_math(arch, "bf16")
     assert attention_run("sdpa", arch, True) == "math"
     assert attention_run("eager", arch, True) == "eager"
     assert attention_run("flash", arch, True) == "flash"
@@ -179,3 +189,52 @@ def test_training_saves_the_math_paths_tensors() -> None:
     back = eager_softmax_backward_bytes(w, arch, st.dims, sdpa_math=True)  # type: ignore[arg-type]
     assert back == 32 * 2048 * 2048 * 8
     assert eager_softmax_backward_bytes(w, arch, st.dims) == 0  # type: ignore[arg-type]
+
+
+def test_a_sliding_window_layers_mask_decides_its_kernel() -> None:
+    """A sliding-window layer (window 512) at 1,024 tokens gets a mask from transformers, which
+    repeats K/V: fp16 then takes the memory-efficient kernel (budgeted as SDPA's fused
+    bytes); bf16 below sm80 runs the math path over all 1,024 keys with the mask (1 x 1,024 x
+    1,024 x (1 + 2) bytes: the bool mask and its bf16 copy) instead of the causal matrix, on
+    K/V already repeated to the 8 heads (copies of every head, nothing expanded)."""
+    from vrambudget.core.formulas.activations.inference import inference_working_set
+    from vrambudget.core.spec import DimensionsModel
+
+    arch = resolve_model(
+        DimensionsModel(
+            hidden_size=512, num_layers=2, num_attention_heads=8, num_key_value_heads=2,
+            intermediate_size=1024, vocab_size=1024, sliding_window=512,
+            num_sliding_window_layers=2,
+        )
+    )  # fmt: skip
+    ((layer, _),) = arch.layer_runs
+    assert layer.window == 512
+    dims = _dims(8, 2, 64)
+    sdpa = inference_working_set(layer, arch, dims, 1, 1024, 1024, 2, "sdpa")
+    assert inference_working_set(layer, arch, dims, 1, 1024, 1024, 2, "math") == sdpa
+    masked = inference_working_set(layer, arch, dims, 1, 1024, 1024, 2, "math", True)
+    resid = 4 * 1024 * 512 * 2
+    qkv = 1024 * (8 * 64 + 8 * 128) * 2  # q; k and v repeated to 8 heads
+    copies = (1024 * 8 * 64 + 1024 * 8 * 128) * 4
+    scaled_q = 1024 * 8 * 64 * 4
+    mask = 1024 * 1024 * 3
+    softmax = 8 * 1024 * 1024 * 9 + 8 * 1024
+    assert masked == resid + qkv + copies + scaled_q + mask + softmax
+    # below the window the call has no mask: the unmasked math path, keys as they are
+    short = inference_working_set(layer, arch, dims, 1, 256, 256, 2, "math")
+    assert short == 4 * 256 * 512 * 2 + 256 * (8 * 64 + 2 * 128) * 2 + math_path_bytes(
+        dims, 1, 256, 256, 2
+    )
+
+
+def test_the_answer_names_the_attention_that_runs() -> None:
+    fields = {"prompt_tokens": 1024, "generated_tokens": 1}
+    for gpu, software, runs in (
+        ("t4-16gb", TORCH_2_13, "math"),
+        ("t4-16gb", None, "sdpa"),
+        ("a10-24gb", TORCH_2_13, "sdpa"),
+    ):
+        b = budget_of(
+            preset_body("inference", "llama-3.1-8b", gpu, software, precision=FP16, **fields)
+        )
+        assert b.devices[0].inputs["attention_runs"] == runs

@@ -23,7 +23,7 @@ the stride-2 convolution: 1,500 positions per window.
 
 from __future__ import annotations
 
-from ..arch import Arch, AttentionKind, LayerType
+from ..arch import Arch, AttentionKind, LayerType, attention_run
 from ..components import Component
 from ..dtypes import bytes_of
 from ..errors import InvalidWorkload
@@ -138,7 +138,9 @@ def encoder_phases(
     k = w.instances
     t = w.parallelism.tensor
     n, positions = encoder_positions(w, info)
-    attention = w.attention
+    # SDPA's math path where no fused kernel takes the call (bf16 below sm80): the encoder's
+    # bidirectional attention has no causal mask
+    attention = attention_run(w.attention, arch, ov.sdpa_math(arch, w.precision.compute))
     base = {
         C.WEIGHTS: st.weights_bytes * k,
         C.QUANTIZATION_METADATA: st.metadata_bytes * k,
@@ -147,7 +149,7 @@ def encoder_phases(
         C.COMMUNICATION_BUFFERS: st.comm_bytes * k,
     }
     encode = inference_working_set(
-        _DENSE, arch, _encoder_dims(info, t), n, positions, positions, e, attention
+        _DENSE, arch, _encoder_dims(info, t), n, positions, positions, e, attention, causal=False
     ) + _stem_bytes(w, info, n, positions, e)
     first = "forward" if isinstance(w, VisionWorkload) else "encode"
     phases = [(first, {**base, C.KV_CACHE: 0, C.ACTIVATIONS: encode * k, C.LOGITS: 0})]

@@ -12,7 +12,6 @@ what the allocator will *hold* while the KV cache grows by ``torch.cat``. Expect
 from __future__ import annotations
 
 from ..allocator.generate import MAX_EVENTS, GenerateShape, events_of, replay_generate
-from ..arch import attention_run
 from ..components import Component
 from ..dtypes import bytes_of
 from ..formulas.allocator_overhead import ROUNDING_PART
@@ -23,6 +22,7 @@ from ..spec import InferenceWorkload
 from ..spec.precision import BitsAndBytes4bit
 from ..stack import SDPA_NATIVE_GQA_TORCH, version_tuple
 from ..statics import statics_for
+from .inference import runtime_attention
 from .views import outside_allocator_bytes
 
 __all__ = ["METHOD", "SOURCE", "allocator_cache", "generate_shape"]
@@ -76,7 +76,7 @@ def generate_shape(w: InferenceWorkload, ov: Overheads) -> GenerateShape | None:
         or w.instances != 1
     ):
         return None
-    attention = attention_run(w.attention, arch, ov.sdpa_math(arch, w.precision.compute))
+    attention = runtime_attention(w, arch, ov)[0]
     if attention == "math":  # the replay follows transformers' eager and fused paths only
         return None
     eager = attention == "eager"

@@ -18,7 +18,13 @@ from ..spec import InferenceWorkload
 from ..statics import StageStatic
 from .stage import StageNumbers, counted_bytes, peak, times
 
-__all__ = ["fragmentation_ppm", "inference_stage", "inference_terms", "inference_total"]
+__all__ = [
+    "fragmentation_ppm",
+    "inference_stage",
+    "inference_terms",
+    "inference_total",
+    "runtime_attention",
+]
 
 C = Component
 
@@ -53,7 +59,7 @@ def inference_terms(
     }
     chunk = w.prefill_chunk_tokens
     prompt_total = w.prompt_tokens * n_seq
-    attention = attention_run(w.attention, arch, ov.sdpa_math(arch, w.precision.compute))
+    attention, masked_math = runtime_attention(w, arch, ov)
     if chunk is not None and chunk < prompt_total:
         # Chunked prefill (vLLM): every step carries `chunk` tokens, packing whole and partial
         # prompts; a query may attend to its whole prompt (the last chunk of a prompt). Logits
@@ -67,6 +73,7 @@ def inference_terms(
             w.prompt_tokens,
             e,
             attention,
+            masked_math,
         )
         rows = chunk if w.logits == "all" else min(n_seq, chunk)
     else:
@@ -79,6 +86,7 @@ def inference_terms(
             w.prompt_tokens,
             e,
             attention,
+            masked_math,
         )
         # transformers before 4.45 returns (and upcasts) every prompt position's logits.
         every = w.logits == "all" or ov.stack.prefill_logits == "all_fp32"
@@ -100,6 +108,7 @@ def inference_terms(
             w.context_tokens,
             e,
             attention,
+            masked_math,
         )
         # (Chunked prefill is an engine's: its KV blocks are preallocated, nothing copied.)
         if chunk is None and ov.stack.cache_copy_all:
@@ -116,13 +125,25 @@ def inference_terms(
     return persistent, phases
 
 
+def runtime_attention(w: InferenceWorkload, arch: Arch, ov: Overheads) -> tuple[str, bool]:
+    """The attention that runs (:func:`vrambudget.core.arch.attention_run`: ``math`` where
+    transformers' unmasked SDPA call has no fused kernel on this device and stack), and
+    whether a sliding-window layer's masked call runs the math path too. Chunked prefill is
+    an engine's (vLLM), whose attention kernels are its own: no math path."""
+    if w.prefill_chunk_tokens is not None:
+        return attention_run(w.attention, arch), False
+    compute = w.precision.compute
+    return (
+        attention_run(w.attention, arch, ov.sdpa_math(arch, compute)),
+        ov.sdpa_math(arch, compute, masked=True),
+    )
+
+
 def fragmentation_ppm(w: InferenceWorkload, arch: Arch, ov: Overheads) -> int:
     """The fragmentation fraction (millionths) of ``w``'s allocator-overhead line: the eager
     one where the attention that runs materializes the scores
     (:meth:`Overheads.inference_fragmentation`)."""
-    return ov.inference_fragmentation(
-        attention_run(w.attention, arch, ov.sdpa_math(arch, w.precision.compute))
-    )
+    return ov.inference_fragmentation(runtime_attention(w, arch, ov)[0])
 
 
 def inference_stage(

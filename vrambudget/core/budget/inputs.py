@@ -44,7 +44,7 @@ from ..statics import (
     tied_saving,
     training_plan,
 )
-from .inference import fragmentation_ppm
+from .inference import fragmentation_ppm, runtime_attention
 
 __all__ = ["INPUT_NAMES", "inputs", "kind", "summary", "warnings"]
 
@@ -77,6 +77,7 @@ INPUT_NAMES: dict[str, dict[Component, tuple[str, ...]]] = {
             "prompt_tokens",
             "context_tokens",
             "attention",
+            "attention_runs",
             "hidden_size",
             "compute_dtype",
             "tensor_parallel",
@@ -104,6 +105,7 @@ INPUT_NAMES: dict[str, dict[Component, tuple[str, ...]]] = {
             "sequence_length",
             "checkpointing",
             "attention",
+            "attention_runs",
             "hidden_size",
             "num_layers",
             "compute_dtype",
@@ -200,6 +202,7 @@ def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, A
             context_tokens=w.context_tokens,
             prompt_tokens=w.prompt_tokens,
             attention=w.attention,
+            attention_runs=_runs(w, arch, ov),
             kv_cache_dtype=w.precision.kv_cache,
             logits=w.logits,
         )
@@ -212,9 +215,21 @@ def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, A
             optimizer=w.optimizer.__struct_config__.tag,
             mixed_precision=w.mixed_precision,
             attention=w.attention,
+            attention_runs=_runs(w, arch, ov),
             method=w.method.__struct_config__.tag,
         )
     return common
+
+
+def _runs(w: InferenceWorkload | TrainingWorkload, arch: Arch | None, ov: Overheads) -> str:
+    """The attention implementation that runs (:func:`vrambudget.core.arch.attention_run`):
+    ``math`` where SDPA has no fused kernel on this device and stack, ``eager`` where a
+    soft-capped model falls back to it; the requested one where the model is not known."""
+    if arch is None:
+        return w.attention
+    if isinstance(w, InferenceWorkload):
+        return runtime_attention(w, arch, ov)[0]
+    return attention_run(w.attention, arch, ov.sdpa_math(arch, w.precision.compute))
 
 
 def warnings(

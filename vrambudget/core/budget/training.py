@@ -84,6 +84,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     fused_swiglu = ov.stack.fused_swiglu and arch.model_type in LIGER_GLU_FAMILIES
     unsloth = ov.stack.framework == "unsloth"
     sdpa_math = ov.sdpa_math(arch, w.precision.compute)
+    masked_math = ov.sdpa_math(arch, w.precision.compute, masked=True)
     acts, one_layer, act_parts = training_activations(
         w,
         arch,
@@ -99,6 +100,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             arch, ov.stack.transformers_modules, e, w.mixed_precision == "autocast"
         ),
         sdpa_math=sdpa_math,
+        masked_math=masked_math,
     )
     previous_inputs = 0
     if isinstance(w.method, QLoRA) and ov.stack.bnb_keeps_inputs and w.checkpointing == "none":
@@ -308,7 +310,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             w.method,
             fused_swiglu or unsloth_mlp,
             residual,
-            eager_softmax_backward_bytes(w, arch, st.dims, sdpa_math),
+            eager_softmax_backward_bytes(w, arch, st.dims, sdpa_math, masked_math),
             peft_casts=not unsloth_all,
         )
         # The LM head's weight gradient exists by then (a full fine-tune's; with accumulation

@@ -62,7 +62,9 @@ SOURCES: dict[str, str] = {
     "torch_sdpa_math": "torch 2.13.0 aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: "
     "check_flash_attention_hardware_support (sm80+), can_use_mem_efficient_attention "
     "(less_than_sm80_mem_efficient_dtypes = {kHalf, kFloat}; "
-    "check_batch_size_and_num_heads_dense<false>: no grouped heads); attention.cpp "
+    "check_batch_size_and_num_heads_dense<false>: no grouped heads before 2.14, whose "
+    "docstring says 'Memory-efficient attention also supports GQA on NVIDIA CUDA', "
+    "pytorch#191085); attention.cpp "
     "_scaled_dot_product_attention_math ('Keep query, key, value in high precision'); "
     "transformers 5.23.0 integrations/sdpa_attention.py use_gqa_in_sdpa (no mask: "
     "enable_gqa=True)",

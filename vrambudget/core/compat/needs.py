@@ -162,6 +162,8 @@ def _sdpa_call(w: Workload) -> tuple[str, int, int, int] | None:
     precision = getattr(w, "precision", None)
     if getattr(w, "attention", None) != "sdpa" or model is None or precision is None:
         return None
+    if precision.compute == "auto":  # not deployed: the dtype is not known here
+        return None
     try:
         arch = resolve_model(model)
     except (InvalidWorkload, ValueError, KeyError):

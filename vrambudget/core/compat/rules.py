@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..formulas.sdpa import flash_hardware, transformers_sdpa_backend
+from ..formulas.sdpa import MEM_EFFICIENT_GQA_TORCH, flash_hardware, transformers_sdpa_backend
 from ..result import CompatibilityVerdict, RuleOutcome
 from ..stack import version_tuple
 from .facts import (
@@ -321,14 +321,16 @@ def transformers_quantization(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
 
 def sdpa_math(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
     """PyTorch's SDPA with no fused kernel for the call runs its math path, which materializes
-    every head's scores in fp32: grouped K/V heads passed as they are below sm80 (flash needs
-    sm80+, the memory-efficient kernel takes no grouped heads) or in fp32 anywhere, and bf16
-    below sm80 (the memory-efficient kernel takes fp16 and fp32 there). The budget counts it
-    (:func:`vrambudget.core.formulas.sdpa.transformers_sdpa_backend`); this says why."""
+    every head's scores in fp32: bf16 below sm80 (the memory-efficient kernel takes fp16 and
+    fp32 there), and before torch 2.14 grouped K/V heads passed as they are below sm80 (flash
+    needs sm80+, the memory-efficient kernel took no grouped heads) or in fp32 anywhere. The
+    budget counts it (:func:`vrambudget.core.formulas.sdpa.transformers_sdpa_backend`); this
+    says why."""
     if not n.sdpa_calls or d.custom:
         return None
     cc = f"{d.cc[0]}.{d.cc[1]}" if d.cc else None
     hw = flash_hardware(cc, d.vendor)
+    mem_gqa = d.vendor == "nvidia" and version_tuple(n.torch_version) >= MEM_EFFICIENT_GQA_TORCH
     sm = _sm(d.cc) if d.cc else "of unknown capability"
     reasons = []
     for dtype, heads, kv_heads, head_dim in sorted(n.sdpa_calls):
@@ -340,6 +342,7 @@ def sdpa_math(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
             v_head_dim=head_dim,
             native_gqa=n.sdpa_native_gqa,
             flash_hw=hw,
+            mem_efficient_gqa=mem_gqa,
         )
         if backend != "math":
             continue
@@ -351,13 +354,14 @@ def sdpa_math(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
         elif not hw:
             reasons.append(
                 f"{heads} query heads on {kv_heads} K/V heads, passed as they are, on {d.name} "
-                f"({sm}): FlashAttention needs sm80+ and the memory-efficient kernel "
-                "takes no grouped heads"
+                f"({sm}): FlashAttention needs sm80+ and torch {n.torch_version}'s "
+                "memory-efficient kernel takes no grouped heads (from 2.14 it does)"
             )
         else:
             reasons.append(
                 f"{dtype} with {heads} query heads on {kv_heads} K/V heads: FlashAttention "
-                "takes fp16/bf16 only and the memory-efficient kernel no grouped heads"
+                f"takes fp16/bf16 only and torch {n.torch_version}'s memory-efficient kernel no "
+                "grouped heads (from 2.14 it does)"
             )
     if not reasons:
         return None
@@ -369,7 +373,8 @@ def sdpa_math(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
         "saved in training); the budget counts them: " + "; ".join(dict.fromkeys(reasons)),
         "torch_sdpa_math",
         "a GPU of sm80+ (FlashAttention takes grouped heads), fp16 instead of bf16 below sm80, "
-        "or 16-bit compute instead of fp32",
+        "16-bit compute instead of fp32, or torch 2.14+ (its memory-efficient kernel takes "
+        "grouped heads)",
     )
 
 

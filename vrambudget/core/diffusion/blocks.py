@@ -75,9 +75,18 @@ def sdpa(w: Walk, b: int, heads: int, sq: int, sk: int, d: int, e: int, mask: bo
     <= 256 and a multiple of 8, no mask) allocates the output and an fp32 log-sum-exp of
     ``b x heads x sq``; the memory-efficient kernel (an aligned head dim: fp32, a larger head,
     an additive mask) the output and the log-sum-exp padded to 32 rows -- both O(s), the
-    log-sum-exp dropped on return; math (a head dim the kernels cannot align) materializes
-    the ``sq x sk`` scores (:func:`_math_sdpa`)."""
-    backend = sdpa_backend(half=e == 2, head_dim=d, v_head_dim=d, mask=mask, gqa=False)
+    log-sum-exp dropped on return; math (a head dim the kernels cannot align, or bf16 on a GPU
+    below sm80: :attr:`Walk.flash_hw`) materializes the ``sq x sk`` scores
+    (:func:`_math_sdpa`)."""
+    backend = sdpa_backend(
+        half=e == 2,
+        bf16=w.bf16 and e == 2,
+        head_dim=d,
+        v_head_dim=d,
+        mask=mask,
+        gqa=False,
+        flash_hw=w.flash_hw,
+    )
     if backend == "math":
         return _math_sdpa(w, b * heads, sq, sk, d, e)
     out = w.alloc(b * sq * heads * d * e)

@@ -110,14 +110,18 @@ _OUTCOMES: BoundedCache[tuple[object, ...], Outcome] = BoundedCache(256)
 
 
 def diffusion_outcome(
-    w: ImageGenerationWorkload, spaces: tuple[tuple[str, int], ...], field: str = "workloads[0]"
+    w: ImageGenerationWorkload,
+    spaces: tuple[tuple[str, int], ...],
+    field: str = "workloads[0]",
+    flash_hw: bool = True,
 ) -> tuple[Pipeline, Outcome]:
-    """The resolved pipeline and the replay of one call (cached by what they depend on)."""
+    """The resolved pipeline and the replay of one call (cached by what they depend on) on a
+    device with or without FlashAttention (``flash_hw``)."""
     p = resolve_pipeline(w, field)
-    key = (msgspec.structs.replace(w, name=None, instances=1), spaces)
+    key = (msgspec.structs.replace(w, name=None, instances=1), spaces, flash_hw)
     hit = _OUTCOMES.get(key)
     if hit is None:
-        hit = _OUTCOMES.put(key, replay(walk_call(p, w, spaces, DENOISE_STEPS)))
+        hit = _OUTCOMES.put(key, replay(walk_call(p, w, spaces, DENOISE_STEPS, flash_hw)))
     return p, hit
 
 
@@ -255,7 +259,10 @@ def diffusion_budget(
         ctx.vendor if ctx else "nvidia",
         separate_cublaslt(version_tuple(ov.stack.torch_version)),
     )
-    resolved = [diffusion_outcome(w, spaces, f"workloads[{i}]") for i, w in enumerate(workloads)]
+    resolved = [
+        diffusion_outcome(w, spaces, f"workloads[{i}]", ov.flash_hw)
+        for i, w in enumerate(workloads)
+    ]
     values: dict[Component, int] = {}
     parts: dict[Component, list[tuple[str, int]]] = {}
     phases: dict[str, int] = {}

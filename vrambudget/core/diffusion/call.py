@@ -171,9 +171,11 @@ def walk_call(
     wl: ImageGenerationWorkload,
     workspaces: tuple[tuple[str, int], ...],
     steps: int = DENOISE_STEPS,
+    flash_hw: bool = True,
 ) -> Walk:
-    """The events of one call of ``wl`` on pipeline ``p`` (one process)."""
-    w = Walk()
+    """The events of one call of ``wl`` on pipeline ``p`` (one process), on a device with or
+    without FlashAttention (``flash_hw``)."""
+    w = Walk(flash_hw=flash_hw, bf16=p.dtype == "bf16")
     e = bytes_of(p.dtype)
     b = wl.batch_size
     pl = _Placement(w, p, wl.cpu_offload)

@@ -35,6 +35,12 @@ class Walk:
     peak: int = 0
     part: str | None = None
     """The part activations allocated from now on are listed under (the running component)."""
+    flash_hw: bool = True
+    """The device runs SDPA's FlashAttention kernel (and the memory-efficient one in bf16):
+    :func:`vrambudget.core.formulas.sdpa.flash_hardware`."""
+    bf16: bool = False
+    """The pipeline's 16-bit dtype is bfloat16 (below sm80 the memory-efficient kernel takes
+    fp16 and fp32 only)."""
     _sizes: dict[int, int] = field(default_factory=dict)
     _next: int = 0
 

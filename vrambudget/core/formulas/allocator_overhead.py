@@ -118,7 +118,7 @@ FRAGMENTATION_SOURCE = (
     "(ASPLOS'24) 15% less fragmentation on A100 (research/overhead_measurements.md); "
     "inference with eager attention: 0.51, training with full checkpointing: 0.26, the medians "
     "of the replay over 16 workloads each (research/fragmentation_grids.py; 0.14-0.74 and "
-    "0.08-0.79); measured: 0.558 (eager, an H100 and an H200), 0.334-0.343 (full "
+    "0.12-0.92); measured: 0.558 (eager, an H100 and an H200), 0.334-0.343 (full "
     "checkpointing, an H100)"
 )
 SOURCE = f"{ROUNDING_SOURCE}; fraction: {FRAGMENTATION_SOURCE}"

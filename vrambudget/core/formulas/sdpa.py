@@ -13,14 +13,17 @@ then memory-efficient, then math:
 * memory-efficient (``check_head_dim_size_mem_efficient``: the q and v head dims aligned to
   ``minimum_gemm_alignment``, 8 elements for fp16/bf16 and 4 for fp32 on sm80+;
   ``less_than_sm80_mem_efficient_dtypes``: fp16 and fp32 only below sm80, so no bf16 there; an
-  additive mask allowed; ``check_batch_size_and_num_heads_dense<false>``: no native GQA): the
-  output and an fp32 log-sum-exp padded to 32 rows (``attention.cu`` ``kAlignLSE``) -- fp32
-  inputs always land here or in math;
+  additive mask allowed; ``check_batch_size_and_num_heads_dense<false>``: no native GQA before
+  torch 2.14, whose NVIDIA kernel takes it -- pytorch#191085; 2.14.0's
+  ``scaled_dot_product_attention`` docstring: "Memory-efficient attention also supports GQA on
+  NVIDIA CUDA"): the output and an fp32 log-sum-exp padded to 32 rows (``attention.cu``
+  ``kAlignLSE``) -- fp32 inputs always land here or in math;
 * math otherwise (``attention.cpp`` ``_scaled_dot_product_attention_math``): the scores
   materialized, in fp32 for 16-bit inputs (:func:`math_score_bytes`).
 
-So below sm80 (T4, V100) a grouped-query call with ``enable_gqa`` -- transformers' unmasked one,
-:func:`transformers_sdpa_backend` -- and any bf16 call run the math path.
+So below sm80 (T4, V100) any bf16 call runs the math path, and before torch 2.14 so does a
+grouped-query call with ``enable_gqa`` -- transformers' unmasked one,
+:func:`transformers_sdpa_backend` -- below sm80 or in fp32.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ __all__ = [
     "FLASH_MAX_HEAD",
     "FLASH_MIN_CC",
     "MATH_SOFTMAX_PEAK_BYTES",
+    "MEM_EFFICIENT_GQA_TORCH",
     "MEM_EFFICIENT_LSE_ALIGN",
     "SdpaBackend",
     "flash_hardware",
@@ -54,6 +58,9 @@ MEM_EFFICIENT_LSE_ALIGN = 32
 FLASH_MIN_CC = (8, 0)
 """``check_flash_attention_hardware_support`` (``check_sm_version<sm80, ...>``): FlashAttention
 runs from compute capability 8.0; below it the memory-efficient kernel takes no bf16 either."""
+
+MEM_EFFICIENT_GQA_TORCH = (2, 14)
+"""The first torch release whose NVIDIA memory-efficient kernel takes grouped K/V heads."""
 
 MATH_SOFTMAX_PEAK_BYTES = 9
 """Bytes per score element live inside the math path's ``_safe_softmax`` (one
@@ -92,11 +99,14 @@ def sdpa_backend(
     gqa: bool,
     bf16: bool = False,
     flash_hw: bool = True,
+    mem_efficient_gqa: bool = False,
 ) -> SdpaBackend:
     """The backend ``select_sdp_backend`` picks for inputs of a 16-bit float dtype (``half``;
     ``bf16`` for bfloat16) or fp32, the q/k and v head dims, an attention mask, fewer
     key/value heads than query heads passed as they are (``gqa``: ``enable_gqa``), on a device
-    with or without FlashAttention (``flash_hw``: :func:`flash_hardware`).
+    with or without FlashAttention (``flash_hw``: :func:`flash_hardware`), with a
+    memory-efficient kernel that takes grouped heads or not (``mem_efficient_gqa``: torch 2.14+
+    on NVIDIA, :data:`MEM_EFFICIENT_GQA_TORCH`).
 
     Worked cases: SD 1.5's UNet (fp16, head dim 40, no mask) -> flash; the SD VAE's mid
     attention (one head of 512) -> memory-efficient; T5 (its position bias is a mask) ->
@@ -111,7 +121,8 @@ def sdpa_backend(
         return "flash"
     align = _alignment(half)
     dtype_ok = flash_hw or not bf16
-    if dtype_ok and head_dim % align == 0 and v_head_dim % align == 0 and not gqa:
+    aligned = head_dim % align == 0 and v_head_dim % align == 0
+    if dtype_ok and aligned and (mem_efficient_gqa or not gqa):
         return "mem_efficient"
     return "math"
 
@@ -125,24 +136,33 @@ def transformers_sdpa_backend(
     v_head_dim: int,
     native_gqa: bool,
     flash_hw: bool,
+    mem_efficient_gqa: bool = False,
+    mask: bool = False,
 ) -> SdpaBackend:
     """The backend of transformers' ``sdpa_attention_forward`` on an unpadded batch (no mask:
-    ``is_causal``), with compute ``dtype`` (``fp32`` / ``fp16`` / ``bf16``). Grouped K/V heads
+    ``is_causal``; ``mask``: a sliding-window layer whose keys reach its window, which
+    ``masking_utils._ignore_causal_mask_sdpa`` gives a mask), with compute ``dtype``
+    (``fp32`` / ``fp16`` / ``bf16``). Grouped K/V heads
     go to SDPA as they are (``enable_gqa``) where the release does that (``native_gqa``:
     :attr:`vrambudget.core.stack.Stack.sdpa_native_gqa`) and the head dims are equal and at
     most 256 (5.23.0 ``integrations/sdpa_attention.py`` ``use_gqa_in_sdpa``); otherwise
     ``repeat_kv`` gives every query head its own copy first. Worked cases: Llama 3 8B (32 heads,
-    8 K/V heads, 128) in fp16 on a T4 -> math, on an A10 -> flash; in fp32 on an A100 -> math;
-    GPT-2 (12 heads, 12 K/V heads) in fp16 on a T4 -> memory-efficient, in bf16 -> math."""
-    passed = kv_heads < heads and native_gqa and head_dim == v_head_dim <= FLASH_MAX_HEAD
+    8 K/V heads, 128) in fp16 on a T4 -> math before torch 2.14 (``mem_efficient_gqa``),
+    memory-efficient since; on an A10 -> flash; in fp32 on an A100 -> math before torch 2.14;
+    in bf16 on a T4 -> math; GPT-2 (12 heads, 12 K/V heads) in fp16 on a T4 ->
+    memory-efficient, in bf16 -> math."""
+    passed = (
+        kv_heads < heads and native_gqa and not mask and head_dim == v_head_dim <= FLASH_MAX_HEAD
+    )
     return sdpa_backend(
         half=dtype in ("fp16", "bf16"),
         bf16=dtype == "bf16",
         head_dim=head_dim,
         v_head_dim=v_head_dim,
-        mask=False,
+        mask=mask,
         gqa=passed,
         flash_hw=flash_hw,
+        mem_efficient_gqa=mem_efficient_gqa,
     )
 
 

@@ -20,21 +20,34 @@ def inference_working_set(
     key_tokens: int,
     e: int,
     attention: str,
+    masked_math: bool = False,
+    causal: bool = True,
 ) -> int:
     """Peak live bytes of one no-grad layer forward: residual in and out, normalized input and
     sublayer output, plus the larger sublayer (attention: Q, K, V, output, and the s_q x s_kv
     scores and probabilities when eager, or what SDPA's math path holds
     (:func:`math_path_bytes`);
-    MLP: gate, up and activation outputs, or fc1 and GELU outputs)."""
+    MLP: gate, up and activation outputs, or fc1 and GELU outputs).
+
+    ``attention`` ``math`` is SDPA's math path where the call has no mask; a sliding-window
+    layer whose keys reach its window gets a mask from transformers, which repeats K/V and
+    takes a fused kernel, unless none takes the dtype (``masked_math``: bf16 below sm80), when
+    the math path runs over every key with that mask. ``causal`` false: an encoder's
+    bidirectional attention (no causal mask)."""
     T = sequences * query_tokens
     # The residual stream in and out, the normalized input and the sublayer's output are live
     # around each sublayer (checked against the trace tier's oracle grid).
     resid = 4 * T * dd.h * e
     heads, qk, v = dd.heads, dd.qk_head_dim, dd.v_head_dim
-    # Eager attention repeats K/V per query head (transformers repeat_kv), as in training.
-    kv_live = heads if attention == "eager" else dd.kv_heads
+    masked = layer.window is not None and key_tokens >= layer.window
+    if attention == "math" and masked and not masked_math:
+        attention = "sdpa"
+    masked = masked and attention == "math"
+    # Eager attention repeats K/V per query head (transformers repeat_kv), as in training, and
+    # so does a masked SDPA call.
+    kv_live = heads if attention == "eager" or masked else dd.kv_heads
     attn = T * (heads * (qk + v) + kv_live * (qk + v)) * e
-    keys = min(key_tokens, layer.window) if layer.window else key_tokens
+    keys = min(key_tokens, layer.window) if layer.window and not masked else key_tokens
     if attention == "math":  # its output is among what it allocates
         attn -= T * heads * v * e
     if attention == "eager":
@@ -42,7 +55,7 @@ def inference_working_set(
         live = e + FP32 + (FP32 if e != FP32 else 0)
         attn += sequences * heads * query_tokens * keys * live
     elif attention == "math":
-        attn += math_path_bytes(dd, sequences, query_tokens, keys, e)
+        attn += math_path_bytes(dd, sequences, query_tokens, keys, e, masked, causal)
     else:
         attn += sequences * heads * query_tokens * FP32
     if layer.moe:
@@ -54,7 +67,15 @@ def inference_working_set(
     return resid + max(attn, mlp)
 
 
-def math_path_bytes(dd: DeviceDims, sequences: int, query_tokens: int, keys: int, e: int) -> int:
+def math_path_bytes(
+    dd: DeviceDims,
+    sequences: int,
+    query_tokens: int,
+    keys: int,
+    e: int,
+    masked: bool = False,
+    causal: bool = True,
+) -> int:
     """What torch's SDPA math path allocates beyond its q, k and v inputs, at its peak, without
     autograd (``attention.cpp`` ``_scaled_dot_product_attention_math``, torch 2.5 - 2.13). Held
     until it returns: the fp32 copies of 16-bit q, k and v (``allowFP16BF16ReductionMathSDP``
@@ -71,17 +92,28 @@ def math_path_bytes(dd: DeviceDims, sequences: int, query_tokens: int, keys: int
     torch 2.13.0's CPU build, which runs the same composite kernels, allocates exactly this
     (its profiler's memory events, fp16 / bf16 / fp32, prefill and decode shapes, to 4 bytes).
 
+    ``masked``: transformers' call with a mask (a sliding-window layer whose keys reach its
+    window): K/V already repeated to every head (``repeat_kv``; the copies have every head,
+    nothing is expanded), and in place of the causal matrix transformers' bool mask
+    (``sequences x s_q x s_kv``, one per forward) and its conversion to the input dtype by
+    ``scaled_dot_product_attention`` (``convert_boolean_attn_mask``). ``causal`` false (an
+    encoder): no mask at all.
+
     Worked number: Llama 3 8B (32 heads, 8 K/V heads, 128), one 1,024-token fp16 prefill:
     copies 1,024 x (32 + 16) x 128 x 4 = 25,165,824; scaled q 16,777,216; expanded K/V
     33,554,432; mask 4,194,304; the softmax's moment 32 x 1,024^2 x 9 + 32 x 1,024 =
     302,022,656 (the matmul's 150,994,944, the return's 226,492,416): 381,714,432 B."""
     b, q_len, k_len = sequences, query_tokens, keys
-    heads, kv, qk, v = dd.heads, dd.kv_heads, dd.qk_head_dim, dd.v_head_dim
+    heads, qk, v = dd.heads, dd.qk_head_dim, dd.v_head_dim
+    kv = heads if masked else dd.kv_heads
     cast = e if e != FP32 else 0  # a .to() of an fp32 tensor to fp32 returns it
     copies = (b * q_len * heads * qk + b * k_len * kv * (qk + v)) * FP32 if cast else 0
     scaled_q = b * q_len * heads * qk * FP32
     expanded = b * k_len * heads * (qk + v) * FP32 if kv < heads else 0
-    mask = q_len * k_len * FP32 if q_len > 1 else 0
+    if masked:
+        mask = b * q_len * k_len * (1 + e)
+    else:
+        mask = q_len * k_len * FP32 if causal and q_len > 1 else 0
     scores = b * heads * q_len * k_len
     matmul = b * k_len * heads * qk * FP32 + scores * FP32
     softmax = scores * MATH_SOFTMAX_PEAK_BYTES + b * heads * q_len
@@ -98,11 +130,14 @@ def inference_activations(
     keys: int,
     e: int,
     attention: str,
+    masked_math: bool = False,
 ) -> int:
     """The largest working set over a stage's layer kinds (layers run one at a time)."""
     peak = 0
     for layer, _ in layer_kinds:
-        ws = inference_working_set(layer, arch, dd, sequences, query, keys, e, attention)
+        ws = inference_working_set(
+            layer, arch, dd, sequences, query, keys, e, attention, masked_math
+        )
         if ws > peak:
             peak = ws
     return peak

@@ -428,6 +428,7 @@ def training_saved(
     fused_swiglu: bool = False,
     softmax_fp32: bool = True,
     act_extra: int = 0,
+    masked_math: bool = False,
 ) -> dict[str, int]:
     """Bytes saved for backward by one layer for one micro-batch, by item.
 
@@ -441,7 +442,10 @@ def training_saved(
     what each RMSNorm keeps (:func:`norm_saved_bytes`, with ``fp32_normed``).
 
     ``attention`` ``math`` is SDPA's composite path (:func:`vrambudget.core.arch.attention_run`):
-    fp32 probabilities, and the fp32 scaled q, scaled keys and values of every query head.
+    fp32 probabilities, and the fp32 scaled q, scaled keys and values of every query head. A
+    sliding-window layer whose sequence reaches its window gets a mask from transformers and a
+    fused kernel, unless none takes the dtype (``masked_math``: bf16 below sm80), when the
+    math path's probabilities cover every key.
 
     ``fused_qkv`` is LitGPT's attention, one projection for q, k and v whose output is split
     into views: with as many K/V heads as query heads V stays a view, and SDPA, saving V, keeps
@@ -456,6 +460,9 @@ def training_saved(
     transformers' Python-composed GELUs).
     """
     s, b, h = seq, batch, dd.h
+    masked = layer.window is not None and s >= layer.window
+    if attention == "math" and masked and not masked_math:
+        attention = "sdpa"
     tokens = s * b
     rep_div = dd.t if sequence_parallel else 1
     hidden = ceil_div(tokens * h * e, rep_div)  # one hidden-sized tensor, replicated unless SP
@@ -466,7 +473,7 @@ def training_saved(
     # HF eager repeats K/V per q head; so does LitGPT's SDPA path with grouped queries.
     kv_saved = heads if (eager or arch.mla or litgpt) else dd.kv_heads
     window = layer.window
-    keys = min(s, window) if window else s
+    keys = min(s, window) if window and attention != "math" else s
     tr = trainable
     attention_output = tr.attention_output or not eager
     norms = norms_per_layer(layer, arch)
@@ -576,7 +583,11 @@ def eager_softmax_fp32(w: TrainingWorkload, arch: Arch) -> bool:
 
 
 def eager_softmax_backward_bytes(
-    w: TrainingWorkload, arch: Arch, dd: DeviceDims, sdpa_math: bool = False
+    w: TrainingWorkload,
+    arch: Arch,
+    dd: DeviceDims,
+    sdpa_math: bool = False,
+    masked_math: bool = False,
 ) -> int:
     """What an eager attention's softmax backward holds beyond the layer's saved set, 0 where
     the attention is fused (``b x heads' x s x keys`` scores, ``keys`` the sequence or the
@@ -594,7 +605,8 @@ def eager_softmax_backward_bytes(
     saved output: ``2 e``. SDPA's math path (``sdpa_math``: :meth:`vrambudget.core.overheads.
     Overheads.sdpa_math`) saves only the fp32 probabilities, and its backward holds the fp32
     gradients of the probabilities and of the scores beside them (``_softmax_backward_data``):
-    8 B per score over the saved set."""
+    8 B per score over the saved set, over every key (a sliding-window layer whose sequence
+    reaches its window runs a fused kernel unless ``masked_math``)."""
     attention = attention_run(w.attention, arch, sdpa_math)
     if attention not in SCORES_MATERIALIZED:
         return 0
@@ -602,6 +614,8 @@ def eager_softmax_backward_bytes(
     keys = max(min(s, layer.window) if layer.window else s for layer, _ in arch.layer_runs)
     fp32 = eager_softmax_fp32(w, arch)
     if attention == "math":
+        unmasked = any(layer.window is None or s < layer.window for layer, _ in arch.layer_runs)
+        keys = s if unmasked or masked_math else 0
         per_score = 2 * FP32
     else:
         per_score = (12 - (4 if e == 4 else 4 + e)) if fp32 else 2 * e
@@ -707,6 +721,7 @@ def training_activations(
     unsloth: bool = False,
     act_extra: int = 0,
     sdpa_math: bool = False,
+    masked_math: bool = False,
 ) -> tuple[int, int, list[tuple[str, int]]]:
     """(all saved activations of a pipeline stage, one layer's saved activations, itemized
     parts): per layer kind the tensors saved for backward (``training_saved``; with full
@@ -718,7 +733,8 @@ def training_activations(
     keeps. ``unsloth``: the stack is Unsloth's, whose fast LoRA (``lora_dropout`` 0) saves less
     (:func:`unsloth_trainable`). ``act_extra``: what the MLP's activation keeps beyond its input
     (:func:`activation_extra_bytes`). ``sdpa_math``: SDPA runs its math path on this device
-    and stack (:meth:`vrambudget.core.overheads.Overheads.sdpa_math`)."""
+    and stack (:meth:`vrambudget.core.overheads.Overheads.sdpa_math`); ``masked_math``: so do
+    the masked calls of sliding-window layers."""
     e = bytes_of(w.precision.compute)
     fp32_normed = fp32_normed_of(arch, w.mixed_precision)
     attention = attention_run(w.attention, arch, sdpa_math)
@@ -759,6 +775,7 @@ def training_activations(
             fused_swiglu=swiglu,
             softmax_fp32=softmax_fp32,
             act_extra=act_extra,
+            masked_math=masked_math,
         )
         selective = ckpt == "selective"
         saved = saved_by(drop_scores=selective)
