@@ -304,3 +304,78 @@ def test_transformers_sdpa_on_an_a10_runs_flash_unmasked(monkeypatch: pytest.Mon
     train = {"kind": "training", **QWEN_FP16, "sequence_length": 1024}
     _, _, _, seen = _traced_on("a10-24gb", train, monkeypatch)
     assert set(seen) == {("flash", False)}
+
+
+TINY_MISTRAL = {
+    "model_type": "mistral", "architectures": ["MistralForCausalLM"], "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1024,
+    "max_position_embeddings": 8192, "sliding_window": 128, "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "hidden_act": "silu",
+}  # fmt: skip
+"""A Mistral whose every layer slides over 128 tokens, small enough that the scores dominate."""
+TINY_BF16 = {
+    "model": {"source": "hf_config", "config": TINY_MISTRAL},
+    "precision": {"weights": "bf16", "compute": "bf16"},
+}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "prompt", "generated", "low", "high"),
+    [
+        # a 512-token prefill masked beyond the window: the math path over every key on a T4
+        # (+1.5% on 2026-12-07), a fused kernel with the mask on an A10 (-1.3%)
+        ("t4-16gb", 512, 4, 0.0, 0.05),
+        ("a10-24gb", 512, 4, -0.05, 0.05),
+        # 2,000 decode steps after a 64-token prompt: the sliding cache holds the window, and
+        # one query per step reshapes its heads onto the K/V heads (pack_gqa): +9.0%
+        ("t4-16gb", 64, 2000, 0.0, 0.10),
+    ],
+)
+def test_sliding_window_inference_follows_transformers_on_each_gpu(
+    gpu: str, prompt: int, generated: int, low: float, high: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = {"kind": "inference", **TINY_BF16, "batch_size": 4, "prompt_tokens": prompt,
+            "generated_tokens": generated}  # fmt: skip
+    _, replay, analytic, seen = _traced_on(gpu, spec, monkeypatch)
+    assert {b for b, _ in seen} == ({"math"} if gpu == "t4-16gb" else {"mem_efficient"})
+    traced = replay.component_peaks["activations"]
+    assert low <= _line(analytic, "activations") / traced - 1 <= high
+
+
+@pytest.mark.parametrize(("gpu", "attention"), [("a10-24gb", "eager"), ("t4-16gb", "sdpa")])
+def test_sliding_window_training_scores_every_key(
+    gpu: str, attention: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eager attention, and SDPA's math path (bf16 on a T4), multiply the queries by every key
+    and mask the window: 4 x 1,024 tokens save 4 x 4 heads x 1,024^2 scores per layer, not
+    1,024 x 128. The budget's last-layer softmax backward (``backward_attention``) keeps it on
+    the safe side of the trace's peak: +6.9% eager, +7.3% math on 2026-12-07 (the layer's MLP
+    tensors, freed by then, are still counted)."""
+    spec = {"kind": "training", **TINY_BF16, "micro_batch_size": 4, "sequence_length": 1024,
+            "attention": attention}  # fmt: skip
+    _, replay, analytic, _ = _traced_on(gpu, spec, monkeypatch)
+    traced = replay.component_peaks["activations"]
+    assert 0.0 <= _line(analytic, "activations") / traced - 1 <= 0.10
+
+
+def test_a_masked_sliding_window_saves_its_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SDPA with the window's mask on an A10: transformers repeats K/V, and the
+    memory-efficient kernel saves the mask converted to bf16 (4 x 1,024 x 1,024 x 2 B a
+    layer). At the phase the budget peaks in, the trace holds the budgeted activations within
+    1% (109.6 MB traced, 109.2 MB budgeted on 2026-12-07)."""
+    spec = {"kind": "training", **TINY_BF16, "micro_batch_size": 4, "sequence_length": 1024}
+    traced, _, analytic, seen = _traced_on("a10-24gb", spec, monkeypatch)
+    assert set(seen) == {("mem_efficient", True)}
+    parts = dict(
+        (p.name, p.bytes)
+        for ln in analytic.devices[0].lines
+        if ln.component.value == "activations"
+        for p in ln.parts
+    )
+    from vrambudget.core.formulas.activations.training import MASK_BIAS_PART
+
+    assert parts[MASK_BIAS_PART] == 2 * 4 * 1024 * 1024 * 2
+    budgeted = _line(analytic, "activations")
+    assert abs(_line(traced, "activations") - budgeted) <= 0.01 * budgeted

@@ -31,6 +31,7 @@ from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
 from vrambudget.core.formulas.headroom import headroom_bytes
 from vrambudget.core.formulas.runtime_workspace import separate_cublaslt
+from vrambudget.core.formulas.sdpa import MEM_EFFICIENT_GQA_TORCH
 from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
 from vrambudget.core.overheads import DEFAULT_OVERHEADS, Overheads, with_software
 from vrambudget.core.resolve import resolve_model
@@ -200,15 +201,15 @@ def trace_workload_code(
     code: str = "framework",
     stack: Stack | None = None,
     flash_hw: bool = True,
-    mem_efficient_gqa: bool = False,
+    mem_efficient_gqa: bool | None = None,
 ) -> tuple[Replay, str]:
     """The replay, and the code that ran in words; ``stack``: the request's (None: the default
     stack), for the layout checks and what the built-in builders imitate (its norm, how its
     modelling code builds routed experts; the framework's own code has its own); ``flash_hw``:
     the device runs FlashAttention (:attr:`vrambudget.core.overheads.Overheads.flash_hw`) and
     ``mem_efficient_gqa``: its memory-efficient kernel takes grouped heads
-    (:attr:`vrambudget.core.overheads.Overheads.mem_efficient_gqa`), which decide the backends
-    SDPA's emulation picks."""
+    (:attr:`vrambudget.core.overheads.Overheads.mem_efficient_gqa`; None: the stack's torch
+    decides), which decide the backends SDPA's emulation picks."""
     trace, words = record_workload_code(
         w,
         iterations=iterations,
@@ -231,12 +232,15 @@ def record_workload_code(
     code: str = "framework",
     stack: Stack | None = None,
     flash_hw: bool = True,
-    mem_efficient_gqa: bool = False,
+    mem_efficient_gqa: bool | None = None,
 ) -> tuple[Trace, str]:
     """The recorded trace of ``w`` (before any replay) and the code that ran in words (the
     arguments are :func:`trace_workload_code`'s)."""
     # the adapters' dtype as the analytic tier resolves it for the same stack
     w = with_adapters(deploy(w), stack or resolve_stack(None))
+    if mem_efficient_gqa is None:  # NVIDIA's memory-efficient kernel takes GQA from torch 2.14
+        torch_version = (stack or resolve_stack(None)).torch_version
+        mem_efficient_gqa = version_tuple(torch_version) >= MEM_EFFICIENT_GQA_TORCH
     which, reason = traced_code(w, code)
     encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
     if which == "builtin" and _framework_only(w):

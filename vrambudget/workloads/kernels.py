@@ -68,6 +68,8 @@ def emulation(flash_hw: bool = True, mem_efficient_gqa: bool = False) -> Iterato
 # with GQA/MQA dk_expanded and dv_expanded (b, s_k, h, d) in the input dtype.
 FLASH_SEQ_ROUND = 128
 FLASH_HEAD_ROUND_SMALL, FLASH_HEAD_ROUND = 32, 64
+# attention.cu preprocess_mask -> pad_bias: the additive bias's last dim padded to 16 elements.
+MEM_EFFICIENT_BIAS_ALIGN = 16
 # mha_fwd returns an rng_state of two uint64 and an unused uint64 scalar (both on the device).
 _RNG_STATE_ELEMS = 2
 
@@ -123,17 +125,20 @@ class _MemEfficientAttention(torch.autograd.Function):
     ``dv_expanded`` are, in the input dtype."""
 
     @staticmethod
-    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
         b, h, sq, _ = q.shape
         out = torch.empty(b, sq, h, v.shape[-1], dtype=q.dtype, device=q.device).transpose(1, 2)
         rows = lse_rows("mem_efficient", sq)
         lse = torch.empty(b, h, rows, dtype=torch.float32, device=q.device)
-        ctx.save_for_backward(q, k, v, out, lse)
+        # the additive mask is saved for backward (ScaledDotProductEfficientAttentionBackward0)
+        ctx.save_for_backward(q, k, v, out, lse, *((bias,) if bias is not None else ()))
         return out
 
     @staticmethod
     def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
-        q, k, v, _out, _lse = ctx.saved_tensors
+        q, k, v, _out, _lse, *_bias = ctx.saved_tensors
         b, h, sq, _ = q.shape
         delta = torch.empty(b, h, sq, dtype=torch.float32, device=q.device)
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -143,7 +148,7 @@ class _MemEfficientAttention(torch.autograd.Function):
             dv_expanded = torch.empty(b, h, sk, v.shape[-1], dtype=v.dtype, device=v.device)
             del dk_expanded, dv_expanded
         del delta
-        return dq, dk, dv
+        return dq, dk, dv, None
 
 
 def emulated_sdpa(
@@ -176,8 +181,27 @@ def emulated_sdpa(
         )
         return out.transpose(1, 2)
     if backend == "mem_efficient":
-        return _apply(_MemEfficientAttention, query, key, value)
+        return _apply(_MemEfficientAttention, query, key, value, _efficient_bias(attn_mask, query))
     return _math_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+def _efficient_bias(mask: torch.Tensor | None, query: torch.Tensor) -> torch.Tensor | None:
+    """The memory-efficient kernel's additive bias: a bool mask converted to the query's dtype
+    (``convert_boolean_attn_mask``), its last dim padded to a multiple of 16
+    (``preprocess_mask`` / ``pad_bias``; the expansion to every head is a view)."""
+    if mask is None:
+        return None
+    if mask.dtype == torch.bool:
+        zero = torch.zeros((), dtype=query.dtype, device=query.device)
+        mask = torch.where(mask, zero, torch.full_like(zero, -math.inf))
+    kv = mask.shape[-1]
+    if kv % MEM_EFFICIENT_BIAS_ALIGN:
+        padded = torch.empty(
+            *mask.shape[:-1], round_up(kv, MEM_EFFICIENT_BIAS_ALIGN), dtype=mask.dtype,
+            device=mask.device,
+        )  # fmt: skip
+        mask = padded[..., :kv]
+    return mask
 
 
 def _math_sdpa(

@@ -299,6 +299,23 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     ]
     recompute_grads = 0
     held_parts = training_recompute_parts(tokens, st.dims.vocab, stack.loss) if has_head else ()
+    scores_backward = eager_softmax_backward_bytes(w, arch, st.dims, sdpa_math, masked_math)
+    if scores_backward and not recomputing:
+        # Eager attention and SDPA's math path: the last layer's softmax backward holds the
+        # gradients of its scores beside every layer's saved activations, once the head's
+        # backward has freed the loss's tensors and the final norm's inputs (its MLP's saved
+        # tensors, freed just before, are still counted: the safe side). The head's weight
+        # gradient exists by then.
+        phases.append(
+            (
+                "backward_attention",
+                phase(
+                    grads_live or head_gradient,
+                    acts - head_inputs + scores_backward,
+                    held_out,
+                ),
+            )
+        )
     if recomputing:
         # Unsloth's own functions on every adapted projection: no fp32 input casts, and its
         # MLP writes the gate's and up's gradients in place (``recompute_backward_bytes``).
@@ -310,7 +327,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
             w.method,
             fused_swiglu or unsloth_mlp,
             residual,
-            eager_softmax_backward_bytes(w, arch, st.dims, sdpa_math, masked_math),
+            scores_backward,
             peft_casts=not unsloth_all,
         )
         # The LM head's weight gradient exists by then (a full fine-tune's; with accumulation

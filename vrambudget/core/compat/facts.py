@@ -67,7 +67,8 @@ SOURCES: dict[str, str] = {
     "pytorch#191085); attention.cpp "
     "_scaled_dot_product_attention_math ('Keep query, key, value in high precision'); "
     "transformers 5.23.0 integrations/sdpa_attention.py use_gqa_in_sdpa (no mask: "
-    "enable_gqa=True)",
+    "enable_gqa=True); on a T4 with torch 2.10, transformers#48633: 'SDPA always falls back "
+    "to the MATH backend during decode because use_gqa_in_sdpa() returns True'",
     "torch_bf16": "torch 2.13.0 torch/cuda/__init__.py is_bf16_supported: native when "
     "'get_device_properties(device).major >= 8', else bf16 'including_emulation' (a bf16 tensor "
     "is created and runs without bf16 tensor cores)",

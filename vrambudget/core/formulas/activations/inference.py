@@ -8,7 +8,7 @@ from ...units import ceil_div
 from ..sdpa import MATH_SOFTMAX_PEAK_BYTES
 from .dims import FP32, DeviceDims
 
-__all__ = ["inference_activations", "inference_working_set", "math_path_bytes"]
+__all__ = ["inference_activations", "inference_working_set", "layer_keys", "math_path_bytes"]
 
 
 def inference_working_set(
@@ -29,25 +29,29 @@ def inference_working_set(
     (:func:`math_path_bytes`);
     MLP: gate, up and activation outputs, or fc1 and GELU outputs).
 
-    ``attention`` ``math`` is SDPA's math path where the call has no mask; a sliding-window
-    layer whose keys reach its window gets a mask from transformers, which repeats K/V and
-    takes a fused kernel, unless none takes the dtype (``masked_math``: bf16 below sm80), when
-    the math path runs over every key with that mask. ``causal`` false: an encoder's
-    bidirectional attention (no causal mask)."""
+    A sliding-window layer attends to the keys transformers' sliding cache holds
+    (``DynamicSlidingWindowLayer.get_mask_sizes``: the window less one past token, plus the
+    queries; a prefill's whole prompt), and once they reach its window its SDPA call gets a
+    mask: K/V repeated to every head in a prefill (``repeat_kv``; one query reshapes the query
+    heads instead, ``pack_gqa``), the bool mask and its copy in the input dtype
+    (``convert_boolean_attn_mask``), and a fused kernel -- unless none takes the dtype
+    (``masked_math``: bf16 below sm80), when the math path runs (``attention`` ``math`` is the
+    unmasked calls' path). Eager attention scores every key it holds and masks them.
+    ``causal`` false: an encoder's bidirectional attention (no causal mask)."""
     T = sequences * query_tokens
     # The residual stream in and out, the normalized input and the sublayer's output are live
     # around each sublayer (checked against the trace tier's oracle grid).
     resid = 4 * T * dd.h * e
     heads, qk, v = dd.heads, dd.qk_head_dim, dd.v_head_dim
-    masked = layer.window is not None and key_tokens >= layer.window
+    keys, masked = layer_keys(layer, query_tokens, key_tokens)
     if attention == "math" and masked and not masked_math:
         attention = "sdpa"
-    masked = masked and attention == "math"
+    sdpa_masked = masked and attention in ("sdpa", "math")
     # Eager attention repeats K/V per query head (transformers repeat_kv), as in training, and
-    # so does a masked SDPA call.
-    kv_live = heads if attention == "eager" or masked else dd.kv_heads
+    # so does a masked SDPA call with several queries.
+    repeated = attention == "eager" or (sdpa_masked and query_tokens > 1)
+    kv_live = heads if repeated else dd.kv_heads
     attn = T * (heads * (qk + v) + kv_live * (qk + v)) * e
-    keys = min(key_tokens, layer.window) if layer.window and not masked else key_tokens
     if attention == "math":  # its output is among what it allocates
         attn -= T * heads * v * e
     if attention == "eager":
@@ -55,9 +59,11 @@ def inference_working_set(
         live = e + FP32 + (FP32 if e != FP32 else 0)
         attn += sequences * heads * query_tokens * keys * live
     elif attention == "math":
-        attn += math_path_bytes(dd, sequences, query_tokens, keys, e, masked, causal)
+        attn += math_path_bytes(dd, sequences, query_tokens, keys, e, sdpa_masked, causal)
     else:
         attn += sequences * heads * query_tokens * FP32
+        if sdpa_masked:  # the bool mask and its copy in the input dtype
+            attn += sequences * query_tokens * keys * (1 + e)
     if layer.moe:
         routed = ceil_div(T * dd.top_k, dd.ep)
         mlp = T * (arch.moe.num_experts if arch.moe else 0) * (e + FP32)
@@ -105,20 +111,39 @@ def math_path_bytes(
     302,022,656 (the matmul's 150,994,944, the return's 226,492,416): 381,714,432 B."""
     b, q_len, k_len = sequences, query_tokens, keys
     heads, qk, v = dd.heads, dd.qk_head_dim, dd.v_head_dim
-    kv = heads if masked else dd.kv_heads
+    if masked:
+        # a prefill's K/V come repeated to every head; one query's heads come reshaped onto
+        # the K/V heads (pack_gqa): either way the heads match and nothing is expanded
+        kv_in = kv_used = heads if q_len > 1 else dd.kv_heads
+    else:
+        kv_in, kv_used = dd.kv_heads, heads
     cast = e if e != FP32 else 0  # a .to() of an fp32 tensor to fp32 returns it
-    copies = (b * q_len * heads * qk + b * k_len * kv * (qk + v)) * FP32 if cast else 0
+    copies = (b * q_len * heads * qk + b * k_len * kv_in * (qk + v)) * FP32 if cast else 0
     scaled_q = b * q_len * heads * qk * FP32
-    expanded = b * k_len * heads * (qk + v) * FP32 if kv < heads else 0
+    expanded = b * k_len * heads * (qk + v) * FP32 if kv_in < kv_used else 0
     if masked:
         mask = b * q_len * k_len * (1 + e)
     else:
         mask = q_len * k_len * FP32 if causal and q_len > 1 else 0
     scores = b * heads * q_len * k_len
-    matmul = b * k_len * heads * qk * FP32 + scores * FP32
+    matmul = b * k_len * kv_used * qk * FP32 + scores * FP32
     softmax = scores * MATH_SOFTMAX_PEAK_BYTES + b * heads * q_len
     ret = scores * (FP32 + cast) + b * q_len * heads * v * (FP32 + cast)
     return copies + scaled_q + expanded + mask + max(matmul, softmax, ret)
+
+
+def layer_keys(layer: LayerType, query_tokens: int, key_tokens: int) -> tuple[int, bool]:
+    """(keys a layer's attention covers, whether its SDPA call gets a mask) for
+    ``query_tokens`` queries after ``key_tokens - query_tokens`` cached tokens: a
+    sliding-window layer holds the window less one past token (transformers'
+    ``DynamicSlidingWindowLayer.get_mask_sizes``), and from its window on transformers masks it
+    (``masking_utils._ignore_causal_mask_sdpa``). Worked: window 4,096, a 8,192-token prefill
+    -> (8,192, masked); a decode step at 10,000 -> (4,096, masked); at 1,000 -> (1,000, not)."""
+    if layer.window is None:
+        return key_tokens, False
+    past = max(key_tokens - query_tokens, 0)
+    keys = min(past, layer.window - 1) + query_tokens
+    return keys, keys >= layer.window
 
 
 def inference_activations(

@@ -19,12 +19,13 @@ from ...arch import (
 from ...dtypes import bytes_of
 from ...layout import Stage, per_device_shape
 from ...spec import LoRA, Method, TrainingWorkload
-from ...units import ceil_div
+from ...units import ceil_div, round_up
 from .dims import FP32, MASK, DeviceDims
 
 __all__ = [
     "ACTIVATION_PART",
     "FULL_TRAINING",
+    "MASK_BIAS_PART",
     "MATH_PROBABILITIES_PART",
     "MODEL_CODE_ACTIVATIONS",
     "OFFLOADED_BACK_PART",
@@ -406,6 +407,7 @@ def _mlp_saved(
 
 
 MATH_PROBABILITIES_PART = "attention probabilities (fp32, SDPA's math path)"
+MASK_BIAS_PART = "sliding-window mask in the input dtype (saved by SDPA's memory-efficient kernel)"
 
 
 def training_saved(
@@ -443,9 +445,11 @@ def training_saved(
 
     ``attention`` ``math`` is SDPA's composite path (:func:`vrambudget.core.arch.attention_run`):
     fp32 probabilities, and the fp32 scaled q, scaled keys and values of every query head. A
-    sliding-window layer whose sequence reaches its window gets a mask from transformers and a
-    fused kernel, unless none takes the dtype (``masked_math``: bf16 below sm80), when the
-    math path's probabilities cover every key.
+    sliding-window layer whose sequence reaches its window gets a mask from transformers and the
+    memory-efficient kernel, which saves K/V repeated to every head and the mask in the input
+    dtype (``b x s x s x e``), unless no kernel takes the dtype (``masked_math``: bf16 below
+    sm80), when the math path's probabilities cover every key. Eager attention scores every
+    key and masks them, window or not.
 
     ``fused_qkv`` is LitGPT's attention, one projection for q, k and v whose output is split
     into views: with as many K/V heads as query heads V stays a view, and SDPA, saving V, keeps
@@ -470,10 +474,14 @@ def training_saved(
     heads = dd.heads
     eager = attention == "eager"
     litgpt = fused_qkv and not eager and not arch.mla
+    # transformers' SDPA call with a sliding-window mask: K/V repeated to every head, and the
+    # memory-efficient kernel (no other takes a mask) saves the mask converted to the input
+    # dtype (ScaledDotProductEfficientAttentionBackward0's attn_bias)
+    sdpa_masked = masked and attention == "sdpa" and not litgpt
     # HF eager repeats K/V per q head; so does LitGPT's SDPA path with grouped queries.
-    kv_saved = heads if (eager or arch.mla or litgpt) else dd.kv_heads
-    window = layer.window
-    keys = min(s, window) if window and attention != "math" else s
+    kv_saved = heads if (eager or arch.mla or litgpt or sdpa_masked) else dd.kv_heads
+    # Eager attention and the math path score every key and mask them (no cache in training).
+    keys = s
     tr = trainable
     attention_output = tr.attention_output or not eager
     norms = norms_per_layer(layer, arch)
@@ -551,6 +559,9 @@ def training_saved(
         items["attention output"] = tokens * heads * dd.v_head_dim * e if tr.attention_output else 0
     else:
         items["log-sum-exp"] = b * heads * s * FP32
+        if sdpa_masked:
+            # its last dim padded to 16 elements (attention.cu pad_bias)
+            items[MASK_BIAS_PART] = b * s * round_up(s, 16) * e
     return items
 
 
@@ -590,9 +601,10 @@ def eager_softmax_backward_bytes(
     masked_math: bool = False,
 ) -> int:
     """What an eager attention's softmax backward holds beyond the layer's saved set, 0 where
-    the attention is fused (``b x heads' x s x keys`` scores, ``keys`` the sequence or the
-    sliding window of the model's widest layer, as :func:`training_saved` counts them; eager as
-    asked or as the family runs it).
+    the attention is fused (``b x heads' x s x s`` scores: every key, as
+    :func:`training_saved` counts them; eager as asked or as the family runs it). Full
+    recomputation counts it in the recomputed layer's backward; without it the budget's
+    ``backward_attention`` phase holds it beside every layer's saved activations.
 
     The softmax's backward holds the fp32 gradients of its output and of its input (8 B per
     score) beside the saved fp32 probabilities, the low-precision probabilities released just
@@ -611,7 +623,7 @@ def eager_softmax_backward_bytes(
     if attention not in SCORES_MATERIALIZED:
         return 0
     s, e = w.sequence_length, bytes_of(w.precision.compute)
-    keys = max(min(s, layer.window) if layer.window else s for layer, _ in arch.layer_runs)
+    keys = s
     fp32 = eager_softmax_fp32(w, arch)
     if attention == "math":
         unmasked = any(layer.window is None or s < layer.window for layer, _ in arch.layer_runs)
