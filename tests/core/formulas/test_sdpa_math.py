@@ -238,3 +238,58 @@ def test_the_answer_names_the_attention_that_runs() -> None:
             preset_body("inference", "llama-3.1-8b", gpu, software, precision=FP16, **fields)
         )
         assert b.devices[0].inputs["attention_runs"] == runs
+
+
+def test_layer_keys_follow_transformers_sliding_cache() -> None:
+    """DynamicSlidingWindowLayer.get_mask_sizes: the window less one past token plus the
+    queries; masked from the window on (_ignore_causal_mask_sdpa). The docstring's cases."""
+    from vrambudget.core.formulas.activations.inference import layer_keys
+
+    (layer, _), *_ = resolve_model(
+        workload(kind="inference", model={"source": "preset", "id": "mistral-7b-v0.1"}).model  # type: ignore[union-attr]
+    ).layer_runs
+    assert layer.window == 4096
+    assert layer_keys(layer, 8192, 8192) == (8192, True)  # a prefill: its whole prompt
+    assert layer_keys(layer, 1, 10_000) == (4096, True)  # a decode step past the window
+    assert layer_keys(layer, 1, 1000) == (1000, False)
+    assert layer_keys(layer, 4096, 4096) == (4096, True)  # the window itself is masked
+    assert layer_keys(layer, 8192, 1000) == (1000, False)  # a chunk larger than the prompt
+
+
+def _train(checkpointing: str, **extra: object) -> object:
+    from tests.trace.test_sdpa import TINY_BF16
+
+    body = {
+        "workloads": [
+            {"kind": "training", **TINY_BF16, "micro_batch_size": 4, "sequence_length": 1024,
+             "attention": "eager", "checkpointing": checkpointing, **extra}
+        ],
+        "device": {"source": "catalog", "id": "a10-24gb"},
+    }  # fmt: skip
+    return budget_of(body)
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "selective", "full"])
+def test_the_last_layers_softmax_backward_is_a_phase_without_full_recomputation(
+    checkpointing: str,
+) -> None:
+    """Eager attention, a two-layer Mistral (4 heads), 4 x 1,024 bf16 tokens: the last layer's
+    softmax backward (4 x 4 x 1,024^2 scores x 6 B = 100,663,296 B) beside every saved
+    activation -- and, under selective recomputation, that layer's scores brought back (x 6 B
+    again); full recomputation counts it in its recomputed layer. Every line's parts add up."""
+    b = _train(checkpointing)
+    d = b.devices[0]  # type: ignore[attr-defined]
+    names = [p.name for p in d.phases]
+    assert ("backward_attention" in names) == (checkpointing != "full")
+    if checkpointing == "full":
+        return
+    assert max(d.phases, key=lambda p: p.total_bytes).name == "backward_attention"
+    for line in d.lines:
+        if line.parts:
+            assert sum(p.bytes for p in line.parts) == line.bytes, line.component
+    parts = {p.name: p.bytes for ln in d.lines for p in ln.parts}
+    from vrambudget.core.budget.training import SCORES_BACKWARD_PART
+
+    assert parts[SCORES_BACKWARD_PART] == 4 * 4 * 1024 * 1024 * 6 == 100_663_296
+    recomputed = parts.get("the last layer's scores, recomputed (selective)", 0)
+    assert recomputed == (100_663_296 if checkpointing == "selective" else 0)

@@ -33,6 +33,7 @@ from ..formulas.activations import (
     eager_softmax_backward_bytes,
     lora_layer_trainable,
     recompute_backward_bytes,
+    saved_scores_bytes,
     shares_one_norm,
     training_activations,
     unsloth_recompute,
@@ -67,6 +68,8 @@ from .stage import StageNumbers, finish, times
 __all__ = ["training_stage"]
 
 C = Component
+
+SCORES_BACKWARD_PART = "the last layer's softmax backward (gradients of its scores)"
 
 LITGPT_LOSS_CHUNK_TOKENS = 128
 """LitGPT's fine-tuning scripts run the LM head with ``lm_head_chunk_size=128`` and
@@ -300,18 +303,27 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
     recompute_grads = 0
     held_parts = training_recompute_parts(tokens, st.dims.vocab, stack.loss) if has_head else ()
     scores_backward = eager_softmax_backward_bytes(w, arch, st.dims, sdpa_math, masked_math)
+    # Selective recomputation dropped the layer's scores: its backward recomputes them.
+    scores_back = (
+        saved_scores_bytes(w, arch, st.dims, sdpa_math, masked_math)
+        if w.checkpointing == "selective"
+        else 0
+    )
+    layers = sum(n for _, n in st.stage.layer_runs)
+    # The head's weight gradient and the last layer's (an even share of the stage's) exist by
+    # then, unless every gradient is live already.
+    attention_grads = grads_live or head_gradient + st.gradient_bytes // max(layers, 1)
     if scores_backward and not recomputing:
         # Eager attention and SDPA's math path: the last layer's softmax backward holds the
         # gradients of its scores beside every layer's saved activations, once the head's
         # backward has freed the loss's tensors and the final norm's inputs (its MLP's saved
-        # tensors, freed just before, are still counted: the safe side). The head's weight
-        # gradient exists by then.
+        # tensors, freed just before, are still counted: the safe side).
         phases.append(
             (
                 "backward_attention",
                 phase(
-                    grads_live or head_gradient,
-                    acts - head_inputs + scores_backward,
+                    attention_grads,
+                    acts - head_inputs + scores_back + scores_backward,
                     held_out,
                 ),
             )
@@ -434,11 +446,37 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         gone = (
             {HEAD_INPUTS_PART}
             if numbers.peak_phase == "backward_recompute"
+            else {HEAD_INPUTS_PART, RECOMPUTED_PART, OFFLOADED_BACK_PART}
+            if numbers.peak_phase == "backward_attention"
             else {RECOMPUTED_PART, OFFLOADED_BACK_PART}
         )
         parts[C.ACTIVATIONS] = tuple((n, b) for n, b in parts[C.ACTIVATIONS] if n not in gone)
         if numbers.peak_phase == "backward_recompute":
             parts[C.ACTIVATIONS] += ((RECOMPUTE_GRADS_PART, recompute_grads * k),)
+        if numbers.peak_phase == "backward_attention":
+            parts[C.ACTIVATIONS] += tuple(
+                (n, b * k)
+                for n, b in (
+                    ("the last layer's scores, recomputed (selective)", scores_back),
+                    (SCORES_BACKWARD_PART, scores_backward),
+                )
+                if b
+            )
+            if not grads_live:
+                parts[C.GRADIENTS] = times(
+                    tuple(
+                        (n, b)
+                        for n, b in (
+                            ("LM-head weight gradient", head_gradient),
+                            (
+                                "the last layer's weight gradients (an even share)",
+                                attention_grads - head_gradient,
+                            ),
+                        )
+                        if b
+                    ),
+                    k,
+                )
         if numbers.peak_phase == "forward":
             parts[C.COMMUNICATION_BUFFERS] = times(forward_comm, k)
         if numbers.peak_phase == "forward" and previous_inputs:
@@ -453,6 +491,7 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
                 "forward": fwd_parts,
                 "backward_start": (*bwd_parts, *held_output),
                 "backward_recompute": (*held_parts, *held_output),
+                "backward_attention": held_output,
             }.get(numbers.peak_phase, ())
             if logit_parts:
                 parts[C.LOGITS] = times(logit_parts, k)

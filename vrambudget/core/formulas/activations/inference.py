@@ -142,7 +142,8 @@ def layer_keys(layer: LayerType, query_tokens: int, key_tokens: int) -> tuple[in
     if layer.window is None:
         return key_tokens, False
     past = max(key_tokens - query_tokens, 0)
-    keys = min(past, layer.window - 1) + query_tokens
+    # a chunked prefill's chunk may hold more tokens than one prompt has
+    keys = min(past, layer.window - 1) + min(query_tokens, key_tokens)
     return keys, keys >= layer.window
 
 

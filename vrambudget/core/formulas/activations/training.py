@@ -42,6 +42,7 @@ __all__ = [
     "norm_saved_bytes",
     "norms_per_layer",
     "offloaded_inputs_bytes",
+    "saved_scores_bytes",
     "shares_one_norm",
     "training_activations",
     "training_saved",
@@ -632,6 +633,30 @@ def eager_softmax_backward_bytes(
     else:
         per_score = (12 - (4 if e == 4 else 4 + e)) if fp32 else 2 * e
     return w.micro_batch_size * dd.heads * s * keys * per_score
+
+
+def saved_scores_bytes(
+    w: TrainingWorkload,
+    arch: Arch,
+    dd: DeviceDims,
+    sdpa_math: bool = False,
+    masked_math: bool = False,
+) -> int:
+    """One layer's score tensors saved for backward (``b x heads' x s x s``, every key), 0
+    where the attention is fused: eager's probabilities (fp32 and their cast, or in the
+    scores' dtype) and a soft-capped model's tanh output; the math path's fp32 probabilities.
+    What selective recomputation drops from the saved set, and brings back for the layer whose
+    backward runs."""
+    attention = attention_run(w.attention, arch, sdpa_math)
+    if attention not in SCORES_MATERIALIZED:
+        return 0
+    s, e = w.sequence_length, bytes_of(w.precision.compute)
+    scores = w.micro_batch_size * dd.heads * s * s
+    if attention == "math":
+        unmasked = any(layer.window is None or s < layer.window for layer, _ in arch.layer_runs)
+        return scores * FP32 if unmasked or masked_math else 0
+    per = (FP32 + (e if e != FP32 else 0)) if eager_softmax_fp32(w, arch) else e
+    return scores * (per + (e if arch.attention_softcap else 0))
 
 
 def recompute_backward_bytes(
