@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal, cast
 
 from .errors import InvalidWorkload
@@ -67,6 +68,7 @@ Loss = LossImplementation
 _LEADING = re.compile(r"[0-9]+")
 
 
+@lru_cache(maxsize=512)
 def version_tuple(v: str) -> tuple[int, ...]:
     """``"4.46.3+cu121"`` -> (4, 46, 3), ``"4.44rc1"`` -> (4, 44): each dot-separated part's
     leading ASCII digits, up to the first part without any."""

@@ -180,20 +180,22 @@ def emulated_sdpa(
             _FlashAttention, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         )
         return out.transpose(1, 2)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        # scaled_dot_product_attention converts a bool mask to the query's dtype for every
+        # backend (convert_boolean_attn_mask), before the backend runs
+        zero = torch.zeros((), dtype=query.dtype, device=query.device)
+        attn_mask = torch.where(attn_mask, zero, torch.full_like(zero, -math.inf))
     if backend == "mem_efficient":
         return _apply(_MemEfficientAttention, query, key, value, _efficient_bias(attn_mask, query))
     return _math_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
 def _efficient_bias(mask: torch.Tensor | None, query: torch.Tensor) -> torch.Tensor | None:
-    """The memory-efficient kernel's additive bias: a bool mask converted to the query's dtype
-    (``convert_boolean_attn_mask``), its last dim padded to a multiple of 16
-    (``preprocess_mask`` / ``pad_bias``; the expansion to every head is a view)."""
+    """The memory-efficient kernel's additive bias: the (float) mask with its last dim padded
+    to a multiple of 16 (``preprocess_mask`` / ``pad_bias``; the expansion to every head is a
+    view)."""
     if mask is None:
         return None
-    if mask.dtype == torch.bool:
-        zero = torch.zeros((), dtype=query.dtype, device=query.device)
-        mask = torch.where(mask, zero, torch.full_like(zero, -math.inf))
     kv = mask.shape[-1]
     if kv % MEM_EFFICIENT_BIAS_ALIGN:
         padded = torch.empty(
@@ -225,10 +227,6 @@ def _math_sdpa(
     by ``F.scaled_dot_product_attention``). Autograd saves what the C++ composite saves: each
     matmul's inputs and the softmax's output."""
     origin = query.dtype
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
-        # scaled_dot_product_attention converts a caller's bool mask in the query's dtype
-        zero = torch.zeros((), dtype=origin, device=query.device)
-        attn_mask = torch.where(attn_mask, zero, torch.full_like(zero, -math.inf))
     upcast = origin in HALF_DTYPES
     q_acc = query.to(torch.float32) if upcast else query
     k_acc = key.to(torch.float32) if upcast else key

@@ -620,19 +620,29 @@ def eager_softmax_backward_bytes(
     gradients of the probabilities and of the scores beside them (``_softmax_backward_data``):
     8 B per score over the saved set, over every key (a sliding-window layer whose sequence
     reaches its window runs a fused kernel unless ``masked_math``)."""
-    attention = attention_run(w.attention, arch, sdpa_math)
-    if attention not in SCORES_MATERIALIZED:
-        return 0
-    s, e = w.sequence_length, bytes_of(w.precision.compute)
-    keys = s
-    fp32 = eager_softmax_fp32(w, arch)
+    attention, scores = _scores(w, arch, dd, sdpa_math, masked_math)
+    e = bytes_of(w.precision.compute)
     if attention == "math":
-        unmasked = any(layer.window is None or s < layer.window for layer, _ in arch.layer_runs)
-        keys = s if unmasked or masked_math else 0
         per_score = 2 * FP32
     else:
-        per_score = (12 - (4 if e == 4 else 4 + e)) if fp32 else 2 * e
-    return w.micro_batch_size * dd.heads * s * keys * per_score
+        per_score = (12 - (4 if e == 4 else 4 + e)) if eager_softmax_fp32(w, arch) else 2 * e
+    return scores * per_score
+
+
+def _scores(
+    w: TrainingWorkload, arch: Arch, dd: DeviceDims, sdpa_math: bool, masked_math: bool
+) -> tuple[str, int]:
+    """(the attention that runs, one layer's ``b x heads' x s x s`` score elements): 0 where
+    the attention is fused, and on the math path where only masked sliding-window layers
+    would run it and their calls take a fused kernel (``masked_math`` false)."""
+    attention = attention_run(w.attention, arch, sdpa_math)
+    if attention not in SCORES_MATERIALIZED:
+        return attention, 0
+    s = w.sequence_length
+    masked = all(layer.window is not None and s >= layer.window for layer, _ in arch.layer_runs)
+    if attention == "math" and masked and not masked_math:
+        return attention, 0
+    return attention, w.micro_batch_size * dd.heads * s * s
 
 
 def saved_scores_bytes(
@@ -647,14 +657,10 @@ def saved_scores_bytes(
     scores' dtype) and a soft-capped model's tanh output; the math path's fp32 probabilities.
     What selective recomputation drops from the saved set, and brings back for the layer whose
     backward runs."""
-    attention = attention_run(w.attention, arch, sdpa_math)
-    if attention not in SCORES_MATERIALIZED:
-        return 0
-    s, e = w.sequence_length, bytes_of(w.precision.compute)
-    scores = w.micro_batch_size * dd.heads * s * s
+    attention, scores = _scores(w, arch, dd, sdpa_math, masked_math)
+    e = bytes_of(w.precision.compute)
     if attention == "math":
-        unmasked = any(layer.window is None or s < layer.window for layer, _ in arch.layer_runs)
-        return scores * FP32 if unmasked or masked_math else 0
+        return scores * FP32
     per = (FP32 + (e if e != FP32 else 0)) if eager_softmax_fp32(w, arch) else e
     return scores * (per + (e if arch.attention_softcap else 0))
 
