@@ -123,8 +123,16 @@ def _gguf_remedies(w: LLMServingWorkload, g: GGUFAccount, ctx: DeviceContext) ->
         return g2 if g2.would_start else None
 
     full = arch.num_layers + 1
-    ngl = largest_true(0, full, lambda n: starts(n_gpu_layers=n) is not None)
-    if ngl >= 0 and starts(n_gpu_layers=ngl) is not None:
+    # every layer first: a host layer's copies on the GPU (offload_op) can make one layer
+    # fewer need more than all of them, so the search below is not monotone at its top
+    ngl = (
+        full
+        if starts(n_gpu_layers=full) is not None
+        else largest_true(0, full, lambda n: starts(n_gpu_layers=n) is not None)
+    )
+    if ngl == full:
+        out.append(f"n_gpu_layers {full} (every layer on the GPU fits)")
+    elif ngl >= 0 and starts(n_gpu_layers=ngl) is not None:
         out.append(f"n_gpu_layers {ngl} (the most that fit; the rest run on the CPU)")
     n_ctx = g.settings.n_ctx
     best = largest_true(1, max(n_ctx - 1, 1), lambda n: starts(n_ctx=n) is not None)

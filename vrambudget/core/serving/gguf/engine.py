@@ -166,6 +166,8 @@ def _settings(
         devices=o.devices,
         splits=split_fractions(o.devices, o.tensor_split),
         kv_offload=o.kv_offload,
+        output_first=r.output_first,
+        f16_mask=r.f16_mask,
     )
 
 

@@ -28,7 +28,7 @@ from ...arch import Arch, AttentionKind
 from ...spec import GGUFTensorSpec
 from ...units import MiB
 from .tensors import INPUT, GGUFTensor, file_tensors, gguf_tensors
-from .types import row_bytes
+from .types import BLOCKS, row_bytes
 
 __all__ = [
     "DeviceUse",
@@ -49,12 +49,6 @@ QUANTIZED_KV_COMPUTE_FACTOR = 1.3
 QUANTIZED_K_COMPUTE_FACTOR = 1.08
 """A quantized K cache without flash attention: measured 0.93 - 1.07 x the f16 buffer."""
 _QUANTIZED_KV = ("q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-LONG_CONTEXT_CELLS = 16384
-"""From here a warning says what one GPU's compute buffer may add with the cells."""
-LONG_CONTEXT_BYTES_PER_CELL = 4.6
-"""The most the compute buffer grew per cell and micro-batch token beyond the rule in the
-published one-GPU flash-attention logs at 32K - 128K cells (held-out set H: 4.4 and 4.6 B on two
-Qwen 2.5 logs at 32K, 2.3 B on Llama 3.1 8B at 128K; research/engine_logs.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +71,11 @@ class LlamaSettings:
     devices: int
     splits: tuple[float, ...]
     kv_offload: bool
+    output_first: bool = True
+    """``-ngl`` counts the output layer first (builds from ggml-org/llama.cpp#18148)."""
+    f16_mask: bool = True
+    """With flash attention the KQ mask is an f16 input (builds from b9410); else an f32 input
+    that a GPU copies and casts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +120,13 @@ def _f32(x: float) -> float:
     return float(struct.unpack("f", struct.pack("f", x))[0])
 
 
-def layer_devices(n_layer: int, n_gpu_layers: int, splits: tuple[float, ...]) -> tuple[int, ...]:
+def layer_devices(
+    n_layer: int, n_gpu_layers: int, splits: tuple[float, ...], output_first: bool = True
+) -> tuple[int, ...]:
     """The device of each layer index 0 .. n_layer (the last is the output layer): -1 for
-    the CPU, else the GPU index (src/llama-model.cpp:1578-1612)."""
+    the CPU, else the GPU index (src/llama-model.cpp:1578-1612). Before
+    ggml-org/llama.cpp#18148 (``output_first`` False) ``i_gpu_start`` was ``n_layer - ngl``:
+    the output layer went to a GPU only with ``ngl > n_layer``."""
     n = len(splits)
     cum: list[float] = []
     total = 0.0
@@ -131,7 +134,7 @@ def layer_devices(n_layer: int, n_gpu_layers: int, splits: tuple[float, ...]) ->
         total = _f32(total + s)
         cum.append(total)
     cum = [_f32(c / total) for c in cum]
-    i_gpu_start = max(n_layer + 1 - n_gpu_layers, 0)
+    i_gpu_start = max(n_layer + (1 if output_first else 0) - n_gpu_layers, 0)
     act = min(n_gpu_layers, n_layer + 1) if n else 0
     out: list[int] = []
     for il in range(n_layer + 1):
@@ -218,6 +221,7 @@ def compute_buffer(
     cells: tuple[int, ...],
     gpu: bool = True,
     pipeline: bool = True,
+    first: bool = True,
 ) -> int:
     """One backend's compute buffer: ``T x`` the largest per-token term of the stages it runs,
     ``T = min(n_ctx, n_ubatch)`` (graph_reserve, src/llama-context.cpp:629-670: every token an
@@ -247,15 +251,24 @@ def compute_buffer(
     n_vocab + 4 n_embd`` for the logits) plus four copies of each split's inputs, the f32
     hidden state and the f16 mask (``16 n_embd + 8 n_kv``), come to at n_kv 4,096; beyond it
     the mask's copies grow with n_kv, so a pipeline GPU takes the larger of the measured term
-    and that sum. One GPU runs no pipeline: with flash attention it takes the CPU terms (every
-    single-GPU log prints ``4 n_vocab + 4 n_embd`` for the logits, 4 n_embd + 4 B per token
-    below the CPU's). Without flash attention, and on several GPUs without the pipeline
-    (partial offload, the KV cache on the host), no log says what a GPU holds: those keep the
-    two-GPU terms.
+    and that sum. Without flash attention the pipeline's copies are of the f32 mask (``16
+    n_embd + 16 n_kv`` beside the CPU terms, bench/llamacpp_rpc.py). One GPU runs no pipeline:
+    with flash attention it takes the CPU terms (every single-GPU log prints ``4 n_vocab + 4
+    n_embd`` for the logits, 4 n_embd + 4 B per token below the CPU's); without it, and on
+    several GPUs without the pipeline, it keeps the two-GPU terms (over by up to 16% on the one
+    single-GPU log without flash attention that prints them, Ollama 0.5.11's).
 
-    Not modelled: with partial offload, llama.cpp runs large-batch matmuls of host-resident
-    weights on the GPU (``offload_op``), which copies such a weight into the GPU's compute
-    buffer; the estimate can be low there.
+    Builds before b9410 (``f16_mask`` False) with flash attention: the first GPU holds the f32
+    mask copied from the host beside its f16 cast (``6 n_kv + 16 n_embd`` per token), the hole
+    the freed copy leaves sits below the FFN's intermediates (``4 n_kv + 12 n_ff + 12 n_embd``)
+    and below logits that do not fit in it (``4 n_vocab + 12 n_embd + 4 n_kv``); a pipeline's
+    first GPU keeps four f32 copies (``16 n_kv``), the next ones four of the f16 cast
+    (``first``). Measured on llama.cpp's own scheduler (bench/llamacpp_rpc.py); the b7780 and
+    Ollama 0.21 / 0.22 logs at 32K - 128K cells print it to the 0.01 MiB. Where the scheduler
+    puts the cast depends on the graph's order: b7896's and Ollama 0.13's logs show no copy on
+    the GPU, and the estimate, taking the copy, reads 6 - 27% high there. A quantized cache
+    with flash attention adds the kernel's f16 copies of the layer's K and V to the GPU's
+    buffer (``kv_f16``, not per token). Host-resident weights: :func:`offloaded_ops`.
     """
     t = _tokens(s)
     several = s.devices > 1
@@ -269,8 +282,16 @@ def compute_buffer(
     n_kv = max((cells[i] for i in layers), default=0)
     if not s.kv_unified:
         n_kv = min(n_kv, s.n_ctx_seq)
-    # the pipeline's four copies of each split's inputs: the f32 hidden state, the f16 mask
-    copies = 16 * e + 8 * n_kv
+    # the pipeline's four copies of each split's inputs: the f32 hidden state and the mask
+    # (f16 with flash attention from b9410, else f32; before b9410 the first GPU casts the f32
+    # mask and the next GPUs are sent its f16 cast: bench/llamacpp_rpc.py)
+    f32_mask = not s.flash_attn or (not s.f16_mask and first)
+    copies = 16 * e + (16 if f32_mask else 8) * n_kv
+    # flash attention over a quantized cache on a CUDA GPU: the kernel's f16 copies of the
+    # layer's K and V are part of its output's allocation (ggml-cuda.cu:903-908,
+    # fattn.cu:722-756), not per token
+    kv_f16 = 0
+    quantized = (s.type_k in _QUANTIZED_KV, s.type_v in _QUANTIZED_KV and arch.mla is None)
     if layers:
         if s.flash_attn:
             per = 2 * n_kv + 16 * e + 12 * ff + 28
@@ -284,21 +305,132 @@ def compute_buffer(
             if s.type_k in _QUANTIZED_KV:
                 factor = QUANTIZED_K_COMPUTE_FACTOR
         if gpu:
+            base = per  # the CPU backend's terms, before what only a GPU holds
+            if s.flash_attn and not s.f16_mask and first:
+                # builds before b9410: the f32 mask copied from the host beside its f16 cast
+                # (6 n_kv + 16 n_embd per token at the attention), and the hole the copy leaves
+                # below the FFN's intermediates (bench/llamacpp_rpc.py)
+                per = max(per, 6 * n_kv + 16 * e, 4 * n_kv + 12 * ff + 12 * e)
             if s.flash_attn:
-                cpu_terms = per
                 if several:
                     per = max(per, 12 * ff + 36 * e + 2 * n_kv)
-                if pipeline:
-                    per = max(per, cpu_terms + copies)
+                if any(quantized):
+                    # replaces the CPU backend's factor: the copies are the kernel's, of a
+                    # quantized K and a quantized V (not of V where it is a view of K: MLA)
+                    kv_f16 = (
+                        max(cells[i] for i in layers)
+                        * 2
+                        * (k * quantized[0] + _kv_widths(arch)[1] * quantized[1])
+                    )
+                    factor = 1.0
             else:
                 per = max(per, 4 * arch.num_heads * n_kv + 12 * ff + 2 * e)
+            if pipeline:
+                per = max(per, base + copies)
+    layer_bytes = math.ceil(t * per * factor) + kv_f16
+    per = 0
     if output:
         per = max(per, 4 * arch.vocab_size + 8 * e + 4)
+        if gpu and first and layers and s.flash_attn and not s.f16_mask and n_kv < arch.vocab_size:
+            # the freed f32 mask copy (4 n_kv per token) is a hole the logits do not fit in:
+            # they are placed past it (bench/llamacpp_rpc.py; the b7780 Qwen 2.5 7B log)
+            per = max(per, 4 * arch.vocab_size + 12 * e + 4 * n_kv)
         if gpu and several:
             per = max(per, 4 * arch.vocab_size + 24 * e)
         if gpu and pipeline:  # the CUDA graph's logits (4 n_vocab + 4 n_embd) + the copies
             per = max(per, 4 * arch.vocab_size + 4 * e + copies)
-    return math.ceil(t * per * factor)
+    return max(layer_bytes, math.ceil(t * per * factor))
+
+
+KV_COPY_SLACK = 1.6
+"""A host layer's K and V copied to the GPU leave a hole that the next layer's copies do not
+always fit in (the allocator places other tensors in it first): on llama.cpp's own allocator the
+buffer reached 1.57 x one layer's K and V beside the mask (bench/llamacpp_rpc.py, 64K cells,
+512-token micro-batch); 1.07 - 1.57 across the grid."""
+
+PARTIAL_OFFLOAD_SLACK = 0.22
+"""The most the first GPU's compute buffer exceeded :func:`offloaded_ops` under partial offload
+on llama.cpp's own scheduler and allocator (bench/llamacpp_rpc.py: 21.7%, no layer on the GPU,
+a 256-token micro-batch, where a layer's weight copy sat beside the head's)."""
+
+OFFLOAD_MIN_BATCH = 32
+"""The CUDA backend runs an op whose weight lies in host memory on the GPU when its batch is
+at least this (``GGML_OP_OFFLOAD_MIN_BATCH``; ggml-cuda.cu:5636-5655, 5825)."""
+
+
+def _cuda_bytes(t: GGUFTensor) -> int:
+    """A weight's size in a CUDA buffer: quantized rows whose length is not a multiple of 512
+    are padded by the rest of a 512-element row (ggml-cuda.cu:903-920)."""
+    block, _ = BLOCKS[t.type.upper()]
+    ne0 = t.shape[0]
+    if block == 1 or ne0 % 512 == 0:
+        return t.nbytes
+    return t.nbytes + row_bytes(t.type, 512 - ne0 % 512)
+
+
+def offloaded_ops(
+    arch: Arch,
+    s: LlamaSettings,
+    tensors: tuple[GGUFTensor, ...],
+    where: tuple[int, ...],
+    cells: tuple[int, ...],
+    output_bytes: int,
+) -> int:
+    """What the first GPU's compute buffer holds for ops of host-resident layers that
+    llama.cpp's scheduler runs there (``offload_op``: a micro-batch of ``OFFLOAD_MIN_BATCH``
+    tokens or more; ggml/src/ggml-backend.cpp ``ggml_backend_sched_backend_id_from_cur``):
+    each such op's weight is copied into that buffer, one weight per split, and a host
+    layer's attention, which follows its projections onto the GPU, copies that layer's whole
+    K and V (the host KV cache) and the KQ mask. The largest of:
+
+    - the output layer on the host: its weight, the logits and the normed input (``T x 4
+      (n_embd + n_vocab)``): what Ollama's own estimate adds for it (``embedding x vocab x
+      105/128`` for a Q6_K head, llm/ggml.go), and to the 0.01 MiB what nine published logs
+      print with the head on the host or no layer on the GPU (docs/ACCURACY.md);
+    - a host layer's attention: its K and V (x ``KV_COPY_SLACK``, the allocator's hole), the
+      mask (f16 ``2 n_kv``; before b9410 the f32 copy and its cast, ``6 n_kv``; without flash
+      attention the f32 scores of every head and the f32 mask) and ``8 n_embd`` per token;
+    - its largest weight beside an FFN matmul's input and output (``8 n_ff + 8 n_embd`` per
+      token).
+
+    Measured on llama.cpp's own scheduler and allocator with a CUDA-like device
+    (bench/llamacpp_rpc.py, 192 device buffers with layers on the host): at most 21.7% above this
+    (``unmodelled_compute`` warns). 0 when no weight is on the host or the micro-batch is
+    below 32 tokens."""
+    t = _tokens(s)
+    n_layer = arch.num_layers
+    if not s.devices or t < OFFLOAD_MIN_BATCH:
+        return 0
+    e = arch.hidden_size
+    out = 0
+    if where[n_layer] < 0:
+        out = t * 4 * (e + arch.vocab_size) + output_bytes
+    host = [i for i in range(n_layer) if where[i] < 0]
+    if host:
+        widest = max(host, key=lambda i: cells[i])
+        n_kv = cells[widest]
+        if not s.kv_unified:
+            n_kv = min(n_kv, s.n_ctx_seq)
+        k, v = _kv_widths(arch)
+        kv = cells[widest] * (row_bytes(s.type_k, k) + row_bytes(s.type_v, v))
+        if s.flash_attn:
+            # the f16 copies FA makes of a quantized K and V (fattn.cu:722-756)
+            kv += (
+                cells[widest]
+                * 2
+                * (
+                    k * (s.type_k in _QUANTIZED_KV)
+                    + v * (s.type_v in _QUANTIZED_KV and arch.mla is None)
+                )
+            )
+            mask = (2 if s.f16_mask else 6) * n_kv
+        else:
+            mask = n_kv * (4 * arch.num_heads + 4)
+        out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (mask + 8 * e))
+        on_host = set(host)
+        weight = max((_cuda_bytes(w) for w in tensors if w.layer in on_host), default=0)
+        out = max(out, weight + t * (8 * _ff(arch) + 8 * e))
+    return out
 
 
 @lru_cache(maxsize=1024)
@@ -313,7 +445,7 @@ def llama_account(
         gguf_tensors(arch, file_type) if given is None else file_tensors(given, arch.num_layers)
     )
     n_layer = arch.num_layers
-    where = layer_devices(n_layer, s.n_gpu_layers if s.devices else 0, s.splits)
+    where = layer_devices(n_layer, s.n_gpu_layers if s.devices else 0, s.splits, s.output_first)
     # bytes of each layer index 0 .. n_layer (the output layer last; a tied head loads a
     # duplicate of the token embeddings there: TENSOR_DUPLICATED)
     per_layer = [0] * (n_layer + 1)
@@ -342,19 +474,30 @@ def llama_account(
             host_kv += b
     devices = []
     pipeline = pipeline_parallel(s, n_layer)
+    head = [t for t in tensors if t.layer == n_layer and t.name == "output.weight"]
+    if not head:  # a tied head: the duplicate of the token embeddings
+        head = [t for t in tensors if t.name == "token_embd.weight"]
+    copies = offloaded_ops(
+        arch, s, tensors, where, cells, sum(_cuda_bytes(t) for t in head) if head else 0
+    )
     for d in range(s.devices):
         layers = tuple(i for i in range(n_layer) if where[i] == d)
         out = where[n_layer] == d
+        # the GPU that runs the first offloaded layer casts the mask
+        layers_before = any(0 <= where[i] < d for i in range(n_layer))
+        compute = (
+            compute_buffer(arch, s, layers, out, cells, pipeline=pipeline, first=not layers_before)
+            if layers or out
+            else 0
+        )
+        if d == 0:  # the scheduler offloads to the first GPU that takes the op
+            compute = max(compute, copies)
         devices.append(
             DeviceUse(
                 index=d,
                 weights_bytes=weights[d],
                 kv_bytes=kv[d],
-                compute_bytes=(
-                    compute_buffer(arch, s, layers, out, cells, pipeline=pipeline)
-                    if layers or out
-                    else 0
-                ),
+                compute_bytes=compute,
                 layers=layers,
                 output=out,
             )
@@ -392,49 +535,25 @@ def llama_account(
 
 
 def unmodelled_compute(arch: Arch, a: LlamaAccount) -> tuple[str, ...]:
-    """What a GPU's compute buffer may hold beyond :func:`compute_buffer`, as warnings with the
-    bytes for this layout (MiB): the growth with the cells that one-GPU flash-attention logs
-    print at long context, and the copy of a host-resident weight that ``offload_op`` makes
-    under partial offload (``ggml_backend_sched``: an op with a batch of 32 or more whose
-    weight lies in host memory runs on the GPU, its weight copied into that GPU's buffer)."""
+    """What the first GPU's compute buffer may hold beyond :func:`offloaded_ops` under partial
+    offload, as a warning with the bytes for this layout (MiB): on the newest allocator two
+    copied weights sometimes sit side by side (bench/llamacpp_rpc.py: up to
+    ``PARTIAL_OFFLOAD_SLACK`` above the estimate), where the nine published logs of older builds
+    print exactly the estimate (docs/ACCURACY.md, held-out sets H and I)."""
     s = a.settings
-    out: list[str] = []
-    t = _tokens(s)
-    cells = s.n_ctx if s.kv_unified else s.n_ctx_seq
-    if s.devices == 1 and s.flash_attn and cells >= LONG_CONTEXT_CELLS and a.devices[0].layers:
-        more = t * cells * LONG_CONTEXT_BYTES_PER_CELL / MiB
-        out.append(
-            f"llama.cpp's compute buffer on one GPU at {cells:,} cells may be up to "
-            f"{more:,.0f} MiB larger than estimated: published logs at 32K - 128K cells printed "
-            "19 - 36% more than this rule, growing with the cells (docs/ACCURACY.md, "
-            "held-out set H)"
-        )
+    n_layer = arch.num_layers
     on_gpu = {i for d in a.devices for i in d.layers}
     if any(d.output for d in a.devices):
-        on_gpu.add(arch.num_layers)
-    host = [t_.nbytes for t_ in a.tensors if t_.layer != INPUT and t_.layer not in on_gpu]
-    if arch.num_layers not in on_gpu:  # the head (a tied one is the embeddings' duplicate)
-        host.append(a.layer_weights[arch.num_layers])
-    if a.devices and not on_gpu and host and t >= 32:
-        # -ngl 0: every matmul of the micro-batch runs there on copied weights (b5285 printed
-        # 606 and 792 MiB on a GPU holding no layer; the host's terms plus the largest weight
-        # come to 611 and 800: a figure written after reading those logs)
-        more = a.host_compute_bytes + max(host)
-        out.append(
-            "no layer on the GPU: llama.cpp still gives it a compute buffer, where a "
-            "micro-batch's matmuls run on copied host weights (offload_op), which the estimate "
-            f"does not count: about {more / MiB:,.0f} MiB (the host's compute terms and the "
-            "largest weight; docs/ACCURACY.md held-out set H)"
-        )
-    elif a.devices and host and t >= 32:
-        out.append(
-            "partial offload: llama.cpp runs a micro-batch's matmuls with host-resident weights "
-            "on the GPU (offload_op), copying the weight into the GPU's compute buffer, which "
-            f"the estimate does not count: up to {max(host) / MiB:,.0f} MiB more (the largest "
-            "host-resident weight; an Ollama log printed 403 MiB more with its 411 MiB head on "
-            "the host, docs/ACCURACY.md held-out set H)"
-        )
-    return tuple(out)
+        on_gpu.add(n_layer)
+    if not a.devices or len(on_gpu) == n_layer + 1 or _tokens(s) < OFFLOAD_MIN_BATCH:
+        return ()
+    more = a.devices[0].compute_bytes * PARTIAL_OFFLOAD_SLACK / MiB
+    return (
+        f"partial offload: llama.cpp runs a micro-batch's matmuls of host-resident weights on "
+        f"the first GPU, copying each weight into its compute buffer (offload_op); the "
+        f"estimate counts them, and llama.cpp's newest allocator measured up to "
+        f"{PARTIAL_OFFLOAD_SLACK:.0%} more, about {more:,.0f} MiB here (docs/ACCURACY.md)",
+    )
 
 
 def split_fractions(devices: int, tensor_split: tuple[float, ...] | None) -> tuple[float, ...]:

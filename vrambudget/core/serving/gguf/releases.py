@@ -29,6 +29,14 @@ class GGUFRelease:
     n_ubatch_default: int
     pad: int
     """n_ctx padding (256; 32 in builds without flash attention before the padding change)."""
+    output_first: bool
+    """``-ngl N`` offloads the output layer first, then the last N - 1 repeating layers
+    (ggml-org/llama.cpp#18148); before it the last N repeating layers went first and the output
+    layer only with N > n_layer (``i_gpu_start = n_layer - N``). Ollama's own runners (before
+    v0.30) keep the output layer on the host under partial offload as well."""
+    f16_mask: bool
+    """With flash attention the KQ mask is an f16 graph input (ggml-org/llama.cpp#23764, b9410);
+    before it an f32 input that each GPU copies and casts to f16 in its compute buffer."""
     summary: str
     source: str
 
@@ -45,6 +53,8 @@ LLAMA_CPP_RELEASES: tuple[GGUFRelease, ...] = (
         fit="none",
         n_ubatch_default=512,
         pad=32,
+        output_first=False,
+        f16_mask=False,
         summary="-c 4096 by default, one slot, flash attention off, every layer as -ngl says",
         source="ggml-org/llama.cpp#10136 (2024-11-02: the examples' default context becomes "
         "4096); n_ctx padded to 32 without flash attention (llama_kv_cache_get_padding); " + _LLAMA,
@@ -57,6 +67,8 @@ LLAMA_CPP_RELEASES: tuple[GGUFRelease, ...] = (
         fit="none",
         n_ubatch_default=512,
         pad=32,
+        output_first=False,
+        f16_mask=False,
         summary="flash attention 'auto' by default (on where the backend supports it)",
         source="flash_attn_type auto|on|off introduced (mybigday/llama.node#102 syncs b6327, "
         "2025-08-31); " + _LLAMA,
@@ -69,6 +81,8 @@ LLAMA_CPP_RELEASES: tuple[GGUFRelease, ...] = (
         fit="none",
         n_ubatch_default=512,
         pad=256,
+        output_first=False,
+        f16_mask=False,
         summary="llama-server: 4 slots sharing one unified KV cache unless -np is given; "
         "n_ctx padded to 256",
         source="ggml-org/llama.cpp#16736 (-np auto: 4 slots, kv_unified; in b7079 per "
@@ -82,11 +96,31 @@ LLAMA_CPP_RELEASES: tuple[GGUFRelease, ...] = (
         fit="llama_fit",
         n_ubatch_default=512,
         pad=256,
+        output_first=True,
+        f16_mask=False,
         summary="--fit on by default: unset context (default: the model's trained context) "
         "and GPU layers are reduced until 1 GiB stays free per GPU (context not below 4096)",
         source="ggml-org/llama.cpp#16653 (llama_params_fit, merged Dec 2025; 'default option "
         "of fit=on' in ggml-org/llama.cpp#18175, 2025-12-18; b7815 is the first build modelled "
-        "with it); common/common.h:452,475-483; common/fit.cpp:182-452 (commit 0c1e570); " + _LLAMA,
+        "with it, and with the output layer offloaded first, ggml-org/llama.cpp#18148, "
+        "2025-12-18); common/common.h:452,475-483; common/fit.cpp:182-452 (commit 0c1e570); "
+        + _LLAMA,
+    ),
+    GGUFRelease(
+        version="b9410",
+        n_ctx_default="model",
+        n_parallel_default=-1,
+        flash_attn_default="auto",
+        fit="llama_fit",
+        n_ubatch_default=512,
+        pad=256,
+        output_first=True,
+        f16_mask=True,
+        summary="with flash attention the KQ mask is built in f16: no f32 copy of it in each "
+        "GPU's compute buffer",
+        source="ggml-org/llama.cpp#23764 'llama: use f16 mask for FA to save VRAM' (merged "
+        "2026-05-27, release b9410); src/llama-graph.cpp:38-39 (commit 0c1e570); measured with "
+        "and without it in bench/llamacpp_rpc.py; " + _LLAMA,
     ),
 )
 
@@ -99,6 +133,8 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         fit="ollama_estimate",
         n_ubatch_default=512,
         pad=32,
+        output_first=False,
+        f16_mask=False,
         summary="num_ctx 4096, 2 slots (1 when the model does not fit with 2), flash attention "
         "off, layers offloaded as Ollama's own estimate decides",
         source="api/types.go DefaultOptions, server/sched.go, llm/memory.go (v0.6.7); " + _OLLAMA,
@@ -111,6 +147,8 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         fit="ollama_estimate",
         n_ubatch_default=512,
         pad=32,
+        output_first=False,
+        f16_mask=False,
         summary="one slot by default (OLLAMA_NUM_PARALLEL 1)",
         source="envconfig/config.go NumParallel default 1 (v0.10.0); " + _OLLAMA,
     ),
@@ -122,6 +160,8 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         fit="ollama_backend",
         n_ubatch_default=512,
         pad=256,
+        output_first=False,
+        f16_mask=False,
         summary="llm/memory.go removed: layers placed from the backend's own allocation sizes",
         source="commit f560bd077 'llm: Use Ollama engine memory layouts for both old and new "
         "engines' (first in v0.12.11); " + _OLLAMA,
@@ -134,6 +174,8 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         fit="ollama_backend",
         n_ubatch_default=512,
         pad=256,
+        output_first=False,
+        f16_mask=False,
         summary="num_ctx by total VRAM: 4096 below 23 GiB, 32768 below 47 GiB, else 262144 "
         "(capped at the model's trained context)",
         source="server/routes.go / envconfig default context length by VRAM (v0.15.5); " + _OLLAMA,
@@ -146,10 +188,14 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         fit="llama_fit",
         n_ubatch_default=512,
         pad=256,
+        output_first=True,
+        f16_mask=False,
         summary="runs upstream llama-server: -c num_ctx x num_parallel -np num_parallel -b/-ub "
         "num_batch --flash-attn auto, no -ngl (llama-server's --fit places the layers)",
         source="commit 9db4bdbad 'runner: ... use llama-server exclusively for GGML models' "
-        "(v0.30.0); llm/llama_server.go:375-410,590-622 (v0.32.15); " + _OLLAMA,
+        "(v0.30.0); llm/llama_server.go:375-410,590-622 (v0.32.15); the bundled llama-server's "
+        "build is not pinned here, so the f32 KQ mask of builds before b9410 is kept (the "
+        "larger); " + _OLLAMA,
     ),
 )
 
