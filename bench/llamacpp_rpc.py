@@ -16,7 +16,10 @@ that device follow the CUDA backend's rules where they differ (each cited in the
   attention's f16 copies of a quantized K/V (ggml-cuda.cu:897-920, fattn.cu:722-756);
 - 256-byte aligned buffers (``cudaMalloc``);
 - ``VB_F32_MASK=1``: the f32 KQ mask plus its cast to f16 of builds before b9410
-  (ggml-org/llama.cpp#23764 made the mask f16 where flash attention is on).
+  (ggml-org/llama.cpp#23764 made the mask f16 where flash attention is on);
+- ``VB_N_OUTPUTS_MAX=N``: the logits' rows llama-server reserves from b9460 (``n_outputs_max``
+  = its slots), which ``llama-completion`` leaves at the micro-batch (used by hand; the grid
+  below keeps every token's logits).
 
 The patch applies to the llama.cpp vendored in llama-cpp-python 0.3.36 (commit 0c1e570):
 

@@ -272,7 +272,8 @@ def test_ollama_graph_and_kv_by_hand():
 def test_release_mapping_and_refusals():
     r = engine_release("llama_cpp", "b7000")
     assert r.modelled == "b6327" and r.note and "b6327" in r.note
-    assert engine_release("llama_cpp", "b9999").modelled == "b9410"
+    assert engine_release("llama_cpp", "b9999").modelled == "b9460"
+    assert engine_release("llama_cpp", "b9420").modelled == "b9410"
     assert engine_release("llama_cpp", "b9000").modelled == "b7815"
     assert engine_release("ollama", "0.13.5").modelled == "0.12.11"
     with pytest.raises(InvalidWorkload, match="older than modelled"):
@@ -427,6 +428,37 @@ def test_f32_mask_before_b9410_by_hand():
     llama_old = llama_account(llama, "Q4_K_M", long).devices[0].compute_bytes
     assert llama_old == 512 * (6 * 131072 + 16 * 4096)
     assert abs(llama_old / MiB - 416.01) <= 0.011
+
+
+def test_llama_server_reserves_its_slots_logits_from_b9460_by_hand():
+    """From b9460 llama-server reserves the logits of n_parallel outputs (4 slots by default),
+    not of the micro-batch's 512 tokens: Llama 3.1 8B at 8,192 unified cells, the layers'
+    flash-attention term 512 x (2 x 8,192 + 16 x 4,096 + 12 x 14,336 + 28) B now exceeds the
+    logits' 4 x 128,256 x 4 + 512 x (8 x 4,096 + 4) B. b9410 keeps every token's logits."""
+    new = _budget(
+        {
+            "kind": "llm_serving",
+            "engine": "llama_cpp",
+            "engine_version": "b9460",
+            "model": {"source": "preset", "id": "llama-3.1-8b"},
+            "gguf": {"n_ctx": 8192},
+        }
+    )
+    (gpu,) = new.serving.details.buffers[:1]  # type: ignore[union-attr]
+    layers = 512 * (2 * 8192 + 16 * 4096 + 12 * 14336 + 28)
+    assert layers > 4 * 128256 * 4 + 512 * (8 * 4096 + 4)
+    assert gpu.compute_buffer_bytes == layers == 130_037_760
+    old = _budget(
+        {
+            "kind": "llm_serving",
+            "engine": "llama_cpp",
+            "engine_version": "b9410",
+            "model": {"source": "preset", "id": "llama-3.1-8b"},
+            "gguf": {"n_ctx": 8192},
+        }
+    )
+    (gpu,) = old.serving.details.buffers[:1]  # type: ignore[union-attr]
+    assert gpu.compute_buffer_bytes == 512 * (4 * 128256 + 8 * 4096 + 4)
 
 
 def test_quantized_cache_adds_the_kernels_f16_copies_by_hand():

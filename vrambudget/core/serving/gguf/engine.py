@@ -168,6 +168,7 @@ def _settings(
         kv_offload=o.kv_offload,
         output_first=r.output_first,
         f16_mask=r.f16_mask,
+        n_outputs=min(batch, parallel) if r.server_outputs else None,
     )
 
 

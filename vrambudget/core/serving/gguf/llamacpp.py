@@ -76,6 +76,10 @@ class LlamaSettings:
     f16_mask: bool = True
     """With flash attention the KQ mask is an f16 input (builds from b9410); else an f32 input
     that a GPU copies and casts."""
+    n_outputs: int | None = None
+    """The logits' rows a graph is reserved for: None for every token of the micro-batch;
+    llama-server from b9460 reserves ``n_parallel x (1 + n_draft)`` (``n_outputs_max``,
+    tools/server/server-context.cpp:41-53)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,18 +332,22 @@ def compute_buffer(
             if pipeline:
                 per = max(per, base + copies)
     layer_bytes = math.ceil(t * per * factor) + kv_f16
-    per = 0
-    if output:
-        per = max(per, 4 * arch.vocab_size + 8 * e + 4)
-        if gpu and first and layers and s.flash_attn and not s.f16_mask and n_kv < arch.vocab_size:
-            # the freed f32 mask copy (4 n_kv per token) is a hole the logits do not fit in:
-            # they are placed past it (bench/llamacpp_rpc.py; the b7780 Qwen 2.5 7B log)
-            per = max(per, 4 * arch.vocab_size + 12 * e + 4 * n_kv)
-        if gpu and several:
-            per = max(per, 4 * arch.vocab_size + 24 * e)
-        if gpu and pipeline:  # the CUDA graph's logits (4 n_vocab + 4 n_embd) + the copies
-            per = max(per, 4 * arch.vocab_size + 4 * e + copies)
-    return max(layer_bytes, math.ceil(t * per * factor))
+    if not output:
+        return layer_bytes
+    # the logits: every token of the micro-batch, or the outputs llama-server reserves (b9460)
+    rows = t if s.n_outputs is None else min(t, s.n_outputs)
+    logits = 4 * arch.vocab_size * rows
+    per = 8 * e + 4
+    hole = gpu and first and layers and s.flash_attn and not s.f16_mask
+    if hole and logits > 4 * n_kv * t:
+        # the freed f32 mask copy (4 n_kv per token) is a hole the logits do not fit in:
+        # they are placed past it (bench/llamacpp_rpc.py; the b7780 Qwen 2.5 7B log)
+        per = max(per, 12 * e + 4 * n_kv)
+    if gpu and several:
+        per = max(per, 24 * e)
+    if gpu and pipeline:  # the CUDA graph's logits (4 n_vocab + 4 n_embd) + the copies
+        per = max(per, 4 * e + copies)
+    return max(layer_bytes, math.ceil((logits + t * per) * factor))
 
 
 KV_COPY_SLACK = 1.6
@@ -404,7 +412,8 @@ def offloaded_ops(
     e = arch.hidden_size
     out = 0
     if where[n_layer] < 0:
-        out = t * 4 * (e + arch.vocab_size) + output_bytes
+        rows = t if s.n_outputs is None else min(t, s.n_outputs)
+        out = t * 4 * e + 4 * arch.vocab_size * rows + output_bytes
     host = [i for i in range(n_layer) if where[i] < 0]
     if host:
         widest = max(host, key=lambda i: cells[i])

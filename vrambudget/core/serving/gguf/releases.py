@@ -37,6 +37,9 @@ class GGUFRelease:
     f16_mask: bool
     """With flash attention the KQ mask is an f16 graph input (ggml-org/llama.cpp#23764, b9410);
     before it an f32 input that each GPU copies and casts to f16 in its compute buffer."""
+    server_outputs: bool
+    """llama-server reserves the logits of ``n_parallel`` outputs, not of every token of the
+    micro-batch (ggml-org/llama.cpp#23861, b9460; ``n_outputs_max``)."""
     summary: str
     source: str
 
@@ -55,6 +58,7 @@ LLAMA_CPP_RELEASES: tuple[GGUFRelease, ...] = (
         pad=32,
         output_first=False,
         f16_mask=False,
+        server_outputs=False,
         summary="-c 4096 by default, one slot, flash attention off, every layer as -ngl says",
         source="ggml-org/llama.cpp#10136 (2024-11-02: the examples' default context becomes "
         "4096); n_ctx padded to 32 without flash attention (llama_kv_cache_get_padding); " + _LLAMA,
@@ -69,6 +73,7 @@ LLAMA_CPP_RELEASES: tuple[GGUFRelease, ...] = (
         pad=32,
         output_first=False,
         f16_mask=False,
+        server_outputs=False,
         summary="flash attention 'auto' by default (on where the backend supports it)",
         source="flash_attn_type auto|on|off introduced (mybigday/llama.node#102 syncs b6327, "
         "2025-08-31); " + _LLAMA,
@@ -83,6 +88,7 @@ LLAMA_CPP_RELEASES: tuple[GGUFRelease, ...] = (
         pad=256,
         output_first=False,
         f16_mask=False,
+        server_outputs=False,
         summary="llama-server: 4 slots sharing one unified KV cache unless -np is given; "
         "n_ctx padded to 256",
         source="ggml-org/llama.cpp#16736 (-np auto: 4 slots, kv_unified; in b7079 per "
@@ -98,6 +104,7 @@ LLAMA_CPP_RELEASES: tuple[GGUFRelease, ...] = (
         pad=256,
         output_first=True,
         f16_mask=False,
+        server_outputs=False,
         summary="--fit on by default: unset context (default: the model's trained context) "
         "and GPU layers are reduced until 1 GiB stays free per GPU (context not below 4096)",
         source="ggml-org/llama.cpp#16653 (llama_params_fit, merged Dec 2025; 'default option "
@@ -116,11 +123,31 @@ LLAMA_CPP_RELEASES: tuple[GGUFRelease, ...] = (
         pad=256,
         output_first=True,
         f16_mask=True,
+        server_outputs=False,
         summary="with flash attention the KQ mask is built in f16: no f32 copy of it in each "
         "GPU's compute buffer",
         source="ggml-org/llama.cpp#23764 'llama: use f16 mask for FA to save VRAM' (merged "
         "2026-05-27, release b9410); src/llama-graph.cpp:38-39 (commit 0c1e570); measured with "
         "and without it in bench/llamacpp_rpc.py; " + _LLAMA,
+    ),
+    GGUFRelease(
+        version="b9460",
+        n_ctx_default="model",
+        n_parallel_default=-1,
+        flash_attn_default="auto",
+        fit="llama_fit",
+        n_ubatch_default=512,
+        pad=256,
+        output_first=True,
+        f16_mask=True,
+        server_outputs=True,
+        summary="llama-server reserves the logits of its slots' outputs (n_parallel), not of "
+        "every token of the micro-batch: the output layer's compute buffer shrinks by about 4 "
+        "x n_vocab x n_ubatch bytes",
+        source="ggml-org/llama.cpp#23861 (release b9460: 'limit max outputs per context'); "
+        "tools/server/server-context.cpp:41-53,995-997, common/speculative.cpp:2586-2595, "
+        "src/llama-context.cpp:250,670 (commit 0c1e570); measured in bench/llamacpp_rpc.py; "
+        + _LLAMA,
     ),
 )
 
@@ -135,6 +162,7 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         pad=32,
         output_first=False,
         f16_mask=False,
+        server_outputs=False,
         summary="num_ctx 4096, 2 slots (1 when the model does not fit with 2), flash attention "
         "off, layers offloaded as Ollama's own estimate decides",
         source="api/types.go DefaultOptions, server/sched.go, llm/memory.go (v0.6.7); " + _OLLAMA,
@@ -149,6 +177,7 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         pad=32,
         output_first=False,
         f16_mask=False,
+        server_outputs=False,
         summary="one slot by default (OLLAMA_NUM_PARALLEL 1)",
         source="envconfig/config.go NumParallel default 1 (v0.10.0); " + _OLLAMA,
     ),
@@ -162,6 +191,7 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         pad=256,
         output_first=False,
         f16_mask=False,
+        server_outputs=False,
         summary="llm/memory.go removed: layers placed from the backend's own allocation sizes",
         source="commit f560bd077 'llm: Use Ollama engine memory layouts for both old and new "
         "engines' (first in v0.12.11); " + _OLLAMA,
@@ -176,6 +206,7 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         pad=256,
         output_first=False,
         f16_mask=False,
+        server_outputs=False,
         summary="num_ctx by total VRAM: 4096 below 23 GiB, 32768 below 47 GiB, else 262144 "
         "(capped at the model's trained context)",
         source="server/routes.go / envconfig default context length by VRAM (v0.15.5); " + _OLLAMA,
@@ -190,6 +221,7 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         pad=256,
         output_first=True,
         f16_mask=False,
+        server_outputs=False,
         summary="runs upstream llama-server: -c num_ctx x num_parallel -np num_parallel -b/-ub "
         "num_batch --flash-attn auto, no -ngl (llama-server's --fit places the layers)",
         source="commit 9db4bdbad 'runner: ... use llama-server exclusively for GGML models' "
