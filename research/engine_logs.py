@@ -116,6 +116,9 @@ def _llama(
         kv_offload=True,
         output_first=release.output_first,
         f16_mask=release.f16_mask,
+        n_outputs=min(n_batch or max(n_ubatch, 512), n_parallel)
+        if release.server_outputs
+        else None,
     )
     a = llama_account(arch, file_type, s)
     out: list[Check] = []

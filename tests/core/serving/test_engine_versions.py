@@ -350,7 +350,7 @@ def test_more_than_the_gpu_outside_the_budget_does_not_start():
     [
         ("sglang", "0.5.23", "0.5.20"),
         ("vllm", "0.10.1.1", "0.10.0"),
-        ("ollama", "0.32.15", "0.30.0"),
+        ("ollama", "0.32.15", "0.30.1"),
     ],
 )
 def test_newest_read_releases_are_accepted(engine, version, modelled):

@@ -220,14 +220,30 @@ OLLAMA_RELEASES: tuple[GGUFRelease, ...] = (
         n_ubatch_default=512,
         pad=256,
         output_first=True,
-        f16_mask=False,
+        f16_mask=True,
         server_outputs=False,
         summary="runs upstream llama-server: -c num_ctx x num_parallel -np num_parallel -b/-ub "
         "num_batch --flash-attn auto, no -ngl (llama-server's --fit places the layers)",
         source="commit 9db4bdbad 'runner: ... use llama-server exclusively for GGML models' "
-        "(v0.30.0); llm/llama_server.go:375-410,590-622 (v0.32.15); the bundled llama-server's "
-        "build is not pinned here, so the f32 KQ mask of builds before b9410 is kept (the "
-        "larger); " + _OLLAMA,
+        "(v0.30.0); llm/llama_server.go:375-410,590-622 (v0.32.15); the bundled llama.cpp is b9452 "
+        "(LLAMA_CPP_VERSION at v0.30.0, fetched by llama/server/CMakeLists.txt:115-116,180-184): "
+        "the f16 mask, every token's logits; " + _OLLAMA,
+    ),
+    GGUFRelease(
+        version="0.30.1",
+        n_ctx_default="vram",
+        n_parallel_default=1,
+        flash_attn_default="auto",
+        fit="llama_fit",
+        n_ubatch_default=512,
+        pad=256,
+        output_first=True,
+        f16_mask=True,
+        server_outputs=True,
+        summary="the bundled llama-server (b9479 on) reserves the logits of its slots' outputs",
+        source="LLAMA_CPP_VERSION b9479 at v0.30.1 (commit c34a79a37 'llama.cpp version update', "
+        "2026-06-02), b9672 at v0.30.10, b10488 at v0.32.15; ggml-org/llama.cpp#23861 (b9460); "
+        + _OLLAMA,
     ),
 )
 
