@@ -18,8 +18,8 @@ that device follow the CUDA backend's rules where they differ (each cited in the
 - ``VB_F32_MASK=1``: the f32 KQ mask plus its cast to f16 of builds before b9410
   (ggml-org/llama.cpp#23764 made the mask f16 where flash attention is on);
 - ``VB_N_OUTPUTS_MAX=N``: the logits' rows llama-server reserves from b9460 (``n_outputs_max``
-  = its slots), which ``llama-completion`` leaves at the micro-batch (used by hand; the grid
-  below keeps every token's logits).
+  = its slots), which ``llama-completion`` leaves at the micro-batch (the grid's
+  ``n_outputs`` runs).
 
 The patch applies to the llama.cpp vendored in llama-cpp-python 0.3.36 (commit 0c1e570):
 
@@ -133,6 +133,22 @@ def grid(quick: bool) -> list[dict]:
                     type_v=kv,
                 )
             )
+    # llama-server from b9460: the logits of its four slots' outputs (VB_N_OUTPUTS_MAX)
+    for n_ctx, fa, ngl in itertools.product(ctxs[:2], (True, False), ("all", "half", 0)):
+        runs.append(
+            dict(
+                n_ctx=n_ctx,
+                flash_attn=fa,
+                n_ubatch=512,
+                n_batch=512,
+                f32_mask=False,
+                ngl=ngl,
+                devices=1,
+                type_k="f16",
+                type_v="f16",
+                n_outputs=4,
+            )
+        )
     return runs
 
 
@@ -187,6 +203,8 @@ def run_one(binary: Path, model: Path, m: dict, s: dict) -> dict:
     env = dict(os.environ, VB_CUDA_ALLOC="1", VB_CUDA_OFFLOAD="1")
     if s["f32_mask"]:
         env["VB_F32_MASK"] = "1"
+    if s.get("n_outputs"):
+        env["VB_N_OUTPUTS_MAX"] = str(s["n_outputs"])
     t0 = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=300)
     log = p.stdout + p.stderr

@@ -45,7 +45,8 @@ class Buffer:
     def klass(self) -> str:
         s = self.settings
         where = {"all": "every layer", "half": "half the layers", 0: "no layer"}[s["ngl"]]
-        return f"{where} on the GPU, {s['devices']} device(s)"
+        outputs = ", 4 outputs" if s.get("n_outputs") else ""
+        return f"{where} on the GPU, {s['devices']} device(s){outputs}"
 
 
 def buffers(path: Path = RESULTS) -> list[Buffer]:
@@ -74,6 +75,7 @@ def buffers(path: Path = RESULTS) -> list[Buffer]:
             splits=(1.0,) * s["devices"],
             kv_offload=True,
             f16_mask=not s["f32_mask"],
+            n_outputs=s.get("n_outputs"),
         )
         given = tuple(
             GGUFTensorSpec(name=n, type=t, shape=tuple(ne))  # type: ignore[arg-type]

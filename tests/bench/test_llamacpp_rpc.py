@@ -38,17 +38,17 @@ def test_the_emulation_prints_cudas_single_gpu_logits_term():
 
 
 def test_compute_buffers_against_the_emulation():
-    """390 device buffers: the worst under-estimate is within the slack the partial-offload
-    warning states (21.7% measured, 22% warned); 9 are more than 5% under, all with layers on
-    the host; the median absolute error 7.6% (the rules err high on a second GPU and on
-    quantized caches at long context)."""
+    """426 device buffers (36 of them with llama-server's four outputs): the worst
+    under-estimate is within the slack the partial-offload warning states (21.7% measured, 22%
+    warned); 12 are more than 5% under, all with layers on the host; the median absolute error
+    6.6% (the rules err high on a second GPU and on quantized caches at long context)."""
     errs = [b.error for b in ROWS]
-    assert len(ROWS) == 390
+    assert len(ROWS) == 426
     assert min(errs) >= -PARTIAL_OFFLOAD_SLACK
     under = [b for b in ROWS if b.error < -0.05]
-    assert len(under) <= 9
+    assert len(under) <= 12
     assert all(b.settings["ngl"] != "all" for b in under)
-    assert statistics.median(map(abs, errs)) <= 0.077
+    assert statistics.median(map(abs, errs)) <= 0.067
     # every layer on one GPU: never under by more than the print's rounding
     assert all(
         b.error >= -0.001 for b in ROWS if b.settings["ngl"] == "all" and b.settings["devices"] == 1

@@ -12,6 +12,7 @@ from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import fit
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.result import GGUFDetails
+from vrambudget.core.serving.gguf.engine import gguf_account
 from vrambudget.core.serving.gguf.llamacpp import (
     LlamaSettings,
     compute_buffer,
@@ -459,6 +460,57 @@ def test_llama_server_reserves_its_slots_logits_from_b9460_by_hand():
     )
     (gpu,) = old.serving.details.buffers[:1]  # type: ignore[union-attr]
     assert gpu.compute_buffer_bytes == 512 * (4 * 128256 + 8 * 4096 + 4)
+
+
+def test_the_logits_rows_by_hand():
+    """The output layer alone: every token's logits (4 V + 8 E + 4 B per token), or llama-
+    server's four outputs from b9460: 4 V x 4 B beside 512 x (8 E + 4) B."""
+    arch = resolve_model(LLAMA8B)
+    cells = (8192,) * 32
+    every = compute_buffer(arch, _settings(), (), True, cells)
+    assert every == 512 * (4 * 128256 + 8 * 4096 + 4)
+    four = compute_buffer(arch, _settings(n_outputs=4), (), True, cells)
+    assert four == 4 * 128256 * 4 + 512 * (8 * 4096 + 4)
+
+
+def _gguf_settings(engine: str, version: str, **gguf: object) -> LlamaSettings:
+    body = {
+        "workloads": [
+            {
+                "kind": "llm_serving",
+                "engine": engine,
+                "engine_version": version,
+                "model": {"source": "preset", "id": "llama-3.1-8b"},
+                "gguf": {"n_ctx": 8192, **gguf},
+            }
+        ],
+        "device": {"source": "catalog", "id": "rtx-4090-24gb"},
+    }
+    w = msgspec.convert(body, BudgetRequest).workloads[0]
+    return gguf_account(w, resolve_model(LLAMA8B), 24 << 30, 0, version).settings  # type: ignore[arg-type]
+
+
+def test_the_logits_rows_follow_the_release():
+    """llama-server reserves min(n_batch, n_parallel) outputs from b9460 (4 slots when -np is
+    auto; Ollama 0.30.1 on passes -np num_parallel); b9410 and Ollama 0.30.0 (b9452) every
+    token of the micro-batch."""
+    assert _gguf_settings("llama_cpp", "b9460").n_outputs == 4
+    assert _gguf_settings("llama_cpp", "b9460", n_parallel=2).n_outputs == 2
+    assert _gguf_settings("llama_cpp", "b9410").n_outputs is None
+    assert _gguf_settings("ollama", "0.30.1", n_parallel=2).n_outputs == 2
+    assert _gguf_settings("ollama", "0.30.0").n_outputs is None
+
+
+def test_no_layer_on_the_gpu_with_few_outputs_by_hand():
+    """With llama-server's four outputs the head's matmul (a batch of 4) stays on the host:
+    no copy of the head; the GPU runs the host layers' ops, so it holds their per-token terms
+    (2 n_kv + 16 E + 12 F + 28 with flash attention at 8,192 cells)."""
+    arch = resolve_model(LLAMA8B)
+    s = _settings(n_gpu_layers=0, n_outputs=4)
+    a = llama_account(arch, "Q4_K_M", s)
+    assert a.devices[0].compute_bytes == 512 * (2 * 8192 + 16 * 4096 + 12 * 14336 + 28)
+    every = llama_account(arch, "Q4_K_M", _settings(n_gpu_layers=0))
+    assert every.devices[0].compute_bytes == 4 * 512 * (4096 + 128256) + _HEAD_Q6K
 
 
 def test_quantized_cache_adds_the_kernels_f16_copies_by_hand():

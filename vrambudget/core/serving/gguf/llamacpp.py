@@ -12,9 +12,11 @@ backend's model buffer, KV buffer and compute buffer.
   row(type_v, n_embd_v_gqa))`` on the layer's device; sliding-window layers get
   ``pad(min(n_ctx, n_swa x (unified ? n_seq : 1) + n_ubatch), 256)`` cells.
 - **Compute buffers** (``graph_reserve`` at ``n_ubatch`` tokens with every token an output,
-  src/llama-context.cpp:896): the peak of the graph allocator per backend. Modelled as the
-  largest of the attention scores (without flash attention), the FFN intermediates and the
-  logits of the output layer, plus activations of width ``n_embd`` (``compute_buffer``).
+  or llama-server's ``n_outputs_max`` from b9460, src/llama-context.cpp:670,896): the peak of
+  the graph allocator per backend. Modelled as the largest of the attention scores (without
+  flash attention), the FFN intermediates and the logits of the output layer, plus
+  activations of width ``n_embd`` (``compute_buffer``), and on the first GPU the copies of
+  host-resident weights and caches that partial offload makes (``offloaded_ops``).
 """
 
 from __future__ import annotations
@@ -229,9 +231,10 @@ def compute_buffer(
 ) -> int:
     """One backend's compute buffer: ``T x`` the largest per-token term of the stages it runs,
     ``T = min(n_ctx, n_ubatch)`` (graph_reserve, src/llama-context.cpp:629-670: every token an
-    output):
+    output, or ``n_outputs`` rows of logits, llama-server from b9460):
 
-    - logits (the output layer's backend): ``4 n_vocab + 8 n_embd + 4``;
+    - logits (the output layer's backend): ``4 n_vocab + 8 n_embd + 4`` (``4 n_vocab x
+      n_outputs`` bytes beside ``T x (8 n_embd + 4)`` where llama-server limits the outputs);
     - FFN with flash attention: ``2 n_kv + 16 n_embd + 12 n_ff + 28`` (the f16 mask);
     - attention without flash attention: ``n_kv (4 n_head + 4) + 20 n_embd + 8 n_embd_kv + 20``
       (the f32 scores and mask);
@@ -391,10 +394,14 @@ def offloaded_ops(
     layer's attention, which follows its projections onto the GPU, copies that layer's whole
     K and V (the host KV cache) and the KQ mask. The largest of:
 
-    - the output layer on the host: its weight, the logits and the normed input (``T x 4
-      (n_embd + n_vocab)``): what Ollama's own estimate adds for it (``embedding x vocab x
-      105/128`` for a Q6_K head, llm/ggml.go), and to the 0.01 MiB what nine published logs
-      print with the head on the host or no layer on the GPU (docs/ACCURACY.md);
+    - the output layer on the host: its weight, the logits and the normed input (``rows x 4
+      (n_embd + n_vocab)``, ``rows`` the micro-batch or llama-server's outputs from b9460; with
+      fewer than 32 rows the head's matmul stays on the host): what Ollama's own estimate adds
+      for it (``embedding x vocab x 105/128`` for a Q6_K head, llm/ggml.go), and to the 0.01
+      MiB what nine published logs print with the head on the host or no layer on the GPU
+      (docs/ACCURACY.md);
+    - the host layers' own per-token terms (:func:`compute_buffer` as if they lay on the GPU:
+      their ops run there);
     - a host layer's attention: its K and V (x ``KV_COPY_SLACK``, the allocator's hole), the
       mask (f16 ``2 n_kv``; before b9410 the f32 copy and its cast, ``6 n_kv``; without flash
       attention the f32 scores of every head and the f32 mask) and ``8 n_embd`` per token;
@@ -402,7 +409,7 @@ def offloaded_ops(
       token).
 
     Measured on llama.cpp's own scheduler and allocator with a CUDA-like device
-    (bench/llamacpp_rpc.py, 192 device buffers with layers on the host): at most 21.7% above this
+    (bench/llamacpp_rpc.py, 216 device buffers with layers on the host): at most 21.7% above this
     (``unmodelled_compute`` warns). 0 when no weight is on the host or the micro-batch is
     below 32 tokens."""
     t = _tokens(s)
@@ -411,11 +418,14 @@ def offloaded_ops(
         return 0
     e = arch.hidden_size
     out = 0
-    if where[n_layer] < 0:
-        rows = t if s.n_outputs is None else min(t, s.n_outputs)
-        out = t * 4 * e + 4 * arch.vocab_size * rows + output_bytes
+    rows = t if s.n_outputs is None else min(t, s.n_outputs)
+    if where[n_layer] < 0 and rows >= OFFLOAD_MIN_BATCH:
+        # the head's matmul over fewer rows (llama-server's slots, b9460 on) stays on the host
+        out = 4 * rows * (e + arch.vocab_size) + output_bytes
     host = [i for i in range(n_layer) if where[i] < 0]
     if host:
+        # the host layers' ops run on this GPU: their per-token terms, as if they lay there
+        out = max(out, compute_buffer(arch, s, tuple(host), False, cells, pipeline=False))
         widest = max(host, key=lambda i: cells[i])
         n_kv = cells[widest]
         if not s.kv_unified:
