@@ -932,42 +932,27 @@ def checks() -> list[Check]:
         engine="llama_cpp",
         version=v(k),
     )
-    for key, (model_id, file_type, n_ctx, flash, kw) in HELD_OUT_H.items():
-        entry = logs[key]
-        out += [
-            dataclasses.replace(c, fresh=True, held_out_set="H")
-            for c in _llama(
-                key,
-                model_id,
-                file_type,
-                n_ctx,
-                flash,
-                1,
-                entry["measured"],
-                engine=entry["engine"],
-                version=entry["engine_version"] or "",
-                **kw,
-            )
-        ]
-    for key, (model_id, file_type, n_ctx, flash, kw) in HELD_OUT_I.items():
-        entry = logs[key]
-        kw = dict(kw)
-        version = kw.pop("version", entry["engine_version"] or "")
-        out += [
-            dataclasses.replace(c, fresh=True, held_out_set="I")
-            for c in _llama(
-                key,
-                model_id,
-                file_type,
-                n_ctx,
-                flash,
-                1,
-                entry["measured"],
-                engine=entry["engine"],
-                version=version,
-                **kw,
-            )
-        ]
+    for name, table in (("H", HELD_OUT_H), ("I", HELD_OUT_I)):
+        for key, (model_id, file_type, n_ctx, flash, kw) in table.items():
+            entry = logs[key]
+            kw = dict(kw)
+            # a version the log does not print may be inferred in the table (set I)
+            version = kw.pop("version", entry["engine_version"] or "")
+            out += [
+                dataclasses.replace(c, fresh=True, held_out_set=name)
+                for c in _llama(
+                    key,
+                    model_id,
+                    file_type,
+                    n_ctx,
+                    flash,
+                    1,
+                    entry["measured"],
+                    engine=entry["engine"],
+                    version=version,
+                    **kw,
+                )
+            ]
     # SGLang (automatic mem_fraction_static; the printed context_len of 131,072 leaves the
     # running-request estimate at its 2,048 floor, as the presets' context does)
     k, x = m("sglang-jerryzsj-r1distill-qwen7b-rtx3090")
