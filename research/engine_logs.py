@@ -100,6 +100,7 @@ def _llama(
     are not CUDA0, CUDA1 ... (a process that sees one GPU of eight as CUDA1)."""
     arch = resolve_model(_model(preset))
     release = _gguf_release(engine, version)
+    batch = n_batch if n_batch is not None else max(n_ubatch, 512)
     s = LlamaSettings(
         n_ctx=n_ctx,
         n_ctx_seq=n_ctx if kv_unified else n_ctx // n_parallel,
@@ -108,7 +109,7 @@ def _llama(
         n_gpu_layers=ngl if ngl is not None else arch.num_layers + 1,
         flash_attn=flash,
         n_ubatch=n_ubatch,
-        n_batch=n_batch if n_batch is not None else max(n_ubatch, 512),
+        n_batch=batch,
         type_k=kv_type,
         type_v=kv_type,
         devices=devices,
@@ -116,9 +117,7 @@ def _llama(
         kv_offload=True,
         output_first=release.output_first,
         f16_mask=release.f16_mask,
-        n_outputs=min(n_batch or max(n_ubatch, 512), n_parallel)
-        if release.server_outputs
-        else None,
+        n_outputs=min(batch, n_parallel) if release.server_outputs else None,
     )
     a = llama_account(arch, file_type, s)
     out: list[Check] = []

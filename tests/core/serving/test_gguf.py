@@ -352,17 +352,18 @@ def test_ollama_too_big_for_one_gpu_offloads_layers():
     assert any("run on the CPU" in w for w in b.warnings)
 
 
-def _llama_cpp(model: str, gpu: str, **gguf: object):
-    return _budget(
-        {
-            "kind": "llm_serving",
-            "engine": "llama_cpp",
-            "engine_version": "b6500",
-            "model": {"source": "preset", "id": model},
-            "gguf": gguf,
-        },
-        gpu,
-    )
+def _gguf_workload(engine: str, version: str, model: str, **gguf: object) -> dict:
+    return {
+        "kind": "llm_serving",
+        "engine": engine,
+        "engine_version": version,
+        "model": {"source": "preset", "id": model},
+        "gguf": gguf,
+    }
+
+
+def _llama_cpp(model: str, gpu: str, version: str = "b6500", **gguf: object):
+    return _budget(_gguf_workload("llama_cpp", version, model, **gguf), gpu)
 
 
 def test_layer_placement_before_the_output_first_change():
@@ -436,29 +437,13 @@ def test_llama_server_reserves_its_slots_logits_from_b9460_by_hand():
     not of the micro-batch's 512 tokens: Llama 3.1 8B at 8,192 unified cells, the layers'
     flash-attention term 512 x (2 x 8,192 + 16 x 4,096 + 12 x 14,336 + 28) B now exceeds the
     logits' 4 x 128,256 x 4 + 512 x (8 x 4,096 + 4) B. b9410 keeps every token's logits."""
-    new = _budget(
-        {
-            "kind": "llm_serving",
-            "engine": "llama_cpp",
-            "engine_version": "b9460",
-            "model": {"source": "preset", "id": "llama-3.1-8b"},
-            "gguf": {"n_ctx": 8192},
-        }
-    )
-    (gpu,) = new.serving.details.buffers[:1]  # type: ignore[union-attr]
+    new = _llama_cpp("llama-3.1-8b", "rtx-4090-24gb", "b9460", n_ctx=8192)
+    gpu = new.serving.details.buffers[0]  # type: ignore[union-attr]
     layers = 512 * (2 * 8192 + 16 * 4096 + 12 * 14336 + 28)
     assert layers > 4 * 128256 * 4 + 512 * (8 * 4096 + 4)
     assert gpu.compute_buffer_bytes == layers == 130_037_760
-    old = _budget(
-        {
-            "kind": "llm_serving",
-            "engine": "llama_cpp",
-            "engine_version": "b9410",
-            "model": {"source": "preset", "id": "llama-3.1-8b"},
-            "gguf": {"n_ctx": 8192},
-        }
-    )
-    (gpu,) = old.serving.details.buffers[:1]  # type: ignore[union-attr]
+    old = _llama_cpp("llama-3.1-8b", "rtx-4090-24gb", "b9410", n_ctx=8192)
+    gpu = old.serving.details.buffers[0]  # type: ignore[union-attr]
     assert gpu.compute_buffer_bytes == 512 * (4 * 128256 + 8 * 4096 + 4)
 
 
@@ -475,15 +460,7 @@ def test_the_logits_rows_by_hand():
 
 def _gguf_settings(engine: str, version: str, **gguf: object) -> LlamaSettings:
     body = {
-        "workloads": [
-            {
-                "kind": "llm_serving",
-                "engine": engine,
-                "engine_version": version,
-                "model": {"source": "preset", "id": "llama-3.1-8b"},
-                "gguf": {"n_ctx": 8192, **gguf},
-            }
-        ],
+        "workloads": [_gguf_workload(engine, version, "llama-3.1-8b", n_ctx=8192, **gguf)],
         "device": {"source": "catalog", "id": "rtx-4090-24gb"},
     }
     w = msgspec.convert(body, BudgetRequest).workloads[0]
@@ -536,15 +513,7 @@ def test_ollama_partial_offload_end_to_end():
     compute buffer (669.48 MiB, as Ollama 0.21.2 printed for this layout). The copies are
     counted; the newest allocator measured up to 22% more, which the warning states in MiB:
     0.22 x 701,997,056 B = 147 MiB."""
-    b = _budget(
-        {
-            "kind": "llm_serving",
-            "engine": "ollama",
-            "engine_version": "0.12.11",
-            "model": {"source": "preset", "id": "llama-3.1-8b"},
-            "gguf": {"n_ctx": 4096, "n_gpu_layers": 31},
-        }
-    )
+    b = _budget(_gguf_workload("ollama", "0.12.11", "llama-3.1-8b", n_ctx=4096, n_gpu_layers=31))
     d = b.serving.details  # type: ignore[union-attr]
     gpu, host = d.buffers
     assert (gpu.device, gpu.layers, gpu.output_layer) == ("CUDA0", 31, False)

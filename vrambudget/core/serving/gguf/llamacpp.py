@@ -189,6 +189,15 @@ def kv_layer_bytes(arch: Arch, s: LlamaSettings, cells: int) -> int:
     return cells * (row_bytes(s.type_k, k) + row_bytes(s.type_v, v))
 
 
+def fa_f16_copies(arch: Arch, s: LlamaSettings, cells: int) -> int:
+    """Flash attention's f16 copies of a layer's quantized K and V on a CUDA GPU, allocated
+    with its output (ggml-cuda.cu:903-908, fattn.cu:722-756): of a quantized K, and of a
+    quantized V unless V is a view of K (MLA); not per token."""
+    k, v = _kv_widths(arch)
+    quantized_v = s.type_v in _QUANTIZED_KV and arch.mla is None
+    return cells * 2 * (k * (s.type_k in _QUANTIZED_KV) + v * quantized_v)
+
+
 def _ff(arch: Arch) -> int:
     if arch.moe is not None:
         return arch.moe.expert_intermediate_size * arch.moe.experts_per_token
@@ -294,11 +303,7 @@ def compute_buffer(
     # mask and the next GPUs are sent its f16 cast: bench/llamacpp_rpc.py)
     f32_mask = not s.flash_attn or (not s.f16_mask and first)
     copies = 16 * e + (16 if f32_mask else 8) * n_kv
-    # flash attention over a quantized cache on a CUDA GPU: the kernel's f16 copies of the
-    # layer's K and V are part of its output's allocation (ggml-cuda.cu:903-908,
-    # fattn.cu:722-756), not per token
-    kv_f16 = 0
-    quantized = (s.type_k in _QUANTIZED_KV, s.type_v in _QUANTIZED_KV and arch.mla is None)
+    kv_f16 = 0  # flash attention's f16 copies of a quantized cache on a GPU (fa_f16_copies)
     if layers:
         if s.flash_attn:
             per = 2 * n_kv + 16 * e + 12 * ff + 28
@@ -321,14 +326,8 @@ def compute_buffer(
             if s.flash_attn:
                 if several:
                     per = max(per, 12 * ff + 36 * e + 2 * n_kv)
-                if any(quantized):
-                    # replaces the CPU backend's factor: the copies are the kernel's, of a
-                    # quantized K and a quantized V (not of V where it is a view of K: MLA)
-                    kv_f16 = (
-                        max(cells[i] for i in layers)
-                        * 2
-                        * (k * quantized[0] + _kv_widths(arch)[1] * quantized[1])
-                    )
+                kv_f16 = fa_f16_copies(arch, s, max(cells[i] for i in layers))
+                if kv_f16:  # replaces the CPU backend's factor: the copies are the kernel's
                     factor = 1.0
             else:
                 per = max(per, 4 * arch.num_heads * n_kv + 12 * ff + 2 * e)
@@ -430,18 +429,9 @@ def offloaded_ops(
         n_kv = cells[widest]
         if not s.kv_unified:
             n_kv = min(n_kv, s.n_ctx_seq)
-        k, v = _kv_widths(arch)
-        kv = cells[widest] * (row_bytes(s.type_k, k) + row_bytes(s.type_v, v))
+        kv = kv_layer_bytes(arch, s, cells[widest])
         if s.flash_attn:
-            # the f16 copies FA makes of a quantized K and V (fattn.cu:722-756)
-            kv += (
-                cells[widest]
-                * 2
-                * (
-                    k * (s.type_k in _QUANTIZED_KV)
-                    + v * (s.type_v in _QUANTIZED_KV and arch.mla is None)
-                )
-            )
+            kv += fa_f16_copies(arch, s, cells[widest])
             mask = (2 if s.f16_mask else 6) * n_kv
         else:
             mask = n_kv * (4 * arch.num_heads + 4)
@@ -496,9 +486,7 @@ def llama_account(
     head = [t for t in tensors if t.layer == n_layer and t.name == "output.weight"]
     if not head:  # a tied head: the duplicate of the token embeddings
         head = [t for t in tensors if t.name == "token_embd.weight"]
-    copies = offloaded_ops(
-        arch, s, tensors, where, cells, sum(_cuda_bytes(t) for t in head) if head else 0
-    )
+    copies = offloaded_ops(arch, s, tensors, where, cells, sum(_cuda_bytes(t) for t in head))
     for d in range(s.devices):
         layers = tuple(i for i in range(n_layer) if where[i] == d)
         out = where[n_layer] == d
