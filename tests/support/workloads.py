@@ -9,6 +9,7 @@ import msgspec
 from vrambudget.agent.examples import TINY_MODEL
 from vrambudget.core.deployed import deploy
 from vrambudget.core.estimate import estimate
+from vrambudget.core.formulas.activations.dims import DeviceDims
 from vrambudget.core.resolve import resolve_model
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import BudgetRequest, TrainingWorkload, Workload
@@ -102,4 +103,28 @@ TRAIN = {
     "precision": FP32,
     "mixed_precision": "pure",
     "optimizer": {"name": "adamw", "implementation": "for_loop"},
+}
+
+
+def attention_dims(heads: int, kv: int, d: int) -> DeviceDims:
+    """One device's attention shapes (``heads`` query and ``kv`` K/V heads of width ``d``) and
+    nothing else: for the attention formulas' tests."""
+    return DeviceDims(
+        h=heads * d, heads=heads, kv_heads=kv, qk_head_dim=d, v_head_dim=d, f=1, vocab=1,
+        vocab_full=1, experts=0, top_k=0, f_expert=0, f_shared=0, ep=1, t=1,
+    )  # fmt: skip
+
+
+TINY_MISTRAL = {
+    "model_type": "mistral", "architectures": ["MistralForCausalLM"], "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1024,
+    "max_position_embeddings": 8192, "sliding_window": 128, "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "hidden_act": "silu",
+}  # fmt: skip
+"""A Mistral whose every layer slides over 128 tokens, small enough that the scores dominate."""
+TINY_BF16 = {
+    "model": {"source": "hf_config", "config": TINY_MISTRAL},
+    "precision": {"weights": "bf16", "compute": "bf16"},
 }

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from tests.support.workloads import TINY_BF16, attention_dims
 from vrambudget.core.diffusion.blocks import sdpa
 from vrambudget.core.diffusion.walk import Walk
 from vrambudget.core.formulas.sdpa import sdpa_backend
@@ -115,15 +116,6 @@ MATH_SHAPES = [
 ]
 
 
-def _dims(heads: int, kv: int, d: int) -> Any:
-    from vrambudget.core.formulas.activations.dims import DeviceDims
-
-    return DeviceDims(
-        h=heads * d, heads=heads, kv_heads=kv, qk_head_dim=d, v_head_dim=d, f=1, vocab=1,
-        vocab_full=1, experts=0, top_k=0, f_expert=0, f_shared=0, ep=1, t=1,
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize(("b", "h", "kv", "sq", "sk", "d", "dtype"), MATH_SHAPES)
 def test_the_math_path_allocates_what_the_analytic_tier_counts(
     b: int, h: int, kv: int, sq: int, sk: int, d: int, dtype: torch.dtype
@@ -142,7 +134,7 @@ def test_the_math_path_allocates_what_the_analytic_tier_counts(
         k, v = torch.empty(b, kv, sk, d, dtype=dtype), torch.empty(b, kv, sk, d, dtype=dtype)
         base = r.peak_bytes = r.live_bytes
         kernels.emulated_sdpa(q, k, v, is_causal=sq > 1, enable_gqa=kv < h)
-        assert r.peak_bytes - base == math_path_bytes(_dims(h, kv, d), b, sq, sk, e)
+        assert r.peak_bytes - base == math_path_bytes(attention_dims(h, kv, d), b, sq, sk, e)
 
 
 @pytest.mark.parametrize(("b", "h", "kv", "sq", "sk", "d", "dtype"), MATH_SHAPES)
@@ -173,7 +165,7 @@ def test_torchs_own_math_path_allocates_the_same(
         live += e.nbytes()
         peak = max(peak, live)
     e_bytes = torch.finfo(dtype).bits // 8
-    expected = math_path_bytes(_dims(h, kv, d), b, sq, sk, e_bytes)
+    expected = math_path_bytes(attention_dims(h, kv, d), b, sq, sk, e_bytes)
     assert expected <= peak <= expected + 4
 
 
@@ -216,7 +208,7 @@ def test_the_math_path_saves_and_backs_up_what_the_training_formulas_count(
     )  # fmt: skip
     ((layer, _),) = arch.layer_runs
     items = training_saved(
-        layer, arch, _dims(h, kv, d), seq=s, batch=b, e=e, attention="math",
+        layer, arch, attention_dims(h, kv, d), seq=s, batch=b, e=e, attention="math",
         dropout=False, sequence_parallel=False, drop_scores=False, trainable=FULL_TRAINING,
     )  # fmt: skip
     saved = items["q"] + items["k"] + items["v"] + items[MATH_PROBABILITIES_PART]
@@ -304,21 +296,6 @@ def test_transformers_sdpa_on_an_a10_runs_flash_unmasked(monkeypatch: pytest.Mon
     train = {"kind": "training", **QWEN_FP16, "sequence_length": 1024}
     _, _, _, seen = _traced_on("a10-24gb", train, monkeypatch)
     assert set(seen) == {("flash", False)}
-
-
-TINY_MISTRAL = {
-    "model_type": "mistral", "architectures": ["MistralForCausalLM"], "hidden_size": 256,
-    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1024,
-    "max_position_embeddings": 8192, "sliding_window": 128, "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    "hidden_act": "silu",
-}  # fmt: skip
-"""A Mistral whose every layer slides over 128 tokens, small enough that the scores dominate."""
-TINY_BF16 = {
-    "model": {"source": "hf_config", "config": TINY_MISTRAL},
-    "precision": {"weights": "bf16", "compute": "bf16"},
-}
 
 
 @pytest.mark.parametrize(

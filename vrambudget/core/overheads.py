@@ -31,7 +31,7 @@ from .formulas.cuda_context import (
     wheel_cuda,
 )
 from .formulas.runtime_workspace import default_workspace
-from .formulas.sdpa import MEM_EFFICIENT_GQA_TORCH, flash_hardware, transformers_sdpa_backend
+from .formulas.sdpa import flash_hardware, mem_efficient_gqa, transformers_sdpa_backend
 from .spec import Software
 from .stack import DEFAULT_STACK, Stack, resolve_stack, version_tuple
 
@@ -102,10 +102,7 @@ class Overheads:
     @property
     def mem_efficient_gqa(self) -> bool:
         """SDPA's memory-efficient kernel takes grouped K/V heads: NVIDIA, torch 2.14 on."""
-        return (
-            self.vendor == "nvidia"
-            and version_tuple(self.stack.torch_version) >= MEM_EFFICIENT_GQA_TORCH
-        )
+        return mem_efficient_gqa(version_tuple(self.stack.torch_version), self.vendor)
 
     def inference_fragmentation(self, attention: str) -> int:
         """The inference fraction, in millionths, for the attention implementation that runs

@@ -31,7 +31,7 @@ from vrambudget.core.estimate import estimate
 from vrambudget.core.formulas.gemm_workspaces import gemm_workspaces
 from vrambudget.core.formulas.headroom import headroom_bytes
 from vrambudget.core.formulas.runtime_workspace import separate_cublaslt
-from vrambudget.core.formulas.sdpa import MEM_EFFICIENT_GQA_TORCH
+from vrambudget.core.formulas.sdpa import mem_efficient_gqa as gqa_kernel
 from vrambudget.core.hf_config import CLOSED_FORM_FAMILIES
 from vrambudget.core.overheads import DEFAULT_OVERHEADS, Overheads, with_software
 from vrambudget.core.resolve import resolve_model
@@ -238,9 +238,9 @@ def record_workload_code(
     arguments are :func:`trace_workload_code`'s)."""
     # the adapters' dtype as the analytic tier resolves it for the same stack
     w = with_adapters(deploy(w), stack or resolve_stack(None))
-    if mem_efficient_gqa is None:  # NVIDIA's memory-efficient kernel takes GQA from torch 2.14
+    if mem_efficient_gqa is None:  # no device given: an NVIDIA GPU on the stack's torch
         torch_version = (stack or resolve_stack(None)).torch_version
-        mem_efficient_gqa = version_tuple(torch_version) >= MEM_EFFICIENT_GQA_TORCH
+        mem_efficient_gqa = gqa_kernel(version_tuple(torch_version), "nvidia")
     which, reason = traced_code(w, code)
     encoder = isinstance(w, VisionWorkload | Seq2SeqWorkload | SpeechToTextWorkload)
     if which == "builtin" and _framework_only(w):

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.workloads import budget_of, preset_body, workload
+from tests.support.workloads import TINY_BF16, attention_dims, budget_of, preset_body, workload
 from vrambudget.core.arch import attention_run
 from vrambudget.core.components import Component
 from vrambudget.core.deployed import deploy
 from vrambudget.core.formulas.activations import training_activations
-from vrambudget.core.formulas.activations.dims import DeviceDims
 from vrambudget.core.formulas.activations.inference import math_path_bytes
 from vrambudget.core.formulas.activations.training import (
     MATH_PROBABILITIES_PART,
@@ -70,13 +69,6 @@ def test_transformers_sdpa_backend(
     assert got == backend
 
 
-def _dims(heads: int, kv: int, d: int) -> DeviceDims:
-    return DeviceDims(
-        h=heads * d, heads=heads, kv_heads=kv, qk_head_dim=d, v_head_dim=d, f=1, vocab=1,
-        vocab_full=1, experts=0, top_k=0, f_expert=0, f_shared=0, ep=1, t=1,
-    )  # fmt: skip
-
-
 def test_math_path_bytes_by_hand() -> None:
     """Llama 3 8B, one 1,024-token fp16 prefill. Held to the end: fp32 copies of q (1,024 x 32
     x 128 x 4 = 16,777,216), k and v (2 x 1,024 x 8 x 128 x 4 = 8,388,608), the scaled q
@@ -88,16 +80,20 @@ def test_math_path_bytes_by_hand() -> None:
     assert held == 79_691_776
     softmax = 32 * 1024 * 1024 * 9 + 32 * 1024
     assert softmax > 16_777_216 + 134_217_728 and softmax > 201_326_592 + 25_165_824
-    assert math_path_bytes(_dims(32, 8, 128), 1, 1024, 1024, 2) == held + softmax == 381_714_432
+    assert (
+        math_path_bytes(attention_dims(32, 8, 128), 1, 1024, 1024, 2)
+        == held + softmax
+        == 381_714_432
+    )
     # fp32 inputs: no copies, no casts back; the same softmax moment.
     fp32 = 16_777_216 + 2 * 16_777_216 + 4_194_304 + softmax
-    assert math_path_bytes(_dims(32, 8, 128), 1, 1024, 1024, 4) == fp32
+    assert math_path_bytes(attention_dims(32, 8, 128), 1, 1024, 1024, 4) == fp32
     # A decode step over 700 keys, 3 sequences, Qwen 2.5 0.5B's heads (14 on 2, 64): no mask,
     # and the scaled keys dominate: copies (3 x 14 x 64 + 3 x 700 x 2 x 128) x 4 = 2,161,152,
     # scaled q 10,752, K/V on every head 3 x 700 x 14 x 128 x 4 = 15,052,800, the scaled keys
     # 3 x 700 x 14 x 64 x 4 = 7,526,400 and the fp32 scores 3 x 14 x 700 x 4 = 117,600.
     decode = 2_161_152 + 10_752 + 15_052_800 + 7_526_400 + 117_600
-    assert math_path_bytes(_dims(14, 2, 64), 3, 1, 700, 2) == decode == 24_868_704
+    assert math_path_bytes(attention_dims(14, 2, 64), 3, 1, 700, 2) == decode == 24_868_704
 
 
 TORCH_2_13 = {"torch_version": "2.13.0"}
@@ -209,7 +205,7 @@ def test_a_sliding_window_layers_mask_decides_its_kernel() -> None:
     )  # fmt: skip
     ((layer, _),) = arch.layer_runs
     assert layer.window == 512
-    dims = _dims(8, 2, 64)
+    dims = attention_dims(8, 2, 64)
     sdpa = inference_working_set(layer, arch, dims, 1, 1024, 1024, 2, "sdpa")
     assert inference_working_set(layer, arch, dims, 1, 1024, 1024, 2, "math") == sdpa
     masked = inference_working_set(layer, arch, dims, 1, 1024, 1024, 2, "math", True)
@@ -257,8 +253,6 @@ def test_layer_keys_follow_transformers_sliding_cache() -> None:
 
 
 def _train(checkpointing: str, **extra: object) -> object:
-    from tests.trace.test_sdpa import TINY_BF16
-
     body = {
         "workloads": [
             {"kind": "training", **TINY_BF16, "micro_batch_size": 4, "sequence_length": 1024,
@@ -288,8 +282,8 @@ def test_the_last_layers_softmax_backward_is_a_phase_without_full_recomputation(
         if line.parts:
             assert sum(p.bytes for p in line.parts) == line.bytes, line.component
     parts = {p.name: p.bytes for ln in d.lines for p in ln.parts}
-    from vrambudget.core.budget.training import SCORES_BACKWARD_PART
+    from vrambudget.core.budget.training import SCORES_BACKWARD_PART, SCORES_RECOMPUTED_PART
 
     assert parts[SCORES_BACKWARD_PART] == 4 * 4 * 1024 * 1024 * 6 == 100_663_296
-    recomputed = parts.get("the last layer's scores, recomputed (selective)", 0)
+    recomputed = parts.get(SCORES_RECOMPUTED_PART, 0)
     assert recomputed == (100_663_296 if checkpointing == "selective" else 0)

@@ -30,7 +30,11 @@ C = Component
 
 
 def inference_terms(
-    w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
+    w: InferenceWorkload,
+    arch: Arch,
+    st: StageStatic,
+    ov: Overheads,
+    runtime: tuple[str, bool],
 ) -> tuple[dict[Component, int], list[tuple[str, int, int]]]:
     """Persistent bytes by component, and per phase (name, activations, logits): the one place
     the inference formulas are combined, used both for the explained budget and the solver."""
@@ -59,7 +63,7 @@ def inference_terms(
     }
     chunk = w.prefill_chunk_tokens
     prompt_total = w.prompt_tokens * n_seq
-    attention, masked_math = runtime_attention(w, arch, ov)
+    attention, masked_math = runtime  # runtime_attention, decided once by the caller
     if chunk is not None and chunk < prompt_total:
         # Chunked prefill (vLLM): every step carries `chunk` tokens, packing whole and partial
         # prompts; a query may attend to its whole prompt (the last chunk of a prompt). Logits
@@ -149,10 +153,11 @@ def fragmentation_ppm(w: InferenceWorkload, arch: Arch, ov: Overheads) -> int:
 def inference_stage(
     w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
 ) -> StageNumbers:
-    persistent, terms = inference_terms(w, arch, st, ov)
+    runtime = runtime_attention(w, arch, ov)
+    persistent, terms = inference_terms(w, arch, st, ov, runtime)
     rounding = st.weights_rounding_bytes * w.instances
     transient = max([a + lg for _, a, lg in terms])
-    fraction = fragmentation_ppm(w, arch, ov)
+    fraction = ov.inference_fragmentation(runtime[0])
     overhead = allocator_bytes(rounding, transient, fraction)
     # Phases differ only in activations and logits: their totals without a dict per phase.
     base = sum(persistent.values()) + overhead
@@ -192,11 +197,12 @@ def inference_stage(
 
 def inference_total(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> int:
     """The peak-phase total of ``inference_stage`` without building its dictionaries."""
-    persistent, terms = inference_terms(w, arch, st, ov)
+    runtime = runtime_attention(w, arch, ov)
+    persistent, terms = inference_terms(w, arch, st, ov, runtime)
     rounding = st.weights_rounding_bytes * w.instances
     base = sum(persistent.values())
     transient = max(a + lg for _, a, lg in terms)
-    fraction = fragmentation_ppm(w, arch, ov)
+    fraction = ov.inference_fragmentation(runtime[0])
     return base + transient + allocator_bytes(rounding, transient, fraction)
 
 

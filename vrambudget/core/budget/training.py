@@ -70,6 +70,7 @@ __all__ = ["training_stage"]
 C = Component
 
 SCORES_BACKWARD_PART = "the last layer's softmax backward (gradients of its scores)"
+SCORES_RECOMPUTED_PART = "the last layer's scores, recomputed (selective)"
 
 LITGPT_LOSS_CHUNK_TOKENS = 128
 """LitGPT's fine-tuning scripts run the LM head with ``lm_head_chunk_size=128`` and
@@ -454,13 +455,16 @@ def training_stage(w: TrainingWorkload, arch: Arch, st: StageStatic, ov: Overhea
         if numbers.peak_phase == "backward_recompute":
             parts[C.ACTIVATIONS] += ((RECOMPUTE_GRADS_PART, recompute_grads * k),)
         if numbers.peak_phase == "backward_attention":
-            parts[C.ACTIVATIONS] += tuple(
-                (n, b * k)
-                for n, b in (
-                    ("the last layer's scores, recomputed (selective)", scores_back),
-                    (SCORES_BACKWARD_PART, scores_backward),
-                )
-                if b
+            parts[C.ACTIVATIONS] += times(
+                (
+                    (n, b)
+                    for n, b in (
+                        (SCORES_RECOMPUTED_PART, scores_back),
+                        (SCORES_BACKWARD_PART, scores_backward),
+                    )
+                    if b
+                ),
+                k,
             )
             if not grads_live:
                 parts[C.GRADIENTS] = times(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..formulas.sdpa import MEM_EFFICIENT_GQA_TORCH, flash_hardware, transformers_sdpa_backend
+from ..formulas.sdpa import flash_hardware_cc, mem_efficient_gqa, transformers_sdpa_backend
 from ..result import CompatibilityVerdict, RuleOutcome
 from ..stack import version_tuple
 from .facts import (
@@ -328,9 +328,8 @@ def sdpa_math(n: Needs, d: DeviceFacts) -> RuleOutcome | None:
     says why."""
     if not n.sdpa_calls or d.custom:
         return None
-    cc = f"{d.cc[0]}.{d.cc[1]}" if d.cc else None
-    hw = flash_hardware(cc, d.vendor)
-    mem_gqa = d.vendor == "nvidia" and version_tuple(n.torch_version) >= MEM_EFFICIENT_GQA_TORCH
+    hw = flash_hardware_cc(d.cc, d.vendor)
+    mem_gqa = mem_efficient_gqa(version_tuple(n.torch_version), d.vendor)
     sm = _sm(d.cc) if d.cc else "of unknown capability"
     reasons = []
     for dtype, heads, kv_heads, head_dim in sorted(n.sdpa_calls):

@@ -40,7 +40,9 @@ __all__ = [
     "MEM_EFFICIENT_LSE_ALIGN",
     "SdpaBackend",
     "flash_hardware",
+    "flash_hardware_cc",
     "lse_rows",
+    "mem_efficient_gqa",
     "sdpa_backend",
     "transformers_sdpa_backend",
 ]
@@ -72,17 +74,28 @@ masked rows are then zeroed in place (torch 2.13.0's profiler: ``softmax``, ``is
 
 def flash_hardware(compute_capability: str | None, vendor: str) -> bool:
     """Whether a device runs SDPA's FlashAttention kernel (and the memory-efficient kernel in
-    bf16): NVIDIA from compute capability 8.0 (:data:`FLASH_MIN_CC`); a device of unknown
-    capability, and AMD's (AOTriton's flash and memory-efficient kernels on the Instinct
-    targets this catalog lists), are taken to. Worked cases: T4 (7.5) and V100 (7.0) no; A10
-    (8.6) yes."""
-    if vendor != "nvidia" or not compute_capability:
-        return True
+    bf16), from its compute capability as the catalog writes it (``"7.5"``):
+    :func:`flash_hardware_cc`. Worked cases: T4 (7.5) and V100 (7.0) no; A10 (8.6) yes."""
+    if not compute_capability:
+        return flash_hardware_cc(None, vendor)
     major, _, minor = compute_capability.partition(".")
     try:
-        return (int(major), int(minor or 0)) >= FLASH_MIN_CC
+        return flash_hardware_cc((int(major), int(minor or 0)), vendor)
     except ValueError:
-        return True
+        return flash_hardware_cc(None, vendor)
+
+
+def flash_hardware_cc(cc: tuple[int, int] | None, vendor: str) -> bool:
+    """:func:`flash_hardware` from a parsed compute capability: NVIDIA from 8.0
+    (:data:`FLASH_MIN_CC`); a device of unknown capability, and AMD's (AOTriton's flash and
+    memory-efficient kernels on the Instinct targets this catalog lists), are taken to."""
+    return vendor != "nvidia" or cc is None or cc >= FLASH_MIN_CC
+
+
+def mem_efficient_gqa(torch_version: tuple[int, ...], vendor: str) -> bool:
+    """Whether SDPA's memory-efficient kernel takes grouped K/V heads: NVIDIA, torch
+    :data:`MEM_EFFICIENT_GQA_TORCH` on (``torch_version`` parsed)."""
+    return vendor == "nvidia" and torch_version >= MEM_EFFICIENT_GQA_TORCH
 
 
 def _alignment(half: bool) -> int:

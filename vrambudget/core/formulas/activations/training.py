@@ -481,8 +481,6 @@ def training_saved(
     sdpa_masked = masked and attention == "sdpa" and not litgpt
     # HF eager repeats K/V per q head; so does LitGPT's SDPA path with grouped queries.
     kv_saved = heads if (eager or arch.mla or litgpt or sdpa_masked) else dd.kv_heads
-    # Eager attention and the math path score every key and mask them (no cache in training).
-    keys = s
     tr = trainable
     attention_output = tr.attention_output or not eager
     norms = norms_per_layer(layer, arch)
@@ -528,7 +526,8 @@ def training_saved(
     if layer.moe:
         items["router logits"] = tokens * (arch.moe.num_experts if arch.moe else 0) * e
     if eager:
-        scores = b * heads * s * keys
+        # eager attention and the math path score every key and mask them (no cache here)
+        scores = b * heads * s * s
         softmax = FP32 + (e if e != FP32 else 0) if softmax_fp32 else e
         items["softmax output (fp32 and its cast)" if softmax_fp32 else "softmax output"] = (
             0 if drop_scores else scores * softmax
@@ -548,14 +547,14 @@ def training_saved(
         items["k"] = tokens * heads * dd.qk_head_dim * FP32
         items["v"] = tokens * heads * dd.v_head_dim * FP32
         items["attention output"] = tokens * heads * dd.v_head_dim * e if tr.attention_output else 0
-        scores = b * heads * s * keys
+        scores = b * heads * s * s
         items[MATH_PROBABILITIES_PART] = 0 if drop_scores else scores * FP32
         if dropout and not drop_scores:
             items["score dropout mask"] = scores * MASK
             items["score dropout output"] = scores * FP32
     elif litgpt and math_mqa and dd.kv_heads == 1:
         items["attention probabilities (math SDPA: one K/V head takes no fused kernel)"] = (
-            b * heads * s * keys * e
+            b * heads * s * s * e
         )
         items["attention output"] = tokens * heads * dd.v_head_dim * e if tr.attention_output else 0
     else:
