@@ -16,6 +16,7 @@ stream's end. Errors: an HTTP status other than 200, a transport error or timeou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import math
@@ -186,6 +187,10 @@ def _body(engine: str, model: str, prompt: list[int], load: EngineLoad) -> dict[
     return body
 
 
+STOP_POLL_S = 0.1
+"""How often the load looks at its ``stopped`` predicate."""
+
+
 async def drive(
     base_url: str,
     engine: str,
@@ -195,9 +200,41 @@ async def drive(
     vocab_size: int,
     salt: int,
     before_measuring: Callable[[], None] | None = None,
+    stopped: Callable[[], bool] | None = None,
 ) -> LoadResult:
     """Warm up, then the measured requests; ``before_measuring()`` (if given) runs between the
-    two (the parent's NVML sampling starts there)."""
+    two (the parent's NVML sampling starts there). Once ``stopped()`` (if given) is true, the
+    requests in flight are cancelled and what was measured so far is returned (within
+    ``STOP_POLL_S``)."""
+    result = LoadResult()
+    work = asyncio.ensure_future(
+        _requests(
+            base_url, engine, model, load, prompt_tokens, vocab_size, salt, before_measuring, result
+        )
+    )
+    if stopped is None:
+        await work
+        return result
+    while not work.done() and not stopped():
+        await asyncio.wait({work}, timeout=STOP_POLL_S)
+    if not work.done():
+        work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work
+    return result
+
+
+async def _requests(
+    base_url: str,
+    engine: str,
+    model: str,
+    load: EngineLoad,
+    prompt_tokens: int,
+    vocab_size: int,
+    salt: int,
+    before_measuring: Callable[[], None] | None,
+    result: LoadResult,
+) -> None:
     url = f"{base_url}/v1/completions"
     limits = httpx.Limits(
         max_connections=load.concurrency + 1, max_keepalive_connections=load.concurrency + 1
@@ -209,7 +246,6 @@ async def drive(
             await _one(client, url, bodies.body(i), load.request_timeout_s, None)
         if before_measuring is not None:
             before_measuring()
-        result = LoadResult()
         counter = iter(range(load.requests))
 
         async def client_loop() -> None:
@@ -220,7 +256,6 @@ async def drive(
         start = time.perf_counter()
         await asyncio.gather(*(client_loop() for _ in range(min(load.concurrency, load.requests))))
         result.wall_s = time.perf_counter() - start
-    return result
 
 
 def preemptions(engine: str, metrics_text: str | None) -> float | None:

@@ -10,7 +10,8 @@ the group (``("engine_started", EngineGroup)``), so the agent can stop it from o
 (``group.reap``). This child stops the group in a ``finally`` with SIGTERM ignored (a cancel
 arriving then does not cut the clean-up short), and turns its own SIGTERM before that (a cancel
 or the time limit: the agent terminates the child) into an exception so that ``finally`` runs
-then too. stdout and stderr go to a log file in a temporary directory, read afterwards for the
+then too -- and records it, for the wait and the load to stop on where Python swallowed that
+exception (``Termination``). stdout and stderr go to a log file in a temporary directory, read afterwards for the
 startup figures, the engine's version and the tail. No torch here: the engine brings its own.
 """
 
@@ -48,7 +49,7 @@ from .load import LoadResult, drive, latency, preemptions
 from .logs import engine_version, parse_startup, version_warning
 from .recipe import EngineRefused, Recipe, engine_gpus, expected, plan
 
-__all__ = ["EngineTerminated", "measure_engine", "start_engine", "stop_group"]
+__all__ = ["EngineTerminated", "Termination", "measure_engine", "start_engine", "stop_group"]
 
 STOP_GRACE_S = 3.0
 """SIGTERM to SIGKILL for the engine's group (the agent gives this child 5 s in all)."""
@@ -67,18 +68,39 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Termination:
+    """This child's SIGTERM, raised as :class:`EngineTerminated` where it lands and kept here
+    too: Python ignores an exception raised from a signal handler while a finalizer (an object's
+    ``__del__``, a garbage-collected transport) runs, so the loops that can run long -- the wait
+    for ready, the load -- also look at ``signum`` (``check``, ``requested``) and stop on it."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def check(self) -> None:
+        """Raise :class:`EngineTerminated` if SIGTERM arrived (whether or not its first raise
+        was swallowed)."""
+        if self.signum is not None:
+            raise EngineTerminated(128 + self.signum)
+
+
 @contextlib.contextmanager
-def _terminated_raises() -> Iterator[None]:
-    """SIGTERM raises :class:`EngineTerminated` here (once; a second is ignored, so the
-    clean-up it leads to is not interrupted)."""
+def _terminated_raises() -> Iterator[Termination]:
+    """SIGTERM raises :class:`EngineTerminated` here and is recorded in the :class:`Termination`
+    yielded (once; a second is ignored, so the clean-up it leads to is not interrupted)."""
+    term = Termination()
 
     def handler(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        term.signum = signum
         raise EngineTerminated(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
-        yield
+        yield term
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -138,11 +160,14 @@ def _get(url: str, timeout: float = 2.0) -> httpx.Response | None:
         return None
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], base: str, timeout_s: float) -> str | None:
+def _wait_ready(
+    proc: subprocess.Popen[bytes], base: str, timeout_s: float, term: Termination
+) -> str | None:
     """None once ``/health`` answers 200 (llama.cpp answers 503 while it loads; vLLM and SGLang
     listen only once they are up), else why not."""
     deadline = time.monotonic() + timeout_s
     while True:
+        term.check()
         code = proc.poll()
         if code is not None:
             return f"the engine exited with code {code} before it was ready"
@@ -213,12 +238,12 @@ def measure_engine(
     load = LoadResult()
     preempted: float | None = None
     try:
-        with _terminated_raises(), open(log_path, "wb") as log:
+        with _terminated_raises() as term, open(log_path, "wb") as log:
             t0 = time.monotonic()
             proc, group = start_engine(argv, log, workdir, env, tuple(int(g.index) for g in given))
             try:
                 notify(("engine_started", group))  # the agent can stop it from outside too
-                why = _wait_ready(proc, base, recipe.load.ready_timeout_s)
+                why = _wait_ready(proc, base, recipe.load.ready_timeout_s, term)
                 if why is None:
                     started, startup_s = True, time.monotonic() - t0
                     model = _served_model(base, recipe.model)
@@ -234,10 +259,12 @@ def measure_engine(
                                 recipe.vocab_size,
                                 random.randrange(1 << 30),
                                 lambda: notify(("load_start", proc.pid)),
+                                term.requested,
                             )
                         )
                     finally:
                         notify(("load_end", None))
+                    term.check()  # a load cut short by SIGTERM is not a result
                     after = _metrics(base)
                     p0, p1 = preemptions(recipe.engine, before), preemptions(recipe.engine, after)
                     preempted = p1 - p0 if p0 is not None and p1 is not None else p1
