@@ -21,6 +21,9 @@ that device follow the CUDA backend's rules where they differ (each cited in the
   = its slots), which ``llama-completion`` leaves at the micro-batch (the grid's
   ``n_outputs`` runs).
 
+The grid also loads with ``--no-kv-offload`` (``kv_offload: false``: the KV cache in host
+memory), and on the CPU alone (``devices: 0``, no RPC device).
+
 The patch applies to the llama.cpp vendored in llama-cpp-python 0.3.36 (commit 0c1e570):
 
     pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36
@@ -133,6 +136,48 @@ def grid(quick: bool) -> list[dict]:
                     type_v=kv,
                 )
             )
+    # --no-kv-offload: the KV cache in host memory; with flash attention the attention still
+    # runs on the GPU, copying each layer's K and V; without it, on the host
+    for n_ctx, fa, ub, f32_mask, ngl, devices in itertools.product(
+        ctxs, (True, False), (512, 256), (False, True), ("all", "half"), (1, 2)
+    ):
+        if quick and (ub != 512 or devices == 2):
+            continue
+        if not fa and (f32_mask or n_ctx > 16384):
+            continue
+        caches = ("f16", "q8_0") if fa and not f32_mask and ngl == "all" else ("f16",)
+        for kv in caches:
+            runs.append(
+                dict(
+                    n_ctx=n_ctx,
+                    flash_attn=fa,
+                    n_ubatch=ub,
+                    n_batch=max(ub, 512),
+                    f32_mask=f32_mask,
+                    ngl=ngl,
+                    devices=devices,
+                    type_k=kv,
+                    type_v=kv,
+                    kv_offload=False,
+                )
+            )
+    # the CPU alone (no RPC device): the f32 mask of builds before b9410 in the CPU's buffer
+    for n_ctx, ub, f32_mask in itertools.product((8192, 32768), (512, 256), (False, True)):
+        if quick and ub != 512:
+            continue
+        runs.append(
+            dict(
+                n_ctx=n_ctx,
+                flash_attn=True,
+                n_ubatch=ub,
+                n_batch=512,
+                f32_mask=f32_mask,
+                ngl=0,
+                devices=0,
+                type_k="f16",
+                type_v="f16",
+            )
+        )
     # llama-server from b9460: the logits of its four slots' outputs (VB_N_OUTPUTS_MAX)
     for n_ctx, fa, ngl in itertools.product(ctxs[:2], (True, False), ("all", "half", 0)):
         runs.append(
@@ -167,12 +212,12 @@ COPIES = re.compile(r"sched copies = (\d+)")
 
 def run_one(binary: Path, model: Path, m: dict, s: dict) -> dict:
     ports = PORTS[: s["devices"]]
+    rpc = ["--rpc", ",".join(f"127.0.0.1:{p}" for p in ports)] if ports else []
     cmd = [
         str(binary / "llama-completion"),
         "-m",
         str(model),
-        "--rpc",
-        ",".join(f"127.0.0.1:{p}" for p in ports),
+        *rpc,
         "-n",
         "1",
         "-p",
@@ -200,6 +245,8 @@ def run_one(binary: Path, model: Path, m: dict, s: dict) -> dict:
     ]
     if s["devices"] > 1:
         cmd += ["--tensor-split", "1,1"]
+    if not s.get("kv_offload", True):
+        cmd.append("-nkvo")
     env = dict(os.environ, VB_CUDA_ALLOC="1", VB_CUDA_OFFLOAD="1")
     if s["f32_mask"]:
         env["VB_F32_MASK"] = "1"

@@ -5,7 +5,8 @@ with a CUDA-like device (bench/llamacpp_rpc.py's results), device by device.
 
 Prints the median absolute error, the count under by more than 1%, 5% and 10%, the worst
 under-estimates and the error by class (every layer / half / none on the GPU, one or two
-devices, quantized cache).
+devices, llama-server's outputs, ``--no-kv-offload``), and the host's compute buffer of the
+``--no-kv-offload`` loads.
 """
 
 from __future__ import annotations
@@ -46,10 +47,14 @@ class Buffer:
         s = self.settings
         where = {"all": "every layer", "half": "half the layers", 0: "no layer"}[s["ngl"]]
         outputs = ", 4 outputs" if s.get("n_outputs") else ""
-        return f"{where} on the GPU, {s['devices']} device(s){outputs}"
+        nkvo = ", -nkvo" if s.get("kv_offload") is False else ""
+        return f"{where} on the GPU, {s['devices']} device(s){outputs}{nkvo}"
 
 
-def buffers(path: Path = RESULTS) -> list[Buffer]:
+def buffers(path: Path = RESULTS, host: bool = False) -> list[Buffer]:
+    """Each GPU's compute buffer; with ``host``, the host's (``CPU``, device -1) instead, of
+    the ``--no-kv-offload`` loads (where the attention's buffers move between the two) and of
+    the loads on the CPU alone."""
     data = json.loads(path.read_text())
     plans = {m["name"]: m for m in MODELS}
     out = []
@@ -73,7 +78,7 @@ def buffers(path: Path = RESULTS) -> list[Buffer]:
             type_v=s["type_v"],
             devices=s["devices"],
             splits=(1.0,) * s["devices"],
-            kv_offload=True,
+            kv_offload=s.get("kv_offload", True),
             f16_mask=not s["f32_mask"],
             n_outputs=s.get("n_outputs"),
         )
@@ -82,6 +87,13 @@ def buffers(path: Path = RESULTS) -> list[Buffer]:
             for n, ne, t in tensor_plan(plans[run["model"]])
         )
         account = llama_account(arch, "Q8_0", settings, given)
+        if host:
+            cpu_only = s["devices"] == 0
+            if (cpu_only or s.get("kv_offload") is False) and "CPU" in run["compute_buffers"]:
+                measured_host = run["compute_buffers"]["CPU"]
+                estimated = account.host_compute_bytes / MiB
+                out.append(Buffer(run["model"], s, -1, 0, False, measured_host, estimated))
+            continue
         # both servers name their device RPC0: the port tells them apart
         measured = {
             PORTS.index(int(k.split(":")[-1].rstrip("]"))): v
@@ -115,10 +127,22 @@ def main(argv: list[str] | None = None) -> int:
         f"> 10%: {sum(e < -0.10 for e in errs)}; worst {min(errs):+.1%}, largest over "
         f"{max(errs):+.1%}"
     )
-    print(f"{'class':<40}{'buffers':>8}{'median':>9}{'lowest':>9}{'highest':>9}")
+    print(f"{'class':<52}{'buffers':>8}{'median':>9}{'lowest':>9}{'highest':>9}")
     for klass in sorted({b.klass for b in rows}):
         e = [b.error for b in rows if b.klass == klass]
-        print(f"{klass:<40}{len(e):>8}{statistics.median(e):>+9.1%}{min(e):>+9.1%}{max(e):>+9.1%}")
+        print(f"{klass:<52}{len(e):>8}{statistics.median(e):>+9.1%}{min(e):>+9.1%}{max(e):>+9.1%}")
+    host = buffers(Path(paths[0]) if paths else RESULTS, host=True)
+    for label, rows_of in (
+        ("under --no-kv-offload", [b for b in host if b.settings["devices"] > 0]),
+        ("on the CPU alone", [b for b in host if b.settings["devices"] == 0]),
+    ):
+        e = [b.error for b in rows_of]
+        if e:
+            print(
+                f"the host's buffer {label}, {len(e)} loads: median abs error "
+                f"{statistics.median(map(abs, e)):.1%}, worst {min(e):+.1%}, largest over "
+                f"{max(e):+.1%}"
+            )
     if "--rows" in args:
         for b in sorted(rows, key=lambda b: b.error):
             print(

@@ -4,6 +4,8 @@ rules, and the answers through the service's entry points."""
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 import pytest
 
@@ -430,6 +432,57 @@ def test_f32_mask_before_b9410_by_hand():
     llama_old = llama_account(llama, "Q4_K_M", long).devices[0].compute_bytes
     assert llama_old == 512 * (6 * 131072 + 16 * 4096)
     assert abs(llama_old / MiB - 416.01) <= 0.011
+
+
+def test_no_kv_offload_with_flash_attention_copies_each_layers_kv_by_hand():
+    """``--no-kv-offload`` keeps the cache in host memory, but flash attention still runs on
+    the GPU: the scheduler copies the layer's whole K and V into its compute buffer, beside the
+    mask, 8 n_embd and the FFN's 12 n_ff per token, x 1.06 (NO_KV_OFFLOAD_SLACK) for the
+    allocator. Llama 3.1 8B at 65,536 cells: K + V of one layer is 65,536 x 1,024 x 2 x 2 B.
+    The host holds the cache and the new rows' store: 4 n_kv + 8 n_embd + 20 per token."""
+    arch = resolve_model(LLAMA8B)
+    s = _settings(n_ctx=65536, n_ctx_seq=65536, kv_offload=False)
+    a = llama_account(arch, "Q4_K_M", s)
+    kv = 65536 * 1024 * 2 * 2
+    want = math.ceil(kv * 1.06) + 512 * (2 * 65536 + 8 * 4096 + 12 * 14336)
+    assert want == 456_508_048
+    assert a.devices[0].compute_bytes == want
+    assert a.devices[0].kv_bytes == 0 and a.host_kv_bytes == 32 * kv
+    assert a.host_compute_bytes == 512 * (4 * 65536 + 8 * 4096 + 20)
+    # with the cache on the GPU the same load holds the CPU terms (the logits dominate)
+    on = llama_account(arch, "Q4_K_M", _settings(n_ctx=65536, n_ctx_seq=65536))
+    assert on.devices[0].compute_bytes == 512 * (4 * 128256 + 8 * 4096 + 4)
+
+
+def test_no_kv_offload_without_flash_attention_runs_the_attention_on_the_host_by_hand():
+    """Without flash attention llama.cpp pins the attention's output to the CPU when the cache
+    is on the host (src/llama-graph.cpp:2752-2755): the f32 scores of 32 heads over 8,192 cells
+    move from the GPU's buffer to the host's; the GPU keeps the FFN and the logits."""
+    arch = resolve_model(LLAMA8B)
+    s = _settings(flash_attn=False, kv_offload=False)
+    a = llama_account(arch, "Q4_K_M", s)
+    assert a.devices[0].compute_bytes == 512 * (4 * 128256 + 8 * 4096 + 4)
+    assert a.host_compute_bytes == 512 * (8192 * (4 * 32 + 4) + 20 * 4096 + 8 * 1024 + 20)
+    on = llama_account(arch, "Q4_K_M", _settings(flash_attn=False))
+    assert on.devices[0].compute_bytes == 512 * (4 * 32 * 8192 + 12 * 14336 + 2 * 4096)
+    assert on.host_compute_bytes == 512 * (4 * 4096 + 4 * 8192)
+
+
+def test_f32_mask_on_the_cpu_before_b9410_by_hand():
+    """On the CPU alone, builds before b9410 hold the f32 mask beside the FFN's intermediates
+    (2 n_kv more than the f16 mask) and beside its f16 cast at the attention (6 n_kv + 20
+    n_embd + 20), where that is larger: Llama 3.1 8B at 131,072 cells."""
+    arch = resolve_model(LLAMA8B)
+    every = tuple(range(32))
+    s = _settings(n_ctx=131072, n_ctx_seq=131072, f16_mask=False, n_gpu_layers=0, devices=0)
+    cells = kv_cells(arch, s)
+    assert compute_buffer(arch, s, every, False, cells, gpu=False) == 512 * (
+        6 * 131072 + 20 * 4096 + 20
+    )
+    short = _settings(n_ctx=4096, n_ctx_seq=4096, f16_mask=False, n_gpu_layers=0, devices=0)
+    assert compute_buffer(arch, short, every, False, kv_cells(arch, short), gpu=False) == 512 * (
+        4 * 4096 + 16 * 4096 + 12 * 14336 + 28
+    )
 
 
 def test_llama_server_reserves_its_slots_logits_from_b9460_by_hand():

@@ -11,8 +11,9 @@ the group (``("engine_started", EngineGroup)``), so the agent can stop it from o
 arriving then does not cut the clean-up short), and turns its own SIGTERM before that (a cancel
 or the time limit: the agent terminates the child) into an exception so that ``finally`` runs
 then too -- and records it, for the wait and the load to stop on where Python swallowed that
-exception (``Termination``). stdout and stderr go to a log file in a temporary directory, read afterwards for the
-startup figures, the engine's version and the tail. No torch here: the engine brings its own.
+exception (``Termination``). stdout and stderr go to a log file in a temporary directory, read
+afterwards for the startup figures, the engine's version and the tail. No torch here: the
+engine brings its own.
 """
 
 from __future__ import annotations

@@ -285,6 +285,17 @@ def compute_buffer(
     the GPU, and the estimate, taking the copy, reads 6 - 27% high there. A quantized cache
     with flash attention adds the kernel's f16 copies of the layer's K and V to the GPU's
     buffer (``kv_f16``, not per token). Host-resident weights: :func:`offloaded_ops`.
+
+    On the CPU alone, builds before b9410 hold the f32 mask beside the FFN's intermediates (``2
+    n_kv`` more) and beside its f16 cast at the attention (``6 n_kv + 20 n_embd + 20``); logits
+    larger than that hole are placed past the mask (``+ 4 n_kv``).
+
+    ``--no-kv-offload`` (the cache in host memory): with flash attention the attention runs on
+    the GPU all the same, the layer's K and V (and flash attention's f16 copies of a quantized
+    cache) copied into this buffer, x ``NO_KV_OFFLOAD_SLACK`` beside the mask, ``8 n_embd`` and
+    ``12 n_ff`` per token; without it the attention runs on the host
+    (src/llama-graph.cpp:2752-2755) and a GPU keeps ``16 n_embd + 12 n_ff + 28`` per token for
+    its layers. Measured on llama.cpp's own scheduler (bench/llamacpp_rpc.py).
     """
     t = _tokens(s)
     several = s.devices > 1
@@ -304,7 +315,12 @@ def compute_buffer(
     f32_mask = not s.flash_attn or (not s.f16_mask and first)
     copies = 16 * e + (16 if f32_mask else 8) * n_kv
     kv_f16 = 0  # flash attention's f16 copies of a quantized cache on a GPU (fa_f16_copies)
-    if layers:
+    host_attention = gpu and not s.kv_offload and not s.flash_attn
+    if layers and host_attention:
+        # --no-kv-offload without flash attention: the attention runs on the host
+        # (src/llama-graph.cpp:2752-2755); the GPU keeps the projections and the FFN
+        per = 16 * e + 12 * ff + 28
+    elif layers:
         if s.flash_attn:
             per = 2 * n_kv + 16 * e + 12 * ff + 28
             if s.type_k in _QUANTIZED_KV or s.type_v in _QUANTIZED_KV:
@@ -316,6 +332,10 @@ def compute_buffer(
             )
             if s.type_k in _QUANTIZED_KV:
                 factor = QUANTIZED_K_COMPUTE_FACTOR
+        if not gpu and s.flash_attn and not s.f16_mask:
+            # builds before b9410 on the CPU: the f32 mask beside the FFN's intermediates, and
+            # beside its f16 cast at the attention (bench/llamacpp_rpc.py's build, CPU only)
+            per = max(per + 2 * n_kv, 6 * n_kv + 20 * e + 20)
         if gpu:
             base = per  # the CPU backend's terms, before what only a GPU holds
             if s.flash_attn and not s.f16_mask and first:
@@ -334,6 +354,17 @@ def compute_buffer(
             if pipeline:
                 per = max(per, base + copies)
     layer_bytes = math.ceil(t * per * factor) + kv_f16
+    if layers and gpu and s.flash_attn and not s.kv_offload:
+        # --no-kv-offload with flash attention: the scheduler runs the attention on the GPU and
+        # copies the layer's whole K and V from the host cache into this buffer
+        # (bench/llamacpp_rpc.py)
+        n_cells = max(cells[i] for i in layers)
+        mask = (6 if not s.f16_mask and first else 2) * n_kv
+        copies_kv = kv_layer_bytes(arch, s, n_cells) + fa_f16_copies(arch, s, n_cells)
+        layer_bytes = max(
+            layer_bytes,
+            math.ceil(copies_kv * NO_KV_OFFLOAD_SLACK) + t * (mask + 8 * e + 12 * ff),
+        )
     if not output:
         return layer_bytes
     # the logits: every token of the micro-batch, or the outputs llama-server reserves (b9460)
@@ -341,6 +372,10 @@ def compute_buffer(
     logits = 4 * arch.vocab_size * rows
     per = 8 * e + 4
     hole = gpu and first and layers and s.flash_attn and not s.f16_mask
+    if not gpu and layers and s.flash_attn and not s.f16_mask and logits > t * (6 * n_kv + 20 * e):
+        # before b9410 on the CPU: logits too large for the attention's freed f32 mask and its
+        # cast may be placed past the mask (bench/llamacpp_rpc.py's build, CPU only)
+        per += 4 * n_kv
     if hole and logits > 4 * n_kv * t:
         # the freed f32 mask copy (4 n_kv per token) is a hole the logits do not fit in:
         # they are placed past it (bench/llamacpp_rpc.py; the b7780 Qwen 2.5 7B log)
@@ -351,6 +386,11 @@ def compute_buffer(
         per = max(per, 4 * e + copies)
     return max(layer_bytes, math.ceil((logits + t * per) * factor))
 
+
+NO_KV_OFFLOAD_SLACK = 1.06
+"""``--no-kv-offload`` with flash attention: a GPU's buffer beside the mask held 1.00 - 1.06 x
+one layer's K and V copied from the host (and flash attention's f16 copies of a quantized
+cache) on llama.cpp's own allocator (bench/llamacpp_rpc.py, 8K - 64K cells)."""
 
 KV_COPY_SLACK = 1.6
 """A host layer's K and V copied to the GPU leave a hole that the next layer's copies do not
@@ -433,12 +473,16 @@ def offloaded_ops(
         if s.flash_attn:
             kv += fa_f16_copies(arch, s, cells[widest])
             mask = (2 if s.f16_mask else 6) * n_kv
-        else:
+            out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (mask + 8 * e))
+        elif s.kv_offload:  # with --no-kv-offload this attention stays on the host
             mask = n_kv * (4 * arch.num_heads + 4)
-        out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (mask + 8 * e))
+            out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (mask + 8 * e))
         on_host = set(host)
         weight = max((_cuda_bytes(w) for w in tensors if w.layer in on_host), default=0)
         out = max(out, weight + t * (8 * _ff(arch) + 8 * e))
+        if not s.kv_offload and not s.flash_attn:
+            # the host layer's FFN on this GPU, its intermediates beside its copied weight
+            out = max(out, weight + compute_buffer(arch, s, tuple(host), False, cells))
     return out
 
 
@@ -521,6 +565,19 @@ def llama_account(
         e = arch.hidden_size
         one = 4 * e + 4 * max(cells, default=0)
         host_compute = _tokens(s) * (max(2 * one, 16 * e) if pipeline else one)
+    gpu_layers = tuple(i for i in range(n_layer) if where[i] >= 0)
+    if not s.kv_offload and gpu_layers:
+        # --no-kv-offload: the host stores every layer's new K and V rows (the mask and 8
+        # n_embd per token beside them, bench/llamacpp_rpc.py); without flash attention the GPU
+        # layers' attention runs there too (src/llama-graph.cpp:2752-2755), its f32 scores
+        # in the host's compute buffer
+        e = arch.hidden_size
+        n_kv = max(cells[i] for i in gpu_layers)
+        host_compute = max(host_compute, _tokens(s) * (4 * n_kv + 8 * e + 20))
+        if not s.flash_attn:
+            host_compute = max(
+                host_compute, compute_buffer(arch, s, gpu_layers, False, cells, gpu=False)
+            )
     per_cell = sum(
         kv_layer_bytes(arch, s, 1)
         for layer, count in arch.layer_runs
