@@ -26,7 +26,7 @@ from vrambudget.core.serving.gguf.llamacpp import (
     kv_layer_bytes,
 )
 from vrambudget.core.serving.gguf.types import tensor_bytes
-from vrambudget.core.spec import DimensionsModel
+from vrambudget.core.spec import DimensionsModel, MoESpec
 
 RESULTS = Path(__file__).parent / "results" / "llamacpp_cpu.json"
 MiB = 1 << 20
@@ -52,6 +52,13 @@ def arch_of(m: dict[str, Any]) -> Any:
             vocab_size=m["vocab"],
             max_position_embeddings=4096,
             tie_word_embeddings=m["tied_output"],
+            moe=MoESpec(
+                num_experts=m["n_expert"],
+                experts_per_token=m["n_expert_used"],
+                expert_intermediate_size=m["n_ff"],
+            )
+            if m.get("n_expert")
+            else None,
         )
     )
 

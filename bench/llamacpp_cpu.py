@@ -121,10 +121,21 @@ def tensor_plan(m: dict) -> list[tuple[str, tuple[int, ...], str]]:
             (b + "attn_v.weight", (E, kv_out), t["attn"]),
             (b + "attn_output.weight", (q_out, E), t["attn_o"]),
             (b + "ffn_norm.weight", (E,), "F32"),
-            (b + "ffn_gate.weight", (E, F), t["ffn"]),
-            (b + "ffn_up.weight", (E, F), t["ffn"]),
-            (b + "ffn_down.weight", (F, E), t["ffn_down"]),
         ]
+        if m.get("n_expert"):  # Mixtral's layout: a router and merged expert tensors
+            X = m["n_expert"]
+            plan += [
+                (b + "ffn_gate_inp.weight", (E, X), "F32"),
+                (b + "ffn_gate_exps.weight", (E, F, X), t["ffn"]),
+                (b + "ffn_down_exps.weight", (F, E, X), t["ffn_down"]),
+                (b + "ffn_up_exps.weight", (E, F, X), t["ffn"]),
+            ]
+        else:
+            plan += [
+                (b + "ffn_gate.weight", (E, F), t["ffn"]),
+                (b + "ffn_up.weight", (E, F), t["ffn"]),
+                (b + "ffn_down.weight", (F, E), t["ffn_down"]),
+            ]
     return plan
 
 
@@ -148,6 +159,9 @@ def write_gguf(m: dict, path: Path, seed: int = 0) -> dict:
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(m["vocab"])
+    if m.get("n_expert"):
+        w.add_expert_count(m["n_expert"])
+        w.add_expert_used_count(m["n_expert_used"])
     w.add_file_type(1)  # nominal (MOSTLY_F16); llama.cpp only prints it
     # minimal SentencePiece ("llama") vocab: <unk>, <s>, </s>, 256 byte tokens, fillers.
     toks = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
@@ -198,6 +212,8 @@ def write_gguf(m: dict, path: Path, seed: int = 0) -> dict:
         n_embd_k_gqa=hd * m["n_head_kv"],
         n_embd_v_gqa=hd * m["n_head_kv"],
         n_ff=m["n_ff"],
+        n_expert=m.get("n_expert", 0),
+        n_expert_used=m.get("n_expert_used", 0),
         vocab=m["vocab"],
         tied_output=m["tied"],
         file_bytes=path.stat().st_size,

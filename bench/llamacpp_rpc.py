@@ -22,7 +22,8 @@ that device follow the CUDA backend's rules where they differ (each cited in the
   ``n_outputs`` runs).
 
 The grid also loads with ``--no-kv-offload`` (``kv_offload: false``: the KV cache in host
-memory), and on the CPU alone (``devices: 0``, no RPC device).
+memory), on the CPU alone (``devices: 0``, no RPC device), and two MoE models with
+``--n-cpu-moe`` (their expert weights in host memory).
 
 The patch applies to the llama.cpp vendored in llama-cpp-python 0.3.36 (commit 0c1e570):
 
@@ -105,6 +106,78 @@ MODELS = [
         ),
     ),
 ]
+
+
+_Q8 = dict(embd="Q8_0", attn="Q8_0", attn_o="Q8_0", ffn="Q8_0", ffn_down="Q8_0", output="Q8_0")
+MOE_MODELS = [  # Mixtral's layout (llama architecture, merged expert tensors)
+    dict(
+        name="moe_l6_e1024_h16_kv4_ff1408_x16k4_v32000_q8",
+        n_layer=6,
+        n_embd=1024,
+        n_head=16,
+        n_head_kv=4,
+        n_ff=1408,
+        n_expert=16,
+        n_expert_used=4,
+        vocab=32000,
+        tied=False,
+        types=_Q8,
+    ),
+    dict(
+        name="moe_l4_e2048_h16_kv4_ff768_x32k8_v8000_q8",
+        n_layer=4,
+        n_embd=2048,
+        n_head=16,
+        n_head_kv=4,
+        n_ff=768,
+        n_expert=32,
+        n_expert_used=8,
+        vocab=8000,
+        tied=False,
+        types=_Q8,
+    ),
+]
+
+
+def moe_grid(quick: bool) -> list[dict]:
+    """The MoE models: ``--n-cpu-moe`` none / 2 layers / every layer (99), micro-batches on
+    both sides of the op-offload threshold, one and two devices; and half the layers on the
+    host without it."""
+    runs = []
+    for n_cpu_moe, ub, n_ctx, fa, devices in itertools.product(
+        (0, 2, 99), (512, 128, 32, 16), (4096, 16384), (True, False), (1, 2)
+    ):
+        if quick and (ub not in (512, 16) or devices == 2 or n_ctx > 4096):
+            continue
+        runs.append(
+            dict(
+                n_ctx=n_ctx,
+                flash_attn=fa,
+                n_ubatch=ub,
+                n_batch=512,
+                f32_mask=False,
+                ngl="all",
+                devices=devices,
+                type_k="f16",
+                type_v="f16",
+                n_cpu_moe=n_cpu_moe,
+            )
+        )
+    for ub, fa in itertools.product((512, 128), (True, False)):
+        runs.append(
+            dict(
+                n_ctx=4096,
+                flash_attn=fa,
+                n_ubatch=ub,
+                n_batch=512,
+                f32_mask=False,
+                ngl="half",
+                devices=1,
+                type_k="f16",
+                type_v="f16",
+            )
+        )
+    return runs
 
 
 def grid(quick: bool) -> list[dict]:
@@ -247,6 +320,8 @@ def run_one(binary: Path, model: Path, m: dict, s: dict) -> dict:
         cmd += ["--tensor-split", "1,1"]
     if not s.get("kv_offload", True):
         cmd.append("-nkvo")
+    if s.get("n_cpu_moe"):
+        cmd += ["--n-cpu-moe", str(s["n_cpu_moe"])]
     env = dict(os.environ, VB_CUDA_ALLOC="1", VB_CUDA_OFFLOAD="1")
     if s["f32_mask"]:
         env["VB_F32_MASK"] = "1"
@@ -301,12 +376,12 @@ def main() -> None:
     )
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for m in MODELS:
+            for m in MODELS + MOE_MODELS:
                 path = Path(tmp) / f"{m['name']}.gguf"
                 facts = write_gguf(m, path)
                 facts.pop("tensors")
                 results["models"][m["name"]] = facts
-                for s in grid(args.quick):
+                for s in grid(args.quick) if m in MODELS else moe_grid(args.quick):
                     r = run_one(args.bin, path, m, s)
                     r["model"] = m["name"]
                     results["runs"].append(r)

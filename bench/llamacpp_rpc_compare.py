@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.llamacpp_compare import arch_of
 from bench.llamacpp_cpu import tensor_plan
-from bench.llamacpp_rpc import MODELS, PORTS, _ngl
+from bench.llamacpp_rpc import MODELS, MOE_MODELS, PORTS, _ngl
 from vrambudget.core.serving.gguf.llamacpp import LlamaSettings, llama_account
 from vrambudget.core.spec import GGUFTensorSpec
 
@@ -48,7 +48,9 @@ class Buffer:
         where = {"all": "every layer", "half": "half the layers", 0: "no layer"}[s["ngl"]]
         outputs = ", 4 outputs" if s.get("n_outputs") else ""
         nkvo = ", -nkvo" if s.get("kv_offload") is False else ""
-        return f"{where} on the GPU, {s['devices']} device(s){outputs}{nkvo}"
+        moe = f", MoE --n-cpu-moe {s['n_cpu_moe']}" if "n_cpu_moe" in s else ""
+        moe = moe or (", MoE" if self.model.startswith("moe") else "")
+        return f"{where} on the GPU, {s['devices']} device(s){outputs}{nkvo}{moe}"
 
 
 def buffers(path: Path = RESULTS, host: bool = False) -> list[Buffer]:
@@ -56,7 +58,7 @@ def buffers(path: Path = RESULTS, host: bool = False) -> list[Buffer]:
     the ``--no-kv-offload`` loads (where the attention's buffers move between the two) and of
     the loads on the CPU alone."""
     data = json.loads(path.read_text())
-    plans = {m["name"]: m for m in MODELS}
+    plans = {m["name"]: m for m in MODELS + MOE_MODELS}
     out = []
     for run in data["runs"]:
         if run["returncode"] != 0:
@@ -79,6 +81,7 @@ def buffers(path: Path = RESULTS, host: bool = False) -> list[Buffer]:
             devices=s["devices"],
             splits=(1.0,) * s["devices"],
             kv_offload=s.get("kv_offload", True),
+            n_cpu_moe=min(s.get("n_cpu_moe", 0), m["n_layer"]),
             f16_mask=not s["f32_mask"],
             n_outputs=s.get("n_outputs"),
         )

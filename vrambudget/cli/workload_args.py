@@ -68,6 +68,7 @@ _SERVING: dict[str, tuple[str, ...]] = {
     "n_ctx": _GGUF,
     "n_gpu_layers": _GGUF,
     "n_parallel": _GGUF,
+    "n_cpu_moe": ("llama_cpp",),
 }
 
 FLAG_OF: dict[str, str] = {
@@ -101,6 +102,7 @@ FLAG_OF: dict[str, str] = {
     "n_ctx": "--n-ctx",
     "n_gpu_layers": "--n-gpu-layers",
     "n_parallel": "--n-parallel",
+    "n_cpu_moe": "--n-cpu-moe",
     "iterations": "--iterations",
     "id": "--model / --gpu",
     "rank": "--lora-rank",
@@ -465,6 +467,13 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="llama.cpp / Ollama: request slots -np [OLLAMA_NUM_PARALLEL] (default: the engine's)",
     )
+    s.add_argument(
+        "--n-cpu-moe",
+        type=int,
+        metavar="N",
+        help="llama.cpp: the expert weights of the first N layers stay in host memory "
+        "(--n-cpu-moe; default 0)",
+    )
 
 
 def model_from_args(args: argparse.Namespace, command: str) -> dict[str, Any]:
@@ -543,7 +552,7 @@ def _serving_workload(args: argparse.Namespace, model: dict[str, Any]) -> dict[s
         w["sglang"] = {"mem_fraction_static": args.mem_fraction_static}
     gguf = {
         k: getattr(args, k)
-        for k in ("file_type", "n_ctx", "n_gpu_layers", "n_parallel")
+        for k in ("file_type", "n_ctx", "n_gpu_layers", "n_parallel", "n_cpu_moe")
         if getattr(args, k) is not None
     }
     if gguf:

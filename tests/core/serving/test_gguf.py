@@ -439,7 +439,8 @@ def test_no_kv_offload_with_flash_attention_copies_each_layers_kv_by_hand():
     the GPU: the scheduler copies the layer's whole K and V into its compute buffer, beside the
     mask, 8 n_embd and the FFN's 12 n_ff per token, x 1.06 (NO_KV_OFFLOAD_SLACK) for the
     allocator. Llama 3.1 8B at 65,536 cells: K + V of one layer is 65,536 x 1,024 x 2 x 2 B.
-    The host holds the cache and the new rows' store: 4 n_kv + 8 n_embd + 20 per token."""
+    The host holds the cache and the new rows' store beside the mask: 2 n_kv + 8 n_embd + 20
+    per token (the f16 mask; 4 n_kv for the f32 mask before b9410)."""
     arch = resolve_model(LLAMA8B)
     s = _settings(n_ctx=65536, n_ctx_seq=65536, kv_offload=False)
     a = llama_account(arch, "Q4_K_M", s)
@@ -448,7 +449,13 @@ def test_no_kv_offload_with_flash_attention_copies_each_layers_kv_by_hand():
     assert want == 456_508_048
     assert a.devices[0].compute_bytes == want
     assert a.devices[0].kv_bytes == 0 and a.host_kv_bytes == 32 * kv
-    assert a.host_compute_bytes == 512 * (4 * 65536 + 8 * 4096 + 20)
+    # the f16 mask: the graph inputs' 4 n_embd + 4 n_kv (the rule of every full offload) is
+    # larger; the f32 mask before b9410: the store's 4 n_kv + 8 n_embd + 20
+    assert a.host_compute_bytes == 512 * (4 * 4096 + 4 * 65536)
+    f32 = _settings(n_ctx=65536, n_ctx_seq=65536, kv_offload=False, f16_mask=False)
+    assert llama_account(arch, "Q4_K_M", f32).host_compute_bytes == 512 * (
+        4 * 65536 + 8 * 4096 + 20
+    )
     # with the cache on the GPU the same load holds the CPU terms (the logits dominate)
     on = llama_account(arch, "Q4_K_M", _settings(n_ctx=65536, n_ctx_seq=65536))
     assert on.devices[0].compute_bytes == 512 * (4 * 128256 + 8 * 4096 + 4)
@@ -462,6 +469,9 @@ def test_no_kv_offload_without_flash_attention_runs_the_attention_on_the_host_by
     s = _settings(flash_attn=False, kv_offload=False)
     a = llama_account(arch, "Q4_K_M", s)
     assert a.devices[0].compute_bytes == 512 * (4 * 128256 + 8 * 4096 + 4)
+    # a GPU without the head: the FFN alone (no scores, no mask)
+    cells = kv_cells(arch, s)
+    assert compute_buffer(arch, s, (0, 1), False, cells) == 512 * (16 * 4096 + 12 * 14336 + 28)
     assert a.host_compute_bytes == 512 * (8192 * (4 * 32 + 4) + 20 * 4096 + 8 * 1024 + 20)
     on = llama_account(arch, "Q4_K_M", _settings(flash_attn=False))
     assert on.devices[0].compute_bytes == 512 * (4 * 32 * 8192 + 12 * 14336 + 2 * 4096)
@@ -576,6 +586,132 @@ def test_ollama_partial_offload_end_to_end():
     assert "up to 22% more, about 147 MiB here" in w
     full = _llama_cpp("llama-3.1-8b", "rtx-4090-24gb", n_ctx=8192)
     assert not [w for w in full.warnings if "offload_op" in w]
+
+
+_MOE = {  # the shapes of bench/llamacpp_rpc.py's second MoE model, vocabulary 32,000
+    "source": "dimensions",
+    "hidden_size": 2048,
+    "num_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "intermediate_size": 6144,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "moe": {"num_experts": 32, "experts_per_token": 8, "expert_intermediate_size": 768},
+}
+_EXPERT_Q8 = 2048 * 768 * 32 * 34 // 32  # one Q8_0 expert tensor: 53,477,376 B
+
+
+def test_n_cpu_moe_keeps_experts_in_host_memory_by_hand():
+    """--n-cpu-moe 2: the three expert tensors of layers 0 and 1 move to host memory; with a
+    512-token micro-batch their matmuls run on the GPU, which reserves one expert tensor (the
+    down projection, its 768-element rows padded by 256 elements of Q8_0: 272 B) beside the
+    router's outputs and the selected experts' intermediates, 8 k n_ff_exp + 4 k n_embd + 4
+    n_embd + 24 per token, and the f16 mask's 2 n_kv (bench/llamacpp_rpc.py printed 111.01 MiB
+    for these shapes at 4,096 cells and 123.01 at 16,384, where the mask no longer fits a hole:
+    the estimate, 115.01 and 127.01, counts it at both). Without it the GPU's buffer is the MoE
+    FFN's 2 n_kv + 16 n_embd + 12 k n_ff_exp + 4 k n_embd + 28 per token."""
+    w = {
+        "kind": "llm_serving",
+        "engine": "llama_cpp",
+        "model": _MOE,
+        "gguf": {"file_type": "Q8_0", "n_ctx": 4096, "n_parallel": 1, "n_gpu_layers": 5},
+    }
+    base = _budget(w).serving.details  # type: ignore[union-attr]
+    w["gguf"] = {**w["gguf"], "n_cpu_moe": 2}  # type: ignore[dict-item]
+    b = _budget(w)
+    moved = b.serving.details  # type: ignore[union-attr]
+    gpu0, gpu1 = base.buffers[0], moved.buffers[0]
+    assert gpu0.model_buffer_bytes - gpu1.model_buffer_bytes == 2 * 3 * _EXPERT_Q8
+    assert gpu0.compute_buffer_bytes == 512 * (2 * 4096 + 16 * 2048 + 12 * 6144 + 4 * 8 * 2048 + 28)
+    want = _EXPERT_Q8 + 272 + 512 * (8 * 6144 + 4 * 8 * 2048 + 4 * 2048 + 24 + 2 * 4096)
+    assert want == 120_598_800
+    assert gpu1.compute_buffer_bytes == want
+    assert "--n-cpu-moe 2 --fit off" in b.serving.launch  # type: ignore[union-attr]
+    assert any("--n-cpu-moe" in x for x in b.warnings)
+    w["gguf"] = {**w["gguf"], "n_cpu_moe": 4}  # type: ignore[dict-item]
+    assert "--cpu-moe --fit off" in _budget(w).serving.launch  # type: ignore[union-attr]
+
+
+_QWEN3_235B = {  # Qwen/Qwen3-235B-A22B config.json
+    "source": "dimensions",
+    "hidden_size": 4096,
+    "num_layers": 94,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "intermediate_size": 12288,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "moe": {"num_experts": 128, "experts_per_token": 8, "expert_intermediate_size": 1536},
+}
+
+
+@pytest.mark.parametrize(
+    ("file_type", "n_ctx", "cache", "n_host", "kv_mib", "compute_mib", "over"),
+    [
+        # ikawrakow/ik_llama.cpp discussion #357 (ubergarm, 2025-04-30): mainline b5192,
+        # -ngl 99 -ot "blk.(13-93).ffn=CPU" -fa -c 32768, one RTX A6000
+        ("Q8_0", 32768, "f16", 81, 6016.00, 1024.00, 0.0),
+        # the same thread (AesSedai, 2025-05-03): b5269, blocks 5-93's ffn on the CPU, -c 16384,
+        # -fa with a q8_0 cache, one RTX 3090: its mask fitted a hole the estimate does not count
+        ("Q6_K", 16384, "q8_0", 89, 1598.00, 774.00, 0.042),
+    ],
+)
+def test_published_logs_with_experts_on_the_cpu(
+    file_type, n_ctx, cache, n_host, kv_mib, compute_mib, over
+):
+    """Qwen3-235B-A22B with its experts in host memory (-ot, before --n-cpu-moe existed; the
+    same tensors but for the router and norms, 2 MiB a layer, which the logs' model buffers
+    hold on the host too): the KV buffer exact, the GPU's compute buffer one expert tensor
+    (816 MiB at Q8_0, 630 at Q6_K) beside the expert matmul's per-token terms and the f32 mask
+    copy's hole of builds before b9410; the host's compute buffer 72.01 / 40.01 MiB."""
+    w = {
+        "kind": "llm_serving",
+        "engine": "llama_cpp",
+        "engine_version": "b6327",
+        "model": _QWEN3_235B,
+        "gguf": {
+            "file_type": file_type,
+            "n_ctx": n_ctx,
+            "n_parallel": 1,
+            "n_gpu_layers": 95,
+            "n_cpu_moe": n_host,
+            "flash_attn": "on",
+            "cache_type_k": cache,
+            "cache_type_v": cache,
+            "n_ubatch": 512,
+        },
+    }
+    gpu, host = _budget(w, "h200-sxm-141gb").serving.details.buffers  # type: ignore[union-attr]
+    assert gpu.kv_buffer_bytes / MiB == kv_mib
+    compute = gpu.compute_buffer_bytes / MiB
+    assert 0 <= compute - compute_mib <= over * compute_mib + 0.012  # printed to 0.01 MiB
+    assert abs(host.compute_buffer_bytes / MiB - (72.01 if n_ctx == 32768 else 40.01)) <= 0.011
+
+
+def test_n_cpu_moe_remedy_and_refusals():
+    """A MoE model too large for the GPU: the remedies name the fewest layers whose experts
+    must stay in host memory with every layer on the GPU, and that setting starts while one
+    layer fewer does not. Ollama has no such setting, llama.cpp b4000 predates it (b6089), and
+    a dense model has no expert to move (warned)."""
+    w = _gguf_workload("llama_cpp", "b9460", "qwen3-30b-a3b", file_type="Q4_K_M", n_ctx=32768)
+    w["gguf"]["n_parallel"] = 1
+    w["gguf"]["n_gpu_layers"] = 49
+    b = _budget(w, "rtx-4080-16gb")
+    assert not b.serving.would_start  # type: ignore[union-attr]
+    (r,) = [r for r in b.serving.remedies if r.startswith("n_cpu_moe")]  # type: ignore[union-attr]
+    n = int(r.split()[1])
+    assert 0 < n < 48
+    for k, starts in ((n, True), (n - 1, False)):
+        w["gguf"]["n_cpu_moe"] = k
+        assert _budget(w, "rtx-4080-16gb").serving.would_start is starts  # type: ignore[union-attr]
+    with pytest.raises(InvalidWorkload, match=r"gguf\.n_cpu_moe"):
+        _budget(_gguf_workload("ollama", "0.30.1", "qwen3-30b-a3b", n_cpu_moe=4))
+    with pytest.raises(InvalidWorkload, match="b6089"):
+        _budget(_gguf_workload("llama_cpp", "b4000", "qwen3-30b-a3b", n_cpu_moe=4))
+    dense = _budget(_gguf_workload("llama_cpp", "b9460", "llama-3.1-8b", n_ctx=4096, n_cpu_moe=4))
+    assert any("no expert weights" in x for x in dense.warnings)
 
 
 def test_bad_gguf_settings_are_field_errors():

@@ -254,8 +254,12 @@ async def _requests(
                 await _one(client, url, body, load.request_timeout_s, result)
 
         start = time.perf_counter()
-        await asyncio.gather(*(client_loop() for _ in range(min(load.concurrency, load.requests))))
-        result.wall_s = time.perf_counter() - start
+        try:
+            await asyncio.gather(
+                *(client_loop() for _ in range(min(load.concurrency, load.requests)))
+            )
+        finally:  # also when stopped: the wall time of what was measured
+            result.wall_s = time.perf_counter() - start
 
 
 def preemptions(engine: str, metrics_text: str | None) -> float | None:

@@ -276,6 +276,7 @@ def measure_engine(
                 stop_group(proc, group)
                 if not running:
                     exit_code = proc.returncode
+            term.check()  # a SIGTERM swallowed late (the last wait, the metrics) ends it too
         lines = log_path.read_text(errors="replace").splitlines()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

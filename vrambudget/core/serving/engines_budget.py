@@ -134,6 +134,21 @@ def _gguf_remedies(w: LLMServingWorkload, g: GGUFAccount, ctx: DeviceContext) ->
         out.append(f"n_gpu_layers {full} (every layer on the GPU fits)")
     elif ngl >= 0 and starts(n_gpu_layers=ngl) is not None:
         out.append(f"n_gpu_layers {ngl} (the most that fit; the rest run on the CPU)")
+    n_layer = arch.num_layers
+    moe_ok = arch.moe is not None and w.engine == "llama_cpp" and o.n_cpu_moe < n_layer
+    if moe_ok and starts(n_cpu_moe=n_layer, n_gpu_layers=full) is not None:
+        # the fewest layers whose experts stay in host memory, every layer on the GPU (fewer
+        # host experts need more GPU memory: monotone)
+        fewest = 1 + largest_true(
+            o.n_cpu_moe + 1,
+            n_layer,
+            lambda n: starts(n_cpu_moe=n, n_gpu_layers=full) is None,
+        )
+        flag = "--cpu-moe" if fewest >= n_layer else f"--n-cpu-moe {fewest}"
+        out.append(
+            f"n_cpu_moe {fewest} with every layer on the GPU ({flag}: the fewest layers whose "
+            "expert weights stay in host memory)"
+        )
     n_ctx = g.settings.n_ctx
     best = largest_true(1, max(n_ctx - 1, 1), lambda n: starts(n_ctx=n) is not None)
     if best >= 1 and starts(n_ctx=best) is not None:
@@ -231,6 +246,17 @@ def gguf_budget(
             "CPU from host memory: generation is limited by host memory bandwidth"
         )
     warnings += unmodelled_compute(arch, g.account)
+    if s.n_cpu_moe and arch.moe is None:
+        warnings.append(
+            "n_cpu_moe: the model has no expert weights (a dense model); --n-cpu-moe moves nothing"
+        )
+    elif s.n_cpu_moe:
+        warnings.append(
+            f"the expert weights of {s.n_cpu_moe} layer(s) stay in host memory "
+            "(--n-cpu-moe): generation reads them at host memory bandwidth, and with micro-batches "
+            "of 32 tokens or more the first GPU copies one expert tensor at a time into its "
+            "compute buffer (counted)"
+        )
     if (s.type_k != "f16" or s.type_v != "f16") and s.flash_attn:
         warnings.append(
             "quantized KV cache: the compute buffer adds llama.cpp's f16 copies of K and V "

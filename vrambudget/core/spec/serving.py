@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from msgspec import UNSET, Meta, UnsetType
 
 from . import rules
-from .limits import MAX_TOKENS, Degree, Name, Wire
+from .limits import MAX_LAYERS, MAX_TOKENS, Degree, Name, Wire
 from .model import ModelSource
 
 __all__ = [
@@ -172,6 +172,16 @@ class GGUFOptions(Wire, frozen=True, kw_only=True):
         bool,
         Meta(description="`--no-kv-offload` off: the KV cache of GPU layers on their GPU."),
     ] = True
+    n_cpu_moe: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=MAX_LAYERS,
+            description="`--n-cpu-moe N` (llama.cpp only): the expert weights (`ffn_*_exps`) "
+            "of the first N repeating layers stay in host memory; `--cpu-moe` is N = the "
+            "model's layers. Dense models have none to move. Default 0: none.",
+        ),
+    ] = 0
     tensors: Annotated[
         Annotated[tuple[GGUFTensorSpec, ...], Meta(min_length=1, max_length=1 << 16)] | None,
         Meta(

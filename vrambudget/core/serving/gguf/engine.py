@@ -26,6 +26,8 @@ __all__ = ["GGUFAccount", "concurrency", "gguf_account", "launch_command"]
 
 FIT_MARGIN_BYTES = 1 << 30
 """llama.cpp ``--fit-target`` default: 1024 MiB left free per device (common/common.h:483)."""
+N_CPU_MOE_BUILD = 6089
+"""The first llama.cpp build with ``--n-cpu-moe`` (ggml-org/llama.cpp#15077, 2025-08-04)."""
 FIT_MIN_CTX = 4096
 """``--fit-ctx`` default: the context ``--fit`` never reduces below (common/common.h:480)."""
 
@@ -105,12 +107,24 @@ def check_options(w: LLMServingWorkload, r: GGUFRelease, ctx_req: int) -> None:
             raise InvalidWorkload(
                 "gguf.tensor_split", "Ollama splits layers itself: leave tensor_split null"
             )
+        if o.n_cpu_moe:
+            raise InvalidWorkload(
+                "gguf.n_cpu_moe",
+                "Ollama has no setting that keeps expert weights in host memory (llama.cpp's "
+                "--n-cpu-moe): leave n_cpu_moe 0",
+            )
         if o.cache_type_k != o.cache_type_v or o.cache_type_k not in _OLLAMA_CACHE:
             raise InvalidWorkload(
                 "gguf.cache_type_k",
                 "Ollama's OLLAMA_KV_CACHE_TYPE sets both caches: f16, q8_0 or q4_0, the same "
                 "for K and V",
             )
+    elif o.n_cpu_moe and parse_build(r.version) < N_CPU_MOE_BUILD:
+        raise InvalidWorkload(
+            "gguf.n_cpu_moe",
+            f"llama.cpp {r.version} predates --n-cpu-moe (b{N_CPU_MOE_BUILD}, "
+            "ggml-org/llama.cpp#15077): choose engine_version b6327 or later, or leave it 0",
+        )
     elif o.cache_type_v in _QUANTIZED and not flash:
         raise InvalidWorkload(
             "gguf.cache_type_v",
@@ -169,6 +183,7 @@ def _settings(
         output_first=r.output_first,
         f16_mask=r.f16_mask,
         n_outputs=min(batch, parallel) if r.server_outputs else None,
+        n_cpu_moe=min(o.n_cpu_moe, arch.num_layers),
     )
 
 
@@ -413,6 +428,12 @@ def launch_command(w: LLMServingWorkload, g: GGUFAccount, model_ref: str) -> str
         parts.append("--split-mode layer --tensor-split " + ",".join(f"{x:g}" for x in s.splits))
     if not s.kv_offload:
         parts.append("--no-kv-offload")
+    if s.n_cpu_moe:
+        parts.append(
+            "--cpu-moe"
+            if s.n_cpu_moe >= len(g.account.layer_weights) - 1
+            else f"--n-cpu-moe {s.n_cpu_moe}"
+        )
     if g.release.fit == "llama_fit":
         parts.append("--fit off")  # the budget fixed every setting: start exactly that
     parts = [p for p in parts if p]

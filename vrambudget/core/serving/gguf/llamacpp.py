@@ -22,6 +22,7 @@ backend's model buffer, KV buffer and compute buffer.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
@@ -82,6 +83,9 @@ class LlamaSettings:
     """The logits' rows a graph is reserved for: None for every token of the micro-batch;
     llama-server from b9460 reserves ``n_parallel x (1 + n_draft)`` (``n_outputs_max``,
     tools/server/server-context.cpp:41-53)."""
+    n_cpu_moe: int = 0
+    """``--n-cpu-moe N``: the expert weights of the first N repeating layers stay in host
+    memory (common/arg.cpp, ``LLM_FFN_EXPS_REGEX``; ``--cpu-moe``: every layer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,8 +305,8 @@ def compute_buffer(
     several = s.devices > 1
     pipeline = pipeline and several
     e = arch.hidden_size
-    ff = _ff(arch)
     k, _ = _kv_widths(arch)
+    ffn = _ffn_per_token(arch)
     per = 0
     factor = 1.0
     # the cells one stream attends over on this backend (0 for the output layer alone)
@@ -319,16 +323,16 @@ def compute_buffer(
     if layers and host_attention:
         # --no-kv-offload without flash attention: the attention runs on the host
         # (src/llama-graph.cpp:2752-2755); the GPU keeps the projections and the FFN
-        per = 16 * e + 12 * ff + 28
+        per = 16 * e + ffn + 28
     elif layers:
         if s.flash_attn:
-            per = 2 * n_kv + 16 * e + 12 * ff + 28
+            per = 2 * n_kv + 16 * e + ffn + 28
             if s.type_k in _QUANTIZED_KV or s.type_v in _QUANTIZED_KV:
                 factor = QUANTIZED_KV_COMPUTE_FACTOR
         else:
             per = max(
                 n_kv * (4 * arch.num_heads + 4) + 20 * e + 8 * k + 20,
-                4 * n_kv + 16 * e + 12 * ff + 28,
+                4 * n_kv + 16 * e + ffn + 28,
             )
             if s.type_k in _QUANTIZED_KV:
                 factor = QUANTIZED_K_COMPUTE_FACTOR
@@ -342,15 +346,15 @@ def compute_buffer(
                 # builds before b9410: the f32 mask copied from the host beside its f16 cast
                 # (6 n_kv + 16 n_embd per token at the attention), and the hole the copy leaves
                 # below the FFN's intermediates (bench/llamacpp_rpc.py)
-                per = max(per, 6 * n_kv + 16 * e, 4 * n_kv + 12 * ff + 12 * e)
+                per = max(per, 6 * n_kv + 16 * e, 4 * n_kv + ffn + 12 * e)
             if s.flash_attn:
                 if several:
-                    per = max(per, 12 * ff + 36 * e + 2 * n_kv)
+                    per = max(per, ffn + 36 * e + 2 * n_kv)
                 kv_f16 = fa_f16_copies(arch, s, max(cells[i] for i in layers))
                 if kv_f16:  # replaces the CPU backend's factor: the copies are the kernel's
                     factor = 1.0
             else:
-                per = max(per, 4 * arch.num_heads * n_kv + 12 * ff + 2 * e)
+                per = max(per, 4 * arch.num_heads * n_kv + ffn + 2 * e)
             if pipeline:
                 per = max(per, base + copies)
     layer_bytes = math.ceil(t * per * factor) + kv_f16
@@ -363,7 +367,7 @@ def compute_buffer(
         copies_kv = kv_layer_bytes(arch, s, n_cells) + fa_f16_copies(arch, s, n_cells)
         layer_bytes = max(
             layer_bytes,
-            math.ceil(copies_kv * NO_KV_OFFLOAD_SLACK) + t * (mask + 8 * e + 12 * ff),
+            math.ceil(copies_kv * NO_KV_OFFLOAD_SLACK) + t * (mask + 8 * e + ffn),
         )
     if not output:
         return layer_bytes
@@ -388,9 +392,12 @@ def compute_buffer(
 
 
 NO_KV_OFFLOAD_SLACK = 1.06
-"""``--no-kv-offload`` with flash attention: a GPU's buffer beside the mask held 1.00 - 1.06 x
-one layer's K and V copied from the host (and flash attention's f16 copies of a quantized
-cache) on llama.cpp's own allocator (bench/llamacpp_rpc.py, 8K - 64K cells)."""
+"""``--no-kv-offload`` with flash attention: a GPU's buffer stayed within 1.06 x one layer's K
+and V copied from the host (and flash attention's f16 copies of a quantized cache) beside the
+mask, ``8 n_embd`` and the FFN's ``12 n_ff`` per token on llama.cpp's own allocator
+(bench/llamacpp_rpc.py, 4K - 64K cells). Beside the mask alone the copies reached 1.5 x at 16K
+cells: the allocator places them past the freed FFN intermediates, which the ``12 n_ff`` term
+stands for."""
 
 KV_COPY_SLACK = 1.6
 """A host layer's K and V copied to the GPU leave a hole that the next layer's copies do not
@@ -406,6 +413,42 @@ a 256-token micro-batch, where a layer's weight copy sat beside the head's)."""
 OFFLOAD_MIN_BATCH = 32
 """The CUDA backend runs an op whose weight lies in host memory on the GPU when its batch is
 at least this (``GGML_OP_OFFLOAD_MIN_BATCH``; ggml-cuda.cu:5636-5655, 5825)."""
+
+
+_EXPERTS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
+"""The tensors ``--n-cpu-moe`` keeps in host memory (common/common.h ``LLM_FFN_EXPS_REGEX``)."""
+
+
+def host_experts(
+    s: LlamaSettings, tensors: tuple[GGUFTensor, ...], where: tuple[int, ...]
+) -> tuple[GGUFTensor, ...]:
+    """The expert weights of GPU layers that ``--n-cpu-moe`` keeps in host memory."""
+    return tuple(
+        t
+        for t in tensors
+        if 0 <= t.layer < s.n_cpu_moe and where[t.layer] >= 0 and _EXPERTS.search(t.name)
+    )
+
+
+def _ffn_per_token(arch: Arch) -> int:
+    """The FFN's intermediates per token in a compute buffer: ``12 n_ff`` (the gate, the up
+    projection and their product, f32); with experts (``n_ff`` the selected experts' width,
+    ``k x n_ff_exp``) also the selected experts' outputs, ``4 k n_embd``
+    (bench/llamacpp_rpc.py's MoE models: exact with every layer on one GPU)."""
+    if arch.moe is None:
+        return 12 * _ff(arch)
+    return 12 * _ff(arch) + 4 * arch.moe.experts_per_token * arch.hidden_size
+
+
+def _ffn_beside_weight(arch: Arch) -> int:
+    """Bytes per token beside a copied FFN weight: ``8 n_ff + 8 n_embd`` for a dense FFN; for
+    experts (``n_ff`` the selected experts' width, ``k x n_ff_exp``) the router's outputs and
+    the selected experts' intermediates, ``8 n_ff + 4 k n_embd + 4 n_embd + 24``
+    (bench/llamacpp_rpc.py, exact on both MoE shapes)."""
+    e = arch.hidden_size
+    if arch.moe is None:
+        return 8 * _ff(arch) + 8 * e
+    return 8 * _ff(arch) + 4 * arch.moe.experts_per_token * e + 4 * e + 24
 
 
 def _cuda_bytes(t: GGUFTensor) -> int:
@@ -457,10 +500,31 @@ def offloaded_ops(
         return 0
     e = arch.hidden_size
     out = 0
+    # the KQ mask stays alive beside an expert matmul's copied weight: f16 with flash
+    # attention from b9410; before, the f32 copy's hole as at the FFN (4 n_kv + 12 n_embd: a
+    # published b5192 log of Qwen3-235B-A22B, 1,024.00 MiB, to the 0.01 MiB); f32 without
+    n_cells = max(cells, default=0)
+    n_kv_all = n_cells if s.kv_unified else min(n_cells, s.n_ctx_seq)
+    if s.flash_attn and s.f16_mask:
+        mask = 2 * n_kv_all
+    elif s.flash_attn:
+        mask = 4 * n_kv_all + 12 * e
+    else:
+        mask = 4 * n_kv_all
+    experts = host_experts(s, tensors, where)
+    if experts:
+        # --n-cpu-moe: an expert matmul of a GPU layer runs on the first GPU with its weight
+        # copied there (only the selected experts' rows are sent, but the copy is reserved
+        # whole: ggml/src/ggml-backend.cpp); expert layers on a later GPU add a second copy
+        weight = max(_cuda_bytes(x) for x in experts)
+        out = weight + t * (_ffn_beside_weight(arch) + mask)
+        if any(where[x.layer] > 0 for x in experts):
+            n_expert = arch.moe.num_experts if arch.moe is not None else 0
+            out = max(out, 2 * weight + t * (4 * e + 8 * n_expert))
     rows = t if s.n_outputs is None else min(t, s.n_outputs)
     if where[n_layer] < 0 and rows >= OFFLOAD_MIN_BATCH:
         # the head's matmul over fewer rows (llama-server's slots, b9460 on) stays on the host
-        out = 4 * rows * (e + arch.vocab_size) + output_bytes
+        out = max(out, 4 * rows * (e + arch.vocab_size) + output_bytes)
     host = [i for i in range(n_layer) if where[i] < 0]
     if host:
         # the host layers' ops run on this GPU: their per-token terms, as if they lay there
@@ -479,7 +543,16 @@ def offloaded_ops(
             out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (mask + 8 * e))
         on_host = set(host)
         weight = max((_cuda_bytes(w) for w in tensors if w.layer in on_host), default=0)
-        out = max(out, weight + t * (8 * _ff(arch) + 8 * e))
+        out = max(out, weight + t * _ffn_beside_weight(arch))
+        if arch.moe is not None:
+            # a host MoE layer: its expert weight's copy beside the layer's K and V copies and
+            # the mask (bench/llamacpp_rpc.py, half the layers on the GPU)
+            out = max(
+                out,
+                weight
+                + kv_layer_bytes(arch, s, cells[widest])
+                + t * (_ffn_beside_weight(arch) + mask),
+            )
         if not s.kv_offload and not s.flash_attn:
             # the host layer's FFN on this GPU, its intermediates beside its copied weight
             out = max(out, weight + compute_buffer(arch, s, tuple(host), False, cells))
@@ -516,6 +589,9 @@ def llama_account(
             host_weights += b
         else:
             weights[where[il]] += b
+    for t in host_experts(s, tensors, where):  # --n-cpu-moe
+        weights[where[t.layer]] -= t.nbytes
+        host_weights += t.nbytes
     cells = kv_cells(arch, s)
     kv = [0] * s.devices
     host_kv = 0
@@ -565,6 +641,9 @@ def llama_account(
         e = arch.hidden_size
         one = 4 * e + 4 * max(cells, default=0)
         host_compute = _tokens(s) * (max(2 * one, 16 * e) if pipeline else one)
+    if _tokens(s) < OFFLOAD_MIN_BATCH and host_experts(s, tensors, where):
+        # --n-cpu-moe below 32 tokens: the host runs the expert matmuls itself
+        host_compute += _tokens(s) * _ffn_beside_weight(arch)
     gpu_layers = tuple(i for i in range(n_layer) if where[i] >= 0)
     if not s.kv_offload and gpu_layers:
         # --no-kv-offload: the host stores every layer's new K and V rows (the mask and 8
@@ -573,7 +652,13 @@ def llama_account(
         # in the host's compute buffer
         e = arch.hidden_size
         n_kv = max(cells[i] for i in gpu_layers)
-        host_compute = max(host_compute, _tokens(s) * (4 * n_kv + 8 * e + 20))
+        if not s.kv_unified:
+            n_kv = min(n_kv, s.n_ctx_seq)
+        # the f16 mask from b9410, else f32; a quantized cache's row store takes up to 184 B
+        # per token more (bench/llamacpp_rpc.py), which the f32 mask's 4 n_kv covers
+        quantized = s.type_k in _QUANTIZED_KV or s.type_v in _QUANTIZED_KV
+        mask = 2 if s.flash_attn and s.f16_mask and not quantized else 4
+        host_compute = max(host_compute, _tokens(s) * (mask * n_kv + 8 * e + 20))
         if not s.flash_attn:
             host_compute = max(
                 host_compute, compute_buffer(arch, s, gpu_layers, False, cells, gpu=False)
