@@ -9,6 +9,7 @@ import math
 import msgspec
 import pytest
 
+from vrambudget.core.catalog import gpu as catalog_gpu
 from vrambudget.core.errors import InvalidWorkload
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import fit
@@ -714,6 +715,52 @@ def test_n_cpu_moe_remedy_and_refusals():
     assert any("no expert weights" in x for x in dense.warnings)
 
 
+def _custom_budget(workload: dict, gib: float):
+    body = {
+        "workloads": [workload],
+        "device": {"source": "custom", "memory_total_bytes": int(gib * (1 << 30))},
+    }
+    req = msgspec.convert(body, BudgetRequest)
+    return estimate(req.workloads, req.device, None, None, req.software)
+
+
+def test_fit_keeps_a_moe_models_dense_weights_on_the_gpu_first():
+    """llama.cpp's --fit (b7815 on; common/fit.cpp, ggml-org/llama.cpp#16653) with a MoE
+    model too large for the GPU: every layer on the GPU with the experts of as few layers as
+    leave its 1 GiB in host memory -- and the answer's launch line starts exactly that; where
+    even the dense weights alone do not fit, the most layers with their experts in host memory
+    and the rest of the model there too. Qwen3-30B-A3B Q4_K_M at 32K cells."""
+    w = _gguf_workload("llama_cpp", "b9460", "qwen3-30b-a3b", file_type="Q4_K_M", n_ctx=32768)
+    w["gguf"]["n_parallel"] = 1
+    b = _budget(w, "rtx-4080-16gb")
+    (note,) = [x for x in b.warnings if "adjusts unset settings" in x]
+    k = int(note.split("the expert weights of ")[1].split()[0])
+    assert "every layer on the GPUs" in note and 0 < k < 48
+    launch = b.serving.launch  # type: ignore[union-attr]
+    assert "-ngl 49 " in launch and f"--n-cpu-moe {k} --fit off" in launch
+    assert b.serving.would_start  # type: ignore[union-attr]
+    # one layer fewer in host memory would not leave llama.cpp's 1 GiB free
+    w2 = _gguf_workload(
+        "llama_cpp",
+        "b9460",
+        "qwen3-30b-a3b",
+        file_type="Q4_K_M",
+        n_ctx=32768,
+        n_parallel=1,
+        n_gpu_layers=49,
+        n_cpu_moe=k - 1,
+    )
+    g = _budget(w2, "rtx-4080-16gb").serving.details.buffers[0]  # type: ignore[union-attr]
+    buffers = g.model_buffer_bytes + g.kv_buffer_bytes + g.compute_buffer_bytes
+    backend = 446_693_376  # the CUDA context and cuBLAS of compute capability 8.9
+    assert buffers + backend + (1 << 30) > catalog_gpu("rtx-4080-16gb").memory_total_bytes
+    # 4 GiB: the dense weights and the KV cache alone leave no room for every layer
+    small = _custom_budget(w, 4)
+    (note,) = [x for x in small.warnings if "adjusts unset settings" in x]
+    assert "layers on the GPUs with their expert weights in host memory" in note, note
+    assert "--cpu-moe --fit off" in small.serving.launch  # type: ignore[union-attr]
+
+
 def test_bad_gguf_settings_are_field_errors():
     with pytest.raises(msgspec.ValidationError, match=r"gguf\.n_ctx"):
         msgspec.convert(
@@ -771,6 +818,29 @@ def test_fit_answers_the_inverse_questions():
     ok = _budget({**w, "gguf": {"n_ctx": 8192, "n_gpu_layers": ngl}})
     bad = _budget({**w, "gguf": {"n_ctx": 8192, "n_gpu_layers": ngl + 1}})
     assert ok.serving.would_start and not bad.serving.would_start  # type: ignore[union-attr]
+
+
+def test_fit_of_a_moe_model_needs_its_experts_on_the_gpus():
+    """/v1/fits: a MoE model that starts only because --fit moved expert weights to host memory
+    does not fit whole (its layout says where the experts went); with the experts placed by the
+    request (n_cpu_moe), the request's own layout is what fits."""
+    w = _gguf_workload("llama_cpp", "b9460", "qwen3-30b-a3b", file_type="Q4_K_M", n_ctx=32768)
+    w["gguf"]["n_parallel"] = 1
+    body = {
+        "workloads": [w],
+        "devices": [
+            {"source": "catalog", "id": "rtx-4080-16gb"},
+            {"source": "catalog", "id": "rtx-4090-24gb"},
+        ],
+        "device_counts": [1],
+    }
+    r = fit(msgspec.convert(body, FitRequest))
+    small, large = (g.layouts[0] for g in r.gpus)
+    assert not small.fits and large.fits
+    assert any("expert weights of" in x and "host memory" in x for x in small.warnings)
+    placed = {**w, "gguf": {**w["gguf"], "n_gpu_layers": 49, "n_cpu_moe": 24}}
+    r2 = fit(msgspec.convert({**body, "workloads": [placed]}, FitRequest))
+    assert r2.gpus[0].layouts[0].fits
 
 
 # ------------------------------------------------------------------- review regressions --

@@ -73,9 +73,13 @@ def _with(w: LLMServingWorkload, **changes: object) -> LLMServingWorkload:
 
 
 def _whole(w: LLMServingWorkload, g: GGUFAccount) -> bool:
-    """Starts with every layer on the GPUs (or with the layers the request fixed)."""
+    """Starts with every layer on the GPUs (or with the layers the request fixed) and no
+    expert weight that --fit moved to host memory (or those the request placed there)."""
     full = resolve_model(w.model).num_layers + 1
-    return g.would_start and (_opts(w).n_gpu_layers is not None or g.settings.n_gpu_layers >= full)
+    o = _opts(w)
+    layers = o.n_gpu_layers is not None or g.settings.n_gpu_layers >= full
+    experts = o.n_cpu_moe > 0 or g.settings.n_cpu_moe == 0
+    return g.would_start and layers and experts
 
 
 def _try(w: LLMServingWorkload, ctx: DeviceContext) -> GGUFAccount | None:
@@ -150,6 +154,12 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
     warnings: list[str] = []
     if not g.would_start:
         warnings.append(f"would not start: {g.reason}")
+    elif not _whole(placed, g) and g.settings.n_gpu_layers > arch.num_layers:
+        warnings.append(
+            f"every layer fits on the GPUs only with the expert weights of "
+            f"{g.settings.n_cpu_moe} of {arch.num_layers} layers in host memory, where "
+            "llama.cpp's --fit places them"
+        )
     elif not _whole(placed, g):
         warnings.append(
             f"only {g.settings.n_gpu_layers} of {arch.num_layers + 1} layers fit on the GPUs "

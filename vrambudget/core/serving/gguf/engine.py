@@ -16,6 +16,7 @@ from msgspec.structs import replace as replace_struct
 
 from ...arch import Arch
 from ...errors import InvalidWorkload
+from ...search import largest_true
 from ...spec import GGUFOptions, LLMServingWorkload
 from ...units import GiB, MiB
 from .llamacpp import LlamaAccount, LlamaSettings, llama_account, split_fractions
@@ -141,9 +142,18 @@ def check_options(w: LLMServingWorkload, r: GGUFRelease, ctx_req: int) -> None:
 
 
 def _settings(
-    w: LLMServingWorkload, r: GGUFRelease, arch: Arch, total: int, n_ctx: int, ngl: int
+    w: LLMServingWorkload,
+    r: GGUFRelease,
+    arch: Arch,
+    total: int,
+    n_ctx: int,
+    ngl: int,
+    n_cpu_moe: int | None = None,
 ) -> LlamaSettings:
+    """The settings the release starts with; ``n_cpu_moe`` (default: the request's) is --fit's
+    own choice where it keeps a MoE model's experts in host memory."""
     o = _opts(w)
+    moe_host = o.n_cpu_moe if n_cpu_moe is None else n_cpu_moe
     parallel = o.n_parallel if o.n_parallel is not None else r.n_parallel_default
     unified = False
     if parallel < 0:  # llama-server auto: 4 slots, one unified cache (tools/server/server.cpp:156)
@@ -183,7 +193,7 @@ def _settings(
         output_first=r.output_first,
         f16_mask=r.f16_mask,
         n_outputs=min(batch, parallel) if r.server_outputs else None,
-        n_cpu_moe=min(o.n_cpu_moe, arch.num_layers),
+        n_cpu_moe=min(moe_host, arch.num_layers),
     )
 
 
@@ -249,6 +259,14 @@ def gguf_account(
                 ctx_req = best
                 s = _settings(w, r, arch, total, ctx_req, s.n_gpu_layers)
                 a = llama_account(arch, o.file_type, s, o.tensors)
+        moe = arch.moe is not None and o.n_cpu_moe == 0
+        if ngl_req is None and moe and not _fits(a, context_bytes, room, margin):
+            # --fit keeps a MoE model's dense weights on the GPUs first (common/fit.cpp:
+            # "dense-only" layers, ggml-org/llama.cpp#16653): every layer there with the
+            # experts of as few layers as fit in host memory; else as many dense-only layers
+            # as fit, the rest of the model in host memory
+            s, a, note = _fit_experts(w, r, arch, total, room, context_bytes, ctx_req, margin)
+            fitted.append(note)
         if ngl_req is None and not _fits(a, context_bytes, room, margin):
             ngl = _most_layers(w, r, arch, room, context_bytes, ctx_req, margin)
             fitted.append(f"{ngl} of {full} layers on the GPUs, the rest in host memory")
@@ -327,6 +345,59 @@ def _largest_ctx(
         else:
             hi = mid - 1
     return lo * 256
+
+
+def _fit_experts(
+    w: LLMServingWorkload,
+    r: GGUFRelease,
+    arch: Arch,
+    total: int,
+    room: int,
+    context: int,
+    n_ctx: int,
+    margin: int,
+) -> tuple[LlamaSettings, LlamaAccount, str]:
+    """--fit's layout for a MoE model that does not fit whole (common/fit.cpp, steps 3-4):
+    with only the dense weights on the GPUs there is room, so every layer goes there and the
+    dense-only layers (their experts in host memory) are converted to full layers while they
+    fit; else the most dense-only layers that fit, the other layers in host memory. llama.cpp
+    keeps the experts of the last layers on the host and may fit part of one more layer's
+    experts (its ``LAYER_FRACTION_*`` overflow); the budget takes the same count of whole
+    layers, first layers first (``--n-cpu-moe``: the same bytes on one GPU)."""
+    o = _opts(w)
+    n_layer = arch.num_layers
+    full = n_layer + 1
+
+    def account(ngl: int, n_cpu_moe: int) -> tuple[LlamaSettings, LlamaAccount]:
+        s = _settings(w, r, arch, total, n_ctx, ngl, n_cpu_moe)
+        return s, llama_account(arch, o.file_type, s, o.tensors)
+
+    s, a = account(full, n_layer)
+    if _fits(a, context, room, margin):
+        # the fewest layers whose experts stay in host memory (fewer need more GPU memory)
+        k = 1 + largest_true(
+            0, n_layer, lambda n: not _fits(account(full, n)[1], context, room, margin)
+        )
+        s, a = account(full, k)
+        return (
+            s,
+            a,
+            (
+                f"every layer on the GPUs, the expert weights of {k} of {n_layer} layers in host "
+                "memory (--fit keeps a MoE model's dense weights on the GPUs first)"
+            ),
+        )
+    ngl = largest_true(0, full, lambda n: _fits(account(n, n_layer)[1], context, room, margin))
+    ngl = max(ngl, 0)
+    s, a = account(ngl, n_layer)
+    return (
+        s,
+        a,
+        (
+            f"{ngl} of {full} layers on the GPUs with their expert weights in host memory, "
+            "the rest in host memory (--fit keeps a MoE model's dense weights on the GPUs first)"
+        ),
+    )
 
 
 def _most_layers(
