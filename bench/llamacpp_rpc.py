@@ -139,6 +139,33 @@ MOE_MODELS = [  # Mixtral's layout (llama architecture, merged expert tensors)
 ]
 
 
+def _load(
+    n_ctx: int,
+    flash_attn: bool,
+    n_ubatch: int,
+    ngl: int | str,
+    devices: int,
+    *,
+    n_batch: int = 512,
+    f32_mask: bool = False,
+    kv: str = "f16",
+    **extra: object,
+) -> dict:
+    """One load's settings (``extra``: ``kv_offload``, ``n_outputs``, ``n_cpu_moe``)."""
+    return dict(
+        n_ctx=n_ctx,
+        flash_attn=flash_attn,
+        n_ubatch=n_ubatch,
+        n_batch=n_batch,
+        f32_mask=f32_mask,
+        ngl=ngl,
+        devices=devices,
+        type_k=kv,
+        type_v=kv,
+        **extra,
+    )
+
+
 def moe_grid(quick: bool) -> list[dict]:
     """The MoE models: ``--n-cpu-moe`` none / 2 layers / every layer (99), micro-batches on
     both sides of the op-offload threshold, one and two devices; and half the layers on the
@@ -149,34 +176,9 @@ def moe_grid(quick: bool) -> list[dict]:
     ):
         if quick and (ub not in (512, 16) or devices == 2 or n_ctx > 4096):
             continue
-        runs.append(
-            dict(
-                n_ctx=n_ctx,
-                flash_attn=fa,
-                n_ubatch=ub,
-                n_batch=512,
-                f32_mask=False,
-                ngl="all",
-                devices=devices,
-                type_k="f16",
-                type_v="f16",
-                n_cpu_moe=n_cpu_moe,
-            )
-        )
+        runs.append(_load(n_ctx, fa, ub, "all", devices, n_cpu_moe=n_cpu_moe))
     for ub, fa in itertools.product((512, 128), (True, False)):
-        runs.append(
-            dict(
-                n_ctx=4096,
-                flash_attn=fa,
-                n_ubatch=ub,
-                n_batch=512,
-                f32_mask=False,
-                ngl="half",
-                devices=1,
-                type_k="f16",
-                type_v="f16",
-            )
-        )
+        runs.append(_load(4096, fa, ub, "half", 1))
     return runs
 
 
@@ -197,17 +199,7 @@ def grid(quick: bool) -> list[dict]:
         caches = ("f16", "q8_0") if fa and ub == 512 and ngl == "all" else ("f16",)
         for kv in caches:
             runs.append(
-                dict(
-                    n_ctx=n_ctx,
-                    flash_attn=fa,
-                    n_ubatch=ub,
-                    n_batch=max(ub, 512),
-                    f32_mask=f32_mask,
-                    ngl=ngl,
-                    devices=devices,
-                    type_k=kv,
-                    type_v=kv,
-                )
+                _load(n_ctx, fa, ub, ngl, devices, n_batch=max(ub, 512), f32_mask=f32_mask, kv=kv)
             )
     # --no-kv-offload: the KV cache in host memory; with flash attention the attention still
     # runs on the GPU, copying each layer's K and V; without it, on the host
@@ -221,16 +213,15 @@ def grid(quick: bool) -> list[dict]:
         caches = ("f16", "q8_0") if fa and not f32_mask and ngl == "all" else ("f16",)
         for kv in caches:
             runs.append(
-                dict(
-                    n_ctx=n_ctx,
-                    flash_attn=fa,
-                    n_ubatch=ub,
+                _load(
+                    n_ctx,
+                    fa,
+                    ub,
+                    ngl,
+                    devices,
                     n_batch=max(ub, 512),
                     f32_mask=f32_mask,
-                    ngl=ngl,
-                    devices=devices,
-                    type_k=kv,
-                    type_v=kv,
+                    kv=kv,
                     kv_offload=False,
                 )
             )
@@ -238,35 +229,10 @@ def grid(quick: bool) -> list[dict]:
     for n_ctx, ub, f32_mask in itertools.product((8192, 32768), (512, 256), (False, True)):
         if quick and ub != 512:
             continue
-        runs.append(
-            dict(
-                n_ctx=n_ctx,
-                flash_attn=True,
-                n_ubatch=ub,
-                n_batch=512,
-                f32_mask=f32_mask,
-                ngl=0,
-                devices=0,
-                type_k="f16",
-                type_v="f16",
-            )
-        )
+        runs.append(_load(n_ctx, True, ub, 0, 0, f32_mask=f32_mask))
     # llama-server from b9460: the logits of its four slots' outputs (VB_N_OUTPUTS_MAX)
     for n_ctx, fa, ngl in itertools.product(ctxs[:2], (True, False), ("all", "half", 0)):
-        runs.append(
-            dict(
-                n_ctx=n_ctx,
-                flash_attn=fa,
-                n_ubatch=512,
-                n_batch=512,
-                f32_mask=False,
-                ngl=ngl,
-                devices=1,
-                type_k="f16",
-                type_v="f16",
-                n_outputs=4,
-            )
-        )
+        runs.append(_load(n_ctx, fa, 512, ngl, 1, n_outputs=4))
     return runs
 
 
