@@ -42,7 +42,7 @@ def test_compute_buffers_against_the_emulation():
     memory, 296 of two MoE models, 192 of them with --n-cpu-moe): the worst under-estimate is
     within the slack the partial-offload warning states (21.7% measured, 22% warned); 13 are
     more than 5% under, all with layers on the host (one of them under --no-kv-offload,
-    6.6%); the median absolute error 9.2% (the rules err high on a second GPU, for quantized
+    6.6%); the median absolute error 8.4% (the rules err high on a second GPU, for quantized
     caches at long context and for --no-kv-offload's copies, taken at the largest hole
     measured)."""
     errs = [b.error for b in ROWS]
@@ -57,7 +57,7 @@ def test_compute_buffers_against_the_emulation():
     under = [b for b in ROWS if b.error < -0.05]
     assert len(under) <= 13
     assert all(b.settings["ngl"] != "all" for b in under)
-    assert statistics.median(map(abs, errs)) <= 0.093
+    assert statistics.median(map(abs, errs)) <= 0.085
     # every layer on one GPU: never under by more than the print's rounding
     assert all(
         b.error >= -0.001 for b in ROWS if b.settings["ngl"] == "all" and b.settings["devices"] == 1
@@ -68,9 +68,13 @@ def test_compute_buffers_against_the_emulation():
         for b in ROWS
         if b.settings.get("kv_offload") is False and b.settings["ngl"] == "all"
     )
-    # the MoE models, their experts in host memory or not, partial offload included: never
-    # under by more than 0.2% (a second GPU's rounding)
-    assert min(b.error for b in moe) >= -0.002
+    # the MoE models, their experts in host memory or not, partial offload included: under
+    # by at most 0.7% (a second GPU's small buffer without flash attention), 4.2% over in
+    # median (an upper bound too, so that a rule counting too much shows)
+    assert min(b.error for b in moe) >= -0.007
+    assert statistics.median(b.error for b in moe) <= 0.045
+    moved = [b for b in moe if b.settings.get("n_cpu_moe") and b.settings["devices"] == 2]
+    assert statistics.median(b.error for b in moved) <= 0.16
 
 
 def test_the_hosts_buffer_against_the_emulation():

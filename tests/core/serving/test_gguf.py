@@ -648,47 +648,87 @@ _QWEN3_235B = {  # Qwen/Qwen3-235B-A22B config.json
 }
 
 
+_QWEN3_30B = {"source": "preset", "id": "qwen3-30b-a3b"}
+
+
 @pytest.mark.parametrize(
-    ("file_type", "n_ctx", "cache", "n_host", "kv_mib", "compute_mib", "over"),
+    ("model", "file_type", "gguf", "kv_mib", "compute_mib", "host_mib", "over"),
     [
         # ikawrakow/ik_llama.cpp discussion #357 (ubergarm, 2025-04-30): mainline b5192,
-        # -ngl 99 -ot "blk.(13-93).ffn=CPU" -fa -c 32768, one RTX A6000
-        ("Q8_0", 32768, "f16", 81, 6016.00, 1024.00, 0.0),
-        # the same thread (AesSedai, 2025-05-03): b5269, blocks 5-93's ffn on the CPU, -c 16384,
-        # -fa with a q8_0 cache, one RTX 3090: its mask fitted a hole the estimate does not count
-        ("Q6_K", 16384, "q8_0", 89, 1598.00, 774.00, 0.042),
+        # -ngl 99 -ot "blk.(13-93).ffn=CPU" -fa -c 32768, one RTX A6000 (the log the f32 mask's
+        # term beside the copy was read from)
+        (_QWEN3_235B, "Q8_0", {"n_ctx": 32768, "n_cpu_moe": 81}, (6016.00,), (1024.00,), 72.01, 0),
+        # ik_llama.cpp PR #370 (ubergarm, 2025-05-04): b5274, blocks 14-93's ffn on the CPU,
+        # a q8_0 cache
+        (
+            _QWEN3_235B,
+            "Q8_0",
+            {"n_ctx": 32768, "n_cpu_moe": 80, "cache_type_k": "q8_0", "cache_type_v": "q8_0"},
+            (3196.00,),
+            (1024.00,),
+            72.01,
+            0,
+        ),
+        # discussion #357 (AesSedai, 2025-05-03): b5269, blocks 5-93's ffn on the CPU, -c
+        # 16384, a q8_0 cache, one RTX 3090: its mask fitted a hole the estimate does not count
+        (
+            _QWEN3_235B,
+            "Q6_K",
+            {"n_ctx": 16384, "n_cpu_moe": 89, "cache_type_k": "q8_0", "cache_type_v": "q8_0"},
+            (1598.00,),
+            (774.00,),
+            40.01,
+            0.042,
+        ),
+        # ik_llama.cpp issue #514 (mtcl, 2025-06-10): b5622 llama-cli, -ot ".ffn_.*_exps.=CPU",
+        # an RTX 4090 and an RTX 5090 (12 and 36 + the output layer, as its KV buffers say), no
+        # flash attention: the scores, not an expert copy, set both GPUs' buffers; no pipeline
+        # (tensor overrides turn it off)
+        (
+            _QWEN3_30B,
+            "Q4_K_M",
+            {
+                "n_ctx": 16384,
+                "n_cpu_moe": 48,
+                "flash_attn": "off",
+                "devices": 2,
+                "tensor_split": [12, 37],
+            },
+            (384.00, 1152.00),
+            (1080.00, 1080.00),
+            36.01,
+            0.014,
+        ),
     ],
 )
 def test_published_logs_with_experts_on_the_cpu(
-    file_type, n_ctx, cache, n_host, kv_mib, compute_mib, over
+    model, file_type, gguf, kv_mib, compute_mib, host_mib, over
 ):
-    """Qwen3-235B-A22B with its experts in host memory (-ot, before --n-cpu-moe existed; the
-    same tensors but for the router and norms, 2 MiB a layer, which the logs' model buffers
-    hold on the host too): the KV buffer exact, the GPU's compute buffer one expert tensor
-    (816 MiB at Q8_0, 630 at Q6_K) beside the expert matmul's per-token terms and the f32 mask
-    copy's hole of builds before b9410; the host's compute buffer 72.01 / 40.01 MiB."""
+    """MoE models with their experts in host memory (-ot, before --n-cpu-moe existed; the
+    Qwen3-235B logs' patterns also move the router and norms, 2 MiB a layer, which their model
+    buffers hold on the host): the KV buffers exact, each GPU's compute buffer within the stated
+    over-estimate (one expert tensor, 816 MiB at Q8_0 and 630 at Q6_K, beside the expert
+    matmul's per-token terms and, in builds before b9410, the f32 mask copy's hole), and the
+    host's compute buffer to the 0.01 MiB."""
     w = {
         "kind": "llm_serving",
         "engine": "llama_cpp",
         "engine_version": "b6327",
-        "model": _QWEN3_235B,
+        "model": model,
         "gguf": {
             "file_type": file_type,
-            "n_ctx": n_ctx,
             "n_parallel": 1,
-            "n_gpu_layers": 95,
-            "n_cpu_moe": n_host,
+            "n_gpu_layers": 999,
             "flash_attn": "on",
-            "cache_type_k": cache,
-            "cache_type_v": cache,
             "n_ubatch": 512,
+            **gguf,
         },
     }
-    gpu, host = _budget(w, "h200-sxm-141gb").serving.details.buffers  # type: ignore[union-attr]
-    assert gpu.kv_buffer_bytes / MiB == kv_mib
-    compute = gpu.compute_buffer_bytes / MiB
-    assert 0 <= compute - compute_mib <= over * compute_mib + 0.012  # printed to 0.01 MiB
-    assert abs(host.compute_buffer_bytes / MiB - (72.01 if n_ctx == 32768 else 40.01)) <= 0.011
+    *gpus, host = _budget(w, "h200-sxm-141gb").serving.details.buffers  # type: ignore[union-attr]
+    assert tuple(g.kv_buffer_bytes / MiB for g in gpus) == kv_mib
+    for g, printed in zip(gpus, compute_mib, strict=True):
+        assert 0 <= g.compute_buffer_bytes / MiB - printed <= over * printed + 0.012
+    assert abs(host.compute_buffer_bytes / MiB - host_mib) <= 0.011
 
 
 def test_n_cpu_moe_remedy_and_refusals():
@@ -713,6 +753,16 @@ def test_n_cpu_moe_remedy_and_refusals():
         _budget(_gguf_workload("llama_cpp", "b4000", "qwen3-30b-a3b", n_cpu_moe=4))
     dense = _budget(_gguf_workload("llama_cpp", "b9460", "llama-3.1-8b", n_ctx=4096, n_cpu_moe=4))
     assert any("no expert weights" in x for x in dense.warnings)
+    # a build between the modelled ones that has the flag (b6100 takes b4000's rules)
+    b6100 = _budget(_gguf_workload("llama_cpp", "b6100", "qwen3-30b-a3b", n_cpu_moe=4, n_ctx=4096))
+    assert "--n-cpu-moe 4" in b6100.serving.launch  # type: ignore[union-attr]
+    # --n-cpu-moe is a tensor override: llama.cpp's --fit then changes no layer
+    # (common/fit.cpp: "tensor_buft_overrides already set by user, abort")
+    w = _gguf_workload("llama_cpp", "b9460", "qwen3-30b-a3b", file_type="Q4_K_M", n_ctx=32768)
+    w["gguf"].update(n_parallel=1, n_cpu_moe=4)
+    b = _budget(w, "rtx-4080-16gb")
+    assert not b.serving.would_start and b.serving.details.n_gpu_layers == 49  # type: ignore[union-attr]
+    assert any("--fit leaves the layers as they are (n_cpu_moe is set)" in x for x in b.warnings)
 
 
 def _custom_budget(workload: dict, gib: float):

@@ -250,12 +250,13 @@ def gguf_budget(
         warnings.append(
             "n_cpu_moe: the model has no expert weights (a dense model); --n-cpu-moe moves nothing"
         )
-    elif s.n_cpu_moe:
+    elif g.account.host_expert_layers:
+        flag = " (--n-cpu-moe)" if w.engine == "llama_cpp" else ""
         warnings.append(
-            f"the expert weights of {s.n_cpu_moe} layer(s) stay in host memory "
-            "(--n-cpu-moe): generation reads them at host memory bandwidth, and with micro-batches "
-            "of 32 tokens or more the first GPU copies one expert tensor at a time into its "
-            "compute buffer (counted)"
+            f"the expert weights of {g.account.host_expert_layers} layer(s) stay in host "
+            f"memory{flag}: generation reads them at host memory bandwidth, and with "
+            "micro-batches of 32 tokens or more the first GPU copies one expert tensor at a "
+            "time into its compute buffer (counted)"
         )
     if (s.type_k != "f16" or s.type_v != "f16") and s.flash_attn:
         warnings.append(

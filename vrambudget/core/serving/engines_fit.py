@@ -157,8 +157,8 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
     elif not _whole(placed, g) and g.settings.n_gpu_layers > arch.num_layers:
         warnings.append(
             f"every layer fits on the GPUs only with the expert weights of "
-            f"{g.settings.n_cpu_moe} of {arch.num_layers} layers in host memory, where "
-            "llama.cpp's --fit places them"
+            f"{g.account.host_expert_layers} layers in host memory, where llama.cpp's --fit "
+            "places them"
         )
     elif not _whole(placed, g):
         warnings.append(

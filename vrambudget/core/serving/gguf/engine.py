@@ -120,11 +120,12 @@ def check_options(w: LLMServingWorkload, r: GGUFRelease, ctx_req: int) -> None:
                 "Ollama's OLLAMA_KV_CACHE_TYPE sets both caches: f16, q8_0 or q4_0, the same "
                 "for K and V",
             )
-    elif o.n_cpu_moe and parse_build(r.version) < N_CPU_MOE_BUILD:
+    elif o.n_cpu_moe and parse_build(w.engine_version or r.version) < N_CPU_MOE_BUILD:
         raise InvalidWorkload(
             "gguf.n_cpu_moe",
-            f"llama.cpp {r.version} predates --n-cpu-moe (b{N_CPU_MOE_BUILD}, "
-            "ggml-org/llama.cpp#15077): choose engine_version b6327 or later, or leave it 0",
+            f"llama.cpp {w.engine_version or r.version} predates --n-cpu-moe "
+            f"(b{N_CPU_MOE_BUILD}, ggml-org/llama.cpp#15077): choose engine_version "
+            f"b{N_CPU_MOE_BUILD} or later, or leave it 0",
         )
     elif o.cache_type_v in _QUANTIZED and not flash:
         raise InvalidWorkload(
@@ -259,6 +260,15 @@ def gguf_account(
                 ctx_req = best
                 s = _settings(w, r, arch, total, ctx_req, s.n_gpu_layers)
                 a = llama_account(arch, o.file_type, s, o.tensors)
+        # --fit places weights only where the request set no placement of its own: layers,
+        # a tensor split over several GPUs, tensor overrides (--n-cpu-moe) make it stop after
+        # the context (common/fit.cpp:463-486, "... already set by user, abort")
+        user_split = o.devices > 1 and o.tensor_split is not None
+        if ngl_req is None and (o.n_cpu_moe or user_split):
+            ngl_req = s.n_gpu_layers
+            if not _fits(a, context_bytes, room, margin):
+                what = "n_cpu_moe" if o.n_cpu_moe else "tensor_split"
+                fitted.append(f"--fit leaves the layers as they are ({what} is set)")
         moe = arch.moe is not None and o.n_cpu_moe == 0
         if ngl_req is None and moe and not _fits(a, context_bytes, room, margin):
             # --fit keeps a MoE model's dense weights on the GPUs first (common/fit.cpp:
@@ -383,8 +393,8 @@ def _fit_experts(
             s,
             a,
             (
-                f"every layer on the GPUs, the expert weights of {k} of {n_layer} layers in host "
-                "memory (--fit keeps a MoE model's dense weights on the GPUs first)"
+                f"every layer on the GPUs, the expert weights of {a.host_expert_layers} layers "
+                "in host memory (--fit keeps a MoE model's dense weights on the GPUs first)"
             ),
         )
     ngl = largest_true(0, full, lambda n: _fits(account(n, n_layer)[1], context, room, margin))

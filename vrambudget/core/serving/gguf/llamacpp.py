@@ -124,6 +124,9 @@ class LlamaAccount:
     layer_weights: tuple[int, ...]
     """Bytes of each layer index: the n_layer repeating layers, then the output layer (with a
     tied head's duplicate of the token embeddings)."""
+    host_expert_layers: int = 0
+    """GPU layers whose expert weights ``--n-cpu-moe`` keeps in host memory (a leading dense
+    layer has none)."""
 
 
 def _f32(x: float) -> float:
@@ -223,13 +226,15 @@ def _tokens(s: LlamaSettings) -> int:
 def pipeline_parallel(s: LlamaSettings, n_layer: int) -> bool:
     """llama.cpp's pipeline parallelism (src/llama-context.cpp:429-458): more than one GPU,
     every layer and the output layer offloaded (``n_gpu_layers > n_layer``), the KV cache on
-    the GPUs, split mode ``layer`` (the only one modelled); llama.cpp also needs no tensor
-    overrides and devices with async compute and events (not modelled: they would only turn it
-    off). Its scheduler then keeps ``GGML_SCHED_MAX_COPIES`` (4) copies of each split's inputs
+    the GPUs, split mode ``layer`` (the only one modelled), no tensor overrides (``--n-cpu-moe``
+    and ``--fit``'s own placement of experts are overrides: src/llama-context.cpp:437
+    ``!model.has_tensor_overrides()``); llama.cpp also needs devices with async compute and
+    events (not modelled: they would only turn it off). Its scheduler then keeps
+    ``GGML_SCHED_MAX_COPIES`` (4) copies of each split's inputs
     in the compute buffers (ggml/src/ggml-backend.cpp:771-773). When that allocation fails,
     llama.cpp retries without the pipeline (CTX:676-683); the estimate keeps the pipeline's
     buffers, the larger."""
-    return s.devices > 1 and s.n_gpu_layers > n_layer and s.kv_offload
+    return s.devices > 1 and s.n_gpu_layers > n_layer and s.kv_offload and not s.n_cpu_moe
 
 
 def compute_buffer(
@@ -536,11 +541,11 @@ def offloaded_ops(
         kv = kv_layer_bytes(arch, s, cells[widest])
         if s.flash_attn:
             kv += fa_f16_copies(arch, s, cells[widest])
-            mask = (2 if s.f16_mask else 6) * n_kv
-            out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (mask + 8 * e))
+            attention = (2 if s.f16_mask else 6) * n_kv
+            out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (attention + 8 * e))
         elif s.kv_offload:  # with --no-kv-offload this attention stays on the host
-            mask = n_kv * (4 * arch.num_heads + 4)
-            out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (mask + 8 * e))
+            attention = n_kv * (4 * arch.num_heads + 4)  # the scores and the f32 mask
+            out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (attention + 8 * e))
         on_host = set(host)
         weight = max((_cuda_bytes(w) for w in tensors if w.layer in on_host), default=0)
         out = max(out, weight + t * _ffn_beside_weight(arch))
@@ -589,7 +594,8 @@ def llama_account(
             host_weights += b
         else:
             weights[where[il]] += b
-    for t in host_experts(s, tensors, where):  # --n-cpu-moe
+    moved = host_experts(s, tensors, where)  # --n-cpu-moe
+    for t in moved:
         weights[where[t.layer]] -= t.nbytes
         host_weights += t.nbytes
     cells = kv_cells(arch, s)
@@ -680,6 +686,7 @@ def llama_account(
         file_bytes=sum(t.nbytes for t in tensors),
         tensors=tensors,
         layer_weights=tuple(per_layer),
+        host_expert_layers=len({t.layer for t in moved}),
     )
 
 
