@@ -731,6 +731,28 @@ def test_published_logs_with_experts_on_the_cpu(
     assert abs(host.compute_buffer_bytes / MiB - host_mib) <= 0.011
 
 
+def test_n_cpu_moe_moves_the_tensors_llama_cpp_matches():
+    """LLM_FFN_EXPS_REGEX (common/common.h): routed experts, fused gate_up included, of the
+    first N GPU layers; not the shared experts, the router or a layer past N."""
+    from vrambudget.core.serving.gguf.llamacpp import host_experts
+    from vrambudget.core.serving.gguf.tensors import _LAYER_NAMES, GGUFTensor
+
+    names = [
+        "blk.0.ffn_up_exps.weight",
+        "blk.0.ffn_gate_exps.weight",
+        "blk.0.ffn_down_exps.weight",
+        f"blk.1.{_LAYER_NAMES['experts.gate_up_proj']}.weight",
+        "blk.1.ffn_up_shexp.weight",
+        "blk.1.ffn_gate_inp.weight",
+        "blk.2.ffn_up_exps.weight",
+    ]
+    tensors = tuple(GGUFTensor(n, "Q8_0", (64, 64, 4), int(n.split(".")[1]), 1) for n in names)
+    s = _settings(n_cpu_moe=2)
+    moved = host_experts(s, tensors, (0, 0, 0, 0))
+    assert [t.name for t in moved] == names[:4]
+    assert host_experts(s, tensors, (-1, 0, 0, 0)) == tuple(t for t in moved if t.layer == 1)
+
+
 def test_n_cpu_moe_remedy_and_refusals():
     """A MoE model too large for the GPU: the remedies name the fewest layers whose experts
     must stay in host memory with every layer on the GPU, and that setting starts while one

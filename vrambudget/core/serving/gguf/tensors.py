@@ -49,6 +49,7 @@ _LAYER_NAMES: dict[str, str] = {
     "experts.gate_proj": "ffn_gate_exps",
     "experts.up_proj": "ffn_up_exps",
     "experts.down_proj": "ffn_down_exps",
+    "experts.gate_up_proj": "ffn_gate_up_exps",  # fused (gpt-oss's checkpoint layout)
     "shared_experts.gate_proj": "ffn_gate_shexp",
     "shared_experts.up_proj": "ffn_up_shexp",
     "shared_experts.down_proj": "ffn_down_shexp",
