@@ -5,8 +5,9 @@ with a CUDA-like device (bench/llamacpp_rpc.py's results), device by device.
 
 Prints the median absolute error, the count under by more than 1%, 5% and 10%, the worst
 under-estimates and the error by class (every layer / half / none on the GPU, one or two
-devices, llama-server's outputs, ``--no-kv-offload``), and the host's compute buffer of the
-``--no-kv-offload`` loads.
+devices, llama-server's outputs, ``--no-kv-offload``, the MoE models with and without
+``--n-cpu-moe``), and the host's compute buffer of the ``--no-kv-offload`` loads and of those
+on the CPU alone.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ class Buffer:
         where = {"all": "every layer", "half": "half the layers", 0: "no layer"}[s["ngl"]]
         outputs = ", 4 outputs" if s.get("n_outputs") else ""
         nkvo = ", -nkvo" if s.get("kv_offload") is False else ""
-        moe = f", MoE --n-cpu-moe {s['n_cpu_moe']}" if "n_cpu_moe" in s else ""
-        moe = moe or (", MoE" if self.model.startswith("moe") else "")
+        moe = ""
+        if self.model.startswith("moe"):
+            moe = ", MoE" + (f" --n-cpu-moe {s['n_cpu_moe']}" if "n_cpu_moe" in s else "")
         return f"{where} on the GPU, {s['devices']} device(s){outputs}{nkvo}{moe}"
 
 
@@ -130,10 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         f"> 10%: {sum(e < -0.10 for e in errs)}; worst {min(errs):+.1%}, largest over "
         f"{max(errs):+.1%}"
     )
-    print(f"{'class':<52}{'buffers':>8}{'median':>9}{'lowest':>9}{'highest':>9}")
+    print(f"{'class':<56}{'buffers':>8}{'median':>9}{'lowest':>9}{'highest':>9}")
     for klass in sorted({b.klass for b in rows}):
         e = [b.error for b in rows if b.klass == klass]
-        print(f"{klass:<52}{len(e):>8}{statistics.median(e):>+9.1%}{min(e):>+9.1%}{max(e):>+9.1%}")
+        print(f"{klass:<56}{len(e):>8}{statistics.median(e):>+9.1%}{min(e):>+9.1%}{max(e):>+9.1%}")
     host = buffers(Path(paths[0]) if paths else RESULTS, host=True)
     for label, rows_of in (
         ("under --no-kv-offload", [b for b in host if b.settings["devices"] > 0]),

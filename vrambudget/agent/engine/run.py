@@ -97,7 +97,7 @@ def _terminated_raises() -> Iterator[Termination]:
     def handler(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         term.signum = signum
-        raise EngineTerminated(128 + signum)
+        term.check()
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:

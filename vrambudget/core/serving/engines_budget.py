@@ -53,7 +53,7 @@ from .engine_args import (
 )
 from .gguf.budget import gguf_details, gguf_devices, gguf_host_and_disk
 from .gguf.engine import GGUFAccount, concurrency, gguf_account, launch_command
-from .gguf.llamacpp import unmodelled_compute
+from .gguf.llamacpp import cpu_moe_flag, unmodelled_compute
 from .load import load_memory
 from .releases import EngineRelease, engine_release
 from .sglang import SGLangAccount, sglang_account, sglang_release
@@ -144,7 +144,7 @@ def _gguf_remedies(w: LLMServingWorkload, g: GGUFAccount, ctx: DeviceContext) ->
             n_layer,
             lambda n: starts(n_cpu_moe=n, n_gpu_layers=full) is None,
         )
-        flag = "--cpu-moe" if fewest >= n_layer else f"--n-cpu-moe {fewest}"
+        flag = cpu_moe_flag(fewest, n_layer)
         out.append(
             f"n_cpu_moe {fewest} with every layer on the GPU ({flag}: the fewest layers whose "
             "expert weights stay in host memory)"

@@ -154,17 +154,18 @@ def gguf_layout(w: LLMServingWorkload, ctx: DeviceContext, n: int, req: FitReque
     warnings: list[str] = []
     if not g.would_start:
         warnings.append(f"would not start: {g.reason}")
-    elif not _whole(placed, g) and g.settings.n_gpu_layers > arch.num_layers:
-        warnings.append(
-            f"every layer fits on the GPUs only with the expert weights of "
-            f"{g.account.host_expert_layers} layers in host memory, where llama.cpp's --fit "
-            "places them"
-        )
     elif not _whole(placed, g):
-        warnings.append(
-            f"only {g.settings.n_gpu_layers} of {arch.num_layers + 1} layers fit on the GPUs "
-            f"({g.fitted})"
-        )
+        if g.settings.n_gpu_layers > arch.num_layers:
+            warnings.append(
+                f"every layer fits on the GPUs only with the expert weights of "
+                f"{g.account.host_expert_layers} layers in host memory, where llama.cpp's --fit "
+                "places them"
+            )
+        else:
+            warnings.append(
+                f"only {g.settings.n_gpu_layers} of {arch.num_layers + 1} layers fit on the "
+                f"GPUs ({g.fitted})"
+            )
     return _layout_fit(ctx, n, (1, n), fits, values, tuple(warnings), maxima, verdict)
 
 

@@ -19,7 +19,13 @@ from ...errors import InvalidWorkload
 from ...search import largest_true
 from ...spec import GGUFOptions, LLMServingWorkload
 from ...units import GiB, MiB
-from .llamacpp import LlamaAccount, LlamaSettings, llama_account, split_fractions
+from .llamacpp import (
+    LlamaAccount,
+    LlamaSettings,
+    cpu_moe_flag,
+    llama_account,
+    split_fractions,
+)
 from .ollama_estimate import OllamaEstimate, ollama_estimate
 from .releases import GGUFRelease, gguf_release
 
@@ -264,20 +270,21 @@ def gguf_account(
         # a tensor split over several GPUs, tensor overrides (--n-cpu-moe) make it stop after
         # the context (common/fit.cpp:463-486, "... already set by user, abort")
         user_split = o.devices > 1 and o.tensor_split is not None
-        if ngl_req is None and (o.n_cpu_moe or user_split):
-            ngl_req = s.n_gpu_layers
-            if not _fits(a, context_bytes, room, margin):
-                what = "n_cpu_moe" if o.n_cpu_moe else "tensor_split"
-                fitted.append(f"--fit leaves the layers as they are ({what} is set)")
-        moe = arch.moe is not None and o.n_cpu_moe == 0
-        if ngl_req is None and moe and not _fits(a, context_bytes, room, margin):
+        fit_places = ngl_req is None and not o.n_cpu_moe and not user_split
+        if ngl_req is None and not fit_places and not _fits(a, context_bytes, room, margin):
+            what = "n_cpu_moe" if o.n_cpu_moe else "tensor_split"
+            fitted.append(f"--fit leaves the layers as they are ({what} is set)")
+        placed = None
+        if fit_places and arch.moe is not None and not _fits(a, context_bytes, room, margin):
             # --fit keeps a MoE model's dense weights on the GPUs first (common/fit.cpp:
             # "dense-only" layers, ggml-org/llama.cpp#16653): every layer there with the
             # experts of as few layers as fit in host memory; else as many dense-only layers
             # as fit, the rest of the model in host memory
-            s, a, note = _fit_experts(w, r, arch, total, room, context_bytes, ctx_req, margin)
-            fitted.append(note)
-        if ngl_req is None and not _fits(a, context_bytes, room, margin):
+            placed = _fit_experts(w, r, arch, total, room, context_bytes, ctx_req, margin)
+            if placed is not None:
+                s, a, note = placed
+                fitted.append(note)
+        if fit_places and not _fits(a, context_bytes, room, margin):
             ngl = _most_layers(w, r, arch, room, context_bytes, ctx_req, margin)
             fitted.append(f"{ngl} of {full} layers on the GPUs, the rest in host memory")
             s = _settings(w, r, arch, total, ctx_req, ngl)
@@ -366,7 +373,7 @@ def _fit_experts(
     context: int,
     n_ctx: int,
     margin: int,
-) -> tuple[LlamaSettings, LlamaAccount, str]:
+) -> tuple[LlamaSettings, LlamaAccount, str] | None:
     """--fit's layout for a MoE model that does not fit whole (common/fit.cpp, steps 3-4):
     with only the dense weights on the GPUs there is room, so every layer goes there and the
     dense-only layers (their experts in host memory) are converted to full layers while they
@@ -398,7 +405,8 @@ def _fit_experts(
             ),
         )
     ngl = largest_true(0, full, lambda n: _fits(account(n, n_layer)[1], context, room, margin))
-    ngl = max(ngl, 0)
+    if ngl < 0:
+        return None  # not even the dense weights of one layer: whole layers, as for a dense model
     s, a = account(ngl, n_layer)
     return (
         s,
@@ -510,11 +518,7 @@ def launch_command(w: LLMServingWorkload, g: GGUFAccount, model_ref: str) -> str
     if not s.kv_offload:
         parts.append("--no-kv-offload")
     if s.n_cpu_moe:
-        parts.append(
-            "--cpu-moe"
-            if s.n_cpu_moe >= len(g.account.layer_weights) - 1
-            else f"--n-cpu-moe {s.n_cpu_moe}"
-        )
+        parts.append(cpu_moe_flag(s.n_cpu_moe, len(g.account.layer_weights) - 1))
     if g.release.fit == "llama_fit":
         parts.append("--fit off")  # the budget fixed every setting: start exactly that
     parts = [p for p in parts if p]

@@ -295,9 +295,11 @@ def compute_buffer(
     with flash attention adds the kernel's f16 copies of the layer's K and V to the GPU's
     buffer (``kv_f16``, not per token). Host-resident weights: :func:`offloaded_ops`.
 
-    On the CPU alone, builds before b9410 hold the f32 mask beside the FFN's intermediates (``2
-    n_kv`` more) and beside its f16 cast at the attention (``6 n_kv + 20 n_embd + 20``); logits
-    larger than that hole are placed past the mask (``+ 4 n_kv``).
+    On the host's backend (``gpu`` False: the CPU alone, or the host layers of a partial
+    offload), builds before b9410 hold the f32 mask beside the FFN's intermediates (``2 n_kv``
+    more) and beside its f16 cast at the attention (``6 n_kv + 20 n_embd + 20``); logits larger
+    than that hole are placed past the mask (``+ 4 n_kv``; measured on the CPU alone). The FFN's
+    ``12 n_ff`` throughout is :func:`_ffn_per_token` (with experts, ``+ 4 k n_embd``).
 
     ``--no-kv-offload`` (the cache in host memory): with flash attention the attention runs on
     the GPU all the same, the layer's K and V (and flash attention's f16 copies of a quantized
@@ -315,9 +317,7 @@ def compute_buffer(
     per = 0
     factor = 1.0
     # the cells one stream attends over on this backend (0 for the output layer alone)
-    n_kv = max((cells[i] for i in layers), default=0)
-    if not s.kv_unified:
-        n_kv = min(n_kv, s.n_ctx_seq)
+    n_kv = _attended(s, max((cells[i] for i in layers), default=0))
     # the pipeline's four copies of each split's inputs: the f32 hidden state and the mask
     # (f16 with flash attention from b9410, else f32; before b9410 the first GPU casts the f32
     # mask and the next GPUs are sent its f16 cast: bench/llamacpp_rpc.py)
@@ -428,6 +428,8 @@ def host_experts(
     s: LlamaSettings, tensors: tuple[GGUFTensor, ...], where: tuple[int, ...]
 ) -> tuple[GGUFTensor, ...]:
     """The expert weights of GPU layers that ``--n-cpu-moe`` keeps in host memory."""
+    if not s.n_cpu_moe:
+        return ()
     return tuple(
         t
         for t in tensors
@@ -466,6 +468,16 @@ def _cuda_bytes(t: GGUFTensor) -> int:
     return t.nbytes + row_bytes(t.type, 512 - ne0 % 512)
 
 
+def _attended(s: LlamaSettings, n_cells: int) -> int:
+    """The cells one stream attends over: all of them in a unified cache, else one slot's."""
+    return n_cells if s.kv_unified else min(n_cells, s.n_ctx_seq)
+
+
+def cpu_moe_flag(n_cpu_moe: int, n_layer: int) -> str:
+    """llama.cpp's flag for the experts of the first ``n_cpu_moe`` layers in host memory."""
+    return "--cpu-moe" if n_cpu_moe >= n_layer else f"--n-cpu-moe {n_cpu_moe}"
+
+
 def offloaded_ops(
     arch: Arch,
     s: LlamaSettings,
@@ -473,14 +485,21 @@ def offloaded_ops(
     where: tuple[int, ...],
     cells: tuple[int, ...],
     output_bytes: int,
+    experts: tuple[GGUFTensor, ...] = (),
 ) -> int:
-    """What the first GPU's compute buffer holds for ops of host-resident layers that
-    llama.cpp's scheduler runs there (``offload_op``: a micro-batch of ``OFFLOAD_MIN_BATCH``
-    tokens or more; ggml/src/ggml-backend.cpp ``ggml_backend_sched_backend_id_from_cur``):
-    each such op's weight is copied into that buffer, one weight per split, and a host
-    layer's attention, which follows its projections onto the GPU, copies that layer's whole
-    K and V (the host KV cache) and the KQ mask. The largest of:
+    """What the first GPU's compute buffer holds for ops whose weights lie in host memory
+    (host layers, and the ``--n-cpu-moe`` ``experts`` of GPU layers) that llama.cpp's
+    scheduler runs there (``offload_op``: a micro-batch of ``OFFLOAD_MIN_BATCH`` tokens or
+    more; ggml/src/ggml-backend.cpp ``ggml_backend_sched_backend_id_from_cur``): each such op's
+    weight is copied into that buffer, one weight per split, and a host layer's attention,
+    which follows its projections onto the GPU, copies that layer's whole K and V (the host KV
+    cache) and the KQ mask. The largest of:
 
+    - an expert tensor of a GPU layer (``--n-cpu-moe``): one whole copy beside the expert
+      matmul's per-token terms (:func:`_ffn_beside_weight`) and the KQ mask (f16 ``2 n_kv``;
+      before b9410 the f32 copy's hole, ``4 n_kv + 12 n_embd``: a published b5192 log of
+      Qwen3-235B-A22B to the 0.01 MiB; ``4 n_kv`` without flash attention); a second copy
+      when expert layers lie on a later GPU;
     - the output layer on the host: its weight, the logits and the normed input (``rows x 4
       (n_embd + n_vocab)``, ``rows`` the micro-batch or llama-server's outputs from b9460; with
       fewer than 32 rows the head's matmul stays on the host): what Ollama's own estimate adds
@@ -491,12 +510,15 @@ def offloaded_ops(
       their ops run there);
     - a host layer's attention: its K and V (x ``KV_COPY_SLACK``, the allocator's hole), the
       mask (f16 ``2 n_kv``; before b9410 the f32 copy and its cast, ``6 n_kv``; without flash
-      attention the f32 scores of every head and the f32 mask) and ``8 n_embd`` per token;
-    - its largest weight beside an FFN matmul's input and output (``8 n_ff + 8 n_embd`` per
-      token).
+      attention the f32 scores of every head and the f32 mask; none under
+      ``--no-kv-offload`` without flash attention, where it stays on the host) and ``8
+      n_embd`` per token;
+    - its largest weight beside an FFN matmul's input and output (:func:`_ffn_beside_weight`;
+      a MoE layer's beside its K and V and the mask too; under ``--no-kv-offload`` without
+      flash attention beside the host layers' own terms).
 
     Measured on llama.cpp's own scheduler and allocator with a CUDA-like device
-    (bench/llamacpp_rpc.py, 216 device buffers with layers on the host): at most 21.7% above this
+    (bench/llamacpp_rpc.py, the buffers with weights in host memory): at most 21.7% above this
     (``unmodelled_compute`` warns). 0 when no weight is on the host or the micro-batch is
     below 32 tokens."""
     t = _tokens(s)
@@ -505,62 +527,53 @@ def offloaded_ops(
         return 0
     e = arch.hidden_size
     out = 0
-    # the KQ mask stays alive beside an expert matmul's copied weight: f16 with flash
-    # attention from b9410; before, the f32 copy's hole as at the FFN (4 n_kv + 12 n_embd: a
-    # published b5192 log of Qwen3-235B-A22B, 1,024.00 MiB, to the 0.01 MiB); f32 without
-    n_cells = max(cells, default=0)
-    n_kv_all = n_cells if s.kv_unified else min(n_cells, s.n_ctx_seq)
+    beside_weight = _ffn_beside_weight(arch)
+    n_kv_all = _attended(s, max(cells, default=0))
     if s.flash_attn and s.f16_mask:
-        mask = 2 * n_kv_all
+        expert_mask = 2 * n_kv_all
     elif s.flash_attn:
-        mask = 4 * n_kv_all + 12 * e
+        expert_mask = 4 * n_kv_all + 12 * e
     else:
-        mask = 4 * n_kv_all
-    experts = host_experts(s, tensors, where)
+        expert_mask = 4 * n_kv_all
     if experts:
-        # --n-cpu-moe: an expert matmul of a GPU layer runs on the first GPU with its weight
-        # copied there (only the selected experts' rows are sent, but the copy is reserved
-        # whole: ggml/src/ggml-backend.cpp); expert layers on a later GPU add a second copy
-        weight = max(_cuda_bytes(x) for x in experts)
-        out = weight + t * (_ffn_beside_weight(arch) + mask)
+        # only the selected experts' rows are sent, but the copy is reserved whole
+        # (ggml/src/ggml-backend.cpp ggml_backend_sched_compute_splits)
+        expert_weight = max(_cuda_bytes(x) for x in experts)
+        out = expert_weight + t * (beside_weight + expert_mask)
         if any(where[x.layer] > 0 for x in experts):
             n_expert = arch.moe.num_experts if arch.moe is not None else 0
-            out = max(out, 2 * weight + t * (4 * e + 8 * n_expert))
+            out = max(out, 2 * expert_weight + t * (4 * e + 8 * n_expert))
     rows = t if s.n_outputs is None else min(t, s.n_outputs)
     if where[n_layer] < 0 and rows >= OFFLOAD_MIN_BATCH:
         # the head's matmul over fewer rows (llama-server's slots, b9460 on) stays on the host
         out = max(out, 4 * rows * (e + arch.vocab_size) + output_bytes)
-    host = [i for i in range(n_layer) if where[i] < 0]
-    if host:
-        # the host layers' ops run on this GPU: their per-token terms, as if they lay there
-        out = max(out, compute_buffer(arch, s, tuple(host), False, cells, pipeline=False))
-        widest = max(host, key=lambda i: cells[i])
-        n_kv = cells[widest]
-        if not s.kv_unified:
-            n_kv = min(n_kv, s.n_ctx_seq)
-        kv = kv_layer_bytes(arch, s, cells[widest])
-        if s.flash_attn:
-            kv += fa_f16_copies(arch, s, cells[widest])
-            attention = (2 if s.f16_mask else 6) * n_kv
-            out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (attention + 8 * e))
-        elif s.kv_offload:  # with --no-kv-offload this attention stays on the host
-            attention = n_kv * (4 * arch.num_heads + 4)  # the scores and the f32 mask
-            out = max(out, math.ceil(kv * KV_COPY_SLACK) + t * (attention + 8 * e))
-        on_host = set(host)
-        weight = max((_cuda_bytes(w) for w in tensors if w.layer in on_host), default=0)
-        out = max(out, weight + t * _ffn_beside_weight(arch))
-        if arch.moe is not None:
-            # a host MoE layer: its expert weight's copy beside the layer's K and V copies and
-            # the mask (bench/llamacpp_rpc.py, half the layers on the GPU)
-            out = max(
-                out,
-                weight
-                + kv_layer_bytes(arch, s, cells[widest])
-                + t * (_ffn_beside_weight(arch) + mask),
-            )
-        if not s.kv_offload and not s.flash_attn:
-            # the host layer's FFN on this GPU, its intermediates beside its copied weight
-            out = max(out, weight + compute_buffer(arch, s, tuple(host), False, cells))
+    host = tuple(i for i in range(n_layer) if where[i] < 0)
+    if not host:
+        return out
+    # the host layers' ops run on this GPU: their per-token terms, as if they lay there
+    ops = compute_buffer(arch, s, host, False, cells, pipeline=False)
+    out = max(out, ops)
+    widest = max(host, key=lambda i: cells[i])
+    n_kv = _attended(s, cells[widest])
+    kv = kv_layer_bytes(arch, s, cells[widest])
+    if s.flash_attn:
+        attention: int | None = (2 if s.f16_mask else 6) * n_kv
+        copied = kv + fa_f16_copies(arch, s, cells[widest])
+    else:  # the scores and the f32 mask; with --no-kv-offload this attention stays on the host
+        attention = n_kv * (4 * arch.num_heads + 4) if s.kv_offload else None
+        copied = kv
+    if attention is not None:
+        out = max(out, math.ceil(copied * KV_COPY_SLACK) + t * (attention + 8 * e))
+    on_host = set(host)
+    host_weight = max((_cuda_bytes(w) for w in tensors if w.layer in on_host), default=0)
+    out = max(out, host_weight + t * beside_weight)
+    if arch.moe is not None:
+        # a host MoE layer: its expert weight's copy beside the layer's K and V copies and the
+        # mask (bench/llamacpp_rpc.py, half the layers on the GPU)
+        out = max(out, host_weight + kv + t * (beside_weight + expert_mask))
+    if not s.kv_offload and not s.flash_attn:
+        # the host layer's FFN on this GPU, its intermediates beside its copied weight
+        out = max(out, host_weight + ops)
     return out
 
 
@@ -612,7 +625,7 @@ def llama_account(
     head = [t for t in tensors if t.layer == n_layer and t.name == "output.weight"]
     if not head:  # a tied head: the duplicate of the token embeddings
         head = [t for t in tensors if t.name == "token_embd.weight"]
-    copies = offloaded_ops(arch, s, tensors, where, cells, sum(_cuda_bytes(t) for t in head))
+    copies = offloaded_ops(arch, s, tensors, where, cells, sum(_cuda_bytes(t) for t in head), moved)
     for d in range(s.devices):
         layers = tuple(i for i in range(n_layer) if where[i] == d)
         out = where[n_layer] == d
@@ -647,7 +660,7 @@ def llama_account(
         e = arch.hidden_size
         one = 4 * e + 4 * max(cells, default=0)
         host_compute = _tokens(s) * (max(2 * one, 16 * e) if pipeline else one)
-    if _tokens(s) < OFFLOAD_MIN_BATCH and host_experts(s, tensors, where):
+    if _tokens(s) < OFFLOAD_MIN_BATCH and moved:
         # --n-cpu-moe below 32 tokens: the host runs the expert matmuls itself
         host_compute += _tokens(s) * _ffn_beside_weight(arch)
     gpu_layers = tuple(i for i in range(n_layer) if where[i] >= 0)
@@ -657,9 +670,7 @@ def llama_account(
         # layers' attention runs there too (src/llama-graph.cpp:2752-2755), its f32 scores
         # in the host's compute buffer
         e = arch.hidden_size
-        n_kv = max(cells[i] for i in gpu_layers)
-        if not s.kv_unified:
-            n_kv = min(n_kv, s.n_ctx_seq)
+        n_kv = _attended(s, max(cells[i] for i in gpu_layers))
         # the f16 mask from b9410, else f32; a quantized cache's row store takes up to 184 B
         # per token more (bench/llamacpp_rpc.py), which the f32 mask's 4 n_kv covers
         quantized = s.type_k in _QUANTIZED_KV or s.type_v in _QUANTIZED_KV
