@@ -661,8 +661,11 @@ def llama_account(
         one = 4 * e + 4 * max(cells, default=0)
         host_compute = _tokens(s) * (max(2 * one, 16 * e) if pipeline else one)
     if _tokens(s) < OFFLOAD_MIN_BATCH and moved:
-        # --n-cpu-moe below 32 tokens: the host runs the expert matmuls itself
-        host_compute += _tokens(s) * _ffn_beside_weight(arch)
+        # --n-cpu-moe below 32 tokens: the host runs the expert matmuls itself, beside the
+        # inputs the GPUs' splits hand it (4 n_kv + 8 n_embd per token covers the emulation's
+        # 16-token loads, up to 16% above the expert term alone)
+        n_kv = _attended(s, max(cells, default=0))
+        host_compute += _tokens(s) * (_ffn_beside_weight(arch) + 4 * n_kv + 8 * arch.hidden_size)
     gpu_layers = tuple(i for i in range(n_layer) if where[i] >= 0)
     if not s.kv_offload and gpu_layers:
         # --no-kv-offload: the host stores every layer's new K and V rows (the mask and 8
