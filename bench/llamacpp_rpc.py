@@ -22,8 +22,9 @@ that device follow the CUDA backend's rules where they differ (each cited in the
   ``n_outputs`` runs).
 
 The grid also loads with ``--no-kv-offload`` (``kv_offload: false``: the KV cache in host
-memory), on the CPU alone (``devices: 0``, no RPC device), and two MoE models with
-``--n-cpu-moe`` (their expert weights in host memory).
+memory), with ``--no-op-offload`` (``op_offload: false``), on the CPU alone (``devices: 0``,
+no RPC device), and two MoE models with ``--n-cpu-moe`` (their expert weights in host
+memory).
 
 The patch applies to the llama.cpp vendored in llama-cpp-python 0.3.36 (commit 0c1e570):
 
@@ -179,6 +180,13 @@ def moe_grid(quick: bool) -> list[dict]:
         runs.append(_load(n_ctx, fa, ub, "all", devices, n_cpu_moe=n_cpu_moe))
     for ub, fa in itertools.product((512, 128), (True, False)):
         runs.append(_load(4096, fa, ub, "half", 1))
+    # --no-op-offload: the expert matmuls stay on the host
+    for n_cpu_moe, ub, n_ctx, fa, devices in itertools.product(
+        (2, 99), (512, 128), (4096, 16384), (True, False), (1, 2)
+    ):
+        if quick and (ub != 512 or devices == 2 or n_ctx > 4096):
+            continue
+        runs.append(_load(n_ctx, fa, ub, "all", devices, n_cpu_moe=n_cpu_moe, op_offload=False))
     return runs
 
 
@@ -230,6 +238,13 @@ def grid(quick: bool) -> list[dict]:
         if quick and ub != 512:
             continue
         runs.append(_load(n_ctx, True, ub, 0, 0, f32_mask=f32_mask))
+    # --no-op-offload: the matmuls of host-resident weights stay on the host
+    for n_ctx, fa, ub, ngl in itertools.product(
+        (4096, 16384), (True, False), (512, 256), ("half", 0)
+    ):
+        if quick and ub != 512:
+            continue
+        runs.append(_load(n_ctx, fa, ub, ngl, 1, op_offload=False))
     # llama-server from b9460: the logits of its four slots' outputs (VB_N_OUTPUTS_MAX)
     for n_ctx, fa, ngl in itertools.product(ctxs[:2], (True, False), ("all", "half", 0)):
         runs.append(_load(n_ctx, fa, 512, ngl, 1, n_outputs=4))
@@ -288,6 +303,8 @@ def run_one(binary: Path, model: Path, m: dict, s: dict) -> dict:
         cmd.append("-nkvo")
     if s.get("n_cpu_moe"):
         cmd += ["--n-cpu-moe", str(s["n_cpu_moe"])]
+    if s.get("op_offload") is False:
+        cmd.append("--no-op-offload")
     env = dict(os.environ, VB_CUDA_ALLOC="1", VB_CUDA_OFFLOAD="1")
     if s["f32_mask"]:
         env["VB_F32_MASK"] = "1"

@@ -49,6 +49,7 @@ class Buffer:
         where = {"all": "every layer", "half": "half the layers", 0: "no layer"}[s["ngl"]]
         outputs = ", 4 outputs" if s.get("n_outputs") else ""
         nkvo = ", -nkvo" if s.get("kv_offload") is False else ""
+        nkvo += ", --no-op-offload" if s.get("op_offload") is False else ""
         moe = ""
         if self.model.startswith("moe"):
             moe = ", MoE" + (f" --n-cpu-moe {s['n_cpu_moe']}" if "n_cpu_moe" in s else "")
@@ -84,6 +85,7 @@ def buffers(path: Path = RESULTS, host: bool = False) -> list[Buffer]:
             splits=(1.0,) * s["devices"],
             kv_offload=s.get("kv_offload", True),
             n_cpu_moe=min(s.get("n_cpu_moe", 0), m["n_layer"]),
+            op_offload=s.get("op_offload", True),
             f16_mask=not s["f32_mask"],
             n_outputs=s.get("n_outputs"),
         )
@@ -94,7 +96,8 @@ def buffers(path: Path = RESULTS, host: bool = False) -> list[Buffer]:
         account = llama_account(arch, "Q8_0", settings, given)
         if host:
             cpu_only = s["devices"] == 0
-            if (cpu_only or s.get("kv_offload") is False) and "CPU" in run["compute_buffers"]:
+            changed = s.get("kv_offload") is False or s.get("op_offload") is False
+            if (cpu_only or changed) and "CPU" in run["compute_buffers"]:
                 measured_host = run["compute_buffers"]["CPU"]
                 estimated = account.host_compute_bytes / MiB
                 out.append(Buffer(run["model"], s, -1, 0, False, measured_host, estimated))
@@ -138,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{klass:<56}{len(e):>8}{statistics.median(e):>+9.1%}{min(e):>+9.1%}{max(e):>+9.1%}")
     host = buffers(Path(paths[0]) if paths else RESULTS, host=True)
     for label, rows_of in (
-        ("under --no-kv-offload", [b for b in host if b.settings["devices"] > 0]),
+        ("under --no-kv-offload", [b for b in host if b.settings.get("kv_offload") is False]),
+        ("under --no-op-offload", [b for b in host if b.settings.get("op_offload") is False]),
         ("on the CPU alone", [b for b in host if b.settings["devices"] == 0]),
     ):
         e = [b.error for b in rows_of]

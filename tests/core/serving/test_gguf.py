@@ -731,6 +731,52 @@ def test_published_logs_with_experts_on_the_cpu(
     assert abs(host.compute_buffer_bytes / MiB - host_mib) <= 0.011
 
 
+def test_no_op_offload_keeps_host_weights_ops_on_the_host_by_hand():
+    """--no-op-offload: the GPU reserves no copy of a host-resident weight (its buffer is its
+    own layers' terms) and the host runs those ops: with the experts of two layers in host
+    memory, the host's buffer adds their matmuls' per-token terms beside the splits' inputs,
+    512 x (8 k n_ff_exp + 4 k n_embd + 4 n_embd + 24 + 4 n_kv + 8 n_embd) (bench/llamacpp_rpc.py's
+    --no-op-offload loads: never under). Ollama cannot be told; llama.cpp b4000 predates it."""
+    w = {
+        "kind": "llm_serving",
+        "engine": "llama_cpp",
+        "model": _MOE,
+        "gguf": {
+            "file_type": "Q8_0",
+            "n_ctx": 4096,
+            "n_parallel": 1,
+            "n_gpu_layers": 5,
+            "n_cpu_moe": 2,
+            "op_offload": False,
+        },
+    }
+    b = _budget(w)
+    gpu, host = b.serving.details.buffers  # type: ignore[union-attr]
+    assert gpu.compute_buffer_bytes == 512 * (2 * 4096 + 16 * 2048 + 12 * 6144 + 4 * 8 * 2048 + 28)
+    experts = 8 * 6144 + 4 * 8 * 2048 + 4 * 2048 + 24
+    assert host.compute_buffer_bytes == 512 * (4 * 2048 + 4 * 4096) + 512 * (
+        experts + 4 * 4096 + 8 * 2048
+    )
+    assert "--n-cpu-moe 2 --no-op-offload --fit off" in b.serving.launch  # type: ignore[union-attr]
+    assert any("--no-op-offload" in x for x in b.warnings)
+    with pytest.raises(InvalidWorkload, match=r"gguf\.op_offload"):
+        _budget(_gguf_workload("ollama", "0.30.1", "qwen3-30b-a3b", op_offload=False))
+    with pytest.raises(InvalidWorkload, match="--no-op-offload"):
+        _budget(_gguf_workload("llama_cpp", "b4000", "qwen3-30b-a3b", op_offload=False))
+    # a dense model under partial offload: no weight copy, no partial-offload warning
+    dense = _llama_cpp(
+        "llama-3.1-8b", "rtx-4090-24gb", n_ctx=65536, n_gpu_layers=20, op_offload=False
+    )
+    assert not [x for x in dense.warnings if "offload_op" in x]
+    copies = _llama_cpp("llama-3.1-8b", "rtx-4090-24gb", n_ctx=65536, n_gpu_layers=20)
+    gpu_off = dense.serving.details.buffers[0]  # type: ignore[union-attr]
+    gpu_on = copies.serving.details.buffers[0]  # type: ignore[union-attr]
+    # the head and a host layer's K/V copies are gone; the GPU's own layers' terms remain
+    # (b6500 predates b9410: the f32 mask copy's hole below the FFN, 4 n_kv + 12 n_ff + 12 E)
+    assert gpu_off.compute_buffer_bytes < gpu_on.compute_buffer_bytes
+    assert gpu_off.compute_buffer_bytes == 512 * (4 * 65536 + 12 * 14336 + 12 * 4096)
+
+
 def test_n_cpu_moe_moves_the_tensors_llama_cpp_matches():
     """LLM_FFN_EXPS_REGEX (common/common.h): routed experts, fused gate_up included, of the
     first N GPU layers; not the shared experts, the router or a layer past N."""

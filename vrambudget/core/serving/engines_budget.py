@@ -252,11 +252,15 @@ def gguf_budget(
         )
     elif g.account.host_expert_layers:
         flag = " (--n-cpu-moe)" if w.engine == "llama_cpp" else ""
+        copies = (
+            "with micro-batches of 32 tokens or more the first GPU copies one expert tensor "
+            "at a time into its compute buffer (counted)"
+            if s.op_offload
+            else "the host runs their matmuls (--no-op-offload)"
+        )
         warnings.append(
             f"the expert weights of {g.account.host_expert_layers} layer(s) stay in host "
-            f"memory{flag}: generation reads them at host memory bandwidth, and with "
-            "micro-batches of 32 tokens or more the first GPU copies one expert tensor at a "
-            "time into its compute buffer (counted)"
+            f"memory{flag}: generation reads them at host memory bandwidth, and {copies}"
         )
     if (s.type_k != "f16" or s.type_v != "f16") and s.flash_attn:
         warnings.append(

@@ -172,6 +172,14 @@ class GGUFOptions(Wire, frozen=True, kw_only=True):
         bool,
         Meta(description="`--no-kv-offload` off: the KV cache of GPU layers on their GPU."),
     ] = True
+    op_offload: Annotated[
+        bool,
+        Meta(
+            description="`--no-op-offload` off (llama.cpp only): micro-batches of 32 tokens or "
+            "more run the matmuls of host-resident weights on the first GPU, copying each "
+            "weight into its compute buffer; false keeps them on the host."
+        ),
+    ] = True
     n_cpu_moe: Annotated[
         int,
         Meta(

@@ -33,6 +33,9 @@ __all__ = ["GGUFAccount", "concurrency", "gguf_account", "launch_command"]
 
 FIT_MARGIN_BYTES = 1 << 30
 """llama.cpp ``--fit-target`` default: 1024 MiB left free per device (common/common.h:483)."""
+NO_OP_OFFLOAD_BUILD = 5350
+"""A llama.cpp build with ``--no-op-offload`` (ggml-org/llama.cpp#13386, merged 2025-05-10;
+the first is a few builds earlier)."""
 N_CPU_MOE_BUILD = 6089
 """The first llama.cpp build with ``--n-cpu-moe`` (ggml-org/llama.cpp#15077, 2025-08-04)."""
 FIT_MIN_CTX = 4096
@@ -114,6 +117,11 @@ def check_options(w: LLMServingWorkload, r: GGUFRelease, ctx_req: int) -> None:
             raise InvalidWorkload(
                 "gguf.tensor_split", "Ollama splits layers itself: leave tensor_split null"
             )
+        if not o.op_offload:
+            raise InvalidWorkload(
+                "gguf.op_offload",
+                "Ollama has no setting for llama.cpp's --no-op-offload: leave op_offload true",
+            )
         if o.n_cpu_moe:
             raise InvalidWorkload(
                 "gguf.n_cpu_moe",
@@ -126,6 +134,13 @@ def check_options(w: LLMServingWorkload, r: GGUFRelease, ctx_req: int) -> None:
                 "Ollama's OLLAMA_KV_CACHE_TYPE sets both caches: f16, q8_0 or q4_0, the same "
                 "for K and V",
             )
+    elif not o.op_offload and parse_build(w.engine_version or r.version) < NO_OP_OFFLOAD_BUILD:
+        raise InvalidWorkload(
+            "gguf.op_offload",
+            f"llama.cpp {w.engine_version or r.version} predates --no-op-offload "
+            f"(b{NO_OP_OFFLOAD_BUILD}, ggml-org/llama.cpp#13386): choose engine_version "
+            f"b{NO_OP_OFFLOAD_BUILD} or later, or leave it true",
+        )
     elif o.n_cpu_moe and parse_build(w.engine_version or r.version) < N_CPU_MOE_BUILD:
         raise InvalidWorkload(
             "gguf.n_cpu_moe",
@@ -201,6 +216,7 @@ def _settings(
         f16_mask=r.f16_mask,
         n_outputs=min(batch, parallel) if r.server_outputs else None,
         n_cpu_moe=min(moe_host, arch.num_layers),
+        op_offload=o.op_offload,
     )
 
 
@@ -519,6 +535,8 @@ def launch_command(w: LLMServingWorkload, g: GGUFAccount, model_ref: str) -> str
         parts.append("--no-kv-offload")
     if s.n_cpu_moe:
         parts.append(cpu_moe_flag(s.n_cpu_moe, len(g.account.layer_weights) - 1))
+    if not s.op_offload:
+        parts.append("--no-op-offload")
     if g.release.fit == "llama_fit":
         parts.append("--fit off")  # the budget fixed every setting: start exactly that
     parts = [p for p in parts if p]

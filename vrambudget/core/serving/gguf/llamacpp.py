@@ -86,6 +86,9 @@ class LlamaSettings:
     n_cpu_moe: int = 0
     """``--n-cpu-moe N``: the expert weights of the first N repeating layers stay in host
     memory (common/arg.cpp, ``LLM_FFN_EXPS_REGEX``; ``--cpu-moe``: every layer)."""
+    op_offload: bool = True
+    """``--no-op-offload`` off: the GPU runs the ops of host-resident weights for micro-batches
+    of 32 tokens or more (``cparams.op_offload``, ggml-org/llama.cpp#13386)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -523,7 +526,7 @@ def offloaded_ops(
     below 32 tokens."""
     t = _tokens(s)
     n_layer = arch.num_layers
-    if not s.devices or t < OFFLOAD_MIN_BATCH:
+    if not s.devices or t < OFFLOAD_MIN_BATCH or not s.op_offload:
         return 0
     e = arch.hidden_size
     out = 0
@@ -660,8 +663,9 @@ def llama_account(
         e = arch.hidden_size
         one = 4 * e + 4 * max(cells, default=0)
         host_compute = _tokens(s) * (max(2 * one, 16 * e) if pipeline else one)
-    if _tokens(s) < OFFLOAD_MIN_BATCH and moved:
-        # --n-cpu-moe below 32 tokens: the host runs the expert matmuls itself, beside the
+    if (_tokens(s) < OFFLOAD_MIN_BATCH or not s.op_offload) and moved:
+        # --n-cpu-moe below 32 tokens or with --no-op-offload: the host runs the expert
+        # matmuls itself, beside the
         # inputs the GPUs' splits hand it (4 n_kv + 8 n_embd per token covers the emulation's
         # 16-token loads, up to 16% above the expert term alone)
         n_kv = _attended(s, max(cells, default=0))
@@ -715,7 +719,12 @@ def unmodelled_compute(arch: Arch, a: LlamaAccount) -> tuple[str, ...]:
     on_gpu = {i for d in a.devices for i in d.layers}
     if any(d.output for d in a.devices):
         on_gpu.add(n_layer)
-    if not a.devices or len(on_gpu) == n_layer + 1 or _tokens(s) < OFFLOAD_MIN_BATCH:
+    if (
+        not a.devices
+        or len(on_gpu) == n_layer + 1
+        or _tokens(s) < OFFLOAD_MIN_BATCH
+        or not s.op_offload
+    ):
         return ()
     more = a.devices[0].compute_bytes * PARTIAL_OFFLOAD_SLACK / MiB
     return (
