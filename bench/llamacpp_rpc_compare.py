@@ -68,6 +68,10 @@ def buffers(path: Path = RESULTS, host: bool = False) -> list[Buffer]:
             continue
         m = data["models"][run["model"]]
         s = run["settings"]
+        if host and not (
+            s["devices"] == 0 or s.get("kv_offload") is False or s.get("op_offload") is False
+        ):
+            continue  # the host's buffer is compared where its rules changed
         arch = arch_of(m)
         ctx = run["context"]
         settings = LlamaSettings(
@@ -95,9 +99,7 @@ def buffers(path: Path = RESULTS, host: bool = False) -> list[Buffer]:
         )
         account = llama_account(arch, "Q8_0", settings, given)
         if host:
-            cpu_only = s["devices"] == 0
-            changed = s.get("kv_offload") is False or s.get("op_offload") is False
-            if (cpu_only or changed) and "CPU" in run["compute_buffers"]:
+            if "CPU" in run["compute_buffers"]:
                 measured_host = run["compute_buffers"]["CPU"]
                 estimated = account.host_compute_bytes / MiB
                 out.append(Buffer(run["model"], s, -1, 0, False, measured_host, estimated))

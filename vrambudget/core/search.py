@@ -110,3 +110,9 @@ def largest_true(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def smallest_true(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
+    """Smallest x in [lo, hi] with ok(x) for a monotone (false then true) predicate, ok(hi)
+    known true: the bracket of ``largest_true`` for the negated predicate."""
+    return 1 + largest_true(lo, hi - 1, lambda x: not ok(x))

@@ -207,14 +207,38 @@ async def drive(
     requests in flight are cancelled and what was measured so far is returned (within
     ``STOP_POLL_S``)."""
     result = LoadResult()
-    work = asyncio.ensure_future(
-        _requests(
-            base_url, engine, model, load, prompt_tokens, vocab_size, salt, before_measuring, result
+    url = f"{base_url}/v1/completions"
+    bodies = Bodies(engine, model, load, prompt_tokens, vocab_size, salt)
+
+    async def requests() -> None:
+        limits = httpx.Limits(
+            max_connections=load.concurrency + 1, max_keepalive_connections=load.concurrency + 1
         )
-    )
+        timeout = httpx.Timeout(load.request_timeout_s, connect=10.0)
+        async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+            for i in range(load.warmup_requests):
+                await _one(client, url, bodies.body(i), load.request_timeout_s, None)
+            if before_measuring is not None:
+                before_measuring()
+            counter = iter(range(load.requests))
+
+            async def client_loop() -> None:
+                for n in counter:
+                    body = bodies.body(load.warmup_requests + n)
+                    await _one(client, url, body, load.request_timeout_s, result)
+
+            start = time.perf_counter()
+            try:
+                await asyncio.gather(
+                    *(client_loop() for _ in range(min(load.concurrency, load.requests)))
+                )
+            finally:  # also when stopped: the wall time of what was measured
+                result.wall_s = time.perf_counter() - start
+
     if stopped is None:
-        await work
+        await requests()
         return result
+    work = asyncio.ensure_future(requests())
     while not work.done() and not stopped():
         await asyncio.wait({work}, timeout=STOP_POLL_S)
     if not work.done():
@@ -222,44 +246,6 @@ async def drive(
     with contextlib.suppress(asyncio.CancelledError):
         await work
     return result
-
-
-async def _requests(
-    base_url: str,
-    engine: str,
-    model: str,
-    load: EngineLoad,
-    prompt_tokens: int,
-    vocab_size: int,
-    salt: int,
-    before_measuring: Callable[[], None] | None,
-    result: LoadResult,
-) -> None:
-    url = f"{base_url}/v1/completions"
-    limits = httpx.Limits(
-        max_connections=load.concurrency + 1, max_keepalive_connections=load.concurrency + 1
-    )
-    timeout = httpx.Timeout(load.request_timeout_s, connect=10.0)
-    bodies = Bodies(engine, model, load, prompt_tokens, vocab_size, salt)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
-        for i in range(load.warmup_requests):
-            await _one(client, url, bodies.body(i), load.request_timeout_s, None)
-        if before_measuring is not None:
-            before_measuring()
-        counter = iter(range(load.requests))
-
-        async def client_loop() -> None:
-            for n in counter:
-                body = bodies.body(load.warmup_requests + n)
-                await _one(client, url, body, load.request_timeout_s, result)
-
-        start = time.perf_counter()
-        try:
-            await asyncio.gather(
-                *(client_loop() for _ in range(min(load.concurrency, load.requests)))
-            )
-        finally:  # also when stopped: the wall time of what was measured
-            result.wall_s = time.perf_counter() - start
 
 
 def preemptions(engine: str, metrics_text: str | None) -> float | None:

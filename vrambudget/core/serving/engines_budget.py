@@ -30,7 +30,7 @@ from ..result import (
     SGLangDetails,
     WorkloadSummary,
 )
-from ..search import largest_true
+from ..search import largest_true, smallest_true
 from ..spec import (
     DiskOptions,
     GGUFOptions,
@@ -139,10 +139,8 @@ def _gguf_remedies(w: LLMServingWorkload, g: GGUFAccount, ctx: DeviceContext) ->
     if moe_ok and starts(n_cpu_moe=n_layer, n_gpu_layers=full) is not None:
         # the fewest layers whose experts stay in host memory, every layer on the GPU (fewer
         # host experts need more GPU memory: monotone)
-        fewest = 1 + largest_true(
-            o.n_cpu_moe + 1,
-            n_layer,
-            lambda n: starts(n_cpu_moe=n, n_gpu_layers=full) is None,
+        fewest = smallest_true(
+            o.n_cpu_moe + 1, n_layer, lambda n: starts(n_cpu_moe=n, n_gpu_layers=full) is not None
         )
         flag = cpu_moe_flag(fewest, n_layer)
         out.append(

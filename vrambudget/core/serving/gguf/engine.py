@@ -16,7 +16,7 @@ from msgspec.structs import replace as replace_struct
 
 from ...arch import Arch
 from ...errors import InvalidWorkload
-from ...search import largest_true
+from ...search import largest_true, smallest_true
 from ...spec import GGUFOptions, LLMServingWorkload
 from ...units import GiB, MiB
 from .llamacpp import (
@@ -408,9 +408,7 @@ def _fit_experts(
     s, a = account(full, n_layer)
     if _fits(a, context, room, margin):
         # the fewest layers whose experts stay in host memory (fewer need more GPU memory)
-        k = 1 + largest_true(
-            0, n_layer, lambda n: not _fits(account(full, n)[1], context, room, margin)
-        )
+        k = smallest_true(0, n_layer, lambda n: _fits(account(full, n)[1], context, room, margin))
         s, a = account(full, k)
         return (
             s,
