@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 from .catalog import GPU, MIG_COMPUTE_SLICES, MIGProfile, gpus
@@ -112,10 +113,12 @@ def resource_name(p: MIGProfile) -> str:
     return RESOURCE_PREFIX + p.name
 
 
+@cache
 def mig_devices(gpu_id: str | None) -> tuple[MIGDevice, ...]:
     """The MIG profiles of a catalog GPU, smallest first (by capacity, then compute slices:
     between equal memories the profile with more instances per GPU comes first); () for a GPU
-    without MIG or a custom device."""
+    without MIG or a custom device. Cached: the catalog is fixed for the process, and a
+    whole-catalog fit asks once per GPU."""
     g = gpus().get(gpu_id) if gpu_id is not None else None
     if g is None:
         return ()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .arch import SCORES_MATERIALIZED, Arch
 from .formulas.allocator_overhead import (
@@ -36,6 +37,28 @@ from .spec import Software
 from .stack import DEFAULT_STACK, Stack, resolve_stack, version_tuple
 
 __all__ = ["DEFAULT_OVERHEADS", "Overheads", "device_overheads", "with_software"]
+
+
+@lru_cache(maxsize=4096)
+def _sdpa_math(
+    arch: Arch, stack: Stack, flash_hw: bool, vendor: str, compute: str, masked: bool
+) -> bool:
+    """:meth:`Overheads.sdpa_math`, keyed by what it reads (``Arch`` and ``Stack`` hash by
+    identity: one lookup costs a tuple hash)."""
+    if stack.transformers_version is None or arch.mla is not None:
+        return False
+    backend = transformers_sdpa_backend(
+        dtype=compute,
+        heads=arch.num_heads,
+        kv_heads=arch.num_kv_heads,
+        head_dim=arch.head_dim,
+        v_head_dim=arch.head_dim,
+        native_gqa=stack.sdpa_native_gqa,
+        flash_hw=flash_hw,
+        mem_efficient_gqa=mem_efficient_gqa(version_tuple(stack.torch_version), vendor),
+        mask=masked,
+    )
+    return backend == "math"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,21 +106,9 @@ class Overheads:
         ``compute`` dtype on this device and stack (an unpadded batch; ``masked``: a
         sliding-window layer's call with its mask:
         :func:`vrambudget.core.formulas.sdpa.transformers_sdpa_backend`); False for frameworks
-        with their own attention code (their calls are not modelled here)."""
-        if self.stack.transformers_version is None or arch.mla is not None:
-            return False
-        backend = transformers_sdpa_backend(
-            dtype=compute,
-            heads=arch.num_heads,
-            kv_heads=arch.num_kv_heads,
-            head_dim=arch.head_dim,
-            v_head_dim=arch.head_dim,
-            native_gqa=self.stack.sdpa_native_gqa,
-            flash_hw=self.flash_hw,
-            mem_efficient_gqa=self.mem_efficient_gqa,
-            mask=masked,
-        )
-        return backend == "math"
+        with their own attention code (their calls are not modelled here). Cached per
+        (model, stack, device kind): the budget and the solver ask it on every evaluation."""
+        return _sdpa_math(arch, self.stack, self.flash_hw, self.vendor, compute, masked)
 
     @property
     def mem_efficient_gqa(self) -> bool:
