@@ -388,7 +388,7 @@ def test_fit_evaluates_the_rules_once_per_device_type(monkeypatch):
 
     monkeypatch.setattr(fit_module, "evaluate", counting)
     answer = _fit({"workloads": [INFER], "device_counts": [1, 2, 4], "solve": ["batch", "context"]})
-    assert len(calls) == len(answer.gpus) + len(answer.excluded) == 31
+    assert len(calls) == len(answer.gpus) + len(answer.excluded) == 32
 
 
 # ------------------------------------------------------------------------ helpers -----

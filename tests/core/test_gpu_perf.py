@@ -20,14 +20,19 @@ T = 10**12
 
 
 # Catalog GPUs with no quoted per-GPU rate found (docs/LATENCY.md, Catalog rates): no guess.
-UNSOURCED = {"h100-nvl-94gb", "a10g-24gb", "rtx-a5000-24gb"}
+UNSOURCED = {
+    "h100-nvl-94gb",
+    "a10g-24gb",
+    "rtx-a5000-24gb",
+    "rtx-pro-6000-blackwell-server-96gb",
+}
 BLACKWELL = {"b200-180gb", "gb200-186gb", "rtx-5090-32gb"}
 
 
 def test_entries_are_catalog_gpus():
     assert {p.id for p in PERF} <= set(gpus())
     assert set(gpus()) - {p.id for p in PERF} == UNSOURCED
-    assert len(PERF) == len(gpus()) - 3 == 28
+    assert len(PERF) == len(gpus()) - 4 == 28
     assert perf_of(None) is None and perf_of("a10g-24gb") is None  # unknown: no guess
 
 

@@ -26,8 +26,9 @@ MIG_GPUS = {
     "b200-180gb",
     "gb200-186gb",
 }
-"""The catalog GPUs the MIG User Guide's Supported GPUs table lists (A30 and the RTX PRO
-Blackwell cards are not in the catalog)."""
+"""The catalog GPUs the MIG User Guide's Supported GPUs table lists (A30 is not in the catalog;
+the RTX PRO 6000 Blackwell Server Edition is, but its MIG instances are quarters of the GPU,
+which the catalog's seven-slice profiles cannot express, so it has none)."""
 
 PROFILES = [(g.id, p) for g in gpus().values() for p in g.mig_profiles]
 
