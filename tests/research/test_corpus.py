@@ -78,7 +78,9 @@ def test_serving_records_are_compared_at_the_release_that_ran(records) -> None:
     asked = {r.id.split("-")[1]: r.workload["engine_version"] for r in compared}
     assert asked["llmd"] == version_at("vllm", "2026-01-23") == "0.14.0"
     assert asked["ray"] == version_at("vllm", "2025-08-19") == "0.10.1"
-    assert asked["llmservingsim"] == "0.19.0"
+    sim = {r.id: r.workload["engine_version"] for r in compared if "-llmservingsim-" in r.id}
+    assert sim["srv-llmservingsim-rtx4090-llama31-8b-kv-tokens"] == "0.19.0"
+    assert {v for k, v in sim.items() if "-rtxpro6000-" in k} == {"0.28.0"}
 
 
 def test_torch_unspecified_is_compared_as_torch_reserved(records) -> None:

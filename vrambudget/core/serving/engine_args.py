@@ -437,7 +437,9 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
 
 
 def _layout(arch: Arch, r: Resolved) -> Parallelism:
-    par = Parallelism(tensor=r.tensor, pipeline=r.pipeline, expert=r.expert)
+    # data: expert parallelism spreads the experts over tensor x data ranks (the data-parallel
+    # replicas share them); an inference layout's statics read data nowhere else
+    par = Parallelism(tensor=r.tensor, pipeline=r.pipeline, data=r.data, expert=r.expert)
     try:
         check_layout(arch, par)
     except InvalidWorkload as exc:
