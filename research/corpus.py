@@ -428,6 +428,11 @@ def value_of(b: Budget, r: Record) -> float:
     if r.quantity == "peak_device_bytes":
         return _device_view(b, r.view)
     s = b.serving
+    pool = ("kv_cache_tokens", "max_concurrency", "kv_cache_bytes")
+    if s is not None and not s.would_start and r.quantity in pool:
+        # a measured pool is a started engine: an answer that says it would not start (a
+        # setting the record got wrong) has nothing to compare
+        raise ValueError(f"{r.id}: the answer says the engine would not start: {s.reason}")
     if r.quantity == "kv_cache_tokens" and s is not None:
         return s.kv_cache_tokens
     if r.quantity == "max_concurrency" and s is not None:

@@ -83,6 +83,20 @@ def test_serving_records_are_compared_at_the_release_that_ran(records) -> None:
     assert {v for k, v in sim.items() if "-rtxpro6000-" in k} == {"0.28.0"}
 
 
+def test_a_pool_the_answer_says_never_starts_is_not_compared(records) -> None:
+    """A measured KV pool is a started engine. LLMServingSim's Qwen3-30B-A3B-Instruct-2507 run
+    at max_model_len 262,144 against the preset qwen3-30b-a3b (40,960 positions) would make
+    vLLM refuse to start; the comparison raises instead of reading the refused answer's pool
+    (with the 2507 checkpoint's own config, as filed, it starts)."""
+    import msgspec
+
+    (r,) = [x for x in records if x.id.endswith("qwen3-30b-a3b-dp2-ep-kv-tokens")]
+    assert predict(r).predicted > 0
+    preset = {**r.workload, "model": {"source": "preset", "id": "qwen3-30b-a3b"}}
+    with pytest.raises(ValueError, match="would not start: max_model_len 262144"):
+        predict(msgspec.structs.replace(r, workload=preset))
+
+
 def test_torch_unspecified_is_compared_as_torch_reserved(records) -> None:
     """torchtune's recipes log three statistics (peak active, max allocated, max reserved:
     ``get_memory_stats``), none with the CUDA context: a number that is one of them is compared

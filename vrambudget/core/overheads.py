@@ -41,18 +41,25 @@ __all__ = ["DEFAULT_OVERHEADS", "Overheads", "device_overheads", "with_software"
 
 @lru_cache(maxsize=4096)
 def _sdpa_math(
-    arch: Arch, stack: Stack, flash_hw: bool, vendor: str, compute: str, masked: bool
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    stack: Stack,
+    flash_hw: bool,
+    vendor: str,
+    compute: str,
+    masked: bool,
 ) -> bool:
-    """:meth:`Overheads.sdpa_math`, keyed by what it reads (``Arch`` and ``Stack`` hash by
-    identity: one lookup costs a tuple hash)."""
-    if stack.transformers_version is None or arch.mla is not None:
+    """:meth:`Overheads.sdpa_math` for a model without MLA, keyed by what it reads (``Stack``
+    hashes by identity, and the stacks are themselves cached: a lookup costs a tuple hash)."""
+    if stack.transformers_version is None:
         return False
     backend = transformers_sdpa_backend(
         dtype=compute,
-        heads=arch.num_heads,
-        kv_heads=arch.num_kv_heads,
-        head_dim=arch.head_dim,
-        v_head_dim=arch.head_dim,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        v_head_dim=head_dim,
         native_gqa=stack.sdpa_native_gqa,
         flash_hw=flash_hw,
         mem_efficient_gqa=mem_efficient_gqa(version_tuple(stack.torch_version), vendor),
@@ -107,8 +114,20 @@ class Overheads:
         sliding-window layer's call with its mask:
         :func:`vrambudget.core.formulas.sdpa.transformers_sdpa_backend`); False for frameworks
         with their own attention code (their calls are not modelled here). Cached per
-        (model, stack, device kind): the budget and the solver ask it on every evaluation."""
-        return _sdpa_math(arch, self.stack, self.flash_hw, self.vendor, compute, masked)
+        (attention shape, stack, device kind): the budget and the solver ask it on every
+        evaluation."""
+        if arch.mla is not None:
+            return False
+        return _sdpa_math(
+            arch.num_heads,
+            arch.num_kv_heads,
+            arch.head_dim,
+            self.stack,
+            self.flash_hw,
+            self.vendor,
+            compute,
+            masked,
+        )
 
     @property
     def mem_efficient_gqa(self) -> bool:

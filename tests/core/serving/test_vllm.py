@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 import pytest
 
@@ -433,23 +435,31 @@ def test_flashinfer_sampler_named_skips_the_sort_and_is_in_the_launch():
         )
 
 
-def test_data_parallel_expert_parallel_spreads_the_experts_over_the_replicas():
-    """``--data-parallel-size 2 --enable-expert-parallel`` (vLLM shards the routed experts over
-    tensor x data ranks): Qwen3-30B-A3B (48 layers of 128 experts, each gate, up and down
-    2,048 x 768 in bf16) holds half its experts per GPU, the rest whole as with one GPU:
-    48 x 128 x 3 x 2,048 x 768 x 2 B / 2 = 28,991,029,248 B fewer weights. Each replica keeps
-    its own KV pool, larger by exactly those bytes: nothing else in the account depends on
-    how the experts are split. It was refused before ('2 must divide tensor x data = 1
-    devices')."""
+def test_data_parallel_spreads_a_moe_models_experts_over_the_replicas():
+    """``--data-parallel-size 2`` for a MoE model: vLLM spreads the routed experts over the
+    tensor x data ranks -- whole experts with ``--enable-expert-parallel``, each expert split by
+    tensor parallelism without it (fused_moe/config.py ``FusedMoEParallelConfig.make``), the
+    same bytes either way. Qwen3-30B-A3B (48 layers of 128 experts, each gate, up and down
+    2,048 x 768 in bf16) holds half its expert bytes per GPU, everything else whole as with one
+    GPU: 48 x 128 x 3 x 2,048 x 768 x 2 B / 2 = 28,991,029,248 B fewer weights. The replicas
+    all-gather their tokens before the experts, so the profile run's fused-MoE caches hold
+    T x 2 rows: T = 8,192 (a 96 GB GPU's default) x 2 x 8 experts per token x (max(2 x 768,
+    2,048) + 768) x 2 B = 738,197,504 B against 369,098,752 for one replica (x the release's
+    fitted scale). The first layout was refused before ('2 must divide tensor x data = 1
+    devices'); the second counted every expert whole on every GPU."""
     arch = preset_arch("qwen3-30b-a3b")
     assert (arch.num_layers, arch.moe.num_experts, arch.hidden_size) == (48, 128, 2048)
+    assert (arch.moe.experts_per_token, arch.moe.expert_intermediate_size) == (8, 768)
+    from vrambudget.core.serving.calibration import calibration
 
     def one(**par: object):
         w = serving("qwen3-30b-a3b", engine_version="0.28.0", parallelism=par)
         return account(w, arch, 101_976_440_832, "NVIDIA RTX PRO 6000 Blackwell Server Edition")
 
-    single, dp = one().stages[0], one(data=2, enable_expert_parallel=True).stages[0]
-    assert single.weights_bytes - dp.weights_bytes == 48 * 128 * 3 * 2048 * 768 * 2 // 2
-    assert dp.available_bytes - single.available_bytes == 28_991_029_248
-    # without expert parallelism each replica holds every expert, as one GPU does
-    assert one(data=2).stages[0].weights_bytes == single.weights_bytes
+    single, ep = one().stages[0], one(data=2, enable_expert_parallel=True).stages[0]
+    assert single.weights_bytes - ep.weights_bytes == 28_991_029_248
+    scale = calibration("0.28.0").c("moe_workspace_scale")
+    more = math.ceil(scale * 738_197_504) - math.ceil(scale * 369_098_752)
+    assert ep.activation_bytes - single.activation_bytes == more
+    assert ep.available_bytes - single.available_bytes == 28_991_029_248 - more
+    assert one(data=2).stages[0] == ep  # split experts, the same bytes

@@ -123,7 +123,11 @@ def activation_peak_bytes(
         per_logit * S * arch.vocab_size + c("sampler_hidden_copies") * T * arch.hidden_size * r.e
     )
     if r.cal.moe_workspace_persistent:  # still allocated when the sampler runs
-        sampler += math.ceil(c("moe_workspace_scale") * _moe_workspace(arch, st, T, r.e))
+        # data-parallel replicas all-gather their tokens before the experts (the naive DP/EP
+        # dispatch, 0.28.0 fused_moe/all2all_utils.py lines 140-149; the profile run of
+        # every replica has T): the caches take T x data rows
+        rows = T * r.data
+        sampler += math.ceil(c("moe_workspace_scale") * _moe_workspace(arch, st, rows, r.e))
     # (before 0.14 the caches are freed with the layer: the forward's working set has them)
     return max(forward, sampler)
 

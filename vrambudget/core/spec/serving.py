@@ -263,8 +263,9 @@ class ServingParallelism(Wire, frozen=True, kw_only=True):
     enable_expert_parallel: Annotated[
         bool,
         Meta(
-            description="MoE experts sharded over tensor x data ranks instead of each "
-            "expert split by tensor parallelism."
+            description="MoE experts whole, spread over the tensor x data ranks, instead of "
+            "each expert split by tensor parallelism (over those same ranks: with data > 1 "
+            "vLLM splits a MoE model's experts over the replicas either way)."
         ),
     ] = False
     peer_access: Annotated[
