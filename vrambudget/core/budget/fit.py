@@ -159,15 +159,29 @@ def analytic_fit(
     layouts: dict[int, Parallelism | None] = {
         n: layout_for(primary, n) for n in sorted(set(req.device_counts))
     }
-    # Objective memo per (device count, overheads, variable): x -> total bytes.
-    memos: dict[tuple[int, Overheads, str], Memo] = {}
+    # Per (device count, overheads, variable): the solver's objective, the variable's bound,
+    # the model's limit and the objective's memo (x -> total bytes); None where the variable
+    # does not apply.
+    searches: dict[
+        tuple[int, Overheads, str], tuple[Callable[[int], int], int, int | None, Memo] | None
+    ] = {}
     totals: dict[tuple[int, Overheads], int] = {}
 
+    placements: dict[int, AnalyticWorkload | None] = {}
+
     def placed(n: int) -> AnalyticWorkload | None:
-        par = layouts.get(n) if n in layouts else layout_for(primary, n)
-        if par is None:
-            return None
-        return primary if isinstance(primary, GenericWorkload) else _with(primary, parallelism=par)
+        """The primary workload laid out on n devices (None: no layout), once per n: every
+        GPU asks for the same layouts."""
+        if n not in placements:
+            par = layouts.get(n) if n in layouts else layout_for(primary, n)
+            placements[n] = (
+                None
+                if par is None
+                else primary
+                if isinstance(primary, GenericWorkload)
+                else _with(primary, parallelism=par)
+            )
+        return placements[n]
 
     rest_subtotals: dict[Overheads, int] = {}
     rules: dict[int, tuple[BandRule, Headroom]] = {}
@@ -278,15 +292,29 @@ def analytic_fit(
             for variable in req.solve:
                 if variable == "device_count":
                     continue
-                setter = _variable_setter(w0, variable)
-                if setter is None:
+                okey = (n, key, variable)
+                if okey not in searches:
+                    # the objective of a layout, overhead class and variable, and its memo: the
+                    # GPUs of one class differ only in capacity
+                    setter = _variable_setter(w0, variable)
+                    if setter is None:
+                        searches[okey] = None
+                    else:
+                        make, limit, model_limit = setter
+                        bound = min(limit, model_limit) if model_limit is not None else limit
+                        searches[okey] = (
+                            objective(make, w0, target, headroom),
+                            bound,
+                            model_limit,
+                            Memo(),
+                        )
+                search = searches[okey]
+                if search is None:
                     continue
-                make, limit, model_limit = setter
-                bound = min(limit, model_limit) if model_limit is not None else limit
-                memo = memos.get((n, key, variable)) or memos.setdefault((n, key, variable), Memo())
+                f, bound, model_limit, memo = search
                 best = (
                     max_fitting(
-                        objective(make, w0, target, headroom),
+                        f,
                         target.capacity_low_bytes,  # at an assumed hold's high end
                         max(bound, 1),
                         memo,
