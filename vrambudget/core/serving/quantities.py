@@ -125,7 +125,10 @@ def activation_peak_bytes(
     if r.cal.moe_workspace_persistent:  # still allocated when the sampler runs
         # data-parallel replicas all-gather their tokens before the experts (the naive DP/EP
         # dispatch, 0.28.0 fused_moe/all2all_utils.py lines 140-149; the profile run of
-        # every replica has T): the caches take T x data rows
+        # every replica has T): the caches take T x data rows, unchunked (0.28.0
+        # modular_kernel.py passes M_full as the chunk; 0.20.0 has no DP chunking; 0.14.0
+        # chunks only for pplx, DeepEP low-latency or FlashInfer-cutlass kernels,
+        # layer.py use_dp_chunking -- counted unchunked there too, the larger)
         rows = T * r.data
         sampler += math.ceil(c("moe_workspace_scale") * _moe_workspace(arch, st, rows, r.e))
     # (before 0.14 the caches are freed with the layer: the forward's working set has them)
