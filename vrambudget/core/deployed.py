@@ -311,11 +311,51 @@ def deploy_all(
     for i, w in enumerate(workloads):
         if isinstance(w, _Model):
             prefix = f"workloads[{i}]: " if len(workloads) > 1 else ""
-            notes += [prefix + n for n in format_warnings(w)]
-            out.append(with_adapters(deploy(w), resolve_stack(software)))
+            deployed, said = _deployed(w, software)
+            notes += [prefix + n for n in said]
+            out.append(deployed)
         else:
             out.append(w)
     return tuple(out), tuple(notes)
+
+
+_DEPLOYED: BoundedCache[tuple[Any, ...], tuple[Any, Any, Any, tuple[str, ...]]] = BoundedCache(1024)
+"""Per (model, precision, layout, method, mixed precision, software): the deployed precision,
+model and method, and the format warnings -- what deploying reads (``deploy``,
+``with_adapters``, ``format_warnings``), so requests that differ in batch, context or
+concurrency deploy once."""
+
+
+def _deployed(w: Any, software: Software | None) -> tuple[Any, tuple[str, ...]]:
+    """``w`` deployed with its adapters' dtype for ``software``'s stack, and its format
+    warnings (cached: :data:`_DEPLOYED`)."""
+    key = (
+        type(w),
+        w.model,
+        w.precision,
+        w.parallelism,
+        getattr(w, "method", None),
+        getattr(w, "mixed_precision", None),
+        software,
+    )
+    try:
+        hit = _DEPLOYED.get(key)
+    except TypeError:  # an unhashable model (a config with lists): deploy it every time
+        return with_adapters(deploy(w), resolve_stack(software)), tuple(format_warnings(w))
+    if hit is None:
+        d = with_adapters(deploy(w), resolve_stack(software))
+        hit = _DEPLOYED.put(
+            key, (d.precision, d.model, getattr(d, "method", None), tuple(format_warnings(w)))
+        )
+    precision, model, method, said = hit
+    changes: dict[str, Any] = {}
+    if precision != w.precision:
+        changes["precision"] = precision
+    if model is not w.model and model != w.model:
+        changes["model"] = model
+    if method is not None and method != w.method:
+        changes["method"] = method
+    return (msgspec.structs.replace(w, **changes) if changes else w), said
 
 
 def adapters_over_integers(w: TrainingWorkload) -> bool:
