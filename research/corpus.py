@@ -432,7 +432,9 @@ def value_of(b: Budget, r: Record) -> float:
     if s is not None and not s.would_start and r.quantity in pool:
         # a measured pool is a started engine: an answer that says it would not start (a
         # setting the record got wrong) has nothing to compare
-        raise ValueError(f"{r.id}: the answer says the engine would not start: {s.reason}")
+        raise InvalidWorkload(
+            "workload", f"{r.id}: the answer says the engine would not start: {s.reason}"
+        )
     if r.quantity == "kv_cache_tokens" and s is not None:
         return s.kv_cache_tokens
     if r.quantity == "max_concurrency" and s is not None:

@@ -93,7 +93,9 @@ def test_a_pool_the_answer_says_never_starts_is_not_compared(records) -> None:
     (r,) = [x for x in records if x.id.endswith("qwen3-30b-a3b-dp2-ep-kv-tokens")]
     assert predict(r).predicted > 0
     preset = {**r.workload, "model": {"source": "preset", "id": "qwen3-30b-a3b"}}
-    with pytest.raises(ValueError, match="would not start: max_model_len 262144"):
+    from vrambudget.core.errors import InvalidWorkload
+
+    with pytest.raises(InvalidWorkload, match="would not start: max_model_len 262144"):
         predict(msgspec.structs.replace(r, workload=preset))
 
 

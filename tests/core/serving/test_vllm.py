@@ -331,8 +331,9 @@ def test_sampler_warm_up_sorts_the_vocabulary_before_the_triton_kernel():
     buffers) = 38 B per element from 128 rows. vLLM 0.10.2 printed "5.58 GiB for peak
     activation" for this launch (research/data/engine_logs.json,
     vllm-kolyangg-qwen3-30b-a3b-2507-h100-6k); the count gives 5.53 GiB (-0.8%). From 0.14 the
-    fused-MoE scratch (8,192 x 8 x (2,048 + 768) x 2 = 369,098,752 B) stays allocated under the
-    sampler; 0.17 on runs the Triton kernel (the calibrated 0.19.0 constant)."""
+    Triton experts' workspaces (8,192 x 8 x (max(768, 2,048) + max(1,536, 2,048)) x 2 =
+    536,870,912 B) stay allocated under the sampler; 0.17 on runs the Triton kernel (the
+    calibrated 0.19.0 constant)."""
     import math
 
     from vrambudget.core.serving.quantities import sort_sampler_bytes_per_logit
@@ -353,7 +354,7 @@ def test_sampler_warm_up_sorts_the_vocabulary_before_the_triton_kernel():
     assert a10 == math.ceil(38 * rows + hc * hidden)
     assert abs(a10 / GiB - 5.58) / 5.58 < 0.01
     a15, _ = act("0.15.0")
-    assert a15 == a10 + 369_098_752  # the workspace manager keeps the MoE scratch
+    assert a15 == a10 + 536_870_912  # the workspace manager keeps the MoE workspaces
     a19, _ = act("0.19.0")
     assert a19 < a15 - 3 * GiB  # no sort
     assert sort_sampler_bytes_per_logit(64, 2) == 46  # 8-127 rows: by_full_sort's int2 arrays
@@ -442,10 +443,10 @@ def test_data_parallel_spreads_a_moe_models_experts_over_the_replicas():
     same bytes either way. Qwen3-30B-A3B (48 layers of 128 experts, each gate, up and down
     2,048 x 768 in bf16) holds half its expert bytes per GPU, everything else whole as with one
     GPU: 48 x 128 x 3 x 2,048 x 768 x 2 B / 2 = 28,991,029,248 B fewer weights. The replicas
-    all-gather their tokens before the experts, so the profile run's fused-MoE caches hold
-    T x 2 rows: T = 8,192 (a 96 GB GPU's default) x 2 x 8 experts per token x (max(2 x 768,
-    2,048) + 768) x 2 B = 738,197,504 B against 369,098,752 for one replica (x the release's
-    fitted scale). The first layout was refused before ('2 must divide tensor x data = 1
+    all-gather their tokens before the experts, so the profile run's fused-MoE workspaces hold
+    T x 2 rows: T = 8,192 (a 96 GB GPU's default) x 2 x 8 experts per token x (max(768, 2,048)
+    + max(2 x 768, 2,048)) x 2 B = 1,073,741,824 B against 536,870,912 for one replica (x the
+    release's scale). The first layout was refused before ('2 must divide tensor x data = 1
     devices'); the second counted every expert whole on every GPU."""
     arch = preset_arch("qwen3-30b-a3b")
     assert (arch.num_layers, arch.moe.num_experts, arch.hidden_size) == (48, 128, 2048)
@@ -459,7 +460,7 @@ def test_data_parallel_spreads_a_moe_models_experts_over_the_replicas():
     single, ep = one().stages[0], one(data=2, enable_expert_parallel=True).stages[0]
     assert single.weights_bytes - ep.weights_bytes == 28_991_029_248
     scale = calibration("0.28.0").c("moe_workspace_scale")
-    more = math.ceil(scale * 738_197_504) - math.ceil(scale * 369_098_752)
+    more = math.ceil(scale * 1_073_741_824) - math.ceil(scale * 536_870_912)
     assert ep.activation_bytes - single.activation_bytes == more
     assert ep.available_bytes - single.available_bytes == 28_991_029_248 - more
     assert one(data=2).stages[0] == ep  # split experts, the same bytes

@@ -409,13 +409,18 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
     if arch.kind != "decoder":
         raise InvalidWorkload("model", "an llm_serving workload needs a decoder model")
     par = w.parallelism
-    # A MoE model's routed experts are spread over the tensor x data ranks whenever either is
-    # above 1 with expert parallelism, and over data-parallel replicas even without it: vLLM
-    # then splits each expert by tensor parallelism over tensor x data ranks
-    # (model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make,
-    # flatten_tp_across_dp_and_pcp, 0.28.0 lines 1208-1219) -- the same bytes per GPU as whole
-    # experts, which is how it is counted (the fused-MoE caches of whole experts: an upper bound)
-    ep = par.tensor * par.data if arch.moe and (par.enable_expert_parallel or par.data > 1) else 1
+    # A MoE model's routed experts are spread over the tensor x data ranks: whole experts with
+    # expert parallelism; without it, over data-parallel replicas too, each expert split by
+    # tensor parallelism over tensor x data ranks (model_executor/layers/fused_moe/config.py
+    # FusedMoEParallelConfig.make, flatten_tp_across_dp_and_pcp, 0.28.0 lines 1208-1219), the
+    # same bytes per GPU as whole experts, which is how it is counted where the experts divide
+    # over those ranks; where they do not (vLLM needs only the expert width to), every GPU is
+    # counted with every expert, whole (more than it holds)
+    ranks = par.tensor * par.data
+    ep = 1
+    if arch.moe and (par.enable_expert_parallel or par.data > 1):
+        split = par.enable_expert_parallel or arch.moe.num_experts % ranks == 0
+        ep = ranks if split else 1
     dtype = model_dtype(w)
     e = bytes_of(dtype)
     kv_bytes = e if w.kv_cache_dtype == "auto" else 1

@@ -38,15 +38,18 @@ def requested_bytes(total: int, utilization: float, ceil: bool = True) -> int:
 
 
 def _moe_workspace(arch: Arch, st: StageStatic, tokens: int, e: int) -> int:
-    """Fused-MoE intermediate caches of one layer (vllm/model_executor/layers/fused_moe
-    ``fused_experts_impl``): ``cache13`` of ``T x top_k x max(2 f', h)`` and ``cache2`` of ``T x
-    top_k x f'`` in the model dtype; from 0.14 held by the workspace manager, so live while the
-    profile run's hidden states are sampled (``moe_workspace_persistent``). Qwen3-30B-A3B,
-    T 8,192: 8,192 x 8 x (2,048 + 768) x 2 = 369,098,752 B."""
+    """Fused-MoE workspaces of one layer as the modular kernel's Triton experts ask the
+    worker's workspace manager for them from 0.14 (held, so live while the profile run's
+    hidden states are sampled: ``moe_workspace_persistent``): ``workspace1`` of ``M x top_k x
+    max(f', h)`` (the activation's output width, half of the fused gate/up ``N = 2 f'``) and
+    ``workspace2`` of ``M x top_k x max(2 f', h)``, in the model dtype (0.28.0
+    ``fused_moe/experts/triton_moe.py`` ``workspace_shapes`` lines 213-216; 0.14.0 and 0.20.0
+    ``fused_moe.py`` the same); the output ``M x h`` reuses ``workspace1``. Qwen3-30B-A3B, M
+    8,192: 8,192 x 8 x (2,048 + 2,048) x 2 = 536,870,912 B."""
     if arch.moe is None or not any(layer.moe for layer, _ in st.layer_kinds):
         return 0
-    f = st.dims.f_expert
-    return tokens * arch.moe.experts_per_token * (max(2 * f, arch.hidden_size) + f) * e
+    f, h = st.dims.f_expert, arch.hidden_size
+    return tokens * arch.moe.experts_per_token * (max(f, h) + max(2 * f, h)) * e
 
 
 AWQ_FP16_MATMUL_TOKENS = 256
@@ -107,8 +110,23 @@ def activation_peak_bytes(
     T = r.max_num_batched_tokens
     S = min(r.max_num_seqs, T)
     q = ceil_div(T, S)
+    # vLLM's fused MoE sizes its buffers by the rows it is handed, whatever the expert map (an
+    # expert-parallel rank computes every row, masked: TritonExperts.workspace_shapes reads M
+    # and top_k only), and data-parallel replicas hand it every replica's rows (the all-gather
+    # below): a MoE sublayer takes the layer's S x q rows times data, not divided by the
+    # expert ranks
     ws = max(
-        inference_working_set(layer, arch, st.dims, S, q, q, r.e, "flash")
+        inference_working_set(
+            layer,
+            arch,
+            st.dims,
+            S,
+            q,
+            q,
+            r.e,
+            "flash",
+            moe_rows=S * q * r.data if layer.moe else None,
+        )
         for layer, _ in st.layer_kinds
     )
     forward = math.ceil(c("forward_working_set_scale") * ws)
@@ -123,12 +141,12 @@ def activation_peak_bytes(
         per_logit * S * arch.vocab_size + c("sampler_hidden_copies") * T * arch.hidden_size * r.e
     )
     if r.cal.moe_workspace_persistent:  # still allocated when the sampler runs
-        # data-parallel replicas all-gather their tokens before the experts (the naive DP/EP
-        # dispatch, 0.28.0 fused_moe/all2all_utils.py lines 140-149; the profile run of
-        # every replica has T): the caches take T x data rows, unchunked (0.28.0
-        # modular_kernel.py passes M_full as the chunk; 0.20.0 has no DP chunking; 0.14.0
-        # chunks only for pplx, DeepEP low-latency or FlashInfer-cutlass kernels,
-        # layer.py use_dp_chunking -- counted unchunked there too, the larger)
+        # data-parallel replicas all-gather their tokens before the experts (0.28.0
+        # fused_moe/all2all_utils.py: lines 140-149 without expert parallelism, the
+        # allgather_reducescatter manager with it; the profile run of every replica has T):
+        # the workspaces take T x data rows, unchunked in 0.20.0 and 0.28.0 (modular_kernel.py
+        # passes M_full as the chunk); 0.14.0 chunks them at VLLM_FUSED_MOE_CHUNK_SIZE, 16,384
+        # rows, which is not modelled (counted unchunked: the larger)
         rows = T * r.data
         sampler += math.ceil(c("moe_workspace_scale") * _moe_workspace(arch, st, rows, r.e))
     # (before 0.14 the caches are freed with the layer: the forward's working set has them)

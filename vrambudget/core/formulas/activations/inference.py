@@ -22,6 +22,7 @@ def inference_working_set(
     attention: str,
     masked_math: bool = False,
     causal: bool = True,
+    moe_rows: int | None = None,
 ) -> int:
     """Peak live bytes of one no-grad layer forward: residual in and out, normalized input and
     sublayer output, plus the larger sublayer (attention: Q, K, V, output, and the s_q x s_kv
@@ -37,7 +38,10 @@ def inference_working_set(
     (``convert_boolean_attn_mask``), and a fused kernel -- unless none takes the dtype
     (``masked_math``: bf16 below sm80), when the math path runs (``attention`` ``math`` is the
     unmasked calls' path). Eager attention scores every key it holds and masks them.
-    ``causal`` false: an encoder's bidirectional attention (no causal mask)."""
+    ``causal`` false: an encoder's bidirectional attention (no causal mask). ``moe_rows``: the
+    rows a MoE sublayer is handed where they differ from the layer's tokens (a serving engine's
+    data-parallel replicas gather theirs), its routed rows then not divided by the expert ranks
+    (``dd.ep``)."""
     T = sequences * query_tokens
     # The residual stream in and out, the normalized input and the sublayer's output are live
     # around each sublayer (checked against the trace tier's oracle grid).
@@ -65,9 +69,10 @@ def inference_working_set(
         if sdpa_masked:  # the bool mask and its copy in the input dtype
             attn += sequences * query_tokens * keys * (1 + e)
     if layer.moe:
-        routed = ceil_div(T * dd.top_k, dd.ep)
-        mlp = T * (arch.moe.num_experts if arch.moe else 0) * (e + FP32)
-        mlp += routed * (3 * dd.f_expert + 2 * dd.h) * e + 3 * T * dd.f_shared * e
+        rows = T if moe_rows is None else moe_rows
+        routed = ceil_div(rows * dd.top_k, dd.ep if moe_rows is None else 1)
+        mlp = rows * (arch.moe.num_experts if arch.moe else 0) * (e + FP32)
+        mlp += routed * (3 * dd.f_expert + 2 * dd.h) * e + 3 * rows * dd.f_shared * e
     else:
         mlp = T * (3 if arch.mlp == "gated" else 2) * dd.f * e
     return resid + max(attn, mlp)
