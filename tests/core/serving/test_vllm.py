@@ -464,3 +464,19 @@ def test_data_parallel_spreads_a_moe_models_experts_over_the_replicas():
     assert ep.activation_bytes - single.activation_bytes == more
     assert ep.available_bytes - single.available_bytes == 28_991_029_248 - more
     assert one(data=2).stages[0] == ep  # split experts, the same bytes
+
+
+def test_data_parallel_experts_that_do_not_divide_are_counted_whole_not_refused():
+    """vLLM splits each expert's width over tensor x data ranks without expert parallelism, so
+    Qwen3-30B-A3B's 128 experts over three replicas (768 / 3 = 256 wide) start; the budget
+    cannot split 128 experts three ways and counts every expert whole on every GPU (more than
+    it holds), as one GPU does, instead of refusing the launch."""
+    arch = preset_arch("qwen3-30b-a3b")
+
+    def one(**par: object):
+        w = serving("qwen3-30b-a3b", engine_version="0.28.0", parallelism=par)
+        return account(w, arch, 85_045_477_376, "NVIDIA H100 80GB HBM3")
+
+    three = one(data=3)
+    assert three.would_start
+    assert three.stages[0].weights_bytes == one().stages[0].weights_bytes
