@@ -9,7 +9,7 @@ import pytest
 
 from research.engine_logs import QWEN_AWQ, preset_shapes
 from tests.support.workloads import serving_budget
-from vrambudget.core.catalog import preset_arch
+from vrambudget.core.catalog import gpus, preset_arch
 from vrambudget.core.serving.vllm import account
 from vrambudget.core.spec import LLMServingWorkload
 from vrambudget.core.units import GiB
@@ -480,3 +480,27 @@ def test_data_parallel_experts_that_do_not_divide_are_counted_whole_not_refused(
     three = one(data=3)
     assert three.would_start
     assert three.stages[0].weights_bytes == one().stages[0].weights_bytes
+
+
+def test_a_smaller_token_budget_is_a_checked_remedy():
+    """DeepSeek-V3 over eight H200s as data-parallel replicas with expert parallelism gathers
+    8 x 8,192 rows into its fused MoE during the profile run, and one 163,840-token request no
+    longer fits beside them. A smaller max_num_batched_tokens is named as a remedy: the largest
+    budget that starts, checked both ways here."""
+    import re
+
+    par = {"data": 8, "enable_expert_parallel": True}
+    s = serving_budget("h200-sxm-141gb", "deepseek-v3", parallelism=par).serving
+    assert s is not None and not s.would_start
+    (remedy,) = [x for x in s.remedies if x.startswith("lower max_num_batched_tokens")]
+    found = re.search(r"to (\d+) ", remedy)
+    assert found is not None
+    x = int(found.group(1))
+    arch = preset_arch("deepseek-v3")
+    total = gpus()["h200-sxm-141gb"].memory_total_bytes
+
+    def starts(tokens: int) -> bool:
+        w = serving("deepseek-v3", parallelism=par, max_num_batched_tokens=tokens)
+        return account(w, arch, total, "NVIDIA H200 SXM 141GB").would_start
+
+    assert 1 <= x < 8192 and starts(x) and not starts(x + 1)

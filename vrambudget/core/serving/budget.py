@@ -245,6 +245,28 @@ def remedies(
     )
     if best >= 1:
         out.append(f"lower max_model_len to {best} (the largest that starts)")
+    # a smaller token budget per step shrinks the profile run's activation peak (and, for a
+    # MoE model over data-parallel replicas, the gathered rows); max_num_seqs may not exceed it
+    r = a.resolved
+    tokens = largest_true(
+        1,
+        r.max_num_batched_tokens - 1,
+        lambda x: (
+            _starts(
+                w,
+                total,
+                name,
+                in_use,
+                max_num_batched_tokens=x,
+                max_num_seqs=min(r.max_num_seqs, x),
+            )
+            is not None
+        ),
+    )
+    if tokens >= 1:
+        seqs = min(r.max_num_seqs, tokens)
+        also = f", max_num_seqs {seqs}" if seqs < r.max_num_seqs else ""
+        out.append(f"lower max_num_batched_tokens to {tokens} (the largest that starts{also})")
     permille = round(utilization(w, a.resolved) * 1000)
     # the largest share the free memory at start allows (vLLM refuses any more while other
     # processes hold memory): the search for a higher one stays below it, where starting is
