@@ -416,6 +416,10 @@ def _device_view(b: Budget, view: View) -> int:
     return reserved - lines.get(Component.ALLOCATOR_OVERHEAD, 0)
 
 
+_POOL = ("kv_cache_tokens", "max_concurrency", "kv_cache_bytes")
+"""The quantities of a started engine's KV pool."""
+
+
 def value_of(b: Budget, r: Record) -> float:
     """The budget's number for what the record measured."""
     if r.quantity == "peak_device_bytes" and r.view == "nvml_v1_used":
@@ -428,8 +432,7 @@ def value_of(b: Budget, r: Record) -> float:
     if r.quantity == "peak_device_bytes":
         return _device_view(b, r.view)
     s = b.serving
-    pool = ("kv_cache_tokens", "max_concurrency", "kv_cache_bytes")
-    if s is not None and not s.would_start and r.quantity in pool:
+    if s is not None and not s.would_start and r.quantity in _POOL:
         # a measured pool is a started engine: an answer that says it would not start (a
         # setting the record got wrong) has nothing to compare
         raise InvalidWorkload(

@@ -338,10 +338,7 @@ def _deployed(w: Any, software: Software | None) -> tuple[Any, tuple[str, ...]]:
         getattr(w, "mixed_precision", None),
         software,
     )
-    try:
-        hit = _DEPLOYED.get(key)
-    except TypeError:  # an unhashable model (a config with lists): deploy it every time
-        return with_adapters(deploy(w), resolve_stack(software)), tuple(format_warnings(w))
+    hit = _DEPLOYED.get(key)
     if hit is None:
         d = with_adapters(deploy(w), resolve_stack(software))
         hit = _DEPLOYED.put(
