@@ -19,12 +19,14 @@ def test_oldest_entry_goes_first() -> None:
 
 
 def test_every_module_level_cache_of_the_core_is_bounded() -> None:
-    from vrambudget.core.budget import analytic, explain
+    from vrambudget.core.budget import analytic, explain, inference, inputs
 
     for cache in (
         device._CONTEXTS,
         device._CALIBRATED,
-        analytic._PERSISTENT,
+        analytic._STATIC,
+        inference._PLANS,
+        inputs._INFERENCE,
         explain._SOURCES,
         explain._ROWS,
         explain._USES,

@@ -356,3 +356,83 @@ def _assert_parts_add_up(budget) -> None:
         for line in device.lines:
             if line.parts:
                 assert sum(p.bytes for p in line.parts) == line.bytes, line.component
+
+
+@PROFILE
+@given(
+    model=st.sampled_from(MODELS),
+    capacity_gib=st.integers(8, 200),
+    batch=st.integers(1, 3),
+    conc=st.integers(1, 3),
+)
+def test_batch_and_concurrency_solved_together_are_each_tight(model, capacity_gib, batch, conc):
+    """Solved in one request, batch and concurrency share their evaluations where the other
+    factor is 1 (both walk the number of sequences): each maximum is the one its own
+    objective gives, whatever the other factor."""
+    fields = dict(
+        kind="inference",
+        model={"source": "preset", "id": model},
+        prompt_tokens=512,
+        generated_tokens=128,
+        batch_size=batch,
+        concurrent_requests=conc,
+    )
+    capacity = capacity_gib * 2**30
+    device = CustomDevice(name="probe", memory_total_bytes=capacity)
+    ctx = resolve_device(device)
+    req = FitRequest(
+        workloads=(workload(**fields),), devices=(device,), solve=("batch", "concurrency")
+    )
+    maxima = fit(req).gpus[0].layouts[0].maxima
+
+    def at(field, x):
+        return device_totals((deploy(workload(**{**fields, field: x})),), ctx, Headroom())
+
+    for field, value in (
+        ("batch_size", maxima.batch_size),
+        ("concurrent_requests", maxima.concurrent_requests),
+    ):
+        if value == 0:
+            assert at(field, 1) > capacity
+        else:
+            assert at(field, value) <= capacity < at(field, value + 1)
+
+
+@PROFILE
+@given(
+    model=st.sampled_from(MODELS),
+    batch=st.integers(1, 64),
+    prompt=st.integers(1, 8192),
+    gen=st.integers(0, 2048),
+    conc=st.integers(1, 4),
+    chunk=st.sampled_from([None, 256, 2048]),
+    attention=st.sampled_from(["sdpa", "eager"]),
+    logits=st.sampled_from(["last", "all"]),
+)
+def test_an_inference_budgets_inputs_are_the_ones_built_whole(
+    model, batch, prompt, gen, conc, chunk, attention, logits
+):
+    """An inference budget's inputs, their parts that do not scale cached per workload shape,
+    are the ones built whole, in the same order (the answer's JSON keeps it)."""
+    from vrambudget.core.budget import inputs as inputs_module
+    from vrambudget.core.overheads import DEFAULT_OVERHEADS
+    from vrambudget.core.resolve import resolve_model
+
+    w = deploy(
+        workload(
+            kind="inference",
+            model={"source": "preset", "id": model},
+            batch_size=batch,
+            prompt_tokens=prompt,
+            generated_tokens=gen,
+            concurrent_requests=conc,
+            prefill_chunk_tokens=chunk,
+            attention=attention,
+            logits=logits,
+        )
+    )
+    arch = resolve_model(w.model)
+    for _ in range(2):  # built, then from the cache
+        got = inputs_module.inputs(w, arch, DEFAULT_OVERHEADS)
+        whole = inputs_module._inputs(w, arch, DEFAULT_OVERHEADS)
+        assert list(got.items()) == list(whole.items())

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import msgspec
 
 from tests.support.workloads import LLAMA_PROJECTIONS
-from vrambudget.core.budget.inference import inference_terms, runtime_attention
+from vrambudget.core.budget.inference import inference_terms, plan_of
 from vrambudget.core.deployed import deploy
 from vrambudget.core.dtypes import bytes_of
 from vrambudget.core.formulas.activations import (
@@ -268,9 +268,8 @@ def analytic_peaks(
             per = max(e + 8, 12) + (e if arch.final_softcap else 0)
             out["logits"] = w.sequence_length * w.micro_batch_size * st.dims.vocab * per
     else:
-        runtime = runtime_attention(w, arch, DEFAULT_OVERHEADS)
-        persistent, phases = inference_terms(w, arch, st, DEFAULT_OVERHEADS, runtime)
-        out["kv_cache"] = persistent[next(c for c in persistent if c.value == "kv_cache")]
+        kv, phases = inference_terms(w, plan_of(w, arch, st, DEFAULT_OVERHEADS))
+        out["kv_cache"] = kv
         out["activations"] = max(a for _, a, _ in phases)
         out["logits"] = max(lg for _, _, lg in phases)
     return out

@@ -8,9 +8,12 @@ the same stage functions, so an explained number and a solved number cannot drif
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import msgspec
 from msgspec import UNSET
 
+from ..arch import Arch
 from ..bands import BandRule, band_rule, resolve_headroom, workload_class
 from ..calibration import ProfileSet
 from ..components import Component
@@ -23,7 +26,16 @@ from ..memo import BoundedCache
 from ..overheads import DEFAULT_OVERHEADS, Overheads, with_software
 from ..quantization import stored_as_buffers
 from ..resolve import resolve_model
-from ..result import Budget, DeviceBudget, DiskBudget, HostBudget, StackUse, WorkloadSummary
+from ..result import (
+    Budget,
+    CalibrationUse,
+    DeviceBudget,
+    DeviceSummary,
+    DiskBudget,
+    HostBudget,
+    StackUse,
+    WorkloadSummary,
+)
 from ..spec import (
     AnalyticWorkload,
     DeviceRef,
@@ -131,14 +143,81 @@ def device_totals(
     return subtotal + headroom_bytes(subtotal, headroom)
 
 
-# Parts of the answer that do not depend on batch, context or concurrency, by workload key.
-_PERSISTENT: BoundedCache[object, tuple[tuple[WorkloadSummary, ...], HostBudget, DiskBudget]] = (
-    BoundedCache(1024)
-)
+@dataclass(slots=True)
+class _Static:
+    """What a budget's answer takes from its request other than the workloads' batch, context
+    and concurrency (:func:`vrambudget.core.host.persistent_key`): built once per request
+    shape (:func:`_static`), so budgets that differ only in those resolve nothing again."""
+
+    profiles: ProfileSet | None
+    ctx: DeviceContext | None
+    ov: Overheads
+    band: BandRule
+    stack_use: StackUse
+    headroom: Headroom
+    archs: list[Arch | None]
+    summaries: tuple[WorkloadSummary, ...]
+    host_ram: HostBudget
+    disk: DiskBudget
+    device: DeviceSummary | None
+    calibration: CalibrationUse
 
 
-# The band and the stack's behaviours of workloads (by what they depend on) under a stack.
-_TAGS: BoundedCache[tuple[object, Stack], tuple[BandRule, StackUse]] = BoundedCache(1024)
+def _build_static(
+    workloads: tuple[AnalyticWorkload, ...],
+    profiles: ProfileSet | None,
+    ctx: DeviceContext | None,
+    ov: Overheads,
+    tags: tuple[BandRule, StackUse],
+    headroom: Headroom,
+    disk: DiskOptions,
+) -> _Static:
+    archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]
+    pairs = tuple(zip(workloads, archs, strict=True))
+    host_ram, disk_budget = host_and_disk(pairs, disk, ov.stack)
+    return _Static(
+        profiles,
+        ctx,
+        ov,
+        tags[0],
+        tags[1],
+        headroom,
+        archs,
+        tuple(summary(w, a) for w, a in pairs),
+        host_ram,
+        disk_budget,
+        ctx.summary() if ctx is not None else None,
+        calibration_use(ov),
+    )
+
+
+# By request shape: the workloads' persistent keys, the device, headroom, profiles (by
+# identity, checked on a hit), software and disk options.
+_STATIC: BoundedCache[tuple[object, ...], _Static] = BoundedCache(1024)
+
+
+def _static_and_stages(
+    workloads: tuple[AnalyticWorkload, ...],
+    device: DeviceRef | None,
+    headroom: Headroom | None,
+    profiles: ProfileSet | None,
+    software: Software | None,
+    disk: DiskOptions,
+) -> tuple[_Static, list[tuple[StageNumbers, ...]]]:
+    """The request shape's static parts (cached) and the workloads' stages; on a miss in the
+    order whose first error the answer names: the device, then each workload."""
+    keys = tuple([persistent_key(w) for w in workloads])
+    key = (keys, device, headroom, id(profiles), software, disk)
+    hit = _STATIC.get(key)
+    if hit is not None and hit.profiles is profiles:
+        return hit, [workload_stages(w, hit.ov, i) for i, w in enumerate(workloads)]
+    ctx = resolve_device(device, profiles, software)
+    ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, software)
+    tags = _tags(workloads, ov.stack)
+    resolved = resolve_headroom(headroom or Headroom(), tags[0])
+    stages = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
+    static = _build_static(workloads, profiles, ctx, ov, tags, resolved, disk)
+    return _STATIC.put(key, static), stages
 
 
 def _tags(workloads: tuple[AnalyticWorkload, ...], stack: Stack) -> tuple[BandRule, StackUse]:
@@ -217,13 +296,9 @@ def analytic_budget(
     warnings; ``disk`` says which copies of the model files the disk counts;
     ``allocator_replay`` adds what the allocator will hold for transformers ``generate``
     (``DeviceBudget.allocator_cache``, up to a few seconds)."""
-    ctx = resolve_device(device, profiles, software)
-    ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, software)
-    keys = tuple([persistent_key(w) for w in workloads])
-    band, stack_use = _TAGS.get_or((keys, ov.stack), lambda: _tags(workloads, ov.stack))
-    headroom = resolve_headroom(headroom or Headroom(), band)
-    per_workload = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
-    archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]
+    static, per_workload = _static_and_stages(workloads, device, headroom, profiles, software, disk)
+    ctx, ov, band, archs = static.ctx, static.ov, static.band, static.archs
+    headroom = static.headroom
     warnings: list[str] = list(notes)
     for w, arch in zip(workloads, archs, strict=True):
         warnings += workload_warnings(w, arch, ctx, ov.stack)
@@ -297,21 +372,15 @@ def analytic_budget(
     most = (
         0 if len(devices) == 1 else max(range(len(devices)), key=lambda i: devices[i].total_bytes)
     )
-    summary_device = ctx.summary() if ctx is not None else None
-    pairs = tuple(zip(workloads, archs, strict=True))
-    summaries, host_ram, disk_budget = _PERSISTENT.get_or(
-        (keys, disk, ov.stack),
-        lambda: (tuple(summary(w, a) for w, a in pairs), *host_and_disk(pairs, disk, ov.stack)),
-    )
     return Budget(
-        workloads=summaries,
-        device=summary_device,
+        workloads=static.summaries,
+        device=static.device,
         devices=tuple(devices),
         most_loaded=most,
         total_bytes=devices[most].total_bytes,
-        host_ram=host_ram,
-        disk=disk_budget,
+        host_ram=static.host_ram,
+        disk=static.disk,
         warnings=tuple(warnings),
-        calibration=calibration_use(ov),
-        stack=stack_use,
+        calibration=static.calibration,
+        stack=static.stack_use,
     )

@@ -55,7 +55,7 @@ from ..stack import resolve_stack
 from ..statics import statics_for
 from ..verdict import free_percent, memory_verdict
 from .analytic import device_counted, device_subtotal, device_totals, workload_stages
-from .inference import inference_total
+from .inference import plan_of, plan_total
 from .stage import top_stage
 
 __all__ = ["analytic_fit", "layout_for"]
@@ -122,6 +122,19 @@ def _variable_setter(
     return None
 
 
+def _objective_of(w: AnalyticWorkload, variable: FitVariable) -> str:
+    """The objective a variable's search walks: an inference workload's batch and concurrency
+    multiply into its number of sequences, the only thing either changes in its budget
+    (:func:`vrambudget.core.budget.inference.inference_terms`), so where the other factor is
+    1 both searches walk one function and share its evaluations."""
+    if isinstance(w, InferenceWorkload) and (
+        (variable == "batch" and w.concurrent_requests == 1)
+        or (variable == "concurrency" and w.batch_size == 1)
+    ):
+        return "sequences"
+    return variable
+
+
 def _targets(req: FitRequest, profiles: ProfileSet | None) -> list[DeviceContext]:
     refs: tuple[DeviceRef | GPU, ...] = (
         tuple(gpus().values()) if req.devices is None else req.devices
@@ -143,11 +156,6 @@ def _limiting(workloads: tuple[AnalyticWorkload, ...], ctx: DeviceContext) -> Co
     return max(values, key=lambda c: values[c])
 
 
-def _overhead_key(ctx: DeviceContext) -> Overheads:
-    """GPUs with equal overheads share evaluations (the overheads hash by value)."""
-    return ctx.overheads
-
-
 def analytic_fit(
     req: FitRequest, workloads: tuple[AnalyticWorkload, ...], profiles: ProfileSet | None = None
 ) -> FitResponse:
@@ -163,9 +171,20 @@ def analytic_fit(
     # the model's limit and the objective's memo (x -> total bytes); None where the variable
     # does not apply.
     searches: dict[
-        tuple[int, Overheads, str], tuple[Callable[[int], int], int, int | None, Memo] | None
+        tuple[int, int, str], tuple[Callable[[int], int], int, int | None, Memo] | None
     ] = {}
-    totals: dict[tuple[int, Overheads], int] = {}
+    totals: dict[tuple[int, int], int] = {}
+    # GPUs with equal overheads (they hash by value) share evaluations: each target's class,
+    # by its overheads' identity, so the dataclass is hashed once per target, not per lookup.
+    classes: dict[Overheads, int] = {}
+    class_by_id: dict[int, int] = {}
+
+    def _overhead_key(ctx: DeviceContext) -> int:
+        ov = ctx.overheads
+        c = class_by_id.get(id(ov))
+        if c is None:
+            c = class_by_id[id(ov)] = classes.setdefault(ov, len(classes))
+        return c
 
     placements: dict[int, AnalyticWorkload | None] = {}
 
@@ -183,7 +202,7 @@ def analytic_fit(
             )
         return placements[n]
 
-    rest_subtotals: dict[Overheads, int] = {}
+    rest_subtotals: dict[int, int] = {}
     rules: dict[int, tuple[BandRule, Headroom]] = {}
 
     def rule_on(n: int, w0: AnalyticWorkload) -> tuple[BandRule, Headroom]:
@@ -219,16 +238,17 @@ def analytic_fit(
         base = rest_subtotals[okey]
         arch = resolve_model(w0.model)
         ov = ctx.overheads
-        statics = statics_for(w0, arch, ov.stack)
+        # the variable changes no plan: one per stage for the whole search
+        plans = [plan_of(w0, arch, st, ov) for st in statics_for(w0, arch, ov.stack)]
 
         def f(x: int) -> int:
             w = make(x)
-            sub = base + max(inference_total(w, arch, st, ov) for st in statics)  # type: ignore[arg-type]
+            sub = base + max([plan_total(w, p) for p in plans])  # type: ignore[arg-type]
             return sub + headroom_bytes(sub, headroom)
 
         return f
 
-    limiting: dict[tuple[int, Overheads], Component] = {}
+    limiting: dict[tuple[int, int], Component] = {}
 
     def total_on(n: int, w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         """The placed workload's total on n devices of this overhead class (memoized)."""
@@ -241,7 +261,7 @@ def analytic_fit(
             totals[tkey] = subtotal(w0, ctx)
         return totals[tkey]
 
-    counted: dict[tuple[int, Overheads], int] = {}
+    counted: dict[tuple[int, int], int] = {}
 
     def verdict_on(
         n: int,
@@ -292,7 +312,7 @@ def analytic_fit(
             for variable in req.solve:
                 if variable == "device_count":
                     continue
-                okey = (n, key, variable)
+                okey = (n, key, _objective_of(w0, variable))
                 if okey not in searches:
                     # the objective of a layout, overhead class and variable, and its memo: the
                     # GPUs of one class differ only in capacity

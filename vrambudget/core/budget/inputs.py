@@ -20,6 +20,7 @@ from ..components import Component
 from ..deployed import deployed_format
 from ..device import DeviceContext
 from ..dtypes import bytes_of
+from ..memo import BoundedCache
 from ..overheads import Overheads
 from ..resolve import model_name, model_origin
 from ..result import WorkloadSummary
@@ -153,6 +154,49 @@ def kind(w: AnalyticWorkload) -> str:
 
 
 def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
+    """The inputs a budget of ``w`` names (its lines' ``inputs`` name keys of it)."""
+    if type(w) is InferenceWorkload and arch is not None:
+        return _inference_inputs(w, arch, ov)
+    return _inputs(w, arch, ov)
+
+
+_SCALING = ("sequences", "context_tokens", "prompt_tokens")  # an inference budget's own
+_AFTER = ("attention", "attention_runs", "kv_cache_dtype", "logits")  # in this order after them
+# An inference workload's other inputs, by what they depend on (the overheads by identity,
+# checked on a hit): (overheads, the inputs before the scaling ones, those after).
+_INFERENCE: BoundedCache[tuple[object, ...], tuple[Overheads, dict[str, Any], dict[str, Any]]] = (
+    BoundedCache(1024)
+)
+
+
+def _inference_inputs(w: InferenceWorkload, arch: Arch, ov: Overheads) -> dict[str, Any]:
+    """:func:`_inputs` of an inference workload, its parts that do not scale built once."""
+    key = (
+        w.model,
+        w.precision,
+        w.parallelism,
+        w.instances,
+        w.attention,
+        w.logits,
+        w.prefill_chunk_tokens,
+        id(ov),
+    )
+    hit = _INFERENCE.get(key)
+    if hit is None or hit[0] is not ov:
+        full = _inputs(w, arch, ov)
+        before = {k: v for k, v in full.items() if k not in _SCALING and k not in _AFTER}
+        hit = _INFERENCE.put(key, (ov, before, {k: full[k] for k in _AFTER}))
+    _, before, after = hit
+    return {
+        **before,
+        "sequences": w.batch_size * w.concurrent_requests,
+        "context_tokens": w.prompt_tokens + w.generated_tokens,
+        "prompt_tokens": w.prompt_tokens,
+        **after,
+    }
+
+
+def _inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
     if isinstance(w, GenericWorkload):
         return {
             "batch_size": w.batch_size,
