@@ -19,14 +19,13 @@ def test_oldest_entry_goes_first() -> None:
 
 
 def test_every_module_level_cache_of_the_core_is_bounded() -> None:
-    from vrambudget.core.budget import analytic, explain, inference, inputs
+    from vrambudget.core.budget import analytic, explain, inference
 
     for cache in (
         device._CONTEXTS,
         device._CALIBRATED,
         analytic._STATIC,
         inference._PLANS,
-        inputs._INFERENCE,
         explain._SOURCES,
         explain._ROWS,
         explain._USES,

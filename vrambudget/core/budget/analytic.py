@@ -9,6 +9,7 @@ the same stage functions, so an explained number and a solved number cannot drif
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 from msgspec import UNSET
@@ -55,8 +56,17 @@ from .encoders import encoder_info, encoder_stage, proxy
 from .explain import NO_NAMES, calibration_use, device_budget
 from .generate_cache import allocator_cache
 from .generic import generic_stage
-from .inference import inference_stage, inference_total
-from .inputs import INPUT_NAMES, inputs, kind, summary
+from .inference import Plan, inference_stage, inference_total, plan_of, plan_stage
+from .inputs import (
+    INPUT_NAMES,
+    inference_input_parts,
+    inputs,
+    kind,
+    scaled_inputs,
+    shape_warnings,
+    size_warnings,
+    summary,
+)
 from .inputs import warnings as workload_warnings
 from .stage import StageNumbers, counted_bytes, top_stage
 from .training import training_stage, zero3_quantized_init_applies
@@ -161,6 +171,12 @@ class _Static:
     disk: DiskBudget
     device: DeviceSummary | None
     calibration: CalibrationUse
+    plans: list[tuple[Plan, ...] | None]
+    """An inference workload's plan per pipeline stage (None for other kinds)."""
+    warnings: list[tuple[str, ...] | None]
+    """An inference workload's shape warnings (None for other kinds)."""
+    inputs: tuple[dict[str, Any], dict[str, Any]] | None
+    """A single inference workload's inputs other than its sequences and tokens."""
 
 
 def _build_static(
@@ -175,6 +191,21 @@ def _build_static(
     archs = [None if isinstance(w, GenericWorkload) else resolve_model(w.model) for w in workloads]
     pairs = tuple(zip(workloads, archs, strict=True))
     host_ram, disk_budget = host_and_disk(pairs, disk, ov.stack)
+    plans: list[tuple[Plan, ...] | None] = []
+    warnings: list[tuple[str, ...] | None] = []
+    for w, arch in pairs:
+        if type(w) is InferenceWorkload and arch is not None:
+            plans.append(tuple(plan_of(w, arch, st, ov) for st in statics_for(w, arch, ov.stack)))
+            warnings.append(tuple(shape_warnings(w, arch, ov.stack)))
+        else:
+            plans.append(None)
+            warnings.append(None)
+    w, arch = workloads[0], archs[0]
+    parts = (
+        inference_input_parts(w, arch, ov)
+        if len(workloads) == 1 and type(w) is InferenceWorkload and arch is not None
+        else None
+    )
     return _Static(
         profiles,
         ctx,
@@ -188,6 +219,9 @@ def _build_static(
         disk_budget,
         ctx.summary() if ctx is not None else None,
         calibration_use(ov),
+        plans,
+        warnings,
+        parts,
     )
 
 
@@ -206,11 +240,16 @@ def _static_and_stages(
 ) -> tuple[_Static, list[tuple[StageNumbers, ...]]]:
     """The request shape's static parts (cached) and the workloads' stages; on a miss in the
     order whose first error the answer names: the device, then each workload."""
-    keys = tuple([persistent_key(w) for w in workloads])
+    keys = tuple([_shape_key(w) for w in workloads])
     key = (keys, device, headroom, id(profiles), software, disk)
     hit = _STATIC.get(key)
     if hit is not None and hit.profiles is profiles:
-        return hit, [workload_stages(w, hit.ov, i) for i, w in enumerate(workloads)]
+        return hit, [
+            workload_stages(w, hit.ov, i)
+            if plans is None
+            else tuple([plan_stage(w, p) for p in plans])  # type: ignore[arg-type]
+            for i, (w, plans) in enumerate(zip(workloads, hit.plans, strict=True))
+        ]
     ctx = resolve_device(device, profiles, software)
     ov = ctx.overheads if ctx else with_software(DEFAULT_OVERHEADS, software)
     tags = _tags(workloads, ov.stack)
@@ -218,6 +257,14 @@ def _static_and_stages(
     stages = [workload_stages(w, ov, i) for i, w in enumerate(workloads)]
     static = _build_static(workloads, profiles, ctx, ov, tags, resolved, disk)
     return _STATIC.put(key, static), stages
+
+
+def _shape_key(w: AnalyticWorkload) -> object:
+    """What a workload's static parts depend on: its persistent key, and an inference
+    workload's attention, logits and chunking (its plan, inputs and warnings)."""
+    if type(w) is InferenceWorkload:
+        return (persistent_key(w), w.attention, w.logits, w.prefill_chunk_tokens)
+    return persistent_key(w)
 
 
 def _tags(workloads: tuple[AnalyticWorkload, ...], stack: Stack) -> tuple[BandRule, StackUse]:
@@ -300,12 +347,18 @@ def analytic_budget(
     ctx, ov, band, archs = static.ctx, static.ov, static.band, static.archs
     headroom = static.headroom
     warnings: list[str] = list(notes)
-    for w, arch in zip(workloads, archs, strict=True):
-        warnings += workload_warnings(w, arch, ctx, ov.stack)
+    for w, arch, shape in zip(workloads, archs, static.warnings, strict=True):
+        if shape is None:
+            warnings += workload_warnings(w, arch, ctx, ov.stack)
+        else:  # an inference workload
+            warnings += shape
+            warnings += size_warnings(w, arch)  # type: ignore[arg-type]
     devices: list[DeviceBudget] = []
     if len(workloads) == 1:
         w, arch = workloads[0], archs[0]
-        inputs_ = inputs(w, arch, ov)
+        inputs_ = (
+            inputs(w, arch, ov) if static.inputs is None else scaled_inputs(w, *static.inputs)  # type: ignore[arg-type]
+        )
         for s in per_workload[0]:
             label = (
                 "every device"

@@ -25,7 +25,7 @@ from ..spec import (
     Headroom,
 )
 
-__all__ = ["NO_NAMES", "calibration_use", "device_budget"]
+__all__ = ["NO_NAMES", "calibration_use", "constant_parts", "device_budget"]
 
 C = Component
 ORDER: tuple[Component, ...] = tuple(Component)
@@ -131,15 +131,14 @@ def device_budget(
         inputs["largest_transient_bytes"] = transient
     get = values.get
     rows = _rows(ov, names)
-    lines = [Line(c, get(c, 0), formula, used, source) for c, formula, source, used in rows]
+    lines = [
+        Line(c, get(c, 0), formula, used, source)
+        if c not in parts
+        else Line(c, get(c, 0), formula, used, source, _parts(parts[c]))
+        for c, formula, source, used in rows
+    ]
     _, formula, source, used = rows[_INDEX[C.HEADROOM]]
     lines[_INDEX[C.HEADROOM]] = Line(C.HEADROOM, room, formula, used, source)
-    for c, p in parts.items():  # the few lines with parts
-        if p:
-            _, formula, source, used = rows[_INDEX[c]]
-            lines[_INDEX[c]] = Line(
-                c, get(c, 0), formula, used, source, tuple([Part(name=n, bytes=b) for n, b in p])
-            )
     return DeviceBudget(
         label=label,
         pipeline_stage=stage,
@@ -154,6 +153,26 @@ def device_budget(
         band=None if band is None else band_of(band, subtotal, counted),
     )
 
+
+def _parts(p: Any) -> tuple[Part, ...]:
+    """A line's parts: those of a tuple registered by :func:`constant_parts` built once."""
+    if not p:
+        return ()
+    hit = _PARTS.get(id(p))
+    if hit is not None and hit[0] is p:
+        return hit[1]
+    return tuple([Part(name=n, bytes=b) for n, b in p])
+
+
+def constant_parts(p: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+    """``p``, whose line parts every budget that passes this same tuple shares (a stage's
+    constant parts: the context's, the communication buffers')."""
+    if p:
+        _PARTS.put(id(p), (p, tuple([Part(name=n, bytes=b) for n, b in p])))  # holds p
+    return p
+
+
+_PARTS: BoundedCache[int, tuple[tuple[tuple[str, int], ...], tuple[Part, ...]]] = BoundedCache(1024)
 
 _OVERHEAD_LINES = (
     C.CUDA_CONTEXT,

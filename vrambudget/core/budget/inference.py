@@ -19,6 +19,7 @@ from ..memo import BoundedCache
 from ..overheads import Overheads
 from ..spec import InferenceWorkload
 from ..statics import StageStatic
+from .explain import constant_parts
 from .stage import StageNumbers, peak, times
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "inference_terms",
     "inference_total",
     "plan_of",
+    "plan_stage",
     "plan_total",
     "runtime_attention",
 ]
@@ -75,14 +77,20 @@ def _plan(w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads) -> P
     context = ov.process_context_bytes("inference") * k
     workspace = (ov.workspace_bytes + st.kernel_scratch_bytes) * k
     parts = {
-        C.COMMUNICATION_BUFFERS: times(
-            st.comm_parts if ov.nccl_communicator_bytes is None else _communication(st, ov)[1], k
+        C.COMMUNICATION_BUFFERS: constant_parts(
+            times(
+                st.comm_parts if ov.nccl_communicator_bytes is None else _communication(st, ov)[1],
+                k,
+            )
         ),
-        C.CUDA_CONTEXT: ov.context_parts("inference", k),
+        C.CUDA_CONTEXT: constant_parts(ov.context_parts("inference", k)),
     }
     if st.kernel_scratch_bytes:
-        parts[C.RUNTIME_WORKSPACE] = times(
-            ((BLAS_PART, ov.workspace_bytes), (KERNEL_SCRATCH_PART, st.kernel_scratch_bytes)), k
+        parts[C.RUNTIME_WORKSPACE] = constant_parts(
+            times(
+                ((BLAS_PART, ov.workspace_bytes), (KERNEL_SCRATCH_PART, st.kernel_scratch_bytes)),
+                k,
+            )
         )
     return Plan(
         st=st,
@@ -215,7 +223,12 @@ def fragmentation_ppm(w: InferenceWorkload, arch: Arch, ov: Overheads) -> int:
 def inference_stage(
     w: InferenceWorkload, arch: Arch, st: StageStatic, ov: Overheads
 ) -> StageNumbers:
-    plan = plan_of(w, arch, st, ov)
+    return plan_stage(w, plan_of(w, arch, st, ov))
+
+
+def plan_stage(w: InferenceWorkload, plan: Plan) -> StageNumbers:
+    """:func:`inference_stage` of ``w`` with its plan."""
+    st = plan.st
     kv, terms = inference_terms(w, plan)
     transient = max([a + lg for _, a, lg in terms])
     overhead = allocator_bytes(plan.rounding, transient, plan.fraction)

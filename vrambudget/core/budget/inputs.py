@@ -20,7 +20,6 @@ from ..components import Component
 from ..deployed import deployed_format
 from ..device import DeviceContext
 from ..dtypes import bytes_of
-from ..memo import BoundedCache
 from ..overheads import Overheads
 from ..resolve import model_name, model_origin
 from ..result import WorkloadSummary
@@ -47,7 +46,17 @@ from ..statics import (
 )
 from .inference import fragmentation_ppm, runtime_attention
 
-__all__ = ["INPUT_NAMES", "inputs", "kind", "summary", "warnings"]
+__all__ = [
+    "INPUT_NAMES",
+    "inference_input_parts",
+    "inputs",
+    "kind",
+    "scaled_inputs",
+    "shape_warnings",
+    "size_warnings",
+    "summary",
+    "warnings",
+]
 
 C = Component
 
@@ -156,37 +165,30 @@ def kind(w: AnalyticWorkload) -> str:
 def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
     """The inputs a budget of ``w`` names (its lines' ``inputs`` name keys of it)."""
     if type(w) is InferenceWorkload and arch is not None:
-        return _inference_inputs(w, arch, ov)
+        return scaled_inputs(w, *inference_input_parts(w, arch, ov))
     return _inputs(w, arch, ov)
 
 
 _SCALING = ("sequences", "context_tokens", "prompt_tokens")  # an inference budget's own
 _AFTER = ("attention", "attention_runs", "kv_cache_dtype", "logits")  # in this order after them
-# An inference workload's other inputs, by what they depend on (the overheads by identity,
-# checked on a hit): (overheads, the inputs before the scaling ones, those after).
-_INFERENCE: BoundedCache[tuple[object, ...], tuple[Overheads, dict[str, Any], dict[str, Any]]] = (
-    BoundedCache(1024)
-)
 
 
-def _inference_inputs(w: InferenceWorkload, arch: Arch, ov: Overheads) -> dict[str, Any]:
-    """:func:`_inputs` of an inference workload, its parts that do not scale built once."""
-    key = (
-        w.model,
-        w.precision,
-        w.parallelism,
-        w.instances,
-        w.attention,
-        w.logits,
-        w.prefill_chunk_tokens,
-        id(ov),
-    )
-    hit = _INFERENCE.get(key)
-    if hit is None or hit[0] is not ov:
-        full = _inputs(w, arch, ov)
-        before = {k: v for k, v in full.items() if k not in _SCALING and k not in _AFTER}
-        hit = _INFERENCE.put(key, (ov, before, {k: full[k] for k in _AFTER}))
-    _, before, after = hit
+def inference_input_parts(
+    w: InferenceWorkload, arch: Arch, ov: Overheads
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An inference workload's inputs other than its sequences and tokens (they depend on its
+    model, precision, layout, instances, attention, logits and chunking): those before them
+    and those after, in the answer's order (:func:`scaled_inputs` puts them together)."""
+    whole = _inputs(w, arch, ov)
+    before = {k: v for k, v in whole.items() if k not in _SCALING and k not in _AFTER}
+    return before, {k: whole[k] for k in _AFTER}
+
+
+def scaled_inputs(
+    w: InferenceWorkload, before: dict[str, Any], after: dict[str, Any]
+) -> dict[str, Any]:
+    """An inference workload's inputs from :func:`inference_input_parts` and its own
+    sequences and tokens."""
     return {
         **before,
         "sequences": w.batch_size * w.concurrent_requests,
@@ -282,30 +284,14 @@ def warnings(
     device: DeviceContext | None,
     stack: Stack | None = None,
 ) -> list[str]:
-    out: list[str] = []
     if isinstance(w, GenericWorkload) or arch is None:
-        return out
+        return []
     if isinstance(w, EncoderWorkload):
-        return out
+        return []
     stack = stack or resolve_stack(None)
-    attention = getattr(w, "attention", None)
-    if attention is not None and attention_run(attention, arch) != attention:
-        out.append(
-            "attention: this model soft-caps its attention logits, which SDPA cannot do; "
-            "transformers and LitGPT run it eagerly (the scores are materialized), and so "
-            "does this budget: `flash` (flash-attn caps inside its kernel) avoids them"
-        )
-    q = effective_precision(w, stack).quantization
-    if arch.moe is not None and isinstance(q, BitsAndBytes4bit) and not q.quantize_experts:
-        out.append(_unquantized_experts(w, stack))
+    out = shape_warnings(w, arch, stack)
     if isinstance(w, InferenceWorkload):
-        if arch.kind == "encoder" and w.generated_tokens:
-            out.append("encoder models do not generate: generated_tokens is ignored")
-        if arch.kind == "decoder" and w.context_tokens > arch.max_positions:
-            out.append(
-                f"context {w.context_tokens} exceeds the model's max_position_embeddings "
-                f"{arch.max_positions}"
-            )
+        out += size_warnings(w, arch)
     else:
         if w.sequence_length > arch.max_positions:
             out.append(
@@ -423,6 +409,36 @@ def _saved_notes(w: TrainingWorkload, arch: Arch, stack: Stack) -> list[str]:
             "and fp32 optimizer state, as DeepSpeed and FSDP mixed precision keep them; "
             "transformers' Trainer on a model loaded in 16-bit keeps neither (torch's AdamW "
             "state is zeros_like the parameter): say mixed_precision 'pure' for that"
+        )
+    return out
+
+
+def shape_warnings(w: InferenceWorkload | TrainingWorkload, arch: Arch, stack: Stack) -> list[str]:
+    """The warnings that come first and depend on the workload's model, precision and
+    attention only (not its batch or tokens)."""
+    out: list[str] = []
+    attention = w.attention
+    if attention_run(attention, arch) != attention:
+        out.append(
+            "attention: this model soft-caps its attention logits, which SDPA cannot do; "
+            "transformers and LitGPT run it eagerly (the scores are materialized), and so "
+            "does this budget: `flash` (flash-attn caps inside its kernel) avoids them"
+        )
+    q = effective_precision(w, stack).quantization
+    if arch.moe is not None and isinstance(q, BitsAndBytes4bit) and not q.quantize_experts:
+        out.append(_unquantized_experts(w, stack))
+    return out
+
+
+def size_warnings(w: InferenceWorkload, arch: Arch) -> list[str]:
+    """An inference workload's warnings after :func:`shape_warnings`: what its tokens say."""
+    out = []
+    if arch.kind == "encoder" and w.generated_tokens:
+        out.append("encoder models do not generate: generated_tokens is ignored")
+    if arch.kind == "decoder" and w.prompt_tokens + w.generated_tokens > arch.max_positions:
+        out.append(
+            f"context {w.context_tokens} exceeds the model's max_position_embeddings "
+            f"{arch.max_positions}"
         )
     return out
 

@@ -54,7 +54,21 @@ def compatibility(
     """The verdict of deployed workloads on a device type (None without a device)."""
     if device is None:
         return None
-    return evaluate(needs_of(workloads, software), device_facts(device))
+    needs = needs_of(workloads, software)
+    # the same needs (cached) on the same device context (catalog GPUs' are cached): by
+    # identity, without hashing either dataclass
+    key = (id(needs), id(device))
+    hit = _BY_ID.get(key)
+    if hit is not None and hit[0] is needs and hit[1] is device:
+        return hit[2]
+    verdict = evaluate(needs, device_facts(device))
+    _BY_ID.put(key, (needs, device, verdict))  # holds both: their ids are not reused meanwhile
+    return verdict
+
+
+_BY_ID: BoundedCache[tuple[int, int], tuple[Needs, DeviceContext, Compatibility]] = BoundedCache(
+    1024
+)
 
 
 def not_supported(c: Compatibility) -> Compatibility:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..device import DeviceContext
 from ..errors import InvalidWorkload
+from ..memo import BoundedCache
 from ..resolve import resolve_model
 from ..serving.engine_args import model_dtype, serving_quantization
 from ..serving.releases import engine_release
@@ -25,7 +26,7 @@ from ..spec.precision import (
     Quantization,
 )
 from ..spec.serving import LLMServingWorkload
-from ..spec.workloads import AdamW8bit, TrainingWorkload
+from ..spec.workloads import AdamW8bit, InferenceWorkload, TrainingWorkload
 from ..stack import CURRENT, PINNED, resolve_stack, version_tuple
 from .facts import TORCH_PYPI_CUDA, VLLM_TORCH
 
@@ -174,7 +175,36 @@ def _sdpa_call(w: Workload) -> tuple[str, int, int, int] | None:
 
 
 def needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Needs:
-    """What the (deployed) workloads need; the first serving workload names the engine."""
+    """What the (deployed) workloads need; the first serving workload names the engine.
+    Model workloads' needs are cached by what they read of them (a budget of another batch
+    or context needs the same)."""
+    if not all(type(w) in _MODEL_KINDS for w in workloads):
+        return _needs_of(workloads, software)
+    key = (
+        tuple(
+            [
+                (
+                    type(w),
+                    w.model,  # type: ignore[union-attr]
+                    w.precision,  # type: ignore[union-attr]
+                    w.attention,  # type: ignore[union-attr]
+                    getattr(w, "method", None),
+                    getattr(w, "optimizer", None),
+                )
+                for w in workloads
+            ]
+        ),
+        software,
+    )
+    hit = _NEEDS.get(key)
+    return hit if hit is not None else _NEEDS.put(key, _needs_of(workloads, software))
+
+
+_MODEL_KINDS = (InferenceWorkload, TrainingWorkload)
+_NEEDS: BoundedCache[tuple[object, ...], Needs] = BoundedCache(1024)
+
+
+def _needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Needs:
     sw = software or Software()
     dtypes: set[str] = set()
     quant: set[str] = set()
