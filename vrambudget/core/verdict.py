@@ -131,7 +131,7 @@ def serving_verdict(starts: bool, band: KVTokensBand | None, target: float = 1.0
 def with_fit(budget: Budget, workloads: tuple[Workload, ...]) -> Budget:
     """The budget with its ``fit`` against its device (unchanged without a device)."""
     if budget.device is None or not budget.devices:
-        return msgspec.structs.replace(budget, fit=None)
+        return budget if budget.fit is None else msgspec.structs.replace(budget, fit=None)
     capacity = budget.device.capacity_bytes
     sv = budget.serving
     engine_ok, reason = (
