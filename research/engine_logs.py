@@ -64,7 +64,7 @@ class Check:
     predicted: float
     unit: str
     fresh: bool = False
-    """From held-out sets B, C, E, F and G: logs collected after the rules were fixed
+    """From held-out sets B, C, E, F, G and J: logs collected after the rules were fixed
     (``collected``)."""
     version: str = ""
     """The engine release the request named (vLLM, SGLang), or the log's (llama.cpp, Ollama)."""
@@ -742,6 +742,21 @@ GPTQ-Int8 launches (no citable copy of the checkpoint's quantization_config was 
 0.31.0 test fixture (no launch line), and the 0.16.0 bitsandbytes 4-bit launch (not a vLLM
 quantization the serving model has)."""
 
+HELD_OUT_J: HeldOut = {
+    # vllm serve of a local Qwen3-14B (Qwen/Qwen3-14B's shapes) with --max-model-len 32768
+    "vllm-trainsft-qwen3-14b-a100-80gb-32k-v0100": (
+        {
+            "engine_version": "0.10.0",
+            "model": _config("Qwen/Qwen3-14B"),
+            "max_model_len": 32768,
+        },
+        "a100-sxm4-80gb",
+        None,
+    ),
+}
+"""Held-out set J (collected 2026-12-07, after every rule above): one repository's vLLM 0.10.0
+launch on an A100-SXM4-80GB (named by the same repository's Unsloth log of that machine)."""
+
 
 HELD_OUT_H: dict[str, tuple[str, str, int, bool, dict[str, Any]]] = {
     # (model, GGUF file type, KV cells, flash attention as the log resolved it, the rest)
@@ -1033,7 +1048,12 @@ def checks() -> list[Check]:
             else _sglang(key, workload, gpu_id, measured)
         )
         out += [dataclasses.replace(c, fresh=True) for c in rows]
-    for key, (workload, gpu_id, custom) in {**HELD_OUT_E, **HELD_OUT_F, **HELD_OUT_G}.items():
+    for key, (workload, gpu_id, custom) in {
+        **HELD_OUT_E,
+        **HELD_OUT_F,
+        **HELD_OUT_G,
+        **HELD_OUT_J,
+    }.items():
         device = (custom[0], round(custom[1] * GiB)) if custom is not None else None
         out += [
             dataclasses.replace(c, fresh=True)
@@ -1110,7 +1130,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{sum(r.predicted for r in mine):.0f} of {len(mine)}"
         )
     fresh = [r for r in rows if r.fresh and not r.held_out_set]
-    print("\nheld-out sets B, C, E, F and G (collected after the rules were fixed) alone:")
+    print("\nheld-out sets B, C, E, F, G and J (collected after the rules were fixed) alone:")
     for engine, quantity, n, med, mx, below in summary(fresh):
         print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
     for name, title in (
@@ -1129,7 +1149,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{v:<8}{len(e):>4}{med:>8.2%}{mx:>9.2%}")
     band_b = [r for r in band if r.fresh and r.engine == "vllm"]
     print(
-        "vLLM KV tokens inside kv_cache_tokens_band (sets B, C, E, F and G): "
+        "vLLM KV tokens inside kv_cache_tokens_band (sets B, C, E, F, G and J): "
         f"{sum(r.predicted for r in band_b):.0f} of {len(band_b)}"
     )
     return 0

@@ -162,8 +162,8 @@ def test_vllm_weights_within_target():
 
 def test_vllm_kv_tokens_ratchet():
     errs = _errors("vllm", "KV tokens")
-    assert len(errs) == 41
-    assert statistics.median(abs(e) for e in errs) <= 0.0095  # 0.92%
+    assert len(errs) == 42
+    assert statistics.median(abs(e) for e in errs) <= 0.0095  # 0.87%
     # 36.46%: set G's 0.29.0 launch on a WSL2 desktop GPU, over (see
     # test_vllm_kv_tokens_targets); next, 15.24%: set F's first RTX 3060 launch, the safe side
     assert max(abs(e) for e in errs) <= 0.365
@@ -178,7 +178,7 @@ def test_vllm_kv_tokens_per_release():
     graphs were subtracted). 0.31 has set G's five A40 launches: 1.18%."""
     by = kv_errors_by_release(ROWS)
     assert len(by) >= 10 and "0.31" in by
-    assert sum(map(len, by.values())) == 41
+    assert sum(map(len, by.values())) == 42
     for minor, errs in by.items():
         med = statistics.median(abs(e) for e in errs)
         assert med <= 0.03, (minor, errs)
@@ -186,28 +186,31 @@ def test_vllm_kv_tokens_per_release():
 
 def test_vllm_cuda_graph_memory_diagnostic_is_pinned():
     """The graph memory the logs print after capture ("Graph capturing finished ... took") is a
-    diagnostic of the per-graph rule, not a KV check: 58.9% median, 138.8% largest (set F's
+    diagnostic of the per-graph rule, not a KV check: 59.5% median, 138.8% largest (set F's
     0.30.0 launch through Xinference and set G's 0.29.0 launch of the same model: 0.33 GiB
     printed), pinned so it can only shrink. Set G's 0.31.0 launches (+76% .. +84%) print the
-    profiling capture that precedes the KV sizing; the median was 45.3% before them."""
+    profiling capture that precedes the KV sizing; the median was 45.3% before them. Set J's
+    0.10.0 launch on an A100 (2.49 GiB printed, 0.66 counted, like set F's A100 launches)
+    moved it from 58.9% to 59.5%."""
     errs = _errors("vllm", "CUDA graphs (capture)")
     assert len(errs) >= 20
-    assert statistics.median(abs(e) for e in errs) <= 0.59
+    assert statistics.median(abs(e) for e in errs) <= 0.595
     assert max(abs(e) for e in errs) <= 1.39
 
 
-def test_vllm_kv_tokens_held_out_sets_b_to_g():
-    """Sets B, C, E, F and G (15 + 3 + 4 + 6 + 6 checked launches collected after the vLLM
-    rules were fixed, research/engine_logs.py HELD_OUT_B, _C, _E, _F and _G): the median within
+def test_vllm_kv_tokens_held_out_sets_b_to_j():
+    """Sets B, C, E, F, G and J (15 + 3 + 4 + 6 + 6 + 1 checked launches collected after the
+    vLLM rules were fixed, research/engine_logs.py HELD_OUT_B, _C, _E, _F, _G and _J): the
+    median within
     the KV-token target; the largest are set G's WSL2 desktop launch and set F's first RTX 3060
     launch (test_vllm_kv_tokens_targets). The sort-path sampler rule was found on set B
     (docs/ACCURACY.md says so); it is counted from vLLM's and torch's source, nothing fitted.
     Set C (Qwen3-4B on an H100 and an RTX A6000, vLLM 0.10.2 and 0.11.2) came after every rule:
     -0.2% .. -0.6%. Set G's five 0.31.0 launches on an A40, the first logs of that release:
-    -1.2% .. +2.2%."""
+    -1.2% .. +2.2%. Set J's 0.10.0 launch of Qwen3-14B on an A100 80GB (2026-12-07): -0.7%."""
     errs = [r.error for r in ROWS if r.fresh and (r.engine, r.quantity) == ("vllm", "KV tokens")]
-    assert len(errs) == 34
-    assert statistics.median(abs(e) for e in errs) <= 0.009  # 0.81% (target 3%)
+    assert len(errs) == 35
+    assert statistics.median(abs(e) for e in errs) <= 0.009  # 0.72% (target 3%)
     assert max(abs(e) for e in errs) <= 0.365  # 36.46% (target 10%)
     g = [r.error for r in ROWS if "synapse" in r.log and r.quantity == "KV tokens"]
     assert len(g) == 5 and max(abs(e) for e in g) <= 0.023
@@ -235,10 +238,10 @@ def test_vllm_kv_tokens_targets():
 
 def test_vllm_band_low_end_never_promises_more_kv_than_the_engine_printed():
     """kv_cache_tokens_band on the held-out logs: every printed KV size is at or above the band's
-    low end (the low end is what to size for), and all 41 fall inside."""
+    low end (the low end is what to size for), and all 42 fall inside."""
     band = [r for r in ROWS if r.quantity == "KV tokens inside the band" and r.engine == "vllm"]
-    assert len(band) == 41
-    assert sum(r.predicted for r in band) == 41
+    assert len(band) == 42
+    assert sum(r.predicted for r in band) == 42
     for r in ROWS:
         if r.engine == "vllm" and r.quantity == "KV tokens":
             log_band = next(b for b in band if b.log == r.log)
