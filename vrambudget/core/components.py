@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
 
-__all__ = ["Component"]
+__all__ = ["Component", "Members"]
 
 
 class Component(StrEnum):
@@ -30,6 +31,30 @@ class Component(StrEnum):
         """The component in words for a reader (``KV cache``), as pictures and tables print
         it."""
         return _LABELS[self]
+
+
+class Members:
+    """:class:`Component`'s members as plain class attributes, for the hot paths (``C =
+    Members``): Python 3.11 reads an enum member through a descriptor, about 70 ns a read
+    against 14 ns here."""
+
+    WEIGHTS: Final = Component.WEIGHTS
+    QUANTIZATION_METADATA: Final = Component.QUANTIZATION_METADATA
+    ADAPTERS: Final = Component.ADAPTERS
+    KV_CACHE: Final = Component.KV_CACHE
+    ACTIVATIONS: Final = Component.ACTIVATIONS
+    LOGITS: Final = Component.LOGITS
+    GRADIENTS: Final = Component.GRADIENTS
+    OPTIMIZER_STATE: Final = Component.OPTIMIZER_STATE
+    MASTER_WEIGHTS: Final = Component.MASTER_WEIGHTS
+    CUDA_CONTEXT: Final = Component.CUDA_CONTEXT
+    RUNTIME_WORKSPACE: Final = Component.RUNTIME_WORKSPACE
+    COMMUNICATION_BUFFERS: Final = Component.COMMUNICATION_BUFFERS
+    ALLOCATOR_OVERHEAD: Final = Component.ALLOCATOR_OVERHEAD
+    HEADROOM: Final = Component.HEADROOM
+
+
+assert all(getattr(Members, c.name) is c for c in Component), "Members must list every member"
 
 
 _DESCRIPTIONS: dict[Component, str] = {

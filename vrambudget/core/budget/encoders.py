@@ -24,7 +24,7 @@ the stride-2 convolution: 1,500 positions per window.
 from __future__ import annotations
 
 from ..arch import Arch, AttentionKind, LayerType, attention_run
-from ..components import Component
+from ..components import Component, Members
 from ..dtypes import bytes_of
 from ..errors import InvalidWorkload
 from ..formulas.activations import DeviceDims, inference_activations, inference_working_set
@@ -47,7 +47,7 @@ from .stage import StageNumbers, finish, times
 
 __all__ = ["encoder_info", "encoder_positions", "encoder_stage", "proxy"]
 
-C = Component
+C = Members  # the members as plain attributes (Component's read through a descriptor)
 _DENSE = LayerType(AttentionKind.FULL, None, False, ())
 
 

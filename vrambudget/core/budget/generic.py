@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..components import Component
+from ..components import Component, Members
 from ..formulas import allocator_overhead
 from ..overheads import Overheads
 from ..spec import GenericWorkload
@@ -10,7 +10,7 @@ from .stage import StageNumbers, finish
 
 __all__ = ["generic_stage"]
 
-C = Component
+C = Members  # the members as plain attributes (Component's read through a descriptor)
 ORDER: tuple[Component, ...] = tuple(Component)
 
 

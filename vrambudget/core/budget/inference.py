@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arch import Arch, attention_run
-from ..components import Component
+from ..components import Component, Members
 from ..dtypes import bytes_of
 from ..formulas import communication_buffers
 from ..formulas.activations import inference_activations
@@ -34,21 +34,7 @@ __all__ = [
     "runtime_attention",
 ]
 
-C = Component
-# Enum members, read once: a member's attribute lookup costs about 70 ns.
-_WEIGHTS, _METADATA, _KV, _CONTEXT = (
-    C.WEIGHTS,
-    C.QUANTIZATION_METADATA,
-    C.KV_CACHE,
-    C.CUDA_CONTEXT,
-)
-_WORKSPACE, _BUFFERS, _ACTIVATIONS, _LOGITS, _ALLOCATOR = (
-    C.RUNTIME_WORKSPACE,
-    C.COMMUNICATION_BUFFERS,
-    C.ACTIVATIONS,
-    C.LOGITS,
-    C.ALLOCATOR_OVERHEAD,
-)
+C = Members  # the members as plain attributes (Component's read through a descriptor)
 
 
 @dataclass(slots=True)
@@ -252,18 +238,18 @@ def plan_stage(w: InferenceWorkload, plan: Plan) -> StageNumbers:
     totals = tuple([(name, base + a + lg) for name, a, lg in terms])
     name, acts, logits = terms[peak(totals)]
     values = {  # a fresh dict per call, in the vocabulary's order
-        _WEIGHTS: plan.weights,
-        _METADATA: plan.metadata,
-        _KV: kv,
-        _CONTEXT: plan.context,
-        _WORKSPACE: plan.workspace,
-        _BUFFERS: plan.communication,
-        _ACTIVATIONS: acts,
-        _LOGITS: logits,
-        _ALLOCATOR: overhead,
+        C.WEIGHTS: plan.weights,
+        C.QUANTIZATION_METADATA: plan.metadata,
+        C.KV_CACHE: kv,
+        C.CUDA_CONTEXT: plan.context,
+        C.RUNTIME_WORKSPACE: plan.workspace,
+        C.COMMUNICATION_BUFFERS: plan.communication,
+        C.ACTIVATIONS: acts,
+        C.LOGITS: logits,
+        C.ALLOCATOR_OVERHEAD: overhead,
     }
     parts = plan.parts.copy()  # the allocator's (placed first, after the buffers') set here
-    parts[_ALLOCATOR] = overhead_parts(plan.rounding, transient, plan.fraction)
+    parts[C.ALLOCATOR_OVERHEAD] = overhead_parts(plan.rounding, transient, plan.fraction)
     return StageNumbers(
         st.stage.index,
         w.parallelism.tensor * w.parallelism.data,

@@ -16,7 +16,7 @@ from ..arch import (
     projection_names,
     saved_by,
 )
-from ..components import Component
+from ..components import Component, Members
 from ..deployed import deployed_format
 from ..device import DeviceContext
 from ..dtypes import bytes_of
@@ -58,7 +58,7 @@ __all__ = [
     "warnings",
 ]
 
-C = Component
+C = Members  # the members as plain attributes (Component's read through a descriptor)
 
 _PAR = ("tensor_parallel", "pipeline_parallel", "data_parallel")
 INPUT_NAMES: dict[str, dict[Component, tuple[str, ...]]] = {

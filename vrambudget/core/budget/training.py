@@ -20,7 +20,7 @@ from ..arch import (
     attention_run,
     lora_target_names,
 )
-from ..components import Component
+from ..components import Component, Members
 from ..deployed import bnb_4bit
 from ..dtypes import bytes_of
 from ..formulas import allocator_overhead, communication_buffers, cuda_context, gradients
@@ -67,7 +67,7 @@ from .stage import StageNumbers, finish, times
 
 __all__ = ["training_stage"]
 
-C = Component
+C = Members  # the members as plain attributes (Component's read through a descriptor)
 
 SCORES_BACKWARD_PART = "the last layer's softmax backward (gradients of its scores)"
 SCORES_RECOMPUTED_PART = "the last layer's scores, recomputed (selective)"
