@@ -55,9 +55,11 @@ def max_fitting(
     fit. ``known`` memoizes f between searches of the same objective. Steps interpolate inside
     the bracket and fall back to bisection when interpolation stalls."""
     memo = known if known is not None else Memo()
+    values = memo.values
 
     def at(x: int) -> int:
-        return memo.get(x, f)
+        v = values.get(x)  # a known value without a second call
+        return v if v is not None else memo.get(x, f)
 
     if at(1) > capacity:
         return 0
