@@ -3,8 +3,9 @@
     .venv/bin/python bench/estimate_speed.py [--llm-analysis-python /path/to/venv/bin/python]
 
 Reports medians of 7 repetitions: one budget (distinct requests: the batch size changes every
-call, so no answer is reused -- only the per-model statics are cached, as in the service), the
-same with JSON decode + encode, and a whole-catalog /v1/fits with all maxima solved. With
+call, so no answer is reused -- only what does not depend on the batch is cached, as in the
+service), the same on a catalog GPU (with its compatibility verdict and fit), the same with JSON
+decode + encode, and a whole-catalog /v1/fits with all maxima solved. With
 ``--llm-analysis-python`` it also times llm-analysis 0.2.2's ``LLMAnalysis.inference`` for the
 same model in a subprocess of that interpreter, in the same run, and prints the ratio.
 """
@@ -26,7 +27,7 @@ import msgspec
 from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import FitRequest, fit
 from vrambudget.core.result import Budget
-from vrambudget.core.spec import BudgetRequest, Workload
+from vrambudget.core.spec import BudgetRequest, CatalogDevice, Workload
 
 REPS = 7
 
@@ -104,6 +105,11 @@ def main() -> None:
     def inference_budget(i: int) -> Budget:
         return estimate((workloads[i % 64],))
 
+    h100 = CatalogDevice(id="h100-sxm5-80gb")
+
+    def device_budget(i: int) -> Budget:
+        return estimate((workloads[i % 64],), h100)
+
     def training_budget(i: int) -> Budget:
         return estimate((training[i % 64],))
 
@@ -118,6 +124,7 @@ def main() -> None:
 
     results = {
         "budget, inference (us)": median_us(inference_budget, 2000),
+        "budget, inference on an H100 (us)": median_us(device_budget, 2000),
         "budget, training ZeRO-3 (us)": median_us(training_budget, 2000),
         "decode + budget + encode (us)": median_us(http_shaped, 2000),
         "whole-catalog fit, all maxima (us)": median_us(lambda i: fit(fit_req), 50),
