@@ -39,3 +39,28 @@ def test_custom_devices_do_not_grow_the_device_caches() -> None:
         ctx = device.resolve_device(CustomDevice(name=f"card {i}", memory_total_bytes=1 << 30))
         assert ctx is not None and ctx.name == f"card {i}"
     assert len(device._CONTEXTS) == before  # only catalog GPUs are cached, by id
+
+
+def test_threads_putting_at_once_never_fail() -> None:
+    """Core functions may be called from several threads: evicting the same oldest entry at
+    once is not an error, and the bound holds within the entries being put."""
+    import threading
+
+    cache: BoundedCache[tuple[int, int], int] = BoundedCache(3)
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(20_000):
+                cache.put((t, i), i)
+                cache.get_or((t, i % 7), lambda: 0)
+        except BaseException as exc:  # noqa: BLE001 - the test reports any failure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert len(cache) <= 3 + 8

@@ -28,7 +28,12 @@ class BoundedCache(dict[K, V], Generic[K, V]):
     def put(self, key: K, value: V) -> V:
         self[key] = value
         if len(self) > self.max_entries:
-            del self[next(iter(self))]
+            try:
+                del self[next(iter(self))]
+            except (KeyError, RuntimeError, StopIteration):
+                # another thread evicted it first, or changed the dict meanwhile: the bound
+                # holds within the entries being put at once
+                pass
         return value
 
     def get_or(self, key: K, compute: Callable[[], V]) -> V:
