@@ -1,11 +1,12 @@
 """In-process speed of the analytic tier, side by side in one run.
 
-    .venv/bin/python bench/estimate_speed.py [--llm-analysis-python /path/to/venv/bin/python]
+    .venv/bin/python bench/estimate_speed.py [--reps N]
+    .venv/bin/python bench/estimate_speed.py --llm-analysis-python /path/to/venv/bin/python
 
-Reports medians of 7 repetitions: one budget (distinct requests: the batch size changes every
-call, so no answer is reused -- only what does not depend on the batch is cached, as in the
-service), the same on a catalog GPU (with its compatibility verdict and fit), the same with JSON
-decode + encode, and a whole-catalog /v1/fits with all maxima solved. With
+Reports medians of 7 repetitions (``--reps``): one budget (distinct requests: the batch size
+changes every call, so no answer is reused -- only what does not depend on the batch is cached,
+as in the service), the same on a catalog GPU (with its compatibility verdict and fit), the
+same with JSON decode + encode, and a whole-catalog /v1/fits with all maxima solved. With
 ``--llm-analysis-python`` it also times llm-analysis 0.2.2's ``LLMAnalysis.inference`` for the
 same model in a subprocess of that interpreter, in the same run, and prints the ratio.
 """
@@ -57,10 +58,10 @@ print(statistics.median(reps))
 """
 
 
-def median_us(fn, n: int) -> float:
+def median_us(fn, n: int, reps_n: int = REPS) -> float:
     fn(0)
     reps = []
-    for _ in range(REPS):
+    for _ in range(reps_n):
         t0 = time.perf_counter()
         for i in range(n):
             fn(i)
@@ -71,6 +72,12 @@ def median_us(fn, n: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--llm-analysis-python")
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=REPS,
+        help="repetitions per measurement (more: a median less moved by a noisy host)",
+    )
     args = parser.parse_args()
 
     workloads = [
@@ -123,11 +130,11 @@ def main() -> None:
     )
 
     results = {
-        "budget, inference (us)": median_us(inference_budget, 2000),
-        "budget, inference on an H100 (us)": median_us(device_budget, 2000),
-        "budget, training ZeRO-3 (us)": median_us(training_budget, 2000),
-        "decode + budget + encode (us)": median_us(http_shaped, 2000),
-        "whole-catalog fit, all maxima (us)": median_us(lambda i: fit(fit_req), 50),
+        "budget, inference (us)": median_us(inference_budget, 2000, args.reps),
+        "budget, inference on an H100 (us)": median_us(device_budget, 2000, args.reps),
+        "budget, training ZeRO-3 (us)": median_us(training_budget, 2000, args.reps),
+        "decode + budget + encode (us)": median_us(http_shaped, 2000, args.reps),
+        "whole-catalog fit, all maxima (us)": median_us(lambda i: fit(fit_req), 50, args.reps),
     }
     if args.llm_analysis_python:
         out = (
@@ -145,7 +152,7 @@ def main() -> None:
             results["llm-analysis 0.2.2 inference (us)"] / results["budget, inference (us)"]
         )
     n_gpus = len(fit(fit_req).gpus)
-    print(f"medians of {REPS} repetitions; whole catalog = {n_gpus} GPUs")
+    print(f"medians of {args.reps} repetitions; whole catalog = {n_gpus} GPUs")
     for name, value in results.items():
         print(f"{name:42s} {value:10.2f}")
 
