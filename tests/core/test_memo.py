@@ -64,3 +64,24 @@ def test_threads_putting_at_once_never_fail() -> None:
         th.join()
     assert errors == []
     assert len(cache) <= 3 + 8
+
+
+def test_minus_zero_headroom_is_one_request_whatever_came_first() -> None:
+    """-0.0 equals 0.0, so the two share cached parts: both are read as 0.0, and an answer
+    never echoes the spelling of another request that came first."""
+    import msgspec
+
+    from vrambudget.core.estimate import estimate
+    from vrambudget.core.spec import Headroom, Workload
+
+    w = msgspec.convert(
+        {"kind": "inference", "model": {"source": "preset", "id": "gpt2"}, "batch_size": 3},
+        Workload,
+    )
+    decoded = msgspec.json.decode(b'{"fraction": -0.0}', type=Headroom)
+    assert str(decoded.fraction) == "0.0"
+    answers = [
+        msgspec.json.encode(estimate((w,), headroom=Headroom(fraction=f))) for f in (0.0, -0.0)
+    ]
+    assert answers[0] == answers[1]
+    assert b'"headroom_fraction":-0.0' not in answers[1]

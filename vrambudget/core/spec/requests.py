@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, cast
 
+import msgspec
 from msgspec import Meta
 
 from ..catalog import GPUId
@@ -164,6 +165,12 @@ class Headroom(Wire, frozen=True, kw_only=True):
         Bytes,
         Meta(description="Floor of the headroom, bytes: max(fraction x subtotal, min_bytes)."),
     ] = 0
+
+    def __post_init__(self) -> None:
+        # -0.0 equals 0.0 (so they share cached answers): one spelling, so an answer never
+        # echoes the other request's
+        if self.fraction == 0.0:
+            msgspec.structs.force_setattr(self, "fraction", 0.0)
 
 
 class DiskOptions(Wire, frozen=True, kw_only=True):
