@@ -157,7 +157,8 @@ def device_totals(
 class _Static:
     """What a budget's answer takes from its request other than the workloads' batch, context
     and concurrency (:func:`vrambudget.core.host.persistent_key`): built once per request
-    shape (:func:`_static`), so budgets that differ only in those resolve nothing again."""
+    shape (:func:`_static_and_stages`), so budgets that differ only in those resolve nothing
+    again."""
 
     profiles: ProfileSet | None
     ctx: DeviceContext | None
