@@ -412,8 +412,9 @@ def test_batch_and_concurrency_solved_together_are_each_tight(model, capacity_gi
 def test_an_inference_budgets_inputs_are_the_ones_built_whole(
     model, batch, prompt, gen, conc, chunk, attention, logits
 ):
-    """An inference budget's inputs, their parts that do not scale cached per workload shape,
-    are the ones built whole, in the same order (the answer's JSON keeps it)."""
+    """An inference budget's inputs, put together from the parts that do not scale (kept per
+    request shape) and its own sequences and tokens, are the ones built whole, in the same
+    order (the answer's JSON keeps it)."""
     from vrambudget.core.budget import inputs as inputs_module
     from vrambudget.core.overheads import DEFAULT_OVERHEADS
     from vrambudget.core.resolve import resolve_model
@@ -432,7 +433,8 @@ def test_an_inference_budgets_inputs_are_the_ones_built_whole(
         )
     )
     arch = resolve_model(w.model)
-    for _ in range(2):  # built, then from the cache
-        got = inputs_module.inputs(w, arch, DEFAULT_OVERHEADS)
-        whole = inputs_module._inputs(w, arch, DEFAULT_OVERHEADS)
-        assert list(got.items()) == list(whole.items())
+    got = inputs_module.scaled_inputs(
+        w, *inputs_module.inference_input_parts(w, arch, DEFAULT_OVERHEADS)
+    )
+    whole = inputs_module.inputs(w, arch, DEFAULT_OVERHEADS)
+    assert list(got.items()) == list(whole.items())

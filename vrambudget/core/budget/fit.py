@@ -18,7 +18,6 @@ from ..catalog import GPU, gpus
 from ..components import Component
 from ..device import DeviceContext, held_note, resolve_device
 from ..errors import InvalidWorkload
-from ..formulas.headroom import headroom as headroom_of
 from ..formulas.headroom import headroom_bytes
 from ..formulas.kv_cache import elem_bytes
 from ..gpu_perf import perf_of
@@ -242,13 +241,10 @@ def analytic_fit(
         # the variable changes no plan: one per stage for the whole search
         plans = [plan_of(w0, arch, st, ov) for st in statics_for(w0, arch, ov.stack)]
 
-        assert headroom.fraction is not None, "resolve_headroom() first"
-        ppm, floor = round(headroom.fraction * 1_000_000), headroom.min_bytes
-
         def f(x: int) -> int:
             w = make(x)
             sub = base + max([plan_total(w, p) for p in plans])  # type: ignore[arg-type]
-            return sub + headroom_of(sub, ppm, floor)  # = headroom_bytes(sub, headroom)
+            return sub + headroom_bytes(sub, headroom)
 
         return f
 

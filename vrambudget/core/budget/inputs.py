@@ -162,13 +162,6 @@ def kind(w: AnalyticWorkload) -> str:
     return w.__struct_config__.tag  # type: ignore[return-value]
 
 
-def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
-    """The inputs a budget of ``w`` names (its lines' ``inputs`` name keys of it)."""
-    if type(w) is InferenceWorkload and arch is not None:
-        return scaled_inputs(w, *inference_input_parts(w, arch, ov))
-    return _inputs(w, arch, ov)
-
-
 _SCALING = ("sequences", "context_tokens", "prompt_tokens")  # an inference budget's own
 _AFTER = ("attention", "attention_runs", "kv_cache_dtype", "logits")  # in this order after them
 
@@ -179,7 +172,7 @@ def inference_input_parts(
     """An inference workload's inputs other than its sequences and tokens (they depend on its
     model, precision, layout, instances, attention, logits and chunking): those before them
     and those after, in the answer's order (:func:`scaled_inputs` puts them together)."""
-    whole = _inputs(w, arch, ov)
+    whole = inputs(w, arch, ov)
     before = {k: v for k, v in whole.items() if k not in _SCALING and k not in _AFTER}
     return before, {k: whole[k] for k in _AFTER}
 
@@ -198,7 +191,9 @@ def scaled_inputs(
     }
 
 
-def _inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
+def inputs(w: AnalyticWorkload, arch: Arch | None, ov: Overheads) -> dict[str, Any]:
+    """The inputs a budget of ``w`` names (its lines' ``inputs`` name keys of it); a single
+    inference workload's are put together per request by :func:`scaled_inputs`."""
     if isinstance(w, GenericWorkload):
         return {
             "batch_size": w.batch_size,
@@ -435,10 +430,10 @@ def size_warnings(w: InferenceWorkload, arch: Arch) -> list[str]:
     out = []
     if arch.kind == "encoder" and w.generated_tokens:
         out.append("encoder models do not generate: generated_tokens is ignored")
-    if arch.kind == "decoder" and w.prompt_tokens + w.generated_tokens > arch.max_positions:
+    context = w.prompt_tokens + w.generated_tokens
+    if arch.kind == "decoder" and context > arch.max_positions:
         out.append(
-            f"context {w.context_tokens} exceeds the model's max_position_embeddings "
-            f"{arch.max_positions}"
+            f"context {context} exceeds the model's max_position_embeddings {arch.max_positions}"
         )
     return out
 
