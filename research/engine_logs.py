@@ -186,10 +186,13 @@ def _vllm(
     if "peer_access" in settings:
         par = workload.get("parallelism", {})
         workload = {**workload, "parallelism": {**par, "peer_access": settings["peer_access"]}}
+    # The NVIDIA driver where the source prints it (nvidia-smi beside the log): before R550 the
+    # CUDA graphs take more (vrambudget/core/serving/driver.py).
+    driver = settings.get("driver_version")
     w = msgspec.convert({"kind": "llm_serving", **workload}, LLMServingWorkload)
     arch = resolve_model(w.model)
     ctx = _device(log, gpu_id, device)
-    a = account(w, arch, ctx.memory_total_bytes, ctx.name, ctx.memory_in_use_bytes)
+    a = account(w, arch, ctx.memory_total_bytes, ctx.name, ctx.memory_in_use_bytes, driver)
     version = workload["engine_version"]
     out = [
         Check(
@@ -217,7 +220,7 @@ def _vllm(
         )
     if gpu_id is not None or device is not None:
         out.append(Check(log, "vllm", "KV tokens", measured["kv_cache_tokens"], a.kv_tokens, "tok"))
-        band = device_kv_band(w, a, ctx, held_accounts(w, ctx))
+        band = device_kv_band(w, a, ctx, held_accounts(w, ctx, driver=driver))
         assert band is not None  # no log sets --kv-cache-memory
         inside = float(band.low <= measured["kv_cache_tokens"] <= band.high)
         out.append(Check(log, "vllm", BAND, 1.0, inside, "yes"))

@@ -301,3 +301,39 @@ def test_misuse_names_the_flag(
     captured = capsys.readouterr()
     assert captured.err.startswith(expected), captured.err
     assert captured.err.count("\n") == 1 and captured.out == ""
+
+
+def test_driver_flag_reaches_vllms_graphs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--driver` sets `software.driver_version`: the same answer as the request written out,
+    and a driver before R550 counts vLLM's CUDA graphs at 3.35x (docs/SERVING.md)."""
+    flags = ["--model", "qwen3-8b", "--kind", "llm_serving", "--engine-version", "0.19.1"]
+    flags += ["--gpu", "a100-sxm4-40gb"]
+    old = _json(["estimate", *flags, "--driver", "535.247.01"], capsys)
+    plain = _json(["estimate", *flags], capsys)
+    f = tmp_path / "serve.json"
+    f.write_text(
+        json.dumps(
+            {
+                "workloads": [
+                    {
+                        "kind": "llm_serving",
+                        "model": {"source": "preset", "id": "qwen3-8b"},
+                        "engine_version": "0.19.1",
+                    }
+                ],
+                "device": {"source": "catalog", "id": "a100-sxm4-40gb"},
+                "software": {"driver_version": "535.247.01"},
+            }
+        )
+    )
+    assert _json(["estimate", "--file", str(f)], capsys) == old
+
+    def graphs(answer: dict[str, Any]) -> int:
+        line = next(
+            x for x in answer["devices"][0]["lines"] if x["component"] == "runtime_workspace"
+        )
+        return int(line["bytes"])
+
+    assert graphs(old) == round(graphs(plain) * 3.35)

@@ -504,6 +504,7 @@ def test_serving_and_image_answers_name_their_stack() -> None:
         "kv_cache_growth",
         "engine_accounting",
         "warmup_sampler",
+        "cuda_graph_driver",
     }
     image = _budget(
         {

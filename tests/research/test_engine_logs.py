@@ -186,15 +186,17 @@ def test_vllm_kv_tokens_per_release():
 
 def test_vllm_cuda_graph_memory_diagnostic_is_pinned():
     """The graph memory the logs print after capture ("Graph capturing finished ... took") is a
-    diagnostic of the per-graph rule, not a KV check: 59.5% median, 138.8% largest (set F's
+    diagnostic of the per-graph rule, not a KV check: 46.7% median, 138.8% largest (set F's
     0.30.0 launch through Xinference and set G's 0.29.0 launch of the same model: 0.33 GiB
     printed), pinned so it can only shrink. Set G's 0.31.0 launches (+76% .. +84%) print the
     profiling capture that precedes the KV sizing; the median was 45.3% before them. Set J's
     0.10.0 launch on an A100 (2.49 GiB printed, 0.66 counted, like set F's A100 launches)
-    moved it from 58.9% to 59.5%."""
+    moved it from 58.9% to 59.5%. Set F's three A100 launches name their driver (535, before
+    R550): with the driver rule they count 2.64 GiB against 2.44 printed (+8.2%, was -67.7%),
+    which brought the median to 46.7%."""
     errs = _errors("vllm", "CUDA graphs (capture)")
     assert len(errs) >= 20
-    assert statistics.median(abs(e) for e in errs) <= 0.595
+    assert statistics.median(abs(e) for e in errs) <= 0.468
     assert max(abs(e) for e in errs) <= 1.39
 
 

@@ -116,6 +116,7 @@ FLAG_OF: dict[str, str] = {
     "framework_version": "--framework",
     "torch_version": "--torch",
     "cuda_version": "--cuda",
+    "driver_version": "--driver",
     "expandable_segments": "--expandable-segments",
     "fraction": "--headroom",
     "memory_in_use_bytes": "--memory-in-use",
@@ -368,6 +369,12 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     )
     k.add_argument("--torch", metavar="VERSION", help="torch release, e.g. 2.5.1 (major.minor)")
     k.add_argument("--cuda", metavar="VERSION", help="CUDA runtime of the torch build, e.g. 12.4")
+    k.add_argument(
+        "--driver",
+        metavar="VERSION",
+        help="NVIDIA driver, e.g. 535.247.01: the compatibility checks, and vLLM's CUDA graphs "
+        "(3.35x the memory before R550; default: R550 or later)",
+    )
     k.add_argument(
         "--expandable-segments",
         action=argparse.BooleanOptionalAction,
@@ -661,6 +668,8 @@ def software_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
         sw["torch_version"] = args.torch
     if args.cuda:
         sw["cuda_version"] = args.cuda
+    if args.driver:
+        sw["driver_version"] = args.driver
     if args.expandable_segments is not None:
         sw["expandable_segments"] = args.expandable_segments
     return sw or None

@@ -495,3 +495,102 @@ def test_cuda_graph_memory_scales_with_the_graphs_captured():
     ) == per_graph * 90
     eager = _acct(engine_version="0.26.0", max_model_len=8192, enforce_eager=True).stages[0]
     assert eager.cuda_graph_bytes == 0
+
+
+def test_a_driver_before_r550_multiplies_the_graph_memory():
+    """vLLM #5517: the same graphs took 3.81 GiB under the CUDA 12.2 / 12.3 drivers and 1.14
+    GiB under 12.4's (R550), so a driver named below R550 takes 3.35x the fitted graph memory.
+    Llama 3.1 8B, 0.26.0 defaults on an H100 (102 graphs): round((3,419,366 + 178,366 x 32) x
+    102 x 3.35) B; R550 and later, and a driver not named, keep the fitted bytes."""
+    fitted = (3_419_366 + 178_366 * 32) * 102
+    w = _w(engine_version="0.26.0", max_model_len=8192)
+    arch = resolve_model(w.model)
+    total = H100.memory_total_bytes
+
+    def stage(driver):
+        return account(w, arch, total, H100.name, 0, driver).stages[0]
+
+    old, r550, unnamed = stage("535.247.01"), stage("550.54.15"), stage(None)
+    assert unnamed.cuda_graph_bytes == r550.cuda_graph_bytes == fitted == 930_961_956
+    # 930,961,956 x 3.35 = 3,118,722,552.6
+    assert old.cuda_graph_bytes == 3_118_722_553
+    assert stage("545.23.08").cuda_graph_bytes == old.cuda_graph_bytes
+    # 0.20 on: vLLM subtracts its graph estimate (which sees the same driver) from the KV budget
+    assert r550.available_bytes - old.available_bytes == old.cuda_graph_bytes - fitted
+    # 0.19: the graphs lie outside the budget; the pool is the same
+    w19 = _w(engine_version="0.19.0", max_model_len=8192)
+    a19 = [account(w19, arch, total, H100.name, 0, d).stages[0] for d in ("535.247.01", None)]
+    assert a19[0].available_bytes == a19[1].available_bytes
+    assert a19[0].cuda_graph_bytes == round(a19[1].cuda_graph_bytes * 3.35)
+    # eager captures nothing, whatever the driver
+    eager = _w(engine_version="0.26.0", max_model_len=8192, enforce_eager=True)
+    assert account(eager, arch, total, H100.name, 0, "535.247.01").stages[0].cuda_graph_bytes == 0
+
+
+def test_an_amd_gpu_ignores_an_nvidia_driver():
+    mi = gpu("mi300x-192gb")
+    w = _w(engine_version="0.26.0", max_model_len=8192)
+    arch = resolve_model(w.model)
+    named = account(w, arch, mi.memory_total_bytes, mi.name, 0, "535.247.01")
+    plain = account(w, arch, mi.memory_total_bytes, mi.name, 0, None)
+    assert named.stages[0].cuda_graph_bytes == plain.stages[0].cuda_graph_bytes > 0
+
+
+def test_the_answer_names_the_driver_assumption_and_the_fit_uses_the_driver():
+    def body(software):
+        return {
+            "workloads": [{"kind": "llm_serving", "model": LLAMA, "engine_version": "0.26.0"}],
+            "device": {"source": "catalog", "id": "a100-sxm4-40gb"},
+            **({"software": software} if software else {}),
+        }
+
+    def run(b):
+        req = msgspec.convert(b, BudgetRequest)
+        return estimate(req.workloads, req.device, None, None, req.software)
+
+    plain = run(body(None))
+    old = run(body({"driver_version": "535.247.01"}))
+    by = {b.name: b for b in plain.stack.behaviours}
+    assert "R550 or later (not named)" in by["cuda_graph_driver"].assumed
+    assert "#5517" in by["cuda_graph_driver"].source
+    old_by = {b.name: b for b in old.stack.behaviours}
+    assert "535.247.01 is older than R550" in old_by["cuda_graph_driver"].assumed
+    assert old.serving.kv_cache_tokens < plain.serving.kv_cache_tokens
+
+    def graphs(b):
+        line = next(ln for ln in b.devices[0].lines if ln.component.value == "runtime_workspace")
+        return next(p for p in line.parts if p.name.startswith("CUDA graphs"))
+
+    assert "x3.35 for a driver before R550" in graphs(old).name
+    assert graphs(old).bytes == round(graphs(plain).bytes * 3.35)
+    eager = body(None)
+    eager["workloads"][0]["enforce_eager"] = True
+    names = {b.name for b in run(eager).stack.behaviours}
+    assert "cuda_graph_driver" not in names
+
+
+def test_the_fit_counts_the_named_driver():
+    """/v1/fits with software.driver_version: the same accounts the budget makes (0.26 on an
+    A100 40GB: the KV pool, and so the concurrency, shrinks by the extra graph memory). A CUDA
+    12.9 build: 0.26's own pin (torch 2.11, CUDA 13.0) needs driver 580."""
+    from vrambudget.core.fit import FitRequest, fit
+
+    def conc(software):
+        req = msgspec.convert(
+            {
+                "workloads": [{"kind": "llm_serving", "model": LLAMA, "engine_version": "0.26.0"}],
+                "devices": [{"source": "catalog", "id": "a100-sxm4-40gb"}],
+                "solve": ["concurrency"],
+                "software": {"cuda_version": "12.9", **software},
+            },
+            FitRequest,
+        )
+        return fit(req).gpus[0].layouts[0].maxima.max_concurrency
+
+    w = _w(engine_version="0.26.0")
+    arch = resolve_model(w.model)
+    a100 = gpu("a100-sxm4-40gb")
+    for driver in (None, "535.247.01"):
+        want = account(w, arch, a100.memory_total_bytes, a100.name, 0, driver).max_concurrency
+        assert conc({"driver_version": driver} if driver else {}) == round(want, 4)
+    assert conc({"driver_version": "535.247.01"}) < conc({})

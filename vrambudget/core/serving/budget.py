@@ -36,8 +36,10 @@ from ..spec import (
 )
 from ..stack import serving_use
 from . import kv
+from .driver import GRAPH_DRIVER_SOURCE, graph_driver_words
 from .engine_args import (
     Resolved,
+    gpu_vendor,
     quantization_words,
     serving_format,
     serving_host_and_disk,
@@ -166,16 +168,17 @@ def serving_account(
     gpu_name: str,
     index: int = 0,
     in_use: int = 0,
+    driver: str | None = None,
 ) -> ServingAccount:
     """``account`` with errors naming ``workloads[index].<field>``."""
     try:
-        return account(w, resolve_model(w.model), memory_total_bytes, gpu_name, in_use)
+        return account(w, resolve_model(w.model), memory_total_bytes, gpu_name, in_use, driver)
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"workloads[{index}].{exc.field}", exc.message) from None
 
 
 def held_accounts(
-    w: LLMServingWorkload, ctx: DeviceContext, index: int = 0
+    w: LLMServingWorkload, ctx: DeviceContext, index: int = 0, driver: str | None = None
 ) -> tuple[ServingAccount, ServingAccount] | None:
     """The accounts beside the high and the low end of what other processes are assumed to hold
     on ``ctx`` (a desktop session's, :mod:`vrambudget.core.desktop`); None where the hold is
@@ -183,9 +186,10 @@ def held_accounts(
     if ctx.in_use_basis is None:
         return None
     total, name = ctx.memory_total_bytes, ctx.name
+    high, low = ctx.at_hold(high=True), ctx.at_hold(high=False)
     return (
-        serving_account(w, total, name, index, ctx.at_hold(high=True).memory_in_use_bytes),
-        serving_account(w, total, name, index, ctx.at_hold(high=False).memory_in_use_bytes),
+        serving_account(w, total, name, index, high.memory_in_use_bytes, driver),
+        serving_account(w, total, name, index, low.memory_in_use_bytes, driver),
     )
 
 
@@ -405,8 +409,9 @@ def serving_budget(
         return gguf_budget(w, ctx, software, disk)
     total, gpu_name, summary_device = ctx.memory_total_bytes, ctx.name, ctx.summary()
     in_use = ctx.memory_in_use_bytes
-    a = serving_account(w, total, gpu_name, in_use=in_use)
-    held = held_accounts(w, ctx)
+    driver = software.driver_version if software is not None else None
+    a = serving_account(w, total, gpu_name, in_use=in_use, driver=driver)
+    held = held_accounts(w, ctx, driver=driver)
     arch = resolve_model(w.model)
     inputs = _inputs(w, a)
     r_version = engine_release("vllm", w.engine_version).modelled
@@ -431,7 +436,8 @@ def serving_budget(
             ),
             C.RUNTIME_WORKSPACE: (
                 (
-                    f"CUDA graphs ({a.resolved.cuda_graphs} captured: piecewise + FULL decode)"
+                    f"CUDA graphs ({a.resolved.cuda_graphs} captured: piecewise + FULL decode"
+                    f"{_driver_words(a.resolved)})"
                     if s.cuda_graph_bytes
                     else "CUDA graphs",
                     s.cuda_graph_bytes - s.draft_graph_bytes,
@@ -565,7 +571,10 @@ def serving_budget(
         serving=serving,
         calibration=engine_calibration(devices[most]),
         stack=serving_use(
-            w.engine, rel.modelled, software, (_sampler_behaviour(w, r), *_speculative(w))
+            w.engine,
+            rel.modelled,
+            software,
+            (_sampler_behaviour(w, r), *_graph_driver(w, r, driver, gpu_name), *_speculative(w)),
         ),
     )
 
@@ -625,6 +634,26 @@ def _speculative(w: LLMServingWorkload) -> tuple[StackBehaviour, ...]:
             "TP), model_executor/models/llama_eagle.py, llama_eagle3.py and deepseek_mtp.py "
             "(layers, fc, LM heads): 0.10.1, 0.15.0, 0.26.0, 0.34.0 "
             "(vrambudget/core/serving/speculative.py)",
+        ),
+    )
+
+
+def _driver_words(r: Resolved) -> str:
+    return "" if r.graph_factor == 1.0 else f"; x{r.graph_factor} for a driver before R550"
+
+
+def _graph_driver(
+    w: LLMServingWorkload, r: Resolved, driver: str | None, gpu_name: str
+) -> tuple[StackBehaviour, ...]:
+    """The NVIDIA driver's share in the CUDA-graph memory, where the engine captures graphs
+    on an NVIDIA GPU."""
+    if w.enforce_eager or r.cuda_graphs == 0 or gpu_vendor(gpu_name) == "amd":
+        return ()
+    return (
+        StackBehaviour(
+            name="cuda_graph_driver",
+            assumed=graph_driver_words(driver, r.graph_factor),
+            source=GRAPH_DRIVER_SOURCE,
         ),
     )
 

@@ -40,6 +40,7 @@ from ..spec import (
     ServingQuantization,
 )
 from .calibration import EngineCalibration, calibration, vllm_release
+from .driver import graph_driver_factor
 from .releases import engine_release
 
 
@@ -55,6 +56,7 @@ __all__ = [
     "Resolved",
     "catalog_gpu",
     "deploy_serving",
+    "gpu_vendor",
     "model_dtype",
     "pcie_cost",
     "quantization_words",
@@ -215,6 +217,9 @@ class Resolved:
     cuda_graphs: int = 0
     """How many CUDA graphs the engine captures unless ``enforce_eager``
     (:func:`cudagraph_sizes`: piecewise + FULL decode)."""
+    graph_factor: float = 1.0
+    """The driver's CUDA-graph memory over a current driver's
+    (:func:`~.driver.graph_driver_factor`)."""
 
 
 MARLIN_GROUP_SIZES = (-1, 32, 64, 128)
@@ -296,6 +301,12 @@ def catalog_gpu(gpu_name: str) -> GPU | None:
     return match_gpu(gpu_name, None, None)
 
 
+def gpu_vendor(gpu_name: str) -> str:
+    """The catalog GPU's vendor; a name that matches none is taken as an NVIDIA GPU."""
+    g = catalog_gpu(gpu_name)
+    return g.vendor if g is not None else "nvidia"
+
+
 PCIE_DISTRIBUTED_BYTES = 180_664_402
 """A distributed start's device memory beyond the CUDA context (NCCL communicators, the custom
 all-reduce's buffers) on GPUs without NVLink/NVSwitch, at most: 2 x RTX 3090 under SGLang
@@ -374,9 +385,16 @@ def cudagraph_sizes(
     return piecewise, full
 
 
-def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name: str) -> Resolved:
+def resolve(
+    w: LLMServingWorkload,
+    arch: Arch,
+    memory_total_bytes: int,
+    gpu_name: str,
+    driver: str | None = None,
+) -> Resolved:
     """Fill the engine defaults (``EngineArgs.get_batch_defaults``: the larger batch on GPUs of
-    at least 70 GiB that are not A100s) and check what vLLM checks at configuration time."""
+    at least 70 GiB that are not A100s) and check what vLLM checks at configuration time;
+    ``driver`` is the request's ``software.driver_version``."""
     rel = engine_release("vllm", w.engine_version)
     cal = calibration(rel.modelled)
     if w.kv_cache_memory_bytes is not None and not vllm_release_has_kv_memory(rel.modelled):
@@ -444,6 +462,7 @@ def resolve(w: LLMServingWorkload, arch: Arch, memory_total_bytes: int, gpu_name
         sampler_sorts(cal.top_k_top_p, w.flashinfer_sampler),
         cal.top_k_top_p == "flashinfer_if_installed" and w.flashinfer_sampler is None,
         sum(map(len, cudagraph_sizes(cal, seqs, batched, gpu_name))),
+        graph_driver_factor(driver, gpu_vendor(gpu_name)),
     )
 
 

@@ -61,10 +61,15 @@ def _layout(w: LLMServingWorkload, n: int) -> LLMServingWorkload | None:
     return None
 
 
-def _account(w: LLMServingWorkload, ctx: DeviceContext) -> ServingAccount:
+def _account(w: LLMServingWorkload, ctx: DeviceContext, driver: str | None) -> ServingAccount:
     try:
         return account(
-            w, resolve_model(w.model), ctx.memory_total_bytes, ctx.name, ctx.memory_in_use_bytes
+            w,
+            resolve_model(w.model),
+            ctx.memory_total_bytes,
+            ctx.name,
+            ctx.memory_in_use_bytes,
+            driver,
         )
     except InvalidWorkload as exc:
         raise InvalidWorkload(f"workloads[0].{exc.field}", exc.message) from None
@@ -74,13 +79,15 @@ def _fits(a: ServingAccount, target: float | None) -> bool:
     return a.would_start and (target is None or a.max_concurrency >= target)
 
 
-def _largest_len(w: LLMServingWorkload, ctx: DeviceContext, target: float | None) -> int:
+def _largest_len(
+    w: LLMServingWorkload, ctx: DeviceContext, target: float | None, driver: str | None
+) -> int:
     """Largest max_model_len in [1, model max] that starts with ``target`` concurrency; 0 if
     none (fewer tokens never need more KV, so the predicate is monotone)."""
     cap = resolve_model(w.model).max_positions
 
     def ok(x: int) -> bool:
-        return _fits(_account(msgspec.structs.replace(w, max_model_len=x), ctx), target)
+        return _fits(_account(msgspec.structs.replace(w, max_model_len=x), ctx, driver), target)
 
     return largest_true(1, cap, ok)
 
@@ -108,7 +115,9 @@ def mig_context(ctx: DeviceContext, d: MIGDevice) -> DeviceContext:
     )
 
 
-def _vllm_mig(w: LLMServingWorkload, ctx: DeviceContext, target: float | None) -> MIGFit | None:
+def _vllm_mig(
+    w: LLMServingWorkload, ctx: DeviceContext, target: float | None, driver: str | None
+) -> MIGFit | None:
     """The smallest MIG instance in which vLLM starts on one instance (and holds
     ``target_concurrency``)."""
     placed = _layout(w, 1)
@@ -116,7 +125,7 @@ def _vllm_mig(w: LLMServingWorkload, ctx: DeviceContext, target: float | None) -
         return None
 
     def check(d: MIGDevice) -> tuple[bool, int, Verdict]:
-        a = _account(placed, mig_context(ctx, d))
+        a = _account(placed, mig_context(ctx, d), driver)
         ok = _fits(a, target)
         return ok, sum(_values(a).values()), "fits" if ok else "does_not_fit"
 
@@ -133,6 +142,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
         if c is not None
     ]
     target = req.target_concurrency
+    driver = req.software.driver_version if req.software is not None else None
     results = []
     if w.engine != "vllm":
         return _other_engine_fit(req, w, targets)
@@ -142,10 +152,10 @@ def serving_fit(req: FitRequest) -> FitResponse:
             placed = _layout(w, n)
             if placed is None:
                 continue
-            a = _account(placed, ctx)
+            a = _account(placed, ctx, driver)
             values = _values(a)
             used = sum(values.values())
-            held = held_accounts(placed, ctx)  # beside an assumed hold's ends
+            held = held_accounts(placed, ctx, driver=driver)  # beside an assumed hold's ends
             maxima: dict[str, object] = {}
             if "concurrency" in req.solve:
                 a_high = a if held is None else held[0]
@@ -153,7 +163,9 @@ def serving_fit(req: FitRequest) -> FitResponse:
                 maxima["max_concurrency"] = round(conc, 4)
                 maxima["concurrent_requests"] = math.floor(conc)
             if "max_model_len" in req.solve or "context" in req.solve:
-                maxima["max_model_len"] = _largest_len(placed, ctx.at_hold(high=True), target)
+                maxima["max_model_len"] = _largest_len(
+                    placed, ctx.at_hold(high=True), target, driver
+                )
             warnings: tuple[str, ...] = () if a.would_start else (f"would not start: {a.reason}",)
             latency = None
             if req.latency_target is not None or req.prices is not None:
@@ -205,10 +217,13 @@ def serving_fit(req: FitRequest) -> FitResponse:
         if "device_count" in req.solve:
             for n in device_count_candidates(req.max_device_count):
                 placed = _layout(w, n)
-                if placed is not None and _fits(_account(placed, ctx.at_hold(high=True)), target):
+                high = ctx.at_hold(high=True)
+                if placed is not None and _fits(_account(placed, high, driver), target):
                     min_count = n
                     break
-        results.append(_gpu_fit(req, ctx, layouts, min_count, "start", _vllm_mig(w, ctx, target)))
+        results.append(
+            _gpu_fit(req, ctx, layouts, min_count, "start", _vllm_mig(w, ctx, target, driver))
+        )
     ranking = cost_ranking(results, req.prices) if req.prices is not None else ()
     return FitResponse(
         gpus=tuple(results), cheapest=_cheapest(results, req.prices), cost_ranking=ranking

@@ -215,11 +215,13 @@ def cuda_graph_bytes(st: StageStatic, r: Resolved, eager: bool) -> int:
 def graph_bytes(layers: int, r: Resolved, eager: bool) -> int:
     """``(a + b x layers) x graphs``: the captured graphs of a model of ``layers`` layers (the
     stage's, or a speculative drafter's, which is captured at every size the target is); 0
-    with ``enforce_eager`` or no layers."""
+    with ``enforce_eager`` or no layers. A driver before R550 takes ``r.graph_factor`` times
+    that (:mod:`~.driver`)."""
     if eager or layers == 0:
         return 0
     c = r.cal.c
     per_graph = c("cuda_graph_base_bytes_per_graph") + c("cuda_graph_per_layer_bytes_per_graph") * (
         layers
     )
-    return max(round(per_graph * r.cuda_graphs), 0)
+    fitted = max(round(per_graph * r.cuda_graphs), 0)
+    return fitted if r.graph_factor == 1.0 else round(fitted * r.graph_factor)

@@ -33,7 +33,14 @@ from ..statics import StageStatic, stage_statics
 from ..units import GiB
 from . import kv
 from .calibration import CALIBRATED_VERSION
-from .engine_args import Resolved, _layout, catalog_gpu, resolve, serving_quantization
+from .engine_args import (
+    Resolved,
+    _layout,
+    catalog_gpu,
+    gpu_vendor,
+    resolve,
+    serving_quantization,
+)
 from .load import MLA_IMPORT_WORKSPACE_BYTES, load_memory
 from .quantities import (
     activation_peak_bytes,
@@ -144,11 +151,13 @@ def account(
     memory_total_bytes: int,
     gpu_name: str,
     memory_in_use_bytes: int = 0,
+    driver: str | None = None,
 ) -> ServingAccount:
     """The engine's numbers on one GPU type, ``memory_in_use_bytes`` of which other processes
-    hold. Raises ``InvalidWorkload`` for a layout or setting vLLM rejects at configuration time
-    (field relative to the workload)."""
-    r = resolve(w, arch, memory_total_bytes, gpu_name)
+    hold, under the NVIDIA ``driver`` the request names (``software.driver_version``). Raises
+    ``InvalidWorkload`` for a layout or setting vLLM rejects at configuration time (field
+    relative to the workload)."""
+    r = resolve(w, arch, memory_total_bytes, gpu_name, driver)
     par = _layout(arch, r)
     quant = serving_quantization(w)
     statics = _statics(arch, r.dtype, quant, par)
@@ -173,7 +182,7 @@ def account(
     extensible = r.cal.extensible_kv_cache and w.kv_cache_memory_bytes is None
     margin_floor = (
         3 * EXTENSIBLE_MARGIN_FLOOR_BYTES
-        if _vendor(gpu_name) == "amd"
+        if gpu_vendor(gpu_name) == "amd"
         else EXTENSIBLE_MARGIN_FLOOR_BYTES
     )
     util = utilization(w, r)
@@ -343,11 +352,6 @@ def _with_mtp_block(
     return dataclasses.replace(
         d, weights_bytes=d.weights_bytes + block, parts=((MTP_BLOCK_PART, block), *d.parts)
     )
-
-
-def _vendor(gpu_name: str) -> str:
-    g = catalog_gpu(gpu_name)
-    return g.vendor if g is not None else "nvidia"
 
 
 def utilization(w: LLMServingWorkload, r: Resolved) -> float:

@@ -1,0 +1,64 @@
+"""What the NVIDIA driver changes in a serving engine's CUDA-graph memory.
+
+Captured CUDA graphs hold driver memory of their own, besides the tensors of the graph pool.
+Drivers before R550 (the CUDA 12.4 driver) hold about 3.35 times as much for the same graphs.
+vLLM's issue #5517 measured it by reinstalling only the driver (toolkit kept at 12.1) on an
+A10G and an L4: 3.8086 / 3.8086 / 1.1367 GiB and 3.7891 / 3.7891 / 1.1367 GiB of graph
+memory with the CUDA 12.2.2 / 12.3.2 / 12.4.1 drivers (ratios 3.35 and 3.33). A vLLM 0.19.1
+launch on an A100 40GB with driver 535.247.01 (research/data/engine_logs.json, tokenkaki)
+took 2.44 GiB of graph memory, which vLLM's own estimate put at 2.35 GiB; the graph rule
+fitted on current drivers counts 0.79 GiB, 2.65 GiB with this factor.
+
+R535 is a long-term branch still common on cloud images, and it runs CUDA 12.x builds of
+torch through CUDA's minor-version compatibility, so the case is not historical."""
+
+from __future__ import annotations
+
+from ..stack import version_tuple
+
+__all__ = [
+    "GRAPH_DRIVER_SOURCE",
+    "OLD_DRIVER_BELOW",
+    "OLD_DRIVER_GRAPH_FACTOR",
+    "graph_driver_factor",
+    "graph_driver_words",
+]
+
+OLD_DRIVER_BELOW = 550
+"""The first driver branch with the smaller graph memory: R550, CUDA 12.4's driver."""
+
+OLD_DRIVER_GRAPH_FACTOR = 3.35
+"""Graph memory before R550 over graph memory from R550 (vLLM #5517: 3.8086 / 1.1367 on an
+A10G, 3.7891 / 1.1367 on an L4; the larger ratio, rounded)."""
+
+GRAPH_DRIVER_SOURCE = (
+    "vLLM issue #5517 (driver reinstalled, toolkit unchanged: A10G 3.81 -> 1.14 GiB, L4 "
+    "3.79 -> 1.14 GiB of graph memory from the CUDA 12.3.2 to the 12.4.1 driver); checked on "
+    "a vLLM 0.19.1 A100 launch with driver 535 (research/data/engine_logs.json)"
+)
+
+
+def graph_driver_factor(driver: str | None, vendor: str | None = "nvidia") -> float:
+    """How many times the fitted graph memory the driver takes: 3.35 for an NVIDIA driver
+    named below R550, 1 otherwise (a driver not named is taken as current, and AMD's
+    runtime is not NVIDIA's driver)."""
+    if driver is None or vendor == "amd":
+        return 1.0
+    v = version_tuple(driver)
+    return OLD_DRIVER_GRAPH_FACTOR if v and v[0] < OLD_DRIVER_BELOW else 1.0
+
+
+def graph_driver_words(driver: str | None, factor: float) -> str:
+    """The assumption in the answer's words."""
+    if driver is None:
+        return (
+            "the NVIDIA driver is R550 or later (not named): CUDA-graph memory as fitted on "
+            f"current drivers; a driver before R550 takes about {OLD_DRIVER_GRAPH_FACTOR}x "
+            "as much (name it in software.driver_version)"
+        )
+    if factor == 1.0:
+        return f"driver {driver}: CUDA-graph memory as fitted on current drivers"
+    return (
+        f"driver {driver} is older than R{OLD_DRIVER_BELOW}: its CUDA graphs take "
+        f"{OLD_DRIVER_GRAPH_FACTOR}x the memory they take on R{OLD_DRIVER_BELOW} and later"
+    )
