@@ -519,6 +519,35 @@ def test_serving_and_image_answers_name_their_stack() -> None:
     assert {b.name for b in image.behaviours} == {"cuda_module_loading", "allocator_segments"}
 
 
+def test_serving_stacks_name_their_engines_own_accounting_and_torch() -> None:
+    """Each engine's `engine_accounting` in its own terms, per release; the torch a vLLM
+    release pins (vllm 0.19's wheel: torch==2.10.0, 0.26's: 2.11.0) unless the request names
+    one; none for llama.cpp (ggml)."""
+    qwen = {"source": "preset", "id": "qwen3-8b"}
+    a100 = {"source": "catalog", "id": "a100-sxm4-40gb"}
+
+    def stack(software=None, **w):
+        return _budget({"kind": "llm_serving", "model": qwen, **w}, software, device=a100).stack
+
+    def accounting(s) -> str:
+        return next(b.assumed for b in s.behaviours if b.name == "engine_accounting")
+
+    v19, v26 = stack(engine_version="0.19.1"), stack(engine_version="0.26.0")
+    assert (v19.framework_version, v19.torch_version) == ("0.19.0", "2.10.0")
+    assert v26.torch_version == "2.11.0"
+    assert stack({"torch_version": "2.9.1"}, engine_version="0.19.1").torch_version == "2.9.1"
+    assert "the CUDA graphs are captured afterwards, outside it" in accounting(v19)
+    assert "vLLM's estimate of the CUDA graphs" in accounting(v26)
+    given = stack(engine_version="0.26.0", kv_cache_memory_bytes=8 * 2**30)
+    assert accounting(given).startswith("vLLM 0.26.0's own memory accounting: --kv-cache-memory")
+    assert "extensible KV cache" in accounting(stack(engine_version="0.34.0"))
+    sg = stack(engine="sglang")
+    assert sg.framework == "sglang" and "mem_fraction_static" in accounting(sg)
+    gguf = stack(engine="llama_cpp")
+    assert gguf.torch_version == "" and "KV buffer at n_ctx" in accounting(gguf)
+    assert "gpu_memory_utilization" not in accounting(gguf)
+
+
 def test_the_cli_estimate_follows_the_requests_software(tmp_path, capsys) -> None:
     """`vrambudget estimate --file` with transformers 4.44.2: every prompt position's logits
     (12,608,077,824 B, as by hand above), and the answer's stack says so."""

@@ -1300,28 +1300,24 @@ def _resolve(software: Software | None) -> Stack:
 def serving_use(
     engine: str,
     engine_version: str,
-    software: Software | None = None,
+    software: Software | None,
+    accounting: StackBehaviour,
+    pinned_torch: str | None = None,
     extra: tuple[StackBehaviour, ...] = (),
 ) -> StackUse:
-    """The stack of an ``llm_serving`` answer: the engine release its accounting follows."""
-    torch_v = (software.torch_version if software else None) or CURRENT["torch"]
+    """The stack of an ``llm_serving`` answer: the engine release its accounting follows
+    (``accounting``: the engine's own, in its words) and the torch release: the request's, else
+    the one the release pins (``pinned_torch``), else the current one; none (``""``) for
+    llama.cpp and Ollama, which run on ggml."""
+    torch_v = software.torch_version if software else None
+    if torch_v is None:
+        ggml = engine in ("llama_cpp", "ollama")
+        torch_v = "" if ggml else pinned_torch or CURRENT["torch"]
     return StackUse(
         framework=engine,
         framework_version=engine_version,
         torch_version=torch_v,
-        behaviours=(
-            _PREALLOCATED,
-            _B(
-                name="engine_accounting",
-                assumed=f"{engine} {engine_version}'s own memory accounting: weights, the "
-                "profile run's activation peak, CUDA graphs and non-torch memory inside "
-                "gpu_memory_utilization, the KV pool from what is left",
-                source=f"{engine} {engine_version} worker and executor code "
-                "(vrambudget/core/serving/vllm.py cites file and line; "
-                "research/vllm_accounting.md)",
-            ),
-            *extra,
-        ),
+        behaviours=(_PREALLOCATED, accounting, *extra),
     )
 
 

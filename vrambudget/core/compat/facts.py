@@ -19,7 +19,6 @@ __all__ = [
     "TORCH_PYPI_CUDA",
     "VLLM_HIP_TARGETS",
     "VLLM_MIN_CAPABILITY",
-    "VLLM_TORCH",
 ]
 
 # ------------------------------------------------------------------------------ sources --
@@ -180,34 +179,6 @@ TORCH_PYPI_CUDA: dict[tuple[int, int], tuple[int, int]] = {
 read: it resolved to a CPU build here)."""
 
 # ------------------------------------------------------------------------------- engines --
-
-VLLM_TORCH: dict[tuple[int, int], tuple[int, int]] = {
-    (0, 10): (2, 7),
-    (0, 11): (2, 8),
-    (0, 12): (2, 9),
-    (0, 13): (2, 9),
-    (0, 14): (2, 9),
-    (0, 15): (2, 9),
-    (0, 16): (2, 9),
-    (0, 17): (2, 10),
-    (0, 18): (2, 10),
-    (0, 19): (2, 10),
-    (0, 20): (2, 11),
-    (0, 21): (2, 11),
-    (0, 22): (2, 11),
-    (0, 23): (2, 11),
-    (0, 24): (2, 11),
-    (0, 25): (2, 11),
-    (0, 26): (2, 11),
-    (0, 27): (2, 13),
-    (0, 28): (2, 13),
-    (0, 29): (2, 13),
-    (0, 30): (2, 13),
-    (0, 31): (2, 13),
-    (0, 32): (2, 13),
-    (0, 33): (2, 14),
-}
-"""The torch release each vLLM minor pins (its wheel's ``Requires-Dist: torch==``)."""
 
 VLLM_MIN_CAPABILITY: dict[str, dict[str, int]] = {
     # get_min_capability() of the config class vLLM uses for each quantization.

@@ -11,7 +11,7 @@ from ..errors import InvalidWorkload
 from ..memo import BoundedCache
 from ..resolve import resolve_model
 from ..serving.engine_args import model_dtype, serving_quantization
-from ..serving.releases import engine_release
+from ..serving.releases import engine_release, vllm_pinned_torch
 from ..spec import QLoRA, Software, Workload
 from ..spec.diffusion import ImageGenerationWorkload
 from ..spec.precision import (
@@ -28,7 +28,7 @@ from ..spec.precision import (
 from ..spec.serving import LLMServingWorkload
 from ..spec.workloads import AdamW8bit, InferenceWorkload, TrainingWorkload
 from ..stack import CURRENT, PINNED, resolve_stack, version_tuple
-from .facts import TORCH_PYPI_CUDA, VLLM_TORCH
+from .facts import TORCH_PYPI_CUDA
 
 __all__ = ["DeviceFacts", "Needs", "device_facts", "needs_of", "parse_cuda", "torch_cuda"]
 
@@ -246,13 +246,11 @@ def _needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Nee
             version = CURRENT.get(framework, "")
     torch_v, torch_basis = sw.torch_version, "named"
     if torch_v is None and framework == "vllm":
-        vt = version_tuple(version)[:2]
-        rows = sorted(VLLM_TORCH)
-        if vt and vt >= rows[0]:
-            at = max(r for r in rows if r <= vt)
-            torch_v = "{}.{}.0".format(*VLLM_TORCH[at])
+        vllm_pin = vllm_pinned_torch(version)
+        if vllm_pin is not None:
+            at, torch_v = vllm_pin
             torch_basis = f"pinned by vllm {at[0]}.{at[1]}" + (
-                "" if at == vt else f"; vllm {version} assumed the same"
+                "" if at == version_tuple(version)[:2] else f"; vllm {version} assumed the same"
             )
     if torch_v is None:
         torch_v, torch_basis = CURRENT["torch"], "not named: the current release"

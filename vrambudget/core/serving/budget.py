@@ -46,7 +46,7 @@ from .engine_args import (
     serving_quantization,
 )
 from .engines_budget import engine_calibration, gguf_budget, sglang_budget
-from .releases import engine_release
+from .releases import engine_release, vllm_pinned_torch
 from .speculative import launch_json
 from .vllm import (
     ServingAccount,
@@ -574,6 +574,8 @@ def serving_budget(
             w.engine,
             rel.modelled,
             software,
+            _vllm_accounting(w, rel.modelled, r),
+            pin[1] if (pin := vllm_pinned_torch(rel.modelled)) else None,
             (_sampler_behaviour(w, r), *_graph_driver(w, r, driver, gpu_name), *_speculative(w)),
         ),
     )
@@ -635,6 +637,40 @@ def _speculative(w: LLMServingWorkload) -> tuple[StackBehaviour, ...]:
             "(layers, fc, LM heads): 0.10.1, 0.15.0, 0.26.0, 0.34.0 "
             "(vrambudget/core/serving/speculative.py)",
         ),
+    )
+
+
+def _vllm_accounting(w: LLMServingWorkload, version: str, r: Resolved) -> StackBehaviour:
+    """How the release sizes its KV pool, in its own terms."""
+    if w.kv_cache_memory_bytes is not None:
+        how = (
+            "--kv-cache-memory: the KV pool is the size given, not what "
+            "gpu_memory_utilization leaves"
+        )
+    elif r.cal.extensible_kv_cache:
+        how = (
+            "the extensible KV cache, sized after warm-up and CUDA-graph capture: min(requested "
+            "- what stays allocated, free - max(1 GiB, 0.75 x the profile run's peak)) - that "
+            "peak"
+        )
+    elif r.cal.cudagraph_in_budget:
+        how = (
+            "the weights, the profile run's activation peak, the non-torch memory and vLLM's "
+            "estimate of the CUDA graphs come out of gpu_memory_utilization x total; the KV pool "
+            "is what is left"
+        )
+    else:
+        how = (
+            "the weights, the profile run's activation peak and the non-torch memory come out "
+            "of gpu_memory_utilization x total, the KV pool is what is left; the CUDA graphs "
+            "are captured afterwards, outside it"
+        )
+    return StackBehaviour(
+        name="engine_accounting",
+        assumed=f"vLLM {version}'s own memory accounting: {how}",
+        source=f"vLLM {version} vllm/v1/worker/gpu_worker.py determine_available_memory and "
+        "the model runner's profile_run (vrambudget/core/serving/vllm.py cites file and line; "
+        "research/vllm_accounting.md)",
     )
 
 

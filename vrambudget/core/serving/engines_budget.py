@@ -28,6 +28,7 @@ from ..result import (
     Phase,
     ServingSummary,
     SGLangDetails,
+    StackBehaviour,
     WorkloadSummary,
 )
 from ..search import largest_true, smallest_true
@@ -296,7 +297,28 @@ def gguf_budget(
         warnings=tuple(warnings),
         serving=summary,
         calibration=engine_calibration(devices[most]),
-        stack=serving_use(w.engine, rel.modelled, software),
+        stack=serving_use(
+            w.engine, rel.modelled, software, _gguf_accounting(w.engine, rel.modelled)
+        ),
+    )
+
+
+def _gguf_accounting(engine: str, version: str) -> StackBehaviour:
+    name = "llama.cpp" if engine == "llama_cpp" else "Ollama"
+    ollama = (
+        " with Ollama's defaults (num_ctx, num_parallel, its own layer placement)"
+        if engine == "ollama"
+        else ""
+    )
+    return StackBehaviour(
+        name="engine_accounting",
+        assumed=f"{name} {version}'s buffers as its backends allocate them{ollama}: the model "
+        "buffer per device for the layers offloaded to it (the rest in host memory), the KV "
+        "buffer at n_ctx, the compute buffer per backend; nothing is sized from the free "
+        "memory",
+        source="llama.cpp src/llama-model.cpp, llama-kv-cache.cpp and llama-context.cpp "
+        "(vrambudget/core/serving/gguf/ cites file and line; research/llamacpp_accounting.md"
+        + ("; research/ollama_accounting.md)" if engine == "ollama" else ")"),
     )
 
 
@@ -688,5 +710,19 @@ def sglang_budget(
         warnings=tuple(warnings),
         serving=summary,
         calibration=engine_calibration(device),
-        stack=serving_use("sglang", run.release.modelled, software),
+        stack=serving_use(
+            "sglang",
+            run.release.modelled,
+            software,
+            StackBehaviour(
+                name="engine_accounting",
+                assumed=f"SGLang {run.release.modelled}'s own memory accounting: the token pool "
+                "is mem_fraction_static x the free memory at start, less the weights; the CUDA "
+                "graphs and a prefill chunk's activations come out of what is left over",
+                source=f"SGLang {run.release.modelled} "
+                "python/sglang/srt/model_executor/model_runner.py profile_max_num_token "
+                "(vrambudget/core/serving/sglang.py cites each release's lines; "
+                "research/sglang_accounting.md)",
+            ),
+        ),
     )

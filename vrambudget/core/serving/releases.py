@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from functools import cache, lru_cache
 
 from ..errors import InvalidWorkload
+from ..stack import version_tuple
 from .engines import NEWEST_READ, modelled_releases
 
-__all__ = ["EngineRelease", "engine_release", "parse_version"]
+__all__ = ["VLLM_TORCH", "EngineRelease", "engine_release", "parse_version", "vllm_pinned_torch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,3 +104,43 @@ def engine_release(engine: str, requested: str | None) -> EngineRelease:
             f"{requested} uses the rules of {modelled}, the newest modelled release at or before it"
         )
     return EngineRelease(engine, requested, modelled, note)
+
+
+VLLM_TORCH: dict[tuple[int, int], tuple[int, int]] = {
+    (0, 10): (2, 7),
+    (0, 11): (2, 8),
+    (0, 12): (2, 9),
+    (0, 13): (2, 9),
+    (0, 14): (2, 9),
+    (0, 15): (2, 9),
+    (0, 16): (2, 9),
+    (0, 17): (2, 10),
+    (0, 18): (2, 10),
+    (0, 19): (2, 10),
+    (0, 20): (2, 11),
+    (0, 21): (2, 11),
+    (0, 22): (2, 11),
+    (0, 23): (2, 11),
+    (0, 24): (2, 11),
+    (0, 25): (2, 11),
+    (0, 26): (2, 11),
+    (0, 27): (2, 13),
+    (0, 28): (2, 13),
+    (0, 29): (2, 13),
+    (0, 30): (2, 13),
+    (0, 31): (2, 13),
+    (0, 32): (2, 13),
+    (0, 33): (2, 14),
+}
+"""The torch release each vLLM minor pins (its wheel's ``Requires-Dist: torch==``)."""
+
+
+def vllm_pinned_torch(version: str) -> tuple[tuple[int, int], str] | None:
+    """(the vLLM minor whose pin applies, the torch release it pins as ``"2.10.0"``): the newest
+    pinned minor at or before ``version``; None before the first one read."""
+    vt = version_tuple(version)[:2]
+    rows = sorted(VLLM_TORCH)
+    if not vt or vt < rows[0]:
+        return None
+    at = max(row for row in rows if row <= vt)
+    return at, "{}.{}.0".format(*VLLM_TORCH[at])
