@@ -123,3 +123,15 @@ def test_the_pre_run_estimate_names_the_software_so_the_profile_matches(
     other = msgspec.structs.replace(sw, torch_version="2.12.0+cu128")
     answer, _ = fetch_estimate(req, h100, httpx.MockTransport(service), other)
     assert msgspec.json.decode(answer, type=Budget).calibration.profile is None
+
+
+def test_an_nvml_driver_that_is_no_driver_version_is_not_sent() -> None:
+    """The service refuses a `driver_version` outside its pattern; NVML's own strings pass."""
+    from types import SimpleNamespace
+
+    import vrambudget.agent.roundtrip as rt
+
+    assert rt.nvml_driver(SimpleNamespace(driver_version="535.247.01")) == "535.247.01"
+    assert rt.nvml_driver(SimpleNamespace(driver_version="560.94")) == "560.94"
+    for odd in ("x", "", None, "12.4", "535.247.01-custom"):
+        assert rt.nvml_driver(SimpleNamespace(driver_version=odd)) is None

@@ -337,3 +337,24 @@ def test_driver_flag_reaches_vllms_graphs(
         return int(line["bytes"])
 
     assert graphs(old) == round(graphs(plain) * 3.35)
+
+
+def test_driver_and_cuda_with_a_serving_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--cuda` and `--driver` apply to --kind llm_serving (the compatibility checks read the
+    build beside the driver: vLLM 0.26 pins torch 2.11 whose PyPI build is CUDA 13.0, which
+    driver 535 cannot run, but a CUDA 12.9 build it can); `--driver` with `--file` is refused
+    like the other request flags; `--torch` stays refused for an engine."""
+    flags = ["--model", "llama-3.1-8b", "--kind", "llm_serving", "--engine-version", "0.26.0"]
+    flags += ["--gpu", "a100-sxm4-40gb", "--driver", "535.247.01"]
+    pinned = _json(["estimate", *flags], capsys)
+    assert pinned["compatibility"]["verdict"] == "unsupported"
+    built = _json(["estimate", *flags, "--cuda", "12.9"], capsys)
+    assert built["compatibility"]["verdict"] == "supported"
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"workloads": [{"kind": "inference", "model": "x"}]}))
+    assert main(["estimate", "--file", str(f), "--driver", "535.247.01"]) == EXIT_INPUT
+    assert "--driver" in capsys.readouterr().err
+    assert main(["estimate", *flags, "--torch", "2.9.0"]) == EXIT_INPUT
+    assert "--torch" in capsys.readouterr().err

@@ -78,3 +78,22 @@ def test_rope_scaling_overflow_is_a_422_naming_the_field(client: Any) -> None:
     r = client.post("/v1/budgets", json=body)
     assert r.status_code == 422, r.text
     assert r.json()["errors"][0]["field"] == "$.workloads[0].model.config.rope_scaling.factor"
+
+
+def test_a_driver_version_that_is_no_driver_is_a_422_naming_the_field(client: Any) -> None:
+    """`software.driver_version` is an NVIDIA driver as nvidia-smi prints it: a CUDA version
+    (nvidia-smi's header prints one beside it) or a word is refused with the field and the
+    pattern; a Windows-style two-part driver is accepted."""
+    body = {
+        "workloads": [{"kind": "llm_serving", "model": {"source": "preset", "id": "qwen3-8b"}}],
+        "device": {"source": "catalog", "id": "a100-sxm4-40gb"},
+    }
+    for bad in ("12.4", "0.0", "R535", "535-1", "1e9"):
+        r = client.post("/v1/budgets", json={**body, "software": {"driver_version": bad}})
+        assert r.status_code == 422, (bad, r.text)
+        err = r.json()["errors"][0]
+        assert err["field"] == "$.software.driver_version", err
+        assert "[1-9][0-9]{2}" in r.text
+    for good in ("535.247.01", "560.94", "580"):
+        r = client.post("/v1/budgets", json={**body, "software": {"driver_version": good}})
+        assert r.status_code == 200, (good, r.text)

@@ -23,7 +23,13 @@ import msgspec
 from vrambudget.core.catalog import match_gpu
 from vrambudget.core.probe_report import ProbeRequest, ProbeResource
 from vrambudget.core.result import Budget
-from vrambudget.core.spec import CatalogDevice, CustomDevice, DeviceRef, Software
+from vrambudget.core.spec import (
+    DRIVER_VERSION_PATTERN,
+    CatalogDevice,
+    CustomDevice,
+    DeviceRef,
+    Software,
+)
 
 from .webhooks.addresses import AddressRefused, Resolver, pin
 
@@ -94,12 +100,20 @@ def local_software(inventory: Any) -> Software | None:
     if not getattr(inventory, "available", False):
         return None
     torch_version, cuda = _torch_build()
-    driver = getattr(inventory, "driver_version", None)
     return Software(
         torch_version=torch_version[:64] if torch_version else None,
         cuda_version=cuda[:32] if cuda else None,
-        driver_version=str(driver)[:32] if driver else None,
+        driver_version=nvml_driver(inventory),
     )
+
+
+def nvml_driver(inventory: Any) -> str | None:
+    """The NVML driver version where it reads as one (``software.driver_version``'s pattern),
+    else None: the service would refuse any other string."""
+    driver = getattr(inventory, "driver_version", None)
+    if not driver or re.fullmatch(DRIVER_VERSION_PATTERN, str(driver)) is None:
+        return None
+    return str(driver)
 
 
 def fetch_estimate(

@@ -525,7 +525,7 @@ def reject_with_file(args: argparse.Namespace) -> None:
             *((d, FLAG_OF[d]) for d in _SERVING),
         )
         if getattr(args, dest) not in (None, False)
-    ] + _given(args, (*_TRAINING, *_STACK, "attention", "headroom"))
+    ] + _given(args, (*_TRAINING, *_STACK, "driver", "attention", "headroom"))
     if given:
         raise UsageError(f"--file is the whole request: drop {', '.join(given)}")
 
@@ -576,11 +576,14 @@ def _serving_workload(args: argparse.Namespace, model: dict[str, Any]) -> dict[s
     if args.checkpointing != "none" or args.zero:
         raise UsageError("--checkpointing / --zero apply to --kind training only")
     _only_training(args)
-    stack = _given(args, (*_STACK, "attention"))
+    # the CUDA build stays a choice (vLLM publishes wheels per CUDA release): the compatibility
+    # checks read it beside --driver
+    stack = _given(args, (*(d for d in _STACK if d != "cuda"), "attention"))
     if stack:
         raise UsageError(
             f"{', '.join(stack)}: not for --kind llm_serving; the engine and its release "
-            "(--engine, --engine-version) fix its stack and attention kernels"
+            "(--engine, --engine-version) fix its stack and attention kernels (--cuda and "
+            "--driver apply)"
         )
     w["parallelism"] = {"tensor": args.tp, "pipeline": args.pp, "data": args.dp}
     return w

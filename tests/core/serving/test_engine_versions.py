@@ -594,3 +594,29 @@ def test_the_fit_counts_the_named_driver():
         want = account(w, arch, a100.memory_total_bytes, a100.name, 0, driver).max_concurrency
         assert conc({"driver_version": driver} if driver else {}) == round(want, 4)
     assert conc({"driver_version": "535.247.01"}) < conc({})
+
+
+def test_remedies_are_checked_under_the_named_driver():
+    """A refused engine's remedies re-run the account under the request's driver: 0.26 on an
+    L4 at 131,072 tokens, driver 535 (graphs at 3.35x come out of the KV budget from 0.20).
+    The largest max_model_len it suggests starts under that driver, and is smaller than the
+    one suggested for a current driver."""
+    from vrambudget.core.serving.budget import remedies
+
+    l4 = gpu("l4-24gb")
+    w = _w(engine_version="0.26.0", max_model_len=131072)
+    arch = resolve_model(w.model)
+
+    def suggested(driver):
+        a = account(w, arch, l4.memory_total_bytes, l4.name, 0, driver)
+        assert not a.would_start
+        fix = remedies(w, a, l4.memory_total_bytes, l4.name, 0, driver)
+        first = next(r for r in fix if r.startswith("lower max_model_len to "))
+        return int(first.removeprefix("lower max_model_len to ").split(" ")[0])
+
+    old, plain = suggested("535.247.01"), suggested(None)
+    assert old < plain
+    fixed = _w(engine_version="0.26.0", max_model_len=old)
+    assert account(fixed, arch, l4.memory_total_bytes, l4.name, 0, "535.247.01").would_start
+    over = _w(engine_version="0.26.0", max_model_len=plain)
+    assert not account(over, arch, l4.memory_total_bytes, l4.name, 0, "535.247.01").would_start

@@ -28,8 +28,10 @@ from vrambudget.core.spec import (
     HubModel,
     LLMServingWorkload,
     PresetModel,
+    Software,
 )
 
+from ..roundtrip import nvml_driver
 from .command import CommandError, engine_command
 from .launchers import ENGINES, UNSUPPORTED
 
@@ -163,7 +165,10 @@ def plan(
     gpu_id = recipe_gpu(request, inventory)
     model, w = _model(w, model_dirs)
     try:
-        budget = estimate((w,), CatalogDevice(id=gpu_id))
+        # the host's driver: before R550 vLLM's CUDA graphs take 3.35x (core/serving/driver.py)
+        driver = nvml_driver(inventory)
+        software = Software(driver_version=driver) if driver else None
+        budget = estimate((w,), CatalogDevice(id=gpu_id), software=software)
     except InvalidWorkload as exc:
         field = exc.field.removeprefix("$.").replace("workloads[0]", "workload", 1)
         if not field.startswith("workload"):

@@ -209,6 +209,7 @@ def _high_hold_remedies(
     a: ServingAccount,
     ctx: DeviceContext,
     held: tuple[ServingAccount, ServingAccount] | None,
+    driver: str | None = None,
 ) -> tuple[str, ...]:
     """For an engine that starts beside an assumed hold's median but not beside its high end
     (``held``, :func:`held_accounts`): what would make it start there too."""
@@ -218,16 +219,26 @@ def _high_hold_remedies(
     in_use = ctx.at_hold(high=True).memory_in_use_bytes
     return tuple(
         f"to start beside the high end of the desktop's assumed hold ({in_use} bytes): {r}"
-        for r in remedies(w, held[0], total, name, in_use)
+        for r in remedies(w, held[0], total, name, in_use, driver)
     )
 
 
 def _starts(
-    w: LLMServingWorkload, total: int, name: str, in_use: int = 0, **changes: Any
+    w: LLMServingWorkload,
+    total: int,
+    name: str,
+    in_use: int,
+    driver: str | None,
+    **changes: Any,
 ) -> ServingAccount | None:
     try:
         a = account(
-            msgspec.structs.replace(w, **changes), resolve_model(w.model), total, name, in_use
+            msgspec.structs.replace(w, **changes),
+            resolve_model(w.model),
+            total,
+            name,
+            in_use,
+            driver,
         )
     except InvalidWorkload:
         return None
@@ -235,9 +246,15 @@ def _starts(
 
 
 def remedies(
-    w: LLMServingWorkload, a: ServingAccount, total: int, name: str, in_use: int = 0
+    w: LLMServingWorkload,
+    a: ServingAccount,
+    total: int,
+    name: str,
+    in_use: int = 0,
+    driver: str | None = None,
 ) -> tuple[str, ...]:
-    """What would make a refused engine start, each checked by re-running the account."""
+    """What would make a refused engine start, each checked by re-running the account (under
+    the same NVIDIA ``driver``)."""
     if a.would_start:
         return ()
     arch = resolve_model(w.model)
@@ -245,7 +262,7 @@ def remedies(
     mml = a.resolved.max_model_len
     cap = min(mml - 1, arch.max_positions)
     best = largest_true(
-        1, cap, lambda x: _starts(w, total, name, in_use, max_model_len=x) is not None
+        1, cap, lambda x: _starts(w, total, name, in_use, driver, max_model_len=x) is not None
     )
     if best >= 1:
         out.append(f"lower max_model_len to {best} (the largest that starts)")
@@ -261,6 +278,7 @@ def remedies(
                 total,
                 name,
                 in_use,
+                driver,
                 max_num_batched_tokens=x,
                 max_num_seqs=min(r.max_num_seqs, x),
             )
@@ -280,10 +298,10 @@ def remedies(
     util = largest_true(
         permille + 1,
         ceiling,
-        lambda x: _starts(w, total, name, in_use, gpu_memory_utilization=x / 1000) is None,
+        lambda x: _starts(w, total, name, in_use, driver, gpu_memory_utilization=x / 1000) is None,
     )  # last that still fails
     if permille < util + 1 <= ceiling and _starts(
-        w, total, name, in_use, gpu_memory_utilization=(util + 1) / 1000
+        w, total, name, in_use, driver, gpu_memory_utilization=(util + 1) / 1000
     ):
         out.append(f"raise gpu_memory_utilization to {(util + 1) / 1000:.3f}")
     if in_use:
@@ -293,13 +311,15 @@ def remedies(
         # most 0.2, to the first share that starts)
         lower = min(ceiling, permille - 1)
         for x in range(lower, max(lower - 200, 0), -1):
-            if _starts(w, total, name, in_use, gpu_memory_utilization=x / 1000):
+            if _starts(w, total, name, in_use, driver, gpu_memory_utilization=x / 1000):
                 out.append(f"lower gpu_memory_utilization to {x / 1000:.3f}")
                 break
     par = w.parallelism
     t = par.tensor * 2
     while t <= max(8, par.tensor) and t <= arch.num_heads:
-        fixed = _starts(w, total, name, in_use, parallelism=msgspec.structs.replace(par, tensor=t))
+        fixed = _starts(
+            w, total, name, in_use, driver, parallelism=msgspec.structs.replace(par, tensor=t)
+        )
         if fixed is not None:
             out.append(
                 f"tensor parallel {t} ({fixed.kv_tokens} KV tokens, max "
@@ -308,7 +328,7 @@ def remedies(
             break
         t *= 2
     if w.kv_cache_dtype == "auto":
-        fixed = _starts(w, total, name, in_use, kv_cache_dtype="fp8")
+        fixed = _starts(w, total, name, in_use, driver, kv_cache_dtype="fp8")
         if fixed is not None:
             out.append(f"kv_cache_dtype fp8 ({fixed.kv_tokens} KV tokens)")
     if not out:
@@ -531,7 +551,8 @@ def serving_budget(
         max_concurrency_all_replicas=round(a.max_concurrency * r.data, 4),
         would_start=a.would_start,
         reason=a.reason,
-        remedies=remedies(w, a, total, gpu_name, in_use) or _high_hold_remedies(w, a, ctx, held),
+        remedies=remedies(w, a, total, gpu_name, in_use, driver)
+        or _high_hold_remedies(w, a, ctx, held, driver),
         launch=vllm_launch(w, a),
         details=VLLMDetails(
             gpu_memory_utilization=utilization(w, r),

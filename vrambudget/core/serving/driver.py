@@ -7,7 +7,11 @@ A10G and an L4: 3.8086 / 3.8086 / 1.1367 GiB and 3.7891 / 3.7891 / 1.1367 GiB of
 memory with the CUDA 12.2.2 / 12.3.2 / 12.4.1 drivers (ratios 3.35 and 3.33). A vLLM 0.19.1
 launch on an A100 40GB with driver 535.247.01 (research/data/engine_logs.json, tokenkaki)
 took 2.44 GiB of graph memory, which vLLM's own estimate put at 2.35 GiB; the graph rule
-fitted on current drivers counts 0.79 GiB, 2.65 GiB with this factor.
+fitted on current drivers counts 0.79 GiB, 2.64 GiB with this factor. One machine's logs
+(github.com/xlisp/jimw-vllm, vLLM 0.6.4.post1, facebook/opt-125m at its defaults on an 8 GB
+GTX 1080, the same day) took 0.39 GiB under driver 535.183.01 (quickstart.py) and 0.12 GiB
+under 560.35.05 (ubuntu2404_560_12_6_vllm.py): 3.25x, with the OS and Python environment
+reinstalled between them.
 
 R535 is a long-term branch still common on cloud images, and it runs CUDA 12.x builds of
 torch through CUDA's minor-version compatibility, so the case is not historical."""
@@ -34,7 +38,8 @@ A10G, 3.7891 / 1.1367 on an L4; the larger ratio, rounded)."""
 GRAPH_DRIVER_SOURCE = (
     "vLLM issue #5517 (driver reinstalled, toolkit unchanged: A10G 3.81 -> 1.14 GiB, L4 "
     "3.79 -> 1.14 GiB of graph memory from the CUDA 12.3.2 to the 12.4.1 driver); checked on "
-    "a vLLM 0.19.1 A100 launch with driver 535 (research/data/engine_logs.json)"
+    "a vLLM 0.19.1 A100 launch with driver 535 (research/data/engine_logs.json) and one "
+    "machine's vLLM 0.6.4 logs under drivers 535 and 560 (xlisp/jimw-vllm: 0.39 -> 0.12 GiB)"
 )
 
 

@@ -53,6 +53,7 @@ from .precision import (
     Quantization,
 )
 from .requests import (
+    DRIVER_VERSION_PATTERN,
     AnalyticWorkload,
     BudgetRequest,
     CatalogDevice,
@@ -110,6 +111,7 @@ from .workloads import (
 
 __all__ = [
     "AWQ",
+    "DRIVER_VERSION_PATTERN",
     "FP8",
     "GPTQ",
     "MAX_TOKENS",

@@ -28,6 +28,7 @@ from .serving import LLMServingWorkload
 from .workloads import GenericWorkload, InferenceWorkload, TrainingWorkload
 
 __all__ = [
+    "DRIVER_VERSION_PATTERN",
     "AnalyticWorkload",
     "BudgetRequest",
     "CatalogDevice",
@@ -260,6 +261,12 @@ NormImplementation = Literal["fp32_upcast", "fused"]
 
 Version = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[0-9][0-9A-Za-z.+_-]*$")]
 
+DRIVER_VERSION_PATTERN = r"^[1-9][0-9]{2}(\.[0-9]+){0,3}$"
+"""An NVIDIA driver version as nvidia-smi and NVML print it: a three-digit branch, then up to
+three dotted numbers (``535.247.01``, ``560.94``). A CUDA version (``12.4``, the "CUDA Version"
+of nvidia-smi's header) is not one."""
+DriverVersion = Annotated[str, Meta(min_length=3, max_length=32, pattern=DRIVER_VERSION_PATTERN)]
+
 
 class Libraries(Wire, frozen=True, kw_only=True):
     """Versions of the libraries the framework runs with (each optional; default: the current
@@ -352,11 +359,12 @@ class Software(Wire, frozen=True, kw_only=True):
         Meta(description="ROCm runtime of the torch build, e.g. `6.4` (AMD GPUs)."),
     ] = None
     driver_version: Annotated[
-        Version | None,
+        DriverVersion | None,
         Meta(
-            description="NVIDIA driver, e.g. `580.82.07` (compared on the major). Before R550 "
-            "(CUDA 12.4's driver) vLLM's CUDA graphs take 3.35x the memory; not named: R550 or "
-            "later."
+            description="NVIDIA driver as nvidia-smi prints it, e.g. `580.82.07` (a "
+            "three-digit branch and up to three dotted numbers; compared on the branch). "
+            "Before R550 (CUDA 12.4's driver) vLLM's CUDA graphs take 3.35x the memory; not "
+            "named: R550 or later."
         ),
     ] = None
     cuda_module_loading: Annotated[
