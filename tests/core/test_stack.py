@@ -1205,3 +1205,21 @@ def test_expandable_segments_take_the_expandable_replays_fractions() -> None:
         for x in _budget(TRAIN, {"framework": "axolotl"}).stack.behaviours
         if x.name == "allocator_segments"
     )
+
+
+def test_sglang_says_it_does_not_scale_its_graphs_for_an_old_driver() -> None:
+    qwen = {"source": "preset", "id": "qwen3-8b"}
+    a100 = {"source": "catalog", "id": "a100-sxm4-40gb"}
+    w = {"kind": "llm_serving", "engine": "sglang", "model": qwen}
+
+    def names(software):
+        return {b.name: b for b in _budget(w, software, device=a100).stack.behaviours}
+
+    assert "cuda_graph_driver" not in names(None)
+    assert "cuda_graph_driver" not in names({"driver_version": "580.82.07"})
+    old = names({"driver_version": "535.247.01"})["cuda_graph_driver"]
+    assert "not scaled for the driver" in old.assumed and "#5517" in old.source
+    # the numbers are the same either way
+    plain = _budget(w, None, device=a100)
+    named = _budget(w, {"driver_version": "535.247.01"}, device=a100)
+    assert plain.devices == named.devices

@@ -42,6 +42,12 @@ from ..spec import (
 )
 from ..stack import serving_use
 from .calibration import CALIBRATED_VERSION, EngineCalibration, calibration
+from .driver import (
+    GRAPH_DRIVER_SOURCE,
+    OLD_DRIVER_BELOW,
+    OLD_DRIVER_GRAPH_FACTOR,
+    graph_driver_factor,
+)
 from .engine_args import (
     PCIE_DISTRIBUTED_BYTES,
     Fabric,
@@ -724,5 +730,25 @@ def sglang_budget(
                 "(vrambudget/core/serving/sglang.py cites each release's lines; "
                 "research/sglang_accounting.md)",
             ),
+            pinned_torch=None,
+            extra=_sglang_driver(software),
+        ),
+    )
+
+
+def _sglang_driver(software: Software | None) -> tuple[StackBehaviour, ...]:
+    """A driver before R550 named for SGLang: said, not counted (SGLang's graph memory here is
+    its reserve per captured batch size, not a per-graph fit the driver's factor could scale)."""
+    driver = software.driver_version if software is not None else None
+    if graph_driver_factor(driver) == 1.0:
+        return ()
+    return (
+        StackBehaviour(
+            name="cuda_graph_driver",
+            assumed=f"driver {driver} is older than R{OLD_DRIVER_BELOW}, where vLLM's CUDA "
+            f"graphs take {OLD_DRIVER_GRAPH_FACTOR}x the memory; SGLang's graph memory here "
+            "is its own reserve per captured batch size, not scaled for the driver: allow "
+            "for more outside the pool",
+            source=GRAPH_DRIVER_SOURCE,
         ),
     )
