@@ -64,7 +64,7 @@ class Check:
     predicted: float
     unit: str
     fresh: bool = False
-    """From held-out sets B, C, E, F, G and J: logs collected after the rules were fixed
+    """From held-out sets B, C, E, F, G, J and K: logs collected after the rules were fixed
     (``collected``)."""
     version: str = ""
     """The engine release the request named (vLLM, SGLang), or the log's (llama.cpp, Ollama)."""
@@ -760,6 +760,41 @@ HELD_OUT_J: HeldOut = {
 """Held-out set J (collected 2026-12-07, after every rule above): one repository's vLLM 0.10.0
 launch on an A100-SXM4-80GB (named by the same repository's Unsloth log of that machine)."""
 
+LLAMA3_70B_AWQ: dict[str, Any] = {**QWEN_AWQ}
+"""TechxGenus/Meta-Llama-3-70B-Instruct-AWQ's ``quantization_config``, INFERRED, not read: no
+copy of that checkpoint's config.json was found. It is AutoAWQ's default block (4 bits, groups
+of 128, zero point, GEMM), verbatim the block of the same uploader's sibling
+TechxGenus/Meta-Llama-3-70B-AWQ config.json (huggingface.co, uploaded the same day) and of
+casperhansen/llama-3-70b-instruct-awq's; set K's log prints 18.55 GiB of weights per GPU where
+it gives 18.53 (-0.11%)."""
+
+HELD_OUT_K: HeldOut = {
+    # vllm serve of a local TechxGenus/Meta-Llama-3-70B-Instruct-AWQ at TP2 over two PCIe L40S,
+    # every other setting at its default; Meta-Llama-3-70B-Instruct has Llama 3.1 70B's shapes
+    # with 8,192 positions and no RoPE scaling (its config.json as quoted: find_string ids
+    # 66940204889, 22159703707), float16 (the engine-config line's dtype), AWQ (awq_marlin)
+    "vllm-kagaho-llama3-70b-instruct-awq-2xl40s-tp2-v0160": (
+        {
+            "engine_version": "0.16.0",
+            "model": preset_shapes(
+                "llama-3.1-70b",
+                max_position_embeddings=8192,
+                rope_scaling=None,
+                torch_dtype="float16",
+                quantization_config=LLAMA3_70B_AWQ,
+            ),
+            "parallelism": {"tensor": 2},
+        },
+        "l40s-48gb",
+        None,
+    ),
+}
+"""Held-out set K (collected 2026-12-07, after the rules it checks were written, driver rule
+included): one repository's vLLM 0.16.0 launch of a 4-bit AWQ Llama 3 70B at TP2 on two of a
+host's four L40S (named, with driver 580.119.02, by the same repository's nvidia-smi and
+``vllm collect-env`` printouts); custom all-reduce ran (its workers register the graphs'
+buffers)."""
+
 
 HELD_OUT_H: dict[str, tuple[str, str, int, bool, dict[str, Any]]] = {
     # (model, GGUF file type, KV cells, flash attention as the log resolved it, the rest)
@@ -1056,6 +1091,7 @@ def checks() -> list[Check]:
         **HELD_OUT_F,
         **HELD_OUT_G,
         **HELD_OUT_J,
+        **HELD_OUT_K,
     }.items():
         device = (custom[0], round(custom[1] * GiB)) if custom is not None else None
         out += [
@@ -1133,7 +1169,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{sum(r.predicted for r in mine):.0f} of {len(mine)}"
         )
     fresh = [r for r in rows if r.fresh and not r.held_out_set]
-    print("\nheld-out sets B, C, E, F, G and J (collected after the rules were fixed) alone:")
+    print("\nheld-out sets B, C, E, F, G, J and K (collected after the rules were fixed) alone:")
     for engine, quantity, n, med, mx, below in summary(fresh):
         print(f"{engine:<10}{quantity:<20}{n:>4}{med:>8.2%}{mx:>9.2%}{below:>7}")
     for name, title in (
@@ -1152,7 +1188,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{v:<8}{len(e):>4}{med:>8.2%}{mx:>9.2%}")
     band_b = [r for r in band if r.fresh and r.engine == "vllm"]
     print(
-        "vLLM KV tokens inside kv_cache_tokens_band (sets B, C, E, F, G and J): "
+        "vLLM KV tokens inside kv_cache_tokens_band (sets B, C, E, F, G, J and K): "
         f"{sum(r.predicted for r in band_b):.0f} of {len(band_b)}"
     )
     return 0
