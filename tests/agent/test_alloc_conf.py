@@ -97,3 +97,24 @@ def test_an_engine_probe_refuses_it_naming_the_field() -> None:
     with pytest.raises(msgspec.ValidationError, match="expandable_segments"):
         msgspec.convert(body, ProbeRequest)
     assert msgspec.convert({**body, "expandable_segments": None}, ProbeRequest).engine is not None
+
+
+def test_the_comparison_keeps_a_report_without_torch_unnamed_and_drops_a_driver_that_is_none() -> (
+    None
+):
+    """An engine probe reports no torch: the comparison's estimate leaves it unnamed (the
+    engine release's pin applies), not ``""``; a report's driver string outside
+    `software.driver_version`'s pattern is dropped, not read as an old driver."""
+    report = cuda_report()
+    assert report.result is not None
+
+    def with_result(**changes: object) -> object:
+        return msgspec.structs.replace(
+            report, result=msgspec.structs.replace(report.result, **changes)
+        )
+
+    sw = software_of(with_result(torch_version=None, driver_version="535.247.01"))
+    assert sw is not None
+    assert (sw.torch_version, sw.driver_version) == (None, "535.247.01")
+    odd = software_of(with_result(driver_version="12.4"))
+    assert odd is not None and odd.driver_version is None

@@ -135,3 +135,24 @@ def test_an_nvml_driver_that_is_no_driver_version_is_not_sent() -> None:
     assert rt.nvml_driver(SimpleNamespace(driver_version="560.94")) == "560.94"
     for odd in ("x", "", None, "12.4", "535.247.01-custom"):
         assert rt.nvml_driver(SimpleNamespace(driver_version=odd)) is None
+
+
+def test_a_serving_probe_estimate_names_the_driver_alone() -> None:
+    """A serving engine brings its own torch and CUDA build: the estimate sent before its probe
+    names the host's driver only; other workloads name the agent's torch too."""
+    from types import SimpleNamespace
+
+    import msgspec
+
+    import vrambudget.agent.roundtrip as rt
+    from vrambudget.core.spec import LLMServingWorkload
+
+    inv = SimpleNamespace(available=True, driver_version="535.247.01")
+    serve = msgspec.convert(
+        {"kind": "llm_serving", "model": {"source": "preset", "id": "qwen3-8b"}},
+        LLMServingWorkload,
+    )
+    sw = rt.workload_software(serve, inv)
+    assert sw is not None
+    assert (sw.torch_version, sw.cuda_version, sw.driver_version) == (None, None, "535.247.01")
+    assert rt.workload_software(serve, SimpleNamespace(available=False)) is None

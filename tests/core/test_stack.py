@@ -521,8 +521,8 @@ def test_serving_and_image_answers_name_their_stack() -> None:
 
 def test_serving_stacks_name_their_engines_own_accounting_and_torch() -> None:
     """Each engine's `engine_accounting` in its own terms, per release; the torch a vLLM
-    release pins (vllm 0.19's wheel: torch==2.10.0, 0.26's: 2.11.0) unless the request names
-    one; none for llama.cpp (ggml)."""
+    release pins (vllm 0.19: torch 2.10, 0.26: 2.11; the minor, as the pin table holds it)
+    unless the request names one; none for llama.cpp (ggml)."""
     qwen = {"source": "preset", "id": "qwen3-8b"}
     a100 = {"source": "catalog", "id": "a100-sxm4-40gb"}
 
@@ -533,8 +533,8 @@ def test_serving_stacks_name_their_engines_own_accounting_and_torch() -> None:
         return next(b.assumed for b in s.behaviours if b.name == "engine_accounting")
 
     v19, v26 = stack(engine_version="0.19.1"), stack(engine_version="0.26.0")
-    assert (v19.framework_version, v19.torch_version) == ("0.19.0", "2.10.0")
-    assert v26.torch_version == "2.11.0"
+    assert (v19.framework_version, v19.torch_version) == ("0.19.0", "2.10")
+    assert v26.torch_version == "2.11"
     assert stack({"torch_version": "2.9.1"}, engine_version="0.19.1").torch_version == "2.9.1"
     assert "the CUDA graphs are captured afterwards, outside it" in accounting(v19)
     assert "vLLM's estimate of the CUDA graphs" in accounting(v26)
@@ -1223,3 +1223,41 @@ def test_sglang_says_it_does_not_scale_its_graphs_for_an_old_driver() -> None:
     plain = _budget(w, None, device=a100)
     named = _budget(w, {"driver_version": "535.247.01"}, device=a100)
     assert plain.devices == named.devices
+
+
+def test_sglang_driver_note_only_where_graphs_run_on_nvidia() -> None:
+    old = {"driver_version": "535.247.01"}
+    qwen = {"source": "preset", "id": "qwen3-8b"}
+
+    def names(device: str, **sglang: Any) -> set[str]:
+        w = {"kind": "llm_serving", "engine": "sglang", "model": qwen}
+        if sglang:
+            w["sglang"] = sglang
+        dev = {"source": "catalog", "id": device}
+        return {b.name for b in _budget(w, old, device=dev).stack.behaviours}
+
+    assert "cuda_graph_driver" in names("a100-sxm4-40gb")
+    assert "cuda_graph_driver" not in names("a100-sxm4-40gb", disable_cuda_graph=True)
+    assert "cuda_graph_driver" not in names("mi300x-192gb")
+
+
+def test_gguf_accounting_names_who_places_the_layers() -> None:
+    """llama.cpp from b7815 fits unset context and layers to the free memory (--fit); older
+    builds take the layers as given; Ollama's own estimate (0.6.7 - 0.12.10), then its scheduler
+    (0.12.11 on), then the llama-server it bundles (0.30 on) place them."""
+    qwen = {"source": "preset", "id": "qwen3-8b"}
+    dev = {"source": "catalog", "id": "rtx-4090-24gb"}
+
+    def accounting(engine: str, version: str | None = None) -> str:
+        w: dict[str, Any] = {"kind": "llm_serving", "engine": engine, "model": qwen}
+        if version:
+            w["engine_version"] = version
+        s = _budget(w, device=dev).stack
+        assert s.torch_version == ""
+        return next(b.assumed for b in s.behaviours if b.name == "engine_accounting")
+
+    assert "--fit (on by default)" in accounting("llama_cpp")
+    assert "nothing is sized from the free memory" in accounting("llama_cpp", "b5285")
+    assert "Ollama's own memory estimate" in accounting("ollama", "0.11.10")
+    assert "Ollama's scheduler" in accounting("ollama", "0.15.5")
+    assert "--fit (on by default)" in accounting("ollama")  # 0.30 runs llama-server

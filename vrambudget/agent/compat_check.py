@@ -20,7 +20,7 @@ from vrambudget.core.result import Compatibility
 from vrambudget.core.spec import Libraries, LLMServingWorkload, Software, analytic_workloads
 
 from .nvml import NVMLInventory
-from .roundtrip import local_software
+from .roundtrip import local_software, workload_software
 from .spec import CustomWorkload, ProbeRequest
 
 __all__ = ["LiveCheck", "live_check"]
@@ -112,5 +112,10 @@ def live_check(request: ProbeRequest, inventory: Any) -> LiveCheck:
             log.info("compatibility: deploying the workload failed: %s", exc)
     elif not all(isinstance(w, LLMServingWorkload) for w in workloads):
         workloads = tuple(w for w in workloads if isinstance(w, LLMServingWorkload))
-    software = live_software(inventory)
+    # a serving engine brings its own torch and CUDA build: only the driver is the host's
+    software = (
+        live_software(inventory)
+        if analytic is not None
+        else workload_software(workloads[0], inventory)
+    )
     return LiveCheck(evaluate(needs_of(workloads, software), facts))

@@ -28,6 +28,7 @@ from vrambudget.core.spec import (
     CatalogDevice,
     CustomDevice,
     DeviceRef,
+    LLMServingWorkload,
     Software,
 )
 
@@ -39,6 +40,7 @@ __all__ = [
     "device_ref",
     "fetch_estimate",
     "local_software",
+    "workload_software",
 ]
 
 ESTIMATE_TIMEOUT_S = 10.0
@@ -105,6 +107,18 @@ def local_software(inventory: Any) -> Software | None:
         cuda_version=cuda[:32] if cuda else None,
         driver_version=nvml_driver(inventory),
     )
+
+
+def workload_software(workload: Any, inventory: Any) -> Software | None:
+    """What the estimate sent before a probe should assume: :func:`local_software` for a
+    workload this agent's torch runs; for a serving engine, which brings its own torch and CUDA
+    build, the NVML driver alone (the engine release's pins apply)."""
+    if not isinstance(workload, LLMServingWorkload):
+        return local_software(inventory)
+    if not getattr(inventory, "available", False):
+        return None
+    driver = nvml_driver(inventory)
+    return Software(driver_version=driver) if driver else None
 
 
 def nvml_driver(inventory: Any) -> str | None:

@@ -19,7 +19,7 @@ from .child import ChildSettings
 from .engine.group import EngineGroup
 from .limits import cpu_memory_limits
 from .overlap import ProbeGroup
-from .roundtrip import comparison_entry, device_ref, fetch_estimate, local_software
+from .roundtrip import comparison_entry, device_ref, fetch_estimate, workload_software
 from .snapshot_routes import settle_snapshot
 from .snapshots import snapshot_path
 from .spec import CustomWorkload, ProbeRequest, ProbeResult
@@ -109,7 +109,7 @@ async def _run_one(st: AgentState, probe_id: str) -> None:
                 request,
                 device_ref(inv, request.device) if inv else None,
                 None,
-                local_software(inv),
+                workload_software(request.workload, inv),
                 allow_list=st.settings.service_allow_list,
                 resolver=st.resolver,
             )

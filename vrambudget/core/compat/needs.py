@@ -252,10 +252,15 @@ def _needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Nee
             torch_basis = f"pinned by vllm {at[0]}.{at[1]}" + (
                 "" if at == version_tuple(version)[:2] else f"; vllm {version} assumed the same"
             )
+    ggml = framework in ("llama_cpp", "ollama")  # ggml's own CUDA build, no torch
+    if torch_v is None and ggml:
+        torch_v, torch_basis = "", "none: llama.cpp runs on ggml"
     if torch_v is None:
         torch_v, torch_basis = CURRENT["torch"], "not named: the current release"
     if sw.cuda_version is not None:
         cuda, cuda_basis = parse_cuda(sw.cuda_version), "named"
+    elif ggml:
+        cuda, cuda_basis = None, "llama.cpp's own CUDA build, not named"
     else:
         cuda, cuda_basis = torch_cuda(torch_v)
         if torch_basis != "named":

@@ -671,8 +671,8 @@ def _vllm_accounting(w: LLMServingWorkload, version: str, r: Resolved) -> StackB
     elif r.cal.extensible_kv_cache:
         how = (
             "the extensible KV cache, sized after warm-up and CUDA-graph capture: min(requested "
-            "- what stays allocated, free - max(1 GiB, 0.75 x the profile run's peak)) - that "
-            "peak"
+            "- what stays allocated, free - max(1 GiB (3 GiB on ROCm), 0.75 x the profile run's "
+            "peak)) - that peak"
         )
     elif r.cal.cudagraph_in_budget:
         how = (

@@ -51,6 +51,7 @@ from .driver import (
 from .engine_args import (
     PCIE_DISTRIBUTED_BYTES,
     Fabric,
+    gpu_vendor,
     model_dtype,
     pcie_cost,
     serving_format,
@@ -61,6 +62,7 @@ from .engine_args import (
 from .gguf.budget import gguf_details, gguf_devices, gguf_host_and_disk
 from .gguf.engine import GGUFAccount, concurrency, gguf_account, launch_command
 from .gguf.llamacpp import cpu_moe_flag, unmodelled_compute
+from .gguf.releases import gguf_release
 from .load import load_memory
 from .releases import EngineRelease, engine_release
 from .sglang import SGLangAccount, sglang_account, sglang_release
@@ -309,19 +311,26 @@ def gguf_budget(
     )
 
 
+_GGUF_PLACEMENT = {
+    "none": "every layer where the GPU-layer count puts it, the context as given: nothing is "
+    "sized from the free memory",
+    "llama_fit": "--fit (on by default): an unset context, then the GPU layers, are reduced "
+    "until every GPU keeps 1 GiB free",
+    "ollama_estimate": "Ollama's own memory estimate picks the GPU layers from the free memory",
+    "ollama_backend": "Ollama's scheduler picks the GPU layers from the backend's own "
+    "allocation sizes and the free memory",
+}
+
+
 def _gguf_accounting(engine: str, version: str) -> StackBehaviour:
     name = "llama.cpp" if engine == "llama_cpp" else "Ollama"
-    ollama = (
-        " with Ollama's defaults (num_ctx, num_parallel, its own layer placement)"
-        if engine == "ollama"
-        else ""
-    )
+    ollama = " with Ollama's defaults (num_ctx, num_parallel)" if engine == "ollama" else ""
+    placement = _GGUF_PLACEMENT[gguf_release(engine, version).fit]
     return StackBehaviour(
         name="engine_accounting",
         assumed=f"{name} {version}'s buffers as its backends allocate them{ollama}: the model "
         "buffer per device for the layers offloaded to it (the rest in host memory), the KV "
-        "buffer at n_ctx, the compute buffer per backend; nothing is sized from the free "
-        "memory",
+        f"buffer at n_ctx, the compute buffer per backend; {placement}",
         source="llama.cpp src/llama-model.cpp, llama-kv-cache.cpp and llama-context.cpp "
         "(vrambudget/core/serving/gguf/ cites file and line; research/llamacpp_accounting.md"
         + ("; research/ollama_accounting.md)" if engine == "ollama" else ")"),
@@ -731,16 +740,20 @@ def sglang_budget(
                 "research/sglang_accounting.md)",
             ),
             pinned_torch=None,
-            extra=_sglang_driver(software),
+            extra=_sglang_driver(software, w, ctx),
         ),
     )
 
 
-def _sglang_driver(software: Software | None) -> tuple[StackBehaviour, ...]:
-    """A driver before R550 named for SGLang: said, not counted (SGLang's graph memory here is
-    its reserve per captured batch size, not a per-graph fit the driver's factor could scale)."""
+def _sglang_driver(
+    software: Software | None, w: LLMServingWorkload, ctx: DeviceContext
+) -> tuple[StackBehaviour, ...]:
+    """A driver before R550 named for SGLang capturing CUDA graphs on an NVIDIA GPU: said, not
+    counted (SGLang's graph memory here is its reserve per captured batch size, not a per-graph
+    fit the driver's factor could scale)."""
     driver = software.driver_version if software is not None else None
-    if graph_driver_factor(driver) == 1.0:
+    graphs = not (w.sglang is not None and w.sglang.disable_cuda_graph)
+    if not graphs or graph_driver_factor(driver, gpu_vendor(ctx.name)) == 1.0:
         return ()
     return (
         StackBehaviour(

@@ -136,11 +136,12 @@ VLLM_TORCH: dict[tuple[int, int], tuple[int, int]] = {
 
 
 def vllm_pinned_torch(version: str) -> tuple[tuple[int, int], str] | None:
-    """(the vLLM minor whose pin applies, the torch release it pins as ``"2.10.0"``): the newest
-    pinned minor at or before ``version``; None before the first one read."""
+    """(the vLLM minor whose pin applies, the torch minor it pins as ``"2.10"``): the newest
+    pinned minor at or before ``version``; None before the first one read. The table holds
+    the minor only, so the answer does not name a patch release it did not read."""
     vt = version_tuple(version)[:2]
     rows = sorted(VLLM_TORCH)
     if not vt or vt < rows[0]:
         return None
     at = max(row for row in rows if row <= vt)
-    return at, "{}.{}.0".format(*VLLM_TORCH[at])
+    return at, "{}.{}".format(*VLLM_TORCH[at])
