@@ -1047,3 +1047,39 @@ def test_fits_stay_within_64_gpus():
     }
     g = fit(msgspec.convert(body, FitRequest)).gpus[0]
     assert g.min_device_count is None or g.min_device_count <= 64
+
+
+def test_a_quantized_cache_needs_whole_blocks_per_row():
+    """A q8_0 cache stores blocks of 32: a model whose K rows (KV heads x head size) are 4,100
+    elements cannot have one (a 422 naming gguf.cache_type_k); the f16 cache is budgeted, and a
+    refused engine's remedies skip the quantized-cache one instead of failing (a fuzzed
+    request had turned that into a 500)."""
+    model = {
+        "source": "dimensions",
+        "num_layers": 4,
+        "hidden_size": 4100,
+        "num_attention_heads": 41,
+        "head_dim": 100,
+        "intermediate_size": 11000,
+        "vocab_size": 32000,
+    }
+
+    def budget(gguf, device="rtx-4090-24gb", **w):
+        body = {
+            "workloads": [
+                {"kind": "llm_serving", "engine": "llama_cpp", "model": model, "gguf": gguf, **w}
+            ],
+            "device": {"source": "catalog", "id": device},
+        }
+        req = msgspec.convert(body, BudgetRequest)
+        return estimate(req.workloads, req.device, None, None, req.software)
+
+    with pytest.raises(InvalidWorkload) as exc:
+        budget({"cache_type_k": "q8_0", "cache_type_v": "q8_0", "flash_attn": "on"})
+    assert exc.value.field == "workloads[0].gguf.cache_type_k"
+    assert "4100" in exc.value.message
+    assert budget({}).serving.would_start
+    # too long a context for the card: the remedies are tried, the q8_0 one skipped
+    big = budget({"n_ctx": 4_000_000, "n_gpu_layers": 5})
+    assert not big.serving.would_start
+    assert not any("q8_0" in r for r in big.serving.remedies)

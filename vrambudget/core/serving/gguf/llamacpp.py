@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...arch import Arch, AttentionKind
+from ...errors import InvalidWorkload
 from ...spec import GGUFTensorSpec
 from ...units import MiB
 from .tensors import INPUT, GGUFTensor, file_tensors, gguf_tensors
@@ -196,7 +197,20 @@ def _kv_widths(arch: Arch) -> tuple[int, int]:
 
 def kv_layer_bytes(arch: Arch, s: LlamaSettings, cells: int) -> int:
     k, v = _kv_widths(arch)
-    return cells * (row_bytes(s.type_k, k) + row_bytes(s.type_v, v))
+    return cells * (_kv_row(s.type_k, k, "k") + _kv_row(s.type_v, v, "v"))
+
+
+def _kv_row(type_name: str, n: int, which: str) -> int:
+    """One cell's K or V row: a quantized cache type stores whole blocks, which rows of ``n``
+    elements must fill (llama.cpp cannot create the cache otherwise)."""
+    block, _ = BLOCKS[type_name.upper()]
+    if n % block:
+        raise InvalidWorkload(
+            f"gguf.cache_type_{which}",
+            f"a {type_name} cache stores blocks of {block} elements; this model's "
+            f"{which.upper()} rows have {n} (KV heads x head size): use f16",
+        )
+    return row_bytes(type_name, n)
 
 
 def fa_f16_copies(arch: Arch, s: LlamaSettings, cells: int) -> int:
