@@ -132,7 +132,8 @@ VLLM_TORCH: dict[tuple[int, int], tuple[int, int]] = {
     (0, 32): (2, 13),
     (0, 33): (2, 14),
 }
-"""The torch release each vLLM minor pins (its wheel's ``Requires-Dist: torch==``)."""
+"""The torch minor each vLLM minor pins (its wheel's ``Requires-Dist: torch==``, read to the
+minor: vLLM 0.16.0's image runs torch 2.9.1)."""
 
 
 def vllm_pinned_torch(version: str) -> tuple[tuple[int, int], str] | None:
