@@ -27,7 +27,7 @@ from .formulas.cuda_context import (
 )
 from .memo import BoundedCache
 from .result import StackBehaviour, StackUse
-from .spec import AdapterDType, LossImplementation, Software
+from .spec import GGUF_ENGINES, AdapterDType, LossImplementation, Software
 
 __all__ = [
     "CURRENT",
@@ -1311,8 +1311,7 @@ def serving_use(
     llama.cpp and Ollama, which run on ggml."""
     torch_v = software.torch_version if software else None
     if torch_v is None:
-        ggml = engine in ("llama_cpp", "ollama")
-        torch_v = "" if ggml else pinned_torch or CURRENT["torch"]
+        torch_v = "" if engine in GGUF_ENGINES else pinned_torch or CURRENT["torch"]
     return StackUse(
         framework=engine,
         framework_version=engine_version,

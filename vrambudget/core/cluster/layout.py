@@ -24,6 +24,7 @@ from ..spec import (
 )
 from ..spec.cluster import ClusterRequest, FromBudget, FromFit
 from ..spec.diffusion import ImageGenerationWorkload
+from ..spec.serving import GGUF_ENGINES
 from .objects import ClusterAnswer, render
 
 __all__ = ["cluster_requests"]
@@ -57,7 +58,7 @@ def _placed(w: Workload, lay: LayoutFit) -> Workload:
     if isinstance(w, GenericWorkload | ImageGenerationWorkload):  # one device; never fitted
         return w
     if isinstance(w, LLMServingWorkload):
-        if w.engine in ("llama_cpp", "ollama"):  # the fit splits the layers over n GPUs
+        if w.engine in GGUF_ENGINES:  # the fit splits the layers over n GPUs
             opts = w.gguf if w.gguf is not None else GGUFOptions()
             split = opts.tensor_split if opts.devices == lay.device_count else None
             gguf = msgspec.structs.replace(opts, devices=lay.device_count, tensor_split=split)

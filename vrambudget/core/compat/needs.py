@@ -25,7 +25,7 @@ from ..spec.precision import (
     Int8,
     Quantization,
 )
-from ..spec.serving import LLMServingWorkload
+from ..spec.serving import GGUF_ENGINES, LLMServingWorkload
 from ..spec.workloads import AdamW8bit, InferenceWorkload, TrainingWorkload
 from ..stack import CURRENT, PINNED, resolve_stack, version_tuple
 from .facts import TORCH_PYPI_CUDA
@@ -252,7 +252,7 @@ def _needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Nee
             torch_basis = f"pinned by vllm {at[0]}.{at[1]}" + (
                 "" if at == version_tuple(version)[:2] else f"; vllm {version} assumed the same"
             )
-    ggml = framework in ("llama_cpp", "ollama")  # ggml's own CUDA build, no torch
+    ggml = framework in GGUF_ENGINES  # ggml's own CUDA build, no torch
     if torch_v is None and ggml:
         torch_v, torch_basis = "", "none: llama.cpp runs on ggml"
     if torch_v is None:

@@ -28,6 +28,7 @@ from ..result import (
 )
 from ..search import largest_true
 from ..spec import (
+    GGUF_ENGINES,
     DeviceRef,
     DiskOptions,
     LLMServingWorkload,
@@ -36,7 +37,7 @@ from ..spec import (
 )
 from ..stack import serving_use
 from . import kv
-from .driver import GRAPH_DRIVER_SOURCE, graph_driver_words
+from .driver import graph_driver_behaviour
 from .engine_args import (
     Resolved,
     gpu_vendor,
@@ -425,7 +426,7 @@ def serving_budget(
     ctx = require_device(device, "an llm_serving workload needs a device")
     if w.engine == "sglang":
         return sglang_budget(w, ctx, software, disk)
-    if w.engine in ("llama_cpp", "ollama"):
+    if w.engine in GGUF_ENGINES:
         return gguf_budget(w, ctx, software, disk)
     total, gpu_name, summary_device = ctx.memory_total_bytes, ctx.name, ctx.summary()
     in_use = ctx.memory_in_use_bytes
@@ -706,13 +707,7 @@ def _graph_driver(
     on an NVIDIA GPU."""
     if w.enforce_eager or r.cuda_graphs == 0 or gpu_vendor(gpu_name) == "amd":
         return ()
-    return (
-        StackBehaviour(
-            name="cuda_graph_driver",
-            assumed=graph_driver_words(driver, r.graph_factor),
-            source=GRAPH_DRIVER_SOURCE,
-        ),
-    )
+    return (graph_driver_behaviour(driver, r.graph_factor),)
 
 
 def _sampler_behaviour(w: LLMServingWorkload, r: Resolved) -> StackBehaviour:

@@ -18,14 +18,14 @@ torch through CUDA's minor-version compatibility, so the case is not historical.
 
 from __future__ import annotations
 
+from ..result import StackBehaviour
 from ..stack import version_tuple
 
 __all__ = [
-    "GRAPH_DRIVER_SOURCE",
     "OLD_DRIVER_BELOW",
     "OLD_DRIVER_GRAPH_FACTOR",
+    "graph_driver_behaviour",
     "graph_driver_factor",
-    "graph_driver_words",
 ]
 
 OLD_DRIVER_BELOW = 550
@@ -53,8 +53,20 @@ def graph_driver_factor(driver: str | None, vendor: str | None = "nvidia") -> fl
     return OLD_DRIVER_GRAPH_FACTOR if v and v[0] < OLD_DRIVER_BELOW else 1.0
 
 
-def graph_driver_words(driver: str | None, factor: float) -> str:
-    """The assumption in the answer's words."""
+def graph_driver_behaviour(
+    driver: str | None, factor: float = 1.0, scaled: bool = True
+) -> StackBehaviour:
+    """The answer's ``cuda_graph_driver`` behaviour: what the budget assumed of the driver, for
+    an engine whose graphs the factor scales (vLLM), or, ``scaled`` False, one whose graph
+    memory is a reserve the factor does not scale (SGLang; said only for an old driver)."""
+    return StackBehaviour(
+        name="cuda_graph_driver",
+        assumed=_words(driver, factor) if scaled else _unscaled_words(driver),
+        source=GRAPH_DRIVER_SOURCE,
+    )
+
+
+def _words(driver: str | None, factor: float) -> str:
     if driver is None:
         return (
             "the NVIDIA driver is R550 or later (not named): CUDA-graph memory as fitted on "
@@ -66,4 +78,12 @@ def graph_driver_words(driver: str | None, factor: float) -> str:
     return (
         f"driver {driver} is older than R{OLD_DRIVER_BELOW}: its CUDA graphs take "
         f"{OLD_DRIVER_GRAPH_FACTOR}x the memory they take on R{OLD_DRIVER_BELOW} and later"
+    )
+
+
+def _unscaled_words(driver: str | None) -> str:
+    return (
+        f"driver {driver} is older than R{OLD_DRIVER_BELOW}, where vLLM's CUDA graphs take "
+        f"{OLD_DRIVER_GRAPH_FACTOR}x the memory; SGLang's graph memory here is its own reserve "
+        "per captured batch size, not scaled for the driver: allow for more outside the pool"
     )

@@ -462,7 +462,7 @@ def resolve(
         sampler_sorts(cal.top_k_top_p, w.flashinfer_sampler),
         cal.top_k_top_p == "flashinfer_if_installed" and w.flashinfer_sampler is None,
         sum(map(len, cudagraph_sizes(cal, seqs, batched, gpu_name))),
-        graph_driver_factor(driver, gpu_vendor(gpu_name)),
+        1.0 if driver is None else graph_driver_factor(driver, gpu_vendor(gpu_name)),
     )
 
 

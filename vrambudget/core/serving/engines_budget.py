@@ -42,12 +42,7 @@ from ..spec import (
 )
 from ..stack import serving_use
 from .calibration import CALIBRATED_VERSION, EngineCalibration, calibration
-from .driver import (
-    GRAPH_DRIVER_SOURCE,
-    OLD_DRIVER_BELOW,
-    OLD_DRIVER_GRAPH_FACTOR,
-    graph_driver_factor,
-)
+from .driver import graph_driver_behaviour, graph_driver_factor
 from .engine_args import (
     PCIE_DISTRIBUTED_BYTES,
     Fabric,
@@ -755,13 +750,4 @@ def _sglang_driver(
     graphs = not (w.sglang is not None and w.sglang.disable_cuda_graph)
     if not graphs or graph_driver_factor(driver, gpu_vendor(ctx.name)) == 1.0:
         return ()
-    return (
-        StackBehaviour(
-            name="cuda_graph_driver",
-            assumed=f"driver {driver} is older than R{OLD_DRIVER_BELOW}, where vLLM's CUDA "
-            f"graphs take {OLD_DRIVER_GRAPH_FACTOR}x the memory; SGLang's graph memory here "
-            "is its own reserve per captured batch size, not scaled for the driver: allow "
-            "for more outside the pool",
-            source=GRAPH_DRIVER_SOURCE,
-        ),
-    )
+    return (graph_driver_behaviour(driver, scaled=False),)

@@ -36,7 +36,7 @@ from ..mig import MIGDevice, Verdict, smallest_fitting
 from ..resolve import resolve_model
 from ..result import Cheapest, FitResponse, GPUFit, LatencyEstimate, LayoutFit, Maxima, MIGFit
 from ..search import largest_true
-from ..spec import FP8, FitRequest, LatencyTarget, LLMServingWorkload, Parallelism
+from ..spec import FP8, GGUF_ENGINES, FitRequest, LatencyTarget, LLMServingWorkload, Parallelism
 from ..verdict import free_percent, serving_verdict
 from .budget import device_kv_band, held_accounts, stage_values
 from .engine_args import serving_quantization
@@ -260,7 +260,7 @@ def _other_engine_fit(
     req: FitRequest, w: LLMServingWorkload, targets: list[DeviceContext]
 ) -> FitResponse:
     """SGLang (tensor parallel layouts) and the GGUF engines (layers split over n GPUs)."""
-    gguf = w.engine in ("llama_cpp", "ollama")
+    gguf = w.engine in GGUF_ENGINES
     target = req.target_concurrency
     results = []
     for ctx in targets:
@@ -289,7 +289,7 @@ def _other_engine_fit(
 def _other_mig(req: FitRequest, w: LLMServingWorkload, ctx: DeviceContext) -> MIGFit | None:
     """SGLang and the GGUF engines on one MIG instance: the one-GPU row, no maxima solved."""
     bare = msgspec.structs.replace(req, solve=())
-    gguf = w.engine in ("llama_cpp", "ollama")
+    gguf = w.engine in GGUF_ENGINES
 
     def check(d: MIGDevice) -> tuple[bool, int, Verdict]:
         mctx = mig_context(ctx, d)

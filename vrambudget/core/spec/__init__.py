@@ -77,6 +77,7 @@ from .requests import (
 )
 from .rules import RULES, schema_rules
 from .serving import (
+    GGUF_ENGINES,
     Engine,
     EngineVersion,
     GGUFFileType,
@@ -113,6 +114,7 @@ __all__ = [
     "AWQ",
     "DRIVER_VERSION_PATTERN",
     "FP8",
+    "GGUF_ENGINES",
     "GPTQ",
     "MAX_TOKENS",
     "MXFP4",

@@ -11,6 +11,7 @@ from .limits import MAX_LAYERS, MAX_TOKENS, Degree, Name, Wire
 from .model import ModelSource
 
 __all__ = [
+    "GGUF_ENGINES",
     "Engine",
     "EngineVersion",
     "GGUFFileType",
@@ -24,6 +25,9 @@ __all__ = [
 ]
 
 Engine = Literal["vllm", "sglang", "llama_cpp", "ollama"]
+
+GGUF_ENGINES = frozenset({"llama_cpp", "ollama"})
+"""The engines that serve GGUF files on ggml (llama.cpp's buffers; no torch)."""
 
 EngineVersion = Annotated[
     str,
