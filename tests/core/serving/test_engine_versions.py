@@ -551,7 +551,11 @@ def test_the_answer_names_the_driver_assumption_and_the_fit_uses_the_driver():
     plain = run(body(None))
     old = run(body({"driver_version": "535.247.01"}))
     by = {b.name: b for b in plain.stack.behaviours}
-    assert "R550 or later (not named)" in by["cuda_graph_driver"].assumed
+    assert by["cuda_graph_driver"].assumed == (
+        "the NVIDIA driver is not named; this CUDA 13.0 build (torch 2.11's PyPI wheel; torch "
+        "pinned by vllm 0.26) needs driver 580 or later, so R550 or later: CUDA-graph memory as "
+        "fitted on current drivers"
+    )
     assert "#5517" in by["cuda_graph_driver"].source
     old_by = {b.name: b for b in old.stack.behaviours}
     assert "535.247.01 is older than R550" in old_by["cuda_graph_driver"].assumed
@@ -567,6 +571,118 @@ def test_the_answer_names_the_driver_assumption_and_the_fit_uses_the_driver():
     eager["workloads"][0]["enforce_eager"] = True
     names = {b.name for b in run(eager).stack.behaviours}
     assert "cuda_graph_driver" not in names
+
+
+def _serving(version: str, software: dict | None, gpu_id: str, **kw: object):
+    req = msgspec.convert(
+        {
+            "workloads": [{"kind": "llm_serving", "model": LLAMA, "engine_version": version, **kw}],
+            "device": {"source": "catalog", "id": gpu_id},
+            **({"software": software} if software else {}),
+        },
+        BudgetRequest,
+    )
+    return estimate(req.workloads, req.device, None, None, req.software)
+
+
+def test_a_cuda_12_build_with_no_driver_named_says_what_an_old_driver_changes():
+    """CUDA 12.x runs on drivers from 525 (minor-version compatibility), so a build of it may
+    meet a driver before R550. vLLM 0.19 pins torch 2.10, a CUDA 12.8 wheel, and its graphs lie
+    outside the budget: an old driver adds 2.35x the fitted graphs there, which on an RTX 4090
+    at the defaults' 0.9 utilization is more than the memory left, so the answer warns. The
+    same launch with the driver named is the account the warning quotes."""
+    plain = _serving("0.19.0", None, "rtx-4090-24gb", max_model_len=32768)
+    named = _serving(
+        "0.19.0", {"driver_version": "535.247.01"}, "rtx-4090-24gb", max_model_len=32768
+    )
+    assert plain.serving.would_start and not named.serving.would_start
+    assumed = {b.name: b.assumed for b in plain.stack.behaviours}["cuda_graph_driver"]
+
+    def graphs(b):
+        line = next(ln for ln in b.devices[0].lines if ln.component.value == "runtime_workspace")
+        return next(p for p in line.parts if p.name.startswith("CUDA graphs")).bytes
+
+    more = graphs(named) - graphs(plain)
+    assert more == round(graphs(plain) * 3.35) - graphs(plain)
+    assert assumed == (
+        "the NVIDIA driver is R550 or later (not named): CUDA-graph memory as fitted on current "
+        "drivers; this CUDA 12.8 build (torch 2.10's PyPI wheel; torch pinned by vllm 0.19) also "
+        "runs on drivers from 525, and one before R550 takes about 3.35x as much: "
+        f"{more / GiB:.2f} GiB more outside gpu_memory_utilization here (name the driver in "
+        "software.driver_version)"
+    )
+    warning = next(w for w in plain.warnings if "driver before R550" in w)
+    assert named.serving.reason in warning
+    # graphs outside the budget: the KV pool and its band are the current driver's
+    assert plain.serving.kv_cache_tokens == named.serving.kv_cache_tokens
+    assert "before R550" not in plain.serving.kv_cache_tokens_band.basis
+
+
+def test_the_kv_band_reaches_an_old_driver_where_the_budget_holds_the_graphs():
+    """From 0.20 vLLM subtracts its graph estimate from the KV budget: a CUDA 12.9 build of
+    0.26 (named) with no driver named gets a KV band whose low end is the pool under driver
+    R535 less the band's gap, the low end of the same request with that driver named; the high
+    end is unchanged. The default build (CUDA 13.0) needs driver 580: no such reach."""
+    kw = {"max_model_len": 32768}
+    cu12 = _serving("0.26.0", {"cuda_version": "12.9"}, "h100-sxm5-80gb", **kw)
+    old = _serving(
+        "0.26.0", {"cuda_version": "12.9", "driver_version": "535"}, "h100-sxm5-80gb", **kw
+    )
+    cu13 = _serving("0.26.0", None, "h100-sxm5-80gb", **kw)
+    band, old_band, cu13_band = (b.serving.kv_cache_tokens_band for b in (cu12, old, cu13))
+    assert cu12.serving.kv_cache_tokens == cu13.serving.kv_cache_tokens
+    assert old.serving.kv_cache_tokens < cu12.serving.kv_cache_tokens
+    assert band.low == old_band.low < cu13_band.low
+    assert band.high == cu13_band.high
+    assert band.max_concurrency_low == old_band.max_concurrency_low
+    assert "the low end under a driver before R550 (this CUDA 12.9 build (named)" in band.basis
+    assumed = {b.name: b.assumed for b in cu12.stack.behaviours}["cuda_graph_driver"]
+    fewer = cu12.serving.kv_cache_tokens - old.serving.kv_cache_tokens
+    assert f": {fewer:,} KV tokens fewer here" in assumed
+    # a driver named, an AMD GPU or eager mode: no reach
+    named = _serving(
+        "0.26.0", {"cuda_version": "12.9", "driver_version": "580.82.07"}, "h100-sxm5-80gb", **kw
+    )
+    assert named.serving.kv_cache_tokens_band == cu13_band
+    eager = _serving("0.26.0", {"cuda_version": "12.9"}, "h100-sxm5-80gb", enforce_eager=True, **kw)
+    assert "before R550" not in eager.serving.kv_cache_tokens_band.basis
+
+
+def test_the_fit_verdict_reads_the_old_driver_band():
+    """/v1/fits takes the same band: a target concurrency between the old-driver low end and
+    the current driver's is 'fits only if near the low end' for a CUDA 12.9 build with no driver
+    named, 'fits' for the default CUDA 13.0 build."""
+    from vrambudget.core.fit import FitRequest, fit
+
+    cu12 = _serving("0.26.0", {"cuda_version": "12.9"}, "h100-sxm5-80gb", max_model_len=32768)
+    cu13 = _serving("0.26.0", None, "h100-sxm5-80gb", max_model_len=32768)
+    target = (
+        cu12.serving.kv_cache_tokens_band.max_concurrency_low
+        + cu13.serving.kv_cache_tokens_band.max_concurrency_low
+    ) / 2
+
+    def verdict(software):
+        req = msgspec.convert(
+            {
+                "workloads": [
+                    {
+                        "kind": "llm_serving",
+                        "model": LLAMA,
+                        "engine_version": "0.26.0",
+                        "max_model_len": 32768,
+                    }
+                ],
+                "devices": [{"source": "catalog", "id": "h100-sxm5-80gb"}],
+                "solve": ["concurrency"],
+                "target_concurrency": target,
+                **({"software": software} if software else {}),
+            },
+            FitRequest,
+        )
+        return fit(req).gpus[0].layouts[0].verdict
+
+    assert verdict({"cuda_version": "12.9"}) == "fits_if_low"
+    assert verdict(None) == "fits"
 
 
 def test_the_fit_counts_the_named_driver():

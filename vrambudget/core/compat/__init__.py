@@ -14,7 +14,8 @@ from ..device import DeviceContext
 from ..memo import BoundedCache
 from ..result import Compatibility, CompatibilityVerdict, RuleOutcome
 from ..spec import Software, Workload
-from .needs import DeviceFacts, Needs, device_facts, needs_of, parse_cuda, torch_cuda
+from .build import parse_cuda, torch_cuda
+from .needs import DeviceFacts, Needs, device_facts, needs_of
 from .rules import RULES
 
 __all__ = [

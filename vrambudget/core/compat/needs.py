@@ -11,7 +11,7 @@ from ..errors import InvalidWorkload
 from ..memo import BoundedCache
 from ..resolve import resolve_model
 from ..serving.engine_args import model_dtype, serving_quantization
-from ..serving.releases import engine_release, vllm_pinned_torch
+from ..serving.releases import engine_release
 from ..spec import QLoRA, Software, Workload
 from ..spec.diffusion import ImageGenerationWorkload
 from ..spec.precision import (
@@ -25,12 +25,12 @@ from ..spec.precision import (
     Int8,
     Quantization,
 )
-from ..spec.serving import GGUF_ENGINES, LLMServingWorkload
+from ..spec.serving import LLMServingWorkload
 from ..spec.workloads import AdamW8bit, InferenceWorkload, TrainingWorkload
 from ..stack import CURRENT, PINNED, resolve_stack, version_tuple
-from .facts import TORCH_PYPI_CUDA
+from .build import stack_build
 
-__all__ = ["DeviceFacts", "Needs", "device_facts", "needs_of", "parse_cuda", "torch_cuda"]
+__all__ = ["DeviceFacts", "Needs", "device_facts", "needs_of"]
 
 _ENGINES = ("vllm", "sglang", "llama_cpp", "ollama")
 
@@ -94,37 +94,6 @@ def device_facts(ctx: DeviceContext) -> DeviceFacts:
         native_dtypes=ctx.native_dtypes,
         custom=ctx.id is None,
     )
-
-
-def parse_cuda(text: str) -> tuple[int, int] | None:
-    """``"12.8"`` / ``"cu128"`` (a torch local version) -> (12, 8)."""
-    if text.startswith("cu") and text[2:].isdigit() and len(text) >= 5:
-        digits = text[2:]
-        return int(digits[:-1]), int(digits[-1])
-    parts = version_tuple(text)
-    return (parts[0], parts[1] if len(parts) > 1 else 0) if parts else None
-
-
-def torch_cuda(torch_version: str) -> tuple[tuple[int, int] | None, str]:
-    """The CUDA runtime of a torch release: its ``+cuXYZ`` local version, else its default PyPI
-    wheel's (the newest row read for a newer release, said so)."""
-    _, _, local = torch_version.partition("+")
-    if local.startswith("cu"):
-        return parse_cuda(local), f"torch {torch_version}'s build"
-    if local:  # +cpu, +rocm6.4: no CUDA runtime
-        return None, f"torch {torch_version} has no CUDA runtime"
-    t = version_tuple(torch_version)[:2]
-    if not t:
-        return None, f"torch {torch_version!r} is not a version"
-    rows = sorted(TORCH_PYPI_CUDA)
-    if t < rows[0]:
-        return None, f"torch {torch_version} is older than the releases read (2.4)"
-    at = max(r for r in rows if r <= t)
-    cuda = TORCH_PYPI_CUDA[at]
-    how = f"torch {torch_version}'s PyPI wheel"
-    if at != t:
-        how += f", assumed as {at[0]}.{at[1]}'s: the nearest release read"
-    return cuda, how
 
 
 def _quant_kinds(q: Quantization | object | None) -> set[str]:
@@ -244,27 +213,7 @@ def _needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Nee
             version = engine_release(framework, None).modelled
         else:
             version = CURRENT.get(framework, "")
-    torch_v, torch_basis = sw.torch_version, "named"
-    if torch_v is None and framework == "vllm":
-        vllm_pin = vllm_pinned_torch(version)
-        if vllm_pin is not None:
-            at, torch_v = vllm_pin
-            torch_basis = f"pinned by vllm {at[0]}.{at[1]}" + (
-                "" if at == version_tuple(version)[:2] else f"; vllm {version} assumed the same"
-            )
-    ggml = framework in GGUF_ENGINES  # ggml's own CUDA build, no torch
-    if torch_v is None and ggml:
-        torch_v, torch_basis = "", "none: llama.cpp runs on ggml"
-    if torch_v is None:
-        torch_v, torch_basis = CURRENT["torch"], "not named: the current release"
-    if sw.cuda_version is not None:
-        cuda, cuda_basis = parse_cuda(sw.cuda_version), "named"
-    elif ggml:
-        cuda, cuda_basis = None, "llama.cpp's own CUDA build, not named"
-    else:
-        cuda, cuda_basis = torch_cuda(torch_v)
-        if torch_basis != "named":
-            cuda_basis += f"; torch {torch_basis}"
+    build = stack_build(framework, version, software)
     driver = version_tuple(sw.driver_version) if sw.driver_version else None
     stack = resolve_stack(software)
     bnb = sw.libraries.bitsandbytes
@@ -288,10 +237,10 @@ def _needs_of(workloads: tuple[Workload, ...], software: Software | None) -> Nee
         flash_attn_version=sw.libraries.flash_attn,
         bnb_version=bnb,
         bnb_named=bnb_named,
-        torch_version=torch_v,
-        torch_basis=torch_basis,
-        cuda=cuda,
-        cuda_basis=cuda_basis,
+        torch_version=build.torch_version,
+        torch_basis=build.torch_basis,
+        cuda=build.cuda,
+        cuda_basis=build.cuda_basis,
         rocm=version_tuple(sw.rocm_version) if sw.rocm_version else None,
         driver=driver,
         driver_text=sw.driver_version,

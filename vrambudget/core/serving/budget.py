@@ -9,6 +9,8 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
+from ..compat.build import stack_build
+from ..compat.facts import CUDA_FAMILY_MIN_DRIVER
 from ..components import Component
 from ..device import DeviceContext, display_note, require_device
 from ..errors import InvalidWorkload
@@ -36,8 +38,14 @@ from ..spec import (
     Workload,
 )
 from ..stack import serving_use
+from ..units import GiB
 from . import kv
-from .driver import graph_driver_behaviour
+from .driver import (
+    OLD_DRIVER_BELOW,
+    OLD_DRIVER_EXAMPLE,
+    OLD_DRIVER_GRAPH_FACTOR,
+    graph_driver_behaviour,
+)
 from .engine_args import (
     Resolved,
     gpu_vendor,
@@ -199,10 +207,83 @@ def device_kv_band(
     a: ServingAccount,
     ctx: DeviceContext,
     held: tuple[ServingAccount, ServingAccount] | None,
+    old: OldDriver | None = None,
 ) -> KVTokensBand | None:
-    """``kv_band`` of ``a`` on ``ctx``, reaching ``held`` (:func:`held_accounts`)."""
-    words = f"the {ctx.desktop_session} desktop's assumed hold"
-    return kv_band(w, a, ctx.name, None if held is None else (*held, words))
+    """``kv_band`` of ``a`` on ``ctx``, reaching ``held`` (:func:`held_accounts`) and, where
+    vLLM's budget holds the graphs, the pool under a driver before R550 that the build runs on
+    (``old``, :func:`old_driver`: the low end's, at the hold's high end)."""
+    hold = f"the {ctx.desktop_session} desktop's assumed hold"
+    if old is None or not a.resolved.cal.cudagraph_in_budget:
+        if held is None:
+            return kv_band(w, a, ctx.name)
+        words = f"the low end at the high end of {hold}, the high end at its low end" + (
+            "" if held[0].would_start else " (at the high end vLLM would not start)"
+        )
+        return kv_band(w, a, ctx.name, (*held, words))
+    driver = (
+        f"under a driver before R{OLD_DRIVER_BELOW} ({old.build_words} runs on one; none "
+        f"named), whose CUDA graphs take {OLD_DRIVER_GRAPH_FACTOR}x the memory"
+    )
+    if held is None:
+        more, less = old.account, a
+        words = f"the low end {driver}"
+        failed = " (under that driver vLLM would not start)"
+    else:
+        in_use = ctx.at_hold(high=True).memory_in_use_bytes
+        more = serving_account(w, ctx.memory_total_bytes, ctx.name, 0, in_use, OLD_DRIVER_EXAMPLE)
+        less = held[1]
+        words = f"the low end at the high end of {hold} and {driver}, the high end at its low end"
+        failed = " (beside that hold and under that driver vLLM would not start)"
+    if not more.would_start:
+        words += failed
+    return kv_band(w, a, ctx.name, (more, less, words))
+
+
+class OldDriver(msgspec.Struct, frozen=True):
+    """A vLLM account under a driver before R550 (:data:`~.driver.OLD_DRIVER_EXAMPLE`), for an
+    answer whose driver is not named but whose build runs on such a driver."""
+
+    account: ServingAccount
+    build_words: str
+    """The build as the answer names it: ``this CUDA 12.8 build (torch 2.10's PyPI wheel; ...)``"""
+
+
+def unnamed_driver_build(
+    software: Software | None, version: str, gpu_name: str
+) -> tuple[str, int] | None:
+    """For a request that names no NVIDIA driver: (the build's words, the oldest driver its
+    CUDA runs on: 525 for CUDA 12.x by minor-version compatibility, 580 for 13.x); None where
+    a driver is named, the GPU is AMD's, or the build's CUDA is not known."""
+    if software is not None and software.driver_version is not None:
+        return None
+    if gpu_vendor(gpu_name) == "amd":
+        return None
+    build = stack_build("vllm", version, software)
+    if build.cuda is None or build.cuda[0] not in CUDA_FAMILY_MIN_DRIVER:
+        return None
+    words = f"this CUDA {build.cuda[0]}.{build.cuda[1]} build ({build.cuda_basis})"
+    return words, CUDA_FAMILY_MIN_DRIVER[build.cuda[0]]
+
+
+def old_driver(
+    w: LLMServingWorkload,
+    a: ServingAccount,
+    ctx: DeviceContext,
+    software: Software | None,
+    version: str,
+) -> OldDriver | None:
+    """The account under a driver before R550 where the request names no driver, vLLM
+    captures CUDA graphs on an NVIDIA GPU, and the build's CUDA runs on such a driver (CUDA
+    12.x and older; 13.x needs 580). None otherwise."""
+    if w.enforce_eager or a.resolved.cuda_graphs == 0:
+        return None
+    build = unnamed_driver_build(software, version, ctx.name)
+    if build is None or build[1] >= OLD_DRIVER_BELOW:
+        return None
+    old = serving_account(
+        w, ctx.memory_total_bytes, ctx.name, 0, ctx.memory_in_use_bytes, OLD_DRIVER_EXAMPLE
+    )
+    return OldDriver(old, build[0])
 
 
 def _high_hold_remedies(
@@ -436,6 +517,7 @@ def serving_budget(
     arch = resolve_model(w.model)
     inputs = _inputs(w, a)
     r_version = engine_release("vllm", w.engine_version).modelled
+    old = old_driver(w, a, ctx, software, r_version)
     devices = []
     for s in a.stages:
         values = stage_values(s, a.pool_bytes(s) if s.available_bytes > 0 else 0)
@@ -523,6 +605,11 @@ def serving_budget(
             "graphs) exceeds what gpu_memory_utilization leaves free: expect an "
             "out-of-memory error while capturing CUDA graphs"
         )
+    elif old is not None and a.would_start and not old.account.would_start:
+        warnings.append(
+            f"with an NVIDIA driver before R{OLD_DRIVER_BELOW}, which {old.build_words} runs, "
+            f"vLLM would not start: {old.account.reason}; name software.driver_version"
+        )
     if serving_quantization(w) is None and w.dtype == "float32":
         warnings.append(
             "float32 serving: activation peak calibrated on bfloat16 runs "
@@ -545,7 +632,7 @@ def serving_budget(
             ]
         ),
         kv_cache_tokens=a.kv_tokens,
-        kv_cache_tokens_band=device_kv_band(w, a, ctx, held),
+        kv_cache_tokens_band=device_kv_band(w, a, ctx, held, old),
         max_model_len=r.max_model_len,
         max_concurrency=round(a.max_concurrency, 4),
         data_parallel=r.data,
@@ -598,7 +685,11 @@ def serving_budget(
             software,
             _vllm_accounting(w, rel.modelled, r),
             pin[1] if (pin := vllm_pinned_torch(rel.modelled)) else None,
-            (_sampler_behaviour(w, r), *_graph_driver(w, r, driver, gpu_name), *_speculative(w)),
+            (
+                _sampler_behaviour(w, r),
+                *_graph_driver(w, a, software, r_version, gpu_name, old),
+                *_speculative(w),
+            ),
         ),
     )
 
@@ -701,13 +792,33 @@ def _driver_words(r: Resolved) -> str:
 
 
 def _graph_driver(
-    w: LLMServingWorkload, r: Resolved, driver: str | None, gpu_name: str
+    w: LLMServingWorkload,
+    a: ServingAccount,
+    software: Software | None,
+    version: str,
+    gpu_name: str,
+    old: OldDriver | None,
 ) -> tuple[StackBehaviour, ...]:
     """The NVIDIA driver's share in the CUDA-graph memory, where the engine captures graphs
-    on an NVIDIA GPU."""
+    on an NVIDIA GPU; without a driver named, what the build says of the driver and what one
+    before R550 (``old``) would change."""
+    r = a.resolved
     if w.enforce_eager or r.cuda_graphs == 0 or gpu_vendor(gpu_name) == "amd":
         return ()
-    return (graph_driver_behaviour(driver, r.graph_factor),)
+    driver = software.driver_version if software is not None else None
+    build = unnamed_driver_build(software, version, gpu_name)
+    if build is None:
+        return (graph_driver_behaviour(driver, r.graph_factor),)
+    shift = None
+    if old is not None and r.cal.cudagraph_in_budget:
+        shift = f"{a.kv_tokens - old.account.kv_tokens:,} KV tokens fewer here"
+    elif old is not None:
+        more = max(
+            o.cuda_graph_bytes - s.cuda_graph_bytes
+            for o, s in zip(old.account.stages, a.stages, strict=True)
+        )
+        shift = f"{more / GiB:.2f} GiB more outside gpu_memory_utilization here"
+    return (graph_driver_behaviour(None, 1.0, unnamed=(*build, shift)),)
 
 
 def _sampler_behaviour(w: LLMServingWorkload, r: Resolved) -> StackBehaviour:

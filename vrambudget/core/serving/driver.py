@@ -23,6 +23,7 @@ from ..stack import version_tuple
 
 __all__ = [
     "OLD_DRIVER_BELOW",
+    "OLD_DRIVER_EXAMPLE",
     "OLD_DRIVER_GRAPH_FACTOR",
     "graph_driver_behaviour",
     "graph_driver_factor",
@@ -30,6 +31,10 @@ __all__ = [
 
 OLD_DRIVER_BELOW = 550
 """The first driver branch with the smaller graph memory: R550, CUDA 12.4's driver."""
+
+OLD_DRIVER_EXAMPLE = "535"
+"""The driver an answer counts with where it says what a driver before R550 would change: R535,
+the long-term branch before it."""
 
 OLD_DRIVER_GRAPH_FACTOR = 3.35
 """Graph memory before R550 over graph memory from R550 (vLLM #5517: 3.8086 / 1.1367 on an
@@ -54,19 +59,40 @@ def graph_driver_factor(driver: str | None, vendor: str | None = "nvidia") -> fl
 
 
 def graph_driver_behaviour(
-    driver: str | None, factor: float = 1.0, scaled: bool = True
+    driver: str | None,
+    factor: float = 1.0,
+    scaled: bool = True,
+    unnamed: tuple[str, int, str | None] | None = None,
 ) -> StackBehaviour:
     """The answer's ``cuda_graph_driver`` behaviour: what the budget assumed of the driver, for
     an engine whose graphs the factor scales (vLLM), or, ``scaled`` False, one whose graph
-    memory is a reserve the factor does not scale (SGLang; said only for an old driver)."""
+    memory is a reserve the factor does not scale (SGLang; said only for an old driver).
+    ``unnamed``: for a driver not named, the build (its words), the oldest driver it runs on,
+    and, where that is before R550, what such a driver would change here (words)."""
     return StackBehaviour(
         name="cuda_graph_driver",
-        assumed=_words(driver, factor) if scaled else _unscaled_words(driver),
+        assumed=_words(driver, factor, unnamed) if scaled else _unscaled_words(driver),
         source=GRAPH_DRIVER_SOURCE,
     )
 
 
-def _words(driver: str | None, factor: float) -> str:
+def _words(
+    driver: str | None, factor: float, unnamed: tuple[str, int, str | None] | None = None
+) -> str:
+    if driver is None and unnamed is not None:
+        build, minimum, shift = unnamed
+        if minimum >= OLD_DRIVER_BELOW:
+            return (
+                f"the NVIDIA driver is not named; {build} needs driver {minimum} or later, "
+                f"so R{OLD_DRIVER_BELOW} or later: CUDA-graph memory as fitted on current drivers"
+            )
+        return (
+            "the NVIDIA driver is R550 or later (not named): CUDA-graph memory as fitted on "
+            f"current drivers; {build} also runs on drivers from {minimum}, and one before "
+            f"R{OLD_DRIVER_BELOW} takes about {OLD_DRIVER_GRAPH_FACTOR}x as much"
+            + (f": {shift}" if shift else "")
+            + " (name the driver in software.driver_version)"
+        )
     if driver is None:
         return (
             "the NVIDIA driver is R550 or later (not named): CUDA-graph memory as fitted on "

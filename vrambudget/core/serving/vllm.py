@@ -440,10 +440,10 @@ def kv_band(
     published launches of the same kind: ``kv_band_calibrated_bytes`` for the calibrated
     release on its GPU type, ``kv_band_transfer_bytes`` for any other release or GPU. None with
     ``--kv-cache-memory``: the pool is given. The low end's concurrency is rounded down, so a
-    verdict read from it never rounds up across a target. ``held``: the accounts with the
-    high and the low end of an assumed hold of other processes (a desktop session's) and its
-    words; the low end takes the first (none where the engine would not start then), the high
-    end the second."""
+    verdict read from it never rounds up across a target. ``held``: the accounts the low and
+    the high end take (an assumed hold of other processes at its high and its low end; a
+    driver before R550) and the basis's words for them; none at the low end where the engine
+    would not start."""
     if w.kv_cache_memory_bytes is not None:
         return None
     r = a.resolved
@@ -464,9 +464,7 @@ def kv_band(
             "vLLM's Docker image), the estimate the torch.sort path of a pip install"
         )
     if held is not None:
-        basis += f"; the low end at the high end of {held[2]}, the high end at its low end" + (
-            "" if more.would_start else " (at the high end vLLM would not start)"
-        )
+        basis += f"; {held[2]}"
     return KVTokensBand(
         low=kv.num_tokens(low_blocks, a.groups),
         high=kv.num_tokens(_blocks(less, u, cheaper), a.groups),
