@@ -373,7 +373,8 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         "--driver",
         metavar="VERSION",
         help="NVIDIA driver, e.g. 535.247.01: the compatibility checks, and vLLM's CUDA graphs "
-        "(3.35x the memory before R550; default: R550 or later)",
+        "(3.35x the memory before R550; default: R550 or later, and a CUDA 12.x build's answer "
+        "says what an older one would change)",
     )
     k.add_argument(
         "--expandable-segments",

@@ -554,7 +554,8 @@ def test_the_answer_names_the_driver_assumption_and_the_fit_uses_the_driver():
     assert by["cuda_graph_driver"].assumed == (
         "the NVIDIA driver is not named; this CUDA 13.0 build (torch 2.11's PyPI wheel; torch "
         "pinned by vllm 0.26) needs driver 580 or later, so R550 or later: CUDA-graph memory as "
-        "fitted on current drivers"
+        "fitted on current drivers (a CUDA 12.x install of the engine: name "
+        "software.cuda_version)"
     )
     assert "#5517" in by["cuda_graph_driver"].source
     old_by = {b.name: b for b in old.stack.behaviours}
@@ -605,11 +606,11 @@ def test_a_cuda_12_build_with_no_driver_named_says_what_an_old_driver_changes():
     more = graphs(named) - graphs(plain)
     assert more == round(graphs(plain) * 3.35) - graphs(plain)
     assert assumed == (
-        "the NVIDIA driver is R550 or later (not named): CUDA-graph memory as fitted on current "
-        "drivers; this CUDA 12.8 build (torch 2.10's PyPI wheel; torch pinned by vllm 0.19) also "
-        "runs on drivers from 525, and one before R550 takes about 3.35x as much: "
-        f"{more / GiB:.2f} GiB more outside gpu_memory_utilization here (name the driver in "
-        "software.driver_version)"
+        "the NVIDIA driver is taken as R550 or later (not named): CUDA-graph memory as fitted on "
+        "current drivers; this CUDA 12.8 build (torch 2.10's PyPI wheel; torch pinned by vllm "
+        "0.19) also runs on drivers from 525, and one before R550 takes about 3.35x as much: "
+        f"{more / GiB:.2f} GiB more CUDA-graph memory here, and vLLM would not start (name the "
+        "driver in software.driver_version)"
     )
     warning = next(w for w in plain.warnings if "driver before R550" in w)
     assert named.serving.reason in warning
@@ -635,7 +636,10 @@ def test_the_kv_band_reaches_an_old_driver_where_the_budget_holds_the_graphs():
     assert band.low == old_band.low < cu13_band.low
     assert band.high == cu13_band.high
     assert band.max_concurrency_low == old_band.max_concurrency_low
-    assert "the low end under a driver before R550 (this CUDA 12.9 build (named)" in band.basis
+    assert (
+        "the low end under a driver before R550, which this CUDA 12.9 build "
+        "(software.cuda_version) can run (no driver named)"
+    ) in band.basis
     assumed = {b.name: b.assumed for b in cu12.stack.behaviours}["cuda_graph_driver"]
     fewer = cu12.serving.kv_cache_tokens - old.serving.kv_cache_tokens
     assert f": {fewer:,} KV tokens fewer here" in assumed
@@ -646,6 +650,107 @@ def test_the_kv_band_reaches_an_old_driver_where_the_budget_holds_the_graphs():
     assert named.serving.kv_cache_tokens_band == cu13_band
     eager = _serving("0.26.0", {"cuda_version": "12.9"}, "h100-sxm5-80gb", enforce_eager=True, **kw)
     assert "before R550" not in eager.serving.kv_cache_tokens_band.basis
+    amd = _serving("0.26.0", {"cuda_version": "12.9"}, "mi300x-192gb", **kw)
+    assert "before R550" not in amd.serving.kv_cache_tokens_band.basis
+    assert "cuda_graph_driver" not in {b.name for b in amd.stack.behaviours}
+
+
+def test_blackwell_needs_a_driver_no_older_than_cuda_12_8s():
+    """A Blackwell GPU needs CUDA 12.8, whose driver is R570: even a CUDA 12.x build cannot meet
+    a driver before R550 there, so nothing reaches one and the answer says why."""
+    kw = {"max_model_len": 32768}
+    for version, software in (("0.19.0", None), ("0.26.0", {"cuda_version": "12.9"})):
+        b = _serving(version, software, "rtx-5090-32gb", **kw)
+        assumed = {x.name: x.assumed for x in b.stack.behaviours}["cuda_graph_driver"]
+        assert assumed.startswith(
+            "the NVIDIA driver is not named; NVIDIA GeForce RTX 5090 32GB (compute capability "
+            "12.0: CUDA 12.8 or later) needs driver 570 or later, so R550 or later"
+        ), assumed
+        assert "software.cuda_version" not in assumed
+        assert not any("R550" in w for w in b.warnings)
+        assert "before R550" not in b.serving.kv_cache_tokens_band.basis
+
+
+def test_a_fixed_kv_cache_keeps_its_pool_under_an_old_driver():
+    """--kv-cache-memory fixes the pool: an old driver's graphs must fit beside it, so the
+    answer speaks of graph memory, not of KV tokens, and the band (none with a given pool) is
+    not moved."""
+    b = _serving(
+        "0.26.0",
+        {"cuda_version": "12.9"},
+        "h100-sxm5-80gb",
+        max_model_len=32768,
+        kv_cache_memory_bytes=8 * GiB,
+    )
+    assumed = {x.name: x.assumed for x in b.stack.behaviours}["cuda_graph_driver"]
+    assert "GiB more CUDA-graph memory here" in assumed and "KV tokens fewer" not in assumed
+    assert b.serving.kv_cache_tokens_band is None
+
+
+def test_an_old_driver_beside_a_desktop_hold_and_a_launch_that_never_starts():
+    """With a desktop's assumed hold the low end is the old driver's pool beside the hold's
+    high end (there vLLM would not start: Llama 3.1 8B at 32,768 tokens on an RTX 4090 with
+    Windows' hold), and the words say so; a launch that does not start under a current driver
+    either (70B on one 4090) says nothing of the old one."""
+    desk = {"source": "catalog", "id": "rtx-4090-24gb", "desktop_session": "windows"}
+    req = msgspec.convert(
+        {
+            "workloads": [
+                {
+                    "kind": "llm_serving",
+                    "model": LLAMA,
+                    "engine_version": "0.26.0",
+                    "max_model_len": 32768,
+                }
+            ],
+            "device": desk,
+            "software": {"cuda_version": "12.9"},
+        },
+        BudgetRequest,
+    )
+    b = estimate(req.workloads, req.device, None, None, req.software)
+    band = b.serving.kv_cache_tokens_band
+    assert b.serving.would_start and band.low == 0
+    assert band.basis.endswith(
+        "the high end at its low end (beside that hold and under that driver vLLM would not start)"
+    )
+    assert "the low end at the high end of the windows desktop's assumed hold and under" in (
+        band.basis
+    )
+    assumed = {x.name: x.assumed for x in b.stack.behaviours}["cuda_graph_driver"]
+    assert ": vLLM would not start here (name the driver" in assumed
+    big = _serving(
+        "0.26.0",
+        {"cuda_version": "12.9"},
+        "rtx-4090-24gb",
+        model={"source": "preset", "id": "llama-3.1-70b"},
+        max_model_len=32768,
+    )
+    assert not big.serving.would_start
+    assumed = {x.name: x.assumed for x in big.stack.behaviours}["cuda_graph_driver"]
+    assert "takes about 3.35x as much (name the driver" in assumed
+
+
+def test_a_fit_before_0_20_keeps_its_band():
+    """Before 0.20 the graphs lie outside vLLM's budget: the fit's band and verdict are the
+    current driver's whatever the build (the budget warns; see
+    test_a_cuda_12_build_with_no_driver_named_says_what_an_old_driver_changes)."""
+    from vrambudget.core.fit import FitRequest, fit
+
+    def layout(software):
+        req = msgspec.convert(
+            {
+                "workloads": [{"kind": "llm_serving", "model": LLAMA, "engine_version": "0.19.0"}],
+                "devices": [{"source": "catalog", "id": "h100-sxm5-80gb"}],
+                "solve": ["concurrency"],
+                "target_concurrency": 10,
+                **({"software": software} if software else {}),
+            },
+            FitRequest,
+        )
+        return fit(req).gpus[0].layouts[0]
+
+    assert layout(None) == layout({"cuda_version": "12.8"})
 
 
 def test_the_fit_verdict_reads_the_old_driver_band():

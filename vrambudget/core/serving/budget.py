@@ -10,7 +10,7 @@ import msgspec
 from msgspec import UNSET
 
 from ..compat.build import stack_build
-from ..compat.facts import CUDA_FAMILY_MIN_DRIVER
+from ..compat.facts import CUDA_ARCH_MIN, CUDA_FAMILY_MIN_DRIVER, CUDA_TOOLKIT_DRIVER
 from ..components import Component
 from ..device import DeviceContext, display_note, require_device
 from ..errors import InvalidWorkload
@@ -37,7 +37,7 @@ from ..spec import (
     Software,
     Workload,
 )
-from ..stack import serving_use
+from ..stack import serving_use, version_tuple
 from ..units import GiB
 from . import kv
 from .driver import (
@@ -48,7 +48,6 @@ from .driver import (
 )
 from .engine_args import (
     Resolved,
-    gpu_vendor,
     quantization_words,
     serving_format,
     serving_host_and_disk,
@@ -209,11 +208,11 @@ def device_kv_band(
     held: tuple[ServingAccount, ServingAccount] | None,
     old: OldDriver | None = None,
 ) -> KVTokensBand | None:
-    """``kv_band`` of ``a`` on ``ctx``, reaching ``held`` (:func:`held_accounts`) and, where
-    vLLM's budget holds the graphs, the pool under a driver before R550 that the build runs on
-    (``old``, :func:`old_driver`: the low end's, at the hold's high end)."""
+    """``kv_band`` of ``a`` on ``ctx``, reaching ``held`` (:func:`held_accounts`) and ``old``
+    (:func:`old_driver_band`: the pool under a driver before R550 that the build can run, at
+    the hold's high end where there is one), which the low end takes."""
     hold = f"the {ctx.desktop_session} desktop's assumed hold"
-    if old is None or not a.resolved.cal.cudagraph_in_budget:
+    if old is None:
         if held is None:
             return kv_band(w, a, ctx.name)
         words = f"the low end at the high end of {hold}, the high end at its low end" + (
@@ -221,22 +220,19 @@ def device_kv_band(
         )
         return kv_band(w, a, ctx.name, (*held, words))
     driver = (
-        f"under a driver before R{OLD_DRIVER_BELOW} ({old.build_words} runs on one; none "
-        f"named), whose CUDA graphs take {OLD_DRIVER_GRAPH_FACTOR}x the memory"
+        f"under a driver before R{OLD_DRIVER_BELOW}, which {old.build_words} can run (no "
+        f"driver named), whose CUDA graphs take {OLD_DRIVER_GRAPH_FACTOR}x the memory"
     )
     if held is None:
-        more, less = old.account, a
-        words = f"the low end {driver}"
+        less, words = a, f"the low end {driver}"
         failed = " (under that driver vLLM would not start)"
     else:
-        in_use = ctx.at_hold(high=True).memory_in_use_bytes
-        more = serving_account(w, ctx.memory_total_bytes, ctx.name, 0, in_use, OLD_DRIVER_EXAMPLE)
         less = held[1]
         words = f"the low end at the high end of {hold} and {driver}, the high end at its low end"
         failed = " (beside that hold and under that driver vLLM would not start)"
-    if not more.would_start:
+    if not old.account.would_start:
         words += failed
-    return kv_band(w, a, ctx.name, (more, less, words))
+    return kv_band(w, a, ctx.name, (old.account, less, words))
 
 
 class OldDriver(msgspec.Struct, frozen=True):
@@ -249,20 +245,32 @@ class OldDriver(msgspec.Struct, frozen=True):
 
 
 def unnamed_driver_build(
-    software: Software | None, version: str, gpu_name: str
+    software: Software | None, version: str, ctx: DeviceContext
 ) -> tuple[str, int] | None:
-    """For a request that names no NVIDIA driver: (the build's words, the oldest driver its
-    CUDA runs on: 525 for CUDA 12.x by minor-version compatibility, 580 for 13.x); None where
-    a driver is named, the GPU is AMD's, or the build's CUDA is not known."""
+    """For a request that names no NVIDIA driver: (what sets the oldest driver that can run
+    the launch, in the answer's words; that driver's branch). The build's CUDA sets it (525 for
+    12.x by minor-version compatibility, 580 for 13.x), or the GPU where its architecture needs
+    a newer one (Blackwell: CUDA 12.8's 570). None where a driver is named, the GPU is AMD's or
+    the build's CUDA is not known."""
     if software is not None and software.driver_version is not None:
         return None
-    if gpu_vendor(gpu_name) == "amd":
+    if ctx.vendor == "amd":
         return None
     build = stack_build("vllm", version, software)
     if build.cuda is None or build.cuda[0] not in CUDA_FAMILY_MIN_DRIVER:
         return None
-    words = f"this CUDA {build.cuda[0]}.{build.cuda[1]} build ({build.cuda_basis})"
-    return words, CUDA_FAMILY_MIN_DRIVER[build.cuda[0]]
+    basis = "software.cuda_version" if build.cuda_basis == "named" else build.cuda_basis
+    words = f"this CUDA {build.cuda[0]}.{build.cuda[1]} build ({basis})"
+    minimum = CUDA_FAMILY_MIN_DRIVER[build.cuda[0]]
+    cc = version_tuple(ctx.compute_capability or "")
+    if cc and cc[0] in CUDA_ARCH_MIN:
+        cuda = CUDA_ARCH_MIN[cc[0]][0]
+        own = version_tuple(CUDA_TOOLKIT_DRIVER.get(cuda, ""))
+        if own and own[0] > minimum:
+            arch = f"compute capability {ctx.compute_capability}"
+            words = f"{ctx.name} ({arch}: CUDA {cuda[0]}.{cuda[1]} or later)"
+            minimum = own[0]
+    return words, minimum
 
 
 def old_driver(
@@ -271,19 +279,37 @@ def old_driver(
     ctx: DeviceContext,
     software: Software | None,
     version: str,
+    in_use: int | None = None,
 ) -> OldDriver | None:
-    """The account under a driver before R550 where the request names no driver, vLLM
-    captures CUDA graphs on an NVIDIA GPU, and the build's CUDA runs on such a driver (CUDA
-    12.x and older; 13.x needs 580). None otherwise."""
+    """The account under a driver before R550 (beside ``in_use`` bytes of other processes;
+    default: the device's) where the request names no driver, vLLM captures CUDA graphs on an
+    NVIDIA GPU, and the launch can run on such a driver (:func:`unnamed_driver_build`). None
+    otherwise."""
     if w.enforce_eager or a.resolved.cuda_graphs == 0:
         return None
-    build = unnamed_driver_build(software, version, ctx.name)
+    build = unnamed_driver_build(software, version, ctx)
     if build is None or build[1] >= OLD_DRIVER_BELOW:
         return None
-    old = serving_account(
-        w, ctx.memory_total_bytes, ctx.name, 0, ctx.memory_in_use_bytes, OLD_DRIVER_EXAMPLE
-    )
+    held = ctx.memory_in_use_bytes if in_use is None else in_use
+    old = serving_account(w, ctx.memory_total_bytes, ctx.name, 0, held, OLD_DRIVER_EXAMPLE)
     return OldDriver(old, build[0])
+
+
+def old_driver_band(
+    w: LLMServingWorkload,
+    a: ServingAccount,
+    ctx: DeviceContext,
+    software: Software | None,
+    version: str,
+) -> OldDriver | None:
+    """What the KV band's low end takes of a driver before R550 (:func:`old_driver`): the pool
+    under one, beside the high end of an assumed hold where there is one; None where vLLM's
+    budget does not hold the graphs (before 0.20, or ``--kv-cache-memory``: the pool is not
+    moved) or no such driver can run the launch."""
+    if not a.resolved.cal.cudagraph_in_budget or w.kv_cache_memory_bytes is not None:
+        return None
+    in_use = ctx.at_hold(high=True).memory_in_use_bytes if ctx.in_use_basis is not None else None
+    return old_driver(w, a, ctx, software, version, in_use)
 
 
 def _high_hold_remedies(
@@ -517,7 +543,13 @@ def serving_budget(
     arch = resolve_model(w.model)
     inputs = _inputs(w, a)
     r_version = engine_release("vllm", w.engine_version).modelled
-    old = old_driver(w, a, ctx, software, r_version)
+    requested = engine_release("vllm", w.engine_version).requested
+    old = old_driver(w, a, ctx, software, requested)  # what the words and warning say
+    old_band = None  # what the KV band's low end takes: the pool, where vLLM's budget holds it
+    if old is not None and a.resolved.cal.cudagraph_in_budget and w.kv_cache_memory_bytes is None:
+        old_band = (
+            old if ctx.in_use_basis is None else old_driver_band(w, a, ctx, software, requested)
+        )
     devices = []
     for s in a.stages:
         values = stage_values(s, a.pool_bytes(s) if s.available_bytes > 0 else 0)
@@ -632,7 +664,7 @@ def serving_budget(
             ]
         ),
         kv_cache_tokens=a.kv_tokens,
-        kv_cache_tokens_band=device_kv_band(w, a, ctx, held, old),
+        kv_cache_tokens_band=device_kv_band(w, a, ctx, held, old_band),
         max_model_len=r.max_model_len,
         max_concurrency=round(a.max_concurrency, 4),
         data_parallel=r.data,
@@ -687,7 +719,7 @@ def serving_budget(
             pin[1] if (pin := vllm_pinned_torch(rel.modelled)) else None,
             (
                 _sampler_behaviour(w, r),
-                *_graph_driver(w, a, software, r_version, gpu_name, old),
+                *_graph_driver(w, a, software, requested, ctx, old),
                 *_speculative(w),
             ),
         ),
@@ -796,29 +828,36 @@ def _graph_driver(
     a: ServingAccount,
     software: Software | None,
     version: str,
-    gpu_name: str,
+    ctx: DeviceContext,
     old: OldDriver | None,
 ) -> tuple[StackBehaviour, ...]:
     """The NVIDIA driver's share in the CUDA-graph memory, where the engine captures graphs
-    on an NVIDIA GPU; without a driver named, what the build says of the driver and what one
-    before R550 (``old``) would change."""
+    on an NVIDIA GPU; without a driver named, what sets the oldest driver that can run the
+    launch and what one before R550 (``old``) would change."""
     r = a.resolved
-    if w.enforce_eager or r.cuda_graphs == 0 or gpu_vendor(gpu_name) == "amd":
+    if w.enforce_eager or r.cuda_graphs == 0 or ctx.vendor == "amd":
         return ()
     driver = software.driver_version if software is not None else None
-    build = unnamed_driver_build(software, version, gpu_name)
+    build = unnamed_driver_build(software, version, ctx)
     if build is None:
         return (graph_driver_behaviour(driver, r.graph_factor),)
-    shift = None
-    if old is not None and r.cal.cudagraph_in_budget:
-        shift = f"{a.kv_tokens - old.account.kv_tokens:,} KV tokens fewer here"
-    elif old is not None:
-        more = max(
-            o.cuda_graph_bytes - s.cuda_graph_bytes
-            for o, s in zip(old.account.stages, a.stages, strict=True)
-        )
-        shift = f"{more / GiB:.2f} GiB more outside gpu_memory_utilization here"
+    shift = _old_driver_shift(w, a, old) if old is not None and a.would_start else None
     return (graph_driver_behaviour(None, 1.0, unnamed=(*build, shift)),)
+
+
+def _old_driver_shift(w: LLMServingWorkload, a: ServingAccount, old: OldDriver) -> str:
+    """What a driver before R550 changes on a launch that starts under a current one: the KV
+    pool where vLLM's budget holds the graphs, else the graph memory outside it."""
+    if a.resolved.cal.cudagraph_in_budget and w.kv_cache_memory_bytes is None:
+        if not old.account.would_start:
+            return "vLLM would not start here"
+        return f"{a.kv_tokens - old.account.kv_tokens:,} KV tokens fewer here"
+    more = max(
+        o.cuda_graph_bytes - s.cuda_graph_bytes
+        for o, s in zip(old.account.stages, a.stages, strict=True)
+    )
+    shift = f"{more / GiB:.2f} GiB more CUDA-graph memory here"
+    return shift + ("" if old.account.would_start else ", and vLLM would not start")
 
 
 def _sampler_behaviour(w: LLMServingWorkload, r: Resolved) -> StackBehaviour:

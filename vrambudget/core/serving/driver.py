@@ -83,13 +83,18 @@ def _words(
         build, minimum, shift = unnamed
         if minimum >= OLD_DRIVER_BELOW:
             return (
-                f"the NVIDIA driver is not named; {build} needs driver {minimum} or later, "
-                f"so R{OLD_DRIVER_BELOW} or later: CUDA-graph memory as fitted on current drivers"
+                f"the NVIDIA driver is not named; {build} needs driver {minimum} or later, so "
+                f"R{OLD_DRIVER_BELOW} or later: CUDA-graph memory as fitted on current drivers"
+                + (
+                    " (a CUDA 12.x install of the engine: name software.cuda_version)"
+                    if build.startswith("this CUDA")
+                    else ""
+                )
             )
         return (
-            "the NVIDIA driver is R550 or later (not named): CUDA-graph memory as fitted on "
-            f"current drivers; {build} also runs on drivers from {minimum}, and one before "
-            f"R{OLD_DRIVER_BELOW} takes about {OLD_DRIVER_GRAPH_FACTOR}x as much"
+            "the NVIDIA driver is taken as R550 or later (not named): CUDA-graph memory as "
+            f"fitted on current drivers; {build} also runs on drivers from {minimum}, and one "
+            f"before R{OLD_DRIVER_BELOW} takes about {OLD_DRIVER_GRAPH_FACTOR}x as much"
             + (f": {shift}" if shift else "")
             + " (name the driver in software.driver_version)"
         )

@@ -38,7 +38,7 @@ from ..result import Cheapest, FitResponse, GPUFit, LatencyEstimate, LayoutFit, 
 from ..search import largest_true
 from ..spec import FP8, GGUF_ENGINES, FitRequest, LatencyTarget, LLMServingWorkload, Parallelism
 from ..verdict import free_percent, serving_verdict
-from .budget import device_kv_band, held_accounts, old_driver, stage_values
+from .budget import device_kv_band, held_accounts, old_driver_band, stage_values
 from .engine_args import serving_quantization
 from .engines_fit import MAX_GGUF_DEVICES, gguf_fits, gguf_layout, sglang_fits, sglang_layout
 from .releases import engine_release
@@ -147,7 +147,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
     results = []
     if w.engine != "vllm":
         return _other_engine_fit(req, w, targets)
-    version = engine_release("vllm", w.engine_version).modelled
+    version = engine_release("vllm", w.engine_version).requested
     for ctx in targets:
         layouts = []
         for n in req.device_counts:
@@ -194,7 +194,7 @@ def serving_fit(req: FitRequest) -> FitResponse:
             warnings = warnings + link_warnings
             free = ctx.capacity_bytes - used
             fits = _fits(a, target)
-            old = old_driver(placed, a, ctx, req.software, version)
+            old = old_driver_band(placed, a, ctx, req.software, version)
             band = device_kv_band(placed, a, ctx, held, old)
             verdict = serving_verdict(fits, band, target if target is not None else 1.0)
             layouts.append(

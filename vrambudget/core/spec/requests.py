@@ -364,7 +364,8 @@ class Software(Wire, frozen=True, kw_only=True):
             description="NVIDIA driver as nvidia-smi prints it, e.g. `580.82.07` (a "
             "three-digit branch and up to three dotted numbers; compared on the branch). "
             "Before R550 (CUDA 12.4's driver) vLLM's CUDA graphs take 3.35x the memory; not "
-            "named: R550 or later."
+            "named: R550 or later, and where the CUDA build can run on an older driver (12.x) "
+            "the vLLM answer says what one would change and its KV band reaches it."
         ),
     ] = None
     cuda_module_loading: Annotated[
