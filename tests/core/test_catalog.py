@@ -58,3 +58,50 @@ def test_gpu_entry_is_sourced_and_plausible(gpu_id):
 def test_h100_reports_about_79_gib_to_cuda():
     h100 = gpus()["h100-sxm5-80gb"]
     assert 79.0 < h100.memory_total_bytes / 2**30 < 79.3
+
+
+def test_an_nvidia_smi_total_is_said_to_be_above_the_runtimes():
+    """Five entries hold nvidia-smi's total where no runtime printout was found (L40, L20,
+    A800, H800, GB200): the runtime reports less on every GPU with both (the driver's
+    reservation), so budgets and fits on them warn. The range is the catalog's own: V100 SXM2
+    16GB, 16,384 MiB - 16,928,342,016 B = 251,527,168 B = 239.9 MiB (floor 239); A100 PCIe
+    80GB, 81,920 MiB - 84,974,239,744 B = 925,106,176 B = 882.3 MiB (ceil 883)."""
+    import msgspec
+
+    from vrambudget.core.device import resolve_device, total_note
+    from vrambudget.core.estimate import estimate
+    from vrambudget.core.fit import FitRequest, fit
+    from vrambudget.core.spec import BudgetRequest, CatalogDevice
+
+    smi = sorted(g.id for g in gpus().values() if g.memory_total_basis == "nvidia_smi")
+    assert smi == ["a800-sxm4-80gb", "gb200-186gb", "h800-sxm5-80gb", "l20-48gb", "l40-48gb"]
+    note = total_note(resolve_device(CatalogDevice(id="h800-sxm5-80gb")))
+    assert note is not None and "reports 239-883 MiB less" in note
+    assert total_note(resolve_device(CatalogDevice(id="h100-sxm5-80gb"))) is None
+
+    def budget(gpu_id: str):
+        body = {
+            "workloads": [
+                {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-0.5b"}}
+            ],
+            "device": {"source": "catalog", "id": gpu_id},
+        }
+        req = msgspec.convert(body, BudgetRequest)
+        return estimate(req.workloads, req.device)
+
+    assert note in budget("h800-sxm5-80gb").warnings
+    assert not any("nvidia-smi's total" in w for w in budget("h100-sxm5-80gb").warnings)
+    answer = fit(
+        msgspec.convert(
+            {
+                "workloads": [
+                    {"kind": "inference", "model": {"source": "preset", "id": "qwen2.5-0.5b"}}
+                ]
+            },
+            FitRequest,
+        )
+    )
+    warned = sorted(
+        g.gpu_id for g in answer.gpus if any("nvidia-smi's total" in w for w in g.warnings)
+    )
+    assert warned == smi

@@ -169,6 +169,33 @@ def test_device_matching() -> None:
     assert match_gpu("Mystery GPU", 12 << 30, "9.9") is None
 
 
+@pytest.mark.parametrize(
+    ("name", "total", "cc", "want"),
+    [
+        # a sibling of a catalog card is not that card: its model number or modifier differs
+        ("NVIDIA GeForce RTX 3080 Ti", 12_630_000_000, "8.6", None),  # not the 3060 12GB
+        ("NVIDIA GeForce RTX 3080", 12_630_000_000, "8.6", None),  # the 12 GB 3080
+        ("NVIDIA GeForce RTX 4070 Ti", 12_450_000_000, "8.9", None),
+        ("NVIDIA GeForce RTX 4070 SUPER", 12_450_000_000, "8.9", None),
+        ("NVIDIA GeForce RTX 5070 Ti", 16_600_000_000, "12.0", None),  # not the 5080
+        ("NVIDIA L40", 47_803_596_800, "8.9", "l40-48gb"),  # not the L40S beside it
+        ("NVIDIA A10", 23_690_000_000, "8.6", "a10-24gb"),  # not the A10G
+        # the cards themselves, as their runtimes name them
+        ("NVIDIA GeForce RTX 4070 Ti SUPER", 16_749_953_024, "8.9", "rtx-4070-ti-super-16gb"),
+        ("NVIDIA GeForce RTX 3060", 12_629_508_096, "8.6", "rtx-3060-12gb"),
+        ("NVIDIA A800-SXM4-80GB", 85_100_000_000, "8.0", "a800-sxm4-80gb"),
+        ("AMD Instinct MI250X/MI250", 68_702_699_520, None, "mi250x-64gb-gcd"),
+        ("Radeon RX 7900 XTX", 25_753_026_560, None, "radeon-rx-7900-xtx-24gb"),
+        ("Tesla V100-SXM2-32GB", 34_089_730_048, "7.0", "v100-sxm2-32gb"),
+    ],
+)
+def test_device_matching_takes_the_model_number(
+    name: str, total: int, cc: str | None, want: str | None
+) -> None:
+    g = match_gpu(name, total, cc)
+    assert (g.id if g is not None else None) == want
+
+
 MiB = 1 << 20
 
 

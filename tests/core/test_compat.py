@@ -380,15 +380,15 @@ def test_serving_fit_excludes_and_cheapest_ignores_excluded():
 
 def test_fit_evaluates_the_rules_once_per_device_type(monkeypatch):
     calls: list[str] = []
-    real = fit_module.evaluate
+    real = fit_module.evaluate_on
 
     def counting(needs: Any, device: Any) -> Compatibility:
         calls.append(device.name)
         return real(needs, device)
 
-    monkeypatch.setattr(fit_module, "evaluate", counting)
+    monkeypatch.setattr(fit_module, "evaluate_on", counting)
     answer = _fit({"workloads": [INFER], "device_counts": [1, 2, 4], "solve": ["batch", "context"]})
-    assert len(calls) == len(answer.gpus) + len(answer.excluded) == 32
+    assert len(calls) == len(answer.gpus) + len(answer.excluded) == 43
 
 
 # ------------------------------------------------------------------------ helpers -----

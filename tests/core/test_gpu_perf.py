@@ -25,14 +25,19 @@ UNSOURCED = {
     "a10g-24gb",
     "rtx-a5000-24gb",
     "rtx-pro-6000-blackwell-server-96gb",
+    "a800-sxm4-80gb",
+    "l20-48gb",
+    "rtx-a4000-16gb",
+    "rtx-3080-10gb",
+    "rtx-3060-12gb",
 }
-BLACKWELL = {"b200-180gb", "gb200-186gb", "rtx-5090-32gb"}
+BLACKWELL = {"b200-180gb", "gb200-186gb", "rtx-5090-32gb", "rtx-5080-16gb"}
 
 
 def test_entries_are_catalog_gpus():
     assert {p.id for p in PERF} <= set(gpus())
     assert set(gpus()) - {p.id for p in PERF} == UNSOURCED
-    assert len(PERF) == len(gpus()) - 4 == 28
+    assert len(PERF) == len(gpus()) - 9 == 34
     assert perf_of(None) is None and perf_of("a10g-24gb") is None  # unknown: no guess
 
 
@@ -78,8 +83,16 @@ def test_amd_rates_are_rocm_dense_and_per_gcd():
 
 def test_geforce_is_the_fp32_accumulate_rate():
     """GeForce cards carry half the FP16-accumulate tensor rate their tables print (142, 195,
-    419 TFLOPS), as the RTX 4090 entry does (165.15 = 330.3 / 2); workstation Ada does not."""
-    half = {"rtx-3090-24gb": 142, "rtx-4080-16gb": 195, "rtx-5090-32gb": 419}
+    419, 176, 116, 88 TFLOPS), as the RTX 4090 entry does (165.15 = 330.3 / 2); workstation Ada
+    does not."""
+    half = {
+        "rtx-3090-24gb": 142,
+        "rtx-4080-16gb": 195,
+        "rtx-5090-32gb": 419,
+        "rtx-4070-ti-super-16gb": 176,
+        "rtx-4070-12gb": 116,
+        "rtx-4060-ti-16gb": 88,
+    }
     for gpu_id, fp16_accumulate in half.items():
         assert gpu_perf()[gpu_id].dense_flops.bf16 == fp16_accumulate * T // 2, gpu_id
     assert gpu_perf()["rtx-6000-ada-48gb"].dense_flops.bf16 == 364 * T

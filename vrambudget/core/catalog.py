@@ -6,6 +6,7 @@ test decodes both files), so the service never starts with a catalog it cannot t
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Annotated, Any, Literal
 
@@ -250,15 +251,46 @@ ModelId: Any = _literal(MODEL_IDS)
 
 
 def _tokens(name: str) -> set[str]:
-    return {t for t in name.lower().replace("-", " ").split() if t not in ("nvidia", "amd")}
+    words = name.lower().replace("-", " ").replace("/", " ").split()
+    return {t.strip("(),") for t in words} - {"nvidia", "amd", ""}
+
+
+_NOT_MODEL = re.compile(r"\d+gb|sxm\d*|hbm\d\w*|gddr\d\w*")
+"""Tokens with digits that name a size, a form factor or a memory type, not the model."""
+_MODIFIERS = frozenset({"ti", "super", "xt", "xtx"})
+"""Words that make another card of the same model number (an RTX 4070 Ti is not an RTX 4070)."""
+
+
+def _same_model(device: set[str], catalog: set[str]) -> bool:
+    """Whether a device name's tokens name the catalog entry's model: every model number of the
+    entry (``h100``, ``4070``, ``a6000``, ``mi250x``) is among them, and the same modifiers."""
+    numbers = {t for t in catalog if any(c.isdigit() for c in t) and not _NOT_MODEL.fullmatch(t)}
+    return numbers <= device and (device & _MODIFIERS) == (catalog & _MODIFIERS)
+
+
+@cache
+def runtime_gaps() -> tuple[int, int]:
+    """(smallest, largest) bytes by which nvidia-smi's total exceeds the CUDA runtime's over
+    the catalog GPUs whose entries give both, the runtime's exactly (the driver's reservation:
+    239.9 MiB on a V100 SXM2 16GB .. 882.3 MiB on an A100 PCIe 80GB)."""
+    gaps = [
+        (g.nvidia_smi_total_mib << 20) - g.memory_total_bytes
+        for g in gpus().values()
+        if g.memory_total_basis == "runtime"
+        and g.memory_total_precision_bytes == 0
+        and g.nvidia_smi_total_mib is not None
+    ]
+    return min(gaps), max(gaps)
 
 
 def match_gpu(
     name: str, memory_total_bytes: int | None, compute_capability: str | None
 ) -> GPU | None:
     """The catalog GPU a CUDA device name (``torch.cuda.get_device_name``) and its reported
-    total memory are: same compute capability, total within 1%, then the most name tokens in
-    common (``"NVIDIA H100 80GB HBM3"`` vs ``"... PCIe"``). None when nothing is close."""
+    total memory are: same compute capability, total within 1%, the entry's model number and
+    modifiers in the name (an RTX 3080 Ti is not the RTX 3080 10GB, nor an RTX 4070 SUPER the
+    RTX 4070), then the most name tokens in common (``"NVIDIA H100 80GB HBM3"`` vs ``"...
+    PCIe"``). None when nothing is close."""
     best: tuple[int, float, str] | None = None
     found: GPU | None = None
     words = _tokens(name)
@@ -271,12 +303,20 @@ def match_gpu(
             continue
         if memory_total_bytes is not None:
             gap = abs(g.memory_total_bytes - memory_total_bytes) / g.memory_total_bytes
-            if gap > 0.01:
+            # an entry that holds nvidia-smi's total: a runtime reports up to the largest
+            # reservation less
+            below = runtime_gaps()[1] if g.memory_total_basis == "nvidia_smi" else 0
+            if gap > 0.01 and not (
+                0
+                <= g.memory_total_bytes - memory_total_bytes
+                <= below + g.memory_total_bytes // 100
+            ):
                 continue
         else:
             gap = 0.0
-        common = len(words & _tokens(g.name))
-        if common == 0:
+        theirs = _tokens(g.name)
+        common = len(words & theirs)
+        if common == 0 or not _same_model(words, theirs):
             continue
         key = (common, -gap, g.id)
         if best is None or key > best:

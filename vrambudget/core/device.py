@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .calibration import ProfileSet, apply_profile
-from .catalog import GPU, gpu
+from .catalog import GPU, gpu, runtime_gaps
 from .desktop import desktop_hold, hold_basis
 from .errors import InvalidWorkload
 from .memo import BoundedCache
@@ -18,7 +18,7 @@ from .overheads import DEFAULT_OVERHEADS, Overheads, device_overheads, with_soft
 from .result import DeviceSummary
 from .spec import CatalogDevice, CustomDevice, DeviceRef, Software
 
-__all__ = ["DeviceContext", "held_note", "require_device", "resolve_device"]
+__all__ = ["DeviceContext", "held_note", "require_device", "resolve_device", "total_note"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,9 @@ class DeviceContext:
     published spread where the hold is assumed (:mod:`.desktop`), 0 where it was measured."""
     in_use_basis: str | None = None
     """Where an assumed hold comes from (None: the request's own number)."""
+    total_basis: str = "runtime"
+    """How ``memory_total_bytes`` is known (the catalog's ``memory_total_basis``; a custom
+    device's: the caller's number, taken as the runtime's)."""
 
     @property
     def capacity_bytes(self) -> int:
@@ -220,6 +223,21 @@ def display_note(ctx: DeviceContext, engine: str) -> str | None:
     )
 
 
+def total_note(ctx: DeviceContext | None) -> str | None:
+    """A warning where a catalog GPU's total is nvidia-smi's rather than the CUDA runtime's:
+    the runtime reports less on every catalog GPU with both (the driver's reservation), so a
+    fit within that margin may not hold. None for a runtime total (or a custom device)."""
+    if ctx is None or ctx.total_basis != "nvidia_smi":
+        return None
+    low, high = runtime_gaps()
+    return (
+        f"{ctx.name}: memory_total_bytes is nvidia-smi's total (no runtime printout is cited "
+        f"for this card); the CUDA runtime reports {low >> 20}-{-(-high >> 20)} MiB less on the "
+        "catalog's GPUs that have both (the driver's reservation), so an answer within that "
+        "margin of the capacity may not fit"
+    )
+
+
 def held_note(ctx: DeviceContext) -> str:
     """A fit's note where what others hold is assumed (a desktop session's): the capacity is
     the total less the median hold, and the verdicts and maxima hold at its high end."""
@@ -248,6 +266,7 @@ def _catalog_context(g: GPU) -> DeviceContext:
                 nvidia_smi_total_mib=g.nvidia_smi_total_mib,
                 sm_count=g.sm_count,
                 segment=g.segment,
+                total_basis=g.memory_total_basis,
             ),
         )
     return ctx

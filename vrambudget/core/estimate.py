@@ -10,7 +10,7 @@ from .budget.analytic import analytic_budget
 from .calibration import ProfileSet
 from .compat import compatibility, warnings_of
 from .deployed import deploy_all
-from .device import resolve_device
+from .device import resolve_device, total_note
 from .diffusion.budget import diffusion_budget
 from .host import DEFAULT_DISK
 from .result import Budget
@@ -71,9 +71,13 @@ def _with_compatibility(
     software: Software | None,
 ) -> Budget:
     """The budget with the device's compatibility verdict and whether it fits."""
-    verdict = compatibility(workloads, resolve_device(device), software)
+    ctx = resolve_device(device)
+    verdict = compatibility(workloads, ctx, software)
     if verdict is not None:
         budget = msgspec.structs.replace(
             budget, compatibility=verdict, warnings=budget.warnings + warnings_of(verdict)
         )
+    note = total_note(ctx)
+    if note is not None:
+        budget = msgspec.structs.replace(budget, warnings=(*budget.warnings, note))
     return with_fit(budget, workloads)

@@ -10,9 +10,9 @@ from .budget.fit import analytic_fit
 from .budget.inputs import warnings as workload_warnings
 from .calibration import ProfileSet
 from .catalog import gpus
-from .compat import device_facts, evaluate, needs_of, not_supported, warnings_of
+from .compat import evaluate_on, needs_of, not_supported, warnings_of
 from .deployed import deploy_all
-from .device import resolve_device
+from .device import resolve_device, total_note
 from .errors import InvalidWorkload
 from .resolve import resolve_model
 from .result import Compatibility, ExcludedDevice, FitResponse
@@ -97,7 +97,7 @@ def _compatible(
     for i, ref in enumerate(refs):
         ctx = resolve_device(ref, field=f"devices[{i}]")
         assert ctx is not None
-        verdict = evaluate(needs, device_facts(ctx))
+        verdict = evaluate_on(needs, ctx)
         if verdict.verdict == "unsupported":
             excluded.append(
                 ExcludedDevice(gpu_id=ctx.id, name=ctx.name, compatibility=not_supported(verdict))
@@ -106,6 +106,15 @@ def _compatible(
             offered.append(ref)
             verdicts[(ctx.id, ctx.name)] = verdict
     return tuple(offered), verdicts, tuple(excluded)
+
+
+def _total_note(gpu_id: str | None) -> str | None:
+    """:func:`~.device.total_note` of a catalog GPU (the device resolved only where the entry's
+    total is not the runtime's)."""
+    g = gpus().get(gpu_id) if gpu_id is not None else None
+    if g is None or g.memory_total_basis != "nvidia_smi":
+        return None
+    return total_note(resolve_device(CatalogDevice(id=g.id)))
 
 
 def _with_verdicts(
@@ -121,5 +130,8 @@ def _with_verdicts(
             g = msgspec.structs.replace(
                 g, compatibility=not_supported(v), warnings=g.warnings + warnings_of(v)
             )
+        note = _total_note(g.gpu_id)
+        if note is not None:
+            g = msgspec.structs.replace(g, warnings=(*g.warnings, note))
         out.append(g)
     return msgspec.structs.replace(answer, gpus=tuple(out), excluded=excluded)

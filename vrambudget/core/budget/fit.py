@@ -250,10 +250,16 @@ def analytic_fit(
 
     limiting: dict[tuple[int, int], Component] = {}
 
+    with_headroom: dict[tuple[int, int], int] = {}
+
     def total_on(n: int, w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         """The placed workload's total on n devices of this overhead class (memoized)."""
-        sub = subtotal_on(n, w0, ctx)
-        return sub + headroom_bytes(sub, rule_on(n, w0)[1])
+        tkey = (n, _overhead_key(ctx))
+        t = with_headroom.get(tkey)
+        if t is None:
+            sub = subtotal_on(n, w0, ctx)
+            t = with_headroom[tkey] = sub + headroom_bytes(sub, rule_on(n, w0)[1])
+        return t
 
     def subtotal_on(n: int, w0: AnalyticWorkload, ctx: DeviceContext) -> int:
         tkey = (n, _overhead_key(ctx))
@@ -261,7 +267,7 @@ def analytic_fit(
             totals[tkey] = subtotal(w0, ctx)
         return totals[tkey]
 
-    counted: dict[tuple[int, int], int] = {}
+    ends: dict[tuple[int, int], tuple[int, int]] = {}
 
     def verdict_on(
         n: int,
@@ -271,13 +277,16 @@ def analytic_fit(
         spread: tuple[int, int] = (0, 0),
     ) -> Verdict:
         """The layout's verdict: its total against ``capacity`` and its band, whose low end
-        never falls below the bytes counted from the model's tensors."""
+        never falls below the bytes counted from the model's tensors (the band's ends
+        memoized per layout and overhead class: only the capacity differs between GPUs)."""
         tkey = (n, _overhead_key(ctx))
-        if tkey not in counted:
-            counted[tkey] = device_counted((w0, *rest), ctx)
-        sub = subtotal_on(n, w0, ctx)
-        b = band_of(rule_on(n, w0)[0], sub, counted[tkey])
-        return memory_verdict(total_on(n, w0, ctx), capacity, b.low_bytes, b.high_bytes, spread)
+        band = ends.get(tkey)
+        if band is None:
+            b = band_of(
+                rule_on(n, w0)[0], subtotal_on(n, w0, ctx), device_counted((w0, *rest), ctx)
+            )
+            band = ends[tkey] = (b.low_bytes, b.high_bytes)
+        return memory_verdict(total_on(n, w0, ctx), capacity, band[0], band[1], spread)
 
     def mig_fit(target: DeviceContext) -> MIGFit | None:
         """The smallest MIG instance of the target's GPU type holding the one-device layout
@@ -293,6 +302,7 @@ def analytic_fit(
         return smallest_fitting(target.id, check)
 
     results = []
+    candidates = device_count_candidates(req.max_device_count)
     for target in targets:
         key = _overhead_key(target)
         layout_fits = []
@@ -386,9 +396,10 @@ def analytic_fit(
             )
         min_count = None
         if "device_count" in req.solve:
-            for n in device_count_candidates(req.max_device_count):
+            low = target.capacity_low_bytes
+            for n in candidates:
                 w0 = placed(n)
-                if w0 is not None and total_on(n, w0, target) <= target.capacity_low_bytes:
+                if w0 is not None and total_on(n, w0, target) <= low:
                     min_count = n
                     break
         gpu_warnings: tuple[str, ...] = ()

@@ -24,6 +24,7 @@ __all__ = [
     "compatibility",
     "device_facts",
     "evaluate",
+    "evaluate_on",
     "needs_of",
     "not_supported",
     "parse_cuda",
@@ -55,9 +56,13 @@ def compatibility(
     """The verdict of deployed workloads on a device type (None without a device)."""
     if device is None:
         return None
-    needs = needs_of(workloads, software)
-    # the same needs (cached) on the same device context (catalog GPUs' are cached): by
-    # identity, without hashing either dataclass
+    return evaluate_on(needs_of(workloads, software), device)
+
+
+def evaluate_on(needs: Needs, device: DeviceContext) -> Compatibility:
+    """:func:`evaluate` on a device context: the same needs (cached) on the same context
+    (catalog GPUs' are cached) by identity, without hashing either dataclass; a whole-catalog
+    fit asks it once per GPU."""
     key = (id(needs), id(device))
     hit = _BY_ID.get(key)
     if hit is not None and hit[0] is needs and hit[1] is device:
