@@ -48,6 +48,7 @@ from .driver import (
 )
 from .engine_args import (
     Resolved,
+    gpu_vendor,
     quantization_words,
     serving_format,
     serving_host_and_disk,
@@ -254,7 +255,7 @@ def unnamed_driver_build(
     the build's CUDA is not known."""
     if software is not None and software.driver_version is not None:
         return None
-    if ctx.vendor == "amd":
+    if gpu_vendor(ctx.name) == "amd":  # as the account reads it (a custom device by name)
         return None
     build = stack_build("vllm", version, software)
     if build.cuda is None or build.cuda[0] not in CUDA_FAMILY_MIN_DRIVER:
@@ -835,7 +836,7 @@ def _graph_driver(
     on an NVIDIA GPU; without a driver named, what sets the oldest driver that can run the
     launch and what one before R550 (``old``) would change."""
     r = a.resolved
-    if w.enforce_eager or r.cuda_graphs == 0 or ctx.vendor == "amd":
+    if w.enforce_eager or r.cuda_graphs == 0 or gpu_vendor(ctx.name) == "amd":
         return ()
     driver = software.driver_version if software is not None else None
     build = unnamed_driver_build(software, version, ctx)
