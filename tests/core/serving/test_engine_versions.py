@@ -574,11 +574,18 @@ def test_the_answer_names_the_driver_assumption_and_the_fit_uses_the_driver():
     assert "cuda_graph_driver" not in names
 
 
-def _serving(version: str, software: dict | None, gpu_id: str, **kw: object):
+def _workload(version: str, **kw: object) -> dict:
+    return {"kind": "llm_serving", "model": LLAMA, "engine_version": version, **kw}
+
+
+def _serving(version: str, software: dict | None, gpu: str | dict, **kw: object):
+    """The budget of Llama 3.1 8B (or ``model=``) on vLLM ``version`` on a catalog GPU (its
+    id, or a device dict)."""
+    device = {"source": "catalog", "id": gpu} if isinstance(gpu, str) else gpu
     req = msgspec.convert(
         {
-            "workloads": [{"kind": "llm_serving", "model": LLAMA, "engine_version": version, **kw}],
-            "device": {"source": "catalog", "id": gpu_id},
+            "workloads": [_workload(version, **kw)],
+            "device": device,
             **({"software": software} if software else {}),
         },
         BudgetRequest,
@@ -693,22 +700,7 @@ def test_an_old_driver_beside_a_desktop_hold_and_a_launch_that_never_starts():
     Windows' hold), and the words say so; a launch that does not start under a current driver
     either (70B on one 4090) says nothing of the old one."""
     desk = {"source": "catalog", "id": "rtx-4090-24gb", "desktop_session": "windows"}
-    req = msgspec.convert(
-        {
-            "workloads": [
-                {
-                    "kind": "llm_serving",
-                    "model": LLAMA,
-                    "engine_version": "0.26.0",
-                    "max_model_len": 32768,
-                }
-            ],
-            "device": desk,
-            "software": {"cuda_version": "12.9"},
-        },
-        BudgetRequest,
-    )
-    b = estimate(req.workloads, req.device, None, None, req.software)
+    b = _serving("0.26.0", {"cuda_version": "12.9"}, desk, max_model_len=32768)
     band = b.serving.kv_cache_tokens_band
     assert b.serving.would_start and band.low == 0
     assert band.basis.endswith(
@@ -769,14 +761,7 @@ def test_the_fit_verdict_reads_the_old_driver_band():
     def verdict(software):
         req = msgspec.convert(
             {
-                "workloads": [
-                    {
-                        "kind": "llm_serving",
-                        "model": LLAMA,
-                        "engine_version": "0.26.0",
-                        "max_model_len": 32768,
-                    }
-                ],
+                "workloads": [_workload("0.26.0", max_model_len=32768)],
                 "devices": [{"source": "catalog", "id": "h100-sxm5-80gb"}],
                 "solve": ["concurrency"],
                 "target_concurrency": target,
