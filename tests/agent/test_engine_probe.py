@@ -490,3 +490,40 @@ def test_a_sigterm_lost_in_a_finalizer_is_still_recorded() -> None:
             term.check()
     assert info.value.code == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is before  # the previous handler is back
+
+
+def test_a_sigterm_inside_a_task_group_ends_the_load_as_a_termination() -> None:
+    """A SIGTERM that lands while anyio's ``connect_tcp`` runs its task group comes out of the
+    load wrapped in a BaseExceptionGroup (seen once in a fresh clone's run of the test above:
+    the child exited 1 with the group's traceback); ``run_load`` raises it as the
+    EngineTerminated it is, and lets any other group through."""
+    import anyio
+
+    from vrambudget.agent.engine.load import LoadResult
+    from vrambudget.agent.engine.run import EngineTerminated, Termination, run_load
+
+    term = Termination()
+
+    async def terminated_in_a_group() -> LoadResult:
+        async def signalled() -> None:
+            term.signum = signal.SIGTERM
+            term.check()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(signalled)
+        return LoadResult()
+
+    with pytest.raises(EngineTerminated) as raised:
+        run_load(terminated_in_a_group(), term)
+    assert raised.value.code == 128 + signal.SIGTERM
+
+    async def failed_in_a_group() -> LoadResult:
+        async def fails() -> None:
+            raise ValueError("not a termination")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(fails)
+        return LoadResult()
+
+    with pytest.raises(BaseExceptionGroup):
+        run_load(failed_in_a_group(), Termination())

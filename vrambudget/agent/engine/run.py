@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,14 @@ from .load import LoadResult, drive, latency, preemptions
 from .logs import engine_version, parse_startup, version_warning
 from .recipe import EngineRefused, Recipe, engine_gpus, expected, plan
 
-__all__ = ["EngineTerminated", "Termination", "measure_engine", "start_engine", "stop_group"]
+__all__ = [
+    "EngineTerminated",
+    "Termination",
+    "measure_engine",
+    "run_load",
+    "start_engine",
+    "stop_group",
+]
 
 STOP_GRACE_S = 3.0
 """SIGTERM to SIGKILL for the engine's group (the agent gives this child 5 s in all)."""
@@ -104,6 +111,20 @@ def _terminated_raises() -> Iterator[Termination]:
         yield term
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def run_load(main: Coroutine[Any, Any, LoadResult], term: Termination) -> LoadResult:
+    """``asyncio.run(main)``; a SIGTERM that lands while a task group runs (anyio's
+    ``connect_tcp`` opening a request's connection) comes out wrapped in a
+    ``BaseExceptionGroup``, and is raised as the :class:`EngineTerminated` it is (the child
+    then exits 143, as for a SIGTERM anywhere else, not 1 with the group's traceback)."""
+    try:
+        return asyncio.run(main)
+    except BaseExceptionGroup as exc:
+        if exc.subgroup(EngineTerminated) is not None:
+            term.check()
+            raise EngineTerminated(128 + signal.SIGTERM) from exc
+        raise
 
 
 def start_engine(
@@ -250,7 +271,7 @@ def measure_engine(
                     model = _served_model(base, recipe.model)
                     before = _metrics(base)
                     try:
-                        load = asyncio.run(
+                        load = run_load(
                             drive(
                                 base,
                                 recipe.engine,
@@ -261,7 +282,8 @@ def measure_engine(
                                 random.randrange(1 << 30),
                                 lambda: notify(("load_start", proc.pid)),
                                 term.requested,
-                            )
+                            ),
+                            term,
                         )
                     finally:
                         notify(("load_end", None))
