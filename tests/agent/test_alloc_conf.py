@@ -118,3 +118,33 @@ def test_the_comparison_keeps_a_report_without_torch_unnamed_and_drops_a_driver_
     assert (sw.torch_version, sw.driver_version) == (None, "535.247.01")
     odd = software_of(with_result(driver_version="12.4"))
     assert odd is not None and odd.driver_version is None
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("535.247.01", "535.247.01"),
+        ("560.94", "560.94"),
+        ("580", "580"),
+        ("12.4", None),  # nvidia-smi's "CUDA Version", not a driver
+        ("R535", None),
+        ("0.0", None),
+        ("535." + "1" * 40, None),  # longer than the field allows: not cut to a valid prefix
+        (None, None),
+        ("", None),
+    ],
+)
+def test_a_reported_driver_is_kept_only_as_the_field_takes_it(
+    text: str | None, want: str | None
+) -> None:
+    """The agent's NVML driver and a probe report's driver pass through one check (the
+    ``software.driver_version`` pattern and length): what the service would refuse is dropped."""
+    from types import SimpleNamespace
+
+    from vrambudget.agent.roundtrip import nvml_driver
+    from vrambudget.core.spec import Software, driver_version
+
+    assert driver_version(text) == want
+    assert nvml_driver(SimpleNamespace(driver_version=text)) == want
+    if want is not None:
+        assert msgspec.convert({"driver_version": want}, Software).driver_version == want

@@ -24,12 +24,12 @@ from vrambudget.core.catalog import match_gpu
 from vrambudget.core.probe_report import ProbeRequest, ProbeResource
 from vrambudget.core.result import Budget
 from vrambudget.core.spec import (
-    DRIVER_VERSION_PATTERN,
     CatalogDevice,
     CustomDevice,
     DeviceRef,
     LLMServingWorkload,
     Software,
+    driver_version,
 )
 
 from .webhooks.addresses import AddressRefused, Resolver, pin
@@ -124,10 +124,7 @@ def workload_software(workload: Any, inventory: Any) -> Software | None:
 def nvml_driver(inventory: Any) -> str | None:
     """The NVML driver version where it reads as one (``software.driver_version``'s pattern),
     else None: the service would refuse any other string."""
-    driver = getattr(inventory, "driver_version", None)
-    if not driver or re.fullmatch(DRIVER_VERSION_PATTERN, str(driver)) is None:
-        return None
-    return str(driver)
+    return driver_version(getattr(inventory, "driver_version", None))
 
 
 def fetch_estimate(

@@ -6,7 +6,6 @@ returning only bytes, strings and numbers across the process boundary. Imports t
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +18,7 @@ from vrambudget.core.estimate import estimate
 from vrambudget.core.fit import FitRequest, fit
 from vrambudget.core.probe_report import ProbeResource
 from vrambudget.core.result import Budget
-from vrambudget.core.spec import DRIVER_VERSION_PATTERN, BudgetRequest, Headroom, Software
+from vrambudget.core.spec import BudgetRequest, Headroom, Software, driver_version
 from vrambudget.core.spec.cluster import ClusterRequest
 
 from .outcome import outcome
@@ -47,12 +46,11 @@ def software_of(report: ProbeResource) -> Software | None:
     res = report.result
     if res is None or res.device != "cuda":
         return None
-    driver = (res.driver_version or "")[:32]
     return Software(
         # an engine probe reports no torch: the engine release's own pin then applies
         torch_version=(res.torch_version or "")[:64] or None,
         cuda_version=(res.cuda_version or "")[:32] or None,
-        driver_version=driver if re.fullmatch(DRIVER_VERSION_PATTERN, driver) else None,
+        driver_version=driver_version(res.driver_version),
         expandable_segments=res.expandable_segments,
     )
 

@@ -302,14 +302,18 @@ def old_driver_band(
     ctx: DeviceContext,
     software: Software | None,
     version: str,
+    old: OldDriver | None = None,
 ) -> OldDriver | None:
     """What the KV band's low end takes of a driver before R550 (:func:`old_driver`): the pool
     under one, beside the high end of an assumed hold where there is one; None where vLLM's
     budget does not hold the graphs (before 0.20, or ``--kv-cache-memory``: the pool is not
-    moved) or no such driver can run the launch."""
+    moved) or no such driver can run the launch. ``old``: the account already made beside the
+    device's own hold (the budget's), reused where there is no assumed hold."""
     if not a.resolved.cal.cudagraph_in_budget or w.kv_cache_memory_bytes is not None:
         return None
-    in_use = ctx.at_hold(high=True).memory_in_use_bytes if ctx.in_use_basis is not None else None
+    if ctx.in_use_basis is None:
+        return old if old is not None else old_driver(w, a, ctx, software, version)
+    in_use = ctx.at_hold(high=True).memory_in_use_bytes
     return old_driver(w, a, ctx, software, version, in_use)
 
 
@@ -546,11 +550,8 @@ def serving_budget(
     r_version = engine_release("vllm", w.engine_version).modelled
     requested = engine_release("vllm", w.engine_version).requested
     old = old_driver(w, a, ctx, software, requested)  # what the words and warning say
-    old_band = None  # what the KV band's low end takes: the pool, where vLLM's budget holds it
-    if old is not None and a.resolved.cal.cudagraph_in_budget and w.kv_cache_memory_bytes is None:
-        old_band = (
-            old if ctx.in_use_basis is None else old_driver_band(w, a, ctx, software, requested)
-        )
+    # what the KV band's low end takes: the pool, where vLLM's budget holds it
+    old_band = None if old is None else old_driver_band(w, a, ctx, software, requested, old)
     devices = []
     for s in a.stages:
         values = stage_values(s, a.pool_bytes(s) if s.available_bytes > 0 else 0)

@@ -74,6 +74,7 @@ from .requests import (
     TraceOptions,
     Workload,
     analytic_workloads,
+    driver_version,
 )
 from .rules import RULES, schema_rules
 from .serving import (
@@ -193,6 +194,7 @@ __all__ = [
     "Wire",
     "Workload",
     "analytic_workloads",
+    "driver_version",
 ]
 
 SCHEMA_RULES = schema_rules({name: globals()[name] for name in RULES if name in globals()})

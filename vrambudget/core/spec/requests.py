@@ -3,6 +3,7 @@ device, the headroom and the software stack."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal, cast
 
 import msgspec
@@ -49,6 +50,7 @@ __all__ = [
     "TraceOptions",
     "Workload",
     "analytic_workloads",
+    "driver_version",
 ]
 
 
@@ -266,6 +268,14 @@ DRIVER_VERSION_PATTERN = r"^[1-9][0-9]{2}(\.[0-9]+){0,3}$"
 three dotted numbers (``535.247.01``, ``560.94``). A CUDA version (``12.4``, the "CUDA Version"
 of nvidia-smi's header) is not one."""
 DriverVersion = Annotated[str, Meta(min_length=3, max_length=32, pattern=DRIVER_VERSION_PATTERN)]
+
+
+def driver_version(text: object) -> str | None:
+    """``text`` as a ``software.driver_version`` where it reads as one (what NVML or a probe
+    report gave), else None: the service would refuse any other string."""
+    if not text or len(str(text)) > 32 or re.fullmatch(DRIVER_VERSION_PATTERN, str(text)) is None:
+        return None
+    return str(text)
 
 
 class Libraries(Wire, frozen=True, kw_only=True):
